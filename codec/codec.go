@@ -1,0 +1,56 @@
+// Package codec holds redmap's wire formats: the task envelope a manager stores
+// in Redis, the result a worker pushes back, and the frames of elements inside
+// them. Everything is MessagePack (github.com/vmihailenco/msgpack/v5).
+//
+// Every decoder here reads bytes that came from Redis, which anyone with access
+// to the server could have written, so each one checks the frame against a size
+// cap before it decodes, never trusts a length prefix further than the bytes
+// that follow it, and returns an error (never panics) on malformed input.
+package codec
+
+import (
+	"errors"
+	"fmt"
+)
+
+// DefaultMaxFrame is the default cap, in bytes, on any frame read from Redis:
+// a task envelope or a result.
+const DefaultMaxFrame = 256 << 20
+
+// ErrTooLarge is returned for a frame or element above its size cap.
+var ErrTooLarge = errors.New("codec: too large")
+
+// ErrCorrupt is returned for bytes that are not a well-formed frame.
+var ErrCorrupt = errors.New("codec: corrupt frame")
+
+// SizeError reports a frame or an element larger than its cap. It matches
+// ErrTooLarge with errors.Is.
+type SizeError struct {
+	What  string // "task", "result", "element 41"
+	Size  int
+	Limit int
+}
+
+func (e *SizeError) Error() string {
+	return fmt.Sprintf("codec: %s is %d bytes, above the limit of %d", e.What, e.Size, e.Limit)
+}
+
+// Is reports whether target is ErrTooLarge.
+func (e *SizeError) Is(target error) bool { return target == ErrTooLarge }
+
+func checkSize(what string, b []byte, limit int) error {
+	if limit <= 0 {
+		limit = DefaultMaxFrame
+	}
+	if len(b) > limit {
+		return &SizeError{What: what, Size: len(b), Limit: limit}
+	}
+	return nil
+}
+
+func corrupt(what string, err error) error {
+	if err == nil {
+		return fmt.Errorf("%w: %s", ErrCorrupt, what)
+	}
+	return fmt.Errorf("%w: %s: %v", ErrCorrupt, what, err)
+}

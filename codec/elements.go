@@ -1,0 +1,102 @@
+package codec
+
+import (
+	"bytes"
+	"fmt"
+
+	"github.com/vmihailenco/msgpack/v5"
+)
+
+// Marshal encodes one value as MessagePack.
+func Marshal(v any) ([]byte, error) { return msgpack.Marshal(v) }
+
+// Unmarshal decodes MessagePack into v, a pointer to a concrete type.
+func Unmarshal(b []byte, v any) error { return msgpack.Unmarshal(b, v) }
+
+// ElementError reports which element of a frame could not be encoded or
+// decoded.
+type ElementError struct {
+	Index int
+	Err   error
+}
+
+func (e *ElementError) Error() string { return fmt.Sprintf("element %d: %v", e.Index, e.Err) }
+func (e *ElementError) Unwrap() error { return e.Err }
+
+// EncodeElements encodes xs as one MessagePack array: one frame per chunk, not
+// one value per Redis argument. An element whose encoding is larger than
+// maxElem bytes (no cap if maxElem <= 0) gives a *SizeError wrapped in an
+// *ElementError naming its index; an unencodable one, the encoder's error.
+func EncodeElements[T any](xs []T, maxElem int) ([]byte, error) {
+	var buf bytes.Buffer
+	enc := msgpack.GetEncoder()
+	defer msgpack.PutEncoder(enc)
+	enc.Reset(&buf)
+	if err := enc.EncodeArrayLen(len(xs)); err != nil {
+		return nil, err
+	}
+	for i := range xs {
+		before := buf.Len()
+		if err := enc.Encode(&xs[i]); err != nil {
+			return nil, &ElementError{Index: i, Err: err}
+		}
+		if size := buf.Len() - before; maxElem > 0 && size > maxElem {
+			return nil, &ElementError{Index: i, Err: &SizeError{What: "input", Size: size, Limit: maxElem}}
+		}
+	}
+	return buf.Bytes(), nil
+}
+
+// OutputEncoder encodes the outputs of one task, one element at a time, so
+// that an element that cannot be encoded fails alone: its slot holds nil and
+// the others are kept.
+type OutputEncoder struct {
+	buf bytes.Buffer
+	enc *msgpack.Encoder
+}
+
+// NewOutputEncoder starts a frame of n outputs.
+func NewOutputEncoder(n int) *OutputEncoder {
+	e := &OutputEncoder{}
+	e.enc = msgpack.NewEncoder(&e.buf)
+	_ = e.enc.EncodeArrayLen(n) // writes to a bytes.Buffer cannot fail
+	return e
+}
+
+// Add appends one output. On error the frame is left as it was before the call
+// and the caller should AddNil in its place.
+func (e *OutputEncoder) Add(v any) error {
+	before := e.buf.Len()
+	if err := e.enc.Encode(v); err != nil {
+		e.buf.Truncate(before)
+		return err
+	}
+	return nil
+}
+
+// AddNil appends a nil, which decodes as the zero value of any type.
+func (e *OutputEncoder) AddNil() { _ = e.enc.EncodeNil() }
+
+// Bytes returns the frame.
+func (e *OutputEncoder) Bytes() []byte { return e.buf.Bytes() }
+
+// DecodeElements decodes a frame written by EncodeElements or an
+// OutputEncoder into dst, which must have exactly as many elements as the
+// frame. On an undecodable element it returns an *ElementError with its
+// index; dst[:index] are decoded.
+func DecodeElements[T any](frame []byte, dst []T) error {
+	d := newReader(frame)
+	n := d.arrayLen()
+	if d.err != nil {
+		return corrupt("elements", d.err)
+	}
+	if n != len(dst) {
+		return corrupt(fmt.Sprintf("elements: frame holds %d, want %d", n, len(dst)), nil)
+	}
+	for i := range dst {
+		if err := d.dec.Decode(&dst[i]); err != nil {
+			return &ElementError{Index: i, Err: err}
+		}
+	}
+	return d.end("elements")
+}

@@ -1,0 +1,120 @@
+package codec
+
+import (
+	"bytes"
+
+	"github.com/vmihailenco/msgpack/v5"
+)
+
+// writer encodes MessagePack into a buffer and keeps the first error, so a
+// sequence of fields reads as a sequence of calls.
+type writer struct {
+	buf bytes.Buffer
+	enc *msgpack.Encoder
+	err error
+}
+
+func newWriter(size int) *writer {
+	w := &writer{}
+	w.buf.Grow(size)
+	w.enc = msgpack.NewEncoder(&w.buf)
+	return w
+}
+
+func (w *writer) do(err error) {
+	if w.err == nil {
+		w.err = err
+	}
+}
+
+func (w *writer) arrayLen(n int) { w.do(w.enc.EncodeArrayLen(n)) }
+func (w *writer) int(v int)      { w.do(w.enc.EncodeInt(int64(v))) }
+func (w *writer) str(s string)   { w.do(w.enc.EncodeString(s)) }
+func (w *writer) bytes(b []byte) { w.do(w.enc.EncodeBytes(b)) }
+
+func (w *writer) result() ([]byte, error) {
+	if w.err != nil {
+		return nil, w.err
+	}
+	return w.buf.Bytes(), nil
+}
+
+// reader decodes MessagePack fields from a frame and keeps the first error;
+// after an error every read returns a zero value.
+type reader struct {
+	r   *bytes.Reader
+	dec *msgpack.Decoder
+	err error
+}
+
+func newReader(b []byte) *reader {
+	r := bytes.NewReader(b)
+	return &reader{r: r, dec: msgpack.NewDecoder(r)}
+}
+
+func (d *reader) do(err error) bool {
+	if d.err == nil && err != nil {
+		d.err = err
+	}
+	return d.err == nil
+}
+
+// arrayLen reads an array header and checks that the frame has at least one
+// byte left per declared element, so a forged length cannot make a caller
+// allocate more than the frame's size.
+func (d *reader) arrayLen() int {
+	if d.err != nil {
+		return 0
+	}
+	n, err := d.dec.DecodeArrayLen()
+	if !d.do(err) {
+		return 0
+	}
+	if n < 0 || n > d.r.Len() {
+		d.do(corrupt("array length", nil))
+		return 0
+	}
+	return n
+}
+
+func (d *reader) int() int {
+	if d.err != nil {
+		return 0
+	}
+	v, err := d.dec.DecodeInt()
+	d.do(err)
+	return v
+}
+
+func (d *reader) str() string {
+	if d.err != nil {
+		return ""
+	}
+	s, err := d.dec.DecodeString()
+	d.do(err)
+	return s
+}
+
+func (d *reader) bytes() []byte {
+	if d.err != nil {
+		return nil
+	}
+	b, err := d.dec.DecodeBytes()
+	d.do(err)
+	return b
+}
+
+// end reports the first error, or an error if bytes are left over.
+func (d *reader) end(what string) error {
+	if d.err != nil {
+		return corrupt(what, d.err)
+	}
+	if d.r.Len() != 0 {
+		return corrupt(what, errTrailing)
+	}
+	return nil
+}
+
+func (d *reader) fail(what, why string) error {
+	return corrupt(what+": "+why, d.err)
+}

@@ -1,0 +1,88 @@
+package codec
+
+// Kind says why an element failed; the root package maps each kind to the
+// sentinel error a caller tests with errors.Is.
+type Kind uint8
+
+// The kinds of failure a worker reports.
+const (
+	KindError        Kind = iota + 1 // the function returned an error
+	KindPanic                        // the function panicked; Stack holds its stack
+	KindUnknownFunc                  // the worker has no function of that name
+	KindTypeMismatch                 // the worker's function has other types than the manager's handle
+	KindDecode                       // the task or an input could not be decoded
+	KindEncode                       // an output could not be encoded
+	KindTooLarge                     // a frame or element is above its size cap
+	maxKind
+)
+
+// Failure is one failed element of a task, or every element if Index is -1.
+type Failure struct {
+	Index int // index within the task's chunk, or -1 for the whole task
+	Kind  Kind
+	Msg   string
+	Stack string // set for KindPanic
+}
+
+// Result is what a worker reports for one task.
+type Result struct {
+	Task   string    // the task id
+	Values []byte    // a MessagePack array of one output per element; zero values where an element failed
+	Fails  []Failure // failed elements, in index order
+}
+
+// EncodeResult returns the wire form of r: one MessagePack array.
+func EncodeResult(r *Result) ([]byte, error) {
+	size := len(r.Task) + len(r.Values) + 16
+	for _, f := range r.Fails {
+		size += len(f.Msg) + len(f.Stack) + 16
+	}
+	w := newWriter(size)
+	w.arrayLen(4)
+	w.int(version)
+	w.str(r.Task)
+	w.bytes(r.Values)
+	w.arrayLen(len(r.Fails))
+	for _, f := range r.Fails {
+		w.arrayLen(4)
+		w.int(f.Index)
+		w.int(int(f.Kind))
+		w.str(f.Msg)
+		w.str(f.Stack)
+	}
+	return w.result()
+}
+
+// DecodeResult parses a result of at most limit bytes (DefaultMaxFrame if
+// limit <= 0).
+func DecodeResult(b []byte, limit int) (*Result, error) {
+	if err := checkSize("result", b, limit); err != nil {
+		return nil, err
+	}
+	d := newReader(b)
+	if d.arrayLen() != 4 {
+		return nil, d.fail("result", "want a 4-field array")
+	}
+	if d.int() != version {
+		return nil, d.fail("result", "unknown version")
+	}
+	r := &Result{Task: d.str(), Values: d.bytes()}
+	n := d.arrayLen()
+	if n > 0 {
+		r.Fails = make([]Failure, n)
+	}
+	for i := range r.Fails {
+		f := &r.Fails[i]
+		if d.arrayLen() != 4 {
+			return nil, d.fail("result", "want a 4-field failure")
+		}
+		f.Index, f.Kind, f.Msg, f.Stack = d.int(), Kind(d.int()), d.str(), d.str()
+		if d.err == nil && (f.Index < -1 || f.Kind == 0 || f.Kind >= maxKind) {
+			return nil, corrupt("result: failure out of range", nil)
+		}
+	}
+	if err := d.end("result"); err != nil {
+		return nil, err
+	}
+	return r, nil
+}

@@ -1,0 +1,120 @@
+package redmap
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/redmap/redmap/codec"
+)
+
+// Sentinel errors, for errors.Is. A *TaskError wraps one of them (or the
+// function's own error) as its cause.
+var (
+	// ErrUnknownFunc: no worker on the queue has registered the function's name.
+	ErrUnknownFunc = errors.New("redmap: unknown function")
+	// ErrTypeMismatch: the worker registered the name with other input or output
+	// types than the manager's handle.
+	ErrTypeMismatch = errors.New("redmap: function type mismatch")
+	// ErrPanic: the function panicked; TaskError.Stack holds the stack.
+	ErrPanic = errors.New("redmap: function panicked")
+	// ErrDecode: a task, an input or an output could not be decoded.
+	ErrDecode = errors.New("redmap: undecodable payload")
+	// ErrEncode: an input or an output could not be encoded.
+	ErrEncode = errors.New("redmap: unencodable value")
+	// ErrTooLarge: a value is larger than its configured cap.
+	ErrTooLarge = codec.ErrTooLarge
+	// ErrDuplicateFunc: a worker was given two functions of one name.
+	ErrDuplicateFunc = errors.New("redmap: function registered twice")
+	// ErrClosed: the manager was closed.
+	ErrClosed = errors.New("redmap: manager closed")
+)
+
+// TaskError is the failure of one element of a batch.
+type TaskError struct {
+	Index int    // the element's index in the batch's input
+	Func  string // the function's registered name
+	Err   error  // the cause: the function's error, or one of the sentinels above
+	Stack string // the stack of a recovered panic, else empty
+}
+
+func (e *TaskError) Error() string {
+	return fmt.Sprintf("redmap: element %d of %q: %v", e.Index, e.Func, e.Err)
+}
+
+// Unwrap returns the cause.
+func (e *TaskError) Unwrap() error { return e.Err }
+
+// BatchError lists every failed element of a batch, in index order. Map and
+// Batch.Wait return it alongside the outputs of the elements that succeeded,
+// so a caller can re-run just the failed ones.
+type BatchError struct {
+	Total  int          // elements in the batch
+	Failed []*TaskError // one per failed element, in index order
+}
+
+func (e *BatchError) Error() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "redmap: %d of %d elements failed", len(e.Failed), e.Total)
+	const shown = 5
+	for i, f := range e.Failed {
+		if i == shown {
+			fmt.Fprintf(&b, "; and %d more", len(e.Failed)-shown)
+			break
+		}
+		fmt.Fprintf(&b, "; [%d] %v", f.Index, f.Err)
+	}
+	return b.String()
+}
+
+// Unwrap returns the element errors, so errors.Is and errors.As look into them.
+func (e *BatchError) Unwrap() []error {
+	errs := make([]error, len(e.Failed))
+	for i, f := range e.Failed {
+		errs[i] = f
+	}
+	return errs
+}
+
+// Indexes returns the indexes of the failed elements, in order.
+func (e *BatchError) Indexes() []int {
+	idx := make([]int, len(e.Failed))
+	for i, f := range e.Failed {
+		idx[i] = f.Index
+	}
+	return idx
+}
+
+// RemoteError is an error returned by a function on a worker, carried back by
+// its message; the original value and type stay on the worker.
+type RemoteError struct{ Msg string }
+
+func (e *RemoteError) Error() string { return e.Msg }
+
+// FailureCause turns a worker's report of a failure into the error a
+// TaskError carries: the sentinel for its kind, with the worker's message.
+func FailureCause(f codec.Failure) error {
+	var sentinel error
+	switch f.Kind {
+	case codec.KindError:
+		return &RemoteError{Msg: f.Msg}
+	case codec.KindPanic:
+		sentinel = ErrPanic
+	case codec.KindUnknownFunc:
+		sentinel = ErrUnknownFunc
+	case codec.KindTypeMismatch:
+		sentinel = ErrTypeMismatch
+	case codec.KindDecode:
+		sentinel = ErrDecode
+	case codec.KindEncode:
+		sentinel = ErrEncode
+	case codec.KindTooLarge:
+		sentinel = ErrTooLarge
+	default:
+		sentinel = ErrDecode
+	}
+	if f.Msg == "" {
+		return sentinel
+	}
+	return fmt.Errorf("%w: %s", sentinel, f.Msg)
+}

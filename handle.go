@@ -1,0 +1,127 @@
+// Package redmap is what managers and workers share: typed function handles,
+// task ids and errors. See the manager and worker packages for the two sides.
+//
+// Go cannot ship closures, so a function is registered by name on both sides
+// from one shared definition:
+//
+//	// package tasks, imported by the manager program and the worker program
+//	var Square = redmap.Func("square", func(ctx context.Context, x int) (int, error) {
+//		return x * x, nil
+//	})
+package redmap
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"reflect"
+	"runtime/debug"
+
+	"github.com/redmap/redmap/codec"
+)
+
+// Handle is a function registered under a name. The manager uses it to submit
+// inputs of type In and decode outputs of type Out; the worker uses it to run
+// the function. Build one with Func, once, in a package both sides import.
+type Handle[In, Out any] struct {
+	name string
+	sig  string
+	fn   func(context.Context, In) (Out, error)
+}
+
+// Func returns a handle for fn under name. It does not validate: an empty name
+// or a nil fn is reported by worker.Handle and by manager.Map, as an error.
+func Func[In, Out any](name string, fn func(context.Context, In) (Out, error)) *Handle[In, Out] {
+	return &Handle[In, Out]{
+		name: name,
+		sig:  fmt.Sprintf("func(%v) %v", reflect.TypeFor[In](), reflect.TypeFor[Out]()),
+		fn:   fn,
+	}
+}
+
+// Name returns the name the function is registered under.
+func (h *Handle[In, Out]) Name() string { return h.name }
+
+// Signature returns the function's types as "func(In) Out". A worker refuses a
+// task whose handle had another signature (ErrTypeMismatch) instead of
+// decoding its inputs into the wrong types.
+func (h *Handle[In, Out]) Signature() string { return h.sig }
+
+// Validate reports an empty name or a nil function.
+func (h *Handle[In, Out]) Validate() error {
+	switch {
+	case h == nil:
+		return errors.New("redmap: nil handle")
+	case h.name == "":
+		return errors.New("redmap: handle has an empty name")
+	case h.fn == nil:
+		return fmt.Errorf("redmap: handle %q has a nil function", h.name)
+	}
+	return nil
+}
+
+// Run decodes a frame of count inputs, calls the function on each in turn and
+// returns the frame of outputs with the elements that failed. A panic in the
+// function fails its element only (ErrPanic, with the stack). Workers call
+// Run; user code has no need to.
+func (h *Handle[In, Out]) Run(ctx context.Context, count int, input []byte) ([]byte, []codec.Failure) {
+	var fails []codec.Failure
+	xs := make([]In, count)
+	decoded := count
+	decodeErr := codec.DecodeElements(input, xs)
+	if decodeErr != nil {
+		decoded = 0
+		var ee *codec.ElementError
+		if errors.As(decodeErr, &ee) {
+			decoded = ee.Index
+		}
+	}
+	out := codec.NewOutputEncoder(count)
+	for i := range decoded {
+		y, f := h.call(ctx, xs[i])
+		if f == nil {
+			if err := out.Add(&y); err != nil {
+				f = &codec.Failure{Kind: codec.KindEncode, Msg: fmt.Sprintf("output as %v: %v", reflect.TypeFor[Out](), err)}
+			}
+		}
+		if f != nil {
+			f.Index = i
+			fails = append(fails, *f)
+			out.AddNil()
+		}
+	}
+	// An element that does not decode leaves the stream unreadable after it,
+	// so it and every later element of the task fail.
+	for i := decoded; i < count; i++ {
+		fails = append(fails, codec.Failure{Index: i, Kind: codec.KindDecode,
+			Msg: fmt.Sprintf("input as %v: %v", reflect.TypeFor[In](), decodeErr)})
+		out.AddNil()
+	}
+	return out.Bytes(), fails
+}
+
+// call runs the function on one input, turning a returned error or a panic
+// into a failure.
+func (h *Handle[In, Out]) call(ctx context.Context, x In) (y Out, f *codec.Failure) {
+	defer func() {
+		if p := recover(); p != nil {
+			f = &codec.Failure{Kind: codec.KindPanic, Msg: fmt.Sprint(p), Stack: string(debug.Stack())}
+		}
+	}()
+	y, err := h.fn(ctx, x)
+	if err != nil {
+		return y, &codec.Failure{Kind: codec.KindError, Msg: err.Error()}
+	}
+	return y, nil
+}
+
+// Handler is the untyped face of a Handle that a worker registers and runs.
+// Every *Handle implements it.
+type Handler interface {
+	Name() string
+	Signature() string
+	Validate() error
+	Run(ctx context.Context, count int, input []byte) ([]byte, []codec.Failure)
+}
+
+var _ Handler = (*Handle[int, int])(nil)

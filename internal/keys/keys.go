@@ -1,0 +1,53 @@
+// Package keys builds every Redis key redmap uses, one function per key.
+//
+// All keys of one queue carry the hash tag {queue}, so the multi-key scripts of
+// internal/rdb touch one cluster slot. The Lua scripts build manager, worker
+// and task keys from Base with the same suffixes as the functions below; a test
+// in internal/rdb holds the two in step.
+package keys
+
+import "strings"
+
+// Base is the prefix shared by every key of a queue: "<prefix>:{<queue>}:".
+func Base(prefix, queue string) string {
+	var b strings.Builder
+	b.Grow(len(prefix) + len(queue) + 4)
+	b.WriteString(prefix)
+	b.WriteString(":{")
+	b.WriteString(queue)
+	b.WriteString("}:")
+	return b.String()
+}
+
+// Public is the list of task ids that any worker of the queue may take (LIST).
+func Public(prefix, queue string) string { return Base(prefix, queue) + "public" }
+
+// Workers holds the queue's registered workers, scored by lease deadline in
+// Redis milliseconds (ZSET wid → deadline).
+func Workers(prefix, queue string) string { return Base(prefix, queue) + "workers" }
+
+// Idle is the set of workers that found nothing to take and wait on their bell
+// (SET of wid).
+func Idle(prefix, queue string) string { return Base(prefix, queue) + "idle" }
+
+// Private is the list of task ids only worker wid may take (LIST).
+func Private(prefix, queue, wid string) string { return Base(prefix, queue) + "w:" + wid + ":private" }
+
+// Held is the set of task ids worker wid has taken and not finished: the
+// worker–task map (SET of task id).
+func Held(prefix, queue, wid string) string { return Base(prefix, queue) + "w:" + wid + ":held" }
+
+// Bell is the list an idle worker wid blocks on; a submit pushes a token to wake
+// it (LIST of tokens).
+func Bell(prefix, queue, wid string) string { return Base(prefix, queue) + "w:" + wid + ":bell" }
+
+// Tasks is the task set of manager mid: its outstanding task ids and their
+// attempt numbers (HASH task id → attempt).
+func Tasks(prefix, queue, mid string) string { return Base(prefix, queue) + "m:" + mid + ":tasks" }
+
+// Results is the list of encoded results for manager mid, popped by that
+// manager (LIST of codec.Result frames).
+func Results(prefix, queue, mid string) string { return Base(prefix, queue) + "m:" + mid + ":results" }
+
+// Payload is the envelope of task tid (STRING, a codec.Task frame).
+func Payload(prefix, queue, tid string) string { return Base(prefix, queue) + "t:" + tid }

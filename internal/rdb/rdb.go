@@ -1,0 +1,283 @@
+// Package rdb is the only code in redmap that sends Redis commands. Its
+// methods say what happens in protocol terms (Submit, Take, Finish, Collect);
+// the Lua scripts they run are in lua/, one file per script, each beginning
+// with its contract, loaded once and run by SHA.
+package rdb
+
+import (
+	"context"
+	_ "embed"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/redmap/redmap/internal/keys"
+)
+
+var (
+	//go:embed lua/submit.lua
+	submitLua string
+	//go:embed lua/take.lua
+	takeLua string
+	//go:embed lua/finish.lua
+	finishLua string
+	//go:embed lua/heartbeat.lua
+	heartbeatLua string
+	//go:embed lua/live.lua
+	liveLua string
+
+	submitScript    = redis.NewScript(submitLua)
+	takeScript      = redis.NewScript(takeLua)
+	finishScript    = redis.NewScript(finishLua)
+	heartbeatScript = redis.NewScript(heartbeatLua)
+	liveScript      = redis.NewScript(liveLua)
+)
+
+// maxGroup caps the tasks or results sent in one script call, and maxGroupBytes
+// their bytes: a script call blocks Redis while it runs, so one call of a huge
+// batch would stall every other client.
+const (
+	maxGroup      = 1000
+	maxGroupBytes = 8 << 20
+)
+
+// RDB speaks the protocol of one queue.
+type RDB struct {
+	c      redis.UniversalClient
+	prefix string
+	queue  string
+	base   string
+}
+
+// New returns the protocol of queue under prefix on c.
+func New(c redis.UniversalClient, prefix, queue string) *RDB {
+	return &RDB{c: c, prefix: prefix, queue: queue, base: keys.Base(prefix, queue)}
+}
+
+// Task is a task to submit: its id and its encoded envelope.
+type Task struct {
+	ID      string
+	Payload []byte
+}
+
+// Submit stores tasks of manager mid and queues them on the public list, or
+// on worker wid's private list if wid is not empty, then wakes idle workers.
+// It costs one script call per group of up to 1,000 tasks or 8 MiB. The
+// manager's task set and result list get the given TTL.
+func (r *RDB) Submit(ctx context.Context, mid, wid string, tasks []Task, ttl time.Duration) error {
+	list := keys.Public(r.prefix, r.queue)
+	if wid != "" {
+		list = keys.Private(r.prefix, r.queue, wid)
+	}
+	ks := []string{keys.Tasks(r.prefix, r.queue, mid), list, keys.Idle(r.prefix, r.queue), keys.Results(r.prefix, r.queue, mid)}
+	for len(tasks) > 0 {
+		n, size := 0, 0
+		for n < len(tasks) && n < maxGroup && (n == 0 || size+len(tasks[n].Payload) <= maxGroupBytes) {
+			size += len(tasks[n].Payload)
+			n++
+		}
+		args := make([]any, 0, 3+2*n)
+		args = append(args, r.base, ttl.Milliseconds(), wid)
+		for _, t := range tasks[:n] {
+			args = append(args, t.ID, t.Payload)
+		}
+		if err := submitScript.Run(ctx, r.c, ks, args...).Err(); err != nil {
+			return fmt.Errorf("submit: %w", err)
+		}
+		tasks = tasks[n:]
+	}
+	return nil
+}
+
+// Taken is a task a worker has taken and now holds.
+type Taken struct {
+	ID      string
+	Attempt int
+	Payload []byte
+}
+
+// Take takes up to n tasks for worker wid, private list first, with their
+// payloads, in one script call; taking and recording the hold are one atomic
+// step. Tasks no longer wanted are dropped, not returned. When it returns none,
+// the worker is registered idle, and the next submit rings its bell (WaitBell).
+func (r *RDB) Take(ctx context.Context, wid string, n int) ([]Taken, error) {
+	ks := []string{
+		keys.Private(r.prefix, r.queue, wid), keys.Public(r.prefix, r.queue),
+		keys.Held(r.prefix, r.queue, wid), keys.Idle(r.prefix, r.queue), keys.Bell(r.prefix, r.queue, wid),
+	}
+	vals, err := takeScript.Run(ctx, r.c, ks, r.base, n, wid).Slice()
+	if err != nil {
+		return nil, fmt.Errorf("take: %w", err)
+	}
+	if len(vals)%3 != 0 {
+		return nil, fmt.Errorf("take: script returned %d values, not triples", len(vals))
+	}
+	taken := make([]Taken, 0, len(vals)/3)
+	for i := 0; i < len(vals); i += 3 {
+		id, _ := vals[i].(string)
+		attempt, _ := strconv.Atoi(fmt.Sprint(vals[i+1]))
+		payload, _ := vals[i+2].(string)
+		taken = append(taken, Taken{ID: id, Attempt: attempt, Payload: []byte(payload)})
+	}
+	return taken, nil
+}
+
+// WaitBell blocks until a submit rings worker wid's bell or timeout passes.
+// It reports whether the bell rang.
+func (r *RDB) WaitBell(ctx context.Context, wid string, timeout time.Duration) (bool, error) {
+	err := r.c.BLPop(ctx, timeout, keys.Bell(r.prefix, r.queue, wid)).Err()
+	if errors.Is(err, redis.Nil) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("wait: %w", err)
+	}
+	return true, nil
+}
+
+// Done is a finished task: its id and its encoded result.
+type Done struct {
+	ID     string
+	Result []byte
+}
+
+// Finish delivers the results of worker wid's finished tasks whose managers
+// still want them and drops the rest, releasing the worker's hold on all of
+// them; one script call per group of up to 1,000 results or 8 MiB. It returns
+// how many were delivered. A result list gets the given TTL.
+func (r *RDB) Finish(ctx context.Context, wid string, done []Done, ttl time.Duration) (int, error) {
+	ks := []string{keys.Held(r.prefix, r.queue, wid)}
+	delivered := 0
+	for len(done) > 0 {
+		n, size := 0, 0
+		for n < len(done) && n < maxGroup && (n == 0 || size+len(done[n].Result) <= maxGroupBytes) {
+			size += len(done[n].Result)
+			n++
+		}
+		args := make([]any, 0, 2+2*n)
+		args = append(args, r.base, ttl.Milliseconds())
+		for _, d := range done[:n] {
+			args = append(args, d.ID, d.Result)
+		}
+		k, err := finishScript.Run(ctx, r.c, ks, args...).Int()
+		if err != nil {
+			return delivered, fmt.Errorf("finish: %w", err)
+		}
+		delivered += k
+		done = done[n:]
+	}
+	return delivered, nil
+}
+
+// Heartbeat registers worker wid, or renews its lease, for lease from now by
+// the Redis clock.
+func (r *RDB) Heartbeat(ctx context.Context, wid string, lease time.Duration) error {
+	err := heartbeatScript.Run(ctx, r.c, []string{keys.Workers(r.prefix, r.queue)}, wid, lease.Milliseconds()).Err()
+	if err != nil {
+		return fmt.Errorf("heartbeat: %w", err)
+	}
+	return nil
+}
+
+// Deregister removes worker wid from the queue's workers and idle set and
+// deletes its bell.
+func (r *RDB) Deregister(ctx context.Context, wid string) error {
+	_, err := r.c.TxPipelined(ctx, func(p redis.Pipeliner) error {
+		p.ZRem(ctx, keys.Workers(r.prefix, r.queue), wid)
+		p.SRem(ctx, keys.Idle(r.prefix, r.queue), wid)
+		p.Del(ctx, keys.Bell(r.prefix, r.queue, wid))
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("deregister: %w", err)
+	}
+	return nil
+}
+
+// LiveWorkers returns the ids of the queue's workers whose lease has not
+// expired by the Redis clock.
+func (r *RDB) LiveWorkers(ctx context.Context) ([]string, error) {
+	ids, err := liveScript.Run(ctx, r.c, []string{keys.Workers(r.prefix, r.queue)}).StringSlice()
+	if err != nil {
+		return nil, fmt.Errorf("live workers: %w", err)
+	}
+	return ids, nil
+}
+
+// Collect waits up to timeout for results of manager mid, then takes up to max
+// of them: one BLPOP, and one LPOP if more are waiting. It returns nil when
+// the timeout passes with no result. The timeout must be positive: a dead
+// connection must not block the manager forever.
+func (r *RDB) Collect(ctx context.Context, mid string, timeout time.Duration, max int) ([]string, error) {
+	if timeout <= 0 {
+		return nil, errors.New("collect: timeout must be positive")
+	}
+	key := keys.Results(r.prefix, r.queue, mid)
+	kv, err := r.c.BLPop(ctx, timeout, key).Result()
+	if errors.Is(err, redis.Nil) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("collect: %w", err)
+	}
+	out := []string{kv[1]}
+	if max > 1 {
+		more, err := r.c.LPopCount(ctx, key, max-1).Result()
+		if err != nil && !errors.Is(err, redis.Nil) {
+			// The first result is already popped: hand it over rather than lose it.
+			return out, fmt.Errorf("collect: %w", err)
+		}
+		out = append(out, more...)
+	}
+	return out, nil
+}
+
+// Renew extends the TTL of manager mid's task set and result list.
+func (r *RDB) Renew(ctx context.Context, mid string, ttl time.Duration) error {
+	_, err := r.c.Pipelined(ctx, func(p redis.Pipeliner) error {
+		p.PExpire(ctx, keys.Tasks(r.prefix, r.queue, mid), ttl)
+		p.PExpire(ctx, keys.Results(r.prefix, r.queue, mid), ttl)
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("renew: %w", err)
+	}
+	return nil
+}
+
+// Cancel withdraws tasks of manager mid: removes them from its task set and
+// deletes their payloads. Their ids may stay queued; a worker that pops one
+// drops it (see Take), and a result of one already running is discarded (see
+// Finish).
+func (r *RDB) Cancel(ctx context.Context, mid string, tids []string) error {
+	tasks := keys.Tasks(r.prefix, r.queue, mid)
+	for len(tids) > 0 {
+		n := min(len(tids), maxGroup)
+		payloads := make([]string, n)
+		for i, tid := range tids[:n] {
+			payloads[i] = keys.Payload(r.prefix, r.queue, tid)
+		}
+		_, err := r.c.TxPipelined(ctx, func(p redis.Pipeliner) error {
+			p.HDel(ctx, tasks, tids[:n]...)
+			p.Del(ctx, payloads...)
+			return nil
+		})
+		if err != nil {
+			return fmt.Errorf("cancel: %w", err)
+		}
+		tids = tids[n:]
+	}
+	return nil
+}
+
+// Drop deletes manager mid's task set and result list.
+func (r *RDB) Drop(ctx context.Context, mid string) error {
+	err := r.c.Del(ctx, keys.Tasks(r.prefix, r.queue, mid), keys.Results(r.prefix, r.queue, mid)).Err()
+	if err != nil {
+		return fmt.Errorf("drop: %w", err)
+	}
+	return nil
+}
