@@ -28,6 +28,12 @@ var (
 	ErrDuplicateFunc = errors.New("redmap: function registered twice")
 	// ErrClosed: the manager was closed.
 	ErrClosed = errors.New("redmap: manager closed")
+	// ErrUnavailable: Redis could not be reached for longer than the
+	// manager's RedisTimeout.
+	ErrUnavailable = errors.New("redmap: redis unavailable")
+	// ErrNoWorker: a batch was sent to the private queue of a worker that is
+	// not live.
+	ErrNoWorker = errors.New("redmap: no such live worker")
 )
 
 // TaskError is the failure of one element of a batch.

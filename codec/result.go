@@ -54,11 +54,10 @@ func EncodeResult(r *Result) ([]byte, error) {
 }
 
 // DecodeResult parses a result of at most limit bytes (DefaultMaxFrame if
-// limit <= 0).
+// limit <= 0). If the frame is corrupt after its task id, it returns the error
+// together with a Result holding just the id, so the caller can fail that task
+// rather than wait for it forever.
 func DecodeResult(b []byte, limit int) (*Result, error) {
-	if err := checkSize("result", b, limit); err != nil {
-		return nil, err
-	}
 	d := newReader(b)
 	if d.arrayLen() != 4 {
 		return nil, d.fail("result", "want a 4-field array")
@@ -66,7 +65,14 @@ func DecodeResult(b []byte, limit int) (*Result, error) {
 	if d.int() != version {
 		return nil, d.fail("result", "unknown version")
 	}
-	r := &Result{Task: d.str(), Values: d.bytes()}
+	r := &Result{Task: d.str()}
+	if d.err != nil {
+		return nil, d.end("result")
+	}
+	if err := checkSize("result", b, limit); err != nil {
+		return &Result{Task: r.Task}, err
+	}
+	r.Values = d.bytes()
 	n := d.arrayLen()
 	if n > 0 {
 		r.Fails = make([]Failure, n)
@@ -74,15 +80,15 @@ func DecodeResult(b []byte, limit int) (*Result, error) {
 	for i := range r.Fails {
 		f := &r.Fails[i]
 		if d.arrayLen() != 4 {
-			return nil, d.fail("result", "want a 4-field failure")
+			return &Result{Task: r.Task}, d.fail("result", "want a 4-field failure")
 		}
 		f.Index, f.Kind, f.Msg, f.Stack = d.int(), Kind(d.int()), d.str(), d.str()
 		if d.err == nil && (f.Index < -1 || f.Kind == 0 || f.Kind >= maxKind) {
-			return nil, corrupt("result: failure out of range", nil)
+			return &Result{Task: r.Task}, corrupt("result: failure out of range", nil)
 		}
 	}
 	if err := d.end("result"); err != nil {
-		return nil, err
+		return &Result{Task: r.Task}, err
 	}
 	return r, nil
 }

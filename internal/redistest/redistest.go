@@ -1,0 +1,216 @@
+// Package redistest runs real redis-server processes for tests.
+//
+// A package's tests share one server started by Main from TestMain, each test
+// in its own queue (Queue), so they can run in parallel; a fault test starts a
+// server of its own with Start and may kill, restart or flush it. Tests never
+// touch a server they did not start.
+package redistest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Server is a redis-server process on a loopback port.
+type Server struct {
+	Port int
+	dir  string
+	args []string
+
+	mu     sync.Mutex
+	cmd    *exec.Cmd
+	exited chan struct{} // closed when cmd has exited
+}
+
+var shared *Server
+
+// missing is the one line printed when there is no redis-server to run.
+const missing = "redistest: redis-server not found in PATH; install it (Debian: apt-get install -y redis-server) or run `make test`, which installs it when it can"
+
+// Main starts the package's shared server, runs the tests and stops it. Call it
+// from TestMain.
+func Main(m *testing.M) {
+	s, err := start(nil)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	shared = s
+	code := m.Run()
+	s.stop()
+	os.RemoveAll(s.dir)
+	os.Exit(code)
+}
+
+// Shared returns the server started by Main.
+func Shared(tb testing.TB) *Server {
+	tb.Helper()
+	if shared == nil {
+		tb.Fatal("redistest: no shared server: call redistest.Main from TestMain")
+	}
+	return shared
+}
+
+// Start starts a server for tb alone, stopped when tb ends. Extra arguments go
+// to redis-server (for example "--maxmemory", "1mb").
+func Start(tb testing.TB, args ...string) *Server {
+	tb.Helper()
+	s, err := start(args)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() {
+		s.stop()
+		os.RemoveAll(s.dir)
+	})
+	return s
+}
+
+func start(args []string) (*Server, error) {
+	bin, err := exec.LookPath("redis-server")
+	if err != nil {
+		return nil, errors.New(missing)
+	}
+	dir, err := os.MkdirTemp("", "redistest-")
+	if err != nil {
+		return nil, err
+	}
+	// A free port can be taken by someone else between our probe and the
+	// server's bind, so try a few.
+	for range 5 {
+		port, err := freePort()
+		if err != nil {
+			return nil, err
+		}
+		s := &Server{Port: port, dir: dir, args: args}
+		if err = s.run(bin); err == nil {
+			return s, nil
+		}
+	}
+	log, _ := os.ReadFile(filepath.Join(dir, "redis.log"))
+	return nil, fmt.Errorf("redistest: redis-server did not start; its log:\n%s", log)
+}
+
+func freePort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}
+
+// run starts the process and waits until it answers PING.
+func (s *Server) run(bin string) error {
+	args := append([]string{
+		"--port", strconv.Itoa(s.Port), "--bind", "127.0.0.1",
+		"--save", "", "--appendonly", "no", "--dir", s.dir,
+		"--logfile", filepath.Join(s.dir, "redis.log"),
+	}, s.args...)
+	cmd := exec.Command(bin, args...)
+	if err := cmd.Start(); err != nil {
+		return err
+	}
+	exited := make(chan struct{})
+	go func() { cmd.Wait(); close(exited) }()
+	c := redis.NewClient(&redis.Options{Addr: s.Addr(), MaxRetries: -1})
+	defer c.Close()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		if c.Ping(context.Background()).Err() == nil {
+			s.mu.Lock()
+			s.cmd, s.exited = cmd, exited
+			s.mu.Unlock()
+			return nil
+		}
+		select {
+		case <-exited:
+			return errors.New("redistest: redis-server exited")
+		case <-time.After(10 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			cmd.Process.Kill()
+			<-exited
+			return errors.New("redistest: redis-server did not answer PING within 10s")
+		}
+	}
+}
+
+// Addr returns "127.0.0.1:<port>".
+func (s *Server) Addr() string { return "127.0.0.1:" + strconv.Itoa(s.Port) }
+
+// URL returns "redis://127.0.0.1:<port>/0".
+func (s *Server) URL() string { return "redis://" + s.Addr() + "/0" }
+
+// Client returns a client of the server, closed when tb ends.
+func (s *Server) Client(tb testing.TB) *redis.Client {
+	tb.Helper()
+	c := redis.NewClient(&redis.Options{Addr: s.Addr()})
+	tb.Cleanup(func() { c.Close() })
+	return c
+}
+
+// Kill stops the server with SIGKILL and waits for it to exit. Its data is
+// gone: it runs with no persistence.
+func (s *Server) Kill(tb testing.TB) {
+	tb.Helper()
+	s.stop()
+}
+
+// Restart starts the server again, empty, on the same port.
+func (s *Server) Restart(tb testing.TB) {
+	tb.Helper()
+	s.stop()
+	bin, err := exec.LookPath("redis-server")
+	if err != nil {
+		tb.Fatal(missing)
+	}
+	if err := s.run(bin); err != nil {
+		tb.Fatal(err)
+	}
+}
+
+// FlushAll deletes every key on the server.
+func (s *Server) FlushAll(tb testing.TB) {
+	tb.Helper()
+	c := redis.NewClient(&redis.Options{Addr: s.Addr()})
+	defer c.Close()
+	if err := c.FlushAll(context.Background()).Err(); err != nil {
+		tb.Fatal(err)
+	}
+}
+
+func (s *Server) stop() {
+	s.mu.Lock()
+	cmd, exited := s.cmd, s.exited
+	s.cmd, s.exited = nil, nil
+	s.mu.Unlock()
+	if cmd != nil {
+		cmd.Process.Kill()
+		<-exited
+	}
+}
+
+var (
+	queueSeq  atomic.Uint64
+	unsafeRun = regexp.MustCompile(`[^A-Za-z0-9_.]+`)
+)
+
+// Queue returns a queue name no other test of the process uses, derived from
+// the test's name, so tests can share a server and run in parallel.
+func Queue(tb testing.TB) string {
+	return fmt.Sprintf("%s.%d", unsafeRun.ReplaceAllString(tb.Name(), "_"), queueSeq.Add(1))
+}

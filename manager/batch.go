@@ -1,0 +1,233 @@
+package manager
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"iter"
+	"reflect"
+	"sort"
+	"sync"
+
+	"github.com/redmap/redmap"
+	"github.com/redmap/redmap/codec"
+)
+
+// Result is the outcome of one element of a batch.
+type Result[Out any] struct {
+	Index int   // the element's index in the input
+	Value Out   // its output; the zero value if Err is set
+	Err   error // a *redmap.TaskError, or nil
+}
+
+// Batch is a submitted batch of elements whose outputs have type Out. Its
+// results can be read in completion order while it runs (Results) and waited
+// for in input order (Wait), each any number of times.
+type Batch[Out any] struct {
+	m      *Manager
+	fn     string
+	chunks []chunk
+	stop   func() bool // detaches the batch from its submit context
+
+	mu       sync.Mutex
+	out      []Out
+	errs     map[int]*redmap.TaskError
+	order    []int // element indexes in completion order
+	left     int   // chunks not yet delivered
+	err      error // why the batch ended early, if it did
+	progress chan struct{}
+	done     chan struct{}
+}
+
+// chunk is one task of a batch: count elements from start.
+type chunk struct {
+	start, count int
+	tid          string
+}
+
+func newBatch[Out any](m *Manager, fn string, n int) *Batch[Out] {
+	return &Batch[Out]{
+		m:        m,
+		fn:       fn,
+		out:      make([]Out, n),
+		progress: make(chan struct{}),
+		done:     make(chan struct{}),
+		stop:     func() bool { return false },
+	}
+}
+
+// Len returns the number of elements in the batch.
+func (b *Batch[Out]) Len() int { return len(b.out) }
+
+// Done returns a channel closed when every element has a result, or the batch
+// ended early.
+func (b *Batch[Out]) Done() <-chan struct{} { return b.done }
+
+// Wait blocks until the batch is done or ctx ends, and returns the outputs in
+// input order. If some elements failed, it returns every output with a
+// *redmap.BatchError listing the failed indexes; if the batch ended early
+// (its submit context ended, Cancel, or Close), nil and that error. Ending ctx
+// stops the wait, not the batch.
+func (b *Batch[Out]) Wait(ctx context.Context) ([]Out, error) {
+	select {
+	case <-b.done:
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.err != nil {
+		return nil, b.err
+	}
+	if len(b.errs) == 0 {
+		return b.out, nil
+	}
+	be := &redmap.BatchError{Total: len(b.out), Failed: make([]*redmap.TaskError, 0, len(b.errs))}
+	for _, e := range b.errs {
+		be.Failed = append(be.Failed, e)
+	}
+	sort.Slice(be.Failed, func(i, j int) bool { return be.Failed[i].Index < be.Failed[j].Index })
+	return b.out, be
+}
+
+// Results returns the results in completion order, as they arrive. Ranging
+// over it blocks until the next result; it ends when every element has a
+// result or the batch ended early (then Wait says why).
+func (b *Batch[Out]) Results() iter.Seq[Result[Out]] {
+	return func(yield func(Result[Out]) bool) {
+		for i := 0; ; {
+			b.mu.Lock()
+			if i < len(b.order) {
+				idx := b.order[i]
+				r := Result[Out]{Index: idx, Value: b.out[idx]}
+				if e := b.errs[idx]; e != nil {
+					r.Err = e
+				}
+				b.mu.Unlock()
+				i++
+				if !yield(r) {
+					return
+				}
+				continue
+			}
+			finished, progress := b.finished(), b.progress
+			b.mu.Unlock()
+			if finished {
+				return
+			}
+			<-progress
+		}
+	}
+}
+
+// Cancel ends the batch early with context.Canceled: its queued tasks are
+// withdrawn and skipped by workers, and results still to come are discarded.
+func (b *Batch[Out]) Cancel() { b.abort(context.Canceled) }
+
+// finished reports whether the batch is done; b.mu must be held.
+func (b *Batch[Out]) finished() bool {
+	select {
+	case <-b.done:
+		return true
+	default:
+		return false
+	}
+}
+
+// advance records that chunk c is done and wakes readers; b.mu must be held.
+func (b *Batch[Out]) advance(c chunk) {
+	for i := c.start; i < c.start+c.count; i++ {
+		b.order = append(b.order, i)
+	}
+	b.left--
+	if b.left == 0 {
+		close(b.done)
+		b.stop()
+	}
+	close(b.progress)
+	b.progress = make(chan struct{})
+}
+
+func (b *Batch[Out]) failElement(i int, cause error, stack string) {
+	if b.errs == nil {
+		b.errs = make(map[int]*redmap.TaskError)
+	}
+	var zero Out
+	b.out[i] = zero
+	b.errs[i] = &redmap.TaskError{Index: i, Func: b.fn, Err: cause, Stack: stack}
+}
+
+// deliver records the result of chunk ci; err is set if the result could not
+// be fully decoded.
+func (b *Batch[Out]) deliver(ci int, r *codec.Result, err error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.finished() {
+		return
+	}
+	c := b.chunks[ci]
+	if err != nil {
+		b.failChunk(c, fmt.Errorf("%w: result: %v", redmap.ErrDecode, err))
+		return
+	}
+	for _, f := range r.Fails {
+		if f.Index == -1 {
+			b.failChunk(c, redmap.FailureCause(f))
+			return
+		}
+	}
+	if err := codec.DecodeElements(r.Values, b.out[c.start:c.start+c.count]); err != nil {
+		bad := 0
+		var ee *codec.ElementError
+		if errors.As(err, &ee) {
+			bad = ee.Index
+		}
+		// Past an undecodable output the frame cannot be read further.
+		for i := bad; i < c.count; i++ {
+			b.failElement(c.start+i, fmt.Errorf("%w: output as %v: %v", redmap.ErrDecode, reflect.TypeFor[Out](), err), "")
+		}
+	}
+	for _, f := range r.Fails {
+		if f.Index < c.count {
+			b.failElement(c.start+f.Index, redmap.FailureCause(f), f.Stack)
+		}
+	}
+	b.advance(c)
+}
+
+// fail fails every element of chunk ci with cause.
+func (b *Batch[Out]) fail(ci int, cause error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if !b.finished() {
+		b.failChunk(b.chunks[ci], cause)
+	}
+}
+
+func (b *Batch[Out]) failChunk(c chunk, cause error) {
+	for i := c.start; i < c.start+c.count; i++ {
+		b.failElement(i, cause, "")
+	}
+	b.advance(c)
+}
+
+// abort ends the batch early with err and withdraws its outstanding tasks.
+func (b *Batch[Out]) abort(err error) {
+	b.mu.Lock()
+	if b.finished() {
+		b.mu.Unlock()
+		return
+	}
+	b.err = err
+	close(b.done)
+	close(b.progress)
+	b.progress = make(chan struct{})
+	b.mu.Unlock()
+	b.stop()
+
+	tids := make([]string, len(b.chunks))
+	for i, c := range b.chunks {
+		tids[i] = c.tid
+	}
+	b.m.withdraw(tids)
+}

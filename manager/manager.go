@@ -1,0 +1,175 @@
+// Package manager submits batches to a redmap queue and collects their
+// results. A Manager is a value inside a user's program; Map, MapWith and
+// Submit are package-level generic functions because Go methods cannot have
+// type parameters.
+package manager
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/redmap/redmap"
+	"github.com/redmap/redmap/codec"
+	"github.com/redmap/redmap/internal/rdb"
+)
+
+// collectMax caps the results taken from Redis per wake of the collector.
+const collectMax = 1024
+
+// Manager submits batches to one queue and collects their results. It has a
+// random 128-bit id, its own task set and its own result list. It is safe for
+// concurrent use by many goroutines and many batches.
+type Manager struct {
+	id   string
+	rdb  *rdb.RDB
+	opts Options
+	log  *slog.Logger
+
+	seq atomic.Uint64
+
+	mu      sync.Mutex
+	pending map[string]pending // task id → where its result goes
+	closed  bool
+
+	stop    context.CancelFunc
+	stopped chan struct{} // closed when the collector has returned
+	dropped atomic.Int64  // results discarded as stale, duplicate or unreadable
+}
+
+// pending is an outstanding task: the batch that waits for it and the index of
+// its chunk in that batch.
+type pending struct {
+	batch batch
+	chunk int
+}
+
+// batch is the untyped face of a *Batch the collector delivers to.
+type batch interface {
+	deliver(chunk int, r *codec.Result, err error)
+	fail(chunk int, cause error)
+	abort(err error)
+}
+
+// New returns a manager of client for opts.Queue and starts its result
+// collector. It validates opts and returns an error naming the first bad
+// field. Close it to release its goroutine and its keys in Redis.
+func New(client redis.UniversalClient, opts Options) (*Manager, error) {
+	if client == nil {
+		return nil, errors.New("manager: nil Redis client")
+	}
+	opts, err := opts.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	id := redmap.NewID()
+	ctx, stop := context.WithCancel(context.Background())
+	m := &Manager{
+		id:      id,
+		rdb:     rdb.New(client, opts.Prefix, opts.Queue),
+		opts:    opts,
+		log:     opts.Logger.With("manager", id, "queue", opts.Queue),
+		pending: make(map[string]pending),
+		stop:    stop,
+		stopped: make(chan struct{}),
+	}
+	go m.collect(ctx)
+	return m, nil
+}
+
+// ID returns the manager's id.
+func (m *Manager) ID() string { return m.id }
+
+// Workers returns the ids of the queue's live workers, for OnWorker. One
+// round trip.
+func (m *Manager) Workers(ctx context.Context) ([]string, error) {
+	ids, err := m.rdb.LiveWorkers(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("redmap: %w", err)
+	}
+	return ids, nil
+}
+
+// Dropped returns how many results the manager has discarded because no
+// pending task wanted them (stale, duplicate or unreadable).
+func (m *Manager) Dropped() int64 { return m.dropped.Load() }
+
+// Close ends every batch still running with ErrClosed, withdraws their tasks,
+// stops the collector (within one Poll) and deletes the manager's keys. It is
+// safe to call more than once.
+func (m *Manager) Close() error {
+	m.mu.Lock()
+	if m.closed {
+		m.mu.Unlock()
+		return nil
+	}
+	m.closed = true
+	outstanding := m.pending
+	m.pending = nil
+	m.mu.Unlock()
+
+	tids := make([]string, 0, len(outstanding))
+	seen := make(map[batch]bool)
+	for tid, p := range outstanding {
+		tids = append(tids, tid)
+		if !seen[p.batch] {
+			seen[p.batch] = true
+			p.batch.abort(redmap.ErrClosed)
+		}
+	}
+	m.stop()
+	<-m.stopped
+
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	return errors.Join(m.rdb.Cancel(ctx, m.id, tids), m.rdb.Drop(ctx, m.id))
+}
+
+// register records the tasks of b as pending; it fails once the manager is
+// closed.
+func (m *Manager) register(b batch, tids []string) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.closed {
+		return redmap.ErrClosed
+	}
+	for i, tid := range tids {
+		m.pending[tid] = pending{batch: b, chunk: i}
+	}
+	return nil
+}
+
+// forget removes tasks from the pending set and returns the ones that were
+// still pending.
+func (m *Manager) forget(tids []string) []string {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	var still []string
+	for _, tid := range tids {
+		if _, ok := m.pending[tid]; ok {
+			delete(m.pending, tid)
+			still = append(still, tid)
+		}
+	}
+	return still
+}
+
+// withdraw forgets tasks and removes the ones still pending from Redis, so
+// workers skip them and no result of theirs is delivered.
+func (m *Manager) withdraw(tids []string) {
+	still := m.forget(tids)
+	if len(still) == 0 {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := m.rdb.Cancel(ctx, m.id, still); err != nil {
+		m.log.Warn("withdrawing tasks failed; they expire with the task set", "tasks", len(still), "err", err)
+	}
+}

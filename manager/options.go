@@ -1,0 +1,88 @@
+package manager
+
+import (
+	"fmt"
+	"log/slog"
+	"strings"
+	"time"
+
+	"github.com/redmap/redmap/codec"
+)
+
+// Defaults for the zero fields of Options.
+const (
+	DefaultPrefix       = "redmap"
+	DefaultKeyTTL       = time.Minute
+	DefaultPoll         = time.Second
+	DefaultMaxInputSize = 16 << 20
+	DefaultMaxFrame     = codec.DefaultMaxFrame
+	DefaultRedisTimeout = 30 * time.Second
+)
+
+// Options configure a Manager. The zero value of each field means its default.
+type Options struct {
+	// Queue is the queue to submit to. Required; must not contain '{' or '}'.
+	Queue string
+	// Prefix of every Redis key. Default DefaultPrefix.
+	Prefix string
+	// KeyTTL is how long the manager's task set and result list outlive it if
+	// it dies; it renews them every KeyTTL/3 while it lives. Default DefaultKeyTTL.
+	KeyTTL time.Duration
+	// Poll is the BLPOP timeout of the result collector: how long one wait for
+	// results may block. go-redis rounds it up to whole seconds. Default DefaultPoll.
+	Poll time.Duration
+	// MaxInputSize caps the encoded size of one input element, in bytes; Submit
+	// refuses a larger one with ErrTooLarge. Default DefaultMaxInputSize.
+	MaxInputSize int
+	// MaxFrame caps the size of a result read from Redis, in bytes. Default
+	// DefaultMaxFrame.
+	MaxFrame int
+	// RedisTimeout is how long Redis may stay unreachable before the elements
+	// still outstanding fail with ErrUnavailable. Default DefaultRedisTimeout.
+	RedisTimeout time.Duration
+	// Logger receives the manager's logs. Default: none.
+	Logger *slog.Logger
+}
+
+func (o Options) withDefaults() (Options, error) {
+	switch {
+	case o.Queue == "":
+		return o, fmt.Errorf("manager: Options.Queue is required")
+	case strings.ContainsAny(o.Queue, "{}"):
+		return o, fmt.Errorf("manager: Options.Queue %q contains '{' or '}'", o.Queue)
+	case o.KeyTTL < 0:
+		return o, fmt.Errorf("manager: Options.KeyTTL %v is negative", o.KeyTTL)
+	case o.KeyTTL > 0 && o.KeyTTL < 3*time.Second:
+		return o, fmt.Errorf("manager: Options.KeyTTL %v is under 3s", o.KeyTTL)
+	case o.Poll < 0:
+		return o, fmt.Errorf("manager: Options.Poll %v is negative", o.Poll)
+	case o.MaxInputSize < 0:
+		return o, fmt.Errorf("manager: Options.MaxInputSize %d is negative", o.MaxInputSize)
+	case o.MaxFrame < 0:
+		return o, fmt.Errorf("manager: Options.MaxFrame %d is negative", o.MaxFrame)
+	case o.RedisTimeout < 0:
+		return o, fmt.Errorf("manager: Options.RedisTimeout %v is negative", o.RedisTimeout)
+	}
+	if o.Prefix == "" {
+		o.Prefix = DefaultPrefix
+	}
+	if o.KeyTTL == 0 {
+		o.KeyTTL = DefaultKeyTTL
+	}
+	if o.Poll == 0 {
+		o.Poll = DefaultPoll
+	}
+	if o.MaxInputSize == 0 {
+		o.MaxInputSize = DefaultMaxInputSize
+	}
+	if o.MaxFrame == 0 {
+		o.MaxFrame = DefaultMaxFrame
+	}
+	if o.RedisTimeout == 0 {
+		o.RedisTimeout = DefaultRedisTimeout
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	return o, nil
+}

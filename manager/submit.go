@@ -1,0 +1,146 @@
+package manager
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+
+	"github.com/redmap/redmap"
+	"github.com/redmap/redmap/codec"
+	"github.com/redmap/redmap/internal/rdb"
+)
+
+// CallOption changes how one batch is submitted.
+type CallOption func(*callOptions)
+
+type callOptions struct {
+	worker string
+	chunk  int
+}
+
+// OnWorker sends the batch to the private queue of worker id (see
+// Manager.Workers) instead of the public queue: only that worker runs it.
+func OnWorker(id string) CallOption { return func(o *callOptions) { o.worker = id } }
+
+// ChunkSize fixes how many elements travel in one task. Without it, a batch of
+// n elements is cut into chunks of n/256 elements, at least 1 and at most 256.
+func ChunkSize(n int) CallOption { return func(o *callOptions) { o.chunk = n } }
+
+// autoChunk returns the chunk size for n elements: enough tasks (up to 256)
+// to spread over a fleet, few enough that tiny elements do not cost a task
+// each.
+func autoChunk(n int) int { return min(max(n/256, 1), 256) }
+
+// Map runs fn on every element of xs on the queue's workers and returns the
+// outputs in input order. If some elements failed it returns every output
+// (zero values where failed) and a *redmap.BatchError listing each failed
+// index with its cause; the other elements complete. If ctx ends first it
+// returns nil and ctx.Err(), withdrawing the batch's queued tasks.
+//
+// Cost: one script call per 1,000 tasks to submit, and about one round trip per
+// 1,000 results to collect.
+func Map[In, Out any](ctx context.Context, m *Manager, fn *redmap.Handle[In, Out], xs []In, opts ...CallOption) ([]Out, error) {
+	b, err := Submit(ctx, m, fn, xs, opts...)
+	if err != nil {
+		return nil, err
+	}
+	return b.Wait(ctx)
+}
+
+// Submit submits fn over xs and returns at once with the running batch. The
+// batch lives until every element has a result, ctx ends, Cancel or the
+// manager's Close. Submit fails, submitting nothing, if an element is larger
+// than Options.MaxInputSize (a *redmap.TaskError wrapping ErrTooLarge) or
+// cannot be encoded, if OnWorker names a worker that is not live
+// (ErrNoWorker), or if Redis cannot be reached.
+func Submit[In, Out any](ctx context.Context, m *Manager, fn *redmap.Handle[In, Out], xs []In, opts ...CallOption) (*Batch[Out], error) {
+	if err := fn.Validate(); err != nil {
+		return nil, err
+	}
+	var co callOptions
+	for _, o := range opts {
+		o(&co)
+	}
+	if co.chunk < 0 {
+		return nil, fmt.Errorf("redmap: ChunkSize %d is negative", co.chunk)
+	}
+	if co.chunk == 0 {
+		co.chunk = autoChunk(len(xs))
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	if co.worker != "" {
+		live, err := m.Workers(ctx)
+		if err != nil {
+			return nil, err
+		}
+		if !slices.Contains(live, co.worker) {
+			return nil, fmt.Errorf("%w: %q on queue %q", redmap.ErrNoWorker, co.worker, m.opts.Queue)
+		}
+	}
+
+	b := newBatch[Out](m, fn.Name(), len(xs))
+	tasks := make([]rdb.Task, 0, (len(xs)+co.chunk-1)/co.chunk)
+	for start := 0; start < len(xs); start += co.chunk {
+		end := min(start+co.chunk, len(xs))
+		frame, err := codec.EncodeElements(xs[start:end], m.opts.MaxInputSize)
+		if err != nil {
+			return nil, inputError(fn.Name(), start, err)
+		}
+		payload, err := codec.EncodeTask(&codec.Task{Func: fn.Name(), Sig: fn.Signature(), Count: end - start, Input: frame})
+		if err != nil {
+			return nil, fmt.Errorf("redmap: encoding a task of %q: %w", fn.Name(), err)
+		}
+		tid := redmap.TaskID(m.id, m.seq.Add(1))
+		b.chunks = append(b.chunks, chunk{start: start, count: end - start, tid: tid})
+		tasks = append(tasks, rdb.Task{ID: tid, Payload: payload})
+	}
+	b.left = len(b.chunks)
+	if b.left == 0 {
+		close(b.done)
+		return b, nil
+	}
+
+	tids := make([]string, len(tasks))
+	for i, t := range tasks {
+		tids[i] = t.ID
+	}
+	// Register before submitting: a fast worker's result may arrive before
+	// Submit returns.
+	if err := m.register(b, tids); err != nil {
+		return nil, err
+	}
+	if err := m.rdb.Submit(ctx, m.id, co.worker, tasks, m.opts.KeyTTL); err != nil {
+		m.withdraw(tids)
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		return nil, fmt.Errorf("redmap: submitting %q: %w", fn.Name(), err)
+	}
+	stop := context.AfterFunc(ctx, func() { b.abort(ctx.Err()) })
+	b.mu.Lock()
+	if b.finished() {
+		stop()
+	} else {
+		b.stop = stop
+	}
+	b.mu.Unlock()
+	return b, nil
+}
+
+// inputError says which element of a batch could not be submitted.
+func inputError(fn string, start int, err error) error {
+	idx := start
+	var ee *codec.ElementError
+	if errors.As(err, &ee) {
+		idx += ee.Index
+		err = ee.Err
+	}
+	cause := err
+	if !errors.Is(err, redmap.ErrTooLarge) {
+		cause = fmt.Errorf("%w: %v", redmap.ErrEncode, err)
+	}
+	return &redmap.TaskError{Index: idx, Func: fn, Err: cause}
+}

@@ -1,0 +1,53 @@
+package worker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/redmap/redmap/codec"
+	"github.com/redmap/redmap/internal/rdb"
+)
+
+// execute runs one task and returns its encoded result. It never fails: a task
+// that cannot be decoded or run yields a result saying why, so its manager
+// learns of it and the worker carries on.
+func (w *Worker) execute(ctx context.Context, t rdb.Taken) rdb.Done {
+	res := &codec.Result{Task: t.ID}
+	res.Values, res.Fails = w.run(ctx, t)
+	b, err := codec.EncodeResult(res)
+	if err == nil && len(b) > w.opts.MaxFrame {
+		err = &codec.SizeError{What: "result", Size: len(b), Limit: w.opts.MaxFrame}
+	}
+	if err != nil {
+		kind := codec.KindEncode
+		if errors.Is(err, codec.ErrTooLarge) {
+			kind = codec.KindTooLarge
+		}
+		res = &codec.Result{Task: t.ID, Fails: []codec.Failure{{Index: -1, Kind: kind, Msg: err.Error()}}}
+		b, _ = codec.EncodeResult(res) // small and well-formed: cannot fail
+	}
+	return rdb.Done{ID: t.ID, Result: b}
+}
+
+func (w *Worker) run(ctx context.Context, t rdb.Taken) ([]byte, []codec.Failure) {
+	whole := func(kind codec.Kind, format string, args ...any) ([]byte, []codec.Failure) {
+		return nil, []codec.Failure{{Index: -1, Kind: kind, Msg: fmt.Sprintf(format, args...)}}
+	}
+	task, err := codec.DecodeTask(t.Payload, w.opts.MaxFrame)
+	if errors.Is(err, codec.ErrTooLarge) {
+		return whole(codec.KindTooLarge, "task: %v", err)
+	}
+	if err != nil {
+		return whole(codec.KindDecode, "task: %v", err)
+	}
+	h := w.handler(task.Func)
+	if h == nil {
+		return whole(codec.KindUnknownFunc, "worker %s has no function %q", w.opts.ID, task.Func)
+	}
+	if h.Signature() != task.Sig {
+		return whole(codec.KindTypeMismatch, "worker %s has %q as %s, the manager called it as %s",
+			w.opts.ID, task.Func, h.Signature(), task.Sig)
+	}
+	return h.Run(ctx, task.Count, task.Input)
+}

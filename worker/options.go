@@ -1,0 +1,101 @@
+package worker
+
+import (
+	"fmt"
+	"log/slog"
+	"regexp"
+	"runtime"
+	"strings"
+	"time"
+
+	"github.com/redmap/redmap"
+	"github.com/redmap/redmap/codec"
+)
+
+// Defaults for the zero fields of Options.
+const (
+	DefaultPrefix    = "redmap"
+	DefaultHeartbeat = time.Second
+	DefaultLease     = 10 * time.Second
+	DefaultIdleWait  = time.Second
+	DefaultMaxFrame  = codec.DefaultMaxFrame
+)
+
+// DefaultConcurrency is the number of tasks a worker runs at once when
+// Options.Concurrency is zero: GOMAXPROCS.
+func DefaultConcurrency() int { return runtime.GOMAXPROCS(0) }
+
+// Options configure a Worker. The zero value of each field means its default.
+type Options struct {
+	// Queue is the queue to serve. Required; must not contain '{' or '}'.
+	Queue string
+	// Prefix of every Redis key. Default DefaultPrefix.
+	Prefix string
+	// ID names the worker; managers use it to send a batch to this worker's
+	// private queue. Letters, digits, '_', '.' and '-', at most 64. Default: a
+	// random 128-bit id.
+	ID string
+	// Concurrency is how many tasks run at once. Default DefaultConcurrency().
+	Concurrency int
+	// Heartbeat is how often the worker renews its lease. Default DefaultHeartbeat.
+	Heartbeat time.Duration
+	// Lease is how long the worker counts as live after a heartbeat, by the
+	// Redis clock. Must exceed Heartbeat. Default DefaultLease.
+	Lease time.Duration
+	// IdleWait is how long an idle worker blocks waiting for work before it
+	// looks again on its own (a submit wakes it at once). go-redis rounds
+	// blocking timeouts up to whole seconds. Default DefaultIdleWait.
+	IdleWait time.Duration
+	// MaxFrame caps the size of a task read from Redis and of a result written
+	// back, in bytes. Default DefaultMaxFrame.
+	MaxFrame int
+	// Logger receives the worker's logs. Default: none.
+	Logger *slog.Logger
+}
+
+var validID = regexp.MustCompile(`^[A-Za-z0-9_.-]{1,64}$`)
+
+func (o Options) withDefaults() (Options, error) {
+	switch {
+	case o.Queue == "":
+		return o, fmt.Errorf("worker: Options.Queue is required")
+	case strings.ContainsAny(o.Queue, "{}"):
+		return o, fmt.Errorf("worker: Options.Queue %q contains '{' or '}'", o.Queue)
+	case o.ID != "" && !validID.MatchString(o.ID):
+		return o, fmt.Errorf("worker: Options.ID %q: want letters, digits, '_', '.' or '-', at most 64", o.ID)
+	case o.Concurrency < 0:
+		return o, fmt.Errorf("worker: Options.Concurrency %d is negative", o.Concurrency)
+	case o.Heartbeat < 0 || o.Lease < 0 || o.IdleWait < 0:
+		return o, fmt.Errorf("worker: Options.Heartbeat, Lease and IdleWait must not be negative")
+	case o.MaxFrame < 0:
+		return o, fmt.Errorf("worker: Options.MaxFrame %d is negative", o.MaxFrame)
+	}
+	if o.Prefix == "" {
+		o.Prefix = DefaultPrefix
+	}
+	if o.ID == "" {
+		o.ID = redmap.NewID()
+	}
+	if o.Concurrency == 0 {
+		o.Concurrency = DefaultConcurrency()
+	}
+	if o.Heartbeat == 0 {
+		o.Heartbeat = DefaultHeartbeat
+	}
+	if o.Lease == 0 {
+		o.Lease = DefaultLease
+	}
+	if o.Lease <= o.Heartbeat {
+		return o, fmt.Errorf("worker: Options.Lease %v must exceed Options.Heartbeat %v", o.Lease, o.Heartbeat)
+	}
+	if o.IdleWait == 0 {
+		o.IdleWait = DefaultIdleWait
+	}
+	if o.MaxFrame == 0 {
+		o.MaxFrame = DefaultMaxFrame
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	return o, nil
+}
