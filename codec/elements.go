@@ -3,6 +3,7 @@ package codec
 import (
 	"bytes"
 	"fmt"
+	"reflect"
 
 	"github.com/vmihailenco/msgpack/v5"
 )
@@ -85,6 +86,11 @@ func (e *OutputEncoder) Bytes() []byte { return e.buf.Bytes() }
 // frame. On an undecodable element it returns an *ElementError with its
 // index; dst[:index] are decoded.
 func DecodeElements[T any](frame []byte, dst []T) error {
+	if holdsInterface(reflect.TypeFor[T]()) {
+		if err := checkShape(frame); err != nil {
+			return corrupt("elements", err)
+		}
+	}
 	d := newReader(frame)
 	n := d.arrayLen()
 	if d.err != nil {

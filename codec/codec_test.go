@@ -1,0 +1,144 @@
+package codec
+
+import (
+	"bytes"
+	"errors"
+	"reflect"
+	"strings"
+	"testing"
+)
+
+func TestTaskRoundTrip(t *testing.T) {
+	frame, err := EncodeElements([]int{1, 2, 3}, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	in := &Task{Func: "square", Sig: "func(int) int", Count: 3, Input: frame}
+	b, err := EncodeTask(in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := DecodeTask(b, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(in, out) {
+		t.Fatalf("round trip: got %+v, want %+v", out, in)
+	}
+}
+
+func TestResultRoundTrip(t *testing.T) {
+	enc := NewOutputEncoder(3)
+	for _, v := range []string{"a", "b"} {
+		if err := enc.Add(&v); err != nil {
+			t.Fatal(err)
+		}
+	}
+	enc.AddNil()
+	in := &Result{Task: "m-1", Values: enc.Bytes(), Fails: []Failure{{Index: 2, Kind: KindPanic, Msg: "boom", Stack: "main.f()"}}}
+	b, err := EncodeResult(in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := DecodeResult(b, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(in, out) {
+		t.Fatalf("round trip: got %+v, want %+v", out, in)
+	}
+	vals := make([]string, 3)
+	if err := DecodeElements(out.Values, vals); err != nil {
+		t.Fatal(err)
+	}
+	if want := []string{"a", "b", ""}; !reflect.DeepEqual(vals, want) {
+		t.Fatalf("values: got %q, want %q", vals, want)
+	}
+}
+
+func TestElementsStruct(t *testing.T) {
+	type doc struct {
+		ID   int
+		Tags []string
+	}
+	in := []doc{{1, []string{"x"}}, {2, nil}}
+	frame, err := EncodeElements(in, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := make([]doc, 2)
+	if err := DecodeElements(frame, out); err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(in, out) {
+		t.Fatalf("got %+v, want %+v", out, in)
+	}
+}
+
+func TestElementTooLarge(t *testing.T) {
+	xs := []string{"small", strings.Repeat("x", 100), "small"}
+	_, err := EncodeElements(xs, 50)
+	var ee *ElementError
+	if !errors.As(err, &ee) || ee.Index != 1 || !errors.Is(err, ErrTooLarge) {
+		t.Fatalf("got %v, want element 1 too large", err)
+	}
+}
+
+func TestOutputEncoderSkipsUnencodable(t *testing.T) {
+	enc := NewOutputEncoder(3)
+	one, ch := 1, make(chan int)
+	if err := enc.Add(&one); err != nil {
+		t.Fatal(err)
+	}
+	if err := enc.Add(&ch); err == nil {
+		t.Fatal("encoding a channel: want an error")
+	}
+	enc.AddNil()
+	if err := enc.Add(&one); err != nil {
+		t.Fatal(err)
+	}
+	out := make([]int, 3)
+	if err := DecodeElements(enc.Bytes(), out); err != nil {
+		t.Fatal(err)
+	}
+	if want := []int{1, 0, 1}; !reflect.DeepEqual(out, want) {
+		t.Fatalf("got %v, want %v", out, want)
+	}
+}
+
+func TestDecodersRefuse(t *testing.T) {
+	task, _ := EncodeTask(&Task{Func: "f", Sig: "s", Count: 1, Input: []byte{0x91, 0x01}})
+	res, _ := EncodeResult(&Result{Task: "m-1", Values: []byte{0x91, 0x01}})
+	cases := []struct {
+		name string
+		err  error
+		want error
+	}{
+		{"task garbage", second(DecodeTask([]byte("garbage"), 0)), ErrCorrupt},
+		{"task empty", second(DecodeTask(nil, 0)), ErrCorrupt},
+		{"task truncated", second(DecodeTask(task[:len(task)-1], 0)), ErrCorrupt},
+		{"task trailing", second(DecodeTask(append(bytes.Clone(task), 0), 0)), ErrCorrupt},
+		{"task over cap", second(DecodeTask(task, len(task)-1)), ErrTooLarge},
+		{"result garbage", second(DecodeResult([]byte{0xc1}, 0)), ErrCorrupt},
+		{"result truncated", second(DecodeResult(res[:len(res)-2], 0)), ErrCorrupt},
+		{"result over cap", second(DecodeResult(res, len(res)-1)), ErrTooLarge},
+		{"elements count", DecodeElements([]byte{0x92, 1, 2}, make([]int, 3)), ErrCorrupt},
+		// An array header claiming 2^32-1 elements in a 5-byte frame.
+		{"elements forged length", DecodeElements([]byte{0xdd, 0xff, 0xff, 0xff, 0xff}, make([]int, 1)), ErrCorrupt},
+	}
+	for _, c := range cases {
+		if !errors.Is(c.err, c.want) {
+			t.Errorf("%s: got %v, want %v", c.name, c.err, c.want)
+		}
+	}
+}
+
+func TestDecodeResultKeepsTaskID(t *testing.T) {
+	res, _ := EncodeResult(&Result{Task: "m-7", Values: []byte{0x91, 0x01}})
+	r, err := DecodeResult(res[:len(res)-1], 0)
+	if err == nil || r == nil || r.Task != "m-7" {
+		t.Fatalf("got %+v, %v; want the task id and an error", r, err)
+	}
+}
+
+func second[T any](_ T, err error) error { return err }
