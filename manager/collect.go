@@ -56,6 +56,9 @@ func (m *Manager) collect(ctx context.Context) {
 // dispatch hands one encoded result to its batch, or drops it if its task is
 // not pending: a stale or duplicate result is never returned.
 func (m *Manager) dispatch(entry string) {
+	if entry == "" {
+		return // pushed by Close to wake the collector
+	}
 	r, err := codec.DecodeResult([]byte(entry), m.opts.MaxFrame)
 	if r == nil {
 		m.dropped.Add(1)

@@ -123,11 +123,13 @@ func (m *Manager) Close() error {
 			p.batch.abort(redmap.ErrClosed)
 		}
 	}
-	m.stop()
-	<-m.stopped
-
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
+	m.stop()
+	// Wake the collector from its BLPOP rather than wait out its timeout. If
+	// Redis is unreachable it is not blocked there anyway.
+	_ = m.rdb.WakeCollector(ctx, m.id)
+	<-m.stopped
 	return errors.Join(m.rdb.Cancel(ctx, m.id, tids), m.rdb.Drop(ctx, m.id))
 }
 

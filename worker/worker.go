@@ -126,7 +126,19 @@ func (w *Worker) Run(ctx context.Context) error {
 		w.finisher(runCtx, done, log)
 	}()
 
+	// When ctx ends, ring our own bell so that fetch's blocking wait returns
+	// now rather than at its timeout.
+	rang := make(chan struct{})
+	stopRing := context.AfterFunc(ctx, func() {
+		defer close(rang)
+		rctx, cancel := context.WithTimeout(runCtx, time.Second)
+		defer cancel()
+		_ = w.rdb.Ring(rctx, w.opts.ID)
+	})
 	w.fetch(ctx, slots, tasks, log)
+	if !stopRing() {
+		<-rang
+	}
 
 	close(tasks)
 	execs.Wait()
@@ -147,7 +159,7 @@ func (w *Worker) Run(ctx context.Context) error {
 // slots, and blocks on the worker's bell when there are none.
 func (w *Worker) fetch(ctx context.Context, slots chan struct{}, tasks chan<- rdb.Taken, log *slog.Logger) {
 	var backoff backoff
-	for {
+	for ctx.Err() == nil {
 		// Wait for one free slot, then claim every other free one.
 		select {
 		case slots <- struct{}{}:

@@ -138,6 +138,21 @@ func (r *RDB) WaitBell(ctx context.Context, wid string, timeout time.Duration) (
 	return true, nil
 }
 
+// Ring wakes worker wid if it is blocked in WaitBell, as a worker does to
+// itself when it stops.
+func (r *RDB) Ring(ctx context.Context, wid string) error {
+	bell := keys.Bell(r.prefix, r.queue, wid)
+	_, err := r.c.TxPipelined(ctx, func(p redis.Pipeliner) error {
+		p.RPush(ctx, bell, "1")
+		p.PExpire(ctx, bell, time.Minute)
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("ring: %w", err)
+	}
+	return nil
+}
+
 // Done is a finished task: its id and its encoded result.
 type Done struct {
 	ID     string
@@ -233,6 +248,21 @@ func (r *RDB) Collect(ctx context.Context, mid string, timeout time.Duration, ma
 		out = append(out, more...)
 	}
 	return out, nil
+}
+
+// WakeCollector makes manager mid's blocked Collect return at once, by pushing
+// an empty entry, which Collect's caller skips.
+func (r *RDB) WakeCollector(ctx context.Context, mid string) error {
+	key := keys.Results(r.prefix, r.queue, mid)
+	_, err := r.c.TxPipelined(ctx, func(p redis.Pipeliner) error {
+		p.RPush(ctx, key, "")
+		p.PExpire(ctx, key, time.Minute)
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("wake: %w", err)
+	}
+	return nil
 }
 
 // Renew extends the TTL of manager mid's task set and result list.

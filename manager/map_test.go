@@ -1,0 +1,358 @@
+package manager_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/redmap/redmap"
+	"github.com/redmap/redmap/manager"
+	"github.com/redmap/redmap/worker"
+)
+
+func TestMapTenThousandOrdered(t *testing.T) {
+	b := setup(t)
+	b.worker(t, worker.Options{Concurrency: 4}, square)
+	b.worker(t, worker.Options{Concurrency: 4}, square)
+	m := b.manager(t, manager.Options{})
+
+	for _, opt := range []manager.CallOption{nil, manager.ChunkSize(1), manager.ChunkSize(1000)} {
+		var opts []manager.CallOption
+		if opt != nil {
+			opts = append(opts, opt)
+		}
+		ys, err := manager.Map(testCtx(t), m, square, ints(10_000), opts...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(ys) != 10_000 {
+			t.Fatalf("got %d results, want 10000", len(ys))
+		}
+		for i, y := range ys {
+			if y != i*i {
+				t.Fatalf("ys[%d] = %d, want %d", i, y, i*i)
+			}
+		}
+	}
+	if d := m.Dropped(); d != 0 {
+		t.Errorf("manager dropped %d results, want 0", d)
+	}
+}
+
+func TestMapEmpty(t *testing.T) {
+	b := setup(t)
+	m := b.manager(t, manager.Options{})
+	ys, err := manager.Map(testCtx(t), m, square, nil)
+	if err != nil || len(ys) != 0 {
+		t.Fatalf("got %v, %v; want no results and no error", ys, err)
+	}
+}
+
+// Three managers share one queue and two workers; each must get exactly its
+// own results, which name the manager they came from.
+func TestThreeManagersOneQueue(t *testing.T) {
+	b := setup(t)
+	echo := redmap.Func("echo", func(_ context.Context, s string) (string, error) { return s, nil })
+	b.worker(t, worker.Options{Concurrency: 3}, echo)
+	b.worker(t, worker.Options{Concurrency: 3}, echo)
+
+	var wg sync.WaitGroup
+	for k := range 3 {
+		m := b.manager(t, manager.Options{})
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			xs := make([]string, 3000+k)
+			for i := range xs {
+				xs[i] = fmt.Sprintf("m%d/%d", k, i)
+			}
+			ys, err := manager.Map(testCtx(t), m, echo, xs, manager.ChunkSize(7))
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			if len(ys) != len(xs) {
+				t.Errorf("manager %d: %d results, want %d", k, len(ys), len(xs))
+				return
+			}
+			for i := range xs {
+				if ys[i] != xs[i] {
+					t.Errorf("manager %d: ys[%d] = %q, want %q", k, i, ys[i], xs[i])
+					return
+				}
+			}
+			if d := m.Dropped(); d != 0 {
+				t.Errorf("manager %d dropped %d results", k, d)
+			}
+		}()
+	}
+	wg.Wait()
+}
+
+// A private batch runs only on the chosen worker, though another is idle.
+func TestPrivateBatch(t *testing.T) {
+	b := setup(t)
+	// Two handles of one name and type; each worker's says who ran it.
+	whoIs := func(name string) *redmap.Handle[int, string] {
+		return redmap.Func("who", func(context.Context, int) (string, error) { return name, nil })
+	}
+	a := b.worker(t, worker.Options{ID: "a-" + b.queue, Concurrency: 2}, whoIs("a"))
+	c := b.worker(t, worker.Options{ID: "c-" + b.queue, Concurrency: 2}, whoIs("c"))
+	m := b.manager(t, manager.Options{})
+	waitLive(t, m, a.ID(), c.ID())
+
+	for _, w := range []struct{ id, name string }{{a.ID(), "a"}, {c.ID(), "c"}} {
+		ys, err := manager.Map(testCtx(t), m, whoIs("manager"), ints(500), manager.OnWorker(w.id), manager.ChunkSize(1))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i, y := range ys {
+			if y != w.name {
+				t.Fatalf("private batch for %s: element %d ran on %q", w.name, i, y)
+			}
+		}
+	}
+
+	_, err := manager.Map(testCtx(t), m, whoIs("manager"), ints(1), manager.OnWorker("nobody"))
+	if !errors.Is(err, redmap.ErrNoWorker) {
+		t.Fatalf("batch for an unknown worker: got %v, want ErrNoWorker", err)
+	}
+}
+
+func TestResultsInCompletionOrder(t *testing.T) {
+	b := setup(t)
+	b.worker(t, worker.Options{Concurrency: 4}, square)
+	m := b.manager(t, manager.Options{})
+
+	batch, err := manager.Submit(testCtx(t), m, square, ints(2000), manager.ChunkSize(10))
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := make(map[int]bool)
+	for r := range batch.Results() {
+		if r.Err != nil || r.Value != r.Index*r.Index {
+			t.Fatalf("result %+v", r)
+		}
+		if seen[r.Index] {
+			t.Fatalf("index %d seen twice", r.Index)
+		}
+		seen[r.Index] = true
+	}
+	if len(seen) != 2000 {
+		t.Fatalf("Results yielded %d elements, want 2000", len(seen))
+	}
+	ys, err := batch.Wait(testCtx(t))
+	if err != nil || len(ys) != 2000 || ys[1999] != 1999*1999 {
+		t.Fatalf("Wait after Results: %d results, err %v", len(ys), err)
+	}
+}
+
+// Returned errors and panics fail their own elements only; Map returns every
+// other output and a BatchError listing exactly the failed indexes.
+func TestElementErrorsAndPanics(t *testing.T) {
+	b := setup(t)
+	picky := redmap.Func("picky", func(_ context.Context, x int) (int, error) {
+		switch {
+		case x%11 == 0:
+			var m map[string]int
+			m["boom"] = x // a nil-map write: a real runtime panic
+		case x%7 == 0:
+			return 0, fmt.Errorf("no sevens: %d", x)
+		}
+		return -x, nil
+	})
+	b.worker(t, worker.Options{Concurrency: 2}, picky)
+	m := b.manager(t, manager.Options{})
+
+	for _, chunk := range []int{1, 10} {
+		ys, err := manager.Map(testCtx(t), m, picky, ints(200), manager.ChunkSize(chunk))
+		var be *redmap.BatchError
+		if !errors.As(err, &be) {
+			t.Fatalf("chunk %d: got %v, want a BatchError", chunk, err)
+		}
+		var want []int
+		for i := range 200 {
+			if i%11 == 0 || i%7 == 0 {
+				want = append(want, i)
+			} else if ys[i] != -i {
+				t.Fatalf("chunk %d: ys[%d] = %d, want %d", chunk, i, ys[i], -i)
+			}
+		}
+		if got := be.Indexes(); fmt.Sprint(got) != fmt.Sprint(want) {
+			t.Fatalf("chunk %d: failed indexes %v, want %v", chunk, got, want)
+		}
+		for _, te := range be.Failed {
+			if te.Func != "picky" {
+				t.Errorf("TaskError.Func = %q", te.Func)
+			}
+			switch {
+			case te.Index%11 == 0:
+				if !errors.Is(te, redmap.ErrPanic) || !strings.Contains(te.Stack, "map_test.go") || !strings.Contains(te.Error(), "nil map") {
+					t.Errorf("element %d: want a panic with its stack, got %v (stack %q)", te.Index, te, te.Stack)
+				}
+			default:
+				var re *redmap.RemoteError
+				if !errors.As(te, &re) || re.Msg != fmt.Sprintf("no sevens: %d", te.Index) {
+					t.Errorf("element %d: want the function's error, got %v", te.Index, te)
+				}
+			}
+		}
+	}
+}
+
+func TestUnknownFunctionAndTypeMismatch(t *testing.T) {
+	b := setup(t)
+	asText := redmap.Func("convert", func(_ context.Context, x int) (string, error) { return fmt.Sprint(x), nil })
+	b.worker(t, worker.Options{}, square, asText)
+	m := b.manager(t, manager.Options{})
+
+	cube := redmap.Func("cube", func(_ context.Context, x int) (int, error) { return x * x * x, nil })
+	_, err := manager.Map(testCtx(t), m, cube, ints(5), manager.ChunkSize(2))
+	var be *redmap.BatchError
+	if !errors.As(err, &be) || len(be.Failed) != 5 || !errors.Is(err, redmap.ErrUnknownFunc) {
+		t.Fatalf("unknown function: got %v, want 5 elements failing with ErrUnknownFunc", err)
+	}
+	if !strings.Contains(err.Error(), `"cube"`) {
+		t.Errorf("error %q does not name the function", err)
+	}
+
+	// The manager thinks "convert" returns an int; the worker's returns a string.
+	asInt := redmap.Func("convert", func(_ context.Context, x int) (int, error) { return x, nil })
+	_, err = manager.Map(testCtx(t), m, asInt, ints(3))
+	if !errors.Is(err, redmap.ErrTypeMismatch) || !strings.Contains(err.Error(), "func(int) string") {
+		t.Fatalf("type mismatch: got %v, want ErrTypeMismatch naming both types", err)
+	}
+
+	// The worker is still serving.
+	ys, err := manager.Map(testCtx(t), m, square, ints(3))
+	if err != nil || ys[2] != 4 {
+		t.Fatalf("after failures: %v, %v", ys, err)
+	}
+}
+
+func TestInputTooLarge(t *testing.T) {
+	b := setup(t)
+	m := b.manager(t, manager.Options{MaxInputSize: 1 << 10})
+	echo := redmap.Func("echo", func(_ context.Context, s string) (string, error) { return s, nil })
+	xs := []string{"a", "b", strings.Repeat("x", 2<<10), "d"}
+	_, err := manager.Map(testCtx(t), m, echo, xs)
+	var te *redmap.TaskError
+	if !errors.As(err, &te) || te.Index != 2 || !errors.Is(err, redmap.ErrTooLarge) {
+		t.Fatalf("got %v, want element 2 refused with ErrTooLarge", err)
+	}
+	// Nothing was submitted.
+	n, err := b.rdb.Keys(context.Background(), "*{"+b.queue+"}*").Result()
+	if err != nil || len(n) != 0 {
+		t.Fatalf("keys after a refused submit: %v, %v", n, err)
+	}
+}
+
+func TestUnencodableInputAndOutput(t *testing.T) {
+	b := setup(t)
+	chans := redmap.Func("chans", func(_ context.Context, _ chan int) (int, error) { return 1, nil })
+	m := b.manager(t, manager.Options{})
+	_, err := manager.Map(testCtx(t), m, chans, []chan int{make(chan int)})
+	if !errors.Is(err, redmap.ErrEncode) {
+		t.Fatalf("unencodable input: got %v, want ErrEncode", err)
+	}
+
+	// An output msgpack cannot encode fails its element; the rest come back.
+	type out struct{ F any }
+	odd := redmap.Func("odd", func(_ context.Context, x int) (out, error) {
+		if x == 1 {
+			return out{F: make(chan int)}, nil
+		}
+		return out{F: x}, nil
+	})
+	b.worker(t, worker.Options{}, odd)
+	ys, err := manager.Map(testCtx(t), m, odd, ints(3), manager.ChunkSize(3))
+	var be *redmap.BatchError
+	if !errors.As(err, &be) || fmt.Sprint(be.Indexes()) != "[1]" || !errors.Is(err, redmap.ErrEncode) {
+		t.Fatalf("unencodable output: got %v, want element 1 failing with ErrEncode", err)
+	}
+	if fmt.Sprint(ys[2].F) != "2" {
+		t.Fatalf("ys[2] = %+v, want F=2", ys[2])
+	}
+}
+
+func TestOptionsValidation(t *testing.T) {
+	b := setup(t)
+	cases := []struct {
+		opts  manager.Options
+		field string
+	}{
+		{manager.Options{}, "Queue"},
+		{manager.Options{Queue: "a{b}"}, "Queue"},
+		{manager.Options{Queue: "q", KeyTTL: -1}, "KeyTTL"},
+		{manager.Options{Queue: "q", KeyTTL: 1}, "KeyTTL"},
+		{manager.Options{Queue: "q", MaxInputSize: -1}, "MaxInputSize"},
+		{manager.Options{Queue: "q", Poll: -1}, "Poll"},
+	}
+	for _, c := range cases {
+		_, err := manager.New(b.rdb, c.opts)
+		if err == nil || !strings.Contains(err.Error(), c.field) {
+			t.Errorf("New(%+v): got %v, want an error naming %s", c.opts, err, c.field)
+		}
+	}
+	wcases := []struct {
+		opts  worker.Options
+		field string
+	}{
+		{worker.Options{}, "Queue"},
+		{worker.Options{Queue: "q", Concurrency: -1}, "Concurrency"},
+		{worker.Options{Queue: "q", ID: "has space"}, "ID"},
+		{worker.Options{Queue: "q", Heartbeat: 5e9, Lease: 1e9}, "Lease"},
+	}
+	for _, c := range wcases {
+		_, err := worker.New(b.rdb, c.opts)
+		if err == nil || !strings.Contains(err.Error(), c.field) {
+			t.Errorf("worker.New(%+v): got %v, want an error naming %s", c.opts, err, c.field)
+		}
+	}
+	var nilHandle *redmap.Handle[int, int]
+	m := b.manager(t, manager.Options{})
+	if _, err := manager.Map(testCtx(t), m, nilHandle, ints(1)); err == nil {
+		t.Error("Map with a nil handle: want an error")
+	}
+	if _, err := manager.Map(testCtx(t), m, square, ints(1), manager.ChunkSize(-1)); err == nil {
+		t.Error("ChunkSize(-1): want an error")
+	}
+}
+
+func TestHandleTwiceIsAnError(t *testing.T) {
+	b := setup(t)
+	w, err := worker.New(b.rdb, worker.Options{Queue: b.queue})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Handle(square); err != nil {
+		t.Fatal(err)
+	}
+	other := redmap.Func("square", func(_ context.Context, x int) (int, error) { return x, nil })
+	if err := w.Handle(other); !errors.Is(err, redmap.ErrDuplicateFunc) {
+		t.Fatalf("second square: got %v, want ErrDuplicateFunc", err)
+	}
+	cube := redmap.Func("cube", func(_ context.Context, x int) (int, error) { return x, nil })
+	if err := w.Handle(cube, cube); !errors.Is(err, redmap.ErrDuplicateFunc) {
+		t.Fatalf("cube twice in one call: got %v, want ErrDuplicateFunc", err)
+	}
+	empty := redmap.Func("", func(_ context.Context, x int) (int, error) { return x, nil })
+	if err := w.Handle(empty); err == nil {
+		t.Fatal("empty name: want an error")
+	}
+}
+
+func TestBatchErrorMessage(t *testing.T) {
+	be := &redmap.BatchError{Total: 10}
+	for _, i := range []int{3, 1, 2} {
+		be.Failed = append(be.Failed, &redmap.TaskError{Index: i, Func: "f", Err: redmap.ErrPanic})
+	}
+	sort.Slice(be.Failed, func(i, j int) bool { return be.Failed[i].Index < be.Failed[j].Index })
+	if got := be.Error(); !strings.HasPrefix(got, "redmap: 3 of 10 elements failed; [1]") {
+		t.Fatalf("message %q", got)
+	}
+}

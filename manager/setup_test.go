@@ -1,0 +1,118 @@
+package manager_test
+
+import (
+	"context"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/redmap/redmap"
+	"github.com/redmap/redmap/internal/redistest"
+	"github.com/redmap/redmap/manager"
+	"github.com/redmap/redmap/worker"
+)
+
+func TestMain(m *testing.M) { redistest.Main(m) }
+
+// bundle is what one test works with: a client of the package's server and a
+// queue no other test uses.
+type bundle struct {
+	srv   *redistest.Server
+	rdb   *redis.Client
+	queue string
+}
+
+func setup(t *testing.T) *bundle {
+	t.Helper()
+	t.Parallel()
+	srv := redistest.Shared(t)
+	return &bundle{srv: srv, rdb: srv.Client(t), queue: redistest.Queue(t)}
+}
+
+// ctx returns a context that ends with the test, or after a minute, so a
+// broken test fails instead of hanging.
+func testCtx(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+func (b *bundle) manager(t *testing.T, opts manager.Options) *manager.Manager {
+	t.Helper()
+	opts.Queue = b.queue
+	m, err := manager.New(b.rdb, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := m.Close(); err != nil {
+			t.Errorf("manager close: %v", err)
+		}
+	})
+	return m
+}
+
+// worker starts an in-process worker with hs; it is stopped, and Run's
+// return checked, when the test ends.
+func (b *bundle) worker(t *testing.T, opts worker.Options, hs ...redmap.Handler) *worker.Worker {
+	t.Helper()
+	opts.Queue = b.queue
+	w, err := worker.New(b.rdb, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Handle(hs...); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	ran := make(chan error, 1)
+	go func() { ran <- w.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-ran; err != nil {
+			t.Errorf("worker run: %v", err)
+		}
+	})
+	return w
+}
+
+// waitLive waits until the manager sees every worker id as live.
+func waitLive(t *testing.T, m *manager.Manager, ids ...string) {
+	t.Helper()
+	eventually(t, "workers live", func() bool {
+		live, err := m.Workers(context.Background())
+		if err != nil {
+			return false
+		}
+		for _, id := range ids {
+			if !slices.Contains(live, id) {
+				return false
+			}
+		}
+		return true
+	})
+}
+
+// eventually polls cond until it holds, failing the test after 20 s.
+func eventually(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for: %s", what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func ints(n int) []int {
+	xs := make([]int, n)
+	for i := range xs {
+		xs[i] = i
+	}
+	return xs
+}
+
+var square = redmap.Func("square", func(_ context.Context, x int) (int, error) { return x * x, nil })
