@@ -2,6 +2,8 @@ package manager_test
 
 import (
 	"context"
+	"fmt"
+	"os"
 	"slices"
 	"testing"
 	"time"
@@ -14,7 +16,21 @@ import (
 	"github.com/redmap/redmap/worker"
 )
 
-func TestMain(m *testing.M) { redistest.Main(m) }
+// artefacts holds what tests share across the package, such as the built
+// examples/squares binary; removed when the tests end.
+var artefacts string
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "redmap-test-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	artefacts = dir
+	code := redistest.Run(m)
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
 
 // bundle is what one test works with: a client of the package's server and a
 // queue no other test uses.

@@ -53,7 +53,8 @@ func Map[In, Out any](ctx context.Context, m *Manager, fn *redmap.Handle[In, Out
 // manager's Close. Submit fails, submitting nothing, if an element is larger
 // than Options.MaxInputSize (a *redmap.TaskError wrapping ErrTooLarge) or
 // cannot be encoded, if OnWorker names a worker that is not live
-// (ErrNoWorker), or if Redis cannot be reached.
+// (ErrNoWorker), if Redis cannot be reached (ErrUnavailable), or if Redis
+// refuses the write (for example when it is out of memory).
 func Submit[In, Out any](ctx context.Context, m *Manager, fn *redmap.Handle[In, Out], xs []In, opts ...CallOption) (*Batch[Out], error) {
 	if err := fn.Validate(); err != nil {
 		return nil, err
@@ -113,6 +114,13 @@ func Submit[In, Out any](ctx context.Context, m *Manager, fn *redmap.Handle[In, 
 		return nil, err
 	}
 	if err := m.rdb.Submit(ctx, m.id, co.worker, tasks, m.opts.KeyTTL); err != nil {
+		if rdb.Unreachable(err) {
+			// Nothing can be withdrawn from a Redis we cannot reach; what
+			// was queued runs to a discarded result, and its task set
+			// entries go with the manager's keys.
+			m.forget(tids)
+			return nil, fmt.Errorf("%w: submitting %q: %w", redmap.ErrUnavailable, fn.Name(), err)
+		}
 		m.withdraw(tids)
 		if ctx.Err() != nil {
 			return nil, ctx.Err()

@@ -311,3 +311,15 @@ func (r *RDB) Drop(ctx context.Context, mid string) error {
 	}
 	return nil
 }
+
+// Unreachable reports whether err means Redis could not be reached (a
+// refused, dropped or timed-out connection), as opposed to an error reply
+// from a server that is there (out of memory, a script error) or the
+// caller's own context ending.
+func Unreachable(err error) bool {
+	if err == nil || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		return false
+	}
+	var reply redis.Error
+	return !errors.As(err, &reply)
+}

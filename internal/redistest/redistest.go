@@ -40,19 +40,22 @@ var shared *Server
 // missing is the one line printed when there is no redis-server to run.
 const missing = "redistest: redis-server not found in PATH; install it (Debian: apt-get install -y redis-server) or run `make test`, which installs it when it can"
 
-// Main starts the package's shared server, runs the tests and stops it. Call it
-// from TestMain.
-func Main(m *testing.M) {
+// Main starts the package's shared server, runs the tests, stops the server
+// and exits. Call it from TestMain.
+func Main(m *testing.M) { os.Exit(Run(m)) }
+
+// Run is Main without the exit, for a TestMain with its own clean-up: it
+// returns the tests' exit code.
+func Run(m *testing.M) int {
 	s, err := start(nil)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
+		return 1
 	}
 	shared = s
-	code := m.Run()
-	s.stop()
-	os.RemoveAll(s.dir)
-	os.Exit(code)
+	defer os.RemoveAll(s.dir)
+	defer s.stop()
+	return m.Run()
 }
 
 // Shared returns the server started by Main.

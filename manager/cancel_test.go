@@ -1,0 +1,120 @@
+package manager_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redmap/redmap"
+	"github.com/redmap/redmap/internal/keys"
+	"github.com/redmap/redmap/manager"
+	"github.com/redmap/redmap/worker"
+)
+
+// Cancelling Map returns at once with the context's error, while a task still
+// runs; the batch's queued tasks are then skipped, not run, and the manager's
+// keys are removed.
+func TestCancelSkipsQueuedTasks(t *testing.T) {
+	b := setup(t)
+	started := make(chan int, 64)
+	release := make(chan struct{})
+	var runs atomic.Int64
+	slow := redmap.Func("slow", func(_ context.Context, x int) (int, error) {
+		runs.Add(1)
+		started <- x
+		<-release
+		return x, nil
+	})
+	w := b.worker(t, worker.Options{Concurrency: 1}, slow)
+	m := b.manager(t, manager.Options{})
+
+	ctx, cancel := context.WithCancel(testCtx(t))
+	errc := make(chan error, 1)
+	go func() {
+		_, err := manager.Map(ctx, m, slow, ints(50), manager.ChunkSize(1))
+		errc <- err
+	}()
+	<-started
+	cancel()
+	// The running task is still blocked, so Map returning proves it did not
+	// wait for it.
+	if err := <-errc; !errors.Is(err, context.Canceled) {
+		t.Fatalf("Map after cancel: got %v, want context.Canceled", err)
+	}
+
+	bg := context.Background()
+	tasks := keys.Tasks("redmap", b.queue, m.ID())
+	eventually(t, "task set removed", func() bool { return b.rdb.Exists(bg, tasks).Val() == 0 })
+	close(release)
+
+	public := keys.Public("redmap", b.queue)
+	held := keys.Held("redmap", b.queue, w.ID())
+	eventually(t, "queue drained and nothing held", func() bool {
+		return b.rdb.LLen(bg, public).Val() == 0 && b.rdb.SCard(bg, held).Val() == 0
+	})
+	if n := runs.Load(); n != 1 {
+		t.Fatalf("the function ran %d times, want 1: cancelled tasks must be skipped", n)
+	}
+	// No payload, task set or result list of the manager is left.
+	left, err := b.rdb.Keys(bg, keys.Base("redmap", b.queue)+"*").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range left {
+		if strings.Contains(k, ":t:") || strings.Contains(k, ":m:") {
+			t.Errorf("key %q left after cancel", k)
+		}
+	}
+}
+
+func TestBatchCancel(t *testing.T) {
+	b := setup(t)
+	m := b.manager(t, manager.Options{})
+	batch, err := manager.Submit(testCtx(t), m, square, ints(10)) // no worker: it stays queued
+	if err != nil {
+		t.Fatal(err)
+	}
+	batch.Cancel()
+	if _, err := batch.Wait(testCtx(t)); !errors.Is(err, context.Canceled) {
+		t.Fatalf("Wait after Cancel: got %v, want context.Canceled", err)
+	}
+	n := 0
+	for range batch.Results() {
+		n++
+	}
+	if n != 0 {
+		t.Fatalf("Results after Cancel yielded %d, want 0", n)
+	}
+	tasks := keys.Tasks("redmap", b.queue, m.ID())
+	eventually(t, "task set removed", func() bool { return b.rdb.Exists(context.Background(), tasks).Val() == 0 })
+}
+
+func TestCloseEndsBatches(t *testing.T) {
+	b := setup(t)
+	m, err := manager.New(b.rdb, manager.Options{Queue: b.queue})
+	if err != nil {
+		t.Fatal(err)
+	}
+	batch, err := manager.Submit(testCtx(t), m, square, ints(10))
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	if err := m.Close(); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("Close took %v", time.Since(start))
+	if _, err := batch.Wait(testCtx(t)); !errors.Is(err, redmap.ErrClosed) {
+		t.Fatalf("Wait after Close: got %v, want ErrClosed", err)
+	}
+	if _, err := manager.Map(testCtx(t), m, square, ints(1)); !errors.Is(err, redmap.ErrClosed) {
+		t.Fatalf("Map after Close: got %v, want ErrClosed", err)
+	}
+	n, err := b.rdb.Exists(context.Background(), keys.Tasks("redmap", b.queue, m.ID()), keys.Results("redmap", b.queue, m.ID())).Result()
+	if err != nil || n != 0 {
+		t.Fatalf("manager keys after Close: %d, %v", n, err)
+	}
+}
