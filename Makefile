@@ -1,0 +1,38 @@
+# redmap — `make help` lists the targets.
+GO        ?= go
+FUZZTIME  ?= 5s
+STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
+FUZZ_TARGETS := FuzzDecodeTask FuzzDecodeResult FuzzDecodeElements
+
+.PHONY: help test fuzz lint demo redis-server
+
+help: ## list the targets
+	@awk -F':.*## ' '/^[a-z-]+:.*## /{printf "  %-13s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
+
+test: redis-server ## go test -race ./..., then each fuzz target for FUZZTIME (5s)
+	$(GO) test -race -count=1 ./...
+	@$(MAKE) --no-print-directory fuzz FUZZTIME=$(FUZZTIME)
+
+fuzz: ## run every fuzz target for FUZZTIME (make fuzz FUZZTIME=5m)
+	@for t in $(FUZZ_TARGETS); do \
+		echo "fuzz $$t for $(FUZZTIME)"; \
+		$(GO) test ./codec -run '^$$' -fuzz "^$$t\$$" -fuzztime $(FUZZTIME) || exit 1; \
+	done
+
+lint: ## gofmt, go vet and staticcheck
+	@out=$$(gofmt -l .); if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
+	$(GO) vet ./...
+	$(GO) run $(STATICCHECK) ./...
+
+demo: ## run the quickstart on an embedded Redis
+	$(GO) run ./examples/quickstart
+
+redis-server: ## install redis-server if it is missing (apt-get as root), or say how
+	@command -v redis-server >/dev/null 2>&1 || { \
+		if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+			echo "installing redis-server with apt-get"; \
+			apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq redis-server >/dev/null; \
+		else \
+			echo "redis-server is missing; install it (sudo apt-get install -y redis-server, or brew install redis) and run make test again"; \
+			exit 1; \
+		fi; }
