@@ -67,6 +67,15 @@ func Shared(tb testing.TB) *Server {
 	return shared
 }
 
+// Addr returns the address of the server started by Main, for examples,
+// which have no testing.TB; "" if there is none.
+func Addr() string {
+	if shared == nil {
+		return ""
+	}
+	return shared.Addr()
+}
+
 // Start starts a server for tb alone, stopped when tb ends. Extra arguments go
 // to redis-server (for example "--maxmemory", "1mb").
 func Start(tb testing.TB, args ...string) *Server {

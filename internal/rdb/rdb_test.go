@@ -1,0 +1,237 @@
+package rdb
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/redmap/redmap"
+	"github.com/redmap/redmap/internal/keys"
+	"github.com/redmap/redmap/internal/redistest"
+)
+
+func TestMain(m *testing.M) { redistest.Main(m) }
+
+type fixture struct {
+	c     *redis.Client
+	r     *RDB
+	queue string
+	mid   string
+}
+
+func setup(t *testing.T) *fixture {
+	t.Helper()
+	t.Parallel()
+	srv := redistest.Shared(t)
+	c := srv.Client(t)
+	q := redistest.Queue(t)
+	return &fixture{c: c, r: New(c, "rm", q), queue: q, mid: redmap.NewID()}
+}
+
+func (f *fixture) submit(t *testing.T, wid string, n int) []string {
+	t.Helper()
+	tasks := make([]Task, n)
+	ids := make([]string, n)
+	for i := range tasks {
+		ids[i] = redmap.TaskID(f.mid, uint64(i+1))
+		tasks[i] = Task{ID: ids[i], Payload: []byte(fmt.Sprintf("payload %d", i))}
+	}
+	if err := f.r.Submit(context.Background(), f.mid, wid, tasks, time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	return ids
+}
+
+// The scripts build key names from the base the same way as package keys.
+func TestScriptsUseKeysLayout(t *testing.T) {
+	f := setup(t)
+	ctx := context.Background()
+	ids := f.submit(t, "", 2)
+	want := []string{
+		keys.Tasks("rm", f.queue, f.mid), keys.Results("rm", f.queue, f.mid),
+		keys.Payload("rm", f.queue, ids[0]), keys.Payload("rm", f.queue, ids[1]),
+		keys.Public("rm", f.queue),
+	}
+	for _, k := range want {
+		if n := f.c.Exists(ctx, k).Val(); n != 1 && k != keys.Results("rm", f.queue, f.mid) {
+			t.Errorf("after submit, %s is missing", k)
+		}
+	}
+	taken, err := f.r.Take(ctx, "w1", 1)
+	if err != nil || len(taken) != 1 {
+		t.Fatalf("take: %v, %v", taken, err)
+	}
+	if !f.c.SIsMember(ctx, keys.Held("rm", f.queue, "w1"), ids[0]).Val() {
+		t.Errorf("take did not record %s in %s", ids[0], keys.Held("rm", f.queue, "w1"))
+	}
+	if _, err := f.r.Finish(ctx, "w1", []Done{{ID: ids[0], Result: []byte("r0")}}, time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	if got := f.c.LRange(ctx, keys.Results("rm", f.queue, f.mid), 0, -1).Val(); !slices.Equal(got, []string{"r0"}) {
+		t.Errorf("result list %s holds %q, want [r0]", keys.Results("rm", f.queue, f.mid), got)
+	}
+	if f.c.Exists(ctx, keys.Payload("rm", f.queue, ids[0])).Val() != 0 {
+		t.Error("finish left the payload")
+	}
+	// Every key the scripts created is one package keys names.
+	all := f.c.Keys(ctx, keys.Base("rm", f.queue)+"*").Val()
+	named := append(want, keys.Idle("rm", f.queue), keys.Held("rm", f.queue, "w1"), keys.Bell("rm", f.queue, "w1"))
+	for _, k := range all {
+		if !slices.Contains(named, k) {
+			t.Errorf("scripts created %s, which package keys does not name", k)
+		}
+	}
+}
+
+func TestTakeReturnsPayloadsInOrderPrivateFirst(t *testing.T) {
+	f := setup(t)
+	ctx := context.Background()
+	pub := f.submit(t, "", 3)
+	f.mid = redmap.NewID()
+	priv := f.submit(t, "w1", 2)
+	taken, err := f.r.Take(ctx, "w1", 4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, tk := range taken {
+		got = append(got, tk.ID)
+		if tk.Attempt != 0 || len(tk.Payload) == 0 {
+			t.Errorf("taken %+v", tk)
+		}
+	}
+	if want := []string{priv[0], priv[1], pub[0], pub[1]}; !slices.Equal(got, want) {
+		t.Fatalf("took %v, want %v", got, want)
+	}
+	// Another worker cannot see w1's private tasks, only the public one left.
+	taken, _ = f.r.Take(ctx, "w2", 10)
+	if len(taken) != 1 || taken[0].ID != pub[2] {
+		t.Fatalf("w2 took %+v, want just %s", taken, pub[2])
+	}
+}
+
+// The first result of a task is delivered; a second one, from a duplicate or a
+// zombie, is discarded.
+func TestFinishDeliversOnce(t *testing.T) {
+	f := setup(t)
+	ctx := context.Background()
+	ids := f.submit(t, "", 1)
+	if _, err := f.r.Take(ctx, "w1", 1); err != nil {
+		t.Fatal(err)
+	}
+	for i, want := range []int{1, 0} {
+		n, err := f.r.Finish(ctx, "w1", []Done{{ID: ids[0], Result: []byte(fmt.Sprint("r", i))}}, time.Minute)
+		if err != nil || n != want {
+			t.Fatalf("finish #%d delivered %d (%v), want %d", i+1, n, err, want)
+		}
+	}
+	if got := f.c.LRange(ctx, keys.Results("rm", f.queue, f.mid), 0, -1).Val(); !slices.Equal(got, []string{"r0"}) {
+		t.Fatalf("results %q, want just the first", got)
+	}
+	if f.c.SCard(ctx, keys.Held("rm", f.queue, "w1")).Val() != 0 {
+		t.Fatal("held set not emptied")
+	}
+}
+
+// Take drops tasks whose manager no longer wants them, and their payloads.
+func TestTakeDropsWithdrawn(t *testing.T) {
+	f := setup(t)
+	ctx := context.Background()
+	ids := f.submit(t, "", 4)
+	if err := f.r.Cancel(ctx, f.mid, ids[:3]); err != nil {
+		t.Fatal(err)
+	}
+	taken, err := f.r.Take(ctx, "w1", 4)
+	if err != nil || len(taken) != 1 || taken[0].ID != ids[3] {
+		t.Fatalf("took %+v (%v), want only %s", taken, err, ids[3])
+	}
+	if n := f.c.LLen(ctx, keys.Public("rm", f.queue)).Val(); n != 0 {
+		t.Fatalf("public list holds %d ids", n)
+	}
+}
+
+// An empty take registers the worker idle in the same step, and the next
+// submit rings its bell.
+func TestIdleWorkerIsRung(t *testing.T) {
+	f := setup(t)
+	ctx := context.Background()
+	if taken, err := f.r.Take(ctx, "w1", 1); err != nil || len(taken) != 0 {
+		t.Fatalf("take from empty: %v, %v", taken, err)
+	}
+	if !f.c.SIsMember(ctx, keys.Idle("rm", f.queue), "w1").Val() {
+		t.Fatal("empty take did not register the worker idle")
+	}
+	rang := make(chan bool, 1)
+	go func() {
+		ok, _ := f.r.WaitBell(ctx, "w1", 10*time.Second)
+		rang <- ok
+	}()
+	f.submit(t, "", 1)
+	if !<-rang {
+		t.Fatal("the bell did not ring")
+	}
+	if f.c.SIsMember(ctx, keys.Idle("rm", f.queue), "w1").Val() {
+		t.Fatal("a rung worker is still in the idle set")
+	}
+}
+
+// Scripts run by SHA and are reloaded after SCRIPT FLUSH (NOSCRIPT).
+func TestScriptsSurviveScriptFlush(t *testing.T) {
+	srv := redistest.Start(t)
+	c := srv.Client(t)
+	r := New(c, "rm", "flush")
+	ctx := context.Background()
+	mid := redmap.NewID()
+	if err := r.Submit(ctx, mid, "", []Task{{ID: redmap.TaskID(mid, 1), Payload: []byte("p")}}, time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.ScriptFlush(ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
+	taken, err := r.Take(ctx, "w", 1)
+	if err != nil || len(taken) != 1 {
+		t.Fatalf("take after SCRIPT FLUSH: %v, %v", taken, err)
+	}
+}
+
+func TestLiveWorkers(t *testing.T) {
+	f := setup(t)
+	ctx := context.Background()
+	if err := f.r.Heartbeat(ctx, "alive", time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	// A lease that ended in the past, by the Redis clock.
+	if err := f.r.Heartbeat(ctx, "dead", -time.Second); err != nil {
+		t.Fatal(err)
+	}
+	live, err := f.r.LiveWorkers(ctx)
+	if err != nil || !slices.Equal(live, []string{"alive"}) {
+		t.Fatalf("live %v (%v), want [alive]", live, err)
+	}
+	if err := f.r.Deregister(ctx, "alive"); err != nil {
+		t.Fatal(err)
+	}
+	if live, _ := f.r.LiveWorkers(ctx); len(live) != 0 {
+		t.Fatalf("live after deregister: %v", live)
+	}
+}
+
+func TestUnreachable(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	c := redis.NewClient(&redis.Options{Addr: srv.Addr(), MaxRetries: -1, DialerRetries: 1})
+	t.Cleanup(func() { c.Close() })
+	err := c.Do(context.Background(), "NOSUCHCOMMAND").Err()
+	if err == nil || Unreachable(err) {
+		t.Fatalf("an error reply (%v) is not unreachability", err)
+	}
+	srv.Kill(t)
+	err = c.Ping(context.Background()).Err()
+	if !Unreachable(err) {
+		t.Fatalf("a killed server (%v) is unreachable", err)
+	}
+}

@@ -1,0 +1,91 @@
+package worker_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/redmap/redmap"
+	"github.com/redmap/redmap/internal/keys"
+	"github.com/redmap/redmap/internal/redistest"
+	"github.com/redmap/redmap/manager"
+	"github.com/redmap/redmap/worker"
+)
+
+func TestMain(m *testing.M) { redistest.Main(m) }
+
+// Stopping a worker stops it taking tasks, but Run returns only after the
+// tasks it holds have finished and their results are delivered.
+func TestRunDrainsOnStop(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Shared(t)
+	rdb := srv.Client(t)
+	queue := redistest.Queue(t)
+
+	started := make(chan int, 16)
+	release := make(chan struct{})
+	slow := redmap.Func("slow", func(_ context.Context, x int) (int, error) {
+		started <- x
+		<-release
+		return x + 1, nil
+	})
+	w, err := worker.New(rdb, worker.Options{Queue: queue, Concurrency: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Handle(slow); err != nil {
+		t.Fatal(err)
+	}
+	ctx, stop := context.WithCancel(context.Background())
+	ran := make(chan error, 1)
+	go func() { ran <- w.Run(ctx) }()
+
+	m, err := manager.New(rdb, manager.Options{Queue: queue})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	tctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	batch, err := manager.Submit(tctx, m, slow, []int{10, 20, 30}, manager.ChunkSize(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	<-started
+	<-started // both slots busy; the third task stays queued
+	stop()
+	select {
+	case err := <-ran:
+		t.Fatalf("Run returned (%v) while two tasks were still running", err)
+	default:
+	}
+	if err := w.Handle(slow); err == nil {
+		t.Error("Handle after Run: want an error")
+	}
+	if err := w.Run(context.Background()); err == nil {
+		t.Error("second Run: want an error")
+	}
+	close(release)
+	if err := <-ran; err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+
+	// The two that ran were delivered; the third is still queued for another
+	// worker, and this one has deregistered.
+	got := 0
+	for r := range batch.Results() {
+		if r.Err != nil || r.Value != []int{11, 21, 31}[r.Index] {
+			t.Fatalf("result %+v", r)
+		}
+		got++
+		if got == 2 {
+			break
+		}
+	}
+	if n := rdb.LLen(tctx, keys.Public("redmap", queue)).Val(); n != 1 {
+		t.Fatalf("public list holds %d, want the 1 task not taken", n)
+	}
+	if live, _ := m.Workers(tctx); len(live) != 0 {
+		t.Fatalf("live workers after Run returned: %v", live)
+	}
+}
