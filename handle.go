@@ -47,7 +47,9 @@ func (h *Handle[In, Out]) Name() string { return h.name }
 // decoding its inputs into the wrong types.
 func (h *Handle[In, Out]) Signature() string { return h.sig }
 
-// Validate reports an empty name or a nil function.
+// Validate reports an empty name, a nil function, or an input or output type
+// that cannot travel: an interface with methods, which MessagePack cannot
+// decode into (it has no way to know the concrete type).
 func (h *Handle[In, Out]) Validate() error {
 	switch {
 	case h == nil:
@@ -56,6 +58,12 @@ func (h *Handle[In, Out]) Validate() error {
 		return errors.New("redmap: handle has an empty name")
 	case h.fn == nil:
 		return fmt.Errorf("redmap: handle %q has a nil function", h.name)
+	}
+	for _, t := range []reflect.Type{reflect.TypeFor[In](), reflect.TypeFor[Out]()} {
+		if t.Kind() == reflect.Interface && t.NumMethod() > 0 {
+			return fmt.Errorf("%w: %q has type %s: %v is an interface with methods, which cannot be decoded; use a concrete type",
+				ErrTypeMismatch, h.name, h.sig, t)
+		}
 	}
 	return nil
 }

@@ -3,6 +3,7 @@ package codec
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"reflect"
 	"strings"
 	"testing"
@@ -142,3 +143,17 @@ func TestDecodeResultKeepsTaskID(t *testing.T) {
 }
 
 func second[T any](_ T, err error) error { return err }
+
+// msgpack panics when asked to fill an interface with methods; the codec
+// turns that into an error.
+func TestDecodeIntoInterfaceWithMethodsIsAnError(t *testing.T) {
+	frame, err := EncodeElements([]int{1, 2}, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = DecodeElements(frame, make([]fmt.Stringer, 2))
+	var ee *ElementError
+	if !errors.As(err, &ee) || ee.Index != 0 {
+		t.Fatalf("got %v, want an error for element 0", err)
+	}
+}

@@ -38,7 +38,7 @@ func EncodeElements[T any](xs []T, maxElem int) ([]byte, error) {
 	}
 	for i := range xs {
 		before := buf.Len()
-		if err := enc.Encode(&xs[i]); err != nil {
+		if err := encodeOne(enc, &xs[i]); err != nil {
 			return nil, &ElementError{Index: i, Err: err}
 		}
 		if size := buf.Len() - before; maxElem > 0 && size > maxElem {
@@ -68,7 +68,7 @@ func NewOutputEncoder(n int) *OutputEncoder {
 // and the caller should AddNil in its place.
 func (e *OutputEncoder) Add(v any) error {
 	before := e.buf.Len()
-	if err := e.enc.Encode(v); err != nil {
+	if err := encodeOne(e.enc, v); err != nil {
 		e.buf.Truncate(before)
 		return err
 	}
@@ -100,9 +100,31 @@ func DecodeElements[T any](frame []byte, dst []T) error {
 		return corrupt(fmt.Sprintf("elements: frame holds %d, want %d", n, len(dst)), nil)
 	}
 	for i := range dst {
-		if err := d.dec.Decode(&dst[i]); err != nil {
+		if err := decodeOne(d.dec, &dst[i]); err != nil {
 			return &ElementError{Index: i, Err: err}
 		}
 	}
 	return d.end("elements")
+}
+
+// decodeOne decodes one value, turning a panic inside msgpack (it panics,
+// for one, when asked to fill an interface with methods) into an error.
+func decodeOne(dec *msgpack.Decoder, v any) (err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			err = fmt.Errorf("msgpack: %v", p)
+		}
+	}()
+	return dec.Decode(v)
+}
+
+// encodeOne encodes one value, turning a panic inside msgpack (a custom
+// encoder of the user's that panics, say) into an error.
+func encodeOne(enc *msgpack.Encoder, v any) (err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			err = fmt.Errorf("msgpack: %v", p)
+		}
+	}()
+	return enc.Encode(v)
 }

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/redmap/redmap"
 	"github.com/redmap/redmap/manager"
@@ -355,5 +356,25 @@ func TestBatchErrorMessage(t *testing.T) {
 	sort.Slice(be.Failed, func(i, j int) bool { return be.Failed[i].Index < be.Failed[j].Index })
 	if got := be.Error(); !strings.HasPrefix(got, "redmap: 3 of 10 elements failed; [1]") {
 		t.Fatalf("message %q", got)
+	}
+}
+
+// An output type the manager cannot decode into (an interface with methods)
+// is refused with a clear error by both sides, before anything runs.
+func TestUndecodableOutputType(t *testing.T) {
+	b := setup(t)
+	stringer := redmap.Func("stringer", func(_ context.Context, x int) (fmt.Stringer, error) {
+		return time.Duration(x), nil
+	})
+	w, err := worker.New(b.rdb, worker.Options{Queue: b.queue})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Handle(stringer); !errors.Is(err, redmap.ErrTypeMismatch) || !strings.Contains(err.Error(), "fmt.Stringer") {
+		t.Fatalf("Handle: got %v, want ErrTypeMismatch naming fmt.Stringer", err)
+	}
+	m := b.manager(t, manager.Options{})
+	if _, err := manager.Map(testCtx(t), m, stringer, ints(3)); !errors.Is(err, redmap.ErrTypeMismatch) {
+		t.Fatalf("Map: got %v, want ErrTypeMismatch", err)
 	}
 }
