@@ -31,6 +31,12 @@ var (
 	// ErrUnavailable: Redis could not be reached for longer than the
 	// manager's RedisTimeout.
 	ErrUnavailable = errors.New("redmap: redis unavailable")
+	// ErrConstantMissing: a batch's constant data is not in Redis (its holds
+	// expired, or Redis lost it).
+	ErrConstantMissing = errors.New("redmap: constant data missing from redis")
+	// ErrConstantCorrupt: the constant data fetched from Redis does not match
+	// its BLAKE3 hash.
+	ErrConstantCorrupt = errors.New("redmap: constant data does not match its hash")
 	// ErrNoWorker: a batch was sent to the private queue of a worker that is
 	// not live.
 	ErrNoWorker = errors.New("redmap: no such live worker")
@@ -116,6 +122,10 @@ func FailureCause(f codec.Failure) error {
 		sentinel = ErrEncode
 	case codec.KindTooLarge:
 		sentinel = ErrTooLarge
+	case codec.KindConstMissing:
+		sentinel = ErrConstantMissing
+	case codec.KindConstCorrupt:
+		sentinel = ErrConstantCorrupt
 	default:
 		sentinel = ErrDecode
 	}

@@ -59,20 +59,37 @@ func (h *Handle[In, Out]) Validate() error {
 	case h.fn == nil:
 		return fmt.Errorf("redmap: handle %q has a nil function", h.name)
 	}
-	for _, t := range []reflect.Type{reflect.TypeFor[In](), reflect.TypeFor[Out]()} {
+	return checkTypes(h.name, h.sig, reflect.TypeFor[In](), reflect.TypeFor[Out]())
+}
+
+// checkTypes refuses types MessagePack cannot decode into: interfaces with
+// methods, since nothing on the wire says which concrete type to build.
+func checkTypes(name, sig string, types ...reflect.Type) error {
+	for _, t := range types {
 		if t.Kind() == reflect.Interface && t.NumMethod() > 0 {
 			return fmt.Errorf("%w: %q has type %s: %v is an interface with methods, which cannot be decoded; use a concrete type",
-				ErrTypeMismatch, h.name, h.sig, t)
+				ErrTypeMismatch, name, sig, t)
 		}
 	}
 	return nil
 }
 
+// DecodeConstant reports that a Handle takes no constant data.
+func (h *Handle[In, Out]) DecodeConstant([]byte) (any, error) {
+	return nil, fmt.Errorf("redmap: %q takes no constant data", h.name)
+}
+
 // Run decodes a frame of count inputs, calls the function on each in turn and
 // returns the frame of outputs with the elements that failed. A panic in the
 // function fails its element only (ErrPanic, with the stack). Workers call
-// Run; user code has no need to.
-func (h *Handle[In, Out]) Run(ctx context.Context, count int, input []byte) ([]byte, []codec.Failure) {
+// Run; user code has no need to. A Handle ignores constant.
+func (h *Handle[In, Out]) Run(ctx context.Context, _ any, count int, input []byte) ([]byte, []codec.Failure) {
+	return runElements(ctx, count, input, h.fn)
+}
+
+// runElements is the body of every handle's Run: decode, call, encode, one
+// element at a time, so each failure stays with its element.
+func runElements[In, Out any](ctx context.Context, count int, input []byte, fn func(context.Context, In) (Out, error)) ([]byte, []codec.Failure) {
 	var fails []codec.Failure
 	xs := make([]In, count)
 	decoded := count
@@ -86,7 +103,7 @@ func (h *Handle[In, Out]) Run(ctx context.Context, count int, input []byte) ([]b
 	}
 	out := codec.NewOutputEncoder(count)
 	for i := range decoded {
-		y, f := h.call(ctx, xs[i])
+		y, f := call(ctx, fn, xs[i])
 		if f == nil {
 			if err := out.Add(&y); err != nil {
 				f = &codec.Failure{Kind: codec.KindEncode, Msg: fmt.Sprintf("output as %v: %v", reflect.TypeFor[Out](), err)}
@@ -108,15 +125,15 @@ func (h *Handle[In, Out]) Run(ctx context.Context, count int, input []byte) ([]b
 	return out.Bytes(), fails
 }
 
-// call runs the function on one input, turning a returned error or a panic
-// into a failure.
-func (h *Handle[In, Out]) call(ctx context.Context, x In) (y Out, f *codec.Failure) {
+// call runs fn on one input, turning a returned error or a panic into a
+// failure.
+func call[In, Out any](ctx context.Context, fn func(context.Context, In) (Out, error), x In) (y Out, f *codec.Failure) {
 	defer func() {
 		if p := recover(); p != nil {
 			f = &codec.Failure{Kind: codec.KindPanic, Msg: fmt.Sprint(p), Stack: string(debug.Stack())}
 		}
 	}()
-	y, err := h.fn(ctx, x)
+	y, err := fn(ctx, x)
 	if err != nil {
 		return y, &codec.Failure{Kind: codec.KindError, Msg: err.Error()}
 	}
@@ -129,7 +146,14 @@ type Handler interface {
 	Name() string
 	Signature() string
 	Validate() error
-	Run(ctx context.Context, count int, input []byte) ([]byte, []codec.Failure)
+	// DecodeConstant decodes a batch's constant data for Run.
+	DecodeConstant(b []byte) (any, error)
+	// Run runs the function over a frame of count inputs, with the decoded
+	// constant data if the function takes any.
+	Run(ctx context.Context, constant any, count int, input []byte) ([]byte, []codec.Failure)
 }
 
-var _ Handler = (*Handle[int, int])(nil)
+var (
+	_ Handler = (*Handle[int, int])(nil)
+	_ Handler = (*HandleWith[int, int, int])(nil)
+)

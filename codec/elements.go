@@ -8,11 +8,33 @@ import (
 	"github.com/vmihailenco/msgpack/v5"
 )
 
-// Marshal encodes one value as MessagePack.
-func Marshal(v any) ([]byte, error) { return msgpack.Marshal(v) }
+// EncodeValue encodes one value, such as a batch's constant data.
+func EncodeValue[T any](v *T) ([]byte, error) {
+	var buf bytes.Buffer
+	enc := msgpack.GetEncoder()
+	defer msgpack.PutEncoder(enc)
+	enc.Reset(&buf)
+	if err := encodeOne(enc, v); err != nil {
+		return nil, err
+	}
+	return buf.Bytes(), nil
+}
 
-// Unmarshal decodes MessagePack into v, a pointer to a concrete type.
-func Unmarshal(b []byte, v any) error { return msgpack.Unmarshal(b, v) }
+// DecodeValue decodes one value written by EncodeValue, with the same checks
+// as DecodeElements: it never panics and never allocates past the frame.
+func DecodeValue[T any](b []byte) (T, error) {
+	var v T
+	if holdsInterface(reflect.TypeFor[T]()) {
+		if err := checkShape(b); err != nil {
+			return v, corrupt("value", err)
+		}
+	}
+	d := newReader(b)
+	if err := decodeOne(d.dec, &v); err != nil {
+		return v, corrupt("value", err)
+	}
+	return v, d.end("value")
+}
 
 // ElementError reports which element of a frame could not be encoded or
 // decoded.

@@ -13,6 +13,8 @@ const (
 	KindDecode                       // the task or an input could not be decoded
 	KindEncode                       // an output could not be encoded
 	KindTooLarge                     // a frame or element is above its size cap
+	KindConstMissing                 // the task's constant data is not in Redis
+	KindConstCorrupt                 // the task's constant data does not match its hash
 	maxKind
 )
 

@@ -15,17 +15,22 @@ type Task struct {
 	Sig   string // "func(In) Out" as the manager's handle sees it
 	Count int    // number of elements in Input
 	Input []byte // a MessagePack array of Count encoded inputs (see EncodeElements)
+
+	Const     string // BLAKE3 hash of the batch's constant data, or "" if none
+	ConstSize int64  // its size in bytes
 }
 
 // EncodeTask returns the wire form of t: one MessagePack array.
 func EncodeTask(t *Task) ([]byte, error) {
-	w := newWriter(len(t.Func) + len(t.Sig) + len(t.Input) + 24)
-	w.arrayLen(5)
+	w := newWriter(len(t.Func) + len(t.Sig) + len(t.Input) + len(t.Const) + 32)
+	w.arrayLen(7)
 	w.int(version)
 	w.str(t.Func)
 	w.str(t.Sig)
 	w.int(t.Count)
 	w.bytes(t.Input)
+	w.str(t.Const)
+	w.int(int(t.ConstSize))
 	return w.result()
 }
 
@@ -36,18 +41,18 @@ func DecodeTask(b []byte, limit int) (*Task, error) {
 		return nil, err
 	}
 	d := newReader(b)
-	if d.arrayLen() != 5 {
-		return nil, d.fail("task", "want a 5-field array")
+	if d.arrayLen() != 7 {
+		return nil, d.fail("task", "want a 7-field array")
 	}
 	if d.int() != version {
 		return nil, d.fail("task", "unknown version")
 	}
-	t := &Task{Func: d.str(), Sig: d.str(), Count: d.int(), Input: d.bytes()}
+	t := &Task{Func: d.str(), Sig: d.str(), Count: d.int(), Input: d.bytes(), Const: d.str(), ConstSize: int64(d.int())}
 	if err := d.end("task"); err != nil {
 		return nil, err
 	}
-	if t.Count < 0 || t.Count > len(t.Input) {
-		return nil, corrupt("task: count out of range", nil)
+	if t.Count < 0 || t.Count > len(t.Input) || t.ConstSize < 0 {
+		return nil, corrupt("task: count or size out of range", nil)
 	}
 	return t, nil
 }

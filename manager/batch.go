@@ -28,6 +28,8 @@ type Batch[Out any] struct {
 	fn     string
 	chunks []chunk
 	stop   func() bool // detaches the batch from its submit context
+	onEnd  func()      // releases what the batch holds (its constant); runs once
+	ending sync.Once
 
 	mu       sync.Mutex
 	out      []Out
@@ -134,18 +136,30 @@ func (b *Batch[Out]) finished() bool {
 	}
 }
 
-// advance records that chunk c is done and wakes readers; b.mu must be held.
-func (b *Batch[Out]) advance(c chunk) {
+// advance records that chunk c is done and wakes readers, and reports whether
+// that ended the batch; b.mu must be held.
+func (b *Batch[Out]) advance(c chunk) bool {
 	for i := c.start; i < c.start+c.count; i++ {
 		b.order = append(b.order, i)
 	}
 	b.left--
 	if b.left == 0 {
 		close(b.done)
-		b.stop()
 	}
 	close(b.progress)
 	b.progress = make(chan struct{})
+	return b.left == 0
+}
+
+// end detaches the batch from its context and releases what it holds; it
+// runs once, without b.mu held, since releasing talks to Redis.
+func (b *Batch[Out]) end() {
+	b.ending.Do(func() {
+		b.stop()
+		if b.onEnd != nil {
+			b.onEnd()
+		}
+	})
 }
 
 func (b *Batch[Out]) failElement(i int, cause error, stack string) {
@@ -161,19 +175,24 @@ func (b *Batch[Out]) failElement(i int, cause error, stack string) {
 // be fully decoded.
 func (b *Batch[Out]) deliver(ci int, r *codec.Result, err error) {
 	b.mu.Lock()
-	defer b.mu.Unlock()
+	ended := b.deliverLocked(ci, r, err)
+	b.mu.Unlock()
+	if ended {
+		b.end()
+	}
+}
+
+func (b *Batch[Out]) deliverLocked(ci int, r *codec.Result, err error) bool {
 	if b.finished() {
-		return
+		return false
 	}
 	c := b.chunks[ci]
 	if err != nil {
-		b.failChunk(c, fmt.Errorf("%w: result: %v", redmap.ErrDecode, err))
-		return
+		return b.failChunk(c, fmt.Errorf("%w: result: %v", redmap.ErrDecode, err))
 	}
 	for _, f := range r.Fails {
 		if f.Index == -1 {
-			b.failChunk(c, redmap.FailureCause(f))
-			return
+			return b.failChunk(c, redmap.FailureCause(f))
 		}
 	}
 	if err := codec.DecodeElements(r.Values, b.out[c.start:c.start+c.count]); err != nil {
@@ -192,23 +211,24 @@ func (b *Batch[Out]) deliver(ci int, r *codec.Result, err error) {
 			b.failElement(c.start+f.Index, redmap.FailureCause(f), f.Stack)
 		}
 	}
-	b.advance(c)
+	return b.advance(c)
 }
 
 // fail fails every element of chunk ci with cause.
 func (b *Batch[Out]) fail(ci int, cause error) {
 	b.mu.Lock()
-	defer b.mu.Unlock()
-	if !b.finished() {
-		b.failChunk(b.chunks[ci], cause)
+	ended := !b.finished() && b.failChunk(b.chunks[ci], cause)
+	b.mu.Unlock()
+	if ended {
+		b.end()
 	}
 }
 
-func (b *Batch[Out]) failChunk(c chunk, cause error) {
+func (b *Batch[Out]) failChunk(c chunk, cause error) bool {
 	for i := c.start; i < c.start+c.count; i++ {
 		b.failElement(i, cause, "")
 	}
-	b.advance(c)
+	return b.advance(c)
 }
 
 // abort ends the batch early with err and withdraws its outstanding tasks.
@@ -223,11 +243,11 @@ func (b *Batch[Out]) abort(err error) {
 	close(b.progress)
 	b.progress = make(chan struct{})
 	b.mu.Unlock()
-	b.stop()
 
 	tids := make([]string, len(b.chunks))
 	for i, c := range b.chunks {
 		tids[i] = c.tid
 	}
 	b.m.withdraw(tids)
+	b.end()
 }

@@ -48,6 +48,7 @@ func (m *Manager) collect(ctx context.Context) {
 			if err := m.rdb.Renew(ctx, m.id, m.opts.KeyTTL); err != nil {
 				m.log.Warn("renewing keys failed", "err", err)
 			}
+			m.renewHolds(ctx)
 			renewAt = time.Now().Add(renewEvery)
 		}
 	}

@@ -16,6 +16,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/redmap/redmap"
+	"github.com/redmap/redmap/cache"
 	"github.com/redmap/redmap/codec"
 	"github.com/redmap/redmap/internal/rdb"
 )
@@ -32,10 +33,13 @@ type Manager struct {
 	opts Options
 	log  *slog.Logger
 
-	seq atomic.Uint64
+	seq     atomic.Uint64
+	holdSeq atomic.Uint64
+	store   *cache.Store
 
 	mu      sync.Mutex
-	pending map[string]pending // task id → where its result goes
+	pending map[string]pending   // task id → where its result goes
+	holds   map[string]cache.Ref // holder → the constant a running batch holds
 	closed  bool
 
 	stop    context.CancelFunc
@@ -75,7 +79,9 @@ func New(client redis.UniversalClient, opts Options) (*Manager, error) {
 		rdb:     rdb.New(client, opts.Prefix, opts.Queue),
 		opts:    opts,
 		log:     opts.Logger.With("manager", id, "queue", opts.Queue),
+		store:   cache.NewStore(client, opts.Prefix, opts.PartSize),
 		pending: make(map[string]pending),
+		holds:   make(map[string]cache.Ref),
 		stop:    stop,
 		stopped: make(chan struct{}),
 	}

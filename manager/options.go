@@ -40,6 +40,9 @@ type Options struct {
 	// RedisTimeout is how long Redis may stay unreachable before the elements
 	// still outstanding fail with ErrUnavailable. Default DefaultRedisTimeout.
 	RedisTimeout time.Duration
+	// PartSize is the size of the parts constant data is stored in, in
+	// bytes. Default cache.DefaultPartSize (8 MiB).
+	PartSize int
 	// Logger receives the manager's logs. Default: none.
 	Logger *slog.Logger
 }
@@ -60,6 +63,8 @@ func (o Options) withDefaults() (Options, error) {
 		return o, fmt.Errorf("manager: Options.MaxInputSize %d is negative", o.MaxInputSize)
 	case o.MaxFrame < 0:
 		return o, fmt.Errorf("manager: Options.MaxFrame %d is negative", o.MaxFrame)
+	case o.PartSize < 0:
+		return o, fmt.Errorf("manager: Options.PartSize %d is negative", o.PartSize)
 	case o.RedisTimeout < 0:
 		return o, fmt.Errorf("manager: Options.RedisTimeout %v is negative", o.RedisTimeout)
 	}

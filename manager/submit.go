@@ -7,6 +7,7 @@ import (
 	"slices"
 
 	"github.com/redmap/redmap"
+	"github.com/redmap/redmap/cache"
 	"github.com/redmap/redmap/codec"
 	"github.com/redmap/redmap/internal/rdb"
 )
@@ -59,6 +60,57 @@ func Submit[In, Out any](ctx context.Context, m *Manager, fn *redmap.Handle[In, 
 	if err := fn.Validate(); err != nil {
 		return nil, err
 	}
+	return submit[In, Out](ctx, m, spec{name: fn.Name(), sig: fn.Signature()}, xs, opts)
+}
+
+// MapWith is Map for a function that takes constant data: constant is
+// encoded and stored once in Redis under its BLAKE3 hash (not at all if it
+// is already there), each task carries only the hash, and each worker process
+// fetches and decodes it once. The batch holds the stored value while it runs
+// and releases it when it ends; the value is deleted when no batch holds it.
+//
+// Cost, on top of Map's: one script call to find the value stored; if it is
+// not, one upload of its bytes (one pipeline per 8 MiB part, then one script
+// call); one script call to release it; and, per worker process, one fetch
+// of its bytes.
+func MapWith[C, In, Out any](ctx context.Context, m *Manager, fn *redmap.HandleWith[C, In, Out], constant C, xs []In, opts ...CallOption) ([]Out, error) {
+	b, err := SubmitWith(ctx, m, fn, constant, xs, opts...)
+	if err != nil {
+		return nil, err
+	}
+	return b.Wait(ctx)
+}
+
+// SubmitWith is Submit for a function that takes constant data; see MapWith.
+func SubmitWith[C, In, Out any](ctx context.Context, m *Manager, fn *redmap.HandleWith[C, In, Out], constant C, xs []In, opts ...CallOption) (*Batch[Out], error) {
+	if err := fn.Validate(); err != nil {
+		return nil, err
+	}
+	enc, err := codec.EncodeValue(&constant)
+	if err != nil {
+		return nil, fmt.Errorf("%w: constant of %q: %v", redmap.ErrEncode, fn.Name(), err)
+	}
+	ref, holder, err := m.hold(ctx, enc)
+	if err != nil {
+		return nil, fmt.Errorf("redmap: storing the constant of %q: %w", fn.Name(), err)
+	}
+	b, err := submit[In, Out](ctx, m, spec{name: fn.Name(), sig: fn.Signature(), constant: &ref, holder: holder}, xs, opts)
+	if err != nil {
+		m.release(holder)
+		return nil, err
+	}
+	return b, nil
+}
+
+// spec says what a batch runs: the function and, if it takes one, the
+// constant and the batch's hold on it.
+type spec struct {
+	name, sig string
+	constant  *cache.Ref
+	holder    string
+}
+
+func submit[In, Out any](ctx context.Context, m *Manager, sp spec, xs []In, opts []CallOption) (*Batch[Out], error) {
 	var co callOptions
 	for _, o := range opts {
 		o(&co)
@@ -82,17 +134,23 @@ func Submit[In, Out any](ctx context.Context, m *Manager, fn *redmap.Handle[In, 
 		}
 	}
 
-	b := newBatch[Out](m, fn.Name(), len(xs))
+	b := newBatch[Out](m, sp.name, len(xs))
+	task := codec.Task{Func: sp.name, Sig: sp.sig}
+	if sp.constant != nil {
+		task.Const, task.ConstSize = sp.constant.Hash, sp.constant.Size
+		b.onEnd = func() { m.release(sp.holder) }
+	}
 	tasks := make([]rdb.Task, 0, (len(xs)+co.chunk-1)/co.chunk)
 	for start := 0; start < len(xs); start += co.chunk {
 		end := min(start+co.chunk, len(xs))
 		frame, err := codec.EncodeElements(xs[start:end], m.opts.MaxInputSize)
 		if err != nil {
-			return nil, inputError(fn.Name(), start, err)
+			return nil, inputError(sp.name, start, err)
 		}
-		payload, err := codec.EncodeTask(&codec.Task{Func: fn.Name(), Sig: fn.Signature(), Count: end - start, Input: frame})
+		task.Count, task.Input = end-start, frame
+		payload, err := codec.EncodeTask(&task)
 		if err != nil {
-			return nil, fmt.Errorf("redmap: encoding a task of %q: %w", fn.Name(), err)
+			return nil, fmt.Errorf("redmap: encoding a task of %q: %w", sp.name, err)
 		}
 		tid := redmap.TaskID(m.id, m.seq.Add(1))
 		b.chunks = append(b.chunks, chunk{start: start, count: end - start, tid: tid})
@@ -101,6 +159,7 @@ func Submit[In, Out any](ctx context.Context, m *Manager, fn *redmap.Handle[In, 
 	b.left = len(b.chunks)
 	if b.left == 0 {
 		close(b.done)
+		b.end()
 		return b, nil
 	}
 
@@ -109,32 +168,28 @@ func Submit[In, Out any](ctx context.Context, m *Manager, fn *redmap.Handle[In, 
 		tids[i] = t.ID
 	}
 	// Register before submitting: a fast worker's result may arrive before
-	// Submit returns.
+	// Submit returns. The context hook is set before either, so that ending
+	// ctx at any point withdraws what was queued.
+	b.stop = context.AfterFunc(ctx, func() { b.abort(ctx.Err()) })
 	if err := m.register(b, tids); err != nil {
+		b.stop()
 		return nil, err
 	}
 	if err := m.rdb.Submit(ctx, m.id, co.worker, tasks, m.opts.KeyTTL); err != nil {
+		b.stop()
 		if rdb.Unreachable(err) {
 			// Nothing can be withdrawn from a Redis we cannot reach; what
 			// was queued runs to a discarded result, and its task set
 			// entries go with the manager's keys.
 			m.forget(tids)
-			return nil, fmt.Errorf("%w: submitting %q: %w", redmap.ErrUnavailable, fn.Name(), err)
+			return nil, fmt.Errorf("%w: submitting %q: %w", redmap.ErrUnavailable, sp.name, err)
 		}
 		m.withdraw(tids)
 		if ctx.Err() != nil {
 			return nil, ctx.Err()
 		}
-		return nil, fmt.Errorf("redmap: submitting %q: %w", fn.Name(), err)
+		return nil, fmt.Errorf("redmap: submitting %q: %w", sp.name, err)
 	}
-	stop := context.AfterFunc(ctx, func() { b.abort(ctx.Err()) })
-	b.mu.Lock()
-	if b.finished() {
-		stop()
-	} else {
-		b.stop = stop
-	}
-	b.mu.Unlock()
 	return b, nil
 }
 

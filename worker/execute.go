@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/redmap/redmap"
+	"github.com/redmap/redmap/cache"
 	"github.com/redmap/redmap/codec"
 	"github.com/redmap/redmap/internal/rdb"
 )
@@ -49,5 +51,20 @@ func (w *Worker) run(ctx context.Context, t rdb.Taken) ([]byte, []codec.Failure)
 		return whole(codec.KindTypeMismatch, "worker %s has %q as %s, the manager called it as %s",
 			w.opts.ID, task.Func, h.Signature(), task.Sig)
 	}
-	return h.Run(ctx, task.Count, task.Input)
+	var constant any
+	if task.Const != "" {
+		ref := cache.Ref{Hash: task.Const, Size: task.ConstSize}
+		constant, err = w.memo.Get(ctx, ref, h.Signature(), h.DecodeConstant)
+		switch {
+		case errors.Is(err, redmap.ErrConstantCorrupt):
+			return whole(codec.KindConstCorrupt, "%v", err)
+		case errors.Is(err, redmap.ErrConstantMissing):
+			return whole(codec.KindConstMissing, "%v", err)
+		case errors.Is(err, codec.ErrCorrupt):
+			return whole(codec.KindDecode, "%v", err)
+		case err != nil:
+			return whole(codec.KindConstMissing, "fetching constant %s: %v", ref, err)
+		}
+	}
+	return h.Run(ctx, constant, task.Count, task.Input)
 }

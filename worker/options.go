@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/redmap/redmap"
+	"github.com/redmap/redmap/cache"
 	"github.com/redmap/redmap/codec"
 )
 
@@ -19,6 +20,9 @@ const (
 	DefaultLease     = 10 * time.Second
 	DefaultIdleWait  = time.Second
 	DefaultMaxFrame  = codec.DefaultMaxFrame
+	// DefaultCacheBytes bounds the decoded constant data a worker keeps in
+	// memory, counted by encoded size: 512 MiB.
+	DefaultCacheBytes = cache.DefaultMemoBytes
 )
 
 // DefaultConcurrency is the number of tasks a worker runs at once when
@@ -49,6 +53,10 @@ type Options struct {
 	// MaxFrame caps the size of a task read from Redis and of a result written
 	// back, in bytes. Default DefaultMaxFrame.
 	MaxFrame int
+	// CacheBytes bounds the constant data (see manager.MapWith) the worker
+	// keeps decoded in memory, by encoded size; least recently used goes first.
+	// Default DefaultCacheBytes.
+	CacheBytes int64
 	// Logger receives the worker's logs. Default: none.
 	Logger *slog.Logger
 }
@@ -69,6 +77,8 @@ func (o Options) withDefaults() (Options, error) {
 		return o, fmt.Errorf("worker: Options.Heartbeat, Lease and IdleWait must not be negative")
 	case o.MaxFrame < 0:
 		return o, fmt.Errorf("worker: Options.MaxFrame %d is negative", o.MaxFrame)
+	case o.CacheBytes < 0:
+		return o, fmt.Errorf("worker: Options.CacheBytes %d is negative", o.CacheBytes)
 	}
 	if o.Prefix == "" {
 		o.Prefix = DefaultPrefix
@@ -93,6 +103,9 @@ func (o Options) withDefaults() (Options, error) {
 	}
 	if o.MaxFrame == 0 {
 		o.MaxFrame = DefaultMaxFrame
+	}
+	if o.CacheBytes == 0 {
+		o.CacheBytes = DefaultCacheBytes
 	}
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)

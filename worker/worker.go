@@ -15,6 +15,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/redmap/redmap"
+	"github.com/redmap/redmap/cache"
 	"github.com/redmap/redmap/internal/rdb"
 )
 
@@ -23,6 +24,7 @@ import (
 type Worker struct {
 	rdb  *rdb.RDB
 	opts Options
+	memo *cache.Memo
 
 	mu       sync.RWMutex
 	handlers map[string]redmap.Handler
@@ -42,9 +44,14 @@ func New(client redis.UniversalClient, opts Options) (*Worker, error) {
 	return &Worker{
 		rdb:      rdb.New(client, opts.Prefix, opts.Queue),
 		opts:     opts,
+		memo:     cache.NewMemo(cache.NewStore(client, opts.Prefix, 0), opts.CacheBytes),
 		handlers: make(map[string]redmap.Handler),
 	}, nil
 }
+
+// CacheStats returns the counters of the worker's memo of constant data:
+// hits, misses, fetches, bytes fetched, decodes, evictions.
+func (w *Worker) CacheStats() cache.Stats { return w.memo.Stats() }
 
 // ID returns the worker's id, which managers pass to manager.OnWorker.
 func (w *Worker) ID() string { return w.opts.ID }

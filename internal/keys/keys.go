@@ -6,7 +6,10 @@
 // in internal/rdb holds the two in step.
 package keys
 
-import "strings"
+import (
+	"strconv"
+	"strings"
+)
 
 // Base is the prefix shared by every key of a queue: "<prefix>:{<queue>}:".
 func Base(prefix, queue string) string {
@@ -51,3 +54,17 @@ func Results(prefix, queue, mid string) string { return Base(prefix, queue) + "m
 
 // Payload is the envelope of task tid (STRING, a codec.Task frame).
 func Payload(prefix, queue, tid string) string { return Base(prefix, queue) + "t:" + tid }
+
+// Object is the metadata of a cached object with BLAKE3 hash h, hex-encoded
+// (HASH size → bytes, parts → number of parts). It exists only once every part
+// is stored. Objects are keyed by content, not by queue, and each carries its
+// own hash tag, so large objects spread over cluster shards.
+func Object(prefix, h string) string { return prefix + ":obj:{" + h + "}" }
+
+// ObjectPart is part i of object h, counted from 0 (STRING, at most the part
+// size).
+func ObjectPart(prefix, h string, i int) string { return Object(prefix, h) + ":p:" + strconv.Itoa(i) }
+
+// ObjectHolders holds the batches holding object h, scored by the deadline of
+// their hold in Redis milliseconds (ZSET holder → deadline).
+func ObjectHolders(prefix, h string) string { return Object(prefix, h) + ":holders" }

@@ -1,0 +1,75 @@
+package redmap
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"reflect"
+
+	"github.com/redmap/redmap/codec"
+)
+
+// HandleWith is a function that takes, besides each element, one constant
+// value of type C shared by the whole batch: a model, a lookup table. The
+// manager stores the constant once in the object cache (manager.MapWith);
+// each worker process fetches and decodes it once. Build one with FuncWith.
+type HandleWith[C, In, Out any] struct {
+	name string
+	sig  string
+	fn   func(context.Context, C, In) (Out, error)
+}
+
+// FuncWith returns a handle for fn under name; see Func.
+func FuncWith[C, In, Out any](name string, fn func(context.Context, C, In) (Out, error)) *HandleWith[C, In, Out] {
+	return &HandleWith[C, In, Out]{
+		name: name,
+		sig:  fmt.Sprintf("func(%v, %v) %v", reflect.TypeFor[C](), reflect.TypeFor[In](), reflect.TypeFor[Out]()),
+		fn:   fn,
+	}
+}
+
+// Name returns the name the function is registered under.
+func (h *HandleWith[C, In, Out]) Name() string { return h.name }
+
+// Signature returns the function's types as "func(C, In) Out".
+func (h *HandleWith[C, In, Out]) Signature() string { return h.sig }
+
+// Validate reports an empty name, a nil function, or a type that cannot
+// travel (see Handle.Validate).
+func (h *HandleWith[C, In, Out]) Validate() error {
+	switch {
+	case h == nil:
+		return errors.New("redmap: nil handle")
+	case h.name == "":
+		return errors.New("redmap: handle has an empty name")
+	case h.fn == nil:
+		return fmt.Errorf("redmap: handle %q has a nil function", h.name)
+	}
+	return checkTypes(h.name, h.sig, reflect.TypeFor[C](), reflect.TypeFor[In](), reflect.TypeFor[Out]())
+}
+
+// DecodeConstant decodes a batch's constant data as a C.
+func (h *HandleWith[C, In, Out]) DecodeConstant(b []byte) (any, error) {
+	c, err := codec.DecodeValue[C](b)
+	if err != nil {
+		return nil, fmt.Errorf("constant as %v: %w", reflect.TypeFor[C](), err)
+	}
+	return c, nil
+}
+
+// Run runs the function over a frame of count inputs with constant, which
+// must be a C (from DecodeConstant). Workers call Run.
+func (h *HandleWith[C, In, Out]) Run(ctx context.Context, constant any, count int, input []byte) ([]byte, []codec.Failure) {
+	c, ok := constant.(C)
+	if !ok {
+		out := codec.NewOutputEncoder(count)
+		fails := make([]codec.Failure, count)
+		for i := range fails {
+			out.AddNil()
+			fails[i] = codec.Failure{Index: i, Kind: codec.KindTypeMismatch,
+				Msg: fmt.Sprintf("constant is %T, want %v", constant, reflect.TypeFor[C]())}
+		}
+		return out.Bytes(), fails
+	}
+	return runElements(ctx, count, input, func(ctx context.Context, x In) (Out, error) { return h.fn(ctx, c, x) })
+}

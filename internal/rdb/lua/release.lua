@@ -1,0 +1,26 @@
+-- release.lua: drop a hold on a cached object; delete the object when no live
+-- holder is left. Expired holds are pruned first, by the Redis clock, so a
+-- holder that died does not keep the object alive. Adding a hold (hold.lua,
+-- commit.lua) and this are atomic, so a held object is never deleted.
+-- KEYS[1] object metadata (HASH size, parts)   KEYS[2] holders (ZSET holder -> deadline, ms)
+-- ARGV[1] holder
+-- Returns 1 if the object was deleted, 0 if other holders keep it.
+redis.call('ZREM', KEYS[2], ARGV[1])
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', now)
+local parts = tonumber(redis.call('HGET', KEYS[1], 'parts')) or 0
+if redis.call('ZCARD', KEYS[2]) > 0 then
+  local last = tonumber(redis.call('ZRANGE', KEYS[2], -1, -1, 'WITHSCORES')[2])
+  redis.call('PEXPIREAT', KEYS[1], last)
+  redis.call('PEXPIREAT', KEYS[2], last)
+  for i = 0, parts - 1 do
+    redis.call('PEXPIREAT', KEYS[1] .. ':p:' .. i, last)
+  end
+  return 0
+end
+redis.call('DEL', KEYS[1], KEYS[2])
+for i = 0, parts - 1 do
+  redis.call('DEL', KEYS[1] .. ':p:' .. i)
+end
+return 1

@@ -1,0 +1,127 @@
+package rdb
+
+import (
+	"context"
+	_ "embed"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/redmap/redmap/internal/keys"
+)
+
+var (
+	//go:embed lua/hold.lua
+	holdLua string
+	//go:embed lua/release.lua
+	releaseLua string
+
+	holdScript    = redis.NewScript(holdLua)
+	releaseScript = redis.NewScript(releaseLua)
+)
+
+// partsPerTrip caps the parts sent or fetched in one pipeline, so a 1 GiB
+// object does not sit whole in a client buffer twice.
+const partsPerTrip = 8
+
+// Objects speaks the object cache's protocol: content-addressed objects in
+// parts, held by batches.
+type Objects struct {
+	c      redis.UniversalClient
+	prefix string
+}
+
+// NewObjects returns the object protocol under prefix on c.
+func NewObjects(c redis.UniversalClient, prefix string) *Objects {
+	return &Objects{c: c, prefix: prefix}
+}
+
+// Hold adds or renews holder's hold on object h for d, by the Redis clock. It
+// reports false if the object is not there. One script call.
+func (o *Objects) Hold(ctx context.Context, h, holder string, d time.Duration) (bool, error) {
+	ks := []string{keys.Object(o.prefix, h), keys.ObjectHolders(o.prefix, h)}
+	n, err := holdScript.Run(ctx, o.c, ks, holder, d.Milliseconds()).Int()
+	if err != nil {
+		return false, fmt.Errorf("hold object: %w", err)
+	}
+	return n == 1, nil
+}
+
+// Upload stores the parts of object h, each expiring after d unless a commit
+// holds them, then commits the object and gives holder a hold for d. It
+// reports false if a part vanished before the commit (upload again). One
+// pipeline per 8 parts, then one script call.
+func (o *Objects) Upload(ctx context.Context, h string, parts [][]byte, size int64, holder string, d time.Duration) (bool, error) {
+	for start := 0; start < len(parts); start += partsPerTrip {
+		_, err := o.c.Pipelined(ctx, func(p redis.Pipeliner) error {
+			for i := start; i < min(start+partsPerTrip, len(parts)); i++ {
+				p.Set(ctx, keys.ObjectPart(o.prefix, h, i), parts[i], d)
+			}
+			return nil
+		})
+		if err != nil {
+			return false, fmt.Errorf("upload object: %w", err)
+		}
+	}
+	ks := []string{keys.Object(o.prefix, h), keys.ObjectHolders(o.prefix, h)}
+	n, err := holdScript.Run(ctx, o.c, ks, holder, d.Milliseconds(), size, len(parts)).Int()
+	if err != nil {
+		return false, fmt.Errorf("commit object: %w", err)
+	}
+	return n == 1, nil
+}
+
+// Release drops holder's hold on object h and deletes the object if no live
+// holder is left, atomically. It reports whether the object was deleted.
+func (o *Objects) Release(ctx context.Context, h, holder string) (bool, error) {
+	ks := []string{keys.Object(o.prefix, h), keys.ObjectHolders(o.prefix, h)}
+	n, err := releaseScript.Run(ctx, o.c, ks, holder).Int()
+	if err != nil {
+		return false, fmt.Errorf("release object: %w", err)
+	}
+	return n == 1, nil
+}
+
+// ErrNoObject is returned by Fetch for an object that is not in Redis.
+var ErrNoObject = errors.New("no such object")
+
+// Fetch returns the parts of object h and its recorded size: one round trip
+// for the metadata, then one pipeline per 8 parts.
+func (o *Objects) Fetch(ctx context.Context, h string) ([]string, int64, error) {
+	meta, err := o.c.HMGet(ctx, keys.Object(o.prefix, h), "size", "parts").Result()
+	if err != nil {
+		return nil, 0, fmt.Errorf("fetch object: %w", err)
+	}
+	sizeS, _ := meta[0].(string)
+	partsS, _ := meta[1].(string)
+	if sizeS == "" || partsS == "" {
+		return nil, 0, ErrNoObject
+	}
+	size, err1 := strconv.ParseInt(sizeS, 10, 64)
+	n, err2 := strconv.Atoi(partsS)
+	if err1 != nil || err2 != nil || n < 0 || size < 0 {
+		return nil, 0, fmt.Errorf("fetch object: bad metadata %q", meta)
+	}
+	parts := make([]string, 0, n)
+	for start := 0; start < n; start += partsPerTrip {
+		cmds, err := o.c.Pipelined(ctx, func(p redis.Pipeliner) error {
+			for i := start; i < min(start+partsPerTrip, n); i++ {
+				p.Get(ctx, keys.ObjectPart(o.prefix, h, i))
+			}
+			return nil
+		})
+		if errors.Is(err, redis.Nil) {
+			return nil, 0, ErrNoObject
+		}
+		if err != nil {
+			return nil, 0, fmt.Errorf("fetch object: %w", err)
+		}
+		for _, c := range cmds {
+			parts = append(parts, c.(*redis.StringCmd).Val())
+		}
+	}
+	return parts, size, nil
+}
