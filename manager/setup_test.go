@@ -21,6 +21,7 @@ import (
 var artefacts string
 
 func TestMain(m *testing.M) {
+	runChild()
 	dir, err := os.MkdirTemp("", "redmap-test-")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)

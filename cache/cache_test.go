@@ -1,0 +1,306 @@
+package cache_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/redmap/redmap"
+	"github.com/redmap/redmap/cache"
+	"github.com/redmap/redmap/internal/keys"
+	"github.com/redmap/redmap/internal/redistest"
+)
+
+func TestMain(m *testing.M) { redistest.Main(m) }
+
+func setup(t *testing.T, partSize int) (*redis.Client, *cache.Store, string) {
+	t.Helper()
+	t.Parallel()
+	c := redistest.Shared(t).Client(t)
+	prefix := redistest.Queue(t) // a prefix of our own: object keys are not per queue
+	return c, cache.NewStore(c, prefix, partSize), prefix
+}
+
+func value(n int, seed byte) []byte {
+	b := make([]byte, n)
+	for i := range b {
+		b[i] = byte(i*31) ^ seed
+	}
+	return b
+}
+
+func objectKeys(t *testing.T, c *redis.Client, prefix string) []string {
+	t.Helper()
+	ks, err := c.Keys(context.Background(), prefix+":obj:*").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ks
+}
+
+// A value bigger than a part is stored in parts and comes back whole; a
+// second Put of it uploads nothing; the last release deletes every key.
+func TestPutGetParts(t *testing.T) {
+	c, s, prefix := setup(t, 1000)
+	ctx := context.Background()
+	v := value(10_500, 1) // 11 parts, the last one short
+
+	ref, uploaded, err := s.Put(ctx, v, "a", time.Minute)
+	if err != nil || !uploaded {
+		t.Fatalf("first put: uploaded=%v err=%v", uploaded, err)
+	}
+	if n := len(objectKeys(t, c, prefix)); n != 11+2 {
+		t.Fatalf("%d object keys, want 11 parts + metadata + holders", n)
+	}
+	ref2, uploaded, err := s.Put(ctx, v, "b", time.Minute)
+	if err != nil || uploaded || ref2 != ref {
+		t.Fatalf("second put: uploaded=%v ref=%v err=%v; want no upload", uploaded, ref2, err)
+	}
+	if n, bytes := s.Uploads(); n != 1 || bytes != int64(len(v)) {
+		t.Fatalf("uploads %d (%d bytes), want 1 (%d)", n, bytes, len(v))
+	}
+	got, err := s.Get(ctx, ref)
+	if err != nil || !bytes.Equal(got, v) {
+		t.Fatalf("get: %d bytes, %v", len(got), err)
+	}
+
+	if deleted, err := s.Release(ctx, ref, "a"); err != nil || deleted {
+		t.Fatalf("release a: deleted=%v err=%v; b still holds it", deleted, err)
+	}
+	if _, err := s.Get(ctx, ref); err != nil {
+		t.Fatalf("get while b holds: %v", err)
+	}
+	if deleted, err := s.Release(ctx, ref, "b"); err != nil || !deleted {
+		t.Fatalf("release b: deleted=%v err=%v; want deleted", deleted, err)
+	}
+	if ks := objectKeys(t, c, prefix); len(ks) != 0 {
+		t.Fatalf("keys left after the last release: %v", ks)
+	}
+	if _, err := s.Get(ctx, ref); !errors.Is(err, redmap.ErrConstantMissing) {
+		t.Fatalf("get after delete: got %v, want ErrConstantMissing", err)
+	}
+}
+
+func TestEmptyValue(t *testing.T) {
+	_, s, _ := setup(t, 0)
+	ctx := context.Background()
+	ref, _, err := s.Put(ctx, nil, "a", time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, err := s.Get(ctx, ref); err != nil || len(got) != 0 {
+		t.Fatalf("get empty: %q, %v", got, err)
+	}
+}
+
+// A holder that dies without releasing leaks nothing: when its hold expires,
+// Redis deletes every key of the value.
+func TestExpiredHoldDeletesValue(t *testing.T) {
+	c, s, prefix := setup(t, 100)
+	ref, _, err := s.Put(context.Background(), value(1000, 2), "dies", 300*time.Millisecond)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(objectKeys(t, c, prefix)) == 0 {
+		t.Fatal("nothing stored")
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for len(objectKeys(t, c, prefix)) != 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("keys of %v still there 10s after its only hold expired: %v", ref, objectKeys(t, c, prefix))
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// A release prunes expired holds: a live holder keeps the value, a dead one
+// does not.
+func TestReleaseIgnoresExpiredHolders(t *testing.T) {
+	c, s, prefix := setup(t, 0)
+	ctx := context.Background()
+	v := value(100, 3)
+	ref, _, _ := s.Put(ctx, v, "live", time.Minute)
+	// A hold that ended a second ago, by the Redis clock.
+	if _, err := s.Hold(ctx, ref, "dead", -time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if deleted, _ := s.Release(ctx, ref, "live"); !deleted {
+		t.Fatal("the only live holder released, but the value was kept for a dead one")
+	}
+	if ks := objectKeys(t, c, prefix); len(ks) != 0 {
+		t.Fatalf("keys left: %v", ks)
+	}
+}
+
+// Several managers hold and release one value concurrently while one long
+// holder keeps it: it is never deleted while held, and it is deleted at the
+// end.
+func TestConcurrentHoldReleaseChurn(t *testing.T) {
+	c, s, prefix := setup(t, 64)
+	ctx := context.Background()
+	v := value(1000, 4)
+	ref, _, err := s.Put(ctx, v, "long", time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	errs := make(chan error, 8)
+	for g := range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			// Each churner uses its own store, as separate managers would.
+			mine := cache.NewStore(c, prefix, 64)
+			for i := range 100 {
+				holder := fmt.Sprintf("g%d-%d", g, i)
+				if _, _, err := mine.Put(ctx, v, holder, time.Minute); err != nil {
+					errs <- err
+					return
+				}
+				if got, err := mine.Get(ctx, ref); err != nil || !bytes.Equal(got, v) {
+					errs <- fmt.Errorf("%s holds the value but cannot get it: %v", holder, err)
+					return
+				}
+				if deleted, err := mine.Release(ctx, ref, holder); err != nil || deleted {
+					errs <- fmt.Errorf("%s released: deleted=%v err=%v, while 'long' holds it", holder, deleted, err)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	if deleted, err := s.Release(ctx, ref, "long"); err != nil || !deleted {
+		t.Fatalf("last release: deleted=%v, %v", deleted, err)
+	}
+
+	// Without a long holder, churners may delete and re-upload the value, but
+	// each always finds it while it holds it.
+	var wg2 sync.WaitGroup
+	errs = make(chan error, 8)
+	for g := range 8 {
+		wg2.Add(1)
+		go func() {
+			defer wg2.Done()
+			mine := cache.NewStore(c, prefix, 64)
+			for i := range 100 {
+				holder := fmt.Sprintf("h%d-%d", g, i)
+				if _, _, err := mine.Put(ctx, v, holder, time.Minute); err != nil {
+					errs <- err
+					return
+				}
+				if got, err := mine.Get(ctx, ref); err != nil || !bytes.Equal(got, v) {
+					errs <- fmt.Errorf("%s holds the value but cannot get it: %v", holder, err)
+					return
+				}
+				if _, err := mine.Release(ctx, ref, holder); err != nil {
+					errs <- err
+					return
+				}
+			}
+		}()
+	}
+	wg2.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	if ks := objectKeys(t, c, prefix); len(ks) != 0 {
+		t.Fatalf("keys left after every holder released: %v", ks)
+	}
+}
+
+func TestTamperedValue(t *testing.T) {
+	c, s, prefix := setup(t, 100)
+	ctx := context.Background()
+	v := value(250, 5)
+	ref, _, _ := s.Put(ctx, v, "a", time.Minute)
+	// Same length, other bytes.
+	c.Set(ctx, keys.ObjectPart(prefix, ref.Hash, 1), bytes.Repeat([]byte{'x'}, 100), time.Minute)
+	if _, err := s.Get(ctx, ref); !errors.Is(err, redmap.ErrConstantCorrupt) {
+		t.Fatalf("tampered part: got %v, want ErrConstantCorrupt", err)
+	}
+	// Another length.
+	c.Set(ctx, keys.ObjectPart(prefix, ref.Hash, 1), "short", time.Minute)
+	if _, err := s.Get(ctx, ref); !errors.Is(err, redmap.ErrConstantCorrupt) {
+		t.Fatalf("truncated part: got %v, want ErrConstantCorrupt", err)
+	}
+	// A part gone.
+	c.Del(ctx, keys.ObjectPart(prefix, ref.Hash, 2))
+	if _, err := s.Get(ctx, ref); !errors.Is(err, redmap.ErrConstantMissing) {
+		t.Fatalf("missing part: got %v, want ErrConstantMissing", err)
+	}
+}
+
+// Concurrent lookups of a missing value fetch and decode it once.
+func TestMemoSingleFlight(t *testing.T) {
+	_, s, _ := setup(t, 1000)
+	ctx := context.Background()
+	v := value(100_000, 6)
+	ref, _, _ := s.Put(ctx, v, "a", time.Minute)
+	memo := cache.NewMemo(s, 1<<20)
+	var wg sync.WaitGroup
+	for range 32 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			got, err := memo.Get(ctx, ref, "bytes", func(b []byte) (any, error) { return len(b), nil })
+			if err != nil || got != len(v) {
+				t.Errorf("memo get: %v, %v", got, err)
+			}
+		}()
+	}
+	wg.Wait()
+	st := memo.Stats()
+	if st.Fetches != 1 || st.Decodes != 1 || st.BytesFetched != int64(len(v)) || st.Hits+st.Misses != 32 {
+		t.Fatalf("stats %+v: want 1 fetch of %d bytes, 1 decode, 32 lookups", st, len(v))
+	}
+}
+
+// The memo evicts least recently used values to stay within its byte bound,
+// and fetches an evicted value again when it is needed.
+func TestMemoEvictsByBytes(t *testing.T) {
+	_, s, _ := setup(t, 0)
+	ctx := context.Background()
+	var refs []cache.Ref
+	for i := range 3 {
+		ref, _, err := s.Put(ctx, value(1000, byte(10+i)), "a", time.Minute)
+		if err != nil {
+			t.Fatal(err)
+		}
+		refs = append(refs, ref)
+	}
+	memo := cache.NewMemo(s, 2500) // room for two values of 1,000 bytes
+	decode := func(b []byte) (any, error) { return b[0], nil }
+	for _, i := range []int{0, 1, 2, 0} { // the second 0 was evicted by 2
+		if _, err := memo.Get(ctx, refs[i], "k", decode); err != nil {
+			t.Fatal(err)
+		}
+	}
+	st := memo.Stats()
+	if st.Fetches != 4 || st.Evictions != 2 || st.Bytes != 2000 || st.Entries != 2 {
+		t.Fatalf("stats %+v: want 4 fetches, 2 evictions, 2 entries of 2000 bytes", st)
+	}
+	if _, err := memo.Get(ctx, refs[0], "k", decode); err != nil {
+		t.Fatal(err)
+	}
+	if st := memo.Stats(); st.Fetches != 4 || st.Hits != 1 {
+		t.Fatalf("stats %+v: the last lookup should be a hit", st)
+	}
+	// The same bytes decoded as another kind are another entry.
+	if _, err := memo.Get(ctx, refs[0], "other", decode); err != nil {
+		t.Fatal(err)
+	}
+	if st := memo.Stats(); st.Fetches != 5 {
+		t.Fatalf("stats %+v: another kind should fetch", st)
+	}
+}

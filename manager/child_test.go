@@ -1,0 +1,158 @@
+package manager_test
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"os/signal"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/redmap/redmap"
+	"github.com/redmap/redmap/manager"
+	"github.com/redmap/redmap/worker"
+)
+
+// The test binary runs itself as a worker or manager process when
+// REDMAP_CHILD says so, so fault tests use real processes and real signals
+// with functions defined here.
+
+// lookup returns the byte of a large constant table at x.
+var lookup = redmap.FuncWith("lookup", func(_ context.Context, table []byte, x int) (byte, error) {
+	return table[x%len(table)], nil
+})
+
+// table returns a deterministic table of n bytes.
+func table(n int) []byte {
+	b := make([]byte, n)
+	for i := range b {
+		b[i] = byte(i*7 + i/251)
+	}
+	return b
+}
+
+// runChild runs the process as a child if REDMAP_CHILD is set, and exits.
+func runChild() {
+	role := os.Getenv("REDMAP_CHILD")
+	if role == "" {
+		return
+	}
+	rdb := redis.NewClient(&redis.Options{Addr: os.Getenv("REDMAP_ADDR")})
+	queue := os.Getenv("REDMAP_QUEUE")
+	var err error
+	switch role {
+	case "worker":
+		err = childWorker(rdb, queue)
+	case "manager":
+		err = childManager(rdb, queue)
+	default:
+		err = fmt.Errorf("unknown child role %q", role)
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "child:", err)
+		os.Exit(1)
+	}
+	os.Exit(0)
+}
+
+// childWorker serves lookup and square until SIGTERM, then prints its cache
+// counters as "stats <json>".
+func childWorker(rdb *redis.Client, queue string) error {
+	w, err := worker.New(rdb, worker.Options{Queue: queue, Concurrency: 4})
+	if err != nil {
+		return err
+	}
+	if err := w.Handle(lookup, square); err != nil {
+		return err
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM)
+	defer stop()
+	fmt.Println("worker", w.ID())
+	if err := w.Run(ctx); err != nil {
+		return err
+	}
+	st, _ := json.Marshal(w.CacheStats())
+	fmt.Println("stats", string(st))
+	return nil
+}
+
+// childManager submits a lookup batch over a constant of REDMAP_CONST_BYTES,
+// prints "submitted", and waits to be killed.
+func childManager(rdb *redis.Client, queue string) error {
+	n, _ := strconv.Atoi(os.Getenv("REDMAP_CONST_BYTES"))
+	m, err := manager.New(rdb, manager.Options{Queue: queue, KeyTTL: 3 * time.Second})
+	if err != nil {
+		return err
+	}
+	if _, err := manager.SubmitWith(context.Background(), m, lookup, table(n), []int{1, 2, 3}); err != nil {
+		return err
+	}
+	fmt.Println("submitted")
+	select {}
+}
+
+// child is a running child process.
+type child struct {
+	cmd    *exec.Cmd
+	lines  chan string // its stdout, line by line
+	exited chan error
+}
+
+func startChild(t *testing.T, role string, env ...string) *child {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), append(env, "REDMAP_CHILD="+role)...)
+	cmd.Stderr = os.Stderr
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	c := &child{cmd: cmd, lines: make(chan string, 16), exited: make(chan error, 1)}
+	go func() {
+		sc := bufio.NewScanner(out)
+		for sc.Scan() {
+			c.lines <- sc.Text()
+		}
+		close(c.lines)
+		io.Copy(io.Discard, out)
+		c.exited <- cmd.Wait()
+	}()
+	t.Cleanup(func() {
+		cmd.Process.Kill()
+		for range c.lines {
+		}
+	})
+	return c
+}
+
+// expect returns the next line of the child's output that starts with
+// prefix, without it.
+func (c *child) expect(t *testing.T, prefix string) string {
+	t.Helper()
+	timeout := time.After(time.Minute)
+	for {
+		select {
+		case line, ok := <-c.lines:
+			if !ok {
+				t.Fatalf("child exited before printing %q", prefix)
+			}
+			if rest, ok := strings.CutPrefix(line, prefix); ok {
+				return strings.TrimSpace(rest)
+			}
+		case <-timeout:
+			t.Fatalf("child printed no %q within a minute", prefix)
+		}
+	}
+}

@@ -1,0 +1,228 @@
+package manager_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"os"
+	"strconv"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/redmap/redmap"
+	"github.com/redmap/redmap/cache"
+	"github.com/redmap/redmap/internal/keys"
+	"github.com/redmap/redmap/manager"
+	"github.com/redmap/redmap/worker"
+)
+
+// objectKeys returns the object cache's keys under the default prefix whose
+// hash is h.
+func objectKeys(t *testing.T, b *bundle, h string) []string {
+	t.Helper()
+	ks, err := b.rdb.Keys(context.Background(), keys.Object("redmap", h)+"*").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ks
+}
+
+// Four worker processes run 1,000 tasks over one large constant: each fetches
+// and decodes it exactly once; the manager uploads it once; it is gone from
+// Redis when the batch ends. REDMAP_CONST_MB sets its size (default 50).
+func TestConstantFetchedOncePerWorkerProcess(t *testing.T) {
+	b := setup(t)
+	mb := 50
+	if s := os.Getenv("REDMAP_CONST_MB"); s != "" {
+		mb, _ = strconv.Atoi(s)
+	}
+	tab := table(mb << 20)
+	env := []string{"REDMAP_ADDR=" + b.srv.Addr(), "REDMAP_QUEUE=" + b.queue}
+	var workers []*child
+	var ids []string
+	for range 4 {
+		c := startChild(t, "worker", env...)
+		workers = append(workers, c)
+		ids = append(ids, c.expect(t, "worker "))
+	}
+	m := b.manager(t, manager.Options{})
+	waitLive(t, m, ids...)
+
+	xs := ints(1000)
+	start := time.Now()
+	ys, err := manager.MapWith(testCtx(t), m, lookup, tab, xs, manager.ChunkSize(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	elapsed := time.Since(start)
+	for i, y := range ys {
+		if y != tab[xs[i]%len(tab)] {
+			t.Fatalf("ys[%d] = %d, want %d", i, y, tab[i])
+		}
+	}
+	if n, bytes := m.ConstantUploads(); n != 1 || bytes < int64(len(tab)) {
+		t.Fatalf("uploads %d (%d bytes), want 1 of at least %d", n, bytes, len(tab))
+	}
+	ref := cache.Ref{Hash: cache.Sum(mustEncode(t, tab))}
+	if ks := objectKeys(t, b, ref.Hash); len(ks) != 0 {
+		t.Fatalf("the constant is still in Redis after its batch ended: %v", ks)
+	}
+
+	var lookups int64
+	for i, c := range workers {
+		c.cmd.Process.Signal(syscall.SIGTERM)
+		var st cache.Stats
+		if err := json.Unmarshal([]byte(c.expect(t, "stats ")), &st); err != nil {
+			t.Fatal(err)
+		}
+		if err := <-c.exited; err != nil {
+			t.Fatalf("worker %d exited with %v", i, err)
+		}
+		lookups += st.Hits + st.Misses
+		t.Logf("worker %d: %d tasks, %d fetch, %d bytes fetched, %d decode, %d hits, %d misses",
+			i, st.Hits+st.Misses, st.Fetches, st.BytesFetched, st.Decodes, st.Hits, st.Misses)
+		if st.Hits+st.Misses > 0 && (st.Fetches != 1 || st.Decodes != 1 || st.BytesFetched < int64(len(tab))) {
+			t.Errorf("worker %d: %+v; want exactly one fetch and one decode of the %d-byte constant", i, st, len(tab))
+		}
+	}
+	if lookups != int64(len(xs)) {
+		t.Fatalf("workers looked up the constant %d times, want once per task (%d)", lookups, len(xs))
+	}
+	t.Logf("%d tasks over a %d MiB constant on 4 worker processes in %v", len(xs), mb, elapsed)
+}
+
+func mustEncode(t *testing.T, v []byte) []byte {
+	t.Helper()
+	// The manager stores the MessagePack encoding of the constant: a bin header
+	// and the bytes.
+	var hdr []byte
+	switch n := len(v); {
+	case n < 1<<8:
+		hdr = []byte{0xc4, byte(n)}
+	case n < 1<<16:
+		hdr = []byte{0xc5, byte(n >> 8), byte(n)}
+	default:
+		hdr = []byte{0xc6, byte(n >> 24), byte(n >> 16), byte(n >> 8), byte(n)}
+	}
+	return append(hdr, v...)
+}
+
+// Two batches with one constant upload it once, and it is deleted only when
+// both have ended.
+func TestConstantSharedByTwoBatches(t *testing.T) {
+	b := setup(t)
+	release := make(chan struct{})
+	gated := redmap.FuncWith("gated", func(_ context.Context, tab []byte, x int) (byte, error) {
+		<-release
+		return tab[x], nil
+	})
+	b.worker(t, worker.Options{Concurrency: 4}, gated)
+	m1 := b.manager(t, manager.Options{})
+	m2 := b.manager(t, manager.Options{})
+	tab := table(1 << 20)
+	ctx := testCtx(t)
+
+	b1, err := manager.SubmitWith(ctx, m1, gated, tab, ints(10))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b2, err := manager.SubmitWith(ctx, m2, gated, tab, ints(10))
+	if err != nil {
+		t.Fatal(err)
+	}
+	n1, _ := m1.ConstantUploads()
+	n2, _ := m2.ConstantUploads()
+	if n1+n2 != 1 {
+		t.Fatalf("uploads: %d + %d, want 1 in all", n1, n2)
+	}
+	h := cache.Sum(mustEncode(t, tab))
+	if len(objectKeys(t, b, h)) == 0 {
+		t.Fatal("the constant is not in Redis")
+	}
+	close(release)
+	if _, err := b1.Wait(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b2.Wait(ctx); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "constant deleted after both batches", func() bool { return len(objectKeys(t, b, h)) == 0 })
+}
+
+// A manager killed with SIGKILL leaks nothing: its hold expires and the
+// constant is deleted.
+func TestKilledManagersConstantExpires(t *testing.T) {
+	b := setup(t)
+	const size = 3 << 20
+	c := startChild(t, "manager", "REDMAP_ADDR="+b.srv.Addr(), "REDMAP_QUEUE="+b.queue, "REDMAP_CONST_BYTES="+strconv.Itoa(size))
+	c.expect(t, "submitted")
+	h := cache.Sum(mustEncode(t, table(size)))
+	if len(objectKeys(t, b, h)) == 0 {
+		t.Fatal("the constant is not in Redis")
+	}
+	c.cmd.Process.Signal(syscall.SIGKILL)
+	<-c.exited
+	killed := time.Now()
+	eventually(t, "constant of a killed manager deleted", func() bool { return len(objectKeys(t, b, h)) == 0 })
+	t.Logf("constant deleted %v after SIGKILL (KeyTTL 3s)", time.Since(killed).Round(100*time.Millisecond))
+	// Its task set and result list expire too.
+	eventually(t, "task set of a killed manager expired", func() bool {
+		ks, _ := b.rdb.Keys(context.Background(), keys.Base("redmap", b.queue)+"m:*").Result()
+		return len(ks) == 0
+	})
+}
+
+// A constant tampered with in Redis fails its elements with
+// ErrConstantCorrupt; one gone from Redis with ErrConstantMissing; the worker
+// keeps serving.
+func TestConstantTamperedOrMissing(t *testing.T) {
+	b := setup(t)
+	m := b.manager(t, manager.Options{PartSize: 1000})
+	ctx := testCtx(t)
+
+	// Store the constant as the manager will, and tamper with its part 2
+	// (same length, other bytes) before any worker has fetched it.
+	tab := table(5000)
+	store := cache.NewStore(b.rdb, "redmap", 1000)
+	ref, _, err := store.Put(ctx, mustEncode(t, tab), "test", time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.rdb.Set(ctx, keys.ObjectPart("redmap", ref.Hash, 2), make([]byte, 1000), time.Minute)
+	b.worker(t, worker.Options{}, lookup, square)
+	_, err = manager.MapWith(ctx, m, lookup, tab, ints(4), manager.ChunkSize(2))
+	var be *redmap.BatchError
+	if !errors.As(err, &be) || len(be.Failed) != 4 || !errors.Is(err, redmap.ErrConstantCorrupt) {
+		t.Fatalf("tampered constant: got %v, want 4 elements failing with ErrConstantCorrupt", err)
+	}
+	if n, _ := m.ConstantUploads(); n != 0 {
+		t.Fatalf("the manager uploaded %d times a constant already stored", n)
+	}
+
+	// On a queue with no worker yet, submit, then delete the constant.
+	other := b.queue + ".other"
+	m2, err := manager.New(b.rdb, manager.Options{Queue: other})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m2.Close()
+	tab2 := table(3000)
+	batch, err := manager.SubmitWith(ctx, m2, lookup, tab2, ints(3))
+	if err != nil {
+		t.Fatal(err)
+	}
+	h2 := cache.Sum(mustEncode(t, tab2))
+	if n := b.rdb.Del(ctx, objectKeys(t, b, h2)...).Val(); n == 0 {
+		t.Fatal("the second constant was not stored")
+	}
+	(&bundle{srv: b.srv, rdb: b.rdb, queue: other}).worker(t, worker.Options{}, lookup)
+	_, err = batch.Wait(ctx)
+	if !errors.As(err, &be) || len(be.Failed) != 3 || !errors.Is(err, redmap.ErrConstantMissing) {
+		t.Fatalf("deleted constant: got %v, want 3 elements failing with ErrConstantMissing", err)
+	}
+
+	if ys, err := manager.Map(ctx, m, square, ints(3)); err != nil || ys[2] != 4 {
+		t.Fatalf("the worker no longer serves: %v, %v", ys, err)
+	}
+}
