@@ -37,7 +37,8 @@ type Memo struct {
 	lru   *simplelru.LRU[string, memoEntry]
 	bytes int64
 
-	flight                                             singleflight.Group
+	flight singleflight.Group
+
 	hits, misses, fetches, fetched, decodes, evictions atomic.Int64
 }
 
