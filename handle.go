@@ -51,20 +51,22 @@ func (h *Handle[In, Out]) Signature() string { return h.sig }
 // that cannot travel: an interface with methods, which MessagePack cannot
 // decode into (it has no way to know the concrete type).
 func (h *Handle[In, Out]) Validate() error {
-	switch {
-	case h == nil:
+	if h == nil {
 		return errors.New("redmap: nil handle")
-	case h.name == "":
-		return errors.New("redmap: handle has an empty name")
-	case h.fn == nil:
-		return fmt.Errorf("redmap: handle %q has a nil function", h.name)
 	}
-	return checkTypes(h.name, h.sig, reflect.TypeFor[In](), reflect.TypeFor[Out]())
+	return validate(h.name, h.sig, h.fn == nil, reflect.TypeFor[In](), reflect.TypeFor[Out]())
 }
 
-// checkTypes refuses types MessagePack cannot decode into: interfaces with
-// methods, since nothing on the wire says which concrete type to build.
-func checkTypes(name, sig string, types ...reflect.Type) error {
+// validate refuses an empty name, a nil function, and types MessagePack
+// cannot decode into: interfaces with methods, since nothing on the wire says
+// which concrete type to build.
+func validate(name, sig string, nilFn bool, types ...reflect.Type) error {
+	switch {
+	case name == "":
+		return errors.New("redmap: handle has an empty name")
+	case nilFn:
+		return fmt.Errorf("redmap: handle %q has a nil function", name)
+	}
 	for _, t := range types {
 		if t.Kind() == reflect.Interface && t.NumMethod() > 0 {
 			return fmt.Errorf("%w: %q has type %s: %v is an interface with methods, which cannot be decoded; use a concrete type",

@@ -37,15 +37,10 @@ func (h *HandleWith[C, In, Out]) Signature() string { return h.sig }
 // Validate reports an empty name, a nil function, or a type that cannot
 // travel (see Handle.Validate).
 func (h *HandleWith[C, In, Out]) Validate() error {
-	switch {
-	case h == nil:
+	if h == nil {
 		return errors.New("redmap: nil handle")
-	case h.name == "":
-		return errors.New("redmap: handle has an empty name")
-	case h.fn == nil:
-		return fmt.Errorf("redmap: handle %q has a nil function", h.name)
 	}
-	return checkTypes(h.name, h.sig, reflect.TypeFor[C](), reflect.TypeFor[In](), reflect.TypeFor[Out]())
+	return validate(h.name, h.sig, h.fn == nil, reflect.TypeFor[C](), reflect.TypeFor[In](), reflect.TypeFor[Out]())
 }
 
 // DecodeConstant decodes a batch's constant data as a C.

@@ -141,14 +141,19 @@ func (r *RDB) WaitBell(ctx context.Context, wid string, timeout time.Duration) (
 // Ring wakes worker wid if it is blocked in WaitBell, as a worker does to
 // itself when it stops.
 func (r *RDB) Ring(ctx context.Context, wid string) error {
-	bell := keys.Bell(r.prefix, r.queue, wid)
+	return r.push(ctx, "ring", keys.Bell(r.prefix, r.queue, wid), "1")
+}
+
+// push appends v to list key and gives the list a minute to live, so a
+// wake-up nobody pops leaks nothing.
+func (r *RDB) push(ctx context.Context, what, key, v string) error {
 	_, err := r.c.TxPipelined(ctx, func(p redis.Pipeliner) error {
-		p.RPush(ctx, bell, "1")
-		p.PExpire(ctx, bell, time.Minute)
+		p.RPush(ctx, key, v)
+		p.PExpire(ctx, key, time.Minute)
 		return nil
 	})
 	if err != nil {
-		return fmt.Errorf("ring: %w", err)
+		return fmt.Errorf("%s: %w", what, err)
 	}
 	return nil
 }
@@ -253,16 +258,7 @@ func (r *RDB) Collect(ctx context.Context, mid string, timeout time.Duration, ma
 // WakeCollector makes manager mid's blocked Collect return at once, by pushing
 // an empty entry, which Collect's caller skips.
 func (r *RDB) WakeCollector(ctx context.Context, mid string) error {
-	key := keys.Results(r.prefix, r.queue, mid)
-	_, err := r.c.TxPipelined(ctx, func(p redis.Pipeliner) error {
-		p.RPush(ctx, key, "")
-		p.PExpire(ctx, key, time.Minute)
-		return nil
-	})
-	if err != nil {
-		return fmt.Errorf("wake: %w", err)
-	}
-	return nil
+	return r.push(ctx, "wake", keys.Results(r.prefix, r.queue, mid), "")
 }
 
 // Renew extends the TTL of manager mid's task set and result list.

@@ -1,0 +1,100 @@
+package redmap_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+
+	"github.com/redmap/redmap"
+	"github.com/redmap/redmap/codec"
+)
+
+func TestSignatures(t *testing.T) {
+	type doc struct{ ID int }
+	cases := []struct {
+		h    redmap.Handler
+		want string
+	}{
+		{redmap.Func("a", func(context.Context, int) (string, error) { return "", nil }), "func(int) string"},
+		{redmap.Func("b", func(context.Context, []doc) (map[string]float64, error) { return nil, nil }),
+			"func([]redmap_test.doc) map[string]float64"},
+		{redmap.FuncWith("c", func(context.Context, *doc, int) (bool, error) { return false, nil }),
+			"func(*redmap_test.doc, int) bool"},
+	}
+	for _, c := range cases {
+		if got := c.h.Signature(); got != c.want {
+			t.Errorf("%s: signature %q, want %q", c.h.Name(), got, c.want)
+		}
+	}
+}
+
+// Run fails each bad element alone: an error, a panic, and an input that does
+// not decode (which takes the rest of its frame with it).
+func TestRunFailsElementsAlone(t *testing.T) {
+	h := redmap.Func("f", func(_ context.Context, x int) (int, error) {
+		switch x {
+		case 2:
+			return 0, errors.New("two")
+		case 3:
+			panic("three")
+		}
+		return x * 10, nil
+	})
+	// 1, 2, 3, 4, then a string where an int belongs, then 6.
+	frame := []byte{0x96, 0x01, 0x02, 0x03, 0x04, 0xa1, 'x', 0x06}
+	values, fails := h.Run(context.Background(), nil, 6, frame)
+	out := make([]int, 6)
+	if err := codec.DecodeElements(values, out); err != nil {
+		t.Fatal(err)
+	}
+	if fmt.Sprint(out) != "[10 0 0 40 0 0]" {
+		t.Fatalf("outputs %v", out)
+	}
+	want := []struct {
+		index int
+		kind  codec.Kind
+	}{{1, codec.KindError}, {2, codec.KindPanic}, {4, codec.KindDecode}, {5, codec.KindDecode}}
+	if len(fails) != len(want) {
+		t.Fatalf("fails %+v", fails)
+	}
+	for i, w := range want {
+		if fails[i].Index != w.index || fails[i].Kind != w.kind {
+			t.Errorf("fail %d: %+v, want index %d kind %d", i, fails[i], w.index, w.kind)
+		}
+	}
+	if fails[1].Stack == "" || fails[1].Msg != "three" {
+		t.Errorf("panic without its message or stack: %+v", fails[1])
+	}
+}
+
+func TestHandleWithWrongConstantType(t *testing.T) {
+	h := redmap.FuncWith("g", func(_ context.Context, c string, x int) (int, error) { return len(c) + x, nil })
+	frame, _ := codec.EncodeElements([]int{1, 2}, 0)
+	_, fails := h.Run(context.Background(), 42, 2, frame)
+	if len(fails) != 2 || fails[0].Kind != codec.KindTypeMismatch {
+		t.Fatalf("fails %+v, want both elements failing with a type mismatch", fails)
+	}
+	c, err := h.DecodeConstant([]byte{0xa2, 'h', 'i'})
+	if err != nil || c != "hi" {
+		t.Fatalf("decode constant: %v, %v", c, err)
+	}
+	values, fails := h.Run(context.Background(), c, 2, frame)
+	out := make([]int, 2)
+	if err := codec.DecodeElements(values, out); err != nil || len(fails) != 0 || out[1] != 4 {
+		t.Fatalf("run: %v %v %+v", out, err, fails)
+	}
+}
+
+func TestTaskID(t *testing.T) {
+	mid := redmap.NewID()
+	if len(mid) != 32 {
+		t.Fatalf("id %q is not 128 bits in hex", mid)
+	}
+	if got := redmap.TaskManager(redmap.TaskID(mid, 12345)); got != mid {
+		t.Fatalf("TaskManager = %q, want %q", got, mid)
+	}
+	if redmap.NewID() == mid {
+		t.Fatal("two ids alike")
+	}
+}
