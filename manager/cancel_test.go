@@ -3,7 +3,6 @@ package manager_test
 import (
 	"context"
 	"errors"
-	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -47,7 +46,7 @@ func TestCancelSkipsQueuedTasks(t *testing.T) {
 
 	bg := context.Background()
 	tasks := keys.Tasks("redmap", b.queue, m.ID())
-	eventually(t, "task set removed", func() bool { return b.rdb.Exists(bg, tasks).Val() == 0 })
+	eventually(t, "tasks withdrawn", func() bool { return b.rdb.HLen(bg, tasks).Val() == 1 }) // the marker
 	close(release)
 
 	public := keys.Public("redmap", b.queue)
@@ -58,15 +57,21 @@ func TestCancelSkipsQueuedTasks(t *testing.T) {
 	if n := runs.Load(); n != 1 {
 		t.Fatalf("the function ran %d times, want 1: cancelled tasks must be skipped", n)
 	}
-	// No payload, task set or result list of the manager is left.
-	left, err := b.rdb.Keys(bg, keys.Base("redmap", b.queue)+"*").Result()
-	if err != nil {
+	// No task or result of the batch is left: the task set holds just the
+	// manager's marker, and the running task's result was discarded.
+	if got := b.rdb.HKeys(bg, tasks).Val(); len(got) != 1 || got[0] != "_" {
+		t.Errorf("task set holds %v after cancel", got)
+	}
+	if n := b.rdb.LLen(bg, keys.Results("redmap", b.queue, m.ID())).Val(); n != 0 {
+		t.Errorf("result list holds %d entries after cancel", n)
+	}
+	// Close removes the rest.
+	if err := m.Close(); err != nil {
 		t.Fatal(err)
 	}
-	for _, k := range left {
-		if strings.Contains(k, ":t:") || strings.Contains(k, ":m:") {
-			t.Errorf("key %q left after cancel", k)
-		}
+	left, err := b.rdb.Keys(bg, keys.Base("redmap", b.queue)+"m:*").Result()
+	if err != nil || len(left) != 0 {
+		t.Errorf("manager keys left after Close: %v, %v", left, err)
 	}
 }
 
@@ -89,7 +94,7 @@ func TestBatchCancel(t *testing.T) {
 		t.Fatalf("Results after Cancel yielded %d, want 0", n)
 	}
 	tasks := keys.Tasks("redmap", b.queue, m.ID())
-	eventually(t, "task set removed", func() bool { return b.rdb.Exists(context.Background(), tasks).Val() == 0 })
+	eventually(t, "tasks withdrawn", func() bool { return b.rdb.HLen(context.Background(), tasks).Val() == 1 })
 }
 
 func TestCloseEndsBatches(t *testing.T) {
@@ -113,8 +118,8 @@ func TestCloseEndsBatches(t *testing.T) {
 	if _, err := manager.Map(testCtx(t), m, square, ints(1)); !errors.Is(err, redmap.ErrClosed) {
 		t.Fatalf("Map after Close: got %v, want ErrClosed", err)
 	}
-	n, err := b.rdb.Exists(context.Background(), keys.Tasks("redmap", b.queue, m.ID()), keys.Results("redmap", b.queue, m.ID())).Result()
-	if err != nil || n != 0 {
-		t.Fatalf("manager keys after Close: %d, %v", n, err)
+	left, err := b.rdb.Keys(context.Background(), keys.Base("redmap", b.queue)+"m:*").Result()
+	if err != nil || len(left) != 0 {
+		t.Fatalf("manager keys after Close: %v, %v", left, err)
 	}
 }

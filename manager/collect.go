@@ -9,28 +9,34 @@ import (
 	"github.com/redmap/redmap/codec"
 )
 
-// collect pops the manager's result list until ctx ends, hands each result to
-// the batch waiting for it, renews the manager's keys, and fails what is
-// outstanding if Redis stays unreachable for longer than RedisTimeout.
+// collect reads the manager's result list until ctx ends and hands each
+// result to the batch waiting for it; between reads it keeps the manager's
+// keys alive and reconciles (see reconcile). If Redis stays unreachable for
+// longer than RedisTimeout, what is outstanding fails with ErrUnavailable.
 func (m *Manager) collect(ctx context.Context) {
 	defer close(m.stopped)
-	renewEvery := m.opts.KeyTTL / 3
-	renewAt := time.Now().Add(renewEvery)
-	var downSince time.Time
-	delay := time.Duration(0)
+	var (
+		trim      int // entries read last time, to trim off with the next read
+		downSince time.Time
+		delay     time.Duration
+		tickAt    = time.Now().Add(m.opts.Poll)
+	)
 	for ctx.Err() == nil {
-		entries, err := m.rdb.Collect(ctx, m.id, m.opts.Poll, collectMax)
-		for _, e := range entries {
-			m.dispatch(e)
+		entries, err := m.rdb.ReadResults(ctx, m.id, trim, collectMax)
+		if err == nil && len(entries) == 0 {
+			err = m.rdb.WaitResults(ctx, m.id, m.opts.Poll)
 		}
 		if err != nil {
 			if ctx.Err() != nil {
 				return
 			}
+			// The trim may or may not have been applied: read from the
+			// start again; entries seen twice are dropped as duplicates.
+			trim = 0
 			if downSince.IsZero() {
 				downSince = time.Now()
 			}
-			m.log.Warn("collecting results failed", "err", err, "for", time.Since(downSince))
+			m.log.Warn("reading results failed", "err", err, "for", time.Since(downSince))
 			if time.Since(downSince) >= m.opts.RedisTimeout {
 				m.failAll(fmt.Errorf("%w: %v", redmap.ErrUnavailable, err))
 				downSince = time.Now()
@@ -44,22 +50,32 @@ func (m *Manager) collect(ctx context.Context) {
 			continue
 		}
 		downSince, delay = time.Time{}, 0
-		if time.Now().After(renewAt) {
-			if err := m.rdb.Renew(ctx, m.id, m.opts.KeyTTL); err != nil {
-				m.log.Warn("renewing keys failed", "err", err)
-			}
-			m.renewHolds(ctx)
-			renewAt = time.Now().Add(renewEvery)
+		for _, e := range entries {
+			m.dispatch(e)
 		}
+		trim = len(entries)
+		if now := time.Now(); now.After(tickAt) {
+			m.reconcile(ctx)
+			tickAt = now.Add(m.opts.Poll)
+		}
+	}
+}
+
+// reconcile runs once per Poll while the collector is healthy: it renews the
+// manager's keys and its batches' holds every KeyTTL/3.
+func (m *Manager) reconcile(ctx context.Context) {
+	if time.Now().After(m.renewAt) {
+		if err := m.rdb.Renew(ctx, m.id, m.opts.KeyTTL); err != nil {
+			m.log.Warn("renewing keys failed", "err", err)
+		}
+		m.renewHolds(ctx)
+		m.renewAt = time.Now().Add(m.opts.KeyTTL / 3)
 	}
 }
 
 // dispatch hands one encoded result to its batch, or drops it if its task is
 // not pending: a stale or duplicate result is never returned.
 func (m *Manager) dispatch(entry string) {
-	if entry == "" {
-		return // pushed by Close to wake the collector
-	}
 	r, err := codec.DecodeResult([]byte(entry), m.opts.MaxFrame)
 	if r == nil {
 		m.dropped.Add(1)

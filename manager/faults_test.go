@@ -37,8 +37,9 @@ func TestUndecodablePayload(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	b.rdb.Set(ctx, keys.Payload("redmap", b.queue, ids[3]), "garbage", 0)
-	b.rdb.Set(ctx, keys.Payload("redmap", b.queue, ids[6]), badInput, 0)
+	tasks := keys.Tasks("redmap", b.queue, m.ID())
+	b.rdb.HSet(ctx, tasks, ids[3], "garbage")
+	b.rdb.HSet(ctx, tasks, ids[6], badInput)
 
 	b.worker(t, worker.Options{Concurrency: 2}, square)
 	ys, err := batch.Wait(ctx)

@@ -21,7 +21,7 @@ import (
 	"github.com/redmap/redmap/internal/rdb"
 )
 
-// collectMax caps the results taken from Redis per wake of the collector.
+// collectMax caps the results read from Redis in one round trip.
 const collectMax = 1024
 
 // Manager submits batches to one queue and collects their results. It has a
@@ -44,6 +44,7 @@ type Manager struct {
 
 	stop    context.CancelFunc
 	stopped chan struct{} // closed when the collector has returned
+	renewAt time.Time     // owned by the collector
 	dropped atomic.Int64  // results discarded as stale, duplicate or unreadable
 }
 

@@ -228,10 +228,6 @@ func (w *Worker) heartbeat(ctx context.Context, log *slog.Logger) {
 	}
 }
 
-// resultTTL is the TTL a finish gives a manager's result list when its task
-// set has none left to copy; the manager renews it while it lives.
-const resultTTL = time.Minute
-
 // maxFinish caps the results reported in one Finish call.
 const maxFinish = 1000
 
@@ -263,7 +259,7 @@ func (w *Worker) finisher(ctx context.Context, done <-chan rdb.Done, log *slog.L
 func (w *Worker) report(ctx context.Context, batch []rdb.Done, log *slog.Logger) {
 	var backoff backoff
 	for attempt := 1; ; attempt++ {
-		_, err := w.rdb.Finish(ctx, w.opts.ID, batch, resultTTL)
+		_, err := w.rdb.Finish(ctx, w.opts.ID, batch)
 		if err == nil {
 			return
 		}

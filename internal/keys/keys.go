@@ -37,23 +37,32 @@ func Idle(prefix, queue string) string { return Base(prefix, queue) + "idle" }
 func Private(prefix, queue, wid string) string { return Base(prefix, queue) + "w:" + wid + ":private" }
 
 // Held is the set of task ids worker wid has taken and not finished: the
-// worker–task map (SET of task id).
+// worker–task map (SET of task id; "!<task id>" for a task of its private
+// list, which must not go to another worker if it dies).
 func Held(prefix, queue, wid string) string { return Base(prefix, queue) + "w:" + wid + ":held" }
 
 // Bell is the list an idle worker wid blocks on; a submit pushes a token to wake
 // it (LIST of tokens).
 func Bell(prefix, queue, wid string) string { return Base(prefix, queue) + "w:" + wid + ":bell" }
 
-// Tasks is the task set of manager mid: its outstanding task ids and their
-// attempt numbers (HASH task id → attempt).
+// Tasks is the task set of manager mid: its outstanding tasks and their
+// envelopes (HASH task id → codec.Task frame), plus the field "_" that the
+// manager keeps while it lives. Payloads live and expire with the set, and a
+// set without "_" means Redis lost the manager's data.
 func Tasks(prefix, queue, mid string) string { return Base(prefix, queue) + "m:" + mid + ":tasks" }
 
-// Results is the list of encoded results for manager mid, popped by that
-// manager (LIST of codec.Result frames).
+// Attempts counts the lost attempts of manager mid's tasks: how often each
+// was re-queued after its worker died (HASH task id → count; absent means 0).
+func Attempts(prefix, queue, mid string) string { return Base(prefix, queue) + "m:" + mid + ":attempts" }
+
+// Results is the list of encoded results for manager mid, read and then
+// trimmed by that manager (LIST of codec.Result frames, and "lost ..." lines
+// for private tasks whose worker died).
 func Results(prefix, queue, mid string) string { return Base(prefix, queue) + "m:" + mid + ":results" }
 
-// Payload is the envelope of task tid (STRING, a codec.Task frame).
-func Payload(prefix, queue, tid string) string { return Base(prefix, queue) + "t:" + tid }
+// ManagerBell is the list manager mid blocks on while its result list is
+// empty; a finish pushes a token when it delivers (LIST of tokens).
+func ManagerBell(prefix, queue, mid string) string { return Base(prefix, queue) + "m:" + mid + ":bell" }
 
 // Object is the metadata of a cached object with BLAKE3 hash h, hex-encoded
 // (HASH size → bytes, parts → number of parts). It exists only once every part

@@ -66,13 +66,13 @@ type Task struct {
 // Submit stores tasks of manager mid and queues them on the public list, or
 // on worker wid's private list if wid is not empty, then wakes idle workers.
 // It costs one script call per group of up to 1,000 tasks or 8 MiB. The
-// manager's task set and result list get the given TTL.
+// manager's task set gets the given TTL.
 func (r *RDB) Submit(ctx context.Context, mid, wid string, tasks []Task, ttl time.Duration) error {
 	list := keys.Public(r.prefix, r.queue)
 	if wid != "" {
 		list = keys.Private(r.prefix, r.queue, wid)
 	}
-	ks := []string{keys.Tasks(r.prefix, r.queue, mid), list, keys.Idle(r.prefix, r.queue), keys.Results(r.prefix, r.queue, mid)}
+	ks := []string{keys.Tasks(r.prefix, r.queue, mid), list, keys.Idle(r.prefix, r.queue)}
 	for len(tasks) > 0 {
 		n, size := 0, 0
 		for n < len(tasks) && n < maxGroup && (n == 0 || size+len(tasks[n].Payload) <= maxGroupBytes) {
@@ -167,8 +167,8 @@ type Done struct {
 // Finish delivers the results of worker wid's finished tasks whose managers
 // still want them and drops the rest, releasing the worker's hold on all of
 // them; one script call per group of up to 1,000 results or 8 MiB. It returns
-// how many were delivered. A result list gets the given TTL.
-func (r *RDB) Finish(ctx context.Context, wid string, done []Done, ttl time.Duration) (int, error) {
+// how many were delivered. Finishing a task twice delivers it once.
+func (r *RDB) Finish(ctx context.Context, wid string, done []Done) (int, error) {
 	ks := []string{keys.Held(r.prefix, r.queue, wid)}
 	delivered := 0
 	for len(done) > 0 {
@@ -177,8 +177,8 @@ func (r *RDB) Finish(ctx context.Context, wid string, done []Done, ttl time.Dura
 			size += len(done[n].Result)
 			n++
 		}
-		args := make([]any, 0, 2+2*n)
-		args = append(args, r.base, ttl.Milliseconds())
+		args := make([]any, 0, 1+2*n)
+		args = append(args, r.base)
 		for _, d := range done[:n] {
 			args = append(args, d.ID, d.Result)
 		}
@@ -227,44 +227,63 @@ func (r *RDB) LiveWorkers(ctx context.Context) ([]string, error) {
 	return ids, nil
 }
 
-// Collect waits up to timeout for results of manager mid, then takes up to max
-// of them: one BLPOP, and one LPOP if more are waiting. It returns nil when
-// the timeout passes with no result. The timeout must be positive: a dead
-// connection must not block the manager forever.
-func (r *RDB) Collect(ctx context.Context, mid string, timeout time.Duration, max int) ([]string, error) {
-	if timeout <= 0 {
-		return nil, errors.New("collect: timeout must be positive")
-	}
+// ReadResults trims the first trim entries off manager mid's result list (the
+// ones read last time and handled since) and returns up to max of those after
+// them, in one round trip. Reading does not consume: if the reply is lost on
+// the way, the next read returns the same entries, and the manager discards
+// the ones it has seen.
+func (r *RDB) ReadResults(ctx context.Context, mid string, trim, max int) ([]string, error) {
 	key := keys.Results(r.prefix, r.queue, mid)
-	kv, err := r.c.BLPop(ctx, timeout, key).Result()
-	if errors.Is(err, redis.Nil) {
-		return nil, nil
-	}
-	if err != nil {
-		return nil, fmt.Errorf("collect: %w", err)
-	}
-	out := []string{kv[1]}
-	if max > 1 {
-		more, err := r.c.LPopCount(ctx, key, max-1).Result()
-		if err != nil && !errors.Is(err, redis.Nil) {
-			// The first result is already popped: hand it over rather than lose it.
-			return out, fmt.Errorf("collect: %w", err)
+	var read *redis.StringSliceCmd
+	_, err := r.c.Pipelined(ctx, func(p redis.Pipeliner) error {
+		if trim > 0 {
+			p.LTrim(ctx, key, int64(trim), -1)
 		}
-		out = append(out, more...)
+		read = p.LRange(ctx, key, 0, int64(max-1))
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("read results: %w", err)
 	}
-	return out, nil
+	return read.Val(), nil
 }
 
-// WakeCollector makes manager mid's blocked Collect return at once, by pushing
-// an empty entry, which Collect's caller skips.
+// WaitResults blocks until a finish rings manager mid's bell or timeout
+// passes. The timeout must be positive: a dead connection must not block the
+// manager forever.
+func (r *RDB) WaitResults(ctx context.Context, mid string, timeout time.Duration) error {
+	if timeout <= 0 {
+		return errors.New("wait results: timeout must be positive")
+	}
+	err := r.c.BLPop(ctx, timeout, keys.ManagerBell(r.prefix, r.queue, mid)).Err()
+	if err != nil && !errors.Is(err, redis.Nil) {
+		return fmt.Errorf("wait results: %w", err)
+	}
+	return nil
+}
+
+// WakeCollector makes manager mid's blocked WaitResults return at once.
 func (r *RDB) WakeCollector(ctx context.Context, mid string) error {
-	return r.push(ctx, "wake", keys.Results(r.prefix, r.queue, mid), "")
+	return r.push(ctx, "wake", keys.ManagerBell(r.prefix, r.queue, mid), "1")
 }
 
-// Renew extends the TTL of manager mid's task set and result list.
+// DataLost reports whether manager mid's task set has lost its marker: Redis
+// lost the manager's data (a restart without persistence, FLUSHALL), or its
+// keys expired.
+func (r *RDB) DataLost(ctx context.Context, mid string) (bool, error) {
+	ok, err := r.c.HExists(ctx, keys.Tasks(r.prefix, r.queue, mid), "_").Result()
+	if err != nil {
+		return false, fmt.Errorf("check data: %w", err)
+	}
+	return !ok, nil
+}
+
+// Renew extends the TTL of manager mid's task set, attempt counts and result
+// list.
 func (r *RDB) Renew(ctx context.Context, mid string, ttl time.Duration) error {
 	_, err := r.c.Pipelined(ctx, func(p redis.Pipeliner) error {
 		p.PExpire(ctx, keys.Tasks(r.prefix, r.queue, mid), ttl)
+		p.PExpire(ctx, keys.Attempts(r.prefix, r.queue, mid), ttl)
 		p.PExpire(ctx, keys.Results(r.prefix, r.queue, mid), ttl)
 		return nil
 	})
@@ -274,21 +293,16 @@ func (r *RDB) Renew(ctx context.Context, mid string, ttl time.Duration) error {
 	return nil
 }
 
-// Cancel withdraws tasks of manager mid: removes them from its task set and
-// deletes their payloads. Their ids may stay queued; a worker that pops one
-// drops it (see Take), and a result of one already running is discarded (see
-// Finish).
+// Cancel withdraws tasks of manager mid: removes them and their payloads from
+// its task set. Their ids may stay queued; a worker that pops one drops it (see
+// Take), and a result of one already running is discarded (see Finish).
 func (r *RDB) Cancel(ctx context.Context, mid string, tids []string) error {
-	tasks := keys.Tasks(r.prefix, r.queue, mid)
+	tasks, attempts := keys.Tasks(r.prefix, r.queue, mid), keys.Attempts(r.prefix, r.queue, mid)
 	for len(tids) > 0 {
 		n := min(len(tids), maxGroup)
-		payloads := make([]string, n)
-		for i, tid := range tids[:n] {
-			payloads[i] = keys.Payload(r.prefix, r.queue, tid)
-		}
 		_, err := r.c.TxPipelined(ctx, func(p redis.Pipeliner) error {
 			p.HDel(ctx, tasks, tids[:n]...)
-			p.Del(ctx, payloads...)
+			p.HDel(ctx, attempts, tids[:n]...)
 			return nil
 		})
 		if err != nil {
@@ -299,9 +313,10 @@ func (r *RDB) Cancel(ctx context.Context, mid string, tids []string) error {
 	return nil
 }
 
-// Drop deletes manager mid's task set and result list.
+// Drop deletes every key of manager mid.
 func (r *RDB) Drop(ctx context.Context, mid string) error {
-	err := r.c.Del(ctx, keys.Tasks(r.prefix, r.queue, mid), keys.Results(r.prefix, r.queue, mid)).Err()
+	err := r.c.Del(ctx, keys.Tasks(r.prefix, r.queue, mid), keys.Attempts(r.prefix, r.queue, mid),
+		keys.Results(r.prefix, r.queue, mid), keys.ManagerBell(r.prefix, r.queue, mid)).Err()
 	if err != nil {
 		return fmt.Errorf("drop: %w", err)
 	}

@@ -51,39 +51,66 @@ func TestScriptsUseKeysLayout(t *testing.T) {
 	f := setup(t)
 	ctx := context.Background()
 	ids := f.submit(t, "", 2)
-	want := []string{
-		keys.Tasks("rm", f.queue, f.mid), keys.Results("rm", f.queue, f.mid),
-		keys.Payload("rm", f.queue, ids[0]), keys.Payload("rm", f.queue, ids[1]),
-		keys.Public("rm", f.queue),
+	tasks := keys.Tasks("rm", f.queue, f.mid)
+	if got := f.c.HKeys(ctx, tasks).Val(); !slices.Contains(got, ids[0]) || !slices.Contains(got, ids[1]) || !slices.Contains(got, "_") {
+		t.Errorf("task set %s holds %v, want both ids and the marker", tasks, got)
 	}
-	for _, k := range want {
-		if n := f.c.Exists(ctx, k).Val(); n != 1 && k != keys.Results("rm", f.queue, f.mid) {
-			t.Errorf("after submit, %s is missing", k)
-		}
+	if got := f.c.LRange(ctx, keys.Public("rm", f.queue), 0, -1).Val(); !slices.Equal(got, ids) {
+		t.Errorf("public list holds %v, want %v", got, ids)
 	}
 	taken, err := f.r.Take(ctx, "w1", 1)
-	if err != nil || len(taken) != 1 {
+	if err != nil || len(taken) != 1 || string(taken[0].Payload) != "payload 0" {
 		t.Fatalf("take: %v, %v", taken, err)
 	}
 	if !f.c.SIsMember(ctx, keys.Held("rm", f.queue, "w1"), ids[0]).Val() {
 		t.Errorf("take did not record %s in %s", ids[0], keys.Held("rm", f.queue, "w1"))
 	}
-	if _, err := f.r.Finish(ctx, "w1", []Done{{ID: ids[0], Result: []byte("r0")}}, time.Minute); err != nil {
+	if _, err := f.r.Finish(ctx, "w1", []Done{{ID: ids[0], Result: []byte("r0")}}); err != nil {
 		t.Fatal(err)
 	}
-	if got := f.c.LRange(ctx, keys.Results("rm", f.queue, f.mid), 0, -1).Val(); !slices.Equal(got, []string{"r0"}) {
-		t.Errorf("result list %s holds %q, want [r0]", keys.Results("rm", f.queue, f.mid), got)
+	if got, err := f.r.ReadResults(ctx, f.mid, 0, 10); err != nil || !slices.Equal(got, []string{"r0"}) {
+		t.Errorf("results %q (%v), want [r0]", got, err)
 	}
-	if f.c.Exists(ctx, keys.Payload("rm", f.queue, ids[0])).Val() != 0 {
-		t.Error("finish left the payload")
+	if f.c.HExists(ctx, tasks, ids[0]).Val() {
+		t.Error("finish left the task in the task set")
+	}
+	if f.c.LLen(ctx, keys.ManagerBell("rm", f.queue, f.mid)).Val() != 1 {
+		t.Error("finish did not ring the manager's bell")
 	}
 	// Every key the scripts created is one package keys names.
 	all := f.c.Keys(ctx, keys.Base("rm", f.queue)+"*").Val()
-	named := append(want, keys.Idle("rm", f.queue), keys.Held("rm", f.queue, "w1"), keys.Bell("rm", f.queue, "w1"))
+	named := []string{tasks, keys.Results("rm", f.queue, f.mid), keys.ManagerBell("rm", f.queue, f.mid),
+		keys.Public("rm", f.queue), keys.Idle("rm", f.queue), keys.Held("rm", f.queue, "w1"), keys.Bell("rm", f.queue, "w1")}
 	for _, k := range all {
 		if !slices.Contains(named, k) {
 			t.Errorf("scripts created %s, which package keys does not name", k)
 		}
+	}
+}
+
+// Reading results does not consume them; the next read trims what was read.
+func TestReadResultsTrims(t *testing.T) {
+	f := setup(t)
+	ctx := context.Background()
+	ids := f.submit(t, "", 3)
+	if _, err := f.r.Take(ctx, "w", 3); err != nil {
+		t.Fatal(err)
+	}
+	var done []Done
+	for i, id := range ids {
+		done = append(done, Done{ID: id, Result: []byte(fmt.Sprint("r", i))})
+	}
+	if n, err := f.r.Finish(ctx, "w", done); err != nil || n != 3 {
+		t.Fatalf("finish: %d, %v", n, err)
+	}
+	first, _ := f.r.ReadResults(ctx, f.mid, 0, 2)
+	again, _ := f.r.ReadResults(ctx, f.mid, 0, 2)
+	if !slices.Equal(first, []string{"r0", "r1"}) || !slices.Equal(again, first) {
+		t.Fatalf("reads %q then %q, want [r0 r1] twice", first, again)
+	}
+	rest, _ := f.r.ReadResults(ctx, f.mid, 2, 2)
+	if !slices.Equal(rest, []string{"r2"}) {
+		t.Fatalf("after trimming 2: %q, want [r2]", rest)
 	}
 }
 
@@ -124,12 +151,12 @@ func TestFinishDeliversOnce(t *testing.T) {
 		t.Fatal(err)
 	}
 	for i, want := range []int{1, 0} {
-		n, err := f.r.Finish(ctx, "w1", []Done{{ID: ids[0], Result: []byte(fmt.Sprint("r", i))}}, time.Minute)
+		n, err := f.r.Finish(ctx, "w1", []Done{{ID: ids[0], Result: []byte(fmt.Sprint("r", i))}})
 		if err != nil || n != want {
 			t.Fatalf("finish #%d delivered %d (%v), want %d", i+1, n, err, want)
 		}
 	}
-	if got := f.c.LRange(ctx, keys.Results("rm", f.queue, f.mid), 0, -1).Val(); !slices.Equal(got, []string{"r0"}) {
+	if got, _ := f.r.ReadResults(ctx, f.mid, 0, 10); !slices.Equal(got, []string{"r0"}) {
 		t.Fatalf("results %q, want just the first", got)
 	}
 	if f.c.SCard(ctx, keys.Held("rm", f.queue, "w1")).Val() != 0 {

@@ -2,8 +2,8 @@
 -- then the public list, and record each in the worker's held set in the same
 -- atomic step as the pop: a worker killed at any instant loses no task.
 -- A task its manager no longer wants (not in the manager's task set: cancelled,
--- finished, or the manager's keys expired) is dropped with its payload and
--- never returned, so it is never run.
+-- finished, or the manager's keys expired) is dropped and never returned, so
+-- it is never run.
 -- If nothing is taken, the worker joins the idle set (and its stale bell tokens
 -- are cleared) in this same step, so no submit can slip unseen between "found
 -- nothing" and "waiting for the bell".
@@ -14,28 +14,26 @@
 local base, n, wid = ARGV[1], tonumber(ARGV[2]), ARGV[3]
 local out = {}
 local taken = 0
-local function take(list)
+local function take(list, mark)
   while taken < n do
     local ids = redis.call('LPOP', list, n - taken)
     if not ids then return end
     for _, tid in ipairs(ids) do
       local mid = string.match(tid, '^([^-]+)-')
-      local attempt = mid and redis.call('HGET', base .. 'm:' .. mid .. ':tasks', tid)
-      local payload = attempt and redis.call('GET', base .. 't:' .. tid)
+      local m = mid and base .. 'm:' .. mid
+      local payload = m and redis.call('HGET', m .. ':tasks', tid)
       if payload then
-        redis.call('SADD', KEYS[3], tid)
+        redis.call('SADD', KEYS[3], mark .. tid)
         out[#out + 1] = tid
-        out[#out + 1] = attempt
+        out[#out + 1] = redis.call('HGET', m .. ':attempts', tid) or '0'
         out[#out + 1] = payload
         taken = taken + 1
-      else
-        redis.call('DEL', base .. 't:' .. tid)
       end
     end
   end
 end
-take(KEYS[1])
-take(KEYS[2])
+take(KEYS[1], '!')
+take(KEYS[2], '')
 if taken == 0 then
   redis.call('DEL', KEYS[5])
   redis.call('SADD', KEYS[4], wid)
