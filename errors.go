@@ -37,6 +37,13 @@ var (
 	// ErrConstantCorrupt: the constant data fetched from Redis does not match
 	// its BLAKE3 hash.
 	ErrConstantCorrupt = errors.New("redmap: constant data does not match its hash")
+	// ErrLost: the task was lost (its workers died or stalled past their lease)
+	// more often than the batch's attempt budget allows, or it was sent to the
+	// private queue of a worker that died.
+	ErrLost = errors.New("redmap: task lost")
+	// ErrTimeout: the function ran past the batch's per-task timeout on every
+	// attempt.
+	ErrTimeout = errors.New("redmap: task timed out")
 	// ErrNoWorker: a batch was sent to the private queue of a worker that is
 	// not live.
 	ErrNoWorker = errors.New("redmap: no such live worker")
@@ -126,6 +133,10 @@ func FailureCause(f codec.Failure) error {
 		sentinel = ErrConstantMissing
 	case codec.KindConstCorrupt:
 		sentinel = ErrConstantCorrupt
+	case codec.KindLost:
+		sentinel = ErrLost
+	case codec.KindTimeout:
+		sentinel = ErrTimeout
 	default:
 		sentinel = ErrDecode
 	}
@@ -133,4 +144,25 @@ func FailureCause(f codec.Failure) error {
 		return sentinel
 	}
 	return fmt.Errorf("%w: %s", sentinel, f.Msg)
+}
+
+// Retryable marks err as worth another attempt: a function that returns
+// Retryable(err) is run again, up to the batch's attempt budget, even when
+// the batch does not retry errors (manager.RetryErrors).
+func Retryable(err error) error {
+	if err == nil {
+		return nil
+	}
+	return &retryable{err}
+}
+
+type retryable struct{ err error }
+
+func (r *retryable) Error() string { return r.err.Error() }
+func (r *retryable) Unwrap() error { return r.err }
+
+// IsRetryable reports whether err was marked with Retryable.
+func IsRetryable(err error) bool {
+	var r *retryable
+	return errors.As(err, &r)
 }

@@ -16,6 +16,7 @@ import (
 	"fmt"
 	"reflect"
 	"runtime/debug"
+	"time"
 
 	"github.com/redmap/redmap/codec"
 )
@@ -85,13 +86,20 @@ func (h *Handle[In, Out]) DecodeConstant([]byte) (any, error) {
 // returns the frame of outputs with the elements that failed. A panic in the
 // function fails its element only (ErrPanic, with the stack). Workers call
 // Run; user code has no need to. A Handle ignores constant.
-func (h *Handle[In, Out]) Run(ctx context.Context, _ any, count int, input []byte) ([]byte, []codec.Failure) {
-	return runElements(ctx, count, input, h.fn)
+func (h *Handle[In, Out]) Run(ctx context.Context, _ any, count int, input []byte, p Policy) ([]byte, []codec.Failure) {
+	return runElements(ctx, count, input, p, h.fn)
+}
+
+// Policy says how a worker runs each element of a task.
+type Policy struct {
+	Attempts int           // runs allowed per element; 0 or 1 for one run
+	Timeout  time.Duration // per run; 0 for none
+	Retry    bool          // retry any error or panic, not only Retryable errors
 }
 
 // runElements is the body of every handle's Run: decode, call, encode, one
 // element at a time, so each failure stays with its element.
-func runElements[In, Out any](ctx context.Context, count int, input []byte, fn func(context.Context, In) (Out, error)) ([]byte, []codec.Failure) {
+func runElements[In, Out any](ctx context.Context, count int, input []byte, p Policy, fn func(context.Context, In) (Out, error)) ([]byte, []codec.Failure) {
 	var fails []codec.Failure
 	xs := make([]In, count)
 	decoded := count
@@ -105,7 +113,7 @@ func runElements[In, Out any](ctx context.Context, count int, input []byte, fn f
 	}
 	out := codec.NewOutputEncoder(count)
 	for i := range decoded {
-		y, f := call(ctx, fn, xs[i])
+		y, f := call(ctx, p, fn, xs[i])
 		if f == nil {
 			if err := out.Add(&y); err != nil {
 				f = &codec.Failure{Kind: codec.KindEncode, Msg: fmt.Sprintf("output as %v: %v", reflect.TypeFor[Out](), err)}
@@ -127,19 +135,52 @@ func runElements[In, Out any](ctx context.Context, count int, input []byte, fn f
 	return out.Bytes(), fails
 }
 
-// call runs fn on one input, turning a returned error or a panic into a
-// failure.
-func call[In, Out any](ctx context.Context, fn func(context.Context, In) (Out, error), x In) (y Out, f *codec.Failure) {
+// call runs fn on one input under policy p: a timed-out run, a Retryable
+// error, or with p.Retry any error or panic, runs again while attempts are
+// left, after a short pause. What still fails becomes a failure.
+func call[In, Out any](ctx context.Context, p Policy, fn func(context.Context, In) (Out, error), x In) (Out, *codec.Failure) {
+	for attempt := 1; ; attempt++ {
+		y, f, retryable := callOnce(ctx, p.Timeout, fn, x)
+		if f == nil {
+			return y, nil
+		}
+		again := f.Kind == codec.KindTimeout || retryable || (p.Retry && (f.Kind == codec.KindError || f.Kind == codec.KindPanic))
+		if !again || attempt >= p.Attempts || ctx.Err() != nil {
+			if attempt > 1 {
+				f.Msg = fmt.Sprintf("attempt %d: %s", attempt, f.Msg)
+			}
+			return y, f
+		}
+		pause := time.NewTimer(min(10*time.Millisecond<<attempt, time.Second))
+		select {
+		case <-pause.C:
+		case <-ctx.Done():
+			pause.Stop()
+		}
+	}
+}
+
+// callOnce runs fn once, turning a returned error, a panic or a run past the
+// timeout into a failure, and saying whether the error was marked Retryable.
+func callOnce[In, Out any](ctx context.Context, timeout time.Duration, fn func(context.Context, In) (Out, error), x In) (y Out, f *codec.Failure, retryable bool) {
+	if timeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, timeout)
+		defer cancel()
+	}
 	defer func() {
 		if p := recover(); p != nil {
 			f = &codec.Failure{Kind: codec.KindPanic, Msg: fmt.Sprint(p), Stack: string(debug.Stack())}
 		}
 	}()
 	y, err := fn(ctx, x)
-	if err != nil {
-		return y, &codec.Failure{Kind: codec.KindError, Msg: err.Error()}
+	switch {
+	case err == nil:
+		return y, nil, false
+	case timeout > 0 && errors.Is(ctx.Err(), context.DeadlineExceeded):
+		return y, &codec.Failure{Kind: codec.KindTimeout, Msg: fmt.Sprintf("ran past its timeout of %v: %v", timeout, err)}, false
 	}
-	return y, nil
+	return y, &codec.Failure{Kind: codec.KindError, Msg: err.Error()}, IsRetryable(err)
 }
 
 // Handler is the untyped face of a Handle that a worker registers and runs.
@@ -151,8 +192,8 @@ type Handler interface {
 	// DecodeConstant decodes a batch's constant data for Run.
 	DecodeConstant(b []byte) (any, error)
 	// Run runs the function over a frame of count inputs, with the decoded
-	// constant data if the function takes any.
-	Run(ctx context.Context, constant any, count int, input []byte) ([]byte, []codec.Failure)
+	// constant data if the function takes any, under policy p.
+	Run(ctx context.Context, constant any, count int, input []byte, p Policy) ([]byte, []codec.Failure)
 }
 
 var (

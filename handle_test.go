@@ -43,7 +43,7 @@ func TestRunFailsElementsAlone(t *testing.T) {
 	})
 	// 1, 2, 3, 4, then a string where an int belongs, then 6.
 	frame := []byte{0x96, 0x01, 0x02, 0x03, 0x04, 0xa1, 'x', 0x06}
-	values, fails := h.Run(context.Background(), nil, 6, frame)
+	values, fails := h.Run(context.Background(), nil, 6, frame, redmap.Policy{})
 	out := make([]int, 6)
 	if err := codec.DecodeElements(values, out); err != nil {
 		t.Fatal(err)
@@ -71,7 +71,7 @@ func TestRunFailsElementsAlone(t *testing.T) {
 func TestHandleWithWrongConstantType(t *testing.T) {
 	h := redmap.FuncWith("g", func(_ context.Context, c string, x int) (int, error) { return len(c) + x, nil })
 	frame, _ := codec.EncodeElements([]int{1, 2}, 0)
-	_, fails := h.Run(context.Background(), 42, 2, frame)
+	_, fails := h.Run(context.Background(), 42, 2, frame, redmap.Policy{})
 	if len(fails) != 2 || fails[0].Kind != codec.KindTypeMismatch {
 		t.Fatalf("fails %+v, want both elements failing with a type mismatch", fails)
 	}
@@ -79,7 +79,7 @@ func TestHandleWithWrongConstantType(t *testing.T) {
 	if err != nil || c != "hi" {
 		t.Fatalf("decode constant: %v, %v", c, err)
 	}
-	values, fails := h.Run(context.Background(), c, 2, frame)
+	values, fails := h.Run(context.Background(), c, 2, frame, redmap.Policy{})
 	out := make([]int, 2)
 	if err := codec.DecodeElements(values, out); err != nil || len(fails) != 0 || out[1] != 4 {
 		t.Fatalf("run: %v %v %+v", out, err, fails)

@@ -54,7 +54,7 @@ func (h *HandleWith[C, In, Out]) DecodeConstant(b []byte) (any, error) {
 
 // Run runs the function over a frame of count inputs with constant, which
 // must be a C (from DecodeConstant). Workers call Run.
-func (h *HandleWith[C, In, Out]) Run(ctx context.Context, constant any, count int, input []byte) ([]byte, []codec.Failure) {
+func (h *HandleWith[C, In, Out]) Run(ctx context.Context, constant any, count int, input []byte, p Policy) ([]byte, []codec.Failure) {
 	c, ok := constant.(C)
 	if !ok {
 		out := codec.NewOutputEncoder(count)
@@ -66,5 +66,5 @@ func (h *HandleWith[C, In, Out]) Run(ctx context.Context, constant any, count in
 		}
 		return out.Bytes(), fails
 	}
-	return runElements(ctx, count, input, func(ctx context.Context, x In) (Out, error) { return h.fn(ctx, c, x) })
+	return runElements(ctx, count, input, p, func(ctx context.Context, x In) (Out, error) { return h.fn(ctx, c, x) })
 }

@@ -31,6 +31,7 @@ func (w *writer) arrayLen(n int) { w.do(w.enc.EncodeArrayLen(n)) }
 func (w *writer) int(v int)      { w.do(w.enc.EncodeInt(int64(v))) }
 func (w *writer) str(s string)   { w.do(w.enc.EncodeString(s)) }
 func (w *writer) bytes(b []byte) { w.do(w.enc.EncodeBytes(b)) }
+func (w *writer) bool(v bool)    { w.do(w.enc.EncodeBool(v)) }
 
 func (w *writer) result() ([]byte, error) {
 	if w.err != nil {
@@ -93,6 +94,15 @@ func (d *reader) str() string {
 	s, err := d.dec.DecodeString()
 	d.do(err)
 	return s
+}
+
+func (d *reader) bool() bool {
+	if d.err != nil {
+		return false
+	}
+	v, err := d.dec.DecodeBool()
+	d.do(err)
+	return v
 }
 
 func (d *reader) bytes() []byte {

@@ -15,6 +15,8 @@ const (
 	KindTooLarge                     // a frame or element is above its size cap
 	KindConstMissing                 // the task's constant data is not in Redis
 	KindConstCorrupt                 // the task's constant data does not match its hash
+	KindLost                         // the task was lost more often than its attempt budget allows
+	KindTimeout                      // the function ran past the task's timeout
 	maxKind
 )
 

@@ -18,12 +18,16 @@ type Task struct {
 
 	Const     string // BLAKE3 hash of the batch's constant data, or "" if none
 	ConstSize int64  // its size in bytes
+
+	Attempts int   // attempt budget: lost attempts plus retries of an element
+	Timeout  int64 // per-element timeout, ms; 0 for none
+	Retry    bool  // retry function errors too, not only retryable ones
 }
 
 // EncodeTask returns the wire form of t: one MessagePack array.
 func EncodeTask(t *Task) ([]byte, error) {
 	w := newWriter(len(t.Func) + len(t.Sig) + len(t.Input) + len(t.Const) + 32)
-	w.arrayLen(7)
+	w.arrayLen(10)
 	w.int(version)
 	w.str(t.Func)
 	w.str(t.Sig)
@@ -31,6 +35,9 @@ func EncodeTask(t *Task) ([]byte, error) {
 	w.bytes(t.Input)
 	w.str(t.Const)
 	w.int(int(t.ConstSize))
+	w.int(t.Attempts)
+	w.int(int(t.Timeout))
+	w.bool(t.Retry)
 	return w.result()
 }
 
@@ -41,17 +48,18 @@ func DecodeTask(b []byte, limit int) (*Task, error) {
 		return nil, err
 	}
 	d := newReader(b)
-	if d.arrayLen() != 7 {
-		return nil, d.fail("task", "want a 7-field array")
+	if d.arrayLen() != 10 {
+		return nil, d.fail("task", "want a 10-field array")
 	}
 	if d.int() != version {
 		return nil, d.fail("task", "unknown version")
 	}
-	t := &Task{Func: d.str(), Sig: d.str(), Count: d.int(), Input: d.bytes(), Const: d.str(), ConstSize: int64(d.int())}
+	t := &Task{Func: d.str(), Sig: d.str(), Count: d.int(), Input: d.bytes(), Const: d.str(), ConstSize: int64(d.int()),
+		Attempts: d.int(), Timeout: int64(d.int()), Retry: d.bool()}
 	if err := d.end("task"); err != nil {
 		return nil, err
 	}
-	if t.Count < 0 || t.Count > len(t.Input) || t.ConstSize < 0 {
+	if t.Count < 0 || t.Count > len(t.Input) || t.ConstSize < 0 || t.Attempts < 0 || t.Timeout < 0 {
 		return nil, corrupt("task: count or size out of range", nil)
 	}
 	return t, nil

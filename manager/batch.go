@@ -11,6 +11,7 @@ import (
 
 	"github.com/redmap/redmap"
 	"github.com/redmap/redmap/codec"
+	"github.com/redmap/redmap/internal/rdb"
 )
 
 // Result is the outcome of one element of a batch.
@@ -30,6 +31,8 @@ type Batch[Out any] struct {
 	stop   func() bool // detaches the batch from its submit context
 	onEnd  func()      // releases what the batch holds (its constant); runs once
 	ending sync.Once
+	worker string                               // the private queue's worker, or ""
+	encode func(start, end int) ([]byte, error) // the payload of elements [start, end)
 
 	mu       sync.Mutex
 	out      []Out
@@ -250,4 +253,12 @@ func (b *Batch[Out]) abort(err error) {
 	}
 	b.m.withdraw(tids)
 	b.end()
+}
+
+// resubmission returns the payload of chunk ci again, and the worker whose
+// private queue it goes to ("" for the public queue).
+func (b *Batch[Out]) resubmission(ci int) (rdb.Task, string, error) {
+	c := b.chunks[ci]
+	payload, err := b.encode(c.start, c.start+c.count)
+	return rdb.Task{ID: c.tid, Payload: payload}, b.worker, err
 }

@@ -19,16 +19,23 @@ func (m *Manager) hold(ctx context.Context, enc []byte) (cache.Ref, string, erro
 		return ref, "", err
 	}
 	m.mu.Lock()
-	m.holds[holder] = ref
+	m.holds[holder] = hold{ref: ref, enc: enc}
 	m.mu.Unlock()
 	return ref, holder, nil
+}
+
+// hold is a running batch's hold on a constant, with the encoded constant to
+// upload again if Redis loses it.
+type hold struct {
+	ref cache.Ref
+	enc []byte
 }
 
 // release drops a batch's hold; the value is deleted if no other live batch
 // holds it. Releasing twice is harmless.
 func (m *Manager) release(holder string) {
 	m.mu.Lock()
-	ref, ok := m.holds[holder]
+	h, ok := m.holds[holder]
 	delete(m.holds, holder)
 	m.mu.Unlock()
 	if !ok {
@@ -36,25 +43,46 @@ func (m *Manager) release(holder string) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	if _, err := m.store.Release(ctx, ref, holder); err != nil {
-		m.log.Warn("releasing constant failed; its hold expires", "ref", ref, "err", err)
+	if _, err := m.store.Release(ctx, h.ref, holder); err != nil {
+		m.log.Warn("releasing constant failed; its hold expires", "ref", h.ref, "err", err)
 	}
+}
+
+// restoreHolds stores again, and holds, every constant of a running batch,
+// after Redis lost them.
+func (m *Manager) restoreHolds(ctx context.Context) error {
+	m.mu.Lock()
+	holds := make(map[string]hold, len(m.holds))
+	for k, h := range m.holds {
+		holds[k] = h
+	}
+	m.mu.Unlock()
+	for holder, h := range holds {
+		if _, _, err := m.store.Put(ctx, h.enc, holder, m.opts.KeyTTL); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // renewHolds extends every hold of a running batch by KeyTTL.
 func (m *Manager) renewHolds(ctx context.Context) {
 	m.mu.Lock()
-	holds := make(map[string]cache.Ref, len(m.holds))
-	for h, r := range m.holds {
-		holds[h] = r
+	holds := make(map[string]hold, len(m.holds))
+	for k, h := range m.holds {
+		holds[k] = h
 	}
 	m.mu.Unlock()
-	for holder, ref := range holds {
-		ok, err := m.store.Hold(ctx, ref, holder, m.opts.KeyTTL)
+	for holder, h := range holds {
+		ok, err := m.store.Hold(ctx, h.ref, holder, m.opts.KeyTTL)
 		if err != nil {
-			m.log.Warn("renewing a constant's hold failed", "ref", ref, "err", err)
+			m.log.Warn("renewing a constant's hold failed", "ref", h.ref, "err", err)
 		} else if !ok {
-			m.log.Warn("a held constant is gone from Redis", "ref", ref)
+			// Gone with the rest of Redis's data, or deleted by hand: put
+			// it back, so the batch's tasks can still run.
+			if _, _, err := m.store.Put(ctx, h.enc, holder, m.opts.KeyTTL); err != nil {
+				m.log.Warn("storing a lost constant again failed", "ref", h.ref, "err", err)
+			}
 		}
 	}
 }

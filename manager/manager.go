@@ -38,8 +38,8 @@ type Manager struct {
 	store   *cache.Store
 
 	mu      sync.Mutex
-	pending map[string]pending   // task id → where its result goes
-	holds   map[string]cache.Ref // holder → the constant a running batch holds
+	pending map[string]pending // task id → where its result goes
+	holds   map[string]hold    // holder → the constant a running batch holds
 	closed  bool
 
 	stop    context.CancelFunc
@@ -60,6 +60,7 @@ type batch interface {
 	deliver(chunk int, r *codec.Result, err error)
 	fail(chunk int, cause error)
 	abort(err error)
+	resubmission(chunk int) (rdb.Task, string, error)
 }
 
 // New returns a manager of client for opts.Queue and starts its result
@@ -82,7 +83,7 @@ func New(client redis.UniversalClient, opts Options) (*Manager, error) {
 		log:     opts.Logger.With("manager", id, "queue", opts.Queue),
 		store:   cache.NewStore(client, opts.Prefix, opts.PartSize),
 		pending: make(map[string]pending),
-		holds:   make(map[string]cache.Ref),
+		holds:   make(map[string]hold),
 		stop:    stop,
 		stopped: make(chan struct{}),
 	}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"time"
 
 	"github.com/redmap/redmap"
 	"github.com/redmap/redmap/cache"
@@ -16,9 +17,34 @@ import (
 type CallOption func(*callOptions)
 
 type callOptions struct {
-	worker string
-	chunk  int
+	worker   string
+	chunk    int
+	attempts int
+	timeout  time.Duration
+	retry    bool
 }
+
+// DefaultAttempts is the attempt budget of a batch without Attempts: each
+// element may run up to 3 times, counting runs lost with their worker.
+const DefaultAttempts = 3
+
+// Attempts sets the batch's attempt budget: how many times an element may
+// run, counting the runs lost when its worker died or stalled past its lease,
+// timed-out runs, and retried errors. An element that uses it up fails with
+// ErrLost (or its last error). A task that kills every worker that runs it
+// (a poison pill) so fails after n worker deaths. Default DefaultAttempts.
+func Attempts(n int) CallOption { return func(o *callOptions) { o.attempts = n } }
+
+// Timeout sets how long the function may run on one element: its context ends
+// then, and the run fails with ErrTimeout (and is retried while the attempt
+// budget lasts). Go cannot stop a goroutine, so a function that ignores its
+// context keeps its worker slot until it returns. Default: no timeout.
+func Timeout(d time.Duration) CallOption { return func(o *callOptions) { o.timeout = d } }
+
+// RetryErrors makes errors and panics of the function count as failed
+// attempts to retry while the budget lasts. Without it, only errors wrapped
+// with redmap.Retryable are retried.
+func RetryErrors() CallOption { return func(o *callOptions) { o.retry = true } }
 
 // OnWorker sends the batch to the private queue of worker id (see
 // Manager.Workers) instead of the public queue: only that worker runs it.
@@ -115,8 +141,16 @@ func submit[In, Out any](ctx context.Context, m *Manager, sp spec, xs []In, opts
 	for _, o := range opts {
 		o(&co)
 	}
-	if co.chunk < 0 {
+	switch {
+	case co.chunk < 0:
 		return nil, fmt.Errorf("redmap: ChunkSize %d is negative", co.chunk)
+	case co.attempts < 0:
+		return nil, fmt.Errorf("redmap: Attempts %d is negative", co.attempts)
+	case co.timeout < 0:
+		return nil, fmt.Errorf("redmap: Timeout %v is negative", co.timeout)
+	}
+	if co.attempts == 0 {
+		co.attempts = DefaultAttempts
 	}
 	if co.chunk == 0 {
 		co.chunk = autoChunk(len(xs))
@@ -135,22 +169,34 @@ func submit[In, Out any](ctx context.Context, m *Manager, sp spec, xs []In, opts
 	}
 
 	b := newBatch[Out](m, sp.name, len(xs))
-	task := codec.Task{Func: sp.name, Sig: sp.sig}
+	b.worker = co.worker
+	task := codec.Task{Func: sp.name, Sig: sp.sig, Attempts: co.attempts, Timeout: co.timeout.Milliseconds(), Retry: co.retry}
 	if sp.constant != nil {
 		task.Const, task.ConstSize = sp.constant.Hash, sp.constant.Size
 		b.onEnd = func() { m.release(sp.holder) }
 	}
-	tasks := make([]rdb.Task, 0, (len(xs)+co.chunk-1)/co.chunk)
-	for start := 0; start < len(xs); start += co.chunk {
-		end := min(start+co.chunk, len(xs))
+	// encode builds the payload of elements [start, end); the batch keeps it
+	// (with xs) to submit again if Redis loses its data.
+	encode := func(start, end int) ([]byte, error) {
 		frame, err := codec.EncodeElements(xs[start:end], m.opts.MaxInputSize)
 		if err != nil {
 			return nil, inputError(sp.name, start, err)
 		}
-		task.Count, task.Input = end-start, frame
-		payload, err := codec.EncodeTask(&task)
+		t := task
+		t.Count, t.Input = end-start, frame
+		payload, err := codec.EncodeTask(&t)
 		if err != nil {
 			return nil, fmt.Errorf("redmap: encoding a task of %q: %w", sp.name, err)
+		}
+		return payload, nil
+	}
+	b.encode = encode
+	tasks := make([]rdb.Task, 0, (len(xs)+co.chunk-1)/co.chunk)
+	for start := 0; start < len(xs); start += co.chunk {
+		end := min(start+co.chunk, len(xs))
+		payload, err := encode(start, end)
+		if err != nil {
+			return nil, err
 		}
 		tid := redmap.TaskID(m.id, m.seq.Add(1))
 		b.chunks = append(b.chunks, chunk{start: start, count: end - start, tid: tid})

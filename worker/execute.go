@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/redmap/redmap"
 	"github.com/redmap/redmap/cache"
@@ -43,6 +44,10 @@ func (w *Worker) run(ctx context.Context, t rdb.Taken) ([]byte, []codec.Failure)
 	if err != nil {
 		return whole(codec.KindDecode, "task: %v", err)
 	}
+	if task.Attempts > 0 && t.Attempt >= task.Attempts {
+		return whole(codec.KindLost, "lost %d times (each worker running it died or stalled past its lease); the attempt budget is %d",
+			t.Attempt, task.Attempts)
+	}
 	h := w.handler(task.Func)
 	if h == nil {
 		return whole(codec.KindUnknownFunc, "worker %s has no function %q", w.opts.ID, task.Func)
@@ -66,5 +71,10 @@ func (w *Worker) run(ctx context.Context, t rdb.Taken) ([]byte, []codec.Failure)
 			return whole(codec.KindConstMissing, "fetching constant %s: %v", ref, err)
 		}
 	}
-	return h.Run(ctx, constant, task.Count, task.Input)
+	policy := redmap.Policy{
+		Attempts: task.Attempts - t.Attempt,
+		Timeout:  time.Duration(task.Timeout) * time.Millisecond,
+		Retry:    task.Retry,
+	}
+	return h.Run(ctx, constant, task.Count, task.Input, policy)
 }

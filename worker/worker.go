@@ -25,10 +25,17 @@ type Worker struct {
 	rdb  *rdb.RDB
 	opts Options
 	memo *cache.Memo
+	log  *slog.Logger
 
 	mu       sync.RWMutex
 	handlers map[string]redmap.Handler
 	running  atomic.Bool
+
+	// holding has every task the worker took and has not yet reported: the
+	// ones running (with the cancel of their context) and the ones waiting
+	// to be finished (cancel nil).
+	holdMu  sync.Mutex
+	holding map[string]context.CancelFunc
 }
 
 // New returns a worker of client for opts.Queue. It validates opts and returns
@@ -45,7 +52,9 @@ func New(client redis.UniversalClient, opts Options) (*Worker, error) {
 		rdb:      rdb.New(client, opts.Prefix, opts.Queue),
 		opts:     opts,
 		memo:     cache.NewMemo(cache.NewStore(client, opts.Prefix, 0), opts.CacheBytes),
+		log:      opts.Logger.With("worker", opts.ID, "queue", opts.Queue),
 		handlers: make(map[string]redmap.Handler),
+		holding:  make(map[string]context.CancelFunc),
 	}, nil
 }
 
@@ -93,11 +102,14 @@ func (w *Worker) handler(name string) redmap.Handler {
 // Run serves the queue until ctx ends, then stops taking tasks, finishes and
 // reports the ones it holds, deregisters, and returns nil. Redis errors are
 // logged and retried with backoff; they do not end Run. A worker runs once.
+//
+// Every Heartbeat it renews its lease, reaps workers whose lease expired
+// (their tasks go back to the queue), and cancels the context of running
+// tasks whose batch was cancelled.
 func (w *Worker) Run(ctx context.Context) error {
 	if !w.running.CompareAndSwap(false, true) {
 		return errors.New("worker: Run called twice")
 	}
-	log := w.opts.Logger.With("worker", w.opts.ID, "queue", w.opts.Queue)
 
 	// Tasks run detached from ctx: when ctx ends, the worker drains what it
 	// holds instead of abandoning it.
@@ -108,7 +120,7 @@ func (w *Worker) Run(ctx context.Context) error {
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		w.heartbeat(hbCtx, log)
+		w.heartbeat(hbCtx)
 	}()
 
 	slots := make(chan struct{}, w.opts.Concurrency) // a token per running task
@@ -121,7 +133,11 @@ func (w *Worker) Run(ctx context.Context) error {
 		go func() {
 			defer execs.Done()
 			for t := range tasks {
-				d := w.execute(runCtx, t)
+				tctx, cancel := context.WithCancel(runCtx)
+				w.setRunning(t.ID, cancel)
+				d := w.execute(tctx, t)
+				w.setRunning(t.ID, nil)
+				cancel()
 				<-slots
 				done <- d
 			}
@@ -130,7 +146,7 @@ func (w *Worker) Run(ctx context.Context) error {
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		w.finisher(runCtx, done, log)
+		w.finisher(runCtx, done)
 	}()
 
 	// When ctx ends, ring our own bell so that fetch's blocking wait returns
@@ -142,7 +158,7 @@ func (w *Worker) Run(ctx context.Context) error {
 		defer cancel()
 		_ = w.rdb.Ring(rctx, w.opts.ID)
 	})
-	w.fetch(ctx, slots, tasks, log)
+	w.fetch(ctx, slots, tasks)
 	if !stopRing() {
 		<-rang
 	}
@@ -156,16 +172,19 @@ func (w *Worker) Run(ctx context.Context) error {
 	dctx, cancel := context.WithTimeout(runCtx, 5*time.Second)
 	defer cancel()
 	if err := w.rdb.Deregister(dctx, w.opts.ID); err != nil {
-		log.Warn("deregister failed; the lease will expire", "err", err)
+		w.log.Warn("deregister failed; the lease will expire", "err", err)
 	}
-	log.Info("worker stopped")
+	w.log.Info("worker stopped")
 	return nil
 }
 
 // fetch takes tasks while ctx lasts, as many per round trip as there are free
-// slots, and blocks on the worker's bell when there are none.
-func (w *Worker) fetch(ctx context.Context, slots chan struct{}, tasks chan<- rdb.Taken, log *slog.Logger) {
+// slots, and blocks on the worker's bell when there are none. Every Heartbeat
+// it also gives back held tasks it does not know of (see giveBack); it does so
+// here, between takes, so that no take is in flight while it compares.
+func (w *Worker) fetch(ctx context.Context, slots chan struct{}, tasks chan<- rdb.Taken) {
 	var backoff backoff
+	checkAt := time.Now().Add(w.opts.Heartbeat)
 	for ctx.Err() == nil {
 		// Wait for one free slot, then claim every other free one.
 		select {
@@ -191,7 +210,7 @@ func (w *Worker) fetch(ctx context.Context, slots chan struct{}, tasks chan<- rd
 			if ctx.Err() != nil {
 				return
 			}
-			log.Warn("take failed", "err", err)
+			w.log.Warn("take failed", "err", err)
 			if !backoff.wait(ctx) {
 				return
 			}
@@ -199,11 +218,16 @@ func (w *Worker) fetch(ctx context.Context, slots chan struct{}, tasks chan<- rd
 		}
 		backoff.reset()
 		for _, t := range taken {
+			w.setRunning(t.ID, nil)
 			tasks <- t
+		}
+		if time.Now().After(checkAt) {
+			w.giveBack(ctx)
+			checkAt = time.Now().Add(w.opts.Heartbeat)
 		}
 		if len(taken) == 0 {
 			if _, err := w.rdb.WaitBell(ctx, w.opts.ID, w.opts.IdleWait); err != nil && ctx.Err() == nil {
-				log.Warn("wait failed", "err", err)
+				w.log.Warn("wait failed", "err", err)
 				if !backoff.wait(ctx) {
 					return
 				}
@@ -212,13 +236,60 @@ func (w *Worker) fetch(ctx context.Context, slots chan struct{}, tasks chan<- rd
 	}
 }
 
-// heartbeat renews the worker's lease until ctx ends.
-func (w *Worker) heartbeat(ctx context.Context, log *slog.Logger) {
+// giveBack puts back tasks that Redis says the worker holds but that it does
+// not hold: those of a take whose reply was lost on a dropped connection.
+func (w *Worker) giveBack(ctx context.Context) {
+	held, err := w.rdb.Held(ctx, w.opts.ID)
+	if err != nil {
+		return
+	}
+	var orphans []string
+	w.holdMu.Lock()
+	for _, m := range held {
+		if _, ok := w.holding[rdb.HeldID(m)]; !ok {
+			orphans = append(orphans, m)
+		}
+	}
+	w.holdMu.Unlock()
+	if len(orphans) == 0 {
+		return
+	}
+	n, err := w.rdb.GiveBack(ctx, w.opts.ID, orphans)
+	if err != nil {
+		w.log.Warn("giving back orphaned tasks failed", "err", err)
+		return
+	}
+	w.log.Info("gave back tasks held but never received", "tasks", n)
+}
+
+// setRunning records that the worker holds task tid, running under cancel
+// (nil if not running).
+func (w *Worker) setRunning(tid string, cancel context.CancelFunc) {
+	w.holdMu.Lock()
+	w.holding[tid] = cancel
+	w.holdMu.Unlock()
+}
+
+// released forgets tasks the worker has reported.
+func (w *Worker) released(done []rdb.Done) {
+	w.holdMu.Lock()
+	for _, d := range done {
+		delete(w.holding, d.ID)
+	}
+	w.holdMu.Unlock()
+}
+
+// heartbeat, every Heartbeat until ctx ends, renews the worker's lease, reaps
+// dead workers, and cancels running tasks their managers no longer want.
+func (w *Worker) heartbeat(ctx context.Context) {
 	t := time.NewTicker(w.opts.Heartbeat)
 	defer t.Stop()
 	for {
 		if err := w.rdb.Heartbeat(ctx, w.opts.ID, w.opts.Lease); err != nil && ctx.Err() == nil {
-			log.Warn("heartbeat failed", "err", err)
+			w.log.Warn("heartbeat failed", "err", err)
+		} else if err == nil {
+			w.reap(ctx)
+			w.cancelUnwanted(ctx)
 		}
 		select {
 		case <-ctx.Done():
@@ -228,12 +299,46 @@ func (w *Worker) heartbeat(ctx context.Context, log *slog.Logger) {
 	}
 }
 
+func (w *Worker) reap(ctx context.Context) {
+	r, err := w.rdb.Reap(ctx)
+	if err != nil {
+		w.log.Warn("reap failed", "err", err)
+	} else if r.Workers > 0 {
+		w.log.Info("reaped dead workers", "workers", r.Workers, "requeued", r.Requeued, "lost", r.Lost)
+	}
+}
+
+func (w *Worker) cancelUnwanted(ctx context.Context) {
+	var tids []string
+	w.holdMu.Lock()
+	for tid, cancel := range w.holding {
+		if cancel != nil {
+			tids = append(tids, tid)
+		}
+	}
+	w.holdMu.Unlock()
+	if len(tids) == 0 {
+		return
+	}
+	unwanted, err := w.rdb.Unwanted(ctx, w.opts.ID, tids)
+	if err != nil {
+		return
+	}
+	w.holdMu.Lock()
+	for _, tid := range unwanted {
+		if cancel := w.holding[tid]; cancel != nil {
+			cancel()
+		}
+	}
+	w.holdMu.Unlock()
+}
+
 // maxFinish caps the results reported in one Finish call.
 const maxFinish = 1000
 
 // finisher reports results as they come, as many per script call as are
 // waiting, until done is closed and drained.
-func (w *Worker) finisher(ctx context.Context, done <-chan rdb.Done, log *slog.Logger) {
+func (w *Worker) finisher(ctx context.Context, done <-chan rdb.Done) {
 	batch := make([]rdb.Done, 0, maxFinish)
 	for d := range done {
 		batch = append(batch[:0], d)
@@ -249,21 +354,22 @@ func (w *Worker) finisher(ctx context.Context, done <-chan rdb.Done, log *slog.L
 				break more
 			}
 		}
-		w.report(ctx, batch, log)
+		w.report(ctx, batch)
+		w.released(batch)
 	}
 }
 
-// report finishes a batch of results, retrying while Redis is unreachable. If
-// it gives up, the tasks stay held and return to the queue when the worker's
-// lease expires.
-func (w *Worker) report(ctx context.Context, batch []rdb.Done, log *slog.Logger) {
+// report finishes a batch of results, retrying while Redis is unreachable
+// (finishing twice delivers once). If it gives up, the tasks stay in the
+// worker's held set, and giveBack returns them to the queue to run again.
+func (w *Worker) report(ctx context.Context, batch []rdb.Done) {
 	var backoff backoff
 	for attempt := 1; ; attempt++ {
 		_, err := w.rdb.Finish(ctx, w.opts.ID, batch)
 		if err == nil {
 			return
 		}
-		log.Warn("finish failed", "err", err, "results", len(batch), "attempt", attempt)
+		w.log.Warn("finish failed", "err", err, "results", len(batch), "attempt", attempt)
 		if attempt == 10 || !backoff.wait(ctx) {
 			return
 		}

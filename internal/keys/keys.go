@@ -53,7 +53,9 @@ func Tasks(prefix, queue, mid string) string { return Base(prefix, queue) + "m:"
 
 // Attempts counts the lost attempts of manager mid's tasks: how often each
 // was re-queued after its worker died (HASH task id → count; absent means 0).
-func Attempts(prefix, queue, mid string) string { return Base(prefix, queue) + "m:" + mid + ":attempts" }
+func Attempts(prefix, queue, mid string) string {
+	return Base(prefix, queue) + "m:" + mid + ":attempts"
+}
 
 // Results is the list of encoded results for manager mid, read and then
 // trimmed by that manager (LIST of codec.Result frames, and "lost ..." lines

@@ -1,0 +1,91 @@
+package rdb
+
+import (
+	"context"
+	_ "embed"
+	"fmt"
+	"strings"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/redmap/redmap/internal/keys"
+)
+
+var (
+	//go:embed lua/reap.lua
+	reapLua string
+	//go:embed lua/giveback.lua
+	givebackLua string
+	//go:embed lua/unwanted.lua
+	unwantedLua string
+
+	reapScript     = redis.NewScript(reapLua)
+	givebackScript = redis.NewScript(givebackLua)
+	unwantedScript = redis.NewScript(unwantedLua)
+)
+
+// maxReap caps the dead workers one Reap handles, so one call stays short.
+const maxReap = 100
+
+// Reaped says what a Reap did.
+type Reaped struct {
+	Workers  int // dead workers removed
+	Requeued int // their public tasks put back at the front of the queue
+	Lost     int // their private tasks reported lost to their managers
+}
+
+// Reap gives the tasks of workers whose lease has expired, by the Redis
+// clock, back to the queue; see lua/reap.lua. One script call, which finds
+// nothing to do when every worker is live.
+func (r *RDB) Reap(ctx context.Context) (Reaped, error) {
+	ks := []string{keys.Workers(r.prefix, r.queue), keys.Public(r.prefix, r.queue), keys.Idle(r.prefix, r.queue)}
+	n, err := reapScript.Run(ctx, r.c, ks, r.base, maxReap).Int64Slice()
+	if err != nil || len(n) != 3 {
+		return Reaped{}, fmt.Errorf("reap: %w (%v)", err, n)
+	}
+	return Reaped{Workers: int(n[0]), Requeued: int(n[1]), Lost: int(n[2])}, nil
+}
+
+// Held returns the members of worker wid's held set: task ids, "!"-prefixed
+// for private ones.
+func (r *RDB) Held(ctx context.Context, wid string) ([]string, error) {
+	m, err := r.c.SMembers(ctx, keys.Held(r.prefix, r.queue, wid)).Result()
+	if err != nil {
+		return nil, fmt.Errorf("held: %w", err)
+	}
+	return m, nil
+}
+
+// HeldID returns the task id of a held-set member.
+func HeldID(member string) string { return strings.TrimPrefix(member, "!") }
+
+// GiveBack puts held-set members of worker wid that it does not run back at
+// the front of the list they came from; see lua/giveback.lua.
+func (r *RDB) GiveBack(ctx context.Context, wid string, members []string) (int, error) {
+	ks := []string{keys.Held(r.prefix, r.queue, wid), keys.Public(r.prefix, r.queue), keys.Private(r.prefix, r.queue, wid)}
+	args := make([]any, 0, 1+len(members))
+	args = append(args, r.base)
+	for _, m := range members {
+		args = append(args, m)
+	}
+	n, err := givebackScript.Run(ctx, r.c, ks, args...).Int()
+	if err != nil {
+		return 0, fmt.Errorf("give back: %w", err)
+	}
+	return n, nil
+}
+
+// Unwanted returns those of tids that their managers no longer want. One
+// script call.
+func (r *RDB) Unwanted(ctx context.Context, wid string, tids []string) ([]string, error) {
+	args := make([]any, 0, 1+len(tids))
+	args = append(args, r.base)
+	for _, t := range tids {
+		args = append(args, t)
+	}
+	out, err := unwantedScript.Run(ctx, r.c, []string{keys.Held(r.prefix, r.queue, wid)}, args...).StringSlice()
+	if err != nil {
+		return nil, fmt.Errorf("unwanted: %w", err)
+	}
+	return out, nil
+}

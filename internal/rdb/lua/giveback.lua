@@ -1,0 +1,25 @@
+-- giveback.lua: put back tasks a live worker holds but does not know of.
+-- A take whose reply was lost on a dropped connection (and that the client
+-- then retried) leaves tasks in the worker's held set that the worker never
+-- received; no lease expires to free them, since the worker lives. The worker
+-- finds them by comparing its held set with what it runs, and gives them back
+-- to the front of the list they came from. The attempt count is not raised:
+-- the task was never run.
+-- KEYS[1] held set of the worker   KEYS[2] public list   KEYS[3] private list of the worker
+-- ARGV[1] key base "<prefix>:{<queue>}:"   ARGV[2], ...: held members to give back
+-- Returns the number of tasks given back.
+local base = ARGV[1]
+local n = 0
+for i = 2, #ARGV do
+  local member = ARGV[i]
+  if redis.call('SREM', KEYS[1], member) == 1 then
+    local private = string.sub(member, 1, 1) == '!'
+    local tid = private and string.sub(member, 2) or member
+    local mid = string.match(tid, '^([^-]+)-')
+    if mid and redis.call('HEXISTS', base .. 'm:' .. mid .. ':tasks', tid) == 1 then
+      redis.call('LPUSH', private and KEYS[3] or KEYS[2], tid)
+      n = n + 1
+    end
+  end
+end
+return n
