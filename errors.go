@@ -44,6 +44,9 @@ var (
 	// ErrTimeout: the function ran past the batch's per-task timeout on every
 	// attempt.
 	ErrTimeout = errors.New("redmap: task timed out")
+	// ErrRedisFull: Redis refused a write because it reached maxmemory (with
+	// the noeviction policy redmap needs); nothing was submitted.
+	ErrRedisFull = errors.New("redmap: redis is out of memory")
 	// ErrNoWorker: a batch was sent to the private queue of a worker that is
 	// not live.
 	ErrNoWorker = errors.New("redmap: no such live worker")

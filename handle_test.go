@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/redmap/redmap"
 	"github.com/redmap/redmap/codec"
@@ -96,5 +98,53 @@ func TestTaskID(t *testing.T) {
 	}
 	if redmap.NewID() == mid {
 		t.Fatal("two ids alike")
+	}
+}
+
+func TestPolicyRetriesAndTimeouts(t *testing.T) {
+	frame, _ := codec.EncodeElements([]int{0}, 0)
+	run := func(p redmap.Policy, fn func(context.Context, int) (int, error)) (int, []codec.Failure) {
+		t.Helper()
+		values, fails := redmap.Func("f", fn).Run(context.Background(), nil, 1, frame, p)
+		out := make([]int, 1)
+		if err := codec.DecodeElements(values, out); err != nil {
+			t.Fatal(err)
+		}
+		return out[0], fails
+	}
+	calls := 0
+	flaky := func(context.Context, int) (int, error) {
+		calls++
+		if calls < 3 {
+			return 0, redmap.Retryable(errors.New("try again"))
+		}
+		return 7, nil
+	}
+	if y, fails := run(redmap.Policy{Attempts: 3}, flaky); y != 7 || len(fails) != 0 || calls != 3 {
+		t.Fatalf("retryable error: %d %+v after %d calls; want 7 on the third call", y, fails, calls)
+	}
+
+	calls = 0
+	plain := func(context.Context, int) (int, error) { calls++; return 0, errors.New("no") }
+	if _, fails := run(redmap.Policy{Attempts: 3}, plain); len(fails) != 1 || calls != 1 {
+		t.Fatalf("plain error: %+v after %d calls; want one call", fails, calls)
+	}
+	calls = 0
+	if _, fails := run(redmap.Policy{Attempts: 3, Retry: true}, plain); len(fails) != 1 || calls != 3 || fails[0].Kind != codec.KindError {
+		t.Fatalf("plain error with Retry: %+v after %d calls; want three", fails, calls)
+	}
+
+	calls = 0
+	slow := func(ctx context.Context, _ int) (int, error) {
+		calls++
+		<-ctx.Done() // runs until its context ends
+		return 0, ctx.Err()
+	}
+	_, fails := run(redmap.Policy{Attempts: 2, Timeout: 20 * time.Millisecond}, slow)
+	if len(fails) != 1 || fails[0].Kind != codec.KindTimeout || calls != 2 || !strings.Contains(fails[0].Msg, "attempt 2") {
+		t.Fatalf("timeout: %+v after %d calls; want a timeout on attempt 2", fails, calls)
+	}
+	if err := redmap.FailureCause(fails[0]); !errors.Is(err, redmap.ErrTimeout) {
+		t.Fatalf("cause %v, want ErrTimeout", err)
 	}
 }

@@ -9,8 +9,10 @@ import (
 	"os"
 	"os/exec"
 	"os/signal"
+	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -18,6 +20,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/redmap/redmap"
+	"github.com/redmap/redmap/cache"
 	"github.com/redmap/redmap/manager"
 	"github.com/redmap/redmap/worker"
 )
@@ -29,6 +32,27 @@ import (
 // lookup returns the byte of a large constant table at x.
 var lookup = redmap.FuncWith("lookup", func(_ context.Context, table []byte, x int) (byte, error) {
 	return table[x%len(table)], nil
+})
+
+// slowSquare returns x*x after about a millisecond, so a batch of it is still
+// running when a test kills or stops its workers.
+var slowSquare = redmap.Func("slowsq", func(ctx context.Context, x int) (int, error) {
+	select {
+	case <-time.After(time.Millisecond):
+	case <-ctx.Done():
+		return 0, ctx.Err()
+	}
+	return x * x, nil
+})
+
+// poison kills the process that runs it on 13, and returns -x otherwise: a
+// poison pill.
+var poison = redmap.Func("poison", func(_ context.Context, x int) (int, error) {
+	if x == 13 {
+		syscall.Kill(os.Getpid(), syscall.SIGKILL)
+		select {}
+	}
+	return -x, nil
 })
 
 // table returns a deterministic table of n bytes.
@@ -67,11 +91,20 @@ func runChild() {
 // childWorker serves lookup and square until SIGTERM, then prints its cache
 // counters as "stats <json>".
 func childWorker(rdb *redis.Client, queue string) error {
-	w, err := worker.New(rdb, worker.Options{Queue: queue, Concurrency: 4})
+	ms := func(env string) time.Duration {
+		n, _ := strconv.Atoi(os.Getenv(env))
+		return time.Duration(n) * time.Millisecond
+	}
+	concurrency, _ := strconv.Atoi(os.Getenv("REDMAP_CONCURRENCY"))
+	if concurrency == 0 {
+		concurrency = 4
+	}
+	w, err := worker.New(rdb, worker.Options{Queue: queue, Concurrency: concurrency,
+		Lease: ms("REDMAP_LEASE_MS"), Heartbeat: ms("REDMAP_HEARTBEAT_MS")})
 	if err != nil {
 		return err
 	}
-	if err := w.Handle(lookup, square); err != nil {
+	if err := w.Handle(lookup, square, slowSquare, poison); err != nil {
 		return err
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM)
@@ -80,9 +113,29 @@ func childWorker(rdb *redis.Client, queue string) error {
 	if err := w.Run(ctx); err != nil {
 		return err
 	}
-	st, _ := json.Marshal(w.CacheStats())
+	st, _ := json.Marshal(childStats{Cache: w.CacheStats(), Worker: w.Stats()})
 	fmt.Println("stats", string(st))
 	return nil
+}
+
+// childStats is what a child worker prints when it stops.
+type childStats struct {
+	Cache  cache.Stats
+	Worker worker.Stats
+}
+
+// stats stops a child worker with SIGTERM and returns what it printed.
+func (c *child) stats(t *testing.T) childStats {
+	t.Helper()
+	c.cmd.Process.Signal(syscall.SIGTERM)
+	var st childStats
+	if err := json.Unmarshal([]byte(c.expect(t, "stats ")), &st); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-c.exited; err != nil {
+		t.Fatalf("worker exited with %v", err)
+	}
+	return st
 }
 
 // childManager submits a lookup batch over a constant of REDMAP_CONST_BYTES,
@@ -110,7 +163,7 @@ type child struct {
 func startChild(t *testing.T, role string, env ...string) *child {
 	t.Helper()
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), append(env, "REDMAP_CHILD="+role)...)
+	cmd.Env = slices.Concat(os.Environ(), env, []string{"REDMAP_CHILD=" + role})
 	cmd.Stderr = os.Stderr
 	out, err := cmd.StdoutPipe()
 	if err != nil {
@@ -155,4 +208,46 @@ func (c *child) expect(t *testing.T, prefix string) string {
 			t.Fatalf("child printed no %q within a minute", prefix)
 		}
 	}
+}
+
+// supervise keeps n child workers running, starting a new one whenever one
+// exits, until stop (which the test defers, so that it runs before the
+// children's own clean-ups). started reports how many it started in all.
+func supervise(t *testing.T, n int, env ...string) (started func() int, stop func()) {
+	t.Helper()
+	var mu sync.Mutex
+	count := 0
+	quit := make(chan struct{})
+	var wg sync.WaitGroup
+	for range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				c := startChild(t, "worker", env...)
+				mu.Lock()
+				count++
+				mu.Unlock()
+				select {
+				case <-c.exited:
+				case <-quit:
+					c.cmd.Process.Kill()
+					<-c.exited
+					return
+				}
+				select {
+				case <-quit:
+					return
+				default:
+				}
+			}
+		}()
+	}
+	var once sync.Once
+	stop = func() { once.Do(func() { close(quit); wg.Wait() }) }
+	return func() int {
+		mu.Lock()
+		defer mu.Unlock()
+		return count
+	}, stop
 }

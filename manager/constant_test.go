@@ -2,7 +2,6 @@ package manager_test
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"os"
 	"strconv"
@@ -71,14 +70,7 @@ func TestConstantFetchedOncePerWorkerProcess(t *testing.T) {
 
 	var lookups int64
 	for i, c := range workers {
-		c.cmd.Process.Signal(syscall.SIGTERM)
-		var st cache.Stats
-		if err := json.Unmarshal([]byte(c.expect(t, "stats ")), &st); err != nil {
-			t.Fatal(err)
-		}
-		if err := <-c.exited; err != nil {
-			t.Fatalf("worker %d exited with %v", i, err)
-		}
+		st := c.stats(t).Cache
 		lookups += st.Hits + st.Misses
 		t.Logf("worker %d: %d tasks, %d fetch, %d bytes fetched, %d decode, %d hits, %d misses",
 			i, st.Hits+st.Misses, st.Fetches, st.BytesFetched, st.Decodes, st.Hits, st.Misses)

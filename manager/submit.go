@@ -81,7 +81,8 @@ func Map[In, Out any](ctx context.Context, m *Manager, fn *redmap.Handle[In, Out
 // than Options.MaxInputSize (a *redmap.TaskError wrapping ErrTooLarge) or
 // cannot be encoded, if OnWorker names a worker that is not live
 // (ErrNoWorker), if Redis cannot be reached (ErrUnavailable), or if Redis
-// refuses the write (for example when it is out of memory).
+// refuses the write (ErrRedisFull at maxmemory); what it queued before the
+// refusal is withdrawn.
 func Submit[In, Out any](ctx context.Context, m *Manager, fn *redmap.Handle[In, Out], xs []In, opts ...CallOption) (*Batch[Out], error) {
 	if err := fn.Validate(); err != nil {
 		return nil, err
@@ -233,6 +234,9 @@ func submit[In, Out any](ctx context.Context, m *Manager, sp spec, xs []In, opts
 		m.withdraw(tids)
 		if ctx.Err() != nil {
 			return nil, ctx.Err()
+		}
+		if rdb.OutOfMemory(err) {
+			return nil, fmt.Errorf("%w: submitting %q: %w", redmap.ErrRedisFull, sp.name, err)
 		}
 		return nil, fmt.Errorf("redmap: submitting %q: %w", sp.name, err)
 	}

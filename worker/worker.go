@@ -36,6 +36,8 @@ type Worker struct {
 	// to be finished (cancel nil).
 	holdMu  sync.Mutex
 	holding map[string]context.CancelFunc
+
+	counters counters
 }
 
 // New returns a worker of client for opts.Queue. It validates opts and returns
@@ -124,7 +126,7 @@ func (w *Worker) Run(ctx context.Context) error {
 	}()
 
 	slots := make(chan struct{}, w.opts.Concurrency) // a token per running task
-	tasks := make(chan rdb.Taken)
+	tasks := make(chan job)
 	done := make(chan rdb.Done, w.opts.Concurrency)
 
 	var execs sync.WaitGroup
@@ -132,13 +134,15 @@ func (w *Worker) Run(ctx context.Context) error {
 		execs.Add(1)
 		go func() {
 			defer execs.Done()
-			for t := range tasks {
+			for j := range tasks {
 				tctx, cancel := context.WithCancel(runCtx)
-				w.setRunning(t.ID, cancel)
-				d := w.execute(tctx, t)
-				w.setRunning(t.ID, nil)
+				w.setRunning(j.ID, cancel)
+				d := w.execute(tctx, j.Taken)
+				w.setRunning(j.ID, nil)
 				cancel()
-				<-slots
+				for range 1 + j.extra {
+					<-slots
+				}
 				done <- d
 			}
 		}()
@@ -178,11 +182,17 @@ func (w *Worker) Run(ctx context.Context) error {
 	return nil
 }
 
+// job is a taken task and the slots it occupies beyond its own.
+type job struct {
+	rdb.Taken
+	extra int
+}
+
 // fetch takes tasks while ctx lasts, as many per round trip as there are free
 // slots, and blocks on the worker's bell when there are none. Every Heartbeat
 // it also gives back held tasks it does not know of (see giveBack); it does so
 // here, between takes, so that no take is in flight while it compares.
-func (w *Worker) fetch(ctx context.Context, slots chan struct{}, tasks chan<- rdb.Taken) {
+func (w *Worker) fetch(ctx context.Context, slots chan struct{}, tasks chan<- job) {
 	var backoff backoff
 	checkAt := time.Now().Add(w.opts.Heartbeat)
 	for ctx.Err() == nil {
@@ -217,9 +227,18 @@ func (w *Worker) fetch(ctx context.Context, slots chan struct{}, tasks chan<- rd
 			continue
 		}
 		backoff.reset()
+		w.counters.taken.Add(int64(len(taken)))
 		for _, t := range taken {
 			w.setRunning(t.ID, nil)
-			tasks <- t
+			j := job{Taken: t}
+			if t.Attempt > 0 {
+				// A task lost before runs alone (take hands it out alone):
+				// wait for the others to finish, and hold every slot.
+				for j.extra = 0; j.extra < cap(slots)-1; j.extra++ {
+					slots <- struct{}{}
+				}
+			}
+			tasks <- j
 		}
 		if time.Now().After(checkAt) {
 			w.giveBack(ctx)
@@ -259,6 +278,7 @@ func (w *Worker) giveBack(ctx context.Context) {
 		w.log.Warn("giving back orphaned tasks failed", "err", err)
 		return
 	}
+	w.counters.givenBack.Add(int64(n))
 	w.log.Info("gave back tasks held but never received", "tasks", n)
 }
 
@@ -304,6 +324,8 @@ func (w *Worker) reap(ctx context.Context) {
 	if err != nil {
 		w.log.Warn("reap failed", "err", err)
 	} else if r.Workers > 0 {
+		w.counters.reaped.Add(int64(r.Workers))
+		w.counters.requeued.Add(int64(r.Requeued))
 		w.log.Info("reaped dead workers", "workers", r.Workers, "requeued", r.Requeued, "lost", r.Lost)
 	}
 }
@@ -365,8 +387,10 @@ func (w *Worker) finisher(ctx context.Context, done <-chan rdb.Done) {
 func (w *Worker) report(ctx context.Context, batch []rdb.Done) {
 	var backoff backoff
 	for attempt := 1; ; attempt++ {
-		_, err := w.rdb.Finish(ctx, w.opts.ID, batch)
+		n, err := w.rdb.Finish(ctx, w.opts.ID, batch)
 		if err == nil {
+			w.counters.delivered.Add(int64(n))
+			w.counters.discarded.Add(int64(len(batch) - n))
 			return
 		}
 		w.log.Warn("finish failed", "err", err, "results", len(batch), "attempt", attempt)

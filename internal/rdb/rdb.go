@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -333,4 +334,10 @@ func Unreachable(err error) bool {
 	}
 	var reply redis.Error
 	return !errors.As(err, &reply)
+}
+
+// OutOfMemory reports whether err is Redis refusing a write at maxmemory.
+func OutOfMemory(err error) bool {
+	var reply redis.Error
+	return errors.As(err, &reply) && strings.HasPrefix(reply.Error(), "OOM ")
 }

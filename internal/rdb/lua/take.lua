@@ -4,6 +4,11 @@
 -- A task its manager no longer wants (not in the manager's task set: cancelled,
 -- finished, or the manager's keys expired) is dropped and never returned, so
 -- it is never run.
+-- A task lost before (its attempt count is above 0) is a suspect: it may be a
+-- poison pill that kills its worker, taking along whatever else that worker
+-- runs. It is handed out alone, in a take of its own (the worker then runs it
+-- alone), so that tasks sharing a worker with a poison pill lose one attempt
+-- at most.
 -- If nothing is taken, the worker joins the idle set (and its stale bell tokens
 -- are cleared) in this same step, so no submit can slip unseen between "found
 -- nothing" and "waiting for the bell".
@@ -14,20 +19,37 @@
 local base, n, wid = ARGV[1], tonumber(ARGV[2]), ARGV[3]
 local out = {}
 local taken = 0
+local alone = false
 local function take(list, mark)
-  while taken < n do
+  while taken < n and not alone do
     local ids = redis.call('LPOP', list, n - taken)
     if not ids then return end
-    for _, tid in ipairs(ids) do
+    for i, tid in ipairs(ids) do
       local mid = string.match(tid, '^([^-]+)-')
       local m = mid and base .. 'm:' .. mid
       local payload = m and redis.call('HGET', m .. ':tasks', tid)
       if payload then
+        local attempt = redis.call('HGET', m .. ':attempts', tid) or '0'
+        if attempt ~= '0' and taken > 0 then
+          -- A suspect goes alone: put it and the ids after it back, in order.
+          for j = #ids, i, -1 do
+            redis.call('LPUSH', list, ids[j])
+          end
+          alone = true
+          return
+        end
         redis.call('SADD', KEYS[3], mark .. tid)
         out[#out + 1] = tid
-        out[#out + 1] = redis.call('HGET', m .. ':attempts', tid) or '0'
+        out[#out + 1] = attempt
         out[#out + 1] = payload
         taken = taken + 1
+        if attempt ~= '0' then
+          for j = #ids, i + 1, -1 do
+            redis.call('LPUSH', list, ids[j])
+          end
+          alone = true
+          return
+        end
       end
     end
   end

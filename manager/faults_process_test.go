@@ -1,0 +1,226 @@
+package manager_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/redmap/redmap"
+	"github.com/redmap/redmap/internal/keys"
+	"github.com/redmap/redmap/manager"
+	"github.com/redmap/redmap/worker"
+)
+
+// Fault tests with real worker processes and real signals. Workers run with a
+// 1 s lease renewed every 200 ms, so a lost task is back in the queue within
+// about 1.2 s.
+var fastLease = []string{"REDMAP_LEASE_MS=1000", "REDMAP_HEARTBEAT_MS=200"}
+
+func childEnv(b *bundle, extra ...string) []string {
+	return append(append([]string{"REDMAP_ADDR=" + b.srv.Addr(), "REDMAP_QUEUE=" + b.queue}, fastLease...), extra...)
+}
+
+// exactlyOnce reads every result of a batch as it arrives and checks that
+// each element has exactly one, equal to want(i); then that Wait agrees.
+func exactlyOnce(t *testing.T, batch *manager.Batch[int], want func(i int) int, during func(seen int)) {
+	t.Helper()
+	seen := make([]int, batch.Len())
+	n := 0
+	for r := range batch.Results() {
+		seen[r.Index]++
+		if r.Err != nil || r.Value != want(r.Index) {
+			t.Fatalf("element %d: %d, %v; want %d", r.Index, r.Value, r.Err, want(r.Index))
+		}
+		n++
+		if during != nil {
+			during(n)
+		}
+	}
+	for i, k := range seen {
+		if k != 1 {
+			t.Fatalf("element %d delivered %d times, want exactly once", i, k)
+		}
+	}
+	ys, err := batch.Wait(testCtx(t))
+	if err != nil || len(ys) != batch.Len() {
+		t.Fatalf("Wait: %d results, %v", len(ys), err)
+	}
+}
+
+func sq(i int) int { return i * i }
+
+// A worker process SIGKILLed in the middle of a batch loses nothing: its
+// tasks go back to the queue when its lease expires, and every element
+// still has exactly one result.
+func TestFaultWorkerKilled(t *testing.T) {
+	b := setup(t)
+	a := startChild(t, "worker", childEnv(b)...)
+	c := startChild(t, "worker", childEnv(b)...)
+	ida, idc := a.expect(t, "worker "), c.expect(t, "worker ")
+	m := b.manager(t, manager.Options{})
+	waitLive(t, m, ida, idc)
+
+	batch, err := manager.Submit(testCtx(t), m, slowSquare, ints(4000), manager.ChunkSize(10))
+	if err != nil {
+		t.Fatal(err)
+	}
+	exactlyOnce(t, batch, sq, func(seen int) {
+		if seen == 400 {
+			a.cmd.Process.Signal(syscall.SIGKILL)
+		}
+	})
+	if err := <-a.exited; err == nil || !strings.Contains(err.Error(), "killed") {
+		t.Fatalf("worker a: %v, want killed", err)
+	}
+}
+
+// A worker process stopped (SIGSTOP) past its lease has its tasks run by
+// another; when it wakes (SIGCONT) its late results are discarded.
+func TestFaultWorkerStoppedPastLease(t *testing.T) {
+	b := setup(t)
+	a := startChild(t, "worker", childEnv(b)...)
+	c := startChild(t, "worker", childEnv(b)...)
+	ida, idc := a.expect(t, "worker "), c.expect(t, "worker ")
+	m := b.manager(t, manager.Options{})
+	waitLive(t, m, ida, idc)
+
+	batch, err := manager.Submit(testCtx(t), m, slowSquare, ints(4000), manager.ChunkSize(10))
+	if err != nil {
+		t.Fatal(err)
+	}
+	held := keys.Held("redmap", b.queue, ida)
+	resumed := make(chan struct{})
+	exactlyOnce(t, batch, sq, func(seen int) {
+		if seen != 400 {
+			return
+		}
+		a.cmd.Process.Signal(syscall.SIGSTOP)
+		go func() {
+			defer close(resumed)
+			// Resume it only once its lease has expired and its tasks were
+			// taken away from it.
+			eventually(t, "stopped worker reaped", func() bool {
+				live, _ := m.Workers(context.Background())
+				return !containsString(live, ida) && b.rdb.Exists(context.Background(), held).Val() == 0
+			})
+			a.cmd.Process.Signal(syscall.SIGCONT)
+		}()
+	})
+	<-resumed
+	// The zombie comes back to life as a worker; what it ran while stopped,
+	// the other worker ran again, and one of the two results was discarded.
+	waitLive(t, m, ida)
+	sa, sc := a.stats(t).Worker, c.stats(t).Worker
+	t.Logf("stopped worker: %+v; other: %+v", sa, sc)
+	if sa.Taken+sc.Taken <= 400 || sa.Discarded+sc.Discarded == 0 {
+		t.Fatalf("no task ran twice or no result was discarded: the stop did not take effect mid-task")
+	}
+	if got := sa.Delivered + sc.Delivered; got != 400 {
+		t.Fatalf("delivered %d results in all, want one per task (400)", got)
+	}
+}
+
+// A task that kills every worker process that runs it fails after its attempt
+// budget with ErrLost; every other element completes.
+func TestFaultPoisonPill(t *testing.T) {
+	b := setup(t)
+	started, stop := supervise(t, 2, childEnv(b, "REDMAP_CONCURRENCY=2")...)
+	defer stop()
+	m := b.manager(t, manager.Options{})
+	eventually(t, "two workers live", func() bool {
+		live, _ := m.Workers(context.Background())
+		return len(live) == 2
+	})
+
+	ys, err := manager.Map(testCtx(t), m, poison, ints(100), manager.ChunkSize(1), manager.Attempts(3))
+	var be *redmap.BatchError
+	if !errors.As(err, &be) || fmt.Sprint(be.Indexes()) != "[13]" || !errors.Is(err, redmap.ErrLost) {
+		t.Fatalf("got %v, want element 13 failing with ErrLost", err)
+	}
+	t.Logf("poison pill: %v", be.Failed[0])
+	for i, y := range ys {
+		if i != 13 && y != -i {
+			t.Fatalf("ys[%d] = %d, want %d", i, y, -i)
+		}
+	}
+	// It killed a worker once per attempt: 3 deaths, 5 workers started.
+	if n := started(); n != 5 {
+		t.Errorf("%d workers started, want 2 + one per attempt (3)", n)
+	}
+}
+
+// A batch sent to the private queue of a worker that dies fails with ErrLost
+// naming the worker; it does not run elsewhere.
+func TestFaultPrivateWorkerDies(t *testing.T) {
+	b := setup(t)
+	a := startChild(t, "worker", childEnv(b, "REDMAP_CONCURRENCY=1")...)
+	c := startChild(t, "worker", childEnv(b)...)
+	ida, idc := a.expect(t, "worker "), c.expect(t, "worker ")
+	m := b.manager(t, manager.Options{})
+	waitLive(t, m, ida, idc)
+
+	batch, err := manager.Submit(testCtx(t), m, slowSquare, ints(2000), manager.ChunkSize(1), manager.OnWorker(ida))
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for range batch.Results() {
+		if n++; n == 50 {
+			a.cmd.Process.Signal(syscall.SIGKILL)
+		}
+	}
+	_, err = batch.Wait(testCtx(t))
+	var be *redmap.BatchError
+	if !errors.As(err, &be) || !errors.Is(err, redmap.ErrLost) || !strings.Contains(err.Error(), ida) {
+		t.Fatalf("got %v, want lost elements naming worker %s", err, ida)
+	}
+	t.Logf("%d of 2000 elements lost with their private worker", len(be.Failed))
+}
+
+// A manager process killed with SIGKILL leaves nothing for ever: its keys
+// expire, workers skip its queued tasks instead of running them, and other
+// managers on the queue are unaffected.
+func TestFaultManagerKilled(t *testing.T) {
+	b := setup(t)
+	c := startChild(t, "manager", "REDMAP_ADDR="+b.srv.Addr(), "REDMAP_QUEUE="+b.queue, "REDMAP_CONST_BYTES=1000")
+	c.expect(t, "submitted")
+	c.cmd.Process.Signal(syscall.SIGKILL)
+	<-c.exited
+	eventually(t, "the killed manager's keys expired", func() bool {
+		ks, _ := b.rdb.Keys(context.Background(), keys.Base("redmap", b.queue)+"m:*").Result()
+		return len(ks) == 0
+	})
+
+	// Its three lookup tasks are still queued; a worker drops them unrun.
+	ran := 0
+	counting := redmap.FuncWith("lookup", func(_ context.Context, tab []byte, x int) (byte, error) {
+		ran++
+		return tab[x], nil
+	})
+	b.worker(t, worker.Options{Concurrency: 1}, counting, square)
+	m := b.manager(t, manager.Options{})
+	if ys, err := manager.Map(testCtx(t), m, square, ints(100)); err != nil || ys[99] != 99*99 {
+		t.Fatalf("another manager: %v", err)
+	}
+	eventually(t, "queue drained", func() bool {
+		return b.rdb.LLen(context.Background(), keys.Public("redmap", b.queue)).Val() == 0
+	})
+	if ran != 0 {
+		t.Fatalf("the dead manager's tasks ran %d times, want 0", ran)
+	}
+}
+
+func containsString(xs []string, s string) bool {
+	for _, x := range xs {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}
+
+var _ = time.Second

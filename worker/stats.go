@@ -1,0 +1,26 @@
+package worker
+
+import "sync/atomic"
+
+// Stats counts a worker's work since it was made.
+type Stats struct {
+	Taken     int64 // tasks taken from the queue
+	Delivered int64 // results delivered to a manager that still wanted them
+	Discarded int64 // results dropped: their task was cancelled, or finished by another worker first
+	GivenBack int64 // held tasks put back because the worker never received them (lost replies)
+	Reaped    int64 // dead workers this worker reaped
+	Requeued  int64 // tasks of dead workers this worker put back in the queue
+}
+
+type counters struct {
+	taken, delivered, discarded, givenBack, reaped, requeued atomic.Int64
+}
+
+// Stats returns the worker's counters.
+func (w *Worker) Stats() Stats {
+	c := &w.counters
+	return Stats{
+		Taken: c.taken.Load(), Delivered: c.delivered.Load(), Discarded: c.discarded.Load(),
+		GivenBack: c.givenBack.Load(), Reaped: c.reaped.Load(), Requeued: c.requeued.Load(),
+	}
+}
