@@ -57,7 +57,7 @@ func TestMapEmpty(t *testing.T) {
 // own results, which name the manager they came from.
 func TestThreeManagersOneQueue(t *testing.T) {
 	b := setup(t)
-	echo := redmap.Func("echo", func(_ context.Context, s string) (string, error) { return s, nil })
+
 	b.worker(t, worker.Options{Concurrency: 3}, echo)
 	b.worker(t, worker.Options{Concurrency: 3}, echo)
 
@@ -239,7 +239,7 @@ func TestUnknownFunctionAndTypeMismatch(t *testing.T) {
 func TestInputTooLarge(t *testing.T) {
 	b := setup(t)
 	m := b.manager(t, manager.Options{MaxInputSize: 1 << 10})
-	echo := redmap.Func("echo", func(_ context.Context, s string) (string, error) { return s, nil })
+
 	xs := []string{"a", "b", strings.Repeat("x", 2<<10), "d"}
 	_, err := manager.Map(testCtx(t), m, echo, xs)
 	var te *redmap.TaskError

@@ -1,0 +1,139 @@
+package manager_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/redmap/redmap"
+	"github.com/redmap/redmap/internal/redistest"
+	"github.com/redmap/redmap/manager"
+	"github.com/redmap/redmap/worker"
+)
+
+// Redis-side faults: each test has a redis-server of its own (or a proxy in
+// front of one) so it can kill, flush or cut it, with in-process workers.
+
+// faultBundle is a bundle on a server of the test's own, reached through addr
+// (the server, or a proxy in front of it).
+func faultBundle(t *testing.T, srv *redistest.Server, addr string) *bundle {
+	t.Helper()
+	t.Parallel()
+	c := redis.NewClient(&redis.Options{Addr: addr})
+	t.Cleanup(func() { c.Close() })
+	return &bundle{srv: srv, rdb: c, queue: "faults"}
+}
+
+// runThrough submits n slow squares (half of them with a constant), calls
+// fault once a fifth of each batch is back, and checks that every element
+// of both batches has exactly one correct result.
+func runThrough(t *testing.T, b *bundle, n int, fault func()) {
+	t.Helper()
+	b.worker(t, worker.Options{Concurrency: 4, Heartbeat: 200 * time.Millisecond, Lease: time.Second}, slowSquare, lookup)
+	b.worker(t, worker.Options{Concurrency: 4, Heartbeat: 200 * time.Millisecond, Lease: time.Second}, slowSquare, lookup)
+	m := b.manager(t, manager.Options{Poll: 100 * time.Millisecond})
+	ctx := testCtx(t)
+
+	tab := table(1 << 20)
+	withConst, err := manager.SubmitWith(ctx, m, lookup, tab, ints(n), manager.ChunkSize(5))
+	if err != nil {
+		t.Fatal(err)
+	}
+	batch, err := manager.Submit(ctx, m, slowSquare, ints(n), manager.ChunkSize(5))
+	if err != nil {
+		t.Fatal(err)
+	}
+	faulted := false
+	exactlyOnce(t, batch, sq, func(seen int) {
+		if seen == n/5 {
+			fault()
+			faulted = true
+		}
+	})
+	if !faulted {
+		t.Fatal("the fault never happened")
+	}
+	ys, err := withConst.Wait(ctx)
+	if err != nil {
+		t.Fatalf("batch with a constant: %v", err)
+	}
+	for i, y := range ys {
+		if y != tab[i] {
+			t.Fatalf("batch with a constant: ys[%d] = %d, want %d", i, y, tab[i])
+		}
+	}
+}
+
+func TestFaultRedisRestartedEmpty(t *testing.T) {
+	srv := redistest.Start(t)
+	b := faultBundle(t, srv, srv.Addr())
+	runThrough(t, b, 3000, func() {
+		srv.Kill(t)
+		srv.Restart(t)
+	})
+}
+
+func TestFaultFlushAll(t *testing.T) {
+	srv := redistest.Start(t)
+	b := faultBundle(t, srv, srv.Addr())
+	runThrough(t, b, 3000, func() { srv.FlushAll(t) })
+}
+
+func TestFaultScriptFlush(t *testing.T) {
+	srv := redistest.Start(t)
+	b := faultBundle(t, srv, srv.Addr())
+	runThrough(t, b, 3000, func() {
+		if err := srv.Client(t).ScriptFlush(context.Background()).Err(); err != nil {
+			t.Fatal(err)
+		}
+	})
+}
+
+// A proxy between every client and Redis drops every connection, five times
+// in the middle of the batch.
+func TestFaultConnectionsDropped(t *testing.T) {
+	srv := redistest.Start(t)
+	proxy := redistest.StartProxy(t, srv.Addr())
+	b := faultBundle(t, srv, proxy.Addr())
+	runThrough(t, b, 3000, func() {
+		dropped := 0
+		for range 5 {
+			dropped += proxy.DropAll()
+			time.Sleep(20 * time.Millisecond) // let clients reconnect between drops
+		}
+		t.Logf("dropped %d connections", dropped)
+		if dropped == 0 {
+			t.Error("no connection to drop")
+		}
+	})
+}
+
+// At maxmemory with noeviction, Submit says so and queues nothing; smaller
+// batches still run.
+func TestFaultRedisFull(t *testing.T) {
+	srv := redistest.Start(t, "--maxmemory", "4mb", "--maxmemory-policy", "noeviction")
+	b := faultBundle(t, srv, srv.Addr())
+	b.worker(t, worker.Options{}, echo)
+	m := b.manager(t, manager.Options{})
+	ctx := testCtx(t)
+
+	big := make([]string, 200)
+	for i := range big {
+		big[i] = strings.Repeat("x", 64<<10) // 12.5 MiB in all
+	}
+	_, err := manager.Map(ctx, m, echo, big, manager.ChunkSize(1))
+	if !errors.Is(err, redmap.ErrRedisFull) {
+		t.Fatalf("a batch larger than maxmemory: got %v, want ErrRedisFull", err)
+	}
+	t.Logf("submit at maxmemory: %v", err)
+	ys, err := manager.Map(ctx, m, echo, []string{"a", "b"})
+	if err != nil || ys[1] != "b" {
+		t.Fatalf("a small batch after: %v, %v", ys, err)
+	}
+}
+
+var echo = redmap.Func("echo", func(_ context.Context, s string) (string, error) { return s, nil })
