@@ -1,10 +1,11 @@
 # redmap — `make help` lists the targets.
 GO        ?= go
 FUZZTIME  ?= 5s
+CHAOS     ?= 2m
 STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 FUZZ_TARGETS := FuzzDecodeTask FuzzDecodeResult FuzzDecodeElements
 
-.PHONY: help test fuzz lint demo redis-server
+.PHONY: help test fuzz lint demo chaos redis-server
 
 help: ## list the targets
 	@awk -F':.*## ' '/^[a-z-]+:.*## /{printf "  %-13s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -36,3 +37,6 @@ redis-server: ## install redis-server if it is missing (apt-get as root), or say
 			echo "redis-server is missing; install it (sudo apt-get install -y redis-server, or brew install redis) and run make test again"; \
 			exit 1; \
 		fi; }
+
+chaos: redis-server ## kill workers and restart Redis at random under load for CHAOS (2m); report lost/duplicated
+	REDMAP_CHAOS=$(CHAOS) $(GO) test ./manager -run '^TestChaos$$' -count=1 -v -timeout 30m

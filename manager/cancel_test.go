@@ -123,3 +123,63 @@ func TestCloseEndsBatches(t *testing.T) {
 		t.Fatalf("manager keys after Close: %v, %v", left, err)
 	}
 }
+
+// Cancelling a batch cancels the context of its running tasks within about
+// one heartbeat, not only its queued ones.
+func TestCancelReachesRunningTasks(t *testing.T) {
+	b := setup(t)
+	started := make(chan struct{}, 8)
+	stopped := make(chan error, 8)
+	blocking := redmap.Func("blocking", func(ctx context.Context, x int) (int, error) {
+		started <- struct{}{}
+		<-ctx.Done()
+		stopped <- ctx.Err()
+		return 0, ctx.Err()
+	})
+	b.worker(t, worker.Options{Concurrency: 2, Heartbeat: 100 * time.Millisecond, Lease: time.Second}, blocking)
+	m := b.manager(t, manager.Options{})
+	batch, err := manager.Submit(testCtx(t), m, blocking, ints(2), manager.ChunkSize(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	<-started
+	<-started
+	cancelled := time.Now()
+	batch.Cancel()
+	for range 2 {
+		select {
+		case err := <-stopped:
+			if !errors.Is(err, context.Canceled) {
+				t.Fatalf("task context ended with %v, want context.Canceled", err)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatal("a running task's context was not cancelled within 10s")
+		}
+	}
+	t.Logf("running tasks cancelled %v after the batch", time.Since(cancelled).Round(time.Millisecond))
+}
+
+// A per-task timeout ends the function's context; the element fails with
+// ErrTimeout after its attempts, and the others complete.
+func TestTaskTimeout(t *testing.T) {
+	b := setup(t)
+	var runs atomic.Int64
+	sleepy := redmap.Func("sleepy", func(ctx context.Context, x int) (int, error) {
+		if x != 3 {
+			return x, nil
+		}
+		runs.Add(1)
+		<-ctx.Done()
+		return 0, ctx.Err()
+	})
+	b.worker(t, worker.Options{Concurrency: 2}, sleepy)
+	m := b.manager(t, manager.Options{})
+	ys, err := manager.Map(testCtx(t), m, sleepy, ints(6), manager.Timeout(50*time.Millisecond), manager.Attempts(2))
+	var be *redmap.BatchError
+	if !errors.As(err, &be) || len(be.Failed) != 1 || be.Failed[0].Index != 3 || !errors.Is(err, redmap.ErrTimeout) {
+		t.Fatalf("got %v, want element 3 failing with ErrTimeout", err)
+	}
+	if ys[5] != 5 || runs.Load() != 2 {
+		t.Fatalf("ys %v; the slow element ran %d times, want 2 (its attempt budget)", ys, runs.Load())
+	}
+}

@@ -215,6 +215,12 @@ func (c *child) expect(t *testing.T, prefix string) string {
 // children's own clean-ups). started reports how many it started in all.
 func supervise(t *testing.T, n int, env ...string) (started func() int, stop func()) {
 	t.Helper()
+	return superviseWith(t, n, env, nil)
+}
+
+// superviseWith is supervise, calling onStart with each child it starts.
+func superviseWith(t *testing.T, n int, env []string, onStart func(*child)) (started func() int, stop func()) {
+	t.Helper()
 	var mu sync.Mutex
 	count := 0
 	quit := make(chan struct{})
@@ -225,9 +231,13 @@ func supervise(t *testing.T, n int, env ...string) (started func() int, stop fun
 			defer wg.Done()
 			for {
 				c := startChild(t, "worker", env...)
+				c.expect(t, "worker ")
 				mu.Lock()
 				count++
 				mu.Unlock()
+				if onStart != nil {
+					onStart(c)
+				}
 				select {
 				case <-c.exited:
 				case <-quit:
