@@ -5,9 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"slices"
 	"syscall"
 	"testing"
-	"time"
 
 	"github.com/redmap/redmap"
 	"github.com/redmap/redmap/internal/keys"
@@ -105,7 +105,7 @@ func TestFaultWorkerStoppedPastLease(t *testing.T) {
 			// taken away from it.
 			eventually(t, "stopped worker reaped", func() bool {
 				live, _ := m.Workers(context.Background())
-				return !containsString(live, ida) && b.rdb.Exists(context.Background(), held).Val() == 0
+				return !slices.Contains(live, ida) && b.rdb.Exists(context.Background(), held).Val() == 0
 			})
 			a.cmd.Process.Signal(syscall.SIGCONT)
 		}()
@@ -213,14 +213,3 @@ func TestFaultManagerKilled(t *testing.T) {
 		t.Fatalf("the dead manager's tasks ran %d times, want 0", ran)
 	}
 }
-
-func containsString(xs []string, s string) bool {
-	for _, x := range xs {
-		if x == s {
-			return true
-		}
-	}
-	return false
-}
-
-var _ = time.Second
