@@ -28,8 +28,10 @@ type Options struct {
 	// KeyTTL is how long the manager's task set and result list outlive it if
 	// it dies; it renews them every KeyTTL/3 while it lives. Default DefaultKeyTTL.
 	KeyTTL time.Duration
-	// Poll is the BLPOP timeout of the result collector: how long one wait for
-	// results may block. go-redis rounds it up to whole seconds. Default DefaultPoll.
+	// Poll is how often the manager reconciles (reaps dead workers, checks for
+	// lost data) while results flow. When none come, it blocks for at least a
+	// second between checks (go-redis's shortest blocking timeout). Default
+	// DefaultPoll.
 	Poll time.Duration
 	// MaxInputSize caps the encoded size of one input element, in bytes; Submit
 	// refuses a larger one with ErrTooLarge. Default DefaultMaxInputSize.

@@ -129,7 +129,7 @@ func (r *RDB) Take(ctx context.Context, wid string, n int) ([]Taken, error) {
 // WaitBell blocks until a submit rings worker wid's bell or timeout passes.
 // It reports whether the bell rang.
 func (r *RDB) WaitBell(ctx context.Context, wid string, timeout time.Duration) (bool, error) {
-	err := r.c.BLPop(ctx, timeout, keys.Bell(r.prefix, r.queue, wid)).Err()
+	err := r.c.BLPop(ctx, blocking(timeout), keys.Bell(r.prefix, r.queue, wid)).Err()
 	if errors.Is(err, redis.Nil) {
 		return false, nil
 	}
@@ -138,6 +138,11 @@ func (r *RDB) WaitBell(ctx context.Context, wid string, timeout time.Duration) (
 	}
 	return true, nil
 }
+
+// blocking returns the timeout to give a blocking command: at least a second,
+// since go-redis rounds shorter ones up to that anyway, logging a warning
+// each time.
+func blocking(timeout time.Duration) time.Duration { return max(timeout, time.Second) }
 
 // Ring wakes worker wid if it is blocked in WaitBell, as a worker does to
 // itself when it stops.
@@ -256,7 +261,7 @@ func (r *RDB) WaitResults(ctx context.Context, mid string, timeout time.Duration
 	if timeout <= 0 {
 		return errors.New("wait results: timeout must be positive")
 	}
-	err := r.c.BLPop(ctx, timeout, keys.ManagerBell(r.prefix, r.queue, mid)).Err()
+	err := r.c.BLPop(ctx, blocking(timeout), keys.ManagerBell(r.prefix, r.queue, mid)).Err()
 	if err != nil && !errors.Is(err, redis.Nil) {
 		return fmt.Errorf("wait results: %w", err)
 	}
