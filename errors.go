@@ -54,13 +54,17 @@ var (
 
 // TaskError is the failure of one element of a batch.
 type TaskError struct {
-	Index int    // the element's index in the batch's input
-	Func  string // the function's registered name
-	Err   error  // the cause: the function's error, or one of the sentinels above
-	Stack string // the stack of a recovered panic, else empty
+	Index   int    // the element's index in the batch's input
+	Func    string // the function's registered name
+	Attempt int    // the attempt that failed: 0 for the first run of its task
+	Err     error  // the cause: the function's error, or one of the sentinels above
+	Stack   string // the stack of a recovered panic, else empty
 }
 
 func (e *TaskError) Error() string {
+	if e.Attempt > 0 {
+		return fmt.Sprintf("redmap: element %d of %q, attempt %d: %v", e.Index, e.Func, e.Attempt+1, e.Err)
+	}
 	return fmt.Sprintf("redmap: element %d of %q: %v", e.Index, e.Func, e.Err)
 }
 

@@ -30,9 +30,10 @@ type Failure struct {
 
 // Result is what a worker reports for one task.
 type Result struct {
-	Task   string    // the task id
-	Values []byte    // a MessagePack array of one output per element; zero values where an element failed
-	Fails  []Failure // failed elements, in index order
+	Task    string    // the task id
+	Attempt int       // the attempt that produced it: 0 for the first run
+	Values  []byte    // a MessagePack array of one output per element; zero values where an element failed
+	Fails   []Failure // failed elements, in index order
 }
 
 // EncodeResult returns the wire form of r: one MessagePack array.
@@ -42,9 +43,10 @@ func EncodeResult(r *Result) ([]byte, error) {
 		size += len(f.Msg) + len(f.Stack) + 16
 	}
 	w := newWriter(size)
-	w.arrayLen(4)
+	w.arrayLen(5)
 	w.int(version)
 	w.str(r.Task)
+	w.int(r.Attempt)
 	w.bytes(r.Values)
 	w.arrayLen(len(r.Fails))
 	for _, f := range r.Fails {
@@ -63,13 +65,13 @@ func EncodeResult(r *Result) ([]byte, error) {
 // rather than wait for it forever.
 func DecodeResult(b []byte, limit int) (*Result, error) {
 	d := newReader(b)
-	if d.arrayLen() != 4 {
-		return nil, d.fail("result", "want a 4-field array")
+	if d.arrayLen() != 5 {
+		return nil, d.fail("result", "want a 5-field array")
 	}
 	if d.int() != version {
 		return nil, d.fail("result", "unknown version")
 	}
-	r := &Result{Task: d.str()}
+	r := &Result{Task: d.str(), Attempt: d.int()}
 	if d.err != nil {
 		return nil, d.end("result")
 	}
@@ -78,6 +80,9 @@ func DecodeResult(b []byte, limit int) (*Result, error) {
 	}
 	r.Values = d.bytes()
 	n := d.arrayLen()
+	if r.Attempt < 0 {
+		return &Result{Task: r.Task}, corrupt("result: negative attempt", nil)
+	}
 	if n > 0 {
 		r.Fails = make([]Failure, n)
 	}

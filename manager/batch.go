@@ -165,13 +165,13 @@ func (b *Batch[Out]) end() {
 	})
 }
 
-func (b *Batch[Out]) failElement(i int, cause error, stack string) {
+func (b *Batch[Out]) failElement(i, attempt int, cause error, stack string) {
 	if b.errs == nil {
 		b.errs = make(map[int]*redmap.TaskError)
 	}
 	var zero Out
 	b.out[i] = zero
-	b.errs[i] = &redmap.TaskError{Index: i, Func: b.fn, Err: cause, Stack: stack}
+	b.errs[i] = &redmap.TaskError{Index: i, Func: b.fn, Attempt: attempt, Err: cause, Stack: stack}
 }
 
 // deliver records the result of chunk ci; err is set if the result could not
@@ -191,11 +191,11 @@ func (b *Batch[Out]) deliverLocked(ci int, r *codec.Result, err error) bool {
 	}
 	c := b.chunks[ci]
 	if err != nil {
-		return b.failChunk(c, fmt.Errorf("%w: result: %v", redmap.ErrDecode, err))
+		return b.failChunk(c, 0, fmt.Errorf("%w: result: %v", redmap.ErrDecode, err))
 	}
 	for _, f := range r.Fails {
 		if f.Index == -1 {
-			return b.failChunk(c, redmap.FailureCause(f))
+			return b.failChunk(c, r.Attempt, redmap.FailureCause(f))
 		}
 	}
 	if err := codec.DecodeElements(r.Values, b.out[c.start:c.start+c.count]); err != nil {
@@ -206,12 +206,12 @@ func (b *Batch[Out]) deliverLocked(ci int, r *codec.Result, err error) bool {
 		}
 		// Past an undecodable output the frame cannot be read further.
 		for i := bad; i < c.count; i++ {
-			b.failElement(c.start+i, fmt.Errorf("%w: output as %v: %v", redmap.ErrDecode, reflect.TypeFor[Out](), err), "")
+			b.failElement(c.start+i, r.Attempt, fmt.Errorf("%w: output as %v: %v", redmap.ErrDecode, reflect.TypeFor[Out](), err), "")
 		}
 	}
 	for _, f := range r.Fails {
 		if f.Index < c.count {
-			b.failElement(c.start+f.Index, redmap.FailureCause(f), f.Stack)
+			b.failElement(c.start+f.Index, r.Attempt, redmap.FailureCause(f), f.Stack)
 		}
 	}
 	return b.advance(c)
@@ -220,16 +220,16 @@ func (b *Batch[Out]) deliverLocked(ci int, r *codec.Result, err error) bool {
 // fail fails every element of chunk ci with cause.
 func (b *Batch[Out]) fail(ci int, cause error) {
 	b.mu.Lock()
-	ended := !b.finished() && b.failChunk(b.chunks[ci], cause)
+	ended := !b.finished() && b.failChunk(b.chunks[ci], 0, cause)
 	b.mu.Unlock()
 	if ended {
 		b.end()
 	}
 }
 
-func (b *Batch[Out]) failChunk(c chunk, cause error) bool {
+func (b *Batch[Out]) failChunk(c chunk, attempt int, cause error) bool {
 	for i := c.start; i < c.start+c.count; i++ {
-		b.failElement(i, cause, "")
+		b.failElement(i, attempt, cause, "")
 	}
 	return b.advance(c)
 }

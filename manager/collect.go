@@ -18,13 +18,14 @@ import (
 func (m *Manager) collect(ctx context.Context) {
 	defer close(m.stopped)
 	var (
-		trim      int // entries read last time, to trim off with the next read
+		handled   int    // entries read last time, to trim off with the next read
+		mark      string // the start of the last of them
 		downSince time.Time
 		delay     time.Duration
 		tickAt    = time.Now().Add(m.opts.Poll)
 	)
 	for ctx.Err() == nil {
-		entries, err := m.rdb.ReadResults(ctx, m.id, trim, collectMax)
+		entries, err := m.rdb.ReadResults(ctx, m.id, handled, mark, collectMax)
 		if err == nil && len(entries) == 0 {
 			err = m.rdb.WaitResults(ctx, m.id, m.opts.Poll)
 		}
@@ -34,7 +35,7 @@ func (m *Manager) collect(ctx context.Context) {
 			}
 			// The trim may or may not have been applied: read from the
 			// start again; entries seen twice are dropped as duplicates.
-			trim = 0
+			handled = 0
 			if downSince.IsZero() {
 				downSince = time.Now()
 			}
@@ -55,7 +56,10 @@ func (m *Manager) collect(ctx context.Context) {
 		for _, e := range entries {
 			m.dispatch(e)
 		}
-		trim = len(entries)
+		handled = len(entries)
+		if handled > 0 {
+			mark = rdb.Mark(entries[handled-1])
+		}
 		if now := time.Now(); now.After(tickAt) {
 			m.reconcile(ctx)
 			tickAt = now.Add(m.opts.Poll)

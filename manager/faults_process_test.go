@@ -142,6 +142,9 @@ func TestFaultPoisonPill(t *testing.T) {
 		t.Fatalf("got %v, want element 13 failing with ErrLost", err)
 	}
 	t.Logf("poison pill: %v", be.Failed[0])
+	if be.Failed[0].Attempt != 3 {
+		t.Errorf("poison pill failed at attempt %d, want 3 (after 3 lost runs)", be.Failed[0].Attempt)
+	}
 	for i, y := range ys {
 		if i != 13 && y != -i {
 			t.Fatalf("ys[%d] = %d, want %d", i, y, -i)

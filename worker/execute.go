@@ -16,7 +16,7 @@ import (
 // that cannot be decoded or run yields a result saying why, so its manager
 // learns of it and the worker carries on.
 func (w *Worker) execute(ctx context.Context, t rdb.Taken) rdb.Done {
-	res := &codec.Result{Task: t.ID}
+	res := &codec.Result{Task: t.ID, Attempt: t.Attempt}
 	res.Values, res.Fails = w.run(ctx, t)
 	b, err := codec.EncodeResult(res)
 	if err == nil && len(b) > w.opts.MaxFrame {
@@ -27,7 +27,7 @@ func (w *Worker) execute(ctx context.Context, t rdb.Taken) rdb.Done {
 		if errors.Is(err, codec.ErrTooLarge) {
 			kind = codec.KindTooLarge
 		}
-		res = &codec.Result{Task: t.ID, Fails: []codec.Failure{{Index: -1, Kind: kind, Msg: err.Error()}}}
+		res = &codec.Result{Task: t.ID, Attempt: t.Attempt, Fails: []codec.Failure{{Index: -1, Kind: kind, Msg: err.Error()}}}
 		b, _ = codec.EncodeResult(res) // small and well-formed: cannot fail
 	}
 	return rdb.Done{ID: t.ID, Result: b}

@@ -29,12 +29,15 @@ var (
 	heartbeatLua string
 	//go:embed lua/live.lua
 	liveLua string
+	//go:embed lua/read.lua
+	readLua string
 
 	submitScript    = redis.NewScript(submitLua)
 	takeScript      = redis.NewScript(takeLua)
 	finishScript    = redis.NewScript(finishLua)
 	heartbeatScript = redis.NewScript(heartbeatLua)
 	liveScript      = redis.NewScript(liveLua)
+	readScript      = redis.NewScript(readLua)
 )
 
 // maxGroup caps the tasks or results sent in one script call, and maxGroupBytes
@@ -233,26 +236,23 @@ func (r *RDB) LiveWorkers(ctx context.Context) ([]string, error) {
 	return ids, nil
 }
 
-// ReadResults trims the first trim entries off manager mid's result list (the
-// ones read last time and handled since) and returns up to max of those after
-// them, in one round trip. Reading does not consume: if the reply is lost on
-// the way, the next read returns the same entries, and the manager discards
-// the ones it has seen.
-func (r *RDB) ReadResults(ctx context.Context, mid string, trim, max int) ([]string, error) {
-	key := keys.Results(r.prefix, r.queue, mid)
-	var read *redis.StringSliceCmd
-	_, err := r.c.Pipelined(ctx, func(p redis.Pipeliner) error {
-		if trim > 0 {
-			p.LTrim(ctx, key, int64(trim), -1)
-		}
-		read = p.LRange(ctx, key, 0, int64(max-1))
-		return nil
-	})
+// ReadResults trims the entries of manager mid's result list that were read
+// last time and handled since (the first handled ones, the last of which
+// began with mark), and returns up to max of those after them, in one script
+// call. Reading does not consume, and the trim happens once however often the
+// call is retried: a reply lost on the way loses no result, and the manager
+// discards entries it sees twice.
+func (r *RDB) ReadResults(ctx context.Context, mid string, handled int, mark string, max int) ([]string, error) {
+	entries, err := readScript.Run(ctx, r.c, []string{keys.Results(r.prefix, r.queue, mid)}, handled, mark, max).StringSlice()
 	if err != nil {
 		return nil, fmt.Errorf("read results: %w", err)
 	}
-	return read.Val(), nil
+	return entries, nil
 }
+
+// Mark returns what ReadResults needs to recognise an entry: its first bytes,
+// which for a result include its unique task id.
+func Mark(entry string) string { return entry[:min(len(entry), 64)] }
 
 // WaitResults blocks until a finish rings manager mid's bell or timeout
 // passes. The timeout must be positive: a dead connection must not block the
