@@ -36,7 +36,7 @@ func TestResultRoundTrip(t *testing.T) {
 		}
 	}
 	enc.AddNil()
-	in := &Result{Task: "m-1", Attempt: 2, Values: enc.Bytes(), Fails: []Failure{{Index: 2, Kind: KindPanic, Msg: "boom", Stack: "main.f()"}}}
+	in := &Result{Task: "m-1", Attempt: 2, Nanos: 12345, Values: enc.Bytes(), Fails: []Failure{{Index: 2, Kind: KindPanic, Msg: "boom", Stack: "main.f()"}}}
 	b, err := EncodeResult(in)
 	if err != nil {
 		t.Fatal(err)

@@ -30,7 +30,7 @@ func FuzzDecodeResult(f *testing.F) {
 	seed, _ := EncodeResult(&Result{Task: "m-1", Values: []byte{0x91, 0x01},
 		Fails: []Failure{{Index: -1, Kind: KindUnknownFunc, Msg: "no"}}})
 	f.Add(seed)
-	f.Add([]byte{0x95, 0x01, 0xa3, 'm', '-', '1', 0x00})
+	f.Add([]byte{0x96, 0x01, 0xa3, 'm', '-', '1', 0x00, 0x00})
 	f.Fuzz(func(t *testing.T, b []byte) {
 		r, err := DecodeResult(b, 1<<20)
 		if err != nil {

@@ -32,6 +32,7 @@ type Failure struct {
 type Result struct {
 	Task    string    // the task id
 	Attempt int       // the attempt that produced it: 0 for the first run
+	Nanos   int64     // how long the worker spent running the task's elements
 	Values  []byte    // a MessagePack array of one output per element; zero values where an element failed
 	Fails   []Failure // failed elements, in index order
 }
@@ -43,10 +44,11 @@ func EncodeResult(r *Result) ([]byte, error) {
 		size += len(f.Msg) + len(f.Stack) + 16
 	}
 	w := newWriter(size)
-	w.arrayLen(5)
+	w.arrayLen(6)
 	w.int(version)
 	w.str(r.Task)
 	w.int(r.Attempt)
+	w.int(int(r.Nanos))
 	w.bytes(r.Values)
 	w.arrayLen(len(r.Fails))
 	for _, f := range r.Fails {
@@ -65,13 +67,13 @@ func EncodeResult(r *Result) ([]byte, error) {
 // rather than wait for it forever.
 func DecodeResult(b []byte, limit int) (*Result, error) {
 	d := newReader(b)
-	if d.arrayLen() != 5 {
-		return nil, d.fail("result", "want a 5-field array")
+	if d.arrayLen() != 6 {
+		return nil, d.fail("result", "want a 6-field array")
 	}
 	if d.int() != version {
 		return nil, d.fail("result", "unknown version")
 	}
-	r := &Result{Task: d.str(), Attempt: d.int()}
+	r := &Result{Task: d.str(), Attempt: d.int(), Nanos: int64(d.int())}
 	if d.err != nil {
 		return nil, d.end("result")
 	}
@@ -80,8 +82,8 @@ func DecodeResult(b []byte, limit int) (*Result, error) {
 	}
 	r.Values = d.bytes()
 	n := d.arrayLen()
-	if r.Attempt < 0 {
-		return &Result{Task: r.Task}, corrupt("result: negative attempt", nil)
+	if r.Attempt < 0 || r.Nanos < 0 {
+		return &Result{Task: r.Task}, corrupt("result: negative attempt or time", nil)
 	}
 	if n > 0 {
 		r.Fails = make([]Failure, n)

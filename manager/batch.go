@@ -27,7 +27,6 @@ type Result[Out any] struct {
 type Batch[Out any] struct {
 	m      *Manager
 	fn     string
-	chunks []chunk
 	stop   func() bool // detaches the batch from its submit context
 	onEnd  func()      // releases what the batch holds (its constant); runs once
 	ending sync.Once
@@ -35,19 +34,26 @@ type Batch[Out any] struct {
 	encode func(start, end int) ([]byte, error) // the payload of elements [start, end)
 
 	mu       sync.Mutex
+	chunks   []chunk // the tasks submitted so far, appended by the feeder
 	out      []Out
 	errs     map[int]*redmap.TaskError
 	order    []int // element indexes in completion order
-	left     int   // chunks not yet delivered
+	left     int   // elements without a result yet
 	err      error // why the batch ended early, if it did
 	progress chan struct{}
 	done     chan struct{}
+
+	// The in-flight window: tasks and payload bytes submitted and not yet
+	// delivered. The feeder submits more only while both are under the
+	// manager's bounds.
+	inflight, inflightBytes int
 }
 
-// chunk is one task of a batch: count elements from start.
+// chunk is one task of a batch: count elements from start, size bytes of
+// payload.
 type chunk struct {
-	start, count int
-	tid          string
+	start, count, size int
+	tid                string
 }
 
 func newBatch[Out any](m *Manager, fn string, n int) *Batch[Out] {
@@ -55,6 +61,7 @@ func newBatch[Out any](m *Manager, fn string, n int) *Batch[Out] {
 		m:        m,
 		fn:       fn,
 		out:      make([]Out, n),
+		left:     n,
 		progress: make(chan struct{}),
 		done:     make(chan struct{}),
 		stop:     func() bool { return false },
@@ -129,6 +136,31 @@ func (b *Batch[Out]) Results() iter.Seq[Result[Out]] {
 // withdrawn and skipped by workers, and results still to come are discarded.
 func (b *Batch[Out]) Cancel() { b.abort(context.Canceled) }
 
+// isFinished reports whether the batch is done.
+func (b *Batch[Out]) isFinished() bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.finished()
+}
+
+// failOne fails one element that was never submitted (it could not be
+// encoded).
+func (b *Batch[Out]) failOne(te *redmap.TaskError) {
+	b.mu.Lock()
+	if b.finished() {
+		b.mu.Unlock()
+		return
+	}
+	b.failElement(te.Index, 0, te.Err, "")
+	// Counted as a chunk of one with nothing in flight.
+	b.inflight++
+	ended := b.advance(chunk{start: te.Index, count: 1})
+	b.mu.Unlock()
+	if ended {
+		b.end()
+	}
+}
+
 // finished reports whether the batch is done; b.mu must be held.
 func (b *Batch[Out]) finished() bool {
 	select {
@@ -139,13 +171,15 @@ func (b *Batch[Out]) finished() bool {
 	}
 }
 
-// advance records that chunk c is done and wakes readers, and reports whether
-// that ended the batch; b.mu must be held.
+// advance records that chunk c is done and wakes readers and the feeder,
+// and reports whether that ended the batch; b.mu must be held.
 func (b *Batch[Out]) advance(c chunk) bool {
 	for i := c.start; i < c.start+c.count; i++ {
 		b.order = append(b.order, i)
 	}
-	b.left--
+	b.left -= c.count
+	b.inflight--
+	b.inflightBytes -= c.size
 	if b.left == 0 {
 		close(b.done)
 	}
@@ -193,6 +227,7 @@ func (b *Batch[Out]) deliverLocked(ci int, r *codec.Result, err error) bool {
 	if err != nil {
 		return b.failChunk(c, 0, fmt.Errorf("%w: result: %v", redmap.ErrDecode, err))
 	}
+	b.m.observe(b.fn, r.Nanos, c.count)
 	for _, f := range r.Fails {
 		if f.Index == -1 {
 			return b.failChunk(c, r.Attempt, redmap.FailureCause(f))
@@ -247,10 +282,12 @@ func (b *Batch[Out]) abort(err error) {
 	b.progress = make(chan struct{})
 	b.mu.Unlock()
 
+	b.mu.Lock()
 	tids := make([]string, len(b.chunks))
 	for i, c := range b.chunks {
 		tids[i] = c.tid
 	}
+	b.mu.Unlock()
 	b.m.withdraw(tids)
 	b.end()
 }
@@ -258,7 +295,9 @@ func (b *Batch[Out]) abort(err error) {
 // resubmission returns the payload of chunk ci again, and the worker whose
 // private queue it goes to ("" for the public queue).
 func (b *Batch[Out]) resubmission(ci int) (rdb.Task, string, error) {
+	b.mu.Lock()
 	c := b.chunks[ci]
+	b.mu.Unlock()
 	payload, err := b.encode(c.start, c.start+c.count)
 	return rdb.Task{ID: c.tid, Payload: payload}, b.worker, err
 }

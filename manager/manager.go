@@ -43,9 +43,13 @@ type Manager struct {
 	closed  bool
 
 	stop    context.CancelFunc
-	stopped chan struct{} // closed when the collector has returned
-	renewAt time.Time     // owned by the collector
-	dropped atomic.Int64  // results discarded as stale, duplicate or unreadable
+	stopped chan struct{}  // closed when the collector has returned
+	feeders sync.WaitGroup // batches' feeders still submitting
+
+	costMu  sync.Mutex
+	costs   map[string]float64 // function name → nanoseconds per element, smoothed
+	renewAt time.Time          // owned by the collector
+	dropped atomic.Int64       // results discarded as stale, duplicate or unreadable
 }
 
 // pending is an outstanding task: the batch that waits for it and the index of
@@ -84,6 +88,7 @@ func New(client redis.UniversalClient, opts Options) (*Manager, error) {
 		store:   cache.NewStore(client, opts.Prefix, opts.PartSize),
 		pending: make(map[string]pending),
 		holds:   make(map[string]hold),
+		costs:   make(map[string]float64),
 		stop:    stop,
 		stopped: make(chan struct{}),
 	}
@@ -131,6 +136,7 @@ func (m *Manager) Close() error {
 			p.batch.abort(redmap.ErrClosed)
 		}
 	}
+	m.feeders.Wait()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	m.stop()
@@ -141,16 +147,16 @@ func (m *Manager) Close() error {
 	return errors.Join(m.rdb.Cancel(ctx, m.id, tids), m.rdb.Drop(ctx, m.id))
 }
 
-// register records the tasks of b as pending; it fails once the manager is
-// closed.
-func (m *Manager) register(b batch, tids []string) error {
+// register records the tasks of b as pending, the first one as chunk first
+// of b; it fails once the manager is closed.
+func (m *Manager) register(b batch, tids []string, first int) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.closed {
 		return redmap.ErrClosed
 	}
 	for i, tid := range tids {
-		m.pending[tid] = pending{batch: b, chunk: i}
+		m.pending[tid] = pending{batch: b, chunk: first + i}
 	}
 	return nil
 }

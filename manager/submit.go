@@ -50,14 +50,11 @@ func RetryErrors() CallOption { return func(o *callOptions) { o.retry = true } }
 // Manager.Workers) instead of the public queue: only that worker runs it.
 func OnWorker(id string) CallOption { return func(o *callOptions) { o.worker = id } }
 
-// ChunkSize fixes how many elements travel in one task. Without it, a batch of
-// n elements is cut into chunks of n/256 elements, at least 1 and at most 256.
+// ChunkSize fixes how many elements travel in one task. Without it, the size
+// adapts to the function's cost as workers measure it, aiming at about 2 ms of
+// work per task (at most 8,192 elements, and at least 16 tasks per batch that
+// has the elements); while the cost is unknown, tasks carry up to 8.
 func ChunkSize(n int) CallOption { return func(o *callOptions) { o.chunk = n } }
-
-// autoChunk returns the chunk size for n elements: enough tasks (up to 256)
-// to spread over a fleet, few enough that tiny elements do not cost a task
-// each.
-func autoChunk(n int) int { return min(max(n/256, 1), 256) }
 
 // Map runs fn on every element of xs on the queue's workers and returns the
 // outputs in input order. If some elements failed it returns every output
@@ -66,7 +63,8 @@ func autoChunk(n int) int { return min(max(n/256, 1), 256) }
 // returns nil and ctx.Err(), withdrawing the batch's queued tasks.
 //
 // Cost: one script call per 1,000 tasks to submit, and about one round trip per
-// 1,000 results to collect.
+// 1,000 results to collect. At most 4,096 tasks or 64 MiB of payload of a
+// batch are in Redis at once; the rest waits in the caller's slice.
 func Map[In, Out any](ctx context.Context, m *Manager, fn *redmap.Handle[In, Out], xs []In, opts ...CallOption) ([]Out, error) {
 	b, err := Submit(ctx, m, fn, xs, opts...)
 	if err != nil {
@@ -153,9 +151,6 @@ func submit[In, Out any](ctx context.Context, m *Manager, sp spec, xs []In, opts
 	if co.attempts == 0 {
 		co.attempts = DefaultAttempts
 	}
-	if co.chunk == 0 {
-		co.chunk = autoChunk(len(xs))
-	}
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
@@ -178,7 +173,7 @@ func submit[In, Out any](ctx context.Context, m *Manager, sp spec, xs []In, opts
 	}
 	// encode builds the payload of elements [start, end); the batch keeps it
 	// (with xs) to submit again if Redis loses its data.
-	encode := func(start, end int) ([]byte, error) {
+	b.encode = func(start, end int) ([]byte, error) {
 		frame, err := codec.EncodeElements(xs[start:end], m.opts.MaxInputSize)
 		if err != nil {
 			return nil, inputError(sp.name, start, err)
@@ -191,56 +186,222 @@ func submit[In, Out any](ctx context.Context, m *Manager, sp spec, xs []In, opts
 		}
 		return payload, nil
 	}
-	b.encode = encode
-	tasks := make([]rdb.Task, 0, (len(xs)+co.chunk-1)/co.chunk)
-	for start := 0; start < len(xs); start += co.chunk {
-		end := min(start+co.chunk, len(xs))
-		payload, err := encode(start, end)
-		if err != nil {
-			return nil, err
-		}
-		tid := redmap.TaskID(m.id, m.seq.Add(1))
-		b.chunks = append(b.chunks, chunk{start: start, count: end - start, tid: tid})
-		tasks = append(tasks, rdb.Task{ID: tid, Payload: payload})
-	}
-	b.left = len(b.chunks)
-	if b.left == 0 {
+	if len(xs) == 0 {
 		close(b.done)
 		b.end()
 		return b, nil
 	}
+	f := &feeder[Out]{m: m, b: b, n: len(xs), fixed: co.chunk}
 
-	tids := make([]string, len(tasks))
-	for i, t := range tasks {
-		tids[i] = t.ID
-	}
-	// Register before submitting: a fast worker's result may arrive before
-	// Submit returns. The context hook is set before either, so that ending
-	// ctx at any point withdraws what was queued.
+	// The first window is submitted here, so that what can go wrong at once
+	// (an input too large, Redis unreachable or full) is Submit's error, with
+	// nothing left queued. The context hook is set first, so that ending ctx
+	// at any point withdraws what was queued.
 	b.stop = context.AfterFunc(ctx, func() { b.abort(ctx.Err()) })
-	if err := m.register(b, tids); err != nil {
+	w, err := f.window()
+	if err == nil && w.bad != nil {
+		m.forget(w.tids())
+		err = w.bad
+	}
+	if err == nil {
+		err = f.submit(ctx, w)
+	}
+	if err != nil {
 		b.stop()
 		return nil, err
 	}
-	if err := m.rdb.Submit(ctx, m.id, co.worker, tasks, m.opts.KeyTTL); err != nil {
-		b.stop()
-		if rdb.Unreachable(err) {
-			// Nothing can be withdrawn from a Redis we cannot reach; what
-			// was queued runs to a discarded result, and its task set
-			// entries go with the manager's keys.
-			m.forget(tids)
-			return nil, fmt.Errorf("%w: submitting %q: %w", redmap.ErrUnavailable, sp.name, err)
-		}
-		m.withdraw(tids)
-		if ctx.Err() != nil {
-			return nil, ctx.Err()
-		}
-		if rdb.OutOfMemory(err) {
-			return nil, fmt.Errorf("%w: submitting %q: %w", redmap.ErrRedisFull, sp.name, err)
-		}
-		return nil, fmt.Errorf("redmap: submitting %q: %w", sp.name, err)
+	if f.pos < f.n {
+		m.feeders.Add(1)
+		go func() {
+			defer m.feeders.Done()
+			f.run(ctx)
+		}()
 	}
 	return b, nil
+}
+
+// Bounds of a batch's in-flight window: tasks and payload bytes submitted and
+// not yet delivered. Past them, the rest of the input waits in the manager's
+// memory (as the caller's slice), so huge inputs stream through Redis. The
+// feeder tops the window up when it is half empty.
+const (
+	windowTasks = 4096
+	windowBytes = 64 << 20
+)
+
+// feeder submits a batch's tasks, chunk by chunk, within the window.
+type feeder[Out any] struct {
+	m     *Manager
+	b     *Batch[Out]
+	n     int // elements in the batch
+	pos   int // elements handled so far: submitted, or failed at encoding
+	fixed int // the caller's ChunkSize, or 0 to adapt
+}
+
+// window is a set of tasks registered with the batch and ready to submit:
+// chunks [first, first+len(tasks)) of the batch. bad, if set, is an element
+// just after them that could not be encoded.
+type window struct {
+	first int
+	tasks []rdb.Task
+	bad   *redmap.TaskError
+}
+
+func (w window) tids() []string {
+	tids := make([]string, len(w.tasks))
+	for i, t := range w.tasks {
+		tids[i] = t.ID
+	}
+	return tids
+}
+
+// window encodes the next tasks that fit in the window and registers them. It
+// stops at an element that cannot be encoded, returning it as bad.
+func (f *feeder[Out]) window() (window, error) {
+	b := f.b
+	b.mu.Lock()
+	inflight, bytes := b.inflight, b.inflightBytes
+	b.mu.Unlock()
+	var w window
+	var chunks []chunk
+	add := func(end int, payload []byte) {
+		tid := redmap.TaskID(f.m.id, f.m.seq.Add(1))
+		chunks = append(chunks, chunk{start: f.pos, count: end - f.pos, size: len(payload), tid: tid})
+		w.tasks = append(w.tasks, rdb.Task{ID: tid, Payload: payload})
+		inflight++
+		bytes += len(payload)
+		f.pos = end
+	}
+	for f.pos < f.n && inflight < windowTasks && bytes < windowBytes {
+		size := f.fixed
+		if size == 0 {
+			size = f.m.chunkSize(b.fn, f.n)
+		}
+		end := min(f.pos+size, f.n)
+		payload, err := b.encode(f.pos, end)
+		if err != nil {
+			if !errors.As(err, &w.bad) {
+				return w, err
+			}
+			// Send the elements before the bad one; it fails alone.
+			if bad := w.bad.Index; bad > f.pos {
+				good, err := b.encode(f.pos, bad)
+				if err != nil {
+					return w, err
+				}
+				add(bad, good)
+			}
+			f.pos = w.bad.Index + 1
+			break
+		}
+		add(end, payload)
+	}
+	b.mu.Lock()
+	w.first = len(b.chunks)
+	b.chunks = append(b.chunks, chunks...)
+	b.inflight += len(chunks)
+	for _, c := range chunks {
+		b.inflightBytes += c.size
+	}
+	b.mu.Unlock()
+	// Register before submitting: a fast worker's result may arrive before
+	// the submit call returns.
+	return w, f.m.register(b, w.tids(), w.first)
+}
+
+// submit queues a window's tasks. On failure it withdraws them, or, if Redis
+// is unreachable, forgets them: nothing can be withdrawn from a Redis we
+// cannot reach; what was queued runs to a discarded result, and its task set
+// entries go with the manager's keys.
+func (f *feeder[Out]) submit(ctx context.Context, w window) error {
+	if len(w.tasks) == 0 {
+		return nil
+	}
+	err := f.send(ctx, w)
+	if err == nil {
+		return nil
+	}
+	if errors.Is(err, redmap.ErrUnavailable) {
+		f.m.forget(w.tids())
+	} else {
+		f.m.withdraw(w.tids())
+	}
+	if ctx.Err() != nil {
+		return ctx.Err()
+	}
+	return err
+}
+
+// send makes one attempt to queue a window, and says what went wrong.
+func (f *feeder[Out]) send(ctx context.Context, w window) error {
+	m, name := f.m, f.b.fn
+	err := m.rdb.Submit(ctx, m.id, f.b.worker, w.tasks, m.opts.KeyTTL)
+	switch {
+	case err == nil:
+		return nil
+	case rdb.Unreachable(err):
+		return fmt.Errorf("%w: submitting %q: %w", redmap.ErrUnavailable, name, err)
+	case rdb.OutOfMemory(err):
+		return fmt.Errorf("%w: submitting %q: %w", redmap.ErrRedisFull, name, err)
+	}
+	return fmt.Errorf("redmap: submitting %q: %w", name, err)
+}
+
+// run submits the rest of the batch, a window at a time, as results make
+// room, until all is submitted or the batch ends. A window Redis refuses or
+// cannot take is tried again (results draining may free memory, Redis may
+// come back) for up to RedisTimeout; then its elements fail with the error,
+// and the feeder goes on, so the batch ends with every element accounted for.
+func (f *feeder[Out]) run(ctx context.Context) {
+	b := f.b
+	for f.pos < f.n {
+		b.mu.Lock()
+		room := b.inflight <= windowTasks/2 && b.inflightBytes <= windowBytes/2
+		progress, finished := b.progress, b.finished()
+		b.mu.Unlock()
+		if finished {
+			return
+		}
+		if !room {
+			<-progress
+			continue
+		}
+		w, err := f.window()
+		if err == nil {
+			err = f.sendRetrying(ctx, w)
+		}
+		if err != nil {
+			for ci := w.first; ci < w.first+len(w.tasks); ci++ {
+				b.fail(ci, err)
+			}
+		}
+		if w.bad != nil {
+			b.failOne(w.bad)
+		}
+	}
+}
+
+func (f *feeder[Out]) sendRetrying(ctx context.Context, w window) error {
+	if len(w.tasks) == 0 {
+		return nil
+	}
+	giveUp := time.Now().Add(f.m.opts.RedisTimeout)
+	delay := 50 * time.Millisecond
+	for {
+		err := f.send(ctx, w)
+		if err == nil || f.b.isFinished() || ctx.Err() != nil || time.Now().After(giveUp) ||
+			!(errors.Is(err, redmap.ErrUnavailable) || errors.Is(err, redmap.ErrRedisFull)) {
+			if err != nil {
+				f.m.forget(w.tids())
+			}
+			return err
+		}
+		select {
+		case <-time.After(delay):
+		case <-ctx.Done():
+		}
+		delay = min(2*delay, time.Second)
+	}
 }
 
 // inputError says which element of a batch could not be submitted.

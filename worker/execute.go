@@ -17,7 +17,9 @@ import (
 // learns of it and the worker carries on.
 func (w *Worker) execute(ctx context.Context, t rdb.Taken) rdb.Done {
 	res := &codec.Result{Task: t.ID, Attempt: t.Attempt}
+	start := time.Now()
 	res.Values, res.Fails = w.run(ctx, t)
+	res.Nanos = time.Since(start).Nanoseconds()
 	b, err := codec.EncodeResult(res)
 	if err == nil && len(b) > w.opts.MaxFrame {
 		err = &codec.SizeError{What: "result", Size: len(b), Limit: w.opts.MaxFrame}
