@@ -1,0 +1,89 @@
+package manager_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync/atomic"
+	"testing"
+
+	"github.com/redmap/redmap"
+	"github.com/redmap/redmap/internal/keys"
+	"github.com/redmap/redmap/manager"
+	"github.com/redmap/redmap/worker"
+)
+
+// A batch of more tasks than the window streams through Redis: the task set
+// never holds more than the window, and every element comes back.
+func TestBatchStreamsThroughWindow(t *testing.T) {
+	b := setup(t)
+	var maxQueued atomic.Int64
+	b.worker(t, worker.Options{Concurrency: 4}, square)
+	m := b.manager(t, manager.Options{})
+	ctx := testCtx(t)
+	taskSet := keys.Tasks("redmap", b.queue, m.ID())
+	batch, err := manager.Submit(ctx, m, square, ints(20_000), manager.ChunkSize(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	exactlyOnce(t, batch, sq, func(seen int) {
+		if seen%500 == 0 {
+			n := b.rdb.HLen(context.Background(), taskSet).Val() - 1 // the marker
+			if n > maxQueued.Load() {
+				maxQueued.Store(n)
+			}
+		}
+	})
+	t.Logf("at most %d of 20,000 tasks in Redis at once", maxQueued.Load())
+	if got := maxQueued.Load(); got > 4096 || got == 0 {
+		t.Fatalf("saw up to %d tasks in Redis, want between 1 and the window (4096)", got)
+	}
+}
+
+// An element too large in a later window fails alone; Submit could not see it.
+func TestLateElementTooLarge(t *testing.T) {
+	b := setup(t)
+	b.worker(t, worker.Options{Concurrency: 4}, echo)
+	m := b.manager(t, manager.Options{MaxInputSize: 100})
+	xs := make([]string, 10_000)
+	for i := range xs {
+		xs[i] = fmt.Sprint(i)
+	}
+	xs[9000] = strings.Repeat("x", 200) // past the first window of 4,096 tasks of 1
+	ys, err := manager.Map(testCtx(t), m, echo, xs, manager.ChunkSize(1))
+	var be *redmap.BatchError
+	if !errors.As(err, &be) || fmt.Sprint(be.Indexes()) != "[9000]" || !errors.Is(err, redmap.ErrTooLarge) {
+		t.Fatalf("got %v, want element 9000 failing with ErrTooLarge", err)
+	}
+	if ys[8999] != "8999" || ys[9001] != "9001" {
+		t.Fatalf("neighbours: %q %q", ys[8999], ys[9001])
+	}
+}
+
+// Chunks adapt to the function's cost: tiny elements travel many to a task.
+// (The sizes come from measured time; the bound below leaves room for a much
+// slower machine.)
+func TestChunksAdapt(t *testing.T) {
+	b := setup(t)
+	w := b.worker(t, worker.Options{Concurrency: 2}, square)
+	m := b.manager(t, manager.Options{})
+	ctx := testCtx(t)
+	// The first batch measures the cost; the second uses it.
+	for range 2 {
+		before := w.Stats().Taken
+		if _, err := manager.Map(ctx, m, square, ints(100_000)); err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("100,000 tiny elements in %d tasks", w.Stats().Taken-before)
+	}
+	before := w.Stats().Taken
+	if _, err := manager.Map(ctx, m, square, ints(100_000)); err != nil {
+		t.Fatal(err)
+	}
+	// About 2 ms of work per task; even on a machine 20 times slower than
+	// this one, that is well over 100 tiny elements.
+	if n := w.Stats().Taken - before; n > 1000 {
+		t.Fatalf("100,000 tiny elements took %d tasks once their cost was known, want at most 1,000", n)
+	}
+}
