@@ -47,6 +47,10 @@ func TestCancelSkipsQueuedTasks(t *testing.T) {
 	bg := context.Background()
 	tasks := keys.Tasks("redmap", b.queue, m.ID())
 	eventually(t, "tasks withdrawn", func() bool { return b.rdb.HLen(bg, tasks).Val() == 1 }) // the marker
+	// The worker has prefetched some of the queued tasks; it checks a
+	// prefetched task again before running it once it has waited over a
+	// millisecond. Make sure they have.
+	time.Sleep(2 * time.Millisecond)
 	close(release)
 
 	public := keys.Public("redmap", b.queue)

@@ -25,6 +25,10 @@ const (
 	DefaultCacheBytes = cache.DefaultMemoBytes
 )
 
+// DefaultPrefetch is the number of tasks a worker takes ahead of its free
+// slots when Options.Prefetch is zero: 4 per slot.
+func DefaultPrefetch(concurrency int) int { return 4 * concurrency }
+
 // DefaultConcurrency is the number of tasks a worker runs at once when
 // Options.Concurrency is zero: GOMAXPROCS.
 func DefaultConcurrency() int { return runtime.GOMAXPROCS(0) }
@@ -41,6 +45,12 @@ type Options struct {
 	ID string
 	// Concurrency is how many tasks run at once. Default DefaultConcurrency().
 	Concurrency int
+	// Prefetch is how many tasks the worker takes beyond its free slots, so
+	// that one round trip brings many tiny tasks. A prefetched task that
+	// waited over a millisecond is checked again before it runs (it is skipped
+	// if its batch was cancelled), and prefetched tasks not started when the
+	// worker stops go back to the queue. -1 for none. Default DefaultPrefetch.
+	Prefetch int
 	// Heartbeat is how often the worker renews its lease. Default DefaultHeartbeat.
 	Heartbeat time.Duration
 	// Lease is how long the worker counts as live after a heartbeat, by the
@@ -73,6 +83,8 @@ func (o Options) withDefaults() (Options, error) {
 		return o, fmt.Errorf("worker: Options.ID %q: want letters, digits, '_', '.' or '-', at most 64", o.ID)
 	case o.Concurrency < 0:
 		return o, fmt.Errorf("worker: Options.Concurrency %d is negative", o.Concurrency)
+	case o.Prefetch < -1:
+		return o, fmt.Errorf("worker: Options.Prefetch %d is below -1", o.Prefetch)
 	case o.Heartbeat < 0 || o.Lease < 0 || o.IdleWait < 0:
 		return o, fmt.Errorf("worker: Options.Heartbeat, Lease and IdleWait must not be negative")
 	case o.MaxFrame < 0:
@@ -88,6 +100,12 @@ func (o Options) withDefaults() (Options, error) {
 	}
 	if o.Concurrency == 0 {
 		o.Concurrency = DefaultConcurrency()
+	}
+	switch o.Prefetch {
+	case 0:
+		o.Prefetch = DefaultPrefetch(o.Concurrency)
+	case -1:
+		o.Prefetch = 0
 	}
 	if o.Heartbeat == 0 {
 		o.Heartbeat = DefaultHeartbeat

@@ -125,25 +125,37 @@ func (w *Worker) Run(ctx context.Context) error {
 		w.heartbeat(hbCtx)
 	}()
 
-	slots := make(chan struct{}, w.opts.Concurrency) // a token per running task
-	tasks := make(chan job)
-	done := make(chan rdb.Done, w.opts.Concurrency)
+	// A token per task taken and not yet run to the end: at most
+	// Concurrency running and Prefetch waiting.
+	capacity := w.opts.Concurrency + w.opts.Prefetch
+	slots := make(chan struct{}, capacity)
+	tasks := make(chan job, capacity)
+	done := make(chan rdb.Done, capacity)
 
+	var (
+		unstarted []string // held members of prefetched tasks not run at stop
+		unMu      sync.Mutex
+		alone     sync.RWMutex // a suspect task runs alone (see job)
+	)
 	var execs sync.WaitGroup
 	for range w.opts.Concurrency {
 		execs.Add(1)
 		go func() {
 			defer execs.Done()
 			for j := range tasks {
-				tctx, cancel := context.WithCancel(runCtx)
-				w.setRunning(j.ID, cancel)
-				d := w.execute(tctx, j.Taken)
-				w.setRunning(j.ID, nil)
-				cancel()
-				for range 1 + j.extra {
+				// Once ctx has ended, tasks not started go back to the queue.
+				if ctx.Err() != nil {
+					unMu.Lock()
+					unstarted = append(unstarted, j.Member())
+					unMu.Unlock()
 					<-slots
+					continue
 				}
-				done <- d
+				d, ran := w.runJob(runCtx, j, &alone)
+				<-slots
+				if ran || d.ID != "" {
+					done <- d
+				}
 			}
 		}()
 	}
@@ -167,11 +179,22 @@ func (w *Worker) Run(ctx context.Context) error {
 		<-rang
 	}
 
+	// Tasks already running finish; prefetched ones go back to the queue.
 	close(tasks)
 	execs.Wait()
 	close(done)
 	stopHeartbeat()
 	wg.Wait()
+	if len(unstarted) > 0 {
+		gctx, cancel := context.WithTimeout(runCtx, 5*time.Second)
+		n, err := w.rdb.GiveBack(gctx, w.opts.ID, unstarted)
+		cancel()
+		if err != nil {
+			w.log.Warn("giving back prefetched tasks failed; they return when the lease expires", "err", err)
+		} else {
+			w.counters.givenBack.Add(int64(n))
+		}
+	}
 
 	dctx, cancel := context.WithTimeout(runCtx, 5*time.Second)
 	defer cancel()
@@ -182,14 +205,47 @@ func (w *Worker) Run(ctx context.Context) error {
 	return nil
 }
 
-// job is a taken task and the slots it occupies beyond its own.
+// job is a taken task, and when it was taken.
 type job struct {
 	rdb.Taken
-	extra int
+	takenAt time.Time
+}
+
+// staleAfter is how long a prefetched task may wait before the worker checks,
+// before running it, that its batch still wants it: tiny tasks never wait so
+// long, so the check costs nothing where prefetch matters, and a task that
+// waited longer costs one round trip more than its wait.
+const staleAfter = time.Millisecond
+
+// runJob runs one job and returns its result. A job that waited past
+// staleAfter and is no longer wanted is not run: it returns a result with no
+// payload, which the finish script discards while releasing the hold. A task
+// lost before (attempt above 0) may be a poison pill: it runs alone, holding
+// alone for writing, so that it takes no other task down with it.
+func (w *Worker) runJob(ctx context.Context, j job, alone *sync.RWMutex) (rdb.Done, bool) {
+	if time.Since(j.takenAt) > staleAfter {
+		if unwanted, err := w.rdb.Unwanted(ctx, w.opts.ID, []string{j.ID}); err == nil && len(unwanted) == 1 {
+			return rdb.Done{ID: j.ID}, false
+		}
+	}
+	if j.Attempt > 0 {
+		alone.Lock()
+		defer alone.Unlock()
+	} else {
+		alone.RLock()
+		defer alone.RUnlock()
+	}
+	tctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	w.setRunning(j.ID, cancel)
+	d := w.execute(tctx, j.Taken)
+	w.setRunning(j.ID, nil)
+	return d, true
 }
 
 // fetch takes tasks while ctx lasts, as many per round trip as there are free
-// slots, and blocks on the worker's bell when there are none. Every Heartbeat
+// slots and room to prefetch, and blocks on the worker's bell when there are
+// none. Every Heartbeat
 // it also gives back held tasks it does not know of (see giveBack); it does so
 // here, between takes, so that no take is in flight while it compares.
 func (w *Worker) fetch(ctx context.Context, slots chan struct{}, tasks chan<- job) {
@@ -228,17 +284,10 @@ func (w *Worker) fetch(ctx context.Context, slots chan struct{}, tasks chan<- jo
 		}
 		backoff.reset()
 		w.counters.taken.Add(int64(len(taken)))
+		now := time.Now()
 		for _, t := range taken {
 			w.setRunning(t.ID, nil)
-			j := job{Taken: t}
-			if t.Attempt > 0 {
-				// A task lost before runs alone (take hands it out alone):
-				// wait for the others to finish, and hold every slot.
-				for j.extra = 0; j.extra < cap(slots)-1; j.extra++ {
-					slots <- struct{}{}
-				}
-			}
-			tasks <- j
+			tasks <- job{Taken: t, takenAt: now}
 		}
 		if time.Now().After(checkAt) {
 			w.giveBack(ctx)

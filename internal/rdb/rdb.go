@@ -101,6 +101,15 @@ type Taken struct {
 	ID      string
 	Attempt int
 	Payload []byte
+	Private bool // from the worker's private list
+}
+
+// Member returns the task's member in the worker's held set.
+func (t Taken) Member() string {
+	if t.Private {
+		return "!" + t.ID
+	}
+	return t.ID
 }
 
 // Take takes up to n tasks for worker wid, private list first, with their
@@ -116,15 +125,16 @@ func (r *RDB) Take(ctx context.Context, wid string, n int) ([]Taken, error) {
 	if err != nil {
 		return nil, fmt.Errorf("take: %w", err)
 	}
-	if len(vals)%3 != 0 {
-		return nil, fmt.Errorf("take: script returned %d values, not triples", len(vals))
+	if len(vals)%4 != 0 {
+		return nil, fmt.Errorf("take: script returned %d values, not quadruples", len(vals))
 	}
-	taken := make([]Taken, 0, len(vals)/3)
-	for i := 0; i < len(vals); i += 3 {
+	taken := make([]Taken, 0, len(vals)/4)
+	for i := 0; i < len(vals); i += 4 {
 		id, _ := vals[i].(string)
 		attempt, _ := strconv.Atoi(fmt.Sprint(vals[i+1]))
 		payload, _ := vals[i+2].(string)
-		taken = append(taken, Taken{ID: id, Attempt: attempt, Payload: []byte(payload)})
+		mark, _ := vals[i+3].(string)
+		taken = append(taken, Taken{ID: id, Attempt: attempt, Payload: []byte(payload), Private: mark == "!"})
 	}
 	return taken, nil
 }

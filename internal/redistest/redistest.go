@@ -58,6 +58,16 @@ func Run(m *testing.M) int {
 	return m.Run()
 }
 
+// StartServer starts a server outside a test (for the benchmark); Stop it
+// when done. Extra arguments go to redis-server.
+func StartServer(args ...string) (*Server, error) { return start(args) }
+
+// Stop kills the server and removes its directory.
+func (s *Server) Stop() {
+	s.stop()
+	os.RemoveAll(s.dir)
+}
+
 // Shared returns the server started by Main.
 func Shared(tb testing.TB) *Server {
 	tb.Helper()

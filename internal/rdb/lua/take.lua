@@ -15,7 +15,8 @@
 -- KEYS[1] private list of the worker   KEYS[2] public list
 -- KEYS[3] held set of the worker       KEYS[4] idle set   KEYS[5] bell of the worker
 -- ARGV[1] key base "<prefix>:{<queue>}:"   ARGV[2] n, at least 1   ARGV[3] worker id
--- Returns a flat array: task id, attempt, payload, task id, attempt, payload...
+-- Returns a flat array of quadruples: task id, attempt, payload, and "!" for a
+-- task of the private list or "" for the public one.
 local base, n, wid = ARGV[1], tonumber(ARGV[2]), ARGV[3]
 local out = {}
 local taken = 0
@@ -42,6 +43,7 @@ local function take(list, mark)
         out[#out + 1] = tid
         out[#out + 1] = attempt
         out[#out + 1] = payload
+        out[#out + 1] = mark
         taken = taken + 1
         if attempt ~= '0' then
           for j = #ids, i + 1, -1 do

@@ -1,0 +1,233 @@
+// Command bench measures redmap against hand-written Redis list queues on the
+// same server in the same run, and prints a markdown table and one summary
+// line per scenario.
+//
+//	go run ./bench          # full sizes (a few minutes)
+//	go run ./bench -quick   # small sizes (under a minute)
+//
+// It starts its own redis-server on a free port, or uses REDIS_URL. Workers
+// run in-process (one redmap worker, or the baselines' worker goroutines,
+// with GOMAXPROCS slots); Redis runs as its own process.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"os/exec"
+	"regexp"
+	"runtime"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/redmap/redmap/internal/redistest"
+)
+
+func main() {
+	quick := flag.Bool("quick", false, "small sizes: the whole run in under a minute")
+	only := flag.String("scenario", "", "run only these scenarios (comma-separated)")
+	flag.Parse()
+	if err := run(*quick, *only); err != nil {
+		fmt.Fprintln(os.Stderr, "bench:", err)
+		os.Exit(1)
+	}
+}
+
+// env is what every scenario works with.
+type env struct {
+	rdb   *redis.Client
+	addr  string
+	port  int
+	quick bool
+	slots int // worker slots: GOMAXPROCS
+}
+
+// row is one measured contender in one scenario.
+type row struct {
+	scenario, contender string
+	elements            int
+	elapsed             time.Duration
+	p50, p99            time.Duration // latency scenarios only
+	allocs              float64       // heap allocations per element, manager and workers together
+	redisCPU            time.Duration // CPU Redis spent
+	note                string
+}
+
+func (r row) rate() float64 { return float64(r.elements) / r.elapsed.Seconds() }
+
+func run(quick bool, only string) error {
+	e := &env{quick: quick, slots: runtime.GOMAXPROCS(0)}
+	if url := os.Getenv("REDIS_URL"); url != "" {
+		opts, err := redis.ParseURL(url)
+		if err != nil {
+			return fmt.Errorf("REDIS_URL: %w", err)
+		}
+		e.rdb, e.addr = redis.NewClient(opts), opts.Addr
+	} else {
+		srv, err := redistest.StartServer()
+		if err != nil {
+			return err
+		}
+		defer srv.Stop()
+		e.rdb, e.addr, e.port = redis.NewClient(&redis.Options{Addr: srv.Addr()}), srv.Addr(), srv.Port
+	}
+	defer e.rdb.Close()
+	if err := e.rdb.Ping(context.Background()).Err(); err != nil {
+		return err
+	}
+	fmt.Printf("machine: %d CPUs (GOMAXPROCS %d), %s, %s; redis-server %s\n\n",
+		runtime.NumCPU(), e.slots, runtime.GOOS+"/"+runtime.GOARCH, runtime.Version(), e.redisVersion())
+
+	var rows []row
+	for _, sc := range scenarios {
+		if only != "" && !slices.Contains(strings.Split(only, ","), sc.name) {
+			continue
+		}
+		fmt.Fprintf(os.Stderr, "scenario %s...\n", sc.name)
+		got, err := sc.run(e)
+		if err != nil {
+			return fmt.Errorf("%s: %w", sc.name, err)
+		}
+		rows = append(rows, got...)
+	}
+	if only == "" || strings.Contains(only, "ceiling") {
+		if r, ok := e.redisBenchmark(); ok {
+			rows = append(rows, r)
+		}
+	}
+	printTable(rows)
+	printSummary(rows)
+	return nil
+}
+
+// measure runs f, which handles n elements, and records its time, its heap
+// allocations per element and the CPU Redis spent meanwhile.
+func (e *env) measure(scenario, contender string, n int, f func() error) (row, error) {
+	runtime.GC()
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	cpu0 := e.redisCPUTime()
+	start := time.Now()
+	err := f()
+	elapsed := time.Since(start)
+	runtime.ReadMemStats(&after)
+	return row{
+		scenario: scenario, contender: contender, elements: n, elapsed: elapsed,
+		allocs:   float64(after.Mallocs-before.Mallocs) / float64(n),
+		redisCPU: e.redisCPUTime() - cpu0,
+	}, err
+}
+
+var cpuLine = regexp.MustCompile(`used_cpu_(sys|user):([0-9.]+)`)
+
+func (e *env) redisCPUTime() time.Duration {
+	info, err := e.rdb.Info(context.Background(), "cpu").Result()
+	if err != nil {
+		return 0
+	}
+	var total float64
+	for _, m := range cpuLine.FindAllStringSubmatch(info, -1) {
+		v, _ := strconv.ParseFloat(m[2], 64)
+		total += v
+	}
+	return time.Duration(total * float64(time.Second))
+}
+
+func (e *env) redisVersion() string {
+	info, _ := e.rdb.Info(context.Background(), "server").Result()
+	if m := regexp.MustCompile(`redis_version:(\S+)`).FindStringSubmatch(info); m != nil {
+		return m[1]
+	}
+	return "?"
+}
+
+// redisBenchmark runs redis-benchmark -P 100 LPUSH, the raw ceiling of list
+// pushes on this server, when the binary exists and the server is ours.
+func (e *env) redisBenchmark() (row, bool) {
+	bin, err := exec.LookPath("redis-benchmark")
+	if err != nil || e.port == 0 {
+		return row{}, false
+	}
+	n := 2_000_000
+	if e.quick {
+		n = 300_000
+	}
+	out, err := exec.Command(bin, "-p", strconv.Itoa(e.port), "-P", "100", "-n", strconv.Itoa(n), "-t", "lpush", "-q").Output()
+	if err != nil {
+		return row{}, false
+	}
+	m := regexp.MustCompile(`LPUSH: ([0-9.]+) requests per second`).FindSubmatch(out)
+	if m == nil {
+		return row{}, false
+	}
+	rps, _ := strconv.ParseFloat(string(m[1]), 64)
+	e.rdb.FlushAll(context.Background())
+	return row{scenario: "ceiling", contender: "redis-benchmark -P 100 LPUSH", elements: n,
+		elapsed: time.Duration(float64(n) / rps * float64(time.Second)), note: "raw pushes, no work, no results"}, true
+}
+
+func printTable(rows []row) {
+	fmt.Println("| scenario | contender | elements | elements/s | p50 | p99 | allocs/element | Redis CPU |")
+	fmt.Println("| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |")
+	for _, r := range rows {
+		p50, p99 := "-", "-"
+		if r.p50 > 0 {
+			p50, p99 = fmtDur(r.p50), fmtDur(r.p99)
+		}
+		allocs := fmt.Sprintf("%.1f", r.allocs)
+		if r.scenario == "ceiling" {
+			allocs = "-"
+		}
+		fmt.Printf("| %s | %s | %d | %.0f | %s | %s | %s | %s |\n",
+			r.scenario, r.contender, r.elements, r.rate(), p50, p99, allocs, r.redisCPU.Round(time.Millisecond))
+	}
+	fmt.Println()
+}
+
+func fmtDur(d time.Duration) string { return fmt.Sprintf("%.3f ms", float64(d)/float64(time.Millisecond)) }
+
+// printSummary prints, per scenario, redmap's rate against the best of the
+// baselines that return results ("chunked" where it ran).
+func printSummary(rows []row) {
+	by := map[string][]row{}
+	var order []string
+	for _, r := range rows {
+		if _, ok := by[r.scenario]; !ok {
+			order = append(order, r.scenario)
+		}
+		by[r.scenario] = append(by[r.scenario], r)
+	}
+	for _, sc := range order {
+		var rm, base *row
+		for i := range by[sc] {
+			r := &by[sc][i]
+			switch {
+			case r.contender == "redmap":
+				rm = r
+			case r.contender == "chunked baseline":
+				base = r
+			}
+		}
+		if rm == nil {
+			continue
+		}
+		if sc == "latency" {
+			fmt.Printf("%s: redmap p50 %s, p99 %s", sc, fmtDur(rm.p50), fmtDur(rm.p99))
+			if base != nil {
+				fmt.Printf(" (per-task baseline p50 %s, p99 %s)", fmtDur(base.p50), fmtDur(base.p99))
+			}
+			fmt.Println()
+			continue
+		}
+		if base == nil {
+			fmt.Printf("%s: redmap %.0f elements/s\n", sc, rm.rate())
+			continue
+		}
+		fmt.Printf("%s: redmap %.0f elements/s = %.2fx chunked baseline\n", sc, rm.rate(), rm.rate()/base.rate())
+	}
+}

@@ -1,0 +1,424 @@
+package main
+
+import (
+	"context"
+	"encoding/binary"
+	"fmt"
+	"slices"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/redmap/redmap"
+	"github.com/redmap/redmap/manager"
+	"github.com/redmap/redmap/worker"
+)
+
+type scenario struct {
+	name string
+	run  func(e *env) ([]row, error)
+}
+
+var scenarios = []scenario{
+	{"tiny", tiny},
+	{"unchunked", unchunked},
+	{"medium", medium},
+	{"large", large},
+	{"constant", constant},
+	{"latency", latency},
+	{"managers", managers},
+}
+
+// The functions redmap runs, and their baseline twins on raw bytes.
+var (
+	square = redmap.Func("square", func(_ context.Context, x int) (int, error) { return x * x, nil })
+	spin   = redmap.Func("spin", func(_ context.Context, x int) (int, error) { return burn(x), nil })
+	mirror = redmap.Func("mirror", func(_ context.Context, b []byte) ([]byte, error) { return reversed(b), nil })
+	lookup = redmap.FuncWith("lookup", func(_ context.Context, tab []byte, x int) (int, error) { return int(tab[x%len(tab)]), nil })
+)
+
+func squareBytes(b []byte) []byte {
+	x := binary.LittleEndian.Uint64(b)
+	return binary.LittleEndian.AppendUint64(nil, x*x)
+}
+
+func reversed(b []byte) []byte {
+	out := make([]byte, len(b))
+	for i, c := range b {
+		out[len(b)-1-i] = c
+	}
+	return out
+}
+
+// burnIters is how many rounds of burn take about a millisecond here.
+var burnIters = calibrate()
+
+func burn(x int) int {
+	h := uint64(x) | 1
+	for range burnIters {
+		h ^= h << 13
+		h ^= h >> 7
+		h ^= h << 17
+	}
+	return int(h & 0xff)
+}
+
+func calibrate() int {
+	n := 1 << 16
+	for {
+		start := time.Now()
+		h := uint64(1)
+		for range n {
+			h ^= h << 13
+			h ^= h >> 7
+			h ^= h << 17
+		}
+		if d := time.Since(start); d > 20*time.Millisecond || h == 0 {
+			return int(float64(n) * float64(time.Millisecond) / float64(d))
+		}
+		n *= 2
+	}
+}
+
+// pick returns full or, with -quick, small.
+func (e *env) pick(full, small int) int {
+	if e.quick {
+		return small
+	}
+	return full
+}
+
+// redmapFleet starts an in-process redmap worker with hs on a fresh queue and
+// a manager for it; stop ends both.
+func (e *env) redmapFleet(hs ...redmap.Handler) (*manager.Manager, func(), error) {
+	queue := "bench-" + redmap.NewID()[:8]
+	w, err := worker.New(e.rdb, worker.Options{Queue: queue, Concurrency: e.slots})
+	if err != nil {
+		return nil, nil, err
+	}
+	if err := w.Handle(hs...); err != nil {
+		return nil, nil, err
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { w.Run(ctx); close(done) }()
+	m, err := manager.New(e.rdb, manager.Options{Queue: queue})
+	if err != nil {
+		cancel()
+		return nil, nil, err
+	}
+	return m, func() { m.Close(); cancel(); <-done }, nil
+}
+
+func ints(n int) []int {
+	xs := make([]int, n)
+	for i := range xs {
+		xs[i] = i
+	}
+	return xs
+}
+
+func intBytes(n int) [][]byte {
+	xs := make([][]byte, n)
+	for i := range xs {
+		xs[i] = binary.LittleEndian.AppendUint64(nil, uint64(i))
+	}
+	return xs
+}
+
+// tinyRun measures redmap mapping square over n ints (after a warm-up batch
+// that lets it learn the cost, as a long-running program would have), then the
+// baselines, the per-task one on fewer elements (it is slow).
+func tinyRun(e *env, name string, n, perTaskN int, opts ...manager.CallOption) ([]row, error) {
+	m, stop, err := e.redmapFleet(square)
+	if err != nil {
+		return nil, err
+	}
+	defer stop()
+	ctx := context.Background()
+	if _, err := manager.Map(ctx, m, square, ints(min(n, 50_000)), opts...); err != nil {
+		return nil, err
+	}
+	xs := ints(n)
+	r, err := e.measure(name, "redmap", n, func() error {
+		ys, err := manager.Map(ctx, m, square, xs, opts...)
+		if err == nil && (len(ys) != n || ys[n-1] != (n-1)*(n-1)) {
+			err = fmt.Errorf("wrong results")
+		}
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	rows := []row{r}
+	for _, md := range []mode{perTask, batched, chunked} {
+		k := n
+		if md == perTask {
+			k = min(n, perTaskN)
+		}
+		inputs := intBytes(k)
+		r, err := e.measure(name, md.String(), k, func() error {
+			out, err := baseline(e, md, inputs, squareBytes)
+			if err == nil && binary.LittleEndian.Uint64(out[k-1]) != uint64((k-1)*(k-1)) {
+				err = fmt.Errorf("%v: wrong results", md)
+			}
+			return err
+		})
+		if err != nil {
+			return nil, err
+		}
+		rows = append(rows, r)
+	}
+	return rows, nil
+}
+
+func tiny(e *env) ([]row, error) {
+	return tinyRun(e, "tiny", e.pick(1_000_000, 100_000), e.pick(20_000, 3_000))
+}
+
+func unchunked(e *env) ([]row, error) {
+	return tinyRun(e, "unchunked", e.pick(100_000, 20_000), e.pick(20_000, 3_000), manager.ChunkSize(1))
+}
+
+// medium: about a millisecond of CPU per element.
+func medium(e *env) ([]row, error) {
+	n := e.pick(2000, 300)
+	m, stop, err := e.redmapFleet(spin)
+	if err != nil {
+		return nil, err
+	}
+	defer stop()
+	ctx := context.Background()
+	if _, err := manager.Map(ctx, m, spin, ints(50)); err != nil {
+		return nil, err
+	}
+	r, err := e.measure("medium", "redmap", n, func() error {
+		_, err := manager.Map(ctx, m, spin, ints(n))
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	rows := []row{r}
+	work := func(b []byte) []byte {
+		return binary.LittleEndian.AppendUint64(nil, uint64(burn(int(binary.LittleEndian.Uint64(b)))))
+	}
+	for _, md := range []mode{perTask, batched, chunked} {
+		inputs := intBytes(n)
+		r, err := e.measure("medium", md.String(), n, func() error { _, err := baseline(e, md, inputs, work); return err })
+		if err != nil {
+			return nil, err
+		}
+		rows = append(rows, r)
+	}
+	return rows, nil
+}
+
+// large: 64 KiB in and out per element.
+func large(e *env) ([]row, error) {
+	n := e.pick(2000, 200)
+	xs := make([][]byte, n)
+	for i := range xs {
+		xs[i] = make([]byte, 64<<10)
+		xs[i][0] = byte(i)
+	}
+	m, stop, err := e.redmapFleet(mirror)
+	if err != nil {
+		return nil, err
+	}
+	defer stop()
+	ctx := context.Background()
+	if _, err := manager.Map(ctx, m, mirror, xs[:20]); err != nil {
+		return nil, err
+	}
+	r, err := e.measure("large", "redmap", n, func() error {
+		ys, err := manager.Map(ctx, m, mirror, xs)
+		if err == nil && ys[n-1][64<<10-1] != byte(n-1) {
+			err = fmt.Errorf("wrong results")
+		}
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	rows := []row{r}
+	for _, md := range []mode{perTask, batched, chunked} {
+		r, err := e.measure("large", md.String(), n, func() error { _, err := baseline(e, md, xs, reversed); return err })
+		if err != nil {
+			return nil, err
+		}
+		rows = append(rows, r)
+	}
+	return rows, nil
+}
+
+// constant: MapWith of a large constant, one element per task; the per-task
+// baseline fetches the constant for every task, the others once per worker.
+func constant(e *env) ([]row, error) {
+	size := e.pick(100<<20, 10<<20)
+	n := e.pick(1000, 200)
+	tab := make([]byte, size)
+	for i := range tab {
+		tab[i] = byte(i * 7)
+	}
+	m, stop, err := e.redmapFleet(lookup)
+	if err != nil {
+		return nil, err
+	}
+	defer stop()
+	ctx := context.Background()
+	r, err := e.measure("constant", "redmap", n, func() error {
+		ys, err := manager.MapWith(ctx, m, lookup, tab, ints(n), manager.ChunkSize(1))
+		if err == nil && ys[n-1] != int(tab[n-1]) {
+			err = fmt.Errorf("wrong results")
+		}
+		return err
+	})
+	r.note = fmt.Sprintf("%d MiB constant", size>>20)
+	if err != nil {
+		return nil, err
+	}
+	rows := []row{r}
+	for _, md := range []mode{perTask, batched, chunked} {
+		k := n
+		if md == perTask {
+			k = e.pick(20, 5) // each task moves the whole constant
+		}
+		var once sync.Once
+		var cached []byte
+		key := "bq:const:" + redmap.NewID()[:8]
+		work := func(b []byte) []byte {
+			var t []byte
+			if md == perTask {
+				t, _ = e.rdb.Get(ctx, key).Bytes()
+			} else {
+				once.Do(func() { cached, _ = e.rdb.Get(ctx, key).Bytes() })
+				t = cached
+			}
+			x := binary.LittleEndian.Uint64(b)
+			return []byte{t[int(x)%len(t)]}
+		}
+		r, err := e.measure("constant", md.String(), k, func() error {
+			if err := e.rdb.Set(ctx, key, tab, 0).Err(); err != nil {
+				return err
+			}
+			_, err := baseline(e, md, intBytes(k), work)
+			return err
+		})
+		e.rdb.Del(ctx, key)
+		if err != nil {
+			return nil, err
+		}
+		rows = append(rows, r)
+	}
+	return rows, nil
+}
+
+// latency: single-element Maps, one after another.
+func latency(e *env) ([]row, error) {
+	n := e.pick(1000, 200)
+	m, stop, err := e.redmapFleet(square)
+	if err != nil {
+		return nil, err
+	}
+	defer stop()
+	ctx := context.Background()
+	for i := range 20 { // warm up connections
+		manager.Map(ctx, m, square, []int{i})
+	}
+	lat := make([]time.Duration, n)
+	r, err := e.measure("latency", "redmap", n, func() error {
+		for i := range n {
+			start := time.Now()
+			ys, err := manager.Map(ctx, m, square, []int{i})
+			if err != nil || ys[0] != i*i {
+				return fmt.Errorf("map %d: %v %v", i, ys, err)
+			}
+			lat[i] = time.Since(start)
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	r.p50, r.p99 = percentiles(lat)
+	var blat []time.Duration
+	b, err := e.measure("latency", "per-task baseline", n, func() error {
+		var err error
+		blat, err = latencyBaseline(e, n, func(b []byte) []byte { return b })
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	b.p50, b.p99 = percentiles(blat)
+	return []row{r, b}, nil
+}
+
+func percentiles(d []time.Duration) (p50, p99 time.Duration) {
+	s := slices.Clone(d)
+	sort.Slice(s, func(i, j int) bool { return s[i] < s[j] })
+	return s[len(s)/2], s[len(s)*99/100]
+}
+
+// managers: 8 managers at once, each mapping its share of tiny elements.
+func managers(e *env) ([]row, error) {
+	const k = 8
+	n := e.pick(800_000, 80_000)
+	queue := "bench-" + redmap.NewID()[:8]
+	w, err := worker.New(e.rdb, worker.Options{Queue: queue, Concurrency: e.slots})
+	if err != nil {
+		return nil, err
+	}
+	w.Handle(square)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { w.Run(ctx); close(done) }()
+	defer func() { cancel(); <-done }()
+	ms := make([]*manager.Manager, k)
+	for i := range ms {
+		if ms[i], err = manager.New(e.rdb, manager.Options{Queue: queue}); err != nil {
+			return nil, err
+		}
+		defer ms[i].Close()
+		manager.Map(context.Background(), ms[i], square, ints(20_000)) // learn the cost
+	}
+	r, err := e.measure("managers", "redmap", n, func() error {
+		return parallel(k, func(i int) error {
+			_, err := manager.Map(context.Background(), ms[i], square, ints(n/k))
+			return err
+		})
+	})
+	if err != nil {
+		return nil, err
+	}
+	rows := []row{r}
+	for _, md := range []mode{perTask, batched, chunked} {
+		each := n / k
+		if md == perTask {
+			each = e.pick(2_000, 500)
+		}
+		r, err := e.measure("managers", md.String(), each*k, func() error {
+			return parallel(k, func(int) error { _, err := baseline(e, md, intBytes(each), squareBytes); return err })
+		})
+		if err != nil {
+			return nil, err
+		}
+		rows = append(rows, r)
+	}
+	return rows, nil
+}
+
+func parallel(k int, f func(i int) error) error {
+	errs := make(chan error, k)
+	for i := range k {
+		go func() { errs <- f(i) }()
+	}
+	var first error
+	for range k {
+		if err := <-errs; err != nil && first == nil {
+			first = err
+		}
+	}
+	return first
+}
