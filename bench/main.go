@@ -67,6 +67,7 @@ func run(quick bool, only string) error {
 		if err != nil {
 			return fmt.Errorf("REDIS_URL: %w", err)
 		}
+		opts.PoolSize = max(opts.PoolSize, 100) // blocking pops of many baseline workers at once
 		e.rdb, e.addr = redis.NewClient(opts), opts.Addr
 	} else {
 		srv, err := redistest.StartServer()
@@ -74,7 +75,7 @@ func run(quick bool, only string) error {
 			return err
 		}
 		defer srv.Stop()
-		e.rdb, e.addr, e.port = redis.NewClient(&redis.Options{Addr: srv.Addr()}), srv.Addr(), srv.Port
+		e.rdb, e.addr, e.port = redis.NewClient(&redis.Options{Addr: srv.Addr(), PoolSize: 100}), srv.Addr(), srv.Port
 	}
 	defer e.rdb.Close()
 	if err := e.rdb.Ping(context.Background()).Err(); err != nil {
@@ -101,6 +102,12 @@ func run(quick bool, only string) error {
 		}
 	}
 	printTable(rows)
+	for _, r := range rows {
+		if r.note != "" {
+			fmt.Printf("%s, %s: %s\n", r.scenario, r.contender, r.note)
+		}
+	}
+	fmt.Println()
 	printSummary(rows)
 	return nil
 }
@@ -209,7 +216,9 @@ func printSummary(rows []row) {
 			switch {
 			case r.contender == "redmap":
 				rm = r
-			case r.contender == "chunked baseline":
+			case r.contender == "chunked baseline" && sc != "unchunked" && sc != "latency",
+				r.contender == "batched baseline" && sc == "unchunked",
+				r.contender == "per-task baseline" && sc == "latency":
 				base = r
 			}
 		}
@@ -219,7 +228,7 @@ func printSummary(rows []row) {
 		if sc == "latency" {
 			fmt.Printf("%s: redmap p50 %s, p99 %s", sc, fmtDur(rm.p50), fmtDur(rm.p99))
 			if base != nil {
-				fmt.Printf(" (per-task baseline p50 %s, p99 %s)", fmtDur(base.p50), fmtDur(base.p99))
+				fmt.Printf(" (%s p50 %s, p99 %s)", base.contender, fmtDur(base.p50), fmtDur(base.p99))
 			}
 			fmt.Println()
 			continue
@@ -228,6 +237,6 @@ func printSummary(rows []row) {
 			fmt.Printf("%s: redmap %.0f elements/s\n", sc, rm.rate())
 			continue
 		}
-		fmt.Printf("%s: redmap %.0f elements/s = %.2fx chunked baseline\n", sc, rm.rate(), rm.rate()/base.rate())
+		fmt.Printf("%s: redmap %.0f elements/s = %.2fx %s\n", sc, rm.rate(), rm.rate()/base.rate(), base.contender)
 	}
 }

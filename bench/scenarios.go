@@ -4,12 +4,17 @@ import (
 	"context"
 	"encoding/binary"
 	"fmt"
+	"regexp"
+	"runtime"
 	"slices"
 	"sort"
 	"sync"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/redmap/redmap"
+	"github.com/redmap/redmap/internal/redistest"
 	"github.com/redmap/redmap/manager"
 	"github.com/redmap/redmap/worker"
 )
@@ -27,6 +32,7 @@ var scenarios = []scenario{
 	{"constant", constant},
 	{"latency", latency},
 	{"managers", managers},
+	{"stream", stream},
 }
 
 // The functions redmap runs, and their baseline twins on raw bytes.
@@ -421,4 +427,48 @@ func parallel(k int, f func(i int) error) error {
 		}
 	}
 	return first
+}
+
+// stream: a batch far larger than Redis may hold, through a redis-server of
+// its own capped at 256 MB with noeviction; reports Redis's peak memory and
+// the manager's heap, which should grow with the outputs kept, not with what
+// passed through Redis.
+func stream(e *env) ([]row, error) {
+	n := e.pick(10_000_000, 1_000_000)
+	srv, err := redistest.StartServer("--maxmemory", "256mb", "--maxmemory-policy", "noeviction")
+	if err != nil {
+		return nil, err
+	}
+	defer srv.Stop()
+	capped := &env{rdb: redis.NewClient(&redis.Options{Addr: srv.Addr()}), quick: e.quick, slots: e.slots}
+	defer capped.rdb.Close()
+	m, stop, err := capped.redmapFleet(square)
+	if err != nil {
+		return nil, err
+	}
+	defer stop()
+	ctx := context.Background()
+	if _, err := manager.Map(ctx, m, square, ints(50_000)); err != nil {
+		return nil, err
+	}
+	xs := ints(n)
+	var heap uint64
+	r, err := capped.measure("stream", "redmap", n, func() error {
+		ys, err := manager.Map(ctx, m, square, xs)
+		if err == nil && ys[n-1] != (n-1)*(n-1) {
+			err = fmt.Errorf("wrong results")
+		}
+		var ms runtime.MemStats
+		runtime.ReadMemStats(&ms)
+		heap = ms.HeapAlloc
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	info, _ := capped.rdb.Info(ctx, "memory").Result()
+	peak := regexp.MustCompile(`used_memory_peak_human:(\S+)`).FindStringSubmatch(info)
+	r.note = fmt.Sprintf("maxmemory 256mb: Redis peak %s; manager heap %d MiB (inputs and outputs: %d MiB)",
+		peak[1], heap>>20, 2*8*n>>20)
+	return []row{r}, nil
 }

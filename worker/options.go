@@ -26,8 +26,8 @@ const (
 )
 
 // DefaultPrefetch is the number of tasks a worker takes ahead of its free
-// slots when Options.Prefetch is zero: 4 per slot.
-func DefaultPrefetch(concurrency int) int { return 4 * concurrency }
+// slots when Options.Prefetch is zero: 16 per slot.
+func DefaultPrefetch(concurrency int) int { return 16 * concurrency }
 
 // DefaultConcurrency is the number of tasks a worker runs at once when
 // Options.Concurrency is zero: GOMAXPROCS.

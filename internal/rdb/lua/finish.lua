@@ -3,38 +3,66 @@
 -- and delivering removes it from the set, so the first result of a task is
 -- delivered and every later one (a duplicate, a zombie's, a cancelled task's)
 -- is discarded: a manager never sees a stale or duplicate result.
--- The result is pushed before the task leaves the set, so a write refused
--- half-way (Redis out of memory) leaves the task outstanding, not lost.
+-- Results are pushed before their tasks leave the set, so a write refused
+-- half-way (Redis out of memory) leaves the tasks outstanding, not lost. Work
+-- is grouped by manager: one check per task, then one push and one delete per
+-- manager; a task finished twice in one call is delivered once.
 -- KEYS[1] held set of the worker
 -- ARGV[1] key base "<prefix>:{<queue>}:"
 -- ARGV[2], ARGV[3], ...: task id, encoded result, task id, encoded result, ...
 -- Returns the number of results delivered.
 local base = ARGV[1]
 local delivered = 0
-local touched = {}
+local members = {}
+local seen = {}
+local groups = {} -- manager id -> {m = key prefix, tasks = task set, tids, results}
+local order = {}
 for i = 2, #ARGV, 2 do
   local tid = ARGV[i]
-  redis.call('SREM', KEYS[1], tid, '!' .. tid)
+  members[#members + 1] = tid
+  members[#members + 1] = '!' .. tid
   local mid = string.match(tid, '^([^-]+)-')
-  local m = mid and base .. 'm:' .. mid
-  if m and redis.call('HEXISTS', m .. ':tasks', tid) == 1 then
-    redis.call('RPUSH', m .. ':results', ARGV[i + 1])
-    redis.call('HDEL', m .. ':tasks', tid)
-    redis.call('HDEL', m .. ':attempts', tid)
-    touched[m] = true
-    delivered = delivered + 1
+  if mid and not seen[tid] then
+    seen[tid] = true
+    local g = groups[mid]
+    if not g then
+      local m = base .. 'm:' .. mid
+      g = {m = m, tasks = m .. ':tasks', tids = {}, results = {}}
+      groups[mid] = g
+      order[#order + 1] = mid
+    end
+    if redis.call('HEXISTS', g.tasks, tid) == 1 then
+      g.tids[#g.tids + 1] = tid
+      g.results[#g.results + 1] = ARGV[i + 1]
+    end
   end
 end
--- A result list lives as long as its manager's task set, which the manager
--- renews while it lives; and the manager is woken if it waits.
-for m in pairs(touched) do
-  local ttl = redis.call('PTTL', m .. ':tasks')
-  if ttl > 0 then
-    redis.call('PEXPIRE', m .. ':results', ttl)
-  end
-  if redis.call('LLEN', m .. ':bell') == 0 then
-    redis.call('RPUSH', m .. ':bell', '1')
-    redis.call('PEXPIRE', m .. ':bell', 60000)
+for i = 1, #members, 500 do
+  redis.call('SREM', KEYS[1], unpack(members, i, math.min(i + 499, #members)))
+end
+for _, mid in ipairs(order) do
+  local g = groups[mid]
+  local m = g.m
+  if #g.tids > 0 then
+    for i = 1, #g.results, 500 do
+      redis.call('RPUSH', m .. ':results', unpack(g.results, i, math.min(i + 499, #g.results)))
+    end
+    for i = 1, #g.tids, 500 do
+      local j = math.min(i + 499, #g.tids)
+      redis.call('HDEL', g.tasks, unpack(g.tids, i, j))
+      redis.call('HDEL', m .. ':attempts', unpack(g.tids, i, j))
+    end
+    delivered = delivered + #g.tids
+    -- A result list lives as long as its manager's task set, which the
+    -- manager renews while it lives; and the manager is woken if it waits.
+    local ttl = redis.call('PTTL', g.tasks)
+    if ttl > 0 then
+      redis.call('PEXPIRE', m .. ':results', ttl)
+    end
+    if redis.call('LLEN', m .. ':bell') == 0 then
+      redis.call('RPUSH', m .. ':bell', '1')
+      redis.call('PEXPIRE', m .. ':bell', 60000)
+    end
   end
 end
 return delivered

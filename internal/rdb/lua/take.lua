@@ -21,16 +21,33 @@ local base, n, wid = ARGV[1], tonumber(ARGV[2]), ARGV[3]
 local out = {}
 local taken = 0
 local alone = false
+local held = {}
+
+-- Per manager, its key prefix and whether it has lost attempts at all (most
+-- have none, which saves a lookup per task).
+local managers = {}
+local function manager(tid)
+  local mid = string.match(tid, '^([^-]+)-')
+  if not mid then return nil end
+  local m = managers[mid]
+  if not m then
+    local k = base .. 'm:' .. mid
+    m = {tasks = k .. ':tasks', attempts = k .. ':attempts'}
+    m.lost = redis.call('EXISTS', m.attempts) == 1
+    managers[mid] = m
+  end
+  return m
+end
+
 local function take(list, mark)
   while taken < n and not alone do
     local ids = redis.call('LPOP', list, n - taken)
     if not ids then return end
     for i, tid in ipairs(ids) do
-      local mid = string.match(tid, '^([^-]+)-')
-      local m = mid and base .. 'm:' .. mid
-      local payload = m and redis.call('HGET', m .. ':tasks', tid)
+      local m = manager(tid)
+      local payload = m and redis.call('HGET', m.tasks, tid)
       if payload then
-        local attempt = redis.call('HGET', m .. ':attempts', tid) or '0'
+        local attempt = m.lost and redis.call('HGET', m.attempts, tid) or '0'
         if attempt ~= '0' and taken > 0 then
           -- A suspect goes alone: put it and the ids after it back, in order.
           for j = #ids, i, -1 do
@@ -39,7 +56,7 @@ local function take(list, mark)
           alone = true
           return
         end
-        redis.call('SADD', KEYS[3], mark .. tid)
+        held[#held + 1] = mark .. tid
         out[#out + 1] = tid
         out[#out + 1] = attempt
         out[#out + 1] = payload
@@ -62,6 +79,9 @@ if taken == 0 then
   redis.call('DEL', KEYS[5])
   redis.call('SADD', KEYS[4], wid)
 else
+  for i = 1, #held, 500 do
+    redis.call('SADD', KEYS[3], unpack(held, i, math.min(i + 499, #held)))
+  end
   redis.call('SREM', KEYS[4], wid)
 end
 return out
