@@ -196,7 +196,9 @@ func printTable(rows []row) {
 	fmt.Println()
 }
 
-func fmtDur(d time.Duration) string { return fmt.Sprintf("%.3f ms", float64(d)/float64(time.Millisecond)) }
+func fmtDur(d time.Duration) string {
+	return fmt.Sprintf("%.3f ms", float64(d)/float64(time.Millisecond))
+}
 
 // printSummary prints, per scenario, redmap's rate against the best of the
 // baselines that return results ("chunked" where it ran).
