@@ -16,6 +16,7 @@ import (
 	"fmt"
 	"reflect"
 	"runtime/debug"
+	"slices"
 	"time"
 
 	"github.com/redmap/redmap/codec"
@@ -111,17 +112,33 @@ func runElements[In, Out any](ctx context.Context, count int, input []byte, p Po
 			decoded = ee.Index
 		}
 	}
-	out := codec.NewOutputEncoder(count)
+	ys := make([]Out, count)
 	for i := range decoded {
-		y, f := call(ctx, p, fn, xs[i])
-		if f == nil {
-			if err := out.Add(&y); err != nil {
-				f = &codec.Failure{Kind: codec.KindEncode, Msg: fmt.Sprintf("output as %v: %v", reflect.TypeFor[Out](), err)}
-			}
-		}
-		if f != nil {
+		var f *codec.Failure
+		if ys[i], f = call(ctx, p, fn, xs[i]); f != nil {
 			f.Index = i
 			fails = append(fails, *f)
+		}
+	}
+	// Outputs of a type with a fast path, and nothing failed: one frame at
+	// once (a failed element's zero value would decode as a value, not nil).
+	if len(fails) == 0 && decodeErr == nil {
+		if frame, ok, err := codec.EncodeOutputs(ys); ok && err == nil {
+			return frame, nil
+		}
+	}
+	out := codec.NewOutputEncoder(count)
+	failed := make(map[int]bool, len(fails))
+	for _, f := range fails {
+		failed[f.Index] = true
+	}
+	for i := range decoded {
+		if failed[i] {
+			out.AddNil()
+			continue
+		}
+		if err := out.Add(&ys[i]); err != nil {
+			fails = append(fails, codec.Failure{Index: i, Kind: codec.KindEncode, Msg: fmt.Sprintf("output as %v: %v", reflect.TypeFor[Out](), err)})
 			out.AddNil()
 		}
 	}
@@ -132,6 +149,7 @@ func runElements[In, Out any](ctx context.Context, count int, input []byte, p Po
 			Msg: fmt.Sprintf("input as %v: %v", reflect.TypeFor[In](), decodeErr)})
 		out.AddNil()
 	}
+	slices.SortFunc(fails, func(a, b codec.Failure) int { return a.Index - b.Index })
 	return out.Bytes(), fails
 }
 

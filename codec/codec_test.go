@@ -157,3 +157,46 @@ func TestDecodeIntoInterfaceWithMethodsIsAnError(t *testing.T) {
 		t.Fatalf("got %v, want an error for element 0", err)
 	}
 }
+
+// The fast paths write what the general path writes, and decode it back.
+func TestFastPathsMatchGeneralPath(t *testing.T) {
+	check := func(name string, fast []byte, general func() []byte) {
+		t.Helper()
+		if !bytes.Equal(fast, general()) {
+			t.Errorf("%s: fast path wrote %x, general path %x", name, fast, general())
+		}
+	}
+	general := func(xs []any) []byte {
+		frame, err := EncodeElements(xs, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return frame
+	}
+	ints := []int{0, 1, -1, 127, 128, -33, 1 << 40, -1 << 40}
+	f, _ := EncodeElements(ints, 1<<10)
+	check("int", f, func() []byte {
+		xs := make([]any, len(ints))
+		for i, x := range ints {
+			xs[i] = x
+		}
+		return general(xs)
+	})
+	strs := []string{"", "a", strings.Repeat("x", 300)}
+	f, _ = EncodeElements(strs, 1<<10)
+	check("string", f, func() []byte { return general([]any{strs[0], strs[1], strs[2]}) })
+	floats := []float64{0, 1.5, -2.25}
+	f, _ = EncodeElements(floats, 0)
+	check("float64", f, func() []byte { return general([]any{floats[0], floats[1], floats[2]}) })
+
+	back := make([]string, 3)
+	if err := DecodeElements(f2(EncodeElements(strs, 0)), back); err != nil || back[2] != strs[2] {
+		t.Fatalf("strings back: %v", err)
+	}
+	// The cap still applies on the fast path's types.
+	if _, err := EncodeElements(strs, 100); !errors.Is(err, ErrTooLarge) {
+		t.Fatalf("string over the cap: %v", err)
+	}
+}
+
+func f2(b []byte, _ error) []byte { return b }

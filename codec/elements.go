@@ -58,6 +58,12 @@ func EncodeElements[T any](xs []T, maxElem int) ([]byte, error) {
 	if err := enc.EncodeArrayLen(len(xs)); err != nil {
 		return nil, err
 	}
+	if ok, err := encodeFast(enc, xs, maxElem); ok {
+		if err != nil {
+			return nil, err
+		}
+		return buf.Bytes(), nil
+	}
 	for i := range xs {
 		before := buf.Len()
 		if err := encodeOne(enc, &xs[i]); err != nil {
@@ -76,6 +82,23 @@ func EncodeElements[T any](xs []T, maxElem int) ([]byte, error) {
 type OutputEncoder struct {
 	buf bytes.Buffer
 	enc *msgpack.Encoder
+}
+
+// EncodeOutputs encodes a whole frame of outputs at once when their type has
+// a fast path; it reports false otherwise (then use an OutputEncoder).
+func EncodeOutputs[T any](ys []T) ([]byte, bool, error) {
+	var buf bytes.Buffer
+	enc := msgpack.GetEncoder()
+	defer msgpack.PutEncoder(enc)
+	enc.Reset(&buf)
+	if err := enc.EncodeArrayLen(len(ys)); err != nil {
+		return nil, false, err
+	}
+	ok, err := encodeFast(enc, ys, 0)
+	if !ok || err != nil {
+		return nil, ok, err
+	}
+	return buf.Bytes(), true, nil
 }
 
 // NewOutputEncoder starts a frame of n outputs.
@@ -120,6 +143,12 @@ func DecodeElements[T any](frame []byte, dst []T) error {
 	}
 	if n != len(dst) {
 		return corrupt(fmt.Sprintf("elements: frame holds %d, want %d", n, len(dst)), nil)
+	}
+	if ok, i, err := decodeFast(d.dec, dst); ok {
+		if err != nil {
+			return &ElementError{Index: i, Err: err}
+		}
+		return d.end("elements")
 	}
 	for i := range dst {
 		if err := decodeOne(d.dec, &dst[i]); err != nil {
