@@ -5,7 +5,7 @@ CHAOS     ?= 2m
 STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 FUZZ_TARGETS := FuzzDecodeTask FuzzDecodeResult FuzzDecodeElements
 
-.PHONY: help test fuzz lint demo chaos redis-server
+.PHONY: help test fuzz lint bench demo chaos redis-server
 
 help: ## list the targets
 	@awk -F':.*## ' '/^[a-z-]+:.*## /{printf "  %-13s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -24,6 +24,9 @@ lint: ## gofmt, go vet and staticcheck
 	@out=$$(gofmt -l .); if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
 	$(GO) run $(STATICCHECK) ./...
+
+bench: redis-server ## run the benchmark against the hand-written baselines (make bench BENCHFLAGS=-quick)
+	$(GO) run ./bench $(BENCHFLAGS)
 
 demo: ## run the quickstart on an embedded Redis
 	$(GO) run ./examples/quickstart
