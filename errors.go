@@ -117,34 +117,29 @@ type RemoteError struct{ Msg string }
 
 func (e *RemoteError) Error() string { return e.Msg }
 
+// causes maps each kind of failure a worker reports to its sentinel.
+var causes = map[codec.Kind]error{
+	codec.KindPanic:        ErrPanic,
+	codec.KindUnknownFunc:  ErrUnknownFunc,
+	codec.KindTypeMismatch: ErrTypeMismatch,
+	codec.KindDecode:       ErrDecode,
+	codec.KindEncode:       ErrEncode,
+	codec.KindTooLarge:     ErrTooLarge,
+	codec.KindConstMissing: ErrConstantMissing,
+	codec.KindConstCorrupt: ErrConstantCorrupt,
+	codec.KindLost:         ErrLost,
+	codec.KindTimeout:      ErrTimeout,
+}
+
 // FailureCause turns a worker's report of a failure into the error a
-// TaskError carries: the sentinel for its kind, with the worker's message.
+// TaskError carries: the function's own error as a *RemoteError, or the
+// sentinel for its kind with the worker's message.
 func FailureCause(f codec.Failure) error {
-	var sentinel error
-	switch f.Kind {
-	case codec.KindError:
+	if f.Kind == codec.KindError {
 		return &RemoteError{Msg: f.Msg}
-	case codec.KindPanic:
-		sentinel = ErrPanic
-	case codec.KindUnknownFunc:
-		sentinel = ErrUnknownFunc
-	case codec.KindTypeMismatch:
-		sentinel = ErrTypeMismatch
-	case codec.KindDecode:
-		sentinel = ErrDecode
-	case codec.KindEncode:
-		sentinel = ErrEncode
-	case codec.KindTooLarge:
-		sentinel = ErrTooLarge
-	case codec.KindConstMissing:
-		sentinel = ErrConstantMissing
-	case codec.KindConstCorrupt:
-		sentinel = ErrConstantCorrupt
-	case codec.KindLost:
-		sentinel = ErrLost
-	case codec.KindTimeout:
-		sentinel = ErrTimeout
-	default:
+	}
+	sentinel, ok := causes[f.Kind]
+	if !ok {
 		sentinel = ErrDecode
 	}
 	if f.Msg == "" {

@@ -110,13 +110,9 @@ func TestExpiredHoldDeletesValue(t *testing.T) {
 	if len(objectKeys(t, c, prefix)) == 0 {
 		t.Fatal("nothing stored")
 	}
-	deadline := time.Now().Add(10 * time.Second)
-	for len(objectKeys(t, c, prefix)) != 0 {
-		if time.Now().After(deadline) {
-			t.Fatalf("keys of %v still there 10s after its only hold expired: %v", ref, objectKeys(t, c, prefix))
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	redistest.Eventually(t, fmt.Sprintf("keys of %v gone after its only hold expired", ref), func() bool {
+		return len(objectKeys(t, c, prefix)) == 0
+	})
 }
 
 // A release prunes expired holds: a live holder keeps the value, a dead one

@@ -155,6 +155,7 @@ func childManager(rdb *redis.Client, queue string) error {
 
 // child is a running child process.
 type child struct {
+	id     string // a worker's id, once read from its output
 	cmd    *exec.Cmd
 	lines  chan string // its stdout, line by line
 	exited chan error

@@ -53,16 +53,24 @@ func exactlyOnce(t *testing.T, batch *manager.Batch[int], want func(i int) int, 
 
 func sq(i int) int { return i * i }
 
+// twoWorkers starts two worker processes with extra env and a manager, and
+// waits until the manager sees both live.
+func twoWorkers(t *testing.T, b *bundle, extra ...string) (a, c *child, m *manager.Manager) {
+	t.Helper()
+	a = startChild(t, "worker", childEnv(b, extra...)...)
+	c = startChild(t, "worker", childEnv(b, extra...)...)
+	a.id, c.id = a.expect(t, "worker "), c.expect(t, "worker ")
+	m = b.manager(t, manager.Options{})
+	waitLive(t, m, a.id, c.id)
+	return a, c, m
+}
+
 // A worker process SIGKILLed in the middle of a batch loses nothing: its
 // tasks go back to the queue when its lease expires, and every element
 // still has exactly one result.
 func TestFaultWorkerKilled(t *testing.T) {
 	b := setup(t)
-	a := startChild(t, "worker", childEnv(b)...)
-	c := startChild(t, "worker", childEnv(b)...)
-	ida, idc := a.expect(t, "worker "), c.expect(t, "worker ")
-	m := b.manager(t, manager.Options{})
-	waitLive(t, m, ida, idc)
+	a, _, m := twoWorkers(t, b)
 
 	batch, err := manager.Submit(testCtx(t), m, slowSquare, ints(4000), manager.ChunkSize(10))
 	if err != nil {
@@ -82,11 +90,8 @@ func TestFaultWorkerKilled(t *testing.T) {
 // another; when it wakes (SIGCONT) its late results are discarded.
 func TestFaultWorkerStoppedPastLease(t *testing.T) {
 	b := setup(t)
-	a := startChild(t, "worker", childEnv(b)...)
-	c := startChild(t, "worker", childEnv(b)...)
-	ida, idc := a.expect(t, "worker "), c.expect(t, "worker ")
-	m := b.manager(t, manager.Options{})
-	waitLive(t, m, ida, idc)
+	a, c, m := twoWorkers(t, b)
+	ida := a.id
 
 	batch, err := manager.Submit(testCtx(t), m, slowSquare, ints(4000), manager.ChunkSize(10))
 	if err != nil {

@@ -112,16 +112,10 @@ func waitLive(t *testing.T, m *manager.Manager, ids ...string) {
 	})
 }
 
-// eventually polls cond until it holds, failing the test after 20 s.
+// eventually polls cond until it holds; see redistest.Eventually.
 func eventually(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for: %s", what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	redistest.Eventually(t, what, cond)
 }
 
 func ints(n int) []int {

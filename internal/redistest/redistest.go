@@ -236,3 +236,17 @@ var (
 func Queue(tb testing.TB) string {
 	return fmt.Sprintf("%s.%d", unsafeRun.ReplaceAllString(tb.Name(), "_"), queueSeq.Add(1))
 }
+
+// Eventually polls cond every 10 ms until it holds, failing tb after 20 s. It
+// is for conditions no event announces, such as a key's TTL running out in
+// Redis.
+func Eventually(tb testing.TB, what string, cond func() bool) {
+	tb.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			tb.Fatalf("timed out waiting for: %s", what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
