@@ -102,7 +102,9 @@ func (w *Worker) handler(name string) redmap.Handler {
 }
 
 // Run serves the queue until ctx ends, then stops taking tasks, finishes and
-// reports the ones it holds, deregisters, and returns nil. Redis errors are
+// reports the ones it runs, gives prefetched ones back to the queue, retires
+// (tasks left in its private queue fail with ErrLost: no other worker may run
+// them), and returns nil. Redis errors are
 // logged and retried with backoff; they do not end Run. A worker runs once.
 //
 // Every Heartbeat it renews its lease, reaps workers whose lease expired
@@ -198,8 +200,10 @@ func (w *Worker) Run(ctx context.Context) error {
 
 	dctx, cancel := context.WithTimeout(runCtx, 5*time.Second)
 	defer cancel()
-	if err := w.rdb.Deregister(dctx, w.opts.ID); err != nil {
-		w.log.Warn("deregister failed; the lease will expire", "err", err)
+	if r, err := w.rdb.Retire(dctx, w.opts.ID); err != nil {
+		w.log.Warn("retiring failed; the lease will expire", "err", err)
+	} else if r.Lost > 0 {
+		w.log.Warn("private tasks left unrun were reported lost", "tasks", r.Lost)
 	}
 	w.log.Info("worker stopped")
 	return nil

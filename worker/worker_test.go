@@ -2,6 +2,8 @@ package worker_test
 
 import (
 	"context"
+	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -87,5 +89,61 @@ func TestRunDrainsOnStop(t *testing.T) {
 	}
 	if live, _ := m.Workers(tctx); len(live) != 0 {
 		t.Fatalf("live workers after Run returned: %v", live)
+	}
+}
+
+// A worker that stops with tasks still in its private queue (or prefetched
+// and given back there) does not leave them waiting for ever: they fail with
+// ErrLost naming it.
+func TestStopFailsPrivateTasksLeft(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Shared(t)
+	rdb := srv.Client(t)
+	queue := redistest.Queue(t)
+
+	started := make(chan int, 16)
+	release := make(chan struct{})
+	gate := redmap.Func("gate", func(_ context.Context, x int) (int, error) {
+		started <- x
+		<-release
+		return x, nil
+	})
+	w, err := worker.New(rdb, worker.Options{Queue: queue, Concurrency: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.Handle(gate)
+	ctx, stop := context.WithCancel(context.Background())
+	ran := make(chan error, 1)
+	go func() { ran <- w.Run(ctx) }()
+
+	m, err := manager.New(rdb, manager.Options{Queue: queue})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	tctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	redistest.Eventually(t, "worker live", func() bool {
+		live, _ := m.Workers(tctx)
+		return len(live) == 1
+	})
+	batch, err := manager.Submit(tctx, m, gate, []int{0, 1, 2, 3, 4}, manager.ChunkSize(1), manager.OnWorker(w.ID()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	<-started
+	stop()
+	close(release)
+	if err := <-ran; err != nil {
+		t.Fatal(err)
+	}
+	ys, err := batch.Wait(tctx)
+	var be *redmap.BatchError
+	if !errors.As(err, &be) || len(be.Failed) != 4 || !errors.Is(err, redmap.ErrLost) || !strings.Contains(err.Error(), w.ID()) {
+		t.Fatalf("got %v, want the 4 tasks not run to fail with ErrLost naming the worker", err)
+	}
+	if ys[0] != 0 || be.Failed[0].Index != 1 {
+		t.Fatalf("ys %v, failed %v", ys, be.Indexes())
 	}
 }

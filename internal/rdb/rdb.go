@@ -221,19 +221,15 @@ func (r *RDB) Heartbeat(ctx context.Context, wid string, lease time.Duration) er
 	return nil
 }
 
-// Deregister removes worker wid from the queue's workers and idle set and
-// deletes its bell.
-func (r *RDB) Deregister(ctx context.Context, wid string) error {
-	_, err := r.c.TxPipelined(ctx, func(p redis.Pipeliner) error {
-		p.ZRem(ctx, keys.Workers(r.prefix, r.queue), wid)
-		p.SRem(ctx, keys.Idle(r.prefix, r.queue), wid)
-		p.Del(ctx, keys.Bell(r.prefix, r.queue, wid))
-		return nil
-	})
-	if err != nil {
-		return fmt.Errorf("deregister: %w", err)
+// Retire ends worker wid's lease now and reaps it, as if it had died: what
+// it still holds goes back to the queue, and tasks left in its private list
+// are reported lost to their managers, who would otherwise wait for them for
+// ever. Two script calls.
+func (r *RDB) Retire(ctx context.Context, wid string) (Reaped, error) {
+	if err := r.Heartbeat(ctx, wid, -time.Millisecond); err != nil {
+		return Reaped{}, fmt.Errorf("retire: %w", err)
 	}
-	return nil
+	return r.Reap(ctx)
 }
 
 // LiveWorkers returns the ids of the queue's workers whose lease has not

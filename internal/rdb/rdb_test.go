@@ -243,11 +243,11 @@ func TestLiveWorkers(t *testing.T) {
 	if err != nil || !slices.Equal(live, []string{"alive"}) {
 		t.Fatalf("live %v (%v), want [alive]", live, err)
 	}
-	if err := f.r.Deregister(ctx, "alive"); err != nil {
+	if _, err := f.r.Retire(ctx, "alive"); err != nil {
 		t.Fatal(err)
 	}
 	if live, _ := f.r.LiveWorkers(ctx); len(live) != 0 {
-		t.Fatalf("live after deregister: %v", live)
+		t.Fatalf("live after retiring: %v", live)
 	}
 }
 
