@@ -96,6 +96,7 @@ type Policy struct {
 	Attempts int           // runs allowed per element; 0 or 1 for one run
 	Timeout  time.Duration // per run; 0 for none
 	Retry    bool          // retry any error or panic, not only Retryable errors
+	OnRetry  func()        // called before each retry, for counting; may be nil
 }
 
 // runElements is the body of every handle's Run: decode, call, encode, one
@@ -168,6 +169,9 @@ func call[In, Out any](ctx context.Context, p Policy, fn func(context.Context, I
 				f.Msg = fmt.Sprintf("attempt %d: %s", attempt, f.Msg)
 			}
 			return y, f
+		}
+		if p.OnRetry != nil {
+			p.OnRetry()
 		}
 		pause := time.NewTimer(min(10*time.Millisecond<<attempt, time.Second))
 		select {

@@ -20,6 +20,17 @@ const (
 	maxKind
 )
 
+var kindNames = [...]string{"", "error", "panic", "unknown function", "type mismatch", "decode",
+	"encode", "too large", "constant missing", "constant corrupt", "lost", "timeout"}
+
+// String returns the kind's name, as operators see it.
+func (k Kind) String() string {
+	if int(k) < len(kindNames) && k > 0 {
+		return kindNames[k]
+	}
+	return "unknown"
+}
+
 // Failure is one failed element of a task, or every element if Index is -1.
 type Failure struct {
 	Index int // index within the task's chunk, or -1 for the whole task

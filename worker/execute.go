@@ -18,8 +18,17 @@ import (
 func (w *Worker) execute(ctx context.Context, t rdb.Taken) rdb.Done {
 	res := &codec.Result{Task: t.ID, Attempt: t.Attempt}
 	start := time.Now()
-	res.Values, res.Fails = w.run(ctx, t)
-	res.Nanos = time.Since(start).Nanoseconds()
+	fn := ""
+	res.Values, res.Fails, fn = w.run(ctx, t)
+	elapsed := time.Since(start)
+	res.Nanos = elapsed.Nanoseconds()
+	w.duration.Observe(elapsed.Seconds())
+	if len(res.Fails) > 0 {
+		w.counters.failed.Add(1)
+		w.noteFailures(fn, t.ID, res.Fails)
+	} else {
+		w.counters.succeeded.Add(1)
+	}
 	b, err := codec.EncodeResult(res)
 	if err == nil && len(b) > w.opts.MaxFrame {
 		err = &codec.SizeError{What: "result", Size: len(b), Limit: w.opts.MaxFrame}
@@ -35,9 +44,12 @@ func (w *Worker) execute(ctx context.Context, t rdb.Taken) rdb.Done {
 	return rdb.Done{ID: t.ID, Result: b}
 }
 
-func (w *Worker) run(ctx context.Context, t rdb.Taken) ([]byte, []codec.Failure) {
-	whole := func(kind codec.Kind, format string, args ...any) ([]byte, []codec.Failure) {
-		return nil, []codec.Failure{{Index: -1, Kind: kind, Msg: fmt.Sprintf(format, args...)}}
+// run runs a task and returns its outputs, its failed elements, and the name
+// of its function ("" if the task could not be decoded).
+func (w *Worker) run(ctx context.Context, t rdb.Taken) ([]byte, []codec.Failure, string) {
+	fn := ""
+	whole := func(kind codec.Kind, format string, args ...any) ([]byte, []codec.Failure, string) {
+		return nil, []codec.Failure{{Index: -1, Kind: kind, Msg: fmt.Sprintf(format, args...)}}, fn
 	}
 	task, err := codec.DecodeTask(t.Payload, w.opts.MaxFrame)
 	if errors.Is(err, codec.ErrTooLarge) {
@@ -46,6 +58,7 @@ func (w *Worker) run(ctx context.Context, t rdb.Taken) ([]byte, []codec.Failure)
 	if err != nil {
 		return whole(codec.KindDecode, "task: %v", err)
 	}
+	fn = task.Func
 	if task.Attempts > 0 && t.Attempt >= task.Attempts {
 		return whole(codec.KindLost, "lost %d times (each worker running it died or stalled past its lease); the attempt budget is %d",
 			t.Attempt, task.Attempts)
@@ -77,6 +90,8 @@ func (w *Worker) run(ctx context.Context, t rdb.Taken) ([]byte, []codec.Failure)
 		Attempts: task.Attempts - t.Attempt,
 		Timeout:  time.Duration(task.Timeout) * time.Millisecond,
 		Retry:    task.Retry,
+		OnRetry:  func() { w.counters.retried.Add(1) },
 	}
-	return h.Run(ctx, constant, task.Count, task.Input, policy)
+	values, fails := h.Run(ctx, constant, task.Count, task.Input, policy)
+	return values, fails, fn
 }

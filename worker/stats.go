@@ -10,10 +10,15 @@ type Stats struct {
 	GivenBack int64 // held tasks put back because the worker never received them (lost replies)
 	Reaped    int64 // dead workers this worker reaped
 	Requeued  int64 // tasks of dead workers this worker put back in the queue
+	Succeeded int64 // tasks run with every element successful
+	Failed    int64 // tasks run with at least one element failed
+	Retried   int64 // element runs retried (timeouts, retryable errors)
+	Running   int64 // tasks running now
 }
 
 type counters struct {
 	taken, delivered, discarded, givenBack, reaped, requeued atomic.Int64
+	succeeded, failed, retried                              atomic.Int64
 }
 
 // Stats returns the worker's counters.
@@ -22,5 +27,20 @@ func (w *Worker) Stats() Stats {
 	return Stats{
 		Taken: c.taken.Load(), Delivered: c.delivered.Load(), Discarded: c.discarded.Load(),
 		GivenBack: c.givenBack.Load(), Reaped: c.reaped.Load(), Requeued: c.requeued.Load(),
+		Succeeded: c.succeeded.Load(), Failed: c.failed.Load(), Retried: c.retried.Load(),
+		Running: int64(w.runningCount()),
 	}
+}
+
+// runningCount returns how many tasks are running now.
+func (w *Worker) runningCount() int {
+	w.holdMu.Lock()
+	defer w.holdMu.Unlock()
+	n := 0
+	for _, cancel := range w.holding {
+		if cancel != nil {
+			n++
+		}
+	}
+	return n
 }

@@ -8,10 +8,15 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/redmap/redmap"
@@ -38,6 +43,13 @@ type Worker struct {
 	holding map[string]context.CancelFunc
 
 	counters counters
+	started  time.Time
+	duration prometheus.Histogram // seconds per task run
+
+	failMu   sync.Mutex
+	failures []string // JSON failure records not yet written to Redis
+
+	stopFetch context.CancelFunc // set by Run: stop taking tasks (drain)
 }
 
 // New returns a worker of client for opts.Queue. It validates opts and returns
@@ -57,6 +69,10 @@ func New(client redis.UniversalClient, opts Options) (*Worker, error) {
 		log:      opts.Logger.With("worker", opts.ID, "queue", opts.Queue),
 		handlers: make(map[string]redmap.Handler),
 		holding:  make(map[string]context.CancelFunc),
+		duration: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: "redmap_worker_task_duration_seconds", Help: "Time spent running one task (all its elements).",
+			Buckets: prometheus.ExponentialBuckets(0.0001, 4, 10),
+		}),
 	}, nil
 }
 
@@ -119,6 +135,12 @@ func (w *Worker) Run(ctx context.Context) error {
 	// holds instead of abandoning it.
 	runCtx := context.WithoutCancel(ctx)
 	hbCtx, stopHeartbeat := context.WithCancel(runCtx)
+	w.started = time.Now()
+	// fetchCtx ends with ctx, or when an operator drains the worker: it then
+	// stops taking tasks and Run returns once the ones it runs are done.
+	fetchCtx, stopFetch := context.WithCancel(ctx)
+	defer stopFetch()
+	w.stopFetch = stopFetch
 
 	var wg sync.WaitGroup
 	wg.Add(1)
@@ -145,8 +167,9 @@ func (w *Worker) Run(ctx context.Context) error {
 		go func() {
 			defer execs.Done()
 			for j := range tasks {
-				// Once ctx has ended, tasks not started go back to the queue.
-				if ctx.Err() != nil {
+				// Once ctx has ended (or the worker drains), tasks not
+				// started go back to the queue.
+				if fetchCtx.Err() != nil {
 					unMu.Lock()
 					unstarted = append(unstarted, j.Member())
 					unMu.Unlock()
@@ -170,13 +193,13 @@ func (w *Worker) Run(ctx context.Context) error {
 	// When ctx ends, ring our own bell so that fetch's blocking wait returns
 	// now rather than at its timeout.
 	rang := make(chan struct{})
-	stopRing := context.AfterFunc(ctx, func() {
+	stopRing := context.AfterFunc(fetchCtx, func() {
 		defer close(rang)
 		rctx, cancel := context.WithTimeout(runCtx, time.Second)
 		defer cancel()
 		_ = w.rdb.Ring(rctx, w.opts.ID)
 	})
-	w.fetch(ctx, slots, tasks)
+	w.fetch(fetchCtx, slots, tasks)
 	if !stopRing() {
 		<-rang
 	}
@@ -358,11 +381,21 @@ func (w *Worker) heartbeat(ctx context.Context) {
 	t := time.NewTicker(w.opts.Heartbeat)
 	defer t.Stop()
 	for {
-		if err := w.rdb.Heartbeat(ctx, w.opts.ID, w.opts.Lease); err != nil && ctx.Err() == nil {
+		drain, err := w.rdb.Heartbeat(ctx, w.opts.ID, w.opts.Lease, w.info()...)
+		if err != nil && ctx.Err() == nil {
 			w.log.Warn("heartbeat failed", "err", err)
 		} else if err == nil {
+			if drain {
+				w.log.Info("drain requested: taking no more tasks, exiting when idle")
+				w.stopFetch()
+			}
 			w.reap(ctx)
 			w.cancelUnwanted(ctx)
+			if recs := w.takeFailures(); len(recs) > 0 {
+				if err := w.rdb.RecordFailures(ctx, recs); err != nil {
+					w.log.Warn("recording failures failed", "err", err)
+				}
+			}
 		}
 		select {
 		case <-ctx.Done():
@@ -370,6 +403,35 @@ func (w *Worker) heartbeat(ctx context.Context) {
 		case <-t.C:
 		}
 	}
+}
+
+// info is what the worker publishes for operators with each heartbeat.
+func (w *Worker) info() []string {
+	st := w.Stats()
+	host, _ := os.Hostname()
+	return []string{
+		"host", host, "pid", strconv.Itoa(os.Getpid()),
+		"concurrency", strconv.Itoa(w.opts.Concurrency),
+		"started", strconv.FormatInt(w.started.Unix(), 10),
+		"heartbeat", strconv.FormatInt(time.Now().UnixMilli(), 10),
+		"running", strconv.FormatInt(st.Running, 10),
+		"taken", strconv.FormatInt(st.Taken, 10),
+		"delivered", strconv.FormatInt(st.Delivered, 10),
+		"failed", strconv.FormatInt(st.Failed, 10),
+		"functions", strings.Join(w.names(), ","),
+		"state", "running",
+	}
+}
+
+func (w *Worker) names() []string {
+	w.mu.RLock()
+	defer w.mu.RUnlock()
+	names := make([]string, 0, len(w.handlers))
+	for n := range w.handlers {
+		names = append(names, n)
+	}
+	slices.Sort(names)
+	return names
 }
 
 func (w *Worker) reap(ctx context.Context) {

@@ -14,7 +14,6 @@ import (
 	"context"
 	"flag"
 	"fmt"
-	"log/slog"
 	"os"
 	"os/signal"
 	"syscall"
@@ -33,6 +32,9 @@ func main() {
 	var err error
 	switch os.Args[1] {
 	case "worker":
+		if os.Getenv("REDMAP_QUEUE") == "" {
+			os.Setenv("REDMAP_QUEUE", "squares") // this example's default queue
+		}
 		err = runWorker(os.Args[2:])
 	case "manager":
 		err = runManager(os.Args[2:])
@@ -62,32 +64,11 @@ func client() (*redis.Client, error) {
 	return redis.NewClient(opts), nil
 }
 
+// runWorker is worker.Main's complete worker program: flags (-queue,
+// -concurrency, -id, -metrics, -log-level, ...), environment, logs, metrics,
+// and a drain on SIGINT or SIGTERM.
 func runWorker(args []string) error {
-	fs := flag.NewFlagSet("worker", flag.ExitOnError)
-	queue := fs.String("queue", "squares", "queue to serve")
-	concurrency := fs.Int("concurrency", 0, "tasks run at once (0: GOMAXPROCS)")
-	id := fs.String("id", "", "worker id (default: random)")
-	fs.Parse(args)
-
-	rdb, err := client()
-	if err != nil {
-		return err
-	}
-	defer rdb.Close()
-	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
-	w, err := worker.New(rdb, worker.Options{Queue: *queue, Concurrency: *concurrency, ID: *id, Logger: log})
-	if err != nil {
-		return err
-	}
-	if err := w.Handle(tasks.Square); err != nil {
-		return err
-	}
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	log.Info("worker started", "id", w.ID(), "queue", *queue)
-	// Tests and operators read this line to learn the worker's id.
-	fmt.Println("worker", w.ID())
-	return w.Run(ctx)
+	return worker.Main(args, tasks.Square)
 }
 
 func runManager(args []string) error {

@@ -79,3 +79,20 @@ func ObjectPart(prefix, h string, i int) string { return Object(prefix, h) + ":p
 // ObjectHolders holds the batches holding object h, scored by the deadline of
 // their hold in Redis milliseconds (ZSET holder → deadline).
 func ObjectHolders(prefix, h string) string { return Object(prefix, h) + ":holders" }
+
+// WorkerInfo describes worker wid for operators: host, pid, concurrency,
+// when it started, what it runs and its counters; written every heartbeat,
+// expiring with its lease (HASH field → value).
+func WorkerInfo(prefix, queue, wid string) string { return Base(prefix, queue) + "w:" + wid + ":info" }
+
+// Drain, when set, asks worker wid to stop taking tasks and exit once idle
+// (STRING "1").
+func Drain(prefix, queue, wid string) string { return Base(prefix, queue) + "w:" + wid + ":drain" }
+
+// Failures holds the queue's most recent failed elements, newest last, for
+// operators (LIST of JSON records, capped).
+func Failures(prefix, queue string) string { return Base(prefix, queue) + "failures" }
+
+// Batches describes manager mid's running batches for operators (HASH batch
+// id → JSON progress), refreshed every Poll and expiring with the manager.
+func Batches(prefix, queue, mid string) string { return Base(prefix, queue) + "m:" + mid + ":batches" }

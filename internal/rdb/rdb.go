@@ -212,11 +212,38 @@ func (r *RDB) Finish(ctx context.Context, wid string, done []Done) (int, error) 
 }
 
 // Heartbeat registers worker wid, or renews its lease, for lease from now by
-// the Redis clock.
-func (r *RDB) Heartbeat(ctx context.Context, wid string, lease time.Duration) error {
-	err := heartbeatScript.Run(ctx, r.c, []string{keys.Workers(r.prefix, r.queue)}, wid, lease.Milliseconds()).Err()
+// the Redis clock, and publishes info (field, value pairs) for operators. It
+// reports whether an operator asked the worker to drain.
+func (r *RDB) Heartbeat(ctx context.Context, wid string, lease time.Duration, info ...string) (drain bool, err error) {
+	ks := []string{keys.Workers(r.prefix, r.queue), keys.WorkerInfo(r.prefix, r.queue, wid), keys.Drain(r.prefix, r.queue, wid)}
+	args := make([]any, 0, 2+len(info))
+	args = append(args, wid, lease.Milliseconds())
+	for _, s := range info {
+		args = append(args, s)
+	}
+	n, err := heartbeatScript.Run(ctx, r.c, ks, args...).Int64Slice()
+	if err != nil || len(n) != 2 {
+		return false, fmt.Errorf("heartbeat: %w", err)
+	}
+	return n[1] == 1, nil
+}
+
+// RecordFailures appends failure records (JSON) to the queue's failure list,
+// keeping the newest 1,000, in one pipeline.
+func (r *RDB) RecordFailures(ctx context.Context, records []string) error {
+	key := keys.Failures(r.prefix, r.queue)
+	_, err := r.c.Pipelined(ctx, func(p redis.Pipeliner) error {
+		args := make([]any, len(records))
+		for i, rec := range records {
+			args[i] = rec
+		}
+		p.RPush(ctx, key, args...)
+		p.LTrim(ctx, key, -1000, -1)
+		p.PExpire(ctx, key, 7*24*time.Hour)
+		return nil
+	})
 	if err != nil {
-		return fmt.Errorf("heartbeat: %w", err)
+		return fmt.Errorf("record failures: %w", err)
 	}
 	return nil
 }
@@ -226,9 +253,10 @@ func (r *RDB) Heartbeat(ctx context.Context, wid string, lease time.Duration) er
 // are reported lost to their managers, who would otherwise wait for them for
 // ever. Two script calls.
 func (r *RDB) Retire(ctx context.Context, wid string) (Reaped, error) {
-	if err := r.Heartbeat(ctx, wid, -time.Millisecond); err != nil {
+	if _, err := r.Heartbeat(ctx, wid, -time.Millisecond, "state", "stopped"); err != nil {
 		return Reaped{}, fmt.Errorf("retire: %w", err)
 	}
+	r.c.Del(ctx, keys.Drain(r.prefix, r.queue, wid))
 	return r.Reap(ctx)
 }
 
@@ -333,6 +361,11 @@ func (r *RDB) Drop(ctx context.Context, mid string) error {
 		return fmt.Errorf("drop: %w", err)
 	}
 	return nil
+}
+
+// Depth returns the number of task ids waiting in the public list.
+func (r *RDB) Depth(ctx context.Context) (int64, error) {
+	return r.c.LLen(ctx, keys.Public(r.prefix, r.queue)).Result()
 }
 
 // Unreachable reports whether err means Redis could not be reached (a

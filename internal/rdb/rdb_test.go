@@ -232,11 +232,11 @@ func TestScriptsSurviveScriptFlush(t *testing.T) {
 func TestLiveWorkers(t *testing.T) {
 	f := setup(t)
 	ctx := context.Background()
-	if err := f.r.Heartbeat(ctx, "alive", time.Minute); err != nil {
+	if _, err := f.r.Heartbeat(ctx, "alive", time.Minute); err != nil {
 		t.Fatal(err)
 	}
 	// A lease that ended in the past, by the Redis clock.
-	if err := f.r.Heartbeat(ctx, "dead", -time.Second); err != nil {
+	if _, err := f.r.Heartbeat(ctx, "dead", -time.Second); err != nil {
 		t.Fatal(err)
 	}
 	live, err := f.r.LiveWorkers(ctx)

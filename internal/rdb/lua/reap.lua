@@ -54,7 +54,7 @@ for _, wid in ipairs(dead) do
   for _, tid in ipairs(redis.call('LRANGE', w .. ':private', 0, -1)) do
     lose(tid, wid)
   end
-  redis.call('DEL', w .. ':held', w .. ':private', w .. ':bell')
+  redis.call('DEL', w .. ':held', w .. ':private', w .. ':bell', w .. ':info', w .. ':drain')
   redis.call('ZREM', KEYS[1], wid)
   redis.call('SREM', KEYS[3], wid)
 end

@@ -1,0 +1,141 @@
+package worker
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"strconv"
+	"syscall"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/redmap/redmap"
+)
+
+// Main is a complete worker program serving hs, in a few lines:
+//
+//	func main() {
+//		if err := worker.Main(os.Args[1:], tasks.Square, tasks.Score); err != nil {
+//			fmt.Fprintln(os.Stderr, err)
+//			os.Exit(1)
+//		}
+//	}
+//
+// Flags (each also read from the environment variable named): -redis
+// (REDIS_URL, default redis://127.0.0.1:6379/0), -queue (REDMAP_QUEUE, default
+// "default"), -id (REDMAP_WORKER_ID), -concurrency (REDMAP_CONCURRENCY),
+// -cache-bytes (REDMAP_CACHE_BYTES), -metrics (REDMAP_METRICS: an address to
+// serve Prometheus metrics on at /metrics; off if empty), -log-level
+// (REDMAP_LOG_LEVEL: debug, info, warn or error; default info).
+//
+// It prints "worker <id>" (and "metrics <address>") on stdout, logs to stderr,
+// and serves until SIGINT or SIGTERM; then it stops taking tasks, finishes
+// those it runs, gives back prefetched ones and returns nil. A second signal
+// exits at once with status 1. An operator's drain (redmap drain) ends it the
+// same way. Redis errors are retried with backoff.
+func Main(args []string, hs ...redmap.Handler) error {
+	return mainWith(args, os.Stdout, os.Stderr, hs...)
+}
+
+func mainWith(args []string, stdout, stderr io.Writer, hs ...redmap.Handler) error {
+	env := func(name, def string) string {
+		if v := os.Getenv(name); v != "" {
+			return v
+		}
+		return def
+	}
+	envInt := func(name string) int64 {
+		n, _ := strconv.ParseInt(os.Getenv(name), 10, 64)
+		return n
+	}
+	fs := flag.NewFlagSet("worker", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	url := fs.String("redis", env("REDIS_URL", "redis://127.0.0.1:6379/0"), "Redis URL (TLS and ACL users come from it)")
+	queue := fs.String("queue", env("REDMAP_QUEUE", "default"), "queue to serve")
+	id := fs.String("id", env("REDMAP_WORKER_ID", ""), "worker id (default: random)")
+	concurrency := fs.Int("concurrency", int(envInt("REDMAP_CONCURRENCY")), "tasks run at once (0: GOMAXPROCS)")
+	cacheBytes := fs.Int64("cache-bytes", envInt("REDMAP_CACHE_BYTES"), "bound of the constant cache, bytes (0: 512 MiB)")
+	metricsAddr := fs.String("metrics", env("REDMAP_METRICS", ""), "address to serve Prometheus metrics on (empty: off)")
+	logLevel := fs.String("log-level", env("REDMAP_LOG_LEVEL", "info"), "debug, info, warn or error")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	var level slog.Level
+	if err := level.UnmarshalText([]byte(*logLevel)); err != nil {
+		return fmt.Errorf("worker: -log-level %q: want debug, info, warn or error", *logLevel)
+	}
+	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
+	ropts, err := redis.ParseURL(*url)
+	if err != nil {
+		return fmt.Errorf("worker: -redis: %w", err)
+	}
+	client := redis.NewClient(ropts)
+	defer client.Close()
+	w, err := New(client, Options{Queue: *queue, ID: *id, Concurrency: *concurrency, CacheBytes: *cacheBytes, Logger: log})
+	if err != nil {
+		return err
+	}
+	if err := w.Handle(hs...); err != nil {
+		return err
+	}
+
+	if *metricsAddr != "" {
+		ln, err := net.Listen("tcp", *metricsAddr)
+		if err != nil {
+			return fmt.Errorf("worker: -metrics: %w", err)
+		}
+		reg := prometheus.NewRegistry()
+		reg.MustRegister(w.Collector())
+		mux := http.NewServeMux()
+		mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+		srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+		served := make(chan error, 1)
+		go func() { served <- srv.Serve(ln) }()
+		defer func() {
+			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+			defer cancel()
+			srv.Shutdown(ctx)
+			if err := <-served; err != nil && !errors.Is(err, http.ErrServerClosed) {
+				log.Warn("metrics server", "err", err)
+			}
+		}()
+		fmt.Fprintln(stdout, "metrics", ln.Addr())
+	}
+
+	ctx, stop := context.WithCancel(context.Background())
+	defer stop()
+	sigs := make(chan os.Signal, 2)
+	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
+	defer signal.Stop(sigs)
+	done := make(chan struct{})
+	defer close(done)
+	go func() {
+		select {
+		case s := <-sigs:
+			log.Info("stopping: finishing running tasks; signal again to exit at once", "signal", s.String())
+			stop()
+		case <-done:
+			return
+		}
+		select {
+		case <-sigs:
+			log.Warn("second signal: exiting at once")
+			os.Exit(1)
+		case <-done:
+		}
+	}()
+
+	fmt.Fprintln(stdout, "worker", w.ID())
+	log.Info("worker started", "id", w.ID(), "queue", *queue, "concurrency", w.opts.Concurrency)
+	return w.Run(ctx)
+}
