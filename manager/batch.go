@@ -7,7 +7,9 @@ import (
 	"iter"
 	"reflect"
 	"sort"
+	"strconv"
 	"sync"
+	"time"
 
 	"github.com/redmap/redmap"
 	"github.com/redmap/redmap/codec"
@@ -25,13 +27,15 @@ type Result[Out any] struct {
 // results can be read in completion order while it runs (Results) and waited
 // for in input order (Wait), each any number of times.
 type Batch[Out any] struct {
-	m      *Manager
-	fn     string
-	stop   func() bool // detaches the batch from its submit context
-	onEnd  func()      // releases what the batch holds (its constant); runs once
-	ending sync.Once
-	worker string                               // the private queue's worker, or ""
-	encode func(start, end int) ([]byte, error) // the payload of elements [start, end)
+	m       *Manager
+	fn      string
+	stop    func() bool // detaches the batch from its submit context
+	onEnd   func()      // releases what the batch holds (its constant); runs once
+	ending  sync.Once
+	worker  string // the private queue's worker, or ""
+	id      string // for operators: "<manager id>:<n>"
+	started time.Time
+	encode  func(start, end int) ([]byte, error) // the payload of elements [start, end)
 
 	mu       sync.Mutex
 	chunks   []chunk // the tasks submitted so far, appended by the feeder
@@ -60,6 +64,8 @@ func newBatch[Out any](m *Manager, fn string, n int) *Batch[Out] {
 	return &Batch[Out]{
 		m:        m,
 		fn:       fn,
+		id:       m.id + ":" + strconv.FormatUint(m.batchSeq.Add(1), 10),
+		started:  time.Now(),
 		out:      make([]Out, n),
 		left:     n,
 		progress: make(chan struct{}),
@@ -192,6 +198,7 @@ func (b *Batch[Out]) advance(c chunk) bool {
 // runs once, without b.mu held, since releasing talks to Redis.
 func (b *Batch[Out]) end() {
 	b.ending.Do(func() {
+		b.m.unlist(b.id)
 		b.stop()
 		if b.onEnd != nil {
 			b.onEnd()
@@ -291,6 +298,9 @@ func (b *Batch[Out]) abort(err error) {
 	b.m.withdraw(tids)
 	b.end()
 }
+
+// snapshot is Progress for the manager's untyped view.
+func (b *Batch[Out]) snapshot() Progress { return b.Progress() }
 
 // resubmission returns the payload of chunk ci again, and the worker whose
 // private queue it goes to ("" for the public queue).

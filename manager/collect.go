@@ -80,6 +80,7 @@ func (m *Manager) reconcile(ctx context.Context) {
 		m.renewHolds(ctx)
 		m.renewAt = time.Now().Add(m.opts.KeyTTL / 3)
 	}
+	m.publishBatches(ctx)
 	if r, err := m.rdb.Reap(ctx); err != nil {
 		m.log.Warn("reap failed", "err", err)
 	} else if r.Workers > 0 {
@@ -142,6 +143,10 @@ func (m *Manager) dispatch(entry string) {
 		m.lost(rest)
 		return
 	}
+	if tid, ok := strings.CutPrefix(entry, "purged "); ok {
+		m.failTask(tid, fmt.Errorf("%w: purged from the queue by an operator", redmap.ErrLost))
+		return
+	}
 	r, err := codec.DecodeResult([]byte(entry), m.opts.MaxFrame)
 	if r == nil {
 		m.dropped.Add(1)
@@ -178,6 +183,12 @@ func (m *Manager) failAll(cause error) {
 // pushed by the reap script.
 func (m *Manager) lost(entry string) {
 	tid, wid, _ := strings.Cut(entry, " ")
+	m.failTask(tid, fmt.Errorf("%w: worker %s died, and the batch was sent to its private queue", redmap.ErrLost, wid))
+}
+
+// failTask fails a pending task with cause, or drops the news if it is not
+// pending.
+func (m *Manager) failTask(tid string, cause error) {
 	m.mu.Lock()
 	p, ok := m.pending[tid]
 	delete(m.pending, tid)
@@ -186,5 +197,5 @@ func (m *Manager) lost(entry string) {
 		m.dropped.Add(1)
 		return
 	}
-	p.batch.fail(p.chunk, fmt.Errorf("%w: worker %s died, and the batch was sent to its private queue", redmap.ErrLost, wid))
+	p.batch.fail(p.chunk, cause)
 }

@@ -33,13 +33,15 @@ type Manager struct {
 	opts Options
 	log  *slog.Logger
 
-	seq     atomic.Uint64
-	holdSeq atomic.Uint64
-	store   *cache.Store
+	seq      atomic.Uint64
+	holdSeq  atomic.Uint64
+	batchSeq atomic.Uint64
+	store    *cache.Store
 
 	mu      sync.Mutex
 	pending map[string]pending // task id → where its result goes
 	holds   map[string]hold    // holder → the constant a running batch holds
+	batches map[string]batch   // id → running batch, for operators
 	closed  bool
 
 	stop    context.CancelFunc
@@ -65,6 +67,7 @@ type batch interface {
 	fail(chunk int, cause error)
 	abort(err error)
 	resubmission(chunk int) (rdb.Task, string, error)
+	snapshot() Progress
 }
 
 // New returns a manager of client for opts.Queue and starts its result
@@ -88,6 +91,7 @@ func New(client redis.UniversalClient, opts Options) (*Manager, error) {
 		store:   cache.NewStore(client, opts.Prefix, opts.PartSize),
 		pending: make(map[string]pending),
 		holds:   make(map[string]hold),
+		batches: make(map[string]batch),
 		costs:   make(map[string]float64),
 		stop:    stop,
 		stopped: make(chan struct{}),
@@ -159,6 +163,19 @@ func (m *Manager) register(b batch, tids []string, first int) error {
 		m.pending[tid] = pending{batch: b, chunk: first + i}
 	}
 	return nil
+}
+
+// list records a running batch for operators; unlist forgets it.
+func (m *Manager) list(id string, b batch) {
+	m.mu.Lock()
+	m.batches[id] = b
+	m.mu.Unlock()
+}
+
+func (m *Manager) unlist(id string) {
+	m.mu.Lock()
+	delete(m.batches, id)
+	m.mu.Unlock()
 }
 
 // forget removes tasks from the pending set and returns the ones that were

@@ -192,6 +192,7 @@ func submit[In, Out any](ctx context.Context, m *Manager, sp spec, xs []In, opts
 		return b, nil
 	}
 	f := &feeder[Out]{m: m, b: b, n: len(xs), fixed: co.chunk}
+	m.list(b.id, b)
 
 	// The first window is submitted here, so that what can go wrong at once
 	// (an input too large, Redis unreachable or full) is Submit's error, with
@@ -207,6 +208,7 @@ func submit[In, Out any](ctx context.Context, m *Manager, sp spec, xs []In, opts
 		err = f.submit(ctx, w)
 	}
 	if err != nil {
+		m.unlist(b.id)
 		b.stop()
 		return nil, err
 	}

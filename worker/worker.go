@@ -412,6 +412,7 @@ func (w *Worker) info() []string {
 	return []string{
 		"host", host, "pid", strconv.Itoa(os.Getpid()),
 		"concurrency", strconv.Itoa(w.opts.Concurrency),
+		"lease", strconv.FormatInt(w.opts.Lease.Milliseconds(), 10),
 		"started", strconv.FormatInt(w.started.Unix(), 10),
 		"heartbeat", strconv.FormatInt(time.Now().UnixMilli(), 10),
 		"running", strconv.FormatInt(st.Running, 10),

@@ -356,9 +356,32 @@ func (r *RDB) Cancel(ctx context.Context, mid string, tids []string) error {
 // Drop deletes every key of manager mid.
 func (r *RDB) Drop(ctx context.Context, mid string) error {
 	err := r.c.Del(ctx, keys.Tasks(r.prefix, r.queue, mid), keys.Attempts(r.prefix, r.queue, mid),
-		keys.Results(r.prefix, r.queue, mid), keys.ManagerBell(r.prefix, r.queue, mid)).Err()
+		keys.Results(r.prefix, r.queue, mid), keys.ManagerBell(r.prefix, r.queue, mid),
+		keys.Batches(r.prefix, r.queue, mid)).Err()
 	if err != nil {
 		return fmt.Errorf("drop: %w", err)
+	}
+	return nil
+}
+
+// PublishBatches replaces manager mid's published batch progress with fields
+// (batch id, JSON pairs), living ttl; none deletes it. One pipeline.
+func (r *RDB) PublishBatches(ctx context.Context, mid string, fields []string, ttl time.Duration) error {
+	key := keys.Batches(r.prefix, r.queue, mid)
+	_, err := r.c.TxPipelined(ctx, func(p redis.Pipeliner) error {
+		p.Del(ctx, key)
+		if len(fields) > 0 {
+			args := make([]any, len(fields))
+			for i, f := range fields {
+				args[i] = f
+			}
+			p.HSet(ctx, key, args...)
+			p.PExpire(ctx, key, ttl)
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("publish batches: %w", err)
 	}
 	return nil
 }

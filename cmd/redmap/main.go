@@ -1,0 +1,527 @@
+// Command redmap shows and steers redmap queues, workers and batches.
+//
+//	redmap [flags] status              queues with depth, workers, batches
+//	redmap [flags] workers             workers with heartbeat age and what they run
+//	redmap [flags] batches             running batches with progress
+//	redmap [flags] failures            recent failures grouped by function and error
+//	redmap [flags] drain <worker>      the worker takes no more tasks and exits when idle
+//	redmap [flags] purge <queue> -yes  drop the queue's queued tasks (their batches fail)
+//
+// Flags, before or after the command: -redis URL (default $REDIS_URL or
+// redis://127.0.0.1:6379/0), -prefix (default redmap), -queue Q (only that
+// queue), -json (machine-readable output). Errors are one line on stderr with
+// exit status 1; bad usage exits 2.
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/redmap/redmap/internal/rdb"
+)
+
+// quiet drops go-redis's own log lines: the CLI reports errors itself, in
+// one line.
+type quiet struct{}
+
+func (quiet) Printf(context.Context, string, ...any) {}
+
+func main() {
+	redis.SetLogger(quiet{})
+	code, err := run(os.Args[1:], os.Stdout)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "redmap:", err)
+	}
+	os.Exit(code)
+}
+
+// usageError is bad usage: exit status 2.
+type usageError struct{ msg string }
+
+func (e usageError) Error() string { return e.msg + " (run redmap help)" }
+
+const usage = `usage: redmap [-redis URL] [-prefix P] [-queue Q] [-json] command
+  status              queues with depth, workers, running batches
+  workers             workers with heartbeat age and what they run
+  batches             running batches with progress
+  failures            recent failures grouped by function and error
+  drain <worker>      the worker takes no more tasks and exits when idle
+  purge <queue> -yes  drop the queue's queued tasks; their batches fail with ErrLost
+`
+
+type cli struct {
+	admin *rdb.Admin
+	out   io.Writer
+	json  bool
+	queue string
+	yes   bool
+}
+
+func run(args []string, out io.Writer) (int, error) {
+	fs := flag.NewFlagSet("redmap", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	def := os.Getenv("REDIS_URL")
+	if def == "" {
+		def = "redis://127.0.0.1:6379/0"
+	}
+	url := fs.String("redis", def, "")
+	prefix := fs.String("prefix", "redmap", "")
+	c := &cli{out: out}
+	fs.BoolVar(&c.json, "json", false, "")
+	fs.StringVar(&c.queue, "queue", "", "")
+	fs.BoolVar(&c.yes, "yes", false, "")
+	// Flags may come before and after the command and its argument.
+	var pos []string
+	for rest := args; ; {
+		if err := fs.Parse(rest); err != nil {
+			return 2, usageError{err.Error()}
+		}
+		if fs.NArg() == 0 {
+			break
+		}
+		pos = append(pos, fs.Arg(0))
+		rest = fs.Args()[1:]
+	}
+	if len(pos) == 0 || pos[0] == "help" {
+		fmt.Fprint(out, usage)
+		return 0, nil
+	}
+	cmd, operand := pos[0], pos[1:]
+	wantOperand := map[string]int{"status": 0, "workers": 0, "batches": 0, "failures": 0, "drain": 1, "purge": 1}
+	n, known := wantOperand[cmd]
+	if !known {
+		return 2, usageError{fmt.Sprintf("unknown command %q", cmd)}
+	}
+	if len(operand) != n {
+		return 2, usageError{fmt.Sprintf("%s takes %d argument(s), got %d", cmd, n, len(operand))}
+	}
+
+	opts, err := redis.ParseURL(*url)
+	if err != nil {
+		return 2, usageError{fmt.Sprintf("-redis: %v", err)}
+	}
+	opts.MaxRetries, opts.DialerRetries = -1, 1
+	client := redis.NewClient(opts)
+	defer client.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := client.Ping(ctx).Err(); err != nil {
+		return 1, fmt.Errorf("cannot reach Redis at %s: %v", opts.Addr, err)
+	}
+	c.admin = rdb.NewAdmin(client, *prefix)
+	if c.queue != "" {
+		if err := c.mustQueue(ctx, c.queue); err != nil {
+			return 1, err
+		}
+	}
+	switch cmd {
+	case "status":
+		err = c.status(ctx)
+	case "workers":
+		err = c.workers(ctx)
+	case "batches":
+		err = c.batches(ctx)
+	case "failures":
+		err = c.failures(ctx)
+	case "drain":
+		err = c.drain(ctx, operand[0])
+	case "purge":
+		err = c.purge(ctx, operand[0])
+	}
+	if err != nil {
+		return 1, err
+	}
+	return 0, nil
+}
+
+// queues returns -queue, or every queue.
+func (c *cli) queues(ctx context.Context) ([]string, error) {
+	if c.queue != "" {
+		return []string{c.queue}, nil
+	}
+	return c.admin.Queues(ctx)
+}
+
+func (c *cli) mustQueue(ctx context.Context, q string) error {
+	qs, err := c.admin.Queues(ctx)
+	if err != nil {
+		return err
+	}
+	if !slices.Contains(qs, q) {
+		return fmt.Errorf("no queue %q (no workers, tasks or batches of it in Redis)", q)
+	}
+	return nil
+}
+
+func (c *cli) emit(v any) error {
+	enc := json.NewEncoder(c.out)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
+}
+
+func (c *cli) table(header string, rows [][]string) {
+	tw := tabwriter.NewWriter(c.out, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, header)
+	for _, r := range rows {
+		fmt.Fprintln(tw, strings.Join(r, "\t"))
+	}
+	tw.Flush()
+}
+
+// Worker is a worker as the CLI shows it.
+type Worker struct {
+	Queue        string   `json:"queue"`
+	ID           string   `json:"id"`
+	Live         bool     `json:"live"`
+	State        string   `json:"state"`
+	Host         string   `json:"host"`
+	PID          int      `json:"pid"`
+	HeartbeatAge float64  `json:"heartbeat_age_seconds"`
+	Concurrency  int      `json:"concurrency"`
+	Running      int      `json:"running"`
+	Held         int64    `json:"held"`
+	Taken        int64    `json:"taken"`
+	Delivered    int64    `json:"delivered"`
+	Failed       int64    `json:"failed"`
+	Functions    []string `json:"functions"`
+}
+
+func (c *cli) listWorkers(ctx context.Context) ([]Worker, error) {
+	qs, err := c.queues(ctx)
+	if err != nil {
+		return nil, err
+	}
+	now, err := c.admin.Now(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var out []Worker
+	for _, q := range qs {
+		ws, err := c.admin.Workers(ctx, q)
+		if err != nil {
+			return nil, err
+		}
+		for _, w := range ws {
+			num := func(k string) int64 { n, _ := strconv.ParseInt(w.Info[k], 10, 64); return n }
+			lease := num("lease")
+			v := Worker{Queue: q, ID: w.ID, Live: w.Deadline > now, State: w.Info["state"], Host: w.Info["host"],
+				PID: int(num("pid")), HeartbeatAge: float64(now-(w.Deadline-lease)) / 1000,
+				Concurrency: int(num("concurrency")), Running: int(num("running")), Held: w.Held,
+				Taken: num("taken"), Delivered: num("delivered"), Failed: num("failed")}
+			if f := w.Info["functions"]; f != "" {
+				v.Functions = strings.Split(f, ",")
+			}
+			if !v.Live {
+				v.State = "dead (lease expired)"
+			}
+			out = append(out, v)
+		}
+	}
+	return out, nil
+}
+
+func (c *cli) workers(ctx context.Context) error {
+	ws, err := c.listWorkers(ctx)
+	if err != nil {
+		return err
+	}
+	if c.json {
+		return c.emit(orEmpty(ws))
+	}
+	var rows [][]string
+	for _, w := range ws {
+		rows = append(rows, []string{w.Queue, w.ID, w.State, w.Host, strconv.Itoa(w.PID),
+			fmt.Sprintf("%.1fs", w.HeartbeatAge), fmt.Sprintf("%d/%d", w.Running, w.Concurrency),
+			strconv.FormatInt(w.Held, 10), strconv.FormatInt(w.Taken, 10), strconv.FormatInt(w.Delivered, 10),
+			strconv.FormatInt(w.Failed, 10), strings.Join(w.Functions, ",")})
+	}
+	c.table("QUEUE\tWORKER\tSTATE\tHOST\tPID\tHEARTBEAT\tRUNNING\tHELD\tTAKEN\tDELIVERED\tFAILED\tFUNCTIONS", rows)
+	return nil
+}
+
+// Batch is a running batch as the CLI shows it.
+type Batch struct {
+	Queue   string  `json:"queue"`
+	Manager string  `json:"manager"`
+	ID      string  `json:"id"`
+	Func    string  `json:"func"`
+	Total   int     `json:"total"`
+	Done    int     `json:"done"`
+	Failed  int     `json:"failed"`
+	Rate    float64 `json:"rate"`
+	ETA     float64 `json:"eta_seconds"`
+	Worker  string  `json:"worker,omitempty"`
+}
+
+func (c *cli) listBatches(ctx context.Context) ([]Batch, error) {
+	qs, err := c.queues(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var out []Batch
+	for _, q := range qs {
+		bs, err := c.admin.Batches(ctx, q)
+		if err != nil {
+			return nil, err
+		}
+		for mid, m := range bs {
+			for id, j := range m {
+				var p struct {
+					Func                string
+					Total, Done, Failed int
+					Rate                float64
+					ETA                 time.Duration
+					Worker              string
+				}
+				if json.Unmarshal([]byte(j), &p) != nil {
+					continue
+				}
+				out = append(out, Batch{Queue: q, Manager: mid, ID: id, Func: p.Func, Total: p.Total, Done: p.Done,
+					Failed: p.Failed, Rate: p.Rate, ETA: p.ETA.Seconds(), Worker: p.Worker})
+			}
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
+	return out, nil
+}
+
+func (c *cli) batches(ctx context.Context) error {
+	bs, err := c.listBatches(ctx)
+	if err != nil {
+		return err
+	}
+	if c.json {
+		return c.emit(orEmpty(bs))
+	}
+	c.table("QUEUE\tBATCH\tFUNC\tDONE\tFAILED\tTOTAL\tPROGRESS\tRATE/S\tETA", batchRows(bs))
+	return nil
+}
+
+func batchRows(bs []Batch) [][]string {
+	var rows [][]string
+	for _, b := range bs {
+		pct := 0.0
+		if b.Total > 0 {
+			pct = 100 * float64(b.Done) / float64(b.Total)
+		}
+		rows = append(rows, []string{b.Queue, b.ID, b.Func, strconv.Itoa(b.Done), strconv.Itoa(b.Failed), strconv.Itoa(b.Total),
+			fmt.Sprintf("%.0f%%", pct), fmt.Sprintf("%.0f", b.Rate), (time.Duration(b.ETA) * time.Second).Round(time.Second).String()})
+	}
+	return rows
+}
+
+// Queue is a queue as status shows it.
+type Queue struct {
+	Name    string   `json:"name"`
+	Depth   int64    `json:"depth"`
+	Workers int      `json:"live_workers"`
+	Running int      `json:"running_tasks"`
+	Batches int      `json:"batches"`
+	Worker  []Worker `json:"workers"`
+	Batch   []Batch  `json:"running_batches"`
+}
+
+func (c *cli) status(ctx context.Context) error {
+	qs, err := c.queues(ctx)
+	if err != nil {
+		return err
+	}
+	ws, err := c.listWorkers(ctx)
+	if err != nil {
+		return err
+	}
+	bs, err := c.listBatches(ctx)
+	if err != nil {
+		return err
+	}
+	var out []Queue
+	for _, q := range qs {
+		d, err := c.admin.Depth(ctx, q)
+		if err != nil {
+			return err
+		}
+		s := Queue{Name: q, Depth: d, Worker: []Worker{}, Batch: []Batch{}}
+		for _, w := range ws {
+			if w.Queue == q && w.Live {
+				s.Workers++
+				s.Running += w.Running
+				s.Worker = append(s.Worker, w)
+			}
+		}
+		for _, b := range bs {
+			if b.Queue == q {
+				s.Batches++
+				s.Batch = append(s.Batch, b)
+			}
+		}
+		out = append(out, s)
+	}
+	if c.json {
+		return c.emit(orEmpty(out))
+	}
+	var rows [][]string
+	for _, q := range out {
+		rows = append(rows, []string{q.Name, strconv.FormatInt(q.Depth, 10), strconv.Itoa(q.Workers), strconv.Itoa(q.Running), strconv.Itoa(q.Batches)})
+	}
+	c.table("QUEUE\tDEPTH\tWORKERS\tRUNNING\tBATCHES", rows)
+	fmt.Fprintln(c.out)
+	var wrows [][]string
+	for _, w := range ws {
+		if w.Live {
+			wrows = append(wrows, []string{w.Queue, w.ID, fmt.Sprintf("%.1fs", w.HeartbeatAge),
+				fmt.Sprintf("%d/%d", w.Running, w.Concurrency), strings.Join(w.Functions, ",")})
+		}
+	}
+	c.table("QUEUE\tWORKER\tHEARTBEAT\tRUNNING\tFUNCTIONS", wrows)
+	fmt.Fprintln(c.out)
+	c.table("QUEUE\tBATCH\tFUNC\tDONE\tFAILED\tTOTAL\tPROGRESS\tRATE/S\tETA", batchRows(bs))
+	return nil
+}
+
+// FailureGroup is failures of one function with one error.
+type FailureGroup struct {
+	Queue       string    `json:"queue"`
+	Func        string    `json:"func"`
+	Kind        string    `json:"kind"`
+	Error       string    `json:"error"`
+	Count       int       `json:"count"`
+	Last        time.Time `json:"last"`
+	SampleTask  string    `json:"sample_task"`
+	SampleStack string    `json:"sample_stack,omitempty"`
+}
+
+func (c *cli) failures(ctx context.Context) error {
+	qs, err := c.queues(ctx)
+	if err != nil {
+		return err
+	}
+	var groups []*FailureGroup
+	for _, q := range qs {
+		recs, err := c.admin.Failures(ctx, q)
+		if err != nil {
+			return err
+		}
+		by := map[string]*FailureGroup{}
+		for _, r := range recs {
+			var f struct {
+				Time             time.Time
+				Task, Func, Kind string
+				Error, Stack     string
+			}
+			if json.Unmarshal([]byte(r), &f) != nil {
+				continue
+			}
+			msg := firstLine(f.Error)
+			if _, rest, ok := strings.Cut(msg, ": "); ok && strings.HasPrefix(msg, "attempt ") {
+				msg = rest
+			}
+			k := f.Func + "\x00" + f.Kind + "\x00" + msg
+			g := by[k]
+			if g == nil {
+				g = &FailureGroup{Queue: q, Func: f.Func, Kind: f.Kind, Error: msg}
+				by[k] = g
+				groups = append(groups, g)
+			}
+			g.Count++
+			if f.Time.After(g.Last) {
+				g.Last, g.SampleTask = f.Time, f.Task
+			}
+			if g.SampleStack == "" {
+				g.SampleStack = f.Stack
+			}
+		}
+	}
+	sort.Slice(groups, func(i, j int) bool { return groups[i].Count > groups[j].Count })
+	if c.json {
+		return c.emit(orEmpty(groups))
+	}
+	var rows [][]string
+	for _, g := range groups {
+		rows = append(rows, []string{g.Queue, g.Func, g.Kind, strconv.Itoa(g.Count), g.Last.Format(time.RFC3339), truncate(g.Error, 70)})
+	}
+	c.table("QUEUE\tFUNC\tKIND\tCOUNT\tLAST\tERROR", rows)
+	for _, g := range groups {
+		if g.SampleStack != "" {
+			fmt.Fprintf(c.out, "\nsample stack of %s %q (task %s):\n%s\n", g.Func, truncate(g.Error, 70), g.SampleTask, indent(firstLines(g.SampleStack, 12)))
+		}
+	}
+	return nil
+}
+
+func (c *cli) drain(ctx context.Context, wid string) error {
+	ws, err := c.listWorkers(ctx)
+	if err != nil {
+		return err
+	}
+	for _, w := range ws {
+		if w.ID == wid {
+			if err := c.admin.Drain(ctx, w.Queue, wid); err != nil {
+				return err
+			}
+			if c.json {
+				return c.emit(map[string]string{"drained": wid, "queue": w.Queue})
+			}
+			fmt.Fprintf(c.out, "draining worker %s of queue %s: it takes no more tasks and exits when idle\n", wid, w.Queue)
+			return nil
+		}
+	}
+	return fmt.Errorf("no worker %q", wid)
+}
+
+func (c *cli) purge(ctx context.Context, q string) error {
+	if err := c.mustQueue(ctx, q); err != nil {
+		return err
+	}
+	if !c.yes {
+		n, err := c.admin.Queued(ctx, q)
+		if err != nil {
+			return err
+		}
+		return fmt.Errorf("purge would drop %d queued task(s) of queue %q, failing them in their batches; run again with -yes", n, q)
+	}
+	n, err := c.admin.Purge(ctx, q)
+	if err != nil {
+		return err
+	}
+	if c.json {
+		return c.emit(map[string]any{"queue": q, "purged": n})
+	}
+	fmt.Fprintf(c.out, "purged %d task(s) from queue %s\n", n, q)
+	return nil
+}
+
+func orEmpty[T any](xs []T) []T {
+	if xs == nil {
+		return []T{}
+	}
+	return xs
+}
+
+func firstLine(s string) string { l, _, _ := strings.Cut(s, "\n"); return l }
+
+func firstLines(s string, n int) string {
+	lines := strings.Split(strings.TrimSpace(s), "\n")
+	return strings.Join(lines[:min(n, len(lines))], "\n")
+}
+
+func indent(s string) string { return "    " + strings.ReplaceAll(s, "\n", "\n    ") }
+
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n-1] + "…"
+}
+

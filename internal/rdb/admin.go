@@ -1,0 +1,185 @@
+package rdb
+
+import (
+	"context"
+	_ "embed"
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/redmap/redmap/internal/keys"
+)
+
+//go:embed lua/purge.lua
+var purgeLua string
+
+var purgeScript = redis.NewScript(purgeLua)
+
+// Admin answers an operator's questions about every queue under a prefix.
+type Admin struct {
+	c      redis.UniversalClient
+	prefix string
+}
+
+// NewAdmin returns the operator's view of the queues under prefix on c.
+func NewAdmin(c redis.UniversalClient, prefix string) *Admin { return &Admin{c: c, prefix: prefix} }
+
+// Queues lists the queues that have workers, queued tasks or managers, found
+// by SCAN (it does not block Redis).
+func (a *Admin) Queues(ctx context.Context) ([]string, error) {
+	seen := map[string]bool{}
+	iter := a.c.Scan(ctx, 0, a.prefix+":{*}:*", 1000).Iterator()
+	for iter.Next(ctx) {
+		k := strings.TrimPrefix(iter.Val(), a.prefix+":{")
+		if q, _, ok := strings.Cut(k, "}:"); ok {
+			seen[q] = true
+		}
+	}
+	if err := iter.Err(); err != nil {
+		return nil, fmt.Errorf("scan: %w", err)
+	}
+	qs := make([]string, 0, len(seen))
+	for q := range seen {
+		qs = append(qs, q)
+	}
+	slices.Sort(qs)
+	return qs, nil
+}
+
+// WorkerInfo is one registered worker of a queue.
+type WorkerInfo struct {
+	Queue    string
+	ID       string
+	Deadline int64             // lease deadline, Redis ms
+	Info     map[string]string // as published by its heartbeats
+	Held     int64             // tasks it holds
+}
+
+// Workers returns the registered workers of queue, live or not yet reaped.
+func (a *Admin) Workers(ctx context.Context, queue string) ([]WorkerInfo, error) {
+	zs, err := a.c.ZRangeWithScores(ctx, keys.Workers(a.prefix, queue), 0, -1).Result()
+	if err != nil {
+		return nil, fmt.Errorf("workers: %w", err)
+	}
+	out := make([]WorkerInfo, len(zs))
+	cmds := make([]*redis.MapStringStringCmd, len(zs))
+	held := make([]*redis.IntCmd, len(zs))
+	_, err = a.c.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for i, z := range zs {
+			wid := z.Member.(string)
+			out[i] = WorkerInfo{Queue: queue, ID: wid, Deadline: int64(z.Score)}
+			cmds[i] = p.HGetAll(ctx, keys.WorkerInfo(a.prefix, queue, wid))
+			held[i] = p.SCard(ctx, keys.Held(a.prefix, queue, wid))
+		}
+		return nil
+	})
+	if err != nil && err != redis.Nil {
+		return nil, fmt.Errorf("workers: %w", err)
+	}
+	for i := range out {
+		out[i].Info = cmds[i].Val()
+		out[i].Held = held[i].Val()
+	}
+	return out, nil
+}
+
+// Now returns the Redis clock, ms.
+func (a *Admin) Now(ctx context.Context) (int64, error) {
+	t, err := a.c.Time(ctx).Result()
+	if err != nil {
+		return 0, fmt.Errorf("time: %w", err)
+	}
+	return t.UnixMilli(), nil
+}
+
+// Depth returns the number of task ids in queue's public list.
+func (a *Admin) Depth(ctx context.Context, queue string) (int64, error) {
+	return a.c.LLen(ctx, keys.Public(a.prefix, queue)).Result()
+}
+
+// Batches returns the published progress of running batches of queue:
+// manager id → batch id → JSON.
+func (a *Admin) Batches(ctx context.Context, queue string) (map[string]map[string]string, error) {
+	out := map[string]map[string]string{}
+	iter := a.c.Scan(ctx, 0, keys.Batches(a.prefix, queue, "*"), 1000).Iterator()
+	for iter.Next(ctx) {
+		k := iter.Val()
+		mid := strings.TrimSuffix(strings.TrimPrefix(k, keys.Base(a.prefix, queue)+"m:"), ":batches")
+		m, err := a.c.HGetAll(ctx, k).Result()
+		if err != nil {
+			return nil, fmt.Errorf("batches: %w", err)
+		}
+		out[mid] = m
+	}
+	if err := iter.Err(); err != nil {
+		return nil, fmt.Errorf("batches: %w", err)
+	}
+	return out, nil
+}
+
+// Failures returns the queue's recorded failures (JSON), oldest first.
+func (a *Admin) Failures(ctx context.Context, queue string) ([]string, error) {
+	f, err := a.c.LRange(ctx, keys.Failures(a.prefix, queue), 0, -1).Result()
+	if err != nil {
+		return nil, fmt.Errorf("failures: %w", err)
+	}
+	return f, nil
+}
+
+// Drain asks worker wid of queue to take no more tasks and exit when idle.
+func (a *Admin) Drain(ctx context.Context, queue, wid string) error {
+	if err := a.c.Set(ctx, keys.Drain(a.prefix, queue, wid), "1", 0).Err(); err != nil {
+		return fmt.Errorf("drain: %w", err)
+	}
+	return nil
+}
+
+// Queued returns how many tasks wait in queue's public and private lists.
+func (a *Admin) Queued(ctx context.Context, queue string) (int64, error) {
+	lists, err := a.lists(ctx, queue)
+	if err != nil {
+		return 0, err
+	}
+	var n int64
+	for _, l := range lists {
+		k, err := a.c.LLen(ctx, l).Result()
+		if err != nil {
+			return 0, fmt.Errorf("queued: %w", err)
+		}
+		n += k
+	}
+	return n, nil
+}
+
+// Purge drops every queued task of queue, public and private, and tells
+// their managers; see lua/purge.lua. It returns how many it purged.
+func (a *Admin) Purge(ctx context.Context, queue string) (int, error) {
+	lists, err := a.lists(ctx, queue)
+	if err != nil {
+		return 0, err
+	}
+	args := []any{keys.Base(a.prefix, queue)}
+	for _, l := range lists[1:] {
+		args = append(args, l)
+	}
+	n, err := purgeScript.Run(ctx, a.c, lists[:1], args...).Int()
+	if err != nil {
+		return 0, fmt.Errorf("purge: %w", err)
+	}
+	return n, nil
+}
+
+// lists returns queue's public list, then its workers' private lists.
+func (a *Admin) lists(ctx context.Context, queue string) ([]string, error) {
+	lists := []string{keys.Public(a.prefix, queue)}
+	iter := a.c.Scan(ctx, 0, keys.Private(a.prefix, queue, "*"), 1000).Iterator()
+	for iter.Next(ctx) {
+		lists = append(lists, iter.Val())
+	}
+	if err := iter.Err(); err != nil {
+		return nil, fmt.Errorf("scan: %w", err)
+	}
+	return lists, nil
+}

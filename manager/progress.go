@@ -1,0 +1,52 @@
+package manager
+
+import (
+	"context"
+	"encoding/json"
+	"time"
+)
+
+// Progress is how far a batch has got.
+type Progress struct {
+	Func    string        `json:"func"`
+	Total   int           `json:"total"`   // elements
+	Done    int           `json:"done"`    // elements with a result, failed ones included
+	Failed  int           `json:"failed"`  // elements that failed
+	Rate    float64       `json:"rate"`    // elements per second since the batch started
+	ETA     time.Duration `json:"eta"`     // at that rate; 0 when done or unknown
+	Started time.Time     `json:"started"` //
+	Worker  string        `json:"worker,omitempty"`
+}
+
+// Progress returns how far the batch has got. It costs no round trip.
+func (b *Batch[Out]) Progress() Progress {
+	b.mu.Lock()
+	p := Progress{Func: b.fn, Total: len(b.out), Done: len(b.out) - b.left, Failed: len(b.errs), Started: b.started, Worker: b.worker}
+	b.mu.Unlock()
+	if secs := time.Since(p.Started).Seconds(); secs > 0 {
+		p.Rate = float64(p.Done) / secs
+	}
+	if p.Rate > 0 && p.Done < p.Total {
+		p.ETA = time.Duration(float64(p.Total-p.Done) / p.Rate * float64(time.Second))
+	}
+	return p
+}
+
+// publishBatches writes the progress of the manager's running batches to
+// Redis for operators (redmap batches), replacing what it wrote last time.
+func (m *Manager) publishBatches(ctx context.Context) {
+	m.mu.Lock()
+	running := make(map[string]batch, len(m.batches))
+	for id, b := range m.batches {
+		running[id] = b
+	}
+	m.mu.Unlock()
+	fields := make([]string, 0, 2*len(running))
+	for id, b := range running {
+		j, _ := json.Marshal(b.snapshot())
+		fields = append(fields, id, string(j))
+	}
+	if err := m.rdb.PublishBatches(ctx, m.id, fields, m.opts.KeyTTL); err != nil {
+		m.log.Warn("publishing batch progress failed", "err", err)
+	}
+}
