@@ -17,8 +17,11 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
+	"time"
 
 	"github.com/redis/go-redis/v9"
+	"github.com/schollz/progressbar/v3"
+	"golang.org/x/term"
 
 	"github.com/redmap/redmap/examples/squares/tasks"
 	"github.com/redmap/redmap/manager"
@@ -94,7 +97,12 @@ func runManager(args []string) error {
 	for i := range xs {
 		xs[i] = i
 	}
-	ys, err := manager.Map(ctx, m, tasks.Square, xs)
+	batch, err := manager.Submit(ctx, m, tasks.Square, xs)
+	if err != nil {
+		return err
+	}
+	showProgress(batch)
+	ys, err := batch.Wait(ctx)
 	if err != nil {
 		return err
 	}
@@ -110,4 +118,36 @@ func runManager(args []string) error {
 	}
 	fmt.Printf("sum %d elements %d\n", sum, *n)
 	return nil
+}
+
+// showProgress reports a batch's progress on stderr until it is done: a
+// progress bar on a terminal, a plain line a second otherwise (logs, CI).
+func showProgress(b *manager.Batch[int]) {
+	if term.IsTerminal(int(os.Stderr.Fd())) {
+		bar := progressbar.NewOptions(b.Len(), progressbar.OptionSetWriter(os.Stderr),
+			progressbar.OptionSetDescription("squares"), progressbar.OptionShowCount(), progressbar.OptionShowIts(),
+			progressbar.OptionSetItsString("elements"), progressbar.OptionThrottle(100*time.Millisecond))
+		for {
+			select {
+			case <-b.Done():
+				bar.Set(b.Progress().Done)
+				bar.Finish()
+				fmt.Fprintln(os.Stderr)
+				return
+			case <-time.After(100 * time.Millisecond):
+				bar.Set(b.Progress().Done)
+			}
+		}
+	}
+	for {
+		select {
+		case <-b.Done():
+			p := b.Progress()
+			fmt.Fprintf(os.Stderr, "progress: %d/%d done, %d failed, %.0f elements/s\n", p.Done, p.Total, p.Failed, p.Rate)
+			return
+		case <-time.After(time.Second):
+			p := b.Progress()
+			fmt.Fprintf(os.Stderr, "progress: %d/%d done, %d failed, %.0f elements/s, eta %v\n", p.Done, p.Total, p.Failed, p.Rate, p.ETA.Round(time.Second))
+		}
+	}
 }
