@@ -1,0 +1,403 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/redmap/redmap"
+	"github.com/redmap/redmap/internal/redistest"
+	"github.com/redmap/redmap/manager"
+	"github.com/redmap/redmap/worker"
+)
+
+// The functions the child workers serve.
+var (
+	square = redmap.Func("square", func(_ context.Context, x int) (int, error) { return x * x, nil })
+	slow   = redmap.Func("slow", func(_ context.Context, x int) (int, error) {
+		time.Sleep(2 * time.Millisecond) // a task that takes time, so a batch is seen running
+		return x, nil
+	})
+	flaky = redmap.Func("flaky", func(_ context.Context, x int) (int, error) {
+		switch {
+		case x == 7:
+			panic("seven")
+		case x%2 == 1:
+			return 0, fmt.Errorf("odd input")
+		}
+		return x, nil
+	})
+	block = redmap.Func("block", func(context.Context, int) (int, error) { select {} })
+)
+
+var cliBin string
+
+func TestMain(m *testing.M) {
+	// As a child, the test binary is a worker program made with worker.Main.
+	if os.Getenv("REDMAP_CHILD") == "worker" {
+		if err := worker.Main(os.Args[1:], square, slow, flaky, block); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(1)
+		}
+		os.Exit(0)
+	}
+	dir, err := os.MkdirTemp("", "redmap-cli-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	cliBin = filepath.Join(dir, "redmap")
+	if out, err := exec.Command("go", "build", "-o", cliBin, ".").CombinedOutput(); err != nil {
+		fmt.Fprintf(os.Stderr, "go build: %v\n%s", err, out)
+		os.Exit(1)
+	}
+	code := redistest.Run(m)
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+// runCLI runs the redmap command against the test's server; it returns stdout,
+// stderr and the exit status.
+func runCLI(t *testing.T, srv *redistest.Server, args ...string) (string, string, int) {
+	t.Helper()
+	cmd := exec.Command(cliBin, args...)
+	cmd.Env = append(os.Environ(), "REDIS_URL="+srv.URL())
+	var out, errb strings.Builder
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	err := cmd.Run()
+	code := 0
+	var ee *exec.ExitError
+	if errors.As(err, &ee) {
+		code = ee.ExitCode()
+	} else if err != nil {
+		t.Fatal(err)
+	}
+	return out.String(), errb.String(), code
+}
+
+func cliJSON(t *testing.T, srv *redistest.Server, v any, args ...string) {
+	t.Helper()
+	out, errs, code := runCLI(t, srv, append(args, "-json")...)
+	if code != 0 {
+		t.Fatalf("redmap %v: exit %d: %s", args, code, errs)
+	}
+	if err := json.Unmarshal([]byte(out), v); err != nil {
+		t.Fatalf("redmap %v -json: %v\n%s", args, err, out)
+	}
+}
+
+// proc is a child worker process.
+type proc struct {
+	cmd     *exec.Cmd
+	id      string
+	metrics string
+	logs    chan string
+	done    chan struct{} // closed when the process has exited
+	err     error         // its exit error, once done
+}
+
+func startWorker(t *testing.T, srv *redistest.Server, queue string, args ...string) *proc {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], append([]string{"-queue", queue, "-metrics", "127.0.0.1:0"}, args...)...)
+	cmd.Env = append(os.Environ(), "REDMAP_CHILD=worker", "REDIS_URL="+srv.URL())
+	stdout, _ := cmd.StdoutPipe()
+	stderr, _ := cmd.StderrPipe()
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	p := &proc{cmd: cmd, logs: make(chan string, 100), done: make(chan struct{})}
+	sc := bufio.NewScanner(stdout)
+	for sc.Scan() {
+		if a, ok := strings.CutPrefix(sc.Text(), "metrics "); ok {
+			p.metrics = a
+		}
+		if id, ok := strings.CutPrefix(sc.Text(), "worker "); ok {
+			p.id = id
+			break
+		}
+	}
+	go func() {
+		sc := bufio.NewScanner(stderr)
+		for sc.Scan() {
+			select {
+			case p.logs <- sc.Text():
+			default:
+			}
+		}
+		io.Copy(io.Discard, stdout)
+		p.err = cmd.Wait()
+		close(p.done)
+	}()
+	t.Cleanup(func() {
+		cmd.Process.Kill()
+		<-p.done
+	})
+	return p
+}
+
+// waitLog waits for a log line of the worker containing s.
+func (p *proc) waitLog(t *testing.T, s string) {
+	t.Helper()
+	timeout := time.After(20 * time.Second)
+	for {
+		select {
+		case l := <-p.logs:
+			if strings.Contains(l, s) {
+				return
+			}
+		case <-timeout:
+			t.Fatalf("worker logged no %q", s)
+		}
+	}
+}
+
+func setup(t *testing.T) (*redistest.Server, *redis.Client, string) {
+	t.Helper()
+	t.Parallel()
+	srv := redistest.Shared(t)
+	return srv, srv.Client(t), redistest.Queue(t)
+}
+
+func newManager(t *testing.T, c *redis.Client, queue string) *manager.Manager {
+	t.Helper()
+	m, err := manager.New(c, manager.Options{Queue: queue})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { m.Close() })
+	return m
+}
+
+func TestStatusWorkersBatches(t *testing.T) {
+	srv, c, queue := setup(t)
+	w1 := startWorker(t, srv, queue, "-concurrency", "2")
+	w2 := startWorker(t, srv, queue, "-concurrency", "2")
+	m := newManager(t, c, queue)
+	ctx := context.Background()
+	batch, err := manager.Submit(ctx, m, slow, make([]int, 3000), manager.ChunkSize(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	var batches []Batch
+	redistest.Eventually(t, "the batch listed", func() bool {
+		cliJSON(t, srv, &batches, "batches", "-queue", queue)
+		return len(batches) == 1 && batches[0].Total == 3000 && batches[0].Done > 0
+	})
+	if batches[0].Func != "slow" || batches[0].Done > batches[0].Total {
+		t.Fatalf("batch %+v", batches[0])
+	}
+	var workers []Worker
+	cliJSON(t, srv, &workers, "workers", "-queue", queue)
+	var ids []string
+	for _, w := range workers {
+		ids = append(ids, w.ID)
+		if !w.Live || w.Concurrency != 2 || !slices.Contains(w.Functions, "slow") || w.PID == 0 || w.HeartbeatAge > 5 {
+			t.Errorf("worker %+v", w)
+		}
+	}
+	if slices.Sort(ids); !slices.Equal(ids, sorted(w1.id, w2.id)) {
+		t.Fatalf("workers %v, want %s and %s", ids, w1.id, w2.id)
+	}
+	out, _, code := runCLI(t, srv, "status", "-queue", queue)
+	for _, want := range []string{"QUEUE", "DEPTH", queue, w1.id, w2.id, "slow", "3000"} {
+		if code != 0 || !strings.Contains(out, want) {
+			t.Fatalf("status (exit %d) lacks %q:\n%s", code, want, out)
+		}
+	}
+	t.Logf("redmap status:\n%s", out)
+	if _, err := batch.Wait(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func sorted(xs ...string) []string { slices.Sort(xs); return xs }
+
+func TestFailures(t *testing.T) {
+	srv, c, queue := setup(t)
+	startWorker(t, srv, queue)
+	m := newManager(t, c, queue)
+	xs := make([]int, 20)
+	for i := range xs {
+		xs[i] = i
+	}
+	if _, err := manager.Map(context.Background(), m, flaky, xs, manager.ChunkSize(1)); err == nil {
+		t.Fatal("want failures")
+	}
+	var groups []FailureGroup
+	redistest.Eventually(t, "failures recorded", func() bool {
+		cliJSON(t, srv, &groups, "failures", "-queue", queue)
+		n := 0
+		for _, g := range groups {
+			n += g.Count
+		}
+		return n == 10 // 9 odd errors and the panic of 7
+	})
+	byKind := map[string]FailureGroup{}
+	for _, g := range groups {
+		byKind[g.Kind] = g
+	}
+	if g := byKind["error"]; g.Count != 9 || g.Func != "flaky" || g.Error != "odd input" {
+		t.Fatalf("error group %+v", g)
+	}
+	if g := byKind["panic"]; g.Count != 1 || !strings.Contains(g.SampleStack, "main_test.go") {
+		t.Fatalf("panic group %+v", g)
+	}
+	out, _, _ := runCLI(t, srv, "failures", "-queue", queue)
+	if !strings.Contains(out, "odd input") || !strings.Contains(out, "sample stack") {
+		t.Fatalf("failures:\n%s", out)
+	}
+	t.Logf("redmap failures:\n%s", out)
+}
+
+func TestDrain(t *testing.T) {
+	srv, c, queue := setup(t)
+	w := startWorker(t, srv, queue)
+	m := newManager(t, c, queue)
+	if ys, err := manager.Map(context.Background(), m, square, []int{1, 2, 3}); err != nil || ys[2] != 9 {
+		t.Fatalf("map: %v %v", ys, err)
+	}
+	out, errs, code := runCLI(t, srv, "drain", w.id)
+	if code != 0 || !strings.Contains(out, "draining worker "+w.id) {
+		t.Fatalf("drain: exit %d, %s %s", code, out, errs)
+	}
+	select {
+	case <-w.done:
+		if w.err != nil {
+			t.Fatalf("drained worker exited with %v", w.err)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("drained worker did not exit")
+	}
+	if _, errs, code := runCLI(t, srv, "drain", "nobody"); code != 1 || !strings.Contains(errs, `no worker "nobody"`) {
+		t.Fatalf("drain nobody: exit %d %q", code, errs)
+	}
+}
+
+func TestPurge(t *testing.T) {
+	srv, c, queue := setup(t)
+	m := newManager(t, c, queue)
+	batch, err := manager.Submit(context.Background(), m, square, make([]int, 10), manager.ChunkSize(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, errs, code := runCLI(t, srv, "purge", queue)
+	if code != 1 || !strings.Contains(errs, "would drop 10 queued task") || !strings.Contains(errs, "-yes") || strings.Count(errs, "\n") != 1 {
+		t.Fatalf("purge without -yes: exit %d %q", code, errs)
+	}
+	out, errs, code := runCLI(t, srv, "purge", queue, "-yes")
+	if code != 0 || !strings.Contains(out, "purged 10 task") {
+		t.Fatalf("purge -yes: exit %d %q %q", code, out, errs)
+	}
+	_, err = batch.Wait(context.Background())
+	var be *redmap.BatchError
+	if !errors.As(err, &be) || len(be.Failed) != 10 || !errors.Is(err, redmap.ErrLost) || !strings.Contains(err.Error(), "purged") {
+		t.Fatalf("batch after purge: %v", err)
+	}
+}
+
+func TestErrors(t *testing.T) {
+	srv, _, _ := setup(t)
+	cases := []struct {
+		args []string
+		url  string
+		code int
+		want string
+	}{
+		{[]string{"status", "-queue", "nope"}, "", 1, `no queue "nope"`},
+		{[]string{"status"}, "redis://127.0.0.1:1/0", 1, "cannot reach Redis at 127.0.0.1:1"},
+		{[]string{"status", "-bogus"}, "", 2, "flag provided but not defined: -bogus"},
+		{[]string{"frobnicate"}, "", 2, `unknown command "frobnicate"`},
+		{[]string{"drain"}, "", 2, "drain takes 1 argument"},
+	}
+	for _, c := range cases {
+		args := c.args
+		if c.url != "" {
+			args = append([]string{"-redis", c.url}, args...)
+		}
+		out, errs, code := runCLI(t, srv, args...)
+		if code != c.code || !strings.Contains(errs, c.want) || strings.Count(errs, "\n") != 1 || out != "" {
+			t.Errorf("redmap %v: exit %d, stdout %q, stderr %q; want exit %d and one line with %q", args, code, out, errs, c.code, c.want)
+		}
+	}
+}
+
+var metricLine = regexp.MustCompile(`(?m)^(redmap_worker_\w+)\{[^}]*\} (\S+)$`)
+
+func TestMetricsScrape(t *testing.T) {
+	srv, c, queue := setup(t)
+	w := startWorker(t, srv, queue)
+	m := newManager(t, c, queue)
+	if _, err := manager.Map(context.Background(), m, square, make([]int, 1000), manager.ChunkSize(10)); err != nil {
+		t.Fatal(err)
+	}
+	resp, err := http.Get("http://" + w.metrics + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	got := map[string]float64{}
+	for _, mm := range metricLine.FindAllStringSubmatch(string(body), -1) {
+		v, _ := strconv.ParseFloat(mm[2], 64)
+		got[mm[1]] = v
+	}
+	if got["redmap_worker_tasks_succeeded_total"] < 100 || got["redmap_worker_task_duration_seconds_count"] < 100 ||
+		got["redmap_worker_tasks_taken_total"] < 100 {
+		t.Fatalf("metrics %v; want 100 tasks or more taken, succeeded and timed", got)
+	}
+	for _, name := range []string{"redmap_worker_queue_depth", "redmap_worker_tasks_failed_total", "redmap_worker_cache_hits_total", "redmap_worker_tasks_running"} {
+		if _, ok := got[name]; !ok {
+			t.Errorf("no %s in the scrape", name)
+		}
+	}
+}
+
+// The first signal drains (the worker waits for its running task); a second
+// exits at once.
+func TestSecondSignalExitsAtOnce(t *testing.T) {
+	srv, c, queue := setup(t)
+	w := startWorker(t, srv, queue, "-concurrency", "1")
+	m := newManager(t, c, queue)
+	if _, err := manager.Submit(context.Background(), m, block, []int{1}); err != nil {
+		t.Fatal(err)
+	}
+	var workers []Worker
+	redistest.Eventually(t, "the task running", func() bool {
+		cliJSON(t, srv, &workers, "workers", "-queue", queue)
+		return len(workers) == 1 && workers[0].Held == 1
+	})
+	w.cmd.Process.Signal(syscall.SIGTERM)
+	w.waitLog(t, "signal again to exit at once")
+	select {
+	case <-w.done:
+		t.Fatalf("worker exited (%v) while its task still ran", w.err)
+	default:
+	}
+	w.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-w.done:
+		var ee *exec.ExitError
+		if !errors.As(w.err, &ee) || ee.ExitCode() != 1 {
+			t.Fatalf("after a second signal: %v, want exit status 1", w.err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("a second signal did not end the worker")
+	}
+}
