@@ -18,7 +18,7 @@ type Stats struct {
 
 type counters struct {
 	taken, delivered, discarded, givenBack, reaped, requeued atomic.Int64
-	succeeded, failed, retried                              atomic.Int64
+	succeeded, failed, retried                               atomic.Int64
 }
 
 // Stats returns the worker's counters.

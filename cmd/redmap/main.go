@@ -524,4 +524,3 @@ func truncate(s string, n int) string {
 	}
 	return s[:n-1] + "…"
 }
-
