@@ -205,13 +205,19 @@ func medium(e *env) ([]row, error) {
 	if err != nil {
 		return nil, err
 	}
-	rows := []row{r}
 	work := func(b []byte) []byte {
 		return binary.LittleEndian.AppendUint64(nil, uint64(burn(int(binary.LittleEndian.Uint64(b)))))
 	}
+	return e.baselines("medium", []row{r}, intBytes(n), work)
+}
+
+// baselines measures the three baselines on inputs and appends their rows.
+func (e *env) baselines(scenario string, rows []row, inputs [][]byte, work func([]byte) []byte) ([]row, error) {
 	for _, md := range []mode{perTask, batched, chunked} {
-		inputs := intBytes(n)
-		r, err := e.measure("medium", md.String(), n, func() error { _, err := baseline(e, md, inputs, work); return err })
+		r, err := e.measure(scenario, md.String(), len(inputs), func() error {
+			_, err := baseline(e, md, inputs, work)
+			return err
+		})
 		if err != nil {
 			return nil, err
 		}
@@ -247,15 +253,7 @@ func large(e *env) ([]row, error) {
 	if err != nil {
 		return nil, err
 	}
-	rows := []row{r}
-	for _, md := range []mode{perTask, batched, chunked} {
-		r, err := e.measure("large", md.String(), n, func() error { _, err := baseline(e, md, xs, reversed); return err })
-		if err != nil {
-			return nil, err
-		}
-		rows = append(rows, r)
-	}
-	return rows, nil
+	return e.baselines("large", []row{r}, xs, reversed)
 }
 
 // constant: MapWith of a large constant, one element per task; the per-task
