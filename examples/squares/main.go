@@ -14,6 +14,7 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"math/big"
 	"os"
 	"os/signal"
 	"syscall"
@@ -109,14 +110,15 @@ func runManager(args []string) error {
 	if len(ys) != *n {
 		return fmt.Errorf("got %d results, want %d", len(ys), *n)
 	}
-	sum := 0
+	// The sum of squares outgrows 64 bits past about three million elements.
+	sum, sq := new(big.Int), new(big.Int)
 	for i, y := range ys {
 		if y != i*i {
 			return fmt.Errorf("element %d: got %d, want %d", i, y, i*i)
 		}
-		sum += y
+		sum.Add(sum, sq.SetInt64(int64(y)))
 	}
-	fmt.Printf("sum %d elements %d\n", sum, *n)
+	fmt.Printf("sum %s elements %d\n", sum, *n)
 	return nil
 }
 
