@@ -143,6 +143,7 @@ func (s *Server) run(bin string) error {
 		"--logfile", filepath.Join(s.dir, "redis.log"),
 	}, s.args...)
 	cmd := exec.Command(bin, args...)
+	cmd.SysProcAttr = procAttr()
 	if err := cmd.Start(); err != nil {
 		return err
 	}
