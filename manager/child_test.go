@@ -21,6 +21,7 @@ import (
 
 	"github.com/redmap/redmap"
 	"github.com/redmap/redmap/cache"
+	"github.com/redmap/redmap/internal/redistest"
 	"github.com/redmap/redmap/manager"
 	"github.com/redmap/redmap/worker"
 )
@@ -164,6 +165,7 @@ type child struct {
 func startChild(t *testing.T, role string, env ...string) *child {
 	t.Helper()
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	redistest.DieWithParent(cmd)
 	cmd.Env = slices.Concat(os.Environ(), env, []string{"REDMAP_CHILD=" + role})
 	cmd.Stderr = os.Stderr
 	out, err := cmd.StdoutPipe()

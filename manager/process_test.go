@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/redmap/redmap/examples/squares/tasks"
+	"github.com/redmap/redmap/internal/redistest"
 	"github.com/redmap/redmap/manager"
 )
 
@@ -50,6 +51,7 @@ type proc struct {
 func startWorkerProc(t *testing.T, url, queue string, args ...string) *proc {
 	t.Helper()
 	cmd := exec.Command(squares(t), append([]string{"worker", "-queue", queue}, args...)...)
+	redistest.DieWithParent(cmd)
 	cmd.Env = append(cmd.Environ(), "REDIS_URL="+url)
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {

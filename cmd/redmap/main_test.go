@@ -115,6 +115,7 @@ type proc struct {
 func startWorker(t *testing.T, srv *redistest.Server, queue string, args ...string) *proc {
 	t.Helper()
 	cmd := exec.Command(os.Args[0], append([]string{"-queue", queue, "-metrics", "127.0.0.1:0"}, args...)...)
+	redistest.DieWithParent(cmd)
 	cmd.Env = append(os.Environ(), "REDMAP_CHILD=worker", "REDIS_URL="+srv.URL())
 	stdout, _ := cmd.StdoutPipe()
 	stderr, _ := cmd.StderrPipe()

@@ -251,3 +251,7 @@ func Eventually(tb testing.TB, what string, cond func() bool) {
 		time.Sleep(10 * time.Millisecond)
 	}
 }
+
+// DieWithParent makes cmd, a process a test starts (a worker, say), die when
+// the test process dies, where the platform allows it.
+func DieWithParent(cmd *exec.Cmd) { cmd.SysProcAttr = procAttr() }
