@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/redmap/redmap"
 	"github.com/redmap/redmap/internal/keys"
 	"github.com/redmap/redmap/internal/redistest"
@@ -31,22 +33,8 @@ func TestRunDrainsOnStop(t *testing.T) {
 		<-release
 		return x + 1, nil
 	})
-	w, err := worker.New(rdb, worker.Options{Queue: queue, Concurrency: 2})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := w.Handle(slow); err != nil {
-		t.Fatal(err)
-	}
-	ctx, stop := context.WithCancel(context.Background())
-	ran := make(chan error, 1)
-	go func() { ran <- w.Run(ctx) }()
-
-	m, err := manager.New(rdb, manager.Options{Queue: queue})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer m.Close()
+	w, stop, ran := runWorker(t, rdb, worker.Options{Queue: queue, Concurrency: 2}, slow)
+	m := newManager(t, rdb, queue)
 	tctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	batch, err := manager.Submit(tctx, m, slow, []int{10, 20, 30}, manager.ChunkSize(1))
@@ -108,20 +96,8 @@ func TestStopFailsPrivateTasksLeft(t *testing.T) {
 		<-release
 		return x, nil
 	})
-	w, err := worker.New(rdb, worker.Options{Queue: queue, Concurrency: 1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	w.Handle(gate)
-	ctx, stop := context.WithCancel(context.Background())
-	ran := make(chan error, 1)
-	go func() { ran <- w.Run(ctx) }()
-
-	m, err := manager.New(rdb, manager.Options{Queue: queue})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer m.Close()
+	w, stop, ran := runWorker(t, rdb, worker.Options{Queue: queue, Concurrency: 1}, gate)
+	m := newManager(t, rdb, queue)
 	tctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	redistest.Eventually(t, "worker live", func() bool {
@@ -146,4 +122,32 @@ func TestStopFailsPrivateTasksLeft(t *testing.T) {
 	if ys[0] != 0 || be.Failed[0].Index != 1 {
 		t.Fatalf("ys %v, failed %v", ys, be.Indexes())
 	}
+}
+
+// runWorker starts a worker serving h; stop ends its context, and ran receives
+// what Run returned. The test stops it itself, to watch it drain.
+func runWorker(t *testing.T, rdb *redis.Client, opts worker.Options, h redmap.Handler) (*worker.Worker, context.CancelFunc, <-chan error) {
+	t.Helper()
+	w, err := worker.New(rdb, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Handle(h); err != nil {
+		t.Fatal(err)
+	}
+	ctx, stop := context.WithCancel(context.Background())
+	t.Cleanup(stop)
+	ran := make(chan error, 1)
+	go func() { ran <- w.Run(ctx) }()
+	return w, stop, ran
+}
+
+func newManager(t *testing.T, rdb *redis.Client, queue string) *manager.Manager {
+	t.Helper()
+	m, err := manager.New(rdb, manager.Options{Queue: queue})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { m.Close() })
+	return m
 }
