@@ -50,7 +50,40 @@ var (
 	// ErrNoWorker: a batch was sent to the private queue of a worker that is
 	// not live.
 	ErrNoWorker = errors.New("redmap: no such live worker")
+	// ErrPermission: Redis refused a command because the connection's ACL
+	// user may not run it, or may not touch its keys (NOPERM, or a script's
+	// "can't run this command"). Retrying does not help; a *CommandError
+	// names the command.
+	ErrPermission = errors.New("redmap: redis permission denied")
+	// ErrRefused: Redis answered a command with an error that retrying does
+	// not heal (WRONGTYPE, an unknown command, a bad DB index, a script
+	// error). A *CommandError names the command.
+	ErrRefused = errors.New("redmap: redis refused a command")
 )
+
+// CommandError is a command Redis refused with an error reply that retrying
+// does not heal. It unwraps to ErrPermission or ErrRefused, so callers test
+// it with errors.Is; errors.As gives the details.
+type CommandError struct {
+	Op      string // what redmap was doing: "submit", "take", "heartbeat", ...
+	Command string // the refused Redis command, upper case, such as "TIME"; "" if unknown
+	Reply   string // Redis's error reply
+	Kind    error  // ErrPermission or ErrRefused
+}
+
+func (e *CommandError) Error() string {
+	what := "a command"
+	if e.Command != "" {
+		what = e.Command
+	}
+	if e.Kind == ErrPermission {
+		return fmt.Sprintf("redmap: %s: the Redis user may not run %s (grant it: see README, \"Redis settings\"): %s", e.Op, what, e.Reply)
+	}
+	return fmt.Sprintf("redmap: %s: Redis refused %s: %s", e.Op, what, e.Reply)
+}
+
+// Unwrap returns ErrPermission or ErrRefused.
+func (e *CommandError) Unwrap() error { return e.Kind }
 
 // TaskError is the failure of one element of a batch.
 type TaskError struct {

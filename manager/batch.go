@@ -54,10 +54,14 @@ type Batch[Out any] struct {
 }
 
 // chunk is one task of a batch: count elements from start, size bytes of
-// payload.
+// payload. A chunk with no task id holds elements that were never submitted
+// (one that could not be encoded, or the rest of a batch Redis did not take).
+// over is set once, by closeChunk, when the chunk's elements have their
+// outcome.
 type chunk struct {
 	start, count, size int
 	tid                string
+	over               bool
 }
 
 func newBatch[Out any](m *Manager, fn string, n int) *Batch[Out] {
@@ -149,22 +153,25 @@ func (b *Batch[Out]) isFinished() bool {
 	return b.finished()
 }
 
-// failOne fails one element that was never submitted (it could not be
-// encoded).
-func (b *Batch[Out]) failOne(te *redmap.TaskError) {
+// addChunks appends chunks to the batch, counting them in flight, and
+// returns the index of the first.
+func (b *Batch[Out]) addChunks(cs ...chunk) int {
 	b.mu.Lock()
-	if b.finished() {
-		b.mu.Unlock()
-		return
+	defer b.mu.Unlock()
+	first := len(b.chunks)
+	b.chunks = append(b.chunks, cs...)
+	b.inflight += len(cs)
+	for _, c := range cs {
+		b.inflightBytes += c.size
 	}
-	b.failElement(te.Index, 0, te.Err, "")
-	// Counted as a chunk of one with nothing in flight.
-	b.inflight++
-	ended := b.advance(chunk{start: te.Index, count: 1})
-	b.mu.Unlock()
-	if ended {
-		b.end()
-	}
+	return first
+}
+
+// failUnsubmitted fails elements [start, start+count) that were never
+// submitted, as a chunk of their own.
+func (b *Batch[Out]) failUnsubmitted(start, count, attempt int, cause error) {
+	ci := b.addChunks(chunk{start: start, count: count})
+	b.fail(ci, attempt, cause)
 }
 
 // finished reports whether the batch is done; b.mu must be held.
@@ -177,9 +184,21 @@ func (b *Batch[Out]) finished() bool {
 	}
 }
 
-// advance records that chunk c is done and wakes readers and the feeder,
-// and reports whether that ended the batch; b.mu must be held.
-func (b *Batch[Out]) advance(c chunk) bool {
+// closeChunk is the one place that ends a chunk: it calls record to set the
+// outcome of the chunk's elements, counts them, and wakes readers and the
+// feeder, unless the chunk is already over or the batch has ended, in which
+// case it does nothing. So however many parts of the manager learn of a
+// chunk's end (a result, a worker's death, Redis gone, a resubmission
+// that failed), its elements are counted once.
+func (b *Batch[Out]) closeChunk(ci int, record func(c chunk)) {
+	b.mu.Lock()
+	c := &b.chunks[ci]
+	if c.over || b.finished() {
+		b.mu.Unlock()
+		return
+	}
+	c.over = true
+	record(*c)
 	for i := c.start; i < c.start+c.count; i++ {
 		b.order = append(b.order, i)
 	}
@@ -191,12 +210,16 @@ func (b *Batch[Out]) advance(c chunk) bool {
 	}
 	close(b.progress)
 	b.progress = make(chan struct{})
-	return b.left == 0
+	ended := b.left == 0
+	b.mu.Unlock()
+	if ended {
+		b.release()
+	}
 }
 
-// end detaches the batch from its context and releases what it holds; it
-// runs once, without b.mu held, since releasing talks to Redis.
-func (b *Batch[Out]) end() {
+// release detaches the batch from its context and releases what it holds;
+// it runs once, without b.mu held, since releasing talks to Redis.
+func (b *Batch[Out]) release() {
 	b.ending.Do(func() {
 		b.m.unlist(b.id)
 		b.stop()
@@ -206,6 +229,7 @@ func (b *Batch[Out]) end() {
 	})
 }
 
+// failElement records element i's failure; b.mu must be held.
 func (b *Batch[Out]) failElement(i, attempt int, cause error, stack string) {
 	if b.errs == nil {
 		b.errs = make(map[int]*redmap.TaskError)
@@ -218,62 +242,47 @@ func (b *Batch[Out]) failElement(i, attempt int, cause error, stack string) {
 // deliver records the result of chunk ci; err is set if the result could not
 // be fully decoded.
 func (b *Batch[Out]) deliver(ci int, r *codec.Result, err error) {
-	b.mu.Lock()
-	ended := b.deliverLocked(ci, r, err)
-	b.mu.Unlock()
-	if ended {
-		b.end()
-	}
-}
-
-func (b *Batch[Out]) deliverLocked(ci int, r *codec.Result, err error) bool {
-	if b.finished() {
-		return false
-	}
-	c := b.chunks[ci]
-	if err != nil {
-		return b.failChunk(c, 0, fmt.Errorf("%w: result: %v", redmap.ErrDecode, err))
-	}
-	b.m.observe(b.fn, r.Nanos, c.count)
-	for _, f := range r.Fails {
-		if f.Index == -1 {
-			return b.failChunk(c, r.Attempt, redmap.FailureCause(f))
+	b.closeChunk(ci, func(c chunk) {
+		if err != nil {
+			b.failElements(c, 0, fmt.Errorf("%w: result: %v", redmap.ErrDecode, err))
+			return
 		}
-	}
-	if err := codec.DecodeElements(r.Values, b.out[c.start:c.start+c.count]); err != nil {
-		bad := 0
-		var ee *codec.ElementError
-		if errors.As(err, &ee) {
-			bad = ee.Index
+		b.m.observe(b.fn, r.Nanos, c.count)
+		for _, f := range r.Fails {
+			if f.Index == -1 {
+				b.failElements(c, r.Attempt, redmap.FailureCause(f))
+				return
+			}
 		}
-		// Past an undecodable output the frame cannot be read further.
-		for i := bad; i < c.count; i++ {
-			b.failElement(c.start+i, r.Attempt, fmt.Errorf("%w: output as %v: %v", redmap.ErrDecode, reflect.TypeFor[Out](), err), "")
+		if err := codec.DecodeElements(r.Values, b.out[c.start:c.start+c.count]); err != nil {
+			bad := 0
+			var ee *codec.ElementError
+			if errors.As(err, &ee) {
+				bad = ee.Index
+			}
+			// Past an undecodable output the frame cannot be read further.
+			for i := bad; i < c.count; i++ {
+				b.failElement(c.start+i, r.Attempt, fmt.Errorf("%w: output as %v: %v", redmap.ErrDecode, reflect.TypeFor[Out](), err), "")
+			}
 		}
-	}
-	for _, f := range r.Fails {
-		if f.Index < c.count {
-			b.failElement(c.start+f.Index, r.Attempt, redmap.FailureCause(f), f.Stack)
+		for _, f := range r.Fails {
+			if f.Index < c.count {
+				b.failElement(c.start+f.Index, r.Attempt, redmap.FailureCause(f), f.Stack)
+			}
 		}
-	}
-	return b.advance(c)
+	})
 }
 
 // fail fails every element of chunk ci with cause.
-func (b *Batch[Out]) fail(ci int, cause error) {
-	b.mu.Lock()
-	ended := !b.finished() && b.failChunk(b.chunks[ci], 0, cause)
-	b.mu.Unlock()
-	if ended {
-		b.end()
-	}
+func (b *Batch[Out]) fail(ci, attempt int, cause error) {
+	b.closeChunk(ci, func(c chunk) { b.failElements(c, attempt, cause) })
 }
 
-func (b *Batch[Out]) failChunk(c chunk, attempt int, cause error) bool {
+// failElements fails every element of c; b.mu must be held.
+func (b *Batch[Out]) failElements(c chunk, attempt int, cause error) {
 	for i := c.start; i < c.start+c.count; i++ {
 		b.failElement(i, attempt, cause, "")
 	}
-	return b.advance(c)
 }
 
 // abort ends the batch early with err and withdraws its outstanding tasks.
@@ -287,16 +296,15 @@ func (b *Batch[Out]) abort(err error) {
 	close(b.done)
 	close(b.progress)
 	b.progress = make(chan struct{})
-	b.mu.Unlock()
-
-	b.mu.Lock()
-	tids := make([]string, len(b.chunks))
-	for i, c := range b.chunks {
-		tids[i] = c.tid
+	tids := make([]string, 0, len(b.chunks))
+	for _, c := range b.chunks {
+		if c.tid != "" && !c.over {
+			tids = append(tids, c.tid)
+		}
 	}
 	b.mu.Unlock()
 	b.m.withdraw(tids)
-	b.end()
+	b.release()
 }
 
 // snapshot is Progress for the manager's untyped view.

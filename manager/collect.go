@@ -2,27 +2,29 @@ package manager
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"time"
 
 	"github.com/redmap/redmap"
 	"github.com/redmap/redmap/codec"
+	"github.com/redmap/redmap/internal/backoff"
 	"github.com/redmap/redmap/internal/rdb"
 )
 
 // collect reads the manager's result list until ctx ends and hands each
 // result to the batch waiting for it; between reads it keeps the manager's
 // keys alive and reconciles (see reconcile). If Redis stays unreachable for
-// longer than RedisTimeout, what is outstanding fails with ErrUnavailable.
+// RedisTimeout, what is outstanding fails with ErrUnavailable; if it refuses
+// the read for good (an ACL, say), at once, with the refusal.
 func (m *Manager) collect(ctx context.Context) {
 	defer close(m.stopped)
 	var (
-		handled   int    // entries read last time, to trim off with the next read
-		mark      string // the start of the last of them
-		downSince time.Time
-		delay     time.Duration
-		tickAt    = time.Now().Add(m.opts.Poll)
+		handled int    // entries read last time, to trim off with the next read
+		mark    string // the start of the last of them
+		bo      backoff.Backoff
+		tickAt  = time.Now().Add(m.opts.Poll)
 	)
 	for ctx.Err() == nil {
 		entries, err := m.rdb.ReadResults(ctx, m.id, handled, mark, collectMax)
@@ -36,23 +38,14 @@ func (m *Manager) collect(ctx context.Context) {
 			// The trim may or may not have been applied: read from the
 			// start again; entries seen twice are dropped as duplicates.
 			handled = 0
-			if downSince.IsZero() {
-				downSince = time.Now()
-			}
-			m.log.Warn("reading results failed", "err", err, "for", time.Since(downSince))
-			if time.Since(downSince) >= m.opts.RedisTimeout {
-				m.failAll(fmt.Errorf("%w: %v", redmap.ErrUnavailable, err))
-				downSince = time.Now()
-			}
-			delay = min(max(2*delay, 50*time.Millisecond), time.Second)
-			select {
-			case <-ctx.Done():
+			m.failed("reading results", err)
+			if !bo.Wait(ctx) {
 				return
-			case <-time.After(delay):
 			}
 			continue
 		}
-		downSince, delay = time.Time{}, 0
+		m.outage.up()
+		bo.Reset()
 		for _, e := range entries {
 			m.dispatch(e)
 		}
@@ -67,73 +60,186 @@ func (m *Manager) collect(ctx context.Context) {
 	}
 }
 
+// redisError says what a failed call to Redis means for a caller: a
+// *redmap.CommandError if Redis refused it for good, ErrUnavailable if Redis
+// could not be reached (the outage clock starts), ErrRedisFull at maxmemory.
+func (m *Manager) redisError(op string, err error) error {
+	switch {
+	case rdb.Refused(err):
+		return err
+	case rdb.OutOfMemory(err):
+		return fmt.Errorf("%w: %s: %w", redmap.ErrRedisFull, op, err)
+	case rdb.Transient(err):
+		m.outage.down()
+		return fmt.Errorf("%w: %s: %w", redmap.ErrUnavailable, op, err)
+	}
+	return fmt.Errorf("redmap: %s: %w", op, err)
+}
+
+// failed handles a failed call of the collector's (a read, a renewal, a
+// reap, a check for lost data), so that no outstanding element waits for
+// ever: a refusal fails every outstanding task at once with the error that
+// names the refused command, since the manager can no longer guarantee
+// their results; an outage fails them once it has lasted RedisTimeout.
+func (m *Manager) failed(op string, err error) {
+	err = m.redisError(op, err)
+	var ce *redmap.CommandError
+	switch {
+	case errors.As(err, &ce):
+		m.log.Error("Redis refused a command the manager needs; failing its outstanding tasks", "op", op, "err", err)
+		m.failAll(err)
+	case errors.Is(err, redmap.ErrUnavailable):
+		down := m.outage.length()
+		if down < m.opts.RedisTimeout {
+			m.log.Warn("Redis unreachable; retrying", "op", op, "err", err, "for", down.Round(time.Millisecond))
+			return
+		}
+		if n := m.failAll(fmt.Errorf("%w (for %v, RedisTimeout %v)", err, down.Round(time.Second), m.opts.RedisTimeout)); n > 0 {
+			m.log.Error("Redis unreachable for RedisTimeout; outstanding tasks failed", "op", op, "tasks", n, "err", err)
+		}
+	default:
+		m.log.Warn("Redis call failed; retrying", "op", op, "err", err)
+	}
+}
+
 // reconcile runs once per Poll while the collector is healthy. It renews the
 // manager's keys and its batches' holds every KeyTTL/3; reaps workers whose
 // lease expired, so their tasks run again (workers reap too: whoever notices
-// first); and, if Redis lost the manager's data while tasks are outstanding,
-// submits those tasks again from the inputs it holds.
+// first); and checks, with one HGET, that Redis still has every task the
+// manager submitted (see recover).
 func (m *Manager) reconcile(ctx context.Context) {
 	if time.Now().After(m.renewAt) {
 		if err := m.rdb.Renew(ctx, m.id, m.opts.KeyTTL); err != nil {
-			m.log.Warn("renewing keys failed", "err", err)
+			m.failedUnlessDone(ctx, "renewing keys", err)
 		}
 		m.renewHolds(ctx)
 		m.renewAt = time.Now().Add(m.opts.KeyTTL / 3)
 	}
 	m.publishBatches(ctx)
 	if r, err := m.rdb.Reap(ctx); err != nil {
-		m.log.Warn("reap failed", "err", err)
+		m.failedUnlessDone(ctx, "reaping dead workers", err)
 	} else if r.Workers > 0 {
 		m.log.Info("reaped dead workers", "workers", r.Workers, "requeued", r.Requeued, "lost", r.Lost)
 	}
+	if m.outstanding() == 0 && !m.lossSeen.Load() {
+		return
+	}
+	// acked is read before Redis's count: every submit that raised acked
+	// had raised Redis's count first, so on a Redis that keeps its data the
+	// count read next is at least acked, whatever submits run meanwhile.
+	acked := m.acked.Load()
+	have, err := m.rdb.Submitted(ctx, m.id)
+	if err != nil {
+		m.failedUnlessDone(ctx, "checking for lost data", err)
+		return
+	}
+	if have < acked || m.lossSeen.Load() {
+		m.recover(ctx)
+	}
+}
+
+// failedUnlessDone is failed, except that a call cut short by the manager's
+// Close is not worth a log line above debug.
+func (m *Manager) failedUnlessDone(ctx context.Context, op string, err error) {
+	if ctx.Err() != nil {
+		m.log.Debug("stopped while "+op, "err", err)
+		return
+	}
+	m.failed(op, err)
+}
+
+// outstanding returns how many tasks wait for a result.
+func (m *Manager) outstanding() int {
 	m.mu.Lock()
-	outstanding := len(m.pending)
-	m.mu.Unlock()
-	if outstanding == 0 {
-		return
+	defer m.mu.Unlock()
+	return len(m.pending)
+}
+
+// submitted records the count a submit script returned (see rdb.Submit), and
+// whether Redis's count was as high as expected before it.
+func (m *Manager) submitted(count int64, intact bool) {
+	for {
+		a := m.acked.Load()
+		if count <= a || m.acked.CompareAndSwap(a, count) {
+			break
+		}
 	}
-	lost, err := m.rdb.DataLost(ctx, m.id)
-	if err != nil || !lost {
-		return
-	}
-	m.log.Warn("Redis lost the manager's data; submitting outstanding tasks again", "tasks", outstanding)
-	if err := m.recover(ctx); err != nil {
-		m.log.Warn("submitting again failed; will retry", "err", err)
+	if !intact {
+		m.lossSeen.Store(true)
 	}
 }
 
 // recover puts back what Redis lost: the constants of running batches, then
-// every outstanding task, under its old id, so results of runs still going on
-// count as well. Runs of a task from before and after the loss may both
-// finish; the first result is delivered, the other discarded.
-func (m *Manager) recover(ctx context.Context) error {
+// every outstanding task its task set no longer holds, under its old id, so
+// results of runs still going on count as well. It holds sendMu, so no
+// submit runs meanwhile, and Redis's count it ends with is exact: it becomes
+// acked. A task whose result was delivered but not yet read is submitted
+// again too (it is not in the set either); its second result is discarded.
+// Runs of a task from before and after the loss may both finish; the first
+// result is delivered, the other discarded. On failure it is tried again the
+// next Poll.
+func (m *Manager) recover(ctx context.Context) {
+	m.sendMu.Lock()
+	defer m.sendMu.Unlock()
+	have, err := m.rdb.Submitted(ctx, m.id)
+	if err != nil {
+		m.failedUnlessDone(ctx, "checking for lost data", err)
+		return
+	}
+	if have >= m.acked.Load() && !m.lossSeen.Load() {
+		return
+	}
 	if err := m.restoreHolds(ctx); err != nil {
-		return err
+		m.failedUnlessDone(ctx, "storing lost constants again", err)
+		return
 	}
 	m.mu.Lock()
-	snapshot := make(map[string]pending, len(m.pending))
-	for tid, p := range m.pending {
-		snapshot[tid] = p
+	tids := make([]string, 0, len(m.pending))
+	for tid := range m.pending {
+		tids = append(tids, tid)
 	}
 	m.mu.Unlock()
+	missing, err := m.rdb.Missing(ctx, m.id, tids)
+	if err != nil {
+		m.failedUnlessDone(ctx, "finding lost tasks", err)
+		return
+	}
 	byWorker := make(map[string][]rdb.Task)
-	for tid, p := range snapshot {
+	for _, tid := range missing {
+		m.mu.Lock()
+		p, ok := m.pending[tid]
+		m.mu.Unlock()
+		if !ok {
+			continue // its result came meanwhile
+		}
 		t, wid, err := p.batch.resubmission(p.chunk)
 		if err != nil {
 			// Encoding succeeded the first time; it cannot fail now, but
 			// if it does, fail the task rather than wait for it for ever.
-			m.forget([]string{tid})
-			p.batch.fail(p.chunk, err)
+			if len(m.forget([]string{tid})) == 1 {
+				p.batch.fail(p.chunk, 0, err)
+			}
 			continue
 		}
 		byWorker[wid] = append(byWorker[wid], t)
 	}
+	expect := have
 	for wid, tasks := range byWorker {
-		if err := m.rdb.Submit(ctx, m.id, wid, tasks, m.opts.KeyTTL); err != nil {
-			return err
+		count, intact, err := m.rdb.Submit(ctx, m.id, wid, tasks, m.opts.KeyTTL, expect)
+		if err != nil {
+			m.failedUnlessDone(ctx, "submitting lost tasks again", err)
+			return
 		}
+		if !intact {
+			m.log.Warn("Redis lost data again while the manager put back what it had lost; retrying")
+			return
+		}
+		expect = count
 	}
-	return nil
+	m.acked.Store(expect)
+	m.lossSeen.Store(false)
+	m.log.Warn("Redis lost writes of this manager; outstanding tasks it no longer held were submitted again",
+		"resubmitted", len(missing), "outstanding", len(tids), "count_in_redis", have)
 }
 
 // dispatch hands one encoded result to its batch, or drops it if its task is
@@ -164,19 +270,20 @@ func (m *Manager) dispatch(entry string) {
 	p.batch.deliver(p.chunk, r, err)
 }
 
-// failAll fails every pending task with cause.
-func (m *Manager) failAll(cause error) {
+// failAll fails every pending task with cause, and returns how many.
+func (m *Manager) failAll(cause error) int {
 	m.mu.Lock()
 	if m.closed {
 		m.mu.Unlock()
-		return
+		return 0
 	}
 	all := m.pending
 	m.pending = make(map[string]pending)
 	m.mu.Unlock()
 	for _, p := range all {
-		p.batch.fail(p.chunk, cause)
+		p.batch.fail(p.chunk, 0, cause)
 	}
+	return len(all)
 }
 
 // lost fails a private task whose worker died: "<task id> <worker id>", as
@@ -197,5 +304,5 @@ func (m *Manager) failTask(tid string, cause error) {
 		m.dropped.Add(1)
 		return
 	}
-	p.batch.fail(p.chunk, cause)
+	p.batch.fail(p.chunk, 0, cause)
 }

@@ -75,6 +75,9 @@ func (m *Manager) renewHolds(ctx context.Context) {
 	m.mu.Unlock()
 	for holder, h := range holds {
 		ok, err := m.store.Hold(ctx, h.ref, holder, m.opts.KeyTTL)
+		if err != nil && ctx.Err() != nil {
+			return
+		}
 		if err != nil {
 			m.log.Warn("renewing a constant's hold failed", "ref", h.ref, "err", err)
 		} else if !ok {

@@ -7,7 +7,6 @@ package manager
 import (
 	"context"
 	"errors"
-	"fmt"
 	"log/slog"
 	"sync"
 	"sync/atomic"
@@ -48,6 +47,20 @@ type Manager struct {
 	stopped chan struct{}  // closed when the collector has returned
 	feeders sync.WaitGroup // batches' feeders still submitting
 
+	// sendMu orders submits against recovery: each submit holds it for
+	// reading while its script runs, recovery for writing, so recovery sees
+	// no submit half done.
+	sendMu sync.RWMutex
+	// acked is the highest count of tasks submitted to the manager's task
+	// set that a submit script has returned (see rdb.Submit). Redis's count
+	// only grows while it keeps its data, so it is at least acked; below it,
+	// Redis lost writes.
+	acked atomic.Int64
+	// lossSeen is set when a submit found Redis's count below acked, and
+	// cleared when recovery has put back what was lost.
+	lossSeen atomic.Bool
+	outage   outage
+
 	costMu  sync.Mutex
 	costs   map[string]float64 // function name → nanoseconds per element, smoothed
 	renewAt time.Time          // owned by the collector
@@ -64,7 +77,7 @@ type pending struct {
 // batch is the untyped face of a *Batch the collector delivers to.
 type batch interface {
 	deliver(chunk int, r *codec.Result, err error)
-	fail(chunk int, cause error)
+	fail(chunk, attempt int, cause error)
 	abort(err error)
 	resubmission(chunk int) (rdb.Task, string, error)
 	snapshot() Progress
@@ -108,7 +121,7 @@ func (m *Manager) ID() string { return m.id }
 func (m *Manager) Workers(ctx context.Context) ([]string, error) {
 	ids, err := m.rdb.LiveWorkers(ctx)
 	if err != nil {
-		return nil, fmt.Errorf("redmap: %w", err)
+		return nil, m.redisError("listing workers", err)
 	}
 	return ids, nil
 }
@@ -203,6 +216,6 @@ func (m *Manager) withdraw(tids []string) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	if err := m.rdb.Cancel(ctx, m.id, still); err != nil {
-		m.log.Warn("withdrawing tasks failed; they expire with the task set", "tasks", len(still), "err", err)
+		m.log.Warn("withdrawing tasks failed; workers run them and their results are discarded", "tasks", len(still), "err", err)
 	}
 }

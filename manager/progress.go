@@ -1,6 +1,8 @@
 package manager
 
 import (
+	"github.com/redmap/redmap/internal/rdb"
+
 	"context"
 	"encoding/json"
 	"time"
@@ -46,7 +48,14 @@ func (m *Manager) publishBatches(ctx context.Context) {
 		j, _ := json.Marshal(b.snapshot())
 		fields = append(fields, id, string(j))
 	}
-	if err := m.rdb.PublishBatches(ctx, m.id, fields, m.opts.KeyTTL); err != nil {
+	err := m.rdb.PublishBatches(ctx, m.id, fields, m.opts.KeyTTL)
+	switch {
+	case err == nil:
+	case ctx.Err() != nil:
+		m.log.Debug("stopped while publishing batch progress", "err", err)
+	case rdb.Refused(err):
+		m.log.Error("publishing batch progress for operators refused", "err", err)
+	default:
 		m.log.Warn("publishing batch progress failed", "err", err)
 	}
 }

@@ -10,6 +10,7 @@ import (
 	"github.com/redmap/redmap"
 	"github.com/redmap/redmap/cache"
 	"github.com/redmap/redmap/codec"
+	"github.com/redmap/redmap/internal/backoff"
 	"github.com/redmap/redmap/internal/rdb"
 )
 
@@ -188,7 +189,7 @@ func submit[In, Out any](ctx context.Context, m *Manager, sp spec, xs []In, opts
 	}
 	if len(xs) == 0 {
 		close(b.done)
-		b.end()
+		b.release()
 		return b, nil
 	}
 	f := &feeder[Out]{m: m, b: b, n: len(xs), fixed: co.chunk}
@@ -298,14 +299,7 @@ func (f *feeder[Out]) window() (window, error) {
 		}
 		add(end, payload)
 	}
-	b.mu.Lock()
-	w.first = len(b.chunks)
-	b.chunks = append(b.chunks, chunks...)
-	b.inflight += len(chunks)
-	for _, c := range chunks {
-		b.inflightBytes += c.size
-	}
-	b.mu.Unlock()
+	w.first = b.addChunks(chunks...)
 	// Register before submitting: a fast worker's result may arrive before
 	// the submit call returns.
 	return w, f.m.register(b, w.tids(), w.first)
@@ -336,24 +330,26 @@ func (f *feeder[Out]) submit(ctx context.Context, w window) error {
 
 // send makes one attempt to queue a window, and says what went wrong.
 func (f *feeder[Out]) send(ctx context.Context, w window) error {
-	m, name := f.m, f.b.fn
-	err := m.rdb.Submit(ctx, m.id, f.b.worker, w.tasks, m.opts.KeyTTL)
-	switch {
-	case err == nil:
-		return nil
-	case rdb.Unreachable(err):
-		return fmt.Errorf("%w: submitting %q: %w", redmap.ErrUnavailable, name, err)
-	case rdb.OutOfMemory(err):
-		return fmt.Errorf("%w: submitting %q: %w", redmap.ErrRedisFull, name, err)
+	m := f.m
+	m.sendMu.RLock()
+	defer m.sendMu.RUnlock()
+	count, intact, err := m.rdb.Submit(ctx, m.id, f.b.worker, w.tasks, m.opts.KeyTTL, m.acked.Load())
+	if err != nil {
+		return m.redisError(fmt.Sprintf("submitting %q", f.b.fn), err)
 	}
-	return fmt.Errorf("redmap: submitting %q: %w", name, err)
+	m.outage.up()
+	m.submitted(count, intact)
+	return nil
 }
 
 // run submits the rest of the batch, a window at a time, as results make
-// room, until all is submitted or the batch ends. A window Redis refuses or
-// cannot take is tried again (results draining may free memory, Redis may
-// come back) for up to RedisTimeout; then its elements fail with the error,
-// and the feeder goes on, so the batch ends with every element accounted for.
+// room, until all is submitted or the batch ends. A window Redis cannot take
+// is tried again while the manager's outage of Redis lasts less than
+// RedisTimeout (a full Redis: for RedisTimeout from the first refusal, as
+// results draining may free memory). If it gives up, or Redis refuses the
+// command for good, the window's elements and every element not yet
+// submitted fail with the error at once, so the batch ends, every element
+// accounted for.
 func (f *feeder[Out]) run(ctx context.Context) {
 	b := f.b
 	for f.pos < f.n {
@@ -372,13 +368,18 @@ func (f *feeder[Out]) run(ctx context.Context) {
 		if err == nil {
 			err = f.sendRetrying(ctx, w)
 		}
+		if w.bad != nil {
+			b.failUnsubmitted(w.bad.Index, 1, 0, w.bad.Err)
+		}
 		if err != nil {
 			for ci := w.first; ci < w.first+len(w.tasks); ci++ {
-				b.fail(ci, err)
+				b.fail(ci, 0, err)
 			}
-		}
-		if w.bad != nil {
-			b.failOne(w.bad)
+			if f.pos < f.n {
+				b.failUnsubmitted(f.pos, f.n-f.pos, 0, err)
+				f.pos = f.n
+			}
+			return
 		}
 	}
 }
@@ -387,22 +388,31 @@ func (f *feeder[Out]) sendRetrying(ctx context.Context, w window) error {
 	if len(w.tasks) == 0 {
 		return nil
 	}
-	giveUp := time.Now().Add(f.m.opts.RedisTimeout)
-	delay := 50 * time.Millisecond
+	full := time.Time{} // when Redis first refused the window at maxmemory
+	var bo backoff.Backoff
 	for {
 		err := f.send(ctx, w)
-		if err == nil || f.b.isFinished() || ctx.Err() != nil || time.Now().After(giveUp) ||
-			!(errors.Is(err, redmap.ErrUnavailable) || errors.Is(err, redmap.ErrRedisFull)) {
+		retry := false
+		switch {
+		case err == nil || f.b.isFinished() || ctx.Err() != nil:
+		case errors.Is(err, redmap.ErrUnavailable):
+			retry = f.m.outage.length() < f.m.opts.RedisTimeout
+		case errors.Is(err, redmap.ErrRedisFull):
+			if full.IsZero() {
+				full = time.Now()
+			}
+			retry = time.Since(full) < f.m.opts.RedisTimeout
+		}
+		if !retry {
 			if err != nil {
 				f.m.forget(w.tids())
 			}
 			return err
 		}
-		select {
-		case <-time.After(delay):
-		case <-ctx.Done():
+		if !bo.Wait(ctx) {
+			f.m.forget(w.tids())
+			return ctx.Err()
 		}
-		delay = min(2*delay, time.Second)
 	}
 }
 

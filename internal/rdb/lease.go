@@ -6,8 +6,6 @@ import (
 	"fmt"
 	"strings"
 
-	"github.com/redis/go-redis/v9"
-
 	"github.com/redmap/redmap/internal/keys"
 )
 
@@ -19,9 +17,9 @@ var (
 	//go:embed lua/unwanted.lua
 	unwantedLua string
 
-	reapScript     = redis.NewScript(reapLua)
-	givebackScript = redis.NewScript(givebackLua)
-	unwantedScript = redis.NewScript(unwantedLua)
+	reapScript     = newScript("reap.lua", reapLua)
+	givebackScript = newScript("giveback.lua", givebackLua)
+	unwantedScript = newScript("unwanted.lua", unwantedLua)
 )
 
 // maxReap caps the dead workers one Reap handles, so one call stays short.
@@ -40,8 +38,11 @@ type Reaped struct {
 func (r *RDB) Reap(ctx context.Context) (Reaped, error) {
 	ks := []string{keys.Workers(r.prefix, r.queue), keys.Public(r.prefix, r.queue), keys.Idle(r.prefix, r.queue)}
 	n, err := reapScript.Run(ctx, r.c, ks, r.base, maxReap).Int64Slice()
-	if err != nil || len(n) != 3 {
-		return Reaped{}, fmt.Errorf("reap: %w (%v)", err, n)
+	if err != nil {
+		return Reaped{}, wrap("reap", reapScript, "", err)
+	}
+	if len(n) != 3 {
+		return Reaped{}, fmt.Errorf("reap: script returned %v, not 3 integers", n)
 	}
 	return Reaped{Workers: int(n[0]), Requeued: int(n[1]), Lost: int(n[2])}, nil
 }
@@ -51,7 +52,7 @@ func (r *RDB) Reap(ctx context.Context) (Reaped, error) {
 func (r *RDB) Held(ctx context.Context, wid string) ([]string, error) {
 	m, err := r.c.SMembers(ctx, keys.Held(r.prefix, r.queue, wid)).Result()
 	if err != nil {
-		return nil, fmt.Errorf("held: %w", err)
+		return nil, wrap("held", nil, "SMEMBERS", err)
 	}
 	return m, nil
 }
@@ -70,7 +71,7 @@ func (r *RDB) GiveBack(ctx context.Context, wid string, members []string) (int, 
 	}
 	n, err := givebackScript.Run(ctx, r.c, ks, args...).Int()
 	if err != nil {
-		return 0, fmt.Errorf("give back: %w", err)
+		return 0, wrap("give back", givebackScript, "", err)
 	}
 	return n, nil
 }
@@ -85,7 +86,7 @@ func (r *RDB) Unwanted(ctx context.Context, wid string, tids []string) ([]string
 	}
 	out, err := unwantedScript.Run(ctx, r.c, []string{keys.Held(r.prefix, r.queue, wid)}, args...).StringSlice()
 	if err != nil {
-		return nil, fmt.Errorf("unwanted: %w", err)
+		return nil, wrap("unwanted", unwantedScript, "", err)
 	}
 	return out, nil
 }

@@ -19,8 +19,8 @@ var (
 	//go:embed lua/release.lua
 	releaseLua string
 
-	holdScript    = redis.NewScript(holdLua)
-	releaseScript = redis.NewScript(releaseLua)
+	holdScript    = newScript("hold.lua", holdLua)
+	releaseScript = newScript("release.lua", releaseLua)
 )
 
 // partsPerTrip caps the parts sent or fetched in one pipeline, so a 1 GiB
@@ -45,7 +45,7 @@ func (o *Objects) Hold(ctx context.Context, h, holder string, d time.Duration) (
 	ks := []string{keys.Object(o.prefix, h), keys.ObjectHolders(o.prefix, h)}
 	n, err := holdScript.Run(ctx, o.c, ks, holder, d.Milliseconds()).Int()
 	if err != nil {
-		return false, fmt.Errorf("hold object: %w", err)
+		return false, wrap("hold object", holdScript, "", err)
 	}
 	return n == 1, nil
 }
@@ -63,13 +63,13 @@ func (o *Objects) Upload(ctx context.Context, h string, parts [][]byte, size int
 			return nil
 		})
 		if err != nil {
-			return false, fmt.Errorf("upload object: %w", err)
+			return false, wrap("upload object", nil, "SET", err)
 		}
 	}
 	ks := []string{keys.Object(o.prefix, h), keys.ObjectHolders(o.prefix, h)}
 	n, err := holdScript.Run(ctx, o.c, ks, holder, d.Milliseconds(), size, len(parts)).Int()
 	if err != nil {
-		return false, fmt.Errorf("commit object: %w", err)
+		return false, wrap("commit object", holdScript, "", err)
 	}
 	return n == 1, nil
 }
@@ -80,7 +80,7 @@ func (o *Objects) Release(ctx context.Context, h, holder string) (bool, error) {
 	ks := []string{keys.Object(o.prefix, h), keys.ObjectHolders(o.prefix, h)}
 	n, err := releaseScript.Run(ctx, o.c, ks, holder).Int()
 	if err != nil {
-		return false, fmt.Errorf("release object: %w", err)
+		return false, wrap("release object", releaseScript, "", err)
 	}
 	return n == 1, nil
 }
@@ -93,7 +93,7 @@ var ErrNoObject = errors.New("no such object")
 func (o *Objects) Fetch(ctx context.Context, h string) ([]string, int64, error) {
 	meta, err := o.c.HMGet(ctx, keys.Object(o.prefix, h), "size", "parts").Result()
 	if err != nil {
-		return nil, 0, fmt.Errorf("fetch object: %w", err)
+		return nil, 0, wrap("fetch object", nil, "HMGET or GET", err)
 	}
 	sizeS, _ := meta[0].(string)
 	partsS, _ := meta[1].(string)
@@ -117,7 +117,7 @@ func (o *Objects) Fetch(ctx context.Context, h string) ([]string, int64, error) 
 			return nil, 0, ErrNoObject
 		}
 		if err != nil {
-			return nil, 0, fmt.Errorf("fetch object: %w", err)
+			return nil, 0, wrap("fetch object", nil, "HMGET or GET", err)
 		}
 		for _, c := range cmds {
 			parts = append(parts, c.(*redis.StringCmd).Val())

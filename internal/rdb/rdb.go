@@ -10,7 +10,6 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -31,13 +30,16 @@ var (
 	liveLua string
 	//go:embed lua/read.lua
 	readLua string
+	//go:embed lua/missing.lua
+	missingLua string
 
-	submitScript    = redis.NewScript(submitLua)
-	takeScript      = redis.NewScript(takeLua)
-	finishScript    = redis.NewScript(finishLua)
-	heartbeatScript = redis.NewScript(heartbeatLua)
-	liveScript      = redis.NewScript(liveLua)
-	readScript      = redis.NewScript(readLua)
+	submitScript    = newScript("submit.lua", submitLua)
+	takeScript      = newScript("take.lua", takeLua)
+	finishScript    = newScript("finish.lua", finishLua)
+	heartbeatScript = newScript("heartbeat.lua", heartbeatLua)
+	liveScript      = newScript("live.lua", liveLua)
+	readScript      = newScript("read.lua", readLua)
+	missingScript   = newScript("missing.lua", missingLua)
 )
 
 // maxGroup caps the tasks or results sent in one script call, and maxGroupBytes
@@ -71,29 +73,74 @@ type Task struct {
 // on worker wid's private list if wid is not empty, then wakes idle workers.
 // It costs one script call per group of up to 1,000 tasks or 8 MiB. The
 // manager's task set gets the given TTL.
-func (r *RDB) Submit(ctx context.Context, mid, wid string, tasks []Task, ttl time.Duration) error {
+//
+// The task set counts the tasks ever submitted to it. Submit returns that
+// count after its last group, and whether each group found the count at least
+// expect (the first) or what the group before it returned (the others): if
+// not, Redis lost writes of this manager (see Submitted). expect 0 checks
+// nothing.
+func (r *RDB) Submit(ctx context.Context, mid, wid string, tasks []Task, ttl time.Duration, expect int64) (count int64, intact bool, err error) {
 	list := keys.Public(r.prefix, r.queue)
 	if wid != "" {
 		list = keys.Private(r.prefix, r.queue, wid)
 	}
 	ks := []string{keys.Tasks(r.prefix, r.queue, mid), list, keys.Idle(r.prefix, r.queue)}
+	intact = true
 	for len(tasks) > 0 {
 		n, size := 0, 0
 		for n < len(tasks) && n < maxGroup && (n == 0 || size+len(tasks[n].Payload) <= maxGroupBytes) {
 			size += len(tasks[n].Payload)
 			n++
 		}
-		args := make([]any, 0, 3+2*n)
-		args = append(args, r.base, ttl.Milliseconds(), wid)
+		args := make([]any, 0, 4+2*n)
+		args = append(args, r.base, ttl.Milliseconds(), wid, expect)
 		for _, t := range tasks[:n] {
 			args = append(args, t.ID, t.Payload)
 		}
-		if err := submitScript.Run(ctx, r.c, ks, args...).Err(); err != nil {
-			return fmt.Errorf("submit: %w", err)
+		reply, err := submitScript.Run(ctx, r.c, ks, args...).Int64Slice()
+		if err != nil {
+			return count, false, wrap("submit", submitScript, "", err)
 		}
+		if len(reply) != 2 {
+			return count, false, fmt.Errorf("submit: script returned %v, not 2 integers", reply)
+		}
+		count, expect = reply[0], reply[0]
+		intact = intact && reply[1] == 1
 		tasks = tasks[n:]
 	}
-	return nil
+	return count, intact, nil
+}
+
+// Submitted returns how many tasks were ever submitted to manager mid's task
+// set, as Redis has it now: 0 if the set is gone. One HGET.
+func (r *RDB) Submitted(ctx context.Context, mid string) (int64, error) {
+	n, err := r.c.HGet(ctx, keys.Tasks(r.prefix, r.queue, mid), "_").Int64()
+	if errors.Is(err, redis.Nil) {
+		return 0, nil
+	}
+	return n, wrap("check data", nil, "HGET", err)
+}
+
+// Missing returns those of manager mid's tasks tids that its task set does not
+// hold: delivered (their result waits in the result list), withdrawn, or lost
+// with Redis's data. One script call per 1,000 tasks.
+func (r *RDB) Missing(ctx context.Context, mid string, tids []string) ([]string, error) {
+	var out []string
+	ks := []string{keys.Tasks(r.prefix, r.queue, mid)}
+	for len(tids) > 0 {
+		n := min(len(tids), maxGroup)
+		args := make([]any, n)
+		for i, t := range tids[:n] {
+			args[i] = t
+		}
+		got, err := missingScript.Run(ctx, r.c, ks, args...).StringSlice()
+		if err != nil {
+			return out, wrap("check data", missingScript, "", err)
+		}
+		out = append(out, got...)
+		tids = tids[n:]
+	}
+	return out, nil
 }
 
 // Taken is a task a worker has taken and now holds.
@@ -123,7 +170,7 @@ func (r *RDB) Take(ctx context.Context, wid string, n int) ([]Taken, error) {
 	}
 	vals, err := takeScript.Run(ctx, r.c, ks, r.base, n, wid).Slice()
 	if err != nil {
-		return nil, fmt.Errorf("take: %w", err)
+		return nil, wrap("take", takeScript, "", err)
 	}
 	if len(vals)%4 != 0 {
 		return nil, fmt.Errorf("take: script returned %d values, not quadruples", len(vals))
@@ -147,7 +194,7 @@ func (r *RDB) WaitBell(ctx context.Context, wid string, timeout time.Duration) (
 		return false, nil
 	}
 	if err != nil {
-		return false, fmt.Errorf("wait: %w", err)
+		return false, wrap("wait", nil, "BLPOP", err)
 	}
 	return true, nil
 }
@@ -171,10 +218,7 @@ func (r *RDB) push(ctx context.Context, what, key, v string) error {
 		p.PExpire(ctx, key, time.Minute)
 		return nil
 	})
-	if err != nil {
-		return fmt.Errorf("%s: %w", what, err)
-	}
-	return nil
+	return wrap(what, nil, "RPUSH, PEXPIRE, MULTI or EXEC", err)
 }
 
 // Done is a finished task: its id and its encoded result.
@@ -203,7 +247,7 @@ func (r *RDB) Finish(ctx context.Context, wid string, done []Done) (int, error) 
 		}
 		k, err := finishScript.Run(ctx, r.c, ks, args...).Int()
 		if err != nil {
-			return delivered, fmt.Errorf("finish: %w", err)
+			return delivered, wrap("finish", finishScript, "", err)
 		}
 		delivered += k
 		done = done[n:]
@@ -222,8 +266,11 @@ func (r *RDB) Heartbeat(ctx context.Context, wid string, lease time.Duration, in
 		args = append(args, s)
 	}
 	n, err := heartbeatScript.Run(ctx, r.c, ks, args...).Int64Slice()
-	if err != nil || len(n) != 2 {
-		return false, fmt.Errorf("heartbeat: %w", err)
+	if err != nil {
+		return false, wrap("heartbeat", heartbeatScript, "", err)
+	}
+	if len(n) != 2 {
+		return false, fmt.Errorf("heartbeat: script returned %v, not 2 integers", n)
 	}
 	return n[1] == 1, nil
 }
@@ -242,10 +289,7 @@ func (r *RDB) RecordFailures(ctx context.Context, records []string) error {
 		p.PExpire(ctx, key, 7*24*time.Hour)
 		return nil
 	})
-	if err != nil {
-		return fmt.Errorf("record failures: %w", err)
-	}
-	return nil
+	return wrap("record failures", nil, "RPUSH, LTRIM or PEXPIRE", err)
 }
 
 // Retire ends worker wid's lease now and reaps it, as if it had died: what
@@ -256,7 +300,9 @@ func (r *RDB) Retire(ctx context.Context, wid string) (Reaped, error) {
 	if _, err := r.Heartbeat(ctx, wid, -time.Millisecond, "state", "stopped"); err != nil {
 		return Reaped{}, fmt.Errorf("retire: %w", err)
 	}
-	r.c.Del(ctx, keys.Drain(r.prefix, r.queue, wid))
+	if err := r.c.Del(ctx, keys.Drain(r.prefix, r.queue, wid)).Err(); err != nil {
+		return Reaped{}, wrap("retire", nil, "DEL", err)
+	}
 	return r.Reap(ctx)
 }
 
@@ -265,7 +311,7 @@ func (r *RDB) Retire(ctx context.Context, wid string) (Reaped, error) {
 func (r *RDB) LiveWorkers(ctx context.Context) ([]string, error) {
 	ids, err := liveScript.Run(ctx, r.c, []string{keys.Workers(r.prefix, r.queue)}).StringSlice()
 	if err != nil {
-		return nil, fmt.Errorf("live workers: %w", err)
+		return nil, wrap("live workers", liveScript, "", err)
 	}
 	return ids, nil
 }
@@ -279,7 +325,7 @@ func (r *RDB) LiveWorkers(ctx context.Context) ([]string, error) {
 func (r *RDB) ReadResults(ctx context.Context, mid string, handled int, mark string, max int) ([]string, error) {
 	entries, err := readScript.Run(ctx, r.c, []string{keys.Results(r.prefix, r.queue, mid)}, handled, mark, max).StringSlice()
 	if err != nil {
-		return nil, fmt.Errorf("read results: %w", err)
+		return nil, wrap("read results", readScript, "", err)
 	}
 	return entries, nil
 }
@@ -297,7 +343,7 @@ func (r *RDB) WaitResults(ctx context.Context, mid string, timeout time.Duration
 	}
 	err := r.c.BLPop(ctx, blocking(timeout), keys.ManagerBell(r.prefix, r.queue, mid)).Err()
 	if err != nil && !errors.Is(err, redis.Nil) {
-		return fmt.Errorf("wait results: %w", err)
+		return wrap("wait results", nil, "BLPOP", err)
 	}
 	return nil
 }
@@ -305,17 +351,6 @@ func (r *RDB) WaitResults(ctx context.Context, mid string, timeout time.Duration
 // WakeCollector makes manager mid's blocked WaitResults return at once.
 func (r *RDB) WakeCollector(ctx context.Context, mid string) error {
 	return r.push(ctx, "wake", keys.ManagerBell(r.prefix, r.queue, mid), "1")
-}
-
-// DataLost reports whether manager mid's task set has lost its marker: Redis
-// lost the manager's data (a restart without persistence, FLUSHALL), or its
-// keys expired.
-func (r *RDB) DataLost(ctx context.Context, mid string) (bool, error) {
-	ok, err := r.c.HExists(ctx, keys.Tasks(r.prefix, r.queue, mid), "_").Result()
-	if err != nil {
-		return false, fmt.Errorf("check data: %w", err)
-	}
-	return !ok, nil
 }
 
 // Renew extends the TTL of manager mid's task set, attempt counts and result
@@ -327,10 +362,7 @@ func (r *RDB) Renew(ctx context.Context, mid string, ttl time.Duration) error {
 		p.PExpire(ctx, keys.Results(r.prefix, r.queue, mid), ttl)
 		return nil
 	})
-	if err != nil {
-		return fmt.Errorf("renew: %w", err)
-	}
-	return nil
+	return wrap("renew", nil, "PEXPIRE", err)
 }
 
 // Cancel withdraws tasks of manager mid: removes them and their payloads from
@@ -346,7 +378,7 @@ func (r *RDB) Cancel(ctx context.Context, mid string, tids []string) error {
 			return nil
 		})
 		if err != nil {
-			return fmt.Errorf("cancel: %w", err)
+			return wrap("cancel", nil, "HDEL, MULTI or EXEC", err)
 		}
 		tids = tids[n:]
 	}
@@ -358,10 +390,7 @@ func (r *RDB) Drop(ctx context.Context, mid string) error {
 	err := r.c.Del(ctx, keys.Tasks(r.prefix, r.queue, mid), keys.Attempts(r.prefix, r.queue, mid),
 		keys.Results(r.prefix, r.queue, mid), keys.ManagerBell(r.prefix, r.queue, mid),
 		keys.Batches(r.prefix, r.queue, mid)).Err()
-	if err != nil {
-		return fmt.Errorf("drop: %w", err)
-	}
-	return nil
+	return wrap("drop", nil, "DEL", err)
 }
 
 // PublishBatches replaces manager mid's published batch progress with fields
@@ -380,31 +409,11 @@ func (r *RDB) PublishBatches(ctx context.Context, mid string, fields []string, t
 		}
 		return nil
 	})
-	if err != nil {
-		return fmt.Errorf("publish batches: %w", err)
-	}
-	return nil
+	return wrap("publish batches", nil, "DEL, HSET, PEXPIRE, MULTI or EXEC", err)
 }
 
 // Depth returns the number of task ids waiting in the public list.
 func (r *RDB) Depth(ctx context.Context) (int64, error) {
-	return r.c.LLen(ctx, keys.Public(r.prefix, r.queue)).Result()
-}
-
-// Unreachable reports whether err means Redis could not be reached (a
-// refused, dropped or timed-out connection), as opposed to an error reply
-// from a server that is there (out of memory, a script error) or the
-// caller's own context ending.
-func Unreachable(err error) bool {
-	if err == nil || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
-		return false
-	}
-	var reply redis.Error
-	return !errors.As(err, &reply)
-}
-
-// OutOfMemory reports whether err is Redis refusing a write at maxmemory.
-func OutOfMemory(err error) bool {
-	var reply redis.Error
-	return errors.As(err, &reply) && strings.HasPrefix(reply.Error(), "OOM ")
+	n, err := r.c.LLen(ctx, keys.Public(r.prefix, r.queue)).Result()
+	return n, wrap("depth", nil, "LLEN", err)
 }

@@ -40,7 +40,7 @@ func (f *fixture) submit(t *testing.T, wid string, n int) []string {
 		ids[i] = redmap.TaskID(f.mid, uint64(i+1))
 		tasks[i] = Task{ID: ids[i], Payload: []byte(fmt.Sprintf("payload %d", i))}
 	}
-	if err := f.r.Submit(context.Background(), f.mid, wid, tasks, time.Minute); err != nil {
+	if _, _, err := f.r.Submit(context.Background(), f.mid, wid, tasks, time.Minute, 0); err != nil {
 		t.Fatal(err)
 	}
 	return ids
@@ -217,7 +217,7 @@ func TestScriptsSurviveScriptFlush(t *testing.T) {
 	r := New(c, "rm", "flush")
 	ctx := context.Background()
 	mid := redmap.NewID()
-	if err := r.Submit(ctx, mid, "", []Task{{ID: redmap.TaskID(mid, 1), Payload: []byte("p")}}, time.Minute); err != nil {
+	if _, _, err := r.Submit(ctx, mid, "", []Task{{ID: redmap.TaskID(mid, 1), Payload: []byte("p")}}, time.Minute, 0); err != nil {
 		t.Fatal(err)
 	}
 	if err := c.ScriptFlush(ctx).Err(); err != nil {

@@ -1,0 +1,143 @@
+package rdb
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"regexp"
+	"strconv"
+	"strings"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/redmap/redmap"
+)
+
+// script is a Lua script with its name and source, so that an error raised on
+// one of its lines can name the Redis command of that line.
+type script struct {
+	*redis.Script
+	name  string
+	lines []string
+}
+
+func newScript(name, src string) *script {
+	return &script{Script: redis.NewScript(src), name: name, lines: strings.Split(src, "\n")}
+}
+
+var (
+	scriptLine = regexp.MustCompile(`@user_script:(\d+)`)
+	callOnLine = regexp.MustCompile(`redis\.p?call\(\s*'([A-Za-z]+)'`)
+	quotedCmd  = regexp.MustCompile(`'([a-zA-Z|]+)' command`)
+)
+
+// command returns the Redis command on the line of s that reply names
+// ("... @user_script:9."), or "".
+func (s *script) command(reply string) string {
+	m := scriptLine.FindStringSubmatch(reply)
+	if m == nil {
+		return ""
+	}
+	n, _ := strconv.Atoi(m[1])
+	for i := n - 1; i >= 0 && i < len(s.lines); i-- {
+		if c := callOnLine.FindStringSubmatch(s.lines[i]); c != nil {
+			return strings.ToUpper(c[1])
+		}
+		if i < n-3 { // a call spans a few lines at most
+			break
+		}
+	}
+	return ""
+}
+
+// Unreachable reports whether err means Redis could not be reached (a
+// refused, dropped or timed-out connection), as opposed to an error reply
+// from a server that is there (out of memory, a script error) or the
+// caller's own context ending.
+func Unreachable(err error) bool {
+	if err == nil || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		return false
+	}
+	var reply redis.Error
+	return !errors.As(err, &reply)
+}
+
+// transientReplies are error replies of a server that is there but cannot
+// serve for now: loading a dataset, a replica or a primary in a failover, a
+// cluster resharding, a long script running.
+var transientReplies = []string{"LOADING", "READONLY", "MASTERDOWN", "TRYAGAIN", "CLUSTERDOWN", "BUSY", "MOVED", "ASK", "NOREPLICAS", "NOTBUSY"}
+
+// Transient reports whether err may heal by itself: Redis unreachable, or
+// busy with a restart or failover. Callers retry those for a bounded time.
+func Transient(err error) bool {
+	if Unreachable(err) {
+		return true
+	}
+	var reply redis.Error
+	if !errors.As(err, &reply) {
+		return false
+	}
+	first, _, _ := strings.Cut(reply.Error(), " ")
+	for _, t := range transientReplies {
+		if first == t {
+			return true
+		}
+	}
+	return strings.HasPrefix(reply.Error(), "ERR max number of clients")
+}
+
+// OutOfMemory reports whether err is Redis refusing a write at maxmemory.
+func OutOfMemory(err error) bool {
+	var reply redis.Error
+	return errors.As(err, &reply) && strings.HasPrefix(reply.Error(), "OOM ")
+}
+
+// refused returns err as a *redmap.CommandError if it is an error reply that
+// retrying does not heal: neither transient nor out of memory. op says what
+// redmap was doing; s is the script that ran (nil for a plain command) and
+// cmd the command sent, used when the reply does not name one.
+func refused(op string, s *script, cmd string, err error) *redmap.CommandError {
+	var reply redis.Error
+	if err == nil || !errors.As(err, &reply) || Transient(err) || OutOfMemory(err) {
+		return nil
+	}
+	msg := reply.Error()
+	ce := &redmap.CommandError{Op: op, Reply: msg, Kind: redmap.ErrRefused}
+	switch first, _, _ := strings.Cut(msg, " "); {
+	case first == "NOPERM" || first == "NOAUTH" || first == "WRONGPASS",
+		strings.Contains(msg, "can't run this command"), strings.Contains(msg, "can't access at least one of the keys"):
+		ce.Kind = redmap.ErrPermission
+	}
+	if m := quotedCmd.FindStringSubmatch(msg); m != nil {
+		ce.Command = strings.ToUpper(m[1])
+	} else if s != nil {
+		ce.Command = s.command(msg)
+		if ce.Command == "" {
+			ce.Command = "EVALSHA " + s.name
+		} else {
+			ce.Command += " (in " + s.name + ")"
+		}
+	} else {
+		ce.Command = cmd
+	}
+	return ce
+}
+
+// wrap says what failed: a *redmap.CommandError for a refusal, else err
+// prefixed with op.
+func wrap(op string, s *script, cmd string, err error) error {
+	if err == nil {
+		return nil
+	}
+	if ce := refused(op, s, cmd, err); ce != nil {
+		return ce
+	}
+	return fmt.Errorf("%s: %w", op, err)
+}
+
+// Refused reports whether err is a refusal (a *redmap.CommandError):
+// retrying the same call will fail the same way.
+func Refused(err error) bool {
+	var ce *redmap.CommandError
+	return errors.As(err, &ce)
+}
