@@ -71,7 +71,7 @@ func runChild() {
 	if role == "" {
 		return
 	}
-	rdb := redis.NewClient(&redis.Options{Addr: os.Getenv("REDMAP_ADDR")})
+	rdb := childClient()
 	queue := os.Getenv("REDMAP_QUEUE")
 	var err error
 	switch role {
@@ -87,6 +87,18 @@ func runChild() {
 		os.Exit(1)
 	}
 	os.Exit(0)
+}
+
+// childClient is the client a child process uses: of the server at
+// REDMAP_ADDR, or through the sentinels at REDMAP_SENTINELS (comma-separated),
+// as REDMAP_USER with REDMAP_PASSWORD if set.
+func childClient() *redis.Client {
+	user, pass := os.Getenv("REDMAP_USER"), os.Getenv("REDMAP_PASSWORD")
+	if s := os.Getenv("REDMAP_SENTINELS"); s != "" {
+		return redis.NewFailoverClient(&redis.FailoverOptions{MasterName: redistest.MasterName,
+			SentinelAddrs: strings.Split(s, ","), Username: user, Password: pass})
+	}
+	return redis.NewClient(&redis.Options{Addr: os.Getenv("REDMAP_ADDR"), Username: user, Password: pass})
 }
 
 // childWorker serves lookup and square until SIGTERM, then prints its cache

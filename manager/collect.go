@@ -27,6 +27,7 @@ func (m *Manager) collect(ctx context.Context) {
 		tickAt  = time.Now().Add(m.opts.Poll)
 	)
 	for ctx.Err() == nil {
+		started := time.Now()
 		entries, err := m.rdb.ReadResults(ctx, m.id, handled, mark, collectMax)
 		if err == nil && len(entries) == 0 {
 			err = m.rdb.WaitResults(ctx, m.id, m.opts.Poll)
@@ -38,7 +39,7 @@ func (m *Manager) collect(ctx context.Context) {
 			// The trim may or may not have been applied: read from the
 			// start again; entries seen twice are dropped as duplicates.
 			handled = 0
-			m.failed("reading results", err)
+			m.failed("reading results", started, err)
 			if !bo.Wait(ctx) {
 				return
 			}
@@ -60,17 +61,18 @@ func (m *Manager) collect(ctx context.Context) {
 	}
 }
 
-// redisError says what a failed call to Redis means for a caller: a
-// *redmap.CommandError if Redis refused it for good, ErrUnavailable if Redis
-// could not be reached (the outage clock starts), ErrRedisFull at maxmemory.
-func (m *Manager) redisError(op string, err error) error {
+// redisError says what a call to Redis begun at started that failed means
+// for a caller: a *redmap.CommandError if Redis refused it for good,
+// ErrUnavailable if Redis could not be reached (the outage clock starts, at
+// started), ErrRedisFull at maxmemory.
+func (m *Manager) redisError(op string, started time.Time, err error) error {
 	switch {
 	case rdb.Refused(err):
 		return err
 	case rdb.OutOfMemory(err):
 		return fmt.Errorf("%w: %s: %w", redmap.ErrRedisFull, op, err)
 	case rdb.Transient(err):
-		m.outage.down()
+		m.outage.down(started)
 		return fmt.Errorf("%w: %s: %w", redmap.ErrUnavailable, op, err)
 	}
 	return fmt.Errorf("redmap: %s: %w", op, err)
@@ -81,8 +83,8 @@ func (m *Manager) redisError(op string, err error) error {
 // ever: a refusal fails every outstanding task at once with the error that
 // names the refused command, since the manager can no longer guarantee
 // their results; an outage fails them once it has lasted RedisTimeout.
-func (m *Manager) failed(op string, err error) {
-	err = m.redisError(op, err)
+func (m *Manager) failed(op string, started time.Time, err error) {
+	err = m.redisError(op, started, err)
 	var ce *redmap.CommandError
 	switch {
 	case errors.As(err, &ce):
@@ -108,16 +110,17 @@ func (m *Manager) failed(op string, err error) {
 // first); and checks, with one HGET, that Redis still has every task the
 // manager submitted (see recover).
 func (m *Manager) reconcile(ctx context.Context) {
+	started := time.Now()
 	if time.Now().After(m.renewAt) {
 		if err := m.rdb.Renew(ctx, m.id, m.opts.KeyTTL); err != nil {
-			m.failedUnlessDone(ctx, "renewing keys", err)
+			m.failedUnlessDone(ctx, "renewing keys", started, err)
 		}
 		m.renewHolds(ctx)
 		m.renewAt = time.Now().Add(m.opts.KeyTTL / 3)
 	}
 	m.publishBatches(ctx)
 	if r, err := m.rdb.Reap(ctx); err != nil {
-		m.failedUnlessDone(ctx, "reaping dead workers", err)
+		m.failedUnlessDone(ctx, "reaping dead workers", started, err)
 	} else if r.Workers > 0 {
 		m.log.Info("reaped dead workers", "workers", r.Workers, "requeued", r.Requeued, "lost", r.Lost)
 	}
@@ -130,7 +133,7 @@ func (m *Manager) reconcile(ctx context.Context) {
 	acked := m.acked.Load()
 	have, err := m.rdb.Submitted(ctx, m.id)
 	if err != nil {
-		m.failedUnlessDone(ctx, "checking for lost data", err)
+		m.failedUnlessDone(ctx, "checking for lost data", started, err)
 		return
 	}
 	if have < acked || m.lossSeen.Load() {
@@ -140,12 +143,12 @@ func (m *Manager) reconcile(ctx context.Context) {
 
 // failedUnlessDone is failed, except that a call cut short by the manager's
 // Close is not worth a log line above debug.
-func (m *Manager) failedUnlessDone(ctx context.Context, op string, err error) {
+func (m *Manager) failedUnlessDone(ctx context.Context, op string, started time.Time, err error) {
 	if ctx.Err() != nil {
 		m.log.Debug("stopped while "+op, "err", err)
 		return
 	}
-	m.failed(op, err)
+	m.failed(op, started, err)
 }
 
 // outstanding returns how many tasks wait for a result.
@@ -181,16 +184,17 @@ func (m *Manager) submitted(count int64, intact bool) {
 func (m *Manager) recover(ctx context.Context) {
 	m.sendMu.Lock()
 	defer m.sendMu.Unlock()
+	started := time.Now()
 	have, err := m.rdb.Submitted(ctx, m.id)
 	if err != nil {
-		m.failedUnlessDone(ctx, "checking for lost data", err)
+		m.failedUnlessDone(ctx, "checking for lost data", started, err)
 		return
 	}
 	if have >= m.acked.Load() && !m.lossSeen.Load() {
 		return
 	}
 	if err := m.restoreHolds(ctx); err != nil {
-		m.failedUnlessDone(ctx, "storing lost constants again", err)
+		m.failedUnlessDone(ctx, "storing lost constants again", started, err)
 		return
 	}
 	m.mu.Lock()
@@ -201,7 +205,7 @@ func (m *Manager) recover(ctx context.Context) {
 	m.mu.Unlock()
 	missing, err := m.rdb.Missing(ctx, m.id, tids)
 	if err != nil {
-		m.failedUnlessDone(ctx, "finding lost tasks", err)
+		m.failedUnlessDone(ctx, "finding lost tasks", started, err)
 		return
 	}
 	byWorker := make(map[string][]rdb.Task)
@@ -227,7 +231,7 @@ func (m *Manager) recover(ctx context.Context) {
 	for wid, tasks := range byWorker {
 		count, intact, err := m.rdb.Submit(ctx, m.id, wid, tasks, m.opts.KeyTTL, expect)
 		if err != nil {
-			m.failedUnlessDone(ctx, "submitting lost tasks again", err)
+			m.failedUnlessDone(ctx, "submitting lost tasks again", started, err)
 			return
 		}
 		if !intact {

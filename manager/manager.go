@@ -60,6 +60,7 @@ type Manager struct {
 	// cleared when recovery has put back what was lost.
 	lossSeen atomic.Bool
 	outage   outage
+	probed   atomic.Bool // Redis allowed every command redmap needs (see ready)
 
 	costMu  sync.Mutex
 	costs   map[string]float64 // function name → nanoseconds per element, smoothed
@@ -119,9 +120,10 @@ func (m *Manager) ID() string { return m.id }
 // Workers returns the ids of the queue's live workers, for OnWorker. One
 // round trip.
 func (m *Manager) Workers(ctx context.Context) ([]string, error) {
+	started := time.Now()
 	ids, err := m.rdb.LiveWorkers(ctx)
 	if err != nil {
-		return nil, m.redisError("listing workers", err)
+		return nil, m.redisError("listing workers", started, err)
 	}
 	return ids, nil
 }
@@ -218,4 +220,20 @@ func (m *Manager) withdraw(tids []string) {
 	if err := m.rdb.Cancel(ctx, m.id, still); err != nil {
 		m.log.Warn("withdrawing tasks failed; workers run them and their results are discarded", "tasks", len(still), "err", err)
 	}
+}
+
+// ready checks, before the manager's first submit, that Redis lets it run
+// every command redmap needs (rdb.Probe), so that a missing ACL permission
+// fails Submit with an error naming the command instead of failing a rare
+// path later. Once it has passed it costs nothing.
+func (m *Manager) ready(ctx context.Context) error {
+	if m.probed.Load() {
+		return nil
+	}
+	started := time.Now()
+	if err := m.rdb.Probe(ctx); err != nil {
+		return m.redisError("checking Redis", started, err)
+	}
+	m.probed.Store(true)
+	return nil
 }

@@ -14,15 +14,15 @@ type outage struct {
 	since time.Time // zero while Redis answers
 }
 
-// down records a failed call; it reports whether this began an outage.
-func (o *outage) down() bool {
+// down records a call, begun at started, that failed because Redis could
+// not be reached: the outage began when that call did, since go-redis may
+// spend seconds retrying before it gives up.
+func (o *outage) down(started time.Time) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	if o.since.IsZero() {
-		o.since = time.Now()
-		return true
+	if o.since.IsZero() || started.Before(o.since) {
+		o.since = started
 	}
-	return false
 }
 
 // up records a call that Redis answered.

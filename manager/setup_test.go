@@ -3,14 +3,18 @@ package manager_test
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"os"
 	"slices"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 
 	"github.com/redmap/redmap"
+	"github.com/redmap/redmap/internal/rdb"
 	"github.com/redmap/redmap/internal/redistest"
 	"github.com/redmap/redmap/manager"
 	"github.com/redmap/redmap/worker"
@@ -21,6 +25,9 @@ import (
 var artefacts string
 
 func TestMain(m *testing.M) {
+	// go-redis logs the dial failures of fault tests on stderr; they are
+	// expected, and would drown the tests' own output.
+	rdb.RouteClientLogs(slog.New(slog.DiscardHandler))
 	runChild()
 	dir, err := os.MkdirTemp("", "redmap-test-")
 	if err != nil {
@@ -127,3 +134,45 @@ func ints(n int) []int {
 }
 
 var square = redmap.Func("square", func(_ context.Context, x int) (int, error) { return x * x, nil })
+
+// logRecorder is a slog.Handler that keeps every record, for tests that check
+// what the manager logs.
+type logRecorder struct {
+	mu   sync.Mutex
+	recs []slog.Record
+}
+
+func (l *logRecorder) Enabled(context.Context, slog.Level) bool { return true }
+func (l *logRecorder) Handle(_ context.Context, r slog.Record) error {
+	l.mu.Lock()
+	l.recs = append(l.recs, r.Clone())
+	l.mu.Unlock()
+	return nil
+}
+func (l *logRecorder) WithAttrs([]slog.Attr) slog.Handler { return l }
+func (l *logRecorder) WithGroup(string) slog.Handler      { return l }
+
+// above returns the messages logged above level, with their attributes.
+func (l *logRecorder) above(level slog.Level) []string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var out []string
+	for _, r := range l.recs {
+		if r.Level > level {
+			s := r.Level.String() + " " + r.Message
+			r.Attrs(func(a slog.Attr) bool { s += " " + a.String(); return true })
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+// logged reports whether a message containing msg was logged.
+func (l *logRecorder) logged(msg string) bool {
+	for _, s := range l.above(slog.LevelDebug - 1) {
+		if strings.Contains(s, msg) {
+			return true
+		}
+	}
+	return false
+}

@@ -116,9 +116,13 @@ func SubmitWith[C, In, Out any](ctx context.Context, m *Manager, fn *redmap.Hand
 	if err != nil {
 		return nil, fmt.Errorf("%w: constant of %q: %v", redmap.ErrEncode, fn.Name(), err)
 	}
+	if err := m.ready(ctx); err != nil {
+		return nil, err
+	}
+	started := time.Now()
 	ref, holder, err := m.hold(ctx, enc)
 	if err != nil {
-		return nil, fmt.Errorf("redmap: storing the constant of %q: %w", fn.Name(), err)
+		return nil, m.redisError(fmt.Sprintf("storing the constant of %q", fn.Name()), started, err)
 	}
 	b, err := submit[In, Out](ctx, m, spec{name: fn.Name(), sig: fn.Signature(), constant: &ref, holder: holder}, xs, opts)
 	if err != nil {
@@ -153,6 +157,9 @@ func submit[In, Out any](ctx context.Context, m *Manager, sp spec, xs []In, opts
 		co.attempts = DefaultAttempts
 	}
 	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	if err := m.ready(ctx); err != nil {
 		return nil, err
 	}
 	if co.worker != "" {
@@ -333,9 +340,10 @@ func (f *feeder[Out]) send(ctx context.Context, w window) error {
 	m := f.m
 	m.sendMu.RLock()
 	defer m.sendMu.RUnlock()
+	started := time.Now()
 	count, intact, err := m.rdb.Submit(ctx, m.id, f.b.worker, w.tasks, m.opts.KeyTTL, m.acked.Load())
 	if err != nil {
-		return m.redisError(fmt.Sprintf("submitting %q", f.b.fn), err)
+		return m.redisError(fmt.Sprintf("submitting %q", f.b.fn), started, err)
 	}
 	m.outage.up()
 	m.submitted(count, intact)

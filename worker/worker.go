@@ -21,6 +21,7 @@ import (
 
 	"github.com/redmap/redmap"
 	"github.com/redmap/redmap/cache"
+	"github.com/redmap/redmap/internal/backoff"
 	"github.com/redmap/redmap/internal/rdb"
 )
 
@@ -50,6 +51,10 @@ type Worker struct {
 	failures []string // JSON failure records not yet written to Redis
 
 	stopFetch context.CancelFunc // set by Run: stop taking tasks (drain)
+	draining  atomic.Bool
+
+	problemMu   sync.Mutex
+	problemText string // the last failed Redis call, for operators; "" when all is well
 }
 
 // New returns a worker of client for opts.Queue. It validates opts and returns
@@ -121,7 +126,9 @@ func (w *Worker) handler(name string) redmap.Handler {
 // reports the ones it runs, gives prefetched ones back to the queue, retires
 // (tasks left in its private queue fail with ErrLost: no other worker may run
 // them), and returns nil. Redis errors are
-// logged and retried with backoff; they do not end Run. A worker runs once.
+// logged and retried with backoff; they do not end Run, except that if Redis
+// refuses a command the worker needs at the start (an ACL without it), Run
+// returns that *redmap.CommandError having taken nothing. A worker runs once.
 //
 // Every Heartbeat it renews its lease, reaps workers whose lease expired
 // (their tasks go back to the queue), and cancels the context of running
@@ -141,6 +148,19 @@ func (w *Worker) Run(ctx context.Context) error {
 	fetchCtx, stopFetch := context.WithCancel(ctx)
 	defer stopFetch()
 	w.stopFetch = stopFetch
+
+	// Register before the first take, so that a worker killed at any instant
+	// after taking is in the workers set for the reap to find; and fail at
+	// once, having taken nothing, if Redis refuses what the worker needs.
+	if err := w.rdb.Probe(ctx); err != nil && rdb.Refused(err) {
+		stopHeartbeat()
+		return fmt.Errorf("worker: cannot serve queue %q: %w", w.opts.Queue, err)
+	}
+	if err := w.maintain(runCtx); err != nil && rdb.Refused(err) {
+		stopHeartbeat()
+		return fmt.Errorf("worker: cannot serve queue %q: %w", w.opts.Queue, err)
+	}
+	context.AfterFunc(fetchCtx, func() { w.draining.Store(true) })
 
 	var wg sync.WaitGroup
 	wg.Add(1)
@@ -173,10 +193,16 @@ func (w *Worker) Run(ctx context.Context) error {
 					unMu.Lock()
 					unstarted = append(unstarted, j.Member())
 					unMu.Unlock()
+					if j.ran != nil {
+						close(j.ran)
+					}
 					<-slots
 					continue
 				}
 				d, ran := w.runJob(runCtx, j, &alone)
+				if j.ran != nil {
+					close(j.ran)
+				}
 				<-slots
 				if ran || d.ID != "" {
 					done <- d
@@ -232,10 +258,12 @@ func (w *Worker) Run(ctx context.Context) error {
 	return nil
 }
 
-// job is a taken task, and when it was taken.
+// job is a taken task, and when it was taken. ran, if not nil, is closed
+// once the task has run or been skipped: fetch waits on it for a suspect.
 type job struct {
 	rdb.Taken
 	takenAt time.Time
+	ran     chan struct{}
 }
 
 // staleAfter is how long a prefetched task may wait before the worker checks,
@@ -276,7 +304,7 @@ func (w *Worker) runJob(ctx context.Context, j job, alone *sync.RWMutex) (rdb.Do
 // it also gives back held tasks it does not know of (see giveBack); it does so
 // here, between takes, so that no take is in flight while it compares.
 func (w *Worker) fetch(ctx context.Context, slots chan struct{}, tasks chan<- job) {
-	var backoff backoff
+	var bo backoff.Backoff
 	checkAt := time.Now().Add(w.opts.Heartbeat)
 	for ctx.Err() == nil {
 		// Wait for one free slot, then claim every other free one.
@@ -303,18 +331,36 @@ func (w *Worker) fetch(ctx context.Context, slots chan struct{}, tasks chan<- jo
 			if ctx.Err() != nil {
 				return
 			}
-			w.log.Warn("take failed", "err", err)
-			if !backoff.wait(ctx) {
+			w.failed("take", err)
+			if !bo.Wait(ctx) {
 				return
 			}
 			continue
 		}
-		backoff.reset()
+		bo.Reset()
 		w.counters.taken.Add(int64(len(taken)))
 		now := time.Now()
+		var suspect chan struct{}
 		for _, t := range taken {
 			w.setRunning(t.ID, nil)
-			tasks <- job{Taken: t, takenAt: now}
+			j := job{Taken: t, takenAt: now}
+			if t.Attempt > 0 {
+				suspect = make(chan struct{})
+				j.ran = suspect
+			}
+			tasks <- j
+		}
+		// A suspect (a task lost before: maybe a poison pill) comes alone in
+		// its take, and runs alone. Taking nothing more until it has run
+		// means no other suspect waits in this worker's prefetch meanwhile,
+		// to die with it: a poison pill costs an innocent task at most the
+		// one attempt it lost when it first shared a worker with the pill.
+		if suspect != nil {
+			select {
+			case <-suspect:
+			case <-ctx.Done():
+				return
+			}
 		}
 		if time.Now().After(checkAt) {
 			w.giveBack(ctx)
@@ -322,8 +368,8 @@ func (w *Worker) fetch(ctx context.Context, slots chan struct{}, tasks chan<- jo
 		}
 		if len(taken) == 0 {
 			if _, err := w.rdb.WaitBell(ctx, w.opts.ID, w.opts.IdleWait); err != nil && ctx.Err() == nil {
-				w.log.Warn("wait failed", "err", err)
-				if !backoff.wait(ctx) {
+				w.failed("wait for work", err)
+				if !bo.Wait(ctx) {
 					return
 				}
 			}
@@ -336,6 +382,7 @@ func (w *Worker) fetch(ctx context.Context, slots chan struct{}, tasks chan<- jo
 func (w *Worker) giveBack(ctx context.Context) {
 	held, err := w.rdb.Held(ctx, w.opts.ID)
 	if err != nil {
+		w.failed("read held tasks", err)
 		return
 	}
 	var orphans []string
@@ -351,7 +398,7 @@ func (w *Worker) giveBack(ctx context.Context) {
 	}
 	n, err := w.rdb.GiveBack(ctx, w.opts.ID, orphans)
 	if err != nil {
-		w.log.Warn("giving back orphaned tasks failed", "err", err)
+		w.failed("give back orphaned tasks", err)
 		return
 	}
 	w.counters.givenBack.Add(int64(n))
@@ -375,34 +422,88 @@ func (w *Worker) released(done []rdb.Done) {
 	w.holdMu.Unlock()
 }
 
-// heartbeat, every Heartbeat until ctx ends, renews the worker's lease, reaps
-// dead workers, and cancels running tasks their managers no longer want.
+// heartbeat, every Heartbeat until ctx ends, renews the worker's lease and
+// runs its upkeep (see maintain).
 func (w *Worker) heartbeat(ctx context.Context) {
 	t := time.NewTicker(w.opts.Heartbeat)
 	defer t.Stop()
 	for {
-		drain, err := w.rdb.Heartbeat(ctx, w.opts.ID, w.opts.Lease, w.info()...)
-		if err != nil && ctx.Err() == nil {
-			w.log.Warn("heartbeat failed", "err", err)
-		} else if err == nil {
-			if drain {
-				w.log.Info("drain requested: taking no more tasks, exiting when idle")
-				w.stopFetch()
-			}
-			w.reap(ctx)
-			w.cancelUnwanted(ctx)
-			if recs := w.takeFailures(); len(recs) > 0 {
-				if err := w.rdb.RecordFailures(ctx, recs); err != nil {
-					w.log.Warn("recording failures failed", "err", err)
-				}
-			}
-		}
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C:
 		}
+		w.maintain(ctx)
 	}
+}
+
+// state is what operators see of the worker: running, or draining once it
+// takes no more tasks.
+func (w *Worker) state() string {
+	if w.draining.Load() {
+		return "draining"
+	}
+	return "running"
+}
+
+// maintain renews the lease, reaps dead workers, cancels running tasks their
+// managers no longer want and records failures. It returns the heartbeat's
+// error. A step that fails is logged (at error level if Redis refuses it for
+// good) and published with the next heartbeat for operators.
+func (w *Worker) maintain(ctx context.Context) error {
+	drain, err := w.rdb.Heartbeat(ctx, w.opts.ID, w.opts.Lease, w.info()...)
+	if err != nil {
+		if ctx.Err() == nil {
+			w.failed("heartbeat", err)
+			// The lease could not be renewed; say why where operators look.
+			w.rdb.PublishError(ctx, w.opts.ID, w.opts.Lease, w.problem())
+		}
+		return err
+	}
+	ok := true
+	if drain {
+		w.log.Info("drain requested: taking no more tasks, exiting when idle")
+		w.stopFetch()
+	}
+	ok = w.reap(ctx) && ok
+	ok = w.cancelUnwanted(ctx) && ok
+	if recs := w.takeFailures(); len(recs) > 0 {
+		if err := w.rdb.RecordFailures(ctx, recs); err != nil {
+			w.failed("record failures", err)
+			ok = false
+		}
+	}
+	if ok {
+		w.setProblem("")
+	}
+	return nil
+}
+
+// failed logs a failed Redis call of one of the worker's loops: at error
+// level if Redis refused it for good (an ACL that lacks a command, say: it
+// will not heal by retrying, and the worker cannot do its part until an
+// operator fixes it), else as a warning. Either way the loop retries, and the
+// error is published with the worker's info (redmap workers).
+func (w *Worker) failed(op string, err error) {
+	if rdb.Refused(err) {
+		w.log.Error("Redis refused a command the worker needs; retrying until it is allowed", "op", op, "err", err)
+	} else {
+		w.log.Warn("Redis call failed; retrying", "op", op, "err", err)
+	}
+	w.setProblem(op + ": " + err.Error())
+}
+
+func (w *Worker) setProblem(p string) {
+	w.problemMu.Lock()
+	w.problemText = p
+	w.problemMu.Unlock()
+}
+
+// problem returns the last failure of a Redis call, "" once all is well.
+func (w *Worker) problem() string {
+	w.problemMu.Lock()
+	defer w.problemMu.Unlock()
+	return w.problemText
 }
 
 // info is what the worker publishes for operators with each heartbeat.
@@ -420,7 +521,8 @@ func (w *Worker) info() []string {
 		"delivered", strconv.FormatInt(st.Delivered, 10),
 		"failed", strconv.FormatInt(st.Failed, 10),
 		"functions", strings.Join(w.names(), ","),
-		"state", "running",
+		"state", w.state(),
+		"error", w.problem(),
 	}
 }
 
@@ -435,18 +537,23 @@ func (w *Worker) names() []string {
 	return names
 }
 
-func (w *Worker) reap(ctx context.Context) {
+func (w *Worker) reap(ctx context.Context) bool {
 	r, err := w.rdb.Reap(ctx)
 	if err != nil {
-		w.log.Warn("reap failed", "err", err)
-	} else if r.Workers > 0 {
+		if ctx.Err() == nil {
+			w.failed("reap dead workers", err)
+		}
+		return false
+	}
+	if r.Workers > 0 {
 		w.counters.reaped.Add(int64(r.Workers))
 		w.counters.requeued.Add(int64(r.Requeued))
 		w.log.Info("reaped dead workers", "workers", r.Workers, "requeued", r.Requeued, "lost", r.Lost)
 	}
+	return true
 }
 
-func (w *Worker) cancelUnwanted(ctx context.Context) {
+func (w *Worker) cancelUnwanted(ctx context.Context) bool {
 	var tids []string
 	w.holdMu.Lock()
 	for tid, cancel := range w.holding {
@@ -456,11 +563,14 @@ func (w *Worker) cancelUnwanted(ctx context.Context) {
 	}
 	w.holdMu.Unlock()
 	if len(tids) == 0 {
-		return
+		return true
 	}
 	unwanted, err := w.rdb.Unwanted(ctx, w.opts.ID, tids)
 	if err != nil {
-		return
+		if ctx.Err() == nil {
+			w.failed("check running tasks are wanted", err)
+		}
+		return false
 	}
 	w.holdMu.Lock()
 	for _, tid := range unwanted {
@@ -469,6 +579,7 @@ func (w *Worker) cancelUnwanted(ctx context.Context) {
 		}
 	}
 	w.holdMu.Unlock()
+	return true
 }
 
 // maxFinish caps the results reported in one Finish call.
@@ -501,7 +612,7 @@ func (w *Worker) finisher(ctx context.Context, done <-chan rdb.Done) {
 // (finishing twice delivers once). If it gives up, the tasks stay in the
 // worker's held set, and giveBack returns them to the queue to run again.
 func (w *Worker) report(ctx context.Context, batch []rdb.Done) {
-	var backoff backoff
+	var bo backoff.Backoff
 	for attempt := 1; ; attempt++ {
 		n, err := w.rdb.Finish(ctx, w.opts.ID, batch)
 		if err == nil {
@@ -509,27 +620,9 @@ func (w *Worker) report(ctx context.Context, batch []rdb.Done) {
 			w.counters.discarded.Add(int64(len(batch) - n))
 			return
 		}
-		w.log.Warn("finish failed", "err", err, "results", len(batch), "attempt", attempt)
-		if attempt == 10 || !backoff.wait(ctx) {
+		w.failed("finish", err)
+		if attempt == 10 || !bo.Wait(ctx) {
 			return
 		}
-	}
-}
-
-// backoff waits between retries: 50 ms, doubling to 2 s.
-type backoff struct{ d time.Duration }
-
-func (b *backoff) reset() { b.d = 0 }
-
-// wait sleeps for the next delay; false if ctx ended first.
-func (b *backoff) wait(ctx context.Context) bool {
-	b.d = min(max(2*b.d, 50*time.Millisecond), 2*time.Second)
-	t := time.NewTimer(b.d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return true
-	case <-ctx.Done():
-		return false
 	}
 }

@@ -196,6 +196,7 @@ type Worker struct {
 	Delivered    int64    `json:"delivered"`
 	Failed       int64    `json:"failed"`
 	Functions    []string `json:"functions"`
+	Error        string   `json:"error,omitempty"` // the worker's last failed Redis call, if it has not recovered
 }
 
 func (c *cli) listWorkers(ctx context.Context) ([]Worker, error) {
@@ -219,7 +220,7 @@ func (c *cli) listWorkers(ctx context.Context) ([]Worker, error) {
 			v := Worker{Queue: q, ID: w.ID, Live: w.Deadline > now, State: w.Info["state"], Host: w.Info["host"],
 				PID: int(num("pid")), HeartbeatAge: float64(now-(w.Deadline-lease)) / 1000,
 				Concurrency: int(num("concurrency")), Running: int(num("running")), Held: w.Held,
-				Taken: num("taken"), Delivered: num("delivered"), Failed: num("failed")}
+				Taken: num("taken"), Delivered: num("delivered"), Failed: num("failed"), Error: w.Info["error"]}
 			if f := w.Info["functions"]; f != "" {
 				v.Functions = strings.Split(f, ",")
 			}
@@ -245,9 +246,9 @@ func (c *cli) workers(ctx context.Context) error {
 		rows = append(rows, []string{w.Queue, w.ID, w.State, w.Host, strconv.Itoa(w.PID),
 			fmt.Sprintf("%.1fs", w.HeartbeatAge), fmt.Sprintf("%d/%d", w.Running, w.Concurrency),
 			strconv.FormatInt(w.Held, 10), strconv.FormatInt(w.Taken, 10), strconv.FormatInt(w.Delivered, 10),
-			strconv.FormatInt(w.Failed, 10), strings.Join(w.Functions, ",")})
+			strconv.FormatInt(w.Failed, 10), strings.Join(w.Functions, ","), w.Error})
 	}
-	c.table("QUEUE\tWORKER\tSTATE\tHOST\tPID\tHEARTBEAT\tRUNNING\tHELD\tTAKEN\tDELIVERED\tFAILED\tFUNCTIONS", rows)
+	c.table("QUEUE\tWORKER\tSTATE\tHOST\tPID\tHEARTBEAT\tRUNNING\tHELD\tTAKEN\tDELIVERED\tFAILED\tFUNCTIONS\tERROR", rows)
 	return nil
 }
 

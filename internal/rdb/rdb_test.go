@@ -2,8 +2,13 @@ package rdb
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -266,3 +271,124 @@ func TestUnreachable(t *testing.T) {
 		t.Fatalf("a killed server (%v) is unreachable", err)
 	}
 }
+
+// A task skipped unrun (an empty result) only releases the hold, even if its
+// manager wants it again by now: delivering the empty result would lose it.
+func TestFinishSkippedReleasesOnly(t *testing.T) {
+	f := setup(t)
+	ctx := context.Background()
+	ids := f.submit(t, "", 1)
+	if _, err := f.r.Take(ctx, "w1", 1); err != nil {
+		t.Fatal(err)
+	}
+	n, err := f.r.Finish(ctx, "w1", []Done{{ID: ids[0]}, {ID: ids[0], Result: []byte("real")}})
+	if err != nil || n != 1 {
+		t.Fatalf("finish delivered %d (%v), want the real result only", n, err)
+	}
+	if got, _ := f.r.ReadResults(ctx, f.mid, 0, "", 10); !slices.Equal(got, []string{"real"}) {
+		t.Fatalf("results %q, want just the real one", got)
+	}
+	ids = f.submit(t, "", 1) // the same id, wanted again
+	if _, err := f.r.Take(ctx, "w1", 1); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := f.r.Finish(ctx, "w1", []Done{{ID: ids[0]}}); err != nil || n != 0 {
+		t.Fatalf("a skipped task delivered %d (%v)", n, err)
+	}
+	if !f.c.HExists(ctx, keys.Tasks("rm", f.queue, f.mid), ids[0]).Val() {
+		t.Fatal("a skipped task left its manager's task set")
+	}
+	if f.c.SCard(ctx, keys.Held("rm", f.queue, "w1")).Val() != 0 {
+		t.Fatal("held set not emptied")
+	}
+}
+
+// Submit counts tasks into the task set and checks the count it expects;
+// Submitted and Missing read what Redis has.
+func TestSubmitCountsAndChecks(t *testing.T) {
+	f := setup(t)
+	ctx := context.Background()
+	task := func(i int) []Task {
+		return []Task{{ID: redmap.TaskID(f.mid, uint64(i)), Payload: []byte("p")}}
+	}
+	for i, c := range []struct {
+		expect, count int64
+		intact        bool
+	}{{0, 1, true}, {1, 2, true}, {2, 3, true}, {10, 4, false}} {
+		count, intact, err := f.r.Submit(ctx, f.mid, "", task(i+1), time.Minute, c.expect)
+		if err != nil || count != c.count || intact != c.intact {
+			t.Fatalf("submit %d expecting %d: %d %v %v, want %d %v", i, c.expect, count, intact, err, c.count, c.intact)
+		}
+	}
+	if n, err := f.r.Submitted(ctx, f.mid); n != 4 || err != nil {
+		t.Fatalf("Submitted: %d %v, want 4", n, err)
+	}
+	f.c.HDel(ctx, keys.Tasks("rm", f.queue, f.mid), redmap.TaskID(f.mid, 2))
+	missing, err := f.r.Missing(ctx, f.mid, []string{redmap.TaskID(f.mid, 1), redmap.TaskID(f.mid, 2), redmap.TaskID(f.mid, 9)})
+	if err != nil || !slices.Equal(missing, []string{redmap.TaskID(f.mid, 2), redmap.TaskID(f.mid, 9)}) {
+		t.Fatalf("Missing: %v %v", missing, err)
+	}
+	f.c.Del(ctx, keys.Tasks("rm", f.queue, f.mid))
+	if n, err := f.r.Submitted(ctx, f.mid); n != 0 || err != nil {
+		t.Fatalf("Submitted of a lost set: %d %v, want 0", n, err)
+	}
+}
+
+// A refusal names its command: from the reply, or for a script, from the
+// script's line; transient replies are not refusals.
+func TestRefusalNamesCommand(t *testing.T) {
+	f := setup(t)
+	ctx := context.Background()
+	if err := f.c.Do(ctx, "ACL", "SETUSER", "notime-"+f.queue, "on", ">pw", "~*", "+@all", "-time", "-blpop").Err(); err != nil {
+		t.Fatal(err)
+	}
+	c := redis.NewClient(&redis.Options{Addr: redistest.Shared(t).Addr(), Username: "notime-" + f.queue, Password: "pw"})
+	defer c.Close()
+	r := New(c, "rm", f.queue)
+	_, err := r.Reap(ctx)
+	var ce *redmap.CommandError
+	if !errors.As(err, &ce) || !errors.Is(err, redmap.ErrPermission) || ce.Command != "TIME (in reap.lua)" {
+		t.Fatalf("reap without TIME: %v (%+v)", err, ce)
+	}
+	err = r.WaitResults(ctx, "m", time.Second)
+	if !errors.As(err, &ce) || ce.Command != "BLPOP" {
+		t.Fatalf("wait without BLPOP: %v", err)
+	}
+	err = r.Probe(ctx)
+	if !errors.As(err, &ce) || ce.Command != "TIME, BLPOP" || !errors.Is(err, redmap.ErrPermission) {
+		t.Fatalf("probe: %v, want TIME and BLPOP named", err)
+	}
+	if err := f.r.Probe(ctx); err != nil {
+		t.Fatalf("probe as the default user: %v", err)
+	}
+	f.c.Set(ctx, keys.Held("rm", f.queue, "w"), "not a set", 0)
+	_, err = f.r.Held(ctx, "w")
+	if !errors.As(err, &ce) || !errors.Is(err, redmap.ErrRefused) || ce.Command != "SMEMBERS" {
+		t.Fatalf("WRONGTYPE: %v", err)
+	}
+	for _, reply := range []replyError{"LOADING Redis is loading", "READONLY You can't write against a read only replica.", "MASTERDOWN Link with MASTER is down"} {
+		if err := reply; !Transient(err) || Refused(wrap("x", nil, "X", err)) {
+			t.Errorf("%q: want transient, not a refusal", reply)
+		}
+	}
+}
+
+// The probe tries every command the scripts run.
+func TestProbeCoversScripts(t *testing.T) {
+	call := regexp.MustCompile(`redis\.call\('([A-Z]+)'`)
+	files, _ := filepath.Glob("lua/*.lua")
+	for _, f := range files {
+		src, _ := os.ReadFile(f)
+		for _, m := range call.FindAllStringSubmatch(string(src), -1) {
+			if !strings.Contains(probeLua, "try('"+m[1]+"'") {
+				t.Errorf("%s runs %s, which probe.lua does not try", f, m[1])
+			}
+		}
+	}
+}
+
+// replyError is an error reply as go-redis returns one.
+type replyError string
+
+func (e replyError) Error() string { return string(e) }
+func (replyError) RedisError()     {}

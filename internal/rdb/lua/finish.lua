@@ -7,9 +7,14 @@
 -- half-way (Redis out of memory) leaves the tasks outstanding, not lost. Work
 -- is grouped by manager: one check per task, then one push and one delete per
 -- manager; a task finished twice in one call is delivered once.
+-- An empty result only releases the hold: the worker skipped the task as no
+-- longer wanted. It must not be delivered even if the task is wanted again by
+-- now (its manager submitted it again after Redis lost it), or the manager
+-- would lose the task to an unreadable result.
 -- KEYS[1] held set of the worker
 -- ARGV[1] key base "<prefix>:{<queue>}:"
--- ARGV[2], ARGV[3], ...: task id, encoded result, task id, encoded result, ...
+-- ARGV[2], ARGV[3], ...: task id, encoded result (or "" for a task skipped
+-- unrun), task id, encoded result, ...
 -- Returns the number of results delivered.
 local base = ARGV[1]
 local delivered = 0
@@ -22,8 +27,7 @@ for i = 2, #ARGV, 2 do
   members[#members + 1] = tid
   members[#members + 1] = '!' .. tid
   local mid = string.match(tid, '^([^-]+)-')
-  if mid and not seen[tid] then
-    seen[tid] = true
+  if mid and not seen[tid] and ARGV[i + 1] ~= '' then
     local g = groups[mid]
     if not g then
       local m = base .. 'm:' .. mid
@@ -32,6 +36,7 @@ for i = 2, #ARGV, 2 do
       order[#order + 1] = mid
     end
     if redis.call('HEXISTS', g.tasks, tid) == 1 then
+      seen[tid] = true
       g.tids[#g.tids + 1] = tid
       g.results[#g.results + 1] = ARGV[i + 1]
     end

@@ -1,0 +1,172 @@
+package manager_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/redmap/redmap"
+	"github.com/redmap/redmap/internal/redistest"
+	"github.com/redmap/redmap/manager"
+)
+
+// Outages: whatever happens to Redis, every element of a batch ends exactly
+// once, with its value or an error that says why, within a stated bound.
+
+// everyElementEnds reads a batch's results as they come and checks that each
+// element ends exactly once, with its square or an error matching cause
+// (never a wrong or zero value without an error); during is called with the
+// count so far. It returns how many failed.
+func everyElementEnds(t *testing.T, batch *manager.Batch[int], cause error, during func(seen int)) (failed int) {
+	t.Helper()
+	seen := make([]int, batch.Len())
+	n := 0
+	for r := range batch.Results() {
+		seen[r.Index]++
+		switch {
+		case r.Err != nil && !errors.Is(r.Err, cause):
+			t.Fatalf("element %d failed with %v, want %v", r.Index, r.Err, cause)
+		case r.Err != nil:
+			failed++
+		case r.Value != sq(r.Index):
+			t.Fatalf("element %d = %d with no error, want %d", r.Index, r.Value, sq(r.Index))
+		}
+		if n++; during != nil {
+			during(n)
+		}
+	}
+	for i, k := range seen {
+		if k != 1 {
+			t.Fatalf("element %d ended %d times, want exactly once", i, k)
+		}
+	}
+	ys, err := batch.Wait(testCtx(t))
+	var be *redmap.BatchError
+	switch {
+	case failed == 0 && err != nil:
+		t.Fatalf("Wait: %v with no element failed", err)
+	case failed > 0 && (!errors.As(err, &be) || len(be.Failed) != failed || !errors.Is(err, cause)):
+		t.Fatalf("Wait: %v, want a BatchError of %d elements failing with %v", err, failed, cause)
+	case len(ys) != batch.Len():
+		t.Fatalf("Wait: %d outputs for %d elements", len(ys), batch.Len())
+	}
+	return failed
+}
+
+// Redis killed for good in the middle of a batch, much of which was not yet
+// submitted: the batch ends within RedisTimeout (plus the time go-redis takes
+// to give up on a call, and a Poll) of the kill, every element delivered
+// before it with its value and every other one failing with ErrUnavailable.
+func TestFaultRedisGoneForGood(t *testing.T) {
+	srv := redistest.Start(t)
+	b := faultBundle(t, srv, srv.Addr())
+	startChild(t, "worker", childEnv(b)...).expect(t, "worker ")
+	startChild(t, "worker", childEnv(b)...).expect(t, "worker ")
+	const redisTimeout = 2 * time.Second
+	m, err := manager.New(b.rdb, manager.Options{Queue: b.queue, Poll: 100 * time.Millisecond, RedisTimeout: redisTimeout})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close() // fails: Redis is gone
+
+	const n = 20_000 // 1 ms each, one per task: the window holds 4,096
+	batch, err := manager.Submit(testCtx(t), m, slowSquare, ints(n), manager.ChunkSize(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var killed time.Time
+	failed := everyElementEnds(t, batch, redmap.ErrUnavailable, func(seen int) {
+		if seen == n*3/10 {
+			srv.Kill(t)
+			killed = time.Now()
+		}
+	})
+	took := time.Since(killed)
+	t.Logf("Redis killed after %d results: %d delivered, %d failed with ErrUnavailable, the batch ended %v after the kill",
+		n*3/10, n-failed, failed, took.Round(time.Millisecond))
+	if failed < n/2 {
+		t.Fatalf("only %d elements failed; most of the batch was not even submitted when Redis died", failed)
+	}
+	// A liveness bound, loose on purpose: the point is that the batch ends
+	// once, not one RedisTimeout per window (it has four windows).
+	if limit := redisTimeout + 10*time.Second; took > limit {
+		t.Fatalf("the batch ended %v after Redis died, past %v", took, limit)
+	}
+	if _, err := manager.Map(testCtx(t), m, square, ints(10)); !errors.Is(err, redmap.ErrUnavailable) {
+		t.Fatalf("a Map while Redis is gone: %v, want ErrUnavailable", err)
+	}
+}
+
+// Redis restarted from a snapshot taken in the middle of a batch (as after a
+// failover that dropped the primary's last writes): the manager's task set
+// is there, with its count of submitted tasks, but not the tasks submitted
+// after the snapshot. The manager sees the count below what it was
+// acknowledged, submits again what the set lacks, and every result is exact.
+func TestFaultRestartFromOldSnapshot(t *testing.T) {
+	srv := redistest.Start(t)
+	b := faultBundle(t, srv, srv.Addr())
+	startChild(t, "worker", childEnv(b)...).expect(t, "worker ")
+	startChild(t, "worker", childEnv(b)...).expect(t, "worker ")
+	logs := &logRecorder{}
+	t.Cleanup(func() {
+		if t.Failed() {
+			for _, l := range logs.above(slog.LevelDebug - 1) {
+				t.Log(l)
+			}
+			dumpQueue(t, b)
+		}
+	})
+	m, err := manager.New(b.rdb, manager.Options{Queue: b.queue, Poll: 100 * time.Millisecond, Logger: slog.New(logs)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+
+	const n = 20_000
+	batch, err := manager.Submit(testCtx(t), m, slowSquare, ints(n), manager.ChunkSize(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	admin := redis.NewClient(&redis.Options{Addr: srv.Addr()})
+	defer admin.Close()
+	exactlyOnce(t, batch, sq, func(seen int) {
+		switch seen {
+		case n / 10:
+			if err := admin.Save(context.Background()).Err(); err != nil {
+				t.Fatal(err)
+			}
+		case n / 2:
+			srv.Kill(t)
+			srv.Restart(t) // loads the snapshot taken at 10%
+		}
+	})
+	if !logs.logged("Redis lost writes") {
+		t.Fatal("the manager never noticed the lost writes, yet the batch completed: the test did not test")
+	}
+}
+
+// dumpQueue logs the queue's keys in Redis, for a failed fault test.
+func dumpQueue(t *testing.T, b *bundle) {
+	ctx := context.Background()
+	ks, _ := b.rdb.Keys(ctx, "redmap:{"+b.queue+"}:*").Result()
+	for _, k := range ks {
+		typ := b.rdb.Type(ctx, k).Val()
+		var desc string
+		switch typ {
+		case "list":
+			desc = fmt.Sprint(b.rdb.LLen(ctx, k).Val(), " ", b.rdb.LRange(ctx, k, 0, 5).Val())
+		case "set":
+			desc = fmt.Sprint(b.rdb.SCard(ctx, k).Val(), " ", b.rdb.SRandMemberN(ctx, k, 5).Val())
+		case "hash":
+			desc = fmt.Sprint(b.rdb.HLen(ctx, k).Val(), " _=", b.rdb.HGet(ctx, k, "_").Val())
+		case "zset":
+			desc = fmt.Sprint(b.rdb.ZRangeWithScores(ctx, k, 0, -1).Val())
+		}
+		t.Logf("%s %s %s", k, typ, desc)
+	}
+}
