@@ -189,3 +189,38 @@ func (st *Sentinel) waitNewPrimary(tb testing.TB, old *Server) {
 		return c.Set(context.Background(), "redistest:probe", "1", time.Second).Err() == nil
 	})
 }
+
+// KillPrimaryLosingWrites is KillPrimary where the primary dies holding
+// writes its replica never got, as when a primary is killed while its
+// replica lags: it cuts the replication link (and lets the default user no
+// longer resync, so the replica cannot reconnect), waits until the primary
+// has taken writes since and until(primary) holds (a test's own sign that
+// the writes it cares about happened), then kills it and waits for the
+// promotion. A client must be writing meanwhile.
+func (st *Sentinel) KillPrimaryLosingWrites(tb testing.TB, until func(primary *redis.Client) bool) {
+	tb.Helper()
+	ctx := context.Background()
+	old := st.Primary(tb)
+	pc := redis.NewClient(&redis.Options{Addr: old.Addr()})
+	defer pc.Close()
+	if err := pc.Do(ctx, "ACL", "SETUSER", "default", "-psync", "-sync", "-replconf").Err(); err != nil {
+		tb.Fatal(err)
+	}
+	if err := pc.ClientKillByFilter(ctx, "TYPE", "replica").Err(); err != nil {
+		tb.Fatal(err)
+	}
+	offset := func() int64 {
+		info, _ := pc.Info(ctx, "replication").Result()
+		for line := range strings.Lines(info) {
+			if v, ok := strings.CutPrefix(strings.TrimSpace(line), "master_repl_offset:"); ok {
+				n, _ := strconv.ParseInt(v, 10, 64)
+				return n
+			}
+		}
+		return 0
+	}
+	cut := offset()
+	Eventually(tb, "writes the replica did not get", func() bool { return offset() > cut && until(pc) })
+	old.Kill(tb)
+	st.waitNewPrimary(tb, old)
+}
