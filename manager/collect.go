@@ -132,6 +132,9 @@ func (m *Manager) reconcile(ctx context.Context) {
 	// count read next is at least acked, whatever submits run meanwhile.
 	acked := m.acked.Load()
 	have, err := m.rdb.Submitted(ctx, m.id)
+	if testHookChecked != nil {
+		testHookChecked()
+	}
 	if err != nil {
 		m.failedUnlessDone(ctx, "checking for lost data", started, err)
 		return
@@ -140,6 +143,9 @@ func (m *Manager) reconcile(ctx context.Context) {
 		m.recover(ctx)
 	}
 }
+
+// testHookChecked, if set by a test, runs after each check for lost data.
+var testHookChecked func()
 
 // failedUnlessDone is failed, except that a call cut short by the manager's
 // Close is not worth a log line above debug.

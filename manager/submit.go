@@ -340,6 +340,9 @@ func (f *feeder[Out]) send(ctx context.Context, w window) error {
 	m := f.m
 	m.sendMu.RLock()
 	defer m.sendMu.RUnlock()
+	if testHookSend != nil {
+		testHookSend()
+	}
 	started := time.Now()
 	count, intact, err := m.rdb.Submit(ctx, m.id, f.b.worker, w.tasks, m.opts.KeyTTL, m.acked.Load())
 	if err != nil {
@@ -423,6 +426,9 @@ func (f *feeder[Out]) sendRetrying(ctx context.Context, w window) error {
 		}
 	}
 }
+
+// testHookSend, if set by a test, runs before each submit script is sent.
+var testHookSend func()
 
 // inputError says which element of a batch could not be submitted.
 func inputError(fn string, start int, err error) error {
