@@ -5,32 +5,36 @@ import (
 	"errors"
 	"math/rand/v2"
 	"os"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
 	"github.com/redmap/redmap"
 	"github.com/redmap/redmap/internal/redistest"
 	"github.com/redmap/redmap/manager"
 )
 
-// TestChaos runs for REDMAP_CHAOS (a duration, for example 2m; skipped when
-// unset): three managers submit batch after batch to four worker processes,
-// while worker processes are SIGKILLed at random (and restarted) and Redis
-// is restarted empty every 15 s. It reports the elements completed, lost and
-// duplicated; the last two must be 0. Run it with `make chaos`.
+// TestChaos runs for REDMAP_CHAOS (a duration, for example 10m; skipped when
+// unset; `make chaos`): three managers submit batch after batch, through
+// Sentinel, to four worker processes, while a driver draws a fault every
+// 0.5-2 s: a worker SIGKILLed (and restarted), a worker SIGSTOPped for 0.2-3 s
+// (past its 1 s lease or not), the primary restarted empty, FLUSHALL, every
+// client connection dropped, a planned Sentinel failover. It reports batches,
+// elements, elements failed with an error (allowed: each says why), lost
+// (never ended), duplicated, wrong and silently zero (a zero value with no
+// error), and the longest stall between two results of a batch; lost,
+// duplicated, wrong and silently zero must be 0.
 func TestChaos(t *testing.T) {
 	d, err := time.ParseDuration(os.Getenv("REDMAP_CHAOS"))
 	if err != nil {
 		t.Skip("set REDMAP_CHAOS to a duration (make chaos) to run")
 	}
-	srv := redistest.Start(t)
-	b := &bundle{srv: srv, rdb: srv.Client(t), queue: "chaos"}
-	env := childEnv(b, "REDMAP_CONCURRENCY=4")
+	st := redistest.StartSentinel(t)
+	queue := "chaos"
+	env := append([]string{"REDMAP_SENTINELS=" + strings.Join(st.Addrs(), ","), "REDMAP_QUEUE=" + queue, "REDMAP_CONCURRENCY=4"}, fastLease...)
 	var mu sync.Mutex
 	var children []*child
 	started, stopFleet := superviseWith(t, 4, env, func(c *child) {
@@ -39,49 +43,38 @@ func TestChaos(t *testing.T) {
 		mu.Unlock()
 	})
 	defer stopFleet()
+	pick := func(remove bool) *child {
+		mu.Lock()
+		defer mu.Unlock()
+		if len(children) == 0 {
+			return nil
+		}
+		i := rand.IntN(len(children))
+		c := children[i]
+		if remove {
+			children = append(children[:i], children[i+1:]...)
+		}
+		return c
+	}
 
 	ctx, cancel := context.WithTimeout(context.Background(), d)
 	defer cancel()
-	var kills, restarts atomic.Int64
-	var chaos sync.WaitGroup
-	chaos.Add(2)
-	go func() { // kill a random worker every 0.2-1 s
-		defer chaos.Done()
-		for ctx.Err() == nil {
-			time.Sleep(time.Duration(200+rand.IntN(800)) * time.Millisecond)
-			mu.Lock()
-			if len(children) > 0 {
-				i := rand.IntN(len(children))
-				children[i].cmd.Process.Signal(syscall.SIGKILL)
-				children = append(children[:i], children[i+1:]...)
-				kills.Add(1)
-			}
-			mu.Unlock()
-		}
-	}()
-	go func() { // restart Redis, empty, every 15 s
-		defer chaos.Done()
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-time.After(15 * time.Second):
-			}
-			srv.Kill(t)
-			srv.Restart(t)
-			restarts.Add(1)
-		}
-	}()
-
-	var completed, lost, duplicated, failed, batches atomic.Int64
+	var (
+		batches, elements, failed, lost, duplicated, wrong, zero atomic.Int64
+		stallMu                                                  sync.Mutex
+		stall                                                    time.Duration
+	)
+	noteStall := func(gap time.Duration) {
+		stallMu.Lock()
+		stall = max(stall, gap)
+		stallMu.Unlock()
+	}
 	var managers sync.WaitGroup
 	for range 3 {
 		managers.Add(1)
 		go func() {
 			defer managers.Done()
-			c := redis.NewClient(&redis.Options{Addr: srv.Addr()})
-			defer c.Close()
-			m, err := manager.New(c, manager.Options{Queue: b.queue, Poll: 200 * time.Millisecond})
+			m, err := manager.New(st.Client(t), manager.Options{Queue: queue, Poll: 200 * time.Millisecond})
 			if err != nil {
 				t.Error(err)
 				return
@@ -93,7 +86,7 @@ func TestChaos(t *testing.T) {
 				batch, err := manager.Submit(bctx, m, slowSquare, ints(n), manager.ChunkSize(1+rand.IntN(20)), manager.Attempts(20))
 				if err != nil {
 					bcancel()
-					if errors.Is(err, redmap.ErrUnavailable) { // Redis is restarting
+					if errors.Is(err, redmap.ErrUnavailable) { // Redis is restarting or failing over
 						time.Sleep(100 * time.Millisecond)
 						continue
 					}
@@ -101,14 +94,22 @@ func TestChaos(t *testing.T) {
 					return
 				}
 				seen := make([]int, n)
+				last := time.Now()
 				for r := range batch.Results() {
+					now := time.Now()
+					noteStall(now.Sub(last))
+					last = now
 					seen[r.Index]++
 					switch {
-					case r.Err != nil && errors.Is(r.Err, redmap.ErrLost):
-						lost.Add(1)
-					case r.Err != nil || r.Value != r.Index*r.Index:
+					case r.Err != nil:
 						failed.Add(1)
-						t.Errorf("element %d: %d, %v", r.Index, r.Value, r.Err)
+						t.Logf("element %d failed: %v", r.Index, r.Err)
+					case r.Value == 0 && r.Index != 0:
+						zero.Add(1)
+						t.Errorf("element %d: zero with no error", r.Index)
+					case r.Value != r.Index*r.Index:
+						wrong.Add(1)
+						t.Errorf("element %d: %d, want %d", r.Index, r.Value, r.Index*r.Index)
 					}
 				}
 				if _, err := batch.Wait(bctx); err != nil && !errors.As(err, new(*redmap.BatchError)) {
@@ -117,24 +118,62 @@ func TestChaos(t *testing.T) {
 				bcancel()
 				for _, k := range seen {
 					switch {
-					case k == 1:
-						completed.Add(1)
 					case k == 0:
 						lost.Add(1)
-					default:
+					case k > 1:
 						duplicated.Add(int64(k - 1))
 					}
 				}
+				elements.Add(int64(n))
 				batches.Add(1)
 			}
 		}()
 	}
+
+	faults := map[string]int{}
+	for ctx.Err() == nil {
+		select {
+		case <-ctx.Done():
+		case <-time.After(time.Duration(500+rand.IntN(1500)) * time.Millisecond):
+		}
+		if ctx.Err() != nil {
+			break
+		}
+		var name string
+		switch rand.IntN(6) {
+		case 0:
+			name = "worker SIGKILL"
+			if c := pick(true); c != nil {
+				c.cmd.Process.Signal(syscall.SIGKILL)
+			}
+		case 1:
+			name = "worker SIGSTOP"
+			if c := pick(false); c != nil {
+				c.cmd.Process.Signal(syscall.SIGSTOP)
+				time.AfterFunc(time.Duration(200+rand.IntN(2800))*time.Millisecond, func() { c.cmd.Process.Signal(syscall.SIGCONT) })
+			}
+		case 2:
+			name = "primary restarted empty"
+			st.RestartPrimaryEmpty(t)
+		case 3:
+			name = "FLUSHALL"
+			st.Primary(t).Client(t).FlushAll(context.Background())
+		case 4:
+			name = "connections dropped"
+			st.DropClients(t)
+		case 5:
+			name = "Sentinel failover"
+			if !st.StartFailover() {
+				name += " (refused: one in progress)"
+			}
+		}
+		faults[name]++
+	}
 	managers.Wait()
-	cancel()
-	chaos.Wait()
-	t.Logf("chaos for %v: %d batches, %d elements completed, %d lost, %d duplicated, %d wrong; %d workers killed (%d started), Redis restarted empty %d times",
-		d, batches.Load(), completed.Load(), lost.Load(), duplicated.Load(), failed.Load(), kills.Load(), started(), restarts.Load())
-	if lost.Load() != 0 || duplicated.Load() != 0 || failed.Load() != 0 {
-		t.Fatal("elements lost, duplicated or wrong")
+	t.Logf("chaos for %v: faults %v; %d workers started", d, faults, started())
+	t.Logf("%d batches, %d elements: %d failed with an error, %d lost, %d duplicated, %d wrong, %d silently zero; longest stall %v",
+		batches.Load(), elements.Load(), failed.Load(), lost.Load(), duplicated.Load(), wrong.Load(), zero.Load(), stall.Round(time.Millisecond))
+	if lost.Load()+duplicated.Load()+wrong.Load()+zero.Load() != 0 {
+		t.Fatal("elements lost, duplicated, wrong or silently zero")
 	}
 }

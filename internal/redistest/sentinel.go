@@ -224,3 +224,39 @@ func (st *Sentinel) KillPrimaryLosingWrites(tb testing.TB, until func(primary *r
 	old.Kill(tb)
 	st.waitNewPrimary(tb, old)
 }
+
+// RestartPrimaryEmpty kills the primary and starts it again at once, empty
+// and as a primary: its replica resyncs from it and empties too, unless the
+// sentinels promoted the replica first (then the restarted server becomes
+// its replica). Either way Redis lost its data.
+func (st *Sentinel) RestartPrimaryEmpty(tb testing.TB) {
+	tb.Helper()
+	p := st.Primary(tb)
+	var args []string
+	for i := 0; i < len(p.args); i++ {
+		if p.args[i] == "--replicaof" {
+			i += 2
+			continue
+		}
+		args = append(args, p.args[i])
+	}
+	p.args = args
+	p.Restart(tb)
+}
+
+// DropClients closes every client connection of the primary (CLIENT KILL
+// TYPE normal), as a network fault would.
+func (st *Sentinel) DropClients(tb testing.TB) {
+	tb.Helper()
+	c := redis.NewClient(&redis.Options{Addr: st.Primary(tb).Addr()})
+	defer c.Close()
+	c.ClientKillByFilter(context.Background(), "TYPE", "normal") // the primary may be restarting
+}
+
+// StartFailover asks a sentinel for a planned failover without waiting for
+// it; it reports whether the sentinel accepted (not if one is in progress).
+func (st *Sentinel) StartFailover() bool {
+	c := redis.NewSentinelClient(&redis.Options{Addr: st.Sentinels[0].Addr()})
+	defer c.Close()
+	return c.Failover(context.Background(), MasterName).Err() == nil
+}
