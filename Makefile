@@ -1,7 +1,7 @@
 # redmap — `make help` lists the targets.
 GO        ?= go
 FUZZTIME  ?= 5s
-CHAOS     ?= 2m
+CHAOS     ?= 10m
 STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 FUZZ_TARGETS := FuzzDecodeTask FuzzDecodeResult FuzzDecodeElements
 
@@ -41,5 +41,5 @@ redis-server: ## install redis-server if it is missing (apt-get as root), or say
 			exit 1; \
 		fi; }
 
-chaos: redis-server ## kill workers and restart Redis at random under load for CHAOS (2m); report lost/duplicated
+chaos: redis-server ## random faults (workers, Redis, Sentinel) under load for CHAOS (10m); report lost, duplicated, wrong, zero
 	REDMAP_CHAOS=$(CHAOS) $(GO) test ./manager -run '^TestChaos$$' -count=1 -v -timeout 30m
