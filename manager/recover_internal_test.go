@@ -2,6 +2,7 @@ package manager
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"strings"
 	"sync"
@@ -111,5 +112,44 @@ func TestNoFalseAlarm(t *testing.T) {
 	}
 	if msgs := logs.all(); len(msgs) > 0 {
 		t.Fatalf("a healthy run and a clean Close logged above Debug: %q", msgs)
+	}
+}
+
+// A chunk ends once, whoever reports its end first: a result, a failure, a
+// second result, a failAll. Its elements are counted once, and the batch
+// ends when, and only when, every element has its outcome.
+func TestChunkEndsOnce(t *testing.T) {
+	m, err := New(redistest.Shared(t).Client(t), Options{Queue: redistest.Queue(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	b := newBatch[int](m, "square", 6)
+	first := b.addChunks(chunk{start: 0, count: 2, tid: "a"}, chunk{start: 2, count: 2, tid: "b"})
+	b.fail(first, 0, redmap.ErrLost)
+	b.fail(first, 0, redmap.ErrUnavailable) // again: ignored
+	b.failUnsubmitted(4, 2, 0, redmap.ErrUnavailable)
+	select {
+	case <-b.Done():
+		t.Fatal("the batch ended with chunk b still out")
+	default:
+	}
+	b.fail(first+1, 0, redmap.ErrLost)
+	b.fail(first+1, 0, redmap.ErrLost)
+	<-b.Done()
+	_, err = b.Wait(context.Background())
+	var be *redmap.BatchError
+	if !errors.As(err, &be) || len(be.Failed) != 6 {
+		t.Fatalf("Wait: %v, want all 6 elements failed once", err)
+	}
+	if !errors.Is(be.Failed[0].Err, redmap.ErrLost) || !errors.Is(be.Failed[4].Err, redmap.ErrUnavailable) {
+		t.Fatalf("the first outcome of a chunk must stand: %v", be)
+	}
+	n := 0
+	for range b.Results() {
+		n++
+	}
+	if n != 6 {
+		t.Fatalf("Results yielded %d, want 6", n)
 	}
 }

@@ -46,9 +46,10 @@ func Held(prefix, queue, wid string) string { return Base(prefix, queue) + "w:" 
 func Bell(prefix, queue, wid string) string { return Base(prefix, queue) + "w:" + wid + ":bell" }
 
 // Tasks is the task set of manager mid: its outstanding tasks and their
-// envelopes (HASH task id → codec.Task frame), plus the field "_" that the
-// manager keeps while it lives. Payloads live and expire with the set, and a
-// set without "_" means Redis lost the manager's data.
+// envelopes (HASH task id → codec.Task frame), plus the field "_", the count
+// of tasks ever submitted to it (see submit.lua). Payloads live and expire
+// with the set; a count below what the manager was acknowledged means Redis
+// lost writes.
 func Tasks(prefix, queue, mid string) string { return Base(prefix, queue) + "m:" + mid + ":tasks" }
 
 // Attempts counts the lost attempts of manager mid's tasks: how often each
