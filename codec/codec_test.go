@@ -200,3 +200,32 @@ func TestFastPathsMatchGeneralPath(t *testing.T) {
 }
 
 func f2(b []byte, _ error) []byte { return b }
+
+// Equal values encode to equal bytes, maps at any depth included, and decode
+// back to the same value.
+func TestEncodeValueDeterministic(t *testing.T) {
+	type doc struct {
+		Counts map[string]int
+		Nested []map[int]string
+		Any    map[string]any
+	}
+	v := doc{Counts: map[string]int{}, Nested: []map[int]string{{}, nil}, Any: map[string]any{"x": map[string]int{"b": 2, "a": 1}, "y": []any{1, "z"}}}
+	for i := range 500 {
+		v.Counts[fmt.Sprint("word", i)] = i
+		v.Nested[0][i] = fmt.Sprint(i)
+	}
+	first, err := EncodeValue(&v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 20 {
+		again, err := EncodeValue(&v)
+		if err != nil || !bytes.Equal(again, first) {
+			t.Fatalf("encoding the same value twice gave different bytes (%v)", err)
+		}
+	}
+	got, err := DecodeValue[doc](first)
+	if err != nil || len(got.Counts) != 500 || got.Counts["word7"] != 7 || got.Nested[0][42] != "42" || got.Nested[1] != nil {
+		t.Fatalf("decoded %v, %v", got.Counts["word7"], err)
+	}
+}

@@ -9,6 +9,8 @@ import (
 )
 
 // EncodeValue encodes one value, such as a batch's constant data.
+// Encoding is deterministic: equal values give equal bytes, maps included
+// (their entries are ordered by key), so equal constants hash equal.
 func EncodeValue[T any](v *T) ([]byte, error) {
 	var buf bytes.Buffer
 	enc := msgpack.GetEncoder()
@@ -16,6 +18,9 @@ func EncodeValue[T any](v *T) ([]byte, error) {
 	enc.Reset(&buf)
 	if err := encodeOne(enc, v); err != nil {
 		return nil, err
+	}
+	if mayHoldMap(reflect.TypeFor[T]()) {
+		return canonical(buf.Bytes())
 	}
 	return buf.Bytes(), nil
 }

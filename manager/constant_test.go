@@ -3,6 +3,7 @@ package manager_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"strconv"
 	"syscall"
@@ -216,5 +217,47 @@ func TestConstantTamperedOrMissing(t *testing.T) {
 
 	if ys, err := manager.Map(ctx, m, square, ints(3)); err != nil || ys[2] != 4 {
 		t.Fatalf("the worker no longer serves: %v, %v", ys, err)
+	}
+}
+
+// A lookup table held in a Go map is one constant however often it is
+// encoded: two managers mapping with the same map while both batches run
+// upload it once between them, and the worker fetches and decodes it once.
+func TestMapConstantStoredOnce(t *testing.T) {
+	b := setup(t)
+	gate := make(chan struct{})
+	counts := redmap.FuncWith("count", func(_ context.Context, tab map[string]int, w string) (int, error) {
+		<-gate
+		return tab[w], nil
+	})
+	tab := make(map[string]int, 100_000)
+	for i := range 100_000 {
+		tab[fmt.Sprint("word", i)] = i
+	}
+	w := b.worker(t, worker.Options{Concurrency: 2}, counts)
+	words := []string{"word1", "word99999", "nope"}
+	var batches []*manager.Batch[int]
+	var uploads int64
+	for range 2 {
+		m := b.manager(t, manager.Options{})
+		batch, err := manager.SubmitWith(testCtx(t), m, counts, tab, words)
+		if err != nil {
+			t.Fatal(err)
+		}
+		batches = append(batches, batch)
+		n, _ := m.ConstantUploads()
+		uploads += n
+	}
+	close(gate)
+	for _, batch := range batches {
+		ys, err := batch.Wait(testCtx(t))
+		if err != nil || ys[0] != 1 || ys[1] != 99999 || ys[2] != 0 {
+			t.Fatalf("MapWith: %v %v", ys, err)
+		}
+	}
+	st := w.CacheStats()
+	t.Logf("2 managers: %d upload(s); worker: %+v", uploads, st)
+	if uploads != 1 || st.Fetches != 1 || st.Decodes != 1 {
+		t.Fatalf("%d uploads, %d fetches, %d decodes; want 1 of each", uploads, st.Fetches, st.Decodes)
 	}
 }
