@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/signal"
 	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
@@ -39,6 +40,10 @@ import (
 // serve Prometheus metrics on at /metrics; off if empty), -log-level
 // (REDMAP_LOG_LEVEL: debug, info, warn or error; default info).
 //
+// With -h it prints its usage on stdout and returns nil. A bad flag, a stray
+// argument or a malformed environment variable is an error, printed by no one
+// but the caller.
+//
 // It prints "worker <id>" (and "metrics <address>") on stdout, logs to stderr,
 // and serves until SIGINT or SIGTERM; then it stops taking tasks, finishes
 // those it runs, gives back prefetched ones and returns nil. A second signal
@@ -55,12 +60,22 @@ func mainWith(args []string, stdout, stderr io.Writer, hs ...redmap.Handler) err
 		}
 		return def
 	}
+	var envErr error
 	envInt := func(name string) int64 {
-		n, _ := strconv.ParseInt(os.Getenv(name), 10, 64)
+		v := os.Getenv(name)
+		if v == "" {
+			return 0
+		}
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil && envErr == nil {
+			envErr = fmt.Errorf("worker: %s=%q: want an integer", name, v)
+		}
 		return n
 	}
 	fs := flag.NewFlagSet("worker", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	// The flag package would print a bad flag's error and the usage, and the
+	// caller would print the error again: it is said once, by the caller.
+	fs.SetOutput(io.Discard)
 	url := fs.String("redis", env("REDIS_URL", "redis://127.0.0.1:6379/0"), "Redis URL (TLS and ACL users come from it)")
 	queue := fs.String("queue", env("REDMAP_QUEUE", "default"), "queue to serve")
 	id := fs.String("id", env("REDMAP_WORKER_ID", ""), "worker id (default: random)")
@@ -68,8 +83,21 @@ func mainWith(args []string, stdout, stderr io.Writer, hs ...redmap.Handler) err
 	cacheBytes := fs.Int64("cache-bytes", envInt("REDMAP_CACHE_BYTES"), "bound of the constant cache, bytes (0: 512 MiB)")
 	metricsAddr := fs.String("metrics", env("REDMAP_METRICS", ""), "address to serve Prometheus metrics on (empty: off)")
 	logLevel := fs.String("log-level", env("REDMAP_LOG_LEVEL", "info"), "debug, info, warn or error")
-	if err := fs.Parse(args); err != nil {
-		return err
+	if envErr != nil {
+		return envErr
+	}
+	err := fs.Parse(args)
+	if errors.Is(err, flag.ErrHelp) {
+		fmt.Fprintf(stdout, "Usage: %s [flags]\n\nA redmap worker serving %s. Flags (each also read from the environment\nvariable in parentheses in README):\n", os.Args[0], handlerNames(hs))
+		fs.SetOutput(stdout)
+		fs.PrintDefaults()
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("worker: %v (-h lists the flags)", err)
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("worker: unexpected argument %q: flags must come before it, and a worker takes no other arguments (-h lists the flags)", fs.Arg(0))
 	}
 	var level slog.Level
 	if err := level.UnmarshalText([]byte(*logLevel)); err != nil {
@@ -140,4 +168,15 @@ func mainWith(args []string, stdout, stderr io.Writer, hs ...redmap.Handler) err
 	fmt.Fprintln(stdout, "worker", w.ID())
 	log.Info("worker started", "id", w.ID(), "queue", *queue, "concurrency", w.opts.Concurrency)
 	return w.Run(ctx)
+}
+
+// handlerNames lists the functions a worker program serves, for its usage.
+func handlerNames(hs []redmap.Handler) string {
+	names := make([]string, 0, len(hs))
+	for _, h := range hs {
+		if h != nil {
+			names = append(names, strconv.Quote(h.Name()))
+		}
+	}
+	return strings.Join(names, ", ")
 }

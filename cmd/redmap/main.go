@@ -16,6 +16,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -85,7 +86,12 @@ func run(args []string, out io.Writer) (int, error) {
 	// Flags may come before and after the command and its argument.
 	var pos []string
 	for rest := args; ; {
-		if err := fs.Parse(rest); err != nil {
+		err := fs.Parse(rest)
+		if errors.Is(err, flag.ErrHelp) {
+			fmt.Fprint(out, usage)
+			return 0, nil
+		}
+		if err != nil {
 			return 2, usageError{err.Error()}
 		}
 		if fs.NArg() == 0 {

@@ -337,6 +337,12 @@ func TestErrors(t *testing.T) {
 			t.Errorf("redmap %v: exit %d, stdout %q, stderr %q; want exit %d and one line with %q", args, code, out, errs, c.code, c.want)
 		}
 	}
+	for _, h := range []string{"-h", "--help", "help"} {
+		out, errs, code := runCLI(t, srv, h)
+		if code != 0 || !strings.Contains(out, "usage: redmap") || errs != "" {
+			t.Errorf("redmap %s: exit %d, stdout %q, stderr %q; want the usage and exit 0", h, code, out, errs)
+		}
+	}
 }
 
 var metricLine = regexp.MustCompile(`(?m)^(redmap_worker_\w+)\{[^}]*\} (\S+)$`)

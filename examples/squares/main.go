@@ -42,6 +42,9 @@ func main() {
 		err = runWorker(os.Args[2:])
 	case "manager":
 		err = runManager(os.Args[2:])
+	case "-h", "-help", "--help", "help":
+		fmt.Println(usageLine)
+		return
 	default:
 		usage()
 	}
@@ -51,8 +54,10 @@ func main() {
 	}
 }
 
+const usageLine = "usage: squares worker [-queue Q] [-concurrency N] | squares manager -n N [-queue Q]; squares worker -h lists the worker's flags"
+
 func usage() {
-	fmt.Fprintln(os.Stderr, "usage: squares worker [-queue Q] [-concurrency N] | squares manager -n N [-queue Q]")
+	fmt.Fprintln(os.Stderr, usageLine)
 	os.Exit(2)
 }
 
