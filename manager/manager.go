@@ -222,18 +222,24 @@ func (m *Manager) withdraw(tids []string) {
 	}
 }
 
-// ready checks, before the manager's first submit, that Redis lets it run
-// every command redmap needs (rdb.Probe), so that a missing ACL permission
-// fails Submit with an error naming the command instead of failing a rare
-// path later. Once it has passed it costs nothing.
+// ready checks, before the manager's first submit, that Redis answers within
+// startTimeout, lets it run every command redmap needs, is recent enough, and
+// cannot evict its keys (a warning if it can): see rdb.Preflight. So an
+// unreachable Redis fails Submit in seconds with ErrUnavailable, and a
+// missing ACL permission with an error naming the command, instead of a rare
+// path failing later. Once it has passed it costs nothing.
 func (m *Manager) ready(ctx context.Context) error {
 	if m.probed.Load() {
 		return nil
 	}
 	started := time.Now()
-	if err := m.rdb.Probe(ctx); err != nil {
+	if err := m.rdb.Preflight(ctx, startTimeout, m.log); err != nil {
 		return m.redisError("checking Redis", started, err)
 	}
 	m.probed.Store(true)
 	return nil
 }
+
+// startTimeout bounds how long a manager's first Submit waits for Redis to
+// answer before it fails with ErrUnavailable.
+const startTimeout = 2 * time.Second

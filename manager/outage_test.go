@@ -170,3 +170,37 @@ func dumpQueue(t *testing.T, b *bundle) {
 		t.Logf("%s %s %s", k, typ, desc)
 	}
 }
+
+// A manager's first Submit checks Redis: unreachable, it fails within
+// seconds with ErrUnavailable, having queued nothing; with a maxmemory-policy
+// that may evict redmap's keys, it warns.
+func TestSubmitChecksRedis(t *testing.T) {
+	t.Parallel()
+	c := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"})
+	defer c.Close()
+	m, err := manager.New(c, manager.Options{Queue: "nowhere"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	_, err = manager.Map(testCtx(t), m, square, ints(3))
+	t.Logf("unreachable: %v after %v", err, time.Since(start).Round(time.Millisecond))
+	if !errors.Is(err, redmap.ErrUnavailable) {
+		t.Fatalf("Map on an unreachable Redis: %v, want ErrUnavailable", err)
+	}
+	m.Close()
+
+	srv := redistest.Start(t, "--maxmemory", "100mb", "--maxmemory-policy", "allkeys-lru")
+	logs := &logRecorder{}
+	m, err = manager.New(srv.Client(t), manager.Options{Queue: "evicting", Logger: slog.New(logs)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	if _, err := manager.Submit(testCtx(t), m, square, ints(3)); err != nil {
+		t.Fatal(err)
+	}
+	if !logs.logged("maxmemory_policy=allkeys-lru") {
+		t.Fatalf("no warning of the evicting policy; logged: %q", logs.above(slog.LevelDebug))
+	}
+}

@@ -165,6 +165,12 @@ func mainWith(args []string, stdout, stderr io.Writer, hs ...redmap.Handler) err
 		}
 	}()
 
+	// A Redis that is not there, or that refuses redmap, ends the program
+	// with one line after a few seconds, rather than a worker that retries
+	// for ever having never served.
+	if err := w.rdb.Preflight(ctx, startBudget, log); err != nil {
+		return fmt.Errorf("worker: cannot serve queue %q with Redis at %s: %w", *queue, redactURL(*url), err)
+	}
 	fmt.Fprintln(stdout, "worker", w.ID())
 	log.Info("worker started", "id", w.ID(), "queue", *queue, "concurrency", w.opts.Concurrency)
 	return w.Run(ctx)
@@ -179,4 +185,15 @@ func handlerNames(hs []redmap.Handler) string {
 		}
 	}
 	return strings.Join(names, ", ")
+}
+
+// startBudget bounds how long worker.Main waits for Redis to answer at start.
+const startBudget = 5 * time.Second
+
+// redactURL returns url without its password, for messages.
+func redactURL(url string) string {
+	if opts, err := redis.ParseURL(url); err == nil {
+		return opts.Addr
+	}
+	return "?"
 }

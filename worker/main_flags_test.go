@@ -5,8 +5,10 @@ import (
 	"context"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/redmap/redmap"
+	"github.com/redmap/redmap/internal/redistest"
 )
 
 var square = redmap.Func("square", func(_ context.Context, x int) (int, error) { return x * x, nil })
@@ -43,6 +45,35 @@ func TestMainFlags(t *testing.T) {
 				t.Fatalf("stdout %q, want %q in it", stdout.String(), c.stdout)
 			case stderr.Len() > 0:
 				t.Fatalf("stderr %q: the error must be said once, by the caller", stderr.String())
+			}
+		})
+	}
+}
+
+// worker.Main ends with one clear error, having served nothing, when Redis is
+// not there (after its start budget) or refuses it (at once: a bad DB index).
+func TestMainFailsFastAtStart(t *testing.T) {
+	addr := redistest.Shared(t).Addr()
+	for _, c := range []struct {
+		url, want string
+	}{
+		{"redis://127.0.0.1:1/0", "no answer from Redis within 5s"},
+		{"redis://" + addr + "/99", "DB index is out of range"},
+	} {
+		t.Run(c.url, func(t *testing.T) {
+			var stdout, stderr bytes.Buffer
+			start := time.Now()
+			err := mainWith([]string{"-redis", c.url, "-queue", "fast", "-log-level", "error"}, &stdout, &stderr, square)
+			took := time.Since(start)
+			t.Logf("%v after %v", err, took.Round(time.Millisecond))
+			if err == nil || !strings.Contains(err.Error(), c.want) || !strings.Contains(err.Error(), "cannot serve") {
+				t.Fatalf("error %v, want one naming %q", err, c.want)
+			}
+			if strings.Contains(stdout.String(), "worker ") {
+				t.Fatal("the worker announced itself without having reached Redis")
+			}
+			if took > startBudget+5*time.Second { // a liveness bound, loose on purpose
+				t.Fatalf("took %v, past its start budget %v", took, startBudget)
 			}
 		})
 	}

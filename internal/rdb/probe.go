@@ -4,12 +4,15 @@ import (
 	"context"
 	_ "embed"
 	"errors"
+	"fmt"
+	"log/slog"
 	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 
 	"github.com/redmap/redmap"
+	"github.com/redmap/redmap/internal/backoff"
 	"github.com/redmap/redmap/internal/keys"
 )
 
@@ -120,4 +123,95 @@ func (r *RDB) PublishError(ctx context.Context, wid string, lease time.Duration,
 		p.PExpire(ctx, key, lease)
 		return nil
 	})
+}
+
+// Ping checks that Redis answers. One round trip.
+func (r *RDB) Ping(ctx context.Context) error {
+	return wrap("ping", nil, "PING", r.c.Ping(ctx).Err())
+}
+
+// ServerInfo is what redmap checks of a server before it serves.
+type ServerInfo struct {
+	Version string // redis_version, such as "7.0.15"
+	Policy  string // maxmemory_policy, such as "noeviction"
+}
+
+// MinVersion is the oldest Redis redmap runs on: LPOP with a count, which
+// take.lua uses, came in 6.2.
+const MinVersion = "6.2"
+
+// Server reads the server's version and maxmemory policy with INFO; a user
+// without INFO (it is in @dangerous) gets a *redmap.CommandError, which
+// callers may ignore: the check is advice. One round trip.
+func (r *RDB) Server(ctx context.Context) (ServerInfo, error) {
+	var s ServerInfo
+	info, err := r.c.Info(ctx).Result()
+	if err != nil {
+		return s, wrap("server info", nil, "INFO", err)
+	}
+	for line := range strings.Lines(info) {
+		k, v, ok := strings.Cut(strings.TrimSpace(line), ":")
+		switch {
+		case !ok:
+		case k == "redis_version":
+			s.Version = v
+		case k == "maxmemory_policy":
+			s.Policy = v
+		}
+	}
+	return s, nil
+}
+
+// TooOld reports whether version is older than MinVersion.
+func TooOld(version string) bool {
+	var maj, min int
+	if _, err := fmt.Sscanf(version, "%d.%d", &maj, &min); err != nil {
+		return false // not a version we can read: let the commands say
+	}
+	return maj < 6 || maj == 6 && min < 2
+}
+
+// Preflight is what a worker or a manager checks before it serves: that Redis
+// answers (trying again, with backoff, for up to budget: 0 for one try), that
+// it allows every command redmap needs (Probe), that it is recent enough, and
+// that its maxmemory-policy cannot evict redmap's keys (a warning on log if
+// it can). A refusal (a bad DB index, a missing permission) is returned at
+// once as a *redmap.CommandError; an unreachable Redis, once budget is spent.
+func (r *RDB) Preflight(ctx context.Context, budget time.Duration, log *slog.Logger) error {
+	deadline := time.Now().Add(budget)
+	var bo backoff.Backoff
+	for {
+		pctx, cancel := context.WithTimeout(ctx, max(min(time.Until(deadline), 2*time.Second), time.Second))
+		err := r.Ping(pctx)
+		cancel()
+		if err == nil {
+			break
+		}
+		if Refused(err) || ctx.Err() != nil {
+			return err
+		}
+		if time.Now().After(deadline) {
+			// go-redis retries a refused dial until the deadline, so the
+			// error is often only that: say what it means.
+			return fmt.Errorf("no answer from Redis within %v (%v)", max(budget, time.Second), err)
+		}
+		log.Info("Redis does not answer yet; trying again", "err", err)
+		if !bo.Wait(ctx) {
+			return err
+		}
+	}
+	if err := r.Probe(ctx); err != nil {
+		return err
+	}
+	s, err := r.Server(ctx)
+	switch {
+	case err != nil:
+		log.Debug("cannot read the server's version and maxmemory-policy; not checked", "err", err)
+	case TooOld(s.Version):
+		return &redmap.CommandError{Op: "checking Redis", Reply: "Redis " + s.Version + " is older than " + MinVersion + ", which redmap needs", Kind: redmap.ErrRefused}
+	case s.Policy != "noeviction":
+		log.Warn("Redis's maxmemory-policy may evict redmap's keys when memory is full, and work would be lost and redone; set maxmemory-policy noeviction",
+			"maxmemory_policy", s.Policy)
+	}
+	return nil
 }
