@@ -51,6 +51,10 @@ type Batch[Out any] struct {
 	// delivered. The feeder submits more only while both are under the
 	// manager's bounds.
 	inflight, inflightBytes int
+
+	waiting  string    // why the batch does not advance (no live worker serves it), or ""
+	unserved time.Time // since when no live worker serves it, or zero
+	stopped  error     // set when the waiting elements were failed: the feeder fails the rest
 }
 
 // chunk is one task of a batch: count elements from start, size bytes of
@@ -305,6 +309,51 @@ func (b *Batch[Out]) abort(err error) {
 	b.mu.Unlock()
 	b.m.withdraw(tids)
 	b.release()
+}
+
+// function returns the batch's function name, and whether the batch is on
+// the public queue (a private one has its own worker, checked at Submit).
+func (b *Batch[Out]) function() (string, bool) { return b.fn, b.worker == "" }
+
+// served records whether, at now, some live worker serves the batch's
+// function; why says what it means if none does. It reports whether the
+// batch just began to wait, and whether it has waited past timeout (never,
+// if timeout is negative).
+func (b *Batch[Out]) served(ok bool, now time.Time, timeout time.Duration, why string) (began, expired bool) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if ok {
+		b.unserved, b.waiting = time.Time{}, ""
+		return false, false
+	}
+	if b.unserved.IsZero() {
+		b.unserved, b.waiting = now, why
+		began = true
+	}
+	return began, timeout >= 0 && now.Sub(b.unserved) >= timeout
+}
+
+// failWaiting fails, with cause, every element that has no outcome yet: it
+// withdraws the batch's outstanding tasks, fails their chunks, and makes the
+// feeder fail what it has not submitted.
+func (b *Batch[Out]) failWaiting(cause error) {
+	b.mu.Lock()
+	b.stopped = cause
+	var open []int
+	var tids []string
+	for ci, c := range b.chunks {
+		if !c.over {
+			open = append(open, ci)
+			if c.tid != "" {
+				tids = append(tids, c.tid)
+			}
+		}
+	}
+	b.mu.Unlock()
+	b.m.withdraw(tids)
+	for _, ci := range open {
+		b.fail(ci, 0, cause)
+	}
 }
 
 // snapshot is Progress for the manager's untyped view.

@@ -118,6 +118,7 @@ func (m *Manager) reconcile(ctx context.Context) {
 		m.renewHolds(ctx)
 		m.renewAt = time.Now().Add(m.opts.KeyTTL / 3)
 	}
+	m.checkServed(ctx, started)
 	m.publishBatches(ctx)
 	if r, err := m.rdb.Reap(ctx); err != nil {
 		m.failedUnlessDone(ctx, "reaping dead workers", started, err)
@@ -146,6 +147,51 @@ func (m *Manager) reconcile(ctx context.Context) {
 
 // testHookChecked, if set by a test, runs after each check for lost data.
 var testHookChecked func()
+
+// checkServed looks, for each running batch of the public queue, whether
+// some live worker serves its function: one script call per Poll while
+// batches run. A batch nobody serves is announced at once (a warning, and
+// Progress.Waiting), and its waiting elements fail with ErrNoWorker once no
+// one has served it for NoWorkerTimeout.
+func (m *Manager) checkServed(ctx context.Context, started time.Time) {
+	m.mu.Lock()
+	var bs []batch
+	index := map[string]int{}
+	var names []string
+	for _, b := range m.batches {
+		name, public := b.function()
+		if !public {
+			continue
+		}
+		bs = append(bs, b)
+		if _, ok := index[name]; !ok {
+			index[name] = len(names)
+			names = append(names, name)
+		}
+	}
+	m.mu.Unlock()
+	if len(bs) == 0 {
+		return
+	}
+	served, err := m.rdb.Served(ctx, names)
+	if err != nil {
+		m.failedUnlessDone(ctx, "checking that workers serve the batches", started, err)
+		return
+	}
+	now := time.Now()
+	for _, b := range bs {
+		name, _ := b.function()
+		why := fmt.Sprintf("no live worker of queue %q serves %q (is one running with that queue and function?)", m.opts.Queue, name)
+		began, expired := b.served(served[index[name]], now, m.opts.NoWorkerTimeout, why)
+		if began {
+			m.log.Warn("a batch waits: "+why, "batch", b.snapshot().Func, "fails_after", m.opts.NoWorkerTimeout)
+		}
+		if expired {
+			m.log.Error("failing a batch nobody served: "+why, "for", m.opts.NoWorkerTimeout)
+			b.failWaiting(fmt.Errorf("%w: %s, for %v (manager.Options.NoWorkerTimeout)", redmap.ErrNoWorker, why, m.opts.NoWorkerTimeout))
+		}
+	}
+}
 
 // failedUnlessDone is failed, except that a call cut short by the manager's
 // Close is not worth a log line above debug.

@@ -82,6 +82,9 @@ type batch interface {
 	abort(err error)
 	resubmission(chunk int) (rdb.Task, string, error)
 	snapshot() Progress
+	function() (name string, public bool)
+	served(ok bool, now time.Time, timeout time.Duration, why string) (began, expired bool)
+	failWaiting(cause error)
 }
 
 // New returns a manager of client for opts.Queue and starts its result

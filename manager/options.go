@@ -17,6 +17,9 @@ const (
 	DefaultMaxInputSize = 16 << 20
 	DefaultMaxFrame     = codec.DefaultMaxFrame
 	DefaultRedisTimeout = 30 * time.Second
+	// DefaultNoWorkerTimeout is how long a batch waits for a live worker of
+	// its function when Options.NoWorkerTimeout is zero.
+	DefaultNoWorkerTimeout = time.Minute
 )
 
 // Options configure a Manager. The zero value of each field means its default.
@@ -42,6 +45,13 @@ type Options struct {
 	// RedisTimeout is how long Redis may stay unreachable before the elements
 	// still outstanding fail with ErrUnavailable. Default DefaultRedisTimeout.
 	RedisTimeout time.Duration
+	// NoWorkerTimeout is how long a batch of the public queue may wait while
+	// no live worker of the queue has registered its function: the manager
+	// checks every Poll, warns through Logger (and in Batch.Progress and
+	// redmap batches) at once, and once the wait has lasted NoWorkerTimeout,
+	// fails the batch's elements still waiting with ErrNoWorker. Negative:
+	// warn, but wait for ever. Default DefaultNoWorkerTimeout.
+	NoWorkerTimeout time.Duration
 	// PartSize is the size of the parts constant data is stored in, in
 	// bytes. Default cache.DefaultPartSize (8 MiB).
 	PartSize int
@@ -87,6 +97,9 @@ func (o Options) withDefaults() (Options, error) {
 	}
 	if o.RedisTimeout == 0 {
 		o.RedisTimeout = DefaultRedisTimeout
+	}
+	if o.NoWorkerTimeout == 0 {
+		o.NoWorkerTimeout = DefaultNoWorkerTimeout
 	}
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)

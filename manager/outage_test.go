@@ -5,14 +5,17 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 
 	"github.com/redmap/redmap"
+	"github.com/redmap/redmap/internal/keys"
 	"github.com/redmap/redmap/internal/redistest"
 	"github.com/redmap/redmap/manager"
+	"github.com/redmap/redmap/worker"
 )
 
 // Outages: whatever happens to Redis, every element of a batch ends exactly
@@ -203,4 +206,37 @@ func TestSubmitChecksRedis(t *testing.T) {
 	if !logs.logged("maxmemory_policy=allkeys-lru") {
 		t.Fatalf("no warning of the evicting policy; logged: %q", logs.above(slog.LevelDebug))
 	}
+}
+
+// A batch no live worker serves (workers started with another -queue) says
+// so at once, in the log and in its Progress, and fails with ErrNoWorker
+// once the wait has lasted NoWorkerTimeout, the unsubmitted part of the batch
+// included. (A live worker of the queue that lacks the function fails its
+// tasks with ErrUnknownFunc at once.)
+func TestNoWorkerServes(t *testing.T) {
+	b := setup(t)
+	elsewhere := *b
+	elsewhere.queue += ".typo"
+	elsewhere.worker(t, worker.Options{}, square)
+	logs := &logRecorder{}
+	m := b.manager(t, manager.Options{Poll: 50 * time.Millisecond, NoWorkerTimeout: 500 * time.Millisecond, Logger: slog.New(logs)})
+	batch, err := manager.Submit(testCtx(t), m, square, ints(10_000), manager.ChunkSize(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the batch says why it waits", func() bool { return batch.Progress().Waiting != "" })
+	t.Logf("Progress.Waiting: %s", batch.Progress().Waiting)
+	failed := everyElementEnds(t, batch, redmap.ErrNoWorker, nil)
+	if failed != 10_000 {
+		t.Fatalf("%d elements failed, want all 10000", failed)
+	}
+	_, err = batch.Wait(testCtx(t))
+	t.Logf("Wait: %.200s", err)
+	if !strings.Contains(err.Error(), `serves "square"`) || !logs.logged("a batch waits") {
+		t.Fatalf("the error or the log does not say which function nobody serves: %v", err)
+	}
+	eventually(t, "its tasks withdrawn", func() bool {
+		n, _ := b.rdb.HLen(context.Background(), keys.Tasks("redmap", b.queue, m.ID())).Result()
+		return n <= 1 // the count alone
+	})
 }

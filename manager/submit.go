@@ -366,9 +366,13 @@ func (f *feeder[Out]) run(ctx context.Context) {
 	for f.pos < f.n {
 		b.mu.Lock()
 		room := b.inflight <= windowTasks/2 && b.inflightBytes <= windowBytes/2
-		progress, finished := b.progress, b.finished()
+		progress, finished, stopped := b.progress, b.finished(), b.stopped
 		b.mu.Unlock()
 		if finished {
+			return
+		}
+		if stopped != nil {
+			b.failUnsubmitted(f.pos, f.n-f.pos, 0, stopped)
 			return
 		}
 		if !room {

@@ -270,6 +270,7 @@ type Batch struct {
 	Rate    float64 `json:"rate"`
 	ETA     float64 `json:"eta_seconds"`
 	Worker  string  `json:"worker,omitempty"`
+	Waiting string  `json:"waiting,omitempty"` // why it does not advance, as its manager sees it
 }
 
 func (c *cli) listBatches(ctx context.Context) ([]Batch, error) {
@@ -291,12 +292,13 @@ func (c *cli) listBatches(ctx context.Context) ([]Batch, error) {
 					Rate                float64
 					ETA                 time.Duration
 					Worker              string
+					Waiting             string
 				}
 				if json.Unmarshal([]byte(j), &p) != nil {
 					continue
 				}
 				out = append(out, Batch{Queue: q, Manager: mid, ID: id, Func: p.Func, Total: p.Total, Done: p.Done,
-					Failed: p.Failed, Rate: p.Rate, ETA: p.ETA.Seconds(), Worker: p.Worker})
+					Failed: p.Failed, Rate: p.Rate, ETA: p.ETA.Seconds(), Worker: p.Worker, Waiting: p.Waiting})
 			}
 		}
 	}
@@ -312,8 +314,22 @@ func (c *cli) batches(ctx context.Context) error {
 	if c.json {
 		return c.emit(orEmpty(bs))
 	}
-	c.table("QUEUE\tBATCH\tFUNC\tDONE\tFAILED\tTOTAL\tPROGRESS\tRATE/S\tETA", batchRows(bs))
+	c.table("QUEUE\tBATCH\tFUNC\tDONE\tFAILED\tTOTAL\tPROGRESS\tRATE/S\tETA\tWAITING", batchRows(bs))
 	return nil
+}
+
+// eta shows a batch's ETA to the second; under a second, as such, not "0s".
+func eta(b Batch) string {
+	d := time.Duration(b.ETA * float64(time.Second))
+	switch {
+	case b.Done >= b.Total:
+		return "-"
+	case d <= 0:
+		return "?"
+	case d < time.Second:
+		return "<1s"
+	}
+	return d.Round(time.Second).String()
 }
 
 func batchRows(bs []Batch) [][]string {
@@ -324,7 +340,7 @@ func batchRows(bs []Batch) [][]string {
 			pct = 100 * float64(b.Done) / float64(b.Total)
 		}
 		rows = append(rows, []string{b.Queue, b.ID, b.Func, strconv.Itoa(b.Done), strconv.Itoa(b.Failed), strconv.Itoa(b.Total),
-			fmt.Sprintf("%.0f%%", pct), fmt.Sprintf("%.0f", b.Rate), (time.Duration(b.ETA) * time.Second).Round(time.Second).String()})
+			fmt.Sprintf("%.0f%%", pct), fmt.Sprintf("%.0f", b.Rate), eta(b), b.Waiting})
 	}
 	return rows
 }
@@ -393,7 +409,7 @@ func (c *cli) status(ctx context.Context) error {
 	}
 	c.table("QUEUE\tWORKER\tHEARTBEAT\tRUNNING\tFUNCTIONS", wrows)
 	fmt.Fprintln(c.out)
-	c.table("QUEUE\tBATCH\tFUNC\tDONE\tFAILED\tTOTAL\tPROGRESS\tRATE/S\tETA", batchRows(bs))
+	c.table("QUEUE\tBATCH\tFUNC\tDONE\tFAILED\tTOTAL\tPROGRESS\tRATE/S\tETA\tWAITING", batchRows(bs))
 	return nil
 }
 

@@ -16,10 +16,13 @@ var (
 	givebackLua string
 	//go:embed lua/unwanted.lua
 	unwantedLua string
+	//go:embed lua/served.lua
+	servedLua string
 
 	reapScript     = newScript("reap.lua", reapLua)
 	givebackScript = newScript("giveback.lua", givebackLua)
 	unwantedScript = newScript("unwanted.lua", unwantedLua)
+	servedScript   = newScript("served.lua", servedLua)
 )
 
 // maxReap caps the dead workers one Reap handles, so one call stays short.
@@ -87,6 +90,28 @@ func (r *RDB) Unwanted(ctx context.Context, wid string, tids []string) ([]string
 	out, err := unwantedScript.Run(ctx, r.c, []string{keys.Held(r.prefix, r.queue, wid)}, args...).StringSlice()
 	if err != nil {
 		return nil, wrap("unwanted", unwantedScript, "", err)
+	}
+	return out, nil
+}
+
+// Served reports, for each of fns, whether some live worker of the queue has
+// registered it (as the workers' heartbeats publish). One script call.
+func (r *RDB) Served(ctx context.Context, fns []string) ([]bool, error) {
+	args := make([]any, 0, 1+len(fns))
+	args = append(args, r.base)
+	for _, f := range fns {
+		args = append(args, f)
+	}
+	n, err := servedScript.Run(ctx, r.c, []string{keys.Workers(r.prefix, r.queue)}, args...).Int64Slice()
+	if err != nil {
+		return nil, wrap("served", servedScript, "", err)
+	}
+	if len(n) != len(fns) {
+		return nil, fmt.Errorf("served: script returned %d answers for %d functions", len(n), len(fns))
+	}
+	out := make([]bool, len(n))
+	for i, v := range n {
+		out[i] = v == 1
 	}
 	return out, nil
 }
