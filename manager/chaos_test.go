@@ -112,8 +112,10 @@ func TestChaos(t *testing.T) {
 						t.Errorf("element %d: %d, want %d", r.Index, r.Value, r.Index*r.Index)
 					}
 				}
+				noteStall(time.Since(last))
 				if _, err := batch.Wait(bctx); err != nil && !errors.As(err, new(*redmap.BatchError)) {
 					t.Errorf("batch of %d ended with %v", n, err)
+					dumpChaos(t, st, queue, m.ID())
 				}
 				bcancel()
 				for _, k := range seen {
@@ -176,4 +178,25 @@ func TestChaos(t *testing.T) {
 	if lost.Load()+duplicated.Load()+wrong.Load()+zero.Load() != 0 {
 		t.Fatal("elements lost, duplicated, wrong or silently zero")
 	}
+}
+
+// dumpChaos logs the queue's keys as the primary has them, for a batch that
+// did not end.
+func dumpChaos(t *testing.T, st *redistest.Sentinel, queue, mid string) {
+	ctx := context.Background()
+	c := st.Client(t)
+	ks, _ := c.Keys(ctx, "redmap:{"+queue+"}:*").Result()
+	for _, k := range ks {
+		switch c.Type(ctx, k).Val() {
+		case "list":
+			t.Logf("%s list %d", k, c.LLen(ctx, k).Val())
+		case "set":
+			t.Logf("%s set %d", k, c.SCard(ctx, k).Val())
+		case "hash":
+			t.Logf("%s hash %d _=%s", k, c.HLen(ctx, k).Val(), c.HGet(ctx, k, "_").Val())
+		case "zset":
+			t.Logf("%s zset %v", k, c.ZRangeWithScores(ctx, k, 0, -1).Val())
+		}
+	}
+	t.Logf("stuck manager %s", mid)
 }

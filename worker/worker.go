@@ -323,7 +323,7 @@ func (w *Worker) fetch(ctx context.Context, slots chan struct{}, tasks chan<- jo
 			}
 			break
 		}
-		taken, err := w.rdb.Take(ctx, w.opts.ID, free)
+		taken, err := w.rdb.Take(ctx, w.opts.ID, free, w.opts.Lease)
 		for range free - len(taken) {
 			<-slots
 		}

@@ -161,14 +161,17 @@ func (t Taken) Member() string {
 
 // Take takes up to n tasks for worker wid, private list first, with their
 // payloads, in one script call; taking and recording the hold are one atomic
-// step. Tasks no longer wanted are dropped, not returned. When it returns none,
-// the worker is registered idle, and the next submit rings its bell (WaitBell).
-func (r *RDB) Take(ctx context.Context, wid string, n int) ([]Taken, error) {
+// step, and a worker Redis has lost from its workers set is registered again
+// (for lease) in it. Tasks no longer wanted are dropped, not returned. When it
+// returns none, the worker is registered idle, and the next submit rings its
+// bell (WaitBell).
+func (r *RDB) Take(ctx context.Context, wid string, n int, lease time.Duration) ([]Taken, error) {
 	ks := []string{
 		keys.Private(r.prefix, r.queue, wid), keys.Public(r.prefix, r.queue),
 		keys.Held(r.prefix, r.queue, wid), keys.Idle(r.prefix, r.queue), keys.Bell(r.prefix, r.queue, wid),
+		keys.Workers(r.prefix, r.queue),
 	}
-	vals, err := takeScript.Run(ctx, r.c, ks, r.base, n, wid).Slice()
+	vals, err := takeScript.Run(ctx, r.c, ks, r.base, n, wid, lease.Milliseconds()).Slice()
 	if err != nil {
 		return nil, wrap("take", takeScript, "", err)
 	}

@@ -63,7 +63,7 @@ func TestScriptsUseKeysLayout(t *testing.T) {
 	if got := f.c.LRange(ctx, keys.Public("rm", f.queue), 0, -1).Val(); !slices.Equal(got, ids) {
 		t.Errorf("public list holds %v, want %v", got, ids)
 	}
-	taken, err := f.r.Take(ctx, "w1", 1)
+	taken, err := f.r.Take(ctx, "w1", 1, time.Minute)
 	if err != nil || len(taken) != 1 || string(taken[0].Payload) != "payload 0" {
 		t.Fatalf("take: %v, %v", taken, err)
 	}
@@ -85,7 +85,8 @@ func TestScriptsUseKeysLayout(t *testing.T) {
 	// Every key the scripts created is one package keys names.
 	all := f.c.Keys(ctx, keys.Base("rm", f.queue)+"*").Val()
 	named := []string{tasks, keys.Results("rm", f.queue, f.mid), keys.ManagerBell("rm", f.queue, f.mid),
-		keys.Public("rm", f.queue), keys.Idle("rm", f.queue), keys.Held("rm", f.queue, "w1"), keys.Bell("rm", f.queue, "w1")}
+		keys.Public("rm", f.queue), keys.Idle("rm", f.queue), keys.Held("rm", f.queue, "w1"), keys.Bell("rm", f.queue, "w1"),
+		keys.Workers("rm", f.queue)}
 	for _, k := range all {
 		if !slices.Contains(named, k) {
 			t.Errorf("scripts created %s, which package keys does not name", k)
@@ -99,7 +100,7 @@ func TestReadResultsTrimsOnce(t *testing.T) {
 	f := setup(t)
 	ctx := context.Background()
 	ids := f.submit(t, "", 4)
-	if _, err := f.r.Take(ctx, "w", 4); err != nil {
+	if _, err := f.r.Take(ctx, "w", 4, time.Minute); err != nil {
 		t.Fatal(err)
 	}
 	var done []Done
@@ -129,7 +130,7 @@ func TestTakeReturnsPayloadsInOrderPrivateFirst(t *testing.T) {
 	pub := f.submit(t, "", 3)
 	f.mid = redmap.NewID()
 	priv := f.submit(t, "w1", 2)
-	taken, err := f.r.Take(ctx, "w1", 4)
+	taken, err := f.r.Take(ctx, "w1", 4, time.Minute)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -144,7 +145,7 @@ func TestTakeReturnsPayloadsInOrderPrivateFirst(t *testing.T) {
 		t.Fatalf("took %v, want %v", got, want)
 	}
 	// Another worker cannot see w1's private tasks, only the public one left.
-	taken, _ = f.r.Take(ctx, "w2", 10)
+	taken, _ = f.r.Take(ctx, "w2", 10, time.Minute)
 	if len(taken) != 1 || taken[0].ID != pub[2] {
 		t.Fatalf("w2 took %+v, want just %s", taken, pub[2])
 	}
@@ -156,7 +157,7 @@ func TestFinishDeliversOnce(t *testing.T) {
 	f := setup(t)
 	ctx := context.Background()
 	ids := f.submit(t, "", 1)
-	if _, err := f.r.Take(ctx, "w1", 1); err != nil {
+	if _, err := f.r.Take(ctx, "w1", 1, time.Minute); err != nil {
 		t.Fatal(err)
 	}
 	for i, want := range []int{1, 0} {
@@ -181,7 +182,7 @@ func TestTakeDropsWithdrawn(t *testing.T) {
 	if err := f.r.Cancel(ctx, f.mid, ids[:3]); err != nil {
 		t.Fatal(err)
 	}
-	taken, err := f.r.Take(ctx, "w1", 4)
+	taken, err := f.r.Take(ctx, "w1", 4, time.Minute)
 	if err != nil || len(taken) != 1 || taken[0].ID != ids[3] {
 		t.Fatalf("took %+v (%v), want only %s", taken, err, ids[3])
 	}
@@ -195,7 +196,7 @@ func TestTakeDropsWithdrawn(t *testing.T) {
 func TestIdleWorkerIsRung(t *testing.T) {
 	f := setup(t)
 	ctx := context.Background()
-	if taken, err := f.r.Take(ctx, "w1", 1); err != nil || len(taken) != 0 {
+	if taken, err := f.r.Take(ctx, "w1", 1, time.Minute); err != nil || len(taken) != 0 {
 		t.Fatalf("take from empty: %v, %v", taken, err)
 	}
 	if !f.c.SIsMember(ctx, keys.Idle("rm", f.queue), "w1").Val() {
@@ -228,7 +229,7 @@ func TestScriptsSurviveScriptFlush(t *testing.T) {
 	if err := c.ScriptFlush(ctx).Err(); err != nil {
 		t.Fatal(err)
 	}
-	taken, err := r.Take(ctx, "w", 1)
+	taken, err := r.Take(ctx, "w", 1, time.Minute)
 	if err != nil || len(taken) != 1 {
 		t.Fatalf("take after SCRIPT FLUSH: %v, %v", taken, err)
 	}
@@ -278,7 +279,7 @@ func TestFinishSkippedReleasesOnly(t *testing.T) {
 	f := setup(t)
 	ctx := context.Background()
 	ids := f.submit(t, "", 1)
-	if _, err := f.r.Take(ctx, "w1", 1); err != nil {
+	if _, err := f.r.Take(ctx, "w1", 1, time.Minute); err != nil {
 		t.Fatal(err)
 	}
 	n, err := f.r.Finish(ctx, "w1", []Done{{ID: ids[0]}, {ID: ids[0], Result: []byte("real")}})
@@ -289,7 +290,7 @@ func TestFinishSkippedReleasesOnly(t *testing.T) {
 		t.Fatalf("results %q, want just the real one", got)
 	}
 	ids = f.submit(t, "", 1) // the same id, wanted again
-	if _, err := f.r.Take(ctx, "w1", 1); err != nil {
+	if _, err := f.r.Take(ctx, "w1", 1, time.Minute); err != nil {
 		t.Fatal(err)
 	}
 	if n, err := f.r.Finish(ctx, "w1", []Done{{ID: ids[0]}}); err != nil || n != 0 {
@@ -392,3 +393,23 @@ type replyError string
 
 func (e replyError) Error() string { return string(e) }
 func (replyError) RedisError()     {}
+
+// A worker Redis lost from its workers set (a FLUSHALL since its heartbeat)
+// is registered again by its next take, so that if it dies holding what it
+// took, the reap finds it.
+func TestTakeRegistersLostWorker(t *testing.T) {
+	f := setup(t)
+	ctx := context.Background()
+	f.submit(t, "", 2)
+	workers := keys.Workers("rm", f.queue)
+	if _, err := f.r.Take(ctx, "w1", 1, 50*time.Millisecond); err != nil {
+		t.Fatal(err)
+	}
+	if f.c.ZScore(ctx, workers, "w1").Err() != nil {
+		t.Fatal("a take left its worker out of the workers set")
+	}
+	redistest.Eventually(t, "the lease lapses and the reap requeues", func() bool {
+		r, err := f.r.Reap(ctx)
+		return err == nil && r.Requeued == 1
+	})
+}

@@ -9,12 +9,18 @@
 -- runs. It is handed out alone, in a take of its own (the worker then runs it
 -- alone), so that tasks sharing a worker with a poison pill lose one attempt
 -- at most.
+-- A worker absent from the workers set (Redis lost it: a restart, FLUSHALL,
+-- a failover, since its last heartbeat) is added back, with a deadline of one
+-- lease from now, in the same step: else, killed before its next heartbeat,
+-- it would hold tasks no reap ever finds.
 -- If nothing is taken, the worker joins the idle set (and its stale bell tokens
 -- are cleared) in this same step, so no submit can slip unseen between "found
 -- nothing" and "waiting for the bell".
 -- KEYS[1] private list of the worker   KEYS[2] public list
 -- KEYS[3] held set of the worker       KEYS[4] idle set   KEYS[5] bell of the worker
+-- KEYS[6] workers sorted set (wid -> lease deadline, ms)
 -- ARGV[1] key base "<prefix>:{<queue>}:"   ARGV[2] n, at least 1   ARGV[3] worker id
+-- ARGV[4] the worker's lease, ms
 -- Returns a flat array of quadruples: task id, attempt, payload, and "!" for a
 -- task of the private list or "" for the public one.
 local base, n, wid = ARGV[1], tonumber(ARGV[2]), ARGV[3]
@@ -72,6 +78,10 @@ local function take(list, mark)
       end
     end
   end
+end
+if not redis.call('ZSCORE', KEYS[6], wid) then
+  local t = redis.call('TIME')
+  redis.call('ZADD', KEYS[6], tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) + tonumber(ARGV[4]), wid)
 end
 take(KEYS[1], '!')
 take(KEYS[2], '')
