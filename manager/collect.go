@@ -237,9 +237,17 @@ func (m *Manager) recover(ctx context.Context) {
 	m.sendMu.Lock()
 	defer m.sendMu.Unlock()
 	started := time.Now()
-	have, err := m.rdb.Submitted(ctx, m.id)
+	m.mu.Lock()
+	tids := make([]string, 0, len(m.pending))
+	for tid := range m.pending {
+		tids = append(tids, tid)
+	}
+	m.mu.Unlock()
+	// The count and what is missing come from one script call, so from one
+	// server even while a failover moves clients (see rdb.Missing).
+	missing, have, err := m.rdb.Missing(ctx, m.id, tids)
 	if err != nil {
-		m.failedUnlessDone(ctx, "checking for lost data", started, err)
+		m.failedUnlessDone(ctx, "finding lost tasks", started, err)
 		return
 	}
 	if have >= m.acked.Load() && !m.lossSeen.Load() {
@@ -247,17 +255,6 @@ func (m *Manager) recover(ctx context.Context) {
 	}
 	if err := m.restoreHolds(ctx); err != nil {
 		m.failedUnlessDone(ctx, "storing lost constants again", started, err)
-		return
-	}
-	m.mu.Lock()
-	tids := make([]string, 0, len(m.pending))
-	for tid := range m.pending {
-		tids = append(tids, tid)
-	}
-	m.mu.Unlock()
-	missing, err := m.rdb.Missing(ctx, m.id, tids)
-	if err != nil {
-		m.failedUnlessDone(ctx, "finding lost tasks", started, err)
 		return
 	}
 	byWorker := make(map[string][]rdb.Task)
@@ -279,6 +276,9 @@ func (m *Manager) recover(ctx context.Context) {
 		}
 		byWorker[wid] = append(byWorker[wid], t)
 	}
+	// Each submit checks that the count is still what the check read (or
+	// what the submit before it left): a server that lost data meanwhile, or
+	// another server, fails the check, and recovery starts over next Poll.
 	expect := have
 	for wid, tasks := range byWorker {
 		count, intact, err := m.rdb.Submit(ctx, m.id, wid, tasks, m.opts.KeyTTL, expect)
@@ -287,6 +287,7 @@ func (m *Manager) recover(ctx context.Context) {
 			return
 		}
 		if !intact {
+			m.lossSeen.Store(true)
 			m.log.Warn("Redis lost data again while the manager put back what it had lost; retrying")
 			return
 		}

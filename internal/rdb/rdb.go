@@ -122,26 +122,47 @@ func (r *RDB) Submitted(ctx context.Context, mid string) (int64, error) {
 }
 
 // Missing returns those of manager mid's tasks tids that its task set does not
-// hold: delivered (their result waits in the result list), withdrawn, or lost
-// with Redis's data. One script call per 1,000 tasks.
-func (r *RDB) Missing(ctx context.Context, mid string, tids []string) ([]string, error) {
+// hold (delivered, their result waiting in the result list; withdrawn; or
+// lost with Redis's data), and the set's count of submitted tasks (see
+// Submitted), read in the same script call as the check, one call per 1,000
+// tasks. If the count differs between calls (Redis lost data meanwhile, or
+// clients moved to another server), it returns ErrChanged.
+func (r *RDB) Missing(ctx context.Context, mid string, tids []string) ([]string, int64, error) {
 	var out []string
+	count := int64(-1)
 	ks := []string{keys.Tasks(r.prefix, r.queue, mid)}
-	for len(tids) > 0 {
+	for first := true; first || len(tids) > 0; first = false {
 		n := min(len(tids), maxGroup)
 		args := make([]any, n)
 		for i, t := range tids[:n] {
 			args[i] = t
 		}
-		got, err := missingScript.Run(ctx, r.c, ks, args...).StringSlice()
+		got, err := missingScript.Run(ctx, r.c, ks, args...).Slice()
 		if err != nil {
-			return out, wrap("check data", missingScript, "", err)
+			return out, 0, wrap("check data", missingScript, "", err)
 		}
-		out = append(out, got...)
+		c, ok := got[0].(int64)
+		if !ok {
+			return out, 0, fmt.Errorf("check data: script returned %T, not a count", got[0])
+		}
+		if count >= 0 && c != count {
+			return out, 0, ErrChanged
+		}
+		count = c
+		for _, v := range got[1:] {
+			tid, ok := v.(string)
+			if !ok {
+				return out, 0, fmt.Errorf("check data: script returned %T, not a task id", v)
+			}
+			out = append(out, tid)
+		}
 		tids = tids[n:]
 	}
-	return out, nil
+	return out, count, nil
 }
+
+// ErrChanged says that Redis's data changed under a check that needs it still.
+var ErrChanged = errors.New("redis data changed during the check")
 
 // Taken is a task a worker has taken and now holds.
 type Taken struct {

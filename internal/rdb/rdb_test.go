@@ -325,9 +325,9 @@ func TestSubmitCountsAndChecks(t *testing.T) {
 		t.Fatalf("Submitted: %d %v, want 4", n, err)
 	}
 	f.c.HDel(ctx, keys.Tasks("rm", f.queue, f.mid), redmap.TaskID(f.mid, 2))
-	missing, err := f.r.Missing(ctx, f.mid, []string{redmap.TaskID(f.mid, 1), redmap.TaskID(f.mid, 2), redmap.TaskID(f.mid, 9)})
-	if err != nil || !slices.Equal(missing, []string{redmap.TaskID(f.mid, 2), redmap.TaskID(f.mid, 9)}) {
-		t.Fatalf("Missing: %v %v", missing, err)
+	missing, count, err := f.r.Missing(ctx, f.mid, []string{redmap.TaskID(f.mid, 1), redmap.TaskID(f.mid, 2), redmap.TaskID(f.mid, 9)})
+	if err != nil || count != 4 || !slices.Equal(missing, []string{redmap.TaskID(f.mid, 2), redmap.TaskID(f.mid, 9)}) {
+		t.Fatalf("Missing: %v %d %v, want 2 ids and the count 4", missing, count, err)
 	}
 	f.c.Del(ctx, keys.Tasks("rm", f.queue, f.mid))
 	if n, err := f.r.Submitted(ctx, f.mid); n != 0 || err != nil {
