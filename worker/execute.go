@@ -23,10 +23,15 @@ func (w *Worker) execute(ctx context.Context, t rdb.Taken) rdb.Done {
 	elapsed := time.Since(start)
 	res.Nanos = elapsed.Nanoseconds()
 	w.duration.Observe(elapsed.Seconds())
-	if len(res.Fails) > 0 {
+	switch {
+	case ctx.Err() != nil:
+		// Its batch was cancelled (or its manager is gone): the function
+		// failing with "context canceled" is not its failure, and the
+		// result will be discarded.
+	case len(res.Fails) > 0:
 		w.counters.failed.Add(1)
 		w.noteFailures(fn, t.ID, res.Fails)
-	} else {
+	default:
 		w.counters.succeeded.Add(1)
 	}
 	b, err := codec.EncodeResult(res)

@@ -461,7 +461,7 @@ func (w *Worker) maintain(ctx context.Context) error {
 		return err
 	}
 	ok := true
-	if drain {
+	if drain && !w.draining.Load() {
 		w.log.Info("drain requested: taking no more tasks, exiting when idle")
 		w.stopFetch()
 	}

@@ -27,6 +27,7 @@ import (
 	"strings"
 	"text/tabwriter"
 	"time"
+	"unicode"
 
 	"github.com/redis/go-redis/v9"
 
@@ -181,9 +182,22 @@ func (c *cli) table(header string, rows [][]string) {
 	tw := tabwriter.NewWriter(c.out, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, header)
 	for _, r := range rows {
-		fmt.Fprintln(tw, strings.Join(r, "\t"))
+		cells := make([]string, len(r))
+		for i, cell := range r {
+			cells[i] = printable(cell)
+		}
+		fmt.Fprintln(tw, strings.Join(cells, "\t"))
 	}
 	tw.Flush()
+}
+
+// printable quotes a cell holding a control character (a queue name with a
+// newline or a tab, say), so that it cannot break the table.
+func printable(s string) string {
+	if strings.IndexFunc(s, unicode.IsControl) < 0 {
+		return s
+	}
+	return strconv.Quote(s)
 }
 
 // Worker is a worker as the CLI shows it.
@@ -483,24 +497,43 @@ func (c *cli) failures(ctx context.Context) error {
 	return nil
 }
 
+// drain drains the worker whose id is wid or begins with it, if only one
+// does.
 func (c *cli) drain(ctx context.Context, wid string) error {
 	ws, err := c.listWorkers(ctx)
 	if err != nil {
 		return err
 	}
+	var match []Worker
 	for _, w := range ws {
 		if w.ID == wid {
-			if err := c.admin.Drain(ctx, w.Queue, wid); err != nil {
-				return err
-			}
-			if c.json {
-				return c.emit(map[string]string{"drained": wid, "queue": w.Queue})
-			}
-			fmt.Fprintf(c.out, "draining worker %s of queue %s: it takes no more tasks and exits when idle\n", wid, w.Queue)
-			return nil
+			match = []Worker{w}
+			break
+		}
+		if strings.HasPrefix(w.ID, wid) {
+			match = append(match, w)
 		}
 	}
-	return fmt.Errorf("no worker %q", wid)
+	switch len(match) {
+	case 0:
+		return fmt.Errorf("no worker %q", wid)
+	case 1:
+	default:
+		ids := make([]string, len(match))
+		for i, w := range match {
+			ids[i] = w.ID
+		}
+		return fmt.Errorf("%q is the start of %d workers' ids (%s): give more of it", wid, len(match), strings.Join(ids, ", "))
+	}
+	w := match[0]
+	if err := c.admin.Drain(ctx, w.Queue, w.ID); err != nil {
+		return err
+	}
+	if c.json {
+		return c.emit(map[string]string{"drained": w.ID, "queue": w.Queue})
+	}
+	fmt.Fprintf(c.out, "draining worker %s of queue %s: it takes no more tasks and exits when idle\n", w.ID, w.Queue)
+	return nil
 }
 
 func (c *cli) purge(ctx context.Context, q string) error {

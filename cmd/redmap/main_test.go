@@ -44,6 +44,8 @@ var (
 		return x, nil
 	})
 	block = redmap.Func("block", func(context.Context, int) (int, error) { select {} })
+	// waitCtx runs until its batch is cancelled.
+	waitCtx = redmap.Func("waitctx", func(ctx context.Context, _ int) (int, error) { <-ctx.Done(); return 0, ctx.Err() })
 )
 
 var cliBin string
@@ -51,7 +53,7 @@ var cliBin string
 func TestMain(m *testing.M) {
 	// As a child, the test binary is a worker program made with worker.Main.
 	if os.Getenv("REDMAP_CHILD") == "worker" {
-		if err := worker.Main(os.Args[1:], square, slow, flaky, block); err != nil {
+		if err := worker.Main(os.Args[1:], square, slow, flaky, block, waitCtx); err != nil {
 			fmt.Fprintln(os.Stderr, err)
 			os.Exit(1)
 		}
@@ -234,6 +236,25 @@ func TestFailures(t *testing.T) {
 	srv, c, queue := setup(t)
 	startWorker(t, srv, queue)
 	m := newManager(t, c, queue)
+	// A cancelled batch's elements, which end with "context canceled", are
+	// not failures of the function.
+	cancelled, err := manager.Submit(context.Background(), m, waitCtx, []int{1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	redistest.Eventually(t, "the task running", func() bool {
+		var ws []Worker
+		cliJSON(t, srv, &ws, "workers", "-queue", queue)
+		return len(ws) == 1 && ws[0].Running == 1
+	})
+	cancelled.Cancel()
+	// Once it has ended, its record (if any) is flushed no later than those
+	// of the failures below.
+	redistest.Eventually(t, "the cancelled task ended", func() bool {
+		var ws []Worker
+		cliJSON(t, srv, &ws, "workers", "-queue", queue)
+		return len(ws) == 1 && ws[0].Running == 0
+	})
 	xs := make([]int, 20)
 	for i := range xs {
 		xs[i] = i
@@ -260,6 +281,9 @@ func TestFailures(t *testing.T) {
 	if g := byKind["panic"]; g.Count != 1 || !strings.Contains(g.SampleStack, "main_test.go") {
 		t.Fatalf("panic group %+v", g)
 	}
+	if len(groups) != 2 {
+		t.Fatalf("groups %+v, want the error and the panic only (a cancelled element is no failure)", groups)
+	}
 	out, _, _ := runCLI(t, srv, "failures", "-queue", queue)
 	if !strings.Contains(out, "odd input") || !strings.Contains(out, "sample stack") {
 		t.Fatalf("failures:\n%s", out)
@@ -274,7 +298,7 @@ func TestDrain(t *testing.T) {
 	if ys, err := manager.Map(context.Background(), m, square, []int{1, 2, 3}); err != nil || ys[2] != 9 {
 		t.Fatalf("map: %v %v", ys, err)
 	}
-	out, errs, code := runCLI(t, srv, "drain", w.id)
+	out, errs, code := runCLI(t, srv, "drain", w.id[:10]) // a unique prefix will do
 	if code != 0 || !strings.Contains(out, "draining worker "+w.id) {
 		t.Fatalf("drain: exit %d, %s %s", code, out, errs)
 	}
