@@ -131,18 +131,25 @@ func runManager(args []string) error {
 // progress bar on a terminal, a plain line a second otherwise (logs, CI).
 func showProgress(b *manager.Batch[int]) {
 	if term.IsTerminal(int(os.Stderr.Fd())) {
+		// The rate shown is the batch's since Submit, not the bar's own,
+		// which is absurd on its first frame.
 		bar := progressbar.NewOptions(b.Len(), progressbar.OptionSetWriter(os.Stderr),
-			progressbar.OptionSetDescription("squares"), progressbar.OptionShowCount(), progressbar.OptionShowIts(),
-			progressbar.OptionSetItsString("elements"), progressbar.OptionThrottle(100*time.Millisecond))
+			progressbar.OptionSetDescription("squares"), progressbar.OptionShowCount(),
+			progressbar.OptionThrottle(100*time.Millisecond))
+		show := func() {
+			p := b.Progress()
+			bar.Describe(fmt.Sprintf("squares %.0f elements/s", p.Rate))
+			bar.Set(p.Done)
+		}
 		for {
 			select {
 			case <-b.Done():
-				bar.Set(b.Progress().Done)
+				show()
 				bar.Finish()
 				fmt.Fprintln(os.Stderr)
 				return
 			case <-time.After(100 * time.Millisecond):
-				bar.Set(b.Progress().Done)
+				show()
 			}
 		}
 	}
@@ -154,7 +161,11 @@ func showProgress(b *manager.Batch[int]) {
 			return
 		case <-time.After(time.Second):
 			p := b.Progress()
-			fmt.Fprintf(os.Stderr, "progress: %d/%d done, %d failed, %.0f elements/s, eta %v\n", p.Done, p.Total, p.Failed, p.Rate, p.ETA.Round(time.Second))
+			eta := p.ETA.Round(time.Second).String()
+			if p.ETA < time.Second {
+				eta = "<1s"
+			}
+			fmt.Fprintf(os.Stderr, "progress: %d/%d done, %d failed, %.0f elements/s, eta %s\n", p.Done, p.Total, p.Failed, p.Rate, eta)
 		}
 	}
 }
