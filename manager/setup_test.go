@@ -14,7 +14,6 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/redmap/redmap"
-	"github.com/redmap/redmap/internal/rdb"
 	"github.com/redmap/redmap/internal/redistest"
 	"github.com/redmap/redmap/manager"
 	"github.com/redmap/redmap/worker"
@@ -27,7 +26,7 @@ var artefacts string
 func TestMain(m *testing.M) {
 	// go-redis logs the dial failures of fault tests on stderr; they are
 	// expected, and would drown the tests' own output.
-	rdb.RouteClientLogs(slog.New(slog.DiscardHandler))
+	redmap.RouteRedisLogs(slog.New(slog.DiscardHandler))
 	runChild()
 	dir, err := os.MkdirTemp("", "redmap-test-")
 	if err != nil {

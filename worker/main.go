@@ -21,7 +21,6 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/redmap/redmap"
-	"github.com/redmap/redmap/internal/rdb"
 )
 
 // Main is a complete worker program serving hs, in a few lines:
@@ -104,7 +103,7 @@ func mainWith(args []string, stdout, stderr io.Writer, hs ...redmap.Handler) err
 		return fmt.Errorf("worker: -log-level %q: want debug, info, warn or error", *logLevel)
 	}
 	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
-	rdb.RouteClientLogs(log)
+	redmap.RouteRedisLogs(log)
 	ropts, err := redis.ParseURL(*url)
 	if err != nil {
 		return fmt.Errorf("worker: -redis: %w", err)
