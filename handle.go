@@ -26,28 +26,33 @@ import (
 // inputs of type In and decode outputs of type Out; the worker uses it to run
 // the function. Build one with Func, once, in a package both sides import.
 type Handle[In, Out any] struct {
-	name string
-	sig  string
-	fn   func(context.Context, In) (Out, error)
+	name  string
+	sig   string
+	types []string // the structure of In and Out, one line per leaf
+	fn    func(context.Context, In) (Out, error)
 }
 
 // Func returns a handle for fn under name. It does not validate: an empty name
 // or a nil fn is reported by worker.Handle and by manager.Map, as an error.
 func Func[In, Out any](name string, fn func(context.Context, In) (Out, error)) *Handle[In, Out] {
-	return &Handle[In, Out]{
-		name: name,
-		sig:  fmt.Sprintf("func(%v) %v", reflect.TypeFor[In](), reflect.TypeFor[Out]()),
-		fn:   fn,
-	}
+	sig, types := signature(fmt.Sprintf("func(%v) %v", reflect.TypeFor[In](), reflect.TypeFor[Out]()),
+		map[string]reflect.Type{"In": reflect.TypeFor[In](), "Out": reflect.TypeFor[Out]()})
+	return &Handle[In, Out]{name: name, sig: sig, types: types, fn: fn}
 }
 
 // Name returns the name the function is registered under.
 func (h *Handle[In, Out]) Name() string { return h.name }
 
-// Signature returns the function's types as "func(In) Out". A worker refuses a
-// task whose handle had another signature (ErrTypeMismatch) instead of
-// decoding its inputs into the wrong types.
+// Signature returns the function's types as "func(In) Out #<fingerprint>",
+// the fingerprint hashing their structure: field names, tags and types, at
+// every depth. A worker refuses a task whose handle had another signature
+// (ErrTypeMismatch, naming the first difference) instead of decoding its
+// inputs into the wrong types.
 func (h *Handle[In, Out]) Signature() string { return h.sig }
+
+// Types returns the structure the fingerprint hashes: one line per leaf of
+// In and Out, "In.Field `tag`: type".
+func (h *Handle[In, Out]) Types() []string { return h.types }
 
 // Validate reports an empty name, a nil function, or an input or output type
 // that cannot travel: an interface with methods, which MessagePack cannot
@@ -210,6 +215,7 @@ func callOnce[In, Out any](ctx context.Context, timeout time.Duration, fn func(c
 type Handler interface {
 	Name() string
 	Signature() string
+	Types() []string
 	Validate() error
 	// DecodeConstant decodes a batch's constant data for Run.
 	DecodeConstant(b []byte) (any, error)

@@ -25,8 +25,56 @@ func TestSignatures(t *testing.T) {
 			"func(*redmap_test.doc, int) bool"},
 	}
 	for _, c := range cases {
-		if got := c.h.Signature(); got != c.want {
-			t.Errorf("%s: signature %q, want %q", c.h.Name(), got, c.want)
+		if got, _, _ := strings.Cut(c.h.Signature(), " #"); got != c.want {
+			t.Errorf("%s: signature %q, want %q and a fingerprint", c.h.Name(), c.h.Signature(), c.want)
+		}
+	}
+}
+
+// The fingerprint follows the structure, not the printed names: a field
+// renamed, retyped or retagged at any depth changes it, and the difference
+// is named; the same structure under another name does not.
+func TestFingerprint(t *testing.T) {
+	type inner struct{ N int }
+	type v1 struct {
+		ID   string
+		Text string
+		In   []inner
+	}
+	type v2 struct {
+		ID    string
+		Title string
+		In    []inner
+	}
+	type v3 struct {
+		ID   string
+		Text string
+		In   []struct{ N string }
+	}
+	type v4 struct {
+		ID   string `msgpack:"id"`
+		Text string
+		In   []inner
+	}
+	type same struct {
+		ID   string
+		Text string
+		In   []struct{ N int }
+	}
+	h1 := redmap.Func("f", func(context.Context, v1) (int, error) { return 0, nil })
+	for _, c := range []struct {
+		h    redmap.Handler
+		diff string
+	}{
+		{redmap.Func("f", func(context.Context, v2) (int, error) { return 0, nil }), "manager has In.Text (string), worker does not"},
+		{redmap.Func("f", func(context.Context, v3) (int, error) { return 0, nil }), "In.In[].N is int on manager, string on worker"},
+		{redmap.Func("f", func(context.Context, v4) (int, error) { return 0, nil }), "manager has In.ID (string), worker does not"},
+		{redmap.Func("f", func(context.Context, same) (int, error) { return 0, nil }), ""},
+	} {
+		fp1, _ := strings.CutPrefix(h1.Signature()[strings.Index(h1.Signature(), "#"):], "#")
+		fp2, _ := strings.CutPrefix(c.h.Signature()[strings.Index(c.h.Signature(), "#"):], "#")
+		if got := redmap.TypeDifference(h1.Types(), c.h.Types(), "manager", "worker"); got != c.diff || (fp1 == fp2) != (c.diff == "") {
+			t.Errorf("%s vs %s: difference %q (fingerprints %s, %s), want %q", h1.Signature(), c.h.Signature(), got, fp1, fp2, c.diff)
 		}
 	}
 }

@@ -14,25 +14,28 @@ import (
 // manager stores the constant once in the object cache (manager.MapWith);
 // each worker process fetches and decodes it once. Build one with FuncWith.
 type HandleWith[C, In, Out any] struct {
-	name string
-	sig  string
-	fn   func(context.Context, C, In) (Out, error)
+	name  string
+	sig   string
+	types []string
+	fn    func(context.Context, C, In) (Out, error)
 }
 
 // FuncWith returns a handle for fn under name; see Func.
 func FuncWith[C, In, Out any](name string, fn func(context.Context, C, In) (Out, error)) *HandleWith[C, In, Out] {
-	return &HandleWith[C, In, Out]{
-		name: name,
-		sig:  fmt.Sprintf("func(%v, %v) %v", reflect.TypeFor[C](), reflect.TypeFor[In](), reflect.TypeFor[Out]()),
-		fn:   fn,
-	}
+	sig, types := signature(fmt.Sprintf("func(%v, %v) %v", reflect.TypeFor[C](), reflect.TypeFor[In](), reflect.TypeFor[Out]()),
+		map[string]reflect.Type{"C": reflect.TypeFor[C](), "In": reflect.TypeFor[In](), "Out": reflect.TypeFor[Out]()})
+	return &HandleWith[C, In, Out]{name: name, sig: sig, types: types, fn: fn}
 }
 
 // Name returns the name the function is registered under.
 func (h *HandleWith[C, In, Out]) Name() string { return h.name }
 
-// Signature returns the function's types as "func(C, In) Out".
+// Signature returns the function's types as "func(C, In) Out #<fingerprint>";
+// see Handle.Signature.
 func (h *HandleWith[C, In, Out]) Signature() string { return h.sig }
+
+// Types returns the structure the fingerprint hashes; see Handle.Types.
+func (h *HandleWith[C, In, Out]) Types() []string { return h.types }
 
 // Validate reports an empty name, a nil function, or a type that cannot
 // travel (see Handle.Validate).

@@ -61,6 +61,7 @@ type Manager struct {
 	lossSeen atomic.Bool
 	outage   outage
 	probed   atomic.Bool // Redis allowed every command redmap needs (see ready)
+	typed    sync.Map    // signatures whose types are published (see publishTypes)
 
 	costMu  sync.Mutex
 	costs   map[string]float64 // function name → nanoseconds per element, smoothed
@@ -246,3 +247,18 @@ func (m *Manager) ready(ctx context.Context) error {
 // startTimeout bounds how long a manager's first Submit waits for Redis to
 // answer before it fails with ErrUnavailable.
 const startTimeout = 2 * time.Second
+
+// publishTypes stores the structure of a handle's types under its signature,
+// once per handle per manager, so that a worker with other types can say
+// which field differs (ErrTypeMismatch). One pipeline, on the first submit.
+func (m *Manager) publishTypes(ctx context.Context, sig string, types []string) error {
+	if _, done := m.typed.Load(sig); done {
+		return nil
+	}
+	started := time.Now()
+	if err := m.rdb.PublishTypes(ctx, sig, types); err != nil {
+		return m.redisError("publishing the types of a function", started, err)
+	}
+	m.typed.Store(sig, true)
+	return nil
+}

@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/redmap/redmap"
+	v1 "github.com/redmap/redmap/internal/typetest/v1/tasks"
+	v2 "github.com/redmap/redmap/internal/typetest/v2/tasks"
 	"github.com/redmap/redmap/manager"
 	"github.com/redmap/redmap/worker"
 )
@@ -376,5 +378,22 @@ func TestUndecodableOutputType(t *testing.T) {
 	m := b.manager(t, manager.Options{})
 	if _, err := manager.Map(testCtx(t), m, stringer, ints(3)); !errors.Is(err, redmap.ErrTypeMismatch) {
 		t.Fatalf("Map: got %v, want ErrTypeMismatch", err)
+	}
+}
+
+// A rolling deploy where the worker's tasks.Doc has other fields than the
+// manager's (both print as tasks.Doc) fails with ErrTypeMismatch naming the
+// first difference, instead of decoding into zero values.
+func TestTypeMismatchOfSameNamedTypes(t *testing.T) {
+	b := setup(t)
+	b.worker(t, worker.Options{}, v2.Count)
+	m := b.manager(t, manager.Options{})
+	out, err := manager.Map(testCtx(t), m, v1.Count, []v1.Doc{{ID: "a", Text: "two words"}})
+	t.Logf("%v", err)
+	if !errors.Is(err, redmap.ErrTypeMismatch) || !strings.Contains(err.Error(), "the manager has In.Text (string), the worker does not") {
+		t.Fatalf("got %v, %v; want ErrTypeMismatch naming In.Text", out, err)
+	}
+	if out[0] != (v1.Out{}) {
+		t.Fatalf("output %+v alongside the error, want the zero value", out[0])
 	}
 }

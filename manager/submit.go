@@ -86,7 +86,7 @@ func Submit[In, Out any](ctx context.Context, m *Manager, fn *redmap.Handle[In, 
 	if err := fn.Validate(); err != nil {
 		return nil, err
 	}
-	return submit[In, Out](ctx, m, spec{name: fn.Name(), sig: fn.Signature()}, xs, opts)
+	return submit[In, Out](ctx, m, spec{name: fn.Name(), sig: fn.Signature(), types: fn.Types()}, xs, opts)
 }
 
 // MapWith is Map for a function that takes constant data: constant is
@@ -124,7 +124,7 @@ func SubmitWith[C, In, Out any](ctx context.Context, m *Manager, fn *redmap.Hand
 	if err != nil {
 		return nil, m.redisError(fmt.Sprintf("storing the constant of %q", fn.Name()), started, err)
 	}
-	b, err := submit[In, Out](ctx, m, spec{name: fn.Name(), sig: fn.Signature(), constant: &ref, holder: holder}, xs, opts)
+	b, err := submit[In, Out](ctx, m, spec{name: fn.Name(), sig: fn.Signature(), types: fn.Types(), constant: &ref, holder: holder}, xs, opts)
 	if err != nil {
 		m.release(holder)
 		return nil, err
@@ -136,6 +136,7 @@ func SubmitWith[C, In, Out any](ctx context.Context, m *Manager, fn *redmap.Hand
 // constant and the batch's hold on it.
 type spec struct {
 	name, sig string
+	types     []string // the structure the signature fingerprints
 	constant  *cache.Ref
 	holder    string
 }
@@ -160,6 +161,9 @@ func submit[In, Out any](ctx context.Context, m *Manager, sp spec, xs []In, opts
 		return nil, err
 	}
 	if err := m.ready(ctx); err != nil {
+		return nil, err
+	}
+	if err := m.publishTypes(ctx, sp.sig, sp.types); err != nil {
 		return nil, err
 	}
 	if co.worker != "" {

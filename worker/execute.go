@@ -73,8 +73,7 @@ func (w *Worker) run(ctx context.Context, t rdb.Taken) ([]byte, []codec.Failure,
 		return whole(codec.KindUnknownFunc, "worker %s has no function %q", w.opts.ID, task.Func)
 	}
 	if h.Signature() != task.Sig {
-		return whole(codec.KindTypeMismatch, "worker %s has %q as %s, the manager called it as %s",
-			w.opts.ID, task.Func, h.Signature(), task.Sig)
+		return whole(codec.KindTypeMismatch, "%s", w.mismatch(ctx, h, task.Func, task.Sig))
 	}
 	var constant any
 	if task.Const != "" {
@@ -99,4 +98,25 @@ func (w *Worker) run(ctx context.Context, t rdb.Taken) ([]byte, []codec.Failure,
 	}
 	values, fails := h.Run(ctx, constant, task.Count, task.Input, policy)
 	return values, fails, fn
+}
+
+// mismatch says how worker's handle h differs from the one the manager
+// called name with (signature sig): the signatures, and the first field that
+// differs, from the structure the manager published (one HGET per signature,
+// remembered).
+func (w *Worker) mismatch(ctx context.Context, h redmap.Handler, name, sig string) string {
+	msg := fmt.Sprintf("worker %s has %q as %s, the manager called it as %s", w.opts.ID, name, h.Signature(), sig)
+	if d, ok := w.mismatches.Load(sig); ok {
+		return msg + d.(string)
+	}
+	theirs, err := w.rdb.Types(ctx, sig)
+	if err != nil || theirs == nil {
+		return msg // not remembered: the manager's types may be published later
+	}
+	d := ""
+	if diff := redmap.TypeDifference(theirs, h.Types(), "the manager", "the worker"); diff != "" {
+		d = ": " + diff
+	}
+	w.mismatches.Store(sig, d)
+	return msg + d
 }

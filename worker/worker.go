@@ -53,6 +53,8 @@ type Worker struct {
 	stopFetch context.CancelFunc // set by Run: stop taking tasks (drain)
 	draining  atomic.Bool
 
+	mismatches sync.Map // manager signature -> how it differs from the worker's handle
+
 	problemMu   sync.Mutex
 	problemText string // the last failed Redis call, for operators; "" when all is well
 }

@@ -90,6 +90,12 @@ func WorkerInfo(prefix, queue, wid string) string { return Base(prefix, queue) +
 // (STRING "1").
 func Drain(prefix, queue, wid string) string { return Base(prefix, queue) + "w:" + wid + ":drain" }
 
+// Types holds, per handle signature, the structure of its types as the
+// manager that submitted it sees them (HASH signature -> lines of
+// redmap.Handle.Types), so that a worker refusing a task can name the first
+// difference. Written once per handle per manager; expires after a week.
+func Types(prefix, queue string) string { return Base(prefix, queue) + "types" }
+
 // Failures holds the queue's most recent failed elements, newest last, for
 // operators (LIST of JSON records, capped).
 func Failures(prefix, queue string) string { return Base(prefix, queue) + "failures" }

@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -440,4 +441,28 @@ func (r *RDB) PublishBatches(ctx context.Context, mid string, fields []string, t
 func (r *RDB) Depth(ctx context.Context) (int64, error) {
 	n, err := r.c.LLen(ctx, keys.Public(r.prefix, r.queue)).Result()
 	return n, wrap("depth", nil, "LLEN", err)
+}
+
+// PublishTypes records the structure of a handle's types under its
+// signature, for workers that refuse its tasks to compare with. One pipeline.
+func (r *RDB) PublishTypes(ctx context.Context, sig string, types []string) error {
+	key := keys.Types(r.prefix, r.queue)
+	_, err := r.c.Pipelined(ctx, func(p redis.Pipeliner) error {
+		p.HSet(ctx, key, sig, strings.Join(types, "\n"))
+		p.PExpire(ctx, key, 7*24*time.Hour)
+		return nil
+	})
+	return wrap("publish types", nil, "HSET or PEXPIRE", err)
+}
+
+// Types returns the structure published for sig, or nil if there is none.
+func (r *RDB) Types(ctx context.Context, sig string) ([]string, error) {
+	s, err := r.c.HGet(ctx, keys.Types(r.prefix, r.queue), sig).Result()
+	if errors.Is(err, redis.Nil) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, wrap("types", nil, "HGET", err)
+	}
+	return strings.Split(s, "\n"), nil
 }
