@@ -3,6 +3,7 @@ GO        ?= go
 FUZZTIME  ?= 5s
 CHAOS     ?= 10m
 STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
+REVIVE      := github.com/mgechev/revive@v1.11.0
 FUZZ_TARGETS := FuzzDecodeTask FuzzDecodeResult FuzzDecodeElements
 
 .PHONY: help test fuzz lint bench demo chaos redis-server
@@ -20,10 +21,11 @@ fuzz: ## run every fuzz target for FUZZTIME (make fuzz FUZZTIME=5m)
 		$(GO) test ./codec -run '^$$' -fuzz "^$$t\$$" -fuzztime $(FUZZTIME) || exit 1; \
 	done
 
-lint: ## gofmt, go vet and staticcheck
+lint: ## gofmt, go vet, staticcheck, and revive (every exported name documented)
 	@out=$$(gofmt -l .); if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
 	$(GO) run $(STATICCHECK) ./...
+	$(GO) run $(REVIVE) -config revive.toml -set_exit_status ./...
 
 bench: redis-server ## run the benchmark against the hand-written baselines (make bench BENCHFLAGS=-quick)
 	$(GO) run ./bench $(BENCHFLAGS)

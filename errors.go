@@ -146,40 +146,11 @@ func (e *BatchError) Indexes() []int {
 
 // RemoteError is an error returned by a function on a worker, carried back by
 // its message; the original value and type stay on the worker.
-type RemoteError struct{ Msg string }
+type RemoteError struct {
+	Msg string // the error's message, as the function's error.Error() gave it on the worker
+}
 
 func (e *RemoteError) Error() string { return e.Msg }
-
-// causes maps each kind of failure a worker reports to its sentinel.
-var causes = map[codec.Kind]error{
-	codec.KindPanic:        ErrPanic,
-	codec.KindUnknownFunc:  ErrUnknownFunc,
-	codec.KindTypeMismatch: ErrTypeMismatch,
-	codec.KindDecode:       ErrDecode,
-	codec.KindEncode:       ErrEncode,
-	codec.KindTooLarge:     ErrTooLarge,
-	codec.KindConstMissing: ErrConstantMissing,
-	codec.KindConstCorrupt: ErrConstantCorrupt,
-	codec.KindLost:         ErrLost,
-	codec.KindTimeout:      ErrTimeout,
-}
-
-// FailureCause turns a worker's report of a failure into the error a
-// TaskError carries: the function's own error as a *RemoteError, or the
-// sentinel for its kind with the worker's message.
-func FailureCause(f codec.Failure) error {
-	if f.Kind == codec.KindError {
-		return &RemoteError{Msg: f.Msg}
-	}
-	sentinel, ok := causes[f.Kind]
-	if !ok {
-		sentinel = ErrDecode
-	}
-	if f.Msg == "" {
-		return sentinel
-	}
-	return fmt.Errorf("%w: %s", sentinel, f.Msg)
-}
 
 // Retryable marks err as worth another attempt: a function that returns
 // Retryable(err) is run again, up to the batch's attempt budget, even when

@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/redmap/redmap/codec"
+	"github.com/redmap/redmap/internal/handler"
 )
 
 // Handle is a function registered under a name. The manager uses it to submit
@@ -50,10 +51,6 @@ func (h *Handle[In, Out]) Name() string { return h.name }
 // inputs into the wrong types.
 func (h *Handle[In, Out]) Signature() string { return h.sig }
 
-// Types returns the structure the fingerprint hashes: one line per leaf of
-// In and Out, "In.Field `tag`: type".
-func (h *Handle[In, Out]) Types() []string { return h.types }
-
 // Validate reports an empty name, a nil function, or an input or output type
 // that cannot travel: an interface with methods, which MessagePack cannot
 // decode into (it has no way to know the concrete type).
@@ -79,34 +76,66 @@ func validate(name, sig string, nilFn bool, types ...reflect.Type) error {
 			return fmt.Errorf("%w: %q has type %s: %v is an interface with methods, which cannot be decoded; use a concrete type",
 				ErrTypeMismatch, name, sig, t)
 		}
+		if bad := untravelled(t, nil); bad != nil {
+			return fmt.Errorf("%w: %q has type %s: a %v cannot be encoded to travel through Redis", ErrEncode, name, sig, bad)
+		}
 	}
 	return nil
 }
 
+// untravelled returns a type inside t that MessagePack cannot encode (a
+// channel, a function, an unsafe pointer), or nil.
+func untravelled(t reflect.Type, seen []reflect.Type) reflect.Type {
+	if slices.Contains(seen, t) {
+		return nil
+	}
+	seen = append(seen, t)
+	switch t.Kind() {
+	case reflect.Chan, reflect.Func, reflect.UnsafePointer:
+		return t
+	case reflect.Pointer, reflect.Slice, reflect.Array:
+		return untravelled(t.Elem(), seen)
+	case reflect.Map:
+		if bad := untravelled(t.Key(), seen); bad != nil {
+			return bad
+		}
+		return untravelled(t.Elem(), seen)
+	case reflect.Struct:
+		for i := range t.NumField() {
+			if f := t.Field(i); f.IsExported() && f.Tag.Get("msgpack") != "-" {
+				if bad := untravelled(f.Type, seen); bad != nil {
+					return bad
+				}
+			}
+		}
+	}
+	return nil
+}
+
+func (h *Handle[In, Out]) runtime() handler.Runtime { return handleRuntime[In, Out]{h} }
+
+// handleRuntime is the worker's side of a Handle (see handler.Runtime).
+type handleRuntime[In, Out any] struct{ *Handle[In, Out] }
+
+// Types returns the structure the signature fingerprints.
+func (h handleRuntime[In, Out]) Types() []string { return h.types }
+
 // DecodeConstant reports that a Handle takes no constant data.
-func (h *Handle[In, Out]) DecodeConstant([]byte) (any, error) {
+func (h handleRuntime[In, Out]) DecodeConstant([]byte) (any, error) {
 	return nil, fmt.Errorf("redmap: %q takes no constant data", h.name)
 }
 
 // Run decodes a frame of count inputs, calls the function on each in turn and
 // returns the frame of outputs with the elements that failed. A panic in the
-// function fails its element only (ErrPanic, with the stack). Workers call
-// Run; user code has no need to. A Handle ignores constant.
-func (h *Handle[In, Out]) Run(ctx context.Context, _ any, count int, input []byte, p Policy) ([]byte, []codec.Failure) {
+// function fails its element only (ErrPanic, with the stack). A Handle
+// ignores constant.
+func (h handleRuntime[In, Out]) Run(ctx context.Context, _ any, count int, input []byte, p handler.Policy) ([]byte, []codec.Failure) {
 	return runElements(ctx, count, input, p, h.fn)
-}
-
-// Policy says how a worker runs each element of a task.
-type Policy struct {
-	Attempts int           // runs allowed per element; 0 or 1 for one run
-	Timeout  time.Duration // per run; 0 for none
-	Retry    bool          // retry any error or panic, not only Retryable errors
-	OnRetry  func()        // called before each retry, for counting; may be nil
 }
 
 // runElements is the body of every handle's Run: decode, call, encode, one
 // element at a time, so each failure stays with its element.
-func runElements[In, Out any](ctx context.Context, count int, input []byte, p Policy, fn func(context.Context, In) (Out, error)) ([]byte, []codec.Failure) {
+func runElements[In, Out any](ctx context.Context, count int, input []byte, p handler.Policy, fn func(context.Context, In) (Out, error)) ([]byte, []codec.Failure) {
 	var fails []codec.Failure
 	xs := make([]In, count)
 	decoded := count
@@ -162,7 +191,7 @@ func runElements[In, Out any](ctx context.Context, count int, input []byte, p Po
 // call runs fn on one input under policy p: a timed-out run, a Retryable
 // error, or with p.Retry any error or panic, runs again while attempts are
 // left, after a short pause. What still fails becomes a failure.
-func call[In, Out any](ctx context.Context, p Policy, fn func(context.Context, In) (Out, error), x In) (Out, *codec.Failure) {
+func call[In, Out any](ctx context.Context, p handler.Policy, fn func(context.Context, In) (Out, error), x In) (Out, *codec.Failure) {
 	for attempt := 1; ; attempt++ {
 		y, f, retryable := callOnce(ctx, p.Timeout, fn, x)
 		if f == nil {
@@ -210,21 +239,30 @@ func callOnce[In, Out any](ctx context.Context, timeout time.Duration, fn func(c
 	return y, &codec.Failure{Kind: codec.KindError, Msg: err.Error()}, IsRetryable(err)
 }
 
-// Handler is the untyped face of a Handle that a worker registers and runs.
-// Every *Handle implements it.
+// Handler is any handle, *Handle or *HandleWith, as a worker registers it
+// (worker.Worker.Handle, worker.Main). Only this package's handles implement
+// it.
 type Handler interface {
+	// Name returns the name the function is registered under.
 	Name() string
+	// Signature returns the function's types and their fingerprint.
 	Signature() string
-	Types() []string
+	// Validate reports a handle that cannot be registered or called.
 	Validate() error
-	// DecodeConstant decodes a batch's constant data for Run.
-	DecodeConstant(b []byte) (any, error)
-	// Run runs the function over a frame of count inputs, with the decoded
-	// constant data if the function takes any, under policy p.
-	Run(ctx context.Context, constant any, count int, input []byte, p Policy) ([]byte, []codec.Failure)
+	runtime() handler.Runtime
 }
 
 var (
 	_ Handler = (*Handle[int, int])(nil)
 	_ Handler = (*HandleWith[int, int, int])(nil)
 )
+
+func init() {
+	handler.Of = func(h any) (handler.Runtime, bool) {
+		x, ok := h.(Handler)
+		if !ok || x == nil {
+			return nil, false
+		}
+		return x.runtime(), true
+	}
+}

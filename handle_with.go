@@ -7,6 +7,7 @@ import (
 	"reflect"
 
 	"github.com/redmap/redmap/codec"
+	"github.com/redmap/redmap/internal/handler"
 )
 
 // HandleWith is a function that takes, besides each element, one constant
@@ -34,9 +35,6 @@ func (h *HandleWith[C, In, Out]) Name() string { return h.name }
 // see Handle.Signature.
 func (h *HandleWith[C, In, Out]) Signature() string { return h.sig }
 
-// Types returns the structure the fingerprint hashes; see Handle.Types.
-func (h *HandleWith[C, In, Out]) Types() []string { return h.types }
-
 // Validate reports an empty name, a nil function, or a type that cannot
 // travel (see Handle.Validate).
 func (h *HandleWith[C, In, Out]) Validate() error {
@@ -46,8 +44,16 @@ func (h *HandleWith[C, In, Out]) Validate() error {
 	return validate(h.name, h.sig, h.fn == nil, reflect.TypeFor[C](), reflect.TypeFor[In](), reflect.TypeFor[Out]())
 }
 
+func (h *HandleWith[C, In, Out]) runtime() handler.Runtime { return withRuntime[C, In, Out]{h} }
+
+// withRuntime is the worker's side of a HandleWith (see handler.Runtime).
+type withRuntime[C, In, Out any] struct{ *HandleWith[C, In, Out] }
+
+// Types returns the structure the signature fingerprints.
+func (h withRuntime[C, In, Out]) Types() []string { return h.types }
+
 // DecodeConstant decodes a batch's constant data as a C.
-func (h *HandleWith[C, In, Out]) DecodeConstant(b []byte) (any, error) {
+func (h withRuntime[C, In, Out]) DecodeConstant(b []byte) (any, error) {
 	c, err := codec.DecodeValue[C](b)
 	if err != nil {
 		return nil, fmt.Errorf("constant as %v: %w", reflect.TypeFor[C](), err)
@@ -56,8 +62,8 @@ func (h *HandleWith[C, In, Out]) DecodeConstant(b []byte) (any, error) {
 }
 
 // Run runs the function over a frame of count inputs with constant, which
-// must be a C (from DecodeConstant). Workers call Run.
-func (h *HandleWith[C, In, Out]) Run(ctx context.Context, constant any, count int, input []byte, p Policy) ([]byte, []codec.Failure) {
+// must be a C (from DecodeConstant).
+func (h withRuntime[C, In, Out]) Run(ctx context.Context, constant any, count int, input []byte, p handler.Policy) ([]byte, []codec.Failure) {
 	c, ok := constant.(C)
 	if !ok {
 		out := codec.NewOutputEncoder(count)

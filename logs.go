@@ -17,6 +17,7 @@ func RouteRedisLogs(log *slog.Logger) { redis.SetLogger(redisLog{log}) }
 
 type redisLog struct{ log *slog.Logger }
 
+// Printf logs one line of go-redis's at debug level.
 func (l redisLog) Printf(ctx context.Context, format string, v ...any) {
 	l.log.DebugContext(ctx, fmt.Sprintf(format, v...), "source", "go-redis")
 }

@@ -80,34 +80,3 @@ func describe(path string, t reflect.Type, seen []reflect.Type) []string {
 	}
 	return []string{path + ": " + t.Kind().String()}
 }
-
-// TypeDifference describes the first difference between two handles'
-// structures (the lines of describe): what one side has and the other lacks,
-// or a path typed differently. "" if they are the same.
-func TypeDifference(mine, theirs []string, me, them string) string {
-	split := func(l string) (string, string) { p, t, _ := strings.Cut(l, ": "); return p, t }
-	paths := func(ls []string) map[string]string {
-		m := make(map[string]string, len(ls))
-		for _, l := range ls {
-			p, t := split(l)
-			m[p] = t
-		}
-		return m
-	}
-	mp, tp := paths(mine), paths(theirs)
-	for _, l := range mine {
-		p, t := split(l)
-		switch other, ok := tp[p]; {
-		case !ok:
-			return fmt.Sprintf("%s has %s (%s), %s does not", me, p, t, them)
-		case other != t:
-			return fmt.Sprintf("%s is %s on %s, %s on %s", p, t, me, other, them)
-		}
-	}
-	for _, l := range theirs {
-		if p, t := split(l); mp[p] == "" {
-			return fmt.Sprintf("%s has %s (%s), %s does not", them, p, t, me)
-		}
-	}
-	return ""
-}

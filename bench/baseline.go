@@ -5,12 +5,11 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"github.com/redmap/redmap/internal/id"
 	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
-
-	"github.com/redmap/redmap"
 )
 
 // The baselines are minimal hand-written Redis list queues, each with results
@@ -34,7 +33,7 @@ const chunkLen = 1000
 // goroutines applying work, and returns the outputs in input order.
 func baseline(e *env, m mode, inputs [][]byte, work func([]byte) []byte) ([][]byte, error) {
 	ctx := context.Background()
-	id := redmap.NewID()[:8]
+	id := id.New()[:8]
 	in, out := "bq:"+id+":in", "bq:"+id+":out"
 	defer e.rdb.Del(ctx, in, out)
 
@@ -221,7 +220,7 @@ func unpack(m mode, msg string) []element {
 // queue and returns each round trip's time.
 func latencyBaseline(e *env, n int, work func([]byte) []byte) ([]time.Duration, error) {
 	ctx := context.Background()
-	id := redmap.NewID()[:8]
+	id := id.New()[:8]
 	in, out := "bq:"+id+":in", "bq:"+id+":out"
 	defer e.rdb.Del(ctx, in, out)
 	stop := make(chan struct{})

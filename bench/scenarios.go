@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/binary"
 	"fmt"
+	"github.com/redmap/redmap/internal/id"
 	"regexp"
 	"runtime"
 	"slices"
@@ -97,7 +98,7 @@ func (e *env) pick(full, small int) int {
 // redmapFleet starts an in-process redmap worker with hs on a fresh queue and
 // a manager for it; stop ends both.
 func (e *env) redmapFleet(hs ...redmap.Handler) (*manager.Manager, func(), error) {
-	queue := "bench-" + redmap.NewID()[:8]
+	queue := "bench-" + id.New()[:8]
 	w, err := worker.New(e.rdb, worker.Options{Queue: queue, Concurrency: e.slots})
 	if err != nil {
 		return nil, nil, err
@@ -290,7 +291,7 @@ func constant(e *env) ([]row, error) {
 		}
 		var once sync.Once
 		var cached []byte
-		key := "bq:const:" + redmap.NewID()[:8]
+		key := "bq:const:" + id.New()[:8]
 		work := func(b []byte) []byte {
 			var t []byte
 			if md == perTask {
@@ -369,7 +370,7 @@ func percentiles(d []time.Duration) (p50, p99 time.Duration) {
 func managers(e *env) ([]row, error) {
 	const k = 8
 	n := e.pick(800_000, 80_000)
-	queue := "bench-" + redmap.NewID()[:8]
+	queue := "bench-" + id.New()[:8]
 	w, err := worker.New(e.rdb, worker.Options{Queue: queue, Concurrency: e.slots})
 	if err != nil {
 		return nil, err

@@ -2,6 +2,12 @@
 // Redis once under their BLAKE3 hash, held by the batches that use them and
 // deleted when the last live holder lets go (Store), and memoized decoded in
 // each worker process (Memo).
+//
+// It is public and versioned with the module: programs other than redmap's
+// managers and workers may store and read objects with it, and the layout of
+// an object in Redis (a metadata hash and 8 MiB parts under
+// "<prefix>:obj:{<hash>}", a holders sorted set of deadlines) changes only
+// with a minor version before 1.0 and a major one after, as CHANGELOG says.
 package cache
 
 import (

@@ -6,6 +6,11 @@
 // to the server could have written, so each one checks the frame against a size
 // cap before it decodes, never trusts a length prefix further than the bytes
 // that follow it, and returns an error (never panics) on malformed input.
+//
+// It is public and versioned with the module, as the contract between
+// managers and workers of different builds: a change to a frame's layout
+// comes with a minor version before 1.0 and a major one after, as CHANGELOG
+// says, so a fleet is upgraded knowingly, never into silent misreads.
 package codec
 
 import (

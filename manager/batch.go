@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/redmap/redmap/internal/failure"
 	"iter"
 	"reflect"
 	"sort"
@@ -254,7 +255,7 @@ func (b *Batch[Out]) deliver(ci int, r *codec.Result, err error) {
 		b.m.observe(b.fn, r.Nanos, c.count)
 		for _, f := range r.Fails {
 			if f.Index == -1 {
-				b.failElements(c, r.Attempt, redmap.FailureCause(f))
+				b.failElements(c, r.Attempt, failure.Cause(f))
 				return
 			}
 		}
@@ -271,7 +272,7 @@ func (b *Batch[Out]) deliver(ci int, r *codec.Result, err error) {
 		}
 		for _, f := range r.Fails {
 			if f.Index < c.count {
-				b.failElement(c.start+f.Index, r.Attempt, redmap.FailureCause(f), f.Stack)
+				b.failElement(c.start+f.Index, r.Attempt, failure.Cause(f), f.Stack)
 			}
 		}
 	})

@@ -10,6 +10,7 @@ import (
 	"github.com/redmap/redmap"
 	"github.com/redmap/redmap/codec"
 	"github.com/redmap/redmap/internal/backoff"
+	"github.com/redmap/redmap/internal/id"
 	"github.com/redmap/redmap/internal/rdb"
 )
 
@@ -130,9 +131,10 @@ func (m *Manager) reconcile(ctx context.Context) {
 	}
 	// acked is read before Redis's count: every submit that raised acked
 	// had raised Redis's count first, so on a Redis that keeps its data the
-	// count read next is at least acked, whatever submits run meanwhile.
-	acked := m.acked.Load()
-	have, err := m.rdb.Submitted(ctx, m.id)
+	// count read next is at least acked, whatever submits run meanwhile. The
+	// epoch changes only in recovery, which no check runs beside.
+	acked, epoch := m.acked.Load(), *m.epoch.Load()
+	have, hasEpoch, err := m.rdb.Submitted(ctx, m.id)
 	if testHookChecked != nil {
 		testHookChecked()
 	}
@@ -140,7 +142,9 @@ func (m *Manager) reconcile(ctx context.Context) {
 		m.failedUnlessDone(ctx, "checking for lost data", started, err)
 		return
 	}
-	if have < acked || m.lossSeen.Load() {
+	// Before the first submit is acknowledged there is nothing to lose (and
+	// the set may not exist yet).
+	if acked > 0 && (have < acked || hasEpoch != epoch) || m.lossSeen.Load() {
 		m.recover(ctx)
 	}
 }
@@ -243,14 +247,15 @@ func (m *Manager) recover(ctx context.Context) {
 		tids = append(tids, tid)
 	}
 	m.mu.Unlock()
-	// The count and what is missing come from one script call, so from one
-	// server even while a failover moves clients (see rdb.Missing).
-	missing, have, err := m.rdb.Missing(ctx, m.id, tids)
+	// The count, the epoch and what is missing come from one script call, so
+	// from one server even while a failover moves clients (see rdb.Missing).
+	missing, have, hasEpoch, err := m.rdb.Missing(ctx, m.id, tids)
 	if err != nil {
 		m.failedUnlessDone(ctx, "finding lost tasks", started, err)
 		return
 	}
-	if have >= m.acked.Load() && !m.lossSeen.Load() {
+	acked, epoch := m.acked.Load(), *m.epoch.Load()
+	if (acked == 0 || have >= acked && hasEpoch == epoch) && !m.lossSeen.Load() {
 		return
 	}
 	if err := m.restoreHolds(ctx); err != nil {
@@ -276,12 +281,19 @@ func (m *Manager) recover(ctx context.Context) {
 		}
 		byWorker[wid] = append(byWorker[wid], t)
 	}
-	// Each submit checks that the count is still what the check read (or
-	// what the submit before it left): a server that lost data meanwhile, or
-	// another server, fails the check, and recovery starts over next Poll.
-	expect := have
+	if len(byWorker) == 0 {
+		byWorker[""] = nil // still one call: it installs the new epoch
+	}
+	// The first submit checks that the set is still as the check read it and
+	// installs a new epoch: the set's history is now the one the manager
+	// knows, and a set of any other (a primary about to be replaced, with
+	// its own history) differs from it, however its count compares. Each
+	// later submit checks what the one before it left. A set that differs
+	// makes recovery start over next Poll.
+	fresh := id.New()[:16]
+	exp := rdb.Expect{Count: have, Epoch: hasEpoch, NewEpoch: fresh}
 	for wid, tasks := range byWorker {
-		count, intact, err := m.rdb.Submit(ctx, m.id, wid, tasks, m.opts.KeyTTL, expect)
+		count, intact, err := m.rdb.Submit(ctx, m.id, wid, tasks, m.opts.KeyTTL, exp)
 		if err != nil {
 			m.failedUnlessDone(ctx, "submitting lost tasks again", started, err)
 			return
@@ -291,9 +303,10 @@ func (m *Manager) recover(ctx context.Context) {
 			m.log.Warn("Redis lost data again while the manager put back what it had lost; retrying")
 			return
 		}
-		expect = count
+		exp = rdb.Expect{Count: count, Epoch: fresh}
 	}
-	m.acked.Store(expect)
+	m.epoch.Store(&fresh)
+	m.acked.Store(exp.Count)
 	m.lossSeen.Store(false)
 	m.log.Warn("Redis lost writes of this manager; outstanding tasks it no longer held were submitted again",
 		"resubmitted", len(missing), "outstanding", len(tids), "count_in_redis", have)

@@ -4,11 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 
 	"github.com/redis/go-redis/v9"
 
 	"github.com/redmap/redmap"
-	"github.com/redmap/redmap/internal/redistest"
 	"github.com/redmap/redmap/manager"
 	"github.com/redmap/redmap/worker"
 )
@@ -21,20 +21,26 @@ var Half = redmap.Func("half", func(_ context.Context, x int) (int, error) {
 	return x / 2, nil
 })
 
+// Map returns every output in input order, and a BatchError naming each
+// element that failed.
 func ExampleMap() {
 	ctx := context.Background()
-	rdb := redis.NewClient(&redis.Options{Addr: redistest.Addr()})
+	opts, err := redis.ParseURL(os.Getenv("REDIS_URL"))
+	if err != nil {
+		panic(err)
+	}
+	rdb := redis.NewClient(opts)
 	defer rdb.Close()
 
 	// The worker side, usually another program on another machine.
-	w, _ := worker.New(rdb, worker.Options{Queue: "example"})
+	w, _ := worker.New(rdb, worker.Options{Queue: "example-map"})
 	_ = w.Handle(Half)
 	wctx, stop := context.WithCancel(ctx)
 	defer stop()
 	go w.Run(wctx)
 
 	// The manager side.
-	m, _ := manager.New(rdb, manager.Options{Queue: "example"})
+	m, _ := manager.New(rdb, manager.Options{Queue: "example-map"})
 	defer m.Close()
 
 	ys, err := manager.Map(ctx, m, Half, []int{10, 4, 7, 8})
@@ -48,4 +54,35 @@ func ExampleMap() {
 	// Output:
 	// [5 2 0 4]
 	// element 2: 7 is odd
+}
+
+// Submit returns at once; the batch's results come in completion order, and
+// Wait gives them in input order.
+func ExampleSubmit() {
+	ctx := context.Background()
+	opts, err := redis.ParseURL(os.Getenv("REDIS_URL"))
+	if err != nil {
+		panic(err)
+	}
+	rdb := redis.NewClient(opts)
+	defer rdb.Close()
+	w, _ := worker.New(rdb, worker.Options{Queue: "example-submit"})
+	_ = w.Handle(Half)
+	wctx, stop := context.WithCancel(ctx)
+	defer stop()
+	go w.Run(wctx)
+	m, _ := manager.New(rdb, manager.Options{Queue: "example-submit"})
+	defer m.Close()
+
+	batch, err := manager.Submit(ctx, m, Half, []int{2, 4, 6, 8}, manager.ChunkSize(1))
+	if err != nil {
+		panic(err)
+	}
+	sum := 0
+	for r := range batch.Results() {
+		sum += r.Value
+	}
+	ys, _ := batch.Wait(ctx)
+	fmt.Println(sum, ys, batch.Progress().Done)
+	// Output: 10 [1 2 3 4] 4
 }

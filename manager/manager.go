@@ -7,6 +7,7 @@ package manager
 import (
 	"context"
 	"errors"
+	"github.com/redmap/redmap/internal/id"
 	"log/slog"
 	"sync"
 	"sync/atomic"
@@ -59,9 +60,12 @@ type Manager struct {
 	// lossSeen is set when a submit found Redis's count below acked, and
 	// cleared when recovery has put back what was lost.
 	lossSeen atomic.Bool
-	outage   outage
-	probed   atomic.Bool // Redis allowed every command redmap needs (see ready)
-	typed    sync.Map    // signatures whose types are published (see publishTypes)
+	// epoch names the history of the manager's task set the manager knows
+	// (see submit.lua): set by its first submit, replaced by each recovery.
+	epoch  atomic.Pointer[string]
+	outage outage
+	probed atomic.Bool // Redis allowed every command redmap needs (see ready)
+	typed  sync.Map    // signatures whose types are published (see publishTypes)
 
 	costMu  sync.Mutex
 	costs   map[string]float64 // function name → nanoseconds per element, smoothed
@@ -99,13 +103,13 @@ func New(client redis.UniversalClient, opts Options) (*Manager, error) {
 	if err != nil {
 		return nil, err
 	}
-	id := redmap.NewID()
+	mid := id.New()
 	ctx, stop := context.WithCancel(context.Background())
 	m := &Manager{
-		id:      id,
+		id:      mid,
 		rdb:     rdb.New(client, opts.Prefix, opts.Queue),
 		opts:    opts,
-		log:     opts.Logger.With("manager", id, "queue", opts.Queue),
+		log:     opts.Logger.With("manager", mid, "queue", opts.Queue),
 		store:   cache.NewStore(client, opts.Prefix, opts.PartSize),
 		pending: make(map[string]pending),
 		holds:   make(map[string]hold),
@@ -114,6 +118,8 @@ func New(client redis.UniversalClient, opts Options) (*Manager, error) {
 		stop:    stop,
 		stopped: make(chan struct{}),
 	}
+	epoch := id.New()[:16]
+	m.epoch.Store(&epoch)
 	go m.collect(ctx)
 	return m, nil
 }

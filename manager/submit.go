@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/redmap/redmap/internal/id"
 	"slices"
 	"time"
 
@@ -11,6 +12,7 @@ import (
 	"github.com/redmap/redmap/cache"
 	"github.com/redmap/redmap/codec"
 	"github.com/redmap/redmap/internal/backoff"
+	"github.com/redmap/redmap/internal/handler"
 	"github.com/redmap/redmap/internal/rdb"
 )
 
@@ -86,7 +88,7 @@ func Submit[In, Out any](ctx context.Context, m *Manager, fn *redmap.Handle[In, 
 	if err := fn.Validate(); err != nil {
 		return nil, err
 	}
-	return submit[In, Out](ctx, m, spec{name: fn.Name(), sig: fn.Signature(), types: fn.Types()}, xs, opts)
+	return submit[In, Out](ctx, m, spec{name: fn.Name(), sig: fn.Signature(), types: types(fn)}, xs, opts)
 }
 
 // MapWith is Map for a function that takes constant data: constant is
@@ -124,12 +126,18 @@ func SubmitWith[C, In, Out any](ctx context.Context, m *Manager, fn *redmap.Hand
 	if err != nil {
 		return nil, m.redisError(fmt.Sprintf("storing the constant of %q", fn.Name()), started, err)
 	}
-	b, err := submit[In, Out](ctx, m, spec{name: fn.Name(), sig: fn.Signature(), types: fn.Types(), constant: &ref, holder: holder}, xs, opts)
+	b, err := submit[In, Out](ctx, m, spec{name: fn.Name(), sig: fn.Signature(), types: types(fn), constant: &ref, holder: holder}, xs, opts)
 	if err != nil {
 		m.release(holder)
 		return nil, err
 	}
 	return b, nil
+}
+
+// types returns the structure of h's types that its signature fingerprints.
+func types(h redmap.Handler) []string {
+	rt, _ := handler.Of(h)
+	return rt.Types()
 }
 
 // spec says what a batch runs: the function and, if it takes one, the
@@ -161,9 +169,6 @@ func submit[In, Out any](ctx context.Context, m *Manager, sp spec, xs []In, opts
 		return nil, err
 	}
 	if err := m.ready(ctx); err != nil {
-		return nil, err
-	}
-	if err := m.publishTypes(ctx, sp.sig, sp.types); err != nil {
 		return nil, err
 	}
 	if co.worker != "" {
@@ -213,13 +218,18 @@ func submit[In, Out any](ctx context.Context, m *Manager, sp spec, xs []In, opts
 	b.stop = context.AfterFunc(ctx, func() { b.abort(ctx.Err()) })
 	w, err := f.window()
 	if err == nil && w.bad != nil {
-		m.forget(w.tids())
 		err = w.bad
+	}
+	if err == nil {
+		// Only now that the first window is good: a refused Submit leaves
+		// nothing in Redis.
+		err = m.publishTypes(ctx, sp.sig, sp.types)
 	}
 	if err == nil {
 		err = f.submit(ctx, w)
 	}
 	if err != nil {
+		m.forget(w.tids()) // what submit did not withdraw was never sent
 		m.unlist(b.id)
 		b.stop()
 		return nil, err
@@ -279,7 +289,7 @@ func (f *feeder[Out]) window() (window, error) {
 	var w window
 	var chunks []chunk
 	add := func(end int, payload []byte) {
-		tid := redmap.TaskID(f.m.id, f.m.seq.Add(1))
+		tid := id.Task(f.m.id, f.m.seq.Add(1))
 		chunks = append(chunks, chunk{start: f.pos, count: end - f.pos, size: len(payload), tid: tid})
 		w.tasks = append(w.tasks, rdb.Task{ID: tid, Payload: payload})
 		inflight++
@@ -348,7 +358,7 @@ func (f *feeder[Out]) send(ctx context.Context, w window) error {
 		testHookSend()
 	}
 	started := time.Now()
-	count, intact, err := m.rdb.Submit(ctx, m.id, f.b.worker, w.tasks, m.opts.KeyTTL, m.acked.Load())
+	count, intact, err := m.rdb.Submit(ctx, m.id, f.b.worker, w.tasks, m.opts.KeyTTL, rdb.Expect{Count: m.acked.Load(), Epoch: *m.epoch.Load()})
 	if err != nil {
 		return m.redisError(fmt.Sprintf("submitting %q", f.b.fn), started, err)
 	}

@@ -9,6 +9,7 @@ import (
 	"github.com/redmap/redmap"
 	"github.com/redmap/redmap/cache"
 	"github.com/redmap/redmap/codec"
+	"github.com/redmap/redmap/internal/handler"
 	"github.com/redmap/redmap/internal/rdb"
 )
 
@@ -90,7 +91,7 @@ func (w *Worker) run(ctx context.Context, t rdb.Taken) ([]byte, []codec.Failure,
 			return whole(codec.KindConstMissing, "fetching constant %s: %v", ref, err)
 		}
 	}
-	policy := redmap.Policy{
+	policy := handler.Policy{
 		Attempts: task.Attempts - t.Attempt,
 		Timeout:  time.Duration(task.Timeout) * time.Millisecond,
 		Retry:    task.Retry,
@@ -104,7 +105,7 @@ func (w *Worker) run(ctx context.Context, t rdb.Taken) ([]byte, []codec.Failure,
 // called name with (signature sig): the signatures, and the first field that
 // differs, from the structure the manager published (one HGET per signature,
 // remembered).
-func (w *Worker) mismatch(ctx context.Context, h redmap.Handler, name, sig string) string {
+func (w *Worker) mismatch(ctx context.Context, h handler.Runtime, name, sig string) string {
 	msg := fmt.Sprintf("worker %s has %q as %s, the manager called it as %s", w.opts.ID, name, h.Signature(), sig)
 	if d, ok := w.mismatches.Load(sig); ok {
 		return msg + d.(string)
@@ -114,7 +115,7 @@ func (w *Worker) mismatch(ctx context.Context, h redmap.Handler, name, sig strin
 		return msg // not remembered: the manager's types may be published later
 	}
 	d := ""
-	if diff := redmap.TypeDifference(theirs, h.Types(), "the manager", "the worker"); diff != "" {
+	if diff := handler.Difference(theirs, h.Types(), "the manager", "the worker"); diff != "" {
 		d = ": " + diff
 	}
 	w.mismatches.Store(sig, d)

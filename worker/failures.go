@@ -5,20 +5,8 @@ import (
 	"time"
 
 	"github.com/redmap/redmap/codec"
+	"github.com/redmap/redmap/internal/rdb"
 )
-
-// FailureRecord is what a worker records of a failed element for operators
-// (`redmap failures`), in the queue's failure list.
-type FailureRecord struct {
-	Time   time.Time `json:"time"`
-	Worker string    `json:"worker"`
-	Task   string    `json:"task"`
-	Func   string    `json:"func"`
-	Index  int       `json:"index"` // within the task's chunk; -1 for all of it
-	Kind   string    `json:"kind"`
-	Error  string    `json:"error"`
-	Stack  string    `json:"stack,omitempty"`
-}
 
 // maxPendingFailures caps the failure records a worker keeps between
 // heartbeats; past it, it counts them but drops the records.
@@ -34,7 +22,7 @@ func (w *Worker) noteFailures(fn, tid string, fails []codec.Failure) {
 		if len(w.failures) >= maxPendingFailures {
 			return
 		}
-		b, _ := json.Marshal(FailureRecord{Time: now, Worker: w.opts.ID, Task: tid, Func: fn,
+		b, _ := json.Marshal(rdb.FailureRecord{Time: now, Worker: w.opts.ID, Task: tid, Func: fn,
 			Index: f.Index, Kind: f.Kind.String(), Error: f.Msg, Stack: f.Stack})
 		w.failures = append(w.failures, string(b))
 	}

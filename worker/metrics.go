@@ -56,12 +56,14 @@ func (w *Worker) durationWithLabels(labels prometheus.Labels) prometheus.Collect
 // collectors is a set of collectors that registers as one.
 type collectors []prometheus.Collector
 
+// Describe describes every collector's metrics.
 func (cs collectors) Describe(ch chan<- *prometheus.Desc) {
 	for _, c := range cs {
 		c.Describe(ch)
 	}
 }
 
+// Collect collects every collector's metrics.
 func (cs collectors) Collect(ch chan<- prometheus.Metric) {
 	for _, c := range cs {
 		c.Collect(ch)

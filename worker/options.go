@@ -2,13 +2,13 @@ package worker
 
 import (
 	"fmt"
+	"github.com/redmap/redmap/internal/id"
 	"log/slog"
 	"regexp"
 	"runtime"
 	"strings"
 	"time"
 
-	"github.com/redmap/redmap"
 	"github.com/redmap/redmap/cache"
 	"github.com/redmap/redmap/codec"
 )
@@ -25,9 +25,9 @@ const (
 	DefaultCacheBytes = cache.DefaultMemoBytes
 )
 
-// DefaultPrefetch is the number of tasks a worker takes ahead of its free
+// defaultPrefetch is the number of tasks a worker takes ahead of its free
 // slots when Options.Prefetch is zero: 16 per slot.
-func DefaultPrefetch(concurrency int) int { return 16 * concurrency }
+func defaultPrefetch(concurrency int) int { return 16 * concurrency }
 
 // DefaultConcurrency is the number of tasks a worker runs at once when
 // Options.Concurrency is zero: GOMAXPROCS.
@@ -49,7 +49,7 @@ type Options struct {
 	// that one round trip brings many tiny tasks. A prefetched task that
 	// waited over a millisecond is checked again before it runs (it is skipped
 	// if its batch was cancelled), and prefetched tasks not started when the
-	// worker stops go back to the queue. -1 for none. Default DefaultPrefetch.
+	// worker stops go back to the queue. -1 for none. Default: 16 per slot of Concurrency.
 	Prefetch int
 	// Heartbeat is how often the worker renews its lease. Default DefaultHeartbeat.
 	Heartbeat time.Duration
@@ -96,14 +96,14 @@ func (o Options) withDefaults() (Options, error) {
 		o.Prefix = DefaultPrefix
 	}
 	if o.ID == "" {
-		o.ID = redmap.NewID()
+		o.ID = id.New()
 	}
 	if o.Concurrency == 0 {
 		o.Concurrency = DefaultConcurrency()
 	}
 	switch o.Prefetch {
 	case 0:
-		o.Prefetch = DefaultPrefetch(o.Concurrency)
+		o.Prefetch = defaultPrefetch(o.Concurrency)
 	case -1:
 		o.Prefetch = 0
 	}

@@ -22,6 +22,7 @@ import (
 	"github.com/redmap/redmap"
 	"github.com/redmap/redmap/cache"
 	"github.com/redmap/redmap/internal/backoff"
+	"github.com/redmap/redmap/internal/handler"
 	"github.com/redmap/redmap/internal/rdb"
 )
 
@@ -34,7 +35,7 @@ type Worker struct {
 	log  *slog.Logger
 
 	mu       sync.RWMutex
-	handlers map[string]redmap.Handler
+	handlers map[string]handler.Runtime
 	running  atomic.Bool
 
 	// holding has every task the worker took and has not yet reported: the
@@ -74,7 +75,7 @@ func New(client redis.UniversalClient, opts Options) (*Worker, error) {
 		opts:     opts,
 		memo:     cache.NewMemo(cache.NewStore(client, opts.Prefix, 0), opts.CacheBytes),
 		log:      opts.Logger.With("worker", opts.ID, "queue", opts.Queue),
-		handlers: make(map[string]redmap.Handler),
+		handlers: make(map[string]handler.Runtime),
 		holding:  make(map[string]context.CancelFunc),
 		duration: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name: "redmap_worker_task_duration_seconds", Help: "Time spent running one task (all its elements).",
@@ -113,12 +114,13 @@ func (w *Worker) Handle(hs ...redmap.Handler) error {
 		seen[h.Name()] = true
 	}
 	for _, h := range hs {
-		w.handlers[h.Name()] = h
+		rt, _ := handler.Of(h)
+		w.handlers[h.Name()] = rt
 	}
 	return nil
 }
 
-func (w *Worker) handler(name string) redmap.Handler {
+func (w *Worker) handler(name string) handler.Runtime {
 	w.mu.RLock()
 	defer w.mu.RUnlock()
 	return w.handlers[name]
@@ -206,8 +208,11 @@ func (w *Worker) Run(ctx context.Context) error {
 					close(j.ran)
 				}
 				<-slots
-				if ran || d.ID != "" {
+				if ran {
 					done <- d
+				} else {
+					w.released([]rdb.Done{{ID: j.ID}})
+					w.counters.discarded.Add(1)
 				}
 			}
 		}()
@@ -274,15 +279,19 @@ type job struct {
 // waited longer costs one round trip more than its wait.
 const staleAfter = time.Millisecond
 
-// runJob runs one job and returns its result. A job that waited past
-// staleAfter and is no longer wanted is not run: it returns a result with no
-// payload, which the finish script discards while releasing the hold. A task
-// lost before (attempt above 0) may be a poison pill: it runs alone, holding
-// alone for writing, so that it takes no other task down with it.
+// runJob runs one job and returns its result to finish, or false if it has
+// none: a job that waited past staleAfter and is no longer wanted is not
+// run, and the result of one cancelled while it ran (no longer wanted) is not
+// reported. Either way the worker forgets it but Redis still has it held, and
+// the sweep of orphans (giveBack) settles it in one script on one server: put
+// back if its manager wants it after all (the check may have read a server
+// that lost data, during a failover), dropped if not. A task lost before
+// (attempt above 0) may be a poison pill: it runs alone, holding alone for
+// writing, so that it takes no other task down with it.
 func (w *Worker) runJob(ctx context.Context, j job, alone *sync.RWMutex) (rdb.Done, bool) {
 	if time.Since(j.takenAt) > staleAfter {
 		if unwanted, err := w.rdb.Unwanted(ctx, w.opts.ID, []string{j.ID}); err == nil && len(unwanted) == 1 {
-			return rdb.Done{ID: j.ID}, false
+			return rdb.Done{}, false
 		}
 	}
 	if j.Attempt > 0 {
@@ -297,6 +306,9 @@ func (w *Worker) runJob(ctx context.Context, j job, alone *sync.RWMutex) (rdb.Do
 	w.setRunning(j.ID, cancel)
 	d := w.execute(tctx, j.Taken)
 	w.setRunning(j.ID, nil)
+	if tctx.Err() != nil { // cancelled by cancelUnwanted
+		return rdb.Done{}, false
+	}
 	return d, true
 }
 

@@ -452,11 +452,7 @@ func (c *cli) failures(ctx context.Context) error {
 		}
 		by := map[string]*FailureGroup{}
 		for _, r := range recs {
-			var f struct {
-				Time             time.Time
-				Task, Func, Kind string
-				Error, Stack     string
-			}
+			var f rdb.FailureRecord
 			if json.Unmarshal([]byte(r), &f) != nil {
 				continue
 			}

@@ -8,6 +8,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"github.com/redmap/redmap/internal/id"
 	"os"
 	"strings"
 
@@ -52,7 +53,7 @@ func run() error {
 	rdb := redis.NewClient(opts)
 	defer rdb.Close()
 
-	queue := "quickstart-" + redmap.NewID()[:8]
+	queue := "quickstart-" + id.New()[:8]
 	w, err := worker.New(rdb, worker.Options{Queue: queue, Concurrency: 4})
 	if err != nil {
 		return err

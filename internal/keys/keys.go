@@ -86,7 +86,7 @@ func ObjectHolders(prefix, h string) string { return Object(prefix, h) + ":holde
 // expiring with its lease (HASH field → value).
 func WorkerInfo(prefix, queue, wid string) string { return Base(prefix, queue) + "w:" + wid + ":info" }
 
-// Drain, when set, asks worker wid to stop taking tasks and exit once idle
+// Drain is the flag that, when set, asks worker wid to stop taking tasks and exit once idle
 // (STRING "1").
 func Drain(prefix, queue, wid string) string { return Base(prefix, queue) + "w:" + wid + ":drain" }
 

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 
@@ -117,6 +118,20 @@ func (a *Admin) Batches(ctx context.Context, queue string) (map[string]map[strin
 		return nil, fmt.Errorf("batches: %w", err)
 	}
 	return out, nil
+}
+
+// FailureRecord is what a worker records of a failed element for operators
+// (redmap failures), as JSON in the queue's failure list: the worker writes
+// it, the CLI reads it.
+type FailureRecord struct {
+	Time   time.Time `json:"time"`
+	Worker string    `json:"worker"`
+	Task   string    `json:"task"`
+	Func   string    `json:"func"`
+	Index  int       `json:"index"` // within the task's chunk; -1 for all of it
+	Kind   string    `json:"kind"`
+	Error  string    `json:"error"`
+	Stack  string    `json:"stack,omitempty"`
 }
 
 // Failures returns the queue's recorded failures (JSON), oldest first.

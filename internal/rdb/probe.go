@@ -5,6 +5,7 @@ import (
 	_ "embed"
 	"errors"
 	"fmt"
+	"github.com/redmap/redmap/internal/id"
 	"log/slog"
 	"strings"
 	"time"
@@ -30,7 +31,7 @@ var (
 // list that is not empty, HMGET), and an empty MULTI/EXEC. Errors that are
 // not refusals (Redis unreachable) are returned as they are.
 func (r *RDB) Probe(ctx context.Context) error {
-	id := redmap.NewID()
+	id := id.New()
 	var refusedCmds, replies []string
 	note := func(op, cmd string, err error) error {
 		if err == nil {

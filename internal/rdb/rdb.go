@@ -70,31 +70,41 @@ type Task struct {
 	Payload []byte
 }
 
+// Expect is what a submit expects of the manager's task set (see
+// submit.lua): at least Count tasks ever submitted, under Epoch. NewEpoch, if
+// set, installs a new epoch (a recovery does).
+type Expect struct {
+	Count    int64
+	Epoch    string
+	NewEpoch string
+}
+
 // Submit stores tasks of manager mid and queues them on the public list, or
 // on worker wid's private list if wid is not empty, then wakes idle workers.
-// It costs one script call per group of up to 1,000 tasks or 8 MiB. The
+// It costs one script call per group of up to 1,000 tasks or 8 MiB (one call
+// if there are none: it then only checks, and installs a new epoch). The
 // manager's task set gets the given TTL.
 //
-// The task set counts the tasks ever submitted to it. Submit returns that
-// count after its last group, and whether each group found the count at least
-// expect (the first) or what the group before it returned (the others): if
-// not, Redis lost writes of this manager (see Submitted). expect 0 checks
-// nothing.
-func (r *RDB) Submit(ctx context.Context, mid, wid string, tasks []Task, ttl time.Duration, expect int64) (count int64, intact bool, err error) {
+// The task set counts the tasks ever submitted to it and names its history
+// with an epoch. Submit returns the count after its last group, and whether
+// each group found the set as expected (the first as exp says, the others as
+// the group before left it): if not, Redis lost writes of this manager (see
+// Submitted).
+func (r *RDB) Submit(ctx context.Context, mid, wid string, tasks []Task, ttl time.Duration, exp Expect) (count int64, intact bool, err error) {
 	list := keys.Public(r.prefix, r.queue)
 	if wid != "" {
 		list = keys.Private(r.prefix, r.queue, wid)
 	}
 	ks := []string{keys.Tasks(r.prefix, r.queue, mid), list, keys.Idle(r.prefix, r.queue)}
 	intact = true
-	for len(tasks) > 0 {
+	for first := true; first || len(tasks) > 0; first = false {
 		n, size := 0, 0
 		for n < len(tasks) && n < maxGroup && (n == 0 || size+len(tasks[n].Payload) <= maxGroupBytes) {
 			size += len(tasks[n].Payload)
 			n++
 		}
-		args := make([]any, 0, 4+2*n)
-		args = append(args, r.base, ttl.Milliseconds(), wid, expect)
+		args := make([]any, 0, 6+2*n)
+		args = append(args, r.base, ttl.Milliseconds(), wid, exp.Count, exp.Epoch, exp.NewEpoch)
 		for _, t := range tasks[:n] {
 			args = append(args, t.ID, t.Payload)
 		}
@@ -105,32 +115,45 @@ func (r *RDB) Submit(ctx context.Context, mid, wid string, tasks []Task, ttl tim
 		if len(reply) != 2 {
 			return count, false, fmt.Errorf("submit: script returned %v, not 2 integers", reply)
 		}
-		count, expect = reply[0], reply[0]
+		count = reply[0]
 		intact = intact && reply[1] == 1
+		exp.Count = count
+		if exp.NewEpoch != "" {
+			exp.Epoch, exp.NewEpoch = exp.NewEpoch, ""
+		}
 		tasks = tasks[n:]
 	}
 	return count, intact, nil
 }
 
 // Submitted returns how many tasks were ever submitted to manager mid's task
-// set, as Redis has it now: 0 if the set is gone. One HGET.
-func (r *RDB) Submitted(ctx context.Context, mid string) (int64, error) {
-	n, err := r.c.HGet(ctx, keys.Tasks(r.prefix, r.queue, mid), "_").Int64()
-	if errors.Is(err, redis.Nil) {
-		return 0, nil
+// set, as Redis has it now, and the set's epoch: 0 and "" if the set is
+// gone. One HMGET.
+func (r *RDB) Submitted(ctx context.Context, mid string) (int64, string, error) {
+	v, err := r.c.HMGet(ctx, keys.Tasks(r.prefix, r.queue, mid), "_", "_e").Result()
+	if err != nil {
+		return 0, "", wrap("check data", nil, "HMGET", err)
 	}
-	return n, wrap("check data", nil, "HGET", err)
+	cs, _ := v[0].(string)
+	epoch, _ := v[1].(string)
+	if cs == "" {
+		return 0, epoch, nil
+	}
+	n, err := strconv.ParseInt(cs, 10, 64)
+	if err != nil {
+		return 0, "", fmt.Errorf("check data: the task set's count is %q", cs)
+	}
+	return n, epoch, nil
 }
 
 // Missing returns those of manager mid's tasks tids that its task set does not
 // hold (delivered, their result waiting in the result list; withdrawn; or
-// lost with Redis's data), and the set's count of submitted tasks (see
-// Submitted), read in the same script call as the check, one call per 1,000
-// tasks. If the count differs between calls (Redis lost data meanwhile, or
+// lost with Redis's data), and the set's count of submitted tasks and epoch
+// (see Submitted), read in the same script call as the check, one call per
+// 1,000 tasks. If they differ between calls (Redis lost data meanwhile, or
 // clients moved to another server), it returns ErrChanged.
-func (r *RDB) Missing(ctx context.Context, mid string, tids []string) ([]string, int64, error) {
-	var out []string
-	count := int64(-1)
+func (r *RDB) Missing(ctx context.Context, mid string, tids []string) (missing []string, count int64, epoch string, err error) {
+	count = -1
 	ks := []string{keys.Tasks(r.prefix, r.queue, mid)}
 	for first := true; first || len(tids) > 0; first = false {
 		n := min(len(tids), maxGroup)
@@ -140,26 +163,27 @@ func (r *RDB) Missing(ctx context.Context, mid string, tids []string) ([]string,
 		}
 		got, err := missingScript.Run(ctx, r.c, ks, args...).Slice()
 		if err != nil {
-			return out, 0, wrap("check data", missingScript, "", err)
+			return missing, 0, "", wrap("check data", missingScript, "", err)
 		}
-		c, ok := got[0].(int64)
-		if !ok {
-			return out, 0, fmt.Errorf("check data: script returned %T, not a count", got[0])
+		c, ok1 := got[0].(int64)
+		e, ok2 := got[1].(string)
+		if !ok1 || !ok2 {
+			return missing, 0, "", fmt.Errorf("check data: script returned %v, not a count and an epoch", got[:2])
 		}
-		if count >= 0 && c != count {
-			return out, 0, ErrChanged
+		if count >= 0 && (c != count || e != epoch) {
+			return missing, 0, "", ErrChanged
 		}
-		count = c
-		for _, v := range got[1:] {
+		count, epoch = c, e
+		for _, v := range got[2:] {
 			tid, ok := v.(string)
 			if !ok {
-				return out, 0, fmt.Errorf("check data: script returned %T, not a task id", v)
+				return missing, 0, "", fmt.Errorf("check data: script returned %T, not a task id", v)
 			}
-			out = append(out, tid)
+			missing = append(missing, tid)
 		}
 		tids = tids[n:]
 	}
-	return out, count, nil
+	return missing, count, epoch, nil
 }
 
 // ErrChanged says that Redis's data changed under a check that needs it still.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/redmap/redmap/internal/id"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -34,7 +35,7 @@ func setup(t *testing.T) *fixture {
 	srv := redistest.Shared(t)
 	c := srv.Client(t)
 	q := redistest.Queue(t)
-	return &fixture{c: c, r: New(c, "rm", q), queue: q, mid: redmap.NewID()}
+	return &fixture{c: c, r: New(c, "rm", q), queue: q, mid: id.New()}
 }
 
 func (f *fixture) submit(t *testing.T, wid string, n int) []string {
@@ -42,10 +43,10 @@ func (f *fixture) submit(t *testing.T, wid string, n int) []string {
 	tasks := make([]Task, n)
 	ids := make([]string, n)
 	for i := range tasks {
-		ids[i] = redmap.TaskID(f.mid, uint64(i+1))
+		ids[i] = id.Task(f.mid, uint64(i+1))
 		tasks[i] = Task{ID: ids[i], Payload: []byte(fmt.Sprintf("payload %d", i))}
 	}
-	if _, _, err := f.r.Submit(context.Background(), f.mid, wid, tasks, time.Minute, 0); err != nil {
+	if _, _, err := f.r.Submit(context.Background(), f.mid, wid, tasks, time.Minute, Expect{}); err != nil {
 		t.Fatal(err)
 	}
 	return ids
@@ -128,7 +129,7 @@ func TestTakeReturnsPayloadsInOrderPrivateFirst(t *testing.T) {
 	f := setup(t)
 	ctx := context.Background()
 	pub := f.submit(t, "", 3)
-	f.mid = redmap.NewID()
+	f.mid = id.New()
 	priv := f.submit(t, "w1", 2)
 	taken, err := f.r.Take(ctx, "w1", 4, time.Minute)
 	if err != nil {
@@ -222,8 +223,8 @@ func TestScriptsSurviveScriptFlush(t *testing.T) {
 	c := srv.Client(t)
 	r := New(c, "rm", "flush")
 	ctx := context.Background()
-	mid := redmap.NewID()
-	if _, _, err := r.Submit(ctx, mid, "", []Task{{ID: redmap.TaskID(mid, 1), Payload: []byte("p")}}, time.Minute, 0); err != nil {
+	mid := id.New()
+	if _, _, err := r.Submit(ctx, mid, "", []Task{{ID: id.Task(mid, 1), Payload: []byte("p")}}, time.Minute, Expect{}); err != nil {
 		t.Fatal(err)
 	}
 	if err := c.ScriptFlush(ctx).Err(); err != nil {
@@ -310,28 +311,39 @@ func TestSubmitCountsAndChecks(t *testing.T) {
 	f := setup(t)
 	ctx := context.Background()
 	task := func(i int) []Task {
-		return []Task{{ID: redmap.TaskID(f.mid, uint64(i)), Payload: []byte("p")}}
+		return []Task{{ID: id.Task(f.mid, uint64(i)), Payload: []byte("p")}}
 	}
 	for i, c := range []struct {
-		expect, count int64
-		intact        bool
-	}{{0, 1, true}, {1, 2, true}, {2, 3, true}, {10, 4, false}} {
-		count, intact, err := f.r.Submit(ctx, f.mid, "", task(i+1), time.Minute, c.expect)
+		exp    Expect
+		count  int64
+		intact bool
+	}{
+		{Expect{0, "e1", ""}, 1, true},   // a new set takes the epoch
+		{Expect{1, "e1", ""}, 2, true},   //
+		{Expect{2, "e2", ""}, 3, false},  // another epoch: another history
+		{Expect{10, "e1", ""}, 4, false}, // fewer than expected
+		{Expect{4, "e1", "e3"}, 5, true}, // a recovery installs e3
+		{Expect{5, "e1", ""}, 6, false},  // e1 is gone
+	} {
+		count, intact, err := f.r.Submit(ctx, f.mid, "", task(i+1), time.Minute, c.exp)
 		if err != nil || count != c.count || intact != c.intact {
-			t.Fatalf("submit %d expecting %d: %d %v %v, want %d %v", i, c.expect, count, intact, err, c.count, c.intact)
+			t.Fatalf("submit %d expecting %+v: %d %v %v, want %d %v", i, c.exp, count, intact, err, c.count, c.intact)
 		}
 	}
-	if n, err := f.r.Submitted(ctx, f.mid); n != 4 || err != nil {
-		t.Fatalf("Submitted: %d %v, want 4", n, err)
+	if n, e, err := f.r.Submitted(ctx, f.mid); n != 6 || e != "e3" || err != nil {
+		t.Fatalf("Submitted: %d %q %v, want 6 e3", n, e, err)
 	}
-	f.c.HDel(ctx, keys.Tasks("rm", f.queue, f.mid), redmap.TaskID(f.mid, 2))
-	missing, count, err := f.r.Missing(ctx, f.mid, []string{redmap.TaskID(f.mid, 1), redmap.TaskID(f.mid, 2), redmap.TaskID(f.mid, 9)})
-	if err != nil || count != 4 || !slices.Equal(missing, []string{redmap.TaskID(f.mid, 2), redmap.TaskID(f.mid, 9)}) {
-		t.Fatalf("Missing: %v %d %v, want 2 ids and the count 4", missing, count, err)
+	if count, intact, err := f.r.Submit(ctx, f.mid, "", nil, time.Minute, Expect{6, "e3", "e4"}); count != 6 || !intact || err != nil {
+		t.Fatalf("a submit of no tasks: %d %v %v, want it to check and install e4", count, intact, err)
+	}
+	f.c.HDel(ctx, keys.Tasks("rm", f.queue, f.mid), id.Task(f.mid, 2))
+	missing, count, epoch, err := f.r.Missing(ctx, f.mid, []string{id.Task(f.mid, 1), id.Task(f.mid, 2), id.Task(f.mid, 9)})
+	if err != nil || count != 6 || epoch != "e4" || !slices.Equal(missing, []string{id.Task(f.mid, 2), id.Task(f.mid, 9)}) {
+		t.Fatalf("Missing: %v %d %q %v, want 2 ids, the count 6 and e4", missing, count, epoch, err)
 	}
 	f.c.Del(ctx, keys.Tasks("rm", f.queue, f.mid))
-	if n, err := f.r.Submitted(ctx, f.mid); n != 0 || err != nil {
-		t.Fatalf("Submitted of a lost set: %d %v, want 0", n, err)
+	if n, e, err := f.r.Submitted(ctx, f.mid); n != 0 || e != "" || err != nil {
+		t.Fatalf("Submitted of a lost set: %d %q %v, want 0", n, e, err)
 	}
 }
 

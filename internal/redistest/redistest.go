@@ -40,8 +40,9 @@ var shared *Server
 // missing is the one line printed when there is no redis-server to run.
 const missing = "redistest: redis-server not found in PATH; install it (Debian: apt-get install -y redis-server) or run `make test`, which installs it when it can"
 
-// Main starts the package's shared server, runs the tests, stops the server
-// and exits. Call it from TestMain.
+// Main starts the package's shared server, points REDIS_URL at it (for the
+// package's examples), runs the tests, stops the server and exits. Call it
+// from TestMain.
 func Main(m *testing.M) { os.Exit(Run(m)) }
 
 // Run is Main without the exit, for a TestMain with its own clean-up: it
@@ -53,6 +54,9 @@ func Run(m *testing.M) int {
 		return 1
 	}
 	shared = s
+	// Examples connect through REDIS_URL, as a user's program would; in
+	// tests it is this server, never one the tests did not start.
+	os.Setenv("REDIS_URL", s.URL())
 	defer os.RemoveAll(s.dir)
 	defer s.stop()
 	return m.Run()

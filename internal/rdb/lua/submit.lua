@@ -2,35 +2,50 @@
 -- then wake idle workers.
 -- The payloads are written before the ids are queued, so a worker that pops an
 -- id always finds its payload. The task set's field "_" counts the tasks ever
--- submitted to it: it only grows while Redis keeps its data, so a count below
--- what the manager has seen acknowledged tells it that Redis lost writes
--- (a restart, FLUSHALL, a failover that dropped the primary's last writes),
--- even when the set itself survived.
--- KEYS[1] task set of the manager (HASH task id -> payload; "_" -> count)
+-- submitted to it, and "_e" names its history (an epoch the manager picks;
+-- a new one after each recovery). While Redis keeps its data the count only
+-- grows and the epoch stays: a lower count than the manager was acknowledged,
+-- or another epoch (a set of a history that forked from the manager's, as
+-- after a failover with two primaries), tells the manager that Redis lost
+-- its writes.
+-- KEYS[1] task set of the manager (HASH task id -> payload; "_" -> count;
+--         "_e" -> epoch)
 -- KEYS[2] list to queue on: the public list, or one worker's private list
 -- KEYS[3] idle set of the queue
 -- ARGV[1] key base "<prefix>:{<queue>}:"
 -- ARGV[2] TTL of the manager's keys, ms
 -- ARGV[3] the worker id of the private list, or "" for the public list
 -- ARGV[4] the count the manager expects at least (0: no check)
--- ARGV[5], ARGV[6], ...: task id, payload, task id, payload, ...
+-- ARGV[5] the epoch the manager expects; set if the set has none
+-- ARGV[6] a new epoch to install (recovery), or ""
+-- ARGV[7], ARGV[8], ...: task id, payload, task id, payload, ... (may be none)
 -- Returns {the count after this submit; 1 if the count before it was at
--- least ARGV[4], else 0}.
-local base, ttl, wid, expect = ARGV[1], ARGV[2], ARGV[3], tonumber(ARGV[4])
+-- least ARGV[4] and the epoch was ARGV[5] (or none), else 0}.
+local base, ttl, wid, expect, epoch, fresh = ARGV[1], ARGV[2], ARGV[3], tonumber(ARGV[4]), ARGV[5], ARGV[6]
 local before = tonumber(redis.call('HGET', KEYS[1], '_') or '0') or 0
+local had = redis.call('HGET', KEYS[1], '_e')
+local intact = before >= expect and (not had or had == epoch)
 -- unpack in slices: Lua's stack holds a few thousand values at most.
-for i = 5, #ARGV, 1000 do
+for i = 7, #ARGV, 1000 do
   redis.call('HSET', KEYS[1], unpack(ARGV, i, math.min(i + 999, #ARGV)))
 end
 local ids = {}
-for i = 5, #ARGV, 2 do
+for i = 7, #ARGV, 2 do
   ids[#ids + 1] = ARGV[i]
 end
 local after = redis.call('HINCRBY', KEYS[1], '_', #ids)
+if fresh ~= '' then
+  redis.call('HSET', KEYS[1], '_e', fresh)
+elseif not had then
+  redis.call('HSET', KEYS[1], '_e', epoch)
+end
+redis.call('PEXPIRE', KEYS[1], ttl)
+if #ids == 0 then
+  return {after, intact and 1 or 0}
+end
 for i = 1, #ids, 500 do
   redis.call('RPUSH', KEYS[2], unpack(ids, i, math.min(i + 499, #ids)))
 end
-redis.call('PEXPIRE', KEYS[1], ttl)
 
 local function ring(w)
   local bell = base .. 'w:' .. w .. ':bell'
@@ -44,4 +59,4 @@ else
   redis.call('SREM', KEYS[3], wid)
   ring(wid)
 end
-return {after, before >= expect and 1 or 0}
+return {after, intact and 1 or 0}

@@ -1,0 +1,71 @@
+// Package handler is the runtime side of redmap's function handles: what a
+// worker calls to run a task, and how a failure a worker reports becomes an
+// error. Package redmap implements Runtime for its handles; user code never
+// needs this package.
+package handler
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/redmap/redmap/codec"
+)
+
+// Runtime is what a worker needs of a handle.
+type Runtime interface {
+	Name() string
+	Signature() string
+	// Types is the structure the signature fingerprints, one line per leaf.
+	Types() []string
+	// DecodeConstant decodes a batch's constant data for Run.
+	DecodeConstant(b []byte) (any, error)
+	// Run runs the function over a frame of count inputs, with the decoded
+	// constant data if the function takes any, under policy p, and returns
+	// the frame of outputs and the elements that failed.
+	Run(ctx context.Context, constant any, count int, input []byte, p Policy) ([]byte, []codec.Failure)
+}
+
+// Policy says how a worker runs each element of a task.
+type Policy struct {
+	Attempts int           // runs allowed per element; 0 or 1 for one run
+	Timeout  time.Duration // per run; 0 for none
+	Retry    bool          // retry any error or panic, not only Retryable errors
+	OnRetry  func()        // called before each retry, for counting; may be nil
+}
+
+// Of returns the runtime of h, a handle of package redmap (a redmap.Handler);
+// false for anything else. Package redmap sets it.
+var Of func(h any) (Runtime, bool)
+
+// Difference describes the first difference between two handles' structures
+// (the lines of Runtime.Types): what one side has and the other lacks, or a
+// path typed differently. "" if they are the same.
+func Difference(mine, theirs []string, me, them string) string {
+	split := func(l string) (string, string) { p, t, _ := strings.Cut(l, ": "); return p, t }
+	paths := func(ls []string) map[string]string {
+		m := make(map[string]string, len(ls))
+		for _, l := range ls {
+			p, t := split(l)
+			m[p] = t
+		}
+		return m
+	}
+	mp, tp := paths(mine), paths(theirs)
+	for _, l := range mine {
+		p, t := split(l)
+		switch other, ok := tp[p]; {
+		case !ok:
+			return fmt.Sprintf("%s has %s (%s), %s does not", me, p, t, them)
+		case other != t:
+			return fmt.Sprintf("%s is %s on %s, %s on %s", p, t, me, other, them)
+		}
+	}
+	for _, l := range theirs {
+		if p, t := split(l); mp[p] == "" {
+			return fmt.Sprintf("%s has %s (%s), %s does not", them, p, t, me)
+		}
+	}
+	return ""
+}
