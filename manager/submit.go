@@ -456,7 +456,7 @@ func inputError(fn string, start int, err error) error {
 		idx += ee.Index
 		err = ee.Err
 	}
-	cause := err
+	cause := fmt.Errorf("%w (manager.Options.MaxInputSize raises the limit)", err)
 	if !errors.Is(err, redmap.ErrTooLarge) {
 		cause = fmt.Errorf("%w: %v", redmap.ErrEncode, err)
 	}

@@ -37,7 +37,7 @@ func (w *Worker) execute(ctx context.Context, t rdb.Taken) rdb.Done {
 	}
 	b, err := codec.EncodeResult(res)
 	if err == nil && len(b) > w.opts.MaxFrame {
-		err = &codec.SizeError{What: "result", Size: len(b), Limit: w.opts.MaxFrame}
+		err = fmt.Errorf("%w (worker.Options.MaxFrame raises the limit)", &codec.SizeError{What: "result", Size: len(b), Limit: w.opts.MaxFrame})
 	}
 	if err != nil {
 		kind := codec.KindEncode

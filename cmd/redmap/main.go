@@ -541,16 +541,16 @@ func (c *cli) purge(ctx context.Context, q string) error {
 		if err != nil {
 			return err
 		}
-		return fmt.Errorf("purge would drop %d queued task(s) of queue %q, failing them in their batches; run again with -yes", n, q)
+		return fmt.Errorf("purge would drop the %d queued task id(s) of queue %q, failing those still wanted in their batches; run again with -yes", n, q)
 	}
-	n, err := c.admin.Purge(ctx, q)
+	n, dropped, err := c.admin.Purge(ctx, q)
 	if err != nil {
 		return err
 	}
 	if c.json {
-		return c.emit(map[string]any{"queue": q, "purged": n})
+		return c.emit(map[string]any{"queue": q, "purged": n, "dropped": dropped})
 	}
-	fmt.Fprintf(c.out, "purged %d task(s) from queue %s\n", n, q)
+	fmt.Fprintf(c.out, "dropped %d queued task id(s) from queue %s: %d task(s) failed in their batches, %d no manager wanted any more\n", dropped, q, n, dropped-n)
 	return nil
 }
 

@@ -322,13 +322,25 @@ func TestPurge(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// A cancelled batch leaves its ids queued, no longer wanted; purge drops
+	// them too and says so, so that what it announces and does agree.
+	cancelled, err := manager.Submit(context.Background(), m, square, make([]int, 3), manager.ChunkSize(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cancelled.Cancel()
 	_, errs, code := runCLI(t, srv, "purge", queue)
-	if code != 1 || !strings.Contains(errs, "would drop 10 queued task") || !strings.Contains(errs, "-yes") || strings.Count(errs, "\n") != 1 {
+	if code != 1 || !strings.Contains(errs, "would drop the 13 queued task id(s)") || !strings.Contains(errs, "-yes") || strings.Count(errs, "\n") != 1 {
 		t.Fatalf("purge without -yes: exit %d %q", code, errs)
 	}
 	out, errs, code := runCLI(t, srv, "purge", queue, "-yes")
-	if code != 0 || !strings.Contains(out, "purged 10 task") {
+	if code != 0 || !strings.Contains(out, "dropped 13 queued task id(s)") || !strings.Contains(out, "10 task(s) failed in their batches, 3 no manager wanted") {
 		t.Fatalf("purge -yes: exit %d %q %q", code, out, errs)
+	}
+	var qs []Queue
+	cliJSON(t, srv, &qs, "status", "-queue", queue)
+	if len(qs) != 1 || qs[0].Depth != 0 {
+		t.Fatalf("status after purge: %+v, want depth 0", qs)
 	}
 	_, err = batch.Wait(context.Background())
 	var be *redmap.BatchError

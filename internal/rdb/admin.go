@@ -168,22 +168,27 @@ func (a *Admin) Queued(ctx context.Context, queue string) (int64, error) {
 	return n, nil
 }
 
-// Purge drops every queued task of queue, public and private, and tells
-// their managers; see lua/purge.lua. It returns how many it purged.
-func (a *Admin) Purge(ctx context.Context, queue string) (int, error) {
+// Purge drops every queued task id of queue, public and private, and tells
+// their managers; see lua/purge.lua. It returns how many tasks it failed in
+// their batches, and how many ids it dropped in all (the others were of
+// tasks no manager wanted any more).
+func (a *Admin) Purge(ctx context.Context, queue string) (purged, dropped int, err error) {
 	lists, err := a.lists(ctx, queue)
 	if err != nil {
-		return 0, err
+		return 0, 0, err
 	}
 	args := []any{keys.Base(a.prefix, queue)}
 	for _, l := range lists[1:] {
 		args = append(args, l)
 	}
-	n, err := purgeScript.Run(ctx, a.c, lists[:1], args...).Int()
+	n, err := purgeScript.Run(ctx, a.c, lists[:1], args...).Int64Slice()
 	if err != nil {
-		return 0, fmt.Errorf("purge: %w", err)
+		return 0, 0, fmt.Errorf("purge: %w", err)
 	}
-	return n, nil
+	if len(n) != 2 {
+		return 0, 0, fmt.Errorf("purge: script returned %v, not 2 integers", n)
+	}
+	return int(n[0]), int(n[1]), nil
 }
 
 // lists returns queue's public list, then its workers' private lists.

@@ -3,11 +3,14 @@
 -- Tasks already held by workers are left to finish.
 -- KEYS[1] public list   ARGV[1] key base "<prefix>:{<queue>}:"
 -- ARGV[2], ...: private lists of the queue's workers
--- Returns the number of tasks purged.
+-- Ids of tasks no manager wants any more (their batch cancelled, their
+-- manager gone) are dropped too, and counted apart.
+-- Returns {tasks purged from their batches, ids dropped in all}.
 local base = ARGV[1]
-local n = 0
+local n, ids = 0, 0
 local function purge(list)
   for _, tid in ipairs(redis.call('LRANGE', list, 0, -1)) do
+    ids = ids + 1
     local mid = string.match(tid, '^([^-]+)-')
     local m = mid and base .. 'm:' .. mid
     if m and redis.call('HEXISTS', m .. ':tasks', tid) == 1 then
@@ -27,4 +30,4 @@ purge(KEYS[1])
 for i = 2, #ARGV do
   purge(ARGV[i])
 end
-return n
+return {n, ids}
