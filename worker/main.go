@@ -75,19 +75,19 @@ func mainWith(args []string, stdout, stderr io.Writer, hs ...redmap.Handler) err
 	// The flag package would print a bad flag's error and the usage, and the
 	// caller would print the error again: it is said once, by the caller.
 	fs.SetOutput(io.Discard)
-	url := fs.String("redis", env("REDIS_URL", "redis://127.0.0.1:6379/0"), "Redis URL (TLS and ACL users come from it)")
-	queue := fs.String("queue", env("REDMAP_QUEUE", "default"), "queue to serve")
-	id := fs.String("id", env("REDMAP_WORKER_ID", ""), "worker id (default: random)")
-	concurrency := fs.Int("concurrency", int(envInt("REDMAP_CONCURRENCY")), "tasks run at once (0: GOMAXPROCS)")
-	cacheBytes := fs.Int64("cache-bytes", envInt("REDMAP_CACHE_BYTES"), "bound of the constant cache, bytes (0: 512 MiB)")
-	metricsAddr := fs.String("metrics", env("REDMAP_METRICS", ""), "address to serve Prometheus metrics on (empty: off)")
-	logLevel := fs.String("log-level", env("REDMAP_LOG_LEVEL", "info"), "debug, info, warn or error")
+	url := fs.String("redis", env("REDIS_URL", "redis://127.0.0.1:6379/0"), "Redis URL, TLS and ACL users included (env REDIS_URL)")
+	queue := fs.String("queue", env("REDMAP_QUEUE", "default"), "queue to serve (env REDMAP_QUEUE)")
+	id := fs.String("id", env("REDMAP_WORKER_ID", ""), "worker id, default random (env REDMAP_WORKER_ID)")
+	concurrency := fs.Int("concurrency", int(envInt("REDMAP_CONCURRENCY")), "tasks run at once, 0 for GOMAXPROCS (env REDMAP_CONCURRENCY)")
+	cacheBytes := fs.Int64("cache-bytes", envInt("REDMAP_CACHE_BYTES"), "bound of the constant cache in bytes, 0 for 512 MiB (env REDMAP_CACHE_BYTES)")
+	metricsAddr := fs.String("metrics", env("REDMAP_METRICS", ""), "address to serve Prometheus metrics on, empty for none (env REDMAP_METRICS)")
+	logLevel := fs.String("log-level", env("REDMAP_LOG_LEVEL", "info"), "debug, info, warn or error (env REDMAP_LOG_LEVEL)")
 	if envErr != nil {
 		return envErr
 	}
 	err := fs.Parse(args)
 	if errors.Is(err, flag.ErrHelp) {
-		fmt.Fprintf(stdout, "Usage: %s [flags]\n\nA redmap worker serving %s. Flags (each also read from the environment\nvariable in parentheses in README):\n", os.Args[0], handlerNames(hs))
+		fmt.Fprintf(stdout, "Usage: %s [flags]\n\nA redmap worker serving %s. Flags, each also read from the environment\nvariable named:\n", os.Args[0], handlerNames(hs))
 		fs.SetOutput(stdout)
 		fs.PrintDefaults()
 		return nil
