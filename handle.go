@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/redmap/redmap/codec"
+	"github.com/redmap/redmap/internal/backoff"
 	"github.com/redmap/redmap/internal/handler"
 )
 
@@ -192,6 +193,7 @@ func runElements[In, Out any](ctx context.Context, count int, input []byte, p ha
 // error, or with p.Retry any error or panic, runs again while attempts are
 // left, after a short pause. What still fails becomes a failure.
 func call[In, Out any](ctx context.Context, p handler.Policy, fn func(context.Context, In) (Out, error), x In) (Out, *codec.Failure) {
+	bo := backoff.Backoff{Min: 20 * time.Millisecond, Max: time.Second}
 	for attempt := 1; ; attempt++ {
 		y, f, retryable := callOnce(ctx, p.Timeout, fn, x)
 		if f == nil {
@@ -207,12 +209,7 @@ func call[In, Out any](ctx context.Context, p handler.Policy, fn func(context.Co
 		if p.OnRetry != nil {
 			p.OnRetry()
 		}
-		pause := time.NewTimer(min(10*time.Millisecond<<attempt, time.Second))
-		select {
-		case <-pause.C:
-		case <-ctx.Done():
-			pause.Stop()
-		}
+		bo.Wait(ctx)
 	}
 }
 

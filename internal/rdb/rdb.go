@@ -226,10 +226,13 @@ func (r *RDB) Take(ctx context.Context, wid string, n int, lease time.Duration) 
 	}
 	taken := make([]Taken, 0, len(vals)/4)
 	for i := 0; i < len(vals); i += 4 {
-		id, _ := vals[i].(string)
-		attempt, _ := strconv.Atoi(fmt.Sprint(vals[i+1]))
-		payload, _ := vals[i+2].(string)
-		mark, _ := vals[i+3].(string)
+		id, ok1 := vals[i].(string)
+		attempt, err := strconv.Atoi(fmt.Sprint(vals[i+1]))
+		payload, ok2 := vals[i+2].(string)
+		mark, ok3 := vals[i+3].(string)
+		if !ok1 || err != nil || !ok2 || !ok3 {
+			return nil, fmt.Errorf("take: script returned %T %v %T %T, not a task id, attempt, payload and mark", vals[i], vals[i+1], vals[i+2], vals[i+3])
+		}
 		taken = append(taken, Taken{ID: id, Attempt: attempt, Payload: []byte(payload), Private: mark == "!"})
 	}
 	return taken, nil

@@ -1,7 +1,8 @@
 -- release.lua: drop a hold on a cached object; delete the object when no live
 -- holder is left. Expired holds are pruned first, by the Redis clock, so a
 -- holder that died does not keep the object alive. Adding a hold (hold.lua,
--- commit.lua) and this are atomic, so a held object is never deleted.
+-- alone, or as the last step of an upload) and this are atomic, so a held
+-- object is never deleted.
 -- KEYS[1] object metadata (HASH size, parts)   KEYS[2] holders (ZSET holder -> deadline, ms)
 -- ARGV[1] holder
 -- Returns 1 if the object was deleted, 0 if other holders keep it.
