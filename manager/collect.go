@@ -108,7 +108,8 @@ func (m *Manager) failed(op string, started time.Time, err error) {
 // reconcile runs once per Poll while the collector is healthy. It renews the
 // manager's keys and its batches' holds every KeyTTL/3; reaps workers whose
 // lease expired, so their tasks run again (workers reap too: whoever notices
-// first); and checks, with one HGET, that Redis still has every task the
+// first); asks which running batches some live worker serves (checkServed);
+// and checks, with one HMGET, that Redis still has every task the
 // manager submitted (see recover).
 func (m *Manager) reconcile(ctx context.Context) {
 	started := time.Now()
