@@ -5,6 +5,8 @@
 package rdb
 
 import (
+	"crypto/sha1"
+	"encoding/hex"
 	"context"
 	_ "embed"
 	"errors"
@@ -382,9 +384,13 @@ func (r *RDB) ReadResults(ctx context.Context, mid string, handled int, mark str
 	return entries, nil
 }
 
-// Mark returns what ReadResults needs to recognise an entry: its first bytes,
-// which for a result include its unique task id.
-func Mark(entry string) string { return entry[:min(len(entry), 64)] }
+// Mark returns what ReadResults needs to recognise an entry: the SHA-1 of
+// all of it. (A prefix would not do: after Redis lost data, a re-run of the
+// same task and attempt can sit where the handled entry sat.)
+func Mark(entry string) string {
+	sum := sha1.Sum([]byte(entry))
+	return hex.EncodeToString(sum[:])
+}
 
 // WaitResults blocks until a finish rings manager mid's bell or timeout
 // passes. The timeout must be positive: a dead connection must not block the

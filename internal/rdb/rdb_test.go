@@ -425,3 +425,22 @@ func TestTakeRegistersLostWorker(t *testing.T) {
 		return err == nil && r.Requeued == 1
 	})
 }
+
+// The trim recognises the handled entry by all of it: an entry that only
+// starts the same (a re-run of the same task and attempt, after Redis lost
+// data) is not taken for it.
+func TestReadResultsTrimsOnlyTheSameEntry(t *testing.T) {
+	f := setup(t)
+	ctx := context.Background()
+	prefix := strings.Repeat("t", 100)
+	results := keys.Results("rm", f.queue, f.mid)
+	f.c.RPush(ctx, results, prefix+"-new run", "next")
+	got, err := f.r.ReadResults(ctx, f.mid, 1, Mark(prefix+"-handled run"), 10)
+	if err != nil || !slices.Equal(got, []string{prefix + "-new run", "next"}) {
+		t.Fatalf("read %q (%v): an entry that only starts like the handled one was trimmed", got, err)
+	}
+	got, _ = f.r.ReadResults(ctx, f.mid, 1, Mark(prefix+"-new run"), 10)
+	if !slices.Equal(got, []string{"next"}) {
+		t.Fatalf("read %q, want the handled entry trimmed", got)
+	}
+}
