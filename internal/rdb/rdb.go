@@ -5,10 +5,10 @@
 package rdb
 
 import (
-	"crypto/sha1"
-	"encoding/hex"
 	"context"
+	"crypto/sha1"
 	_ "embed"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"strconv"
