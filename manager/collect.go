@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
 	"time"
 
 	"github.com/redmap/redmap"
@@ -313,18 +312,19 @@ func (m *Manager) recover(ctx context.Context) {
 		"resubmitted", len(missing), "outstanding", len(tids), "count_in_redis", have)
 }
 
-// dispatch hands one encoded result to its batch, or drops it if its task is
-// not pending: a stale or duplicate result is never returned.
+// dispatch hands one entry of the result list to its batch, or drops it if
+// its task is not pending: a stale or duplicate result is never returned.
 func (m *Manager) dispatch(entry string) {
-	if rest, ok := strings.CutPrefix(entry, "lost "); ok {
-		m.lost(rest)
+	e := rdb.DecodeEntry(entry)
+	switch e.Kind {
+	case rdb.EntryLost:
+		m.failTask(e.Task, fmt.Errorf("%w: worker %s died, and the batch was sent to its private queue", redmap.ErrLost, e.Worker))
+		return
+	case rdb.EntryPurged:
+		m.failTask(e.Task, fmt.Errorf("%w: purged from the queue by an operator", redmap.ErrLost))
 		return
 	}
-	if tid, ok := strings.CutPrefix(entry, "purged "); ok {
-		m.failTask(tid, fmt.Errorf("%w: purged from the queue by an operator", redmap.ErrLost))
-		return
-	}
-	r, err := codec.DecodeResult([]byte(entry), m.opts.MaxFrame)
+	r, err := codec.DecodeResult(e.Result, m.opts.MaxFrame)
 	if r == nil {
 		m.dropped.Add(1)
 		m.log.Warn("dropped an unreadable result", "err", err)
@@ -355,13 +355,6 @@ func (m *Manager) failAll(cause error) int {
 		p.batch.fail(p.chunk, 0, cause)
 	}
 	return len(all)
-}
-
-// lost fails a private task whose worker died: "<task id> <worker id>", as
-// pushed by the reap script.
-func (m *Manager) lost(entry string) {
-	tid, wid, _ := strings.Cut(entry, " ")
-	m.failTask(tid, fmt.Errorf("%w: worker %s died, and the batch was sent to its private queue", redmap.ErrLost, wid))
 }
 
 // failTask fails a pending task with cause, or drops the news if it is not

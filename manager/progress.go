@@ -1,11 +1,10 @@
 package manager
 
 import (
-	"github.com/redmap/redmap/internal/rdb"
-
 	"context"
-	"encoding/json"
 	"time"
+
+	"github.com/redmap/redmap/internal/rdb"
 )
 
 // Progress is how far a batch has got.
@@ -44,12 +43,11 @@ func (m *Manager) publishBatches(ctx context.Context) {
 		running[id] = b
 	}
 	m.mu.Unlock()
-	fields := make([]string, 0, 2*len(running))
+	published := make(map[string]rdb.BatchProgress, len(running))
 	for id, b := range running {
-		j, _ := json.Marshal(b.snapshot())
-		fields = append(fields, id, string(j))
+		published[id] = rdb.BatchProgress(b.snapshot())
 	}
-	err := m.rdb.PublishBatches(ctx, m.id, fields, m.opts.KeyTTL)
+	err := m.rdb.PublishBatches(ctx, m.id, published, m.opts.KeyTTL)
 	switch {
 	case err == nil:
 	case ctx.Err() != nil:

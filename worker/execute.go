@@ -13,14 +13,20 @@ import (
 	"github.com/redmap/redmap/internal/rdb"
 )
 
-// execute runs one task and returns its encoded result. It never fails: a task
-// that cannot be decoded or run yields a result saying why, so its manager
-// learns of it and the worker carries on.
+// execute runs one task and returns its encoded result: it resolves the task
+// (decode, function, constant), runs the function over its elements, and
+// encodes what came out. It never fails: a task that cannot be resolved or
+// run yields a result saying why, so its manager learns of it and the worker
+// carries on.
 func (w *Worker) execute(ctx context.Context, t rdb.Taken) rdb.Done {
 	res := &codec.Result{Task: t.ID, Attempt: t.Attempt}
 	start := time.Now()
-	fn := ""
-	res.Values, res.Fails, fn = w.run(ctx, t)
+	c, fail := w.resolve(ctx, t)
+	if fail != nil {
+		res.Fails = []codec.Failure{*fail}
+	} else {
+		res.Values, res.Fails = c.h.Run(ctx, c.constant, c.task.Count, c.task.Input, c.policy)
+	}
 	elapsed := time.Since(start)
 	res.Nanos = elapsed.Nanoseconds()
 	w.duration.Observe(elapsed.Seconds())
@@ -31,7 +37,7 @@ func (w *Worker) execute(ctx context.Context, t rdb.Taken) rdb.Done {
 		// result will be discarded.
 	case len(res.Fails) > 0:
 		w.counters.failed.Add(1)
-		w.noteFailures(fn, t.ID, res.Fails)
+		w.failures.note(w.opts.ID, c.task.Func, t.ID, res.Fails)
 	default:
 		w.counters.succeeded.Add(1)
 	}
@@ -50,12 +56,21 @@ func (w *Worker) execute(ctx context.Context, t rdb.Taken) rdb.Done {
 	return rdb.Done{ID: t.ID, Result: b}
 }
 
-// run runs a task and returns its outputs, its failed elements, and the name
-// of its function ("" if the task could not be decoded).
-func (w *Worker) run(ctx context.Context, t rdb.Taken) ([]byte, []codec.Failure, string) {
-	fn := ""
-	whole := func(kind codec.Kind, format string, args ...any) ([]byte, []codec.Failure, string) {
-		return nil, []codec.Failure{{Index: -1, Kind: kind, Msg: fmt.Sprintf(format, args...)}}, fn
+// call is a task resolved, ready to run: its function, constant and policy.
+type call struct {
+	task     codec.Task
+	h        handler.Runtime
+	constant any
+	policy   handler.Policy
+}
+
+// resolve decodes task t and finds what it calls: the registered function of
+// the same signature, and its constant data (memoized). A task that cannot be
+// resolved fails whole, with the reason; c.task.Func is set as soon as it is
+// known.
+func (w *Worker) resolve(ctx context.Context, t rdb.Taken) (c call, fail *codec.Failure) {
+	whole := func(kind codec.Kind, format string, args ...any) (call, *codec.Failure) {
+		return c, &codec.Failure{Index: -1, Kind: kind, Msg: fmt.Sprintf(format, args...)}
 	}
 	task, err := codec.DecodeTask(t.Payload, w.opts.MaxFrame)
 	if errors.Is(err, codec.ErrTooLarge) {
@@ -64,22 +79,21 @@ func (w *Worker) run(ctx context.Context, t rdb.Taken) ([]byte, []codec.Failure,
 	if err != nil {
 		return whole(codec.KindDecode, "task: %v", err)
 	}
-	fn = task.Func
+	c.task = *task
 	if task.Attempts > 0 && t.Attempt >= task.Attempts {
 		return whole(codec.KindLost, "lost %d times (each worker running it died or stalled past its lease); the attempt budget is %d",
 			t.Attempt, task.Attempts)
 	}
-	h := w.handler(task.Func)
-	if h == nil {
+	c.h = w.handler(task.Func)
+	if c.h == nil {
 		return whole(codec.KindUnknownFunc, "worker %s has no function %q", w.opts.ID, task.Func)
 	}
-	if h.Signature() != task.Sig {
-		return whole(codec.KindTypeMismatch, "%s", w.mismatch(ctx, h, task.Func, task.Sig))
+	if c.h.Signature() != task.Sig {
+		return whole(codec.KindTypeMismatch, "%s", w.mismatch(ctx, c.h, task.Func, task.Sig))
 	}
-	var constant any
 	if task.Const != "" {
 		ref := cache.Ref{Hash: task.Const, Size: task.ConstSize}
-		constant, err = w.memo.Get(ctx, ref, h.Signature(), h.DecodeConstant)
+		c.constant, err = w.memo.Get(ctx, ref, c.h.Signature(), c.h.DecodeConstant)
 		switch {
 		case errors.Is(err, redmap.ErrConstantCorrupt):
 			return whole(codec.KindConstCorrupt, "%v", err)
@@ -91,14 +105,13 @@ func (w *Worker) run(ctx context.Context, t rdb.Taken) ([]byte, []codec.Failure,
 			return whole(codec.KindConstMissing, "fetching constant %s: %v", ref, err)
 		}
 	}
-	policy := handler.Policy{
+	c.policy = handler.Policy{
 		Attempts: task.Attempts - t.Attempt,
 		Timeout:  time.Duration(task.Timeout) * time.Millisecond,
 		Retry:    task.Retry,
 		OnRetry:  func() { w.counters.retried.Add(1) },
 	}
-	values, fails := h.Run(ctx, constant, task.Count, task.Input, policy)
-	return values, fails, fn
+	return c, nil
 }
 
 // mismatch says how worker's handle h differs from the one the manager

@@ -1,7 +1,7 @@
 package worker
 
 import (
-	"encoding/json"
+	"sync"
 	"time"
 
 	"github.com/redmap/redmap/codec"
@@ -12,26 +12,33 @@ import (
 // heartbeats; past it, it counts them but drops the records.
 const maxPendingFailures = 100
 
-// noteFailures keeps records of a task's failed elements, to be written to
-// Redis with the next heartbeat, off the hot path.
-func (w *Worker) noteFailures(fn, tid string, fails []codec.Failure) {
+// failureLog keeps records of failed elements until the maintainer writes
+// them to Redis, off the hot path.
+type failureLog struct {
+	mu   sync.Mutex
+	recs []rdb.FailureRecord
+}
+
+// note keeps records of task tid's failed elements (function fn) run by
+// worker wid.
+func (l *failureLog) note(wid, fn, tid string, fails []codec.Failure) {
 	now := time.Now().UTC()
-	w.failMu.Lock()
-	defer w.failMu.Unlock()
+	l.mu.Lock()
+	defer l.mu.Unlock()
 	for _, f := range fails {
-		if len(w.failures) >= maxPendingFailures {
+		if len(l.recs) >= maxPendingFailures {
 			return
 		}
-		b, _ := json.Marshal(rdb.FailureRecord{Time: now, Worker: w.opts.ID, Task: tid, Func: fn,
+		l.recs = append(l.recs, rdb.FailureRecord{Time: now, Worker: wid, Task: tid, Func: fn,
 			Index: f.Index, Kind: f.Kind.String(), Error: f.Msg, Stack: f.Stack})
-		w.failures = append(w.failures, string(b))
 	}
 }
 
-func (w *Worker) takeFailures() []string {
-	w.failMu.Lock()
-	defer w.failMu.Unlock()
-	out := w.failures
-	w.failures = nil
+// take returns the records kept, and forgets them.
+func (l *failureLog) take() []rdb.FailureRecord {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	out := l.recs
+	l.recs = nil
 	return out
 }

@@ -33,14 +33,4 @@ func (w *Worker) Stats() Stats {
 }
 
 // runningCount returns how many tasks are running now.
-func (w *Worker) runningCount() int {
-	w.holdMu.Lock()
-	defer w.holdMu.Unlock()
-	n := 0
-	for _, cancel := range w.holding {
-		if cancel != nil {
-			n++
-		}
-	}
-	return n
-}
+func (w *Worker) runningCount() int { return len(w.held.running()) }

@@ -235,14 +235,13 @@ func (c *cli) listWorkers(ctx context.Context) ([]Worker, error) {
 			return nil, err
 		}
 		for _, w := range ws {
-			num := func(k string) int64 { n, _ := strconv.ParseInt(w.Info[k], 10, 64); return n }
-			lease := num("lease")
-			v := Worker{Queue: q, ID: w.ID, Live: w.Deadline > now, State: w.Info["state"], Host: w.Info["host"],
-				PID: int(num("pid")), HeartbeatAge: float64(now-(w.Deadline-lease)) / 1000,
-				Concurrency: int(num("concurrency")), Running: int(num("running")), Held: w.Held,
-				Taken: num("taken"), Delivered: num("delivered"), Failed: num("failed"), Error: w.Info["error"]}
-			if f := w.Info["functions"]; f != "" {
-				v.Functions = strings.Split(f, ",")
+			i := w.Info
+			v := Worker{Queue: q, ID: w.ID, Live: w.Deadline > now, State: i.State, Host: i.Host,
+				PID: i.PID, HeartbeatAge: float64(now-(w.Deadline-i.Lease.Milliseconds())) / 1000,
+				Concurrency: i.Concurrency, Running: int(i.Running), Held: w.Held,
+				Taken: i.Taken, Delivered: i.Delivered, Failed: i.Failed, Functions: i.Functions, Error: i.Error}
+			if w.Malformed != nil {
+				v.Error = strings.TrimSpace(v.Error + " (" + w.Malformed.Error() + ")")
 			}
 			if !v.Live {
 				v.State = "dead (lease expired)"
@@ -298,22 +297,13 @@ func (c *cli) listBatches(ctx context.Context) ([]Batch, error) {
 		if err != nil {
 			return nil, err
 		}
-		for mid, m := range bs {
-			for id, j := range m {
-				var p struct {
-					Func                string
-					Total, Done, Failed int
-					Rate                float64
-					ETA                 time.Duration
-					Worker              string
-					Waiting             string
-				}
-				if json.Unmarshal([]byte(j), &p) != nil {
-					continue
-				}
-				out = append(out, Batch{Queue: q, Manager: mid, ID: id, Func: p.Func, Total: p.Total, Done: p.Done,
-					Failed: p.Failed, Rate: p.Rate, ETA: p.ETA.Seconds(), Worker: p.Worker, Waiting: p.Waiting})
+		for _, b := range bs {
+			p := b.Progress
+			if b.Malformed != nil {
+				p.Waiting = "unreadable progress: " + b.Malformed.Error()
 			}
+			out = append(out, Batch{Queue: q, Manager: b.Manager, ID: b.ID, Func: p.Func, Total: p.Total, Done: p.Done,
+				Failed: p.Failed, Rate: p.Rate, ETA: p.ETA.Seconds(), Worker: p.Worker, Waiting: p.Waiting})
 		}
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
@@ -446,16 +436,15 @@ func (c *cli) failures(ctx context.Context) error {
 	}
 	var groups []*FailureGroup
 	for _, q := range qs {
-		recs, err := c.admin.Failures(ctx, q)
+		recs, malformed, err := c.admin.Failures(ctx, q)
 		if err != nil {
 			return err
 		}
+		if malformed > 0 {
+			fmt.Fprintf(os.Stderr, "redmap: %d entries of queue %q's failure list are unreadable; skipped\n", malformed, q)
+		}
 		by := map[string]*FailureGroup{}
-		for _, r := range recs {
-			var f rdb.FailureRecord
-			if json.Unmarshal([]byte(r), &f) != nil {
-				continue
-			}
+		for _, f := range recs {
 			msg := firstLine(f.Error)
 			if _, rest, ok := strings.Cut(msg, ": "); ok && strings.HasPrefix(msg, "attempt ") {
 				msg = rest

@@ -2,21 +2,14 @@ package rdb
 
 import (
 	"context"
-	_ "embed"
 	"fmt"
 	"slices"
 	"strings"
-	"time"
 
 	"github.com/redis/go-redis/v9"
 
 	"github.com/redmap/redmap/internal/keys"
 )
-
-//go:embed lua/purge.lua
-var purgeLua string
-
-var purgeScript = redis.NewScript(purgeLua)
 
 // Admin answers an operator's questions about every queue under a prefix.
 type Admin struct {
@@ -49,28 +42,29 @@ func (a *Admin) Queues(ctx context.Context) ([]string, error) {
 	return qs, nil
 }
 
-// WorkerInfo is one registered worker of a queue.
-type WorkerInfo struct {
-	Queue    string
-	ID       string
-	Deadline int64             // lease deadline, Redis ms
-	Info     map[string]string // as published by its heartbeats
-	Held     int64             // tasks it holds
+// Registered is one registered worker of a queue.
+type Registered struct {
+	Queue     string
+	ID        string
+	Deadline  int64      // lease deadline, Redis ms
+	Info      WorkerInfo // as published by its heartbeats
+	Malformed error      // what of Info did not decode, if any
+	Held      int64      // tasks it holds
 }
 
 // Workers returns the registered workers of queue, live or not yet reaped.
-func (a *Admin) Workers(ctx context.Context, queue string) ([]WorkerInfo, error) {
+func (a *Admin) Workers(ctx context.Context, queue string) ([]Registered, error) {
 	zs, err := a.c.ZRangeWithScores(ctx, keys.Workers(a.prefix, queue), 0, -1).Result()
 	if err != nil {
 		return nil, fmt.Errorf("workers: %w", err)
 	}
-	out := make([]WorkerInfo, len(zs))
+	out := make([]Registered, len(zs))
 	cmds := make([]*redis.MapStringStringCmd, len(zs))
 	held := make([]*redis.IntCmd, len(zs))
 	_, err = a.c.Pipelined(ctx, func(p redis.Pipeliner) error {
 		for i, z := range zs {
 			wid := z.Member.(string)
-			out[i] = WorkerInfo{Queue: queue, ID: wid, Deadline: int64(z.Score)}
+			out[i] = Registered{Queue: queue, ID: wid, Deadline: int64(z.Score)}
 			cmds[i] = p.HGetAll(ctx, keys.WorkerInfo(a.prefix, queue, wid))
 			held[i] = p.SCard(ctx, keys.Held(a.prefix, queue, wid))
 		}
@@ -80,7 +74,7 @@ func (a *Admin) Workers(ctx context.Context, queue string) ([]WorkerInfo, error)
 		return nil, fmt.Errorf("workers: %w", err)
 	}
 	for i := range out {
-		out[i].Info = cmds[i].Val()
+		out[i].Info, out[i].Malformed = DecodeWorkerInfo(cmds[i].Val())
 		out[i].Held = held[i].Val()
 	}
 	return out, nil
@@ -100,10 +94,16 @@ func (a *Admin) Depth(ctx context.Context, queue string) (int64, error) {
 	return a.c.LLen(ctx, keys.Public(a.prefix, queue)).Result()
 }
 
-// Batches returns the published progress of running batches of queue:
-// manager id → batch id → JSON.
-func (a *Admin) Batches(ctx context.Context, queue string) (map[string]map[string]string, error) {
-	out := map[string]map[string]string{}
+// PublishedBatch is a running batch as its manager published it.
+type PublishedBatch struct {
+	Queue, Manager, ID string
+	Progress           BatchProgress
+	Malformed          error // the progress record did not decode
+}
+
+// Batches returns the published progress of running batches of queue.
+func (a *Admin) Batches(ctx context.Context, queue string) ([]PublishedBatch, error) {
+	var out []PublishedBatch
 	iter := a.c.Scan(ctx, 0, keys.Batches(a.prefix, queue, "*"), 1000).Iterator()
 	for iter.Next(ctx) {
 		k := iter.Val()
@@ -112,7 +112,10 @@ func (a *Admin) Batches(ctx context.Context, queue string) (map[string]map[strin
 		if err != nil {
 			return nil, fmt.Errorf("batches: %w", err)
 		}
-		out[mid] = m
+		for bid, s := range m {
+			p, err := DecodeProgress(s)
+			out = append(out, PublishedBatch{Queue: queue, Manager: mid, ID: bid, Progress: p, Malformed: err})
+		}
 	}
 	if err := iter.Err(); err != nil {
 		return nil, fmt.Errorf("batches: %w", err)
@@ -120,27 +123,22 @@ func (a *Admin) Batches(ctx context.Context, queue string) (map[string]map[strin
 	return out, nil
 }
 
-// FailureRecord is what a worker records of a failed element for operators
-// (redmap failures), as JSON in the queue's failure list: the worker writes
-// it, the CLI reads it.
-type FailureRecord struct {
-	Time   time.Time `json:"time"`
-	Worker string    `json:"worker"`
-	Task   string    `json:"task"`
-	Func   string    `json:"func"`
-	Index  int       `json:"index"` // within the task's chunk; -1 for all of it
-	Kind   string    `json:"kind"`
-	Error  string    `json:"error"`
-	Stack  string    `json:"stack,omitempty"`
-}
-
-// Failures returns the queue's recorded failures (JSON), oldest first.
-func (a *Admin) Failures(ctx context.Context, queue string) ([]string, error) {
-	f, err := a.c.LRange(ctx, keys.Failures(a.prefix, queue), 0, -1).Result()
+// Failures returns the queue's recorded failures, oldest first, and how many
+// entries of its failure list did not decode.
+func (a *Admin) Failures(ctx context.Context, queue string) (recs []FailureRecord, malformed int, err error) {
+	list, err := a.c.LRange(ctx, keys.Failures(a.prefix, queue), 0, -1).Result()
 	if err != nil {
-		return nil, fmt.Errorf("failures: %w", err)
+		return nil, 0, fmt.Errorf("failures: %w", err)
 	}
-	return f, nil
+	for _, s := range list {
+		f, err := DecodeFailure(s)
+		if err != nil {
+			malformed++
+			continue
+		}
+		recs = append(recs, f)
+	}
+	return recs, malformed, nil
 }
 
 // Drain asks worker wid of queue to take no more tasks and exit when idle.
@@ -183,7 +181,7 @@ func (a *Admin) Purge(ctx context.Context, queue string) (purged, dropped int, e
 	}
 	n, err := purgeScript.Run(ctx, a.c, lists[:1], args...).Int64Slice()
 	if err != nil {
-		return 0, 0, fmt.Errorf("purge: %w", err)
+		return 0, 0, wrap("purge", purgeScript, "", err)
 	}
 	if len(n) != 2 {
 		return 0, 0, fmt.Errorf("purge: script returned %v, not 2 integers", n)

@@ -13,18 +13,6 @@ import (
 	"github.com/redmap/redmap"
 )
 
-// script is a Lua script with its name and source, so that an error raised on
-// one of its lines can name the Redis command of that line.
-type script struct {
-	*redis.Script
-	name  string
-	lines []string
-}
-
-func newScript(name, src string) *script {
-	return &script{Script: redis.NewScript(src), name: name, lines: strings.Split(src, "\n")}
-}
-
 var (
 	scriptLine = regexp.MustCompile(`@user_script:(\d+)`)
 	callOnLine = regexp.MustCompile(`redis\.p?call\(\s*'([A-Za-z]+)'`)

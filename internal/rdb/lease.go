@@ -2,27 +2,10 @@ package rdb
 
 import (
 	"context"
-	_ "embed"
 	"fmt"
 	"strings"
 
 	"github.com/redmap/redmap/internal/keys"
-)
-
-var (
-	//go:embed lua/reap.lua
-	reapLua string
-	//go:embed lua/giveback.lua
-	givebackLua string
-	//go:embed lua/unwanted.lua
-	unwantedLua string
-	//go:embed lua/served.lua
-	servedLua string
-
-	reapScript     = newScript("reap.lua", reapLua)
-	givebackScript = newScript("giveback.lua", givebackLua)
-	unwantedScript = newScript("unwanted.lua", unwantedLua)
-	servedScript   = newScript("served.lua", servedLua)
 )
 
 // maxReap caps the dead workers one Reap handles, so one call stays short.

@@ -2,7 +2,6 @@ package rdb
 
 import (
 	"context"
-	_ "embed"
 	"errors"
 	"fmt"
 	"strconv"
@@ -11,16 +10,6 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/redmap/redmap/internal/keys"
-)
-
-var (
-	//go:embed lua/hold.lua
-	holdLua string
-	//go:embed lua/release.lua
-	releaseLua string
-
-	holdScript    = newScript("hold.lua", holdLua)
-	releaseScript = newScript("release.lua", releaseLua)
 )
 
 // partsPerTrip caps the parts sent or fetched in one pipeline, so a 1 GiB

@@ -2,7 +2,6 @@ package rdb
 
 import (
 	"context"
-	_ "embed"
 	"errors"
 	"fmt"
 	"github.com/redmap/redmap/internal/id"
@@ -15,12 +14,6 @@ import (
 	"github.com/redmap/redmap"
 	"github.com/redmap/redmap/internal/backoff"
 	"github.com/redmap/redmap/internal/keys"
-)
-
-var (
-	//go:embed lua/probe.lua
-	probeLua    string
-	probeScript = newScript("probe.lua", probeLua)
 )
 
 // Probe checks that Redis lets this connection run every command redmap
@@ -120,7 +113,7 @@ func dedupe(xs []string) []string {
 func (r *RDB) PublishError(ctx context.Context, wid string, lease time.Duration, msg string) {
 	key := keys.WorkerInfo(r.prefix, r.queue, wid)
 	_, _ = r.c.Pipelined(ctx, func(p redis.Pipeliner) error {
-		p.HSet(ctx, key, "error", msg)
+		p.HSet(ctx, key, infoError, msg)
 		p.PExpire(ctx, key, lease)
 		return nil
 	})

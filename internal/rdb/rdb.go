@@ -7,7 +7,6 @@ package rdb
 import (
 	"context"
 	"crypto/sha1"
-	_ "embed"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -18,31 +17,6 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/redmap/redmap/internal/keys"
-)
-
-var (
-	//go:embed lua/submit.lua
-	submitLua string
-	//go:embed lua/take.lua
-	takeLua string
-	//go:embed lua/finish.lua
-	finishLua string
-	//go:embed lua/heartbeat.lua
-	heartbeatLua string
-	//go:embed lua/live.lua
-	liveLua string
-	//go:embed lua/read.lua
-	readLua string
-	//go:embed lua/missing.lua
-	missingLua string
-
-	submitScript    = newScript("submit.lua", submitLua)
-	takeScript      = newScript("take.lua", takeLua)
-	finishScript    = newScript("finish.lua", finishLua)
-	heartbeatScript = newScript("heartbeat.lua", heartbeatLua)
-	liveScript      = newScript("live.lua", liveLua)
-	readScript      = newScript("read.lua", readLua)
-	missingScript   = newScript("missing.lua", missingLua)
 )
 
 // maxGroup caps the tasks or results sent in one script call, and maxGroupBytes
@@ -310,14 +284,13 @@ func (r *RDB) Finish(ctx context.Context, wid string, done []Done) (int, error) 
 }
 
 // Heartbeat registers worker wid, or renews its lease, for lease from now by
-// the Redis clock, and publishes info (field, value pairs) for operators. It
-// reports whether an operator asked the worker to drain.
-func (r *RDB) Heartbeat(ctx context.Context, wid string, lease time.Duration, info ...string) (drain bool, err error) {
+// the Redis clock, and publishes info for operators (nil: none). It reports
+// whether an operator asked the worker to drain.
+func (r *RDB) Heartbeat(ctx context.Context, wid string, lease time.Duration, info *WorkerInfo) (drain bool, err error) {
 	ks := []string{keys.Workers(r.prefix, r.queue), keys.WorkerInfo(r.prefix, r.queue, wid), keys.Drain(r.prefix, r.queue, wid)}
-	args := make([]any, 0, 2+len(info))
-	args = append(args, wid, lease.Milliseconds())
-	for _, s := range info {
-		args = append(args, s)
+	args := []any{wid, lease.Milliseconds()}
+	if info != nil {
+		args = append(args, EncodeWorkerInfo(*info)...)
 	}
 	n, err := heartbeatScript.Run(ctx, r.c, ks, args...).Int64Slice()
 	if err != nil {
@@ -329,14 +302,14 @@ func (r *RDB) Heartbeat(ctx context.Context, wid string, lease time.Duration, in
 	return n[1] == 1, nil
 }
 
-// RecordFailures appends failure records (JSON) to the queue's failure list,
+// RecordFailures appends failure records to the queue's failure list,
 // keeping the newest 1,000, in one pipeline.
-func (r *RDB) RecordFailures(ctx context.Context, records []string) error {
+func (r *RDB) RecordFailures(ctx context.Context, records []FailureRecord) error {
 	key := keys.Failures(r.prefix, r.queue)
 	_, err := r.c.Pipelined(ctx, func(p redis.Pipeliner) error {
 		args := make([]any, len(records))
 		for i, rec := range records {
-			args[i] = rec
+			args[i] = EncodeFailure(rec)
 		}
 		p.RPush(ctx, key, args...)
 		p.LTrim(ctx, key, -1000, -1)
@@ -351,7 +324,7 @@ func (r *RDB) RecordFailures(ctx context.Context, records []string) error {
 // are reported lost to their managers, who would otherwise wait for them for
 // ever. Two script calls.
 func (r *RDB) Retire(ctx context.Context, wid string) (Reaped, error) {
-	if _, err := r.Heartbeat(ctx, wid, -time.Millisecond, "state", "stopped"); err != nil {
+	if _, err := r.Heartbeat(ctx, wid, -time.Millisecond, &WorkerInfo{State: "stopped"}); err != nil {
 		return Reaped{}, fmt.Errorf("retire: %w", err)
 	}
 	if err := r.c.Del(ctx, keys.Drain(r.prefix, r.queue, wid)).Err(); err != nil {
@@ -451,16 +424,16 @@ func (r *RDB) Drop(ctx context.Context, mid string) error {
 	return wrap("drop", nil, "DEL", err)
 }
 
-// PublishBatches replaces manager mid's published batch progress with fields
-// (batch id, JSON pairs), living ttl; none deletes it. One pipeline.
-func (r *RDB) PublishBatches(ctx context.Context, mid string, fields []string, ttl time.Duration) error {
+// PublishBatches replaces manager mid's published batch progress with
+// batches (batch id -> progress), living ttl; none deletes it. One pipeline.
+func (r *RDB) PublishBatches(ctx context.Context, mid string, batches map[string]BatchProgress, ttl time.Duration) error {
 	key := keys.Batches(r.prefix, r.queue, mid)
 	_, err := r.c.TxPipelined(ctx, func(p redis.Pipeliner) error {
 		p.Del(ctx, key)
-		if len(fields) > 0 {
-			args := make([]any, len(fields))
-			for i, f := range fields {
-				args[i] = f
+		if len(batches) > 0 {
+			args := make([]any, 0, 2*len(batches))
+			for id, b := range batches {
+				args = append(args, id, EncodeProgress(b))
 			}
 			p.HSet(ctx, key, args...)
 			p.PExpire(ctx, key, ttl)

@@ -239,11 +239,11 @@ func TestScriptsSurviveScriptFlush(t *testing.T) {
 func TestLiveWorkers(t *testing.T) {
 	f := setup(t)
 	ctx := context.Background()
-	if _, err := f.r.Heartbeat(ctx, "alive", time.Minute); err != nil {
+	if _, err := f.r.Heartbeat(ctx, "alive", time.Minute, nil); err != nil {
 		t.Fatal(err)
 	}
 	// A lease that ended in the past, by the Redis clock.
-	if _, err := f.r.Heartbeat(ctx, "dead", -time.Second); err != nil {
+	if _, err := f.r.Heartbeat(ctx, "dead", -time.Second, nil); err != nil {
 		t.Fatal(err)
 	}
 	live, err := f.r.LiveWorkers(ctx)
@@ -393,10 +393,41 @@ func TestProbeCoversScripts(t *testing.T) {
 	for _, f := range files {
 		src, _ := os.ReadFile(f)
 		for _, m := range call.FindAllStringSubmatch(string(src), -1) {
-			if !strings.Contains(probeLua, "try('"+m[1]+"'") {
+			if !strings.Contains(source("probe.lua"), "try('"+m[1]+"'") {
 				t.Errorf("%s runs %s, which probe.lua does not try", f, m[1])
 			}
 		}
+	}
+}
+
+// What the prelude defines is not written again in a script: the Redis
+// clock, the manager of a task id, ringing a bell, the bell's lifetime.
+func TestScriptsUsePrelude(t *testing.T) {
+	again := map[string]*regexp.Regexp{
+		"now()":        regexp.MustCompile(`redis\.call\('TIME'\)`),
+		"manager()":    regexp.MustCompile(`string\.match\(tid`),
+		"ring()":       regexp.MustCompile(`':bell', '1'`),
+		"BELL_TTL":     regexp.MustCompile(`60000`),
+		"CHUNK":        regexp.MustCompile(`\b(499|500|999)\b`),
+		"lost_entry()": regexp.MustCompile(`'(lost|purged) '`),
+	}
+	files, _ := filepath.Glob("lua/*.lua")
+	if len(files) < 15 {
+		t.Fatalf("found %d scripts in lua/", len(files))
+	}
+	for _, f := range files {
+		if f == "lua/prelude.lua" || f == "lua/probe.lua" {
+			continue
+		}
+		src, _ := os.ReadFile(f)
+		for name, re := range again {
+			if re.Match(src) {
+				t.Errorf("%s writes out what the prelude's %s does", f, name)
+			}
+		}
+	}
+	if !strings.HasPrefix(takeScript.lines[0], "-- prelude.lua") {
+		t.Errorf("take.lua is loaded without the prelude: it starts %q", takeScript.lines[0])
 	}
 }
 

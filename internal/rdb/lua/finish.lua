@@ -20,20 +20,19 @@ local base = ARGV[1]
 local delivered = 0
 local members = {}
 local seen = {}
-local groups = {} -- manager id -> {m = key prefix, tasks = task set, tids, results}
+local groups = {} -- manager key prefix -> {m = it, tasks = task set, tids, results}
 local order = {}
 for i = 2, #ARGV, 2 do
   local tid = ARGV[i]
   members[#members + 1] = tid
   members[#members + 1] = '!' .. tid
-  local mid = string.match(tid, '^([^-]+)-')
-  if mid and not seen[tid] and ARGV[i + 1] ~= '' then
-    local g = groups[mid]
+  local m = manager(base, tid)
+  if m and not seen[tid] and ARGV[i + 1] ~= '' then
+    local g = groups[m]
     if not g then
-      local m = base .. 'm:' .. mid
       g = {m = m, tasks = m .. ':tasks', tids = {}, results = {}}
-      groups[mid] = g
-      order[#order + 1] = mid
+      groups[m] = g
+      order[#order + 1] = m
     end
     if redis.call('HEXISTS', g.tasks, tid) == 1 then
       seen[tid] = true
@@ -42,18 +41,17 @@ for i = 2, #ARGV, 2 do
     end
   end
 end
-for i = 1, #members, 500 do
-  redis.call('SREM', KEYS[1], unpack(members, i, math.min(i + 499, #members)))
+for i = 1, #members, CHUNK do
+  redis.call('SREM', KEYS[1], unpack(members, i, math.min(i + CHUNK - 1, #members)))
 end
-for _, mid in ipairs(order) do
-  local g = groups[mid]
-  local m = g.m
+for _, m in ipairs(order) do
+  local g = groups[m]
   if #g.tids > 0 then
-    for i = 1, #g.results, 500 do
-      redis.call('RPUSH', m .. ':results', unpack(g.results, i, math.min(i + 499, #g.results)))
+    for i = 1, #g.results, CHUNK do
+      redis.call('RPUSH', m .. ':results', unpack(g.results, i, math.min(i + CHUNK - 1, #g.results)))
     end
-    for i = 1, #g.tids, 500 do
-      local j = math.min(i + 499, #g.tids)
+    for i = 1, #g.tids, CHUNK do
+      local j = math.min(i + CHUNK - 1, #g.tids)
       redis.call('HDEL', g.tasks, unpack(g.tids, i, j))
       redis.call('HDEL', m .. ':attempts', unpack(g.tids, i, j))
     end
@@ -64,10 +62,7 @@ for _, mid in ipairs(order) do
     if ttl > 0 then
       redis.call('PEXPIRE', m .. ':results', ttl)
     end
-    if redis.call('LLEN', m .. ':bell') == 0 then
-      redis.call('RPUSH', m .. ':bell', '1')
-      redis.call('PEXPIRE', m .. ':bell', 60000)
-    end
+    ring(m .. ':bell')
   end
 end
 return delivered

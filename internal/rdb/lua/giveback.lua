@@ -15,8 +15,7 @@ for i = 2, #ARGV do
   if redis.call('SREM', KEYS[1], member) == 1 then
     local private = string.sub(member, 1, 1) == '!'
     local tid = private and string.sub(member, 2) or member
-    local mid = string.match(tid, '^([^-]+)-')
-    if mid and redis.call('HEXISTS', base .. 'm:' .. mid .. ':tasks', tid) == 1 then
+    if wanted(base, tid) then
       redis.call('LPUSH', private and KEYS[3] or KEYS[2], tid)
       n = n + 1
     end

@@ -6,9 +6,8 @@
 -- ARGV[1] worker id   ARGV[2] lease length, ms
 -- ARGV[3], ARGV[4], ...: info field, value, field, value, ... (may be none)
 -- Returns {the new deadline, ms; 1 if an operator asked the worker to drain}.
-local t = redis.call('TIME')
 local lease = tonumber(ARGV[2])
-local deadline = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) + lease
+local deadline = now() + lease
 redis.call('ZADD', KEYS[1], deadline, ARGV[1])
 if #ARGV > 2 then
   redis.call('HSET', KEYS[2], unpack(ARGV, 3))

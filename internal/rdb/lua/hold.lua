@@ -22,14 +22,7 @@ if ARGV[4] then
 elseif redis.call('EXISTS', KEYS[1]) == 0 then
   return 0
 end
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-redis.call('ZADD', KEYS[2], now + tonumber(ARGV[2]), ARGV[1])
+redis.call('ZADD', KEYS[2], now() + tonumber(ARGV[2]), ARGV[1])
 local last = tonumber(redis.call('ZRANGE', KEYS[2], -1, -1, 'WITHSCORES')[2])
-local parts = tonumber(redis.call('HGET', KEYS[1], 'parts')) or 0
-redis.call('PEXPIREAT', KEYS[1], last)
-redis.call('PEXPIREAT', KEYS[2], last)
-for i = 0, parts - 1 do
-  redis.call('PEXPIREAT', KEYS[1] .. ':p:' .. i, last)
-end
+expire_object(KEYS[1], KEYS[2], tonumber(redis.call('HGET', KEYS[1], 'parts')) or 0, last)
 return 1

@@ -1,6 +1,4 @@
 -- live.lua: list the workers whose lease has not expired, by the Redis clock.
 -- KEYS[1] workers sorted set (wid -> lease deadline, ms)
 -- Returns the ids of live workers, in deadline order.
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-return redis.call('ZRANGEBYSCORE', KEYS[1], '(' .. now, '+inf')
+return redis.call('ZRANGEBYSCORE', KEYS[1], '(' .. now(), '+inf')

@@ -11,16 +11,8 @@ local n, ids = 0, 0
 local function purge(list)
   for _, tid in ipairs(redis.call('LRANGE', list, 0, -1)) do
     ids = ids + 1
-    local mid = string.match(tid, '^([^-]+)-')
-    local m = mid and base .. 'm:' .. mid
-    if m and redis.call('HEXISTS', m .. ':tasks', tid) == 1 then
-      redis.call('RPUSH', m .. ':results', 'purged ' .. tid)
-      redis.call('HDEL', m .. ':tasks', tid)
-      redis.call('HDEL', m .. ':attempts', tid)
-      if redis.call('LLEN', m .. ':bell') == 0 then
-        redis.call('RPUSH', m .. ':bell', '1')
-        redis.call('PEXPIRE', m .. ':bell', 60000)
-      end
+    if wanted(base, tid) then
+      fail(manager(base, tid), tid, purged_entry(tid))
       n = n + 1
     end
   end

@@ -11,27 +11,12 @@
 -- ARGV[1] key base "<prefix>:{<queue>}:"   ARGV[2] most workers to reap in one call
 -- Returns {workers reaped, tasks re-queued, private tasks lost}.
 local base = ARGV[1]
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local dead = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now, 'LIMIT', 0, tonumber(ARGV[2]))
+local dead = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now(), 'LIMIT', 0, tonumber(ARGV[2]))
 local requeued, lost = 0, 0
 
-local function manager(tid)
-  local mid = string.match(tid, '^([^-]+)-')
-  return mid and base .. 'm:' .. mid
-end
-
 local function lose(tid, wid)
-  local m = manager(tid)
-  if m and redis.call('HEXISTS', m .. ':tasks', tid) == 1 then
-    redis.call('RPUSH', m .. ':results', 'lost ' .. tid .. ' ' .. wid)
-    redis.call('PEXPIRE', m .. ':results', math.max(redis.call('PTTL', m .. ':tasks'), 1000))
-    redis.call('HDEL', m .. ':tasks', tid)
-    redis.call('HDEL', m .. ':attempts', tid)
-    if redis.call('LLEN', m .. ':bell') == 0 then
-      redis.call('RPUSH', m .. ':bell', '1')
-      redis.call('PEXPIRE', m .. ':bell', 60000)
-    end
+  if wanted(base, tid) then
+    fail(manager(base, tid), tid, lost_entry(tid, wid))
     lost = lost + 1
   end
 end
@@ -42,8 +27,8 @@ for _, wid in ipairs(dead) do
     if string.sub(member, 1, 1) == '!' then
       lose(string.sub(member, 2), wid)
     else
-      local m = manager(member)
-      if m and redis.call('HEXISTS', m .. ':tasks', member) == 1 then
+      if wanted(base, member) then
+        local m = manager(base, member)
         redis.call('HINCRBY', m .. ':attempts', member, 1)
         redis.call('PEXPIRE', m .. ':attempts', math.max(redis.call('PTTL', m .. ':tasks'), 1000))
         redis.call('LPUSH', KEYS[2], member)
@@ -61,9 +46,7 @@ end
 
 if requeued > 0 then
   for _, w in ipairs(redis.call('SPOP', KEYS[3], requeued)) do
-    local bell = base .. 'w:' .. w .. ':bell'
-    redis.call('RPUSH', bell, '1')
-    redis.call('PEXPIRE', bell, 60000)
+    ring_worker(base, w)
   end
 end
 return {#dead, requeued, lost}

@@ -7,17 +7,11 @@
 -- ARGV[1] holder
 -- Returns 1 if the object was deleted, 0 if other holders keep it.
 redis.call('ZREM', KEYS[2], ARGV[1])
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', now)
+redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', now())
 local parts = tonumber(redis.call('HGET', KEYS[1], 'parts')) or 0
 if redis.call('ZCARD', KEYS[2]) > 0 then
   local last = tonumber(redis.call('ZRANGE', KEYS[2], -1, -1, 'WITHSCORES')[2])
-  redis.call('PEXPIREAT', KEYS[1], last)
-  redis.call('PEXPIREAT', KEYS[2], last)
-  for i = 0, parts - 1 do
-    redis.call('PEXPIREAT', KEYS[1] .. ':p:' .. i, last)
-  end
+  expire_object(KEYS[1], KEYS[2], parts, last)
   return 0
 end
 redis.call('DEL', KEYS[1], KEYS[2])

@@ -4,10 +4,8 @@
 -- ARGV[1] key base "<prefix>:{<queue>}:"   ARGV[2], ...: function names
 -- Returns 1 or 0 per function name, in order.
 local base = ARGV[1]
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local have = {}
-for _, wid in ipairs(redis.call('ZRANGEBYSCORE', KEYS[1], '(' .. now, '+inf')) do
+for _, wid in ipairs(redis.call('ZRANGEBYSCORE', KEYS[1], '(' .. now(), '+inf')) do
   local fns = redis.call('HGET', base .. 'w:' .. wid .. ':info', 'functions')
   if fns then
     for name in string.gmatch(fns, '[^,]+') do

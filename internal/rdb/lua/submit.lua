@@ -25,9 +25,8 @@ local base, ttl, wid, expect, epoch, fresh = ARGV[1], ARGV[2], ARGV[3], tonumber
 local before = tonumber(redis.call('HGET', KEYS[1], '_') or '0') or 0
 local had = redis.call('HGET', KEYS[1], '_e')
 local intact = before >= expect and (not had or had == epoch)
--- unpack in slices: Lua's stack holds a few thousand values at most.
-for i = 7, #ARGV, 1000 do
-  redis.call('HSET', KEYS[1], unpack(ARGV, i, math.min(i + 999, #ARGV)))
+for i = 7, #ARGV, 2 * CHUNK do
+  redis.call('HSET', KEYS[1], unpack(ARGV, i, math.min(i + 2 * CHUNK - 1, #ARGV)))
 end
 local ids = {}
 for i = 7, #ARGV, 2 do
@@ -43,20 +42,15 @@ redis.call('PEXPIRE', KEYS[1], ttl)
 if #ids == 0 then
   return {after, intact and 1 or 0}
 end
-for i = 1, #ids, 500 do
-  redis.call('RPUSH', KEYS[2], unpack(ids, i, math.min(i + 499, #ids)))
-end
-
-local function ring(w)
-  local bell = base .. 'w:' .. w .. ':bell'
-  redis.call('RPUSH', bell, '1')
-  redis.call('PEXPIRE', bell, 60000)
+for i = 1, #ids, CHUNK do
+  redis.call('RPUSH', KEYS[2], unpack(ids, i, math.min(i + CHUNK - 1, #ids)))
 end
 if wid == '' then
-  local idle = redis.call('SPOP', KEYS[3], #ids)
-  for _, w in ipairs(idle) do ring(w) end
+  for _, w in ipairs(redis.call('SPOP', KEYS[3], #ids)) do
+    ring_worker(base, w)
+  end
 else
   redis.call('SREM', KEYS[3], wid)
-  ring(wid)
+  ring_worker(base, wid)
 end
 return {after, intact and 1 or 0}

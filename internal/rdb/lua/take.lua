@@ -32,15 +32,14 @@ local held = {}
 -- Per manager, its key prefix and whether it has lost attempts at all (most
 -- have none, which saves a lookup per task).
 local managers = {}
-local function manager(tid)
-  local mid = string.match(tid, '^([^-]+)-')
-  if not mid then return nil end
-  local m = managers[mid]
+local function keys_of(tid)
+  local k = manager(base, tid)
+  if not k then return nil end
+  local m = managers[k]
   if not m then
-    local k = base .. 'm:' .. mid
     m = {tasks = k .. ':tasks', attempts = k .. ':attempts'}
     m.lost = redis.call('EXISTS', m.attempts) == 1
-    managers[mid] = m
+    managers[k] = m
   end
   return m
 end
@@ -50,7 +49,7 @@ local function take(list, mark)
     local ids = redis.call('LPOP', list, n - taken)
     if not ids then return end
     for i, tid in ipairs(ids) do
-      local m = manager(tid)
+      local m = keys_of(tid)
       local payload = m and redis.call('HGET', m.tasks, tid)
       if payload then
         local attempt = m.lost and redis.call('HGET', m.attempts, tid) or '0'
@@ -80,8 +79,7 @@ local function take(list, mark)
   end
 end
 if not redis.call('ZSCORE', KEYS[6], wid) then
-  local t = redis.call('TIME')
-  redis.call('ZADD', KEYS[6], tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) + tonumber(ARGV[4]), wid)
+  redis.call('ZADD', KEYS[6], now() + tonumber(ARGV[4]), wid)
 end
 take(KEYS[1], '!')
 take(KEYS[2], '')
@@ -89,8 +87,8 @@ if taken == 0 then
   redis.call('DEL', KEYS[5])
   redis.call('SADD', KEYS[4], wid)
 else
-  for i = 1, #held, 500 do
-    redis.call('SADD', KEYS[3], unpack(held, i, math.min(i + 499, #held)))
+  for i = 1, #held, CHUNK do
+    redis.call('SADD', KEYS[3], unpack(held, i, math.min(i + CHUNK - 1, #held)))
   end
   redis.call('SREM', KEYS[4], wid)
 end

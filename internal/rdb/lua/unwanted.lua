@@ -8,8 +8,7 @@ local base = ARGV[1]
 local out = {}
 for i = 2, #ARGV do
   local tid = ARGV[i]
-  local mid = string.match(tid, '^([^-]+)-')
-  if not mid or redis.call('HEXISTS', base .. 'm:' .. mid .. ':tasks', tid) == 0 then
+  if not wanted(base, tid) then
     out[#out + 1] = tid
   end
 end

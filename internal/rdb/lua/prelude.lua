@@ -1,0 +1,76 @@
+-- prelude.lua: what the scripts share. scripts.go puts it in front of every
+-- script as it embeds it, so that each script reads as its own logic only. It
+-- defines names and calls nothing.
+
+-- How long a bell's token lives, ms. A sleeper that misses one wakes at the
+-- end of its own wait anyway; the token only has to outlive that wait.
+local BELL_TTL = 60000
+-- Most values one command gets at once: unpack puts them all on Lua's stack,
+-- which holds a few thousand at most.
+local CHUNK = 500
+
+-- now returns the time on the Redis clock, ms: deadlines compared there do not
+-- depend on the clocks of the machines that wrote them.
+local function now()
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+
+-- manager returns the key prefix ("<base>m:<manager id>") of the manager that
+-- submitted task tid ("<manager id>-<n>"), or nil if tid is malformed.
+local function manager(base, tid)
+  local mid = string.match(tid, '^([^-]+)-')
+  return mid and base .. 'm:' .. mid
+end
+
+-- wanted says whether task tid's manager still wants it: it is in the
+-- manager's task set (not finished, cancelled, purged, or expired with it).
+local function wanted(base, tid)
+  local m = manager(base, tid)
+  return m ~= nil and redis.call('HEXISTS', m .. ':tasks', tid) == 1
+end
+
+-- ring wakes whoever blocks on bell (a list, BLPOP): it leaves one token
+-- there, unless one already waits.
+local function ring(bell)
+  if redis.call('LLEN', bell) == 0 then
+    redis.call('RPUSH', bell, '1')
+    redis.call('PEXPIRE', bell, BELL_TTL)
+  end
+end
+
+-- ring_worker wakes worker wid of the queue at base.
+local function ring_worker(base, wid)
+  ring(base .. 'w:' .. wid .. ':bell')
+end
+
+-- The result-list entries that stand for a task's result without being one;
+-- internal/rdb/entries.go decodes them.
+local function lost_entry(tid, wid)
+  return 'lost ' .. tid .. ' ' .. wid
+end
+local function purged_entry(tid)
+  return 'purged ' .. tid
+end
+
+-- fail ends task tid of manager m (a key prefix) with entry in place of a
+-- result: it pushes the entry, forgets the task, and wakes the manager. The
+-- result list lives as long as the task set.
+local function fail(m, tid, entry)
+  redis.call('RPUSH', m .. ':results', entry)
+  redis.call('PEXPIRE', m .. ':results', math.max(redis.call('PTTL', m .. ':tasks'), 1000))
+  redis.call('HDEL', m .. ':tasks', tid)
+  redis.call('HDEL', m .. ':attempts', tid)
+  ring(m .. ':bell')
+end
+
+-- expire_object makes a cached object (metadata key meta, parts parts) live
+-- until at, ms on the Redis clock.
+local function expire_object(meta, holders, parts, at)
+  redis.call('PEXPIREAT', meta, at)
+  redis.call('PEXPIREAT', holders, at)
+  for i = 0, parts - 1 do
+    redis.call('PEXPIREAT', meta .. ':p:' .. i, at)
+  end
+end
+

@@ -1,0 +1,115 @@
+package rdb
+
+import (
+	"context"
+	"reflect"
+	"testing"
+	"time"
+
+	"github.com/redmap/redmap/internal/id"
+	"github.com/redmap/redmap/internal/keys"
+)
+
+// What a worker publishes with its heartbeat is what the admin reads back,
+// field for field, and served.lua finds its functions.
+func TestWorkerInfoRoundTrip(t *testing.T) {
+	f := setup(t)
+	ctx := context.Background()
+	in := WorkerInfo{Host: "h1", PID: 42, Concurrency: 8, Lease: 10 * time.Second,
+		Started: time.Unix(1700000000, 0), Heartbeat: time.UnixMilli(1700000001234),
+		Running: 3, Taken: 100, Delivered: 97, Failed: 2, Functions: []string{"cube", "square"},
+		State: "draining", Error: "take: boom"}
+	if _, err := f.r.Heartbeat(ctx, "w1", time.Minute, &in); err != nil {
+		t.Fatal(err)
+	}
+	ws, err := NewAdmin(f.c, "rm").Workers(ctx, f.queue)
+	if err != nil || len(ws) != 1 {
+		t.Fatalf("Workers: %v, %v", ws, err)
+	}
+	if ws[0].Malformed != nil || !reflect.DeepEqual(ws[0].Info, in) {
+		t.Fatalf("read back %+v (%v), want %+v", ws[0].Info, ws[0].Malformed, in)
+	}
+	served, err := f.r.Served(ctx, []string{"square", "other"})
+	if err != nil || !reflect.DeepEqual(served, []bool{true, false}) {
+		t.Fatalf("Served: %v, %v; want [true false]", served, err)
+	}
+}
+
+// A malformed field is named, and the rest still decodes.
+func TestDecodeWorkerInfoNamesMalformed(t *testing.T) {
+	i, err := DecodeWorkerInfo(map[string]string{"host": "h", "pid": "x1", "error": "only this"})
+	if err == nil || err.Error() != "worker info: malformed pid" {
+		t.Fatalf("err %v, want one naming pid", err)
+	}
+	if i.Host != "h" || i.Error != "only this" {
+		t.Fatalf("decoded %+v, want host and error kept", i)
+	}
+}
+
+// Failure records and batch progress read back as written; what does not
+// decode is counted, not dropped unsaid.
+func TestFailuresAndProgressRoundTrip(t *testing.T) {
+	f := setup(t)
+	ctx := context.Background()
+	rec := FailureRecord{Time: time.Unix(1700000000, 5).UTC(), Worker: "w", Task: "t-1", Func: "f", Index: -1, Kind: "panic", Error: "boom", Stack: "s"}
+	if err := f.r.RecordFailures(ctx, []FailureRecord{rec}); err != nil {
+		t.Fatal(err)
+	}
+	f.c.RPush(ctx, keys.Failures("rm", f.queue), "{not json")
+	a := NewAdmin(f.c, "rm")
+	recs, malformed, err := a.Failures(ctx, f.queue)
+	if err != nil || malformed != 1 || len(recs) != 1 || !reflect.DeepEqual(recs[0], rec) {
+		t.Fatalf("Failures: %+v, %d malformed, %v; want [%+v], 1", recs, malformed, err, rec)
+	}
+
+	p := BatchProgress{Func: "f", Total: 10, Done: 4, Failed: 1, Rate: 2.5, ETA: 3 * time.Second,
+		Started: time.Unix(1700000000, 0).UTC(), Worker: "w", Waiting: "no live worker"}
+	if err := f.r.PublishBatches(ctx, f.mid, map[string]BatchProgress{"b1": p}, time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	bs, err := a.Batches(ctx, f.queue)
+	want := []PublishedBatch{{Queue: f.queue, Manager: f.mid, ID: "b1", Progress: p}}
+	if err != nil || !reflect.DeepEqual(bs, want) {
+		t.Fatalf("Batches: %+v, %v; want %+v", bs, err, want)
+	}
+}
+
+// The entries the scripts write in place of a result (reap.lua's "lost",
+// purge.lua's "purged") decode to their kind, task and worker.
+func TestScriptEntriesDecode(t *testing.T) {
+	f := setup(t)
+	ctx := context.Background()
+	private := f.submit(t, "dead", 1)[0]
+	public := id.Task(f.mid, 2)
+	if _, _, err := f.r.Submit(ctx, f.mid, "", []Task{{ID: public, Payload: []byte("p")}}, time.Minute, Expect{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.r.Heartbeat(ctx, "dead", -time.Second, nil); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.r.Reap(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := NewAdmin(f.c, "rm").Purge(ctx, f.queue); err != nil {
+		t.Fatal(err)
+	}
+	got, err := f.c.LRange(ctx, keys.Results("rm", f.queue, f.mid), 0, -1).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []Entry{{Kind: EntryLost, Task: private, Worker: "dead"}, {Kind: EntryPurged, Task: public}}
+	if len(got) != len(want) {
+		t.Fatalf("result list %q, want %d entries", got, len(want))
+	}
+	for i, s := range got {
+		if e := DecodeEntry(s); !reflect.DeepEqual(e, want[i]) {
+			t.Errorf("entry %q decodes as %+v, want %+v", s, e, want[i])
+		}
+		if EncodeEntry(want[i]) != s {
+			t.Errorf("EncodeEntry(%+v) = %q, the script wrote %q", want[i], EncodeEntry(want[i]), s)
+		}
+	}
+	if e := DecodeEntry("\x96\x01"); e.Kind != EntryResult || string(e.Result) != "\x96\x01" {
+		t.Errorf("a result decodes as %+v", e)
+	}
+}

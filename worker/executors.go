@@ -1,0 +1,113 @@
+package worker
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"github.com/redmap/redmap/internal/rdb"
+)
+
+// executors run the jobs the fetcher hands them, Concurrency at a time, and
+// pass each result on to the finisher. Once the fetcher has stopped, jobs not
+// yet started are set aside, to be given back to the queue.
+type executors struct {
+	w       *Worker
+	jobs    <-chan job
+	results chan<- rdb.Done
+	slots   slots
+	stopped func() bool // the fetcher stopped: start nothing more
+	alone   sync.RWMutex
+	wg      sync.WaitGroup
+
+	mu        sync.Mutex
+	unstarted []string // held members of jobs set aside
+}
+
+func newExecutors(w *Worker, jobs <-chan job, results chan<- rdb.Done, s slots, stopped func() bool) *executors {
+	return &executors{w: w, jobs: jobs, results: results, slots: s, stopped: stopped}
+}
+
+// start starts n executors, running tasks under ctx.
+func (e *executors) start(ctx context.Context, n int) {
+	for range n {
+		e.wg.Add(1)
+		go func() {
+			defer e.wg.Done()
+			for j := range e.jobs {
+				e.run(ctx, j)
+			}
+		}()
+	}
+}
+
+// wait returns once jobs is closed and every job has run or been set aside.
+func (e *executors) wait() { e.wg.Wait() }
+
+// setAside returns the held members of the jobs not started.
+func (e *executors) setAside() []string {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.unstarted
+}
+
+// staleAfter is how long a prefetched task may wait before the worker checks,
+// before running it, that its batch still wants it: tiny tasks never wait so
+// long, so the check costs nothing where prefetch matters, and a task that
+// waited longer costs one round trip more than its wait.
+const staleAfter = time.Millisecond
+
+// run is one job's step through the executors: set aside if the fetcher has
+// stopped; dropped unrun if it waited past staleAfter and is no longer
+// wanted; else executed (alone, if a suspect) under a context the maintainer
+// cancels if its batch no longer wants it, and its result passed on unless
+// it was cancelled so.
+//
+// A task dropped, or cancelled, is released from the ledger, but Redis still
+// has it held: the fetcher's sweep of orphans settles it in one script on one
+// server, putting it back if its manager wants it after all (the check may
+// have read a server that lost data, during a failover), dropping it if not.
+// A task lost before (attempt above 0) may be a poison pill: it runs holding
+// alone for writing, so that it takes no other task down with it.
+func (e *executors) run(ctx context.Context, j job) {
+	w := e.w
+	defer e.slots.release(1)
+	if j.ran != nil {
+		defer close(j.ran)
+	}
+	if e.stopped() {
+		e.mu.Lock()
+		e.unstarted = append(e.unstarted, j.Member())
+		e.mu.Unlock()
+		return
+	}
+	if time.Since(j.takenAt) > staleAfter {
+		if unwanted, err := w.rdb.Unwanted(ctx, w.opts.ID, []string{j.ID}); err == nil && len(unwanted) == 1 {
+			e.drop(j)
+			return
+		}
+	}
+	if j.Attempt > 0 {
+		e.alone.Lock()
+		defer e.alone.Unlock()
+	} else {
+		e.alone.RLock()
+		defer e.alone.RUnlock()
+	}
+	tctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	w.held.start(j.ID, cancel)
+	d := w.execute(tctx, j.Taken)
+	w.held.stop(j.ID)
+	if tctx.Err() != nil { // cancelled by the maintainer
+		e.drop(j)
+		return
+	}
+	e.results <- d
+}
+
+// drop forgets a job whose result nobody wants.
+func (e *executors) drop(j job) {
+	e.w.held.release(j.ID)
+	e.w.counters.discarded.Add(1)
+}

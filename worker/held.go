@@ -1,0 +1,87 @@
+package worker
+
+import (
+	"context"
+	"sync"
+
+	"github.com/redmap/redmap/internal/rdb"
+)
+
+// held is the worker's ledger of the tasks it took and has not yet
+// reported, as Redis has them in its held set: each one waiting to run,
+// running (with the cancel of its context), or run and waiting to be
+// reported. The fetcher adds, the executors start and stop, the finisher
+// releases; the maintainer cancels running tasks no longer wanted, and the
+// fetcher compares the ledger with Redis's held set to find orphans.
+type held struct {
+	mu    sync.Mutex
+	tasks map[string]context.CancelFunc // task id -> cancel while running, else nil
+}
+
+func newHeld() *held { return &held{tasks: make(map[string]context.CancelFunc)} }
+
+// add records tasks just taken.
+func (h *held) add(taken []rdb.Taken) {
+	h.mu.Lock()
+	for _, t := range taken {
+		h.tasks[t.ID] = nil
+	}
+	h.mu.Unlock()
+}
+
+// start records that task tid runs under cancel; stop, that it ran.
+func (h *held) start(tid string, cancel context.CancelFunc) { h.set(tid, cancel) }
+func (h *held) stop(tid string)                             { h.set(tid, nil) }
+
+func (h *held) set(tid string, cancel context.CancelFunc) {
+	h.mu.Lock()
+	h.tasks[tid] = cancel
+	h.mu.Unlock()
+}
+
+// release forgets tasks that were reported (or dropped unrun).
+func (h *held) release(tids ...string) {
+	h.mu.Lock()
+	for _, tid := range tids {
+		delete(h.tasks, tid)
+	}
+	h.mu.Unlock()
+}
+
+// running returns the ids of the tasks running now.
+func (h *held) running() []string {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	var tids []string
+	for tid, cancel := range h.tasks {
+		if cancel != nil {
+			tids = append(tids, tid)
+		}
+	}
+	return tids
+}
+
+// cancel cancels the context of those of tids that are running.
+func (h *held) cancel(tids []string) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for _, tid := range tids {
+		if cancel := h.tasks[tid]; cancel != nil {
+			cancel()
+		}
+	}
+}
+
+// orphans returns the members of Redis's held set (see rdb.HeldID) of tasks
+// the ledger does not have: taken by a call whose reply never arrived.
+func (h *held) orphans(members []string) []string {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	var out []string
+	for _, m := range members {
+		if _, ok := h.tasks[rdb.HeldID(m)]; !ok {
+			out = append(out, m)
+		}
+	}
+	return out
+}
