@@ -56,7 +56,7 @@ func (h withRuntime[C, In, Out]) Types() []string { return h.types }
 func (h withRuntime[C, In, Out]) DecodeConstant(b []byte) (any, error) {
 	c, err := codec.DecodeValue[C](b)
 	if err != nil {
-		return nil, fmt.Errorf("constant as %v: %w", reflect.TypeFor[C](), err)
+		return nil, fmt.Errorf("redmap: constant as %v: %w", reflect.TypeFor[C](), err)
 	}
 	return c, nil
 }

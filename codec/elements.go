@@ -168,7 +168,7 @@ func DecodeElements[T any](frame []byte, dst []T) error {
 func decodeOne(dec *msgpack.Decoder, v any) (err error) {
 	defer func() {
 		if p := recover(); p != nil {
-			err = fmt.Errorf("msgpack: %v", p)
+			err = fmt.Errorf("codec: msgpack panicked: %v", p)
 		}
 	}()
 	return dec.Decode(v)
@@ -179,7 +179,7 @@ func decodeOne(dec *msgpack.Decoder, v any) (err error) {
 func encodeOne(enc *msgpack.Encoder, v any) (err error) {
 	defer func() {
 		if p := recover(); p != nil {
-			err = fmt.Errorf("msgpack: %v", p)
+			err = fmt.Errorf("codec: msgpack panicked: %v", p)
 		}
 	}()
 	return enc.Encode(v)

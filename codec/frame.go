@@ -120,7 +120,7 @@ func (d *reader) end(what string) error {
 		return corrupt(what, d.err)
 	}
 	if d.r.Len() != 0 {
-		return corrupt(what, errTrailing)
+		return corrupt(what+": trailing bytes", nil)
 	}
 	return nil
 }

@@ -1,12 +1,8 @@
 package codec
 
-import "errors"
-
 // version is the first field of every envelope and result; a reader refuses
 // any other, so a fleet running two incompatible redmap versions fails loudly.
 const version = 1
-
-var errTrailing = errors.New("trailing bytes")
 
 // Task is the envelope of one task: a chunk of Count consecutive elements of a
 // batch, all for one function.

@@ -75,7 +75,7 @@ func (m *Manager) redisError(op string, started time.Time, err error) error {
 		m.outage.down(started)
 		return fmt.Errorf("%w: %s: %w", redmap.ErrUnavailable, op, err)
 	}
-	return fmt.Errorf("redmap: %s: %w", op, err)
+	return fmt.Errorf("manager: %s: %w", op, err)
 }
 
 // failed handles a failed call of the collector's (a read, a renewal, a

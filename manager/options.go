@@ -3,19 +3,18 @@ package manager
 import (
 	"fmt"
 	"log/slog"
-	"strings"
 	"time"
 
-	"github.com/redmap/redmap/codec"
+	"github.com/redmap/redmap/internal/config"
 )
 
 // Defaults for the zero fields of Options.
 const (
-	DefaultPrefix       = "redmap"
+	DefaultPrefix       = config.DefaultPrefix
 	DefaultKeyTTL       = time.Minute
 	DefaultPoll         = time.Second
 	DefaultMaxInputSize = 16 << 20
-	DefaultMaxFrame     = codec.DefaultMaxFrame
+	DefaultMaxFrame     = config.DefaultMaxFrame
 	DefaultRedisTimeout = 30 * time.Second
 	// DefaultNoWorkerTimeout is how long a batch waits for a live worker of
 	// its function when Options.NoWorkerTimeout is zero.
@@ -60,11 +59,12 @@ type Options struct {
 }
 
 func (o Options) withDefaults() (Options, error) {
+	shared := config.Shared{Queue: o.Queue, Prefix: o.Prefix, MaxFrame: o.MaxFrame}
+	if err := shared.Resolve("manager"); err != nil {
+		return o, err
+	}
+	o.Prefix, o.MaxFrame = shared.Prefix, shared.MaxFrame
 	switch {
-	case o.Queue == "":
-		return o, fmt.Errorf("manager: Options.Queue is required")
-	case strings.ContainsAny(o.Queue, "{}"):
-		return o, fmt.Errorf("manager: Options.Queue %q contains '{' or '}'", o.Queue)
 	case o.KeyTTL < 0:
 		return o, fmt.Errorf("manager: Options.KeyTTL %v is negative", o.KeyTTL)
 	case o.KeyTTL > 0 && o.KeyTTL < 3*time.Second:
@@ -73,15 +73,10 @@ func (o Options) withDefaults() (Options, error) {
 		return o, fmt.Errorf("manager: Options.Poll %v is negative", o.Poll)
 	case o.MaxInputSize < 0:
 		return o, fmt.Errorf("manager: Options.MaxInputSize %d is negative", o.MaxInputSize)
-	case o.MaxFrame < 0:
-		return o, fmt.Errorf("manager: Options.MaxFrame %d is negative", o.MaxFrame)
 	case o.PartSize < 0:
 		return o, fmt.Errorf("manager: Options.PartSize %d is negative", o.PartSize)
 	case o.RedisTimeout < 0:
 		return o, fmt.Errorf("manager: Options.RedisTimeout %v is negative", o.RedisTimeout)
-	}
-	if o.Prefix == "" {
-		o.Prefix = DefaultPrefix
 	}
 	if o.KeyTTL == 0 {
 		o.KeyTTL = DefaultKeyTTL
@@ -91,9 +86,6 @@ func (o Options) withDefaults() (Options, error) {
 	}
 	if o.MaxInputSize == 0 {
 		o.MaxInputSize = DefaultMaxInputSize
-	}
-	if o.MaxFrame == 0 {
-		o.MaxFrame = DefaultMaxFrame
 	}
 	if o.RedisTimeout == 0 {
 		o.RedisTimeout = DefaultRedisTimeout

@@ -156,11 +156,11 @@ func submit[In, Out any](ctx context.Context, m *Manager, sp spec, xs []In, opts
 	}
 	switch {
 	case co.chunk < 0:
-		return nil, fmt.Errorf("redmap: ChunkSize %d is negative", co.chunk)
+		return nil, fmt.Errorf("manager: ChunkSize %d is negative", co.chunk)
 	case co.attempts < 0:
-		return nil, fmt.Errorf("redmap: Attempts %d is negative", co.attempts)
+		return nil, fmt.Errorf("manager: Attempts %d is negative", co.attempts)
 	case co.timeout < 0:
-		return nil, fmt.Errorf("redmap: Timeout %v is negative", co.timeout)
+		return nil, fmt.Errorf("manager: Timeout %v is negative", co.timeout)
 	}
 	if co.attempts == 0 {
 		co.attempts = DefaultAttempts
@@ -199,7 +199,7 @@ func submit[In, Out any](ctx context.Context, m *Manager, sp spec, xs []In, opts
 		t.Count, t.Input = end-start, frame
 		payload, err := codec.EncodeTask(&t)
 		if err != nil {
-			return nil, fmt.Errorf("redmap: encoding a task of %q: %w", sp.name, err)
+			return nil, fmt.Errorf("manager: encoding a task of %q: %w", sp.name, err)
 		}
 		return payload, nil
 	}

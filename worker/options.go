@@ -2,24 +2,23 @@ package worker
 
 import (
 	"fmt"
-	"github.com/redmap/redmap/internal/id"
 	"log/slog"
 	"regexp"
 	"runtime"
-	"strings"
 	"time"
 
 	"github.com/redmap/redmap/cache"
-	"github.com/redmap/redmap/codec"
+	"github.com/redmap/redmap/internal/config"
+	"github.com/redmap/redmap/internal/id"
 )
 
 // Defaults for the zero fields of Options.
 const (
-	DefaultPrefix    = "redmap"
+	DefaultPrefix    = config.DefaultPrefix
 	DefaultHeartbeat = time.Second
 	DefaultLease     = 10 * time.Second
 	DefaultIdleWait  = time.Second
-	DefaultMaxFrame  = codec.DefaultMaxFrame
+	DefaultMaxFrame  = config.DefaultMaxFrame
 	// DefaultCacheBytes bounds the decoded constant data a worker keeps in
 	// memory, counted by encoded size: 512 MiB.
 	DefaultCacheBytes = cache.DefaultMemoBytes
@@ -74,11 +73,12 @@ type Options struct {
 var validID = regexp.MustCompile(`^[A-Za-z0-9_.-]{1,64}$`)
 
 func (o Options) withDefaults() (Options, error) {
+	shared := config.Shared{Queue: o.Queue, Prefix: o.Prefix, MaxFrame: o.MaxFrame}
+	if err := shared.Resolve("worker"); err != nil {
+		return o, err
+	}
+	o.Prefix, o.MaxFrame = shared.Prefix, shared.MaxFrame
 	switch {
-	case o.Queue == "":
-		return o, fmt.Errorf("worker: Options.Queue is required")
-	case strings.ContainsAny(o.Queue, "{}"):
-		return o, fmt.Errorf("worker: Options.Queue %q contains '{' or '}'", o.Queue)
 	case o.ID != "" && !validID.MatchString(o.ID):
 		return o, fmt.Errorf("worker: Options.ID %q: want letters, digits, '_', '.' or '-', at most 64", o.ID)
 	case o.Concurrency < 0:
@@ -87,13 +87,8 @@ func (o Options) withDefaults() (Options, error) {
 		return o, fmt.Errorf("worker: Options.Prefetch %d is below -1", o.Prefetch)
 	case o.Heartbeat < 0 || o.Lease < 0 || o.IdleWait < 0:
 		return o, fmt.Errorf("worker: Options.Heartbeat, Lease and IdleWait must not be negative")
-	case o.MaxFrame < 0:
-		return o, fmt.Errorf("worker: Options.MaxFrame %d is negative", o.MaxFrame)
 	case o.CacheBytes < 0:
 		return o, fmt.Errorf("worker: Options.CacheBytes %d is negative", o.CacheBytes)
-	}
-	if o.Prefix == "" {
-		o.Prefix = DefaultPrefix
 	}
 	if o.ID == "" {
 		o.ID = id.New()
@@ -118,9 +113,6 @@ func (o Options) withDefaults() (Options, error) {
 	}
 	if o.IdleWait == 0 {
 		o.IdleWait = DefaultIdleWait
-	}
-	if o.MaxFrame == 0 {
-		o.MaxFrame = DefaultMaxFrame
 	}
 	if o.CacheBytes == 0 {
 		o.CacheBytes = DefaultCacheBytes

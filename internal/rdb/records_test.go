@@ -3,11 +3,15 @@ package rdb
 import (
 	"context"
 	"reflect"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/redmap/redmap/internal/id"
 	"github.com/redmap/redmap/internal/keys"
+	"github.com/redmap/redmap/internal/redistest"
 )
 
 // What a worker publishes with its heartbeat is what the admin reads back,
@@ -111,5 +115,42 @@ func TestScriptEntriesDecode(t *testing.T) {
 	}
 	if e := DecodeEntry("\x96\x01"); e.Kind != EntryResult || string(e.Result) != "\x96\x01" {
 		t.Errorf("a result decodes as %+v", e)
+	}
+}
+
+// A script reply of the wrong shape is an error that says what came back,
+// never a %!w(<nil>) nor a silently dropped value. (Not parallel: it swaps
+// package scripts, and parallel tests start only after it ends.)
+func TestMalformedRepliesAreErrors(t *testing.T) {
+	srv := redistest.Shared(t)
+	c := srv.Client(t)
+	r := New(c, "rm", redistest.Queue(t))
+	ctx := context.Background()
+	swap := func(s **script, body string) {
+		old := *s
+		*s = &script{Script: redis.NewScript(body), name: old.name}
+		t.Cleanup(func() { *s = old })
+	}
+	swap(&takeScript, "return {'id', '0', 'payload'}")
+	swap(&reapScript, "return {1, 2}")
+	swap(&heartbeatScript, "return {1}")
+	swap(&submitScript, "return {1}")
+	checks := map[string]func() error{
+		"take: script returned 3 values, not quadruples": func() error { _, err := r.Take(ctx, "w", 1, time.Second); return err },
+		"reap: script returned [1 2], not 3 integers":    func() error { _, err := r.Reap(ctx); return err },
+		"heartbeat: script returned [1], not 2 integers": func() error { _, err := r.Heartbeat(ctx, "w", time.Second, nil); return err },
+		"submit: script returned [1], not 2 integers": func() error {
+			_, _, err := r.Submit(ctx, "m", "", []Task{{ID: "m-1", Payload: []byte("p")}}, time.Minute, Expect{})
+			return err
+		},
+	}
+	for want, call := range checks {
+		if err := call(); err == nil || err.Error() != want {
+			t.Errorf("got %v, want %q", err, want)
+		}
+	}
+	swap(&takeScript, "return {'id', 'x', 'payload', ''}")
+	if _, err := r.Take(ctx, "w", 1, time.Second); err == nil || strings.Contains(err.Error(), "%!") {
+		t.Errorf("a take with a malformed attempt: %v", err)
 	}
 }

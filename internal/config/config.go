@@ -1,0 +1,45 @@
+// Package config holds what managers and workers configure alike: the queue
+// they meet on, the prefix of every key, and the cap on a frame read from
+// Redis. manager.Options and worker.Options keep their own fields (so a
+// composite literal names them directly) and resolve them here.
+package config
+
+import (
+	"fmt"
+	"strings"
+
+	"github.com/redmap/redmap/codec"
+)
+
+// Defaults of the shared fields.
+const (
+	DefaultPrefix   = "redmap"
+	DefaultMaxFrame = codec.DefaultMaxFrame
+)
+
+// Shared is the options both sides have.
+type Shared struct {
+	Queue    string // required; no '{' or '}' (they delimit its Cluster hash tag)
+	Prefix   string // of every key; default DefaultPrefix
+	MaxFrame int    // bytes; default DefaultMaxFrame
+}
+
+// Resolve validates s and fills in its defaults. Errors name the field as
+// side's users write it: "manager: Options.Queue is required".
+func (s *Shared) Resolve(side string) error {
+	switch {
+	case s.Queue == "":
+		return fmt.Errorf("%s: Options.Queue is required", side)
+	case strings.ContainsAny(s.Queue, "{}"):
+		return fmt.Errorf("%s: Options.Queue %q contains '{' or '}'", side, s.Queue)
+	case s.MaxFrame < 0:
+		return fmt.Errorf("%s: Options.MaxFrame %d is negative", side, s.MaxFrame)
+	}
+	if s.Prefix == "" {
+		s.Prefix = DefaultPrefix
+	}
+	if s.MaxFrame == 0 {
+		s.MaxFrame = DefaultMaxFrame
+	}
+	return nil
+}
