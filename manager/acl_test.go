@@ -64,7 +64,7 @@ func TestACLLeastPrivilege(t *testing.T) {
 	admin := srv.Client(t)
 	setUser(t, admin, "redmap", readmeRule(t, "pw"))
 	b := faultBundle(t, srv, srv.Addr())
-	b.rdb = userClient(t, srv, "redmap", "pw")
+	b.Client = userClient(t, srv, "redmap", "pw")
 	a, _, m := twoWorkers(t, b, "REDMAP_USER=redmap", "REDMAP_PASSWORD=pw")
 	ctx := testCtx(t)
 
@@ -83,7 +83,7 @@ func TestACLLeastPrivilege(t *testing.T) {
 	exactlyOnce(t, batch, sq, func(seen int) {
 		switch seen {
 		case 500:
-			a.cmd.Process.Signal(syscall.SIGKILL)
+			a.Cmd.Process.Signal(syscall.SIGKILL)
 		case 1500:
 			if err := admin.FlushAll(context.Background()).Err(); err != nil {
 				t.Fatal(err)
@@ -146,7 +146,7 @@ func TestACLRevokedMidBatch(t *testing.T) {
 			rule := readmeRule(t, "pw")
 			setUser(t, admin, "redmap", rule)
 			b := faultBundle(t, srv, srv.Addr())
-			b.rdb = userClient(t, srv, "redmap", "pw")
+			b.Client = userClient(t, srv, "redmap", "pw")
 			a, _, m := twoWorkers(t, b, "REDMAP_USER=redmap", "REDMAP_PASSWORD=pw")
 
 			batch, err := manager.Submit(testCtx(t), m, slowSquare, ints(4000), manager.ChunkSize(1))
@@ -168,7 +168,7 @@ func TestACLRevokedMidBatch(t *testing.T) {
 			if failed == 0 || !strings.Contains(err.Error(), strings.ToUpper(cmd)) {
 				t.Fatalf("got %v, want elements failing with ErrPermission naming %s", err, strings.ToUpper(cmd))
 			}
-			info := keys.WorkerInfo("redmap", b.queue, a.id)
+			info := keys.WorkerInfo("redmap", b.Queue, a.ID)
 			eventually(t, "the worker shows the refusal", func() bool {
 				e, _ := admin.HGet(context.Background(), info, "error").Result()
 				return strings.Contains(e, strings.ToUpper(cmd))

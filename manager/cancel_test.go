@@ -29,12 +29,15 @@ func TestCancelSkipsQueuedTasks(t *testing.T) {
 		<-release
 		return x, nil
 	})
-	w := b.worker(t, worker.Options{Concurrency: 1}, slow)
+	// No prefetch: the tasks stay queued, and the worker's next take drops
+	// them. (Prefetched tasks are checked before they run: see the worker's
+	// TestPrefetchedCancelledTasksAreSkipped.)
+	w := b.Worker(t, worker.Options{Concurrency: 1, Prefetch: -1}, slow)
 	var releaseOnce sync.Once
 	// If the test fails before releasing the task, release it before the
 	// worker's clean-up waits for it.
 	t.Cleanup(func() { releaseOnce.Do(func() { close(release) }) })
-	m := b.manager(t, manager.Options{})
+	m := b.Manager(t, manager.Options{})
 
 	ctx, cancel := context.WithCancel(testCtx(t))
 	errc := make(chan error, 1)
@@ -51,35 +54,31 @@ func TestCancelSkipsQueuedTasks(t *testing.T) {
 	}
 
 	bg := context.Background()
-	tasks := keys.Tasks("redmap", b.queue, m.ID())
-	eventually(t, "tasks withdrawn", func() bool { return b.rdb.HLen(bg, tasks).Val() == 2 }) // the count and the epoch
-	// The worker has prefetched some of the queued tasks; it checks a
-	// prefetched task again before running it once it has waited over a
-	// millisecond. Make sure they have.
-	time.Sleep(2 * time.Millisecond)
+	tasks := keys.Tasks("redmap", b.Queue, m.ID())
+	eventually(t, "tasks withdrawn", func() bool { return b.Client.HLen(bg, tasks).Val() == 2 }) // the count and the epoch
 	releaseOnce.Do(func() { close(release) })
 
-	public := keys.Public("redmap", b.queue)
-	held := keys.Held("redmap", b.queue, w.ID())
+	public := keys.Public("redmap", b.Queue)
+	held := keys.Held("redmap", b.Queue, w.ID())
 	eventually(t, "queue drained and nothing held", func() bool {
-		return b.rdb.LLen(bg, public).Val() == 0 && b.rdb.SCard(bg, held).Val() == 0
+		return b.Client.LLen(bg, public).Val() == 0 && b.Client.SCard(bg, held).Val() == 0
 	})
 	if n := runs.Load(); n != 1 {
 		t.Fatalf("the function ran %d times, want 1: cancelled tasks must be skipped", n)
 	}
 	// No task or result of the batch is left: the task set holds just the
 	// manager's count and epoch, and the running task's result was discarded.
-	if got := b.rdb.HKeys(bg, tasks).Val(); len(got) != 2 || !slices.Contains(got, "_") || !slices.Contains(got, "_e") {
+	if got := b.Client.HKeys(bg, tasks).Val(); len(got) != 2 || !slices.Contains(got, "_") || !slices.Contains(got, "_e") {
 		t.Errorf("task set holds %v after cancel", got)
 	}
-	if n := b.rdb.LLen(bg, keys.Results("redmap", b.queue, m.ID())).Val(); n != 0 {
+	if n := b.Client.LLen(bg, keys.Results("redmap", b.Queue, m.ID())).Val(); n != 0 {
 		t.Errorf("result list holds %d entries after cancel", n)
 	}
 	// Close removes the rest.
 	if err := m.Close(); err != nil {
 		t.Fatal(err)
 	}
-	left, err := b.rdb.Keys(bg, keys.Base("redmap", b.queue)+"m:*").Result()
+	left, err := b.Client.Keys(bg, keys.Base("redmap", b.Queue)+"m:*").Result()
 	if err != nil || len(left) != 0 {
 		t.Errorf("manager keys left after Close: %v, %v", left, err)
 	}
@@ -87,7 +86,7 @@ func TestCancelSkipsQueuedTasks(t *testing.T) {
 
 func TestBatchCancel(t *testing.T) {
 	b := setup(t)
-	m := b.manager(t, manager.Options{})
+	m := b.Manager(t, manager.Options{})
 	batch, err := manager.Submit(testCtx(t), m, square, ints(10)) // no worker: it stays queued
 	if err != nil {
 		t.Fatal(err)
@@ -103,13 +102,13 @@ func TestBatchCancel(t *testing.T) {
 	if n != 0 {
 		t.Fatalf("Results after Cancel yielded %d, want 0", n)
 	}
-	tasks := keys.Tasks("redmap", b.queue, m.ID())
-	eventually(t, "tasks withdrawn", func() bool { return b.rdb.HLen(context.Background(), tasks).Val() == 2 }) // the count and the epoch
+	tasks := keys.Tasks("redmap", b.Queue, m.ID())
+	eventually(t, "tasks withdrawn", func() bool { return b.Client.HLen(context.Background(), tasks).Val() == 2 }) // the count and the epoch
 }
 
 func TestCloseEndsBatches(t *testing.T) {
 	b := setup(t)
-	m, err := manager.New(b.rdb, manager.Options{Queue: b.queue})
+	m, err := manager.New(b.Client, manager.Options{Queue: b.Queue})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -128,7 +127,7 @@ func TestCloseEndsBatches(t *testing.T) {
 	if _, err := manager.Map(testCtx(t), m, square, ints(1)); !errors.Is(err, redmap.ErrClosed) {
 		t.Fatalf("Map after Close: got %v, want ErrClosed", err)
 	}
-	left, err := b.rdb.Keys(context.Background(), keys.Base("redmap", b.queue)+"m:*").Result()
+	left, err := b.Client.Keys(context.Background(), keys.Base("redmap", b.Queue)+"m:*").Result()
 	if err != nil || len(left) != 0 {
 		t.Fatalf("manager keys after Close: %v, %v", left, err)
 	}
@@ -146,8 +145,8 @@ func TestCancelReachesRunningTasks(t *testing.T) {
 		stopped <- ctx.Err()
 		return 0, ctx.Err()
 	})
-	b.worker(t, worker.Options{Concurrency: 2, Heartbeat: 100 * time.Millisecond, Lease: time.Second}, blocking)
-	m := b.manager(t, manager.Options{})
+	b.Worker(t, worker.Options{Concurrency: 2, Heartbeat: 100 * time.Millisecond, Lease: time.Second}, blocking)
+	m := b.Manager(t, manager.Options{})
 	batch, err := manager.Submit(testCtx(t), m, blocking, ints(2), manager.ChunkSize(1))
 	if err != nil {
 		t.Fatal(err)
@@ -182,8 +181,8 @@ func TestTaskTimeout(t *testing.T) {
 		<-ctx.Done()
 		return 0, ctx.Err()
 	})
-	b.worker(t, worker.Options{Concurrency: 2}, sleepy)
-	m := b.manager(t, manager.Options{})
+	b.Worker(t, worker.Options{Concurrency: 2}, sleepy)
+	m := b.Manager(t, manager.Options{})
 	ys, err := manager.Map(testCtx(t), m, sleepy, ints(6), manager.Timeout(50*time.Millisecond), manager.Attempts(2))
 	var be *redmap.BatchError
 	if !errors.As(err, &be) || len(be.Failed) != 1 || be.Failed[0].Index != 3 || !errors.Is(err, redmap.ErrTimeout) {

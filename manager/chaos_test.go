@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/redmap/redmap"
+	"github.com/redmap/redmap/internal/harness"
 	"github.com/redmap/redmap/internal/redistest"
 	"github.com/redmap/redmap/manager"
 )
@@ -36,14 +37,14 @@ func TestChaos(t *testing.T) {
 	queue := "chaos"
 	env := append([]string{"REDMAP_SENTINELS=" + strings.Join(st.Addrs(), ","), "REDMAP_QUEUE=" + queue, "REDMAP_CONCURRENCY=4"}, fastLease...)
 	var mu sync.Mutex
-	var children []*child
-	started, stopFleet := superviseWith(t, 4, env, func(c *child) {
+	var children []*harness.Proc
+	started, stopFleet := superviseWith(t, 4, env, func(c *harness.Proc) {
 		mu.Lock()
 		children = append(children, c)
 		mu.Unlock()
 	})
 	defer stopFleet()
-	pick := func(remove bool) *child {
+	pick := func(remove bool) *harness.Proc {
 		mu.Lock()
 		defer mu.Unlock()
 		if len(children) == 0 {
@@ -146,13 +147,13 @@ func TestChaos(t *testing.T) {
 		case 0:
 			name = "worker SIGKILL"
 			if c := pick(true); c != nil {
-				c.cmd.Process.Signal(syscall.SIGKILL)
+				c.Cmd.Process.Signal(syscall.SIGKILL)
 			}
 		case 1:
 			name = "worker SIGSTOP"
 			if c := pick(false); c != nil {
-				c.cmd.Process.Signal(syscall.SIGSTOP)
-				time.AfterFunc(time.Duration(200+rand.IntN(2800))*time.Millisecond, func() { c.cmd.Process.Signal(syscall.SIGCONT) })
+				c.Cmd.Process.Signal(syscall.SIGSTOP)
+				time.AfterFunc(time.Duration(200+rand.IntN(2800))*time.Millisecond, func() { c.Cmd.Process.Signal(syscall.SIGCONT) })
 			}
 		case 2:
 			name = "primary restarted empty"

@@ -1,15 +1,11 @@
 package manager_test
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
 	"os"
-	"os/exec"
 	"os/signal"
-	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -21,6 +17,7 @@ import (
 
 	"github.com/redmap/redmap"
 	"github.com/redmap/redmap/cache"
+	"github.com/redmap/redmap/internal/harness"
 	"github.com/redmap/redmap/internal/redistest"
 	"github.com/redmap/redmap/manager"
 	"github.com/redmap/redmap/worker"
@@ -67,7 +64,7 @@ func table(n int) []byte {
 
 // runChild runs the process as a child if REDMAP_CHILD is set, and exits.
 func runChild() {
-	role := os.Getenv("REDMAP_CHILD")
+	role := os.Getenv(harness.ChildEnv)
 	if role == "" {
 		return
 	}
@@ -138,15 +135,15 @@ type childStats struct {
 }
 
 // stats stops a child worker with SIGTERM and returns what it printed.
-func (c *child) stats(t *testing.T) childStats {
+func stats(t *testing.T, c *harness.Proc) childStats {
 	t.Helper()
-	c.cmd.Process.Signal(syscall.SIGTERM)
+	c.Cmd.Process.Signal(syscall.SIGTERM)
 	var st childStats
-	if err := json.Unmarshal([]byte(c.expect(t, "stats ")), &st); err != nil {
+	if err := json.Unmarshal([]byte(c.Expect(t, "stats ")), &st); err != nil {
 		t.Fatal(err)
 	}
-	if err := <-c.exited; err != nil {
-		t.Fatalf("worker exited with %v", err)
+	if <-c.Exited(); c.Err() != nil {
+		t.Fatalf("worker exited with %v", c.Err())
 	}
 	return st
 }
@@ -166,63 +163,10 @@ func childManager(rdb *redis.Client, queue string) error {
 	select {}
 }
 
-// child is a running child process.
-type child struct {
-	id     string // a worker's id, once read from its output
-	cmd    *exec.Cmd
-	lines  chan string // its stdout, line by line
-	exited chan error
-}
-
-func startChild(t *testing.T, role string, env ...string) *child {
+// startChild starts the test binary again as a child in role (see runChild).
+func startChild(t *testing.T, role string, env ...string) *harness.Proc {
 	t.Helper()
-	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	redistest.DieWithParent(cmd)
-	cmd.Env = slices.Concat(os.Environ(), env, []string{"REDMAP_CHILD=" + role})
-	cmd.Stderr = os.Stderr
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	c := &child{cmd: cmd, lines: make(chan string, 16), exited: make(chan error, 1)}
-	go func() {
-		sc := bufio.NewScanner(out)
-		for sc.Scan() {
-			c.lines <- sc.Text()
-		}
-		close(c.lines)
-		io.Copy(io.Discard, out)
-		c.exited <- cmd.Wait()
-	}()
-	t.Cleanup(func() {
-		cmd.Process.Kill()
-		for range c.lines {
-		}
-	})
-	return c
-}
-
-// expect returns the next line of the child's output that starts with
-// prefix, without it.
-func (c *child) expect(t *testing.T, prefix string) string {
-	t.Helper()
-	timeout := time.After(time.Minute)
-	for {
-		select {
-		case line, ok := <-c.lines:
-			if !ok {
-				t.Fatalf("child exited before printing %q", prefix)
-			}
-			if rest, ok := strings.CutPrefix(line, prefix); ok {
-				return strings.TrimSpace(rest)
-			}
-		case <-timeout:
-			t.Fatalf("child printed no %q within a minute", prefix)
-		}
-	}
+	return harness.Start(t, harness.Child(role, env))
 }
 
 // supervise keeps n child workers running, starting a new one whenever one
@@ -234,7 +178,7 @@ func supervise(t *testing.T, n int, env ...string) (started func() int, stop fun
 }
 
 // superviseWith is supervise, calling onStart with each child it starts.
-func superviseWith(t *testing.T, n int, env []string, onStart func(*child)) (started func() int, stop func()) {
+func superviseWith(t *testing.T, n int, env []string, onStart func(*harness.Proc)) (started func() int, stop func()) {
 	t.Helper()
 	var mu sync.Mutex
 	count := 0
@@ -246,7 +190,7 @@ func superviseWith(t *testing.T, n int, env []string, onStart func(*child)) (sta
 			defer wg.Done()
 			for {
 				c := startChild(t, "worker", env...)
-				c.expect(t, "worker ")
+				c.Expect(t, "worker ")
 				mu.Lock()
 				count++
 				mu.Unlock()
@@ -254,10 +198,10 @@ func superviseWith(t *testing.T, n int, env []string, onStart func(*child)) (sta
 					onStart(c)
 				}
 				select {
-				case <-c.exited:
+				case <-c.Exited():
 				case <-quit:
-					c.cmd.Process.Kill()
-					<-c.exited
+					c.Cmd.Process.Kill()
+					<-c.Exited()
 					return
 				}
 				select {

@@ -12,6 +12,7 @@ import (
 
 	"github.com/redmap/redmap"
 	"github.com/redmap/redmap/cache"
+	"github.com/redmap/redmap/internal/harness"
 	"github.com/redmap/redmap/internal/keys"
 	"github.com/redmap/redmap/manager"
 	"github.com/redmap/redmap/worker"
@@ -19,9 +20,9 @@ import (
 
 // objectKeys returns the object cache's keys under the default prefix whose
 // hash is h.
-func objectKeys(t *testing.T, b *bundle, h string) []string {
+func objectKeys(t *testing.T, b *harness.Env, h string) []string {
 	t.Helper()
-	ks, err := b.rdb.Keys(context.Background(), keys.Object("redmap", h)+"*").Result()
+	ks, err := b.Client.Keys(context.Background(), keys.Object("redmap", h)+"*").Result()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -38,16 +39,16 @@ func TestConstantFetchedOncePerWorkerProcess(t *testing.T) {
 		mb, _ = strconv.Atoi(s)
 	}
 	tab := table(mb << 20)
-	env := []string{"REDMAP_ADDR=" + b.srv.Addr(), "REDMAP_QUEUE=" + b.queue}
-	var workers []*child
+	env := []string{"REDMAP_ADDR=" + b.Srv.Addr(), "REDMAP_QUEUE=" + b.Queue}
+	var workers []*harness.Proc
 	var ids []string
 	for range 4 {
 		c := startChild(t, "worker", env...)
 		workers = append(workers, c)
-		ids = append(ids, c.expect(t, "worker "))
+		ids = append(ids, c.Expect(t, "worker "))
 	}
-	m := b.manager(t, manager.Options{})
-	waitLive(t, m, ids...)
+	m := b.Manager(t, manager.Options{})
+	harness.WaitLive(t, m, ids...)
 
 	xs := ints(1000)
 	start := time.Now()
@@ -71,7 +72,7 @@ func TestConstantFetchedOncePerWorkerProcess(t *testing.T) {
 
 	var lookups int64
 	for i, c := range workers {
-		st := c.stats(t).Cache
+		st := stats(t, c).Cache
 		lookups += st.Hits + st.Misses
 		t.Logf("worker %d: %d tasks, %d fetch, %d bytes fetched, %d decode, %d hits, %d misses",
 			i, st.Hits+st.Misses, st.Fetches, st.BytesFetched, st.Decodes, st.Hits, st.Misses)
@@ -110,9 +111,9 @@ func TestConstantSharedByTwoBatches(t *testing.T) {
 		<-release
 		return tab[x], nil
 	})
-	b.worker(t, worker.Options{Concurrency: 4}, gated)
-	m1 := b.manager(t, manager.Options{})
-	m2 := b.manager(t, manager.Options{})
+	b.Worker(t, worker.Options{Concurrency: 4}, gated)
+	m1 := b.Manager(t, manager.Options{})
+	m2 := b.Manager(t, manager.Options{})
 	tab := table(1 << 20)
 	ctx := testCtx(t)
 
@@ -148,20 +149,20 @@ func TestConstantSharedByTwoBatches(t *testing.T) {
 func TestKilledManagersConstantExpires(t *testing.T) {
 	b := setup(t)
 	const size = 3 << 20
-	c := startChild(t, "manager", "REDMAP_ADDR="+b.srv.Addr(), "REDMAP_QUEUE="+b.queue, "REDMAP_CONST_BYTES="+strconv.Itoa(size))
-	c.expect(t, "submitted")
+	c := startChild(t, "manager", "REDMAP_ADDR="+b.Srv.Addr(), "REDMAP_QUEUE="+b.Queue, "REDMAP_CONST_BYTES="+strconv.Itoa(size))
+	c.Expect(t, "submitted")
 	h := cache.Sum(mustEncode(t, table(size)))
 	if len(objectKeys(t, b, h)) == 0 {
 		t.Fatal("the constant is not in Redis")
 	}
-	c.cmd.Process.Signal(syscall.SIGKILL)
-	<-c.exited
+	c.Cmd.Process.Signal(syscall.SIGKILL)
+	<-c.Exited()
 	killed := time.Now()
 	eventually(t, "constant of a killed manager deleted", func() bool { return len(objectKeys(t, b, h)) == 0 })
 	t.Logf("constant deleted %v after SIGKILL (KeyTTL 3s)", time.Since(killed).Round(100*time.Millisecond))
 	// Its task set and result list expire too.
 	eventually(t, "task set of a killed manager expired", func() bool {
-		ks, _ := b.rdb.Keys(context.Background(), keys.Base("redmap", b.queue)+"m:*").Result()
+		ks, _ := b.Client.Keys(context.Background(), keys.Base("redmap", b.Queue)+"m:*").Result()
 		return len(ks) == 0
 	})
 }
@@ -171,19 +172,19 @@ func TestKilledManagersConstantExpires(t *testing.T) {
 // keeps serving.
 func TestConstantTamperedOrMissing(t *testing.T) {
 	b := setup(t)
-	m := b.manager(t, manager.Options{PartSize: 1000})
+	m := b.Manager(t, manager.Options{PartSize: 1000})
 	ctx := testCtx(t)
 
 	// Store the constant as the manager will, and tamper with its part 2
 	// (same length, other bytes) before any worker has fetched it.
 	tab := table(5000)
-	store := cache.NewStore(b.rdb, "redmap", 1000)
+	store := cache.NewStore(b.Client, "redmap", 1000)
 	ref, _, err := store.Put(ctx, mustEncode(t, tab), "test", time.Minute)
 	if err != nil {
 		t.Fatal(err)
 	}
-	b.rdb.Set(ctx, keys.ObjectPart("redmap", ref.Hash, 2), make([]byte, 1000), time.Minute)
-	b.worker(t, worker.Options{}, lookup, square)
+	b.Client.Set(ctx, keys.ObjectPart("redmap", ref.Hash, 2), make([]byte, 1000), time.Minute)
+	b.Worker(t, worker.Options{}, lookup, square)
 	_, err = manager.MapWith(ctx, m, lookup, tab, ints(4), manager.ChunkSize(2))
 	var be *redmap.BatchError
 	if !errors.As(err, &be) || len(be.Failed) != 4 || !errors.Is(err, redmap.ErrConstantCorrupt) {
@@ -194,8 +195,8 @@ func TestConstantTamperedOrMissing(t *testing.T) {
 	}
 
 	// On a queue with no worker yet, submit, then delete the constant.
-	other := b.queue + ".other"
-	m2, err := manager.New(b.rdb, manager.Options{Queue: other})
+	other := b.Queue + ".other"
+	m2, err := manager.New(b.Client, manager.Options{Queue: other})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -206,10 +207,10 @@ func TestConstantTamperedOrMissing(t *testing.T) {
 		t.Fatal(err)
 	}
 	h2 := cache.Sum(mustEncode(t, tab2))
-	if n := b.rdb.Del(ctx, objectKeys(t, b, h2)...).Val(); n == 0 {
+	if n := b.Client.Del(ctx, objectKeys(t, b, h2)...).Val(); n == 0 {
 		t.Fatal("the second constant was not stored")
 	}
-	(&bundle{srv: b.srv, rdb: b.rdb, queue: other}).worker(t, worker.Options{}, lookup)
+	(&harness.Env{Srv: b.Srv, Client: b.Client, Queue: other}).Worker(t, worker.Options{}, lookup)
 	_, err = batch.Wait(ctx)
 	if !errors.As(err, &be) || len(be.Failed) != 3 || !errors.Is(err, redmap.ErrConstantMissing) {
 		t.Fatalf("deleted constant: got %v, want 3 elements failing with ErrConstantMissing", err)
@@ -234,12 +235,12 @@ func TestMapConstantStoredOnce(t *testing.T) {
 	for i := range 100_000 {
 		tab[fmt.Sprint("word", i)] = i
 	}
-	w := b.worker(t, worker.Options{Concurrency: 2}, counts)
+	w := b.Worker(t, worker.Options{Concurrency: 2}, counts)
 	words := []string{"word1", "word99999", "nope"}
 	var batches []*manager.Batch[int]
 	var uploads int64
 	for range 2 {
-		m := b.manager(t, manager.Options{})
+		m := b.Manager(t, manager.Options{})
 		batch, err := manager.SubmitWith(testCtx(t), m, counts, tab, words)
 		if err != nil {
 			t.Fatal(err)

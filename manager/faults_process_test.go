@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/redmap/redmap"
+	"github.com/redmap/redmap/internal/harness"
 	"github.com/redmap/redmap/internal/keys"
 	"github.com/redmap/redmap/manager"
 	"github.com/redmap/redmap/worker"
@@ -20,8 +21,8 @@ import (
 // about 1.2 s.
 var fastLease = []string{"REDMAP_LEASE_MS=1000", "REDMAP_HEARTBEAT_MS=200"}
 
-func childEnv(b *bundle, extra ...string) []string {
-	return append(append([]string{"REDMAP_ADDR=" + b.srv.Addr(), "REDMAP_QUEUE=" + b.queue}, fastLease...), extra...)
+func childEnv(b *harness.Env, extra ...string) []string {
+	return append(append([]string{"REDMAP_ADDR=" + b.Srv.Addr(), "REDMAP_QUEUE=" + b.Queue}, fastLease...), extra...)
 }
 
 // exactlyOnce reads every result of a batch as it arrives and checks that
@@ -55,13 +56,13 @@ func sq(i int) int { return i * i }
 
 // twoWorkers starts two worker processes with extra env and a manager, and
 // waits until the manager sees both live.
-func twoWorkers(t *testing.T, b *bundle, extra ...string) (a, c *child, m *manager.Manager) {
+func twoWorkers(t *testing.T, b *harness.Env, extra ...string) (a, c *harness.Proc, m *manager.Manager) {
 	t.Helper()
 	a = startChild(t, "worker", childEnv(b, extra...)...)
 	c = startChild(t, "worker", childEnv(b, extra...)...)
-	a.id, c.id = a.expect(t, "worker "), c.expect(t, "worker ")
-	m = b.manager(t, manager.Options{})
-	waitLive(t, m, a.id, c.id)
+	a.ID, c.ID = a.Expect(t, "worker "), c.Expect(t, "worker ")
+	m = b.Manager(t, manager.Options{})
+	harness.WaitLive(t, m, a.ID, c.ID)
 	return a, c, m
 }
 
@@ -78,11 +79,11 @@ func TestFaultWorkerKilled(t *testing.T) {
 	}
 	exactlyOnce(t, batch, sq, func(seen int) {
 		if seen == 400 {
-			a.cmd.Process.Signal(syscall.SIGKILL)
+			a.Cmd.Process.Signal(syscall.SIGKILL)
 		}
 	})
-	if err := <-a.exited; err == nil || !strings.Contains(err.Error(), "killed") {
-		t.Fatalf("worker a: %v, want killed", err)
+	if <-a.Exited(); a.Err() == nil || !strings.Contains(a.Err().Error(), "killed") {
+		t.Fatalf("worker a: %v, want killed", a.Err())
 	}
 }
 
@@ -91,35 +92,35 @@ func TestFaultWorkerKilled(t *testing.T) {
 func TestFaultWorkerStoppedPastLease(t *testing.T) {
 	b := setup(t)
 	a, c, m := twoWorkers(t, b)
-	ida := a.id
+	ida := a.ID
 
 	batch, err := manager.Submit(testCtx(t), m, slowSquare, ints(4000), manager.ChunkSize(10))
 	if err != nil {
 		t.Fatal(err)
 	}
-	held := keys.Held("redmap", b.queue, ida)
+	held := keys.Held("redmap", b.Queue, ida)
 	resumed := make(chan struct{})
 	exactlyOnce(t, batch, sq, func(seen int) {
 		if seen != 400 {
 			return
 		}
-		a.cmd.Process.Signal(syscall.SIGSTOP)
+		a.Cmd.Process.Signal(syscall.SIGSTOP)
 		go func() {
 			defer close(resumed)
 			// Resume it only once its lease has expired and its tasks were
 			// taken away from it.
 			eventually(t, "stopped worker reaped", func() bool {
 				live, _ := m.Workers(context.Background())
-				return !slices.Contains(live, ida) && b.rdb.Exists(context.Background(), held).Val() == 0
+				return !slices.Contains(live, ida) && b.Client.Exists(context.Background(), held).Val() == 0
 			})
-			a.cmd.Process.Signal(syscall.SIGCONT)
+			a.Cmd.Process.Signal(syscall.SIGCONT)
 		}()
 	})
 	<-resumed
 	// The zombie comes back to life as a worker; what it ran while stopped,
 	// the other worker ran again, and one of the two results was discarded.
-	waitLive(t, m, ida)
-	sa, sc := a.stats(t).Worker, c.stats(t).Worker
+	harness.WaitLive(t, m, ida)
+	sa, sc := stats(t, a).Worker, stats(t, c).Worker
 	t.Logf("stopped worker: %+v; other: %+v", sa, sc)
 	if sa.Taken+sc.Taken <= 400 || sa.Discarded+sc.Discarded == 0 {
 		t.Fatalf("no task ran twice or no result was discarded: the stop did not take effect mid-task")
@@ -135,7 +136,7 @@ func TestFaultPoisonPill(t *testing.T) {
 	b := setup(t)
 	started, stop := supervise(t, 2, childEnv(b, "REDMAP_CONCURRENCY=2")...)
 	defer stop()
-	m := b.manager(t, manager.Options{})
+	m := b.Manager(t, manager.Options{})
 	eventually(t, "two workers live", func() bool {
 		live, _ := m.Workers(context.Background())
 		return len(live) == 2
@@ -167,9 +168,9 @@ func TestFaultPrivateWorkerDies(t *testing.T) {
 	b := setup(t)
 	a := startChild(t, "worker", childEnv(b, "REDMAP_CONCURRENCY=1")...)
 	c := startChild(t, "worker", childEnv(b)...)
-	ida, idc := a.expect(t, "worker "), c.expect(t, "worker ")
-	m := b.manager(t, manager.Options{})
-	waitLive(t, m, ida, idc)
+	ida, idc := a.Expect(t, "worker "), c.Expect(t, "worker ")
+	m := b.Manager(t, manager.Options{})
+	harness.WaitLive(t, m, ida, idc)
 
 	batch, err := manager.Submit(testCtx(t), m, slowSquare, ints(2000), manager.ChunkSize(1), manager.OnWorker(ida))
 	if err != nil {
@@ -178,7 +179,7 @@ func TestFaultPrivateWorkerDies(t *testing.T) {
 	n := 0
 	for range batch.Results() {
 		if n++; n == 50 {
-			a.cmd.Process.Signal(syscall.SIGKILL)
+			a.Cmd.Process.Signal(syscall.SIGKILL)
 		}
 	}
 	_, err = batch.Wait(testCtx(t))
@@ -194,12 +195,12 @@ func TestFaultPrivateWorkerDies(t *testing.T) {
 // managers on the queue are unaffected.
 func TestFaultManagerKilled(t *testing.T) {
 	b := setup(t)
-	c := startChild(t, "manager", "REDMAP_ADDR="+b.srv.Addr(), "REDMAP_QUEUE="+b.queue, "REDMAP_CONST_BYTES=1000")
-	c.expect(t, "submitted")
-	c.cmd.Process.Signal(syscall.SIGKILL)
-	<-c.exited
+	c := startChild(t, "manager", "REDMAP_ADDR="+b.Srv.Addr(), "REDMAP_QUEUE="+b.Queue, "REDMAP_CONST_BYTES=1000")
+	c.Expect(t, "submitted")
+	c.Cmd.Process.Signal(syscall.SIGKILL)
+	<-c.Exited()
 	eventually(t, "the killed manager's keys expired", func() bool {
-		ks, _ := b.rdb.Keys(context.Background(), keys.Base("redmap", b.queue)+"m:*").Result()
+		ks, _ := b.Client.Keys(context.Background(), keys.Base("redmap", b.Queue)+"m:*").Result()
 		return len(ks) == 0
 	})
 
@@ -209,13 +210,13 @@ func TestFaultManagerKilled(t *testing.T) {
 		ran++
 		return tab[x], nil
 	})
-	b.worker(t, worker.Options{Concurrency: 1}, counting, square)
-	m := b.manager(t, manager.Options{})
+	b.Worker(t, worker.Options{Concurrency: 1}, counting, square)
+	m := b.Manager(t, manager.Options{})
 	if ys, err := manager.Map(testCtx(t), m, square, ints(100)); err != nil || ys[99] != 99*99 {
 		t.Fatalf("another manager: %v", err)
 	}
 	eventually(t, "queue drained", func() bool {
-		return b.rdb.LLen(context.Background(), keys.Public("redmap", b.queue)).Val() == 0
+		return b.Client.LLen(context.Background(), keys.Public("redmap", b.Queue)).Val() == 0
 	})
 	if ran != 0 {
 		t.Fatalf("the dead manager's tasks ran %d times, want 0", ran)

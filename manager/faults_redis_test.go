@@ -10,6 +10,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/redmap/redmap"
+	"github.com/redmap/redmap/internal/harness"
 	"github.com/redmap/redmap/internal/redistest"
 	"github.com/redmap/redmap/manager"
 	"github.com/redmap/redmap/worker"
@@ -20,22 +21,22 @@ import (
 
 // faultBundle is a bundle on a server of the test's own, reached through addr
 // (the server, or a proxy in front of it).
-func faultBundle(t *testing.T, srv *redistest.Server, addr string) *bundle {
+func faultBundle(t *testing.T, srv *redistest.Server, addr string) *harness.Env {
 	t.Helper()
 	t.Parallel()
 	c := redis.NewClient(&redis.Options{Addr: addr})
 	t.Cleanup(func() { c.Close() })
-	return &bundle{srv: srv, rdb: c, queue: "faults"}
+	return &harness.Env{Srv: srv, Client: c, Queue: "faults"}
 }
 
 // runThrough submits n slow squares (half of them with a constant), calls
 // fault once a fifth of each batch is back, and checks that every element
 // of both batches has exactly one correct result.
-func runThrough(t *testing.T, b *bundle, n int, fault func()) {
+func runThrough(t *testing.T, b *harness.Env, n int, fault func()) {
 	t.Helper()
-	b.worker(t, worker.Options{Concurrency: 4, Heartbeat: 200 * time.Millisecond, Lease: time.Second}, slowSquare, lookup)
-	b.worker(t, worker.Options{Concurrency: 4, Heartbeat: 200 * time.Millisecond, Lease: time.Second}, slowSquare, lookup)
-	m := b.manager(t, manager.Options{Poll: 100 * time.Millisecond})
+	b.Worker(t, worker.Options{Concurrency: 4, Heartbeat: 200 * time.Millisecond, Lease: time.Second}, slowSquare, lookup)
+	b.Worker(t, worker.Options{Concurrency: 4, Heartbeat: 200 * time.Millisecond, Lease: time.Second}, slowSquare, lookup)
+	m := b.Manager(t, manager.Options{Poll: 100 * time.Millisecond})
 	ctx := testCtx(t)
 
 	tab := table(1 << 20)
@@ -117,8 +118,8 @@ func TestFaultConnectionsDropped(t *testing.T) {
 func TestFaultRedisFull(t *testing.T) {
 	srv := redistest.Start(t, "--maxmemory", "4mb", "--maxmemory-policy", "noeviction")
 	b := faultBundle(t, srv, srv.Addr())
-	b.worker(t, worker.Options{}, echo)
-	m := b.manager(t, manager.Options{})
+	b.Worker(t, worker.Options{}, echo)
+	m := b.Manager(t, manager.Options{})
 	ctx := testCtx(t)
 
 	big := make([]string, 200)

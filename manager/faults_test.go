@@ -21,13 +21,13 @@ import (
 // serving.
 func TestUndecodablePayload(t *testing.T) {
 	b := setup(t)
-	m := b.manager(t, manager.Options{})
+	m := b.Manager(t, manager.Options{})
 	ctx := testCtx(t)
 	batch, err := manager.Submit(ctx, m, square, ints(10), manager.ChunkSize(1)) // no worker yet
 	if err != nil {
 		t.Fatal(err)
 	}
-	ids, err := b.rdb.LRange(ctx, keys.Public("redmap", b.queue), 0, -1).Result()
+	ids, err := b.Client.LRange(ctx, keys.Public("redmap", b.Queue), 0, -1).Result()
 	if err != nil || len(ids) != 10 {
 		t.Fatalf("queued ids: %v, %v", ids, err)
 	}
@@ -37,11 +37,11 @@ func TestUndecodablePayload(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	tasks := keys.Tasks("redmap", b.queue, m.ID())
-	b.rdb.HSet(ctx, tasks, ids[3], "garbage")
-	b.rdb.HSet(ctx, tasks, ids[6], badInput)
+	tasks := keys.Tasks("redmap", b.Queue, m.ID())
+	b.Client.HSet(ctx, tasks, ids[3], "garbage")
+	b.Client.HSet(ctx, tasks, ids[6], badInput)
 
-	b.worker(t, worker.Options{Concurrency: 2}, square)
+	b.Worker(t, worker.Options{Concurrency: 2}, square)
 	ys, err := batch.Wait(ctx)
 	var be *redmap.BatchError
 	if !errors.As(err, &be) || fmt.Sprint(be.Indexes()) != "[3 6]" {
@@ -65,10 +65,10 @@ func TestUndecodablePayload(t *testing.T) {
 // A garbage result pushed to a manager's result list is dropped, not returned.
 func TestGarbageResultDropped(t *testing.T) {
 	b := setup(t)
-	m := b.manager(t, manager.Options{})
-	b.rdb.RPush(context.Background(), keys.Results("redmap", b.queue, m.ID()), "\x94\x01garbage")
+	m := b.Manager(t, manager.Options{})
+	b.Client.RPush(context.Background(), keys.Results("redmap", b.Queue, m.ID()), "\x94\x01garbage")
 	eventually(t, "garbage dropped", func() bool { return m.Dropped() == 1 })
-	b.worker(t, worker.Options{}, square)
+	b.Worker(t, worker.Options{}, square)
 	if ys, err := manager.Map(testCtx(t), m, square, ints(3)); err != nil || ys[2] != 4 {
 		t.Fatalf("after garbage: %v, %v", ys, err)
 	}

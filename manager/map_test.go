@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/redmap/redmap"
+	"github.com/redmap/redmap/internal/harness"
 	v1 "github.com/redmap/redmap/internal/typetest/v1/tasks"
 	v2 "github.com/redmap/redmap/internal/typetest/v2/tasks"
 	"github.com/redmap/redmap/manager"
@@ -19,9 +20,9 @@ import (
 
 func TestMapTenThousandOrdered(t *testing.T) {
 	b := setup(t)
-	b.worker(t, worker.Options{Concurrency: 4}, square)
-	b.worker(t, worker.Options{Concurrency: 4}, square)
-	m := b.manager(t, manager.Options{})
+	b.Worker(t, worker.Options{Concurrency: 4}, square)
+	b.Worker(t, worker.Options{Concurrency: 4}, square)
+	m := b.Manager(t, manager.Options{})
 
 	for _, opt := range []manager.CallOption{nil, manager.ChunkSize(1), manager.ChunkSize(1000)} {
 		var opts []manager.CallOption
@@ -48,7 +49,7 @@ func TestMapTenThousandOrdered(t *testing.T) {
 
 func TestMapEmpty(t *testing.T) {
 	b := setup(t)
-	m := b.manager(t, manager.Options{})
+	m := b.Manager(t, manager.Options{})
 	ys, err := manager.Map(testCtx(t), m, square, nil)
 	if err != nil || len(ys) != 0 {
 		t.Fatalf("got %v, %v; want no results and no error", ys, err)
@@ -60,12 +61,12 @@ func TestMapEmpty(t *testing.T) {
 func TestThreeManagersOneQueue(t *testing.T) {
 	b := setup(t)
 
-	b.worker(t, worker.Options{Concurrency: 3}, echo)
-	b.worker(t, worker.Options{Concurrency: 3}, echo)
+	b.Worker(t, worker.Options{Concurrency: 3}, echo)
+	b.Worker(t, worker.Options{Concurrency: 3}, echo)
 
 	var wg sync.WaitGroup
 	for k := range 3 {
-		m := b.manager(t, manager.Options{})
+		m := b.Manager(t, manager.Options{})
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -103,10 +104,10 @@ func TestPrivateBatch(t *testing.T) {
 	whoIs := func(name string) *redmap.Handle[int, string] {
 		return redmap.Func("who", func(context.Context, int) (string, error) { return name, nil })
 	}
-	a := b.worker(t, worker.Options{ID: "a-" + b.queue, Concurrency: 2}, whoIs("a"))
-	c := b.worker(t, worker.Options{ID: "c-" + b.queue, Concurrency: 2}, whoIs("c"))
-	m := b.manager(t, manager.Options{})
-	waitLive(t, m, a.ID(), c.ID())
+	a := b.Worker(t, worker.Options{ID: "a-" + b.Queue, Concurrency: 2}, whoIs("a"))
+	c := b.Worker(t, worker.Options{ID: "c-" + b.Queue, Concurrency: 2}, whoIs("c"))
+	m := b.Manager(t, manager.Options{})
+	harness.WaitLive(t, m, a.ID(), c.ID())
 
 	for _, w := range []struct{ id, name string }{{a.ID(), "a"}, {c.ID(), "c"}} {
 		ys, err := manager.Map(testCtx(t), m, whoIs("manager"), ints(500), manager.OnWorker(w.id), manager.ChunkSize(1))
@@ -128,8 +129,8 @@ func TestPrivateBatch(t *testing.T) {
 
 func TestResultsInCompletionOrder(t *testing.T) {
 	b := setup(t)
-	b.worker(t, worker.Options{Concurrency: 4}, square)
-	m := b.manager(t, manager.Options{})
+	b.Worker(t, worker.Options{Concurrency: 4}, square)
+	m := b.Manager(t, manager.Options{})
 
 	batch, err := manager.Submit(testCtx(t), m, square, ints(2000), manager.ChunkSize(10))
 	if err != nil {
@@ -169,8 +170,8 @@ func TestElementErrorsAndPanics(t *testing.T) {
 		}
 		return -x, nil
 	})
-	b.worker(t, worker.Options{Concurrency: 2}, picky)
-	m := b.manager(t, manager.Options{})
+	b.Worker(t, worker.Options{Concurrency: 2}, picky)
+	m := b.Manager(t, manager.Options{})
 
 	for _, chunk := range []int{1, 10} {
 		ys, err := manager.Map(testCtx(t), m, picky, ints(200), manager.ChunkSize(chunk))
@@ -211,8 +212,8 @@ func TestElementErrorsAndPanics(t *testing.T) {
 func TestUnknownFunctionAndTypeMismatch(t *testing.T) {
 	b := setup(t)
 	asText := redmap.Func("convert", func(_ context.Context, x int) (string, error) { return fmt.Sprint(x), nil })
-	b.worker(t, worker.Options{}, square, asText)
-	m := b.manager(t, manager.Options{})
+	b.Worker(t, worker.Options{}, square, asText)
+	m := b.Manager(t, manager.Options{})
 
 	cube := redmap.Func("cube", func(_ context.Context, x int) (int, error) { return x * x * x, nil })
 	_, err := manager.Map(testCtx(t), m, cube, ints(5), manager.ChunkSize(2))
@@ -240,7 +241,7 @@ func TestUnknownFunctionAndTypeMismatch(t *testing.T) {
 
 func TestInputTooLarge(t *testing.T) {
 	b := setup(t)
-	m := b.manager(t, manager.Options{MaxInputSize: 1 << 10})
+	m := b.Manager(t, manager.Options{MaxInputSize: 1 << 10})
 
 	xs := []string{"a", "b", strings.Repeat("x", 2<<10), "d"}
 	_, err := manager.Map(testCtx(t), m, echo, xs)
@@ -249,7 +250,7 @@ func TestInputTooLarge(t *testing.T) {
 		t.Fatalf("got %v, want element 2 refused with ErrTooLarge", err)
 	}
 	// Nothing was submitted.
-	n, err := b.rdb.Keys(context.Background(), "*{"+b.queue+"}*").Result()
+	n, err := b.Client.Keys(context.Background(), "*{"+b.Queue+"}*").Result()
 	if err != nil || len(n) != 0 {
 		t.Fatalf("keys after a refused submit: %v, %v", n, err)
 	}
@@ -258,7 +259,7 @@ func TestInputTooLarge(t *testing.T) {
 func TestUnencodableInputAndOutput(t *testing.T) {
 	b := setup(t)
 	chans := redmap.Func("chans", func(_ context.Context, _ chan int) (int, error) { return 1, nil })
-	m := b.manager(t, manager.Options{})
+	m := b.Manager(t, manager.Options{})
 	_, err := manager.Map(testCtx(t), m, chans, []chan int{make(chan int)})
 	if !errors.Is(err, redmap.ErrEncode) {
 		t.Fatalf("unencodable input: got %v, want ErrEncode", err)
@@ -272,7 +273,7 @@ func TestUnencodableInputAndOutput(t *testing.T) {
 		}
 		return out{F: x}, nil
 	})
-	b.worker(t, worker.Options{}, odd)
+	b.Worker(t, worker.Options{}, odd)
 	ys, err := manager.Map(testCtx(t), m, odd, ints(3), manager.ChunkSize(3))
 	var be *redmap.BatchError
 	if !errors.As(err, &be) || fmt.Sprint(be.Indexes()) != "[1]" || !errors.Is(err, redmap.ErrEncode) {
@@ -297,7 +298,7 @@ func TestOptionsValidation(t *testing.T) {
 		{manager.Options{Queue: "q", Poll: -1}, "Poll"},
 	}
 	for _, c := range cases {
-		_, err := manager.New(b.rdb, c.opts)
+		_, err := manager.New(b.Client, c.opts)
 		if err == nil || !strings.Contains(err.Error(), c.field) {
 			t.Errorf("New(%+v): got %v, want an error naming %s", c.opts, err, c.field)
 		}
@@ -312,13 +313,13 @@ func TestOptionsValidation(t *testing.T) {
 		{worker.Options{Queue: "q", Heartbeat: 5e9, Lease: 1e9}, "Lease"},
 	}
 	for _, c := range wcases {
-		_, err := worker.New(b.rdb, c.opts)
+		_, err := worker.New(b.Client, c.opts)
 		if err == nil || !strings.Contains(err.Error(), c.field) {
 			t.Errorf("worker.New(%+v): got %v, want an error naming %s", c.opts, err, c.field)
 		}
 	}
 	var nilHandle *redmap.Handle[int, int]
-	m := b.manager(t, manager.Options{})
+	m := b.Manager(t, manager.Options{})
 	if _, err := manager.Map(testCtx(t), m, nilHandle, ints(1)); err == nil {
 		t.Error("Map with a nil handle: want an error")
 	}
@@ -329,7 +330,7 @@ func TestOptionsValidation(t *testing.T) {
 
 func TestHandleTwiceIsAnError(t *testing.T) {
 	b := setup(t)
-	w, err := worker.New(b.rdb, worker.Options{Queue: b.queue})
+	w, err := worker.New(b.Client, worker.Options{Queue: b.Queue})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -368,14 +369,14 @@ func TestUndecodableOutputType(t *testing.T) {
 	stringer := redmap.Func("stringer", func(_ context.Context, x int) (fmt.Stringer, error) {
 		return time.Duration(x), nil
 	})
-	w, err := worker.New(b.rdb, worker.Options{Queue: b.queue})
+	w, err := worker.New(b.Client, worker.Options{Queue: b.Queue})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if err := w.Handle(stringer); !errors.Is(err, redmap.ErrTypeMismatch) || !strings.Contains(err.Error(), "fmt.Stringer") {
 		t.Fatalf("Handle: got %v, want ErrTypeMismatch naming fmt.Stringer", err)
 	}
-	m := b.manager(t, manager.Options{})
+	m := b.Manager(t, manager.Options{})
 	if _, err := manager.Map(testCtx(t), m, stringer, ints(3)); !errors.Is(err, redmap.ErrTypeMismatch) {
 		t.Fatalf("Map: got %v, want ErrTypeMismatch", err)
 	}
@@ -386,8 +387,8 @@ func TestUndecodableOutputType(t *testing.T) {
 // first difference, instead of decoding into zero values.
 func TestTypeMismatchOfSameNamedTypes(t *testing.T) {
 	b := setup(t)
-	b.worker(t, worker.Options{}, v2.Count)
-	m := b.manager(t, manager.Options{})
+	b.Worker(t, worker.Options{}, v2.Count)
+	m := b.Manager(t, manager.Options{})
 	out, err := manager.Map(testCtx(t), m, v1.Count, []v1.Doc{{ID: "a", Text: "two words"}})
 	t.Logf("%v", err)
 	if !errors.Is(err, redmap.ErrTypeMismatch) || !strings.Contains(err.Error(), "the manager has In.Text (string), the worker does not") {

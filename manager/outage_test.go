@@ -12,6 +12,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/redmap/redmap"
+	"github.com/redmap/redmap/internal/harness"
 	"github.com/redmap/redmap/internal/keys"
 	"github.com/redmap/redmap/internal/redistest"
 	"github.com/redmap/redmap/manager"
@@ -68,10 +69,10 @@ func everyElementEnds(t *testing.T, batch *manager.Batch[int], cause error, duri
 func TestFaultRedisGoneForGood(t *testing.T) {
 	srv := redistest.Start(t)
 	b := faultBundle(t, srv, srv.Addr())
-	startChild(t, "worker", childEnv(b)...).expect(t, "worker ")
-	startChild(t, "worker", childEnv(b)...).expect(t, "worker ")
+	startChild(t, "worker", childEnv(b)...).Expect(t, "worker ")
+	startChild(t, "worker", childEnv(b)...).Expect(t, "worker ")
 	const redisTimeout = 2 * time.Second
-	m, err := manager.New(b.rdb, manager.Options{Queue: b.queue, Poll: 100 * time.Millisecond, RedisTimeout: redisTimeout})
+	m, err := manager.New(b.Client, manager.Options{Queue: b.Queue, Poll: 100 * time.Millisecond, RedisTimeout: redisTimeout})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -113,8 +114,8 @@ func TestFaultRedisGoneForGood(t *testing.T) {
 func TestFaultRestartFromOldSnapshot(t *testing.T) {
 	srv := redistest.Start(t)
 	b := faultBundle(t, srv, srv.Addr())
-	startChild(t, "worker", childEnv(b)...).expect(t, "worker ")
-	startChild(t, "worker", childEnv(b)...).expect(t, "worker ")
+	startChild(t, "worker", childEnv(b)...).Expect(t, "worker ")
+	startChild(t, "worker", childEnv(b)...).Expect(t, "worker ")
 	logs := &logRecorder{}
 	t.Cleanup(func() {
 		if t.Failed() {
@@ -124,7 +125,7 @@ func TestFaultRestartFromOldSnapshot(t *testing.T) {
 			dumpQueue(t, b)
 		}
 	})
-	m, err := manager.New(b.rdb, manager.Options{Queue: b.queue, Poll: 100 * time.Millisecond, Logger: slog.New(logs)})
+	m, err := manager.New(b.Client, manager.Options{Queue: b.Queue, Poll: 100 * time.Millisecond, Logger: slog.New(logs)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -154,21 +155,21 @@ func TestFaultRestartFromOldSnapshot(t *testing.T) {
 }
 
 // dumpQueue logs the queue's keys in Redis, for a failed fault test.
-func dumpQueue(t *testing.T, b *bundle) {
+func dumpQueue(t *testing.T, b *harness.Env) {
 	ctx := context.Background()
-	ks, _ := b.rdb.Keys(ctx, "redmap:{"+b.queue+"}:*").Result()
+	ks, _ := b.Client.Keys(ctx, "redmap:{"+b.Queue+"}:*").Result()
 	for _, k := range ks {
-		typ := b.rdb.Type(ctx, k).Val()
+		typ := b.Client.Type(ctx, k).Val()
 		var desc string
 		switch typ {
 		case "list":
-			desc = fmt.Sprint(b.rdb.LLen(ctx, k).Val(), " ", b.rdb.LRange(ctx, k, 0, 5).Val())
+			desc = fmt.Sprint(b.Client.LLen(ctx, k).Val(), " ", b.Client.LRange(ctx, k, 0, 5).Val())
 		case "set":
-			desc = fmt.Sprint(b.rdb.SCard(ctx, k).Val(), " ", b.rdb.SRandMemberN(ctx, k, 5).Val())
+			desc = fmt.Sprint(b.Client.SCard(ctx, k).Val(), " ", b.Client.SRandMemberN(ctx, k, 5).Val())
 		case "hash":
-			desc = fmt.Sprint(b.rdb.HLen(ctx, k).Val(), " _=", b.rdb.HGet(ctx, k, "_").Val())
+			desc = fmt.Sprint(b.Client.HLen(ctx, k).Val(), " _=", b.Client.HGet(ctx, k, "_").Val())
 		case "zset":
-			desc = fmt.Sprint(b.rdb.ZRangeWithScores(ctx, k, 0, -1).Val())
+			desc = fmt.Sprint(b.Client.ZRangeWithScores(ctx, k, 0, -1).Val())
 		}
 		t.Logf("%s %s %s", k, typ, desc)
 	}
@@ -216,10 +217,10 @@ func TestSubmitChecksRedis(t *testing.T) {
 func TestNoWorkerServes(t *testing.T) {
 	b := setup(t)
 	elsewhere := *b
-	elsewhere.queue += ".typo"
-	elsewhere.worker(t, worker.Options{}, square)
+	elsewhere.Queue += ".typo"
+	elsewhere.Worker(t, worker.Options{}, square)
 	logs := &logRecorder{}
-	m := b.manager(t, manager.Options{Poll: 50 * time.Millisecond, NoWorkerTimeout: 500 * time.Millisecond, Logger: slog.New(logs)})
+	m := b.Manager(t, manager.Options{Poll: 50 * time.Millisecond, NoWorkerTimeout: 500 * time.Millisecond, Logger: slog.New(logs)})
 	batch, err := manager.Submit(testCtx(t), m, square, ints(10_000), manager.ChunkSize(1))
 	if err != nil {
 		t.Fatal(err)
@@ -236,7 +237,7 @@ func TestNoWorkerServes(t *testing.T) {
 		t.Fatalf("the error or the log does not say which function nobody serves: %v", err)
 	}
 	eventually(t, "its tasks withdrawn", func() bool {
-		n, _ := b.rdb.HLen(context.Background(), keys.Tasks("redmap", b.queue, m.ID())).Result()
+		n, _ := b.Client.HLen(context.Background(), keys.Tasks("redmap", b.Queue, m.ID())).Result()
 		return n <= 2 // the count and the epoch alone
 	})
 }

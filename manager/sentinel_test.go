@@ -9,6 +9,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/redmap/redmap/internal/harness"
 	"github.com/redmap/redmap/internal/keys"
 	"github.com/redmap/redmap/internal/redistest"
 	"github.com/redmap/redmap/manager"
@@ -50,12 +51,12 @@ func TestFaultSentinel(t *testing.T) {
 			}
 			t.Parallel()
 			st := redistest.StartSentinel(t)
-			b := &bundle{rdb: st.Client(t), queue: "sentinel"}
-			env := append([]string{"REDMAP_SENTINELS=" + strings.Join(st.Addrs(), ","), "REDMAP_QUEUE=" + b.queue}, fastLease...)
-			startChild(t, "worker", env...).expect(t, "worker ")
-			startChild(t, "worker", env...).expect(t, "worker ")
+			b := &harness.Env{Client: st.Client(t), Queue: "sentinel"}
+			env := append([]string{"REDMAP_SENTINELS=" + strings.Join(st.Addrs(), ","), "REDMAP_QUEUE=" + b.Queue}, fastLease...)
+			startChild(t, "worker", env...).Expect(t, "worker ")
+			startChild(t, "worker", env...).Expect(t, "worker ")
 			logs := &logRecorder{}
-			m = b.manager(t, manager.Options{Poll: 100 * time.Millisecond, Logger: slog.New(logs)})
+			m = b.Manager(t, manager.Options{Poll: 100 * time.Millisecond, Logger: slog.New(logs)})
 
 			const n = 20_000
 			batch, err := manager.Submit(testCtx(t), m, slowSquare, ints(n), manager.ChunkSize(2))

@@ -2,57 +2,30 @@ package manager_test
 
 import (
 	"context"
-	"fmt"
 	"log/slog"
 	"os"
-	"slices"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
 	"github.com/redmap/redmap"
+	"github.com/redmap/redmap/internal/harness"
 	"github.com/redmap/redmap/internal/redistest"
-	"github.com/redmap/redmap/manager"
-	"github.com/redmap/redmap/worker"
 )
-
-// artefacts holds what tests share across the package, such as the built
-// examples/squares binary; removed when the tests end.
-var artefacts string
 
 func TestMain(m *testing.M) {
 	// go-redis logs the dial failures of fault tests on stderr; they are
 	// expected, and would drown the tests' own output.
 	redmap.RouteRedisLogs(slog.New(slog.DiscardHandler))
 	runChild()
-	dir, err := os.MkdirTemp("", "redmap-test-")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	artefacts = dir
 	code := redistest.Run(m)
-	os.RemoveAll(dir)
+	harness.Cleanup()
 	os.Exit(code)
 }
 
-// bundle is what one test works with: a client of the package's server and a
-// queue no other test uses.
-type bundle struct {
-	srv   *redistest.Server
-	rdb   *redis.Client
-	queue string
-}
-
-func setup(t *testing.T) *bundle {
-	t.Helper()
-	t.Parallel()
-	srv := redistest.Shared(t)
-	return &bundle{srv: srv, rdb: srv.Client(t), queue: redistest.Queue(t)}
-}
+// setup returns the test's Env on the package's shared server (see harness).
+func setup(t *testing.T) *harness.Env { return harness.Setup(t) }
 
 // ctx returns a context that ends with the test, or after a minute, so a
 // broken test fails instead of hanging.
@@ -60,62 +33,6 @@ func testCtx(t *testing.T) context.Context {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	t.Cleanup(cancel)
 	return ctx
-}
-
-func (b *bundle) manager(t *testing.T, opts manager.Options) *manager.Manager {
-	t.Helper()
-	opts.Queue = b.queue
-	m, err := manager.New(b.rdb, opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := m.Close(); err != nil {
-			t.Errorf("manager close: %v", err)
-		}
-	})
-	return m
-}
-
-// worker starts an in-process worker with hs; it is stopped, and Run's
-// return checked, when the test ends.
-func (b *bundle) worker(t *testing.T, opts worker.Options, hs ...redmap.Handler) *worker.Worker {
-	t.Helper()
-	opts.Queue = b.queue
-	w, err := worker.New(b.rdb, opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := w.Handle(hs...); err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	ran := make(chan error, 1)
-	go func() { ran <- w.Run(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-ran; err != nil {
-			t.Errorf("worker run: %v", err)
-		}
-	})
-	return w
-}
-
-// waitLive waits until the manager sees every worker id as live.
-func waitLive(t *testing.T, m *manager.Manager, ids ...string) {
-	t.Helper()
-	eventually(t, "workers live", func() bool {
-		live, err := m.Workers(context.Background())
-		if err != nil {
-			return false
-		}
-		for _, id := range ids {
-			if !slices.Contains(live, id) {
-				return false
-			}
-		}
-		return true
-	})
 }
 
 // eventually polls cond until it holds; see redistest.Eventually.

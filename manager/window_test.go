@@ -19,17 +19,17 @@ import (
 func TestBatchStreamsThroughWindow(t *testing.T) {
 	b := setup(t)
 	var maxQueued atomic.Int64
-	b.worker(t, worker.Options{Concurrency: 4}, square)
-	m := b.manager(t, manager.Options{})
+	b.Worker(t, worker.Options{Concurrency: 4}, square)
+	m := b.Manager(t, manager.Options{})
 	ctx := testCtx(t)
-	taskSet := keys.Tasks("redmap", b.queue, m.ID())
+	taskSet := keys.Tasks("redmap", b.Queue, m.ID())
 	batch, err := manager.Submit(ctx, m, square, ints(20_000), manager.ChunkSize(1))
 	if err != nil {
 		t.Fatal(err)
 	}
 	exactlyOnce(t, batch, sq, func(seen int) {
 		if seen%500 == 0 {
-			n := b.rdb.HLen(context.Background(), taskSet).Val() - 2 // the count and the epoch
+			n := b.Client.HLen(context.Background(), taskSet).Val() - 2 // the count and the epoch
 			if n > maxQueued.Load() {
 				maxQueued.Store(n)
 			}
@@ -44,8 +44,8 @@ func TestBatchStreamsThroughWindow(t *testing.T) {
 // An element too large in a later window fails alone; Submit could not see it.
 func TestLateElementTooLarge(t *testing.T) {
 	b := setup(t)
-	b.worker(t, worker.Options{Concurrency: 4}, echo)
-	m := b.manager(t, manager.Options{MaxInputSize: 100})
+	b.Worker(t, worker.Options{Concurrency: 4}, echo)
+	m := b.Manager(t, manager.Options{MaxInputSize: 100})
 	xs := make([]string, 10_000)
 	for i := range xs {
 		xs[i] = fmt.Sprint(i)
@@ -66,8 +66,8 @@ func TestLateElementTooLarge(t *testing.T) {
 // slower machine.)
 func TestChunksAdapt(t *testing.T) {
 	b := setup(t)
-	w := b.worker(t, worker.Options{Concurrency: 2}, square)
-	m := b.manager(t, manager.Options{})
+	w := b.Worker(t, worker.Options{Concurrency: 2}, square)
+	m := b.Manager(t, manager.Options{})
 	ctx := testCtx(t)
 	// The first batch measures the cost; the second uses it.
 	for range 2 {

@@ -54,8 +54,9 @@ func (e *executors) setAside() []string {
 // staleAfter is how long a prefetched task may wait before the worker checks,
 // before running it, that its batch still wants it: tiny tasks never wait so
 // long, so the check costs nothing where prefetch matters, and a task that
-// waited longer costs one round trip more than its wait.
-const staleAfter = time.Millisecond
+// waited longer costs one round trip more than its wait. (A variable only so
+// that a test can have every prefetched task checked.)
+var staleAfter = time.Millisecond
 
 // run is one job's step through the executors: set aside if the fetcher has
 // stopped; dropped unrun if it waited past staleAfter and is no longer

@@ -7,9 +7,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
 	"github.com/redmap/redmap"
+	"github.com/redmap/redmap/internal/harness"
 	"github.com/redmap/redmap/internal/keys"
 	"github.com/redmap/redmap/internal/redistest"
 	"github.com/redmap/redmap/manager"
@@ -21,10 +20,8 @@ func TestMain(m *testing.M) { redistest.Main(m) }
 // Stopping a worker stops it taking tasks, but Run returns only after the
 // tasks it holds have finished and their results are delivered.
 func TestRunDrainsOnStop(t *testing.T) {
-	t.Parallel()
-	srv := redistest.Shared(t)
-	rdb := srv.Client(t)
-	queue := redistest.Queue(t)
+	e := harness.Setup(t)
+	rdb, queue := e.Client, e.Queue
 
 	started := make(chan int, 16)
 	release := make(chan struct{})
@@ -33,8 +30,8 @@ func TestRunDrainsOnStop(t *testing.T) {
 		<-release
 		return x + 1, nil
 	})
-	w, stop, ran := runWorker(t, rdb, worker.Options{Queue: queue, Concurrency: 2}, slow)
-	m := newManager(t, rdb, queue)
+	w, stop, ran := e.StartWorker(t, worker.Options{Concurrency: 2}, slow)
+	m := e.Manager(t, manager.Options{})
 	tctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	batch, err := manager.Submit(tctx, m, slow, []int{10, 20, 30}, manager.ChunkSize(1))
@@ -84,10 +81,7 @@ func TestRunDrainsOnStop(t *testing.T) {
 // and given back there) does not leave them waiting for ever: they fail with
 // ErrLost naming it.
 func TestStopFailsPrivateTasksLeft(t *testing.T) {
-	t.Parallel()
-	srv := redistest.Shared(t)
-	rdb := srv.Client(t)
-	queue := redistest.Queue(t)
+	e := harness.Setup(t)
 
 	started := make(chan int, 16)
 	release := make(chan struct{})
@@ -96,14 +90,11 @@ func TestStopFailsPrivateTasksLeft(t *testing.T) {
 		<-release
 		return x, nil
 	})
-	w, stop, ran := runWorker(t, rdb, worker.Options{Queue: queue, Concurrency: 1}, gate)
-	m := newManager(t, rdb, queue)
+	w, stop, ran := e.StartWorker(t, worker.Options{Concurrency: 1}, gate)
+	m := e.Manager(t, manager.Options{})
 	tctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	redistest.Eventually(t, "worker live", func() bool {
-		live, _ := m.Workers(tctx)
-		return len(live) == 1
-	})
+	harness.WaitLive(t, m, w.ID())
 	batch, err := manager.Submit(tctx, m, gate, []int{0, 1, 2, 3, 4}, manager.ChunkSize(1), manager.OnWorker(w.ID()))
 	if err != nil {
 		t.Fatal(err)
@@ -122,32 +113,4 @@ func TestStopFailsPrivateTasksLeft(t *testing.T) {
 	if ys[0] != 0 || be.Failed[0].Index != 1 {
 		t.Fatalf("ys %v, failed %v", ys, be.Indexes())
 	}
-}
-
-// runWorker starts a worker serving h; stop ends its context, and ran receives
-// what Run returned. The test stops it itself, to watch it drain.
-func runWorker(t *testing.T, rdb *redis.Client, opts worker.Options, h redmap.Handler) (*worker.Worker, context.CancelFunc, <-chan error) {
-	t.Helper()
-	w, err := worker.New(rdb, opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := w.Handle(h); err != nil {
-		t.Fatal(err)
-	}
-	ctx, stop := context.WithCancel(context.Background())
-	t.Cleanup(stop)
-	ran := make(chan error, 1)
-	go func() { ran <- w.Run(ctx) }()
-	return w, stop, ran
-}
-
-func newManager(t *testing.T, rdb *redis.Client, queue string) *manager.Manager {
-	t.Helper()
-	m, err := manager.New(rdb, manager.Options{Queue: queue})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { m.Close() })
-	return m
 }

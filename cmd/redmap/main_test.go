@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"errors"
@@ -10,7 +9,6 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"regexp"
 	"slices"
 	"strconv"
@@ -19,9 +17,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
 	"github.com/redmap/redmap"
+	"github.com/redmap/redmap/internal/harness"
 	"github.com/redmap/redmap/internal/redistest"
 	"github.com/redmap/redmap/manager"
 	"github.com/redmap/redmap/worker"
@@ -48,29 +45,17 @@ var (
 	waitCtx = redmap.Func("waitctx", func(ctx context.Context, _ int) (int, error) { <-ctx.Done(); return 0, ctx.Err() })
 )
 
-var cliBin string
-
 func TestMain(m *testing.M) {
 	// As a child, the test binary is a worker program made with worker.Main.
-	if os.Getenv("REDMAP_CHILD") == "worker" {
-		if err := worker.Main(os.Args[1:], square, slow, flaky, block, waitCtx); err != nil {
+	if os.Getenv(harness.ChildEnv) == "worker" {
+		if err := worker.Main(harness.ChildArgs(), square, slow, flaky, block, waitCtx); err != nil {
 			fmt.Fprintln(os.Stderr, err)
 			os.Exit(1)
 		}
 		os.Exit(0)
 	}
-	dir, err := os.MkdirTemp("", "redmap-cli-")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	cliBin = filepath.Join(dir, "redmap")
-	if out, err := exec.Command("go", "build", "-o", cliBin, ".").CombinedOutput(); err != nil {
-		fmt.Fprintf(os.Stderr, "go build: %v\n%s", err, out)
-		os.Exit(1)
-	}
 	code := redistest.Run(m)
-	os.RemoveAll(dir)
+	harness.Cleanup()
 	os.Exit(code)
 }
 
@@ -78,7 +63,7 @@ func TestMain(m *testing.M) {
 // stderr and the exit status.
 func runCLI(t *testing.T, srv *redistest.Server, args ...string) (string, string, int) {
 	t.Helper()
-	cmd := exec.Command(cliBin, args...)
+	cmd := exec.Command(harness.Build(t, "github.com/redmap/redmap/cmd/redmap"), args...)
 	cmd.Env = append(os.Environ(), "REDIS_URL="+srv.URL())
 	var out, errb strings.Builder
 	cmd.Stdout, cmd.Stderr = &out, &errb
@@ -104,94 +89,28 @@ func cliJSON(t *testing.T, srv *redistest.Server, v any, args ...string) {
 	}
 }
 
-// proc is a child worker process.
+// proc is a child worker process made with worker.Main, and the address it
+// serves metrics on.
 type proc struct {
-	cmd     *exec.Cmd
-	id      string
+	*harness.Proc
 	metrics string
-	logs    chan string
-	done    chan struct{} // closed when the process has exited
-	err     error         // its exit error, once done
 }
 
 func startWorker(t *testing.T, srv *redistest.Server, queue string, args ...string) *proc {
 	t.Helper()
-	cmd := exec.Command(os.Args[0], append([]string{"-queue", queue, "-metrics", "127.0.0.1:0"}, args...)...)
-	redistest.DieWithParent(cmd)
-	cmd.Env = append(os.Environ(), "REDMAP_CHILD=worker", "REDIS_URL="+srv.URL())
-	stdout, _ := cmd.StdoutPipe()
-	stderr, _ := cmd.StderrPipe()
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	p := &proc{cmd: cmd, logs: make(chan string, 100), done: make(chan struct{})}
-	sc := bufio.NewScanner(stdout)
-	for sc.Scan() {
-		if a, ok := strings.CutPrefix(sc.Text(), "metrics "); ok {
-			p.metrics = a
-		}
-		if id, ok := strings.CutPrefix(sc.Text(), "worker "); ok {
-			p.id = id
-			break
-		}
-	}
-	go func() {
-		sc := bufio.NewScanner(stderr)
-		for sc.Scan() {
-			select {
-			case p.logs <- sc.Text():
-			default:
-			}
-		}
-		io.Copy(io.Discard, stdout)
-		p.err = cmd.Wait()
-		close(p.done)
-	}()
-	t.Cleanup(func() {
-		cmd.Process.Kill()
-		<-p.done
-	})
-	return p
-}
-
-// waitLog waits for a log line of the worker containing s.
-func (p *proc) waitLog(t *testing.T, s string) {
-	t.Helper()
-	timeout := time.After(20 * time.Second)
-	for {
-		select {
-		case l := <-p.logs:
-			if strings.Contains(l, s) {
-				return
-			}
-		case <-timeout:
-			t.Fatalf("worker logged no %q", s)
-		}
-	}
-}
-
-func setup(t *testing.T) (*redistest.Server, *redis.Client, string) {
-	t.Helper()
-	t.Parallel()
-	srv := redistest.Shared(t)
-	return srv, srv.Client(t), redistest.Queue(t)
-}
-
-func newManager(t *testing.T, c *redis.Client, queue string) *manager.Manager {
-	t.Helper()
-	m, err := manager.New(c, manager.Options{Queue: queue})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { m.Close() })
-	return m
+	p := harness.Start(t, harness.Child("worker", []string{"REDIS_URL=" + srv.URL()},
+		append([]string{"-queue", queue, "-metrics", "127.0.0.1:0"}, args...)...))
+	metrics := p.Expect(t, "metrics ")
+	p.Expect(t, "worker ")
+	return &proc{Proc: p, metrics: metrics}
 }
 
 func TestStatusWorkersBatches(t *testing.T) {
-	srv, c, queue := setup(t)
+	e := harness.Setup(t)
+	srv, queue := e.Srv, e.Queue
 	w1 := startWorker(t, srv, queue, "-concurrency", "2")
 	w2 := startWorker(t, srv, queue, "-concurrency", "2")
-	m := newManager(t, c, queue)
+	m := e.Manager(t, manager.Options{})
 	ctx := context.Background()
 	batch, err := manager.Submit(ctx, m, slow, make([]int, 3000), manager.ChunkSize(1))
 	if err != nil {
@@ -215,11 +134,11 @@ func TestStatusWorkersBatches(t *testing.T) {
 			t.Errorf("worker %+v", w)
 		}
 	}
-	if slices.Sort(ids); !slices.Equal(ids, sorted(w1.id, w2.id)) {
-		t.Fatalf("workers %v, want %s and %s", ids, w1.id, w2.id)
+	if slices.Sort(ids); !slices.Equal(ids, sorted(w1.ID, w2.ID)) {
+		t.Fatalf("workers %v, want %s and %s", ids, w1.ID, w2.ID)
 	}
 	out, _, code := runCLI(t, srv, "status", "-queue", queue)
-	for _, want := range []string{"QUEUE", "DEPTH", queue, w1.id, w2.id, "slow", "3000"} {
+	for _, want := range []string{"QUEUE", "DEPTH", queue, w1.ID, w2.ID, "slow", "3000"} {
 		if code != 0 || !strings.Contains(out, want) {
 			t.Fatalf("status (exit %d) lacks %q:\n%s", code, want, out)
 		}
@@ -233,9 +152,10 @@ func TestStatusWorkersBatches(t *testing.T) {
 func sorted(xs ...string) []string { slices.Sort(xs); return xs }
 
 func TestFailures(t *testing.T) {
-	srv, c, queue := setup(t)
+	e := harness.Setup(t)
+	srv, queue := e.Srv, e.Queue
 	startWorker(t, srv, queue)
-	m := newManager(t, c, queue)
+	m := e.Manager(t, manager.Options{})
 	// A cancelled batch's elements, which end with "context canceled", are
 	// not failures of the function.
 	cancelled, err := manager.Submit(context.Background(), m, waitCtx, []int{1})
@@ -292,20 +212,21 @@ func TestFailures(t *testing.T) {
 }
 
 func TestDrain(t *testing.T) {
-	srv, c, queue := setup(t)
+	e := harness.Setup(t)
+	srv, queue := e.Srv, e.Queue
 	w := startWorker(t, srv, queue)
-	m := newManager(t, c, queue)
+	m := e.Manager(t, manager.Options{})
 	if ys, err := manager.Map(context.Background(), m, square, []int{1, 2, 3}); err != nil || ys[2] != 9 {
 		t.Fatalf("map: %v %v", ys, err)
 	}
-	out, errs, code := runCLI(t, srv, "drain", w.id[:10]) // a unique prefix will do
-	if code != 0 || !strings.Contains(out, "draining worker "+w.id) {
+	out, errs, code := runCLI(t, srv, "drain", w.ID[:10]) // a unique prefix will do
+	if code != 0 || !strings.Contains(out, "draining worker "+w.ID) {
 		t.Fatalf("drain: exit %d, %s %s", code, out, errs)
 	}
 	select {
-	case <-w.done:
-		if w.err != nil {
-			t.Fatalf("drained worker exited with %v", w.err)
+	case <-w.Exited():
+		if w.Err() != nil {
+			t.Fatalf("drained worker exited with %v", w.Err())
 		}
 	case <-time.After(20 * time.Second):
 		t.Fatal("drained worker did not exit")
@@ -316,8 +237,9 @@ func TestDrain(t *testing.T) {
 }
 
 func TestPurge(t *testing.T) {
-	srv, c, queue := setup(t)
-	m := newManager(t, c, queue)
+	e := harness.Setup(t)
+	srv, queue := e.Srv, e.Queue
+	m := e.Manager(t, manager.Options{})
 	batch, err := manager.Submit(context.Background(), m, square, make([]int, 10), manager.ChunkSize(1))
 	if err != nil {
 		t.Fatal(err)
@@ -350,7 +272,7 @@ func TestPurge(t *testing.T) {
 }
 
 func TestErrors(t *testing.T) {
-	srv, _, _ := setup(t)
+	srv := harness.Setup(t).Srv
 	cases := []struct {
 		args []string
 		url  string
@@ -384,9 +306,10 @@ func TestErrors(t *testing.T) {
 var metricLine = regexp.MustCompile(`(?m)^(redmap_worker_\w+)\{[^}]*\} (\S+)$`)
 
 func TestMetricsScrape(t *testing.T) {
-	srv, c, queue := setup(t)
+	e := harness.Setup(t)
+	srv, queue := e.Srv, e.Queue
 	w := startWorker(t, srv, queue)
-	m := newManager(t, c, queue)
+	m := e.Manager(t, manager.Options{})
 	if _, err := manager.Map(context.Background(), m, square, make([]int, 1000), manager.ChunkSize(10)); err != nil {
 		t.Fatal(err)
 	}
@@ -415,9 +338,10 @@ func TestMetricsScrape(t *testing.T) {
 // The first signal drains (the worker waits for its running task); a second
 // exits at once.
 func TestSecondSignalExitsAtOnce(t *testing.T) {
-	srv, c, queue := setup(t)
+	e := harness.Setup(t)
+	srv, queue := e.Srv, e.Queue
 	w := startWorker(t, srv, queue, "-concurrency", "1")
-	m := newManager(t, c, queue)
+	m := e.Manager(t, manager.Options{})
 	if _, err := manager.Submit(context.Background(), m, block, []int{1}); err != nil {
 		t.Fatal(err)
 	}
@@ -426,19 +350,19 @@ func TestSecondSignalExitsAtOnce(t *testing.T) {
 		cliJSON(t, srv, &workers, "workers", "-queue", queue)
 		return len(workers) == 1 && workers[0].Held == 1
 	})
-	w.cmd.Process.Signal(syscall.SIGTERM)
-	w.waitLog(t, "signal again to exit at once")
+	w.Cmd.Process.Signal(syscall.SIGTERM)
+	w.WaitLog(t, "signal again to exit at once")
 	select {
-	case <-w.done:
-		t.Fatalf("worker exited (%v) while its task still ran", w.err)
+	case <-w.Exited():
+		t.Fatalf("worker exited (%v) while its task still ran", w.Err())
 	default:
 	}
-	w.cmd.Process.Signal(syscall.SIGTERM)
+	w.Cmd.Process.Signal(syscall.SIGTERM)
 	select {
-	case <-w.done:
+	case <-w.Exited():
 		var ee *exec.ExitError
-		if !errors.As(w.err, &ee) || ee.ExitCode() != 1 {
-			t.Fatalf("after a second signal: %v, want exit status 1", w.err)
+		if !errors.As(w.Err(), &ee) || ee.ExitCode() != 1 {
+			t.Fatalf("after a second signal: %v, want exit status 1", w.Err())
 		}
 	case <-time.After(10 * time.Second):
 		t.Fatal("a second signal did not end the worker")

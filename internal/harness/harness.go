@@ -1,0 +1,110 @@
+// Package harness starts what redmap's tests work with, the one way every
+// package's tests do it: a queue of the test's own on a Redis server the
+// tests started (see redistest), in-process managers and workers that end
+// with the test, and processes (workers, managers, the CLI) read line by line
+// and stopped with real signals.
+package harness
+
+import (
+	"context"
+	"slices"
+	"testing"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/redmap/redmap"
+	"github.com/redmap/redmap/internal/redistest"
+	"github.com/redmap/redmap/manager"
+	"github.com/redmap/redmap/worker"
+)
+
+// Env is one test's world: a server, a client of it, and a queue no other
+// test uses.
+type Env struct {
+	Srv    *redistest.Server
+	Client *redis.Client
+	Queue  string
+}
+
+// Setup marks t parallel and returns its Env on the package's shared server.
+func Setup(t testing.TB) *Env {
+	t.Helper()
+	if p, ok := t.(interface{ Parallel() }); ok {
+		p.Parallel()
+	}
+	return On(t, redistest.Shared(t))
+}
+
+// On returns t's Env on srv (a server the test started, to break).
+func On(t testing.TB, srv *redistest.Server) *Env {
+	t.Helper()
+	return &Env{Srv: srv, Client: srv.Client(t), Queue: redistest.Queue(t)}
+}
+
+// Manager returns a manager of the Env's queue (opts.Queue is set), closed
+// when the test ends, its Close checked.
+func (e *Env) Manager(t testing.TB, opts manager.Options) *manager.Manager {
+	t.Helper()
+	opts.Queue = e.Queue
+	m, err := manager.New(e.Client, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := m.Close(); err != nil {
+			t.Errorf("manager close: %v", err)
+		}
+	})
+	return m
+}
+
+// Worker starts an in-process worker of the Env's queue serving hs; it is
+// stopped, and Run's return checked, when the test ends.
+func (e *Env) Worker(t testing.TB, opts worker.Options, hs ...redmap.Handler) *worker.Worker {
+	t.Helper()
+	w, stop, ran := e.StartWorker(t, opts, hs...)
+	t.Cleanup(func() {
+		stop()
+		if err := <-ran; err != nil {
+			t.Errorf("worker run: %v", err)
+		}
+	})
+	return w
+}
+
+// StartWorker starts an in-process worker of the Env's queue serving hs, for
+// a test that watches it stop: stop ends Run's context (it is also called
+// when the test ends), and ran receives what Run returned.
+func (e *Env) StartWorker(t testing.TB, opts worker.Options, hs ...redmap.Handler) (w *worker.Worker, stop context.CancelFunc, ran <-chan error) {
+	t.Helper()
+	opts.Queue = e.Queue
+	w, err := worker.New(e.Client, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Handle(hs...); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	done := make(chan error, 1)
+	go func() { done <- w.Run(ctx) }()
+	return w, cancel, done
+}
+
+// WaitLive waits until m sees every worker id as live.
+func WaitLive(t testing.TB, m *manager.Manager, ids ...string) {
+	t.Helper()
+	redistest.Eventually(t, "workers live", func() bool {
+		live, err := m.Workers(context.Background())
+		if err != nil {
+			return false
+		}
+		for _, id := range ids {
+			if !slices.Contains(live, id) {
+				return false
+			}
+		}
+		return true
+	})
+}

@@ -1,0 +1,81 @@
+package worker
+
+import (
+	"context"
+	"errors"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redmap/redmap"
+	"github.com/redmap/redmap/internal/keys"
+	"github.com/redmap/redmap/internal/redistest"
+	"github.com/redmap/redmap/manager"
+)
+
+// A prefetched task whose batch was cancelled while it waited is not run:
+// the executor checks it is still wanted before starting it. (Not parallel:
+// it sets staleAfter to 0, so that every prefetched task is checked, however
+// short its wait; parallel tests start after it ends.)
+func TestPrefetchedCancelledTasksAreSkipped(t *testing.T) {
+	old := staleAfter
+	staleAfter = 0
+	t.Cleanup(func() { staleAfter = old })
+	srv := redistest.Shared(t)
+	c := srv.Client(t)
+	queue := redistest.Queue(t)
+
+	started := make(chan int, 64)
+	release := make(chan struct{})
+	var runs atomic.Int64
+	gate := redmap.Func("gate", func(_ context.Context, x int) (int, error) {
+		runs.Add(1)
+		started <- x
+		<-release
+		return x, nil
+	})
+	w, err := New(c, Options{Queue: queue, Concurrency: 1, Prefetch: 16})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Handle(gate); err != nil {
+		t.Fatal(err)
+	}
+	wctx, stop := context.WithCancel(context.Background())
+	ran := make(chan error, 1)
+	go func() { ran <- w.Run(wctx) }()
+	m, err := manager.New(c, manager.Options{Queue: queue})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	bctx, cancelBatch := context.WithCancel(ctx)
+	batch, err := manager.Submit(bctx, m, gate, make([]int, 10), manager.ChunkSize(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	<-started
+	// The worker holds the running task and prefetched the rest (all 10 fit
+	// in Concurrency + Prefetch).
+	held := keys.Held("redmap", queue, w.ID())
+	redistest.Eventually(t, "tasks prefetched", func() bool { return c.SCard(ctx, held).Val() == 10 })
+	cancelBatch()
+	if _, err := batch.Wait(ctx); !errors.Is(err, context.Canceled) {
+		t.Fatalf("Wait after cancel: %v, want context.Canceled", err)
+	}
+	close(release)
+	redistest.Eventually(t, "prefetched tasks skipped and given up", func() bool { return c.SCard(ctx, held).Val() == 0 })
+	if n := runs.Load(); n != 1 {
+		t.Fatalf("the function ran %d times, want 1: prefetched tasks of a cancelled batch must be skipped", n)
+	}
+	if d := w.Stats().Discarded; d != 10 {
+		t.Errorf("discarded %d, want 10 (9 skipped unrun, 1 result of a cancelled task)", d)
+	}
+	stop()
+	if err := <-ran; err != nil {
+		t.Fatal(err)
+	}
+}
