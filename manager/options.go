@@ -78,23 +78,11 @@ func (o Options) withDefaults() (Options, error) {
 	case o.RedisTimeout < 0:
 		return o, fmt.Errorf("manager: Options.RedisTimeout %v is negative", o.RedisTimeout)
 	}
-	if o.KeyTTL == 0 {
-		o.KeyTTL = DefaultKeyTTL
-	}
-	if o.Poll == 0 {
-		o.Poll = DefaultPoll
-	}
-	if o.MaxInputSize == 0 {
-		o.MaxInputSize = DefaultMaxInputSize
-	}
-	if o.RedisTimeout == 0 {
-		o.RedisTimeout = DefaultRedisTimeout
-	}
-	if o.NoWorkerTimeout == 0 {
-		o.NoWorkerTimeout = DefaultNoWorkerTimeout
-	}
-	if o.Logger == nil {
-		o.Logger = slog.New(slog.DiscardHandler)
-	}
+	config.Or(&o.KeyTTL, DefaultKeyTTL)
+	config.Or(&o.Poll, DefaultPoll)
+	config.Or(&o.MaxInputSize, DefaultMaxInputSize)
+	config.Or(&o.RedisTimeout, DefaultRedisTimeout)
+	config.Or(&o.NoWorkerTimeout, DefaultNoWorkerTimeout)
+	config.Or(&o.Logger, slog.New(slog.DiscardHandler))
 	return o, nil
 }

@@ -93,32 +93,20 @@ func (o Options) withDefaults() (Options, error) {
 	if o.ID == "" {
 		o.ID = id.New()
 	}
-	if o.Concurrency == 0 {
-		o.Concurrency = DefaultConcurrency()
-	}
+	config.Or(&o.Concurrency, DefaultConcurrency())
 	switch o.Prefetch {
 	case 0:
 		o.Prefetch = defaultPrefetch(o.Concurrency)
 	case -1:
 		o.Prefetch = 0
 	}
-	if o.Heartbeat == 0 {
-		o.Heartbeat = DefaultHeartbeat
-	}
-	if o.Lease == 0 {
-		o.Lease = DefaultLease
-	}
+	config.Or(&o.Heartbeat, DefaultHeartbeat)
+	config.Or(&o.Lease, DefaultLease)
 	if o.Lease <= o.Heartbeat {
 		return o, fmt.Errorf("worker: Options.Lease %v must exceed Options.Heartbeat %v", o.Lease, o.Heartbeat)
 	}
-	if o.IdleWait == 0 {
-		o.IdleWait = DefaultIdleWait
-	}
-	if o.CacheBytes == 0 {
-		o.CacheBytes = DefaultCacheBytes
-	}
-	if o.Logger == nil {
-		o.Logger = slog.New(slog.DiscardHandler)
-	}
+	config.Or(&o.IdleWait, DefaultIdleWait)
+	config.Or(&o.CacheBytes, DefaultCacheBytes)
+	config.Or(&o.Logger, slog.New(slog.DiscardHandler))
 	return o, nil
 }

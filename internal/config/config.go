@@ -35,11 +35,15 @@ func (s *Shared) Resolve(side string) error {
 	case s.MaxFrame < 0:
 		return fmt.Errorf("%s: Options.MaxFrame %d is negative", side, s.MaxFrame)
 	}
-	if s.Prefix == "" {
-		s.Prefix = DefaultPrefix
-	}
-	if s.MaxFrame == 0 {
-		s.MaxFrame = DefaultMaxFrame
-	}
+	Or(&s.Prefix, DefaultPrefix)
+	Or(&s.MaxFrame, DefaultMaxFrame)
 	return nil
+}
+
+// Or sets *v to def if *v is its type's zero value: an option left unset.
+func Or[T comparable](v *T, def T) {
+	var zero T
+	if *v == zero {
+		*v = def
+	}
 }
