@@ -14,17 +14,10 @@ func TestResolve(t *testing.T) {
 	} {
 		s := c.in
 		err := s.Resolve("worker")
-		if got := ""; err != nil {
-			got = err.Error()
-			if got != c.want {
-				t.Errorf("Resolve(%+v) = %q, want %q", c.in, got, c.want)
-			}
-			continue
-		}
-		if c.want != "" {
-			t.Errorf("Resolve(%+v) = nil, want %q", c.in, c.want)
-		}
-		if s.Prefix != DefaultPrefix || s.MaxFrame != DefaultMaxFrame {
+		switch {
+		case err != nil && err.Error() != c.want, err == nil && c.want != "":
+			t.Errorf("Resolve(%+v) = %v, want %q", c.in, err, c.want)
+		case err == nil && (s.Prefix != DefaultPrefix || s.MaxFrame != DefaultMaxFrame):
 			t.Errorf("defaults not filled: %+v", s)
 		}
 	}
