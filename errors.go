@@ -44,6 +44,10 @@ var (
 	// ErrTimeout: the function ran past the batch's per-task timeout on every
 	// attempt.
 	ErrTimeout = errors.New("redmap: task timed out")
+	// ErrReduce: the reducer of a manager.MapReduce failed to fold an
+	// element's output in (it returned an error or panicked); that output is
+	// left out of the fold.
+	ErrReduce = errors.New("redmap: reduce failed")
 	// ErrRedisFull: Redis refused a write because it reached maxmemory (with
 	// the noeviction policy redmap needs); nothing was submitted.
 	ErrRedisFull = errors.New("redmap: redis is out of memory")

@@ -134,9 +134,16 @@ func (h handleRuntime[In, Out]) Run(ctx context.Context, _ any, count int, input
 	return runElements(ctx, count, input, p, h.fn)
 }
 
-// runElements is the body of every handle's Run: decode, call, encode, one
-// element at a time, so each failure stays with its element.
-func runElements[In, Out any](ctx context.Context, count int, input []byte, p handler.Policy, fn func(context.Context, In) (Out, error)) ([]byte, []codec.Failure) {
+// Reduce is Run folding the outputs with r (see handler.Runtime).
+func (h handleRuntime[In, Out]) Reduce(ctx context.Context, _ any, count int, input []byte, p handler.Policy, r handler.Runtime) ([]byte, []codec.Failure) {
+	return reduceElements(ctx, count, input, p, h.fn, r)
+}
+
+// eachElement is the body of every handle's Run and Reduce: it decodes the
+// count inputs of frame input and calls fn on each in turn, under policy p,
+// passing each output to sink; it returns the failed elements: those whose
+// run failed, whose sink failed, or that could not be decoded.
+func eachElement[In, Out any](ctx context.Context, count int, input []byte, p handler.Policy, fn func(context.Context, In) (Out, error), sink func(i int, y Out) *codec.Failure) []codec.Failure {
 	var fails []codec.Failure
 	xs := make([]In, count)
 	decoded := count
@@ -148,17 +155,34 @@ func runElements[In, Out any](ctx context.Context, count int, input []byte, p ha
 			decoded = ee.Index
 		}
 	}
-	ys := make([]Out, count)
+	ctx, e := withElements(ctx, p.Seed)
 	for i := range decoded {
-		var f *codec.Failure
-		if ys[i], f = call(ctx, p, fn, xs[i]); f != nil {
+		y, f := call(ctx, p, fn, xs[i], func() { e.at(p.Start + i) })
+		if f == nil {
+			f = sink(i, y)
+		}
+		if f != nil {
 			f.Index = i
 			fails = append(fails, *f)
 		}
 	}
+	// An element that does not decode leaves the stream unreadable after it,
+	// so it and every later element of the task fail.
+	for i := decoded; i < count; i++ {
+		fails = append(fails, codec.Failure{Index: i, Kind: codec.KindDecode,
+			Msg: fmt.Sprintf("input as %v: %v", reflect.TypeFor[In](), decodeErr)})
+	}
+	return fails
+}
+
+// runElements runs fn over the inputs and encodes their outputs, one frame,
+// each failure staying with its element.
+func runElements[In, Out any](ctx context.Context, count int, input []byte, p handler.Policy, fn func(context.Context, In) (Out, error)) ([]byte, []codec.Failure) {
+	ys := make([]Out, count)
+	fails := eachElement(ctx, count, input, p, fn, func(i int, y Out) *codec.Failure { ys[i] = y; return nil })
 	// Outputs of a type with a fast path, and nothing failed: one frame at
 	// once (a failed element's zero value would decode as a value, not nil).
-	if len(fails) == 0 && decodeErr == nil {
+	if len(fails) == 0 {
 		if frame, ok, err := codec.EncodeOutputs(ys); ok && err == nil {
 			return frame, nil
 		}
@@ -168,7 +192,7 @@ func runElements[In, Out any](ctx context.Context, count int, input []byte, p ha
 	for _, f := range fails {
 		failed[f.Index] = true
 	}
-	for i := range decoded {
+	for i := range count {
 		if failed[i] {
 			out.AddNil()
 			continue
@@ -178,23 +202,51 @@ func runElements[In, Out any](ctx context.Context, count int, input []byte, p ha
 			out.AddNil()
 		}
 	}
-	// An element that does not decode leaves the stream unreadable after it,
-	// so it and every later element of the task fail.
-	for i := decoded; i < count; i++ {
-		fails = append(fails, codec.Failure{Index: i, Kind: codec.KindDecode,
-			Msg: fmt.Sprintf("input as %v: %v", reflect.TypeFor[In](), decodeErr)})
-		out.AddNil()
-	}
 	slices.SortFunc(fails, func(a, b codec.Failure) int { return a.Index - b.Index })
+	return out.Bytes(), fails
+}
+
+// reduceElements runs fn over the inputs and folds their outputs with r, a
+// reducer of Out, into one partial: a frame of one value, or of none if
+// every element failed. An output the reducer fails to fold in fails its
+// element (ErrReduce) and is left out.
+func reduceElements[In, Out any](ctx context.Context, count int, input []byte, p handler.Policy, fn func(context.Context, In) (Out, error), r handler.Runtime) ([]byte, []codec.Failure) {
+	red, ok := r.(folder[Out])
+	if !ok {
+		return nil, []codec.Failure{{Index: -1, Kind: codec.KindTypeMismatch,
+			Msg: fmt.Sprintf("reducer %q (%s) does not fold the function's output type %v", r.Name(), r.Signature(), reflect.TypeFor[Out]())}}
+	}
+	var acc Out
+	folded := false
+	fails := eachElement(ctx, count, input, p, fn, func(_ int, y Out) *codec.Failure {
+		if !folded {
+			acc, folded = y, true
+			return nil
+		}
+		z, f := red.fold(ctx, acc, y)
+		if f == nil {
+			acc = z
+		}
+		return f
+	})
+	if !folded {
+		return codec.NewOutputEncoder(0).Bytes(), fails
+	}
+	out := codec.NewOutputEncoder(1)
+	if err := out.Add(&acc); err != nil {
+		return nil, []codec.Failure{{Index: -1, Kind: codec.KindEncode, Msg: fmt.Sprintf("partial as %v: %v", reflect.TypeFor[Out](), err)}}
+	}
 	return out.Bytes(), fails
 }
 
 // call runs fn on one input under policy p: a timed-out run, a Retryable
 // error, or with p.Retry any error or panic, runs again while attempts are
-// left, after a short pause. What still fails becomes a failure.
-func call[In, Out any](ctx context.Context, p handler.Policy, fn func(context.Context, In) (Out, error), x In) (Out, *codec.Failure) {
+// left, after a short pause. What still fails becomes a failure. start is
+// called before each attempt.
+func call[In, Out any](ctx context.Context, p handler.Policy, fn func(context.Context, In) (Out, error), x In, start func()) (Out, *codec.Failure) {
 	bo := backoff.Backoff{Min: 20 * time.Millisecond, Max: time.Second}
 	for attempt := 1; ; attempt++ {
+		start()
 		y, f, retryable := callOnce(ctx, p.Timeout, fn, x)
 		if f == nil {
 			return y, nil

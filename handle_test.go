@@ -124,8 +124,8 @@ func TestHandleWithWrongConstantType(t *testing.T) {
 	h := redmap.FuncWith("g", func(_ context.Context, c string, x int) (int, error) { return len(c) + x, nil })
 	frame, _ := codec.EncodeElements([]int{1, 2}, 0)
 	_, fails := rt(h).Run(context.Background(), 42, 2, frame, handler.Policy{})
-	if len(fails) != 2 || fails[0].Kind != codec.KindTypeMismatch {
-		t.Fatalf("fails %+v, want both elements failing with a type mismatch", fails)
+	if len(fails) != 1 || fails[0].Index != -1 || fails[0].Kind != codec.KindTypeMismatch {
+		t.Fatalf("fails %+v, want the whole task failing with a type mismatch", fails)
 	}
 	c, err := rt(h).DecodeConstant([]byte{0xa2, 'h', 'i'})
 	if err != nil || c != "hi" {

@@ -64,16 +64,29 @@ func (h withRuntime[C, In, Out]) DecodeConstant(b []byte) (any, error) {
 // Run runs the function over a frame of count inputs with constant, which
 // must be a C (from DecodeConstant).
 func (h withRuntime[C, In, Out]) Run(ctx context.Context, constant any, count int, input []byte, p handler.Policy) ([]byte, []codec.Failure) {
+	fn, fail := h.bind(constant)
+	if fail != nil {
+		return nil, fail
+	}
+	return runElements(ctx, count, input, p, fn)
+}
+
+// Reduce is Run folding the outputs with r (see handler.Runtime).
+func (h withRuntime[C, In, Out]) Reduce(ctx context.Context, constant any, count int, input []byte, p handler.Policy, r handler.Runtime) ([]byte, []codec.Failure) {
+	fn, fail := h.bind(constant)
+	if fail != nil {
+		return nil, fail
+	}
+	return reduceElements(ctx, count, input, p, fn, r)
+}
+
+// bind returns the function with constant bound, or the failure of the whole
+// task if constant is not a C.
+func (h withRuntime[C, In, Out]) bind(constant any) (func(context.Context, In) (Out, error), []codec.Failure) {
 	c, ok := constant.(C)
 	if !ok {
-		out := codec.NewOutputEncoder(count)
-		fails := make([]codec.Failure, count)
-		for i := range fails {
-			out.AddNil()
-			fails[i] = codec.Failure{Index: i, Kind: codec.KindTypeMismatch,
-				Msg: fmt.Sprintf("constant is %T, want %v", constant, reflect.TypeFor[C]())}
-		}
-		return out.Bytes(), fails
+		return nil, []codec.Failure{{Index: -1, Kind: codec.KindTypeMismatch,
+			Msg: fmt.Sprintf("constant is %T, want %v", constant, reflect.TypeFor[C]())}}
 	}
-	return runElements(ctx, count, input, p, func(ctx context.Context, x In) (Out, error) { return h.fn(ctx, c, x) })
+	return func(ctx context.Context, x In) (Out, error) { return h.fn(ctx, c, x) }, nil
 }

@@ -17,11 +17,12 @@ const (
 	KindConstCorrupt                 // the task's constant data does not match its hash
 	KindLost                         // the task was lost more often than its attempt budget allows
 	KindTimeout                      // the function ran past the task's timeout
+	KindReduce                       // the reducer failed to fold the element's output in
 	maxKind
 )
 
 var kindNames = [...]string{"", "error", "panic", "unknown function", "type mismatch", "decode",
-	"encode", "too large", "constant missing", "constant corrupt", "lost", "timeout"}
+	"encode", "too large", "constant missing", "constant corrupt", "lost", "timeout", "reduce"}
 
 // String returns the kind's name, as operators see it.
 func (k Kind) String() string {

@@ -2,7 +2,8 @@ package codec
 
 // version is the first field of every envelope and result; a reader refuses
 // any other, so a fleet running two incompatible redmap versions fails loudly.
-const version = 1
+// Version 2 added a task's reducer, seed and first index.
+const version = 2
 
 // Task is the envelope of one task: a chunk of Count consecutive elements of a
 // batch, all for one function.
@@ -18,12 +19,22 @@ type Task struct {
 	Attempts int   // attempt budget: lost attempts plus retries of an element
 	Timeout  int64 // per-element timeout, ms; 0 for none
 	Retry    bool  // retry function errors too, not only retryable ones
+
+	// Reduce names the reducer that folds the outputs into one partial
+	// (manager.MapReduce), with its signature; "" for a plain map, whose
+	// result carries every output.
+	Reduce, ReduceSig string
+	Seed              uint64 // the batch's seed for redmap.Rand
+	Start             int    // the batch index of the first element
 }
+
+// taskFields is the length of a task's array.
+const taskFields = 14
 
 // EncodeTask returns the wire form of t: one MessagePack array.
 func EncodeTask(t *Task) ([]byte, error) {
 	w := newWriter(len(t.Func) + len(t.Sig) + len(t.Input) + len(t.Const) + 32)
-	w.arrayLen(10)
+	w.arrayLen(taskFields)
 	w.int(version)
 	w.str(t.Func)
 	w.str(t.Sig)
@@ -34,6 +45,10 @@ func EncodeTask(t *Task) ([]byte, error) {
 	w.int(t.Attempts)
 	w.int(int(t.Timeout))
 	w.bool(t.Retry)
+	w.str(t.Reduce)
+	w.str(t.ReduceSig)
+	w.int(int(t.Seed))
+	w.int(t.Start)
 	return w.result()
 }
 
@@ -44,18 +59,19 @@ func DecodeTask(b []byte, limit int) (*Task, error) {
 		return nil, err
 	}
 	d := newReader(b)
-	if d.arrayLen() != 10 {
-		return nil, d.fail("task", "want a 10-field array")
+	if d.arrayLen() != taskFields {
+		return nil, d.fail("task", "want a 14-field array")
 	}
 	if d.int() != version {
 		return nil, d.fail("task", "unknown version")
 	}
 	t := &Task{Func: d.str(), Sig: d.str(), Count: d.int(), Input: d.bytes(), Const: d.str(), ConstSize: int64(d.int()),
-		Attempts: d.int(), Timeout: int64(d.int()), Retry: d.bool()}
+		Attempts: d.int(), Timeout: int64(d.int()), Retry: d.bool(),
+		Reduce: d.str(), ReduceSig: d.str(), Seed: uint64(d.int()), Start: d.int()}
 	if err := d.end("task"); err != nil {
 		return nil, err
 	}
-	if t.Count < 0 || t.Count > len(t.Input) || t.ConstSize < 0 || t.Attempts < 0 || t.Timeout < 0 {
+	if t.Count < 0 || t.Count > len(t.Input) || t.ConstSize < 0 || t.Attempts < 0 || t.Timeout < 0 || t.Start < 0 {
 		return nil, corrupt("task: count or size out of range", nil)
 	}
 	return t, nil

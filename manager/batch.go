@@ -38,9 +38,14 @@ type Batch[Out any] struct {
 	started time.Time
 	encode  func(start, end int) ([]byte, error) // the payload of elements [start, end)
 
+	n   int                  // elements
+	red *redmap.Reducer[Out] // folds the outputs (MapReduce), or nil
+
 	mu       sync.Mutex
 	chunks   []chunk // the tasks submitted so far, appended by the feeder
-	out      []Out
+	out      []Out   // the outputs, in input order; nil if red folds them
+	acc      Out     // with red: the fold of the partials so far
+	folded   bool    // with red: acc holds a fold
 	errs     map[int]*redmap.TaskError
 	order    []int // element indexes in completion order
 	left     int   // elements without a result yet
@@ -69,13 +74,19 @@ type chunk struct {
 	over               bool
 }
 
-func newBatch[Out any](m *Manager, fn string, n int) *Batch[Out] {
+func newBatch[Out any](m *Manager, fn string, n int, red *redmap.Reducer[Out]) *Batch[Out] {
+	var out []Out
+	if red == nil {
+		out = make([]Out, n)
+	}
 	return &Batch[Out]{
 		m:        m,
 		fn:       fn,
+		n:        n,
+		red:      red,
 		id:       m.id + ":" + strconv.FormatUint(m.batchSeq.Add(1), 10),
 		started:  time.Now(),
-		out:      make([]Out, n),
+		out:      out,
 		left:     n,
 		progress: make(chan struct{}),
 		done:     make(chan struct{}),
@@ -84,7 +95,7 @@ func newBatch[Out any](m *Manager, fn string, n int) *Batch[Out] {
 }
 
 // Len returns the number of elements in the batch.
-func (b *Batch[Out]) Len() int { return len(b.out) }
+func (b *Batch[Out]) Len() int { return b.n }
 
 // Done returns a channel closed when every element has a result, or the batch
 // ended early.
@@ -106,15 +117,39 @@ func (b *Batch[Out]) Wait(ctx context.Context) ([]Out, error) {
 	if b.err != nil {
 		return nil, b.err
 	}
-	if len(b.errs) == 0 {
-		return b.out, nil
+	return b.out, b.batchError()
+}
+
+// reduced is Wait for a batch whose outputs red folds: it returns their
+// fold, with a *redmap.BatchError if some elements failed (the fold is then
+// of the others).
+func (b *Batch[Out]) reduced(ctx context.Context) (Out, error) {
+	var zero Out
+	select {
+	case <-b.done:
+	case <-ctx.Done():
+		return zero, ctx.Err()
 	}
-	be := &redmap.BatchError{Total: len(b.out), Failed: make([]*redmap.TaskError, 0, len(b.errs))}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.err != nil {
+		return zero, b.err
+	}
+	return b.acc, b.batchError()
+}
+
+// batchError returns the failed elements as a *redmap.BatchError, or nil if
+// none failed; b.mu must be held.
+func (b *Batch[Out]) batchError() error {
+	if len(b.errs) == 0 {
+		return nil
+	}
+	be := &redmap.BatchError{Total: b.n, Failed: make([]*redmap.TaskError, 0, len(b.errs))}
 	for _, e := range b.errs {
 		be.Failed = append(be.Failed, e)
 	}
 	sort.Slice(be.Failed, func(i, j int) bool { return be.Failed[i].Index < be.Failed[j].Index })
-	return b.out, be
+	return be
 }
 
 // Results returns the results in completion order, as they arrive. Ranging
@@ -204,8 +239,10 @@ func (b *Batch[Out]) closeChunk(ci int, record func(c chunk)) {
 	}
 	c.over = true
 	record(*c)
-	for i := c.start; i < c.start+c.count; i++ {
-		b.order = append(b.order, i)
+	if b.red == nil { // a fold has no per-element results to read
+		for i := c.start; i < c.start+c.count; i++ {
+			b.order = append(b.order, i)
+		}
 	}
 	b.left -= c.count
 	b.inflight--
@@ -239,8 +276,10 @@ func (b *Batch[Out]) failElement(i, attempt int, cause error, stack string) {
 	if b.errs == nil {
 		b.errs = make(map[int]*redmap.TaskError)
 	}
-	var zero Out
-	b.out[i] = zero
+	if b.out != nil {
+		var zero Out
+		b.out[i] = zero
+	}
 	b.errs[i] = &redmap.TaskError{Index: i, Func: b.fn, Attempt: attempt, Err: cause, Stack: stack}
 }
 
@@ -259,6 +298,10 @@ func (b *Batch[Out]) deliver(ci int, r *codec.Result, err error) {
 				return
 			}
 		}
+		if b.red != nil {
+			b.foldPartial(c, r)
+			return
+		}
 		if err := codec.DecodeElements(r.Values, b.out[c.start:c.start+c.count]); err != nil {
 			bad := 0
 			var ee *codec.ElementError
@@ -276,6 +319,44 @@ func (b *Batch[Out]) deliver(ci int, r *codec.Result, err error) {
 			}
 		}
 	})
+}
+
+// foldPartial records the result of chunk c of a batch red folds: its failed
+// elements, and its partial (the fold of the others), folded into acc. A
+// partial that cannot be decoded or folded in fails the chunk's elements it
+// stands for. b.mu must be held.
+func (b *Batch[Out]) foldPartial(c chunk, r *codec.Result) {
+	failed := make(map[int]bool, len(r.Fails))
+	for _, f := range r.Fails {
+		if f.Index >= 0 && f.Index < c.count {
+			failed[f.Index] = true
+			b.failElement(c.start+f.Index, r.Attempt, failure.Cause(f), f.Stack)
+		}
+	}
+	if len(failed) == c.count {
+		return // no partial: every element failed
+	}
+	var partial [1]Out
+	err := codec.DecodeElements(r.Values, partial[:])
+	if err != nil {
+		err = fmt.Errorf("%w: partial as %v: %v", redmap.ErrDecode, reflect.TypeFor[Out](), err)
+	} else if !b.folded {
+		b.acc, b.folded = partial[0], true
+	} else if acc, ferr := b.red.Fold(context.Background(), b.acc, partial[0]); ferr != nil {
+		err = ferr
+		if !errors.Is(err, redmap.ErrReduce) {
+			err = fmt.Errorf("%w: folding partials in the manager: %w", redmap.ErrReduce, ferr)
+		}
+	} else {
+		b.acc = acc
+	}
+	if err != nil {
+		for i := range c.count {
+			if !failed[i] {
+				b.failElement(c.start+i, r.Attempt, err, "")
+			}
+		}
+	}
 }
 
 // fail fails every element of chunk ci with cause.

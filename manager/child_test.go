@@ -114,7 +114,7 @@ func childWorker(rdb *redis.Client, queue string) error {
 	if err != nil {
 		return err
 	}
-	if err := w.Handle(lookup, square, slowSquare, poison); err != nil {
+	if err := w.Handle(lookup, square, slowSquare, poison, sum); err != nil {
 		return err
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM)

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"github.com/redmap/redmap/internal/id"
+	"math/rand/v2"
 	"slices"
 	"time"
 
@@ -25,6 +26,8 @@ type callOptions struct {
 	attempts int
 	timeout  time.Duration
 	retry    bool
+	seed     uint64
+	seeded   bool
 }
 
 // DefaultAttempts is the attempt budget of a batch without Attempts: each
@@ -88,7 +91,7 @@ func Submit[In, Out any](ctx context.Context, m *Manager, fn *redmap.Handle[In, 
 	if err := fn.Validate(); err != nil {
 		return nil, err
 	}
-	return submit[In, Out](ctx, m, spec{name: fn.Name(), sig: fn.Signature(), types: types(fn)}, xs, opts)
+	return submit(ctx, m, spec{name: fn.Name(), sig: fn.Signature(), types: types(fn)}, xs, opts, (*redmap.Reducer[Out])(nil))
 }
 
 // MapWith is Map for a function that takes constant data: constant is
@@ -114,24 +117,35 @@ func SubmitWith[C, In, Out any](ctx context.Context, m *Manager, fn *redmap.Hand
 	if err := fn.Validate(); err != nil {
 		return nil, err
 	}
+	sp, err := holdConstant(ctx, m, fn, constant)
+	if err != nil {
+		return nil, err
+	}
+	b, err := submit(ctx, m, sp, xs, opts, (*redmap.Reducer[Out])(nil))
+	if err != nil {
+		m.release(sp.holder)
+		return nil, err
+	}
+	return b, nil
+}
+
+// holdConstant stores constant for a batch of fn (not at all if it is
+// already there) and returns the batch's spec, holding it; the caller
+// releases sp.holder if it submits nothing.
+func holdConstant[C any](ctx context.Context, m *Manager, fn redmap.Handler, constant C) (spec, error) {
 	enc, err := codec.EncodeValue(&constant)
 	if err != nil {
-		return nil, fmt.Errorf("%w: constant of %q: %v", redmap.ErrEncode, fn.Name(), err)
+		return spec{}, fmt.Errorf("%w: constant of %q: %v", redmap.ErrEncode, fn.Name(), err)
 	}
 	if err := m.ready(ctx); err != nil {
-		return nil, err
+		return spec{}, err
 	}
 	started := time.Now()
 	ref, holder, err := m.hold(ctx, enc)
 	if err != nil {
-		return nil, m.redisError(fmt.Sprintf("storing the constant of %q", fn.Name()), started, err)
+		return spec{}, m.redisError(fmt.Sprintf("storing the constant of %q", fn.Name()), started, err)
 	}
-	b, err := submit[In, Out](ctx, m, spec{name: fn.Name(), sig: fn.Signature(), types: types(fn), constant: &ref, holder: holder}, xs, opts)
-	if err != nil {
-		m.release(holder)
-		return nil, err
-	}
-	return b, nil
+	return spec{name: fn.Name(), sig: fn.Signature(), types: types(fn), constant: &ref, holder: holder}, nil
 }
 
 // types returns the structure of h's types that its signature fingerprints.
@@ -149,7 +163,9 @@ type spec struct {
 	holder    string
 }
 
-func submit[In, Out any](ctx context.Context, m *Manager, sp spec, xs []In, opts []CallOption) (*Batch[Out], error) {
+// submit submits a batch of xs; with a reducer red, its outputs are folded
+// (MapReduce) rather than kept.
+func submit[In, Out any](ctx context.Context, m *Manager, sp spec, xs []In, opts []CallOption, red *redmap.Reducer[Out]) (*Batch[Out], error) {
 	var co callOptions
 	for _, o := range opts {
 		o(&co)
@@ -164,6 +180,9 @@ func submit[In, Out any](ctx context.Context, m *Manager, sp spec, xs []In, opts
 	}
 	if co.attempts == 0 {
 		co.attempts = DefaultAttempts
+	}
+	if !co.seeded {
+		co.seed = rand.Uint64()
 	}
 	if err := ctx.Err(); err != nil {
 		return nil, err
@@ -181,9 +200,12 @@ func submit[In, Out any](ctx context.Context, m *Manager, sp spec, xs []In, opts
 		}
 	}
 
-	b := newBatch[Out](m, sp.name, len(xs))
+	b := newBatch[Out](m, sp.name, len(xs), red)
 	b.worker = co.worker
-	task := codec.Task{Func: sp.name, Sig: sp.sig, Attempts: co.attempts, Timeout: co.timeout.Milliseconds(), Retry: co.retry}
+	task := codec.Task{Func: sp.name, Sig: sp.sig, Attempts: co.attempts, Timeout: co.timeout.Milliseconds(), Retry: co.retry, Seed: co.seed}
+	if red != nil {
+		task.Reduce, task.ReduceSig = red.Name(), red.Signature()
+	}
 	if sp.constant != nil {
 		task.Const, task.ConstSize = sp.constant.Hash, sp.constant.Size
 		b.onEnd = func() { m.release(sp.holder) }
@@ -196,7 +218,7 @@ func submit[In, Out any](ctx context.Context, m *Manager, sp spec, xs []In, opts
 			return nil, inputError(sp.name, start, err)
 		}
 		t := task
-		t.Count, t.Input = end-start, frame
+		t.Count, t.Input, t.Start = end-start, frame, start
 		payload, err := codec.EncodeTask(&t)
 		if err != nil {
 			return nil, fmt.Errorf("manager: encoding a task of %q: %w", sp.name, err)
@@ -224,6 +246,9 @@ func submit[In, Out any](ctx context.Context, m *Manager, sp spec, xs []In, opts
 		// Only now that the first window is good: a refused Submit leaves
 		// nothing in Redis.
 		err = m.publishTypes(ctx, sp.sig, sp.types)
+	}
+	if err == nil && red != nil {
+		err = m.publishTypes(ctx, red.Signature(), types(red))
 	}
 	if err == nil {
 		err = f.submit(ctx, w)

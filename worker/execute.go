@@ -25,7 +25,7 @@ func (w *Worker) execute(ctx context.Context, t rdb.Taken) rdb.Done {
 	if fail != nil {
 		res.Fails = []codec.Failure{*fail}
 	} else {
-		res.Values, res.Fails = c.h.Run(ctx, c.constant, c.task.Count, c.task.Input, c.policy)
+		res.Values, res.Fails = c.run(ctx)
 	}
 	elapsed := time.Since(start)
 	res.Nanos = elapsed.Nanoseconds()
@@ -56,12 +56,22 @@ func (w *Worker) execute(ctx context.Context, t rdb.Taken) rdb.Done {
 	return rdb.Done{ID: t.ID, Result: b}
 }
 
-// call is a task resolved, ready to run: its function, constant and policy.
+// call is a task resolved, ready to run: its function, reducer (nil for a
+// plain map), constant and policy.
 type call struct {
 	task     codec.Task
 	h        handler.Runtime
+	reducer  handler.Runtime
 	constant any
 	policy   handler.Policy
+}
+
+// run runs the task: its outputs, or their fold into one partial.
+func (c *call) run(ctx context.Context) ([]byte, []codec.Failure) {
+	if c.reducer != nil {
+		return c.h.Reduce(ctx, c.constant, c.task.Count, c.task.Input, c.policy, c.reducer)
+	}
+	return c.h.Run(ctx, c.constant, c.task.Count, c.task.Input, c.policy)
 }
 
 // resolve decodes task t and finds what it calls: the registered function of
@@ -91,6 +101,15 @@ func (w *Worker) resolve(ctx context.Context, t rdb.Taken) (c call, fail *codec.
 	if c.h.Signature() != task.Sig {
 		return whole(codec.KindTypeMismatch, "%s", w.mismatch(ctx, c.h, task.Func, task.Sig))
 	}
+	if task.Reduce != "" {
+		c.reducer = w.handler(task.Reduce)
+		if c.reducer == nil {
+			return whole(codec.KindUnknownFunc, "worker %s has no reducer %q", w.opts.ID, task.Reduce)
+		}
+		if c.reducer.Signature() != task.ReduceSig {
+			return whole(codec.KindTypeMismatch, "%s", w.mismatch(ctx, c.reducer, task.Reduce, task.ReduceSig))
+		}
+	}
 	if task.Const != "" {
 		ref := cache.Ref{Hash: task.Const, Size: task.ConstSize}
 		c.constant, err = w.memo.Get(ctx, ref, c.h.Signature(), c.h.DecodeConstant)
@@ -110,6 +129,8 @@ func (w *Worker) resolve(ctx context.Context, t rdb.Taken) (c call, fail *codec.
 		Timeout:  time.Duration(task.Timeout) * time.Millisecond,
 		Retry:    task.Retry,
 		OnRetry:  func() { w.counters.retried.Add(1) },
+		Seed:     task.Seed,
+		Start:    task.Start,
 	}
 	return c, nil
 }

@@ -21,6 +21,7 @@ var causes = map[codec.Kind]error{
 	codec.KindConstCorrupt: redmap.ErrConstantCorrupt,
 	codec.KindLost:         redmap.ErrLost,
 	codec.KindTimeout:      redmap.ErrTimeout,
+	codec.KindReduce:       redmap.ErrReduce,
 }
 
 // Cause turns a worker's report of a failure into the error a TaskError

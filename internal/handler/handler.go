@@ -25,6 +25,10 @@ type Runtime interface {
 	// constant data if the function takes any, under policy p, and returns
 	// the frame of outputs and the elements that failed.
 	Run(ctx context.Context, constant any, count int, input []byte, p Policy) ([]byte, []codec.Failure)
+	// Reduce is Run folding the outputs with reducer r instead of returning
+	// them: the frame it returns holds one value, the fold of every output
+	// whose element did not fail, or none if all failed.
+	Reduce(ctx context.Context, constant any, count int, input []byte, p Policy, r Runtime) ([]byte, []codec.Failure)
 }
 
 // Policy says how a worker runs each element of a task.
@@ -33,6 +37,8 @@ type Policy struct {
 	Timeout  time.Duration // per run; 0 for none
 	Retry    bool          // retry any error or panic, not only Retryable errors
 	OnRetry  func()        // called before each retry, for counting; may be nil
+	Seed     uint64        // the batch's seed for redmap.Rand
+	Start    int           // the batch index of the task's first element
 }
 
 // Of returns the runtime of h, a handle of package redmap (a redmap.Handler);

@@ -1,0 +1,72 @@
+package manager
+
+import (
+	"context"
+
+	"github.com/redmap/redmap"
+)
+
+// Seed sets the batch's seed for redmap.Rand: each element's random source
+// is fixed by the seed and the element's index, so a batch with a seed gives
+// the same outputs whichever workers run it, whatever its chunk size, and
+// however often its elements are retried. Without Seed, the manager draws a
+// seed for the batch.
+func Seed(s uint64) CallOption { return func(o *callOptions) { o.seed, o.seeded = s, true } }
+
+// MapReduce runs fn on every element of xs on the queue's workers and folds
+// the outputs with red, a reducer the workers register too: each worker folds
+// the outputs of each chunk it runs into one partial, only partials travel
+// back through Redis, and the manager folds them as they arrive. The manager
+// holds no output, only the fold.
+//
+// red must be associative and commutative (see redmap.Reducer): the order in
+// which outputs and partials are folded is unspecified. Each partial is
+// counted exactly once, whatever workers die, stall or run a chunk again:
+// the same guarantees as Map's, for partials.
+//
+// If an element's function fails, or red fails to fold its output in
+// (ErrReduce), the element is left out of the fold and MapReduce returns the
+// fold of the others with a *redmap.BatchError naming each failed index; with
+// no failure it returns the exact fold. An empty xs folds to the zero value.
+// If ctx ends first it returns ctx.Err().
+//
+// Cost: as Map's to submit; back, one result of one value per chunk instead
+// of one output per element (see README, "Map/reduce").
+func MapReduce[In, Out any](ctx context.Context, m *Manager, fn *redmap.Handle[In, Out], red *redmap.Reducer[Out], xs []In, opts ...CallOption) (Out, error) {
+	var zero Out
+	if err := validReduce(fn, red); err != nil {
+		return zero, err
+	}
+	b, err := submit(ctx, m, spec{name: fn.Name(), sig: fn.Signature(), types: types(fn)}, xs, opts, red)
+	if err != nil {
+		return zero, err
+	}
+	return b.reduced(ctx)
+}
+
+// MapReduceWith is MapReduce for a function that takes constant data; see
+// MapWith for how the constant is stored and shared.
+func MapReduceWith[C, In, Out any](ctx context.Context, m *Manager, fn *redmap.HandleWith[C, In, Out], constant C, red *redmap.Reducer[Out], xs []In, opts ...CallOption) (Out, error) {
+	var zero Out
+	if err := validReduce(fn, red); err != nil {
+		return zero, err
+	}
+	sp, err := holdConstant(ctx, m, fn, constant)
+	if err != nil {
+		return zero, err
+	}
+	b, err := submit(ctx, m, sp, xs, opts, red)
+	if err != nil {
+		m.release(sp.holder)
+		return zero, err
+	}
+	return b.reduced(ctx)
+}
+
+// validReduce reports an invalid handle or reducer (a nil one included).
+func validReduce[Out any](fn redmap.Handler, red *redmap.Reducer[Out]) error {
+	if err := fn.Validate(); err != nil {
+		return err
+	}
+	return red.Validate()
+}

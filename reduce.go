@@ -1,0 +1,111 @@
+package redmap
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"reflect"
+	"runtime/debug"
+
+	"github.com/redmap/redmap/codec"
+	"github.com/redmap/redmap/internal/handler"
+)
+
+// Reducer folds two values of T into one: the reduction of a
+// manager.MapReduce, which runs on the workers (each folds the outputs of
+// each chunk it runs into one partial) and then in the manager (which folds
+// the partials as they arrive). Register it on the workers like a function
+// (worker.Handle), from one definition both sides import.
+//
+// The function must be associative and commutative: f(a, f(b, c)) =
+// f(f(a, b), c) and f(a, b) = f(b, a). The order in which outputs and
+// partials meet depends on chunk sizes, which worker runs what, and when
+// results arrive, so a reducer that is not commutative (concatenating
+// strings, say) gets an unspecified order, which may differ from run to run.
+type Reducer[T any] struct {
+	name  string
+	sig   string
+	types []string
+	fn    func(context.Context, T, T) (T, error)
+}
+
+// Reduce returns a reducer for fn under name. Like Func, it does not
+// validate: worker.Handle and manager.MapReduce report an empty name or a nil
+// fn.
+func Reduce[T any](name string, fn func(ctx context.Context, a, b T) (T, error)) *Reducer[T] {
+	t := reflect.TypeFor[T]()
+	sig, types := signature(fmt.Sprintf("reduce(%v, %v) %v", t, t, t), map[string]reflect.Type{"T": t})
+	return &Reducer[T]{name: name, sig: sig, types: types, fn: fn}
+}
+
+// Name returns the name the reducer is registered under.
+func (r *Reducer[T]) Name() string { return r.name }
+
+// Signature returns the reducer's types as "reduce(T, T) T #<fingerprint>";
+// see Handle.Signature.
+func (r *Reducer[T]) Signature() string { return r.sig }
+
+// Validate reports an empty name, a nil function, or a T that cannot travel.
+func (r *Reducer[T]) Validate() error {
+	if r == nil {
+		return errors.New("redmap: nil reducer")
+	}
+	return validate(r.name, r.sig, r.fn == nil, reflect.TypeFor[T]())
+}
+
+// Fold returns fn(a, b), a panic in fn returned as an ErrReduce error with
+// its stack.
+func (r *Reducer[T]) Fold(ctx context.Context, a, b T) (y T, err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			err = fmt.Errorf("%w: %q panicked: %v\n%s", ErrReduce, r.name, p, debug.Stack())
+		}
+	}()
+	return r.fn(ctx, a, b)
+}
+
+func (r *Reducer[T]) runtime() handler.Runtime { return reducerRuntime[T]{r} }
+
+// reducerRuntime is the worker's side of a Reducer: a map handle's Reduce
+// folds with it (it is a folder[T]); it runs nothing itself.
+type reducerRuntime[T any] struct{ *Reducer[T] }
+
+func (r reducerRuntime[T]) Types() []string { return r.types }
+
+func (r reducerRuntime[T]) DecodeConstant([]byte) (any, error) {
+	return nil, fmt.Errorf("redmap: %q is a reducer", r.name)
+}
+
+func (r reducerRuntime[T]) Run(context.Context, any, int, []byte, handler.Policy) ([]byte, []codec.Failure) {
+	return nil, r.notAFunction()
+}
+
+func (r reducerRuntime[T]) Reduce(context.Context, any, int, []byte, handler.Policy, handler.Runtime) ([]byte, []codec.Failure) {
+	return nil, r.notAFunction()
+}
+
+func (r reducerRuntime[T]) notAFunction() []codec.Failure {
+	return []codec.Failure{{Index: -1, Kind: codec.KindUnknownFunc, Msg: fmt.Sprintf("%q is a reducer, not a function", r.name)}}
+}
+
+// fold folds b into a on a worker, a failure (an error, or a panic with its
+// stack) reported as KindReduce.
+func (r reducerRuntime[T]) fold(ctx context.Context, a, b T) (y T, f *codec.Failure) {
+	defer func() {
+		if p := recover(); p != nil {
+			f = &codec.Failure{Kind: codec.KindReduce, Msg: fmt.Sprintf("reducer %q panicked: %v", r.name, p), Stack: string(debug.Stack())}
+		}
+	}()
+	y, err := r.fn(ctx, a, b)
+	if err != nil {
+		return y, &codec.Failure{Kind: codec.KindReduce, Msg: fmt.Sprintf("reducer %q: %v", r.name, err)}
+	}
+	return y, nil
+}
+
+// folder is a reducer of T, as a map handle with outputs of type T sees it.
+type folder[T any] interface {
+	fold(ctx context.Context, a, b T) (T, *codec.Failure)
+}
+
+var _ Handler = (*Reducer[int])(nil)
