@@ -70,16 +70,20 @@ func (r *Reducer[T]) runtime() handler.Runtime { return reducerRuntime[T]{r} }
 // folds with it (it is a folder[T]); it runs nothing itself.
 type reducerRuntime[T any] struct{ *Reducer[T] }
 
+// Types returns the structure the signature fingerprints.
 func (r reducerRuntime[T]) Types() []string { return r.types }
 
+// DecodeConstant reports that a reducer takes no constant data.
 func (r reducerRuntime[T]) DecodeConstant([]byte) (any, error) {
 	return nil, fmt.Errorf("redmap: %q is a reducer", r.name)
 }
 
+// Run fails: a reducer is not a function to map with.
 func (r reducerRuntime[T]) Run(context.Context, any, int, []byte, handler.Policy) ([]byte, []codec.Failure) {
 	return nil, r.notAFunction()
 }
 
+// Reduce fails: a reducer is not a function to map with.
 func (r reducerRuntime[T]) Reduce(context.Context, any, int, []byte, handler.Policy, handler.Runtime) ([]byte, []codec.Failure) {
 	return nil, r.notAFunction()
 }
