@@ -262,7 +262,13 @@ func (m *Manager) recover(ctx context.Context) {
 		m.failedUnlessDone(ctx, "storing lost constants again", started, err)
 		return
 	}
-	byWorker := make(map[string][]rdb.Task)
+	// One submit per list: a worker's private list, or a public list of
+	// one priority.
+	type list struct {
+		wid      string
+		priority int
+	}
+	byList := make(map[list][]rdb.Task)
 	for _, tid := range missing {
 		m.mu.Lock()
 		p, ok := m.pending[tid]
@@ -279,10 +285,11 @@ func (m *Manager) recover(ctx context.Context) {
 			}
 			continue
 		}
-		byWorker[wid] = append(byWorker[wid], t)
+		l := list{wid: wid, priority: id.Priority(tid, DefaultPriority)}
+		byList[l] = append(byList[l], t)
 	}
-	if len(byWorker) == 0 {
-		byWorker[""] = nil // still one call: it installs the new epoch
+	if len(byList) == 0 {
+		byList[list{}] = nil // still one call: it installs the new epoch
 	}
 	// The first submit checks that the set is still as the check read it and
 	// installs a new epoch: the set's history is now the one the manager
@@ -292,8 +299,8 @@ func (m *Manager) recover(ctx context.Context) {
 	// makes recovery start over next Poll.
 	fresh := id.New()[:16]
 	exp := rdb.Expect{Count: have, Epoch: hasEpoch, NewEpoch: fresh}
-	for wid, tasks := range byWorker {
-		count, intact, err := m.rdb.Submit(ctx, m.id, wid, tasks, m.opts.KeyTTL, exp)
+	for l, tasks := range byList {
+		count, intact, err := m.rdb.Submit(ctx, m.id, l.wid, tasks, m.opts.KeyTTL, exp)
 		if err != nil {
 			m.failedUnlessDone(ctx, "submitting lost tasks again", started, err)
 			return

@@ -14,6 +14,7 @@ import (
 	"github.com/redmap/redmap/codec"
 	"github.com/redmap/redmap/internal/backoff"
 	"github.com/redmap/redmap/internal/handler"
+	"github.com/redmap/redmap/internal/keys"
 	"github.com/redmap/redmap/internal/rdb"
 )
 
@@ -28,7 +29,23 @@ type callOptions struct {
 	retry    bool
 	seed     uint64
 	seeded   bool
+	priority int
 }
+
+// The range of Priority, and the priority of a batch without it.
+const (
+	MinPriority     = keys.MinPriority
+	MaxPriority     = keys.MaxPriority
+	DefaultPriority = keys.DefaultPriority
+)
+
+// Priority sets the batch's priority, from MinPriority (1) to MaxPriority
+// (5); default DefaultPriority (3). A worker always takes the public tasks
+// of a higher priority first, so a batch submitted while a long batch of
+// lower priority runs waits only for the tasks workers already took (see
+// README, "Priorities"). A worker takes its private queue (OnWorker) before
+// any public task, whatever the priorities.
+func Priority(p int) CallOption { return func(o *callOptions) { o.priority = p } }
 
 // DefaultAttempts is the attempt budget of a batch without Attempts: each
 // element may run up to 3 times, counting runs lost with their worker.
@@ -177,6 +194,11 @@ func submit[In, Out any](ctx context.Context, m *Manager, sp spec, xs []In, opts
 		return nil, fmt.Errorf("manager: Attempts %d is negative", co.attempts)
 	case co.timeout < 0:
 		return nil, fmt.Errorf("manager: Timeout %v is negative", co.timeout)
+	case co.priority != 0 && (co.priority < MinPriority || co.priority > MaxPriority):
+		return nil, fmt.Errorf("manager: Priority %d is outside %d to %d", co.priority, MinPriority, MaxPriority)
+	}
+	if co.priority == 0 {
+		co.priority = DefaultPriority
 	}
 	if co.attempts == 0 {
 		co.attempts = DefaultAttempts
@@ -230,7 +252,7 @@ func submit[In, Out any](ctx context.Context, m *Manager, sp spec, xs []In, opts
 		b.release()
 		return b, nil
 	}
-	f := &feeder[Out]{m: m, b: b, n: len(xs), fixed: co.chunk}
+	f := &feeder[Out]{m: m, b: b, n: len(xs), fixed: co.chunk, priority: co.priority}
 	m.list(b.id, b)
 
 	// The first window is submitted here, so that what can go wrong at once
@@ -280,11 +302,12 @@ const (
 
 // feeder submits a batch's tasks, chunk by chunk, within the window.
 type feeder[Out any] struct {
-	m     *Manager
-	b     *Batch[Out]
-	n     int // elements in the batch
-	pos   int // elements handled so far: submitted, or failed at encoding
-	fixed int // the caller's ChunkSize, or 0 to adapt
+	m        *Manager
+	b        *Batch[Out]
+	n        int // elements in the batch
+	pos      int // elements handled so far: submitted, or failed at encoding
+	fixed    int // the caller's ChunkSize, or 0 to adapt
+	priority int
 }
 
 // window is a set of tasks registered with the batch and ready to submit:
@@ -314,7 +337,7 @@ func (f *feeder[Out]) window() (window, error) {
 	var w window
 	var chunks []chunk
 	add := func(end int, payload []byte) {
-		tid := id.Task(f.m.id, f.m.seq.Add(1))
+		tid := id.TaskAt(f.m.id, f.m.seq.Add(1), f.priority, DefaultPriority)
 		chunks = append(chunks, chunk{start: f.pos, count: end - f.pos, size: len(payload), tid: tid})
 		w.tasks = append(w.tasks, rdb.Task{ID: tid, Payload: payload})
 		inflight++

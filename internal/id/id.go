@@ -22,6 +22,29 @@ func Task(mid string, seq uint64) string {
 	return mid + "-" + strconv.FormatUint(seq, 36)
 }
 
+// TaskAt is Task for a task of priority p: the id ends "~<p>" unless p is
+// def, the default, so that a script putting the task back finds its list
+// from its id (the prelude's public_of).
+func TaskAt(mid string, seq uint64, p, def int) string {
+	if p == def {
+		return Task(mid, seq)
+	}
+	return Task(mid, seq) + "~" + strconv.Itoa(p)
+}
+
+// Priority returns the priority in task id tid, or def if it has none.
+func Priority(tid string, def int) int {
+	i := strings.LastIndexByte(tid, '~')
+	if i < 0 {
+		return def
+	}
+	p, err := strconv.Atoi(tid[i+1:])
+	if err != nil {
+		return def
+	}
+	return p
+}
+
 // Manager returns the manager id in a task id, or "" if it has none.
 func Manager(tid string) string {
 	mid, _, ok := strings.Cut(tid, "-")

@@ -22,8 +22,34 @@ func Base(prefix, queue string) string {
 	return b.String()
 }
 
-// Public is the list of task ids that any worker of the queue may take (LIST).
+// Public is the list of task ids of DefaultPriority that any worker of the
+// queue may take (LIST).
 func Public(prefix, queue string) string { return Base(prefix, queue) + "public" }
+
+// The priorities of public tasks: a worker takes a higher one first.
+const (
+	MinPriority     = 1
+	MaxPriority     = 5
+	DefaultPriority = 3
+)
+
+// PublicAt is the public list of priority p: Public for DefaultPriority,
+// "public:<p>" for the others (LIST of task ids).
+func PublicAt(prefix, queue string, p int) string {
+	if p == DefaultPriority {
+		return Public(prefix, queue)
+	}
+	return Public(prefix, queue) + ":" + strconv.Itoa(p)
+}
+
+// Publics returns the queue's public lists, highest priority first.
+func Publics(prefix, queue string) []string {
+	ls := make([]string, 0, MaxPriority-MinPriority+1)
+	for p := MaxPriority; p >= MinPriority; p-- {
+		ls = append(ls, PublicAt(prefix, queue, p))
+	}
+	return ls
+}
 
 // Workers holds the queue's registered workers, scored by lease deadline in
 // Redis milliseconds (ZSET wid → deadline).

@@ -89,9 +89,9 @@ func (a *Admin) Now(ctx context.Context) (int64, error) {
 	return t.UnixMilli(), nil
 }
 
-// Depth returns the number of task ids in queue's public list.
+// Depth returns the number of task ids in queue's public lists.
 func (a *Admin) Depth(ctx context.Context, queue string) (int64, error) {
-	return a.c.LLen(ctx, keys.Public(a.prefix, queue)).Result()
+	return depth(ctx, a.c, keys.Publics(a.prefix, queue))
 }
 
 // PublishedBatch is a running batch as its manager published it.
@@ -189,9 +189,15 @@ func (a *Admin) Purge(ctx context.Context, queue string) (purged, dropped int, e
 	return int(n[0]), int(n[1]), nil
 }
 
-// lists returns queue's public list, then its workers' private lists.
+// lists returns queue's public lists (the default priority's first), then
+// its workers' private lists.
 func (a *Admin) lists(ctx context.Context, queue string) ([]string, error) {
 	lists := []string{keys.Public(a.prefix, queue)}
+	for _, l := range keys.Publics(a.prefix, queue) {
+		if l != lists[0] {
+			lists = append(lists, l)
+		}
+	}
 	iter := a.c.Scan(ctx, 0, keys.Private(a.prefix, queue, "*"), 1000).Iterator()
 	for iter.Next(ctx) {
 		lists = append(lists, iter.Val())

@@ -16,6 +16,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/redmap/redmap/internal/id"
 	"github.com/redmap/redmap/internal/keys"
 )
 
@@ -29,15 +30,16 @@ const (
 
 // RDB speaks the protocol of one queue.
 type RDB struct {
-	c      redis.UniversalClient
-	prefix string
-	queue  string
-	base   string
+	c       redis.UniversalClient
+	prefix  string
+	queue   string
+	base    string
+	publics []string // the public lists, highest priority first
 }
 
 // New returns the protocol of queue under prefix on c.
 func New(c redis.UniversalClient, prefix, queue string) *RDB {
-	return &RDB{c: c, prefix: prefix, queue: queue, base: keys.Base(prefix, queue)}
+	return &RDB{c: c, prefix: prefix, queue: queue, base: keys.Base(prefix, queue), publics: keys.Publics(prefix, queue)}
 }
 
 // Task is a task to submit: its id and its encoded envelope.
@@ -68,6 +70,9 @@ type Expect struct {
 // Submitted).
 func (r *RDB) Submit(ctx context.Context, mid, wid string, tasks []Task, ttl time.Duration, exp Expect) (count int64, intact bool, err error) {
 	list := keys.Public(r.prefix, r.queue)
+	if len(tasks) > 0 {
+		list = keys.PublicAt(r.prefix, r.queue, id.Priority(tasks[0].ID, keys.DefaultPriority))
+	}
 	if wid != "" {
 		list = keys.Private(r.prefix, r.queue, wid)
 	}
@@ -188,11 +193,10 @@ func (t Taken) Member() string {
 // returns none, the worker is registered idle, and the next submit rings its
 // bell (WaitBell).
 func (r *RDB) Take(ctx context.Context, wid string, n int, lease time.Duration) ([]Taken, error) {
-	ks := []string{
-		keys.Private(r.prefix, r.queue, wid), keys.Public(r.prefix, r.queue),
-		keys.Held(r.prefix, r.queue, wid), keys.Idle(r.prefix, r.queue), keys.Bell(r.prefix, r.queue, wid),
-		keys.Workers(r.prefix, r.queue),
-	}
+	ks := append([]string{
+		keys.Private(r.prefix, r.queue, wid), keys.Held(r.prefix, r.queue, wid),
+		keys.Idle(r.prefix, r.queue), keys.Bell(r.prefix, r.queue, wid), keys.Workers(r.prefix, r.queue),
+	}, r.publics...)
 	vals, err := takeScript.Run(ctx, r.c, ks, r.base, n, wid, lease.Milliseconds()).Slice()
 	if err != nil {
 		return nil, wrap("take", takeScript, "", err)
@@ -443,10 +447,28 @@ func (r *RDB) PublishBatches(ctx context.Context, mid string, batches map[string
 	return wrap("publish batches", nil, "DEL, HSET, PEXPIRE, MULTI or EXEC", err)
 }
 
-// Depth returns the number of task ids waiting in the public list.
+// Depth returns the number of task ids waiting in the public lists.
 func (r *RDB) Depth(ctx context.Context) (int64, error) {
-	n, err := r.c.LLen(ctx, keys.Public(r.prefix, r.queue)).Result()
-	return n, wrap("depth", nil, "LLEN", err)
+	return depth(ctx, r.c, r.publics)
+}
+
+// depth returns the summed length of lists, in one pipeline.
+func depth(ctx context.Context, c redis.UniversalClient, lists []string) (int64, error) {
+	cmds := make([]*redis.IntCmd, len(lists))
+	_, err := c.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for i, l := range lists {
+			cmds[i] = p.LLen(ctx, l)
+		}
+		return nil
+	})
+	if err != nil {
+		return 0, wrap("depth", nil, "LLEN", err)
+	}
+	var n int64
+	for _, c := range cmds {
+		n += c.Val()
+	}
+	return n, nil
 }
 
 // PublishTypes records the structure of a handle's types under its

@@ -154,3 +154,49 @@ func TestMalformedRepliesAreErrors(t *testing.T) {
 		t.Errorf("a take with a malformed attempt: %v", err)
 	}
 }
+
+// A task of another priority is queued on that priority's list, taken
+// before the default's, and put back on its own list when its worker dies.
+func TestPriorityLists(t *testing.T) {
+	f := setup(t)
+	ctx := context.Background()
+	low := id.TaskAt(f.mid, 1, keys.MinPriority, keys.DefaultPriority)
+	normal := id.TaskAt(f.mid, 2, keys.DefaultPriority, keys.DefaultPriority)
+	high := id.TaskAt(f.mid, 3, keys.MaxPriority, keys.DefaultPriority)
+	for _, tid := range []string{low, normal, high} {
+		if _, _, err := f.r.Submit(ctx, f.mid, "", []Task{{ID: tid, Payload: []byte("p")}}, time.Minute, Expect{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	highList := keys.PublicAt("rm", f.queue, keys.MaxPriority)
+	if got := f.c.LRange(ctx, highList, 0, -1).Val(); !reflect.DeepEqual(got, []string{high}) {
+		t.Fatalf("list of priority %d holds %q, want [%s]", keys.MaxPriority, got, high)
+	}
+	var got []string
+	for range 3 {
+		taken, err := f.r.Take(ctx, "dying", 1, time.Minute)
+		if err != nil || len(taken) != 1 {
+			t.Fatalf("Take: %v, %v", taken, err)
+		}
+		got = append(got, taken[0].ID)
+	}
+	if want := []string{high, normal, low}; !reflect.DeepEqual(got, want) {
+		t.Fatalf("taken in order %q, want %q", got, want)
+	}
+	if _, err := f.r.Heartbeat(ctx, "dying", -time.Second, nil); err != nil {
+		t.Fatal(err)
+	}
+	if r, err := f.r.Reap(ctx); err != nil || r.Requeued != 3 {
+		t.Fatalf("Reap: %+v, %v", r, err)
+	}
+	for _, c := range []struct {
+		list, tid string
+	}{{highList, high}, {keys.Public("rm", f.queue), normal}, {keys.PublicAt("rm", f.queue, keys.MinPriority), low}} {
+		if got := f.c.LRange(ctx, c.list, 0, -1).Val(); !reflect.DeepEqual(got, []string{c.tid}) {
+			t.Errorf("after the reap %s holds %q, want [%s]", c.list, got, c.tid)
+		}
+	}
+	if n, err := NewAdmin(f.c, "rm").Depth(ctx, f.queue); err != nil || n != 3 {
+		t.Errorf("Depth: %d, %v; want 3", n, err)
+	}
+}

@@ -5,7 +5,9 @@
 -- finds them by comparing its held set with what it runs, and gives them back
 -- to the front of the list they came from. The attempt count is not raised:
 -- the task was never run.
--- KEYS[1] held set of the worker   KEYS[2] public list   KEYS[3] private list of the worker
+-- KEYS[1] held set of the worker   KEYS[2] public list of the default priority
+-- (names the slot; a task goes back to the list of its priority)
+-- KEYS[3] private list of the worker
 -- ARGV[1] key base "<prefix>:{<queue>}:"   ARGV[2], ...: held members to give back
 -- Returns the number of tasks given back.
 local base = ARGV[1]
@@ -16,7 +18,7 @@ for i = 2, #ARGV do
     local private = string.sub(member, 1, 1) == '!'
     local tid = private and string.sub(member, 2) or member
     if wanted(base, tid) then
-      redis.call('LPUSH', private and KEYS[3] or KEYS[2], tid)
+      redis.call('LPUSH', private and KEYS[3] or public_of(base, tid), tid)
       n = n + 1
     end
   end

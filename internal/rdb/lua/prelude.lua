@@ -30,6 +30,13 @@ local function wanted(base, tid)
   return m ~= nil and redis.call('HEXISTS', m .. ':tasks', tid) == 1
 end
 
+-- public_of returns the public list of task tid's priority: "<base>public",
+-- or "<base>public:<p>" for an id ending "~<p>" (see keys.PublicAt).
+local function public_of(base, tid)
+  local p = string.match(tid, '~(%d+)$')
+  return p and base .. 'public:' .. p or base .. 'public'
+end
+
 -- ring wakes whoever blocks on bell (a list, BLPOP): it leaves one token
 -- there, unless one already waits.
 local function ring(bell)

@@ -2,7 +2,8 @@
 -- ("purged <task id>" in place of a result), so no batch waits for ever.
 -- Tasks already held by workers are left to finish.
 -- KEYS[1] public list   ARGV[1] key base "<prefix>:{<queue>}:"
--- ARGV[2], ...: private lists of the queue's workers
+-- ARGV[2], ...: the other lists of the queue: its public lists of other
+-- priorities and its workers' private lists
 -- Ids of tasks no manager wants any more (their batch cancelled, their
 -- manager gone) are dropped too, and counted apart.
 -- Returns {tasks purged from their batches, ids dropped in all}.

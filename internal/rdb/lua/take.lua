@@ -1,5 +1,5 @@
 -- take.lua: take up to n tasks for one worker, from its private list first and
--- then the public list, and record each in the worker's held set in the same
+-- then the public lists, highest priority first, and record each in the worker's held set in the same
 -- atomic step as the pop: a worker killed at any instant loses no task.
 -- A task its manager no longer wants (not in the manager's task set: cancelled,
 -- finished, or the manager's keys expired) is dropped and never returned, so
@@ -16,9 +16,10 @@
 -- If nothing is taken, the worker joins the idle set (and its stale bell tokens
 -- are cleared) in this same step, so no submit can slip unseen between "found
 -- nothing" and "waiting for the bell".
--- KEYS[1] private list of the worker   KEYS[2] public list
--- KEYS[3] held set of the worker       KEYS[4] idle set   KEYS[5] bell of the worker
--- KEYS[6] workers sorted set (wid -> lease deadline, ms)
+-- KEYS[1] private list of the worker   KEYS[2] held set of the worker
+-- KEYS[3] idle set   KEYS[4] bell of the worker
+-- KEYS[5] workers sorted set (wid -> lease deadline, ms)
+-- KEYS[6], ...: the public lists, highest priority first
 -- ARGV[1] key base "<prefix>:{<queue>}:"   ARGV[2] n, at least 1   ARGV[3] worker id
 -- ARGV[4] the worker's lease, ms
 -- Returns a flat array of quadruples: task id, attempt, payload, and "!" for a
@@ -78,18 +79,20 @@ local function take(list, mark)
     end
   end
 end
-if not redis.call('ZSCORE', KEYS[6], wid) then
-  redis.call('ZADD', KEYS[6], now() + tonumber(ARGV[4]), wid)
+if not redis.call('ZSCORE', KEYS[5], wid) then
+  redis.call('ZADD', KEYS[5], now() + tonumber(ARGV[4]), wid)
 end
 take(KEYS[1], '!')
-take(KEYS[2], '')
+for i = 6, #KEYS do
+  take(KEYS[i], '')
+end
 if taken == 0 then
-  redis.call('DEL', KEYS[5])
-  redis.call('SADD', KEYS[4], wid)
+  redis.call('DEL', KEYS[4])
+  redis.call('SADD', KEYS[3], wid)
 else
   for i = 1, #held, CHUNK do
-    redis.call('SADD', KEYS[3], unpack(held, i, math.min(i + CHUNK - 1, #held)))
+    redis.call('SADD', KEYS[2], unpack(held, i, math.min(i + CHUNK - 1, #held)))
   end
-  redis.call('SREM', KEYS[4], wid)
+  redis.call('SREM', KEYS[3], wid)
 end
 return out
