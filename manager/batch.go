@@ -36,22 +36,27 @@ type Batch[Out any] struct {
 	worker  string // the private queue's worker, or ""
 	id      string // for operators: "<manager id>:<n>"
 	started time.Time
-	encode  func(start, end int) ([]byte, error) // the payload of elements [start, end)
+	in      input // the elements, to encode (again)
 
-	n   int                  // elements
-	red *redmap.Reducer[Out] // folds the outputs (MapReduce), or nil
+	red    *redmap.Reducer[Out] // folds the outputs (MapReduce), or nil
+	stream bool                 // the input is a sequence (SubmitSeq): results are read once, as they come
 
-	mu       sync.Mutex
-	chunks   []chunk // the tasks submitted so far, appended by the feeder
-	out      []Out   // the outputs, in input order; nil if red folds them
-	acc      Out     // with red: the fold of the partials so far
-	folded   bool    // with red: acc holds a fold
-	errs     map[int]*redmap.TaskError
-	order    []int // element indexes in completion order
-	left     int   // elements without a result yet
-	err      error // why the batch ended early, if it did
-	progress chan struct{}
-	done     chan struct{}
+	mu        sync.Mutex
+	n         int           // elements: all of a slice; of a sequence, those read so far
+	exhausted bool          // every element of the input has its chunk
+	cut       error         // why the feeder stopped reading a sequence early, if it did
+	chunks    []chunk       // the tasks submitted so far, appended by the feeder
+	out       []Out         // the outputs, in input order; nil if red folds them or for a stream
+	ready     []Result[Out] // a stream's results not yet read, in completion order
+	unread    int           // a stream's results delivered and not yet yielded (ready, and Ordered's buffer)
+	acc       Out           // with red: the fold of the partials so far
+	folded    bool          // with red: acc holds a fold
+	errs      map[int]*redmap.TaskError
+	order     []int // element indexes in completion order
+	left      int   // elements without a result yet
+	err       error // why the batch ended early, if it did
+	progress  chan struct{}
+	done      chan struct{}
 
 	// The in-flight window: tasks and payload bytes submitted and not yet
 	// delivered. The feeder submits more only while both are under the
@@ -72,30 +77,40 @@ type chunk struct {
 	start, count, size int
 	tid                string
 	over               bool
+	payload            []byte // kept while out if the input cannot encode it again
 }
 
-func newBatch[Out any](m *Manager, fn string, n int, red *redmap.Reducer[Out]) *Batch[Out] {
+// newBatch returns a batch of n elements (of a slice), or of a sequence
+// (stream, n 0) whose length the feeder learns as it reads it.
+func newBatch[Out any](m *Manager, fn string, n int, red *redmap.Reducer[Out], stream bool) *Batch[Out] {
 	var out []Out
-	if red == nil {
+	if red == nil && !stream {
 		out = make([]Out, n)
 	}
 	return &Batch[Out]{
-		m:        m,
-		fn:       fn,
-		n:        n,
-		red:      red,
-		id:       m.id + ":" + strconv.FormatUint(m.batchSeq.Add(1), 10),
-		started:  time.Now(),
-		out:      out,
-		left:     n,
-		progress: make(chan struct{}),
-		done:     make(chan struct{}),
-		stop:     func() bool { return false },
+		m:         m,
+		fn:        fn,
+		n:         n,
+		exhausted: !stream,
+		red:       red,
+		stream:    stream,
+		id:        m.id + ":" + strconv.FormatUint(m.batchSeq.Add(1), 10),
+		started:   time.Now(),
+		out:       out,
+		left:      n,
+		progress:  make(chan struct{}),
+		done:      make(chan struct{}),
+		stop:      func() bool { return false },
 	}
 }
 
-// Len returns the number of elements in the batch.
-func (b *Batch[Out]) Len() int { return b.n }
+// Len returns the number of elements in the batch: of a streamed batch
+// (SubmitSeq), the number read from its sequence so far.
+func (b *Batch[Out]) Len() int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.n
+}
 
 // Done returns a channel closed when every element has a result, or the batch
 // ended early.
@@ -120,6 +135,28 @@ func (b *Batch[Out]) Wait(ctx context.Context) ([]Out, error) {
 	return b.out, b.batchError()
 }
 
+// exhaust records that every element of the input has its chunk; cut, if
+// not nil, says why the feeder stopped reading a sequence early. The batch
+// ends once the last chunk does.
+func (b *Batch[Out]) exhaust(cut error) {
+	b.mu.Lock()
+	if b.exhausted || b.finished() {
+		b.mu.Unlock()
+		return
+	}
+	b.exhausted, b.cut = true, cut
+	ended := b.left == 0
+	if ended {
+		close(b.done)
+		close(b.progress)
+		b.progress = make(chan struct{})
+	}
+	b.mu.Unlock()
+	if ended {
+		b.release()
+	}
+}
+
 // reduced is Wait for a batch whose outputs red folds: it returns their
 // fold, with a *redmap.BatchError if some elements failed (the fold is then
 // of the others).
@@ -141,21 +178,35 @@ func (b *Batch[Out]) reduced(ctx context.Context) (Out, error) {
 // batchError returns the failed elements as a *redmap.BatchError, or nil if
 // none failed; b.mu must be held.
 func (b *Batch[Out]) batchError() error {
-	if len(b.errs) == 0 {
-		return nil
+	var err error
+	if len(b.errs) > 0 {
+		be := &redmap.BatchError{Total: b.n, Failed: make([]*redmap.TaskError, 0, len(b.errs))}
+		for _, e := range b.errs {
+			be.Failed = append(be.Failed, e)
+		}
+		sort.Slice(be.Failed, func(i, j int) bool { return be.Failed[i].Index < be.Failed[j].Index })
+		err = be
 	}
-	be := &redmap.BatchError{Total: b.n, Failed: make([]*redmap.TaskError, 0, len(b.errs))}
-	for _, e := range b.errs {
-		be.Failed = append(be.Failed, e)
+	if b.cut != nil {
+		// A streamed batch whose feeder gave up: what it read has its
+		// outcome, and what it did not read is not part of the batch.
+		err = errors.Join(err, fmt.Errorf("manager: reading the input stopped after element %d: %w", b.n, b.cut))
 	}
-	sort.Slice(be.Failed, func(i, j int) bool { return be.Failed[i].Index < be.Failed[j].Index })
-	return be
+	return err
 }
 
 // Results returns the results in completion order, as they arrive. Ranging
 // over it blocks until the next result; it ends when every element has a
 // result or the batch ended early (then Wait says why).
+//
+// A batch of a slice can be ranged over any number of times. A streamed
+// batch (SubmitSeq) holds only the results not yet read, so each is yielded
+// once; breaking out of the loop cancels the batch (its queued tasks are
+// withdrawn and its sequence is read no further).
 func (b *Batch[Out]) Results() iter.Seq[Result[Out]] {
+	if b.stream {
+		return b.streamed(false)
+	}
 	return func(yield func(Result[Out]) bool) {
 		for i := 0; ; {
 			b.mu.Lock()
@@ -182,6 +233,100 @@ func (b *Batch[Out]) Results() iter.Seq[Result[Out]] {
 	}
 }
 
+// Ordered returns the results of a streamed batch (SubmitSeq) in input
+// order, as they become the next in order: results that come early wait in
+// a reorder buffer, which the feeder's bound on unread results keeps small
+// (it submits no more while it is full). Like Results, each result is
+// yielded once and breaking out cancels the batch. For a batch of a slice,
+// it waits for the batch and yields every result in order.
+func (b *Batch[Out]) Ordered() iter.Seq[Result[Out]] {
+	if b.stream {
+		return b.streamed(true)
+	}
+	return func(yield func(Result[Out]) bool) {
+		<-b.done
+		b.mu.Lock()
+		if b.err != nil { // ended early: Wait says why
+			b.mu.Unlock()
+			return
+		}
+		rs := make([]Result[Out], b.n)
+		for i := range rs {
+			rs[i] = Result[Out]{Index: i, Value: b.out[i]}
+			if e := b.errs[i]; e != nil {
+				rs[i].Err = e
+			}
+		}
+		b.mu.Unlock()
+		for _, r := range rs {
+			if !yield(r) {
+				return
+			}
+		}
+	}
+}
+
+// streamed reads a stream's results once each, in completion order or, if
+// ordered, in input order.
+func (b *Batch[Out]) streamed(ordered bool) iter.Seq[Result[Out]] {
+	return func(yield func(Result[Out]) bool) {
+		early := map[int]Result[Out]{} // ordered: results ahead of next
+		next := 0
+		for {
+			b.mu.Lock()
+			if len(b.ready) == 0 {
+				finished, progress := b.finished(), b.progress
+				b.mu.Unlock()
+				if finished {
+					return
+				}
+				<-progress
+				continue
+			}
+			rs := b.ready
+			b.ready = nil
+			b.mu.Unlock()
+			for _, r := range rs {
+				var out []Result[Out]
+				if !ordered {
+					out = append(out, r)
+				} else {
+					early[r.Index] = r
+					for {
+						r, ok := early[next]
+						if !ok {
+							break
+						}
+						delete(early, next)
+						next++
+						out = append(out, r)
+					}
+				}
+				for _, r := range out {
+					b.read(1)
+					if !yield(r) {
+						b.abort(context.Canceled)
+						return
+					}
+				}
+			}
+		}
+	}
+}
+
+// read records that n of a stream's results were yielded, and wakes the
+// feeder if it waits for room.
+func (b *Batch[Out]) read(n int) {
+	b.mu.Lock()
+	b.unread -= n
+	wake := b.unread == maxUnread/2
+	if wake && !b.finished() {
+		close(b.progress)
+		b.progress = make(chan struct{})
+	}
+	b.mu.Unlock()
+}
+
 // Cancel ends the batch early with context.Canceled: its queued tasks are
 // withdrawn and skipped by workers, and results still to come are discarded.
 func (b *Batch[Out]) Cancel() { b.abort(context.Canceled) }
@@ -203,6 +348,10 @@ func (b *Batch[Out]) addChunks(cs ...chunk) int {
 	b.inflight += len(cs)
 	for _, c := range cs {
 		b.inflightBytes += c.size
+		if b.stream { // a stream's elements count as they are read
+			b.n += c.count
+			b.left += c.count
+		}
 	}
 	return first
 }
@@ -229,8 +378,9 @@ func (b *Batch[Out]) finished() bool {
 // feeder, unless the chunk is already over or the batch has ended, in which
 // case it does nothing. So however many parts of the manager learn of a
 // chunk's end (a result, a worker's death, Redis gone, a resubmission
-// that failed), its elements are counted once.
-func (b *Batch[Out]) closeChunk(ci int, record func(c chunk)) {
+// that failed), its elements are counted once. record returns the chunk's
+// outputs for a stream (nil where all failed); a slice batch's go to out.
+func (b *Batch[Out]) closeChunk(ci int, record func(c chunk) []Out) {
 	b.mu.Lock()
 	c := &b.chunks[ci]
 	if c.over || b.finished() {
@@ -238,8 +388,22 @@ func (b *Batch[Out]) closeChunk(ci int, record func(c chunk)) {
 		return
 	}
 	c.over = true
-	record(*c)
-	if b.red == nil { // a fold has no per-element results to read
+	c.payload = nil
+	vals := record(*c)
+	switch {
+	case b.red != nil: // a fold has no per-element results to read
+	case b.stream:
+		for i := c.start; i < c.start+c.count; i++ {
+			r := Result[Out]{Index: i}
+			if e := b.errs[i]; e != nil {
+				r.Err = e
+			} else if vals != nil {
+				r.Value = vals[i-c.start]
+			}
+			b.ready = append(b.ready, r)
+		}
+		b.unread += c.count
+	default:
 		for i := c.start; i < c.start+c.count; i++ {
 			b.order = append(b.order, i)
 		}
@@ -247,12 +411,12 @@ func (b *Batch[Out]) closeChunk(ci int, record func(c chunk)) {
 	b.left -= c.count
 	b.inflight--
 	b.inflightBytes -= c.size
-	if b.left == 0 {
+	if b.left == 0 && b.exhausted {
 		close(b.done)
 	}
 	close(b.progress)
 	b.progress = make(chan struct{})
-	ended := b.left == 0
+	ended := b.left == 0 && b.exhausted
 	b.mu.Unlock()
 	if ended {
 		b.release()
@@ -286,23 +450,29 @@ func (b *Batch[Out]) failElement(i, attempt int, cause error, stack string) {
 // deliver records the result of chunk ci; err is set if the result could not
 // be fully decoded.
 func (b *Batch[Out]) deliver(ci int, r *codec.Result, err error) {
-	b.closeChunk(ci, func(c chunk) {
+	b.closeChunk(ci, func(c chunk) []Out {
 		if err != nil {
 			b.failElements(c, 0, fmt.Errorf("%w: result: %v", redmap.ErrDecode, err))
-			return
+			return nil
 		}
 		b.m.observe(b.fn, r.Nanos, c.count)
 		for _, f := range r.Fails {
 			if f.Index == -1 {
 				b.failElements(c, r.Attempt, failure.Cause(f))
-				return
+				return nil
 			}
 		}
 		if b.red != nil {
 			b.foldPartial(c, r)
-			return
+			return nil
 		}
-		if err := codec.DecodeElements(r.Values, b.out[c.start:c.start+c.count]); err != nil {
+		var vals []Out
+		if b.stream {
+			vals = make([]Out, c.count)
+		} else {
+			vals = b.out[c.start : c.start+c.count]
+		}
+		if err := codec.DecodeElements(r.Values, vals); err != nil {
 			bad := 0
 			var ee *codec.ElementError
 			if errors.As(err, &ee) {
@@ -318,6 +488,7 @@ func (b *Batch[Out]) deliver(ci int, r *codec.Result, err error) {
 				b.failElement(c.start+f.Index, r.Attempt, failure.Cause(f), f.Stack)
 			}
 		}
+		return vals
 	})
 }
 
@@ -361,7 +532,7 @@ func (b *Batch[Out]) foldPartial(c chunk, r *codec.Result) {
 
 // fail fails every element of chunk ci with cause.
 func (b *Batch[Out]) fail(ci, attempt int, cause error) {
-	b.closeChunk(ci, func(c chunk) { b.failElements(c, attempt, cause) })
+	b.closeChunk(ci, func(c chunk) []Out { b.failElements(c, attempt, cause); return nil })
 }
 
 // failElements fails every element of c; b.mu must be held.
@@ -447,6 +618,9 @@ func (b *Batch[Out]) resubmission(ci int) (rdb.Task, string, error) {
 	b.mu.Lock()
 	c := b.chunks[ci]
 	b.mu.Unlock()
-	payload, err := b.encode(c.start, c.start+c.count)
+	if c.payload != nil {
+		return rdb.Task{ID: c.tid, Payload: c.payload}, b.worker, nil
+	}
+	payload, err := b.in.encode(c.start, c.start+c.count)
 	return rdb.Task{ID: c.tid, Payload: payload}, b.worker, err
 }

@@ -2,6 +2,7 @@ package manager
 
 import (
 	"context"
+	"iter"
 
 	"github.com/redmap/redmap"
 )
@@ -37,7 +38,7 @@ func MapReduce[In, Out any](ctx context.Context, m *Manager, fn *redmap.Handle[I
 	if err := validReduce(fn, red); err != nil {
 		return zero, err
 	}
-	b, err := submit(ctx, m, spec{name: fn.Name(), sig: fn.Signature(), types: types(fn)}, xs, opts, red)
+	b, err := submit(ctx, m, spec{name: fn.Name(), sig: fn.Signature(), types: types(fn)}, elements[In]{xs: xs}, opts, red)
 	if err != nil {
 		return zero, err
 	}
@@ -55,7 +56,7 @@ func MapReduceWith[C, In, Out any](ctx context.Context, m *Manager, fn *redmap.H
 	if err != nil {
 		return zero, err
 	}
-	b, err := submit(ctx, m, sp, xs, opts, red)
+	b, err := submit(ctx, m, sp, elements[In]{xs: xs}, opts, red)
 	if err != nil {
 		m.release(sp.holder)
 		return zero, err
@@ -69,4 +70,39 @@ func validReduce[Out any](fn redmap.Handler, red *redmap.Reducer[Out]) error {
 		return err
 	}
 	return red.Validate()
+}
+
+// SubmitSeq submits fn over the elements of seq, a sequence of any length,
+// and returns at once with the running batch. The feeder reads seq as the
+// window has room (at most 4,096 tasks or 64 MiB in Redis, as for Submit) and
+// while fewer than 262,144 results wait to be read, so an input far larger
+// than memory streams through a manager of bounded heap. Read the results
+// with the batch's Results (completion order) or Ordered (input order), each
+// result once; breaking out of either, or ending ctx, cancels the batch and
+// stops reading seq. Wait returns no outputs for a streamed batch, only its
+// error: a *redmap.BatchError of the failed elements, or why it ended early.
+// Len counts the elements read so far.
+//
+// seq is read on the caller's goroutine for the first window and on the
+// feeder's after; it must not be read elsewhere meanwhile. Submit's errors
+// apply to the first window.
+func SubmitSeq[In, Out any](ctx context.Context, m *Manager, fn *redmap.Handle[In, Out], seq iter.Seq[In], opts ...CallOption) (*Batch[Out], error) {
+	if err := fn.Validate(); err != nil {
+		return nil, err
+	}
+	return submit(ctx, m, spec{name: fn.Name(), sig: fn.Signature(), types: types(fn)}, elements[In]{seq: seq}, opts, (*redmap.Reducer[Out])(nil))
+}
+
+// MapReduceSeq is MapReduce over a sequence of any length, read as the
+// window has room (see SubmitSeq); only the fold is kept.
+func MapReduceSeq[In, Out any](ctx context.Context, m *Manager, fn *redmap.Handle[In, Out], red *redmap.Reducer[Out], seq iter.Seq[In], opts ...CallOption) (Out, error) {
+	var zero Out
+	if err := validReduce(fn, red); err != nil {
+		return zero, err
+	}
+	b, err := submit(ctx, m, spec{name: fn.Name(), sig: fn.Signature(), types: types(fn)}, elements[In]{seq: seq}, opts, red)
+	if err != nil {
+		return zero, err
+	}
+	return b.reduced(ctx)
 }

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"github.com/redmap/redmap/internal/id"
+	"iter"
+	"math"
 	"math/rand/v2"
 	"slices"
 	"time"
@@ -108,7 +110,7 @@ func Submit[In, Out any](ctx context.Context, m *Manager, fn *redmap.Handle[In, 
 	if err := fn.Validate(); err != nil {
 		return nil, err
 	}
-	return submit(ctx, m, spec{name: fn.Name(), sig: fn.Signature(), types: types(fn)}, xs, opts, (*redmap.Reducer[Out])(nil))
+	return submit(ctx, m, spec{name: fn.Name(), sig: fn.Signature(), types: types(fn)}, elements[In]{xs: xs}, opts, (*redmap.Reducer[Out])(nil))
 }
 
 // MapWith is Map for a function that takes constant data: constant is
@@ -138,7 +140,7 @@ func SubmitWith[C, In, Out any](ctx context.Context, m *Manager, fn *redmap.Hand
 	if err != nil {
 		return nil, err
 	}
-	b, err := submit(ctx, m, sp, xs, opts, (*redmap.Reducer[Out])(nil))
+	b, err := submit(ctx, m, sp, elements[In]{xs: xs}, opts, (*redmap.Reducer[Out])(nil))
 	if err != nil {
 		m.release(sp.holder)
 		return nil, err
@@ -180,9 +182,16 @@ type spec struct {
 	holder    string
 }
 
-// submit submits a batch of xs; with a reducer red, its outputs are folded
+// elements is a batch's input: a slice xs, or a sequence seq if it is not
+// nil.
+type elements[In any] struct {
+	xs  []In
+	seq iter.Seq[In]
+}
+
+// submit submits a batch of els; with a reducer red, its outputs are folded
 // (MapReduce) rather than kept.
-func submit[In, Out any](ctx context.Context, m *Manager, sp spec, xs []In, opts []CallOption, red *redmap.Reducer[Out]) (*Batch[Out], error) {
+func submit[In, Out any](ctx context.Context, m *Manager, sp spec, els elements[In], opts []CallOption, red *redmap.Reducer[Out]) (*Batch[Out], error) {
 	var co callOptions
 	for _, o := range opts {
 		o(&co)
@@ -222,7 +231,8 @@ func submit[In, Out any](ctx context.Context, m *Manager, sp spec, xs []In, opts
 		}
 	}
 
-	b := newBatch[Out](m, sp.name, len(xs), red)
+	stream := els.seq != nil
+	b := newBatch[Out](m, sp.name, len(els.xs), red, stream)
 	b.worker = co.worker
 	task := codec.Task{Func: sp.name, Sig: sp.sig, Attempts: co.attempts, Timeout: co.timeout.Milliseconds(), Retry: co.retry, Seed: co.seed}
 	if red != nil {
@@ -232,27 +242,33 @@ func submit[In, Out any](ctx context.Context, m *Manager, sp spec, xs []In, opts
 		task.Const, task.ConstSize = sp.constant.Hash, sp.constant.Size
 		b.onEnd = func() { m.release(sp.holder) }
 	}
-	// encode builds the payload of elements [start, end); the batch keeps it
-	// (with xs) to submit again if Redis loses its data.
-	b.encode = func(start, end int) ([]byte, error) {
-		frame, err := codec.EncodeElements(xs[start:end], m.opts.MaxInputSize)
+	// enc builds the payload of elements xs from index start; the batch
+	// keeps its input (or, for a sequence, the payload) to submit again if
+	// Redis loses its data.
+	enc := func(xs []In, start int) ([]byte, error) {
+		frame, err := codec.EncodeElements(xs, m.opts.MaxInputSize)
 		if err != nil {
 			return nil, inputError(sp.name, start, err)
 		}
 		t := task
-		t.Count, t.Input, t.Start = end-start, frame, start
+		t.Count, t.Input, t.Start = len(xs), frame, start
 		payload, err := codec.EncodeTask(&t)
 		if err != nil {
 			return nil, fmt.Errorf("manager: encoding a task of %q: %w", sp.name, err)
 		}
 		return payload, nil
 	}
-	if len(xs) == 0 {
+	if stream {
+		b.in = newSeqInput(els.seq, enc)
+	} else {
+		b.in = &sliceInput[In]{xs: els.xs, enc: enc}
+	}
+	f := &feeder[Out]{m: m, b: b, in: b.in, fixed: co.chunk, priority: co.priority}
+	if n, known := b.in.length(); known && n == 0 {
 		close(b.done)
 		b.release()
 		return b, nil
 	}
-	f := &feeder[Out]{m: m, b: b, n: len(xs), fixed: co.chunk, priority: co.priority}
 	m.list(b.id, b)
 
 	// The first window is submitted here, so that what can go wrong at once
@@ -279,15 +295,20 @@ func submit[In, Out any](ctx context.Context, m *Manager, sp spec, xs []In, opts
 		m.forget(w.tids()) // what submit did not withdraw was never sent
 		m.unlist(b.id)
 		b.stop()
+		f.in.stop()
 		return nil, err
 	}
-	if f.pos < f.n {
-		m.feeders.Add(1)
-		go func() {
-			defer m.feeders.Done()
-			f.run(ctx)
-		}()
+	if f.allRead() {
+		f.in.stop()
+		b.exhaust(nil)
+		return b, nil
 	}
+	m.feeders.Add(1)
+	go func() {
+		defer m.feeders.Done()
+		defer f.in.stop()
+		f.run(ctx)
+	}()
 	return b, nil
 }
 
@@ -300,11 +321,16 @@ const (
 	windowBytes = 64 << 20
 )
 
+// maxUnread bounds a stream's results delivered and not yet read: past it,
+// the feeder submits no more until the reader catches up, so a slow reader
+// holds the manager's memory, and Redis's, to a bound.
+const maxUnread = 1 << 18
+
 // feeder submits a batch's tasks, chunk by chunk, within the window.
 type feeder[Out any] struct {
 	m        *Manager
 	b        *Batch[Out]
-	n        int // elements in the batch
+	in       input
 	pos      int // elements handled so far: submitted, or failed at encoding
 	fixed    int // the caller's ChunkSize, or 0 to adapt
 	priority int
@@ -338,26 +364,40 @@ func (f *feeder[Out]) window() (window, error) {
 	var chunks []chunk
 	add := func(end int, payload []byte) {
 		tid := id.TaskAt(f.m.id, f.m.seq.Add(1), f.priority, DefaultPriority)
-		chunks = append(chunks, chunk{start: f.pos, count: end - f.pos, size: len(payload), tid: tid})
+		c := chunk{start: f.pos, count: end - f.pos, size: len(payload), tid: tid}
+		if !f.in.reencodes() {
+			c.payload = payload
+		}
+		chunks = append(chunks, c)
 		w.tasks = append(w.tasks, rdb.Task{ID: tid, Payload: payload})
 		inflight++
 		bytes += len(payload)
 		f.pos = end
 	}
-	for f.pos < f.n && inflight < windowTasks && bytes < windowBytes {
+	for inflight < windowTasks && bytes < windowBytes {
+		n, known := f.in.length()
+		if known && f.pos >= n {
+			break
+		}
 		size := f.fixed
 		if size == 0 {
-			size = f.m.chunkSize(b.fn, f.n)
+			if !known {
+				n = math.MaxInt / 2 // a sequence: size by cost alone
+			}
+			size = f.m.chunkSize(b.fn, n)
 		}
-		end := min(f.pos+size, f.n)
-		payload, err := b.encode(f.pos, end)
+		end := f.in.next(f.pos, size)
+		if end == f.pos {
+			break // the sequence ended
+		}
+		payload, err := f.in.encode(f.pos, end)
 		if err != nil {
 			if !errors.As(err, &w.bad) {
 				return w, err
 			}
 			// Send the elements before the bad one; it fails alone.
 			if bad := w.bad.Index; bad > f.pos {
-				good, err := b.encode(f.pos, bad)
+				good, err := f.in.encode(f.pos, bad)
 				if err != nil {
 					return w, err
 				}
@@ -369,6 +409,7 @@ func (f *feeder[Out]) window() (window, error) {
 		add(end, payload)
 	}
 	w.first = b.addChunks(chunks...)
+	f.in.submitted(f.pos)
 	// Register before submitting: a fast worker's result may arrive before
 	// the submit call returns.
 	return w, f.m.register(b, w.tids(), w.first)
@@ -425,16 +466,16 @@ func (f *feeder[Out]) send(ctx context.Context, w window) error {
 // accounted for.
 func (f *feeder[Out]) run(ctx context.Context) {
 	b := f.b
-	for f.pos < f.n {
+	for !f.allRead() {
 		b.mu.Lock()
-		room := b.inflight <= windowTasks/2 && b.inflightBytes <= windowBytes/2
+		room := b.inflight <= windowTasks/2 && b.inflightBytes <= windowBytes/2 && b.unread < maxUnread
 		progress, finished, stopped := b.progress, b.finished(), b.stopped
 		b.mu.Unlock()
 		if finished {
 			return
 		}
 		if stopped != nil {
-			b.failUnsubmitted(f.pos, f.n-f.pos, 0, stopped)
+			f.giveUp(stopped)
 			return
 		}
 		if !room {
@@ -452,13 +493,32 @@ func (f *feeder[Out]) run(ctx context.Context) {
 			for ci := w.first; ci < w.first+len(w.tasks); ci++ {
 				b.fail(ci, 0, err)
 			}
-			if f.pos < f.n {
-				b.failUnsubmitted(f.pos, f.n-f.pos, 0, err)
-				f.pos = f.n
-			}
+			f.giveUp(err)
 			return
 		}
 	}
+	b.exhaust(nil)
+}
+
+// allRead reports whether every element of the input has its chunk.
+func (f *feeder[Out]) allRead() bool {
+	n, known := f.in.length()
+	return known && f.pos >= n
+}
+
+// giveUp ends the batch's input with err: the elements of a slice not yet
+// submitted fail with it; a sequence is read no further, and the batch's
+// error says so.
+func (f *feeder[Out]) giveUp(err error) {
+	if n, known := f.in.length(); known {
+		if f.pos < n {
+			f.b.failUnsubmitted(f.pos, n-f.pos, 0, err)
+			f.pos = n
+		}
+		f.b.exhaust(nil)
+		return
+	}
+	f.b.exhaust(err)
 }
 
 func (f *feeder[Out]) sendRetrying(ctx context.Context, w window) error {
