@@ -30,6 +30,9 @@ import (
 )
 
 func main() {
+	if runWorkerProcess() {
+		return
+	}
 	quick := flag.Bool("quick", false, "small sizes: the whole run in under a minute")
 	only := flag.String("scenario", "", "run only these scenarios (comma-separated)")
 	cpuprofile := flag.String("cpuprofile", "", "write a CPU profile of the run (manager and workers) to this file")
@@ -67,6 +70,7 @@ type row struct {
 	p50, p99            time.Duration // latency scenarios only
 	allocs              float64       // heap allocations per element, manager and workers together
 	redisCPU            time.Duration // CPU Redis spent
+	bytes               int64         // bytes that crossed Redis (in and out), where measured
 	note                string
 }
 

@@ -34,6 +34,8 @@ var scenarios = []scenario{
 	{"latency", latency},
 	{"managers", managers},
 	{"stream", stream},
+	{"reduce", reduce},
+	{"seq", seq},
 }
 
 // The functions redmap runs, and their baseline twins on raw bytes.

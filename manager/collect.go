@@ -331,6 +331,7 @@ func (m *Manager) dispatch(entry string) {
 		m.failTask(e.Task, fmt.Errorf("%w: purged from the queue by an operator", redmap.ErrLost))
 		return
 	}
+	m.resultBytes.Add(int64(len(e.Result)))
 	r, err := codec.DecodeResult(e.Result, m.opts.MaxFrame)
 	if r == nil {
 		m.dropped.Add(1)

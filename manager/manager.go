@@ -67,10 +67,11 @@ type Manager struct {
 	probed atomic.Bool // Redis allowed every command redmap needs (see ready)
 	typed  sync.Map    // signatures whose types are published (see publishTypes)
 
-	costMu  sync.Mutex
-	costs   map[string]float64 // function name → nanoseconds per element, smoothed
-	renewAt time.Time          // owned by the collector
-	dropped atomic.Int64       // results discarded as stale, duplicate or unreadable
+	costMu      sync.Mutex
+	costs       map[string]float64 // function name → nanoseconds per element, smoothed
+	renewAt     time.Time          // owned by the collector
+	dropped     atomic.Int64       // results discarded as stale, duplicate or unreadable
+	resultBytes atomic.Int64       // bytes of results read
 }
 
 // pending is an outstanding task: the batch that waits for it and the index of
@@ -141,6 +142,10 @@ func (m *Manager) Workers(ctx context.Context) ([]string, error) {
 // Dropped returns how many results the manager has discarded because no
 // pending task wanted them (stale, duplicate or unreadable).
 func (m *Manager) Dropped() int64 { return m.dropped.Load() }
+
+// ResultBytes returns the bytes of results the manager has read from Redis:
+// what its batches' outputs (or, for MapReduce, partials) cost to bring back.
+func (m *Manager) ResultBytes() int64 { return m.resultBytes.Load() }
 
 // Close ends every batch still running with ErrClosed, withdraws their tasks,
 // stops the collector (within one Poll) and deletes the manager's keys. It is

@@ -1,0 +1,247 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"iter"
+	"os"
+	"os/exec"
+	"os/signal"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/redmap/redmap"
+	"github.com/redmap/redmap/internal/id"
+	"github.com/redmap/redmap/manager"
+	"github.com/redmap/redmap/worker"
+)
+
+// modSquare and plus are the reduce scenario's functions: the sum over x of
+// (x mod 1,000)².
+var (
+	modSquare = redmap.Func("modsq", func(_ context.Context, x int) (int, error) { m := x % 1000; return m * m, nil })
+	plus      = redmap.Reduce("plus", func(_ context.Context, a, b int) (int, error) { return a + b, nil })
+)
+
+// workerEnv, when set in a bench process's environment, makes it a worker
+// process of that queue (at the address in benchAddrEnv) instead of a bench.
+const (
+	workerEnv    = "REDMAP_BENCH_WORKER"
+	benchAddrEnv = "REDMAP_BENCH_ADDR"
+)
+
+// runWorkerProcess serves the bench's functions until SIGTERM, if this
+// process was started as a bench worker; it reports whether it was.
+func runWorkerProcess() bool {
+	queue := os.Getenv(workerEnv)
+	if queue == "" {
+		return false
+	}
+	c := redis.NewClient(&redis.Options{Addr: os.Getenv(benchAddrEnv)})
+	w, err := worker.New(c, worker.Options{Queue: queue})
+	if err == nil {
+		err = w.Handle(square, modSquare, plus)
+	}
+	if err == nil {
+		ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM)
+		defer stop()
+		fmt.Println("worker", w.ID())
+		err = w.Run(ctx)
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "bench worker:", err)
+		os.Exit(1)
+	}
+	return true
+}
+
+// processFleet starts k worker processes (this binary, as workers) on a
+// fresh queue of e's server and a manager for it; stop ends them.
+func (e *env) processFleet(k int) (*manager.Manager, func(), error) {
+	queue := "bench-" + id.New()[:8]
+	var cmds []*exec.Cmd
+	stop := func() {
+		for _, c := range cmds {
+			c.Process.Signal(syscall.SIGTERM)
+			c.Wait()
+		}
+	}
+	for range k {
+		cmd := exec.Command(os.Args[0])
+		cmd.Env = append(os.Environ(), workerEnv+"="+queue, benchAddrEnv+"="+e.addr, "GOMAXPROCS="+strconv.Itoa(max(1, e.slots/k)))
+		cmd.Stderr = os.Stderr
+		out, err := cmd.StdoutPipe()
+		if err != nil {
+			stop()
+			return nil, nil, err
+		}
+		if err := cmd.Start(); err != nil {
+			stop()
+			return nil, nil, err
+		}
+		cmds = append(cmds, cmd)
+		line := make([]byte, 64)
+		if n, err := out.Read(line); err != nil || !strings.HasPrefix(string(line[:n]), "worker ") {
+			stop()
+			return nil, nil, fmt.Errorf("worker process did not start: %q %v", line[:n], err)
+		}
+	}
+	m, err := manager.New(e.rdb, manager.Options{Queue: queue})
+	if err != nil {
+		stop()
+		return nil, nil, err
+	}
+	return m, func() { m.Close(); stop() }, nil
+}
+
+// netBytes returns the bytes Redis has received and sent in all.
+func (e *env) netBytes() int64 {
+	info := e.rdb.InfoMap(context.Background(), "stats")
+	in, _ := strconv.ParseInt(info.Item("Stats", "total_net_input_bytes"), 10, 64)
+	out, _ := strconv.ParseInt(info.Item("Stats", "total_net_output_bytes"), 10, 64)
+	return in + out
+}
+
+// peakHeap samples the process's heap every 20 ms until stop, and returns
+// the largest it saw.
+func peakHeap() (stop func() uint64) {
+	var peak atomic.Uint64
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		t := time.NewTicker(20 * time.Millisecond)
+		defer t.Stop()
+		for {
+			var ms runtime.MemStats
+			runtime.ReadMemStats(&ms)
+			if ms.HeapAlloc > peak.Load() {
+				peak.Store(ms.HeapAlloc)
+			}
+			select {
+			case <-done:
+				return
+			case <-t.C:
+			}
+		}
+	}()
+	return func() uint64 { close(done); wg.Wait(); return peak.Load() }
+}
+
+// reduce: the sum over 10 million integers of (x mod 1,000)², with MapReduce
+// (the fold on the workers) against Map and a fold in the manager, in the
+// same run, with two worker processes; with the bytes that crossed Redis and
+// the manager's peak heap.
+func reduce(e *env) ([]row, error) {
+	n := e.pick(10_000_000, 1_000_000)
+	m, stop, err := e.processFleet(2)
+	if err != nil {
+		return nil, err
+	}
+	defer stop()
+	ctx := context.Background()
+	want := 0
+	for x := range n {
+		want += (x % 1000) * (x % 1000)
+	}
+	// Warm up: the manager learns the function's cost, connections open.
+	if _, err := manager.MapReduce(ctx, m, modSquare, plus, ints(100_000)); err != nil {
+		return nil, err
+	}
+	xs := ints(n)
+	var rows []row
+	for _, c := range []struct {
+		name string
+		run  func() (int, error)
+	}{
+		{"redmap MapReduce", func() (int, error) { return manager.MapReduce(ctx, m, modSquare, plus, xs) }},
+		{"redmap Map + local fold", func() (int, error) {
+			ys, err := manager.Map(ctx, m, modSquare, xs)
+			s := 0
+			for _, y := range ys {
+				s += y
+			}
+			return s, err
+		}},
+	} {
+		runtime.GC()
+		bytes0, results0 := e.netBytes(), m.ResultBytes()
+		heap := peakHeap()
+		r, err := e.measure("reduce", c.name, n, func() error {
+			got, err := c.run()
+			if err == nil && got != want {
+				err = fmt.Errorf("sum %d, want %d", got, want)
+			}
+			return err
+		})
+		peak := heap()
+		if err != nil {
+			return nil, err
+		}
+		r.bytes = e.netBytes() - bytes0
+		r.note = fmt.Sprintf("%.1f MB crossed Redis (in and out), of which results read by the manager %.3f MB; manager peak heap %d MiB (the input: %d MiB)",
+			float64(r.bytes)/1e6, float64(m.ResultBytes()-results0)/1e6, peak>>20, 8*n>>20)
+		rows = append(rows, r)
+	}
+	return rows, nil
+}
+
+// seq: SubmitSeq over a generated sequence far larger than memory, results
+// read as they come, with two worker processes: the manager's peak heap
+// stays bounded whatever the length.
+func seq(e *env) ([]row, error) {
+	n := e.pick(100_000_000, 5_000_000)
+	m, stop, err := e.processFleet(2)
+	if err != nil {
+		return nil, err
+	}
+	defer stop()
+	ctx := context.Background()
+	gen := func(yield func(int) bool) {
+		for x := range n {
+			if !yield(x) {
+				return
+			}
+		}
+	}
+	var got, want int
+	for x := range n {
+		want += (x % 1000) * (x % 1000)
+	}
+	runtime.GC()
+	heap := peakHeap()
+	r, err := e.measure("seq", "redmap SubmitSeq", n, func() error {
+		b, err := manager.SubmitSeq(ctx, m, modSquare, iter.Seq[int](gen))
+		if err != nil {
+			return err
+		}
+		k := 0
+		for res := range b.Results() {
+			if res.Err != nil {
+				return res.Err
+			}
+			got += res.Value
+			k++
+		}
+		if k != n || got != want {
+			return fmt.Errorf("%d results summing to %d, want %d summing to %d", k, got, n, want)
+		}
+		return nil
+	})
+	peak := heap()
+	if err != nil {
+		return nil, err
+	}
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	r.note = fmt.Sprintf("%d elements streamed in and out; manager peak heap %d MiB (Go runtime total %d MiB)", n, peak>>20, ms.Sys>>20)
+	return []row{r}, nil
+}

@@ -1,0 +1,126 @@
+// Command montecarlo estimates pi by throwing random points at the unit
+// square with manager.MapReduce: each element throws -throws points with its
+// own random source (redmap.Rand, seeded from the batch's -seed and the
+// element's index) and counts those inside the quarter circle; the workers
+// add the counts of each chunk, the manager adds the partials. With the same
+// seed the estimate is the same to the last digit, whatever the number of
+// workers or the chunk size.
+//
+//	go run ./examples/montecarlo                     # one process, embedded Redis
+//	go run ./examples/montecarlo worker              # a worker process (REDIS_URL)
+//	go run ./examples/montecarlo manager [-seed S]   # the manager (REDIS_URL)
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"math"
+	"os"
+	"strings"
+
+	"github.com/alicebob/miniredis/v2"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/redmap/redmap"
+	"github.com/redmap/redmap/manager"
+	"github.com/redmap/redmap/worker"
+)
+
+// Throw throws n points and returns how many fell inside the quarter circle.
+var Throw = redmap.Func("montecarlo.throw", func(ctx context.Context, n int) (int, error) {
+	r := redmap.Rand(ctx)
+	in := 0
+	for range n {
+		x, y := r.Float64(), r.Float64()
+		if x*x+y*y <= 1 {
+			in++
+		}
+	}
+	return in, nil
+})
+
+// Add adds two counts.
+var Add = redmap.Reduce("montecarlo.add", func(_ context.Context, a, b int) (int, error) { return a + b, nil })
+
+func main() {
+	args := os.Args[1:]
+	cmd := "local"
+	if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
+		cmd, args = args[0], args[1:]
+	}
+	var err error
+	switch cmd {
+	case "worker":
+		if os.Getenv("REDMAP_QUEUE") == "" {
+			os.Setenv("REDMAP_QUEUE", "montecarlo")
+		}
+		err = worker.Main(args, Throw, Add)
+	case "manager", "local":
+		err = run(cmd, args)
+	default:
+		fmt.Fprintln(os.Stderr, "usage: montecarlo [local|manager] [-elements N] [-throws T] [-seed S] [-queue Q] | montecarlo worker [worker flags]")
+		os.Exit(2)
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "montecarlo:", err)
+		os.Exit(1)
+	}
+}
+
+func run(cmd string, args []string) error {
+	flags := flag.NewFlagSet(cmd, flag.ContinueOnError)
+	elements := flags.Int("elements", 1000, "elements (each with its own random stream)")
+	throws := flags.Int("throws", 100_000, "points thrown per element")
+	seed := flags.Uint64("seed", 1, "the batch's seed: the same seed, the same estimate")
+	queue := flags.String("queue", "montecarlo", "queue to submit to")
+	if err := flags.Parse(args); err != nil {
+		return err
+	}
+	opts := &redis.Options{Addr: "127.0.0.1:6379"}
+	if url := os.Getenv("REDIS_URL"); url != "" {
+		var err error
+		if opts, err = redis.ParseURL(url); err != nil {
+			return fmt.Errorf("REDIS_URL: %w", err)
+		}
+	} else if cmd == "local" {
+		mr, err := miniredis.Run()
+		if err != nil {
+			return err
+		}
+		defer mr.Close()
+		opts.Addr = mr.Addr()
+	}
+	rdb := redis.NewClient(opts)
+	defer rdb.Close()
+	if cmd == "local" {
+		w, err := worker.New(rdb, worker.Options{Queue: *queue})
+		if err != nil {
+			return err
+		}
+		if err := w.Handle(Throw, Add); err != nil {
+			return err
+		}
+		ctx, stop := context.WithCancel(context.Background())
+		ran := make(chan error, 1)
+		go func() { ran <- w.Run(ctx) }()
+		defer func() { stop(); <-ran }()
+	}
+	m, err := manager.New(rdb, manager.Options{Queue: *queue})
+	if err != nil {
+		return err
+	}
+	defer m.Close()
+	xs := make([]int, *elements)
+	for i := range xs {
+		xs[i] = *throws
+	}
+	in, err := manager.MapReduce(context.Background(), m, Throw, Add, xs, manager.Seed(*seed))
+	if err != nil {
+		return err
+	}
+	total := *elements * *throws
+	pi := 4 * float64(in) / float64(total)
+	fmt.Printf("pi ~ %.6f (%d of %d points inside; error %.2e; seed %d)\n", pi, in, total, math.Abs(pi-math.Pi), *seed)
+	return nil
+}

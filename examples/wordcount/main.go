@@ -1,0 +1,228 @@
+// Command wordcount counts the words of every .go file under a directory
+// with manager.MapReduce: the manager sends groups of paths, the workers read
+// and count the files and merge the counts of each chunk they run, and only
+// those merged counts travel back through Redis.
+//
+//	go run ./examples/wordcount                          # one process, embedded Redis
+//	go run ./examples/wordcount worker [-concurrency N]  # a worker process (REDIS_URL)
+//	go run ./examples/wordcount manager [-dir D]         # the manager (REDIS_URL)
+//	go run ./examples/wordcount sequential [-dir D]      # the same count, in one goroutine
+//
+// A word is a maximal run of ASCII letters, digits and '_'. The default
+// directory is the Go toolchain's own source tree, $(go env GOROOT)/src. The
+// output is the 20 most frequent words, one "WORD COUNT" pair per line, then
+// "total W words, D distinct, F files". The worker reads the files itself,
+// so workers on other machines need the same tree at the same path.
+package main
+
+import (
+	"cmp"
+	"context"
+	"flag"
+	"fmt"
+	"io/fs"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/alicebob/miniredis/v2"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/redmap/redmap/examples/wordcount/count"
+	"github.com/redmap/redmap/manager"
+	"github.com/redmap/redmap/worker"
+)
+
+func main() {
+	args := os.Args[1:]
+	cmd := "local"
+	if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
+		cmd, args = args[0], args[1:]
+	}
+	var err error
+	switch cmd {
+	case "worker":
+		if os.Getenv("REDMAP_QUEUE") == "" {
+			os.Setenv("REDMAP_QUEUE", "wordcount")
+		}
+		err = worker.Main(args, count.Files, count.Merge)
+	case "manager", "local", "sequential":
+		err = runManager(cmd, args)
+	case "help":
+		fmt.Println(usage)
+	default:
+		fmt.Fprintln(os.Stderr, usage)
+		os.Exit(2)
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "wordcount:", err)
+		os.Exit(1)
+	}
+}
+
+const usage = "usage: wordcount [local|manager|sequential] [-dir D] [-queue Q] [-groups G] | wordcount worker [worker flags]"
+
+func runManager(cmd string, args []string) error {
+	flags := flag.NewFlagSet(cmd, flag.ContinueOnError)
+	dir := flags.String("dir", goSrc(), "directory whose .go files to count")
+	queue := flags.String("queue", "wordcount", "queue to submit to")
+	groups := flags.Int("groups", 32, "number of groups of files to send")
+	flags.IntVar(&chunk, "chunk", 1, "groups per task: a worker merges the counts of a task's groups before they travel")
+	if err := flags.Parse(args); err != nil {
+		return err
+	}
+	if flags.NArg() > 0 {
+		return fmt.Errorf("unexpected argument %q\n%s", flags.Arg(0), usage)
+	}
+	files, err := goFiles(*dir)
+	if err != nil {
+		return err
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	start := time.Now()
+	var counts count.Counts
+	switch cmd {
+	case "sequential":
+		counts = make(count.Counts)
+		for _, f := range files {
+			b, err := os.ReadFile(f.path)
+			if err != nil {
+				return err
+			}
+			count.Words(b, counts)
+		}
+	default:
+		counts, err = mapReduce(ctx, cmd, *queue, group(files, *groups))
+		if err != nil {
+			return err
+		}
+	}
+	fmt.Fprintf(os.Stderr, "counted in %v\n", time.Since(start).Round(time.Millisecond))
+	report(counts, len(files))
+	return nil
+}
+
+// mapReduce counts the groups' words on the queue's workers: REDIS_URL's (or,
+// local with REDIS_URL unset, an embedded Redis with a worker in this
+// process).
+func mapReduce(ctx context.Context, cmd, queue string, groups [][]string) (count.Counts, error) {
+	opts := &redis.Options{}
+	if url := os.Getenv("REDIS_URL"); url != "" {
+		var err error
+		if opts, err = redis.ParseURL(url); err != nil {
+			return nil, fmt.Errorf("REDIS_URL: %w", err)
+		}
+	} else if cmd == "local" {
+		mr, err := miniredis.Run()
+		if err != nil {
+			return nil, err
+		}
+		defer mr.Close()
+		opts.Addr = mr.Addr()
+	} else {
+		opts.Addr = "127.0.0.1:6379"
+	}
+	rdb := redis.NewClient(opts)
+	defer rdb.Close()
+	if cmd == "local" {
+		w, err := worker.New(rdb, worker.Options{Queue: queue})
+		if err != nil {
+			return nil, err
+		}
+		if err := w.Handle(count.Files, count.Merge); err != nil {
+			return nil, err
+		}
+		wctx, stopWorker := context.WithCancel(context.Background())
+		ran := make(chan error, 1)
+		go func() { ran <- w.Run(wctx) }()
+		defer func() { stopWorker(); <-ran }()
+	}
+	m, err := manager.New(rdb, manager.Options{Queue: queue})
+	if err != nil {
+		return nil, err
+	}
+	defer m.Close()
+	return manager.MapReduce(ctx, m, count.Files, count.Merge, groups, manager.ChunkSize(chunk))
+}
+
+// chunk is the number of groups in one task.
+var chunk int
+
+type file struct {
+	path string
+	size int64
+}
+
+// goFiles returns the .go files under dir.
+func goFiles(dir string) ([]file, error) {
+	var files []file
+	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.Type().IsRegular() && strings.HasSuffix(p, ".go") {
+			info, err := d.Info()
+			if err != nil {
+				return err
+			}
+			files = append(files, file{path: p, size: info.Size()})
+		}
+		return nil
+	})
+	return files, err
+}
+
+// group deals files into at most n groups of about equal bytes, largest
+// first, so that no group is a straggler.
+func group(files []file, n int) [][]string {
+	n = max(1, min(n, len(files)))
+	sorted := slices.Clone(files)
+	slices.SortFunc(sorted, func(a, b file) int { return cmp.Compare(b.size, a.size) })
+	groups := make([][]string, n)
+	sizes := make([]int64, n)
+	for _, f := range sorted {
+		i := slices.Index(sizes, slices.Min(sizes))
+		groups[i] = append(groups[i], f.path)
+		sizes[i] += f.size
+	}
+	return slices.DeleteFunc(groups, func(g []string) bool { return len(g) == 0 })
+}
+
+// report prints the 20 most frequent words and the totals.
+func report(counts count.Counts, files int) {
+	type wc struct {
+		word string
+		n    int
+	}
+	all := make([]wc, 0, len(counts))
+	total := 0
+	for w, n := range counts {
+		all = append(all, wc{w, n})
+		total += n
+	}
+	slices.SortFunc(all, func(a, b wc) int {
+		if c := cmp.Compare(b.n, a.n); c != 0 {
+			return c
+		}
+		return strings.Compare(a.word, b.word)
+	})
+	for _, x := range all[:min(20, len(all))] {
+		fmt.Println(x.word, x.n)
+	}
+	fmt.Printf("total %d words, %d distinct, %d files\n", total, len(counts), files)
+}
+
+// goSrc returns the Go toolchain's source tree.
+func goSrc() string {
+	if out, err := exec.Command("go", "env", "GOROOT").Output(); err == nil {
+		return filepath.Join(strings.TrimSpace(string(out)), "src")
+	}
+	return filepath.Join(runtime.GOROOT(), "src")
+}
