@@ -25,7 +25,6 @@ import (
 	"os/exec"
 	"os/signal"
 	"path/filepath"
-	"runtime"
 	"slices"
 	"strings"
 	"syscall"
@@ -219,10 +218,12 @@ func report(counts count.Counts, files int) {
 	fmt.Printf("total %d words, %d distinct, %d files\n", total, len(counts), files)
 }
 
-// goSrc returns the Go toolchain's source tree.
+// goSrc returns the Go toolchain's source tree, or "" if there is no go
+// command to ask.
 func goSrc() string {
-	if out, err := exec.Command("go", "env", "GOROOT").Output(); err == nil {
-		return filepath.Join(strings.TrimSpace(string(out)), "src")
+	out, err := exec.Command("go", "env", "GOROOT").Output()
+	if err != nil {
+		return ""
 	}
-	return filepath.Join(runtime.GOROOT(), "src")
+	return filepath.Join(strings.TrimSpace(string(out)), "src")
 }
