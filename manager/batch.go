@@ -48,7 +48,6 @@ type Batch[Out any] struct {
 	chunks    []chunk       // the tasks submitted so far, appended by the feeder
 	out       []Out         // the outputs, in input order; nil if red folds them or for a stream
 	ready     []Result[Out] // a stream's results not yet read, in completion order
-	unread    int           // a stream's results delivered and not yet yielded (ready, and Ordered's buffer)
 	acc       Out           // with red: the fold of the partials so far
 	folded    bool          // with red: acc holds a fold
 	errs      map[int]*redmap.TaskError
@@ -62,6 +61,10 @@ type Batch[Out any] struct {
 	// delivered. The feeder submits more only while both are under the
 	// manager's bounds.
 	inflight, inflightBytes int
+	// A stream's elements in flight, and its results not yet read: their
+	// sum is held under maxUnread, so a stream's outputs cannot pile up in
+	// the manager faster than it reads them.
+	inflightElems, unread int
 
 	waiting  string    // why the batch does not advance (no live worker serves it), or ""
 	unserved time.Time // since when no live worker serves it, or zero
@@ -318,8 +321,9 @@ func (b *Batch[Out]) streamed(ordered bool) iter.Seq[Result[Out]] {
 // feeder if it waits for room.
 func (b *Batch[Out]) read(n int) {
 	b.mu.Lock()
+	before := b.inflightElems + b.unread
 	b.unread -= n
-	wake := b.unread == maxUnread/2
+	wake := before > maxUnread/2 && before-n <= maxUnread/2 // the feeder has room again
 	if wake && !b.finished() {
 		close(b.progress)
 		b.progress = make(chan struct{})
@@ -348,6 +352,7 @@ func (b *Batch[Out]) addChunks(cs ...chunk) int {
 	b.inflight += len(cs)
 	for _, c := range cs {
 		b.inflightBytes += c.size
+		b.inflightElems += c.count
 		if b.stream { // a stream's elements count as they are read
 			b.n += c.count
 			b.left += c.count
@@ -411,6 +416,7 @@ func (b *Batch[Out]) closeChunk(ci int, record func(c chunk) []Out) {
 	b.left -= c.count
 	b.inflight--
 	b.inflightBytes -= c.size
+	b.inflightElems -= c.count
 	if b.left == 0 && b.exhausted {
 		close(b.done)
 	}

@@ -321,9 +321,10 @@ const (
 	windowBytes = 64 << 20
 )
 
-// maxUnread bounds a stream's results delivered and not yet read: past it,
-// the feeder submits no more until the reader catches up, so a slow reader
-// holds the manager's memory, and Redis's, to a bound.
+// maxUnread bounds a stream's elements in flight plus its results not yet
+// read: past it, the feeder submits no more until results are read, so the
+// manager's memory (and Redis's) stays bounded whatever the stream's length
+// and however slow its reader.
 const maxUnread = 1 << 18
 
 // feeder submits a batch's tasks, chunk by chunk, within the window.
@@ -359,6 +360,11 @@ func (f *feeder[Out]) window() (window, error) {
 	b := f.b
 	b.mu.Lock()
 	inflight, bytes := b.inflight, b.inflightBytes
+	// A stream of outputs also bounds its elements out and unread.
+	elems, maxElems := b.inflightElems+b.unread, math.MaxInt
+	if b.stream && b.red == nil {
+		maxElems = maxUnread
+	}
 	b.mu.Unlock()
 	var w window
 	var chunks []chunk
@@ -372,9 +378,10 @@ func (f *feeder[Out]) window() (window, error) {
 		w.tasks = append(w.tasks, rdb.Task{ID: tid, Payload: payload})
 		inflight++
 		bytes += len(payload)
+		elems += end - f.pos
 		f.pos = end
 	}
-	for inflight < windowTasks && bytes < windowBytes {
+	for inflight < windowTasks && bytes < windowBytes && elems < maxElems {
 		n, known := f.in.length()
 		if known && f.pos >= n {
 			break
@@ -468,7 +475,8 @@ func (f *feeder[Out]) run(ctx context.Context) {
 	b := f.b
 	for !f.allRead() {
 		b.mu.Lock()
-		room := b.inflight <= windowTasks/2 && b.inflightBytes <= windowBytes/2 && b.unread < maxUnread
+		room := b.inflight <= windowTasks/2 && b.inflightBytes <= windowBytes/2 &&
+			(!b.stream || b.red != nil || b.inflightElems+b.unread <= maxUnread/2)
 		progress, finished, stopped := b.progress, b.finished(), b.stopped
 		b.mu.Unlock()
 		if finished {
