@@ -34,7 +34,7 @@ import (
 //
 // Flags (each also read from the environment variable named): -redis
 // (REDIS_URL, default redis://127.0.0.1:6379/0), -queue (REDMAP_QUEUE, default
-// "default"), -id (REDMAP_WORKER_ID), -concurrency (REDMAP_CONCURRENCY),
+// "default"), -id (REDMAP_WORKER_ID), -concurrency (REDMAP_CONCURRENCY), -prefetch (REDMAP_PREFETCH),
 // -cache-bytes (REDMAP_CACHE_BYTES), -metrics (REDMAP_METRICS: an address to
 // serve Prometheus metrics on at /metrics; off if empty), -log-level
 // (REDMAP_LOG_LEVEL: debug, info, warn or error; default info).
@@ -79,6 +79,7 @@ func mainWith(args []string, stdout, stderr io.Writer, hs ...redmap.Handler) err
 	queue := fs.String("queue", env("REDMAP_QUEUE", "default"), "queue to serve (env REDMAP_QUEUE)")
 	id := fs.String("id", env("REDMAP_WORKER_ID", ""), "worker id, default random (env REDMAP_WORKER_ID)")
 	concurrency := fs.Int("concurrency", int(envInt("REDMAP_CONCURRENCY")), "tasks run at once, 0 for GOMAXPROCS (env REDMAP_CONCURRENCY)")
+	prefetch := fs.Int("prefetch", int(envInt("REDMAP_PREFETCH")), "tasks taken beyond the free slots, 0 for 16 per slot, -1 for none: lower it for long tasks, so workers share them evenly (env REDMAP_PREFETCH)")
 	cacheBytes := fs.Int64("cache-bytes", envInt("REDMAP_CACHE_BYTES"), "bound of the constant cache in bytes, 0 for 512 MiB (env REDMAP_CACHE_BYTES)")
 	metricsAddr := fs.String("metrics", env("REDMAP_METRICS", ""), "address to serve Prometheus metrics on, empty for none (env REDMAP_METRICS)")
 	logLevel := fs.String("log-level", env("REDMAP_LOG_LEVEL", "info"), "debug, info, warn or error (env REDMAP_LOG_LEVEL)")
@@ -110,7 +111,7 @@ func mainWith(args []string, stdout, stderr io.Writer, hs ...redmap.Handler) err
 	}
 	client := redis.NewClient(ropts)
 	defer client.Close()
-	w, err := New(client, Options{Queue: *queue, ID: *id, Concurrency: *concurrency, CacheBytes: *cacheBytes, Logger: log})
+	w, err := New(client, Options{Queue: *queue, ID: *id, Concurrency: *concurrency, Prefetch: *prefetch, CacheBytes: *cacheBytes, Logger: log})
 	if err != nil {
 		return err
 	}

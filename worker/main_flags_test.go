@@ -29,6 +29,9 @@ func TestMainFlags(t *testing.T) {
 		{args: []string{"-concurrency", "abc"}, wantErr: `invalid value "abc" for flag -concurrency`},
 		{args: []string{"-nosuch"}, wantErr: "flag provided but not defined: -nosuch"},
 		{env: "REDMAP_CONCURRENCY=eight", wantErr: `REDMAP_CONCURRENCY="eight": want an integer`},
+		{args: []string{"-h"}, stdout: "-prefetch"},
+		{env: "REDMAP_PREFETCH=lots", wantErr: `REDMAP_PREFETCH="lots": want an integer`},
+		{args: []string{"-prefetch", "-2"}, wantErr: "Options.Prefetch -2 is below -1"},
 	} {
 		t.Run(strings.Join(c.args, " ")+c.env, func(t *testing.T) {
 			if name, value, ok := strings.Cut(c.env, "="); ok {

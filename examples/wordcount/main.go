@@ -50,6 +50,11 @@ func main() {
 		if os.Getenv("REDMAP_QUEUE") == "" {
 			os.Setenv("REDMAP_QUEUE", "wordcount")
 		}
+		if os.Getenv("REDMAP_PREFETCH") == "" {
+			// A task here is seconds of work: a worker that took many
+			// ahead would run them while others idle.
+			os.Setenv("REDMAP_PREFETCH", "-1")
+		}
 		err = worker.Main(args, count.Files, count.Merge)
 	case "manager", "local", "sequential":
 		err = runManager(cmd, args)
@@ -71,7 +76,7 @@ func runManager(cmd string, args []string) error {
 	flags := flag.NewFlagSet(cmd, flag.ContinueOnError)
 	dir := flags.String("dir", goSrc(), "directory whose .go files to count")
 	queue := flags.String("queue", "wordcount", "queue to submit to")
-	groups := flags.Int("groups", 32, "number of groups of files to send")
+	groups := flags.Int("groups", 8, "number of groups of files to send: a few per worker slot")
 	flags.IntVar(&chunk, "chunk", 1, "groups per task: a worker merges the counts of a task's groups before they travel")
 	if err := flags.Parse(args); err != nil {
 		return err
@@ -131,7 +136,7 @@ func mapReduce(ctx context.Context, cmd, queue string, groups [][]string) (count
 	rdb := redis.NewClient(opts)
 	defer rdb.Close()
 	if cmd == "local" {
-		w, err := worker.New(rdb, worker.Options{Queue: queue})
+		w, err := worker.New(rdb, worker.Options{Queue: queue, Prefetch: -1})
 		if err != nil {
 			return nil, err
 		}

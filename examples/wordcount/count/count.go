@@ -5,6 +5,8 @@ package count
 
 import (
 	"context"
+	"encoding/binary"
+	"errors"
 	"os"
 
 	"github.com/vmihailenco/msgpack/v5"
@@ -12,44 +14,49 @@ import (
 	"github.com/redmap/redmap"
 )
 
-// Counts maps each word to how often it occurs. It travels through Redis as
-// a MessagePack map, written and read directly rather than by reflection: the
-// counts of a group of files hold tens of thousands of words.
+// Counts maps each word to how often it occurs. The counts of a group of
+// files hold tens of thousands of words, so they travel as one MessagePack
+// byte string of (length, word, count) varint records, written and read
+// directly: decoding makes one string for all the words, not one per word.
 type Counts map[string]int
 
-// EncodeMsgpack writes c as a MessagePack map.
+// EncodeMsgpack writes c as one byte string.
 func (c Counts) EncodeMsgpack(enc *msgpack.Encoder) error {
-	if err := enc.EncodeMapLen(len(c)); err != nil {
-		return err
+	size := 0
+	for w := range c {
+		size += len(w) + 2*binary.MaxVarintLen32
 	}
+	b := make([]byte, 0, size)
 	for w, n := range c {
-		if err := enc.EncodeString(w); err != nil {
-			return err
-		}
-		if err := enc.EncodeInt(int64(n)); err != nil {
-			return err
-		}
+		b = binary.AppendUvarint(b, uint64(len(w)))
+		b = append(b, w...)
+		b = binary.AppendUvarint(b, uint64(n))
 	}
-	return nil
+	return enc.EncodeBytes(b)
 }
 
-// DecodeMsgpack reads a MessagePack map into c.
+// DecodeMsgpack reads what EncodeMsgpack wrote.
 func (c *Counts) DecodeMsgpack(dec *msgpack.Decoder) error {
-	n, err := dec.DecodeMapLen()
+	b, err := dec.DecodeBytes()
 	if err != nil {
 		return err
 	}
-	m := make(Counts, max(n, 0))
-	for range n {
-		w, err := dec.DecodeString()
-		if err != nil {
-			return err
+	s := string(b) // the words are substrings of this one string
+	m := make(Counts, len(s)/12)
+	for off := 0; off < len(s); {
+		l, k := binary.Uvarint(b[off:])
+		if k <= 0 || off+k+int(l) > len(s) {
+			return errors.New("count: malformed counts")
 		}
-		k, err := dec.DecodeInt()
-		if err != nil {
-			return err
+		off += k
+		w := s[off : off+int(l)]
+		off += int(l)
+		n, k := binary.Uvarint(b[off:])
+		if k <= 0 {
+			return errors.New("count: malformed counts")
 		}
-		m[w] += k
+		off += k
+		m[w] += int(n)
 	}
 	*c = m
 	return nil
