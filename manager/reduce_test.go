@@ -229,3 +229,20 @@ func TestRandReproducible(t *testing.T) {
 	}
 	t.Logf("seed 7: outputs[0:3] = %d, identical with 1 worker/chunk 1 and 3 workers/chunk 64; seed 8 differs on every element", one[:3])
 }
+
+// MapReduceWith folds a function that takes constant data.
+func TestMapReduceWith(t *testing.T) {
+	b := setup(t)
+	plusC := redmap.FuncWith("plusc", func(_ context.Context, c []int, x int) (int, error) { return c[x%len(c)] + x, nil })
+	b.Worker(t, worker.Options{}, plusC, sum)
+	m := b.Manager(t, manager.Options{})
+	table := []int{100, 200, 300}
+	got, err := manager.MapReduceWith(testCtx(t), m, plusC, table, sum, ints(3000), manager.ChunkSize(7))
+	want := 0
+	for x := range 3000 {
+		want += table[x%3] + x
+	}
+	if err != nil || got != want {
+		t.Fatalf("MapReduceWith: %d, %v; want %d", got, err, want)
+	}
+}

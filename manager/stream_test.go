@@ -108,3 +108,30 @@ func TestSubmitSeqBreak(t *testing.T) {
 	}
 	t.Logf("broke out after 100 results; %d elements were read from the sequence", p)
 }
+
+// Ending the context stops a stream as breaking out does.
+func TestSubmitSeqContextEnds(t *testing.T) {
+	b := setup(t)
+	b.Worker(t, worker.Options{Concurrency: 2}, slowSquare)
+	m := b.Manager(t, manager.Options{})
+	var pulled atomic.Int64
+	var stopped atomic.Bool
+	ctx, cancel := context.WithCancel(testCtx(t))
+	defer cancel()
+	batch, err := manager.SubmitSeq(ctx, m, slowSquare, count(1_000_000_000, &pulled, &stopped), manager.ChunkSize(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	read := 0
+	for range batch.Results() {
+		if read++; read == 50 {
+			cancel()
+		}
+	}
+	if _, err := batch.Wait(testCtx(t)); !errors.Is(err, context.Canceled) {
+		t.Fatalf("Wait after cancel: %v, want context.Canceled", err)
+	}
+	eventually(t, "the sequence stopped", stopped.Load)
+	tasks := keys.Tasks("redmap", b.Queue, m.ID())
+	eventually(t, "tasks withdrawn", func() bool { return b.Client.HLen(context.Background(), tasks).Val() == 2 })
+}
