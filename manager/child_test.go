@@ -43,6 +43,16 @@ var slowSquare = redmap.Func("slowsq", func(ctx context.Context, x int) (int, er
 	return x * x, nil
 })
 
+// nap takes 50 ms and returns the id of the process that ran it.
+var nap = redmap.Func("nap", func(ctx context.Context, _ int) (int, error) {
+	select {
+	case <-time.After(50 * time.Millisecond):
+	case <-ctx.Done():
+		return 0, ctx.Err()
+	}
+	return os.Getpid(), nil
+})
+
 // poison kills the process that runs it on 13, and returns -x otherwise: a
 // poison pill.
 var poison = redmap.Func("poison", func(_ context.Context, x int) (int, error) {
@@ -114,7 +124,7 @@ func childWorker(rdb *redis.Client, queue string) error {
 	if err != nil {
 		return err
 	}
-	if err := w.Handle(lookup, square, slowSquare, poison, sum); err != nil {
+	if err := w.Handle(lookup, square, slowSquare, poison, sum, nap); err != nil {
 		return err
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM)

@@ -15,7 +15,7 @@ type executors struct {
 	w       *Worker
 	jobs    <-chan job
 	results chan<- rdb.Done
-	slots   slots
+	slots   *slots
 	stopped func() bool // the fetcher stopped: start nothing more
 	alone   sync.RWMutex
 	wg      sync.WaitGroup
@@ -24,7 +24,7 @@ type executors struct {
 	unstarted []string // held members of jobs set aside
 }
 
-func newExecutors(w *Worker, jobs <-chan job, results chan<- rdb.Done, s slots, stopped func() bool) *executors {
+func newExecutors(w *Worker, jobs <-chan job, results chan<- rdb.Done, s *slots, stopped func() bool) *executors {
 	return &executors{w: w, jobs: jobs, results: results, slots: s, stopped: stopped}
 }
 
@@ -98,7 +98,9 @@ func (e *executors) run(ctx context.Context, j job) {
 	tctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	w.held.start(j.ID, cancel)
+	began := time.Now()
 	d := w.execute(tctx, j.Taken)
+	w.taskTimes.observe(time.Since(began))
 	w.held.stop(j.ID)
 	if tctx.Err() != nil { // cancelled by the maintainer
 		e.drop(j)

@@ -34,11 +34,12 @@ func TestPrefetchedCancelledTasksAreSkipped(t *testing.T) {
 		<-release
 		return x, nil
 	})
+	quick := redmap.Func("quick", func(_ context.Context, x int) (int, error) { return x, nil })
 	w, err := New(c, Options{Queue: queue, Concurrency: 1, Prefetch: 16})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := w.Handle(gate); err != nil {
+	if err := w.Handle(gate, quick); err != nil {
 		t.Fatal(err)
 	}
 	wctx, stop := context.WithCancel(context.Background())
@@ -52,6 +53,11 @@ func TestPrefetchedCancelledTasksAreSkipped(t *testing.T) {
 
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
+	// Quick tasks first: the worker learns that tasks are short, and so
+	// prefetches.
+	if _, err := manager.Map(ctx, m, quick, make([]int, 5), manager.ChunkSize(1)); err != nil {
+		t.Fatal(err)
+	}
 	bctx, cancelBatch := context.WithCancel(ctx)
 	batch, err := manager.Submit(bctx, m, gate, make([]int, 10), manager.ChunkSize(1))
 	if err != nil {
@@ -66,6 +72,8 @@ func TestPrefetchedCancelledTasksAreSkipped(t *testing.T) {
 	if _, err := batch.Wait(ctx); !errors.Is(err, context.Canceled) {
 		t.Fatalf("Wait after cancel: %v, want context.Canceled", err)
 	}
+	tasks := keys.Tasks("redmap", queue, m.ID())
+	redistest.Eventually(t, "tasks withdrawn", func() bool { return c.HLen(ctx, tasks).Val() == 2 }) // the count and the epoch
 	close(release)
 	redistest.Eventually(t, "prefetched tasks skipped and given up", func() bool { return c.SCard(ctx, held).Val() == 0 })
 	if n := runs.Load(); n != 1 {

@@ -14,7 +14,7 @@ import (
 // context ends or an operator drains it, and then closes jobs.
 type fetcher struct {
 	w      *Worker
-	slots  slots
+	slots  *slots
 	jobs   chan job
 	ctx    context.Context // ends when the fetcher is to stop
 	cancel context.CancelFunc
@@ -31,8 +31,8 @@ type job struct {
 	ran     chan struct{}
 }
 
-func newFetcher(w *Worker, ctx, bg context.Context, s slots) *fetcher {
-	f := &fetcher{w: w, slots: s, jobs: make(chan job, cap(s)), bg: bg, done: make(chan struct{})}
+func newFetcher(w *Worker, ctx, bg context.Context, s *slots, capacity int) *fetcher {
+	f := &fetcher{w: w, slots: s, jobs: make(chan job, capacity), bg: bg, done: make(chan struct{})}
 	f.ctx, f.cancel = context.WithCancel(ctx)
 	return f
 }

@@ -44,11 +44,15 @@ type Options struct {
 	ID string
 	// Concurrency is how many tasks run at once. Default DefaultConcurrency().
 	Concurrency int
-	// Prefetch is how many tasks the worker takes beyond its free slots, so
-	// that one round trip brings many tiny tasks. A prefetched task that
-	// waited over a millisecond is checked again before it runs (it is skipped
-	// if its batch was cancelled), and prefetched tasks not started when the
-	// worker stops go back to the queue. -1 for none. Default: 16 per slot of Concurrency.
+	// Prefetch caps how many tasks the worker takes beyond its free slots,
+	// so that one round trip brings many tiny tasks. Within the cap, the
+	// worker takes ahead only about 10 ms of work per slot, at the average
+	// run time of its tasks so far, and nothing before a task has run: long
+	// tasks are not piled on one worker while others idle. A prefetched task
+	// that waited over a millisecond is checked again before it runs (it is
+	// skipped if its batch was cancelled), and prefetched tasks not started
+	// when the worker stops go back to the queue. -1 for none. Default: 16
+	// per slot of Concurrency.
 	Prefetch int
 	// Heartbeat is how often the worker renews its lease. Default DefaultHeartbeat.
 	Heartbeat time.Duration

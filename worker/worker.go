@@ -39,12 +39,13 @@ type Worker struct {
 	handlers map[string]handler.Runtime
 	running  atomic.Bool
 
-	held     *held
-	failures failureLog
-	counters counters
-	started  time.Time
-	duration prometheus.Histogram // seconds per task run
-	draining atomic.Bool          // the fetcher stopped: the worker takes no more tasks
+	held      *held
+	failures  failureLog
+	counters  counters
+	started   time.Time
+	duration  prometheus.Histogram // seconds per task run
+	draining  atomic.Bool          // the fetcher stopped: the worker takes no more tasks
+	taskTimes taskTimes            // how long tasks run, for prefetch
 
 	mismatches sync.Map // manager signature -> how it differs from the worker's handle
 
@@ -138,8 +139,8 @@ func (w *Worker) Run(ctx context.Context) error {
 	// the worker drains what it holds instead of abandoning it.
 	bg := context.WithoutCancel(ctx)
 	capacity := w.opts.Concurrency + w.opts.Prefetch
-	s := make(slots, capacity)
-	fetch := newFetcher(w, ctx, bg, s)
+	s := newSlots(func() int { return w.opts.Concurrency + w.prefetch() })
+	fetch := newFetcher(w, ctx, bg, s, capacity)
 	upkeep := newMaintainer(w, fetch.stop)
 	finish := newFinisher(w, capacity)
 	exec := newExecutors(w, fetch.jobs, finish.results, s, fetch.stopped)
