@@ -50,11 +50,6 @@ func main() {
 		if os.Getenv("REDMAP_QUEUE") == "" {
 			os.Setenv("REDMAP_QUEUE", "wordcount")
 		}
-		if os.Getenv("REDMAP_PREFETCH") == "" {
-			// A task here is seconds of work: a worker that took many
-			// ahead would run them while others idle.
-			os.Setenv("REDMAP_PREFETCH", "-1")
-		}
 		err = worker.Main(args, count.Files, count.Merge)
 	case "manager", "local", "sequential":
 		err = runManager(cmd, args)
@@ -136,7 +131,7 @@ func mapReduce(ctx context.Context, cmd, queue string, groups [][]string) (count
 	rdb := redis.NewClient(opts)
 	defer rdb.Close()
 	if cmd == "local" {
-		w, err := worker.New(rdb, worker.Options{Queue: queue, Prefetch: -1})
+		w, err := worker.New(rdb, worker.Options{Queue: queue})
 		if err != nil {
 			return nil, err
 		}
