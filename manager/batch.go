@@ -455,7 +455,22 @@ func (b *Batch[Out]) failElement(i, attempt int, cause error, stack string) {
 
 // deliver records the result of chunk ci; err is set if the result could not
 // be fully decoded.
+//
+// The outputs are decoded before the batch's lock is taken, into a slice of
+// their own, so that the collector can decode many results at once (see
+// dispatchAll); under the lock they are only copied.
 func (b *Batch[Out]) deliver(ci int, r *codec.Result, err error) {
+	var vals []Out
+	var decodeErr error
+	if err == nil && b.red == nil && !wholeFailure(r) {
+		b.mu.Lock()
+		c := b.chunks[ci]
+		b.mu.Unlock()
+		if !c.over {
+			vals = make([]Out, c.count)
+			decodeErr = codec.DecodeElements(r.Values, vals)
+		}
+	}
 	b.closeChunk(ci, func(c chunk) []Out {
 		if err != nil {
 			b.failElements(c, 0, fmt.Errorf("%w: result: %v", redmap.ErrDecode, err))
@@ -472,13 +487,14 @@ func (b *Batch[Out]) deliver(ci int, r *codec.Result, err error) {
 			b.foldPartial(c, r)
 			return nil
 		}
-		var vals []Out
-		if b.stream {
-			vals = make([]Out, c.count)
-		} else {
-			vals = b.out[c.start : c.start+c.count]
+		if vals == nil || len(vals) != c.count { // cannot happen: chunks do not change
+			b.failElements(c, r.Attempt, fmt.Errorf("%w: result of a chunk it did not expect", redmap.ErrDecode))
+			return nil
 		}
-		if err := codec.DecodeElements(r.Values, vals); err != nil {
+		if !b.stream {
+			copy(b.out[c.start:c.start+c.count], vals)
+		}
+		if err := decodeErr; err != nil {
 			bad := 0
 			var ee *codec.ElementError
 			if errors.As(err, &ee) {
@@ -496,6 +512,16 @@ func (b *Batch[Out]) deliver(ci int, r *codec.Result, err error) {
 		}
 		return vals
 	})
+}
+
+// wholeFailure reports whether r fails every element of its task.
+func wholeFailure(r *codec.Result) bool {
+	for _, f := range r.Fails {
+		if f.Index == -1 {
+			return true
+		}
+	}
+	return false
 }
 
 // foldPartial records the result of chunk c of a batch red folds: its failed

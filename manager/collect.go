@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime"
+	"sync"
 	"time"
 
 	"github.com/redmap/redmap"
@@ -47,9 +49,7 @@ func (m *Manager) collect(ctx context.Context) {
 		}
 		m.outage.up()
 		bo.Reset()
-		for _, e := range entries {
-			m.dispatch(e)
-		}
+		m.dispatchAll(entries)
 		handled = len(entries)
 		if handled > 0 {
 			mark = rdb.Mark(entries[handled-1])
@@ -317,6 +317,32 @@ func (m *Manager) recover(ctx context.Context) {
 	m.lossSeen.Store(false)
 	m.log.Warn("Redis lost writes of this manager; outstanding tasks it no longer held were submitted again",
 		"resubmitted", len(missing), "outstanding", len(tids), "count_in_redis", have)
+}
+
+// dispatchAll dispatches entries, decoding them on up to GOMAXPROCS
+// goroutines when there are many, and returns once all are handled.
+func (m *Manager) dispatchAll(entries []string) {
+	const perGoroutine = 64 // fewer, and a goroutine costs more than it saves
+	parts := min(runtime.GOMAXPROCS(0), len(entries)/perGoroutine)
+	if parts < 2 {
+		for _, e := range entries {
+			m.dispatch(e)
+		}
+		return
+	}
+	var wg sync.WaitGroup
+	size := (len(entries) + parts - 1) / parts
+	for start := 0; start < len(entries); start += size {
+		part := entries[start:min(start+size, len(entries))]
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for _, e := range part {
+				m.dispatch(e)
+			}
+		}()
+	}
+	wg.Wait()
 }
 
 // dispatch hands one entry of the result list to its batch, or drops it if
