@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"os/signal"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -244,4 +245,60 @@ func seq(e *env) ([]row, error) {
 	runtime.ReadMemStats(&ms)
 	r.note = fmt.Sprintf("%d elements streamed in and out; manager peak heap %d MiB (Go runtime total %d MiB)", n, peak>>20, ms.Sys>>20)
 	return []row{r}, nil
+}
+
+// consume: 10 million elements consumed through Results, from Submit (the
+// batch keeps every output for Wait) and from SubmitSeq over the same slice
+// (it keeps none it has yielded), with two worker processes: the manager's
+// peak heap of each.
+func consume(e *env) ([]row, error) {
+	n := e.pick(10_000_000, 1_000_000)
+	m, stop, err := e.processFleet(2)
+	if err != nil {
+		return nil, err
+	}
+	defer stop()
+	ctx := context.Background()
+	xs := ints(n)
+	want := 0
+	for _, x := range xs {
+		want += (x % 1000) * (x % 1000)
+	}
+	var rows []row
+	for _, c := range []struct {
+		name   string
+		submit func() (*manager.Batch[int], error)
+	}{
+		{"redmap Submit + Results", func() (*manager.Batch[int], error) { return manager.Submit(ctx, m, modSquare, xs) }},
+		{"redmap SubmitSeq + Results", func() (*manager.Batch[int], error) {
+			return manager.SubmitSeq(ctx, m, modSquare, slices.Values(xs))
+		}},
+	} {
+		runtime.GC()
+		heap := peakHeap()
+		r, err := e.measure("consume", c.name, n, func() error {
+			b, err := c.submit()
+			if err != nil {
+				return err
+			}
+			got := 0
+			for res := range b.Results() {
+				if res.Err != nil {
+					return res.Err
+				}
+				got += res.Value
+			}
+			if got != want {
+				return fmt.Errorf("sum %d, want %d", got, want)
+			}
+			return nil
+		})
+		peak := heap()
+		if err != nil {
+			return nil, err
+		}
+		r.note = fmt.Sprintf("manager peak heap %d MiB (the input slice: %d MiB)", peak>>20, 8*n>>20)
+		rows = append(rows, r)
+	}
+	return rows, nil
 }

@@ -36,6 +36,7 @@ var scenarios = []scenario{
 	{"stream", stream},
 	{"reduce", reduce},
 	{"seq", seq},
+	{"consume", consume},
 }
 
 // The functions redmap runs, and their baseline twins on raw bytes.

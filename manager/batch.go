@@ -51,7 +51,7 @@ type Batch[Out any] struct {
 	acc       Out           // with red: the fold of the partials so far
 	folded    bool          // with red: acc holds a fold
 	errs      map[int]*redmap.TaskError
-	order     []int // element indexes in completion order
+	order     []int // indexes of the chunks over, in completion order
 	left      int   // elements without a result yet
 	err       error // why the batch ended early, if it did
 	progress  chan struct{}
@@ -214,15 +214,21 @@ func (b *Batch[Out]) Results() iter.Seq[Result[Out]] {
 		for i := 0; ; {
 			b.mu.Lock()
 			if i < len(b.order) {
-				idx := b.order[i]
-				r := Result[Out]{Index: idx, Value: b.out[idx]}
-				if e := b.errs[idx]; e != nil {
-					r.Err = e
+				c := b.chunks[b.order[i]]
+				rs := make([]Result[Out], c.count)
+				for j := range rs {
+					idx := c.start + j
+					rs[j] = Result[Out]{Index: idx, Value: b.out[idx]}
+					if e := b.errs[idx]; e != nil {
+						rs[j].Err = e
+					}
 				}
 				b.mu.Unlock()
 				i++
-				if !yield(r) {
-					return
+				for _, r := range rs {
+					if !yield(r) {
+						return
+					}
 				}
 				continue
 			}
@@ -409,9 +415,7 @@ func (b *Batch[Out]) closeChunk(ci int, record func(c chunk) []Out) {
 		}
 		b.unread += c.count
 	default:
-		for i := c.start; i < c.start+c.count; i++ {
-			b.order = append(b.order, i)
-		}
+		b.order = append(b.order, ci)
 	}
 	b.left -= c.count
 	b.inflight--
