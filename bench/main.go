@@ -33,7 +33,9 @@ func main() {
 	if runWorkerProcess() {
 		return
 	}
-	quick := flag.Bool("quick", false, "small sizes: the whole run in under a minute")
+	quick := flag.Bool("quick", false, "small sizes: the whole run in a few minutes")
+	runs := flag.Int("runs", 3, "runs of each scenario, its contenders interleaved; medians and spread are reported")
+	inproc := flag.Bool("inprocess", false, "run redmap's workers in this process instead of as worker processes")
 	only := flag.String("scenario", "", "run only these scenarios (comma-separated)")
 	cpuprofile := flag.String("cpuprofile", "", "write a CPU profile of the run (manager and workers) to this file")
 	flag.Parse()
@@ -46,7 +48,7 @@ func main() {
 		pprof.StartCPUProfile(f)
 		defer pprof.StopCPUProfile()
 	}
-	if err := run(*quick, *only); err != nil {
+	if err := run(*quick, *only, *runs, *inproc); err != nil {
 		pprof.StopCPUProfile()
 		fmt.Fprintln(os.Stderr, "bench:", err)
 		os.Exit(1)
@@ -55,11 +57,12 @@ func main() {
 
 // env is what every scenario works with.
 type env struct {
-	rdb   *redis.Client
-	addr  string
-	port  int
-	quick bool
-	slots int // worker slots: GOMAXPROCS
+	rdb    *redis.Client
+	addr   string
+	port   int
+	quick  bool
+	slots  int  // worker slots: GOMAXPROCS
+	inproc bool // redmap workers in this process (-inprocess)
 }
 
 // row is one measured contender in one scenario.
@@ -72,12 +75,72 @@ type row struct {
 	redisCPU            time.Duration // CPU Redis spent
 	bytes               int64         // bytes that crossed Redis (in and out), where measured
 	note                string
+	rates               []float64 // with several runs: each run's elements/s
 }
 
-func (r row) rate() float64 { return float64(r.elements) / r.elapsed.Seconds() }
+func (r row) rate() float64 {
+	if len(r.rates) > 0 {
+		return median(r.rates)
+	}
+	return float64(r.elements) / r.elapsed.Seconds()
+}
 
-func run(quick bool, only string) error {
-	e := &env{quick: quick, slots: runtime.GOMAXPROCS(0)}
+// spread says how the runs' rates spread: "min–max", or "-" for one run.
+func (r row) spread() string {
+	if len(r.rates) < 2 {
+		return "-"
+	}
+	return fmt.Sprintf("%.0f–%.0f", slices.Min(r.rates), slices.Max(r.rates))
+}
+
+func median(xs []float64) float64 {
+	s := slices.Clone(xs)
+	slices.Sort(s)
+	if len(s)%2 == 1 {
+		return s[len(s)/2]
+	}
+	return (s[len(s)/2-1] + s[len(s)/2]) / 2
+}
+
+// merge folds the rows of several runs of one scenario into one row per
+// contender: median elements/s with the spread, median latencies, the last
+// run's note.
+func merge(runs [][]row) []row {
+	var out []row
+	index := map[string]int{}
+	var p50s, p99s = map[string][]time.Duration{}, map[string][]time.Duration{}
+	for _, rows := range runs {
+		for _, r := range rows {
+			k := r.scenario + "\x00" + r.contender
+			i, ok := index[k]
+			if !ok {
+				i = len(out)
+				index[k] = i
+				out = append(out, r)
+			}
+			out[i].rates = append(out[i].rates, float64(r.elements)/r.elapsed.Seconds())
+			out[i].note, out[i].redisCPU, out[i].allocs = r.note, r.redisCPU, r.allocs
+			if r.p50 > 0 {
+				p50s[k], p99s[k] = append(p50s[k], r.p50), append(p99s[k], r.p99)
+			}
+		}
+	}
+	for k, i := range index {
+		if len(p50s[k]) > 0 {
+			out[i].p50, out[i].p99 = medianDur(p50s[k]), medianDur(p99s[k])
+		}
+	}
+	return out
+}
+
+func medianDur(ds []time.Duration) time.Duration {
+	s := slices.Clone(ds)
+	slices.Sort(s)
+	return s[len(s)/2]
+}
+
+func run(quick bool, only string, runs int, inproc bool) error {
+	e := &env{quick: quick, slots: runtime.GOMAXPROCS(0), inproc: inproc}
 	if url := os.Getenv("REDIS_URL"); url != "" {
 		opts, err := redis.ParseURL(url)
 		if err != nil {
@@ -97,20 +160,28 @@ func run(quick bool, only string) error {
 	if err := e.rdb.Ping(context.Background()).Err(); err != nil {
 		return err
 	}
-	fmt.Printf("machine: %d CPUs (GOMAXPROCS %d), %s, %s; redis-server %s\n\n",
-		runtime.NumCPU(), e.slots, runtime.GOOS+"/"+runtime.GOARCH, runtime.Version(), e.redisVersion())
+	where := "one worker process with GOMAXPROCS slots"
+	if inproc {
+		where = "one in-process worker with GOMAXPROCS slots"
+	}
+	fmt.Printf("machine: %d CPUs (GOMAXPROCS %d), %s, %s; redis-server %s; redmap workers: %s (unless a scenario says); %d runs per scenario, contenders interleaved\n\n",
+		runtime.NumCPU(), e.slots, runtime.GOOS+"/"+runtime.GOARCH, runtime.Version(), e.redisVersion(), where, runs)
 
 	var rows []row
 	for _, sc := range scenarios {
 		if only != "" && !slices.Contains(strings.Split(only, ","), sc.name) {
 			continue
 		}
-		fmt.Fprintf(os.Stderr, "scenario %s...\n", sc.name)
-		got, err := sc.run(e)
-		if err != nil {
-			return fmt.Errorf("%s: %w", sc.name, err)
+		var all [][]row
+		for i := range max(runs, 1) {
+			fmt.Fprintf(os.Stderr, "scenario %s, run %d...\n", sc.name, i+1)
+			got, err := sc.run(e)
+			if err != nil {
+				return fmt.Errorf("%s: %w", sc.name, err)
+			}
+			all = append(all, got)
 		}
-		rows = append(rows, got...)
+		rows = append(rows, merge(all)...)
 	}
 	if only == "" || strings.Contains(only, "ceiling") {
 		if r, ok := e.redisBenchmark(); ok {
@@ -195,8 +266,8 @@ func (e *env) redisBenchmark() (row, bool) {
 }
 
 func printTable(rows []row) {
-	fmt.Println("| scenario | contender | elements | elements/s | p50 | p99 | allocs/element | Redis CPU |")
-	fmt.Println("| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |")
+	fmt.Println("| scenario | contender | elements | elements/s (median) | spread | p50 | p99 | allocs/element | Redis CPU |")
+	fmt.Println("| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
 	for _, r := range rows {
 		p50, p99 := "-", "-"
 		if r.p50 > 0 {
@@ -206,8 +277,8 @@ func printTable(rows []row) {
 		if r.scenario == "ceiling" {
 			allocs = "-"
 		}
-		fmt.Printf("| %s | %s | %d | %.0f | %s | %s | %s | %s |\n",
-			r.scenario, r.contender, r.elements, r.rate(), p50, p99, allocs, r.redisCPU.Round(time.Millisecond))
+		fmt.Printf("| %s | %s | %d | %.0f | %s | %s | %s | %s | %s |\n",
+			r.scenario, r.contender, r.elements, r.rate(), r.spread(), p50, p99, allocs, r.redisCPU.Round(time.Millisecond))
 	}
 	fmt.Println()
 }
@@ -232,11 +303,12 @@ func printSummary(rows []row) {
 		for i := range by[sc] {
 			r := &by[sc][i]
 			switch {
-			case r.contender == "redmap":
+			case r.contender == "redmap", sc == "compute" && r.contender == "redmap MapReduce":
 				rm = r
 			case r.contender == "chunked baseline" && sc != "unchunked" && sc != "latency",
 				r.contender == "batched baseline" && sc == "unchunked",
-				r.contender == "per-task baseline" && sc == "latency":
+				r.contender == "per-task baseline" && sc == "latency",
+				r.contender == "local goroutine pool":
 				base = r
 			}
 		}

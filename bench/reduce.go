@@ -48,7 +48,7 @@ func runWorkerProcess() bool {
 	c := redis.NewClient(&redis.Options{Addr: os.Getenv(benchAddrEnv)})
 	w, err := worker.New(c, worker.Options{Queue: queue})
 	if err == nil {
-		err = w.Handle(square, modSquare, plus)
+		err = w.Handle(square, spin, mirror, lookup, modSquare, plus, sieve)
 	}
 	if err == nil {
 		ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM)

@@ -37,6 +37,7 @@ var scenarios = []scenario{
 	{"reduce", reduce},
 	{"seq", seq},
 	{"consume", consume},
+	{"compute", compute},
 }
 
 // The functions redmap runs, and their baseline twins on raw bytes.
@@ -98,9 +99,13 @@ func (e *env) pick(full, small int) int {
 	return full
 }
 
-// redmapFleet starts an in-process redmap worker with hs on a fresh queue and
-// a manager for it; stop ends both.
+// redmapFleet starts a redmap worker with GOMAXPROCS slots on a fresh queue,
+// as a process of its own (or, with -inprocess, in this one, serving hs),
+// and a manager for it; stop ends both.
 func (e *env) redmapFleet(hs ...redmap.Handler) (*manager.Manager, func(), error) {
+	if !e.inproc {
+		return e.processFleet(1)
+	}
 	queue := "bench-" + id.New()[:8]
 	w, err := worker.New(e.rdb, worker.Options{Queue: queue, Concurrency: e.slots})
 	if err != nil {
@@ -442,7 +447,7 @@ func stream(e *env) ([]row, error) {
 		return nil, err
 	}
 	defer srv.Stop()
-	capped := &env{rdb: redis.NewClient(&redis.Options{Addr: srv.Addr()}), quick: e.quick, slots: e.slots}
+	capped := &env{rdb: redis.NewClient(&redis.Options{Addr: srv.Addr()}), addr: srv.Addr(), quick: e.quick, slots: e.slots, inproc: e.inproc}
 	defer capped.rdb.Close()
 	m, stop, err := capped.redmapFleet(square)
 	if err != nil {
