@@ -137,6 +137,35 @@ func peakHeap() (stop func() uint64) {
 	return func() uint64 { close(done); wg.Wait(); return peak.Load() }
 }
 
+// modSquareSum is the sum of modSquare over 0 … n-1.
+func modSquareSum(n int) int {
+	s := 0
+	for x := range n {
+		s += (x % 1000) * (x % 1000)
+	}
+	return s
+}
+
+// sumResults reads every result of b and returns their sum and count.
+func sumResults(b *manager.Batch[int]) (sum, count int, err error) {
+	for r := range b.Results() {
+		if r.Err != nil {
+			return 0, 0, r.Err
+		}
+		sum += r.Value
+		count++
+	}
+	return sum, count, nil
+}
+
+// measureHeap is measure, also returning the process's peak heap during f.
+func (e *env) measureHeap(scenario, contender string, n int, f func() error) (row, uint64, error) {
+	runtime.GC()
+	heap := peakHeap()
+	r, err := e.measure(scenario, contender, n, f)
+	return r, heap(), err
+}
+
 // reduce: the sum over 10 million integers of (x mod 1,000)², with MapReduce
 // (the fold on the workers) against Map and a fold in the manager, in the
 // same run, with two worker processes; with the bytes that crossed Redis and
@@ -149,10 +178,7 @@ func reduce(e *env) ([]row, error) {
 	}
 	defer stop()
 	ctx := context.Background()
-	want := 0
-	for x := range n {
-		want += (x % 1000) * (x % 1000)
-	}
+	want := modSquareSum(n)
 	// Warm up: the manager learns the function's cost, connections open.
 	if _, err := manager.MapReduce(ctx, m, modSquare, plus, ints(100_000)); err != nil {
 		return nil, err
@@ -173,17 +199,14 @@ func reduce(e *env) ([]row, error) {
 			return s, err
 		}},
 	} {
-		runtime.GC()
 		bytes0, results0 := e.netBytes(), m.ResultBytes()
-		heap := peakHeap()
-		r, err := e.measure("reduce", c.name, n, func() error {
+		r, peak, err := e.measureHeap("reduce", c.name, n, func() error {
 			got, err := c.run()
 			if err == nil && got != want {
 				err = fmt.Errorf("sum %d, want %d", got, want)
 			}
 			return err
 		})
-		peak := heap()
 		if err != nil {
 			return nil, err
 		}
@@ -213,31 +236,18 @@ func seq(e *env) ([]row, error) {
 			}
 		}
 	}
-	var got, want int
-	for x := range n {
-		want += (x % 1000) * (x % 1000)
-	}
-	runtime.GC()
-	heap := peakHeap()
-	r, err := e.measure("seq", "redmap SubmitSeq", n, func() error {
+	want := modSquareSum(n)
+	r, peak, err := e.measureHeap("seq", "redmap SubmitSeq", n, func() error {
 		b, err := manager.SubmitSeq(ctx, m, modSquare, iter.Seq[int](gen))
 		if err != nil {
 			return err
 		}
-		k := 0
-		for res := range b.Results() {
-			if res.Err != nil {
-				return res.Err
-			}
-			got += res.Value
-			k++
+		got, k, err := sumResults(b)
+		if err == nil && (k != n || got != want) {
+			err = fmt.Errorf("%d results summing to %d, want %d summing to %d", k, got, n, want)
 		}
-		if k != n || got != want {
-			return fmt.Errorf("%d results summing to %d, want %d summing to %d", k, got, n, want)
-		}
-		return nil
+		return err
 	})
-	peak := heap()
 	if err != nil {
 		return nil, err
 	}
@@ -260,10 +270,7 @@ func consume(e *env) ([]row, error) {
 	defer stop()
 	ctx := context.Background()
 	xs := ints(n)
-	want := 0
-	for _, x := range xs {
-		want += (x % 1000) * (x % 1000)
-	}
+	want := modSquareSum(n)
 	var rows []row
 	for _, c := range []struct {
 		name   string
@@ -274,26 +281,17 @@ func consume(e *env) ([]row, error) {
 			return manager.SubmitSeq(ctx, m, modSquare, slices.Values(xs))
 		}},
 	} {
-		runtime.GC()
-		heap := peakHeap()
-		r, err := e.measure("consume", c.name, n, func() error {
+		r, peak, err := e.measureHeap("consume", c.name, n, func() error {
 			b, err := c.submit()
 			if err != nil {
 				return err
 			}
-			got := 0
-			for res := range b.Results() {
-				if res.Err != nil {
-					return res.Err
-				}
-				got += res.Value
+			got, _, err := sumResults(b)
+			if err == nil && got != want {
+				err = fmt.Errorf("sum %d, want %d", got, want)
 			}
-			if got != want {
-				return fmt.Errorf("sum %d, want %d", got, want)
-			}
-			return nil
+			return err
 		})
-		peak := heap()
 		if err != nil {
 			return nil, err
 		}
