@@ -125,17 +125,25 @@ func (b *Batch[Out]) Done() <-chan struct{} { return b.done }
 // (its submit context ended, Cancel, or Close), nil and that error. Ending ctx
 // stops the wait, not the batch.
 func (b *Batch[Out]) Wait(ctx context.Context) ([]Out, error) {
+	return wait(ctx, b, func() []Out { return b.out })
+}
+
+// wait waits for b to end or ctx, and returns what get reads of the batch
+// (under b.mu) with the batch's error: why it ended early (then the zero T),
+// a *redmap.BatchError of the failed elements, or nil.
+func wait[T, Out any](ctx context.Context, b *Batch[Out], get func() T) (T, error) {
+	var zero T
 	select {
 	case <-b.done:
 	case <-ctx.Done():
-		return nil, ctx.Err()
+		return zero, ctx.Err()
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.err != nil {
-		return nil, b.err
+		return zero, b.err
 	}
-	return b.out, b.batchError()
+	return get(), b.batchError()
 }
 
 // exhaust records that every element of the input has its chunk; cut, if
@@ -164,18 +172,7 @@ func (b *Batch[Out]) exhaust(cut error) {
 // fold, with a *redmap.BatchError if some elements failed (the fold is then
 // of the others).
 func (b *Batch[Out]) reduced(ctx context.Context) (Out, error) {
-	var zero Out
-	select {
-	case <-b.done:
-	case <-ctx.Done():
-		return zero, ctx.Err()
-	}
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if b.err != nil {
-		return zero, b.err
-	}
-	return b.acc, b.batchError()
+	return wait(ctx, b, func() Out { return b.acc })
 }
 
 // batchError returns the failed elements as a *redmap.BatchError, or nil if
