@@ -24,11 +24,11 @@ func TestFaultSentinel(t *testing.T) {
 	for _, c := range []struct {
 		name  string
 		fault func(*redistest.Sentinel, testing.TB)
-		loses bool // the fault surely drops acknowledged writes
+		loses bool // the fault drops acknowledged writes (set by the fault when it knows)
 	}{
 		{"planned failover", (*redistest.Sentinel).Failover, false},
 		{"primary killed", (*redistest.Sentinel).KillPrimary, false},
-		{"primary killed ahead of its replica", nil, true},
+		{"primary killed ahead of its replica", nil, false},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			var m *manager.Manager
@@ -40,7 +40,7 @@ func TestFaultSentinel(t *testing.T) {
 				c.fault = func(st *redistest.Sentinel, tb testing.TB) {
 					tasks := keys.Tasks("redmap", "sentinel", m.ID())
 					var counts []int64
-					st.KillPrimaryLosingWrites(tb, func(p *redis.Client) bool {
+					c.loses = st.KillPrimaryLosingWrites(tb, func(p *redis.Client) bool {
 						n, _ := p.HGet(context.Background(), tasks, "_").Int64()
 						if len(counts) == 0 || n > counts[len(counts)-1] {
 							counts = append(counts, n)
@@ -72,6 +72,9 @@ func TestFaultSentinel(t *testing.T) {
 			})
 			found := logs.logged("Redis lost writes")
 			t.Logf("%d elements exact in %v; the manager found lost writes: %v", n, time.Since(start).Round(time.Millisecond), found)
+			if c.name == "primary killed ahead of its replica" {
+				t.Logf("the promoted replica lacked writes of the old primary: %v", c.loses)
+			}
 			if c.loses && !found {
 				t.Fatal("the primary died with writes its replica lacked, yet the manager found none lost")
 			}

@@ -196,8 +196,11 @@ func (st *Sentinel) waitNewPrimary(tb testing.TB, old *Server) {
 // longer resync, so the replica cannot reconnect), waits until the primary
 // has taken writes since and until(primary) holds (a test's own sign that
 // the writes it cares about happened), then kills it and waits for the
-// promotion. A client must be writing meanwhile.
-func (st *Sentinel) KillPrimaryLosingWrites(tb testing.TB, until func(primary *redis.Client) bool) {
+// promotion. A client must be writing meanwhile. It reports whether the
+// promoted replica did lack every write since the cut (its replication
+// offset at promotion not past the cut's): if the link was not cut in time,
+// it may not.
+func (st *Sentinel) KillPrimaryLosingWrites(tb testing.TB, until func(primary *redis.Client) bool) (lost bool) {
 	tb.Helper()
 	ctx := context.Background()
 	old := st.Primary(tb)
@@ -209,20 +212,25 @@ func (st *Sentinel) KillPrimaryLosingWrites(tb testing.TB, until func(primary *r
 	if err := pc.ClientKillByFilter(ctx, "TYPE", "replica").Err(); err != nil {
 		tb.Fatal(err)
 	}
-	offset := func() int64 {
-		info, _ := pc.Info(ctx, "replication").Result()
+	offset := func(c *redis.Client, field string) int64 {
+		info, _ := c.Info(ctx, "replication").Result()
 		for line := range strings.Lines(info) {
-			if v, ok := strings.CutPrefix(strings.TrimSpace(line), "master_repl_offset:"); ok {
+			if v, ok := strings.CutPrefix(strings.TrimSpace(line), field+":"); ok {
 				n, _ := strconv.ParseInt(v, 10, 64)
 				return n
 			}
 		}
 		return 0
 	}
-	cut := offset()
-	Eventually(tb, "writes the replica did not get", func() bool { return offset() > cut && until(pc) })
+	cut := offset(pc, "master_repl_offset")
+	Eventually(tb, "writes the replica did not get", func() bool { return offset(pc, "master_repl_offset") > cut && until(pc) })
 	old.Kill(tb)
 	st.waitNewPrimary(tb, old)
+	nc := redis.NewClient(&redis.Options{Addr: st.Primary(tb).Addr()})
+	defer nc.Close()
+	// second_repl_offset is one past the offset the replica had when it
+	// was promoted.
+	return offset(nc, "second_repl_offset")-1 <= cut
 }
 
 // RestartPrimaryEmpty kills the primary and starts it again at once, empty
