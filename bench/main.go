@@ -36,6 +36,7 @@ func main() {
 	quick := flag.Bool("quick", false, "small sizes: the whole run in a few minutes")
 	runs := flag.Int("runs", 3, "runs of each scenario, its contenders interleaved; medians and spread are reported")
 	inproc := flag.Bool("inprocess", false, "run redmap's workers in this process instead of as worker processes")
+	workerProfile := flag.String("workerprofile", "", "each worker process writes a CPU profile to this path.<pid>")
 	only := flag.String("scenario", "", "run only these scenarios (comma-separated)")
 	cpuprofile := flag.String("cpuprofile", "", "write a CPU profile of the run (manager and workers) to this file")
 	flag.Parse()
@@ -47,6 +48,9 @@ func main() {
 		}
 		pprof.StartCPUProfile(f)
 		defer pprof.StopCPUProfile()
+	}
+	if *workerProfile != "" {
+		os.Setenv(workerProfileEnv, *workerProfile)
 	}
 	if err := run(*quick, *only, *runs, *inproc); err != nil {
 		pprof.StopCPUProfile()

@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"os/signal"
 	"runtime"
+	"runtime/pprof"
 	"slices"
 	"strconv"
 	"strings"
@@ -36,6 +37,9 @@ var (
 const (
 	workerEnv    = "REDMAP_BENCH_WORKER"
 	benchAddrEnv = "REDMAP_BENCH_ADDR"
+	// workerProfileEnv, if set, makes each worker process write a CPU
+	// profile to <its value>.<pid> (bench -workerprofile).
+	workerProfileEnv = "REDMAP_BENCH_WORKER_PROFILE"
 )
 
 // runWorkerProcess serves the bench's functions until SIGTERM, if this
@@ -51,6 +55,13 @@ func runWorkerProcess() bool {
 		err = w.Handle(square, spin, mirror, lookup, modSquare, plus, sieve)
 	}
 	if err == nil {
+		if p := os.Getenv(workerProfileEnv); p != "" {
+			f, perr := os.Create(fmt.Sprintf("%s.%d", p, os.Getpid()))
+			if perr == nil {
+				pprof.StartCPUProfile(f)
+				defer pprof.StopCPUProfile()
+			}
+		}
 		ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM)
 		defer stop()
 		fmt.Println("worker", w.ID())
