@@ -32,7 +32,12 @@ func (m *Manager) collect(ctx context.Context) {
 		started := time.Now()
 		entries, err := m.rdb.ReadResults(ctx, m.id, handled, mark, collectMax)
 		if err == nil && len(entries) == 0 {
-			err = m.rdb.WaitResults(ctx, m.id, m.opts.Poll)
+			// Wait for the next entry; it comes with the wait, and the
+			// next read trims it as handled.
+			var first string
+			if first, err = m.rdb.WaitResults(ctx, m.id, m.opts.Poll); first != "" {
+				entries = []string{first}
+			}
 		}
 		if err != nil {
 			if ctx.Err() != nil {
@@ -355,6 +360,8 @@ func (m *Manager) dispatch(entry string) {
 		return
 	case rdb.EntryPurged:
 		m.failTask(e.Task, fmt.Errorf("%w: purged from the queue by an operator", redmap.ErrLost))
+		return
+	case rdb.EntryWake:
 		return
 	}
 	m.resultBytes.Add(int64(len(e.Result)))

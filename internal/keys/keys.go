@@ -89,10 +89,6 @@ func Attempts(prefix, queue, mid string) string {
 // for private tasks whose worker died).
 func Results(prefix, queue, mid string) string { return Base(prefix, queue) + "m:" + mid + ":results" }
 
-// ManagerBell is the list manager mid blocks on while its result list is
-// empty; a finish pushes a token when it delivers (LIST of tokens).
-func ManagerBell(prefix, queue, mid string) string { return Base(prefix, queue) + "m:" + mid + ":bell" }
-
 // Object is the metadata of a cached object with BLAKE3 hash h, hex-encoded
 // (HASH size → bytes, parts → number of parts). It exists only once every part
 // is stored. Objects are keyed by content, not by queue, and each carries its

@@ -20,8 +20,8 @@ import (
 // needs, on throwaway keys in the queue's slot and in the object cache's key
 // space, and returns a *redmap.CommandError naming each refused command; nil
 // if all are allowed. Four round trips: EVAL and EVALSHA of probe.lua, a
-// pipeline of the commands redmap sends outside scripts (RPUSH, BLPOP on a
-// list that is not empty, HMGET), and an empty MULTI/EXEC. Errors that are
+// pipeline of the commands redmap sends outside scripts (RPUSH, BLMOVE and
+// BLPOP on a list that is not empty, HMGET), and an empty MULTI/EXEC. Errors that are
 // not refusals (Redis unreachable) are returned as they are.
 func (r *RDB) Probe(ctx context.Context) error {
 	id := id.New()
@@ -63,7 +63,8 @@ func (r *RDB) Probe(ctx context.Context) error {
 	}
 	l := r.base + "probe:" + id + ":bl"
 	cmds, _ := r.c.Pipelined(ctx, func(p redis.Pipeliner) error {
-		p.RPush(ctx, l, "1")
+		p.RPush(ctx, l, "1", "2")
+		p.BLMove(ctx, l, l, "LEFT", "LEFT", time.Second)
 		p.BLPop(ctx, time.Second, l)
 		p.HMGet(ctx, l+":h", "f")
 		p.Del(ctx, l)

@@ -369,23 +369,31 @@ func Mark(entry string) string {
 	return hex.EncodeToString(sum[:])
 }
 
-// WaitResults blocks until a finish rings manager mid's bell or timeout
-// passes. The timeout must be positive: a dead connection must not block the
-// manager forever.
-func (r *RDB) WaitResults(ctx context.Context, mid string, timeout time.Duration) error {
+// WaitResults blocks until manager mid's result list holds an entry, or
+// timeout passes, and returns its first entry ("" at the timeout) without
+// removing it: one round trip that waits and reads (BLMOVE of the list onto
+// itself), so a lone result reaches the manager in one. ReadResults trims it
+// once handled. The timeout must be positive: a dead connection must not
+// block the manager forever.
+func (r *RDB) WaitResults(ctx context.Context, mid string, timeout time.Duration) (string, error) {
 	if timeout <= 0 {
-		return errors.New("wait results: timeout must be positive")
+		return "", errors.New("wait results: timeout must be positive")
 	}
-	err := r.c.BLPop(ctx, blocking(timeout), keys.ManagerBell(r.prefix, r.queue, mid)).Err()
-	if err != nil && !errors.Is(err, redis.Nil) {
-		return wrap("wait results", nil, "BLPOP", err)
+	l := keys.Results(r.prefix, r.queue, mid)
+	e, err := r.c.BLMove(ctx, l, l, "LEFT", "LEFT", blocking(timeout)).Result()
+	if errors.Is(err, redis.Nil) {
+		return "", nil
 	}
-	return nil
+	if err != nil {
+		return "", wrap("wait results", nil, "BLMOVE", err)
+	}
+	return e, nil
 }
 
-// WakeCollector makes manager mid's blocked WaitResults return at once.
+// WakeCollector makes manager mid's blocked WaitResults return at once: it
+// pushes a wake entry (EntryWake) onto the result list.
 func (r *RDB) WakeCollector(ctx context.Context, mid string) error {
-	return r.push(ctx, "wake", keys.ManagerBell(r.prefix, r.queue, mid), "1")
+	return r.push(ctx, "wake", keys.Results(r.prefix, r.queue, mid), EncodeEntry(Entry{Kind: EntryWake}))
 }
 
 // Renew extends the TTL of manager mid's task set, attempt counts and result
@@ -423,8 +431,7 @@ func (r *RDB) Cancel(ctx context.Context, mid string, tids []string) error {
 // Drop deletes every key of manager mid.
 func (r *RDB) Drop(ctx context.Context, mid string) error {
 	err := r.c.Del(ctx, keys.Tasks(r.prefix, r.queue, mid), keys.Attempts(r.prefix, r.queue, mid),
-		keys.Results(r.prefix, r.queue, mid), keys.ManagerBell(r.prefix, r.queue, mid),
-		keys.Batches(r.prefix, r.queue, mid)).Err()
+		keys.Results(r.prefix, r.queue, mid), keys.Batches(r.prefix, r.queue, mid)).Err()
 	return wrap("drop", nil, "DEL", err)
 }
 

@@ -80,12 +80,9 @@ func TestScriptsUseKeysLayout(t *testing.T) {
 	if f.c.HExists(ctx, tasks, ids[0]).Val() {
 		t.Error("finish left the task in the task set")
 	}
-	if f.c.LLen(ctx, keys.ManagerBell("rm", f.queue, f.mid)).Val() != 1 {
-		t.Error("finish did not ring the manager's bell")
-	}
 	// Every key the scripts created is one package keys names.
 	all := f.c.Keys(ctx, keys.Base("rm", f.queue)+"*").Val()
-	named := []string{tasks, keys.Results("rm", f.queue, f.mid), keys.ManagerBell("rm", f.queue, f.mid),
+	named := []string{tasks, keys.Results("rm", f.queue, f.mid),
 		keys.Public("rm", f.queue), keys.Idle("rm", f.queue), keys.Held("rm", f.queue, "w1"), keys.Bell("rm", f.queue, "w1"),
 		keys.Workers("rm", f.queue)}
 	for _, k := range all {
@@ -352,7 +349,7 @@ func TestSubmitCountsAndChecks(t *testing.T) {
 func TestRefusalNamesCommand(t *testing.T) {
 	f := setup(t)
 	ctx := context.Background()
-	if err := f.c.Do(ctx, "ACL", "SETUSER", "notime-"+f.queue, "on", ">pw", "~*", "+@all", "-time", "-blpop").Err(); err != nil {
+	if err := f.c.Do(ctx, "ACL", "SETUSER", "notime-"+f.queue, "on", ">pw", "~*", "+@all", "-time", "-blmove").Err(); err != nil {
 		t.Fatal(err)
 	}
 	c := redis.NewClient(&redis.Options{Addr: redistest.Shared(t).Addr(), Username: "notime-" + f.queue, Password: "pw"})
@@ -363,13 +360,13 @@ func TestRefusalNamesCommand(t *testing.T) {
 	if !errors.As(err, &ce) || !errors.Is(err, redmap.ErrPermission) || ce.Command != "TIME (in reap.lua)" {
 		t.Fatalf("reap without TIME: %v (%+v)", err, ce)
 	}
-	err = r.WaitResults(ctx, "m", time.Second)
-	if !errors.As(err, &ce) || ce.Command != "BLPOP" {
-		t.Fatalf("wait without BLPOP: %v", err)
+	_, err = r.WaitResults(ctx, "m", time.Second)
+	if !errors.As(err, &ce) || ce.Command != "BLMOVE" {
+		t.Fatalf("wait without BLMOVE: %v", err)
 	}
 	err = r.Probe(ctx)
-	if !errors.As(err, &ce) || ce.Command != "TIME, BLPOP" || !errors.Is(err, redmap.ErrPermission) {
-		t.Fatalf("probe: %v, want TIME and BLPOP named", err)
+	if !errors.As(err, &ce) || ce.Command != "TIME, BLMOVE" || !errors.Is(err, redmap.ErrPermission) {
+		t.Fatalf("probe: %v, want TIME and BLMOVE named", err)
 	}
 	if err := f.r.Probe(ctx); err != nil {
 		t.Fatalf("probe as the default user: %v", err)

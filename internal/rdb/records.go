@@ -168,6 +168,9 @@ const (
 	// EntryPurged stands for the result of a task an operator purged from
 	// the queue (purge.lua).
 	EntryPurged
+	// EntryWake ends a manager's wait for results and stands for nothing
+	// (WakeCollector).
+	EntryWake
 )
 
 // Entry is one entry of a manager's result list.
@@ -184,6 +187,7 @@ type Entry struct {
 const (
 	lostPrefix   = "lost "
 	purgedPrefix = "purged "
+	wakeEntry    = "wake"
 )
 
 // EncodeEntry returns e as the scripts write it into a result list.
@@ -193,6 +197,8 @@ func EncodeEntry(e Entry) string {
 		return lostPrefix + e.Task + " " + e.Worker
 	case EntryPurged:
 		return purgedPrefix + e.Task
+	case EntryWake:
+		return wakeEntry
 	}
 	return string(e.Result)
 }
@@ -205,6 +211,9 @@ func DecodeEntry(s string) Entry {
 	}
 	if tid, ok := strings.CutPrefix(s, purgedPrefix); ok {
 		return Entry{Kind: EntryPurged, Task: tid}
+	}
+	if s == wakeEntry {
+		return Entry{Kind: EntryWake}
 	}
 	return Entry{Kind: EntryResult, Result: []byte(s)}
 }

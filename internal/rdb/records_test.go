@@ -116,6 +116,18 @@ func TestScriptEntriesDecode(t *testing.T) {
 	if e := DecodeEntry("\x96\x01"); e.Kind != EntryResult || string(e.Result) != "\x96\x01" {
 		t.Errorf("a result decodes as %+v", e)
 	}
+	// WakeCollector's entry ends a wait for results and decodes as a wake.
+	if err := f.r.WakeCollector(ctx, f.mid); err != nil {
+		t.Fatal(err)
+	}
+	first, err := f.r.WaitResults(ctx, f.mid, time.Second)
+	if err != nil || first != got[0] {
+		t.Fatalf("WaitResults: %q, %v; want the first entry %q, left in place", first, err, got[0])
+	}
+	last, _ := f.c.LIndex(ctx, keys.Results("rm", f.queue, f.mid), -1).Result()
+	if e := DecodeEntry(last); e.Kind != EntryWake {
+		t.Errorf("the wake entry %q decodes as %+v", last, e)
+	}
 }
 
 // A script reply of the wrong shape is an error that says what came back,

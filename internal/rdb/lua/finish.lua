@@ -57,12 +57,12 @@ for _, m in ipairs(order) do
     end
     delivered = delivered + #g.tids
     -- A result list lives as long as its manager's task set, which the
-    -- manager renews while it lives; and the manager is woken if it waits.
+    -- manager renews while it lives. (A manager waiting for results
+    -- blocks on the list itself: the push wakes it.)
     local ttl = redis.call('PTTL', g.tasks)
     if ttl > 0 then
       redis.call('PEXPIRE', m .. ':results', ttl)
     end
-    ring(m .. ':bell')
   end
 end
 return delivered

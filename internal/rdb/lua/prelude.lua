@@ -37,8 +37,8 @@ local function public_of(base, tid)
   return p and base .. 'public:' .. p or base .. 'public'
 end
 
--- ring wakes whoever blocks on bell (a list, BLPOP): it leaves one token
--- there, unless one already waits.
+-- ring wakes a worker that blocks on bell (a list, BLPOP): it leaves one
+-- token there, unless one already waits.
 local function ring(bell)
   if redis.call('LLEN', bell) == 0 then
     redis.call('RPUSH', bell, '1')
@@ -61,14 +61,13 @@ local function purged_entry(tid)
 end
 
 -- fail ends task tid of manager m (a key prefix) with entry in place of a
--- result: it pushes the entry, forgets the task, and wakes the manager. The
--- result list lives as long as the task set.
+-- result: it pushes the entry (which wakes the manager, blocked on the
+-- list) and forgets the task. The result list lives as long as the task set.
 local function fail(m, tid, entry)
   redis.call('RPUSH', m .. ':results', entry)
   redis.call('PEXPIRE', m .. ':results', math.max(redis.call('PTTL', m .. ':tasks'), 1000))
   redis.call('HDEL', m .. ':tasks', tid)
   redis.call('HDEL', m .. ':attempts', tid)
-  ring(m .. ':bell')
 end
 
 -- expire_object makes a cached object (metadata key meta, parts parts) live
