@@ -38,6 +38,7 @@ func main() {
 	inproc := flag.Bool("inprocess", false, "run redmap's workers in this process instead of as worker processes")
 	workerProfile := flag.String("workerprofile", "", "each worker process writes a CPU profile to this path.<pid>")
 	only := flag.String("scenario", "", "run only these scenarios (comma-separated)")
+	commands := flag.Bool("commands", false, "print the Redis commands and scripts each redmap run calls, with their Redis time per element (SLOWLOG; slows Redis a little)")
 	cpuprofile := flag.String("cpuprofile", "", "write a CPU profile of the run (manager and workers) to this file")
 	flag.Parse()
 	if *cpuprofile != "" {
@@ -52,7 +53,7 @@ func main() {
 	if *workerProfile != "" {
 		os.Setenv(workerProfileEnv, *workerProfile)
 	}
-	if err := run(*quick, *only, *runs, *inproc); err != nil {
+	if err := run(*quick, *only, *runs, *inproc, *commands); err != nil {
 		pprof.StopCPUProfile()
 		fmt.Fprintln(os.Stderr, "bench:", err)
 		os.Exit(1)
@@ -61,12 +62,13 @@ func main() {
 
 // env is what every scenario works with.
 type env struct {
-	rdb    *redis.Client
-	addr   string
-	port   int
-	quick  bool
-	slots  int  // worker slots: GOMAXPROCS
-	inproc bool // redmap workers in this process (-inprocess)
+	rdb      *redis.Client
+	addr     string
+	port     int
+	quick    bool
+	slots    int  // worker slots: GOMAXPROCS
+	inproc   bool // redmap workers in this process (-inprocess)
+	commands bool // -commands: log the redmap contenders' commands
 }
 
 // row is one measured contender in one scenario.
@@ -143,8 +145,8 @@ func medianDur(ds []time.Duration) time.Duration {
 	return s[len(s)/2]
 }
 
-func run(quick bool, only string, runs int, inproc bool) error {
-	e := &env{quick: quick, slots: runtime.GOMAXPROCS(0), inproc: inproc}
+func run(quick bool, only string, runs int, inproc, commands bool) error {
+	e := &env{quick: quick, slots: runtime.GOMAXPROCS(0), inproc: inproc, commands: commands}
 	if url := os.Getenv("REDIS_URL"); url != "" {
 		opts, err := redis.ParseURL(url)
 		if err != nil {
@@ -209,10 +211,17 @@ func (e *env) measure(scenario, contender string, n int, f func() error) (row, e
 	runtime.GC()
 	var before, after runtime.MemStats
 	runtime.ReadMemStats(&before)
+	logged := e.commands && contender == "redmap"
+	if logged {
+		commandLog{e}.start(n)
+	}
 	cpu0 := e.redisCPUTime()
 	start := time.Now()
 	err := f()
 	elapsed := time.Since(start)
+	if logged && err == nil {
+		err = commandLog{e}.report(scenario, n)
+	}
 	runtime.ReadMemStats(&after)
 	return row{
 		scenario: scenario, contender: contender, elements: n, elapsed: elapsed,

@@ -2,6 +2,7 @@ package worker
 
 import (
 	"context"
+	"slices"
 	"sync"
 	"time"
 
@@ -19,6 +20,7 @@ type executors struct {
 	stopped func() bool // the fetcher stopped: start nothing more
 	alone   sync.RWMutex
 	wg      sync.WaitGroup
+	check   wantedCheck
 
 	mu        sync.Mutex
 	unstarted []string // held members of jobs set aside
@@ -82,11 +84,9 @@ func (e *executors) run(ctx context.Context, j job) {
 		e.mu.Unlock()
 		return
 	}
-	if time.Since(j.takenAt) > staleAfter {
-		if unwanted, err := w.rdb.Unwanted(ctx, w.opts.ID, []string{j.ID}); err == nil && len(unwanted) == 1 {
-			e.drop(j)
-			return
-		}
+	if time.Since(j.takenAt) > staleAfter && e.check.unwanted(ctx, w, j) {
+		e.drop(j)
+		return
 	}
 	if j.Attempt > 0 {
 		e.alone.Lock()
@@ -107,6 +107,41 @@ func (e *executors) run(ctx context.Context, j job) {
 		return
 	}
 	e.results <- d
+}
+
+// wantedCheck asks Redis which of the tasks waiting to run their managers no
+// longer want, for every task waiting at once: one round trip answers for all
+// the tasks a prefetch holds, and tasks that waited past staleAfter together
+// share one check no older than staleAfter.
+type wantedCheck struct {
+	mu      sync.Mutex
+	at      time.Time       // when the last check began
+	dropped map[string]bool // its answer: the tasks no longer wanted
+}
+
+// unwanted reports whether j's manager no longer wants it, by the last
+// check if that began after j was taken and no longer than staleAfter ago,
+// else by a new one. On an error it reports false: the task runs, and its
+// result is discarded if unwanted.
+func (c *wantedCheck) unwanted(ctx context.Context, w *Worker, j job) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	now := time.Now()
+	if !c.at.After(j.takenAt) || now.Sub(c.at) > staleAfter {
+		tids := w.held.waiting()
+		if !slices.Contains(tids, j.ID) {
+			tids = append(tids, j.ID)
+		}
+		unwanted, err := w.rdb.Unwanted(ctx, w.opts.ID, tids)
+		if err != nil {
+			return false
+		}
+		c.at, c.dropped = now, make(map[string]bool, len(unwanted))
+		for _, tid := range unwanted {
+			c.dropped[tid] = true
+		}
+	}
+	return c.dropped[j.ID]
 }
 
 // drop forgets a job whose result nobody wants.

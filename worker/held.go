@@ -61,6 +61,20 @@ func (h *held) running() []string {
 	return tids
 }
 
+// waiting returns the ids of the tasks not running now: waiting to run, or
+// run and waiting to be reported.
+func (h *held) waiting() []string {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	tids := make([]string, 0, len(h.tasks))
+	for tid, cancel := range h.tasks {
+		if cancel == nil {
+			tids = append(tids, tid)
+		}
+	}
+	return tids
+}
+
 // cancel cancels the context of those of tids that are running.
 func (h *held) cancel(tids []string) {
 	h.mu.Lock()

@@ -32,6 +32,18 @@ var (
 	probeScript     = load("probe.lua")
 )
 
+// ScriptNames maps each script's SHA-1 to its file name, for tools that read
+// EVALSHA calls back from Redis (SLOWLOG, MONITOR).
+func ScriptNames() map[string]string {
+	out := map[string]string{}
+	for _, s := range []*script{submitScript, takeScript, finishScript, heartbeatScript, liveScript,
+		readScript, missingScript, reapScript, givebackScript, unwantedScript, servedScript,
+		holdScript, releaseScript, purgeScript, probeScript} {
+		out[s.Hash()] = s.name
+	}
+	return out
+}
+
 // script is a Lua script with its name and source, so that an error raised on
 // one of its lines can name the Redis command of that line.
 type script struct {
