@@ -5,11 +5,17 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"github.com/redmap/redmap/internal/id"
+	"os"
+	"os/exec"
+	"runtime"
+	"strconv"
+	"strings"
 	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/redmap/redmap/internal/id"
 )
 
 // The baselines are minimal hand-written Redis list queues, each with results
@@ -29,50 +35,173 @@ func (m mode) String() string {
 
 const chunkLen = 1000
 
-// baseline runs inputs through a list queue in mode m, with e.slots worker
-// goroutines applying work, and returns the outputs in input order.
-func baseline(e *env, m mode, inputs [][]byte, work func([]byte) []byte) ([][]byte, error) {
-	ctx := context.Background()
-	id := id.New()[:8]
-	in, out := "bq:"+id+":in", "bq:"+id+":out"
-	defer e.rdb.Del(ctx, in, out)
+// baselineFleet is the workers of one baseline: e.slots goroutines popping
+// from its input list, in a worker process of their own (as redmap's run)
+// or, with -inprocess or a function that has no name, in this process.
+type baselineFleet struct {
+	e       *env
+	m       mode
+	in, out string
+	stop    func()
+}
 
+// baselineEnv, when set in a bench process's environment, makes it a baseline
+// worker process: "<mode>/<work>/<in>/<out>", at the address in benchAddrEnv.
+const baselineEnv = "REDMAP_BENCH_BASELINE"
+
+// works are the baselines' work functions by name, for worker processes; key
+// names the constant of the lookup works.
+func works(c *redis.Client, name, key string) (func([]byte) []byte, bool) {
+	switch name {
+	case "square":
+		return squareBytes, true
+	case "spin":
+		return spinBytes, true
+	case "mirror":
+		return reversed, true
+	case "echo":
+		return func(b []byte) []byte { return b }, true
+	case "lookup", "lookup-each": // the constant read once, or for every task
+		var once sync.Once
+		var cached []byte
+		return func(b []byte) []byte {
+			t := cached
+			if name == "lookup-each" {
+				t, _ = c.Get(context.Background(), key).Bytes()
+			} else {
+				once.Do(func() { cached, _ = c.Get(context.Background(), key).Bytes() })
+				t = cached
+			}
+			x := binary.LittleEndian.Uint64(b)
+			return []byte{t[int(x)%len(t)]}
+		}, true
+	}
+	return nil, false
+}
+
+// startBaseline starts the workers of a baseline in mode m applying the work
+// function named work (see works; key is the lookup's constant).
+func (e *env) startBaseline(m mode, work, key string) (*baselineFleet, error) {
+	f := &baselineFleet{e: e, m: m}
+	tag := id.New()[:8]
+	f.in, f.out = "bq:"+tag+":in", "bq:"+tag+":out"
+	if e.inproc {
+		fn, _ := works(e.rdb, work, key)
+		f.stop = f.goroutines(fn)
+		return f, nil
+	}
+	cmd := exec.Command(os.Args[0])
+	cmd.Env = append(os.Environ(), benchAddrEnv+"="+e.addr, "GOMAXPROCS="+strconv.Itoa(e.slots),
+		baselineEnv+"="+strings.Join([]string{strconv.Itoa(int(m)), work, f.in, f.out, key}, "/"))
+	cmd.Stderr = os.Stderr
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		return nil, err
+	}
+	if err := cmd.Start(); err != nil {
+		return nil, err
+	}
+	line := make([]byte, 16)
+	if n, err := out.Read(line); err != nil || string(line[:n]) != "ready\n" {
+		cmd.Process.Kill()
+		cmd.Wait()
+		return nil, fmt.Errorf("baseline worker process did not start: %q %v", line[:n], err)
+	}
+	e.children.add(cmd.Process.Pid)
+	f.stop = func() {
+		e.children.remove(cmd.Process.Pid)
+		cmd.Process.Kill()
+		cmd.Wait()
+		e.rdb.Del(context.Background(), f.in, f.out)
+	}
+	return f, nil
+}
+
+// goroutines starts e.slots worker goroutines applying work in this process,
+// and returns what stops them.
+func (f *baselineFleet) goroutines(work func([]byte) []byte) func() {
+	ctx := context.Background()
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
-	for range e.slots {
+	for range f.e.slots {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			baselineWorker(ctx, e.rdb, m, in, out, work, stop)
+			baselineWorker(ctx, f.e.rdb, f.m, f.in, f.out, work, stop)
 		}()
 	}
-	// Stopping the workers is outside the measured work: they are woken
-	// by an empty message each, not left to time out.
-	defer func() {
+	// Stopping the workers is outside the measured work: they are woken by
+	// an empty message each, not left to time out.
+	return func() {
 		close(stop)
-		for range e.slots {
-			e.rdb.LPush(ctx, in, "")
+		for range f.e.slots {
+			f.e.rdb.LPush(ctx, f.in, "")
 		}
 		wg.Wait()
-	}()
+		f.e.rdb.Del(ctx, f.in, f.out)
+	}
+}
 
+// runBaselineProcess serves one baseline until killed, if this process was
+// started as a baseline worker; it reports whether it was.
+func runBaselineProcess() bool {
+	spec := strings.Split(os.Getenv(baselineEnv), "/")
+	if len(spec) != 5 {
+		return false
+	}
+	m, _ := strconv.Atoi(spec[0])
+	c := redis.NewClient(&redis.Options{Addr: os.Getenv(benchAddrEnv), PoolSize: 4 * runtime.GOMAXPROCS(0)})
+	work, ok := works(c, spec[1], spec[4])
+	if !ok || c.Ping(context.Background()).Err() != nil {
+		fmt.Fprintln(os.Stderr, "bench baseline worker: unknown work or no Redis:", spec)
+		os.Exit(1)
+	}
+	fmt.Println("ready")
+	var wg sync.WaitGroup
+	for range runtime.GOMAXPROCS(0) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			baselineWorker(context.Background(), c, mode(m), spec[2], spec[3], work, nil)
+		}()
+	}
+	wg.Wait()
+	return true
+}
+
+// run pushes inputs through the fleet's queue and returns the outputs in
+// input order.
+func (f *baselineFleet) run(inputs [][]byte) ([][]byte, error) {
+	ctx := context.Background()
 	errc := make(chan error, 1)
-	go func() { errc <- produce(ctx, e.rdb, m, in, inputs) }()
+	go func() { errc <- produce(ctx, f.e.rdb, f.m, f.in, inputs) }()
 	results := make([][]byte, len(inputs))
 	got := 0
 	for got < len(inputs) {
-		msgs, err := popMany(ctx, e.rdb, m, out)
+		msgs, err := popMany(ctx, f.e.rdb, f.m, f.out)
 		if err != nil {
 			return nil, err
 		}
 		for _, msg := range msgs {
-			for _, el := range unpack(m, msg) {
+			for _, el := range unpack(f.m, msg) {
 				results[el.idx] = el.data
 				got++
 			}
 		}
 	}
 	return results, <-errc
+}
+
+// baseline runs inputs through a list queue in mode m with worker goroutines
+// in this process applying work (the managers scenario, whose redmap worker
+// runs in this process too).
+func baseline(e *env, m mode, inputs [][]byte, work func([]byte) []byte) ([][]byte, error) {
+	f := &baselineFleet{e: e, m: m}
+	tag := id.New()[:8]
+	f.in, f.out = "bq:"+tag+":in", "bq:"+tag+":out"
+	stop := f.goroutines(work)
+	defer stop()
+	return f.run(inputs)
 }
 
 type element struct {
@@ -118,6 +247,8 @@ func produce(ctx context.Context, rdb *redis.Client, m mode, in string, inputs [
 	return nil
 }
 
+// baselineWorker pops messages from in, applies work and pushes the outputs
+// to out, until stop is closed (never, if nil).
 func baselineWorker(ctx context.Context, rdb *redis.Client, m mode, in, out string, work func([]byte) []byte, stop <-chan struct{}) {
 	for {
 		select {
@@ -217,31 +348,18 @@ func unpack(m mode, msg string) []element {
 }
 
 // latencyBaseline sends n single elements one at a time through a per-task
-// queue and returns each round trip's time.
-func latencyBaseline(e *env, n int, work func([]byte) []byte) ([]time.Duration, error) {
+// queue served by a baseline fleet, and returns each round trip's time.
+func latencyBaseline(e *env, f *baselineFleet, n int) ([]time.Duration, error) {
 	ctx := context.Background()
-	id := id.New()[:8]
-	in, out := "bq:"+id+":in", "bq:"+id+":out"
-	defer e.rdb.Del(ctx, in, out)
-	stop := make(chan struct{})
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		baselineWorker(ctx, e.rdb, perTask, in, out, work, stop)
-	}()
-	defer func() { close(stop); e.rdb.LPush(ctx, in, ""); wg.Wait() }()
 	lat := make([]time.Duration, n)
 	for i := range n {
 		start := time.Now()
-		if err := e.rdb.LPush(ctx, in, pack1(i, []byte{byte(i)})).Err(); err != nil {
+		if err := e.rdb.LPush(ctx, f.in, pack1(i, []byte{byte(i)})).Err(); err != nil {
 			return nil, err
 		}
-		kv, err := e.rdb.BRPop(ctx, 5*time.Second, out).Result()
-		if err != nil {
+		if _, err := e.rdb.BRPop(ctx, 5*time.Second, f.out).Result(); err != nil {
 			return nil, fmt.Errorf("round trip %d: %w", i, err)
 		}
-		_ = kv
 		lat[i] = time.Since(start)
 	}
 	return lat, nil

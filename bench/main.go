@@ -6,8 +6,11 @@
 //	go run ./bench -quick   # small sizes (under a minute)
 //
 // It starts its own redis-server on a free port, or uses REDIS_URL. Workers
-// run in-process (one redmap worker, or the baselines' worker goroutines,
-// with GOMAXPROCS slots); Redis runs as its own process.
+// run as processes of their own, as users run them: redmap's worker, or a
+// baseline's GOMAXPROCS worker goroutines, in this binary started again as a
+// worker (-inprocess runs both in this process instead; the managers and
+// compute scenario's local pool always do). The table gives, per contender, the CPU time
+// Redis, this process (the manager) and the worker processes spent.
 package main
 
 import (
@@ -30,7 +33,7 @@ import (
 )
 
 func main() {
-	if runWorkerProcess() {
+	if runWorkerProcess() || runBaselineProcess() {
 		return
 	}
 	quick := flag.Bool("quick", false, "small sizes: the whole run in a few minutes")
@@ -66,9 +69,10 @@ type env struct {
 	addr     string
 	port     int
 	quick    bool
-	slots    int  // worker slots: GOMAXPROCS
-	inproc   bool // redmap workers in this process (-inprocess)
-	commands bool // -commands: log the redmap contenders' commands
+	slots    int       // worker slots: GOMAXPROCS
+	inproc   bool      // redmap workers in this process (-inprocess)
+	commands bool      // -commands: log the redmap contenders' commands
+	children *children // worker processes alive
 }
 
 // row is one measured contender in one scenario.
@@ -79,6 +83,8 @@ type row struct {
 	p50, p99            time.Duration // latency scenarios only
 	allocs              float64       // heap allocations per element, manager and workers together
 	redisCPU            time.Duration // CPU Redis spent
+	managerCPU          time.Duration // CPU this process spent (with -inprocess, the workers' too)
+	workerCPU           time.Duration // CPU the worker processes spent
 	bytes               int64         // bytes that crossed Redis (in and out), where measured
 	note                string
 	rates               []float64 // with several runs: each run's elements/s
@@ -115,6 +121,7 @@ func merge(runs [][]row) []row {
 	var out []row
 	index := map[string]int{}
 	var p50s, p99s = map[string][]time.Duration{}, map[string][]time.Duration{}
+	mcpu, wcpu := map[string][]time.Duration{}, map[string][]time.Duration{}
 	for _, rows := range runs {
 		for _, r := range rows {
 			k := r.scenario + "\x00" + r.contender
@@ -126,12 +133,14 @@ func merge(runs [][]row) []row {
 			}
 			out[i].rates = append(out[i].rates, float64(r.elements)/r.elapsed.Seconds())
 			out[i].note, out[i].redisCPU, out[i].allocs = r.note, r.redisCPU, r.allocs
+			mcpu[k], wcpu[k] = append(mcpu[k], r.managerCPU), append(wcpu[k], r.workerCPU)
 			if r.p50 > 0 {
 				p50s[k], p99s[k] = append(p50s[k], r.p50), append(p99s[k], r.p99)
 			}
 		}
 	}
 	for k, i := range index {
+		out[i].managerCPU, out[i].workerCPU = medianDur(mcpu[k]), medianDur(wcpu[k])
 		if len(p50s[k]) > 0 {
 			out[i].p50, out[i].p99 = medianDur(p50s[k]), medianDur(p99s[k])
 		}
@@ -146,7 +155,7 @@ func medianDur(ds []time.Duration) time.Duration {
 }
 
 func run(quick bool, only string, runs int, inproc, commands bool) error {
-	e := &env{quick: quick, slots: runtime.GOMAXPROCS(0), inproc: inproc, commands: commands}
+	e := &env{quick: quick, slots: runtime.GOMAXPROCS(0), inproc: inproc, commands: commands, children: &children{}}
 	if url := os.Getenv("REDIS_URL"); url != "" {
 		opts, err := redis.ParseURL(url)
 		if err != nil {
@@ -215,10 +224,11 @@ func (e *env) measure(scenario, contender string, n int, f func() error) (row, e
 	if logged {
 		commandLog{e}.start(n)
 	}
-	cpu0 := e.redisCPUTime()
+	cpu0, self0, kids0 := e.redisCPUTime(), selfCPU(), e.children.cpu()
 	start := time.Now()
 	err := f()
 	elapsed := time.Since(start)
+	self, kids := selfCPU()-self0, workerCPU(kids0, e.children.cpu())
 	if logged && err == nil {
 		err = commandLog{e}.report(scenario, n)
 	}
@@ -226,7 +236,7 @@ func (e *env) measure(scenario, contender string, n int, f func() error) (row, e
 	return row{
 		scenario: scenario, contender: contender, elements: n, elapsed: elapsed,
 		allocs:   float64(after.Mallocs-before.Mallocs) / float64(n),
-		redisCPU: e.redisCPUTime() - cpu0,
+		redisCPU: e.redisCPUTime() - cpu0, managerCPU: self, workerCPU: kids,
 	}, err
 }
 
@@ -279,8 +289,8 @@ func (e *env) redisBenchmark() (row, bool) {
 }
 
 func printTable(rows []row) {
-	fmt.Println("| scenario | contender | elements | elements/s (median) | spread | p50 | p99 | allocs/element | Redis CPU |")
-	fmt.Println("| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+	fmt.Println("| scenario | contender | elements | elements/s (median) | spread | p50 | p99 | allocs/element | Redis CPU | manager CPU | worker CPU |")
+	fmt.Println("| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
 	for _, r := range rows {
 		p50, p99 := "-", "-"
 		if r.p50 > 0 {
@@ -290,8 +300,9 @@ func printTable(rows []row) {
 		if r.scenario == "ceiling" {
 			allocs = "-"
 		}
-		fmt.Printf("| %s | %s | %d | %.0f | %s | %s | %s | %s | %s |\n",
-			r.scenario, r.contender, r.elements, r.rate(), r.spread(), p50, p99, allocs, r.redisCPU.Round(time.Millisecond))
+		fmt.Printf("| %s | %s | %d | %.0f | %s | %s | %s | %s | %s | %s | %s |\n",
+			r.scenario, r.contender, r.elements, r.rate(), r.spread(), p50, p99, allocs, r.redisCPU.Round(time.Millisecond),
+			r.managerCPU.Round(time.Millisecond), r.workerCPU.Round(10*time.Millisecond))
 	}
 	fmt.Println()
 }
@@ -340,6 +351,11 @@ func printSummary(rows []row) {
 			fmt.Printf("%s: redmap %.0f elements/s\n", sc, rm.rate())
 			continue
 		}
-		fmt.Printf("%s: redmap %.0f elements/s = %.2fx %s\n", sc, rm.rate(), rm.rate()/base.rate(), base.contender)
+		fmt.Printf("%s: redmap %.0f elements/s = %.2fx %s", sc, rm.rate(), rm.rate()/base.rate(), base.contender)
+		if rm.managerCPU > 0 && base.managerCPU > 0 && base.workerCPU > 0 { // both with worker processes
+			per := func(r *row) float64 { return float64(r.elements) / r.managerCPU.Seconds() }
+			fmt.Printf("; per second of manager CPU %.0f = %.2fx", per(rm), per(rm)/per(base))
+		}
+		fmt.Println()
 	}
 }

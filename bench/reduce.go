@@ -81,6 +81,7 @@ func (e *env) processFleet(k int) (*manager.Manager, func(), error) {
 	var cmds []*exec.Cmd
 	stop := func() {
 		for _, c := range cmds {
+			e.children.remove(c.Process.Pid)
 			c.Process.Signal(syscall.SIGTERM)
 			c.Wait()
 		}
@@ -99,6 +100,7 @@ func (e *env) processFleet(k int) (*manager.Manager, func(), error) {
 			return nil, nil, err
 		}
 		cmds = append(cmds, cmd)
+		e.children.add(cmd.Process.Pid)
 		line := make([]byte, 64)
 		if n, err := out.Read(line); err != nil || !strings.HasPrefix(string(line[:n]), "worker ") {
 			stop()

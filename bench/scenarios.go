@@ -9,7 +9,6 @@ import (
 	"runtime"
 	"slices"
 	"sort"
-	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -51,6 +50,10 @@ var (
 func squareBytes(b []byte) []byte {
 	x := binary.LittleEndian.Uint64(b)
 	return binary.LittleEndian.AppendUint64(nil, x*x)
+}
+
+func spinBytes(b []byte) []byte {
+	return binary.LittleEndian.AppendUint64(nil, uint64(burn(int(binary.LittleEndian.Uint64(b)))))
 }
 
 func reversed(b []byte) []byte {
@@ -172,13 +175,22 @@ func tinyRun(e *env, name string, n, perTaskN int, opts ...manager.CallOption) (
 			k = min(n, perTaskN)
 		}
 		inputs := intBytes(k)
+		f, err := e.startBaseline(md, "square", "")
+		if err != nil {
+			return nil, err
+		}
+		if _, err := f.run(inputs[:min(k, 50_000)]); err != nil { // warm up, as redmap did
+			f.stop()
+			return nil, err
+		}
 		r, err := e.measure(name, md.String(), k, func() error {
-			out, err := baseline(e, md, inputs, squareBytes)
+			out, err := f.run(inputs)
 			if err == nil && binary.LittleEndian.Uint64(out[k-1]) != uint64((k-1)*(k-1)) {
 				err = fmt.Errorf("%v: wrong results", md)
 			}
 			return err
 		})
+		f.stop()
 		if err != nil {
 			return nil, err
 		}
@@ -214,19 +226,25 @@ func medium(e *env) ([]row, error) {
 	if err != nil {
 		return nil, err
 	}
-	work := func(b []byte) []byte {
-		return binary.LittleEndian.AppendUint64(nil, uint64(burn(int(binary.LittleEndian.Uint64(b)))))
-	}
-	return e.baselines("medium", []row{r}, intBytes(n), work)
+	return e.baselines("medium", []row{r}, intBytes(n), "spin")
 }
 
 // baselines measures the three baselines on inputs and appends their rows.
-func (e *env) baselines(scenario string, rows []row, inputs [][]byte, work func([]byte) []byte) ([]row, error) {
+func (e *env) baselines(scenario string, rows []row, inputs [][]byte, work string) ([]row, error) {
 	for _, md := range []mode{perTask, batched, chunked} {
+		f, err := e.startBaseline(md, work, "")
+		if err != nil {
+			return nil, err
+		}
+		if _, err := f.run(inputs[:min(len(inputs), 50)]); err != nil { // warm up, as redmap did
+			f.stop()
+			return nil, err
+		}
 		r, err := e.measure(scenario, md.String(), len(inputs), func() error {
-			_, err := baseline(e, md, inputs, work)
+			_, err := f.run(inputs)
 			return err
 		})
+		f.stop()
 		if err != nil {
 			return nil, err
 		}
@@ -262,7 +280,7 @@ func large(e *env) ([]row, error) {
 	if err != nil {
 		return nil, err
 	}
-	return e.baselines("large", []row{r}, xs, reversed)
+	return e.baselines("large", []row{r}, xs, "mirror")
 }
 
 // constant: MapWith of a large constant, one element per task; the per-task
@@ -297,27 +315,23 @@ func constant(e *env) ([]row, error) {
 		if md == perTask {
 			k = e.pick(20, 5) // each task moves the whole constant
 		}
-		var once sync.Once
-		var cached []byte
 		key := "bq:const:" + id.New()[:8]
-		work := func(b []byte) []byte {
-			var t []byte
-			if md == perTask {
-				t, _ = e.rdb.Get(ctx, key).Bytes()
-			} else {
-				once.Do(func() { cached, _ = e.rdb.Get(ctx, key).Bytes() })
-				t = cached
-			}
-			x := binary.LittleEndian.Uint64(b)
-			return []byte{t[int(x)%len(t)]}
+		work := "lookup"
+		if md == perTask {
+			work = "lookup-each"
+		}
+		f, err := e.startBaseline(md, work, key)
+		if err != nil {
+			return nil, err
 		}
 		r, err := e.measure("constant", md.String(), k, func() error {
 			if err := e.rdb.Set(ctx, key, tab, 0).Err(); err != nil {
 				return err
 			}
-			_, err := baseline(e, md, intBytes(k), work)
+			_, err := f.run(intBytes(k))
 			return err
 		})
+		f.stop()
 		e.rdb.Del(ctx, key)
 		if err != nil {
 			return nil, err
@@ -356,9 +370,17 @@ func latency(e *env) ([]row, error) {
 	}
 	r.p50, r.p99 = percentiles(lat)
 	var blat []time.Duration
+	f, err := e.startBaseline(perTask, "echo", "")
+	if err != nil {
+		return nil, err
+	}
+	defer f.stop()
+	if _, err := latencyBaseline(e, f, 20); err != nil { // warm up connections
+		return nil, err
+	}
 	b, err := e.measure("latency", "per-task baseline", n, func() error {
 		var err error
-		blat, err = latencyBaseline(e, n, func(b []byte) []byte { return b })
+		blat, err = latencyBaseline(e, f, n)
 		return err
 	})
 	if err != nil {
@@ -447,7 +469,7 @@ func stream(e *env) ([]row, error) {
 		return nil, err
 	}
 	defer srv.Stop()
-	capped := &env{rdb: redis.NewClient(&redis.Options{Addr: srv.Addr()}), addr: srv.Addr(), quick: e.quick, slots: e.slots, inproc: e.inproc}
+	capped := &env{rdb: redis.NewClient(&redis.Options{Addr: srv.Addr()}), addr: srv.Addr(), quick: e.quick, slots: e.slots, inproc: e.inproc, children: e.children}
 	defer capped.rdb.Close()
 	m, stop, err := capped.redmapFleet(square)
 	if err != nil {
