@@ -65,7 +65,7 @@ func works(c *redis.Client, name, key string) (func([]byte) []byte, bool) {
 		var once sync.Once
 		var cached []byte
 		return func(b []byte) []byte {
-			t := cached
+			var t []byte
 			if name == "lookup-each" {
 				t, _ = c.Get(context.Background(), key).Bytes()
 			} else {

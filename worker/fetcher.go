@@ -9,8 +9,9 @@ import (
 )
 
 // fetcher takes tasks from the queue and hands them to the executors: as many
-// per round trip as there are free slots, the worker's private list first,
-// blocking on its bell while there are none. It stops when the worker's
+// per round trip as there are free slots, the worker's private list first;
+// while there are none, it blocks on its bell with the next take pipelined
+// behind the wait (WaitTake), so that a wake-up brings its tasks along. It stops when the worker's
 // context ends or an operator drains it, and then closes jobs.
 type fetcher struct {
 	w      *Worker
@@ -47,7 +48,7 @@ func (f *fetcher) start() {
 		f.w.draining.Store(true)
 		rctx, cancel := context.WithTimeout(f.bg, time.Second)
 		defer cancel()
-		_ = f.w.rdb.Ring(rctx, f.w.opts.ID)
+		_ = f.w.rdb.RingStop(rctx, f.w.opts.ID)
 	})
 	go func() {
 		defer close(f.done)
@@ -75,12 +76,19 @@ func (f *fetcher) fetch() {
 	w, ctx := f.w, f.ctx
 	var bo backoff.Backoff
 	checkAt := time.Now().Add(w.opts.Heartbeat)
+	idle := false // the last take found nothing: wait for the bell first
 	for ctx.Err() == nil {
 		free := f.slots.acquire(ctx)
 		if free == 0 {
 			return
 		}
-		taken, err := w.rdb.Take(ctx, w.opts.ID, free, w.opts.Lease)
+		var taken []rdb.Taken
+		var err error
+		if idle {
+			taken, err = w.rdb.WaitTake(ctx, w.opts.ID, free, w.opts.Lease, w.opts.IdleWait)
+		} else {
+			taken, err = w.rdb.Take(ctx, w.opts.ID, free, w.opts.Lease)
+		}
 		f.slots.release(free - len(taken))
 		if err != nil {
 			if ctx.Err() != nil {
@@ -111,14 +119,7 @@ func (f *fetcher) fetch() {
 			f.giveBackOrphans(ctx)
 			checkAt = time.Now().Add(w.opts.Heartbeat)
 		}
-		if len(taken) == 0 {
-			if _, err := w.rdb.WaitBell(ctx, w.opts.ID, w.opts.IdleWait); err != nil && ctx.Err() == nil {
-				w.failed("wait for work", err)
-				if !bo.Wait(ctx) {
-					return
-				}
-			}
-		}
+		idle = len(taken) == 0
 	}
 }
 

@@ -193,14 +193,76 @@ func (t Taken) Member() string {
 // returns none, the worker is registered idle, and the next submit rings its
 // bell (WaitBell).
 func (r *RDB) Take(ctx context.Context, wid string, n int, lease time.Duration) ([]Taken, error) {
-	ks := append([]string{
-		keys.Private(r.prefix, r.queue, wid), keys.Held(r.prefix, r.queue, wid),
-		keys.Idle(r.prefix, r.queue), keys.Bell(r.prefix, r.queue, wid), keys.Workers(r.prefix, r.queue),
-	}, r.publics...)
+	ks := r.takeKeys(wid)
 	vals, err := takeScript.Run(ctx, r.c, ks, r.base, n, wid, lease.Milliseconds()).Slice()
 	if err != nil {
 		return nil, wrap("take", takeScript, "", err)
 	}
+	return parseTaken(vals)
+}
+
+// WaitTake waits for worker wid's bell, as WaitBell, then takes, as Take, in
+// one round trip: the take follows the wait in one pipeline, so Redis runs it
+// as soon as a submit rings the bell, and its tasks come back with the
+// wake-up. After the timeout the take runs all the same. A wait longer than
+// the client's read timeout allows is made in two round trips instead.
+func (r *RDB) WaitTake(ctx context.Context, wid string, n int, lease, timeout time.Duration) ([]Taken, error) {
+	wait := blocking(timeout)
+	if rt := readTimeout(r.c); rt > 0 && wait > rt/2 {
+		if _, err := r.WaitBell(ctx, wid, timeout); err != nil {
+			return nil, err
+		}
+		return r.Take(ctx, wid, n, lease)
+	}
+	ks := r.takeKeys(wid)
+	var pop *redis.StringSliceCmd
+	var take *redis.Cmd
+	_, _ = r.c.Pipelined(ctx, func(p redis.Pipeliner) error {
+		pop = p.BLPop(ctx, wait, ks[3])
+		take = takeScript.EvalSha(ctx, p, ks, r.base, n, wid, lease.Milliseconds())
+		return nil
+	})
+	if err := pop.Err(); err != nil && !errors.Is(err, redis.Nil) {
+		return nil, wrap("wait", nil, "BLPOP", err)
+	}
+	vals, err := take.Slice()
+	if err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
+		return r.Take(ctx, wid, n, lease) // loads the script
+	}
+	if err != nil {
+		return nil, wrap("take", takeScript, "", err)
+	}
+	return parseTaken(vals)
+}
+
+// readTimeout returns the read timeout of c's connections, or 0 if there is
+// none (or c does not say).
+func readTimeout(c redis.UniversalClient) time.Duration {
+	var rt time.Duration
+	switch c := c.(type) {
+	case *redis.Client:
+		rt = c.Options().ReadTimeout
+	case *redis.ClusterClient:
+		rt = c.Options().ReadTimeout
+	default:
+		return 0
+	}
+	if rt == 0 {
+		return 3 * time.Second // go-redis's default
+	}
+	return max(rt, 0)
+}
+
+// takeKeys returns the KEYS of take.lua for worker wid.
+func (r *RDB) takeKeys(wid string) []string {
+	return append([]string{
+		keys.Private(r.prefix, r.queue, wid), keys.Held(r.prefix, r.queue, wid),
+		keys.Idle(r.prefix, r.queue), keys.Bell(r.prefix, r.queue, wid), keys.Workers(r.prefix, r.queue),
+	}, r.publics...)
+}
+
+// parseTaken reads take.lua's reply.
+func parseTaken(vals []any) ([]Taken, error) {
 	if len(vals)%4 != 0 {
 		return nil, fmt.Errorf("take: script returned %d values, not quadruples", len(vals))
 	}
@@ -236,17 +298,19 @@ func (r *RDB) WaitBell(ctx context.Context, wid string, timeout time.Duration) (
 // each time.
 func blocking(timeout time.Duration) time.Duration { return max(timeout, time.Second) }
 
-// Ring wakes worker wid if it is blocked in WaitBell, as a worker does to
-// itself when it stops.
-func (r *RDB) Ring(ctx context.Context, wid string) error {
-	return r.push(ctx, "ring", keys.Bell(r.prefix, r.queue, wid), "1")
+// RingStop wakes worker wid if it is blocked in WaitBell or WaitTake, as a
+// worker does to itself when it stops, and leaves a "stop" token on its bell
+// that makes take.lua take nothing: a WaitTake whose wait this ring ends
+// takes no task for a worker that is stopping.
+func (r *RDB) RingStop(ctx context.Context, wid string) error {
+	return r.push(ctx, "ring", keys.Bell(r.prefix, r.queue, wid), "stop", "stop")
 }
 
-// push appends v to list key and gives the list a minute to live, so a
+// push appends vs to list key and gives the list a minute to live, so a
 // wake-up nobody pops leaks nothing.
-func (r *RDB) push(ctx context.Context, what, key, v string) error {
+func (r *RDB) push(ctx context.Context, what, key string, vs ...any) error {
 	_, err := r.c.TxPipelined(ctx, func(p redis.Pipeliner) error {
-		p.RPush(ctx, key, v)
+		p.RPush(ctx, key, vs...)
 		p.PExpire(ctx, key, time.Minute)
 		return nil
 	})

@@ -214,6 +214,57 @@ func TestIdleWorkerIsRung(t *testing.T) {
 	}
 }
 
+// WaitTake brings the tasks whose submit rang the bell with the wake-up; a
+// stop ring ends its wait and makes it, and later takes, take nothing.
+func TestWaitTakeBringsTasks(t *testing.T) {
+	f := setup(t)
+	ctx := context.Background()
+	if taken, err := f.r.Take(ctx, "w1", 1, time.Minute); err != nil || len(taken) != 0 {
+		t.Fatalf("take from empty: %v, %v", taken, err)
+	}
+	type reply struct {
+		taken []Taken
+		err   error
+	}
+	got := make(chan reply, 1)
+	go func() {
+		taken, err := f.r.WaitTake(ctx, "w1", 4, time.Minute, 2*time.Second)
+		got <- reply{taken, err}
+	}()
+	ids := f.submit(t, "", 3)
+	r := <-got
+	if r.err != nil || len(r.taken) != 3 || r.taken[0].ID != ids[0] {
+		t.Fatalf("WaitTake after a submit: %+v, %v; want the 3 tasks %v", r.taken, r.err, ids)
+	}
+	if n := f.c.SCard(ctx, keys.Held("rm", f.queue, "w1")).Val(); n != 3 {
+		t.Fatalf("%d tasks held, want 3", n)
+	}
+
+	if taken, err := f.r.Take(ctx, "w1", 1, time.Minute); err != nil || len(taken) != 0 {
+		t.Fatalf("take from empty: %v, %v", taken, err)
+	}
+	go func() {
+		taken, err := f.r.WaitTake(ctx, "w1", 4, time.Minute, 10*time.Second)
+		got <- reply{taken, err}
+	}()
+	redistest.Eventually(t, "WaitTake blocked", func() bool {
+		return strings.Contains(f.c.ClientList(ctx).Val(), "cmd=blpop")
+	})
+	if err := f.r.RingStop(ctx, "w1"); err != nil {
+		t.Fatal(err)
+	}
+	f.submit(t, "", 1) // a task is there, but the worker is stopping
+	if r := <-got; r.err != nil || len(r.taken) != 0 {
+		t.Fatalf("WaitTake ended by a stop ring: %+v, %v; want nothing taken", r.taken, r.err)
+	}
+	if taken, err := f.r.Take(ctx, "w1", 4, time.Minute); err != nil || len(taken) != 0 {
+		t.Fatalf("take after a stop ring: %+v, %v; want nothing", taken, err)
+	}
+	if n := f.c.LLen(ctx, keys.Public("rm", f.queue)).Val(); n != 1 {
+		t.Fatalf("public list holds %d ids, want the 1 left for other workers", n)
+	}
+}
+
 // Scripts run by SHA and are reloaded after SCRIPT FLUSH (NOSCRIPT).
 func TestScriptsSurviveScriptFlush(t *testing.T) {
 	srv := redistest.Start(t)

@@ -13,6 +13,9 @@
 -- a failover, since its last heartbeat) is added back, with a deadline of one
 -- lease from now, in the same step: else, killed before its next heartbeat,
 -- it would hold tasks no reap ever finds.
+-- A worker that is stopping leaves a "stop" token on its bell (RingStop): a
+-- take then takes nothing, as it may run pipelined after the wait that token
+-- ended.
 -- If nothing is taken, the worker joins the idle set (and its stale bell tokens
 -- are cleared) in this same step, so no submit can slip unseen between "found
 -- nothing" and "waiting for the bell".
@@ -78,6 +81,9 @@ local function take(list, mark)
       end
     end
   end
+end
+if redis.call('LPOS', KEYS[4], 'stop') then
+  return out
 end
 if not redis.call('ZSCORE', KEYS[5], wid) then
   redis.call('ZADD', KEYS[5], now() + tonumber(ARGV[4]), wid)
