@@ -1,9 +1,14 @@
 package main
 
 import (
+	"bufio"
 	"context"
 	"fmt"
 	"math"
+	"os"
+	"os/exec"
+	"runtime"
+	"strconv"
 	"sync"
 
 	"github.com/redmap/redmap"
@@ -50,12 +55,8 @@ func countPrimes(s Segment) int {
 // worker process of GOMAXPROCS slots, against a pool of as many goroutines
 // in this process: the ceiling for compute-bound work.
 func compute(e *env) ([]row, error) {
-	const segments = 200
 	n := int64(e.pick(2_000_000_000, 200_000_000))
-	segs := make([]Segment, segments)
-	for i := range segs {
-		segs[i] = Segment{Lo: n * int64(i) / segments, Hi: n * int64(i+1) / segments}
-	}
+	segs := segmentsBelow(n)
 	m, stop, err := e.redmapFleet(sieve, plus)
 	if err != nil {
 		return nil, err
@@ -75,34 +76,104 @@ func compute(e *env) ([]row, error) {
 		return nil, err
 	}
 	l, err := e.measure("compute", "local goroutine pool", segments, func() error {
-		work := make(chan Segment)
-		var mu sync.Mutex
-		var wg sync.WaitGroup
-		for range e.slots {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				for s := range work {
-					c := countPrimes(s)
-					mu.Lock()
-					local += c
-					mu.Unlock()
-				}
-			}()
-		}
-		for _, s := range segs {
-			work <- s
-		}
-		close(work)
-		wg.Wait()
+		local = pool(segs, e.slots)
 		return nil
 	})
 	if err != nil {
 		return nil, err
 	}
-	if viaRedmap != local {
-		return nil, fmt.Errorf("redmap counted %d primes, the local pool %d", viaRedmap, local)
+	// The same pool in a process of its own, started before the clock:
+	// a fresh process has a small heap, as a worker process has, and its
+	// garbage collector runs as often.
+	cmd := exec.Command(os.Args[0])
+	cmd.Env = append(os.Environ(), poolEnv+"="+strconv.FormatInt(n, 10), "GOMAXPROCS="+strconv.Itoa(e.slots))
+	cmd.Stderr = os.Stderr
+	in, _ := cmd.StdinPipe()
+	out, _ := cmd.StdoutPipe()
+	if err := cmd.Start(); err != nil {
+		return nil, err
+	}
+	defer cmd.Wait()
+	lines := bufio.NewScanner(out)
+	if !lines.Scan() || lines.Text() != "ready" {
+		cmd.Process.Kill()
+		return nil, fmt.Errorf("pool process did not start")
+	}
+	e.children.add(cmd.Process.Pid)
+	var own int
+	o, err := e.measure("compute", "local goroutine pool, own process", segments, func() error {
+		fmt.Fprintln(in, "go")
+		if !lines.Scan() {
+			return fmt.Errorf("pool process: no count")
+		}
+		own, err = strconv.Atoi(lines.Text())
+		return err
+	})
+	e.children.remove(cmd.Process.Pid)
+	if err != nil {
+		cmd.Process.Kill()
+		return nil, err
+	}
+	if viaRedmap != local || own != local {
+		return nil, fmt.Errorf("redmap counted %d primes, the local pool %d, in its own process %d", viaRedmap, local, own)
 	}
 	r.note = fmt.Sprintf("%d primes below %d, in %d segments", local, n, segments)
-	return []row{r, l}, nil
+	return []row{r, l, o}, nil
+}
+
+// poolEnv, when set in a bench process's environment, makes it the compute
+// scenario's pool process: it prints "ready", and on a line from stdin counts
+// the primes below the value in the same segments, prints the count and
+// exits.
+const poolEnv = "REDMAP_BENCH_POOL"
+
+// runPoolProcess is the pool process, if this is one; it reports whether it
+// was.
+func runPoolProcess() bool {
+	v := os.Getenv(poolEnv)
+	if v == "" {
+		return false
+	}
+	n, _ := strconv.ParseInt(v, 10, 64)
+	fmt.Println("ready")
+	bufio.NewScanner(os.Stdin).Scan()
+	fmt.Println(pool(segmentsBelow(n), runtime.GOMAXPROCS(0)))
+	return true
+}
+
+const segments = 200
+
+// segmentsBelow cuts [0, n) into segments.
+func segmentsBelow(n int64) []Segment {
+	segs := make([]Segment, segments)
+	for i := range segs {
+		segs[i] = Segment{Lo: n * int64(i) / segments, Hi: n * int64(i+1) / segments}
+	}
+	return segs
+}
+
+// pool counts the primes of segs on k goroutines.
+func pool(segs []Segment, k int) int {
+	work := make(chan Segment)
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	total := 0
+	for range k {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for s := range work {
+				c := countPrimes(s)
+				mu.Lock()
+				total += c
+				mu.Unlock()
+			}
+		}()
+	}
+	for _, s := range segs {
+		work <- s
+	}
+	close(work)
+	wg.Wait()
+	return total
 }
