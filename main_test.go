@@ -1,9 +1,15 @@
 package redmap_test
 
 import (
+	"log/slog"
 	"testing"
 
+	"github.com/redmap/redmap"
 	"github.com/redmap/redmap/internal/redistest"
 )
 
-func TestMain(m *testing.M) { redistest.Main(m) }
+func TestMain(m *testing.M) {
+	// go-redis logs the failed dials of the tests that expect them.
+	redmap.RouteRedisLogs(slog.New(slog.DiscardHandler))
+	redistest.Main(m)
+}

@@ -8,8 +8,10 @@ package redistest
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"net"
 	"os"
 	"os/exec"
@@ -29,6 +31,9 @@ type Server struct {
 	Port int
 	dir  string
 	args []string
+	tls  *tls.Config // the client side of a TLS-only server (StartTLS)
+	// busPort: a Cluster node, whose cluster bus listens on Port+10000
+	busPort bool
 
 	mu     sync.Mutex
 	cmd    *exec.Cmd
@@ -105,7 +110,11 @@ func Start(tb testing.TB, args ...string) *Server {
 	return s
 }
 
-func start(args []string) (*Server, error) {
+func start(args []string) (*Server, error) { return startAs(&Server{args: args}) }
+
+// startAs starts the server proto describes (its args, TLS, bus port) on a
+// free port.
+func startAs(proto *Server) (*Server, error) {
 	bin, err := exec.LookPath("redis-server")
 	if err != nil {
 		return nil, errors.New(missing)
@@ -117,35 +126,62 @@ func start(args []string) (*Server, error) {
 	// A free port can be taken by someone else between our probe and the
 	// server's bind, so try a few.
 	for range 5 {
-		port, err := freePort()
+		port, err := freePort(proto.busPort)
 		if err != nil {
 			return nil, err
 		}
-		s := &Server{Port: port, dir: dir, args: args}
+		s := &Server{Port: port, dir: dir, args: proto.args, tls: proto.tls, busPort: proto.busPort}
 		if err = s.run(bin); err == nil {
 			return s, nil
 		}
 	}
-	log, _ := os.ReadFile(filepath.Join(dir, "redis.log"))
+	logs, _ := filepath.Glob(filepath.Join(dir, "redis*.log"))
+	var log []byte
+	for _, l := range logs {
+		b, _ := os.ReadFile(l)
+		log = append(log, b...)
+	}
 	return nil, fmt.Errorf("redistest: redis-server did not start; its log:\n%s", log)
 }
 
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
+// freePort returns a loopback port nobody listens on; with bus, one below
+// 55000 whose port+10000 is free too (a Cluster node's bus port).
+func freePort(bus bool) (int, error) {
+	if !bus {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return 0, err
+		}
+		defer l.Close()
+		return l.Addr().(*net.TCPAddr).Port, nil
 	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
+	for range 100 {
+		port := 20000 + rand.IntN(35000)
+		a, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(port))
+		if err != nil {
+			continue
+		}
+		b, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(port+10000))
+		a.Close()
+		if err != nil {
+			continue
+		}
+		b.Close()
+		return port, nil
+	}
+	return 0, errors.New("redistest: no free port pair for a Cluster node")
 }
 
 // run starts the process and waits until it answers PING.
 func (s *Server) run(bin string) error {
-	args := append([]string{
-		"--port", strconv.Itoa(s.Port), "--bind", "127.0.0.1",
-		"--save", "", "--appendonly", "no", "--dir", s.dir,
-		"--logfile", filepath.Join(s.dir, "redis.log"),
-	}, s.args...)
+	ports := []string{"--port", strconv.Itoa(s.Port)}
+	if s.tls != nil {
+		ports = []string{"--port", "0", "--tls-port", strconv.Itoa(s.Port)}
+	}
+	args := append(append(ports,
+		"--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", s.dir,
+		"--logfile", filepath.Join(s.dir, fmt.Sprintf("redis-%d.log", s.Port)),
+	), s.args...)
 	cmd := exec.Command(bin, args...)
 	cmd.SysProcAttr = procAttr()
 	if err := cmd.Start(); err != nil {
@@ -153,7 +189,7 @@ func (s *Server) run(bin string) error {
 	}
 	exited := make(chan struct{})
 	go func() { cmd.Wait(); close(exited) }()
-	c := redis.NewClient(&redis.Options{Addr: s.Addr(), MaxRetries: -1})
+	c := redis.NewClient(&redis.Options{Addr: s.Addr(), MaxRetries: -1, TLSConfig: s.tls})
 	defer c.Close()
 	deadline := time.Now().Add(10 * time.Second)
 	for {
@@ -179,13 +215,14 @@ func (s *Server) run(bin string) error {
 // Addr returns "127.0.0.1:<port>".
 func (s *Server) Addr() string { return "127.0.0.1:" + strconv.Itoa(s.Port) }
 
-// URL returns "redis://127.0.0.1:<port>/0".
+// URL returns "redis://127.0.0.1:<port>/0" (for a TLS server, see
+// TLS.URL).
 func (s *Server) URL() string { return "redis://" + s.Addr() + "/0" }
 
 // Client returns a client of the server, closed when tb ends.
 func (s *Server) Client(tb testing.TB) *redis.Client {
 	tb.Helper()
-	c := redis.NewClient(&redis.Options{Addr: s.Addr()})
+	c := redis.NewClient(&redis.Options{Addr: s.Addr(), TLSConfig: s.tls})
 	tb.Cleanup(func() { c.Close() })
 	return c
 }
@@ -213,7 +250,7 @@ func (s *Server) Restart(tb testing.TB) {
 // FlushAll deletes every key on the server.
 func (s *Server) FlushAll(tb testing.TB) {
 	tb.Helper()
-	c := redis.NewClient(&redis.Options{Addr: s.Addr()})
+	c := redis.NewClient(&redis.Options{Addr: s.Addr(), TLSConfig: s.tls})
 	defer c.Close()
 	if err := c.FlushAll(context.Background()).Err(); err != nil {
 		tb.Fatal(err)

@@ -66,7 +66,7 @@ func startSentinel(tb testing.TB, primary int) *Server {
 	}
 	dir := tb.TempDir()
 	for range 5 {
-		port, err := freePort()
+		port, err := freePort(false)
 		if err != nil {
 			tb.Fatal(err)
 		}
