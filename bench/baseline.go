@@ -15,6 +15,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/redmap/redmap"
 	"github.com/redmap/redmap/internal/id"
 )
 
@@ -46,12 +47,12 @@ type baselineFleet struct {
 }
 
 // baselineEnv, when set in a bench process's environment, makes it a baseline
-// worker process: "<mode>/<work>/<in>/<out>", at the address in benchAddrEnv.
+// worker process: "<mode>/<work>/<in>/<out>", on the Redis of benchURLEnv.
 const baselineEnv = "REDMAP_BENCH_BASELINE"
 
 // works are the baselines' work functions by name, for worker processes; key
 // names the constant of the lookup works.
-func works(c *redis.Client, name, key string) (func([]byte) []byte, bool) {
+func works(c redis.UniversalClient, name, key string) (func([]byte) []byte, bool) {
 	switch name {
 	case "square":
 		return squareBytes, true
@@ -91,7 +92,7 @@ func (e *env) startBaseline(m mode, work, key string) (*baselineFleet, error) {
 		return f, nil
 	}
 	cmd := exec.Command(os.Args[0])
-	cmd.Env = append(os.Environ(), benchAddrEnv+"="+e.addr, "GOMAXPROCS="+strconv.Itoa(e.slots),
+	cmd.Env = append(os.Environ(), benchURLEnv+"="+e.url, "GOMAXPROCS="+strconv.Itoa(e.slots),
 		baselineEnv+"="+strings.Join([]string{strconv.Itoa(int(m)), work, f.in, f.out, key}, "/"))
 	cmd.Stderr = os.Stderr
 	out, err := cmd.StdoutPipe()
@@ -150,7 +151,11 @@ func runBaselineProcess() bool {
 		return false
 	}
 	m, _ := strconv.Atoi(spec[0])
-	c := redis.NewClient(&redis.Options{Addr: os.Getenv(benchAddrEnv), PoolSize: 4 * runtime.GOMAXPROCS(0)})
+	c, err := redmap.Connect(os.Getenv(benchURLEnv))
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "bench baseline worker:", err)
+		os.Exit(1)
+	}
 	work, ok := works(c, spec[1], spec[4])
 	if !ok || c.Ping(context.Background()).Err() != nil {
 		fmt.Fprintln(os.Stderr, "bench baseline worker: unknown work or no Redis:", spec)
@@ -211,7 +216,7 @@ type element struct {
 
 // produce pushes the inputs: one LPUSH per element (perTask), or 1,000
 // elements or one chunk per command, ten commands per pipeline.
-func produce(ctx context.Context, rdb *redis.Client, m mode, in string, inputs [][]byte) error {
+func produce(ctx context.Context, rdb redis.UniversalClient, m mode, in string, inputs [][]byte) error {
 	if m == perTask {
 		for i, x := range inputs {
 			if err := rdb.LPush(ctx, in, pack1(i, x)).Err(); err != nil {
@@ -249,7 +254,7 @@ func produce(ctx context.Context, rdb *redis.Client, m mode, in string, inputs [
 
 // baselineWorker pops messages from in, applies work and pushes the outputs
 // to out, until stop is closed (never, if nil).
-func baselineWorker(ctx context.Context, rdb *redis.Client, m mode, in, out string, work func([]byte) []byte, stop <-chan struct{}) {
+func baselineWorker(ctx context.Context, rdb redis.UniversalClient, m mode, in, out string, work func([]byte) []byte, stop <-chan struct{}) {
 	for {
 		select {
 		case <-stop:
@@ -280,7 +285,7 @@ func baselineWorker(ctx context.Context, rdb *redis.Client, m mode, in, out stri
 
 // popMany pops one message, blocking up to a second, or (batched) up to
 // 1,000 at once.
-func popMany(ctx context.Context, rdb *redis.Client, m mode, key string) ([]string, error) {
+func popMany(ctx context.Context, rdb redis.UniversalClient, m mode, key string) ([]string, error) {
 	if m == batched {
 		msgs, err := rdb.RPopCount(ctx, key, chunkLen).Result()
 		if err == nil && len(msgs) > 0 {

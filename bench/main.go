@@ -29,11 +29,12 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/redmap/redmap"
 	"github.com/redmap/redmap/internal/redistest"
 )
 
 func main() {
-	if runWorkerProcess() || runBaselineProcess() {
+	if runWorkerProcess() || runBaselineProcess() || runPoolProcess() {
 		return
 	}
 	quick := flag.Bool("quick", false, "small sizes: the whole run in a few minutes")
@@ -65,14 +66,33 @@ func main() {
 
 // env is what every scenario works with.
 type env struct {
-	rdb      *redis.Client
-	addr     string
+	rdb      redis.UniversalClient
+	url      string // the Redis URL, for the worker processes too
 	port     int
 	quick    bool
 	slots    int       // worker slots: GOMAXPROCS
 	inproc   bool      // redmap workers in this process (-inprocess)
 	commands bool      // -commands: log the redmap contenders' commands
 	children *children // worker processes alive
+}
+
+// connect makes e.rdb a client of e.url, with a pool large enough for the
+// blocking pops of many baseline workers at once.
+func (e *env) connect() error {
+	u := e.url
+	if !strings.Contains(u, "pool_size=") && !strings.HasPrefix(u, "redis-sentinel:") {
+		sep := "?"
+		if strings.Contains(u, "?") {
+			sep = "&"
+		}
+		u += sep + "pool_size=100"
+	}
+	c, err := redmap.Connect(u)
+	if err != nil {
+		return fmt.Errorf("REDIS_URL: %w", err)
+	}
+	e.rdb = c
+	return nil
 }
 
 // row is one measured contender in one scenario.
@@ -156,20 +176,17 @@ func medianDur(ds []time.Duration) time.Duration {
 
 func run(quick bool, only string, runs int, inproc, commands bool) error {
 	e := &env{quick: quick, slots: runtime.GOMAXPROCS(0), inproc: inproc, commands: commands, children: &children{}}
-	if url := os.Getenv("REDIS_URL"); url != "" {
-		opts, err := redis.ParseURL(url)
-		if err != nil {
-			return fmt.Errorf("REDIS_URL: %w", err)
-		}
-		opts.PoolSize = max(opts.PoolSize, 100) // blocking pops of many baseline workers at once
-		e.rdb, e.addr = redis.NewClient(opts), opts.Addr
-	} else {
+	e.url = os.Getenv("REDIS_URL")
+	if e.url == "" {
 		srv, err := redistest.StartServer()
 		if err != nil {
 			return err
 		}
 		defer srv.Stop()
-		e.rdb, e.addr, e.port = redis.NewClient(&redis.Options{Addr: srv.Addr(), PoolSize: 100}), srv.Addr(), srv.Port
+		e.url, e.port = srv.URL(), srv.Port
+	}
+	if err := e.connect(); err != nil {
+		return err
 	}
 	defer e.rdb.Close()
 	if err := e.rdb.Ping(context.Background()).Err(); err != nil {
@@ -332,7 +349,7 @@ func printSummary(rows []row) {
 			case r.contender == "chunked baseline" && sc != "unchunked" && sc != "latency",
 				r.contender == "batched baseline" && sc == "unchunked",
 				r.contender == "per-task baseline" && sc == "latency",
-				r.contender == "local goroutine pool":
+				r.contender == "local goroutine pool, own process":
 				base = r
 			}
 		}
@@ -355,6 +372,11 @@ func printSummary(rows []row) {
 		if rm.managerCPU > 0 && base.managerCPU > 0 && base.workerCPU > 0 { // both with worker processes
 			per := func(r *row) float64 { return float64(r.elements) / r.managerCPU.Seconds() }
 			fmt.Printf("; per second of manager CPU %.0f = %.2fx", per(rm), per(rm)/per(base))
+		}
+		for _, r := range by[sc] {
+			if sc == "compute" && r.contender == "local goroutine pool" {
+				fmt.Printf("; %.2fx the pool in the bench process", rm.rate()/r.rate())
+			}
 		}
 		fmt.Println()
 	}

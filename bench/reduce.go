@@ -17,8 +17,6 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
 	"github.com/redmap/redmap"
 	"github.com/redmap/redmap/internal/id"
 	"github.com/redmap/redmap/manager"
@@ -33,10 +31,10 @@ var (
 )
 
 // workerEnv, when set in a bench process's environment, makes it a worker
-// process of that queue (at the address in benchAddrEnv) instead of a bench.
+// process of that queue (on the Redis of benchURLEnv) instead of a bench.
 const (
-	workerEnv    = "REDMAP_BENCH_WORKER"
-	benchAddrEnv = "REDMAP_BENCH_ADDR"
+	workerEnv   = "REDMAP_BENCH_WORKER"
+	benchURLEnv = "REDMAP_BENCH_REDIS"
 	// workerProfileEnv, if set, makes each worker process write a CPU
 	// profile to <its value>.<pid> (bench -workerprofile).
 	workerProfileEnv = "REDMAP_BENCH_WORKER_PROFILE"
@@ -49,8 +47,11 @@ func runWorkerProcess() bool {
 	if queue == "" {
 		return false
 	}
-	c := redis.NewClient(&redis.Options{Addr: os.Getenv(benchAddrEnv)})
-	w, err := worker.New(c, worker.Options{Queue: queue})
+	c, err := redmap.Connect(os.Getenv(benchURLEnv))
+	var w *worker.Worker
+	if err == nil {
+		w, err = worker.New(c, worker.Options{Queue: queue})
+	}
 	if err == nil {
 		err = w.Handle(square, spin, mirror, lookup, modSquare, plus, sieve)
 	}
@@ -88,7 +89,7 @@ func (e *env) processFleet(k int) (*manager.Manager, func(), error) {
 	}
 	for range k {
 		cmd := exec.Command(os.Args[0])
-		cmd.Env = append(os.Environ(), workerEnv+"="+queue, benchAddrEnv+"="+e.addr, "GOMAXPROCS="+strconv.Itoa(max(1, e.slots/k)))
+		cmd.Env = append(os.Environ(), workerEnv+"="+queue, benchURLEnv+"="+e.url, "GOMAXPROCS="+strconv.Itoa(max(1, e.slots/k)))
 		cmd.Stderr = os.Stderr
 		out, err := cmd.StdoutPipe()
 		if err != nil {

@@ -4,16 +4,14 @@ import (
 	"context"
 	"encoding/binary"
 	"fmt"
-	"github.com/redmap/redmap/internal/id"
 	"regexp"
 	"runtime"
 	"slices"
 	"sort"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
 	"github.com/redmap/redmap"
+	"github.com/redmap/redmap/internal/id"
 	"github.com/redmap/redmap/internal/redistest"
 	"github.com/redmap/redmap/manager"
 	"github.com/redmap/redmap/worker"
@@ -469,7 +467,10 @@ func stream(e *env) ([]row, error) {
 		return nil, err
 	}
 	defer srv.Stop()
-	capped := &env{rdb: redis.NewClient(&redis.Options{Addr: srv.Addr()}), addr: srv.Addr(), quick: e.quick, slots: e.slots, inproc: e.inproc, children: e.children}
+	capped := &env{url: srv.URL(), quick: e.quick, slots: e.slots, inproc: e.inproc, children: e.children}
+	if err := capped.connect(); err != nil {
+		return nil, err
+	}
 	defer capped.rdb.Close()
 	m, stop, err := capped.redmapFleet(square)
 	if err != nil {

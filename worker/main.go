@@ -18,7 +18,6 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
-	"github.com/redis/go-redis/v9"
 
 	"github.com/redmap/redmap"
 )
@@ -75,7 +74,7 @@ func mainWith(args []string, stdout, stderr io.Writer, hs ...redmap.Handler) err
 	// The flag package would print a bad flag's error and the usage, and the
 	// caller would print the error again: it is said once, by the caller.
 	fs.SetOutput(io.Discard)
-	url := fs.String("redis", env("REDIS_URL", "redis://127.0.0.1:6379/0"), "Redis URL, TLS and ACL users included (env REDIS_URL)")
+	url := fs.String("redis", env("REDIS_URL", "redis://127.0.0.1:6379/0"), "Redis URL: one server, a Cluster, Sentinel, TLS, ACL users; see redmap.Connect (env REDIS_URL)")
 	queue := fs.String("queue", env("REDMAP_QUEUE", "default"), "queue to serve (env REDMAP_QUEUE)")
 	id := fs.String("id", env("REDMAP_WORKER_ID", ""), "worker id, default random (env REDMAP_WORKER_ID)")
 	concurrency := fs.Int("concurrency", int(envInt("REDMAP_CONCURRENCY")), "tasks run at once, 0 for GOMAXPROCS (env REDMAP_CONCURRENCY)")
@@ -105,11 +104,10 @@ func mainWith(args []string, stdout, stderr io.Writer, hs ...redmap.Handler) err
 	}
 	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
 	redmap.RouteRedisLogs(log)
-	ropts, err := redis.ParseURL(*url)
+	client, err := redmap.Connect(*url)
 	if err != nil {
 		return fmt.Errorf("worker: -redis: %w", err)
 	}
-	client := redis.NewClient(ropts)
 	defer client.Close()
 	w, err := New(client, Options{Queue: *queue, ID: *id, Concurrency: *concurrency, Prefetch: *prefetch, CacheBytes: *cacheBytes, Logger: log})
 	if err != nil {
@@ -169,7 +167,7 @@ func mainWith(args []string, stdout, stderr io.Writer, hs ...redmap.Handler) err
 	// with one line after a few seconds, rather than a worker that retries
 	// for ever having never served.
 	if err := w.rdb.Preflight(ctx, startBudget, log); err != nil {
-		return fmt.Errorf("worker: cannot serve queue %q with Redis at %s: %w", *queue, redactURL(*url), err)
+		return fmt.Errorf("worker: cannot serve queue %q with Redis at %s: %w", *queue, redmap.RedactURL(*url), err)
 	}
 	fmt.Fprintln(stdout, "worker", w.ID())
 	log.Info("worker started", "id", w.ID(), "queue", *queue, "concurrency", w.opts.Concurrency)
@@ -189,11 +187,3 @@ func handlerNames(hs []redmap.Handler) string {
 
 // startBudget bounds how long worker.Main waits for Redis to answer at start.
 const startBudget = 5 * time.Second
-
-// redactURL returns url without its password, for messages.
-func redactURL(url string) string {
-	if opts, err := redis.ParseURL(url); err == nil {
-		return opts.Addr
-	}
-	return "?"
-}

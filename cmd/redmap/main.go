@@ -31,6 +31,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/redmap/redmap"
 	"github.com/redmap/redmap/internal/rdb"
 )
 
@@ -115,17 +116,15 @@ func run(args []string, out io.Writer) (int, error) {
 		return 2, usageError{fmt.Sprintf("%s takes %d argument(s), got %d", cmd, n, len(operand))}
 	}
 
-	opts, err := redis.ParseURL(*url)
+	client, err := redmap.Connect(*url)
 	if err != nil {
 		return 2, usageError{fmt.Sprintf("-redis: %v", err)}
 	}
-	opts.MaxRetries, opts.DialerRetries = -1, 1
-	client := redis.NewClient(opts)
 	defer client.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	if err := client.Ping(ctx).Err(); err != nil {
-		return 1, fmt.Errorf("cannot reach Redis at %s: %v", opts.Addr, err)
+		return 1, fmt.Errorf("cannot reach Redis at %s: %v", redmap.RedactURL(*url), err)
 	}
 	c.admin = rdb.NewAdmin(client, *prefix)
 	if c.queue != "" {

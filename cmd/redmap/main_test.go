@@ -63,8 +63,14 @@ func TestMain(m *testing.M) {
 // stderr and the exit status.
 func runCLI(t *testing.T, srv *redistest.Server, args ...string) (string, string, int) {
 	t.Helper()
+	return runCLIAt(t, srv.URL(), args...)
+}
+
+// runCLIAt runs the redmap command against the Redis of url.
+func runCLIAt(t *testing.T, url string, args ...string) (string, string, int) {
+	t.Helper()
 	cmd := exec.Command(harness.Build(t, "github.com/redmap/redmap/cmd/redmap"), args...)
-	cmd.Env = append(os.Environ(), "REDIS_URL="+srv.URL())
+	cmd.Env = append(os.Environ(), "REDIS_URL="+url)
 	var out, errb strings.Builder
 	cmd.Stdout, cmd.Stderr = &out, &errb
 	err := cmd.Run()
@@ -80,7 +86,12 @@ func runCLI(t *testing.T, srv *redistest.Server, args ...string) (string, string
 
 func cliJSON(t *testing.T, srv *redistest.Server, v any, args ...string) {
 	t.Helper()
-	out, errs, code := runCLI(t, srv, append(args, "-json")...)
+	cliJSONAt(t, srv.URL(), v, args...)
+}
+
+func cliJSONAt(t *testing.T, url string, v any, args ...string) {
+	t.Helper()
+	out, errs, code := runCLIAt(t, url, append(args, "-json")...)
 	if code != 0 {
 		t.Fatalf("redmap %v: exit %d: %s", args, code, errs)
 	}
@@ -98,7 +109,13 @@ type proc struct {
 
 func startWorker(t *testing.T, srv *redistest.Server, queue string, args ...string) *proc {
 	t.Helper()
-	p := harness.Start(t, harness.Child("worker", []string{"REDIS_URL=" + srv.URL()},
+	return startWorkerAt(t, srv.URL(), queue, args...)
+}
+
+// startWorkerAt starts a worker process on the Redis of url.
+func startWorkerAt(t *testing.T, url, queue string, args ...string) *proc {
+	t.Helper()
+	p := harness.Start(t, harness.Child("worker", []string{"REDIS_URL=" + url},
 		append([]string{"-queue", queue, "-metrics", "127.0.0.1:0"}, args...)...))
 	metrics := p.Expect(t, "metrics ")
 	p.Expect(t, "worker ")
@@ -280,7 +297,7 @@ func TestErrors(t *testing.T) {
 		want string
 	}{
 		{[]string{"status", "-queue", "nope"}, "", 1, `no queue "nope"`},
-		{[]string{"status"}, "redis://127.0.0.1:1/0", 1, "cannot reach Redis at 127.0.0.1:1"},
+		{[]string{"status"}, "redis://127.0.0.1:1/0", 1, "cannot reach Redis at redis://127.0.0.1:1/0"},
 		{[]string{"status", "-bogus"}, "", 2, "flag provided but not defined: -bogus"},
 		{[]string{"frobnicate"}, "", 2, `unknown command "frobnicate"`},
 		{[]string{"drain"}, "", 2, "drain takes 1 argument"},

@@ -20,7 +20,6 @@ import (
 	"strings"
 
 	"github.com/alicebob/miniredis/v2"
-	"github.com/redis/go-redis/v9"
 
 	"github.com/redmap/redmap"
 	"github.com/redmap/redmap/manager"
@@ -77,21 +76,21 @@ func run(cmd string, args []string) error {
 	if err := flags.Parse(args); err != nil {
 		return err
 	}
-	opts := &redis.Options{Addr: "127.0.0.1:6379"}
-	if url := os.Getenv("REDIS_URL"); url != "" {
-		var err error
-		if opts, err = redis.ParseURL(url); err != nil {
-			return fmt.Errorf("REDIS_URL: %w", err)
-		}
-	} else if cmd == "local" {
+	url := os.Getenv("REDIS_URL")
+	if url == "" && cmd == "local" {
 		mr, err := miniredis.Run()
 		if err != nil {
 			return err
 		}
 		defer mr.Close()
-		opts.Addr = mr.Addr()
+		url = "redis://" + mr.Addr()
+	} else if url == "" {
+		url = "redis://127.0.0.1:6379/0"
 	}
-	rdb := redis.NewClient(opts)
+	rdb, err := redmap.Connect(url)
+	if err != nil {
+		return fmt.Errorf("REDIS_URL: %w", err)
+	}
 	defer rdb.Close()
 	if cmd == "local" {
 		w, err := worker.New(rdb, worker.Options{Queue: *queue})

@@ -8,14 +8,13 @@ package main
 import (
 	"context"
 	"fmt"
-	"github.com/redmap/redmap/internal/id"
 	"os"
 	"strings"
 
 	"github.com/alicebob/miniredis/v2"
-	"github.com/redis/go-redis/v9"
 
 	"github.com/redmap/redmap"
+	"github.com/redmap/redmap/internal/id"
 	"github.com/redmap/redmap/manager"
 	"github.com/redmap/redmap/worker"
 )
@@ -34,23 +33,22 @@ func main() {
 }
 
 func run() error {
-	opts := &redis.Options{}
-	if url := os.Getenv("REDIS_URL"); url != "" {
-		var err error
-		if opts, err = redis.ParseURL(url); err != nil {
-			return fmt.Errorf("REDIS_URL: %w", err)
-		}
-		fmt.Println("using Redis at", opts.Addr)
+	url := os.Getenv("REDIS_URL")
+	if url != "" {
+		fmt.Println("using Redis at", redmap.RedactURL(url))
 	} else {
 		mr, err := miniredis.Run()
 		if err != nil {
 			return err
 		}
 		defer mr.Close()
-		opts.Addr = mr.Addr()
+		url = "redis://" + mr.Addr()
 		fmt.Println("using an embedded Redis (miniredis); set REDIS_URL to use a real one")
 	}
-	rdb := redis.NewClient(opts)
+	rdb, err := redmap.Connect(url)
+	if err != nil {
+		return fmt.Errorf("REDIS_URL: %w", err)
+	}
 	defer rdb.Close()
 
 	queue := "quickstart-" + id.New()[:8]

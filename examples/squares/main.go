@@ -24,6 +24,7 @@ import (
 	"github.com/schollz/progressbar/v3"
 	"golang.org/x/term"
 
+	"github.com/redmap/redmap"
 	"github.com/redmap/redmap/examples/squares/tasks"
 	"github.com/redmap/redmap/manager"
 	"github.com/redmap/redmap/worker"
@@ -61,16 +62,16 @@ func usage() {
 	os.Exit(2)
 }
 
-func client() (*redis.Client, error) {
+func client() (redis.UniversalClient, error) {
 	url := os.Getenv("REDIS_URL")
 	if url == "" {
 		url = "redis://127.0.0.1:6379/0"
 	}
-	opts, err := redis.ParseURL(url)
+	c, err := redmap.Connect(url)
 	if err != nil {
 		return nil, fmt.Errorf("REDIS_URL: %w", err)
 	}
-	return redis.NewClient(opts), nil
+	return c, nil
 }
 
 // runWorker is worker.Main's complete worker program: flags (-queue,

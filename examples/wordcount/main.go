@@ -31,8 +31,8 @@ import (
 	"time"
 
 	"github.com/alicebob/miniredis/v2"
-	"github.com/redis/go-redis/v9"
 
+	"github.com/redmap/redmap"
 	"github.com/redmap/redmap/examples/wordcount/count"
 	"github.com/redmap/redmap/manager"
 	"github.com/redmap/redmap/worker"
@@ -112,23 +112,21 @@ func runManager(cmd string, args []string) error {
 // local with REDIS_URL unset, an embedded Redis with a worker in this
 // process).
 func mapReduce(ctx context.Context, cmd, queue string, groups [][]string) (count.Counts, error) {
-	opts := &redis.Options{}
-	if url := os.Getenv("REDIS_URL"); url != "" {
-		var err error
-		if opts, err = redis.ParseURL(url); err != nil {
-			return nil, fmt.Errorf("REDIS_URL: %w", err)
-		}
-	} else if cmd == "local" {
+	url := os.Getenv("REDIS_URL")
+	if url == "" && cmd == "local" {
 		mr, err := miniredis.Run()
 		if err != nil {
 			return nil, err
 		}
 		defer mr.Close()
-		opts.Addr = mr.Addr()
-	} else {
-		opts.Addr = "127.0.0.1:6379"
+		url = "redis://" + mr.Addr()
+	} else if url == "" {
+		url = "redis://127.0.0.1:6379/0"
 	}
-	rdb := redis.NewClient(opts)
+	rdb, err := redmap.Connect(url)
+	if err != nil {
+		return nil, fmt.Errorf("REDIS_URL: %w", err)
+	}
 	defer rdb.Close()
 	if cmd == "local" {
 		w, err := worker.New(rdb, worker.Options{Queue: queue})

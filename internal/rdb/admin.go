@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync"
 
 	"github.com/redis/go-redis/v9"
 
@@ -24,14 +25,14 @@ func NewAdmin(c redis.UniversalClient, prefix string) *Admin { return &Admin{c: 
 // by SCAN (it does not block Redis).
 func (a *Admin) Queues(ctx context.Context) ([]string, error) {
 	seen := map[string]bool{}
-	iter := a.c.Scan(ctx, 0, a.prefix+":{*}:*", 1000).Iterator()
-	for iter.Next(ctx) {
-		k := strings.TrimPrefix(iter.Val(), a.prefix+":{")
+	err := a.scan(ctx, a.prefix+":{*}:*", func(k string) error {
+		k = strings.TrimPrefix(k, a.prefix+":{")
 		if q, _, ok := strings.Cut(k, "}:"); ok {
 			seen[q] = true
 		}
-	}
-	if err := iter.Err(); err != nil {
+		return nil
+	})
+	if err != nil {
 		return nil, fmt.Errorf("scan: %w", err)
 	}
 	qs := make([]string, 0, len(seen))
@@ -104,20 +105,19 @@ type PublishedBatch struct {
 // Batches returns the published progress of running batches of queue.
 func (a *Admin) Batches(ctx context.Context, queue string) ([]PublishedBatch, error) {
 	var out []PublishedBatch
-	iter := a.c.Scan(ctx, 0, keys.Batches(a.prefix, queue, "*"), 1000).Iterator()
-	for iter.Next(ctx) {
-		k := iter.Val()
+	err := a.scan(ctx, keys.Batches(a.prefix, queue, "*"), func(k string) error {
 		mid := strings.TrimSuffix(strings.TrimPrefix(k, keys.Base(a.prefix, queue)+"m:"), ":batches")
 		m, err := a.c.HGetAll(ctx, k).Result()
 		if err != nil {
-			return nil, fmt.Errorf("batches: %w", err)
+			return err
 		}
 		for bid, s := range m {
 			p, err := DecodeProgress(s)
 			out = append(out, PublishedBatch{Queue: queue, Manager: mid, ID: bid, Progress: p, Malformed: err})
 		}
-	}
-	if err := iter.Err(); err != nil {
+		return nil
+	})
+	if err != nil {
 		return nil, fmt.Errorf("batches: %w", err)
 	}
 	return out, nil
@@ -198,12 +198,45 @@ func (a *Admin) lists(ctx context.Context, queue string) ([]string, error) {
 			lists = append(lists, l)
 		}
 	}
-	iter := a.c.Scan(ctx, 0, keys.Private(a.prefix, queue, "*"), 1000).Iterator()
-	for iter.Next(ctx) {
-		lists = append(lists, iter.Val())
-	}
-	if err := iter.Err(); err != nil {
+	err := a.scan(ctx, keys.Private(a.prefix, queue, "*"), func(k string) error {
+		lists = append(lists, k)
+		return nil
+	})
+	if err != nil {
 		return nil, fmt.Errorf("scan: %w", err)
 	}
 	return lists, nil
+}
+
+// scan calls f with each key matching pattern, found by SCAN (which does not
+// block Redis); on a Cluster, on every master, since a SCAN covers only the
+// node it runs on. A key seen twice (SCAN may return one twice) is passed
+// once.
+func (a *Admin) scan(ctx context.Context, pattern string, f func(key string) error) error {
+	seen := map[string]bool{}
+	var mu sync.Mutex
+	one := func(ctx context.Context, c redis.Cmdable) error {
+		iter := c.Scan(ctx, 0, pattern, 1000).Iterator()
+		for iter.Next(ctx) {
+			mu.Lock()
+			k, again := iter.Val(), seen[iter.Val()]
+			seen[k] = true
+			mu.Unlock()
+			if !again {
+				if err := f(k); err != nil {
+					return err
+				}
+			}
+		}
+		return iter.Err()
+	}
+	if cc, ok := a.c.(*redis.ClusterClient); ok {
+		var fmu sync.Mutex // f is not safe for concurrent use
+		return cc.ForEachMaster(ctx, func(ctx context.Context, node *redis.Client) error {
+			fmu.Lock()
+			defer fmu.Unlock()
+			return one(ctx, node)
+		})
+	}
+	return one(ctx, a.c)
 }
