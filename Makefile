@@ -6,7 +6,7 @@ STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 REVIVE      := github.com/mgechev/revive@v1.11.0
 FUZZ_TARGETS := FuzzDecodeTask FuzzDecodeResult FuzzDecodeElements
 
-.PHONY: help test fuzz lint bench demo chaos redis-server
+.PHONY: help test test-cluster fuzz lint bench demo chaos redis-server
 
 help: ## list the targets
 	@awk -F':.*## ' '/^[a-z-]+:.*## /{printf "  %-13s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -14,6 +14,9 @@ help: ## list the targets
 test: redis-server ## go test -race ./..., then each fuzz target for FUZZTIME (5s)
 	$(GO) test -race -count=1 ./...
 	@$(MAKE) --no-print-directory fuzz FUZZTIME=$(FUZZTIME)
+
+test-cluster: redis-server ## the manager, worker and cache suites again, on a local 3-master Redis Cluster
+	REDMAP_TEST_REDIS=cluster $(GO) test -race -count=1 ./manager ./worker ./cache
 
 fuzz: ## run every fuzz target for FUZZTIME (make fuzz FUZZTIME=5m)
 	@for t in $(FUZZ_TARGETS); do \

@@ -6,8 +6,6 @@ import (
 	"fmt"
 	"os"
 
-	"github.com/redis/go-redis/v9"
-
 	"github.com/redmap/redmap"
 	"github.com/redmap/redmap/manager"
 	"github.com/redmap/redmap/worker"
@@ -24,11 +22,10 @@ var Square = redmap.Func("square", func(_ context.Context, x int) (int, error) {
 
 // A handle is registered by a worker and called through a manager.
 func ExampleFunc() {
-	opts, err := redis.ParseURL(os.Getenv("REDIS_URL"))
+	rdb, err := redmap.Connect(os.Getenv("REDIS_URL"))
 	if err != nil {
 		panic(err)
 	}
-	rdb := redis.NewClient(opts)
 	defer rdb.Close()
 
 	w, _ := worker.New(rdb, worker.Options{Queue: "example-func"})

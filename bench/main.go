@@ -369,7 +369,7 @@ func printSummary(rows []row) {
 			continue
 		}
 		fmt.Printf("%s: redmap %.0f elements/s = %.2fx %s", sc, rm.rate(), rm.rate()/base.rate(), base.contender)
-		if rm.managerCPU > 0 && base.managerCPU > 0 && base.workerCPU > 0 { // both with worker processes
+		if rm.managerCPU > 0 && base.managerCPU > 0 && base.workerCPU > 0 && sc != "compute" { // both with worker processes
 			per := func(r *row) float64 { return float64(r.elements) / r.managerCPU.Seconds() }
 			fmt.Printf("; per second of manager CPU %.0f = %.2fx", per(rm), per(rm)/per(base))
 		}

@@ -13,18 +13,21 @@ import (
 
 	"github.com/redmap/redmap"
 	"github.com/redmap/redmap/cache"
+	"github.com/redmap/redmap/internal/harness"
 	"github.com/redmap/redmap/internal/keys"
 	"github.com/redmap/redmap/internal/redistest"
 )
 
 func TestMain(m *testing.M) { redistest.Main(m) }
 
-func setup(t *testing.T, partSize int) (*redis.Client, *cache.Store, string) {
+// setup returns the test's client of the tests' Redis (one server, or the
+// Cluster of make test-cluster), a store under a prefix of its own, and the
+// prefix.
+func setup(t *testing.T, partSize int) (redis.UniversalClient, *cache.Store, string) {
 	t.Helper()
-	t.Parallel()
-	c := redistest.Shared(t).Client(t)
-	prefix := redistest.Queue(t) // a prefix of our own: object keys are not per queue
-	return c, cache.NewStore(c, prefix, partSize), prefix
+	env := harness.Setup(t)
+	prefix := env.Queue // a prefix of our own: object keys are not per queue
+	return env.Client, cache.NewStore(env.Client, prefix, partSize), prefix
 }
 
 func value(n int, seed byte) []byte {
@@ -35,13 +38,9 @@ func value(n int, seed byte) []byte {
 	return b
 }
 
-func objectKeys(t *testing.T, c *redis.Client, prefix string) []string {
+func objectKeys(t *testing.T, c redis.UniversalClient, prefix string) []string {
 	t.Helper()
-	ks, err := c.Keys(context.Background(), prefix+":obj:*").Result()
-	if err != nil {
-		t.Fatal(err)
-	}
-	return ks
+	return (&harness.Env{Client: c}).Keys(t, prefix+":obj:*")
 }
 
 // A value bigger than a part is stored in parts and comes back whole; a
@@ -160,7 +159,7 @@ func TestConcurrentHoldReleaseChurn(t *testing.T) {
 // churn runs 8 goroutines, each with its own store as separate managers
 // would have, each putting, getting and releasing v 100 times. With kept,
 // another holder keeps v throughout, so no release may delete it.
-func churn(t *testing.T, c *redis.Client, prefix string, v []byte, tag string, kept bool) {
+func churn(t *testing.T, c redis.UniversalClient, prefix string, v []byte, tag string, kept bool) {
 	t.Helper()
 	ctx := context.Background()
 	var wg sync.WaitGroup

@@ -65,7 +65,7 @@ func TestACLLeastPrivilege(t *testing.T) {
 	setUser(t, admin, "redmap", readmeRule(t, "pw"))
 	b := faultBundle(t, srv, srv.Addr())
 	b.Client = userClient(t, srv, "redmap", "pw")
-	a, _, m := twoWorkers(t, b, "REDMAP_USER=redmap", "REDMAP_PASSWORD=pw")
+	a, _, m := twoWorkers(t, b, "REDMAP_URL=redis://redmap:pw@"+srv.Addr()+"/0")
 	ctx := testCtx(t)
 
 	if ys, err := manager.Map(ctx, m, square, ints(2000)); err != nil || ys[1999] != 1999*1999 {
@@ -148,7 +148,7 @@ func TestACLRevokedMidBatch(t *testing.T) {
 			setUser(t, admin, "redmap", rule)
 			b := faultBundle(t, srv, srv.Addr())
 			b.Client = userClient(t, srv, "redmap", "pw")
-			a, _, m := twoWorkers(t, b, "REDMAP_USER=redmap", "REDMAP_PASSWORD=pw")
+			a, _, m := twoWorkers(t, b, "REDMAP_URL=redis://redmap:pw@"+srv.Addr()+"/0")
 
 			batch, err := manager.Submit(testCtx(t), m, slowSquare, ints(4000), manager.ChunkSize(1))
 			if err != nil {

@@ -127,9 +127,8 @@ func TestCloseEndsBatches(t *testing.T) {
 	if _, err := manager.Map(testCtx(t), m, square, ints(1)); !errors.Is(err, redmap.ErrClosed) {
 		t.Fatalf("Map after Close: got %v, want ErrClosed", err)
 	}
-	left, err := b.Client.Keys(context.Background(), keys.Base("redmap", b.Queue)+"m:*").Result()
-	if err != nil || len(left) != 0 {
-		t.Fatalf("manager keys after Close: %v, %v", left, err)
+	if left := b.Keys(t, keys.Base("redmap", b.Queue)+"m:*"); len(left) != 0 {
+		t.Fatalf("manager keys after Close: %v", left)
 	}
 }
 

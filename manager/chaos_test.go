@@ -35,7 +35,7 @@ func TestChaos(t *testing.T) {
 	}
 	st := redistest.StartSentinel(t)
 	queue := "chaos"
-	env := append([]string{"REDMAP_SENTINELS=" + strings.Join(st.Addrs(), ","), "REDMAP_QUEUE=" + queue, "REDMAP_CONCURRENCY=4"}, fastLease...)
+	env := append([]string{"REDMAP_URL=redis-sentinel://" + strings.Join(st.Addrs(), ",") + "/0?master=" + redistest.MasterName, "REDMAP_QUEUE=" + queue, "REDMAP_CONCURRENCY=4"}, fastLease...)
 	var mu sync.Mutex
 	var children []*harness.Proc
 	started, stopFleet := superviseWith(t, 4, env, func(c *harness.Proc) {

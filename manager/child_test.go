@@ -7,7 +7,6 @@ import (
 	"os"
 	"os/signal"
 	"strconv"
-	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -18,7 +17,6 @@ import (
 	"github.com/redmap/redmap"
 	"github.com/redmap/redmap/cache"
 	"github.com/redmap/redmap/internal/harness"
-	"github.com/redmap/redmap/internal/redistest"
 	"github.com/redmap/redmap/manager"
 	"github.com/redmap/redmap/worker"
 )
@@ -78,13 +76,13 @@ func runChild() {
 	if role == "" {
 		return
 	}
-	rdb := childClient()
+	rdb, err := childClient()
 	queue := os.Getenv("REDMAP_QUEUE")
-	var err error
-	switch role {
-	case "worker":
+	switch {
+	case err != nil:
+	case role == "worker":
 		err = childWorker(rdb, queue)
-	case "manager":
+	case role == "manager":
 		err = childManager(rdb, queue)
 	default:
 		err = fmt.Errorf("unknown child role %q", role)
@@ -96,21 +94,13 @@ func runChild() {
 	os.Exit(0)
 }
 
-// childClient is the client a child process uses: of the server at
-// REDMAP_ADDR, or through the sentinels at REDMAP_SENTINELS (comma-separated),
-// as REDMAP_USER with REDMAP_PASSWORD if set.
-func childClient() *redis.Client {
-	user, pass := os.Getenv("REDMAP_USER"), os.Getenv("REDMAP_PASSWORD")
-	if s := os.Getenv("REDMAP_SENTINELS"); s != "" {
-		return redis.NewFailoverClient(&redis.FailoverOptions{MasterName: redistest.MasterName,
-			SentinelAddrs: strings.Split(s, ","), Username: user, Password: pass})
-	}
-	return redis.NewClient(&redis.Options{Addr: os.Getenv("REDMAP_ADDR"), Username: user, Password: pass})
-}
+// childClient is the client a child process uses: of the Redis at
+// REDMAP_URL, as a user's program connects (redmap.Connect).
+func childClient() (redis.UniversalClient, error) { return redmap.Connect(os.Getenv("REDMAP_URL")) }
 
 // childWorker serves lookup and square until SIGTERM, then prints its cache
 // counters as "stats <json>".
-func childWorker(rdb *redis.Client, queue string) error {
+func childWorker(rdb redis.UniversalClient, queue string) error {
 	ms := func(env string) time.Duration {
 		n, _ := strconv.Atoi(os.Getenv(env))
 		return time.Duration(n) * time.Millisecond
@@ -160,7 +150,7 @@ func stats(t *testing.T, c *harness.Proc) childStats {
 
 // childManager submits a lookup batch over a constant of REDMAP_CONST_BYTES,
 // prints "submitted", and waits to be killed.
-func childManager(rdb *redis.Client, queue string) error {
+func childManager(rdb redis.UniversalClient, queue string) error {
 	n, _ := strconv.Atoi(os.Getenv("REDMAP_CONST_BYTES"))
 	m, err := manager.New(rdb, manager.Options{Queue: queue, KeyTTL: 3 * time.Second})
 	if err != nil {

@@ -22,11 +22,7 @@ import (
 // hash is h.
 func objectKeys(t *testing.T, b *harness.Env, h string) []string {
 	t.Helper()
-	ks, err := b.Client.Keys(context.Background(), keys.Object("redmap", h)+"*").Result()
-	if err != nil {
-		t.Fatal(err)
-	}
-	return ks
+	return b.Keys(t, keys.Object("redmap", h)+"*")
 }
 
 // Four worker processes run 1,000 tasks over one large constant: each fetches
@@ -39,7 +35,7 @@ func TestConstantFetchedOncePerWorkerProcess(t *testing.T) {
 		mb, _ = strconv.Atoi(s)
 	}
 	tab := table(mb << 20)
-	env := []string{"REDMAP_ADDR=" + b.Srv.Addr(), "REDMAP_QUEUE=" + b.Queue}
+	env := []string{"REDMAP_URL=" + b.URL, "REDMAP_QUEUE=" + b.Queue}
 	var workers []*harness.Proc
 	var ids []string
 	for range 4 {
@@ -149,7 +145,7 @@ func TestConstantSharedByTwoBatches(t *testing.T) {
 func TestKilledManagersConstantExpires(t *testing.T) {
 	b := setup(t)
 	const size = 3 << 20
-	c := startChild(t, "manager", "REDMAP_ADDR="+b.Srv.Addr(), "REDMAP_QUEUE="+b.Queue, "REDMAP_CONST_BYTES="+strconv.Itoa(size))
+	c := startChild(t, "manager", "REDMAP_URL="+b.URL, "REDMAP_QUEUE="+b.Queue, "REDMAP_CONST_BYTES="+strconv.Itoa(size))
 	c.Expect(t, "submitted")
 	h := cache.Sum(mustEncode(t, table(size)))
 	if len(objectKeys(t, b, h)) == 0 {
@@ -162,8 +158,7 @@ func TestKilledManagersConstantExpires(t *testing.T) {
 	t.Logf("constant deleted %v after SIGKILL (KeyTTL 3s)", time.Since(killed).Round(100*time.Millisecond))
 	// Its task set and result list expire too.
 	eventually(t, "task set of a killed manager expired", func() bool {
-		ks, _ := b.Client.Keys(context.Background(), keys.Base("redmap", b.Queue)+"m:*").Result()
-		return len(ks) == 0
+		return len(b.Keys(t, keys.Base("redmap", b.Queue)+"m:*")) == 0
 	})
 }
 
@@ -210,7 +205,7 @@ func TestConstantTamperedOrMissing(t *testing.T) {
 	if n := b.Client.Del(ctx, objectKeys(t, b, h2)...).Val(); n == 0 {
 		t.Fatal("the second constant was not stored")
 	}
-	(&harness.Env{Srv: b.Srv, Client: b.Client, Queue: other}).Worker(t, worker.Options{}, lookup)
+	(&harness.Env{Srv: b.Srv, Client: b.Client, URL: b.URL, Queue: other}).Worker(t, worker.Options{}, lookup)
 	_, err = batch.Wait(ctx)
 	if !errors.As(err, &be) || len(be.Failed) != 3 || !errors.Is(err, redmap.ErrConstantMissing) {
 		t.Fatalf("deleted constant: got %v, want 3 elements failing with ErrConstantMissing", err)

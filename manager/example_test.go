@@ -6,8 +6,6 @@ import (
 	"fmt"
 	"os"
 
-	"github.com/redis/go-redis/v9"
-
 	"github.com/redmap/redmap"
 	"github.com/redmap/redmap/manager"
 	"github.com/redmap/redmap/worker"
@@ -25,11 +23,10 @@ var Half = redmap.Func("half", func(_ context.Context, x int) (int, error) {
 // element that failed.
 func ExampleMap() {
 	ctx := context.Background()
-	opts, err := redis.ParseURL(os.Getenv("REDIS_URL"))
+	rdb, err := redmap.Connect(os.Getenv("REDIS_URL"))
 	if err != nil {
 		panic(err)
 	}
-	rdb := redis.NewClient(opts)
 	defer rdb.Close()
 
 	// The worker side, usually another program on another machine.
@@ -60,11 +57,10 @@ func ExampleMap() {
 // Wait gives them in input order.
 func ExampleSubmit() {
 	ctx := context.Background()
-	opts, err := redis.ParseURL(os.Getenv("REDIS_URL"))
+	rdb, err := redmap.Connect(os.Getenv("REDIS_URL"))
 	if err != nil {
 		panic(err)
 	}
-	rdb := redis.NewClient(opts)
 	defer rdb.Close()
 	w, _ := worker.New(rdb, worker.Options{Queue: "example-submit"})
 	_ = w.Handle(Half)

@@ -22,7 +22,7 @@ import (
 var fastLease = []string{"REDMAP_LEASE_MS=1000", "REDMAP_HEARTBEAT_MS=200"}
 
 func childEnv(b *harness.Env, extra ...string) []string {
-	return append(append([]string{"REDMAP_ADDR=" + b.Srv.Addr(), "REDMAP_QUEUE=" + b.Queue}, fastLease...), extra...)
+	return append(append([]string{"REDMAP_URL=" + b.URL, "REDMAP_QUEUE=" + b.Queue}, fastLease...), extra...)
 }
 
 // exactlyOnce reads every result of a batch as it arrives and checks that
@@ -195,13 +195,12 @@ func TestFaultPrivateWorkerDies(t *testing.T) {
 // managers on the queue are unaffected.
 func TestFaultManagerKilled(t *testing.T) {
 	b := setup(t)
-	c := startChild(t, "manager", "REDMAP_ADDR="+b.Srv.Addr(), "REDMAP_QUEUE="+b.Queue, "REDMAP_CONST_BYTES=1000")
+	c := startChild(t, "manager", "REDMAP_URL="+b.URL, "REDMAP_QUEUE="+b.Queue, "REDMAP_CONST_BYTES=1000")
 	c.Expect(t, "submitted")
 	c.Cmd.Process.Signal(syscall.SIGKILL)
 	<-c.Exited()
 	eventually(t, "the killed manager's keys expired", func() bool {
-		ks, _ := b.Client.Keys(context.Background(), keys.Base("redmap", b.Queue)+"m:*").Result()
-		return len(ks) == 0
+		return len(b.Keys(t, keys.Base("redmap", b.Queue)+"m:*")) == 0
 	})
 
 	// Its three lookup tasks are still queued; a worker drops them unrun.

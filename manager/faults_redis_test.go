@@ -11,6 +11,7 @@ import (
 
 	"github.com/redmap/redmap"
 	"github.com/redmap/redmap/internal/harness"
+	"github.com/redmap/redmap/internal/keys"
 	"github.com/redmap/redmap/internal/redistest"
 	"github.com/redmap/redmap/manager"
 	"github.com/redmap/redmap/worker"
@@ -26,7 +27,7 @@ func faultBundle(t *testing.T, srv *redistest.Server, addr string) *harness.Env 
 	t.Parallel()
 	c := redis.NewClient(&redis.Options{Addr: addr})
 	t.Cleanup(func() { c.Close() })
-	return &harness.Env{Srv: srv, Client: c, Queue: "faults"}
+	return &harness.Env{Srv: srv, Client: c, URL: "redis://" + addr + "/0", Queue: "faults"}
 }
 
 // runThrough submits n slow squares (half of them with a constant), calls
@@ -92,6 +93,31 @@ func TestFaultScriptFlush(t *testing.T) {
 			t.Fatal(err)
 		}
 	})
+}
+
+// clusterBundle is a bundle on a 3-master Cluster of the test's own.
+func clusterBundle(t *testing.T) (*harness.Env, *redistest.Cluster) {
+	t.Helper()
+	t.Parallel()
+	cl := redistest.StartCluster(t, 3)
+	return &harness.Env{Client: cl.Client(t), URL: cl.URL(), Queue: "faults"}, cl
+}
+
+// The master holding the queue's slot restarts empty (it keeps its slots:
+// its cluster config survives, its data does not).
+func TestFaultClusterNodeRestartedEmpty(t *testing.T) {
+	b, cl := clusterBundle(t)
+	node := cl.NodeOf(t, keys.Public("redmap", b.Queue))
+	runThrough(t, b, 3000, func() {
+		node.Kill(t)
+		node.Restart(t)
+	})
+}
+
+// Every master is flushed: the queue, the task sets and the constant go.
+func TestFaultClusterFlushAll(t *testing.T) {
+	b, cl := clusterBundle(t)
+	runThrough(t, b, 3000, func() { cl.FlushAll(t) })
 }
 
 // A proxy between every client and Redis drops every connection, five times

@@ -250,9 +250,8 @@ func TestInputTooLarge(t *testing.T) {
 		t.Fatalf("got %v, want element 2 refused with ErrTooLarge", err)
 	}
 	// Nothing was submitted.
-	n, err := b.Client.Keys(context.Background(), "*{"+b.Queue+"}*").Result()
-	if err != nil || len(n) != 0 {
-		t.Fatalf("keys after a refused submit: %v, %v", n, err)
+	if ks := b.Keys(t, "*{"+b.Queue+"}*"); len(ks) != 0 {
+		t.Fatalf("keys after a refused submit: %v", ks)
 	}
 }
 

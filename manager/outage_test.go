@@ -157,7 +157,7 @@ func TestFaultRestartFromOldSnapshot(t *testing.T) {
 // dumpQueue logs the queue's keys in Redis, for a failed fault test.
 func dumpQueue(t *testing.T, b *harness.Env) {
 	ctx := context.Background()
-	ks, _ := b.Client.Keys(ctx, "redmap:{"+b.Queue+"}:*").Result()
+	ks := b.Keys(t, "redmap:{"+b.Queue+"}:*")
 	for _, k := range ks {
 		typ := b.Client.Type(ctx, k).Val()
 		var desc string

@@ -30,7 +30,7 @@ func startWorkerProc(t *testing.T, url, queue string, args ...string) *harness.P
 // process; on SIGTERM they drain and exit 0.
 func TestWorkerProcesses(t *testing.T) {
 	b := setup(t)
-	url := b.Srv.URL()
+	url := b.URL
 	w1 := startWorkerProc(t, url, b.Queue, "-concurrency", "2")
 	w2 := startWorkerProc(t, url, b.Queue, "-concurrency", "2")
 	m := b.Manager(t, manager.Options{})

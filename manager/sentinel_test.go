@@ -52,7 +52,7 @@ func TestFaultSentinel(t *testing.T) {
 			t.Parallel()
 			st := redistest.StartSentinel(t)
 			b := &harness.Env{Client: st.Client(t), Queue: "sentinel"}
-			env := append([]string{"REDMAP_SENTINELS=" + strings.Join(st.Addrs(), ","), "REDMAP_QUEUE=" + b.Queue}, fastLease...)
+			env := append([]string{"REDMAP_URL=redis-sentinel://" + strings.Join(st.Addrs(), ",") + "/0?master=" + redistest.MasterName, "REDMAP_QUEUE=" + b.Queue}, fastLease...)
 			startChild(t, "worker", env...).Expect(t, "worker ")
 			startChild(t, "worker", env...).Expect(t, "worker ")
 			logs := &logRecorder{}

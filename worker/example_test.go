@@ -6,8 +6,6 @@ import (
 	"os"
 	"strings"
 
-	"github.com/redis/go-redis/v9"
-
 	"github.com/redmap/redmap"
 	"github.com/redmap/redmap/manager"
 	"github.com/redmap/redmap/worker"
@@ -23,11 +21,10 @@ var Upper = redmap.Func("upper", func(_ context.Context, s string) (string, erro
 // finishes what it runs and returns. (A worker program can be one call:
 // worker.Main(os.Args[1:], Upper).)
 func ExampleWorker_Run() {
-	opts, err := redis.ParseURL(os.Getenv("REDIS_URL"))
+	rdb, err := redmap.Connect(os.Getenv("REDIS_URL"))
 	if err != nil {
 		panic(err)
 	}
-	rdb := redis.NewClient(opts)
 	defer rdb.Close()
 
 	w, err := worker.New(rdb, worker.Options{Queue: "example-worker", Concurrency: 4})

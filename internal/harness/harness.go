@@ -8,6 +8,7 @@ package harness
 import (
 	"context"
 	"slices"
+	"sync"
 	"testing"
 
 	"github.com/redis/go-redis/v9"
@@ -18,19 +19,25 @@ import (
 	"github.com/redmap/redmap/worker"
 )
 
-// Env is one test's world: a server, a client of it, and a queue no other
-// test uses.
+// Env is one test's world: a Redis, a client of it, its URL (for
+// processes), and a queue no other test uses.
 type Env struct {
-	Srv    *redistest.Server
-	Client *redis.Client
+	Srv    *redistest.Server // the server, if the Redis is one server
+	Client redis.UniversalClient
+	URL    string
 	Queue  string
 }
 
-// Setup marks t parallel and returns its Env on the package's shared server.
+// Setup marks t parallel and returns its Env on the package's shared Redis:
+// one server, or the shared Cluster if the tests run on one (see
+// redistest.Run).
 func Setup(t testing.TB) *Env {
 	t.Helper()
 	if p, ok := t.(interface{ Parallel() }); ok {
 		p.Parallel()
+	}
+	if cl := redistest.SharedCluster(); cl != nil {
+		return &Env{Client: cl.Client(t), URL: cl.URL(), Queue: redistest.Queue(t)}
 	}
 	return On(t, redistest.Shared(t))
 }
@@ -38,7 +45,35 @@ func Setup(t testing.TB) *Env {
 // On returns t's Env on srv (a server the test started, to break).
 func On(t testing.TB, srv *redistest.Server) *Env {
 	t.Helper()
-	return &Env{Srv: srv, Client: srv.Client(t), Queue: redistest.Queue(t)}
+	return &Env{Srv: srv, Client: srv.Client(t), URL: srv.URL(), Queue: redistest.Queue(t)}
+}
+
+// Keys returns the keys matching pattern: on a Cluster, from every master
+// (a KEYS runs on one node only).
+func (e *Env) Keys(t testing.TB, pattern string) []string {
+	t.Helper()
+	ctx := context.Background()
+	cc, ok := e.Client.(*redis.ClusterClient)
+	if !ok {
+		ks, err := e.Client.Keys(ctx, pattern).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return ks
+	}
+	var mu sync.Mutex
+	var out []string
+	err := cc.ForEachMaster(ctx, func(ctx context.Context, node *redis.Client) error {
+		ks, err := node.Keys(ctx, pattern).Result()
+		mu.Lock()
+		out = append(out, ks...)
+		mu.Unlock()
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
 }
 
 // Manager returns a manager of the Env's queue (opts.Queue is set), closed

@@ -40,7 +40,18 @@ type Server struct {
 	exited chan struct{} // closed when cmd has exited
 }
 
-var shared *Server
+var (
+	shared        *Server
+	sharedCluster *Cluster
+)
+
+// ClusterEnv, set to "cluster", makes Run start a 3-master Cluster that
+// harness.Setup gives every test (make test-cluster); the shared server
+// still serves the tests that ask for one server.
+const ClusterEnv = "REDMAP_TEST_REDIS"
+
+// SharedCluster returns the Cluster Run started, or nil.
+func SharedCluster() *Cluster { return sharedCluster }
 
 // missing is the one line printed when there is no redis-server to run.
 const missing = "redistest: redis-server not found in PATH; install it (Debian: apt-get install -y redis-server) or run `make test`, which installs it when it can"
@@ -64,6 +75,17 @@ func Run(m *testing.M) int {
 	os.Setenv("REDIS_URL", s.URL())
 	defer os.RemoveAll(s.dir)
 	defer s.stop()
+	if os.Getenv(ClusterEnv) == "cluster" {
+		cl, err := startCluster(3)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 1
+		}
+		defer cl.Stop()
+		sharedCluster = cl
+		os.Setenv("REDIS_URL", cl.URL())
+		fmt.Fprintln(os.Stderr, "redistest: the tests' shared Redis is a 3-master Cluster:", cl.URL())
+	}
 	return m.Run()
 }
 
