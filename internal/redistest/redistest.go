@@ -45,7 +45,7 @@ var (
 	sharedCluster *Cluster
 )
 
-// ClusterEnv, set to "cluster", makes Run start a 3-master Cluster that
+// ClusterEnv names the variable that, set to "cluster", makes Run start a 3-master Cluster that
 // harness.Setup gives every test (make test-cluster); the shared server
 // still serves the tests that ask for one server.
 const ClusterEnv = "REDMAP_TEST_REDIS"
