@@ -3,6 +3,7 @@ package manager_test
 import (
 	"context"
 	"errors"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -118,6 +119,38 @@ func TestFaultClusterNodeRestartedEmpty(t *testing.T) {
 func TestFaultClusterFlushAll(t *testing.T) {
 	b, cl := clusterBundle(t)
 	runThrough(t, b, 3000, func() { cl.FlushAll(t) })
+}
+
+// The queue's slot moves to another master in the middle of a batch, one
+// key per MIGRATE, while workers take and finish and the manager submits
+// and collects (clients follow ASK and retry TRYAGAIN): every element exact.
+func TestFaultClusterSlotMigrated(t *testing.T) {
+	b, cl := clusterBundle(t)
+	key := keys.Public("redmap", b.Queue)
+	to := cl.Nodes[0]
+	if cl.NodeOf(t, key) == to {
+		to = cl.Nodes[1]
+	}
+	runThrough(t, b, 3000, func() {
+		// The pause between batches is the point: the slot stays half
+		// moved while the batch runs.
+		moved := cl.MigrateSlot(t, key, to, 1, func(int) { time.Sleep(10 * time.Millisecond) })
+		refused := 0
+		for _, n := range cl.Nodes {
+			info := n.Client(t).Info(context.Background(), "errorstats").Val()
+			for _, kind := range []string{"TRYAGAIN", "ASK"} {
+				if _, rest, ok := strings.Cut(info, "errorstat_"+kind+":count="); ok {
+					c, _, _ := strings.Cut(rest, "\r")
+					k, _ := strconv.Atoi(c)
+					refused += k
+				}
+			}
+		}
+		t.Logf("moved the queue's slot, %d keys, to %s mid-batch; %d calls redirected or refused meanwhile", moved, to.Addr(), refused)
+		if refused == 0 {
+			t.Error("no call met the slot half-moved: the test did not test the migration")
+		}
+	})
 }
 
 // A proxy between every client and Redis drops every connection, five times

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/redmap/redmap"
+	"github.com/redmap/redmap/internal/harness"
 	"github.com/redmap/redmap/internal/keys"
 	"github.com/redmap/redmap/internal/redistest"
 	"github.com/redmap/redmap/manager"
@@ -278,5 +279,28 @@ func TestThroughSentinel(t *testing.T) {
 			t.Fatalf("%s: %d results, %v", fault, seen, err)
 		}
 		t.Logf("%s after 500 results: all 3,000 exact", fault)
+	}
+}
+
+// A worker process that cannot verify the server's certificate, or lacks
+// the client certificate a server requires, exits with one line saying so
+// instead of retrying for ever, having never served.
+func TestWorkerMainTLSFailure(t *testing.T) {
+	t.Parallel()
+	s := redistest.StartTLS(t, true)
+	for _, c := range []struct{ url, want string }{
+		{"rediss://" + s.Addr() + "/0", "certificate signed by unknown authority"},
+		{"rediss://" + s.Addr() + "/0?tls_ca_file=" + s.CA, "certificate required"},
+	} {
+		p := harness.Start(t, harness.Child("worker", []string{"REDIS_URL=" + c.url}, "-queue", redistest.Queue(t)))
+		select {
+		case <-p.Exited():
+		case <-time.After(30 * time.Second):
+			t.Fatalf("worker on %s still running after 30s", c.url)
+		}
+		if p.Err() == nil || !strings.Contains(p.Tail(), c.want) {
+			t.Fatalf("worker on %s: exit %v, stderr:\n%s\nwant an error naming %q", c.url, p.Err(), p.Tail(), c.want)
+		}
+		t.Logf("%s: %s", c.url, p.Tail())
 	}
 }

@@ -179,7 +179,7 @@ func (a *Admin) Purge(ctx context.Context, queue string) (purged, dropped int, e
 	for _, l := range lists[1:] {
 		args = append(args, l)
 	}
-	n, err := purgeScript.Run(ctx, a.c, lists[:1], args...).Int64Slice()
+	n, err := purgeScript.run(ctx, a.c, lists[:1], args...).Int64Slice()
 	if err != nil {
 		return 0, 0, wrap("purge", purgeScript, "", err)
 	}

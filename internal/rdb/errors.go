@@ -71,7 +71,13 @@ func Transient(err error) bool {
 			return true
 		}
 	}
-	return strings.HasPrefix(reply.Error(), "ERR max number of clients")
+	msg := reply.Error()
+	return strings.HasPrefix(msg, "ERR max number of clients") ||
+		// A script's key moved to another node of a Cluster (its slot
+		// migrating): the script's guard key keeps redmap's scripts from
+		// it, this covers any other.
+		strings.Contains(msg, "Script attempted to access a non local key") ||
+		strings.Contains(msg, "Script attempted to execute a command while the cluster is down")
 }
 
 // OutOfMemory reports whether err is Redis refusing a write at maxmemory.

@@ -23,7 +23,7 @@ type Reaped struct {
 // nothing to do when every worker is live.
 func (r *RDB) Reap(ctx context.Context) (Reaped, error) {
 	ks := []string{keys.Workers(r.prefix, r.queue), keys.Public(r.prefix, r.queue), keys.Idle(r.prefix, r.queue)}
-	n, err := reapScript.Run(ctx, r.c, ks, r.base, maxReap).Int64Slice()
+	n, err := reapScript.run(ctx, r.c, ks, r.base, maxReap).Int64Slice()
 	if err != nil {
 		return Reaped{}, wrap("reap", reapScript, "", err)
 	}
@@ -55,7 +55,7 @@ func (r *RDB) GiveBack(ctx context.Context, wid string, members []string) (int, 
 	for _, m := range members {
 		args = append(args, m)
 	}
-	n, err := givebackScript.Run(ctx, r.c, ks, args...).Int()
+	n, err := givebackScript.run(ctx, r.c, ks, args...).Int()
 	if err != nil {
 		return 0, wrap("give back", givebackScript, "", err)
 	}
@@ -70,7 +70,7 @@ func (r *RDB) Unwanted(ctx context.Context, wid string, tids []string) ([]string
 	for _, t := range tids {
 		args = append(args, t)
 	}
-	out, err := unwantedScript.Run(ctx, r.c, []string{keys.Held(r.prefix, r.queue, wid)}, args...).StringSlice()
+	out, err := unwantedScript.run(ctx, r.c, []string{keys.Held(r.prefix, r.queue, wid)}, args...).StringSlice()
 	if err != nil {
 		return nil, wrap("unwanted", unwantedScript, "", err)
 	}
@@ -85,7 +85,7 @@ func (r *RDB) Served(ctx context.Context, fns []string) ([]bool, error) {
 	for _, f := range fns {
 		args = append(args, f)
 	}
-	n, err := servedScript.Run(ctx, r.c, []string{keys.Workers(r.prefix, r.queue)}, args...).Int64Slice()
+	n, err := servedScript.run(ctx, r.c, []string{keys.Workers(r.prefix, r.queue)}, args...).Int64Slice()
 	if err != nil {
 		return nil, wrap("served", servedScript, "", err)
 	}

@@ -32,7 +32,7 @@ func NewObjects(c redis.UniversalClient, prefix string) *Objects {
 // reports false if the object is not there. One script call.
 func (o *Objects) Hold(ctx context.Context, h, holder string, d time.Duration) (bool, error) {
 	ks := []string{keys.Object(o.prefix, h), keys.ObjectHolders(o.prefix, h)}
-	n, err := holdScript.Run(ctx, o.c, ks, holder, d.Milliseconds()).Int()
+	n, err := holdScript.run(ctx, o.c, ks, holder, d.Milliseconds()).Int()
 	if err != nil {
 		return false, wrap("hold object", holdScript, "", err)
 	}
@@ -56,7 +56,7 @@ func (o *Objects) Upload(ctx context.Context, h string, parts [][]byte, size int
 		}
 	}
 	ks := []string{keys.Object(o.prefix, h), keys.ObjectHolders(o.prefix, h)}
-	n, err := holdScript.Run(ctx, o.c, ks, holder, d.Milliseconds(), size, len(parts)).Int()
+	n, err := holdScript.run(ctx, o.c, ks, holder, d.Milliseconds(), size, len(parts)).Int()
 	if err != nil {
 		return false, wrap("commit object", holdScript, "", err)
 	}
@@ -67,7 +67,7 @@ func (o *Objects) Upload(ctx context.Context, h string, parts [][]byte, size int
 // holder is left, atomically. It reports whether the object was deleted.
 func (o *Objects) Release(ctx context.Context, h, holder string) (bool, error) {
 	ks := []string{keys.Object(o.prefix, h), keys.ObjectHolders(o.prefix, h)}
-	n, err := releaseScript.Run(ctx, o.c, ks, holder).Int()
+	n, err := releaseScript.run(ctx, o.c, ks, holder).Int()
 	if err != nil {
 		return false, wrap("release object", releaseScript, "", err)
 	}

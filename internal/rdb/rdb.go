@@ -89,7 +89,7 @@ func (r *RDB) Submit(ctx context.Context, mid, wid string, tasks []Task, ttl tim
 		for _, t := range tasks[:n] {
 			args = append(args, t.ID, t.Payload)
 		}
-		reply, err := submitScript.Run(ctx, r.c, ks, args...).Int64Slice()
+		reply, err := submitScript.run(ctx, r.c, ks, args...).Int64Slice()
 		if err != nil {
 			return count, false, wrap("submit", submitScript, "", err)
 		}
@@ -142,7 +142,7 @@ func (r *RDB) Missing(ctx context.Context, mid string, tids []string) (missing [
 		for i, t := range tids[:n] {
 			args[i] = t
 		}
-		got, err := missingScript.Run(ctx, r.c, ks, args...).Slice()
+		got, err := missingScript.run(ctx, r.c, ks, args...).Slice()
 		if err != nil {
 			return missing, 0, "", wrap("check data", missingScript, "", err)
 		}
@@ -194,7 +194,7 @@ func (t Taken) Member() string {
 // bell (WaitBell).
 func (r *RDB) Take(ctx context.Context, wid string, n int, lease time.Duration) ([]Taken, error) {
 	ks := r.takeKeys(wid)
-	vals, err := takeScript.Run(ctx, r.c, ks, r.base, n, wid, lease.Milliseconds()).Slice()
+	vals, err := takeScript.run(ctx, r.c, ks, r.base, n, wid, lease.Milliseconds()).Slice()
 	if err != nil {
 		return nil, wrap("take", takeScript, "", err)
 	}
@@ -219,7 +219,7 @@ func (r *RDB) WaitTake(ctx context.Context, wid string, n int, lease, timeout ti
 	var take *redis.Cmd
 	_, _ = r.c.Pipelined(ctx, func(p redis.Pipeliner) error {
 		pop = p.BLPop(ctx, wait, ks[3])
-		take = takeScript.EvalSha(ctx, p, ks, r.base, n, wid, lease.Milliseconds())
+		take = takeScript.evalSha(ctx, p, ks, r.base, n, wid, lease.Milliseconds())
 		return nil
 	})
 	if err := pop.Err(); err != nil && !errors.Is(err, redis.Nil) {
@@ -341,7 +341,7 @@ func (r *RDB) Finish(ctx context.Context, wid string, done []Done) (int, error) 
 		for _, d := range done[:n] {
 			args = append(args, d.ID, d.Result)
 		}
-		k, err := finishScript.Run(ctx, r.c, ks, args...).Int()
+		k, err := finishScript.run(ctx, r.c, ks, args...).Int()
 		if err != nil {
 			return delivered, wrap("finish", finishScript, "", err)
 		}
@@ -360,7 +360,7 @@ func (r *RDB) Heartbeat(ctx context.Context, wid string, lease time.Duration, in
 	if info != nil {
 		args = append(args, EncodeWorkerInfo(*info)...)
 	}
-	n, err := heartbeatScript.Run(ctx, r.c, ks, args...).Int64Slice()
+	n, err := heartbeatScript.run(ctx, r.c, ks, args...).Int64Slice()
 	if err != nil {
 		return false, wrap("heartbeat", heartbeatScript, "", err)
 	}
@@ -404,7 +404,7 @@ func (r *RDB) Retire(ctx context.Context, wid string) (Reaped, error) {
 // LiveWorkers returns the ids of the queue's workers whose lease has not
 // expired by the Redis clock.
 func (r *RDB) LiveWorkers(ctx context.Context) ([]string, error) {
-	ids, err := liveScript.Run(ctx, r.c, []string{keys.Workers(r.prefix, r.queue)}).StringSlice()
+	ids, err := liveScript.run(ctx, r.c, []string{keys.Workers(r.prefix, r.queue)}).StringSlice()
 	if err != nil {
 		return nil, wrap("live workers", liveScript, "", err)
 	}
@@ -418,7 +418,7 @@ func (r *RDB) LiveWorkers(ctx context.Context) ([]string, error) {
 // call is retried: a reply lost on the way loses no result, and the manager
 // discards entries it sees twice.
 func (r *RDB) ReadResults(ctx context.Context, mid string, handled int, mark string, max int) ([]string, error) {
-	entries, err := readScript.Run(ctx, r.c, []string{keys.Results(r.prefix, r.queue, mid)}, handled, mark, max).StringSlice()
+	entries, err := readScript.run(ctx, r.c, []string{keys.Results(r.prefix, r.queue, mid)}, handled, mark, max).StringSlice()
 	if err != nil {
 		return nil, wrap("read results", readScript, "", err)
 	}

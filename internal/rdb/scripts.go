@@ -1,6 +1,7 @@
 package rdb
 
 import (
+	"context"
 	"embed"
 	"strings"
 
@@ -42,6 +43,32 @@ func ScriptNames() map[string]string {
 		out[s.Hash()] = s.name
 	}
 	return out
+}
+
+// migrationGuard ends the name of the key every script declares last, after
+// its own KEYS: a key in the slot of the script's first key that never
+// exists. While a Cluster migrates that slot, a command declaring a key the
+// slot's source node lacks is redirected (ASK) and the target refuses
+// several keys some of which it lacks (TRYAGAIN): with the guard, a script
+// is refused before it runs for as long as its slot is moving, never
+// stopped half-way by a key that moved (Redis does not roll back a script's
+// writes). A refused call is transient, and retried.
+const migrationGuard = ":~migration-guard"
+
+// guarded returns ks with the migration guard of ks[0]'s slot appended.
+func guarded(ks []string) []string {
+	return append(ks[:len(ks):len(ks)], ks[0]+migrationGuard)
+}
+
+// run runs the script with ks (and its migration guard) as its KEYS.
+func (s *script) run(ctx context.Context, c redis.Scripter, ks []string, args ...any) *redis.Cmd {
+	return s.Run(ctx, c, guarded(ks), args...)
+}
+
+// evalSha queues the script on a pipeline, by SHA only, with ks (and its
+// migration guard) as its KEYS.
+func (s *script) evalSha(ctx context.Context, c redis.Scripter, ks []string, args ...any) *redis.Cmd {
+	return s.EvalSha(ctx, c, guarded(ks), args...)
 }
 
 // script is a Lua script with its name and source, so that an error raised on

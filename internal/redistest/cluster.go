@@ -152,3 +152,68 @@ func (cl *Cluster) NodeOf(tb testing.TB, key string) *Server {
 	}
 	return cl.Nodes[n-1]
 }
+
+// id returns a node's cluster node id.
+func (s *Server) id(tb testing.TB) string {
+	tb.Helper()
+	c := redis.NewClient(&redis.Options{Addr: s.Addr()})
+	defer c.Close()
+	id, err := c.Do(context.Background(), "CLUSTER", "MYID").Text()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return id
+}
+
+// MigrateSlot moves key's slot from the node that has it to the node to, as
+// redis-cli --cluster reshard does: IMPORTING on to, MIGRATING on the
+// source, MIGRATE of the slot's keys perBatch at a time (calling between(n)
+// after each batch, n the keys moved so far), then SETSLOT NODE on both. It
+// returns the keys moved.
+func (cl *Cluster) MigrateSlot(tb testing.TB, key string, to *Server, perBatch int, between func(moved int)) int {
+	tb.Helper()
+	ctx := context.Background()
+	from := cl.NodeOf(tb, key)
+	src := redis.NewClient(&redis.Options{Addr: from.Addr()})
+	defer src.Close()
+	dst := redis.NewClient(&redis.Options{Addr: to.Addr()})
+	defer dst.Close()
+	slot, err := src.ClusterKeySlot(ctx, key).Result()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	fromID, toID := from.id(tb), to.id(tb)
+	if err := dst.Do(ctx, "CLUSTER", "SETSLOT", slot, "IMPORTING", fromID).Err(); err != nil {
+		tb.Fatalf("SETSLOT IMPORTING: %v", err)
+	}
+	if err := src.Do(ctx, "CLUSTER", "SETSLOT", slot, "MIGRATING", toID).Err(); err != nil {
+		tb.Fatalf("SETSLOT MIGRATING: %v", err)
+	}
+	moved := 0
+	for {
+		ks, err := src.ClusterGetKeysInSlot(ctx, int(slot), perBatch).Result()
+		if err != nil {
+			tb.Fatal(err)
+		}
+		if len(ks) == 0 {
+			break
+		}
+		args := []any{"MIGRATE", "127.0.0.1", to.Port, "", 0, 5000, "KEYS"}
+		for _, k := range ks {
+			args = append(args, k)
+		}
+		if err := src.Do(ctx, args...).Err(); err != nil && err.Error() != "NOKEY" {
+			tb.Fatalf("MIGRATE: %v", err)
+		}
+		moved += len(ks)
+		if between != nil {
+			between(moved)
+		}
+	}
+	for _, c := range []*redis.Client{dst, src} {
+		if err := c.Do(ctx, "CLUSTER", "SETSLOT", slot, "NODE", toID).Err(); err != nil {
+			tb.Fatalf("SETSLOT NODE: %v", err)
+		}
+	}
+	return moved
+}

@@ -1,6 +1,8 @@
 -- prelude.lua: what the scripts share. scripts.go puts it in front of every
 -- script as it embeds it, so that each script reads as its own logic only. It
--- defines names and calls nothing.
+-- defines names and calls nothing. Every script's last key in KEYS is its
+-- migration guard (scripts.go): a key that never exists, which no script
+-- reads or writes.
 
 -- How long a bell's token lives, ms. A sleeper that misses one wakes at the
 -- end of its own wait anyway; the token only has to outlive that wait.
