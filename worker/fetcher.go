@@ -76,18 +76,19 @@ func (f *fetcher) fetch() {
 	w, ctx := f.w, f.ctx
 	var bo backoff.Backoff
 	checkAt := time.Now().Add(w.opts.Heartbeat)
-	idle := false // the last take found nothing: wait for the bell first
+	idle := false // the last take left the queue empty: wait for the bell first
 	for ctx.Err() == nil {
 		free := f.slots.acquire(ctx)
 		if free == 0 {
 			return
 		}
 		var taken []rdb.Taken
+		var drained bool
 		var err error
 		if idle {
-			taken, err = w.rdb.WaitTake(ctx, w.opts.ID, free, w.opts.Lease, w.opts.IdleWait)
+			taken, drained, err = w.rdb.WaitTake(ctx, w.opts.ID, free, w.opts.Lease, w.opts.IdleWait)
 		} else {
-			taken, err = w.rdb.Take(ctx, w.opts.ID, free, w.opts.Lease)
+			taken, drained, err = w.rdb.Take(ctx, w.opts.ID, free, w.opts.Lease)
 		}
 		f.slots.release(free - len(taken))
 		if err != nil {
@@ -119,7 +120,9 @@ func (f *fetcher) fetch() {
 			f.giveBackOrphans(ctx)
 			checkAt = time.Now().Add(w.opts.Heartbeat)
 		}
-		idle = len(taken) == 0
+		// A take that left the queue empty registered the worker idle:
+		// the next one waits for its bell (a take now would find nothing).
+		idle = drained
 	}
 }
 

@@ -192,11 +192,11 @@ func (t Taken) Member() string {
 // (for lease) in it. Tasks no longer wanted are dropped, not returned. When it
 // returns none, the worker is registered idle, and the next submit rings its
 // bell (WaitBell).
-func (r *RDB) Take(ctx context.Context, wid string, n int, lease time.Duration) ([]Taken, error) {
+func (r *RDB) Take(ctx context.Context, wid string, n int, lease time.Duration) (taken []Taken, drained bool, err error) {
 	ks := r.takeKeys(wid)
 	vals, err := takeScript.run(ctx, r.c, ks, r.base, n, wid, lease.Milliseconds()).Slice()
 	if err != nil {
-		return nil, wrap("take", takeScript, "", err)
+		return nil, false, wrap("take", takeScript, "", err)
 	}
 	return parseTaken(vals)
 }
@@ -206,11 +206,11 @@ func (r *RDB) Take(ctx context.Context, wid string, n int, lease time.Duration) 
 // as soon as a submit rings the bell, and its tasks come back with the
 // wake-up. After the timeout the take runs all the same. A wait longer than
 // the client's read timeout allows is made in two round trips instead.
-func (r *RDB) WaitTake(ctx context.Context, wid string, n int, lease, timeout time.Duration) ([]Taken, error) {
+func (r *RDB) WaitTake(ctx context.Context, wid string, n int, lease, timeout time.Duration) (taken []Taken, drained bool, err error) {
 	wait := blocking(timeout)
 	if rt := readTimeout(r.c); rt > 0 && wait > rt/2 {
 		if _, err := r.WaitBell(ctx, wid, timeout); err != nil {
-			return nil, err
+			return nil, false, err
 		}
 		return r.Take(ctx, wid, n, lease)
 	}
@@ -223,14 +223,14 @@ func (r *RDB) WaitTake(ctx context.Context, wid string, n int, lease, timeout ti
 		return nil
 	})
 	if err := pop.Err(); err != nil && !errors.Is(err, redis.Nil) {
-		return nil, wrap("wait", nil, "BLPOP", err)
+		return nil, false, wrap("wait", nil, "BLPOP", err)
 	}
 	vals, err := take.Slice()
 	if err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
 		return r.Take(ctx, wid, n, lease) // loads the script
 	}
 	if err != nil {
-		return nil, wrap("take", takeScript, "", err)
+		return nil, false, wrap("take", takeScript, "", err)
 	}
 	return parseTaken(vals)
 }
@@ -261,23 +261,27 @@ func (r *RDB) takeKeys(wid string) []string {
 	}, r.publics...)
 }
 
-// parseTaken reads take.lua's reply.
-func parseTaken(vals []any) ([]Taken, error) {
-	if len(vals)%4 != 0 {
-		return nil, fmt.Errorf("take: script returned %d values, not quadruples", len(vals))
+// parseTaken reads take.lua's reply: the tasks, and whether the take left
+// every list empty.
+func parseTaken(vals []any) (taken []Taken, drained bool, err error) {
+	if len(vals)%4 == 1 && vals[len(vals)-1] == "drained" {
+		vals, drained = vals[:len(vals)-1], true
 	}
-	taken := make([]Taken, 0, len(vals)/4)
+	if len(vals)%4 != 0 {
+		return nil, false, fmt.Errorf("take: script returned %d values, not quadruples", len(vals))
+	}
+	taken = make([]Taken, 0, len(vals)/4)
 	for i := 0; i < len(vals); i += 4 {
 		id, ok1 := vals[i].(string)
 		attempt, err := strconv.Atoi(fmt.Sprint(vals[i+1]))
 		payload, ok2 := vals[i+2].(string)
 		mark, ok3 := vals[i+3].(string)
 		if !ok1 || err != nil || !ok2 || !ok3 {
-			return nil, fmt.Errorf("take: script returned %T %v %T %T, not a task id, attempt, payload and mark", vals[i], vals[i+1], vals[i+2], vals[i+3])
+			return nil, false, fmt.Errorf("take: script returned %T %v %T %T, not a task id, attempt, payload and mark", vals[i], vals[i+1], vals[i+2], vals[i+3])
 		}
 		taken = append(taken, Taken{ID: id, Attempt: attempt, Payload: []byte(payload), Private: mark == "!"})
 	}
-	return taken, nil
+	return taken, drained, nil
 }
 
 // WaitBell blocks until a submit rings worker wid's bell or timeout passes.

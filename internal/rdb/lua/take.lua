@@ -16,9 +16,11 @@
 -- A worker that is stopping leaves a "stop" token on its bell (RingStop): a
 -- take then takes nothing, as it may run pipelined after the wait that token
 -- ended.
--- If nothing is taken, the worker joins the idle set (and its stale bell tokens
--- are cleared) in this same step, so no submit can slip unseen between "found
--- nothing" and "waiting for the bell".
+-- If the take leaves every list empty (it took fewer than n, and not for a
+-- suspect), the worker joins the idle set (and its stale bell tokens are
+-- cleared) in this same step, so no submit can slip unseen between "found
+-- no more" and "waiting for the bell"; the reply then ends with "drained",
+-- and the worker's next take waits for its bell first.
 -- KEYS[1] private list of the worker   KEYS[2] held set of the worker
 -- KEYS[3] idle set   KEYS[4] bell of the worker
 -- KEYS[5] workers sorted set (wid -> lease deadline, ms)
@@ -26,7 +28,8 @@
 -- ARGV[1] key base "<prefix>:{<queue>}:"   ARGV[2] n, at least 1   ARGV[3] worker id
 -- ARGV[4] the worker's lease, ms
 -- Returns a flat array of quadruples: task id, attempt, payload, and "!" for a
--- task of the private list or "" for the public one.
+-- task of the private list or "" for the public one; then "drained" if the
+-- take left every list empty.
 local base, n, wid = ARGV[1], tonumber(ARGV[2]), ARGV[3]
 local out = {}
 local taken = 0
@@ -92,13 +95,14 @@ take(KEYS[1], '!')
 for i = 6, #KEYS do
   take(KEYS[i], '')
 end
-if taken == 0 then
+for i = 1, #held, CHUNK do
+  redis.call('SADD', KEYS[2], unpack(held, i, math.min(i + CHUNK - 1, #held)))
+end
+if taken < n and not alone then
   redis.call('DEL', KEYS[4])
   redis.call('SADD', KEYS[3], wid)
+  out[#out + 1] = 'drained'
 else
-  for i = 1, #held, CHUNK do
-    redis.call('SADD', KEYS[2], unpack(held, i, math.min(i + CHUNK - 1, #held)))
-  end
   redis.call('SREM', KEYS[3], wid)
 end
 return out
