@@ -2,9 +2,10 @@ package rdb
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
-	"github.com/redmap/redmap/internal/id"
 	"log/slog"
 	"strings"
 	"time"
@@ -13,6 +14,7 @@ import (
 
 	"github.com/redmap/redmap"
 	"github.com/redmap/redmap/internal/backoff"
+	"github.com/redmap/redmap/internal/id"
 	"github.com/redmap/redmap/internal/keys"
 )
 
@@ -166,6 +168,19 @@ func TooOld(version string) bool {
 	return maj < 6 || maj == 6 && min < 2
 }
 
+// badTLS reports whether err is a TLS handshake that failed on a certificate:
+// the client did not trust the server's, or the server wanted one from the
+// client (tls-auth-clients) or refused it.
+func badTLS(err error) bool {
+	var verify *tls.CertificateVerificationError
+	var alert tls.AlertError
+	var unknown x509.UnknownAuthorityError
+	var host x509.HostnameError
+	var invalid x509.CertificateInvalidError
+	return errors.As(err, &verify) || errors.As(err, &alert) || errors.As(err, &unknown) ||
+		errors.As(err, &host) || errors.As(err, &invalid) || strings.Contains(err.Error(), "remote error: tls: ")
+}
+
 // Preflight is what a worker or a manager checks before it serves: that Redis
 // answers (trying again, with backoff, for up to budget: 0 for one try), that
 // it allows every command redmap needs (Probe), that it is recent enough, and
@@ -184,6 +199,9 @@ func (r *RDB) Preflight(ctx context.Context, budget time.Duration, log *slog.Log
 		}
 		if Refused(err) || ctx.Err() != nil {
 			return err
+		}
+		if badTLS(err) { // a certificate does not heal by waiting
+			return fmt.Errorf("TLS with Redis failed: %w", err)
 		}
 		if time.Now().After(deadline) {
 			// go-redis retries a refused dial until the deadline, so the
