@@ -47,7 +47,8 @@ type baselineFleet struct {
 }
 
 // baselineEnv, when set in a bench process's environment, makes it a baseline
-// worker process: "<mode>/<work>/<in>/<out>", on the Redis of benchURLEnv.
+// worker process: "<mode>/<work>/<in>/<out>/<constant key>", on the Redis of
+// benchURLEnv.
 const baselineEnv = "REDMAP_BENCH_BASELINE"
 
 // works are the baselines' work functions by name, for worker processes; key
@@ -113,7 +114,8 @@ func (e *env) startBaseline(m mode, work, key string) (*baselineFleet, error) {
 		e.children.remove(cmd.Process.Pid)
 		cmd.Process.Kill()
 		cmd.Wait()
-		e.rdb.Del(context.Background(), f.in, f.out)
+		e.rdb.Del(context.Background(), f.in)
+		e.rdb.Del(context.Background(), f.out) // one key a call: on a Cluster they are in two slots
 	}
 	return f, nil
 }
@@ -139,7 +141,8 @@ func (f *baselineFleet) goroutines(work func([]byte) []byte) func() {
 			f.e.rdb.LPush(ctx, f.in, "")
 		}
 		wg.Wait()
-		f.e.rdb.Del(ctx, f.in, f.out)
+		f.e.rdb.Del(ctx, f.in)
+		f.e.rdb.Del(ctx, f.out) // one key a call: on a Cluster they are in two slots
 	}
 }
 

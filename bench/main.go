@@ -25,6 +25,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -260,16 +261,41 @@ func (e *env) measure(scenario, contender string, n int, f func() error) (row, e
 var cpuLine = regexp.MustCompile(`used_cpu_(sys|user):([0-9.]+)`)
 
 func (e *env) redisCPUTime() time.Duration {
-	info, err := e.rdb.Info(context.Background(), "cpu").Result()
-	if err != nil {
-		return 0
-	}
 	var total float64
-	for _, m := range cpuLine.FindAllStringSubmatch(info, -1) {
-		v, _ := strconv.ParseFloat(m[2], 64)
-		total += v
+	add := func(c redis.Cmdable) {
+		info, err := c.Info(context.Background(), "cpu").Result()
+		if err != nil {
+			return
+		}
+		for _, m := range cpuLine.FindAllStringSubmatch(info, -1) {
+			v, _ := strconv.ParseFloat(m[2], 64)
+			total += v
+		}
+	}
+	if cc, ok := e.rdb.(*redis.ClusterClient); ok {
+		// Every master's, one at a time (add is not safe for concurrent use).
+		for _, addr := range e.masters(cc) {
+			c := redis.NewClient(&redis.Options{Addr: addr})
+			add(c)
+			c.Close()
+		}
+	} else {
+		add(e.rdb)
 	}
 	return time.Duration(total * float64(time.Second))
+}
+
+// masters returns the addresses of a Cluster's masters.
+func (e *env) masters(cc *redis.ClusterClient) []string {
+	var mu sync.Mutex
+	var addrs []string
+	cc.ForEachMaster(context.Background(), func(_ context.Context, c *redis.Client) error {
+		mu.Lock()
+		addrs = append(addrs, c.Options().Addr)
+		mu.Unlock()
+		return nil
+	})
+	return addrs
 }
 
 func (e *env) redisVersion() string {
