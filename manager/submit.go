@@ -234,6 +234,17 @@ func submit[In, Out any](ctx context.Context, m *Manager, sp spec, els elements[
 	stream := els.seq != nil
 	b := newBatch[Out](m, sp.name, len(els.xs), red, stream)
 	b.worker = co.worker
+	if !stream {
+		// Room for the batch's chunks at the size known now (the feeder may
+		// size them otherwise as it learns the cost): a batch of 100,000
+		// one-element tasks otherwise spends a tenth of its manager's CPU
+		// growing the slice.
+		size := co.chunk
+		if size == 0 {
+			size = m.chunkSize(sp.name, len(els.xs))
+		}
+		b.chunks = make([]chunk, 0, min(len(els.xs)/size+1, 1<<20))
+	}
 	task := codec.Task{Func: sp.name, Sig: sp.sig, Attempts: co.attempts, Timeout: co.timeout.Milliseconds(), Retry: co.retry, Seed: co.seed}
 	if red != nil {
 		task.Reduce, task.ReduceSig = red.Name(), red.Signature()
