@@ -235,15 +235,19 @@ func submit[In, Out any](ctx context.Context, m *Manager, sp spec, els elements[
 	b := newBatch[Out](m, sp.name, len(els.xs), red, stream)
 	b.worker = co.worker
 	if !stream {
-		// Room for the batch's chunks at the size known now (the feeder may
-		// size them otherwise as it learns the cost): a batch of 100,000
-		// one-element tasks otherwise spends a tenth of its manager's CPU
-		// growing the slice.
+		// Room for the batch's chunks (and their completion order) at the
+		// size known now (the feeder may size them otherwise as it learns
+		// the cost): a batch of 100,000 one-element tasks otherwise spends
+		// a tenth of its manager's CPU growing the slices.
 		size := co.chunk
 		if size == 0 {
 			size = m.chunkSize(sp.name, len(els.xs))
 		}
-		b.chunks = make([]chunk, 0, min(len(els.xs)/size+1, 1<<20))
+		room := min(len(els.xs)/size+1, 1<<20)
+		b.chunks = make([]chunk, 0, room)
+		if red == nil {
+			b.order = make([]int, 0, room)
+		}
 	}
 	task := codec.Task{Func: sp.name, Sig: sp.sig, Attempts: co.attempts, Timeout: co.timeout.Milliseconds(), Retry: co.retry, Seed: co.seed}
 	if red != nil {
