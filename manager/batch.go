@@ -51,10 +51,11 @@ type Batch[Out any] struct {
 	acc       Out           // with red: the fold of the partials so far
 	folded    bool          // with red: acc holds a fold
 	errs      map[int]*redmap.TaskError
-	order     []int // indexes of the chunks over, in completion order
-	left      int   // elements without a result yet
-	err       error // why the batch ended early, if it did
-	progress  chan struct{}
+	order     []int         // indexes of the chunks over, in completion order
+	left      int           // elements without a result yet
+	err       error         // why the batch ended early, if it did
+	progress  chan struct{} // closed at the next progress, if watched (see watch)
+	watched   bool          // someone took progress since it was made
 	done      chan struct{}
 
 	// The in-flight window: tasks and payload bytes submitted and not yet
@@ -159,8 +160,7 @@ func (b *Batch[Out]) exhaust(cut error) {
 	ended := b.left == 0
 	if ended {
 		close(b.done)
-		close(b.progress)
-		b.progress = make(chan struct{})
+		b.signal()
 	}
 	b.mu.Unlock()
 	if ended {
@@ -229,7 +229,7 @@ func (b *Batch[Out]) Results() iter.Seq[Result[Out]] {
 				}
 				continue
 			}
-			finished, progress := b.finished(), b.progress
+			finished, progress := b.finished(), b.watch()
 			b.mu.Unlock()
 			if finished {
 				return
@@ -281,7 +281,7 @@ func (b *Batch[Out]) streamed(ordered bool) iter.Seq[Result[Out]] {
 		for {
 			b.mu.Lock()
 			if len(b.ready) == 0 {
-				finished, progress := b.finished(), b.progress
+				finished, progress := b.finished(), b.watch()
 				b.mu.Unlock()
 				if finished {
 					return
@@ -328,8 +328,7 @@ func (b *Batch[Out]) read(n int) {
 	b.unread -= n
 	wake := before > maxUnread/2 && before-n <= maxUnread/2 // the feeder has room again
 	if wake && !b.finished() {
-		close(b.progress)
-		b.progress = make(chan struct{})
+		b.signal()
 	}
 	b.mu.Unlock()
 }
@@ -421,13 +420,30 @@ func (b *Batch[Out]) closeChunk(ci int, record func(c chunk) []Out) {
 	if b.left == 0 && b.exhausted {
 		close(b.done)
 	}
-	close(b.progress)
-	b.progress = make(chan struct{})
+	b.signal()
 	ended := b.left == 0 && b.exhausted
 	b.mu.Unlock()
 	if ended {
 		b.release()
 	}
+}
+
+// watch returns the channel closed at the batch's next progress (a chunk
+// over, a result read, the batch ended); b.mu must be held.
+func (b *Batch[Out]) watch() chan struct{} {
+	b.watched = true
+	return b.progress
+}
+
+// signal wakes whoever watches the batch's progress; b.mu must be held. A
+// new channel is made only if the last one was taken, not once per chunk.
+func (b *Batch[Out]) signal() {
+	if !b.watched {
+		return
+	}
+	close(b.progress)
+	b.progress = make(chan struct{})
+	b.watched = false
 }
 
 // release detaches the batch from its context and releases what it holds;
@@ -584,8 +600,7 @@ func (b *Batch[Out]) abort(err error) {
 	}
 	b.err = err
 	close(b.done)
-	close(b.progress)
-	b.progress = make(chan struct{})
+	b.signal()
 	tids := make([]string, 0, len(b.chunks))
 	for _, c := range b.chunks {
 		if c.tid != "" && !c.over {

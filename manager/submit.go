@@ -492,7 +492,7 @@ func (f *feeder[Out]) run(ctx context.Context) {
 		b.mu.Lock()
 		room := b.inflight <= windowTasks/2 && b.inflightBytes <= windowBytes/2 &&
 			(!b.stream || b.red != nil || b.inflightElems+b.unread <= maxUnread/2)
-		progress, finished, stopped := b.progress, b.finished(), b.stopped
+		progress, finished, stopped := b.watch(), b.finished(), b.stopped
 		b.mu.Unlock()
 		if finished {
 			return
