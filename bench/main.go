@@ -101,12 +101,13 @@ type row struct {
 	scenario, contender string
 	elements            int
 	elapsed             time.Duration
-	p50, p99            time.Duration // latency scenarios only
-	allocs              float64       // heap allocations per element, manager and workers together
-	redisCPU            time.Duration // CPU Redis spent
-	managerCPU          time.Duration // CPU this process spent (with -inprocess, the workers' too)
-	workerCPU           time.Duration // CPU the worker processes spent
-	bytes               int64         // bytes that crossed Redis (in and out), where measured
+	p50, p99            time.Duration   // latency scenarios only
+	allocs              float64         // heap allocations per element, manager and workers together
+	redisCPU            time.Duration   // CPU Redis spent
+	redisCPUs           []time.Duration // on a Cluster, each master's share of it
+	managerCPU          time.Duration   // CPU this process spent (with -inprocess, the workers' too)
+	workerCPU           time.Duration   // CPU the worker processes spent
+	bytes               int64           // bytes that crossed Redis (in and out), where measured
 	note                string
 	rates               []float64 // with several runs: each run's elements/s
 }
@@ -153,7 +154,7 @@ func merge(runs [][]row) []row {
 				out = append(out, r)
 			}
 			out[i].rates = append(out[i].rates, float64(r.elements)/r.elapsed.Seconds())
-			out[i].note, out[i].redisCPU, out[i].allocs = r.note, r.redisCPU, r.allocs
+			out[i].note, out[i].redisCPU, out[i].redisCPUs, out[i].allocs = r.note, r.redisCPU, r.redisCPUs, r.allocs
 			mcpu[k], wcpu[k] = append(mcpu[k], r.managerCPU), append(wcpu[k], r.workerCPU)
 			if r.p50 > 0 {
 				p50s[k], p99s[k] = append(p50s[k], r.p50), append(p99s[k], r.p99)
@@ -242,47 +243,74 @@ func (e *env) measure(scenario, contender string, n int, f func() error) (row, e
 	if logged {
 		commandLog{e}.start(n)
 	}
-	cpu0, self0, kids0 := e.redisCPUTime(), selfCPU(), e.children.cpu()
+	cpu0, self0, kids0 := e.redisCPUTimes(), selfCPU(), e.children.cpu()
 	start := time.Now()
 	err := f()
 	elapsed := time.Since(start)
-	self, kids := selfCPU()-self0, workerCPU(kids0, e.children.cpu())
+	self, kids, cpu1 := selfCPU()-self0, workerCPU(kids0, e.children.cpu()), e.redisCPUTimes()
 	if logged && err == nil {
 		err = commandLog{e}.report(scenario, n)
 	}
 	runtime.ReadMemStats(&after)
 	return row{
 		scenario: scenario, contender: contender, elements: n, elapsed: elapsed,
-		allocs:   float64(after.Mallocs-before.Mallocs) / float64(n),
-		redisCPU: e.redisCPUTime() - cpu0, managerCPU: self, workerCPU: kids,
+		allocs:     float64(after.Mallocs-before.Mallocs) / float64(n),
+		managerCPU: self, workerCPU: kids, redisCPUs: cpuSince(cpu0, cpu1),
+		redisCPU: sum(cpu1) - sum(cpu0),
 	}, err
+}
+
+// cpuSince returns each server's CPU between two readings, or nil for one
+// server (or if the set of masters changed).
+func cpuSince(before, after []time.Duration) []time.Duration {
+	if len(before) < 2 || len(before) != len(after) {
+		return nil
+	}
+	out := make([]time.Duration, len(after))
+	for i := range after {
+		out[i] = after[i] - before[i]
+	}
+	return out
+}
+
+func sum(ds []time.Duration) time.Duration {
+	var t time.Duration
+	for _, d := range ds {
+		t += d
+	}
+	return t
 }
 
 var cpuLine = regexp.MustCompile(`used_cpu_(sys|user):([0-9.]+)`)
 
-func (e *env) redisCPUTime() time.Duration {
-	var total float64
-	add := func(c redis.Cmdable) {
+// redisCPUTimes returns the CPU each Redis server has used: the one server,
+// or a Cluster's masters in address order.
+func (e *env) redisCPUTimes() []time.Duration {
+	of := func(c redis.Cmdable) time.Duration {
 		info, err := c.Info(context.Background(), "cpu").Result()
 		if err != nil {
-			return
+			return 0
 		}
+		var total float64
 		for _, m := range cpuLine.FindAllStringSubmatch(info, -1) {
 			v, _ := strconv.ParseFloat(m[2], 64)
 			total += v
 		}
+		return time.Duration(total * float64(time.Second))
 	}
-	if cc, ok := e.rdb.(*redis.ClusterClient); ok {
-		// Every master's, one at a time (add is not safe for concurrent use).
-		for _, addr := range e.masters(cc) {
-			c := redis.NewClient(&redis.Options{Addr: addr})
-			add(c)
-			c.Close()
-		}
-	} else {
-		add(e.rdb)
+	cc, ok := e.rdb.(*redis.ClusterClient)
+	if !ok {
+		return []time.Duration{of(e.rdb)}
 	}
-	return time.Duration(total * float64(time.Second))
+	addrs := e.masters(cc)
+	slices.Sort(addrs)
+	out := make([]time.Duration, len(addrs))
+	for i, addr := range addrs {
+		c := redis.NewClient(&redis.Options{Addr: addr})
+		out[i] = of(c)
+		c.Close()
+	}
+	return out
 }
 
 // masters returns the addresses of a Cluster's masters.
@@ -344,10 +372,24 @@ func printTable(rows []row) {
 			allocs = "-"
 		}
 		fmt.Printf("| %s | %s | %d | %.0f | %s | %s | %s | %s | %s | %s | %s |\n",
-			r.scenario, r.contender, r.elements, r.rate(), r.spread(), p50, p99, allocs, r.redisCPU.Round(time.Millisecond),
+			r.scenario, r.contender, r.elements, r.rate(), r.spread(), p50, p99, allocs, redisCPU(r),
 			r.managerCPU.Round(time.Millisecond), r.workerCPU.Round(10*time.Millisecond))
 	}
 	fmt.Println()
+}
+
+// redisCPU says what CPU Redis spent for r: on a Cluster, the sum and each
+// master's share (the last run's).
+func redisCPU(r row) string {
+	s := r.redisCPU.Round(time.Millisecond).String()
+	if len(r.redisCPUs) > 1 {
+		parts := make([]string, len(r.redisCPUs))
+		for i, d := range r.redisCPUs {
+			parts[i] = d.Round(time.Millisecond).String()
+		}
+		s += " (" + strings.Join(parts, " / ") + ")"
+	}
+	return s
 }
 
 func fmtDur(d time.Duration) string {
