@@ -25,18 +25,29 @@ func (m *Manager) collect(ctx context.Context) {
 	var (
 		handled int    // entries read last time, to trim off with the next read
 		mark    string // the start of the last of them
+		waited  bool   // they came from a wait (WaitResults), not a read
 		bo      backoff.Backoff
 		tickAt  = time.Now().Add(m.opts.Poll)
 	)
 	for ctx.Err() == nil {
 		started := time.Now()
-		entries, err := m.rdb.ReadResults(ctx, m.id, handled, mark, collectMax)
-		if err == nil && len(entries) == 0 {
-			// Wait for the next entry; it comes with the wait, and the
-			// next read trims it as handled.
-			var first string
-			if first, err = m.rdb.WaitResults(ctx, m.id, m.opts.Poll); first != "" {
-				entries = []string{first}
+		var entries []string
+		var err error
+		if waited {
+			// The last entry came alone, from a wait: the read that trims
+			// it will likely find nothing more, so the next wait goes
+			// behind it in the same round trip.
+			entries, waited, err = m.rdb.ReadThenWait(ctx, m.id, handled, mark, collectMax, m.opts.Poll)
+		} else {
+			entries, err = m.rdb.ReadResults(ctx, m.id, handled, mark, collectMax)
+			if err == nil && len(entries) == 0 {
+				// Wait for the next entry; it comes with the wait, and the
+				// next read trims it as handled.
+				var first string
+				if first, err = m.rdb.WaitResults(ctx, m.id, m.opts.Poll); first != "" {
+					entries = []string{first}
+				}
+				waited = true
 			}
 		}
 		if err != nil {
@@ -45,7 +56,7 @@ func (m *Manager) collect(ctx context.Context) {
 			}
 			// The trim may or may not have been applied: read from the
 			// start again; entries seen twice are dropped as duplicates.
-			handled = 0
+			handled, waited = 0, false
 			m.failed("reading results", started, err)
 			if !bo.Wait(ctx) {
 				return

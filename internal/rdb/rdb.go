@@ -458,6 +458,54 @@ func (r *RDB) WaitResults(ctx context.Context, mid string, timeout time.Duration
 	return e, nil
 }
 
+// ReadThenWait is ReadResults and, behind it in one pipeline, WaitResults:
+// for a collector that expects to find nothing (its last entry came alone,
+// from a wait), one round trip instead of two. If the read returns entries,
+// the wait did not block (the list was not empty) and its entry, the read's
+// first, is ignored; fromWait reports whether the entries came from the
+// wait. A wait longer than the client's read timeout allows is made after
+// the read instead.
+func (r *RDB) ReadThenWait(ctx context.Context, mid string, handled int, mark string, max int, timeout time.Duration) (entries []string, fromWait bool, err error) {
+	wait := blocking(timeout)
+	if rt := readTimeout(r.c); timeout <= 0 || rt > 0 && wait > rt/2 {
+		if entries, err = r.ReadResults(ctx, mid, handled, mark, max); err != nil || len(entries) > 0 || timeout <= 0 {
+			return entries, false, err
+		}
+		first, err := r.WaitResults(ctx, mid, timeout)
+		if first == "" {
+			return nil, true, err
+		}
+		return []string{first}, true, err
+	}
+	l := keys.Results(r.prefix, r.queue, mid)
+	var read *redis.Cmd
+	var move *redis.StringCmd
+	_, _ = r.c.Pipelined(ctx, func(p redis.Pipeliner) error {
+		read = readScript.evalSha(ctx, p, []string{l}, handled, mark, max)
+		move = p.BLMove(ctx, l, l, "LEFT", "LEFT", wait)
+		return nil
+	})
+	entries, err = read.StringSlice()
+	if err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
+		entries, err = r.ReadResults(ctx, mid, handled, mark, max) // loads the script
+		return entries, false, err
+	}
+	if err != nil {
+		return nil, false, wrap("read results", readScript, "", err)
+	}
+	if len(entries) > 0 {
+		return entries, false, nil
+	}
+	first, err := move.Result()
+	if errors.Is(err, redis.Nil) {
+		return nil, true, nil
+	}
+	if err != nil {
+		return nil, true, wrap("wait results", nil, "BLMOVE", err)
+	}
+	return []string{first}, true, nil
+}
+
 // WakeCollector makes manager mid's blocked WaitResults return at once: it
 // pushes a wake entry (EntryWake) onto the result list.
 func (r *RDB) WakeCollector(ctx context.Context, mid string) error {

@@ -276,6 +276,42 @@ func TestWaitTakeBringsTasks(t *testing.T) {
 	}
 }
 
+// ReadThenWait reads what is there, and else waits behind the read in the
+// same round trip; the read trims what was handled, the wait removes nothing.
+func TestReadThenWait(t *testing.T) {
+	f := setup(t)
+	ctx := context.Background()
+	l := keys.Results("rm", f.queue, f.mid)
+	f.c.RPush(ctx, l, "a", "b")
+	entries, fromWait, err := f.r.ReadThenWait(ctx, f.mid, 0, "", 10, time.Second)
+	if err != nil || fromWait || !slices.Equal(entries, []string{"a", "b"}) {
+		t.Fatalf("with entries there: %v, from the wait %v, %v; want a and b from the read", entries, fromWait, err)
+	}
+	type reply struct {
+		entries  []string
+		fromWait bool
+		err      error
+	}
+	got := make(chan reply, 1)
+	go func() {
+		entries, fromWait, err := f.r.ReadThenWait(ctx, f.mid, 2, Mark("b"), 10, 5*time.Second)
+		got <- reply{entries, fromWait, err}
+	}()
+	redistest.Eventually(t, "the handled entries trimmed", func() bool { return f.c.LLen(ctx, l).Val() == 0 })
+	f.c.RPush(ctx, l, "c")
+	r := <-got
+	if r.err != nil || !r.fromWait || !slices.Equal(r.entries, []string{"c"}) {
+		t.Fatalf("after the trim: %v, from the wait %v, %v; want c from the wait", r.entries, r.fromWait, r.err)
+	}
+	if n := f.c.LLen(ctx, l).Val(); n != 1 {
+		t.Fatalf("the wait removed its entry: %d left, want 1", n)
+	}
+	entries, fromWait, err = f.r.ReadThenWait(ctx, f.mid, 1, Mark("c"), 10, time.Second)
+	if err != nil || !fromWait || len(entries) != 0 || f.c.LLen(ctx, l).Val() != 0 {
+		t.Fatalf("nothing more: %v, from the wait %v, %v; want nothing after the wait's timeout, c trimmed", entries, fromWait, err)
+	}
+}
+
 // Scripts run by SHA and are reloaded after SCRIPT FLUSH (NOSCRIPT).
 func TestScriptsSurviveScriptFlush(t *testing.T) {
 	srv := redistest.Start(t)
