@@ -17,6 +17,7 @@ import (
 	"github.com/redmap/redmap"
 	"github.com/redmap/redmap/cache"
 	"github.com/redmap/redmap/internal/harness"
+	"github.com/redmap/redmap/internal/redistest"
 	"github.com/redmap/redmap/manager"
 	"github.com/redmap/redmap/worker"
 )
@@ -152,7 +153,7 @@ func stats(t *testing.T, c *harness.Proc) childStats {
 // prints "submitted", and waits to be killed.
 func childManager(rdb redis.UniversalClient, queue string) error {
 	n, _ := strconv.Atoi(os.Getenv("REDMAP_CONST_BYTES"))
-	m, err := manager.New(rdb, manager.Options{Queue: queue, KeyTTL: 3 * time.Second})
+	m, err := manager.New(rdb, manager.Options{Queue: queue, KeyTTL: 3 * time.Second, Shards: redistest.Shards()})
 	if err != nil {
 		return err
 	}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"runtime"
+	"strconv"
 	"sync"
 	"time"
 
@@ -15,13 +16,13 @@ import (
 	"github.com/redmap/redmap/internal/rdb"
 )
 
-// collect reads the manager's result list until ctx ends and hands each
-// result to the batch waiting for it; between reads it keeps the manager's
-// keys alive and reconciles (see reconcile). If Redis stays unreachable for
-// RedisTimeout, what is outstanding fails with ErrUnavailable; if it refuses
-// the read for good (an ACL, say), at once, with the refusal.
-func (m *Manager) collect(ctx context.Context) {
-	defer close(m.stopped)
+// collect reads the result list of shard s until ctx ends and hands each
+// result to the batch waiting for it; between reads it keeps the shard's
+// keys alive and reconciles (see reconcile). If the shard's Redis stays
+// unreachable for RedisTimeout, what is outstanding there fails with
+// ErrUnavailable; if it refuses the read for good (an ACL, say), everything
+// outstanding fails at once, with the refusal.
+func (m *Manager) collect(ctx context.Context, s *shard) {
 	var (
 		handled int    // entries read last time, to trim off with the next read
 		mark    string // the start of the last of them
@@ -37,14 +38,14 @@ func (m *Manager) collect(ctx context.Context) {
 			// The last entry came alone, from a wait: the read that trims
 			// it will likely find nothing more, so the next wait goes
 			// behind it in the same round trip.
-			entries, waited, err = m.rdb.ReadThenWait(ctx, m.id, handled, mark, collectMax, m.opts.Poll)
+			entries, waited, err = s.rdb.ReadThenWait(ctx, m.id, handled, mark, collectMax, m.opts.Poll)
 		} else {
-			entries, err = m.rdb.ReadResults(ctx, m.id, handled, mark, collectMax)
+			entries, err = s.rdb.ReadResults(ctx, m.id, handled, mark, collectMax)
 			if err == nil && len(entries) == 0 {
 				// Wait for the next entry; it comes with the wait, and the
 				// next read trims it as handled.
 				var first string
-				if first, err = m.rdb.WaitResults(ctx, m.id, m.opts.Poll); first != "" {
+				if first, err = s.rdb.WaitResults(ctx, m.id, m.opts.Poll); first != "" {
 					entries = []string{first}
 				}
 				waited = true
@@ -57,13 +58,13 @@ func (m *Manager) collect(ctx context.Context) {
 			// The trim may or may not have been applied: read from the
 			// start again; entries seen twice are dropped as duplicates.
 			handled, waited = 0, false
-			m.failed("reading results", started, err)
+			m.failed(s, "reading results", started, err)
 			if !bo.Wait(ctx) {
 				return
 			}
 			continue
 		}
-		m.outage.up()
+		s.outage.up()
 		bo.Reset()
 		m.dispatchAll(entries)
 		handled = len(entries)
@@ -71,7 +72,7 @@ func (m *Manager) collect(ctx context.Context) {
 			mark = rdb.Mark(entries[handled-1])
 		}
 		if now := time.Now(); now.After(tickAt) {
-			m.reconcile(ctx)
+			m.reconcile(ctx, s)
 			tickAt = now.Add(m.opts.Poll)
 		}
 	}
@@ -79,40 +80,50 @@ func (m *Manager) collect(ctx context.Context) {
 
 // redisError says what a call to Redis begun at started that failed means
 // for a caller: a *redmap.CommandError if Redis refused it for good,
-// ErrUnavailable if Redis could not be reached (the outage clock starts, at
-// started), ErrRedisFull at maxmemory.
+// ErrUnavailable if Redis could not be reached (the outage clock of shard
+// 0, where queue-wide calls go, starts at started), ErrRedisFull at
+// maxmemory.
 func (m *Manager) redisError(op string, started time.Time, err error) error {
+	return m.shardError(m.shards[0], op, started, err)
+}
+
+// shardError is redisError for a call to shard s.
+func (m *Manager) shardError(s *shard, op string, started time.Time, err error) error {
+	if len(m.shards) > 1 {
+		op += " (shard " + strconv.Itoa(s.i) + ")"
+	}
 	switch {
 	case rdb.Refused(err):
 		return err
 	case rdb.OutOfMemory(err):
 		return fmt.Errorf("%w: %s: %w", redmap.ErrRedisFull, op, err)
 	case rdb.Transient(err):
-		m.outage.down(started)
+		s.outage.down(started)
 		return fmt.Errorf("%w: %s: %w", redmap.ErrUnavailable, op, err)
 	}
 	return fmt.Errorf("manager: %s: %w", op, err)
 }
 
-// failed handles a failed call of the collector's (a read, a renewal, a
-// reap, a check for lost data), so that no outstanding element waits for
+// failed handles a failed call of shard s's collector (a read, a renewal,
+// a reap, a check for lost data), so that no outstanding element waits for
 // ever: a refusal fails every outstanding task at once with the error that
 // names the refused command, since the manager can no longer guarantee
-// their results; an outage fails them once it has lasted RedisTimeout.
-func (m *Manager) failed(op string, started time.Time, err error) {
-	err = m.redisError(op, started, err)
+// their results; an outage fails the shard's once it has lasted
+// RedisTimeout.
+func (m *Manager) failed(s *shard, op string, started time.Time, err error) {
+	err = m.shardError(s, op, started, err)
 	var ce *redmap.CommandError
 	switch {
 	case errors.As(err, &ce):
 		m.log.Error("Redis refused a command the manager needs; failing its outstanding tasks", "op", op, "err", err)
 		m.failAll(err)
 	case errors.Is(err, redmap.ErrUnavailable):
-		down := m.outage.length()
+		down := s.outage.length()
 		if down < m.opts.RedisTimeout {
 			m.log.Warn("Redis unreachable; retrying", "op", op, "err", err, "for", down.Round(time.Millisecond))
 			return
 		}
-		if n := m.failAll(fmt.Errorf("%w (for %v, RedisTimeout %v)", err, down.Round(time.Second), m.opts.RedisTimeout)); n > 0 {
+		if n := m.failShard(s, fmt.Errorf("%w (for %v, RedisTimeout %v)", err, down.Round(time.Second), m.opts.RedisTimeout)); n > 0 {
 			m.log.Error("Redis unreachable for RedisTimeout; outstanding tasks failed", "op", op, "tasks", n, "err", err)
 		}
 	default:
@@ -120,48 +131,57 @@ func (m *Manager) failed(op string, started time.Time, err error) {
 	}
 }
 
-// reconcile runs once per Poll while the collector is healthy. It renews the
-// manager's keys and its batches' holds every KeyTTL/3; reaps workers whose
-// lease expired, so their tasks run again (workers reap too: whoever notices
-// first); asks which running batches some live worker serves (checkServed);
-// and checks, with one HMGET, that Redis still has every task the
-// manager submitted (see recover).
-func (m *Manager) reconcile(ctx context.Context) {
+// reconcile runs once per Poll for shard s while its collector is healthy.
+// It renews the manager's keys there every KeyTTL/3; reaps workers whose
+// lease expired, so their tasks run again (workers reap too: whoever
+// notices first); and checks, with one HMGET, that Redis still has every
+// task the manager submitted there (see recover). Shard 0's collector also
+// does what is queue-wide: renews the batches' holds of constants, asks
+// which running batches some live worker serves (checkServed), publishes
+// progress, and tells workers the shard count.
+func (m *Manager) reconcile(ctx context.Context, s *shard) {
 	started := time.Now()
-	if time.Now().After(m.renewAt) {
-		if err := m.rdb.Renew(ctx, m.id, m.opts.KeyTTL); err != nil {
-			m.failedUnlessDone(ctx, "renewing keys", started, err)
+	if time.Now().After(s.renewAt) {
+		if err := s.rdb.Renew(ctx, m.id, m.opts.KeyTTL); err != nil {
+			m.failedUnlessDone(ctx, s, "renewing keys", started, err)
 		}
-		m.renewHolds(ctx)
-		m.renewAt = time.Now().Add(m.opts.KeyTTL / 3)
+		if s.i == 0 {
+			m.renewHolds(ctx)
+		}
+		s.renewAt = time.Now().Add(m.opts.KeyTTL / 3)
 	}
-	m.checkServed(ctx, started)
-	m.publishBatches(ctx)
-	if r, err := m.rdb.Reap(ctx); err != nil {
-		m.failedUnlessDone(ctx, "reaping dead workers", started, err)
+	if s.i == 0 {
+		m.checkServed(ctx, started)
+		m.publishBatches(ctx)
+		if err := m.publishShards(ctx); err != nil {
+			m.failedUnlessDone(ctx, s, "publishing the queue's shard count", started, err)
+		}
+	}
+	if r, err := s.rdb.Reap(ctx); err != nil {
+		m.failedUnlessDone(ctx, s, "reaping dead workers", started, err)
 	} else if r.Workers > 0 {
-		m.log.Info("reaped dead workers", "workers", r.Workers, "requeued", r.Requeued, "lost", r.Lost)
+		m.log.Info("reaped dead workers", "workers", r.Workers, "requeued", r.Requeued, "lost", r.Lost, "shard", s.i)
 	}
-	if m.outstanding() == 0 && !m.lossSeen.Load() {
+	if m.outstanding() == 0 && !s.lossSeen.Load() {
 		return
 	}
 	// acked is read before Redis's count: every submit that raised acked
 	// had raised Redis's count first, so on a Redis that keeps its data the
 	// count read next is at least acked, whatever submits run meanwhile. The
 	// epoch changes only in recovery, which no check runs beside.
-	acked, epoch := m.acked.Load(), *m.epoch.Load()
-	have, hasEpoch, err := m.rdb.Submitted(ctx, m.id)
+	acked, epoch := s.acked.Load(), *s.epoch.Load()
+	have, hasEpoch, err := s.rdb.Submitted(ctx, m.id)
 	if testHookChecked != nil {
 		testHookChecked()
 	}
 	if err != nil {
-		m.failedUnlessDone(ctx, "checking for lost data", started, err)
+		m.failedUnlessDone(ctx, s, "checking for lost data", started, err)
 		return
 	}
 	// Before the first submit is acknowledged there is nothing to lose (and
 	// the set may not exist yet).
-	if acked > 0 && (have < acked || hasEpoch != epoch) || m.lossSeen.Load() {
-		m.recover(ctx)
+	if acked > 0 && (have < acked || hasEpoch != epoch) || s.lossSeen.Load() {
+		m.recover(ctx, s)
 	}
 }
 
@@ -195,7 +215,7 @@ func (m *Manager) checkServed(ctx context.Context, started time.Time) {
 	}
 	served, err := m.rdb.Served(ctx, names)
 	if err != nil {
-		m.failedUnlessDone(ctx, "checking that workers serve the batches", started, err)
+		m.failedUnlessDone(ctx, m.shards[0], "checking that workers serve the batches", started, err)
 		return
 	}
 	now := time.Now()
@@ -215,12 +235,12 @@ func (m *Manager) checkServed(ctx context.Context, started time.Time) {
 
 // failedUnlessDone is failed, except that a call cut short by the manager's
 // Close is not worth a log line above debug.
-func (m *Manager) failedUnlessDone(ctx context.Context, op string, started time.Time, err error) {
+func (m *Manager) failedUnlessDone(ctx context.Context, s *shard, op string, started time.Time, err error) {
 	if ctx.Err() != nil {
 		m.log.Debug("stopped while "+op, "err", err)
 		return
 	}
-	m.failed(op, started, err)
+	m.failed(s, op, started, err)
 }
 
 // outstanding returns how many tasks wait for a result.
@@ -230,21 +250,21 @@ func (m *Manager) outstanding() int {
 	return len(m.pending)
 }
 
-// submitted records the count a submit script returned (see rdb.Submit), and
-// whether Redis's count was as high as expected before it.
-func (m *Manager) submitted(count int64, intact bool) {
+// submitted records the count a submit script on shard s returned (see
+// rdb.Submit), and whether Redis's count was as high as expected before it.
+func (s *shard) submitted(count int64, intact bool) {
 	for {
-		a := m.acked.Load()
-		if count <= a || m.acked.CompareAndSwap(a, count) {
+		a := s.acked.Load()
+		if count <= a || s.acked.CompareAndSwap(a, count) {
 			break
 		}
 	}
 	if !intact {
-		m.lossSeen.Store(true)
+		s.lossSeen.Store(true)
 	}
 }
 
-// recover puts back what Redis lost: the constants of running batches, then
+// recover puts back what Redis lost on shard s: the constants of running batches, then
 // every outstanding task its task set no longer holds, under its old id, so
 // results of runs still going on count as well. It holds sendMu, so no
 // submit runs meanwhile, and Redis's count it ends with is exact: it becomes
@@ -253,29 +273,31 @@ func (m *Manager) submitted(count int64, intact bool) {
 // Runs of a task from before and after the loss may both finish; the first
 // result is delivered, the other discarded. On failure it is tried again the
 // next Poll.
-func (m *Manager) recover(ctx context.Context) {
-	m.sendMu.Lock()
-	defer m.sendMu.Unlock()
+func (m *Manager) recover(ctx context.Context, s *shard) {
+	s.sendMu.Lock()
+	defer s.sendMu.Unlock()
 	started := time.Now()
 	m.mu.Lock()
 	tids := make([]string, 0, len(m.pending))
 	for tid := range m.pending {
-		tids = append(tids, tid)
+		if m.shardOf(tid) == s {
+			tids = append(tids, tid)
+		}
 	}
 	m.mu.Unlock()
 	// The count, the epoch and what is missing come from one script call, so
 	// from one server even while a failover moves clients (see rdb.Missing).
-	missing, have, hasEpoch, err := m.rdb.Missing(ctx, m.id, tids)
+	missing, have, hasEpoch, err := s.rdb.Missing(ctx, m.id, tids)
 	if err != nil {
-		m.failedUnlessDone(ctx, "finding lost tasks", started, err)
+		m.failedUnlessDone(ctx, s, "finding lost tasks", started, err)
 		return
 	}
-	acked, epoch := m.acked.Load(), *m.epoch.Load()
-	if (acked == 0 || have >= acked && hasEpoch == epoch) && !m.lossSeen.Load() {
+	acked, epoch := s.acked.Load(), *s.epoch.Load()
+	if (acked == 0 || have >= acked && hasEpoch == epoch) && !s.lossSeen.Load() {
 		return
 	}
 	if err := m.restoreHolds(ctx); err != nil {
-		m.failedUnlessDone(ctx, "storing lost constants again", started, err)
+		m.failedUnlessDone(ctx, s, "storing lost constants again", started, err)
 		return
 	}
 	// One submit per list: a worker's private list, or a public list of
@@ -316,23 +338,23 @@ func (m *Manager) recover(ctx context.Context) {
 	fresh := id.New()[:16]
 	exp := rdb.Expect{Count: have, Epoch: hasEpoch, NewEpoch: fresh}
 	for l, tasks := range byList {
-		count, intact, err := m.rdb.Submit(ctx, m.id, l.wid, tasks, m.opts.KeyTTL, exp)
+		count, intact, err := s.rdb.Submit(ctx, m.id, l.wid, tasks, m.opts.KeyTTL, exp)
 		if err != nil {
-			m.failedUnlessDone(ctx, "submitting lost tasks again", started, err)
+			m.failedUnlessDone(ctx, s, "submitting lost tasks again", started, err)
 			return
 		}
 		if !intact {
-			m.lossSeen.Store(true)
+			s.lossSeen.Store(true)
 			m.log.Warn("Redis lost data again while the manager put back what it had lost; retrying")
 			return
 		}
 		exp = rdb.Expect{Count: count, Epoch: fresh}
 	}
-	m.epoch.Store(&fresh)
-	m.acked.Store(exp.Count)
-	m.lossSeen.Store(false)
+	s.epoch.Store(&fresh)
+	s.acked.Store(exp.Count)
+	s.lossSeen.Store(false)
 	m.log.Warn("Redis lost writes of this manager; outstanding tasks it no longer held were submitted again",
-		"resubmitted", len(missing), "outstanding", len(tids), "count_in_redis", have)
+		"resubmitted", len(missing), "outstanding", len(tids), "count_in_redis", have, "shard", s.i)
 }
 
 // dispatchAll dispatches entries, decoding them on up to GOMAXPROCS
@@ -391,6 +413,31 @@ func (m *Manager) dispatch(entry string) {
 		return
 	}
 	p.batch.deliver(p.chunk, r, err)
+}
+
+// failShard fails every pending task of shard s with cause, and returns how
+// many.
+func (m *Manager) failShard(s *shard, cause error) int {
+	if len(m.shards) == 1 {
+		return m.failAll(cause)
+	}
+	m.mu.Lock()
+	if m.closed {
+		m.mu.Unlock()
+		return 0
+	}
+	var failed []pending
+	for tid, p := range m.pending {
+		if m.shardOf(tid) == s {
+			failed = append(failed, p)
+			delete(m.pending, tid)
+		}
+	}
+	m.mu.Unlock()
+	for _, p := range failed {
+		p.batch.fail(p.chunk, 0, cause)
+	}
+	return len(failed)
 }
 
 // failAll fails every pending task with cause, and returns how many.

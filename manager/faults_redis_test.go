@@ -36,9 +36,16 @@ func faultBundle(t *testing.T, srv *redistest.Server, addr string) *harness.Env 
 // of both batches has exactly one correct result.
 func runThrough(t *testing.T, b *harness.Env, n int, fault func()) {
 	t.Helper()
+	runThroughShards(t, b, n, 0, fault)
+}
+
+// runThroughShards is runThrough with a manager spreading its tasks over
+// shards shards of the queue (0: as redistest.ShardsEnv says).
+func runThroughShards(t *testing.T, b *harness.Env, n, shards int, fault func()) {
+	t.Helper()
 	b.Worker(t, worker.Options{Concurrency: 4, Heartbeat: 200 * time.Millisecond, Lease: time.Second}, slowSquare, lookup)
 	b.Worker(t, worker.Options{Concurrency: 4, Heartbeat: 200 * time.Millisecond, Lease: time.Second}, slowSquare, lookup)
-	m := b.Manager(t, manager.Options{Poll: 100 * time.Millisecond})
+	m := b.Manager(t, manager.Options{Poll: 100 * time.Millisecond, Shards: shards})
 	ctx := testCtx(t)
 
 	tab := table(1 << 20)

@@ -7,7 +7,6 @@ package manager
 import (
 	"context"
 	"errors"
-	"github.com/redmap/redmap/internal/id"
 	"log/slog"
 	"sync"
 	"sync/atomic"
@@ -18,6 +17,7 @@ import (
 	"github.com/redmap/redmap"
 	"github.com/redmap/redmap/cache"
 	"github.com/redmap/redmap/codec"
+	"github.com/redmap/redmap/internal/id"
 	"github.com/redmap/redmap/internal/rdb"
 )
 
@@ -28,10 +28,11 @@ const collectMax = 1024
 // random 128-bit id, its own task set and its own result list. It is safe for
 // concurrent use by many goroutines and many batches.
 type Manager struct {
-	id   string
-	rdb  *rdb.RDB
-	opts Options
-	log  *slog.Logger
+	id     string
+	rdb    *rdb.RDB // shard 0's: where the queue-wide records live
+	shards []*shard // Options.Shards of them; the collector reads each
+	opts   Options
+	log    *slog.Logger
 
 	seq      atomic.Uint64
 	holdSeq  atomic.Uint64
@@ -45,31 +46,14 @@ type Manager struct {
 	closed  bool
 
 	stop    context.CancelFunc
-	stopped chan struct{}  // closed when the collector has returned
+	stopped chan struct{}  // closed when every shard's collector has returned
 	feeders sync.WaitGroup // batches' feeders still submitting
 
-	// sendMu orders submits against recovery: each submit holds it for
-	// reading while its script runs, recovery for writing, so recovery sees
-	// no submit half done.
-	sendMu sync.RWMutex
-	// acked is the highest count of tasks submitted to the manager's task
-	// set that a submit script has returned (see rdb.Submit). Redis's count
-	// only grows while it keeps its data, so it is at least acked; below it,
-	// Redis lost writes.
-	acked atomic.Int64
-	// lossSeen is set when a submit found Redis's count below acked, and
-	// cleared when recovery has put back what was lost.
-	lossSeen atomic.Bool
-	// epoch names the history of the manager's task set the manager knows
-	// (see submit.lua): set by its first submit, replaced by each recovery.
-	epoch  atomic.Pointer[string]
-	outage outage
 	probed atomic.Bool // Redis allowed every command redmap needs (see ready)
 	typed  sync.Map    // signatures whose types are published (see publishTypes)
 
 	costMu      sync.Mutex
 	costs       map[string]float64 // function name → nanoseconds per element, smoothed
-	renewAt     time.Time          // owned by the collector
 	dropped     atomic.Int64       // results discarded as stale, duplicate or unreadable
 	resultBytes atomic.Int64       // bytes of results read
 }
@@ -106,9 +90,14 @@ func New(client redis.UniversalClient, opts Options) (*Manager, error) {
 	}
 	mid := id.New()
 	ctx, stop := context.WithCancel(context.Background())
+	shards := make([]*shard, opts.Shards)
+	for i := range shards {
+		shards[i] = newShard(rdb.NewShard(client, opts.Prefix, opts.Queue, i))
+	}
 	m := &Manager{
 		id:      mid,
-		rdb:     rdb.New(client, opts.Prefix, opts.Queue),
+		rdb:     shards[0].rdb,
+		shards:  shards,
 		opts:    opts,
 		log:     opts.Logger.With("manager", mid, "queue", opts.Queue),
 		store:   cache.NewStore(client, opts.Prefix, opts.PartSize),
@@ -119,9 +108,14 @@ func New(client redis.UniversalClient, opts Options) (*Manager, error) {
 		stop:    stop,
 		stopped: make(chan struct{}),
 	}
-	epoch := id.New()[:16]
-	m.epoch.Store(&epoch)
-	go m.collect(ctx)
+	var collectors sync.WaitGroup
+	for _, s := range shards {
+		collectors.Go(func() { m.collect(ctx, s) })
+	}
+	go func() {
+		collectors.Wait()
+		close(m.stopped)
+	}()
 	return m, nil
 }
 
@@ -174,11 +168,21 @@ func (m *Manager) Close() error {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	m.stop()
-	// Wake the collector from its BLPOP rather than wait out its timeout. If
-	// Redis is unreachable it is not blocked there anyway.
-	_ = m.rdb.WakeCollector(ctx, m.id)
+	// Wake the collectors from their waits rather than wait out their
+	// timeout. If Redis is unreachable they are not blocked there anyway.
+	for _, s := range m.shards {
+		_ = s.rdb.WakeCollector(ctx, m.id)
+	}
 	<-m.stopped
-	return errors.Join(m.rdb.Cancel(ctx, m.id, tids), m.rdb.Drop(ctx, m.id))
+	groups := m.byShard(tids)
+	for _, s := range m.shards {
+		if _, ok := groups[s]; !ok {
+			groups[s] = nil // dropped all the same
+		}
+	}
+	return eachShard(groups, func(s *shard, tids []string) error {
+		return errors.Join(s.rdb.Cancel(ctx, m.id, tids), s.rdb.Drop(ctx, m.id))
+	})
 }
 
 // register records the tasks of b as pending, the first one as chunk first
@@ -232,7 +236,8 @@ func (m *Manager) withdraw(tids []string) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	if err := m.rdb.Cancel(ctx, m.id, still); err != nil {
+	err := eachShard(m.byShard(still), func(s *shard, tids []string) error { return s.rdb.Cancel(ctx, m.id, tids) })
+	if err != nil {
 		m.log.Warn("withdrawing tasks failed; workers run them and their results are discarded", "tasks", len(still), "err", err)
 	}
 }
@@ -250,6 +255,9 @@ func (m *Manager) ready(ctx context.Context) error {
 	started := time.Now()
 	if err := m.rdb.Preflight(ctx, startTimeout, m.log); err != nil {
 		return m.redisError("checking Redis", started, err)
+	}
+	if err := m.publishShards(ctx); err != nil {
+		return m.redisError("publishing the queue's shard count", started, err)
 	}
 	m.probed.Store(true)
 	return nil

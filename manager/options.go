@@ -54,9 +54,21 @@ type Options struct {
 	// PartSize is the size of the parts constant data is stored in, in
 	// bytes. Default cache.DefaultPartSize (8 MiB).
 	PartSize int
+	// Shards spreads the manager's tasks over that many shards of the
+	// queue, each a queue of its own in Redis under its own hash tag
+	// ("<queue>", "<queue>#1", ...), so that on a Redis Cluster one batch
+	// uses as many masters' cores. Consecutive chunks go to consecutive
+	// shards; each shard has its own task set, result list and collector,
+	// and every guarantee holds per shard. Workers read the count from
+	// Redis and serve every shard (worker.Options need not change). On one
+	// Redis server shards gain nothing. Default 1, at most MaxShards.
+	Shards int
 	// Logger receives the manager's logs. Default: none.
 	Logger *slog.Logger
 }
+
+// MaxShards caps Options.Shards.
+const MaxShards = 256
 
 func (o Options) withDefaults() (Options, error) {
 	shared := config.Shared{Queue: o.Queue, Prefix: o.Prefix, MaxFrame: o.MaxFrame}
@@ -77,7 +89,10 @@ func (o Options) withDefaults() (Options, error) {
 		return o, fmt.Errorf("manager: Options.PartSize %d is negative", o.PartSize)
 	case o.RedisTimeout < 0:
 		return o, fmt.Errorf("manager: Options.RedisTimeout %v is negative", o.RedisTimeout)
+	case o.Shards < 0 || o.Shards > MaxShards:
+		return o, fmt.Errorf("manager: Options.Shards %d is outside 0 to %d", o.Shards, MaxShards)
 	}
+	config.Or(&o.Shards, 1)
 	config.Or(&o.KeyTTL, DefaultKeyTTL)
 	config.Or(&o.Poll, DefaultPoll)
 	config.Or(&o.MaxInputSize, DefaultMaxInputSize)

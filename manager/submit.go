@@ -4,11 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/redmap/redmap/internal/id"
 	"iter"
+	"maps"
 	"math"
 	"math/rand/v2"
 	"slices"
+	"sync"
 	"time"
 
 	"github.com/redmap/redmap"
@@ -16,6 +17,7 @@ import (
 	"github.com/redmap/redmap/codec"
 	"github.com/redmap/redmap/internal/backoff"
 	"github.com/redmap/redmap/internal/handler"
+	"github.com/redmap/redmap/internal/id"
 	"github.com/redmap/redmap/internal/keys"
 	"github.com/redmap/redmap/internal/rdb"
 )
@@ -359,6 +361,9 @@ type window struct {
 	first int
 	tasks []rdb.Task
 	bad   *redmap.TaskError
+	// unsent holds the tasks by shard until their shard's submit
+	// succeeds, so that a retry sends only what did not go.
+	unsent map[*shard][]rdb.Task
 }
 
 func (w window) tids() []string {
@@ -432,6 +437,7 @@ func (f *feeder[Out]) window() (window, error) {
 	}
 	w.first = b.addChunks(chunks...)
 	f.in.submitted(f.pos)
+	w.unsent = f.m.tasksByShard(w.tasks)
 	// Register before submitting: a fast worker's result may arrive before
 	// the submit call returns.
 	return w, f.m.register(b, w.tids(), w.first)
@@ -460,22 +466,34 @@ func (f *feeder[Out]) submit(ctx context.Context, w window) error {
 	return err
 }
 
-// send makes one attempt to queue a window, and says what went wrong.
+// send makes one attempt to queue what of a window is not queued yet, one
+// submit per shard (at once, if several), and says what went wrong.
 func (f *feeder[Out]) send(ctx context.Context, w window) error {
 	m := f.m
-	m.sendMu.RLock()
-	defer m.sendMu.RUnlock()
-	if testHookSend != nil {
-		testHookSend()
+	var mu sync.Mutex
+	var sent []*shard
+	err := eachShard(maps.Clone(w.unsent), func(s *shard, tasks []rdb.Task) error {
+		s.sendMu.RLock()
+		defer s.sendMu.RUnlock()
+		if testHookSend != nil {
+			testHookSend()
+		}
+		started := time.Now()
+		count, intact, err := s.rdb.Submit(ctx, m.id, f.b.worker, tasks, m.opts.KeyTTL, rdb.Expect{Count: s.acked.Load(), Epoch: *s.epoch.Load()})
+		if err != nil {
+			return m.shardError(s, fmt.Sprintf("submitting %q", f.b.fn), started, err)
+		}
+		s.outage.up()
+		s.submitted(count, intact)
+		mu.Lock()
+		sent = append(sent, s)
+		mu.Unlock()
+		return nil
+	})
+	for _, s := range sent {
+		delete(w.unsent, s)
 	}
-	started := time.Now()
-	count, intact, err := m.rdb.Submit(ctx, m.id, f.b.worker, w.tasks, m.opts.KeyTTL, rdb.Expect{Count: m.acked.Load(), Epoch: *m.epoch.Load()})
-	if err != nil {
-		return m.redisError(fmt.Sprintf("submitting %q", f.b.fn), started, err)
-	}
-	m.outage.up()
-	m.submitted(count, intact)
-	return nil
+	return err
 }
 
 // run submits the rest of the batch, a window at a time, as results make
@@ -556,7 +574,7 @@ func (f *feeder[Out]) sendRetrying(ctx context.Context, w window) error {
 		switch {
 		case err == nil || f.b.isFinished() || ctx.Err() != nil:
 		case errors.Is(err, redmap.ErrUnavailable):
-			retry = f.m.outage.length() < f.m.opts.RedisTimeout
+			retry = f.m.outageLength() < f.m.opts.RedisTimeout
 		case errors.Is(err, redmap.ErrRedisFull):
 			if full.IsZero() {
 				full = time.Now()

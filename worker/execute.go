@@ -53,7 +53,7 @@ func (w *Worker) execute(ctx context.Context, t rdb.Taken) rdb.Done {
 		res = &codec.Result{Task: t.ID, Attempt: t.Attempt, Fails: []codec.Failure{{Index: -1, Kind: kind, Msg: err.Error()}}}
 		b, _ = codec.EncodeResult(res) // small and well-formed: cannot fail
 	}
-	return rdb.Done{ID: t.ID, Result: b}
+	return rdb.Done{ID: t.ID, Result: b, Shard: t.Shard}
 }
 
 // call is a task resolved, ready to run: its function, reducer (nil for a

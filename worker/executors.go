@@ -23,7 +23,7 @@ type executors struct {
 	check   wantedCheck
 
 	mu        sync.Mutex
-	unstarted []string // held members of jobs set aside
+	unstarted map[int][]string // held members of jobs set aside, by shard
 }
 
 func newExecutors(w *Worker, jobs <-chan job, results chan<- rdb.Done, s *slots, stopped func() bool) *executors {
@@ -46,8 +46,8 @@ func (e *executors) start(ctx context.Context, n int) {
 // wait returns once jobs is closed and every job has run or been set aside.
 func (e *executors) wait() { e.wg.Wait() }
 
-// setAside returns the held members of the jobs not started.
-func (e *executors) setAside() []string {
+// setAside returns the held members of the jobs not started, by shard.
+func (e *executors) setAside() map[int][]string {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	return e.unstarted
@@ -80,7 +80,10 @@ func (e *executors) run(ctx context.Context, j job) {
 	}
 	if e.stopped() {
 		e.mu.Lock()
-		e.unstarted = append(e.unstarted, j.Member())
+		if e.unstarted == nil {
+			e.unstarted = make(map[int][]string)
+		}
+		e.unstarted[j.Shard] = append(e.unstarted[j.Shard], j.Member())
 		e.mu.Unlock()
 		return
 	}
@@ -128,18 +131,21 @@ func (c *wantedCheck) unwanted(ctx context.Context, w *Worker, j job) bool {
 	defer c.mu.Unlock()
 	now := time.Now()
 	if !c.at.After(j.takenAt) || now.Sub(c.at) > staleAfter {
-		tids := w.held.waiting()
-		if !slices.Contains(tids, j.ID) {
-			tids = append(tids, j.ID)
+		waiting := w.held.waiting()
+		if !slices.Contains(waiting[j.Shard], j.ID) {
+			waiting[j.Shard] = append(waiting[j.Shard], j.ID)
 		}
-		unwanted, err := w.rdb.Unwanted(ctx, w.opts.ID, tids)
-		if err != nil {
-			return false
+		dropped := make(map[string]bool)
+		for i, tids := range waiting {
+			unwanted, err := w.shard(i).Unwanted(ctx, w.opts.ID, tids)
+			if err != nil {
+				return false
+			}
+			for _, tid := range unwanted {
+				dropped[tid] = true
+			}
 		}
-		c.at, c.dropped = now, make(map[string]bool, len(unwanted))
-		for _, tid := range unwanted {
-			c.dropped[tid] = true
-		}
+		c.at, c.dropped = now, dropped
 	}
 	return c.dropped[j.ID]
 }

@@ -1,7 +1,10 @@
 package worker
 
 import (
+	"cmp"
 	"context"
+	"slices"
+	"sync"
 	"time"
 
 	"github.com/redmap/redmap/internal/backoff"
@@ -13,6 +16,12 @@ import (
 // while there are none, it blocks on its bell with the next take pipelined
 // behind the wait (WaitTake), so that a wake-up brings its tasks along. It stops when the worker's
 // context ends or an operator drains it, and then closes jobs.
+//
+// A queue of several shards (manager.Options.Shards) is served fairly: each
+// take starts at the shard after the one that gave tasks last, and skips
+// the shards the worker waits on (their last take left them empty). A bell
+// listener per shard waits for the rings of those shards, since one BLPOP
+// cannot wait on keys of different Cluster slots.
 type fetcher struct {
 	w      *Worker
 	slots  *slots
@@ -21,6 +30,12 @@ type fetcher struct {
 	cancel context.CancelFunc
 	bg     context.Context // outlives ctx: to ring the bell at stop
 	done   chan struct{}
+
+	wake      chan struct{} // a listener heard a bell ring
+	mu        sync.Mutex
+	rung      map[int]bool // the shards whose bells rang since the fetcher last looked
+	listeners sync.WaitGroup
+	listening int // shards with a listener; owned by the fetch loop
 }
 
 // job is a taken task, and when it was taken. ran, if not nil, is closed
@@ -33,14 +48,15 @@ type job struct {
 }
 
 func newFetcher(w *Worker, ctx, bg context.Context, s *slots, capacity int) *fetcher {
-	f := &fetcher{w: w, slots: s, jobs: make(chan job, capacity), bg: bg, done: make(chan struct{})}
+	f := &fetcher{w: w, slots: s, jobs: make(chan job, capacity), bg: bg, done: make(chan struct{}),
+		wake: make(chan struct{}, 1), rung: make(map[int]bool)}
 	f.ctx, f.cancel = context.WithCancel(ctx)
 	return f
 }
 
 // start starts taking tasks.
 func (f *fetcher) start() {
-	// Once stopped, ring the worker's own bell, so that a blocking wait for
+	// Once stopped, ring the worker's own bells, so that a blocking wait for
 	// work returns now rather than at its timeout.
 	rang := make(chan struct{})
 	unring := context.AfterFunc(f.ctx, func() {
@@ -48,7 +64,9 @@ func (f *fetcher) start() {
 		f.w.draining.Store(true)
 		rctx, cancel := context.WithTimeout(f.bg, time.Second)
 		defer cancel()
-		_ = f.w.rdb.RingStop(rctx, f.w.opts.ID)
+		for _, r := range f.w.shards() {
+			_ = r.RingStop(rctx, f.w.opts.ID)
+		}
 	})
 	go func() {
 		defer close(f.done)
@@ -57,6 +75,7 @@ func (f *fetcher) start() {
 		if !unring() {
 			<-rang
 		}
+		f.listeners.Wait()
 	}()
 }
 
@@ -76,19 +95,60 @@ func (f *fetcher) fetch() {
 	w, ctx := f.w, f.ctx
 	var bo backoff.Backoff
 	checkAt := time.Now().Add(w.opts.Heartbeat)
-	idle := false // the last take left the queue empty: wait for the bell first
+	// waiting[i]: the last take of shard i left it empty and registered the
+	// worker idle there; the next take of it waits for its bell first.
+	var waiting []bool
+	next := 0 // the shard to try first
 	for ctx.Err() == nil {
+		shards := w.shards()
+		for len(waiting) < len(shards) {
+			waiting = append(waiting, false)
+		}
+		if len(shards) > 1 {
+			f.listen(shards)
+			f.heard(waiting)
+			if !slices.Contains(waiting, false) {
+				if !f.sleep() {
+					return
+				}
+				if !f.heard(waiting) {
+					clear(waiting) // the wait timed out: look at every shard
+				}
+			}
+		}
 		free := f.slots.acquire(ctx)
 		if free == 0 {
 			return
 		}
 		var taken []rdb.Taken
-		var drained bool
-		var err error
-		if idle {
-			taken, drained, err = w.rdb.WaitTake(ctx, w.opts.ID, free, w.opts.Lease, w.opts.IdleWait)
-		} else {
-			taken, drained, err = w.rdb.Take(ctx, w.opts.ID, free, w.opts.Lease)
+		var err error // the first take that failed, if none gave tasks
+		for tries := 0; tries < len(shards) && len(taken) == 0; tries++ {
+			i := (next + tries) % len(shards)
+			if waiting[i] && len(shards) > 1 {
+				continue
+			}
+			var drained bool
+			var terr error
+			if waiting[i] {
+				taken, drained, terr = shards[i].WaitTake(ctx, w.opts.ID, free, w.opts.Lease, w.opts.IdleWait)
+			} else {
+				taken, drained, terr = shards[i].Take(ctx, w.opts.ID, free, w.opts.Lease)
+			}
+			if terr != nil {
+				// Try the other shards (on a Cluster, another master
+				// may answer), and this one first again no sooner than
+				// after them.
+				err = cmp.Or(err, terr)
+				next = i + 1
+				continue
+			}
+			// A take that left the shard empty registered the worker idle
+			// there: the next take of it waits for its bell (a take now
+			// would find nothing).
+			waiting[i] = drained
+			if len(taken) > 0 {
+				next, err = i+1, nil
+			}
 		}
 		f.slots.release(free - len(taken))
 		if err != nil {
@@ -120,10 +180,70 @@ func (f *fetcher) fetch() {
 			f.giveBackOrphans(ctx)
 			checkAt = time.Now().Add(w.opts.Heartbeat)
 		}
-		// A take that left the queue empty registered the worker idle:
-		// the next one waits for its bell (a take now would find nothing).
-		idle = drained
 	}
+}
+
+// listen starts a bell listener for each of shards that has none.
+func (f *fetcher) listen(shards []*rdb.RDB) {
+	for ; f.listening < len(shards); f.listening++ {
+		r := shards[f.listening]
+		f.listeners.Go(func() { f.listenTo(r) })
+	}
+}
+
+// listenTo waits for the rings of shard r's bell until the fetcher stops
+// (which rings it), and tells the fetch loop of each.
+func (f *fetcher) listenTo(r *rdb.RDB) {
+	var bo backoff.Backoff
+	for f.ctx.Err() == nil {
+		rang, err := r.WaitBell(f.ctx, f.w.opts.ID, f.w.opts.IdleWait)
+		if err != nil {
+			if f.ctx.Err() == nil {
+				f.w.failed("wait", err)
+				bo.Wait(f.ctx)
+			}
+			continue
+		}
+		bo.Reset()
+		if rang {
+			f.mu.Lock()
+			f.rung[r.Shard()] = true
+			f.mu.Unlock()
+			select {
+			case f.wake <- struct{}{}:
+			default:
+			}
+		}
+	}
+}
+
+// heard marks the shards whose bells rang since it was last called as no
+// longer waited on, and reports whether there were any.
+func (f *fetcher) heard(waiting []bool) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	rang := len(f.rung) > 0
+	for i := range f.rung {
+		if i < len(waiting) {
+			waiting[i] = false
+		}
+	}
+	clear(f.rung)
+	return rang
+}
+
+// sleep waits, while the worker waits on every shard, for a bell to ring or
+// IdleWait to pass; it reports false if the fetcher stopped.
+func (f *fetcher) sleep() bool {
+	t := time.NewTimer(f.w.opts.IdleWait)
+	defer t.Stop()
+	select {
+	case <-f.wake:
+	case <-t.C:
+	case <-f.ctx.Done():
+		return false
+	}
+	return true
 }
 
 // hand records taken tasks as held and hands them to the executors. It
@@ -144,23 +264,25 @@ func (f *fetcher) hand(taken []rdb.Taken) (suspect chan struct{}) {
 
 // giveBackOrphans puts back tasks that Redis says the worker holds but that
 // its ledger does not have: those of a take whose reply was lost on a
-// dropped connection.
+// dropped connection. It looks at every shard.
 func (f *fetcher) giveBackOrphans(ctx context.Context) {
 	w := f.w
-	members, err := w.rdb.Held(ctx, w.opts.ID)
-	if err != nil {
-		w.failed("read held tasks", err)
-		return
+	for _, r := range w.shards() {
+		members, err := r.Held(ctx, w.opts.ID)
+		if err != nil {
+			w.failed("read held tasks", err)
+			return
+		}
+		orphans := w.held.orphans(members)
+		if len(orphans) == 0 {
+			continue
+		}
+		n, err := r.GiveBack(ctx, w.opts.ID, orphans)
+		if err != nil {
+			w.failed("give back orphaned tasks", err)
+			return
+		}
+		w.counters.givenBack.Add(int64(n))
+		w.log.Info("gave back tasks held but never received", "tasks", n, "shard", r.Shard())
 	}
-	orphans := w.held.orphans(members)
-	if len(orphans) == 0 {
-		return
-	}
-	n, err := w.rdb.GiveBack(ctx, w.opts.ID, orphans)
-	if err != nil {
-		w.failed("give back orphaned tasks", err)
-		return
-	}
-	w.counters.givenBack.Add(int64(n))
-	w.log.Info("gave back tasks held but never received", "tasks", n)
 }

@@ -51,10 +51,11 @@ func (f *finisher) start(ctx context.Context) {
 func (f *finisher) stop() { close(f.results) }
 func (f *finisher) wait() { <-f.done }
 
-// finish reports a batch of results, retrying while Redis is unreachable
-// (finishing twice delivers once), and releases their tasks. If it gives up,
-// the tasks stay in the worker's held set in Redis, and the sweep of orphans
-// returns them to the queue to run again.
+// finish reports a batch of results, one call per shard they came from,
+// retrying while Redis is unreachable (finishing twice delivers once), and
+// releases their tasks. If it gives up, the tasks stay in the worker's held
+// set in Redis, and the sweep of orphans returns them to the queue to run
+// again.
 func (f *finisher) finish(ctx context.Context, batch []rdb.Done) {
 	w := f.w
 	defer func() {
@@ -62,9 +63,25 @@ func (f *finisher) finish(ctx context.Context, batch []rdb.Done) {
 			w.held.release(d.ID)
 		}
 	}()
+	if len(w.shards()) == 1 {
+		f.finishShard(ctx, 0, batch)
+		return
+	}
+	byShard := make(map[int][]rdb.Done)
+	for _, d := range batch {
+		byShard[d.Shard] = append(byShard[d.Shard], d)
+	}
+	for i, done := range byShard {
+		f.finishShard(ctx, i, done)
+	}
+}
+
+// finishShard reports results of tasks of shard i.
+func (f *finisher) finishShard(ctx context.Context, i int, batch []rdb.Done) {
+	w := f.w
 	var bo backoff.Backoff
 	for attempt := 1; ; attempt++ {
-		n, err := w.rdb.Finish(ctx, w.opts.ID, batch)
+		n, err := w.shard(i).Finish(ctx, w.opts.ID, batch)
 		if err == nil {
 			w.counters.delivered.Add(int64(n))
 			w.counters.discarded.Add(int64(len(batch) - n))

@@ -15,16 +15,23 @@ import (
 // fetcher compares the ledger with Redis's held set to find orphans.
 type held struct {
 	mu    sync.Mutex
-	tasks map[string]context.CancelFunc // task id -> cancel while running, else nil
+	tasks map[string]hold // task id -> its hold
 }
 
-func newHeld() *held { return &held{tasks: make(map[string]context.CancelFunc)} }
+// hold is one task in the ledger: the shard it came from, and the cancel of
+// its context while it runs.
+type hold struct {
+	shard  int
+	cancel context.CancelFunc // nil unless running
+}
+
+func newHeld() *held { return &held{tasks: make(map[string]hold)} }
 
 // add records tasks just taken.
 func (h *held) add(taken []rdb.Taken) {
 	h.mu.Lock()
 	for _, t := range taken {
-		h.tasks[t.ID] = nil
+		h.tasks[t.ID] = hold{shard: t.Shard}
 	}
 	h.mu.Unlock()
 }
@@ -35,7 +42,10 @@ func (h *held) stop(tid string)                             { h.set(tid, nil) }
 
 func (h *held) set(tid string, cancel context.CancelFunc) {
 	h.mu.Lock()
-	h.tasks[tid] = cancel
+	if t, ok := h.tasks[tid]; ok {
+		t.cancel = cancel
+		h.tasks[tid] = t
+	}
 	h.mu.Unlock()
 }
 
@@ -48,31 +58,36 @@ func (h *held) release(tids ...string) {
 	h.mu.Unlock()
 }
 
-// running returns the ids of the tasks running now.
-func (h *held) running() []string {
+// running returns the ids of the tasks running now, by shard.
+func (h *held) running() map[int][]string { return h.byState(true) }
+
+// waiting returns the ids of the tasks not running now, by shard: waiting
+// to run, or run and waiting to be reported.
+func (h *held) waiting() map[int][]string { return h.byState(false) }
+
+func (h *held) byState(running bool) map[int][]string {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	var tids []string
-	for tid, cancel := range h.tasks {
-		if cancel != nil {
-			tids = append(tids, tid)
+	out := make(map[int][]string)
+	for tid, t := range h.tasks {
+		if (t.cancel != nil) == running {
+			out[t.shard] = append(out[t.shard], tid)
 		}
 	}
-	return tids
+	return out
 }
 
-// waiting returns the ids of the tasks not running now: waiting to run, or
-// run and waiting to be reported.
-func (h *held) waiting() []string {
+// count returns how many tasks run now.
+func (h *held) count() int {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	tids := make([]string, 0, len(h.tasks))
-	for tid, cancel := range h.tasks {
-		if cancel == nil {
-			tids = append(tids, tid)
+	n := 0
+	for _, t := range h.tasks {
+		if t.cancel != nil {
+			n++
 		}
 	}
-	return tids
+	return n
 }
 
 // cancel cancels the context of those of tids that are running.
@@ -80,7 +95,7 @@ func (h *held) cancel(tids []string) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	for _, tid := range tids {
-		if cancel := h.tasks[tid]; cancel != nil {
+		if cancel := h.tasks[tid].cancel; cancel != nil {
 			cancel()
 		}
 	}

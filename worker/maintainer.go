@@ -59,12 +59,22 @@ func (m *maintainer) tick(ctx context.Context) error {
 	return nil
 }
 
-// heartbeat renews the lease and publishes the worker's info; it starts the
-// drain an operator asked for.
+// heartbeat renews the lease on every shard the worker serves, publishes
+// the worker's info in shard 0, serves more shards if the queue's managers
+// now use more, and starts the drain an operator asked for.
 func (m *maintainer) heartbeat(ctx context.Context) error {
 	w := m.w
 	info := m.info()
-	drain, err := w.rdb.Heartbeat(ctx, w.opts.ID, w.opts.Lease, &info)
+	beat, err := w.rdb.Heartbeat(ctx, w.opts.ID, w.opts.Lease, &info)
+	if err == nil && beat.Shards > len(w.shards()) {
+		w.grow(beat.Shards)
+	}
+	for _, r := range w.shards()[1:] {
+		if err != nil {
+			break
+		}
+		_, err = r.Heartbeat(ctx, w.opts.ID, w.opts.Lease, nil)
+	}
 	if err != nil {
 		if ctx.Err() == nil {
 			w.failed("heartbeat", err)
@@ -73,7 +83,7 @@ func (m *maintainer) heartbeat(ctx context.Context) error {
 		}
 		return err
 	}
-	if drain && !w.draining.Load() {
+	if beat.Drain && !w.draining.Load() {
 		w.log.Info("drain requested: taking no more tasks, exiting when idle")
 		m.drain()
 	}
@@ -97,20 +107,23 @@ func (m *maintainer) info() rdb.WorkerInfo {
 	}
 }
 
-// reap gives the tasks of workers whose lease expired back to the queue.
+// reap gives the tasks of workers whose lease expired back to the queue,
+// on every shard.
 func (m *maintainer) reap(ctx context.Context) bool {
 	w := m.w
-	r, err := w.rdb.Reap(ctx)
-	if err != nil {
-		if ctx.Err() == nil {
-			w.failed("reap dead workers", err)
+	for _, s := range w.shards() {
+		r, err := s.Reap(ctx)
+		if err != nil {
+			if ctx.Err() == nil {
+				w.failed("reap dead workers", err)
+			}
+			return false
 		}
-		return false
-	}
-	if r.Workers > 0 {
-		w.counters.reaped.Add(int64(r.Workers))
-		w.counters.requeued.Add(int64(r.Requeued))
-		w.log.Info("reaped dead workers", "workers", r.Workers, "requeued", r.Requeued, "lost", r.Lost)
+		if r.Workers > 0 {
+			w.counters.reaped.Add(int64(r.Workers))
+			w.counters.requeued.Add(int64(r.Requeued))
+			w.log.Info("reaped dead workers", "workers", r.Workers, "requeued", r.Requeued, "lost", r.Lost, "shard", s.Shard())
+		}
 	}
 	return true
 }
@@ -119,18 +132,16 @@ func (m *maintainer) reap(ctx context.Context) bool {
 // wants them (cancelled, or its manager gone).
 func (m *maintainer) cancelUnwanted(ctx context.Context) bool {
 	w := m.w
-	tids := w.held.running()
-	if len(tids) == 0 {
-		return true
-	}
-	unwanted, err := w.rdb.Unwanted(ctx, w.opts.ID, tids)
-	if err != nil {
-		if ctx.Err() == nil {
-			w.failed("check running tasks are wanted", err)
+	for i, tids := range w.held.running() {
+		unwanted, err := w.shard(i).Unwanted(ctx, w.opts.ID, tids)
+		if err != nil {
+			if ctx.Err() == nil {
+				w.failed("check running tasks are wanted", err)
+			}
+			return false
 		}
-		return false
+		w.held.cancel(unwanted)
 	}
-	w.held.cancel(unwanted)
 	return true
 }
 

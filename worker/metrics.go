@@ -35,14 +35,18 @@ func (w *Worker) Collector() prometheus.Collector {
 		counter("cache_fetched_bytes_total", "Bytes of constants fetched from Redis.", func() int64 { return w.memo.Stats().BytesFetched }),
 		counter("cache_decodes_total", "Constants decoded.", func() int64 { return w.memo.Stats().Decodes }),
 		gauge("tasks_running", "Tasks running now.", func() float64 { return float64(w.runningCount()) }),
-		gauge("queue_depth", "Task ids waiting in the public queue (-1 if Redis did not answer).", func() float64 {
+		gauge("queue_depth", "Task ids waiting in the public queue, all shards (-1 if Redis did not answer).", func() float64 {
 			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 			defer cancel()
-			n, err := w.rdb.Depth(ctx)
-			if err != nil {
-				return -1
+			var total int64
+			for _, s := range w.shards() {
+				n, err := s.Depth(ctx)
+				if err != nil {
+					return -1
+				}
+				total += n
 			}
-			return float64(n)
+			return float64(total)
 		}),
 		w.durationWithLabels(labels),
 	}

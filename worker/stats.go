@@ -33,4 +33,4 @@ func (w *Worker) Stats() Stats {
 }
 
 // runningCount returns how many tasks are running now.
-func (w *Worker) runningCount() int { return len(w.held.running()) }
+func (w *Worker) runningCount() int { return w.held.count() }

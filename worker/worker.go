@@ -30,10 +30,13 @@ import (
 // reports their results, and the maintainer keeps the worker in good
 // standing. The ledger of held tasks (held) is what they share.
 type Worker struct {
-	rdb  *rdb.RDB
-	opts Options
-	memo *cache.Memo
-	log  *slog.Logger
+	rdb       *rdb.RDB // shard 0's: where the queue-wide records live
+	client    redis.UniversalClient
+	shardMu   sync.Mutex                 // serialises growth of shardList
+	shardList atomic.Pointer[[]*rdb.RDB] // the queue's shards the worker serves; it only grows
+	opts      Options
+	memo      *cache.Memo
+	log       *slog.Logger
 
 	mu       sync.RWMutex
 	handlers map[string]handler.Runtime
@@ -63,8 +66,9 @@ func New(client redis.UniversalClient, opts Options) (*Worker, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Worker{
+	w := &Worker{
 		rdb:      rdb.New(client, opts.Prefix, opts.Queue),
+		client:   client,
 		opts:     opts,
 		memo:     cache.NewMemo(cache.NewStore(client, opts.Prefix, 0), opts.CacheBytes),
 		log:      opts.Logger.With("worker", opts.ID, "queue", opts.Queue),
@@ -74,7 +78,33 @@ func New(client redis.UniversalClient, opts Options) (*Worker, error) {
 			Name: "redmap_worker_task_duration_seconds", Help: "Time spent running one task (all its elements).",
 			Buckets: prometheus.ExponentialBuckets(0.0001, 4, 10),
 		}),
-	}, nil
+	}
+	w.shardList.Store(&[]*rdb.RDB{w.rdb})
+	return w, nil
+}
+
+// shards returns the queue's shards the worker serves: one, until a
+// heartbeat learns that managers spread the queue over more
+// (manager.Options.Shards).
+func (w *Worker) shards() []*rdb.RDB { return *w.shardList.Load() }
+
+// shard returns shard i, which the worker serves.
+func (w *Worker) shard(i int) *rdb.RDB { return w.shards()[i] }
+
+// grow makes the worker serve n shards of the queue, if it served fewer.
+func (w *Worker) grow(n int) {
+	w.shardMu.Lock()
+	defer w.shardMu.Unlock()
+	old := w.shards()
+	if n <= len(old) {
+		return
+	}
+	grown := slices.Clip(old)
+	for i := len(old); i < n; i++ {
+		grown = append(grown, rdb.NewShard(w.client, w.opts.Prefix, w.opts.Queue, i))
+	}
+	w.shardList.Store(&grown)
+	w.log.Info("serving more shards of the queue, as its managers spread tasks over them", "shards", n)
 }
 
 // CacheStats returns the counters of the worker's memo of constant data:
@@ -171,12 +201,12 @@ func (w *Worker) Run(ctx context.Context) error {
 }
 
 // leave gives the tasks set aside unrun back to the queue, then retires the
-// worker: its lease ends now, and tasks left in its private list are reported
-// lost to their managers.
-func (w *Worker) leave(ctx context.Context, unstarted []string) {
-	if len(unstarted) > 0 {
+// worker from every shard: its lease ends now, and tasks left in its private
+// lists are reported lost to their managers.
+func (w *Worker) leave(ctx context.Context, unstarted map[int][]string) {
+	for i, members := range unstarted {
 		gctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-		n, err := w.rdb.GiveBack(gctx, w.opts.ID, unstarted)
+		n, err := w.shard(i).GiveBack(gctx, w.opts.ID, members)
 		cancel()
 		if err != nil {
 			w.log.Warn("giving back prefetched tasks failed; they return when the lease expires", "err", err)
@@ -184,12 +214,14 @@ func (w *Worker) leave(ctx context.Context, unstarted []string) {
 			w.counters.givenBack.Add(int64(n))
 		}
 	}
-	rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-	defer cancel()
-	if r, err := w.rdb.Retire(rctx, w.opts.ID); err != nil {
-		w.log.Warn("retiring failed; the lease will expire", "err", err)
-	} else if r.Lost > 0 {
-		w.log.Warn("private tasks left unrun were reported lost", "tasks", r.Lost)
+	for _, r := range w.shards() {
+		rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		if reaped, err := r.Retire(rctx, w.opts.ID); err != nil {
+			w.log.Warn("retiring failed; the lease will expire", "err", err)
+		} else if reaped.Lost > 0 {
+			w.log.Warn("private tasks left unrun were reported lost", "tasks", reaped.Lost)
+		}
+		cancel()
 	}
 	w.log.Info("worker stopped")
 }

@@ -19,7 +19,7 @@ const (
 
 // Shared is the options both sides have.
 type Shared struct {
-	Queue    string // required; no '{' or '}' (they delimit its Cluster hash tag)
+	Queue    string // required; no '{' or '}' (they delimit its Cluster hash tag), no '#' (it names shards)
 	Prefix   string // of every key; default DefaultPrefix
 	MaxFrame int    // bytes; default DefaultMaxFrame
 }
@@ -32,6 +32,8 @@ func (s *Shared) Resolve(side string) error {
 		return fmt.Errorf("%s: Options.Queue is required", side)
 	case strings.ContainsAny(s.Queue, "{}"):
 		return fmt.Errorf("%s: Options.Queue %q contains '{' or '}'", side, s.Queue)
+	case strings.Contains(s.Queue, "#"):
+		return fmt.Errorf("%s: Options.Queue %q contains '#', which names the shards of a queue", side, s.Queue)
 	case s.MaxFrame < 0:
 		return fmt.Errorf("%s: Options.MaxFrame %d is negative", side, s.MaxFrame)
 	}

@@ -77,10 +77,14 @@ func (e *Env) Keys(t testing.TB, pattern string) []string {
 }
 
 // Manager returns a manager of the Env's queue (opts.Queue is set), closed
-// when the test ends, its Close checked.
+// when the test ends, its Close checked. Unless opts.Shards is set, it
+// spreads tasks over the shards redistest.ShardsEnv asks for.
 func (e *Env) Manager(t testing.TB, opts manager.Options) *manager.Manager {
 	t.Helper()
 	opts.Queue = e.Queue
+	if opts.Shards == 0 {
+		opts.Shards = redistest.Shards()
+	}
 	m, err := manager.New(e.Client, opts)
 	if err != nil {
 		t.Fatal(err)

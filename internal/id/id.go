@@ -53,3 +53,17 @@ func Manager(tid string) string {
 	}
 	return mid
 }
+
+// Seq returns the sequence number in task id tid (see Task), and whether it
+// has one.
+func Seq(tid string) (uint64, bool) {
+	_, rest, ok := strings.Cut(tid, "-")
+	if !ok {
+		return 0, false
+	}
+	if i := strings.IndexByte(rest, '~'); i >= 0 {
+		rest = rest[:i]
+	}
+	n, err := strconv.ParseUint(rest, 36, 64)
+	return n, err == nil
+}

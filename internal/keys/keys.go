@@ -11,6 +11,37 @@ import (
 	"strings"
 )
 
+// ShardSep separates a queue's name from its shard's number in the name of
+// shard i > 0 of a sharded queue: "<queue>#<i>". Queue names may not
+// contain it.
+const ShardSep = "#"
+
+// Shard returns the name under which shard i of queue keeps its keys: the
+// queue's own name for shard 0, so a queue of one shard is laid out as
+// before sharding existed, and "<queue>#<i>" for the others. Each name is
+// its own hash tag, so on a Cluster the shards spread over slots, and so
+// over masters.
+func Shard(queue string, i int) string {
+	if i == 0 {
+		return queue
+	}
+	return queue + ShardSep + strconv.Itoa(i)
+}
+
+// SplitShard is the inverse of Shard: the queue and shard number a name
+// found in Redis belongs to.
+func SplitShard(name string) (queue string, i int) {
+	q, n, ok := strings.Cut(name, ShardSep)
+	if !ok {
+		return name, 0
+	}
+	i, err := strconv.Atoi(n)
+	if err != nil || i <= 0 {
+		return name, 0
+	}
+	return q, i
+}
+
 // Base is the prefix shared by every key of a queue: "<prefix>:{<queue>}:".
 func Base(prefix, queue string) string {
 	var b strings.Builder
@@ -54,6 +85,12 @@ func Publics(prefix, queue string) []string {
 // Workers holds the queue's registered workers, scored by lease deadline in
 // Redis milliseconds (ZSET wid → deadline).
 func Workers(prefix, queue string) string { return Base(prefix, queue) + "workers" }
+
+// ShardCount is the number of shards the queue's managers spread their
+// tasks over, the highest any of them uses (STRING; absent means 1).
+// Workers read it with each heartbeat and serve that many shards. It lives
+// in shard 0.
+func ShardCount(prefix, queue string) string { return Base(prefix, queue) + "shards" }
 
 // Idle is the set of workers that found nothing to take and wait on their bell
 // (SET of wid).

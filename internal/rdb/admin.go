@@ -22,12 +22,14 @@ type Admin struct {
 func NewAdmin(c redis.UniversalClient, prefix string) *Admin { return &Admin{c: c, prefix: prefix} }
 
 // Queues lists the queues that have workers, queued tasks or managers, found
-// by SCAN (it does not block Redis).
+// by SCAN (it does not block Redis). The shards of a sharded queue are
+// listed once, under the queue's name.
 func (a *Admin) Queues(ctx context.Context) ([]string, error) {
 	seen := map[string]bool{}
 	err := a.scan(ctx, a.prefix+":{*}:*", func(k string) error {
 		k = strings.TrimPrefix(k, a.prefix+":{")
 		if q, _, ok := strings.Cut(k, "}:"); ok {
+			q, _ = keys.SplitShard(q)
 			seen[q] = true
 		}
 		return nil
@@ -53,21 +55,43 @@ type Registered struct {
 	Held      int64      // tasks it holds
 }
 
-// Workers returns the registered workers of queue, live or not yet reaped.
+// Shards returns the names of queue's shards (see keys.Shard): the queue
+// itself, and as many more as its managers published.
+func (a *Admin) Shards(ctx context.Context, queue string) ([]string, error) {
+	n, err := a.c.Get(ctx, keys.ShardCount(a.prefix, queue)).Int()
+	if err != nil && err != redis.Nil {
+		return nil, fmt.Errorf("shards: %w", err)
+	}
+	names := make([]string, max(min(n, maxShards), 1))
+	for i := range names {
+		names[i] = keys.Shard(queue, i)
+	}
+	return names, nil
+}
+
+// Workers returns the registered workers of queue, live or not yet reaped,
+// as shard 0 has them (a worker serves every shard), with the tasks they
+// hold in all shards.
 func (a *Admin) Workers(ctx context.Context, queue string) ([]Registered, error) {
+	shards, err := a.Shards(ctx, queue)
+	if err != nil {
+		return nil, err
+	}
 	zs, err := a.c.ZRangeWithScores(ctx, keys.Workers(a.prefix, queue), 0, -1).Result()
 	if err != nil {
 		return nil, fmt.Errorf("workers: %w", err)
 	}
 	out := make([]Registered, len(zs))
 	cmds := make([]*redis.MapStringStringCmd, len(zs))
-	held := make([]*redis.IntCmd, len(zs))
+	held := make([][]*redis.IntCmd, len(zs))
 	_, err = a.c.Pipelined(ctx, func(p redis.Pipeliner) error {
 		for i, z := range zs {
 			wid := z.Member.(string)
 			out[i] = Registered{Queue: queue, ID: wid, Deadline: int64(z.Score)}
 			cmds[i] = p.HGetAll(ctx, keys.WorkerInfo(a.prefix, queue, wid))
-			held[i] = p.SCard(ctx, keys.Held(a.prefix, queue, wid))
+			for _, sh := range shards {
+				held[i] = append(held[i], p.SCard(ctx, keys.Held(a.prefix, sh, wid)))
+			}
 		}
 		return nil
 	})
@@ -76,7 +100,9 @@ func (a *Admin) Workers(ctx context.Context, queue string) ([]Registered, error)
 	}
 	for i := range out {
 		out[i].Info, out[i].Malformed = DecodeWorkerInfo(cmds[i].Val())
-		out[i].Held = held[i].Val()
+		for _, h := range held[i] {
+			out[i].Held += h.Val()
+		}
 	}
 	return out, nil
 }
@@ -90,9 +116,18 @@ func (a *Admin) Now(ctx context.Context) (int64, error) {
 	return t.UnixMilli(), nil
 }
 
-// Depth returns the number of task ids in queue's public lists.
+// Depth returns the number of task ids in queue's public lists, in all its
+// shards.
 func (a *Admin) Depth(ctx context.Context, queue string) (int64, error) {
-	return depth(ctx, a.c, keys.Publics(a.prefix, queue))
+	shards, err := a.Shards(ctx, queue)
+	if err != nil {
+		return 0, err
+	}
+	var lists []string
+	for _, sh := range shards {
+		lists = append(lists, keys.Publics(a.prefix, sh)...)
+	}
+	return depth(ctx, a.c, lists)
 }
 
 // PublishedBatch is a running batch as its manager published it.
@@ -149,28 +184,51 @@ func (a *Admin) Drain(ctx context.Context, queue, wid string) error {
 	return nil
 }
 
-// Queued returns how many tasks wait in queue's public and private lists.
+// Queued returns how many tasks wait in queue's public and private lists,
+// in all its shards.
 func (a *Admin) Queued(ctx context.Context, queue string) (int64, error) {
-	lists, err := a.lists(ctx, queue)
+	shards, err := a.Shards(ctx, queue)
 	if err != nil {
 		return 0, err
 	}
 	var n int64
-	for _, l := range lists {
-		k, err := a.c.LLen(ctx, l).Result()
+	for _, sh := range shards {
+		lists, err := a.lists(ctx, sh)
 		if err != nil {
-			return 0, fmt.Errorf("queued: %w", err)
+			return 0, err
 		}
-		n += k
+		for _, l := range lists {
+			k, err := a.c.LLen(ctx, l).Result()
+			if err != nil {
+				return 0, fmt.Errorf("queued: %w", err)
+			}
+			n += k
+		}
 	}
 	return n, nil
 }
 
-// Purge drops every queued task id of queue, public and private, and tells
-// their managers; see lua/purge.lua. It returns how many tasks it failed in
-// their batches, and how many ids it dropped in all (the others were of
-// tasks no manager wanted any more).
+// Purge drops every queued task id of queue, public and private, in all its
+// shards, and tells their managers; see lua/purge.lua. It returns how many
+// tasks it failed in their batches, and how many ids it dropped in all (the
+// others were of tasks no manager wanted any more).
 func (a *Admin) Purge(ctx context.Context, queue string) (purged, dropped int, err error) {
+	shards, err := a.Shards(ctx, queue)
+	if err != nil {
+		return 0, 0, err
+	}
+	for _, sh := range shards {
+		p, d, err := a.purge(ctx, sh)
+		purged, dropped = purged+p, dropped+d
+		if err != nil {
+			return purged, dropped, err
+		}
+	}
+	return purged, dropped, nil
+}
+
+// purge purges one shard.
+func (a *Admin) purge(ctx context.Context, queue string) (purged, dropped int, err error) {
 	lists, err := a.lists(ctx, queue)
 	if err != nil {
 		return 0, 0, err

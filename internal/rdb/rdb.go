@@ -28,19 +28,30 @@ const (
 	maxGroupBytes = 8 << 20
 )
 
-// RDB speaks the protocol of one queue.
+// RDB speaks the protocol of one queue, or of one shard of a sharded queue
+// (see keys.Shard): each shard is a queue of its own in Redis, with its own
+// task sets, result lists, workers and leases.
 type RDB struct {
 	c       redis.UniversalClient
 	prefix  string
-	queue   string
+	queue   string // the shard's name
+	shard   int
 	base    string
 	publics []string // the public lists, highest priority first
 }
 
 // New returns the protocol of queue under prefix on c.
-func New(c redis.UniversalClient, prefix, queue string) *RDB {
-	return &RDB{c: c, prefix: prefix, queue: queue, base: keys.Base(prefix, queue), publics: keys.Publics(prefix, queue)}
+func New(c redis.UniversalClient, prefix, queue string) *RDB { return NewShard(c, prefix, queue, 0) }
+
+// NewShard returns the protocol of shard i of queue under prefix on c.
+// Tasks it takes say which shard they came from (Taken.Shard).
+func NewShard(c redis.UniversalClient, prefix, queue string, i int) *RDB {
+	name := keys.Shard(queue, i)
+	return &RDB{c: c, prefix: prefix, queue: name, shard: i, base: keys.Base(prefix, name), publics: keys.Publics(prefix, name)}
 }
+
+// Shard returns the number of r's shard: 0 for an unsharded queue.
+func (r *RDB) Shard() int { return r.shard }
 
 // Task is a task to submit: its id and its encoded envelope.
 type Task struct {
@@ -176,6 +187,7 @@ type Taken struct {
 	Attempt int
 	Payload []byte
 	Private bool // from the worker's private list
+	Shard   int  // the shard it was taken from (see NewShard)
 }
 
 // Member returns the task's member in the worker's held set.
@@ -198,7 +210,7 @@ func (r *RDB) Take(ctx context.Context, wid string, n int, lease time.Duration) 
 	if err != nil {
 		return nil, false, wrap("take", takeScript, "", err)
 	}
-	return parseTaken(vals)
+	return r.parseTaken(vals)
 }
 
 // WaitTake waits for worker wid's bell, as WaitBell, then takes, as Take, in
@@ -232,7 +244,7 @@ func (r *RDB) WaitTake(ctx context.Context, wid string, n int, lease, timeout ti
 	if err != nil {
 		return nil, false, wrap("take", takeScript, "", err)
 	}
-	return parseTaken(vals)
+	return r.parseTaken(vals)
 }
 
 // readTimeout returns the read timeout of c's connections, or 0 if there is
@@ -263,7 +275,7 @@ func (r *RDB) takeKeys(wid string) []string {
 
 // parseTaken reads take.lua's reply: the tasks, and whether the take left
 // every list empty.
-func parseTaken(vals []any) (taken []Taken, drained bool, err error) {
+func (r *RDB) parseTaken(vals []any) (taken []Taken, drained bool, err error) {
 	if len(vals)%4 == 1 && vals[len(vals)-1] == "drained" {
 		vals, drained = vals[:len(vals)-1], true
 	}
@@ -279,7 +291,7 @@ func parseTaken(vals []any) (taken []Taken, drained bool, err error) {
 		if !ok1 || err != nil || !ok2 || !ok3 {
 			return nil, false, fmt.Errorf("take: script returned %T %v %T %T, not a task id, attempt, payload and mark", vals[i], vals[i+1], vals[i+2], vals[i+3])
 		}
-		taken = append(taken, Taken{ID: id, Attempt: attempt, Payload: []byte(payload), Private: mark == "!"})
+		taken = append(taken, Taken{ID: id, Attempt: attempt, Payload: []byte(payload), Private: mark == "!", Shard: r.shard})
 	}
 	return taken, drained, nil
 }
@@ -321,10 +333,12 @@ func (r *RDB) push(ctx context.Context, what, key string, vs ...any) error {
 	return wrap(what, nil, "RPUSH, PEXPIRE, MULTI or EXEC", err)
 }
 
-// Done is a finished task: its id and its encoded result.
+// Done is a finished task: its id and its encoded result, and the shard it
+// was taken from.
 type Done struct {
 	ID     string
 	Result []byte
+	Shard  int
 }
 
 // Finish delivers the results of worker wid's finished tasks whose managers
@@ -355,23 +369,43 @@ func (r *RDB) Finish(ctx context.Context, wid string, done []Done) (int, error) 
 	return delivered, nil
 }
 
+// Beat is what a heartbeat learns: whether an operator asked the worker to
+// drain, and over how many shards the queue's managers spread their tasks
+// (read from shard 0; 1 if none said).
+type Beat struct {
+	Drain  bool
+	Shards int
+}
+
 // Heartbeat registers worker wid, or renews its lease, for lease from now by
-// the Redis clock, and publishes info for operators (nil: none). It reports
-// whether an operator asked the worker to drain.
-func (r *RDB) Heartbeat(ctx context.Context, wid string, lease time.Duration, info *WorkerInfo) (drain bool, err error) {
-	ks := []string{keys.Workers(r.prefix, r.queue), keys.WorkerInfo(r.prefix, r.queue, wid), keys.Drain(r.prefix, r.queue, wid)}
+// the Redis clock, and publishes info for operators (nil: none).
+func (r *RDB) Heartbeat(ctx context.Context, wid string, lease time.Duration, info *WorkerInfo) (Beat, error) {
+	ks := []string{keys.Workers(r.prefix, r.queue), keys.WorkerInfo(r.prefix, r.queue, wid), keys.Drain(r.prefix, r.queue, wid),
+		keys.ShardCount(r.prefix, r.queue)}
 	args := []any{wid, lease.Milliseconds()}
 	if info != nil {
 		args = append(args, EncodeWorkerInfo(*info)...)
 	}
 	n, err := heartbeatScript.run(ctx, r.c, ks, args...).Int64Slice()
 	if err != nil {
-		return false, wrap("heartbeat", heartbeatScript, "", err)
+		return Beat{}, wrap("heartbeat", heartbeatScript, "", err)
 	}
-	if len(n) != 2 {
-		return false, fmt.Errorf("heartbeat: script returned %v, not 2 integers", n)
+	if len(n) != 3 {
+		return Beat{}, fmt.Errorf("heartbeat: script returned %v, not 3 integers", n)
 	}
-	return n[1] == 1, nil
+	return Beat{Drain: n[1] == 1, Shards: int(max(n[2], 1))}, nil
+}
+
+// maxShards caps the shards of a queue: more would cost every idle worker a
+// connection per shard for no gain on any Cluster in use.
+const maxShards = 256
+
+// PublishShards records that a manager spreads the queue's tasks over n
+// shards: the queue's shard count, which workers read with each heartbeat,
+// becomes n if it was lower. Call it on shard 0. One script call.
+func (r *RDB) PublishShards(ctx context.Context, n int) error {
+	err := shardsScript.run(ctx, r.c, []string{keys.ShardCount(r.prefix, r.queue)}, min(n, maxShards)).Err()
+	return wrap("publish shards", shardsScript, "", err)
 }
 
 // RecordFailures appends failure records to the queue's failure list,

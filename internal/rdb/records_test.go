@@ -150,7 +150,7 @@ func TestMalformedRepliesAreErrors(t *testing.T) {
 	checks := map[string]func() error{
 		"take: script returned 3 values, not quadruples": func() error { _, _, err := r.Take(ctx, "w", 1, time.Second); return err },
 		"reap: script returned [1 2], not 3 integers":    func() error { _, err := r.Reap(ctx); return err },
-		"heartbeat: script returned [1], not 2 integers": func() error { _, err := r.Heartbeat(ctx, "w", time.Second, nil); return err },
+		"heartbeat: script returned [1], not 3 integers": func() error { _, err := r.Heartbeat(ctx, "w", time.Second, nil); return err },
 		"submit: script returned [1], not 2 integers": func() error {
 			_, _, err := r.Submit(ctx, "m", "", []Task{{ID: "m-1", Payload: []byte("p")}}, time.Minute, Expect{})
 			return err

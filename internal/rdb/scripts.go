@@ -31,6 +31,7 @@ var (
 	releaseScript   = load("release.lua")
 	purgeScript     = load("purge.lua")
 	probeScript     = load("probe.lua")
+	shardsScript    = load("shards.lua")
 )
 
 // ScriptNames maps each script's SHA-1 to its file name, for tools that read
@@ -39,7 +40,7 @@ func ScriptNames() map[string]string {
 	out := map[string]string{}
 	for _, s := range []*script{submitScript, takeScript, finishScript, heartbeatScript, liveScript,
 		readScript, missingScript, reapScript, givebackScript, unwantedScript, servedScript,
-		holdScript, releaseScript, purgeScript, probeScript} {
+		holdScript, releaseScript, purgeScript, probeScript, shardsScript} {
 		out[s.Hash()] = s.name
 	}
 	return out

@@ -50,6 +50,18 @@ var (
 // still serves the tests that ask for one server.
 const ClusterEnv = "REDMAP_TEST_REDIS"
 
+// ShardsEnv names the variable that, set to a number, makes harness.Env's
+// managers spread their tasks over that many shards of the queue
+// (manager.Options.Shards), unless a test sets its own: the suites then run
+// on a sharded queue (make test-cluster).
+const ShardsEnv = "REDMAP_TEST_SHARDS"
+
+// Shards returns the shard count ShardsEnv asks for, or 0.
+func Shards() int {
+	n, _ := strconv.Atoi(os.Getenv(ShardsEnv))
+	return max(n, 0)
+}
+
 // SharedCluster returns the Cluster Run started, or nil.
 func SharedCluster() *Cluster { return sharedCluster }
 
@@ -85,6 +97,9 @@ func Run(m *testing.M) int {
 		sharedCluster = cl
 		os.Setenv("REDIS_URL", cl.URL())
 		fmt.Fprintln(os.Stderr, "redistest: the tests' shared Redis is a 3-master Cluster:", cl.URL())
+	}
+	if n := Shards(); n > 0 {
+		fmt.Fprintf(os.Stderr, "redistest: the tests' managers spread their queues over %d shards\n", n)
 	}
 	return m.Run()
 }
