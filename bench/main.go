@@ -4,6 +4,8 @@
 //
 //	go run ./bench          # full sizes (a few minutes)
 //	go run ./bench -quick   # small sizes (under a minute)
+//	go run ./bench -cluster 3 -shards 1,2,3 -scenario tiny,unchunked
+//	                        # a sharded queue on a local 3-master Cluster
 //
 // It starts its own redis-server on a free port, or uses REDIS_URL. Workers
 // run as processes of their own, as users run them: redmap's worker, or a
@@ -32,6 +34,7 @@ import (
 
 	"github.com/redmap/redmap"
 	"github.com/redmap/redmap/internal/redistest"
+	"github.com/redmap/redmap/manager"
 )
 
 func main() {
@@ -45,7 +48,14 @@ func main() {
 	only := flag.String("scenario", "", "run only these scenarios (comma-separated)")
 	commands := flag.Bool("commands", false, "print the Redis commands and scripts each redmap run calls, with their Redis time per element (SLOWLOG; slows Redis a little)")
 	cpuprofile := flag.String("cpuprofile", "", "write a CPU profile of the run (manager and workers) to this file")
+	cluster := flag.Int("cluster", 0, "start a local Redis Cluster of this many masters and run on it (instead of one server; REDIS_URL wins)")
+	shardList := flag.String("shards", "", "in the tiny and unchunked scenarios, one redmap contender per shard count in this comma-separated list (manager.Options.Shards), e.g. 1,2,3")
 	flag.Parse()
+	shards, err := parseShards(*shardList)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "bench: -shards:", err)
+		os.Exit(2)
+	}
 	if *cpuprofile != "" {
 		f, err := os.Create(*cpuprofile)
 		if err != nil {
@@ -58,7 +68,7 @@ func main() {
 	if *workerProfile != "" {
 		os.Setenv(workerProfileEnv, *workerProfile)
 	}
-	if err := run(*quick, *only, *runs, *inproc, *commands); err != nil {
+	if err := run(*quick, *only, *runs, *inproc, *commands, *cluster, shards); err != nil {
 		pprof.StopCPUProfile()
 		fmt.Fprintln(os.Stderr, "bench:", err)
 		os.Exit(1)
@@ -74,7 +84,24 @@ type env struct {
 	slots    int       // worker slots: GOMAXPROCS
 	inproc   bool      // redmap workers in this process (-inprocess)
 	commands bool      // -commands: log the redmap contenders' commands
+	shards   []int     // -shards: a redmap contender per shard count
 	children *children // worker processes alive
+}
+
+// parseShards reads -shards: positive counts, comma-separated.
+func parseShards(s string) ([]int, error) {
+	if s == "" {
+		return nil, nil
+	}
+	var out []int
+	for _, f := range strings.Split(s, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || n < 1 || n > manager.MaxShards {
+			return nil, fmt.Errorf("%q is not a shard count (1 to %d)", f, manager.MaxShards)
+		}
+		out = append(out, n)
+	}
+	return out, nil
 }
 
 // connect makes e.rdb a client of e.url, with a pool large enough for the
@@ -176,9 +203,17 @@ func medianDur(ds []time.Duration) time.Duration {
 	return s[len(s)/2]
 }
 
-func run(quick bool, only string, runs int, inproc, commands bool) error {
-	e := &env{quick: quick, slots: runtime.GOMAXPROCS(0), inproc: inproc, commands: commands, children: &children{}}
+func run(quick bool, only string, runs int, inproc, commands bool, cluster int, shards []int) error {
+	e := &env{quick: quick, slots: runtime.GOMAXPROCS(0), inproc: inproc, commands: commands, shards: shards, children: &children{}}
 	e.url = os.Getenv("REDIS_URL")
+	if e.url == "" && cluster > 0 {
+		cl, err := redistest.StartClusterServers(cluster)
+		if err != nil {
+			return err
+		}
+		defer cl.Stop()
+		e.url = cl.URL()
+	}
 	if e.url == "" {
 		srv, err := redistest.StartServer()
 		if err != nil {

@@ -77,7 +77,11 @@ func runWorkerProcess() bool {
 
 // processFleet starts k worker processes (this binary, as workers) on a
 // fresh queue of e's server and a manager for it; stop ends them.
-func (e *env) processFleet(k int) (*manager.Manager, func(), error) {
+func (e *env) processFleet(k int) (*manager.Manager, func(), error) { return e.shardedFleet(k, 1) }
+
+// shardedFleet is processFleet with a manager spreading its tasks over
+// shards shards of the queue.
+func (e *env) shardedFleet(k, shards int) (*manager.Manager, func(), error) {
 	queue := "bench-" + id.New()[:8]
 	var cmds []*exec.Cmd
 	stop := func() {
@@ -108,7 +112,7 @@ func (e *env) processFleet(k int) (*manager.Manager, func(), error) {
 			return nil, nil, fmt.Errorf("worker process did not start: %q %v", line[:n], err)
 		}
 	}
-	m, err := manager.New(e.rdb, manager.Options{Queue: queue})
+	m, err := manager.New(e.rdb, manager.Options{Queue: queue, Shards: shards})
 	if err != nil {
 		stop()
 		return nil, nil, err

@@ -146,27 +146,22 @@ func intBytes(n int) [][]byte {
 // that lets it learn the cost, as a long-running program would have), then the
 // baselines, the per-task one on fewer elements (it is slow).
 func tinyRun(e *env, name string, n, perTaskN int, opts ...manager.CallOption) ([]row, error) {
-	m, stop, err := e.redmapFleet(square)
-	if err != nil {
-		return nil, err
-	}
-	defer stop()
-	ctx := context.Background()
-	if _, err := manager.Map(ctx, m, square, ints(min(n, 50_000)), opts...); err != nil {
-		return nil, err
-	}
-	xs := ints(n)
-	r, err := e.measure(name, "redmap", n, func() error {
-		ys, err := manager.Map(ctx, m, square, xs, opts...)
-		if err == nil && (len(ys) != n || ys[n-1] != (n-1)*(n-1)) {
-			err = fmt.Errorf("wrong results")
-		}
-		return err
-	})
+	r, err := e.tinyRedmap(name, "redmap", n, 0, opts...)
 	if err != nil {
 		return nil, err
 	}
 	rows := []row{r}
+	for _, k := range e.shards {
+		contender := fmt.Sprintf("redmap, %d shards", k)
+		if k == 1 {
+			contender = "redmap, 1 shard"
+		}
+		r, err := e.tinyRedmap(name, contender, n, k, opts...)
+		if err != nil {
+			return nil, err
+		}
+		rows = append(rows, r)
+	}
 	for _, md := range []mode{perTask, batched, chunked} {
 		k := n
 		if md == perTask {
@@ -195,6 +190,32 @@ func tinyRun(e *env, name string, n, perTaskN int, opts ...manager.CallOption) (
 		rows = append(rows, r)
 	}
 	return rows, nil
+}
+
+// tinyRedmap measures redmap squaring n ints, with a manager spreading the
+// queue over shards shards (0: the default fleet).
+func (e *env) tinyRedmap(name, contender string, n, shards int, opts ...manager.CallOption) (row, error) {
+	fleet := func() (*manager.Manager, func(), error) { return e.redmapFleet(square) }
+	if shards > 0 {
+		fleet = func() (*manager.Manager, func(), error) { return e.shardedFleet(1, shards) }
+	}
+	m, stop, err := fleet()
+	if err != nil {
+		return row{}, err
+	}
+	defer stop()
+	ctx := context.Background()
+	if _, err := manager.Map(ctx, m, square, ints(min(n, 50_000)), opts...); err != nil {
+		return row{}, err
+	}
+	xs := ints(n)
+	return e.measure(name, contender, n, func() error {
+		ys, err := manager.Map(ctx, m, square, xs, opts...)
+		if err == nil && (len(ys) != n || ys[n-1] != (n-1)*(n-1)) {
+			err = fmt.Errorf("wrong results")
+		}
+		return err
+	})
 }
 
 func tiny(e *env) ([]row, error) {

@@ -21,7 +21,7 @@ import (
 // serving.
 func TestUndecodablePayload(t *testing.T) {
 	b := setup(t)
-	m := b.Manager(t, manager.Options{})
+	m := b.Manager(t, manager.Options{Shards: 1}) // the test writes into shard 0's keys
 	ctx := testCtx(t)
 	batch, err := manager.Submit(ctx, m, square, ints(10), manager.ChunkSize(1)) // no worker yet
 	if err != nil {

@@ -49,8 +49,9 @@ type Manager struct {
 	stopped chan struct{}  // closed when every shard's collector has returned
 	feeders sync.WaitGroup // batches' feeders still submitting
 
-	probed atomic.Bool // Redis allowed every command redmap needs (see ready)
-	typed  sync.Map    // signatures whose types are published (see publishTypes)
+	probed     atomic.Bool // Redis allowed every command redmap needs (see ready)
+	shardsSaid atomic.Bool // the queue's shard count was published (see publishShards)
+	typed      sync.Map    // signatures whose types are published (see publishTypes)
 
 	costMu      sync.Mutex
 	costs       map[string]float64 // function name → nanoseconds per element, smoothed
@@ -255,9 +256,6 @@ func (m *Manager) ready(ctx context.Context) error {
 	started := time.Now()
 	if err := m.rdb.Preflight(ctx, startTimeout, m.log); err != nil {
 		return m.redisError("checking Redis", started, err)
-	}
-	if err := m.publishShards(ctx); err != nil {
-		return m.redisError("publishing the queue's shard count", started, err)
 	}
 	m.probed.Store(true)
 	return nil

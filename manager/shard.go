@@ -48,6 +48,20 @@ func newShard(r *rdb.RDB) *shard {
 	return s
 }
 
+// nextSeq returns the sequence number of the manager's next task. A task of
+// a private batch (OnWorker) gets a multiple of the shard count, so it goes
+// to shard 0: a worker registers there before any other shard (it learns
+// of the others from there), so a private task is never queued where its
+// worker, were it to die, would not be reaped.
+func (m *Manager) nextSeq(private bool) uint64 {
+	k := uint64(len(m.shards))
+	if !private || k == 1 {
+		return m.seq.Add(1)
+	}
+	last := m.seq.Add(k) // reserves (last-k, last], which holds one multiple of k
+	return last - last%k
+}
+
 // shardOf returns the shard of task tid: its sequence number modulo the
 // shard count, so consecutive chunks of a batch go to consecutive shards.
 func (m *Manager) shardOf(tid string) *shard {
@@ -119,10 +133,15 @@ func (m *Manager) outageLength() time.Duration {
 }
 
 // publishShards tells workers, through shard 0, how many shards the
-// manager spreads its tasks over; a queue of one shard says nothing.
+// manager spreads its tasks over: before its first submit, and every Poll
+// (Redis may have lost it). A queue of one shard says nothing.
 func (m *Manager) publishShards(ctx context.Context) error {
 	if len(m.shards) == 1 {
 		return nil
 	}
-	return m.rdb.PublishShards(ctx, len(m.shards))
+	if err := m.rdb.PublishShards(ctx, len(m.shards)); err != nil {
+		return err
+	}
+	m.shardsSaid.Store(true)
+	return nil
 }

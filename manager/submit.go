@@ -305,6 +305,12 @@ func submit[In, Out any](ctx context.Context, m *Manager, sp spec, els elements[
 	if err == nil && red != nil {
 		err = m.publishTypes(ctx, red.Signature(), types(red))
 	}
+	if err == nil && !m.shardsSaid.Load() {
+		started := time.Now()
+		if err = m.publishShards(ctx); err != nil {
+			err = m.redisError("publishing the queue's shard count", started, err)
+		}
+	}
 	if err == nil {
 		err = f.submit(ctx, w)
 	}
@@ -389,7 +395,7 @@ func (f *feeder[Out]) window() (window, error) {
 	var w window
 	var chunks []chunk
 	add := func(end int, payload []byte) {
-		tid := id.TaskAt(f.m.id, f.m.seq.Add(1), f.priority, DefaultPriority)
+		tid := id.TaskAt(f.m.id, f.m.nextSeq(f.b.worker != ""), f.priority, DefaultPriority)
 		c := chunk{start: f.pos, count: end - f.pos, size: len(payload), tid: tid}
 		if !f.in.reencodes() {
 			c.payload = payload

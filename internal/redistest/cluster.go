@@ -33,6 +33,10 @@ func StartCluster(tb testing.TB, n int) *Cluster {
 	return cl
 }
 
+// StartClusterServers starts a Cluster of n masters outside a test (for the
+// benchmark); Stop it when done.
+func StartClusterServers(n int) (*Cluster, error) { return startCluster(n) }
+
 func startCluster(n int) (*Cluster, error) {
 	cl := &Cluster{}
 	for range n {
