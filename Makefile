@@ -17,7 +17,8 @@ test: redis-server ## go test -race ./..., then each fuzz target for FUZZTIME (5
 
 test-cluster: redis-server ## the manager, worker and cache suites again, on a local 3-master Redis Cluster, then with every queue over 3 shards
 	REDMAP_TEST_REDIS=cluster $(GO) test -race -count=1 ./manager ./worker ./cache
-	REDMAP_TEST_REDIS=cluster REDMAP_TEST_SHARDS=3 $(GO) test -race -count=1 ./manager ./worker ./cmd/redmap
+	REDMAP_TEST_REDIS=cluster REDMAP_TEST_SHARDS=3 $(GO) test -race -count=1 ./manager ./worker
+	REDMAP_TEST_SHARDS=3 $(GO) test -race -count=1 ./cmd/redmap
 
 fuzz: ## run every fuzz target for FUZZTIME (make fuzz FUZZTIME=5m)
 	@for t in $(FUZZ_TARGETS); do \

@@ -151,6 +151,9 @@ func (f *fetcher) fetch() {
 			}
 		}
 		f.slots.release(free - len(taken))
+		if n := shards[0].Shards(); n > len(shards) {
+			w.grow(n) // a take of shard 0 saw managers use more shards
+		}
 		if err != nil {
 			if ctx.Err() != nil {
 				return

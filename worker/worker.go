@@ -95,6 +95,7 @@ func (w *Worker) shard(i int) *rdb.RDB { return w.shards()[i] }
 func (w *Worker) grow(n int) {
 	w.shardMu.Lock()
 	defer w.shardMu.Unlock()
+	w.rdb.SawShards(n)
 	old := w.shards()
 	if n <= len(old) {
 		return

@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -38,6 +39,9 @@ type RDB struct {
 	shard   int
 	base    string
 	publics []string // the public lists, highest priority first
+	// shards is the queue's shard count as the last take that said it saw
+	// it (take.lua says it when it is above this): 0 until then.
+	shards atomic.Int64
 }
 
 // New returns the protocol of queue under prefix on c.
@@ -52,6 +56,21 @@ func NewShard(c redis.UniversalClient, prefix, queue string, i int) *RDB {
 
 // Shard returns the number of r's shard: 0 for an unsharded queue.
 func (r *RDB) Shard() int { return r.shard }
+
+// Shards returns the queue's shard count as takes of shard 0 last saw it
+// (see take.lua): at least 1.
+func (r *RDB) Shards() int { return int(max(r.shards.Load(), 1)) }
+
+// SawShards records a shard count learned otherwise (a heartbeat), so that
+// takes do not say it again.
+func (r *RDB) SawShards(n int) {
+	for {
+		old := r.shards.Load()
+		if int64(n) <= old || r.shards.CompareAndSwap(old, int64(n)) {
+			return
+		}
+	}
+}
 
 // Task is a task to submit: its id and its encoded envelope.
 type Task struct {
@@ -206,7 +225,7 @@ func (t Taken) Member() string {
 // bell (WaitBell).
 func (r *RDB) Take(ctx context.Context, wid string, n int, lease time.Duration) (taken []Taken, drained bool, err error) {
 	ks := r.takeKeys(wid)
-	vals, err := takeScript.run(ctx, r.c, ks, r.base, n, wid, lease.Milliseconds()).Slice()
+	vals, err := takeScript.run(ctx, r.c, ks, r.base, n, wid, lease.Milliseconds(), r.Shards()).Slice()
 	if err != nil {
 		return nil, false, wrap("take", takeScript, "", err)
 	}
@@ -231,7 +250,7 @@ func (r *RDB) WaitTake(ctx context.Context, wid string, n int, lease, timeout ti
 	var take *redis.Cmd
 	_, _ = r.c.Pipelined(ctx, func(p redis.Pipeliner) error {
 		pop = p.BLPop(ctx, wait, ks[3])
-		take = takeScript.evalSha(ctx, p, ks, r.base, n, wid, lease.Milliseconds())
+		take = takeScript.evalSha(ctx, p, ks, r.base, n, wid, lease.Milliseconds(), r.Shards())
 		return nil
 	})
 	if err := pop.Err(); err != nil && !errors.Is(err, redis.Nil) {
@@ -270,14 +289,21 @@ func (r *RDB) takeKeys(wid string) []string {
 	return append([]string{
 		keys.Private(r.prefix, r.queue, wid), keys.Held(r.prefix, r.queue, wid),
 		keys.Idle(r.prefix, r.queue), keys.Bell(r.prefix, r.queue, wid), keys.Workers(r.prefix, r.queue),
+		keys.ShardCount(r.prefix, r.queue),
 	}, r.publics...)
 }
 
 // parseTaken reads take.lua's reply: the tasks, and whether the take left
-// every list empty.
+// every list empty; it records the shard count if the reply gives it.
 func (r *RDB) parseTaken(vals []any) (taken []Taken, drained bool, err error) {
 	if len(vals)%4 == 1 && vals[len(vals)-1] == "drained" {
 		vals, drained = vals[:len(vals)-1], true
+	}
+	if len(vals)%4 == 2 && vals[len(vals)-2] == "shards" {
+		if n, ok := vals[len(vals)-1].(int64); ok {
+			r.SawShards(int(n))
+		}
+		vals = vals[:len(vals)-2]
 	}
 	if len(vals)%4 != 0 {
 		return nil, false, fmt.Errorf("take: script returned %d values, not quadruples", len(vals))

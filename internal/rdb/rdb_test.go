@@ -570,3 +570,35 @@ func TestReadResultsTrimsOnlyTheSameEntry(t *testing.T) {
 		t.Fatalf("read %q, want the handled entry trimmed", got)
 	}
 }
+
+// Workers learn the queue's shard count from shard 0: with each heartbeat,
+// and from a take as soon as it is above what the worker knows (the take
+// says it once); a take of another shard never says it.
+func TestShardCountLearned(t *testing.T) {
+	f := setup(t)
+	ctx := context.Background()
+	if beat, err := f.r.Heartbeat(ctx, "w1", time.Minute, nil); err != nil || beat.Shards != 1 {
+		t.Fatalf("heartbeat before any manager published: %+v, %v; want 1 shard", beat, err)
+	}
+	if err := f.r.PublishShards(ctx, 3); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.r.PublishShards(ctx, 2); err != nil { // a manager of fewer lowers nothing
+		t.Fatal(err)
+	}
+	if beat, err := f.r.Heartbeat(ctx, "w1", time.Minute, nil); err != nil || beat.Shards != 3 {
+		t.Fatalf("heartbeat: %+v, %v; want 3 shards", beat, err)
+	}
+	ids := f.submit(t, "", 2)
+	taken, _, err := f.r.Take(ctx, "w1", 1, time.Minute)
+	if err != nil || len(taken) != 1 || taken[0].ID != ids[0] || f.r.Shards() != 3 {
+		t.Fatalf("take: %v, %v, shards %d; want the first task and 3 shards", taken, err, f.r.Shards())
+	}
+	other := NewShard(f.c, "rm", f.queue, 2)
+	if _, _, err := other.Take(ctx, "w1", 1, time.Minute); err != nil || other.Shards() != 1 || other.Shard() != 2 {
+		t.Fatalf("take of shard 2: %v, shards %d; want the count unsaid", err, other.Shards())
+	}
+	if n, err := f.c.Exists(ctx, keys.Workers("rm", f.queue+"#2")).Result(); err != nil || n != 1 {
+		t.Fatalf("shard 2's keys are not under %q#2: %v, %v", f.queue, n, err)
+	}
+}
