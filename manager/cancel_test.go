@@ -37,7 +37,8 @@ func TestCancelSkipsQueuedTasks(t *testing.T) {
 	// If the test fails before releasing the task, release it before the
 	// worker's clean-up waits for it.
 	t.Cleanup(func() { releaseOnce.Do(func() { close(release) }) })
-	m := b.Manager(t, manager.Options{})
+	// One shard: the test watches the task set and lists of shard 0.
+	m := b.Manager(t, manager.Options{Shards: 1})
 
 	ctx, cancel := context.WithCancel(testCtx(t))
 	errc := make(chan error, 1)

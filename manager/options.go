@@ -23,7 +23,7 @@ const (
 
 // Options configure a Manager. The zero value of each field means its default.
 type Options struct {
-	// Queue is the queue to submit to. Required; must not contain '{' or '}'.
+	// Queue is the queue to submit to. Required; must not contain '{', '}' or '#'.
 	Queue string
 	// Prefix of every Redis key. Default DefaultPrefix.
 	Prefix string

@@ -69,11 +69,13 @@ func (m *maintainer) heartbeat(ctx context.Context) error {
 	if err == nil && beat.Shards > len(w.shards()) {
 		w.grow(beat.Shards)
 	}
+	// Every shard's lease is renewed even if another's Redis fails: on a
+	// Cluster with a master down, the worker still holds its tasks of the
+	// others.
 	for _, r := range w.shards()[1:] {
-		if err != nil {
-			break
+		if _, serr := r.Heartbeat(ctx, w.opts.ID, w.opts.Lease, nil); serr != nil && err == nil {
+			err = serr
 		}
-		_, err = r.Heartbeat(ctx, w.opts.ID, w.opts.Lease, nil)
 	}
 	if err != nil {
 		if ctx.Err() == nil {

@@ -34,7 +34,9 @@ func DefaultConcurrency() int { return runtime.GOMAXPROCS(0) }
 
 // Options configure a Worker. The zero value of each field means its default.
 type Options struct {
-	// Queue is the queue to serve. Required; must not contain '{' or '}'.
+	// Queue is the queue to serve. Required; must not contain '{', '}' or '#'. A
+	// queue its managers spread over shards (manager.Options.Shards) is served
+	// whole: the worker learns the shard count from Redis.
 	Queue string
 	// Prefix of every Redis key. Default DefaultPrefix.
 	Prefix string

@@ -85,6 +85,7 @@ func runManager(args []string) error {
 	fs := flag.NewFlagSet("manager", flag.ExitOnError)
 	queue := fs.String("queue", "squares", "queue to submit to")
 	n := fs.Int("n", 1000, "number of elements")
+	shards := fs.Int("shards", 1, "shards to spread the queue over (on a Redis Cluster, one master's core each); workers follow")
 	fs.Parse(args)
 
 	rdb, err := client()
@@ -92,7 +93,7 @@ func runManager(args []string) error {
 		return err
 	}
 	defer rdb.Close()
-	m, err := manager.New(rdb, manager.Options{Queue: *queue})
+	m, err := manager.New(rdb, manager.Options{Queue: *queue, Shards: *shards})
 	if err != nil {
 		return err
 	}
