@@ -84,12 +84,12 @@ func (m *Manager) collect(ctx context.Context, s *shard) {
 // 0, where queue-wide calls go, starts at started), ErrRedisFull at
 // maxmemory.
 func (m *Manager) redisError(op string, started time.Time, err error) error {
-	return m.shardError(m.shards[0], op, started, err)
+	return m.shardError(m.shardList()[0], op, started, err)
 }
 
 // shardError is redisError for a call to shard s.
 func (m *Manager) shardError(s *shard, op string, started time.Time, err error) error {
-	if len(m.shards) > 1 {
+	if len(m.shardList()) > 1 {
 		op += " (shard " + strconv.Itoa(s.i) + ")"
 	}
 	switch {
@@ -154,7 +154,7 @@ func (m *Manager) reconcile(ctx context.Context, s *shard) {
 		m.checkServed(ctx, started)
 		m.publishBatches(ctx)
 		if err := m.publishShards(ctx); err != nil {
-			m.failedUnlessDone(ctx, s, "publishing the queue's shard count", started, err)
+			m.failedUnlessDone(ctx, s, "publishing the queue's shard names", started, err)
 		}
 	}
 	if r, err := s.rdb.Reap(ctx); err != nil {
@@ -215,7 +215,7 @@ func (m *Manager) checkServed(ctx context.Context, started time.Time) {
 	}
 	served, err := m.rdb.Served(ctx, names)
 	if err != nil {
-		m.failedUnlessDone(ctx, m.shards[0], "checking that workers serve the batches", started, err)
+		m.failedUnlessDone(ctx, m.shardList()[0], "checking that workers serve the batches", started, err)
 		return
 	}
 	now := time.Now()
@@ -418,7 +418,7 @@ func (m *Manager) dispatch(entry string) {
 // failShard fails every pending task of shard s with cause, and returns how
 // many.
 func (m *Manager) failShard(s *shard, cause error) int {
-	if len(m.shards) == 1 {
+	if len(m.shardList()) == 1 {
 		return m.failAll(cause)
 	}
 	m.mu.Lock()

@@ -30,9 +30,15 @@ const collectMax = 1024
 type Manager struct {
 	id     string
 	rdb    *rdb.RDB // shard 0's: where the queue-wide records live
-	shards []*shard // Options.Shards of them; the collector reads each
+	client redis.UniversalClient
 	opts   Options
-	log    *slog.Logger
+	// shards holds shard 0 until the first submit opens the others
+	// (openShards); each has a collector.
+	shards     atomic.Pointer[[]*shard]
+	names      []string        // the names of shards 1 and up, once open
+	ctx        context.Context // the collectors'
+	collectors sync.WaitGroup  // collectors running
+	log        *slog.Logger
 
 	seq      atomic.Uint64
 	holdSeq  atomic.Uint64
@@ -49,9 +55,8 @@ type Manager struct {
 	stopped chan struct{}  // closed when every shard's collector has returned
 	feeders sync.WaitGroup // batches' feeders still submitting
 
-	probed     atomic.Bool // Redis allowed every command redmap needs (see ready)
-	shardsSaid atomic.Bool // the queue's shard count was published (see publishShards)
-	typed      sync.Map    // signatures whose types are published (see publishTypes)
+	probed atomic.Bool // Redis allowed every command redmap needs (see ready)
+	typed  sync.Map    // signatures whose types are published (see publishTypes)
 
 	costMu      sync.Mutex
 	costs       map[string]float64 // function name → nanoseconds per element, smoothed
@@ -91,14 +96,12 @@ func New(client redis.UniversalClient, opts Options) (*Manager, error) {
 	}
 	mid := id.New()
 	ctx, stop := context.WithCancel(context.Background())
-	shards := make([]*shard, opts.Shards)
-	for i := range shards {
-		shards[i] = newShard(rdb.NewShard(client, opts.Prefix, opts.Queue, i))
-	}
+	s0 := newShard(rdb.New(client, opts.Prefix, opts.Queue))
 	m := &Manager{
 		id:      mid,
-		rdb:     shards[0].rdb,
-		shards:  shards,
+		rdb:     s0.rdb,
+		client:  client,
+		ctx:     ctx,
 		opts:    opts,
 		log:     opts.Logger.With("manager", mid, "queue", opts.Queue),
 		store:   cache.NewStore(client, opts.Prefix, opts.PartSize),
@@ -109,12 +112,10 @@ func New(client redis.UniversalClient, opts Options) (*Manager, error) {
 		stop:    stop,
 		stopped: make(chan struct{}),
 	}
-	var collectors sync.WaitGroup
-	for _, s := range shards {
-		collectors.Go(func() { m.collect(ctx, s) })
-	}
+	m.shards.Store(&[]*shard{s0})
+	m.collectors.Go(func() { m.collect(ctx, s0) })
 	go func() {
-		collectors.Wait()
+		m.collectors.Wait()
 		close(m.stopped)
 	}()
 	return m, nil
@@ -171,12 +172,12 @@ func (m *Manager) Close() error {
 	m.stop()
 	// Wake the collectors from their waits rather than wait out their
 	// timeout. If Redis is unreachable they are not blocked there anyway.
-	for _, s := range m.shards {
+	for _, s := range m.shardList() {
 		_ = s.rdb.WakeCollector(ctx, m.id)
 	}
 	<-m.stopped
 	groups := m.byShard(tids)
-	for _, s := range m.shards {
+	for _, s := range m.shardList() {
 		if _, ok := groups[s]; !ok {
 			groups[s] = nil // dropped all the same
 		}

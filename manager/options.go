@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/redmap/redmap/internal/config"
+	"github.com/redmap/redmap/internal/keys"
 )
 
 // Defaults for the zero fields of Options.
@@ -56,8 +57,9 @@ type Options struct {
 	PartSize int
 	// Shards spreads the manager's tasks over that many shards of the
 	// queue, each a queue of its own in Redis under its own hash tag
-	// ("<queue>", "<queue>#1", ...), so that on a Redis Cluster one batch
-	// uses as many masters' cores. Consecutive chunks go to consecutive
+	// ("<queue>", "<queue>#1", ...; on a Cluster, names whose slots are on
+	// different masters, as many as there are), so that one batch uses as
+	// many masters' cores. Consecutive chunks go to consecutive
 	// shards; each shard has its own task set, result list and collector,
 	// and every guarantee holds per shard. Workers read the count from
 	// Redis and serve every shard (worker.Options need not change). On one
@@ -68,7 +70,7 @@ type Options struct {
 }
 
 // MaxShards caps Options.Shards.
-const MaxShards = 256
+const MaxShards = keys.MaxShards
 
 func (o Options) withDefaults() (Options, error) {
 	shared := config.Shared{Queue: o.Queue, Prefix: o.Prefix, MaxFrame: o.MaxFrame}

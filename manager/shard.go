@@ -3,11 +3,17 @@ package manager
 import (
 	"context"
 	"errors"
+	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
+	"github.com/redmap/redmap"
 	"github.com/redmap/redmap/internal/id"
+	"github.com/redmap/redmap/internal/keys"
 	"github.com/redmap/redmap/internal/rdb"
 )
 
@@ -54,7 +60,7 @@ func newShard(r *rdb.RDB) *shard {
 // of the others from there), so a private task is never queued where its
 // worker, were it to die, would not be reaped.
 func (m *Manager) nextSeq(private bool) uint64 {
-	k := uint64(len(m.shards))
+	k := uint64(m.opts.Shards)
 	if !private || k == 1 {
 		return m.seq.Add(1)
 	}
@@ -65,16 +71,21 @@ func (m *Manager) nextSeq(private bool) uint64 {
 // shardOf returns the shard of task tid: its sequence number modulo the
 // shard count, so consecutive chunks of a batch go to consecutive shards.
 func (m *Manager) shardOf(tid string) *shard {
-	if len(m.shards) == 1 {
-		return m.shards[0]
+	shards := m.shardList()
+	if len(shards) == 1 {
+		return shards[0]
 	}
 	seq, _ := id.Seq(tid)
-	return m.shards[seq%uint64(len(m.shards))]
+	return shards[seq%uint64(len(shards))]
 }
+
+// shardList returns the manager's shards: shard 0 alone until the first
+// submit opens the others.
+func (m *Manager) shardList() []*shard { return *m.shards.Load() }
 
 // byShard groups task ids by their shard.
 func (m *Manager) byShard(tids []string) map[*shard][]string {
-	out := make(map[*shard][]string, len(m.shards))
+	out := make(map[*shard][]string)
 	for _, tid := range tids {
 		s := m.shardOf(tid)
 		out[s] = append(out[s], tid)
@@ -84,10 +95,10 @@ func (m *Manager) byShard(tids []string) map[*shard][]string {
 
 // tasksByShard groups tasks by their shard.
 func (m *Manager) tasksByShard(tasks []rdb.Task) map[*shard][]rdb.Task {
-	if len(m.shards) == 1 {
-		return map[*shard][]rdb.Task{m.shards[0]: tasks}
+	if shards := m.shardList(); len(shards) == 1 {
+		return map[*shard][]rdb.Task{shards[0]: tasks}
 	}
-	out := make(map[*shard][]rdb.Task, len(m.shards))
+	out := make(map[*shard][]rdb.Task)
 	for _, t := range tasks {
 		s := m.shardOf(t.ID)
 		out[s] = append(out[s], t)
@@ -126,22 +137,113 @@ func eachShard[T any](groups map[*shard]T, f func(*shard, T) error) error {
 // outageLength returns the longest outage of any shard's Redis.
 func (m *Manager) outageLength() time.Duration {
 	var d time.Duration
-	for _, s := range m.shards {
+	for _, s := range m.shardList() {
 		d = max(d, s.outage.length())
 	}
 	return d
 }
 
-// publishShards tells workers, through shard 0, how many shards the
-// manager spreads its tasks over: before its first submit, and every Poll
-// (Redis may have lost it). A queue of one shard says nothing.
-func (m *Manager) publishShards(ctx context.Context) error {
-	if len(m.shards) == 1 {
+// openShards opens the manager's shards other than 0, before its first
+// submit: it proposes names for them (on a Cluster, names whose slots are
+// on different masters: see proposeNames), takes those the queue's list of
+// shard names already has (so every manager of a queue names its shards
+// alike), and starts their collectors. A queue of one shard does nothing.
+func (m *Manager) openShards(ctx context.Context) error {
+	if m.opts.Shards == 1 || len(m.shardList()) > 1 {
 		return nil
 	}
-	if err := m.rdb.PublishShards(ctx, len(m.shards)); err != nil {
-		return err
+	started := time.Now()
+	names, err := m.rdb.PublishShards(ctx, true, m.proposeNames(ctx))
+	if err == nil && len(names) != m.opts.Shards-1 {
+		err = fmt.Errorf("publish shards: script returned %d names, want %d", len(names), m.opts.Shards-1)
 	}
-	m.shardsSaid.Store(true)
+	if err != nil {
+		return m.redisError("publishing the queue's shard names", started, err)
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.closed {
+		return redmap.ErrClosed
+	}
+	if len(m.shardList()) > 1 {
+		return nil // another submit opened them meanwhile
+	}
+	shards := []*shard{m.shardList()[0]}
+	for i, name := range names {
+		s := newShard(rdb.NewShard(m.client, m.opts.Prefix, name, i+1))
+		shards = append(shards, s)
+		m.collectors.Go(func() { m.collect(m.ctx, s) })
+	}
+	m.names = names
+	m.shards.Store(&shards)
+	m.log.Info("queue spread over shards", "shards", names)
 	return nil
+}
+
+// proposeNames returns names for shards 1 to Shards-1. On a Cluster, shard
+// i is to be on the i-th master after the one holding shard 0 (masters in
+// the order of their slots, round and round), so that K shards of a
+// Cluster of K masters or more use K masters' cores: each name is the
+// first of keys.ShardName's candidates whose slot is there. Elsewhere, or if
+// the Cluster does not say its slots, keys.Shard's names.
+func (m *Manager) proposeNames(ctx context.Context) []string {
+	names := make([]string, m.opts.Shards-1)
+	for i := range names {
+		names[i] = keys.Shard(m.opts.Queue, i+1)
+	}
+	cc, ok := m.client.(*redis.ClusterClient)
+	if !ok {
+		return names
+	}
+	ranges, err := cc.ClusterSlots(ctx).Result()
+	if err != nil || len(ranges) == 0 {
+		m.log.Warn("the Cluster did not say which master has which slots; shards are named without regard to masters", "err", err)
+		return names
+	}
+	slices.SortFunc(ranges, func(a, b redis.ClusterSlot) int { return a.Start - b.Start })
+	var masters []string // in the order of their first slot
+	owner := func(slot int) string {
+		i, _ := slices.BinarySearchFunc(ranges, slot, func(r redis.ClusterSlot, s int) int {
+			switch {
+			case r.End < s:
+				return -1
+			case r.Start > s:
+				return 1
+			}
+			return 0
+		})
+		if i < len(ranges) && ranges[i].Start <= slot && slot <= ranges[i].End && len(ranges[i].Nodes) > 0 {
+			return ranges[i].Nodes[0].Addr
+		}
+		return ""
+	}
+	for _, r := range ranges {
+		if len(r.Nodes) > 0 && !slices.Contains(masters, r.Nodes[0].Addr) {
+			masters = append(masters, r.Nodes[0].Addr)
+		}
+	}
+	first := slices.Index(masters, owner(keys.Slot(m.opts.Queue)))
+	if first < 0 {
+		return names
+	}
+	for i := range names {
+		want := masters[(first+i+1)%len(masters)]
+		for j := range 10 * keys.MaxShards {
+			if name := keys.ShardName(m.opts.Queue, i+1, j); owner(keys.Slot(name)) == want {
+				names[i] = name
+				break
+			}
+		}
+	}
+	return names
+}
+
+// publishShards adds the manager's shard names to the queue's list, every
+// Poll, in case Redis lost it: workers serve what it names.
+func (m *Manager) publishShards(ctx context.Context) error {
+	if len(m.shardList()) == 1 {
+		return nil
+	}
+	_, err := m.rdb.PublishShards(ctx, false, m.names)
+	return err
 }

@@ -305,11 +305,8 @@ func submit[In, Out any](ctx context.Context, m *Manager, sp spec, els elements[
 	if err == nil && red != nil {
 		err = m.publishTypes(ctx, red.Signature(), types(red))
 	}
-	if err == nil && !m.shardsSaid.Load() {
-		started := time.Now()
-		if err = m.publishShards(ctx); err != nil {
-			err = m.redisError("publishing the queue's shard count", started, err)
-		}
+	if err == nil {
+		err = m.openShards(ctx)
 	}
 	if err == nil {
 		err = f.submit(ctx, w)
@@ -368,8 +365,9 @@ type window struct {
 	tasks []rdb.Task
 	bad   *redmap.TaskError
 	// unsent holds the tasks by shard until their shard's submit
-	// succeeds, so that a retry sends only what did not go.
-	unsent map[*shard][]rdb.Task
+	// succeeds, so that a retry sends only what did not go (grouped at the
+	// first send: the first window is made before the shards are open).
+	unsent *map[*shard][]rdb.Task
 }
 
 func (w window) tids() []string {
@@ -443,7 +441,7 @@ func (f *feeder[Out]) window() (window, error) {
 	}
 	w.first = b.addChunks(chunks...)
 	f.in.submitted(f.pos)
-	w.unsent = f.m.tasksByShard(w.tasks)
+	w.unsent = new(map[*shard][]rdb.Task)
 	// Register before submitting: a fast worker's result may arrive before
 	// the submit call returns.
 	return w, f.m.register(b, w.tids(), w.first)
@@ -476,9 +474,12 @@ func (f *feeder[Out]) submit(ctx context.Context, w window) error {
 // submit per shard (at once, if several), and says what went wrong.
 func (f *feeder[Out]) send(ctx context.Context, w window) error {
 	m := f.m
+	if *w.unsent == nil {
+		*w.unsent = m.tasksByShard(w.tasks)
+	}
 	var mu sync.Mutex
 	var sent []*shard
-	err := eachShard(maps.Clone(w.unsent), func(s *shard, tasks []rdb.Task) error {
+	err := eachShard(maps.Clone(*w.unsent), func(s *shard, tasks []rdb.Task) error {
 		s.sendMu.RLock()
 		defer s.sendMu.RUnlock()
 		if testHookSend != nil {
@@ -497,7 +498,7 @@ func (f *feeder[Out]) send(ctx context.Context, w window) error {
 		return nil
 	})
 	for _, s := range sent {
-		delete(w.unsent, s)
+		delete(*w.unsent, s)
 	}
 	return err
 }

@@ -151,9 +151,7 @@ func (f *fetcher) fetch() {
 			}
 		}
 		f.slots.release(free - len(taken))
-		if n := shards[0].Shards(); n > len(shards) {
-			w.grow(n) // a take of shard 0 saw managers use more shards
-		}
+		w.grow(ctx, shards[0].Shards()) // a take of shard 0 says when managers use more
 		if err != nil {
 			if ctx.Err() != nil {
 				return

@@ -66,8 +66,8 @@ func (m *maintainer) heartbeat(ctx context.Context) error {
 	w := m.w
 	info := m.info()
 	beat, err := w.rdb.Heartbeat(ctx, w.opts.ID, w.opts.Lease, &info)
-	if err == nil && beat.Shards > len(w.shards()) {
-		w.grow(beat.Shards)
+	if err == nil {
+		w.grow(ctx, beat.Shards)
 	}
 	// Every shard's lease is renewed even if another's Redis fails: on a
 	// Cluster with a master down, the worker still holds its tasks of the

@@ -91,21 +91,35 @@ func (w *Worker) shards() []*rdb.RDB { return *w.shardList.Load() }
 // shard returns shard i, which the worker serves.
 func (w *Worker) shard(i int) *rdb.RDB { return w.shards()[i] }
 
-// grow makes the worker serve n shards of the queue, if it served fewer.
-func (w *Worker) grow(n int) {
+// grow makes the worker serve every shard the queue's list of shard names
+// names, if it knows that there are n shards and serves fewer: one LRANGE.
+// It keeps the shards it serves (a name Redis lost stays served).
+func (w *Worker) grow(ctx context.Context, n int) {
+	if n <= len(w.shards()) {
+		return
+	}
 	w.shardMu.Lock()
 	defer w.shardMu.Unlock()
-	w.rdb.SawShards(n)
 	old := w.shards()
 	if n <= len(old) {
 		return
 	}
-	grown := slices.Clip(old)
-	for i := len(old); i < n; i++ {
-		grown = append(grown, rdb.NewShard(w.client, w.opts.Prefix, w.opts.Queue, i))
+	names, err := w.rdb.ShardNames(ctx)
+	if err != nil {
+		w.failed("read the queue's shard names", err)
+		return
 	}
-	w.shardList.Store(&grown)
-	w.log.Info("serving more shards of the queue, as its managers spread tasks over them", "shards", n)
+	grown := slices.Clip(old)
+	for _, name := range names {
+		if !slices.ContainsFunc(grown, func(r *rdb.RDB) bool { return r.Name() == name }) {
+			grown = append(grown, rdb.NewShard(w.client, w.opts.Prefix, name, len(grown)))
+		}
+	}
+	w.rdb.SawShards(len(grown))
+	if len(grown) > len(old) {
+		w.shardList.Store(&grown)
+		w.log.Info("serving more shards of the queue, as its managers spread tasks over them", "shards", len(grown))
+	}
 }
 
 // CacheStats returns the counters of the worker's memo of constant data:

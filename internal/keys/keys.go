@@ -11,35 +11,69 @@ import (
 	"strings"
 )
 
-// ShardSep separates a queue's name from its shard's number in the name of
-// shard i > 0 of a sharded queue: "<queue>#<i>". Queue names may not
-// contain it.
+// ShardSep separates a queue's name from the rest of the name of one of its
+// shards other than shard 0: "<queue>#<i>" or "<queue>#<i>.<j>". Queue names
+// may not contain it.
 const ShardSep = "#"
 
-// Shard returns the name under which shard i of queue keeps its keys: the
-// queue's own name for shard 0, so a queue of one shard is laid out as
-// before sharding existed, and "<queue>#<i>" for the others. Each name is
-// its own hash tag, so on a Cluster the shards spread over slots, and so
-// over masters.
-func Shard(queue string, i int) string {
-	if i == 0 {
+// MaxShards caps the shards of a queue.
+const MaxShards = 256
+
+// Shard returns a name for shard i of queue: the queue's own name for shard
+// 0, so a queue of one shard is laid out as before sharding existed, and
+// "<queue>#<i>" for the others. Each name is its own hash tag, so on a
+// Cluster the shards spread over slots. (A manager may pick another name
+// of ShardName's for shard i, one whose slot is on the master it wants; the
+// queue's list of shard names in Redis says which.)
+func Shard(queue string, i int) string { return ShardName(queue, i, 0) }
+
+// ShardName returns the j-th candidate name of shard i > 0 of queue:
+// "<queue>#<i>", then "<queue>#<i>.<j>".
+func ShardName(queue string, i, j int) string {
+	switch {
+	case i == 0:
 		return queue
+	case j == 0:
+		return queue + ShardSep + strconv.Itoa(i)
 	}
-	return queue + ShardSep + strconv.Itoa(i)
+	return queue + ShardSep + strconv.Itoa(i) + "." + strconv.Itoa(j)
 }
 
-// SplitShard is the inverse of Shard: the queue and shard number a name
-// found in Redis belongs to.
+// SplitShard is the inverse of ShardName: the queue and shard number a
+// name found in Redis belongs to.
 func SplitShard(name string) (queue string, i int) {
 	q, n, ok := strings.Cut(name, ShardSep)
 	if !ok {
 		return name, 0
 	}
+	n, _, _ = strings.Cut(n, ".")
 	i, err := strconv.Atoi(n)
 	if err != nil || i <= 0 {
 		return name, 0
 	}
 	return q, i
+}
+
+// Slot returns the Redis Cluster slot of key: CRC16 (XMODEM) of its hash
+// tag, or of all of it if it has none, modulo 16384.
+func Slot(key string) int {
+	if i := strings.IndexByte(key, '{'); i >= 0 {
+		if j := strings.IndexByte(key[i+1:], '}'); j > 0 {
+			key = key[i+1 : i+1+j]
+		}
+	}
+	var crc uint16
+	for k := 0; k < len(key); k++ {
+		crc ^= uint16(key[k]) << 8
+		for range 8 {
+			if crc&0x8000 != 0 {
+				crc = crc<<1 ^ 0x1021
+			} else {
+				crc <<= 1
+			}
+		}
+	}
+	return int(crc) % 16384
 }
 
 // Base is the prefix shared by every key of a queue: "<prefix>:{<queue>}:".
@@ -86,11 +120,11 @@ func Publics(prefix, queue string) []string {
 // Redis milliseconds (ZSET wid → deadline).
 func Workers(prefix, queue string) string { return Base(prefix, queue) + "workers" }
 
-// ShardCount is the number of shards the queue's managers spread their
-// tasks over, the highest any of them uses (STRING; absent means 1).
-// Workers read it with each heartbeat and serve that many shards. It lives
-// in shard 0.
-func ShardCount(prefix, queue string) string { return Base(prefix, queue) + "shards" }
+// ShardNames lists the names of the queue's shards other than shard 0 that
+// its managers use (LIST of shard names, in the order managers added them;
+// absent: the queue has one shard). Workers serve every shard it names. It
+// lives in shard 0.
+func ShardNames(prefix, queue string) string { return Base(prefix, queue) + "shards" }
 
 // Idle is the set of workers that found nothing to take and wait on their bell
 // (SET of wid).

@@ -56,17 +56,13 @@ type Registered struct {
 }
 
 // Shards returns the names of queue's shards (see keys.Shard): the queue
-// itself, and as many more as its managers published.
+// itself, and those in its list of shard names.
 func (a *Admin) Shards(ctx context.Context, queue string) ([]string, error) {
-	n, err := a.c.Get(ctx, keys.ShardCount(a.prefix, queue)).Int()
-	if err != nil && err != redis.Nil {
+	names, err := a.c.LRange(ctx, keys.ShardNames(a.prefix, queue), 0, keys.MaxShards).Result()
+	if err != nil {
 		return nil, fmt.Errorf("shards: %w", err)
 	}
-	names := make([]string, max(min(n, maxShards), 1))
-	for i := range names {
-		names[i] = keys.Shard(queue, i)
-	}
-	return names, nil
+	return append([]string{queue}, names...), nil
 }
 
 // Workers returns the registered workers of queue, live or not yet reaped,

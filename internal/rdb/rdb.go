@@ -39,20 +39,24 @@ type RDB struct {
 	shard   int
 	base    string
 	publics []string // the public lists, highest priority first
-	// shards is the queue's shard count as the last take that said it saw
-	// it (take.lua says it when it is above this): 0 until then.
+	// shards is the queue's shard count (1 + the names in its list of shard
+	// names) as the last take that said it saw it (take.lua says it when it
+	// is above this): 0 until then.
 	shards atomic.Int64
 }
 
 // New returns the protocol of queue under prefix on c.
 func New(c redis.UniversalClient, prefix, queue string) *RDB { return NewShard(c, prefix, queue, 0) }
 
-// NewShard returns the protocol of shard i of queue under prefix on c.
-// Tasks it takes say which shard they came from (Taken.Shard).
-func NewShard(c redis.UniversalClient, prefix, queue string, i int) *RDB {
-	name := keys.Shard(queue, i)
+// NewShard returns the protocol of the shard named name (see keys.Shard)
+// under prefix on c, which its user numbers i: tasks it takes say so
+// (Taken.Shard).
+func NewShard(c redis.UniversalClient, prefix, name string, i int) *RDB {
 	return &RDB{c: c, prefix: prefix, queue: name, shard: i, base: keys.Base(prefix, name), publics: keys.Publics(prefix, name)}
 }
+
+// Name returns the name of r's shard (the queue's, for shard 0).
+func (r *RDB) Name() string { return r.queue }
 
 // Shard returns the number of r's shard: 0 for an unsharded queue.
 func (r *RDB) Shard() int { return r.shard }
@@ -289,7 +293,7 @@ func (r *RDB) takeKeys(wid string) []string {
 	return append([]string{
 		keys.Private(r.prefix, r.queue, wid), keys.Held(r.prefix, r.queue, wid),
 		keys.Idle(r.prefix, r.queue), keys.Bell(r.prefix, r.queue, wid), keys.Workers(r.prefix, r.queue),
-		keys.ShardCount(r.prefix, r.queue),
+		keys.ShardNames(r.prefix, r.queue),
 	}, r.publics...)
 }
 
@@ -407,7 +411,7 @@ type Beat struct {
 // the Redis clock, and publishes info for operators (nil: none).
 func (r *RDB) Heartbeat(ctx context.Context, wid string, lease time.Duration, info *WorkerInfo) (Beat, error) {
 	ks := []string{keys.Workers(r.prefix, r.queue), keys.WorkerInfo(r.prefix, r.queue, wid), keys.Drain(r.prefix, r.queue, wid),
-		keys.ShardCount(r.prefix, r.queue)}
+		keys.ShardNames(r.prefix, r.queue)}
 	args := []any{wid, lease.Milliseconds()}
 	if info != nil {
 		args = append(args, EncodeWorkerInfo(*info)...)
@@ -419,19 +423,40 @@ func (r *RDB) Heartbeat(ctx context.Context, wid string, lease time.Duration, in
 	if len(n) != 3 {
 		return Beat{}, fmt.Errorf("heartbeat: script returned %v, not 3 integers", n)
 	}
-	return Beat{Drain: n[1] == 1, Shards: int(max(n[2], 1))}, nil
+	return Beat{Drain: n[1] == 1, Shards: int(n[2]) + 1}, nil
 }
 
-// maxShards caps the shards of a queue: more would cost every idle worker a
-// connection per shard for no gain on any Cluster in use.
-const maxShards = 256
+// PublishShards records, in the queue's list of shard names (in shard 0),
+// the names of the shards other than 0 a manager uses, so that workers
+// serve them. With adopt (a manager's first call, before it submits),
+// names are proposals: for each index the list already has, the manager
+// takes the name there, and the list grows by the proposals beyond it; it
+// returns the names the manager is to use. Without, the names the list
+// lacks are added (after Redis lost it). One script call.
+func (r *RDB) PublishShards(ctx context.Context, adopt bool, names []string) ([]string, error) {
+	mode := "add"
+	if adopt {
+		mode = "adopt"
+	}
+	args := []any{mode}
+	for _, n := range names[:min(len(names), keys.MaxShards-1)] {
+		args = append(args, n)
+	}
+	got, err := shardsScript.run(ctx, r.c, []string{keys.ShardNames(r.prefix, r.queue)}, args...).StringSlice()
+	if err != nil {
+		return nil, wrap("publish shards", shardsScript, "", err)
+	}
+	return got, nil
+}
 
-// PublishShards records that a manager spreads the queue's tasks over n
-// shards: the queue's shard count, which workers read with each heartbeat,
-// becomes n if it was lower. Call it on shard 0. One script call.
-func (r *RDB) PublishShards(ctx context.Context, n int) error {
-	err := shardsScript.run(ctx, r.c, []string{keys.ShardCount(r.prefix, r.queue)}, min(n, maxShards)).Err()
-	return wrap("publish shards", shardsScript, "", err)
+// ShardNames returns the queue's list of shard names (see PublishShards).
+// One LRANGE.
+func (r *RDB) ShardNames(ctx context.Context) ([]string, error) {
+	names, err := r.c.LRange(ctx, keys.ShardNames(r.prefix, r.queue), 0, keys.MaxShards).Result()
+	if err != nil {
+		return nil, wrap("shard names", nil, "LRANGE", err)
+	}
+	return names, nil
 }
 
 // RecordFailures appends failure records to the queue's failure list,

@@ -573,32 +573,47 @@ func TestReadResultsTrimsOnlyTheSameEntry(t *testing.T) {
 
 // Workers learn the queue's shard count from shard 0: with each heartbeat,
 // and from a take as soon as it is above what the worker knows (the take
-// says it once); a take of another shard never says it.
+// says it once); a take of another shard never says it. Managers name
+// shards first come, first served, per index.
 func TestShardCountLearned(t *testing.T) {
 	f := setup(t)
 	ctx := context.Background()
 	if beat, err := f.r.Heartbeat(ctx, "w1", time.Minute, nil); err != nil || beat.Shards != 1 {
 		t.Fatalf("heartbeat before any manager published: %+v, %v; want 1 shard", beat, err)
 	}
-	if err := f.r.PublishShards(ctx, 3); err != nil {
-		t.Fatal(err)
+	q := f.queue
+	if got, err := f.r.PublishShards(ctx, true, []string{q + "#1.7", q + "#2"}); err != nil || !slices.Equal(got, []string{q + "#1.7", q + "#2"}) {
+		t.Fatalf("first manager's names: %v, %v", got, err)
 	}
-	if err := f.r.PublishShards(ctx, 2); err != nil { // a manager of fewer lowers nothing
-		t.Fatal(err)
+	// A later manager of more shards takes the names there are, and adds
+	// its own beyond them; one of fewer takes the first.
+	if got, err := f.r.PublishShards(ctx, true, []string{q + "#1", q + "#2.3", q + "#3"}); err != nil || !slices.Equal(got, []string{q + "#1.7", q + "#2", q + "#3"}) {
+		t.Fatalf("second manager's names: %v, %v", got, err)
 	}
-	if beat, err := f.r.Heartbeat(ctx, "w1", time.Minute, nil); err != nil || beat.Shards != 3 {
-		t.Fatalf("heartbeat: %+v, %v; want 3 shards", beat, err)
+	if got, err := f.r.PublishShards(ctx, true, []string{q + "#1"}); err != nil || !slices.Equal(got, []string{q + "#1.7"}) {
+		t.Fatalf("third manager's names: %v, %v", got, err)
+	}
+	// After a loss, a manager puts its names back; present ones stay once.
+	f.c.Del(ctx, keys.ShardNames("rm", q))
+	if got, err := f.r.PublishShards(ctx, false, []string{q + "#1.7", q + "#2"}); err != nil || len(got) != 2 {
+		t.Fatalf("names put back: %v, %v", got, err)
+	}
+	if got, err := f.r.PublishShards(ctx, false, []string{q + "#1.7", q + "#2", q + "#3"}); err != nil || !slices.Equal(got, []string{q + "#1.7", q + "#2", q + "#3"}) {
+		t.Fatalf("names added: %v, %v", got, err)
+	}
+	if beat, err := f.r.Heartbeat(ctx, "w1", time.Minute, nil); err != nil || beat.Shards != 4 {
+		t.Fatalf("heartbeat: %+v, %v; want 4 shards", beat, err)
 	}
 	ids := f.submit(t, "", 2)
 	taken, _, err := f.r.Take(ctx, "w1", 1, time.Minute)
-	if err != nil || len(taken) != 1 || taken[0].ID != ids[0] || f.r.Shards() != 3 {
-		t.Fatalf("take: %v, %v, shards %d; want the first task and 3 shards", taken, err, f.r.Shards())
+	if err != nil || len(taken) != 1 || taken[0].ID != ids[0] || f.r.Shards() != 4 {
+		t.Fatalf("take: %v, %v, shards %d; want the first task and 4 shards", taken, err, f.r.Shards())
 	}
-	other := NewShard(f.c, "rm", f.queue, 2)
+	other := NewShard(f.c, "rm", q+"#2", 2)
 	if _, _, err := other.Take(ctx, "w1", 1, time.Minute); err != nil || other.Shards() != 1 || other.Shard() != 2 {
 		t.Fatalf("take of shard 2: %v, shards %d; want the count unsaid", err, other.Shards())
 	}
-	if n, err := f.c.Exists(ctx, keys.Workers("rm", f.queue+"#2")).Result(); err != nil || n != 1 {
-		t.Fatalf("shard 2's keys are not under %q#2: %v, %v", f.queue, n, err)
+	if n, err := f.c.Exists(ctx, keys.Workers("rm", q+"#2")).Result(); err != nil || n != 1 {
+		t.Fatalf("shard 2's keys are not under %q#2: %v, %v", q, n, err)
 	}
 }

@@ -3,11 +3,11 @@
 -- publish what the worker tells operators, expiring with the lease.
 -- KEYS[1] workers sorted set (wid -> lease deadline, ms)
 -- KEYS[2] the worker's info hash   KEYS[3] the worker's drain flag
--- KEYS[4] the queue's shard count (see shards.lua)
+-- KEYS[4] the queue's list of shard names (see shards.lua)
 -- ARGV[1] worker id   ARGV[2] lease length, ms
 -- ARGV[3], ARGV[4], ...: info field, value, field, value, ... (may be none)
 -- Returns {the new deadline, ms; 1 if an operator asked the worker to drain;
--- the queue's shard count, 0 if none was published}.
+-- the number of names in the queue's list of shard names}.
 local lease = tonumber(ARGV[2])
 local deadline = now() + lease
 redis.call('ZADD', KEYS[1], deadline, ARGV[1])
@@ -19,4 +19,4 @@ if #ARGV > 2 then
     redis.call('DEL', KEYS[2])
   end
 end
-return {deadline, redis.call('EXISTS', KEYS[3]), tonumber(redis.call('GET', KEYS[4]) or '0')}
+return {deadline, redis.call('EXISTS', KEYS[3]), redis.call('LLEN', KEYS[4])}

@@ -1,15 +1,33 @@
--- shards.lua: record that a manager spreads the queue's tasks over n shards
--- (see keys.Shard). The queue's shard count becomes the highest any manager
--- uses; workers read it with their heartbeat and serve that many shards. It
--- lives a week after the last manager that published it.
--- KEYS[1] the queue's shard count (in shard 0)
--- ARGV[1] n, at least 1
--- Returns the queue's shard count.
-local n = tonumber(ARGV[1])
-local cur = tonumber(redis.call('GET', KEYS[1]) or '0')
-if cur < n then
-  redis.call('SET', KEYS[1], n)
-  cur = n
+-- shards.lua: record the names of the shards other than shard 0 a manager
+-- spreads the queue's tasks over (see keys.Shard), in the queue's list of
+-- shard names; workers serve every shard it names. It lives a week after
+-- the last manager that published to it.
+-- KEYS[1] the queue's list of shard names (in shard 0)
+-- ARGV[1] "adopt" or "add"   ARGV[2], ...: the manager's names, shard 1 first
+-- adopt (before a manager's first submit): the names are proposals; shard i
+-- takes the list's i-th name where it has one, and the list grows by the
+-- proposals past its end. add (every Poll after): the names the list lacks
+-- are appended (Redis may have lost it).
+-- Returns, for adopt, the names the manager is to use; for add, the list.
+local list = KEYS[1]
+local out = {}
+if ARGV[1] == 'adopt' then
+  local have = redis.call('LRANGE', list, 0, #ARGV - 2)
+  for i = 2, #ARGV do
+    local name = have[i - 1]
+    if not name then
+      name = ARGV[i]
+      redis.call('RPUSH', list, name)
+    end
+    out[#out + 1] = name
+  end
+else
+  for i = 2, #ARGV do
+    if not redis.call('LPOS', list, ARGV[i]) then
+      redis.call('RPUSH', list, ARGV[i])
+    end
+  end
+  out = redis.call('LRANGE', list, 0, -1)
 end
-redis.call('PEXPIRE', KEYS[1], 604800000)
-return cur
+redis.call('PEXPIRE', list, 604800000)
+return out

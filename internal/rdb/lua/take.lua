@@ -24,15 +24,16 @@
 -- KEYS[1] private list of the worker   KEYS[2] held set of the worker
 -- KEYS[3] idle set   KEYS[4] bell of the worker
 -- KEYS[5] workers sorted set (wid -> lease deadline, ms)
--- KEYS[6] the queue's shard count (see shards.lua; in shard 0, else a key
--- that never exists)
+-- KEYS[6] the queue's list of shard names (see shards.lua; in shard 0, else
+-- a key that never exists)
 -- KEYS[7], ...: the public lists, highest priority first
 -- ARGV[1] key base "<prefix>:{<queue>}:"   ARGV[2] n, at least 1   ARGV[3] worker id
 -- ARGV[4] the worker's lease, ms   ARGV[5] the shard count the worker knows
 -- Returns a flat array of quadruples: task id, attempt, payload, and "!" for a
 -- task of the private list or "" for the public one; then "shards" and the
--- queue's shard count if it is above the one the worker knows, so that a
--- worker serves new shards from its next take on; then "drained" if the
+-- queue's shard count (1 + the names in the list) if it is above the one
+-- the worker knows, so that a worker learns of new shards with its next
+-- take; then "drained" if the
 -- take left every list empty.
 local base, n, wid = ARGV[1], tonumber(ARGV[2]), ARGV[3]
 local out = {}
@@ -102,7 +103,7 @@ end
 for i = 1, #held, CHUNK do
   redis.call('SADD', KEYS[2], unpack(held, i, math.min(i + CHUNK - 1, #held)))
 end
-local shards = tonumber(redis.call('GET', KEYS[6]) or '0')
+local shards = 1 + redis.call('LLEN', KEYS[6])
 if shards > tonumber(ARGV[5]) then
   out[#out + 1] = 'shards'
   out[#out + 1] = shards
