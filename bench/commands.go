@@ -69,7 +69,7 @@ func (c commandLog) report(scenario string, n int) error {
 	}
 	slices.SortFunc(ts, func(a, b *tally) int { return int(b.us - a.us) })
 	per := float64(n)
-	fmt.Printf("\n%s, redmap: Redis time per element %.2f µs (SLOWLOG, %d commands)\n\n", scenario, float64(total)/per, len(logs))
+	fmt.Printf("\n%s: Redis time per element %.2f µs (SLOWLOG, %d commands)\n\n", scenario, float64(total)/per, len(logs))
 	fmt.Println("| command or script | calls | calls/element | µs/call | µs/element |")
 	fmt.Println("| --- | ---: | ---: | ---: | ---: |")
 	for _, t := range ts {

@@ -274,7 +274,7 @@ func (e *env) measure(scenario, contender string, n int, f func() error) (row, e
 	runtime.GC()
 	var before, after runtime.MemStats
 	runtime.ReadMemStats(&before)
-	logged := e.commands && contender == "redmap"
+	logged := e.commands && strings.HasPrefix(contender, "redmap")
 	if logged {
 		commandLog{e}.start(n)
 	}
@@ -284,7 +284,7 @@ func (e *env) measure(scenario, contender string, n int, f func() error) (row, e
 	elapsed := time.Since(start)
 	self, kids, cpu1 := selfCPU()-self0, workerCPU(kids0, e.children.cpu()), e.redisCPUTimes()
 	if logged && err == nil {
-		err = commandLog{e}.report(scenario, n)
+		err = commandLog{e}.report(scenario+", "+contender, n)
 	}
 	runtime.ReadMemStats(&after)
 	return row{
