@@ -58,10 +58,16 @@ func sq(i int) int { return i * i }
 // waits until the manager sees both live.
 func twoWorkers(t *testing.T, b *harness.Env, extra ...string) (a, c *harness.Proc, m *manager.Manager) {
 	t.Helper()
+	return twoWorkersFor(t, b, manager.Options{}, extra...)
+}
+
+// twoWorkersFor is twoWorkers with a manager of opts.
+func twoWorkersFor(t *testing.T, b *harness.Env, opts manager.Options, extra ...string) (a, c *harness.Proc, m *manager.Manager) {
+	t.Helper()
 	a = startChild(t, "worker", childEnv(b, extra...)...)
 	c = startChild(t, "worker", childEnv(b, extra...)...)
 	a.ID, c.ID = a.Expect(t, "worker "), c.Expect(t, "worker ")
-	m = b.Manager(t, manager.Options{})
+	m = b.Manager(t, opts)
 	harness.WaitLive(t, m, a.ID, c.ID)
 	return a, c, m
 }

@@ -51,11 +51,7 @@ func shardCounts(t *testing.T, c redis.UniversalClient, queue, mid string, n int
 // every element exactly once.
 func TestShardedQueue(t *testing.T) {
 	b := setup(t)
-	a := startChild(t, "worker", childEnv(b)...)
-	c := startChild(t, "worker", childEnv(b)...)
-	a.ID, c.ID = a.Expect(t, "worker "), c.Expect(t, "worker ")
-	m := b.Manager(t, manager.Options{Shards: 3})
-	harness.WaitLive(t, m, a.ID, c.ID)
+	_, c, m := twoWorkersFor(t, b, manager.Options{Shards: 3})
 
 	batch, err := manager.Submit(testCtx(t), m, slowSquare, ints(3000), manager.ChunkSize(1))
 	if err != nil {
@@ -93,11 +89,7 @@ func TestShardedQueue(t *testing.T) {
 // its tasks on every shard go back when its lease expires there.
 func TestShardedWorkerKilled(t *testing.T) {
 	b := setup(t)
-	a := startChild(t, "worker", childEnv(b)...)
-	c := startChild(t, "worker", childEnv(b)...)
-	a.ID, c.ID = a.Expect(t, "worker "), c.Expect(t, "worker ")
-	m := b.Manager(t, manager.Options{Shards: 3})
-	harness.WaitLive(t, m, a.ID, c.ID)
+	a, _, m := twoWorkersFor(t, b, manager.Options{Shards: 3})
 
 	batch, err := manager.Submit(testCtx(t), m, slowSquare, ints(3000), manager.ChunkSize(5))
 	if err != nil {
