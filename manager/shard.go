@@ -154,11 +154,11 @@ func (m *Manager) openShards(ctx context.Context) error {
 	}
 	started := time.Now()
 	names, err := m.rdb.PublishShards(ctx, true, m.proposeNames(ctx))
-	if err == nil && len(names) != m.opts.Shards-1 {
-		err = fmt.Errorf("publish shards: script returned %d names, want %d", len(names), m.opts.Shards-1)
-	}
 	if err != nil {
 		return m.redisError("publishing the queue's shard names", started, err)
+	}
+	if len(names) != m.opts.Shards-1 {
+		return fmt.Errorf("manager: publishing the queue's shard names: Redis returned %d names, want %d", len(names), m.opts.Shards-1)
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
