@@ -34,6 +34,7 @@ type Batch[Out any] struct {
 	onEnd   func()      // releases what the batch holds (its constant); runs once
 	ending  sync.Once
 	worker  string // the private queue's worker, or ""
+	priority int   // its tasks' priority
 	id      string // for operators: "<manager id>:<n>"
 	started time.Time
 	in      input // the elements, to encode (again)
@@ -414,6 +415,7 @@ func (b *Batch[Out]) closeChunk(ci int, record func(c chunk) []Out) {
 		b.order = append(b.order, ci)
 	}
 	b.left -= c.count
+	b.m.ended.Add(int64(c.count))
 	b.inflight--
 	b.inflightBytes -= c.size
 	b.inflightElems -= c.count

@@ -61,6 +61,8 @@ type Manager struct {
 	costMu      sync.Mutex
 	costs       map[string]float64 // function name → nanoseconds per element, smoothed
 	dropped     atomic.Int64       // results discarded as stale, duplicate or unreadable
+	ended       atomic.Int64       // elements that ended (a value or an error), all batches
+	endedSaid   int64              // ended, as the last publish counted it (owned by shard 0's collector)
 	resultBytes atomic.Int64       // bytes of results read
 }
 

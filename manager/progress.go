@@ -2,6 +2,7 @@ package manager
 
 import (
 	"context"
+	"fmt"
 	"time"
 
 	"github.com/redmap/redmap/internal/rdb"
@@ -16,14 +17,15 @@ type Progress struct {
 	Rate    float64       `json:"rate"`              // elements per second since the batch started
 	ETA     time.Duration `json:"eta"`               // at that rate; 0 when done or unknown
 	Started time.Time     `json:"started"`           // when Submit was called
-	Worker  string        `json:"worker,omitempty"`  // the private queue's worker, or "" for the public queue
-	Waiting string        `json:"waiting,omitempty"` // why the batch is not advancing, if the manager knows: no live worker serves its function
+	Worker   string        `json:"worker,omitempty"`   // the private queue's worker, or "" for the public queue
+	Waiting  string        `json:"waiting,omitempty"`  // why the batch is not advancing, if the manager knows: no live worker serves its function
+	Priority int           `json:"priority,omitempty"` // its tasks' priority (Priority), 1 to 5
 }
 
 // Progress returns how far the batch has got. It costs no round trip.
 func (b *Batch[Out]) Progress() Progress {
 	b.mu.Lock()
-	p := Progress{Func: b.fn, Total: b.n, Done: b.n - b.left, Failed: len(b.errs), Started: b.started, Worker: b.worker, Waiting: b.waiting}
+	p := Progress{Func: b.fn, Total: b.n, Done: b.n - b.left, Failed: len(b.errs), Started: b.started, Worker: b.worker, Waiting: b.waiting, Priority: b.priority}
 	b.mu.Unlock()
 	if secs := time.Since(p.Started).Seconds(); secs > 0 {
 		p.Rate = float64(p.Done) / secs
@@ -47,14 +49,24 @@ func (m *Manager) publishBatches(ctx context.Context) {
 	for id, b := range running {
 		published[id] = rdb.BatchProgress(b.snapshot())
 	}
-	err := m.rdb.PublishBatches(ctx, m.id, published, m.opts.KeyTTL)
+	// Elements ended since the last publish feed the queue's throughput
+	// counters (redmap dashboard), whatever batch they were of.
+	ended := m.ended.Load()
+	cancels, err := m.rdb.PublishBatches(ctx, m.id, published, m.opts.KeyTTL, ended-m.endedSaid)
 	switch {
 	case err == nil:
+		m.endedSaid = ended
 	case ctx.Err() != nil:
 		m.log.Debug("stopped while publishing batch progress", "err", err)
 	case rdb.Refused(err):
 		m.log.Error("publishing batch progress for operators refused", "err", err)
 	default:
 		m.log.Warn("publishing batch progress failed", "err", err)
+	}
+	for _, id := range cancels {
+		if b, ok := running[id]; ok {
+			m.log.Warn("an operator cancelled a batch", "batch", id)
+			b.abort(fmt.Errorf("%w: by an operator (redmap dashboard)", context.Canceled))
+		}
 	}
 }

@@ -236,6 +236,7 @@ func submit[In, Out any](ctx context.Context, m *Manager, sp spec, els elements[
 	stream := els.seq != nil
 	b := newBatch[Out](m, sp.name, len(els.xs), red, stream)
 	b.worker = co.worker
+	b.priority = co.priority
 	if !stream {
 		// Room for the batch's chunks (and their completion order) at the
 		// size known now (the feeder may size them otherwise as it learns

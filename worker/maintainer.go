@@ -106,6 +106,7 @@ func (m *maintainer) info() rdb.WorkerInfo {
 		Started: w.started, Heartbeat: time.Now(),
 		Running: st.Running, Taken: st.Taken, Delivered: st.Delivered, Failed: st.Failed,
 		Functions: w.names(), State: state, Error: w.problem(),
+		CacheHits: w.memo.Stats().Hits, CacheBytes: w.memo.Stats().BytesFetched,
 	}
 }
 

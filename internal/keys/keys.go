@@ -9,6 +9,7 @@ package keys
 import (
 	"strconv"
 	"strings"
+	"time"
 )
 
 // ShardSep separates a queue's name from the rest of the name of one of its
@@ -196,3 +197,22 @@ func Failures(prefix, queue string) string { return Base(prefix, queue) + "failu
 // Batches describes manager mid's running batches for operators (HASH batch
 // id → JSON progress), refreshed every Poll and expiring with the manager.
 func Batches(prefix, queue, mid string) string { return Base(prefix, queue) + "m:" + mid + ":batches" }
+
+// Throughput counts the elements the queue's managers saw end (a value or
+// an error) in the ThroughputBucket-long interval that starts at second
+// bucket·ThroughputBucket of the Unix clock (STRING integer); each lives
+// ThroughputSpan, so a queue keeps at most ThroughputSpan/ThroughputBucket
+// of them. The dashboard charts them.
+func Throughput(prefix, queue string, bucket int64) string {
+	return Base(prefix, queue) + "tp:" + strconv.FormatInt(bucket, 10)
+}
+
+// The throughput counters' interval and how long each is kept.
+const (
+	ThroughputBucket = 5 * time.Second
+	ThroughputSpan   = 15*time.Minute + ThroughputBucket
+)
+
+// Cancels holds the ids of manager mid's batches an operator asked to
+// cancel (SET of batch id); the manager reads and deletes it every Poll.
+func Cancels(prefix, queue, mid string) string { return Base(prefix, queue) + "m:" + mid + ":cancel" }

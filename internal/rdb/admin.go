@@ -4,8 +4,10 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 
@@ -170,6 +172,45 @@ func (a *Admin) Failures(ctx context.Context, queue string) (recs []FailureRecor
 		recs = append(recs, f)
 	}
 	return recs, malformed, nil
+}
+
+// Throughput returns the queue's throughput counters (see keys.Throughput)
+// of the last span before now, oldest first: elements ended per
+// keys.ThroughputBucket, 0 where none. One MGET.
+func (a *Admin) Throughput(ctx context.Context, queue string, now time.Time, span time.Duration) ([]int64, error) {
+	step := int64(keys.ThroughputBucket / time.Second)
+	last := now.Unix() / step
+	n := int64(span / keys.ThroughputBucket)
+	ks := make([]string, 0, n)
+	for b := last - n + 1; b <= last; b++ {
+		ks = append(ks, keys.Throughput(a.prefix, queue, b))
+	}
+	vs, err := a.c.MGet(ctx, ks...).Result()
+	if err != nil {
+		return nil, fmt.Errorf("throughput: %w", err)
+	}
+	out := make([]int64, len(vs))
+	for i, v := range vs {
+		if s, ok := v.(string); ok {
+			out[i], _ = strconv.ParseInt(s, 10, 64)
+		}
+	}
+	return out, nil
+}
+
+// CancelBatch asks manager mid of queue to cancel its batch bid: the
+// manager does at its next Poll, if the batch still runs.
+func (a *Admin) CancelBatch(ctx context.Context, queue, mid, bid string) error {
+	key := keys.Cancels(a.prefix, queue, mid)
+	_, err := a.c.TxPipelined(ctx, func(p redis.Pipeliner) error {
+		p.SAdd(ctx, key, bid)
+		p.PExpire(ctx, key, time.Minute)
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("cancel: %w", err)
+	}
+	return nil
 }
 
 // Drain asks worker wid of queue to take no more tasks and exit when idle.

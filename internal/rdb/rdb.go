@@ -637,10 +637,15 @@ func (r *RDB) Drop(ctx context.Context, mid string) error {
 }
 
 // PublishBatches replaces manager mid's published batch progress with
-// batches (batch id -> progress), living ttl; none deletes it. One pipeline.
-func (r *RDB) PublishBatches(ctx context.Context, mid string, batches map[string]BatchProgress, ttl time.Duration) error {
+// batches (batch id -> progress), living ttl; none deletes it. It adds ended
+// (elements ended since the last call) to the queue's throughput counter of
+// now, and takes the batch ids an operator asked the manager to cancel.
+// One transaction.
+func (r *RDB) PublishBatches(ctx context.Context, mid string, batches map[string]BatchProgress, ttl time.Duration, ended int64) (cancels []string, err error) {
 	key := keys.Batches(r.prefix, r.queue, mid)
-	_, err := r.c.TxPipelined(ctx, func(p redis.Pipeliner) error {
+	ck := keys.Cancels(r.prefix, r.queue, mid)
+	var cs *redis.StringSliceCmd
+	_, err = r.c.TxPipelined(ctx, func(p redis.Pipeliner) error {
 		p.Del(ctx, key)
 		if len(batches) > 0 {
 			args := make([]any, 0, 2*len(batches))
@@ -650,9 +655,19 @@ func (r *RDB) PublishBatches(ctx context.Context, mid string, batches map[string
 			p.HSet(ctx, key, args...)
 			p.PExpire(ctx, key, ttl)
 		}
+		if ended > 0 {
+			tk := keys.Throughput(r.prefix, r.queue, time.Now().Unix()/int64(keys.ThroughputBucket/time.Second))
+			p.IncrBy(ctx, tk, ended)
+			p.PExpire(ctx, tk, keys.ThroughputSpan)
+		}
+		cs = p.SMembers(ctx, ck)
+		p.Del(ctx, ck)
 		return nil
 	})
-	return wrap("publish batches", nil, "DEL, HSET, PEXPIRE, MULTI or EXEC", err)
+	if err != nil {
+		return nil, wrap("publish batches", nil, "DEL, HSET, PEXPIRE, INCRBY, SMEMBERS, MULTI or EXEC", err)
+	}
+	return cs.Val(), nil
 }
 
 // Depth returns the number of task ids waiting in the public lists.

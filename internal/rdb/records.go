@@ -29,6 +29,8 @@ type WorkerInfo struct {
 	Functions   []string // the names it registered; served.lua reads them
 	State       string   // "running", or "draining" once it takes no more tasks
 	Error       string   // its last failed Redis call, "" once all is well
+	CacheHits   int64    // constant lookups its memo served
+	CacheBytes  int64    // bytes of constants it fetched
 }
 
 // The fields of a worker's info hash that something other than
@@ -55,6 +57,8 @@ func EncodeWorkerInfo(i WorkerInfo) []any {
 		infoFunctions, strings.Join(i.Functions, ","),
 		"state", i.State,
 		infoError, i.Error,
+		"cache_hits", i.CacheHits,
+		"cache_bytes", i.CacheBytes,
 	}
 }
 
@@ -87,6 +91,8 @@ func DecodeWorkerInfo(h map[string]string) (WorkerInfo, error) {
 		Failed:      num("failed"),
 		State:       h["state"],
 		Error:       h[infoError],
+		CacheHits:   num("cache_hits"),
+		CacheBytes:  num("cache_bytes"),
 	}
 	if f := h[infoFunctions]; f != "" {
 		i.Functions = strings.Split(f, ",")
@@ -135,8 +141,9 @@ type BatchProgress struct {
 	Rate    float64       `json:"rate"` // elements a second
 	ETA     time.Duration `json:"eta"`
 	Started time.Time     `json:"started"`
-	Worker  string        `json:"worker,omitempty"`  // the private queue's worker
-	Waiting string        `json:"waiting,omitempty"` // why it does not advance
+	Worker   string        `json:"worker,omitempty"`   // the private queue's worker
+	Waiting  string        `json:"waiting,omitempty"`  // why it does not advance
+	Priority int           `json:"priority,omitempty"` // 1 to 5
 }
 
 // EncodeProgress returns p as a field value of the batches hash.

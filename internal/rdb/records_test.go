@@ -67,14 +67,30 @@ func TestFailuresAndProgressRoundTrip(t *testing.T) {
 	}
 
 	p := BatchProgress{Func: "f", Total: 10, Done: 4, Failed: 1, Rate: 2.5, ETA: 3 * time.Second,
-		Started: time.Unix(1700000000, 0).UTC(), Worker: "w", Waiting: "no live worker"}
-	if err := f.r.PublishBatches(ctx, f.mid, map[string]BatchProgress{"b1": p}, time.Minute); err != nil {
+		Started: time.Unix(1700000000, 0).UTC(), Worker: "w", Waiting: "no live worker", Priority: 5}
+	if _, err := f.r.PublishBatches(ctx, f.mid, map[string]BatchProgress{"b1": p}, time.Minute, 0); err != nil {
 		t.Fatal(err)
 	}
 	bs, err := a.Batches(ctx, f.queue)
 	want := []PublishedBatch{{Queue: f.queue, Manager: f.mid, ID: "b1", Progress: p}}
 	if err != nil || !reflect.DeepEqual(bs, want) {
 		t.Fatalf("Batches: %+v, %v; want %+v", bs, err, want)
+	}
+
+	// An operator's cancel reaches the manager's next publish, once; the
+	// elements it counts land in the throughput counter of now.
+	if err := a.CancelBatch(ctx, f.queue, f.mid, "b1"); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range [][]string{{"b1"}, nil} {
+		cancels, err := f.r.PublishBatches(ctx, f.mid, map[string]BatchProgress{"b1": p}, time.Minute, 7)
+		if err != nil || !reflect.DeepEqual(cancels, want) && len(cancels)+len(want) > 0 {
+			t.Fatalf("cancels: %v, %v; want %v", cancels, err, want)
+		}
+	}
+	tp, err := a.Throughput(ctx, f.queue, time.Now(), time.Minute)
+	if err != nil || len(tp) != 12 || tp[11]+tp[10] != 14 {
+		t.Fatalf("throughput of the last minute: %v, %v; want 12 buckets, 14 elements in the last two", tp, err)
 	}
 }
 
