@@ -28,16 +28,16 @@ type Result[Out any] struct {
 // results can be read in completion order while it runs (Results) and waited
 // for in input order (Wait), each any number of times.
 type Batch[Out any] struct {
-	m       *Manager
-	fn      string
-	stop    func() bool // detaches the batch from its submit context
-	onEnd   func()      // releases what the batch holds (its constant); runs once
-	ending  sync.Once
-	worker  string // the private queue's worker, or ""
-	priority int   // its tasks' priority
-	id      string // for operators: "<manager id>:<n>"
-	started time.Time
-	in      input // the elements, to encode (again)
+	m        *Manager
+	fn       string
+	stop     func() bool // detaches the batch from its submit context
+	onEnd    func()      // releases what the batch holds (its constant); runs once
+	ending   sync.Once
+	worker   string // the private queue's worker, or ""
+	priority int    // its tasks' priority
+	id       string // for operators: "<manager id>:<n>"
+	started  time.Time
+	in       input // the elements, to encode (again)
 
 	red    *redmap.Reducer[Out] // folds the outputs (MapReduce), or nil
 	stream bool                 // the input is a sequence (SubmitSeq): results are read once, as they come

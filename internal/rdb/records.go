@@ -134,13 +134,13 @@ func DecodeFailure(s string) (FailureRecord, error) {
 // BatchProgress is how far a running batch has got, as its manager publishes
 // it for operators (the hash m:<id>:batches, batch id -> JSON).
 type BatchProgress struct {
-	Func    string        `json:"func"`
-	Total   int           `json:"total"`
-	Done    int           `json:"done"`
-	Failed  int           `json:"failed"`
-	Rate    float64       `json:"rate"` // elements a second
-	ETA     time.Duration `json:"eta"`
-	Started time.Time     `json:"started"`
+	Func     string        `json:"func"`
+	Total    int           `json:"total"`
+	Done     int           `json:"done"`
+	Failed   int           `json:"failed"`
+	Rate     float64       `json:"rate"` // elements a second
+	ETA      time.Duration `json:"eta"`
+	Started  time.Time     `json:"started"`
 	Worker   string        `json:"worker,omitempty"`   // the private queue's worker
 	Waiting  string        `json:"waiting,omitempty"`  // why it does not advance
 	Priority int           `json:"priority,omitempty"` // 1 to 5
