@@ -45,11 +45,12 @@ type Manager struct {
 	batchSeq atomic.Uint64
 	store    *cache.Store
 
-	mu      sync.Mutex
-	pending map[string]pending // task id → where its result goes
-	holds   map[string]hold    // holder → the constant a running batch holds
-	batches map[string]batch   // id → running batch, for operators
-	closed  bool
+	mu       sync.Mutex
+	pending  map[string]pending // task id → where its result goes
+	holds    map[string]hold    // holder → the constant a running batch holds
+	batches  map[string]batch   // id → running batch, for operators
+	finished map[string]batch   // id → batch ended since the last publish
+	closed   bool
 
 	stop    context.CancelFunc
 	stopped chan struct{}  // closed when every shard's collector has returned
@@ -100,19 +101,20 @@ func New(client redis.UniversalClient, opts Options) (*Manager, error) {
 	ctx, stop := context.WithCancel(context.Background())
 	s0 := newShard(rdb.New(client, opts.Prefix, opts.Queue))
 	m := &Manager{
-		id:      mid,
-		rdb:     s0.rdb,
-		client:  client,
-		ctx:     ctx,
-		opts:    opts,
-		log:     opts.Logger.With("manager", mid, "queue", opts.Queue),
-		store:   cache.NewStore(client, opts.Prefix, opts.PartSize),
-		pending: make(map[string]pending),
-		holds:   make(map[string]hold),
-		batches: make(map[string]batch),
-		costs:   make(map[string]float64),
-		stop:    stop,
-		stopped: make(chan struct{}),
+		id:       mid,
+		rdb:      s0.rdb,
+		client:   client,
+		ctx:      ctx,
+		opts:     opts,
+		log:      opts.Logger.With("manager", mid, "queue", opts.Queue),
+		store:    cache.NewStore(client, opts.Prefix, opts.PartSize),
+		pending:  make(map[string]pending),
+		holds:    make(map[string]hold),
+		batches:  make(map[string]batch),
+		finished: make(map[string]batch),
+		costs:    make(map[string]float64),
+		stop:     stop,
+		stopped:  make(chan struct{}),
 	}
 	m.shards.Store(&[]*shard{s0})
 	m.collectors.Go(func() { m.collect(ctx, s0) })
@@ -203,7 +205,8 @@ func (m *Manager) register(b batch, tids []string, first int) error {
 	return nil
 }
 
-// list records a running batch for operators; unlist forgets it.
+// list records a running batch for operators; unlist forgets it, after
+// the next publish shows it as it ended (see publishBatches).
 func (m *Manager) list(id string, b batch) {
 	m.mu.Lock()
 	m.batches[id] = b
@@ -212,6 +215,9 @@ func (m *Manager) list(id string, b batch) {
 
 func (m *Manager) unlist(id string) {
 	m.mu.Lock()
+	if b, ok := m.batches[id]; ok {
+		m.finished[id] = b
+	}
 	delete(m.batches, id)
 	m.mu.Unlock()
 }

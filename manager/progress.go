@@ -44,15 +44,29 @@ func (m *Manager) publishBatches(ctx context.Context) {
 	for id, b := range m.batches {
 		running[id] = b
 	}
+	finished := m.finished
+	m.finished = make(map[string]batch)
 	m.mu.Unlock()
-	published := make(map[string]rdb.BatchProgress, len(running))
+	published := make(map[string]rdb.BatchProgress, len(running)+len(finished))
 	for id, b := range running {
+		published[id] = rdb.BatchProgress(b.snapshot())
+	}
+	// A batch that ended since the last publish is shown once more, as it
+	// ended, so operators see its outcome rather than its last progress.
+	for id, b := range finished {
 		published[id] = rdb.BatchProgress(b.snapshot())
 	}
 	// Elements ended since the last publish feed the queue's throughput
 	// counters (redmap dashboard), whatever batch they were of.
 	ended := m.ended.Load()
 	cancels, err := m.rdb.PublishBatches(ctx, m.id, published, m.opts.KeyTTL, ended-m.endedSaid)
+	if err != nil {
+		m.mu.Lock()
+		for id, b := range finished {
+			m.finished[id] = b // shown next time
+		}
+		m.mu.Unlock()
+	}
 	switch {
 	case err == nil:
 		m.endedSaid = ended

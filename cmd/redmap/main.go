@@ -62,6 +62,8 @@ const usage = `usage: redmap [-redis URL] [-prefix P] [-queue Q] [-json] command
   failures            recent failures grouped by function and error
   drain <worker>      the worker takes no more tasks and exits when idle
   purge <queue> -yes  drop the queue's queued tasks; their batches fail with ErrLost
+  dashboard           serve the live web dashboard on -addr (default 127.0.0.1:8080);
+                      -actions lets it drain workers, cancel batches, purge queues
 `
 
 type cli struct {
@@ -85,6 +87,8 @@ func run(args []string, out io.Writer) (int, error) {
 	fs.BoolVar(&c.json, "json", false, "")
 	fs.StringVar(&c.queue, "queue", "", "")
 	fs.BoolVar(&c.yes, "yes", false, "")
+	addr := fs.String("addr", "127.0.0.1:8080", "")
+	actions := fs.Bool("actions", false, "")
 	// Flags may come before and after the command and its argument.
 	var pos []string
 	for rest := args; ; {
@@ -107,7 +111,7 @@ func run(args []string, out io.Writer) (int, error) {
 		return 0, nil
 	}
 	cmd, operand := pos[0], pos[1:]
-	wantOperand := map[string]int{"status": 0, "workers": 0, "batches": 0, "failures": 0, "drain": 1, "purge": 1}
+	wantOperand := map[string]int{"status": 0, "workers": 0, "batches": 0, "failures": 0, "drain": 1, "purge": 1, "dashboard": 0}
 	n, known := wantOperand[cmd]
 	if !known {
 		return 2, usageError{fmt.Sprintf("unknown command %q", cmd)}
@@ -127,6 +131,10 @@ func run(args []string, out io.Writer) (int, error) {
 		return 1, fmt.Errorf("cannot reach Redis at %s: %v", redmap.RedactURL(*url), err)
 	}
 	c.admin = rdb.NewAdmin(client, *prefix)
+	if cmd == "dashboard" {
+		cancel()
+		return serveDashboard(client, *prefix, c.queue, *addr, *actions, out)
+	}
 	if c.queue != "" {
 		if err := c.mustQueue(ctx, c.queue); err != nil {
 			return 1, err

@@ -1,0 +1,185 @@
+// redmap dashboard: polls api/state once a second and draws it. No
+// framework, no build step: the Go binary embeds this file as it is.
+"use strict";
+
+const $ = (id) => document.getElementById(id);
+const expanded = new Set(); // failure groups whose stack is shown
+let confirmPurge = { queue: "", until: 0 }; // a purge waits for a second click
+let state = null;
+
+function esc(s) {
+  return String(s ?? "").replace(/[&<>"']/g, (c) => ({ "&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;", "'": "&#39;" })[c]);
+}
+
+function num(n) {
+  if (n >= 1e9) return (n / 1e9).toFixed(1) + "G";
+  if (n >= 1e6) return (n / 1e6).toFixed(1) + "M";
+  if (n >= 1e4) return (n / 1e3).toFixed(1) + "k";
+  return String(Math.round(n));
+}
+
+function bytes(n) {
+  if (n >= 1 << 30) return (n / (1 << 30)).toFixed(1) + " GiB";
+  if (n >= 1 << 20) return (n / (1 << 20)).toFixed(1) + " MiB";
+  if (n >= 1 << 10) return (n / (1 << 10)).toFixed(1) + " KiB";
+  return n + " B";
+}
+
+function dur(s) {
+  if (!s || s <= 0) return "–";
+  if (s < 60) return s.toFixed(s < 10 ? 1 : 0) + "s";
+  if (s < 3600) return Math.floor(s / 60) + "m" + String(Math.floor(s % 60)).padStart(2, "0") + "s";
+  return Math.floor(s / 3600) + "h" + String(Math.floor((s % 3600) / 60)).padStart(2, "0") + "m";
+}
+
+// chart draws a queue's elements/s over the last 15 minutes as an SVG line.
+function chart(series) {
+  const w = 300, h = 70, max = Math.max(1, ...series);
+  const pts = series.map((v, i) => `${((i / Math.max(1, series.length - 1)) * w).toFixed(1)},${(h - 2 - (v / max) * (h - 6)).toFixed(1)}`);
+  return `<svg class="chart" viewBox="0 0 ${w} ${h}" preserveAspectRatio="none" role="img" aria-label="elements per second, last 15 minutes">
+    <polygon class="area" points="0,${h} ${pts.join(" ")} ${w},${h}"></polygon>
+    <polyline points="${pts.join(" ")}"></polyline></svg>
+    <div class="chart-label"><span>15 min ago</span><span>peak ${num(max)}/s</span><span>now</span></div>`;
+}
+
+function renderQueues(s) {
+  if (!s.queues.length) {
+    $("queues").innerHTML = `<div class="empty">No queue on this Redis yet.</div>`;
+    return;
+  }
+  $("queues").innerHTML = s.queues.map((q) => {
+    let purge = "";
+    if (s.actions) {
+      const armed = confirmPurge.queue === q.name && Date.now() < confirmPurge.until;
+      purge = `<button class="danger ${armed ? "confirm" : ""}" data-action="purge" data-queue="${esc(q.name)}">${armed ? "confirm purge" : "purge"}</button>`;
+    }
+    return `<div class="card" data-queue="${esc(q.name)}">
+      <h3><span>${esc(q.name)}</span>${purge}</h3>
+      <div class="nums"><span>depth <b data-field="depth">${num(q.depth)}</b></span>
+        <span>workers <b data-field="workers">${q.workers}</b></span>
+        <span>batches <b data-field="batches">${q.batches}</b></span>
+        <span><b data-field="rate">${num(q.rate)}</b>/s</span></div>
+      ${chart(q.series)}</div>`;
+  }).join("");
+}
+
+function renderBatches(s) {
+  if (!s.batches.length) {
+    $("batches").innerHTML = `<div class="empty">No batch running.</div>`;
+    return;
+  }
+  $("batches").innerHTML = s.batches.map((b) => {
+    const ok = b.total ? ((b.done - b.failed) / b.total) * 100 : 100;
+    const bad = b.total ? (b.failed / b.total) * 100 : 0;
+    const running = b.outcome === "running";
+    const cancel = s.actions && running ? `<button class="danger" data-action="cancel" data-queue="${esc(b.queue)}" data-manager="${esc(b.manager)}" data-batch="${esc(b.id)}">cancel</button>` : "";
+    const where = b.worker ? ` · on worker ${esc(b.worker.slice(0, 8))}` : "";
+    return `<div class="batch ${running ? "" : "finished"}" data-batch="${esc(b.id)}" data-done="${b.done}" data-total="${b.total}" data-outcome="${esc(b.outcome)}">
+      <div class="head"><span><b>${esc(b.func)}</b> <span class="muted">${esc(b.queue)} · priority ${b.priority}${where} · ${esc(b.id.slice(0, 8))}…${esc(b.id.slice(b.id.indexOf(":")))}</span></span>
+        <span><span class="badge ${esc(b.outcome)}">${esc(b.outcome)}</span> ${cancel}</span></div>
+      <div class="bar" title="${b.done} of ${b.total} done, ${b.failed} failed"><div class="ok" style="width:${ok}%"></div><div class="bad" style="left:${ok}%;width:${bad}%"></div></div>
+      <div class="nums"><span><b>${num(b.done)}</b> / ${num(b.total)} done</span><span><b>${num(b.failed)}</b> failed</span>
+        <span><b>${num(b.rate)}</b>/s</span><span>ETA <b>${running ? dur(b.eta) : "–"}</b></span>
+        ${b.waiting ? `<span class="err">${esc(b.waiting)}</span>` : ""}</div></div>`;
+  }).join("");
+}
+
+function renderWorkers(s) {
+  const head = `<tr><th>queue</th><th>worker</th><th>state</th><th>host</th><th>pid</th><th>heartbeat</th><th>slots</th><th>held</th><th>taken</th><th>delivered</th><th>failed</th><th>functions</th><th>cache hits</th><th>cache fetched</th>${s.actions ? "<th></th>" : ""}</tr>`;
+  if (!s.workers.length) {
+    $("workers").innerHTML = head + `<tr><td colspan="15" class="empty">No worker.</td></tr>`;
+    return;
+  }
+  $("workers").innerHTML = head + s.workers.map((w) => {
+    const pct = w.slots ? Math.min(100, (w.busy / w.slots) * 100) : 0;
+    const drain = s.actions ? `<td>${w.state === "running" ? `<button data-action="drain" data-queue="${esc(w.queue)}" data-worker="${esc(w.id)}">drain</button>` : ""}</td>` : "";
+    return `<tr class="${w.state === "dead" ? "dead" : ""}" data-worker="${esc(w.id)}" data-state="${esc(w.state)}" title="${esc(w.error || "")}">
+      <td>${esc(w.queue)}</td><td>${esc(w.id.slice(0, 12))}</td><td><span class="badge ${esc(w.state)}">${esc(w.state)}</span></td>
+      <td>${esc(w.host)}</td><td>${w.pid}</td><td>${dur(w.heartbeat_age)}</td>
+      <td><span class="slots"><span style="width:${pct}%"></span></span>${w.busy}/${w.slots}</td>
+      <td>${num(w.held)}</td><td>${num(w.taken)}</td><td>${num(w.delivered)}</td><td>${num(w.failed)}</td>
+      <td>${esc(w.functions.join(", "))}</td><td>${num(w.cache_hits)}</td><td>${bytes(w.cache_bytes)}</td>${drain}</tr>`;
+  }).join("");
+}
+
+function renderFailures(s) {
+  const head = `<tr><th>queue</th><th>function</th><th>kind</th><th>error</th><th>count</th><th>last seen</th></tr>`;
+  if (!s.failures.length) {
+    $("failures").innerHTML = head + `<tr><td colspan="6" class="empty">No failure recorded.</td></tr>`;
+    return;
+  }
+  $("failures").innerHTML = head + s.failures.map((f) => {
+    const key = JSON.stringify([f.queue, f.func, f.kind, f.error]);
+    const open = expanded.has(key);
+    const ago = (new Date(s.time) - new Date(f.last)) / 1000;
+    let row = `<tr class="fail" data-key="${esc(key)}" title="click for a sample stack"><td>${esc(f.queue)}</td><td>${esc(f.func)}</td><td>${esc(f.kind)}</td>
+      <td class="err">${esc(f.error)}</td><td>${f.count}</td><td>${dur(ago)} ago</td></tr>`;
+    if (open) {
+      row += `<tr class="stack"><td colspan="6"><pre class="stack">${esc(f.stack || "(no stack recorded)")}</pre></td></tr>`;
+    }
+    return row;
+  }).join("");
+}
+
+function render() {
+  if (!state) return;
+  renderQueues(state);
+  renderBatches(state);
+  renderWorkers(state);
+  renderFailures(state);
+}
+
+async function poll() {
+  try {
+    const r = await fetch("api/state", { cache: "no-store" });
+    if (!r.ok) throw new Error((await r.text()).trim() || r.statusText);
+    state = await r.json();
+    $("status").textContent = "updated " + new Date().toLocaleTimeString() + (state.actions ? " · actions on" : " · read-only");
+    $("status").classList.remove("error");
+    render();
+  } catch (e) {
+    $("status").textContent = "cannot read the state: " + e.message;
+    $("status").classList.add("error");
+  }
+}
+
+async function act(path, body) {
+  try {
+    const r = await fetch(path, { method: "POST", headers: { "Content-Type": "application/json", "X-Redmap-Action": "1" }, body: JSON.stringify(body) });
+    const text = await r.text();
+    $("status").textContent = r.ok ? JSON.parse(text).result : text.trim();
+    $("status").classList.toggle("error", !r.ok);
+  } catch (e) {
+    $("status").textContent = "action failed: " + e.message;
+    $("status").classList.add("error");
+  }
+  poll();
+}
+
+document.addEventListener("click", (ev) => {
+  const btn = ev.target.closest("button[data-action]");
+  if (btn) {
+    const d = btn.dataset;
+    if (d.action === "drain") act("api/drain", { queue: d.queue, worker: d.worker });
+    if (d.action === "cancel") act("api/cancel", { queue: d.queue, manager: d.manager, batch: d.batch });
+    if (d.action === "purge") {
+      if (confirmPurge.queue === d.queue && Date.now() < confirmPurge.until) {
+        confirmPurge = { queue: "", until: 0 };
+        act("api/purge", { queue: d.queue, confirm: d.queue });
+      } else {
+        confirmPurge = { queue: d.queue, until: Date.now() + 5000 };
+        render();
+      }
+    }
+    return;
+  }
+  const row = ev.target.closest("tr.fail");
+  if (row) {
+    const k = row.dataset.key;
+    if (expanded.has(k)) expanded.delete(k); else expanded.add(k);
+    render();
+  }
+});
+
+poll();
+setInterval(poll, 1000);

@@ -1,0 +1,219 @@
+package dashboard_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redmap/redmap"
+	"github.com/redmap/redmap/dashboard"
+	"github.com/redmap/redmap/internal/harness"
+	"github.com/redmap/redmap/internal/redistest"
+	"github.com/redmap/redmap/manager"
+	"github.com/redmap/redmap/worker"
+)
+
+// slow takes 20 ms per element: a batch of a few thousand runs long enough
+// to be watched.
+var slow = redmap.Func("slow", func(ctx context.Context, x int) (int, error) {
+	select {
+	case <-time.After(20 * time.Millisecond):
+	case <-ctx.Done():
+		return 0, ctx.Err()
+	}
+	if x%100 == 99 {
+		return 0, fmt.Errorf("element %d: no such thing", x)
+	}
+	return x * x, nil
+})
+
+func TestMain(m *testing.M) {
+	// As a child, the test binary is a worker program made with worker.Main.
+	if os.Getenv(harness.ChildEnv) == "worker" {
+		if err := worker.Main(harness.ChildArgs(), slow); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(1)
+		}
+		os.Exit(0)
+	}
+	code := redistest.Run(m)
+	harness.Cleanup()
+	os.Exit(code)
+}
+
+func ints(n int) []int {
+	xs := make([]int, n)
+	for i := range xs {
+		xs[i] = i
+	}
+	return xs
+}
+
+// getState reads the dashboard's state from its API.
+func getState(t *testing.T, base string) dashboard.State {
+	t.Helper()
+	resp, err := http.Get(base + "/api/state")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("GET api/state: %s", resp.Status)
+	}
+	var st dashboard.State
+	if err := json.NewDecoder(resp.Body).Decode(&st); err != nil {
+		t.Fatal(err)
+	}
+	return st
+}
+
+// post sends an action as the page does, with extra headers.
+func post(t *testing.T, base, path, body string, headers map[string]string) (int, string) {
+	t.Helper()
+	req, err := http.NewRequest("POST", base+path, strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	for k, v := range headers {
+		req.Header.Set(k, v)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
+}
+
+// The state API shows the queue, its worker with its counters, a running
+// batch with its progress and priority, the queue's throughput, and the
+// failures grouped; a batch that ends stays, with its outcome.
+func TestStateAPI(t *testing.T) {
+	e := harness.Setup(t)
+	w := e.Worker(t, worker.Options{Concurrency: 4}, slow)
+	m := e.Manager(t, manager.Options{Poll: 200 * time.Millisecond})
+	d, err := dashboard.New(e.Client, dashboard.Options{Queue: e.Queue})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(d)
+	defer srv.Close()
+
+	b, err := manager.Submit(context.Background(), m, slow, ints(400), manager.ChunkSize(4), manager.Priority(4))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var st dashboard.State
+	redistest.Eventually(t, "the batch shown with progress", func() bool {
+		st = getState(t, srv.URL)
+		return len(st.Batches) == 1 && st.Batches[0].Done > 0 && st.Batches[0].Outcome == "running"
+	})
+	if got := st.Batches[0]; got.Func != "slow" || got.Priority != 4 || got.Total != 400 || got.Manager != m.ID() {
+		t.Fatalf("batch %+v", got)
+	}
+	if len(st.Queues) != 1 || st.Queues[0].Name != e.Queue || st.Queues[0].Workers != 1 || len(st.Queues[0].Series) != 180 {
+		t.Fatalf("queues %+v", st.Queues)
+	}
+	if len(st.Workers) != 1 || st.Workers[0].ID != w.ID() || st.Workers[0].State != "running" || st.Workers[0].Slots != 4 ||
+		st.Workers[0].Functions[0] != "slow" || st.Workers[0].HeartbeatAge < 0 || st.Workers[0].HeartbeatAge > 10 {
+		t.Fatalf("workers %+v", st.Workers)
+	}
+	if _, err := b.Wait(context.Background()); err == nil {
+		t.Fatal("want 4 elements failed")
+	}
+	redistest.Eventually(t, "the batch shown failed, the throughput counted, the failures grouped", func() bool {
+		st = getState(t, srv.URL)
+		var counted float64
+		for _, v := range st.Queues[0].Series {
+			counted += v * float64(st.Queues[0].Bucket)
+		}
+		return len(st.Batches) == 1 && st.Batches[0].Outcome == "failed" && st.Batches[0].Failed == 4 &&
+			counted == 400 && len(st.Failures) == 4 // one group per message: "element 99: ...", ...
+	})
+	for _, f := range st.Failures {
+		if f.Func != "slow" || f.Count != 1 || !strings.Contains(f.Error, "no such thing") {
+			t.Fatalf("failure group %+v", f)
+		}
+	}
+}
+
+// Actions are refused unless turned on, without the page's header, from
+// another origin, and (purge) without the queue's name again; allowed, a
+// cancel ends the batch at its manager and a purge empties the queue.
+func TestActionsGuarded(t *testing.T) {
+	e := harness.Setup(t)
+	m := e.Manager(t, manager.Options{Poll: 200 * time.Millisecond})
+	ro, err := dashboard.New(e.Client, dashboard.Options{Queue: e.Queue})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rw, err := dashboard.New(e.Client, dashboard.Options{Queue: e.Queue, Actions: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	roSrv, rwSrv := httptest.NewServer(ro), httptest.NewServer(rw)
+	defer roSrv.Close()
+	defer rwSrv.Close()
+
+	// No worker: the batch stays queued.
+	b, err := manager.Submit(context.Background(), m, slow, ints(100), manager.ChunkSize(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var bid string
+	redistest.Eventually(t, "the batch published", func() bool {
+		st := getState(t, rwSrv.URL)
+		if len(st.Batches) == 1 {
+			bid = st.Batches[0].ID
+		}
+		return bid != ""
+	})
+	ok := map[string]string{"X-Redmap-Action": "1"}
+	cancel := fmt.Sprintf(`{"queue":%q,"manager":%q,"batch":%q}`, e.Queue, m.ID(), bid)
+	for _, tc := range []struct {
+		base, path, body string
+		headers          map[string]string
+		want             int
+	}{
+		{roSrv.URL, "/api/cancel", cancel, ok, http.StatusForbidden},
+		{rwSrv.URL, "/api/cancel", cancel, nil, http.StatusForbidden},
+		{rwSrv.URL, "/api/cancel", cancel, map[string]string{"X-Redmap-Action": "1", "Origin": "https://evil.example"}, http.StatusForbidden},
+		{rwSrv.URL, "/api/purge", fmt.Sprintf(`{"queue":%q}`, e.Queue), ok, http.StatusBadRequest},
+		{rwSrv.URL, "/api/drain", `{"queue":""}`, ok, http.StatusBadRequest},
+	} {
+		if code, body := post(t, tc.base, tc.path, tc.body, tc.headers); code != tc.want {
+			t.Fatalf("POST %s %s with %v: %d %s, want %d", tc.path, tc.body, tc.headers, code, body, tc.want)
+		}
+	}
+	if d := getState(t, rwSrv.URL).Queues[0].Depth; d != 100 {
+		t.Fatalf("depth %d after refused actions, want 100", d)
+	}
+	if code, body := post(t, rwSrv.URL, "/api/cancel", cancel, map[string]string{"X-Redmap-Action": "1", "Origin": rwSrv.URL}); code != http.StatusOK {
+		t.Fatalf("cancel: %d %s", code, body)
+	}
+	if _, err := b.Wait(context.Background()); !errors.Is(err, context.Canceled) {
+		t.Fatalf("the cancelled batch: %v, want context.Canceled", err)
+	}
+
+	// A purge with its confirmation fails the queued tasks of a batch.
+	b2, err := manager.Submit(context.Background(), m, slow, ints(10), manager.ChunkSize(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if code, body := post(t, rwSrv.URL, "/api/purge", fmt.Sprintf(`{"queue":%q,"confirm":%q}`, e.Queue, e.Queue), ok); code != http.StatusOK || !strings.Contains(body, "10 task(s) failed") {
+		t.Fatalf("purge: %d %s", code, body)
+	}
+	if _, err := b2.Wait(context.Background()); !errors.Is(err, redmap.ErrLost) {
+		t.Fatalf("the purged batch: %v, want ErrLost", err)
+	}
+}
