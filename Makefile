@@ -6,7 +6,7 @@ STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 REVIVE      := github.com/mgechev/revive@v1.11.0
 FUZZ_TARGETS := FuzzDecodeTask FuzzDecodeResult FuzzDecodeElements
 
-.PHONY: help test test-cluster fuzz lint bench demo chaos redis-server
+.PHONY: help test test-cluster fuzz lint bench demo chaos redis-server screenshot
 
 help: ## list the targets
 	@awk -F':.*## ' '/^[a-z-]+:.*## /{printf "  %-13s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -19,6 +19,9 @@ test-cluster: redis-server ## the manager, worker and cache suites again, on a l
 	REDMAP_TEST_REDIS=cluster $(GO) test -race -count=1 ./manager ./worker ./cache
 	REDMAP_TEST_REDIS=cluster REDMAP_TEST_SHARDS=3 $(GO) test -race -count=1 ./manager ./worker
 	REDMAP_TEST_SHARDS=3 $(GO) test -race -count=1 ./cmd/redmap
+
+screenshot: redis-server ## regenerate docs/dashboard.png: the browser test's screenshot of a live fleet
+	REDMAP_SCREENSHOT=$(CURDIR)/docs/dashboard.png $(GO) test -count=1 -run TestDashboardInBrowser -v ./dashboard
 
 fuzz: ## run every fuzz target for FUZZTIME (make fuzz FUZZTIME=5m)
 	@for t in $(FUZZ_TARGETS); do \

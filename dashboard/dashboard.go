@@ -256,14 +256,10 @@ func (d *Dashboard) queue(ctx context.Context, q string, nowMs int64) (Queue, []
 		return qs, nil, nil, nil, err
 	}
 	qs.Series = make([]float64, len(tp))
-	var lastMinute int64
 	for i, n := range tp {
 		qs.Series[i] = float64(n) / float64(qs.Bucket)
-		if i >= len(tp)-int(time.Minute/keys.ThroughputBucket) {
-			lastMinute += n
-		}
 	}
-	qs.Rate = float64(lastMinute) / 60
+	qs.Rate = recentRate(tp, nowMs)
 	regs, err := d.admin.Workers(ctx, q)
 	if err != nil {
 		return qs, nil, nil, nil, err
@@ -303,6 +299,27 @@ func (d *Dashboard) queue(ctx context.Context, q string, nowMs int64) (Queue, []
 		return qs, nil, nil, nil, err
 	}
 	return qs, ws, bs, groupFailures(q, recs), nil
+}
+
+// recentRate returns elements per second over the last minute of the
+// counters tp (the last one is the current bucket, nowMs into it), or over
+// the part of it since the first element ended, if that is shorter: a
+// queue that began 5 s ago shows its rate, not a twelfth of it.
+func recentRate(tp []int64, nowMs int64) float64 {
+	per := int(time.Minute / keys.ThroughputBucket)
+	bucketMs := keys.ThroughputBucket.Milliseconds()
+	recent := tp[max(0, len(tp)-per):]
+	first := slices.IndexFunc(recent, func(n int64) bool { return n > 0 })
+	if first < 0 {
+		return 0
+	}
+	var sum int64
+	for _, n := range recent[first:] {
+		sum += n
+	}
+	// Whole buckets before the current one, and the current one so far.
+	ms := int64(len(recent)-1-first)*bucketMs + nowMs%bucketMs + 1
+	return float64(sum) / (float64(max(ms, 1000)) / 1000)
 }
 
 // groupFailures groups a queue's failure records by function, kind and

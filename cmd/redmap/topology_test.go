@@ -116,7 +116,7 @@ func TestThroughACLUser(t *testing.T) {
 				rule = append(rule, f)
 			}
 		}
-		if _, rest, ok := strings.Cut(line, "The `redmap` CLI reads more: add `"); ok {
+		if _, rest, ok := strings.Cut(line, "The `redmap` CLI and dashboard read more: add `"); ok {
 			add, _, _ := strings.Cut(rest, "`")
 			for _, f := range strings.Fields(add) {
 				extra = append(extra, f)

@@ -1,0 +1,170 @@
+package dashboard_test
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/chromedp/chromedp"
+
+	"github.com/redmap/redmap/internal/harness"
+	"github.com/redmap/redmap/manager"
+	"github.com/redmap/redmap/worker"
+)
+
+// ScreenshotEnv names the variable that, set to a path, makes
+// TestDashboardInBrowser save its screenshot there (make screenshot).
+const screenshotEnv = "REDMAP_SCREENSHOT"
+
+// chromium returns the path of a Chromium or Chrome, or "".
+func chromium() string {
+	for _, name := range []string{"chromium", "chromium-browser", "google-chrome", "google-chrome-stable"} {
+		if p, err := exec.LookPath(name); err == nil {
+			return p
+		}
+	}
+	return ""
+}
+
+// browser starts a headless Chromium with a window of w×h and returns its
+// context, ended with the test.
+func browser(t *testing.T, w, h int) context.Context {
+	t.Helper()
+	path := chromium()
+	if path == "" {
+		t.Skip("dashboard: no chromium in PATH (Debian: apt-get install chromium); skipping the browser test")
+	}
+	opts := append(chromedp.DefaultExecAllocatorOptions[:],
+		chromedp.ExecPath(path), chromedp.WindowSize(w, h), chromedp.NoSandbox,
+		chromedp.Flag("disable-dev-shm-usage", true))
+	actx, cancelA := chromedp.NewExecAllocator(context.Background(), opts...)
+	ctx, cancelB := chromedp.NewContext(actx)
+	ctx, cancelC := context.WithTimeout(ctx, 2*time.Minute)
+	t.Cleanup(func() { cancelC(); cancelB(); cancelA() })
+	return ctx
+}
+
+// startDashboard runs `redmap dashboard` as a process on the Env's Redis
+// and returns its address.
+func startDashboard(t *testing.T, e *harness.Env, args ...string) string {
+	t.Helper()
+	cmd := exec.Command(harness.Build(t, "github.com/redmap/redmap/cmd/redmap"),
+		append([]string{"dashboard", "-addr", "127.0.0.1:0"}, args...)...)
+	cmd.Env = append(os.Environ(), "REDIS_URL="+e.URL)
+	p := harness.Start(t, cmd)
+	return strings.TrimSuffix(p.Expect(t, "dashboard "), "/")
+}
+
+// startWorkers starts n worker processes of the Env's queue (worker.Main,
+// its default lease of 10 s), and returns them with their ids.
+func startWorkers(t *testing.T, e *harness.Env, n int) []*harness.Proc {
+	t.Helper()
+	var ps []*harness.Proc
+	for range n {
+		p := harness.Start(t, harness.Child("worker", []string{"REDIS_URL=" + e.URL},
+			"-queue", e.Queue, "-concurrency", "2"))
+		p.ID = p.Expect(t, "worker ")
+		ps = append(ps, p)
+	}
+	return ps
+}
+
+// waitFor polls the page until the JavaScript expression cond is true.
+func waitFor(t *testing.T, ctx context.Context, what, cond string) {
+	t.Helper()
+	if _, err := chromedp.Run(ctx, chromedp.Poll[bool](cond, chromedp.WithPollingInterval(100*time.Millisecond), chromedp.WithPollingTimeout(60*time.Second))); err != nil {
+		t.Fatalf("the page never showed %s: %v", what, err)
+	}
+}
+
+// A real page, in headless Chromium, of a real fleet: two worker
+// processes, a manager running a long batch, and `redmap dashboard
+// -actions` as a process. The page shows the queue, both workers and the
+// batch; the batch's bar advances between two looks; a worker killed with
+// SIGKILL is shown dead; the drain button drains the other, which exits.
+// The page fits a 1280×800 window and a phone's width.
+func TestDashboardInBrowser(t *testing.T) {
+	ctx := browser(t, 1280, 800)
+	e := harness.Setup(t)
+	ws := startWorkers(t, e, 2)
+	m := e.Manager(t, manager.Options{Poll: 250 * time.Millisecond})
+	harness.WaitLive(t, m, ws[0].ID, ws[1].ID)
+	batch, err := manager.Submit(context.Background(), m, slow, ints(20_000), manager.ChunkSize(2))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer batch.Cancel()
+	base := startDashboard(t, e, "-actions")
+
+	if err := chromedp.Do(ctx, chromedp.Navigate(base+"/")); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, ctx, "the queue", fmt.Sprintf(`!!document.querySelector('.card[data-queue=%q]')`, e.Queue))
+	for _, w := range ws {
+		waitFor(t, ctx, "worker "+w.ID, fmt.Sprintf(`!!document.querySelector('tr[data-worker=%q][data-state="running"]')`, w.ID))
+	}
+	waitFor(t, ctx, "the batch under way", `(() => { const b = document.querySelector('.batch[data-outcome="running"]'); return !!b && Number(b.dataset.done) > 0 })()`)
+	first, err := chromedp.Run(ctx, chromedp.Evaluate[int](`Number(document.querySelector('.batch').dataset.done)`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, ctx, "the batch's bar advance", fmt.Sprintf(`Number(document.querySelector('.batch').dataset.done) > %d && parseFloat(document.querySelector('.batch .bar .ok').style.width) > 0`, first))
+	t.Logf("batch progress advanced past %d elements", first)
+
+	// A screenshot of the page in action, for README (make screenshot).
+	png, err := chromedp.Run(ctx, chromedp.CaptureScreenshot())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.HasPrefix(png, []byte("\x89PNG")) {
+		t.Fatal("the screenshot is not a PNG")
+	}
+	if path := os.Getenv(screenshotEnv); path != "" {
+		if err := os.WriteFile(filepath.Clean(path), png, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("screenshot written to %s", path)
+	}
+
+	// The page fits the window: nothing wider than it.
+	fits := `document.documentElement.scrollWidth <= window.innerWidth`
+	waitFor(t, ctx, "a page as wide as a 1280×800 window", fits)
+
+	// SIGKILL one worker: it shows dead once its lease is out.
+	killed := time.Now()
+	if err := ws[0].Cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, ctx, "the killed worker dead", fmt.Sprintf(`!!document.querySelector('tr.dead[data-worker=%q][data-state="dead"]')`, ws[0].ID))
+	t.Logf("killed worker shown dead %v after SIGKILL (its lease: %v; the page polls every second)", time.Since(killed).Round(100*time.Millisecond), worker.DefaultLease)
+
+	// Drain the other from its button: it stops taking tasks and exits.
+	sel := fmt.Sprintf(`tr[data-worker=%q] button[data-action="drain"]`, ws[1].ID)
+	if err := chromedp.Do(ctx, chromedp.WaitVisible(chromedp.CSS(sel)), chromedp.Click(chromedp.CSS(sel))); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-ws[1].Exited():
+		if err := ws[1].Err(); err != nil {
+			t.Fatalf("the drained worker exited with %v", err)
+		}
+	case <-ctx.Done():
+		t.Fatal("the drained worker never exited")
+	}
+	t.Log("drain button: the worker exited 0")
+
+	// A phone's width: still no sideways scrolling of the page itself.
+	phone := browser(t, 390, 844)
+	if err := chromedp.Do(phone, chromedp.Navigate(base+"/")); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, phone, "the queue on a phone", fmt.Sprintf(`!!document.querySelector('.card[data-queue=%q]')`, e.Queue))
+	waitFor(t, phone, "a page as wide as a phone", fits)
+}

@@ -1,0 +1,22 @@
+package dashboard
+
+import "testing"
+
+// The recent rate counts from the first bucket with elements, so a queue
+// that just began shows its rate; an idle one shows 0.
+func TestRecentRate(t *testing.T) {
+	tp := make([]int64, 180)
+	if r := recentRate(tp, 0); r != 0 {
+		t.Fatalf("idle: %v", r)
+	}
+	tp[179] = 500 // 500 elements in the current bucket, 2.5 s into it
+	if r := recentRate(tp, 2499); r != 200 {
+		t.Fatalf("just begun: %v, want 200/s", r)
+	}
+	for i := range tp {
+		tp[i] = 50 // 10/s for 15 minutes
+	}
+	if r := recentRate(tp, 4999); r != 10 {
+		t.Fatalf("steady: %v, want 10/s", r)
+	}
+}
