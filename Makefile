@@ -20,7 +20,7 @@ test-cluster: redis-server ## the manager, worker and cache suites again, on a l
 	REDMAP_TEST_REDIS=cluster REDMAP_TEST_SHARDS=3 $(GO) test -race -count=1 ./manager ./worker
 	REDMAP_TEST_SHARDS=3 $(GO) test -race -count=1 ./cmd/redmap
 
-screenshot: redis-server ## regenerate docs/dashboard.png: the browser test's screenshot of a live fleet
+screenshot: redis-server ## regenerate docs/dashboard.png and docs/dashboard-phone.png: the browser test's screenshots of a live fleet
 	REDMAP_SCREENSHOT=$(CURDIR)/docs/dashboard.png $(GO) test -count=1 -run TestDashboardInBrowser -v ./dashboard
 
 fuzz: ## run every fuzz target for FUZZTIME (make fuzz FUZZTIME=5m)

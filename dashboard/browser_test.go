@@ -100,7 +100,7 @@ func TestDashboardInBrowser(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer batch.Cancel()
+	defer batch.Cancel() // if the test fails before the purge ends it
 	base := startDashboard(t, e, "-actions")
 
 	if err := chromedp.Do(ctx, chromedp.Navigate(base+"/")); err != nil {
@@ -160,11 +160,57 @@ func TestDashboardInBrowser(t *testing.T) {
 	}
 	t.Log("drain button: the worker exited 0")
 
+	// A failure group shows a sample stack on click (1 element in 100
+	// fails).
+	waitFor(t, ctx, "a failure group", `!!document.querySelector('tr.fail')`)
+	if err := chromedp.Do(ctx, chromedp.Click(chromedp.CSS(`tr.fail`))); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, ctx, "a stack after a click", `!!document.querySelector('pre.stack')`)
+	t.Log("a click on a failure group shows its sample stack")
+
+	// Purge: the first click arms, the second confirms; the queued tasks
+	// fail in the batch (its manager goes on submitting the rest, which no
+	// worker is left to run).
+	failedBefore, err := chromedp.Run(ctx, chromedp.Evaluate[int](`Number(document.querySelector('.batch').dataset.failed)`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	purge := fmt.Sprintf(`.card[data-queue=%q] button[data-action="purge"]`, e.Queue)
+	if err := chromedp.Do(ctx, chromedp.Click(chromedp.CSS(purge))); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, ctx, "the purge button armed", fmt.Sprintf(`document.querySelector(%q).textContent === "confirm purge"`, purge))
+	if err := chromedp.Do(ctx, chromedp.Click(chromedp.CSS(purge))); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, ctx, "the purge done", `document.getElementById('status').textContent.includes('task(s) failed in their batches')`)
+	waitFor(t, ctx, "the purged tasks failed in the batch", fmt.Sprintf(`Number(document.querySelector('.batch').dataset.failed) > %d + 100`, failedBefore))
+	status, _ := chromedp.Run(ctx, chromedp.Evaluate[string](`document.getElementById('status').textContent`))
+	t.Logf("purge, confirmed: %s", status)
+
 	// A phone's width: still no sideways scrolling of the page itself.
 	phone := browser(t, 390, 844)
-	if err := chromedp.Do(phone, chromedp.Navigate(base+"/")); err != nil {
+	// (Headless Chromium keeps a window at least 500 px wide: the phone's
+	// 390 px viewport is emulated, as a phone reports it.)
+	if err := chromedp.Do(phone, chromedp.EmulateViewport(390, 844, chromedp.EmulateMobile), chromedp.Navigate(base+"/")); err != nil {
 		t.Fatal(err)
+	}
+	width, err := chromedp.Run(phone, chromedp.Evaluate[int](`window.innerWidth`))
+	if err != nil || width != 390 {
+		t.Fatalf("the phone's viewport is %d px wide (%v), want 390", width, err)
 	}
 	waitFor(t, phone, "the queue on a phone", fmt.Sprintf(`!!document.querySelector('.card[data-queue=%q]')`, e.Queue))
 	waitFor(t, phone, "a page as wide as a phone", fits)
+	if path := os.Getenv(screenshotEnv); path != "" {
+		png, err := chromedp.Run(phone, chromedp.CaptureScreenshot())
+		if err != nil {
+			t.Fatal(err)
+		}
+		path = strings.TrimSuffix(filepath.Clean(path), ".png") + "-phone.png"
+		if err := os.WriteFile(path, png, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("phone screenshot written to %s", path)
+	}
 }

@@ -6,6 +6,7 @@ const $ = (id) => document.getElementById(id);
 const expanded = new Set(); // failure groups whose stack is shown
 let confirmPurge = { queue: "", until: 0 }; // a purge waits for a second click
 let state = null;
+let notice = { text: "", error: false, until: 0 }; // an action's outcome, shown for 15 s
 
 function esc(s) {
   return String(s ?? "").replace(/[&<>"']/g, (c) => ({ "&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;", "'": "&#39;" })[c]);
@@ -74,7 +75,7 @@ function renderBatches(s) {
     const running = b.outcome === "running";
     const cancel = s.actions && running ? `<button class="danger" data-action="cancel" data-queue="${esc(b.queue)}" data-manager="${esc(b.manager)}" data-batch="${esc(b.id)}">cancel</button>` : "";
     const where = b.worker ? ` · on worker ${esc(b.worker.slice(0, 8))}` : "";
-    return `<div class="batch ${running ? "" : "finished"}" data-batch="${esc(b.id)}" data-done="${b.done}" data-total="${b.total}" data-outcome="${esc(b.outcome)}">
+    return `<div class="batch ${running ? "" : "finished"}" data-batch="${esc(b.id)}" data-done="${b.done}" data-failed="${b.failed}" data-total="${b.total}" data-outcome="${esc(b.outcome)}">
       <div class="head"><span><b>${esc(b.func)}</b> <span class="muted">${esc(b.queue)} · priority ${b.priority}${where} · ${esc(b.id.slice(0, 8))}…${esc(b.id.slice(b.id.indexOf(":")))}</span></span>
         <span><span class="badge ${esc(b.outcome)}">${esc(b.outcome)}</span> ${cancel}</span></div>
       <div class="bar" title="${b.done} of ${b.total} done, ${b.failed} failed"><div class="ok" style="width:${ok}%"></div><div class="bad" style="left:${ok}%;width:${bad}%"></div></div>
@@ -134,8 +135,10 @@ async function poll() {
     const r = await fetch("api/state", { cache: "no-store" });
     if (!r.ok) throw new Error((await r.text()).trim() || r.statusText);
     state = await r.json();
-    $("status").textContent = "updated " + new Date().toLocaleTimeString() + (state.actions ? " · actions on" : " · read-only");
-    $("status").classList.remove("error");
+    const shown = Date.now() < notice.until;
+    $("status").textContent = "updated " + new Date().toLocaleTimeString() + (state.actions ? " · actions on" : " · read-only") +
+      (shown ? " · " + notice.text : "");
+    $("status").classList.toggle("error", shown && notice.error);
     render();
   } catch (e) {
     $("status").textContent = "cannot read the state: " + e.message;
@@ -147,11 +150,9 @@ async function act(path, body) {
   try {
     const r = await fetch(path, { method: "POST", headers: { "Content-Type": "application/json", "X-Redmap-Action": "1" }, body: JSON.stringify(body) });
     const text = await r.text();
-    $("status").textContent = r.ok ? JSON.parse(text).result : text.trim();
-    $("status").classList.toggle("error", !r.ok);
+    notice = { text: r.ok ? JSON.parse(text).result : text.trim(), error: !r.ok, until: Date.now() + 15000 };
   } catch (e) {
-    $("status").textContent = "action failed: " + e.message;
-    $("status").classList.add("error");
+    notice = { text: "action failed: " + e.message, error: true, until: Date.now() + 15000 };
   }
   poll();
 }
