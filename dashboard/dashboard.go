@@ -171,7 +171,8 @@ type Batch struct {
 	Ended   time.Time `json:"ended,omitzero"`
 }
 
-// FailureGroup is the failures of one function with one error.
+// FailureGroup is the failures of one function with one error message
+// (its first line; retries of an element count with it).
 type FailureGroup struct {
 	Queue string    `json:"queue"`
 	Func  string    `json:"func"`
@@ -179,7 +180,7 @@ type FailureGroup struct {
 	Error string    `json:"error"`
 	Count int       `json:"count"`
 	Last  time.Time `json:"last"`
-	Stack string    `json:"stack,omitempty"` // of the last one that has one
+	Stack string    `json:"stack,omitempty"` // a sample
 }
 
 func (d *Dashboard) serveState(w http.ResponseWriter, r *http.Request) {
@@ -322,29 +323,13 @@ func recentRate(tp []int64, nowMs int64) float64 {
 	return float64(sum) / (float64(max(ms, 1000)) / 1000)
 }
 
-// groupFailures groups a queue's failure records by function, kind and
-// error, most frequent first.
+// groupFailures groups a queue's failure records (see rdb.GroupFailures).
 func groupFailures(q string, recs []rdb.FailureRecord) []FailureGroup {
-	index := map[[3]string]int{}
-	var out []FailureGroup
-	for _, r := range recs {
-		k := [3]string{r.Func, r.Kind, r.Error}
-		i, ok := index[k]
-		if !ok {
-			i = len(out)
-			index[k] = i
-			out = append(out, FailureGroup{Queue: q, Func: r.Func, Kind: r.Kind, Error: r.Error})
-		}
-		g := &out[i]
-		g.Count++
-		if r.Time.After(g.Last) {
-			g.Last = r.Time
-		}
-		if r.Stack != "" {
-			g.Stack = r.Stack
-		}
+	gs := rdb.GroupFailures(recs)
+	out := make([]FailureGroup, len(gs))
+	for i, g := range gs {
+		out[i] = FailureGroup{Queue: q, Func: g.Func, Kind: g.Kind, Error: g.Error, Count: g.Count, Last: g.Last, Stack: g.Stack}
 	}
-	slices.SortStableFunc(out, func(a, b FailureGroup) int { return b.Count - a.Count })
 	return out
 }
 

@@ -450,29 +450,12 @@ func (c *cli) failures(ctx context.Context) error {
 		if malformed > 0 {
 			fmt.Fprintf(os.Stderr, "redmap: %d entries of queue %q's failure list are unreadable; skipped\n", malformed, q)
 		}
-		by := map[string]*FailureGroup{}
-		for _, f := range recs {
-			msg := firstLine(f.Error)
-			if _, rest, ok := strings.Cut(msg, ": "); ok && strings.HasPrefix(msg, "attempt ") {
-				msg = rest
-			}
-			k := f.Func + "\x00" + f.Kind + "\x00" + msg
-			g := by[k]
-			if g == nil {
-				g = &FailureGroup{Queue: q, Func: f.Func, Kind: f.Kind, Error: msg}
-				by[k] = g
-				groups = append(groups, g)
-			}
-			g.Count++
-			if f.Time.After(g.Last) {
-				g.Last, g.SampleTask = f.Time, f.Task
-			}
-			if g.SampleStack == "" {
-				g.SampleStack = f.Stack
-			}
+		for _, g := range rdb.GroupFailures(recs) {
+			groups = append(groups, &FailureGroup{Queue: q, Func: g.Func, Kind: g.Kind, Error: g.Error, Count: g.Count,
+				Last: g.Last, SampleTask: g.Task, SampleStack: g.Stack})
 		}
 	}
-	sort.Slice(groups, func(i, j int) bool { return groups[i].Count > groups[j].Count })
+	sort.SliceStable(groups, func(i, j int) bool { return groups[i].Count > groups[j].Count })
 	if c.json {
 		return c.emit(orEmpty(groups))
 	}

@@ -3,6 +3,7 @@ package rdb
 import (
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -114,6 +115,48 @@ type FailureRecord struct {
 	Kind   string    `json:"kind"`
 	Error  string    `json:"error"`
 	Stack  string    `json:"stack,omitempty"`
+}
+
+// FailureGroup is the failures of one function, kind and error message,
+// as operators read them (redmap failures, the dashboard).
+type FailureGroup struct {
+	Func, Kind string
+	Error      string // the message's first line, without "attempt N: "
+	Count      int
+	Last       time.Time
+	Task       string // the task of the last one
+	Stack      string // a stack one of them recorded, if any did
+}
+
+// GroupFailures groups failure records by function, kind and message
+// (retries of one element, "attempt 2: ...", fall in the group of the
+// first), most frequent first.
+func GroupFailures(recs []FailureRecord) []FailureGroup {
+	index := map[[3]string]int{}
+	var out []FailureGroup
+	for _, f := range recs {
+		msg, _, _ := strings.Cut(f.Error, "\n")
+		if _, rest, ok := strings.Cut(msg, ": "); ok && strings.HasPrefix(msg, "attempt ") {
+			msg = rest
+		}
+		k := [3]string{f.Func, f.Kind, msg}
+		i, ok := index[k]
+		if !ok {
+			i = len(out)
+			index[k] = i
+			out = append(out, FailureGroup{Func: f.Func, Kind: f.Kind, Error: msg})
+		}
+		g := &out[i]
+		g.Count++
+		if f.Time.After(g.Last) {
+			g.Last, g.Task = f.Time, f.Task
+		}
+		if g.Stack == "" {
+			g.Stack = f.Stack
+		}
+	}
+	slices.SortStableFunc(out, func(a, b FailureGroup) int { return b.Count - a.Count })
+	return out
 }
 
 // EncodeFailure returns f as an entry of the failure list.

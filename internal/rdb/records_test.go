@@ -228,3 +228,22 @@ func TestPriorityLists(t *testing.T) {
 		t.Errorf("Depth: %d, %v; want 3", n, err)
 	}
 }
+
+// Retries of an element and multi-line messages group with their first
+// line; the most frequent group comes first, with the last task and a stack.
+func TestGroupFailures(t *testing.T) {
+	t0 := time.Unix(1700000000, 0)
+	gs := GroupFailures([]FailureRecord{
+		{Time: t0, Task: "a", Func: "f", Kind: "error", Error: "boom"},
+		{Time: t0.Add(time.Second), Task: "b", Func: "f", Kind: "panic", Error: "nil map", Stack: "goroutine 1"},
+		{Time: t0.Add(2 * time.Second), Task: "c", Func: "f", Kind: "error", Error: "attempt 2: boom"},
+		{Time: t0.Add(3 * time.Second), Task: "d", Func: "f", Kind: "error", Error: "boom\nat line 3"},
+	})
+	want := []FailureGroup{
+		{Func: "f", Kind: "error", Error: "boom", Count: 3, Last: t0.Add(3 * time.Second), Task: "d"},
+		{Func: "f", Kind: "panic", Error: "nil map", Count: 1, Last: t0.Add(time.Second), Task: "b", Stack: "goroutine 1"},
+	}
+	if !reflect.DeepEqual(gs, want) {
+		t.Fatalf("GroupFailures = %+v, want %+v", gs, want)
+	}
+}
