@@ -540,8 +540,6 @@ func orEmpty[T any](xs []T) []T {
 	return xs
 }
 
-func firstLine(s string) string { l, _, _ := strings.Cut(s, "\n"); return l }
-
 func firstLines(s string, n int) string {
 	lines := strings.Split(strings.TrimSpace(s), "\n")
 	return strings.Join(lines[:min(n, len(lines))], "\n")
