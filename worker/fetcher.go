@@ -139,7 +139,7 @@ func (f *fetcher) fetch() {
 				// may answer), and this one first again no sooner than
 				// after them.
 				err = cmp.Or(err, terr)
-				next = i + 1
+				next = (i + 1) % len(shards)
 				continue
 			}
 			// A take that left the shard empty registered the worker idle
@@ -147,7 +147,7 @@ func (f *fetcher) fetch() {
 			// would find nothing).
 			waiting[i] = drained
 			if len(taken) > 0 {
-				next, err = i+1, nil
+				next, err = (i+1)%len(shards), nil
 			}
 		}
 		f.slots.release(free - len(taken))
