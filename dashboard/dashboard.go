@@ -66,7 +66,16 @@ type Dashboard struct {
 	scanned time.Time         // when
 	workers map[string]Worker // "queue/id" -> the worker as last seen
 	batches map[string]Batch  // "queue/manager/id" -> the batch as last seen
+
+	// The last state read, shared by every page polling within stateTTL:
+	// Redis answers one read a second however many operators look.
+	stateMu sync.Mutex
+	last    State
+	lastAt  time.Time
 }
+
+// stateTTL is how long a state read serves every page that polls.
+const stateTTL = 900 * time.Millisecond
 
 // assets holds the page: index.html, app.js and app.css.
 //
@@ -186,7 +195,7 @@ type FailureGroup struct {
 func (d *Dashboard) serveState(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := context.WithTimeout(r.Context(), 5*time.Second)
 	defer cancel()
-	st, err := d.State(ctx)
+	st, err := d.shared(ctx)
 	if err != nil {
 		d.opts.Logger.Warn("reading Redis failed", "err", err)
 		http.Error(w, "dashboard: reading Redis: "+err.Error(), http.StatusBadGateway)
@@ -195,6 +204,21 @@ func (d *Dashboard) serveState(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Content-Type", "application/json")
 	w.Header().Set("Cache-Control", "no-store")
 	_ = json.NewEncoder(w).Encode(st)
+}
+
+// shared returns the last state if it is fresh, else reads a new one.
+func (d *Dashboard) shared(ctx context.Context) (State, error) {
+	d.stateMu.Lock()
+	defer d.stateMu.Unlock()
+	if time.Since(d.lastAt) < stateTTL {
+		return d.last, nil
+	}
+	st, err := d.State(ctx)
+	if err != nil {
+		return State{}, err
+	}
+	d.last, d.lastAt = st, time.Now()
+	return st, nil
 }
 
 // State reads what the page shows from Redis, and adds the batches and
