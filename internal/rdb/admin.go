@@ -21,7 +21,10 @@ type Admin struct {
 }
 
 // NewAdmin returns the operator's view of the queues under prefix on c.
-func NewAdmin(c redis.UniversalClient, prefix string) *Admin { return &Admin{c: c, prefix: prefix} }
+func NewAdmin(c redis.UniversalClient, prefix string) *Admin {
+	followFailovers(c)
+	return &Admin{c: c, prefix: prefix}
+}
 
 // Queues lists the queues that have workers, queued tasks or managers, found
 // by SCAN (it does not block Redis). The shards of a sharded queue are

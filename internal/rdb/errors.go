@@ -52,8 +52,9 @@ func Unreachable(err error) bool {
 
 // transientReplies are error replies of a server that is there but cannot
 // serve for now: loading a dataset, a replica or a primary in a failover, a
-// cluster resharding, a long script running.
-var transientReplies = []string{"LOADING", "READONLY", "MASTERDOWN", "TRYAGAIN", "CLUSTERDOWN", "BUSY", "MOVED", "ASK", "NOREPLICAS", "NOTBUSY"}
+// cluster resharding, a long script running, a blocked read ended because
+// its node changed role (UNBLOCKED).
+var transientReplies = []string{"LOADING", "READONLY", "MASTERDOWN", "TRYAGAIN", "CLUSTERDOWN", "BUSY", "MOVED", "ASK", "NOREPLICAS", "NOTBUSY", "UNBLOCKED"}
 
 // Transient reports whether err may heal by itself: Redis unreachable, or
 // busy with a restart or failover. Callers retry those for a bounded time.

@@ -25,6 +25,7 @@ type Objects struct {
 
 // NewObjects returns the object protocol under prefix on c.
 func NewObjects(c redis.UniversalClient, prefix string) *Objects {
+	followFailovers(c)
 	return &Objects{c: c, prefix: prefix}
 }
 

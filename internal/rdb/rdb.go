@@ -52,6 +52,7 @@ func New(c redis.UniversalClient, prefix, queue string) *RDB { return NewShard(c
 // under prefix on c, which its user numbers i: tasks it takes say so
 // (Taken.Shard).
 func NewShard(c redis.UniversalClient, prefix, name string, i int) *RDB {
+	followFailovers(c)
 	return &RDB{c: c, prefix: prefix, queue: name, shard: i, base: keys.Base(prefix, name), publics: keys.Publics(prefix, name)}
 }
 

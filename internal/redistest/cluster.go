@@ -15,7 +15,8 @@ import (
 // Cluster is a Redis Cluster of masters on loopback ports, as a test's own;
 // see StartCluster.
 type Cluster struct {
-	Nodes []*Server // the masters, slots split evenly among them in order
+	Nodes    []*Server // the masters at the start, slots split evenly among them in order
+	Replicas []*Server // with StartClusterReplicas: Replicas[i] replicated Nodes[i] at the start
 }
 
 // StartCluster starts n masters with cluster mode on (each on a port below
@@ -25,7 +26,21 @@ type Cluster struct {
 // when tb ends.
 func StartCluster(tb testing.TB, n int) *Cluster {
 	tb.Helper()
-	cl, err := startCluster(n)
+	cl, err := startCluster(n, false)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(cl.Stop)
+	return cl
+}
+
+// StartClusterReplicas is StartCluster with one replica per master (each
+// started after the masters agree, set with CLUSTER REPLICATE), returning
+// once every node says the cluster is ok and knows all 2n nodes and every
+// replica has finished its first sync: a Cluster that can fail over.
+func StartClusterReplicas(tb testing.TB, n int) *Cluster {
+	tb.Helper()
+	cl, err := startCluster(n, true)
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -35,15 +50,19 @@ func StartCluster(tb testing.TB, n int) *Cluster {
 
 // StartClusterServers starts a Cluster of n masters outside a test (for the
 // benchmark); Stop it when done.
-func StartClusterServers(n int) (*Cluster, error) { return startCluster(n) }
+func StartClusterServers(n int) (*Cluster, error) { return startCluster(n, false) }
 
-func startCluster(n int) (*Cluster, error) {
+// nodeArgs are every Cluster node's settings: a 2 s node timeout, so a
+// master's death is noticed and its replica promoted in about 3-4 s; a
+// replica's full sync starts at once (diskless syncs wait 5 s by default
+// for more replicas to share them).
+var nodeArgs = []string{"--cluster-enabled", "yes", "--cluster-node-timeout", "2000", "--cluster-require-full-coverage", "yes",
+	"--repl-diskless-sync-delay", "0"}
+
+func startCluster(n int, replicas bool) (*Cluster, error) {
 	cl := &Cluster{}
 	for range n {
-		s, err := startAs(&Server{busPort: true, args: []string{
-			"--cluster-enabled", "yes", "--cluster-node-timeout", "2000",
-			"--cluster-require-full-coverage", "yes",
-		}})
+		s, err := startAs(&Server{busPort: true, args: nodeArgs})
 		if err != nil {
 			cl.Stop()
 			return nil, err
@@ -72,13 +91,76 @@ func startCluster(n int) (*Cluster, error) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
+	if replicas {
+		if err := cl.addReplicas(ctx); err != nil {
+			cl.Stop()
+			return nil, err
+		}
+	}
 	return cl, nil
+}
+
+// addReplicas starts a replica for each master and waits until the Cluster
+// is whole again with every replica synced.
+func (cl *Cluster) addReplicas(ctx context.Context) error {
+	if err := cl.startReplicas(ctx); err != nil {
+		return err
+	}
+	return cl.waitReplicas(ctx)
+}
+
+// startReplicas starts a replica for each master.
+func (cl *Cluster) startReplicas(ctx context.Context) error {
+	for _, m := range cl.Nodes {
+		s, err := startAs(&Server{busPort: true, args: nodeArgs})
+		if err != nil {
+			return err
+		}
+		cl.Replicas = append(cl.Replicas, s)
+		mc := redis.NewClient(&redis.Options{Addr: m.Addr()})
+		mid, err := mc.Do(ctx, "CLUSTER", "MYID").Text()
+		mc.Close()
+		c := redis.NewClient(&redis.Options{Addr: s.Addr()})
+		if err == nil {
+			err = c.ClusterMeet(ctx, "127.0.0.1", strconv.Itoa(m.Port)).Err()
+		}
+		// The replica must know its master before it can follow it.
+		deadline := time.Now().Add(20 * time.Second)
+		for err == nil {
+			err = c.Do(ctx, "CLUSTER", "REPLICATE", mid).Err()
+			if err == nil || time.Now().After(deadline) {
+				break
+			}
+			err = nil
+			time.Sleep(20 * time.Millisecond)
+		}
+		c.Close()
+		if err != nil {
+			return fmt.Errorf("redistest: setting up replica %s of %s: %w", s.Addr(), m.Addr(), err)
+		}
+	}
+	return nil
+}
+
+// waitReplicas waits until the Cluster is healthy.
+func (cl *Cluster) waitReplicas(ctx context.Context) error {
+	deadline := time.Now().Add(30 * time.Second)
+	for !cl.healthy(ctx) {
+		if time.Now().After(deadline) {
+			return errors.New("redistest: the cluster's replicas were not all in sync and known to every node within 30s")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	return nil
 }
 
 // ok reports whether every node says the cluster is ok, with every slot
 // served and all n nodes known.
 func (cl *Cluster) ok(ctx context.Context, n int) bool {
 	for _, s := range cl.Nodes {
+		if !s.alive() {
+			continue // killed
+		}
 		c := redis.NewClient(&redis.Options{Addr: s.Addr()})
 		info, err := c.ClusterInfo(ctx).Result()
 		c.Close()
@@ -92,7 +174,7 @@ func (cl *Cluster) ok(ctx context.Context, n int) bool {
 
 // Stop kills every node.
 func (cl *Cluster) Stop() {
-	for _, s := range cl.Nodes {
+	for _, s := range cl.all() {
 		s.Stop()
 	}
 }
@@ -131,15 +213,22 @@ func (cl *Cluster) Client(tb testing.TB) *redis.ClusterClient {
 	return c
 }
 
-// FlushAll deletes every key on every node.
+// FlushAll deletes every key on every master.
 func (cl *Cluster) FlushAll(tb testing.TB) {
 	tb.Helper()
-	for _, s := range cl.Nodes {
+	if cl.Replicas == nil {
+		for _, s := range cl.Nodes {
+			s.FlushAll(tb)
+		}
+		return
+	}
+	for _, s := range cl.Masters(tb) {
 		s.FlushAll(tb)
 	}
 }
 
-// NodeOf returns the node that owned key's slot when the cluster started.
+// NodeOf returns the node that owned key's slot when the cluster started
+// (see MasterOf for the one that owns it now).
 func (cl *Cluster) NodeOf(tb testing.TB, key string) *Server {
 	tb.Helper()
 	c := redis.NewClient(&redis.Options{Addr: cl.Nodes[0].Addr()})
@@ -178,6 +267,9 @@ func (cl *Cluster) MigrateSlot(tb testing.TB, key string, to *Server, perBatch i
 	tb.Helper()
 	ctx := context.Background()
 	from := cl.NodeOf(tb, key)
+	if cl.Replicas != nil {
+		from = cl.MasterOf(tb, key)
+	}
 	src := redis.NewClient(&redis.Options{Addr: from.Addr()})
 	defer src.Close()
 	dst := redis.NewClient(&redis.Options{Addr: to.Addr()})

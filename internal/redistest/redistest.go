@@ -88,7 +88,7 @@ func Run(m *testing.M) int {
 	defer os.RemoveAll(s.dir)
 	defer s.stop()
 	if os.Getenv(ClusterEnv) == "cluster" {
-		cl, err := startCluster(3)
+		cl, err := startCluster(3, false)
 		if err != nil {
 			fmt.Fprintln(os.Stderr, err)
 			return 1

@@ -1,0 +1,98 @@
+package rdb
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// A Cluster client of go-redis reloads its map of slots to masters on a
+// MOVED, ASK or READONLY reply, and otherwise only every
+// ClusterStateReloadInterval (60 s by default): after a master dies and its
+// replica is promoted, it keeps dialling the dead master for up to a minute
+// (go-redis issue #3979). followFailovers adds a hook to a Cluster client
+// that asks for a reload whenever a command, a pipeline or a blocking read
+// meets a node it cannot reach or a Cluster between two states, so the
+// next try (redmap retries every transient error) goes to the new master.
+// Reloads are go-redis's lazy ones: asynchronous, and coalesced (one at a
+// time, then at most one more after a 200 ms pause), so a storm of errors
+// costs a few CLUSTER SLOTS, not one each.
+
+// followed holds the Cluster clients already given the hook: a program may
+// make many managers, workers and stores on one client.
+var followed sync.Map // *redis.ClusterClient → struct{}
+
+// followFailovers adds the reload hook to c if it is a Cluster client
+// without one; other clients are left as they are (Sentinel's failover
+// client follows the sentinels' announcements itself).
+func followFailovers(c redis.UniversalClient) {
+	cc, ok := c.(*redis.ClusterClient)
+	if !ok {
+		return
+	}
+	if _, had := followed.LoadOrStore(cc, struct{}{}); had {
+		return
+	}
+	cc.AddHook(reloadHook{cc})
+}
+
+type reloadHook struct{ c *redis.ClusterClient }
+
+func (h reloadHook) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (h reloadHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		err := next(ctx, cmd)
+		if staleMap(err) {
+			h.c.ReloadState(ctx)
+		}
+		return err
+	}
+}
+
+func (h reloadHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		err := next(ctx, cmds)
+		stale := staleMap(err)
+		for _, cmd := range cmds {
+			stale = stale || staleMap(cmd.Err())
+		}
+		if stale {
+			h.c.ReloadState(ctx)
+		}
+		return err
+	}
+}
+
+// mapReplies are the replies of a Cluster node that say the client's map
+// may be out of date: the cluster is down (a master failed and its replica
+// is not yet promoted), a master is down, a blocked read was ended because
+// the node changed role (UNBLOCKED), a node is no longer a master
+// (READONLY; go-redis reloads on it too), a slot is half moved (TRYAGAIN).
+var mapReplies = []string{"CLUSTERDOWN", "MASTERDOWN", "UNBLOCKED", "READONLY", "TRYAGAIN"}
+
+// staleMap reports whether err may mean that the client's map of slots to
+// masters is out of date: a node it could not reach or whose connection
+// broke, or one of mapReplies.
+func staleMap(err error) bool {
+	if err == nil || errors.Is(err, redis.Nil) {
+		return false
+	}
+	if Unreachable(err) {
+		return true
+	}
+	var reply redis.Error
+	if !errors.As(err, &reply) {
+		return false
+	}
+	first, _, _ := strings.Cut(reply.Error(), " ")
+	for _, r := range mapReplies {
+		if first == r {
+			return true
+		}
+	}
+	return false
+}
