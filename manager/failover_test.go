@@ -84,8 +84,10 @@ func TestFaultClusterFailover(t *testing.T) {
 					// The fault awaits the promotion; results go on
 					// being read meanwhile, so the stall is the batch's.
 					go func() {
+						msg := "the fault failed" // t.Fatal ends this goroutine
+						defer func() { done <- msg }()
 						what, promotion := c.fault(t, cl, key)
-						done <- fmt.Sprintf("%s after %v; every node says so %v after the fault", what,
+						msg = fmt.Sprintf("%s after %v; every node says so %v after the fault", what,
 							now.Sub(start).Round(time.Millisecond), promotion.Round(time.Millisecond))
 					}()
 				}

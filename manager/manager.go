@@ -263,7 +263,7 @@ func (m *Manager) ready(ctx context.Context) error {
 		return nil
 	}
 	started := time.Now()
-	if err := m.rdb.Preflight(ctx, startTimeout, m.log); err != nil {
+	if err := m.rdb.Preflight(ctx, startTimeout, m.opts.RedisTimeout, m.log); err != nil {
 		return m.redisError("checking Redis", started, err)
 	}
 	m.probed.Store(true)
@@ -271,7 +271,8 @@ func (m *Manager) ready(ctx context.Context) error {
 }
 
 // startTimeout bounds how long a manager's first Submit waits for Redis to
-// answer before it fails with ErrUnavailable.
+// answer before it fails with ErrUnavailable; a Redis that answers but
+// cannot serve yet (a Cluster failing over) gets RedisTimeout.
 const startTimeout = 2 * time.Second
 
 // publishTypes stores the structure of a handle's types under its signature,

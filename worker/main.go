@@ -166,7 +166,7 @@ func mainWith(args []string, stdout, stderr io.Writer, hs ...redmap.Handler) err
 	// A Redis that is not there, or that refuses redmap, ends the program
 	// with one line after a few seconds, rather than a worker that retries
 	// for ever having never served.
-	if err := w.rdb.Preflight(ctx, startBudget, log); err != nil {
+	if err := w.rdb.Preflight(ctx, startBudget, healBudget, log); err != nil {
 		return fmt.Errorf("worker: cannot serve queue %q with Redis at %s: %w", *queue, redmap.RedactURL(*url), err)
 	}
 	fmt.Fprintln(stdout, "worker", w.ID())
@@ -185,5 +185,10 @@ func handlerNames(hs []redmap.Handler) string {
 	return strings.Join(names, ", ")
 }
 
-// startBudget bounds how long worker.Main waits for Redis to answer at start.
-const startBudget = 5 * time.Second
+// startBudget bounds how long worker.Main waits for Redis to answer at start;
+// healBudget, how long it waits for a Redis that answers but cannot serve
+// yet (a Cluster failing over or still forming: see rdb.Preflight).
+const (
+	startBudget = 5 * time.Second
+	healBudget  = 30 * time.Second
+)

@@ -193,7 +193,7 @@ func (w *Worker) Run(ctx context.Context) error {
 	// Register before the first take, so that a worker killed at any instant
 	// after taking is in the workers set for the reap to find; and fail at
 	// once, having taken nothing, if Redis refuses what the worker needs.
-	if err := w.rdb.Preflight(ctx, 0, w.log); err != nil && rdb.Refused(err) {
+	if err := w.rdb.Preflight(ctx, 0, 0, w.log); err != nil && rdb.Refused(err) {
 		return fmt.Errorf("worker: cannot serve queue %q: %w", w.opts.Queue, err)
 	}
 	if err := upkeep.tick(bg); err != nil && rdb.Refused(err) {

@@ -3,9 +3,11 @@ package main
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"os"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -304,3 +306,65 @@ func TestWorkerMainTLSFailure(t *testing.T) {
 		t.Logf("%s: %s", c.url, p.Tail())
 	}
 }
+
+// A Cluster that is down when a worker process and a manager start (as in
+// its first seconds, while its nodes do not yet agree, or while a master's
+// replica is promoted): both wait for it, within their start budgets, and
+// serve once it is up; they do not exit at its CLUSTERDOWN.
+func TestThroughClusterDownAtStart(t *testing.T) {
+	t.Parallel()
+	cl := redistest.StartCluster(t, 3)
+	url := cl.URL()
+	queue := redistest.Queue(t)
+	up := cl.Down(t)
+	w := harness.Start(t, harness.Child("worker", []string{"REDIS_URL=" + url}, "-queue", queue))
+	w.WaitLog(t, "CLUSTERDOWN")
+	c, err := redmap.Connect(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	waiting := &signalLog{match: "CLUSTERDOWN", seen: make(chan struct{})}
+	m, err := manager.New(c, manager.Options{Queue: queue, Logger: slog.New(waiting)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { m.Close() })
+	ys := make(chan error, 1)
+	go func() {
+		got, err := manager.Map(context.Background(), m, square, ints(1000), manager.ChunkSize(10))
+		for i, y := range got {
+			if err == nil && y != i*i {
+				err = fmt.Errorf("element %d: %d", i, y)
+			}
+		}
+		ys <- err
+	}()
+	<-waiting.seen // the manager's first submit met the Cluster down
+	up()
+	w.Expect(t, "worker ")
+	if err := <-ys; err != nil {
+		t.Fatalf("a manager started while the Cluster was down: %v", err)
+	}
+	t.Logf("a worker process and a manager started while every node said CLUSTERDOWN; once up, 1,000 squares exact")
+}
+
+// signalLog is a slog.Handler that closes seen at the first record whose
+// text (message and attributes) contains match.
+type signalLog struct {
+	match string
+	seen  chan struct{}
+	once  sync.Once
+}
+
+func (l *signalLog) Enabled(context.Context, slog.Level) bool { return true }
+func (l *signalLog) Handle(_ context.Context, r slog.Record) error {
+	s := r.Message
+	r.Attrs(func(a slog.Attr) bool { s += " " + a.String(); return true })
+	if strings.Contains(s, l.match) {
+		l.once.Do(func() { close(l.seen) })
+	}
+	return nil
+}
+func (l *signalLog) WithAttrs([]slog.Attr) slog.Handler { return l }
+func (l *signalLog) WithGroup(string) slog.Handler      { return l }

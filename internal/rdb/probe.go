@@ -187,17 +187,29 @@ func badTLS(err error) bool {
 // that its maxmemory-policy cannot evict redmap's keys (a warning on log if
 // it can). A refusal (a bad DB index, a missing permission) is returned at
 // once as a *redmap.CommandError; an unreachable Redis, once budget is spent.
-func (r *RDB) Preflight(ctx context.Context, budget time.Duration, log *slog.Logger) error {
-	deadline := time.Now().Add(budget)
+// A Redis that answers PING but whose probe fails with a transient error (a
+// Cluster whose nodes do not yet agree, CLUSTERDOWN while a master's replica
+// is promoted, a node of the queue's slot unreachable, LOADING) is an outage
+// being healed: it is retried for up to heal instead (if longer).
+func (r *RDB) Preflight(ctx context.Context, budget, heal time.Duration, log *slog.Logger) error {
+	start := time.Now()
+	deadline := start.Add(budget)
 	var bo backoff.Backoff
 	for {
 		pctx, cancel := context.WithTimeout(ctx, max(min(time.Until(deadline), 2*time.Second), time.Second))
 		err := r.Ping(pctx)
 		cancel()
 		if err == nil {
-			break
+			// A Cluster's nodes agree some seconds after the first says
+			// ok, and a failover puts it down for a moment: the probe's
+			// CLUSTERDOWN, TRYAGAIN or LOADING is an outage healing.
+			deadline = start.Add(max(budget, heal))
+			err = r.Probe(ctx)
+			if err == nil {
+				break
+			}
 		}
-		if Refused(err) || ctx.Err() != nil {
+		if Refused(err) || ctx.Err() != nil || !Transient(err) {
 			return err
 		}
 		if badTLS(err) { // a certificate does not heal by waiting
@@ -206,15 +218,12 @@ func (r *RDB) Preflight(ctx context.Context, budget time.Duration, log *slog.Log
 		if time.Now().After(deadline) {
 			// go-redis retries a refused dial until the deadline, so the
 			// error is often only that: say what it means.
-			return fmt.Errorf("no answer from Redis within %v (%v)", max(budget, time.Second), err)
+			return fmt.Errorf("no answer from Redis within %v (%v)", max(time.Since(start).Round(time.Second), time.Second), err)
 		}
 		log.Info("Redis does not answer yet; trying again", "err", err)
 		if !bo.Wait(ctx) {
 			return err
 		}
-	}
-	if err := r.Probe(ctx); err != nil {
-		return err
 	}
 	s, err := r.Server(ctx)
 	switch {

@@ -403,3 +403,47 @@ func (cl *Cluster) URLReplicas() string {
 	}
 	return u
 }
+
+// Down takes the Cluster down as one does in its first seconds, before
+// every node agrees: the last slot is unassigned on every node (CLUSTER
+// DELSLOTS), so every node says cluster_state:fail and answers commands
+// with CLUSTERDOWN. It returns once every node says so; up assigns the slot
+// back and returns once every node says ok. For a Cluster without
+// replicas.
+func (cl *Cluster) Down(tb testing.TB) (up func()) {
+	tb.Helper()
+	ctx := context.Background()
+	const slot = 16383
+	last := cl.Nodes[len(cl.Nodes)-1]
+	for _, s := range cl.Nodes {
+		c := redis.NewClient(&redis.Options{Addr: s.Addr()})
+		err := c.Do(ctx, "CLUSTER", "DELSLOTS", slot).Err()
+		c.Close()
+		if err != nil {
+			tb.Fatalf("redistest: CLUSTER DELSLOTS on %s: %v", s.Addr(), err)
+		}
+	}
+	state := func(want string) func() bool {
+		return func() bool {
+			for _, s := range cl.Nodes {
+				c := redis.NewClient(&redis.Options{Addr: s.Addr()})
+				info, err := c.ClusterInfo(ctx).Result()
+				c.Close()
+				if err != nil || !strings.Contains(info, "cluster_state:"+want) {
+					return false
+				}
+			}
+			return true
+		}
+	}
+	Eventually(tb, "every node says the cluster is down", state("fail"))
+	return func() {
+		c := redis.NewClient(&redis.Options{Addr: last.Addr()})
+		err := c.Do(ctx, "CLUSTER", "ADDSLOTS", slot).Err()
+		c.Close()
+		if err != nil {
+			tb.Fatalf("redistest: CLUSTER ADDSLOTS on %s: %v", last.Addr(), err)
+		}
+		Eventually(tb, "every node says the cluster is ok", func() bool { return cl.ok(ctx, len(cl.Nodes)) })
+	}
+}
