@@ -136,7 +136,8 @@ func (m *Manager) failed(s *shard, op string, started time.Time, err error) {
 // lease expired, so their tasks run again (workers reap too: whoever
 // notices first); and checks, with one HMGET, that Redis still has every
 // task the manager submitted there (see recover). Shard 0's collector also
-// does what is queue-wide: renews the batches' holds of constants, asks
+// does what is queue-wide: renews the batches' holds of constants (storing
+// again one Redis lost), asks
 // which running batches some live worker serves (checkServed), publishes
 // progress, and tells workers the shard count.
 func (m *Manager) reconcile(ctx context.Context, s *shard) {
@@ -145,12 +146,13 @@ func (m *Manager) reconcile(ctx context.Context, s *shard) {
 		if err := s.rdb.Renew(ctx, m.id, m.opts.KeyTTL); err != nil {
 			m.failedUnlessDone(ctx, s, "renewing keys", started, err)
 		}
-		if s.i == 0 {
-			m.renewHolds(ctx)
-		}
 		s.renewAt = time.Now().Add(m.opts.KeyTTL / 3)
 	}
 	if s.i == 0 {
+		// Every Poll, not every KeyTTL/3: a constant lives on a master of
+		// its own, which may lose it (a failover ahead of its replica)
+		// while the queue's does not, and workers wait for it.
+		m.renewHolds(ctx)
 		m.checkServed(ctx, started)
 		m.publishBatches(ctx)
 		if err := m.publishShards(ctx); err != nil {

@@ -4,10 +4,15 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"sync"
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/redmap/redmap"
+	"github.com/redmap/redmap/cache"
+	"github.com/redmap/redmap/codec"
 	"github.com/redmap/redmap/internal/harness"
 	"github.com/redmap/redmap/internal/keys"
 	"github.com/redmap/redmap/internal/redistest"
@@ -97,4 +102,146 @@ func TestFaultClusterFailover(t *testing.T) {
 				n, time.Since(start).Round(time.Millisecond), stall.Round(time.Millisecond))
 		})
 	}
+}
+
+// clusterEnv is an Env on a Cluster with a replica per master, reached
+// through redmap.Connect of its URL as users' programs reach it.
+func clusterEnv(t *testing.T, queue string) (*harness.Env, *redistest.Cluster) {
+	t.Helper()
+	cl := redistest.StartClusterReplicas(t, 3)
+	client, err := redmap.Connect(cl.URLReplicas())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { client.Close() })
+	return &harness.Env{Client: client, URL: cl.URLReplicas(), Queue: queue}, cl
+}
+
+// On a Cluster as behind Sentinel, replication is asynchronous: a master
+// killed ahead of its replica takes its last writes with it. The manager
+// must find what it lost and submit it again, for a queue and for one shard
+// of a sharded queue (the other shards' masters keep theirs).
+func TestFaultClusterLostWrites(t *testing.T) {
+	for _, c := range []struct {
+		name   string
+		shards int
+	}{{"queue", 1}, {"one shard of three", 3}} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			b, cl := clusterEnv(t, "lost")
+			logs := &logRecorder{}
+			_, _, m := twoWorkersFor(t, b, manager.Options{Poll: 100 * time.Millisecond, Shards: c.shards, Logger: slog.New(logs)})
+			const n = 20_000
+			batch, err := manager.Submit(testCtx(t), m, slowSquare, ints(n), manager.ChunkSize(2))
+			if err != nil {
+				t.Fatal(err)
+			}
+			var lost bool
+			exactlyOnce(t, batch, sq, func(seen int) {
+				if seen != n/5 {
+					return
+				}
+				shard := b.Queue
+				if c.shards > 1 {
+					names, err := b.Client.LRange(context.Background(), keys.ShardNames("redmap", b.Queue), 0, -1).Result()
+					if err != nil || len(names) != 2 {
+						t.Fatalf("the queue's shard names: %v, %v; want 2", names, err)
+					}
+					shard = names[0]
+				}
+				// The master dies once it has two submits its replica
+				// lacks: the first was acknowledged to the manager,
+				// which must find it lost.
+				tasks := keys.Tasks("redmap", shard, m.ID())
+				var counts []int64
+				var killed *redistest.Server
+				killed, lost = cl.KillMasterLosingWrites(t, tasks, func(p *redis.Client) bool {
+					k, _ := p.HGet(context.Background(), tasks, "_").Int64()
+					if len(counts) == 0 || k > counts[len(counts)-1] {
+						counts = append(counts, k)
+					}
+					return len(counts) >= 3
+				})
+				t.Logf("killed %s's master %s with submits %v since its replica's last sync; the promoted replica lacked them: %v",
+					shard, killed.Addr(), counts, lost)
+			})
+			found := logs.logged("Redis lost writes")
+			t.Logf("%d elements exact; the manager found lost writes: %v", n, found)
+			if lost && !found {
+				t.Fatal("the master died with writes its replica lacked, yet the manager found none lost")
+			}
+		})
+	}
+}
+
+// A batch's constant lives in a slot of its own (by its hash), most often
+// on another master than the queue's. Its master is killed after the upload
+// and before its replica has it: the promoted replica lacks the object while
+// the queue's master has every task. Workers started then find the constant
+// missing; they wait for it, the manager stores it again (its hold renewal
+// finds it gone), and every element is exact.
+func TestFaultClusterConstantLost(t *testing.T) {
+	t.Parallel()
+	tab := table(1 << 20)
+	enc, err := codec.EncodeValue(&tab)
+	if err != nil {
+		t.Fatal(err)
+	}
+	obj := keys.Object("redmap", cache.Sum(enc))
+	b, cl := clusterEnv(t, "")
+	for i := 0; b.Queue == ""; i++ {
+		if q := fmt.Sprintf("constant.%d", i); cl.MasterOf(t, keys.Public("redmap", q)) != cl.MasterOf(t, obj) {
+			b.Queue = q
+		}
+	}
+	logs := &logRecorder{}
+	m := b.Manager(t, manager.Options{Poll: 100 * time.Millisecond, Logger: slog.New(logs)})
+	ctx := testCtx(t)
+
+	cut := make(chan struct{})
+	uploaded := make(chan struct{})
+	var once sync.Once
+	var batch *manager.Batch[byte]
+	go func() {
+		<-cut
+		var err error
+		batch, err = manager.SubmitWith(ctx, m, lookup, tab, ints(2000), manager.ChunkSize(5))
+		if err != nil {
+			t.Error(err)
+		}
+		close(uploaded)
+	}()
+	killed, lost := cl.KillMasterLosingWrites(t, obj, func(p *redis.Client) bool {
+		once.Do(func() { close(cut) })
+		select {
+		case <-uploaded:
+			return true
+		default:
+			return false
+		}
+	})
+	if batch == nil {
+		t.Fatal("no batch")
+	}
+	t.Logf("killed the constant's master %s after its upload; the promoted replica lacked it: %v", killed.Addr(), lost)
+	if !lost {
+		t.Fatal("the promoted replica had the constant: the test did not test")
+	}
+	startChild(t, "worker", childEnv(b)...).Expect(t, "worker ")
+	startChild(t, "worker", childEnv(b)...).Expect(t, "worker ")
+	ys, err := batch.Wait(ctx)
+	if err != nil {
+		n, _ := m.ConstantUploads()
+		t.Logf("uploads %d; %q", n, logs.above(slog.LevelDebug))
+		t.Fatal(err)
+	}
+	for i, y := range ys {
+		if y != tab[i] {
+			t.Fatalf("ys[%d] = %d, want %d", i, y, tab[i])
+		}
+	}
+	if n, _ := m.ConstantUploads(); n != 2 {
+		t.Fatalf("the constant was uploaded %d times, want 2 (once more after it was lost)", n)
+	}
+	t.Logf("2,000 lookups exact; the manager uploaded the constant again")
 }

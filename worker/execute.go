@@ -9,6 +9,7 @@ import (
 	"github.com/redmap/redmap"
 	"github.com/redmap/redmap/cache"
 	"github.com/redmap/redmap/codec"
+	"github.com/redmap/redmap/internal/backoff"
 	"github.com/redmap/redmap/internal/handler"
 	"github.com/redmap/redmap/internal/rdb"
 )
@@ -112,7 +113,7 @@ func (w *Worker) resolve(ctx context.Context, t rdb.Taken) (c call, fail *codec.
 	}
 	if task.Const != "" {
 		ref := cache.Ref{Hash: task.Const, Size: task.ConstSize}
-		c.constant, err = w.memo.Get(ctx, ref, c.h.Signature(), c.h.DecodeConstant)
+		c.constant, err = w.constant(ctx, ref, c.h)
 		switch {
 		case errors.Is(err, redmap.ErrConstantCorrupt):
 			return whole(codec.KindConstCorrupt, "%v", err)
@@ -155,3 +156,48 @@ func (w *Worker) mismatch(ctx context.Context, h handler.Runtime, name, sig stri
 	w.mismatches.Store(sig, d)
 	return msg + d
 }
+
+// constantWait bounds how long a task waits for its constant while Redis
+// cannot give it: an outage (a Cluster master failing over, the object's
+// slot unreachable) or the object missing (its master failed over before
+// the upload reached the replica, or Redis lost its data; the batch's
+// manager stores it again within one Poll of seeing it gone).
+const constantWait = 30 * time.Second
+
+// constant returns ref's value, decoded for h, from the memo or Redis. A
+// transient Redis error or a missing object is tried again, with backoff,
+// for up to constantWait, or until ctx ends (the task no longer wanted);
+// then it is returned, and fails the task.
+func (w *Worker) constant(ctx context.Context, ref cache.Ref, h handler.Runtime) (any, error) {
+	var bo backoff.Backoff
+	deadline := time.Now().Add(constantWait)
+	decode := func(b []byte) (any, error) {
+		v, err := h.DecodeConstant(b)
+		if err != nil {
+			err = decodeError{err}
+		}
+		return v, err
+	}
+	for logged := false; ; {
+		v, err := w.memo.Get(ctx, ref, h.Signature(), decode)
+		var bad decodeError
+		healing := errors.Is(err, redmap.ErrConstantMissing) ||
+			rdb.Transient(err) && !errors.As(err, &bad) && !errors.Is(err, redmap.ErrConstantCorrupt)
+		if err == nil || !healing || ctx.Err() != nil || time.Now().After(deadline) {
+			return v, err
+		}
+		if !logged {
+			w.log.Warn("cannot fetch a task's constant; trying again", "ref", ref, "err", err, "for", constantWait)
+			logged = true
+		}
+		if !bo.Wait(ctx) {
+			return v, err
+		}
+	}
+}
+
+// decodeError is a constant's bytes that do not decode: waiting does not
+// heal it.
+type decodeError struct{ error }
+
+func (e decodeError) Unwrap() error { return e.error }

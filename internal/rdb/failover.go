@@ -5,6 +5,7 @@ import (
 	"errors"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -20,6 +21,17 @@ import (
 // Reloads are go-redis's lazy ones: asynchronous, and coalesced (one at a
 // time, then at most one more after a 200 ms pause), so a storm of errors
 // costs a few CLUSTER SLOTS, not one each.
+//
+// The first errors come before the promotion, while every node still names
+// the dead master, and a slot the program then leaves alone for a while (a
+// constant's, held every Poll) would keep the stale map until a command to
+// it fails again. So after such an error the hook goes on reloading every
+// followEvery until followFor has passed without one: about 30 CLUSTER
+// SLOTS per failover, none while the Cluster is well.
+const (
+	followEvery = time.Second
+	followFor   = 30 * time.Second
+)
 
 // followed holds the Cluster clients already given the hook: a program may
 // make many managers, workers and stores on one client.
@@ -36,24 +48,56 @@ func followFailovers(c redis.UniversalClient) {
 	if _, had := followed.LoadOrStore(cc, struct{}{}); had {
 		return
 	}
-	cc.AddHook(reloadHook{cc})
+	cc.AddHook(&reloadHook{c: cc})
 }
 
-type reloadHook struct{ c *redis.ClusterClient }
+type reloadHook struct {
+	c         *redis.ClusterClient
+	mu        sync.Mutex
+	until     time.Time // reload every followEvery until then
+	following bool      // a goroutine is reloading
+}
 
-func (h reloadHook) DialHook(next redis.DialHook) redis.DialHook { return next }
+// stale reloads the map now, and every followEvery until followFor after
+// the last call.
+func (h *reloadHook) stale(ctx context.Context) {
+	h.c.ReloadState(ctx)
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.until = time.Now().Add(followFor)
+	if h.following {
+		return
+	}
+	h.following = true
+	go func() {
+		t := time.NewTicker(followEvery)
+		defer t.Stop()
+		for range t.C {
+			h.mu.Lock()
+			done := time.Now().After(h.until)
+			h.following = !done
+			h.mu.Unlock()
+			if done {
+				return
+			}
+			h.c.ReloadState(context.Background())
+		}
+	}()
+}
 
-func (h reloadHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+func (h *reloadHook) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (h *reloadHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
 		err := next(ctx, cmd)
 		if staleMap(err) {
-			h.c.ReloadState(ctx)
+			h.stale(ctx)
 		}
 		return err
 	}
 }
 
-func (h reloadHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+func (h *reloadHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
 	return func(ctx context.Context, cmds []redis.Cmder) error {
 		err := next(ctx, cmds)
 		stale := staleMap(err)
@@ -61,7 +105,7 @@ func (h reloadHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Pr
 			stale = stale || staleMap(cmd.Err())
 		}
 		if stale {
-			h.c.ReloadState(ctx)
+			h.stale(ctx)
 		}
 		return err
 	}

@@ -208,8 +208,11 @@ func (r *RDB) Preflight(ctx context.Context, budget, heal time.Duration, log *sl
 			if err == nil {
 				break
 			}
+			if !Transient(err) {
+				return err
+			}
 		}
-		if Refused(err) || ctx.Err() != nil || !Transient(err) {
+		if Refused(err) || ctx.Err() != nil {
 			return err
 		}
 		if badTLS(err) { // a certificate does not heal by waiting

@@ -352,7 +352,8 @@ func (cl *Cluster) KillMasterLosingWrites(tb testing.TB, key string, until func(
 	}
 	cut := replOffset(ctx, pc, "master_repl_offset")
 	Eventually(tb, "writes the replica did not get", func() bool {
-		return replOffset(ctx, pc, "master_repl_offset") > cut && until(pc)
+		held := until(pc) // called from the first poll on: it may start the writes
+		return held && replOffset(ctx, pc, "master_repl_offset") > cut
 	})
 	slot := cl.slotOf(tb, key)
 	start := time.Now()
