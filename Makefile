@@ -6,7 +6,7 @@ STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 REVIVE      := github.com/mgechev/revive@v1.11.0
 FUZZ_TARGETS := FuzzDecodeTask FuzzDecodeResult FuzzDecodeElements
 
-.PHONY: help test test-cluster fuzz lint bench demo chaos redis-server screenshot
+.PHONY: help test test-cluster fuzz lint bench demo chaos chaos-cluster redis-server screenshot
 
 help: ## list the targets
 	@awk -F':.*## ' '/^[a-z-]+:.*## /{printf "  %-13s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -53,3 +53,6 @@ redis-server: ## install redis-server if it is missing (apt-get as root), or say
 
 chaos: redis-server ## random faults (workers, Redis, Sentinel) under load for CHAOS (10m); report lost, duplicated, wrong, zero
 	REDMAP_CHAOS=$(CHAOS) $(GO) test ./manager -run '^TestChaos$$' -count=1 -v -timeout 30m
+
+chaos-cluster: redis-server ## random faults (masters killed and failed over, slots migrated, workers) on a Cluster with replicas for CHAOS (10m)
+	REDMAP_CHAOS_CLUSTER=$(CHAOS) $(GO) test ./manager -run '^TestChaosCluster$$' -count=1 -v -timeout 30m

@@ -60,16 +60,7 @@ func TestChaos(t *testing.T) {
 
 	ctx, cancel := context.WithTimeout(context.Background(), d)
 	defer cancel()
-	var (
-		batches, elements, failed, lost, duplicated, wrong, zero atomic.Int64
-		stallMu                                                  sync.Mutex
-		stall                                                    time.Duration
-	)
-	noteStall := func(gap time.Duration) {
-		stallMu.Lock()
-		stall = max(stall, gap)
-		stallMu.Unlock()
-	}
+	var tally chaosTally
 	var managers sync.WaitGroup
 	for range 3 {
 		managers.Add(1)
@@ -81,55 +72,9 @@ func TestChaos(t *testing.T) {
 				return
 			}
 			defer m.Close()
-			for ctx.Err() == nil {
-				n := 500 + rand.IntN(3000)
-				bctx, bcancel := context.WithTimeout(context.Background(), 3*time.Minute)
-				batch, err := manager.Submit(bctx, m, slowSquare, ints(n), manager.ChunkSize(1+rand.IntN(20)), manager.Attempts(20))
-				if err != nil {
-					bcancel()
-					if errors.Is(err, redmap.ErrUnavailable) { // Redis is restarting or failing over
-						time.Sleep(100 * time.Millisecond)
-						continue
-					}
-					t.Errorf("submit: %v", err)
-					return
-				}
-				seen := make([]int, n)
-				last := time.Now()
-				for r := range batch.Results() {
-					now := time.Now()
-					noteStall(now.Sub(last))
-					last = now
-					seen[r.Index]++
-					switch {
-					case r.Err != nil:
-						failed.Add(1)
-						t.Logf("element %d failed: %v", r.Index, r.Err)
-					case r.Value == 0 && r.Index != 0:
-						zero.Add(1)
-						t.Errorf("element %d: zero with no error", r.Index)
-					case r.Value != r.Index*r.Index:
-						wrong.Add(1)
-						t.Errorf("element %d: %d, want %d", r.Index, r.Value, r.Index*r.Index)
-					}
-				}
-				noteStall(time.Since(last))
-				if _, err := batch.Wait(bctx); err != nil && !errors.As(err, new(*redmap.BatchError)) {
-					t.Errorf("batch of %d ended with %v", n, err)
-					dumpChaos(t, st, queue, m.ID())
-				}
-				bcancel()
-				for _, k := range seen {
-					switch {
-					case k == 0:
-						lost.Add(1)
-					case k > 1:
-						duplicated.Add(int64(k - 1))
-					}
-				}
-				elements.Add(int64(n))
-				batches.Add(1)
-			}
+			chaosBatches(ctx, t, &tally, func(ctx context.Context, n int) (*manager.Batch[int], error) {
+				return manager.Submit(ctx, m, slowSquare, ints(n), manager.ChunkSize(1+rand.IntN(20)), manager.Attempts(20))
+			}, sq, func() { dumpChaos(t, st, queue, m.ID()) })
 		}()
 	}
 
@@ -173,11 +118,89 @@ func TestChaos(t *testing.T) {
 		faults[name]++
 	}
 	managers.Wait()
-	t.Logf("chaos for %v: faults %v; %d workers started", d, faults, started())
+	tally.report(t, d, faults, started())
+}
+
+// chaosTally counts what the batches of a chaos run saw.
+type chaosTally struct {
+	batches, elements, failed, lost, duplicated, wrong, zero atomic.Int64
+	mu                                                       sync.Mutex
+	stall                                                    time.Duration
+}
+
+func (c *chaosTally) noteStall(gap time.Duration) {
+	c.mu.Lock()
+	c.stall = max(c.stall, gap)
+	c.mu.Unlock()
+}
+
+// report logs the run's figures and fails t if an element was lost,
+// duplicated, wrong or silently zero.
+func (c *chaosTally) report(t *testing.T, d time.Duration, faults map[string]int, workers int) {
+	t.Logf("chaos for %v: faults %v; %d workers started", d, faults, workers)
 	t.Logf("%d batches, %d elements: %d failed with an error, %d lost, %d duplicated, %d wrong, %d silently zero; longest stall %v",
-		batches.Load(), elements.Load(), failed.Load(), lost.Load(), duplicated.Load(), wrong.Load(), zero.Load(), stall.Round(time.Millisecond))
-	if lost.Load()+duplicated.Load()+wrong.Load()+zero.Load() != 0 {
+		c.batches.Load(), c.elements.Load(), c.failed.Load(), c.lost.Load(), c.duplicated.Load(), c.wrong.Load(), c.zero.Load(), c.stall.Round(time.Millisecond))
+	if c.lost.Load()+c.duplicated.Load()+c.wrong.Load()+c.zero.Load() != 0 {
 		t.Fatal("elements lost, duplicated, wrong or silently zero")
+	}
+}
+
+// chaosBatches submits batch after batch of 500-3,500 elements until ctx
+// ends, reads every result as it comes and tallies it against want; stuck
+// is called for a batch that ended with an error other than its elements'.
+func chaosBatches[T comparable](ctx context.Context, t *testing.T, c *chaosTally,
+	submit func(context.Context, int) (*manager.Batch[T], error), want func(int) T, stuck func()) {
+	var zero T
+	for ctx.Err() == nil {
+		n := 500 + rand.IntN(3000)
+		bctx, bcancel := context.WithTimeout(context.Background(), 3*time.Minute)
+		batch, err := submit(bctx, n)
+		if err != nil {
+			bcancel()
+			if errors.Is(err, redmap.ErrUnavailable) { // Redis is restarting or failing over
+				t.Logf("submit: %v", err)
+				c.failed.Add(int64(n))
+				time.Sleep(100 * time.Millisecond)
+				continue
+			}
+			t.Errorf("submit: %v", err)
+			return
+		}
+		seen := make([]int, n)
+		last := time.Now()
+		for r := range batch.Results() {
+			now := time.Now()
+			c.noteStall(now.Sub(last))
+			last = now
+			seen[r.Index]++
+			switch w := want(r.Index); {
+			case r.Err != nil:
+				c.failed.Add(1)
+				t.Logf("element %d failed: %v", r.Index, r.Err)
+			case r.Value == zero && w != zero:
+				c.zero.Add(1)
+				t.Errorf("element %d: zero with no error", r.Index)
+			case r.Value != w:
+				c.wrong.Add(1)
+				t.Errorf("element %d: %v, want %v", r.Index, r.Value, w)
+			}
+		}
+		c.noteStall(time.Since(last))
+		if _, err := batch.Wait(bctx); err != nil && !errors.As(err, new(*redmap.BatchError)) {
+			t.Errorf("batch of %d ended with %v", n, err)
+			stuck()
+		}
+		bcancel()
+		for _, k := range seen {
+			switch {
+			case k == 0:
+				c.lost.Add(1)
+			case k > 1:
+				c.duplicated.Add(int64(k - 1))
+			}
+		}
+		c.elements.Add(int64(n))
+		c.batches.Add(1)
 	}
 }
 

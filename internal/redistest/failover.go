@@ -287,14 +287,33 @@ func (cl *Cluster) awaitOwner(tb testing.TB, slot int, to *Server, from time.Tim
 func (cl *Cluster) KillMaster(tb testing.TB, key string) (killed, promoted *Server, took time.Duration) {
 	tb.Helper()
 	killed = cl.MasterOf(tb, key)
-	promoted = cl.ReplicaOf(tb, killed)
+	promoted, took = cl.KillMasterNode(tb, killed)
+	return killed, promoted, took
+}
+
+// KillMasterNode is KillMaster of the master m.
+func (cl *Cluster) KillMasterNode(tb testing.TB, m *Server) (promoted *Server, took time.Duration) {
+	tb.Helper()
+	promoted = cl.ReplicaOf(tb, m)
 	if promoted == nil {
-		tb.Fatalf("redistest: master %s has no live replica to promote", killed.Addr())
+		tb.Fatalf("redistest: master %s has no live replica to promote", m.Addr())
 	}
-	slot := cl.slotOf(tb, key)
+	slot := cl.firstSlot(tb, m)
 	start := time.Now()
-	killed.Kill(tb)
-	return killed, promoted, cl.awaitOwner(tb, slot, promoted, start, "kill -9 of "+killed.Addr())
+	m.Kill(tb)
+	return promoted, cl.awaitOwner(tb, slot, promoted, start, "kill -9 of "+m.Addr())
+}
+
+// firstSlot returns the first slot master m serves.
+func (cl *Cluster) firstSlot(tb testing.TB, m *Server) int {
+	tb.Helper()
+	for _, n := range cl.view(tb) {
+		if n.addr == m.Addr() && n.master && len(n.slots) > 0 {
+			return n.slots[0][0]
+		}
+	}
+	tb.Fatalf("redistest: %s serves no slot", m.Addr())
+	return 0
 }
 
 // Failover asks the replica of the master serving key's slot for a planned
@@ -305,18 +324,39 @@ func (cl *Cluster) KillMaster(tb testing.TB, key string) (killed, promoted *Serv
 func (cl *Cluster) Failover(tb testing.TB, key string) (old, promoted *Server, took time.Duration) {
 	tb.Helper()
 	old = cl.MasterOf(tb, key)
-	promoted = cl.ReplicaOf(tb, old)
+	promoted, took = cl.FailoverNode(tb, old)
+	return old, promoted, took
+}
+
+// FailoverNode is Failover of the master m.
+func (cl *Cluster) FailoverNode(tb testing.TB, m *Server) (promoted *Server, took time.Duration) {
+	tb.Helper()
+	promoted = cl.ReplicaOf(tb, m)
 	if promoted == nil {
-		tb.Fatalf("redistest: master %s has no live replica to promote", old.Addr())
+		tb.Fatalf("redistest: master %s has no live replica to promote", m.Addr())
 	}
-	slot := cl.slotOf(tb, key)
+	slot := cl.firstSlot(tb, m)
 	start := time.Now()
 	c := redis.NewClient(&redis.Options{Addr: promoted.Addr()})
 	defer c.Close()
 	if err := c.Do(context.Background(), "CLUSTER", "FAILOVER").Err(); err != nil {
 		tb.Fatalf("redistest: CLUSTER FAILOVER on %s: %v", promoted.Addr(), err)
 	}
-	return old, promoted, cl.awaitOwner(tb, slot, promoted, start, "CLUSTER FAILOVER on "+promoted.Addr())
+	return promoted, cl.awaitOwner(tb, slot, promoted, start, "CLUSTER FAILOVER on "+promoted.Addr())
+}
+
+// ReplicasNow returns the live nodes that replicate a master now.
+func (cl *Cluster) ReplicasNow(tb testing.TB) []*Server {
+	tb.Helper()
+	var out []*Server
+	for _, n := range cl.view(tb) {
+		if !n.master && !n.failing {
+			if s := cl.byAddr(n.addr); s != nil && s.alive() {
+				out = append(out, s)
+			}
+		}
+	}
+	return out
 }
 
 // Rejoin restarts a killed node, empty, on its port with its cluster
@@ -327,6 +367,9 @@ func (cl *Cluster) Rejoin(tb testing.TB, s *Server) {
 	s.Restart(tb)
 	cl.WaitHealthy(tb)
 }
+
+// Killed reports whether s was killed and not restarted.
+func (s *Server) Killed() bool { return !s.alive() }
 
 // KillMasterLosingWrites kills the master serving key's slot while its
 // replica lags, as KillPrimaryLosingWrites does behind Sentinel: it cuts the
