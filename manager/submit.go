@@ -161,10 +161,18 @@ func holdConstant[C any](ctx context.Context, m *Manager, fn redmap.Handler, con
 	if err := m.ready(ctx); err != nil {
 		return spec{}, err
 	}
-	started := time.Now()
-	ref, holder, err := m.hold(ctx, enc)
+	var ref cache.Ref
+	var holder string
+	err = m.riding(ctx, func() error {
+		started := time.Now()
+		ref, holder, err = m.hold(ctx, enc)
+		if err != nil {
+			return m.redisError(fmt.Sprintf("storing the constant of %q", fn.Name()), started, err)
+		}
+		return nil
+	})
 	if err != nil {
-		return spec{}, m.redisError(fmt.Sprintf("storing the constant of %q", fn.Name()), started, err)
+		return spec{}, err
 	}
 	return spec{name: fn.Name(), sig: fn.Signature(), types: types(fn), constant: &ref, holder: holder}, nil
 }
@@ -301,13 +309,13 @@ func submit[In, Out any](ctx context.Context, m *Manager, sp spec, els elements[
 	if err == nil {
 		// Only now that the first window is good: a refused Submit leaves
 		// nothing in Redis.
-		err = m.publishTypes(ctx, sp.sig, sp.types)
+		err = m.riding(ctx, func() error { return m.publishTypes(ctx, sp.sig, sp.types) })
 	}
 	if err == nil && red != nil {
-		err = m.publishTypes(ctx, red.Signature(), types(red))
+		err = m.riding(ctx, func() error { return m.publishTypes(ctx, red.Signature(), types(red)) })
 	}
 	if err == nil {
-		err = m.openShards(ctx)
+		err = m.riding(ctx, func() error { return m.openShards(ctx) })
 	}
 	if err == nil {
 		err = f.submit(ctx, w)
@@ -456,7 +464,7 @@ func (f *feeder[Out]) submit(ctx context.Context, w window) error {
 	if len(w.tasks) == 0 {
 		return nil
 	}
-	err := f.send(ctx, w)
+	err := f.m.riding(ctx, func() error { return f.send(ctx, w) })
 	if err == nil {
 		return nil
 	}
@@ -598,6 +606,31 @@ func (f *feeder[Out]) sendRetrying(ctx context.Context, w window) error {
 		if !bo.Wait(ctx) {
 			f.m.forget(w.tids())
 			return ctx.Err()
+		}
+	}
+}
+
+// riding runs op, a step of Submit, again with backoff while it fails with
+// ErrUnavailable, until the outage has lasted RedisTimeout (by the
+// manager's outage clock, or since op first failed): a Cluster failing over
+// or a Redis restarting delays a Submit as it delays a running batch, and an
+// outage already older than RedisTimeout fails it at once.
+func (m *Manager) riding(ctx context.Context, op func() error) error {
+	var bo backoff.Backoff
+	var first time.Time
+	for {
+		err := op()
+		if err == nil || !errors.Is(err, redmap.ErrUnavailable) || ctx.Err() != nil {
+			return err
+		}
+		if first.IsZero() {
+			first = time.Now()
+		}
+		if m.outageLength() >= m.opts.RedisTimeout || time.Since(first) >= m.opts.RedisTimeout {
+			return err
+		}
+		if !bo.Wait(ctx) {
+			return err
 		}
 	}
 }
