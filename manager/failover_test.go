@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"os"
 	"sync"
 	"testing"
 	"time"
@@ -45,14 +46,9 @@ func TestFaultClusterFailover(t *testing.T) {
 		{"shard's master killed", 3, nil},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			t.Parallel()
-			cl := redistest.StartClusterReplicas(t, 3)
-			client, err := redmap.Connect(cl.URLReplicas())
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { client.Close() })
-			b := &harness.Env{Client: client, URL: cl.URLReplicas(), Queue: "failover"}
+			failoverTest(t)
+			b, cl := clusterEnv(t, "failover")
+			client := b.Client
 			key := keys.Public("redmap", b.Queue)
 			if c.shards > 1 {
 				// Shard 1 of the queue, on a master of its own: its
@@ -104,6 +100,18 @@ func TestFaultClusterFailover(t *testing.T) {
 	}
 }
 
+// failoverTest skips t but in make test-cluster's first pass: each test of
+// a Cluster failing over starts 6 nodes and runs worker processes, and runs
+// once, not again in the pass of every queue over 3 shards (the tests that
+// need shards ask for them).
+func failoverTest(t *testing.T) {
+	t.Helper()
+	if os.Getenv(redistest.ClusterEnv) != "cluster" || redistest.Shards() > 0 {
+		t.Skip("a Cluster failover test: make test-cluster runs it")
+	}
+	t.Parallel()
+}
+
 // clusterEnv is an Env on a Cluster with a replica per master, reached
 // through redmap.Connect of its URL as users' programs reach it.
 func clusterEnv(t *testing.T, queue string) (*harness.Env, *redistest.Cluster) {
@@ -127,7 +135,7 @@ func TestFaultClusterLostWrites(t *testing.T) {
 		shards int
 	}{{"queue", 1}, {"one shard of three", 3}} {
 		t.Run(c.name, func(t *testing.T) {
-			t.Parallel()
+			failoverTest(t)
 			b, cl := clusterEnv(t, "lost")
 			logs := &logRecorder{}
 			_, _, m := twoWorkersFor(t, b, manager.Options{Poll: 100 * time.Millisecond, Shards: c.shards, Logger: slog.New(logs)})
@@ -181,7 +189,7 @@ func TestFaultClusterLostWrites(t *testing.T) {
 // missing; they wait for it, the manager stores it again (its hold renewal
 // finds it gone), and every element is exact.
 func TestFaultClusterConstantLost(t *testing.T) {
-	t.Parallel()
+	failoverTest(t)
 	tab := table(1 << 20)
 	enc, err := codec.EncodeValue(&tab)
 	if err != nil {
