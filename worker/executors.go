@@ -75,9 +75,6 @@ var staleAfter = time.Millisecond
 func (e *executors) run(ctx context.Context, j job) {
 	w := e.w
 	defer e.slots.release(1)
-	if j.ran != nil {
-		defer close(j.ran)
-	}
 	if e.stopped() {
 		e.mu.Lock()
 		if e.unstarted == nil {
@@ -94,6 +91,9 @@ func (e *executors) run(ctx context.Context, j job) {
 	if j.Attempt > 0 {
 		e.alone.Lock()
 		defer e.alone.Unlock()
+		if testHookSuspect != nil {
+			testHookSuspect(j.Taken)
+		}
 	} else {
 		e.alone.RLock()
 		defer e.alone.RUnlock()
@@ -111,6 +111,9 @@ func (e *executors) run(ctx context.Context, j job) {
 	}
 	e.results <- d
 }
+
+// testHookSuspect, if set by a test, runs as a suspect starts.
+var testHookSuspect func(rdb.Taken)
 
 // wantedCheck asks Redis which of the tasks waiting to run their managers no
 // longer want, for every task waiting at once: one round trip answers for all

@@ -38,13 +38,10 @@ type fetcher struct {
 	listening int // shards with a listener; owned by the fetch loop
 }
 
-// job is a taken task, and when it was taken. ran, if not nil, is closed
-// once the task has run or been skipped: the fetcher waits on it for a
-// suspect.
+// job is a taken task, and when it was taken.
 type job struct {
 	rdb.Taken
 	takenAt time.Time
-	ran     chan struct{}
 }
 
 func newFetcher(w *Worker, ctx, bg context.Context, s *slots, capacity int) *fetcher {
@@ -94,6 +91,7 @@ func (f *fetcher) stopped() bool { return f.ctx.Err() != nil }
 func (f *fetcher) fetch() {
 	w, ctx := f.w, f.ctx
 	var bo backoff.Backoff
+	var obo backoff.Backoff // between takes that find orphans keep a suspect away
 	checkAt := time.Now().Add(w.opts.Heartbeat)
 	// waiting[i]: the last take of shard i left it empty and registered the
 	// worker idle there; the next take of it waits for its bell first.
@@ -121,18 +119,21 @@ func (f *fetcher) fetch() {
 			return
 		}
 		var taken []rdb.Taken
-		var err error // the first take that failed, if none gave tasks
+		var err error         // the first take that failed, if none gave tasks
+		suspectWaits := false // a take left a suspect for the worker to drain first
+		holding := 0          // what the worker held by its ledger at the last take
 		for tries := 0; tries < len(shards) && len(taken) == 0; tries++ {
 			i := (next + tries) % len(shards)
 			if waiting[i] && len(shards) > 1 {
 				continue
 			}
-			var drained bool
+			var end rdb.TakeEnd
 			var terr error
+			holding = w.held.size()
 			if waiting[i] {
-				taken, drained, terr = shards[i].WaitTake(ctx, w.opts.ID, free, w.opts.Lease, w.opts.IdleWait)
+				taken, end, terr = shards[i].WaitTake(ctx, w.opts.ID, free, w.opts.Lease, w.opts.IdleWait, holding)
 			} else {
-				taken, drained, terr = shards[i].Take(ctx, w.opts.ID, free, w.opts.Lease)
+				taken, end, terr = shards[i].Take(ctx, w.opts.ID, free, w.opts.Lease, holding)
 			}
 			if terr != nil {
 				// Try the other shards (on a Cluster, another master
@@ -145,7 +146,8 @@ func (f *fetcher) fetch() {
 			// A take that left the shard empty registered the worker idle
 			// there: the next take of it waits for its bell (a take now
 			// would find nothing).
-			waiting[i] = drained
+			waiting[i] = end.Drained
+			suspectWaits = suspectWaits || end.Suspect
 			if len(taken) > 0 {
 				next, err = (i+1)%len(shards), nil
 			}
@@ -164,17 +166,35 @@ func (f *fetcher) fetch() {
 		}
 		bo.Reset()
 		w.counters.taken.Add(int64(len(taken)))
-		if suspect := f.hand(taken); suspect != nil {
-			// A suspect (a task lost before: maybe a poison pill) comes
-			// alone in its take, and runs alone. Taking nothing more until
-			// it has run means no other suspect waits in this worker's
-			// prefetch meanwhile, to die with it: a poison pill costs an
-			// innocent task at most the one attempt it lost when it first
-			// shared a worker with the pill.
+		// A suspect (a task lost before: maybe a poison pill) comes alone
+		// in its take, to a worker that holds nothing else (take.lua).
+		// Nothing more is taken until it is reported, so nothing else the
+		// worker holds dies with it: a poison pill costs an innocent task
+		// at most the one attempt it lost when it first shared a worker
+		// with the pill. A take that left a suspect for want of an empty
+		// worker is followed by a drain, then another take.
+		if f.hand(ctx, taken) || suspectWaits {
+			if testHookDrain != nil {
+				testHookDrain()
+			}
 			select {
-			case <-suspect:
+			case <-w.held.drained():
 			case <-ctx.Done():
 				return
+			}
+			if suspectWaits {
+				// Held in Redis but never received (a lost reply) would
+				// keep the suspect from this worker: give them back. If
+				// the worker held nothing by its ledger already, that was
+				// the reason: wait before the next try, in case giving
+				// back fails.
+				f.giveBackOrphans(ctx)
+				checkAt = time.Now().Add(w.opts.Heartbeat)
+				if holding == 0 && !obo.Wait(ctx) {
+					return
+				}
+			} else {
+				obo.Reset()
 			}
 		}
 		if time.Now().After(checkAt) {
@@ -248,20 +268,28 @@ func (f *fetcher) sleep() bool {
 }
 
 // hand records taken tasks as held and hands them to the executors. It
-// returns the channel closed once the suspect among them has run, if any.
-func (f *fetcher) hand(taken []rdb.Taken) (suspect chan struct{}) {
+// reports whether a suspect was among them. Before a suspect runs, the
+// worker gives back the tasks Redis says it holds but it never received (a
+// take on another shard whose reply was lost): nothing but the suspect may
+// be held when it runs.
+func (f *fetcher) hand(ctx context.Context, taken []rdb.Taken) (suspect bool) {
 	f.w.held.add(taken)
+	for _, t := range taken {
+		suspect = suspect || t.Attempt > 0
+	}
+	if suspect && len(f.w.shards()) > 1 {
+		f.giveBackOrphans(ctx)
+	}
 	now := time.Now()
 	for _, t := range taken {
-		j := job{Taken: t, takenAt: now}
-		if t.Attempt > 0 {
-			suspect = make(chan struct{})
-			j.ran = suspect
-		}
-		f.jobs <- j
+		f.jobs <- job{Taken: t, takenAt: now}
 	}
 	return suspect
 }
+
+// testHookDrain, if set by a test, runs when the fetcher begins to wait for
+// the worker to hold nothing (after taking a suspect, or to be given one).
+var testHookDrain func()
 
 // giveBackOrphans puts back tasks that Redis says the worker holds but that
 // its ledger does not have: those of a take whose reply was lost on a

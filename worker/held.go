@@ -16,6 +16,9 @@ import (
 type held struct {
 	mu    sync.Mutex
 	tasks map[string]hold // task id -> its hold
+	// empty is closed while the ledger holds nothing (see drained).
+	empty  chan struct{}
+	closed bool // empty is closed
 }
 
 // hold is one task in the ledger: the shard it came from, and the cancel of
@@ -25,7 +28,11 @@ type hold struct {
 	cancel context.CancelFunc // nil unless running
 }
 
-func newHeld() *held { return &held{tasks: make(map[string]hold)} }
+func newHeld() *held {
+	h := &held{tasks: make(map[string]hold), empty: make(chan struct{}), closed: true}
+	close(h.empty)
+	return h
+}
 
 // add records tasks just taken.
 func (h *held) add(taken []rdb.Taken) {
@@ -33,7 +40,25 @@ func (h *held) add(taken []rdb.Taken) {
 	for _, t := range taken {
 		h.tasks[t.ID] = hold{shard: t.Shard}
 	}
+	if len(h.tasks) > 0 && h.closed {
+		h.empty, h.closed = make(chan struct{}), false
+	}
 	h.mu.Unlock()
+}
+
+// drained returns a channel closed once the ledger holds nothing: every
+// task taken was reported, or dropped.
+func (h *held) drained() <-chan struct{} {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.empty
+}
+
+// size returns how many tasks the ledger holds.
+func (h *held) size() int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return len(h.tasks)
 }
 
 // start records that task tid runs under cancel; stop, that it ran.
@@ -54,6 +79,10 @@ func (h *held) release(tids ...string) {
 	h.mu.Lock()
 	for _, tid := range tids {
 		delete(h.tasks, tid)
+	}
+	if len(h.tasks) == 0 && !h.closed {
+		close(h.empty)
+		h.closed = true
 	}
 	h.mu.Unlock()
 }

@@ -222,17 +222,29 @@ func (t Taken) Member() string {
 	return t.ID
 }
 
+// TakeEnd is what a take says besides its tasks.
+type TakeEnd struct {
+	// Drained: the take left every list empty and registered the worker
+	// idle; its next take should wait for its bell.
+	Drained bool
+	// Suspect: a suspect (a task lost before) is next in a list, and was
+	// left there because the worker holds tasks: it gets it once it holds
+	// none (see take.lua).
+	Suspect bool
+}
+
 // Take takes up to n tasks for worker wid, private list first, with their
 // payloads, in one script call; taking and recording the hold are one atomic
 // step, and a worker Redis has lost from its workers set is registered again
 // (for lease) in it. Tasks no longer wanted are dropped, not returned. When it
 // returns none, the worker is registered idle, and the next submit rings its
-// bell (WaitBell).
-func (r *RDB) Take(ctx context.Context, wid string, n int, lease time.Duration) (taken []Taken, drained bool, err error) {
+// bell (WaitBell). holding is how many tasks the worker holds, on every
+// shard, by its own count: a suspect goes only to a worker that holds none.
+func (r *RDB) Take(ctx context.Context, wid string, n int, lease time.Duration, holding int) (taken []Taken, end TakeEnd, err error) {
 	ks := r.takeKeys(wid)
-	vals, err := takeScript.run(ctx, r.c, ks, r.base, n, wid, lease.Milliseconds(), r.Shards()).Slice()
+	vals, err := takeScript.run(ctx, r.c, ks, r.base, n, wid, lease.Milliseconds(), r.Shards(), holding).Slice()
 	if err != nil {
-		return nil, false, wrap("take", takeScript, "", err)
+		return nil, end, wrap("take", takeScript, "", err)
 	}
 	return r.parseTaken(vals)
 }
@@ -242,31 +254,31 @@ func (r *RDB) Take(ctx context.Context, wid string, n int, lease time.Duration) 
 // as soon as a submit rings the bell, and its tasks come back with the
 // wake-up. After the timeout the take runs all the same. A wait longer than
 // the client's read timeout allows is made in two round trips instead.
-func (r *RDB) WaitTake(ctx context.Context, wid string, n int, lease, timeout time.Duration) (taken []Taken, drained bool, err error) {
+func (r *RDB) WaitTake(ctx context.Context, wid string, n int, lease, timeout time.Duration, holding int) (taken []Taken, end TakeEnd, err error) {
 	wait := blocking(timeout)
 	if rt := readTimeout(r.c); rt > 0 && wait > rt/2 {
 		if _, err := r.WaitBell(ctx, wid, timeout); err != nil {
-			return nil, false, err
+			return nil, end, err
 		}
-		return r.Take(ctx, wid, n, lease)
+		return r.Take(ctx, wid, n, lease, holding)
 	}
 	ks := r.takeKeys(wid)
 	var pop *redis.StringSliceCmd
 	var take *redis.Cmd
 	_, _ = r.c.Pipelined(ctx, func(p redis.Pipeliner) error {
 		pop = p.BLPop(ctx, wait, ks[3])
-		take = takeScript.evalSha(ctx, p, ks, r.base, n, wid, lease.Milliseconds(), r.Shards())
+		take = takeScript.evalSha(ctx, p, ks, r.base, n, wid, lease.Milliseconds(), r.Shards(), holding)
 		return nil
 	})
 	if err := pop.Err(); err != nil && !errors.Is(err, redis.Nil) {
-		return nil, false, wrap("wait", nil, "BLPOP", err)
+		return nil, end, wrap("wait", nil, "BLPOP", err)
 	}
 	vals, err := take.Slice()
 	if err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
-		return r.Take(ctx, wid, n, lease) // loads the script
+		return r.Take(ctx, wid, n, lease, holding) // loads the script
 	}
 	if err != nil {
-		return nil, false, wrap("take", takeScript, "", err)
+		return nil, end, wrap("take", takeScript, "", err)
 	}
 	return r.parseTaken(vals)
 }
@@ -299,10 +311,16 @@ func (r *RDB) takeKeys(wid string) []string {
 }
 
 // parseTaken reads take.lua's reply: the tasks, and whether the take left
-// every list empty; it records the shard count if the reply gives it.
-func (r *RDB) parseTaken(vals []any) (taken []Taken, drained bool, err error) {
-	if len(vals)%4 == 1 && vals[len(vals)-1] == "drained" {
-		vals, drained = vals[:len(vals)-1], true
+// every list empty or left a suspect; it records the shard count if the
+// reply gives it.
+func (r *RDB) parseTaken(vals []any) (taken []Taken, end TakeEnd, err error) {
+	// The flags come last; a task's last value is its mark, "!" or "", so
+	// they cannot be mistaken for one.
+	if len(vals) > 0 && vals[len(vals)-1] == "drained" {
+		vals, end.Drained = vals[:len(vals)-1], true
+	}
+	if len(vals) > 0 && vals[len(vals)-1] == "suspect" {
+		vals, end.Suspect = vals[:len(vals)-1], true
 	}
 	if len(vals)%4 == 2 && vals[len(vals)-2] == "shards" {
 		if n, ok := vals[len(vals)-1].(int64); ok {
@@ -311,7 +329,7 @@ func (r *RDB) parseTaken(vals []any) (taken []Taken, drained bool, err error) {
 		vals = vals[:len(vals)-2]
 	}
 	if len(vals)%4 != 0 {
-		return nil, false, fmt.Errorf("take: script returned %d values, not quadruples", len(vals))
+		return nil, end, fmt.Errorf("take: script returned %d values, not quadruples", len(vals))
 	}
 	taken = make([]Taken, 0, len(vals)/4)
 	for i := 0; i < len(vals); i += 4 {
@@ -320,11 +338,11 @@ func (r *RDB) parseTaken(vals []any) (taken []Taken, drained bool, err error) {
 		payload, ok2 := vals[i+2].(string)
 		mark, ok3 := vals[i+3].(string)
 		if !ok1 || err != nil || !ok2 || !ok3 {
-			return nil, false, fmt.Errorf("take: script returned %T %v %T %T, not a task id, attempt, payload and mark", vals[i], vals[i+1], vals[i+2], vals[i+3])
+			return nil, end, fmt.Errorf("take: script returned %T %v %T %T, not a task id, attempt, payload and mark", vals[i], vals[i+1], vals[i+2], vals[i+3])
 		}
 		taken = append(taken, Taken{ID: id, Attempt: attempt, Payload: []byte(payload), Private: mark == "!", Shard: r.shard})
 	}
-	return taken, drained, nil
+	return taken, end, nil
 }
 
 // WaitBell blocks until a submit rings worker wid's bell or timeout passes.

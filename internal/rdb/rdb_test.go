@@ -64,7 +64,7 @@ func TestScriptsUseKeysLayout(t *testing.T) {
 	if got := f.c.LRange(ctx, keys.Public("rm", f.queue), 0, -1).Val(); !slices.Equal(got, ids) {
 		t.Errorf("public list holds %v, want %v", got, ids)
 	}
-	taken, _, err := f.r.Take(ctx, "w1", 1, time.Minute)
+	taken, _, err := f.r.Take(ctx, "w1", 1, time.Minute, 0)
 	if err != nil || len(taken) != 1 || string(taken[0].Payload) != "payload 0" {
 		t.Fatalf("take: %v, %v", taken, err)
 	}
@@ -98,7 +98,7 @@ func TestReadResultsTrimsOnce(t *testing.T) {
 	f := setup(t)
 	ctx := context.Background()
 	ids := f.submit(t, "", 4)
-	if _, _, err := f.r.Take(ctx, "w", 4, time.Minute); err != nil {
+	if _, _, err := f.r.Take(ctx, "w", 4, time.Minute, 0); err != nil {
 		t.Fatal(err)
 	}
 	var done []Done
@@ -128,7 +128,7 @@ func TestTakeReturnsPayloadsInOrderPrivateFirst(t *testing.T) {
 	pub := f.submit(t, "", 3)
 	f.mid = id.New()
 	priv := f.submit(t, "w1", 2)
-	taken, _, err := f.r.Take(ctx, "w1", 4, time.Minute)
+	taken, _, err := f.r.Take(ctx, "w1", 4, time.Minute, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -143,7 +143,7 @@ func TestTakeReturnsPayloadsInOrderPrivateFirst(t *testing.T) {
 		t.Fatalf("took %v, want %v", got, want)
 	}
 	// Another worker cannot see w1's private tasks, only the public one left.
-	taken, _, _ = f.r.Take(ctx, "w2", 10, time.Minute)
+	taken, _, _ = f.r.Take(ctx, "w2", 10, time.Minute, 0)
 	if len(taken) != 1 || taken[0].ID != pub[2] {
 		t.Fatalf("w2 took %+v, want just %s", taken, pub[2])
 	}
@@ -155,7 +155,7 @@ func TestFinishDeliversOnce(t *testing.T) {
 	f := setup(t)
 	ctx := context.Background()
 	ids := f.submit(t, "", 1)
-	if _, _, err := f.r.Take(ctx, "w1", 1, time.Minute); err != nil {
+	if _, _, err := f.r.Take(ctx, "w1", 1, time.Minute, 0); err != nil {
 		t.Fatal(err)
 	}
 	for i, want := range []int{1, 0} {
@@ -180,7 +180,7 @@ func TestTakeDropsWithdrawn(t *testing.T) {
 	if err := f.r.Cancel(ctx, f.mid, ids[:3]); err != nil {
 		t.Fatal(err)
 	}
-	taken, _, err := f.r.Take(ctx, "w1", 4, time.Minute)
+	taken, _, err := f.r.Take(ctx, "w1", 4, time.Minute, 0)
 	if err != nil || len(taken) != 1 || taken[0].ID != ids[3] {
 		t.Fatalf("took %+v (%v), want only %s", taken, err, ids[3])
 	}
@@ -194,7 +194,7 @@ func TestTakeDropsWithdrawn(t *testing.T) {
 func TestIdleWorkerIsRung(t *testing.T) {
 	f := setup(t)
 	ctx := context.Background()
-	if taken, _, err := f.r.Take(ctx, "w1", 1, time.Minute); err != nil || len(taken) != 0 {
+	if taken, _, err := f.r.Take(ctx, "w1", 1, time.Minute, 0); err != nil || len(taken) != 0 {
 		t.Fatalf("take from empty: %v, %v", taken, err)
 	}
 	if !f.c.SIsMember(ctx, keys.Idle("rm", f.queue), "w1").Val() {
@@ -215,11 +215,12 @@ func TestIdleWorkerIsRung(t *testing.T) {
 	// A take stopped by its n leaves the worker busy; one that empties the
 	// queue says so and registers it idle in the same step.
 	f.submit(t, "", 2) // with the one the bell rang for: three queued
-	taken, drained, err := f.r.Take(ctx, "w1", 2, time.Minute)
-	if err != nil || len(taken) != 2 || drained || f.c.SIsMember(ctx, keys.Idle("rm", f.queue), "w1").Val() {
-		t.Fatalf("take of 2 of 3: %d taken, drained %v, %v; want 2, not drained, not idle", len(taken), drained, err)
+	taken, end, err := f.r.Take(ctx, "w1", 2, time.Minute, 0)
+	if err != nil || len(taken) != 2 || end.Drained || f.c.SIsMember(ctx, keys.Idle("rm", f.queue), "w1").Val() {
+		t.Fatalf("take of 2 of 3: %d taken, drained %v, %v; want 2, not drained, not idle", len(taken), end.Drained, err)
 	}
-	taken, drained, err = f.r.Take(ctx, "w1", 2, time.Minute)
+	taken, end, err = f.r.Take(ctx, "w1", 2, time.Minute, 0)
+	drained := end.Drained
 	if err != nil || len(taken) != 1 || !drained || !f.c.SIsMember(ctx, keys.Idle("rm", f.queue), "w1").Val() {
 		t.Fatalf("take of the last one: %d taken, drained %v, %v; want 1, drained and idle", len(taken), drained, err)
 	}
@@ -230,7 +231,7 @@ func TestIdleWorkerIsRung(t *testing.T) {
 func TestWaitTakeBringsTasks(t *testing.T) {
 	f := setup(t)
 	ctx := context.Background()
-	if taken, _, err := f.r.Take(ctx, "w1", 1, time.Minute); err != nil || len(taken) != 0 {
+	if taken, _, err := f.r.Take(ctx, "w1", 1, time.Minute, 0); err != nil || len(taken) != 0 {
 		t.Fatalf("take from empty: %v, %v", taken, err)
 	}
 	type reply struct {
@@ -239,7 +240,7 @@ func TestWaitTakeBringsTasks(t *testing.T) {
 	}
 	got := make(chan reply, 1)
 	go func() {
-		taken, _, err := f.r.WaitTake(ctx, "w1", 4, time.Minute, 2*time.Second)
+		taken, _, err := f.r.WaitTake(ctx, "w1", 4, time.Minute, 2*time.Second, 0)
 		got <- reply{taken, err}
 	}()
 	ids := f.submit(t, "", 3)
@@ -251,11 +252,11 @@ func TestWaitTakeBringsTasks(t *testing.T) {
 		t.Fatalf("%d tasks held, want 3", n)
 	}
 
-	if taken, _, err := f.r.Take(ctx, "w1", 1, time.Minute); err != nil || len(taken) != 0 {
+	if taken, _, err := f.r.Take(ctx, "w1", 1, time.Minute, 0); err != nil || len(taken) != 0 {
 		t.Fatalf("take from empty: %v, %v", taken, err)
 	}
 	go func() {
-		taken, _, err := f.r.WaitTake(ctx, "w1", 4, time.Minute, 10*time.Second)
+		taken, _, err := f.r.WaitTake(ctx, "w1", 4, time.Minute, 10*time.Second, 0)
 		got <- reply{taken, err}
 	}()
 	redistest.Eventually(t, "WaitTake blocked", func() bool {
@@ -268,7 +269,7 @@ func TestWaitTakeBringsTasks(t *testing.T) {
 	if r := <-got; r.err != nil || len(r.taken) != 0 {
 		t.Fatalf("WaitTake ended by a stop ring: %+v, %v; want nothing taken", r.taken, r.err)
 	}
-	if taken, _, err := f.r.Take(ctx, "w1", 4, time.Minute); err != nil || len(taken) != 0 {
+	if taken, _, err := f.r.Take(ctx, "w1", 4, time.Minute, 0); err != nil || len(taken) != 0 {
 		t.Fatalf("take after a stop ring: %+v, %v; want nothing", taken, err)
 	}
 	if n := f.c.LLen(ctx, keys.Public("rm", f.queue)).Val(); n != 1 {
@@ -325,7 +326,7 @@ func TestScriptsSurviveScriptFlush(t *testing.T) {
 	if err := c.ScriptFlush(ctx).Err(); err != nil {
 		t.Fatal(err)
 	}
-	taken, _, err := r.Take(ctx, "w", 1, time.Minute)
+	taken, _, err := r.Take(ctx, "w", 1, time.Minute, 0)
 	if err != nil || len(taken) != 1 {
 		t.Fatalf("take after SCRIPT FLUSH: %v, %v", taken, err)
 	}
@@ -375,7 +376,7 @@ func TestFinishSkippedReleasesOnly(t *testing.T) {
 	f := setup(t)
 	ctx := context.Background()
 	ids := f.submit(t, "", 1)
-	if _, _, err := f.r.Take(ctx, "w1", 1, time.Minute); err != nil {
+	if _, _, err := f.r.Take(ctx, "w1", 1, time.Minute, 0); err != nil {
 		t.Fatal(err)
 	}
 	n, err := f.r.Finish(ctx, "w1", []Done{{ID: ids[0]}, {ID: ids[0], Result: []byte("real")}})
@@ -386,7 +387,7 @@ func TestFinishSkippedReleasesOnly(t *testing.T) {
 		t.Fatalf("results %q, want just the real one", got)
 	}
 	ids = f.submit(t, "", 1) // the same id, wanted again
-	if _, _, err := f.r.Take(ctx, "w1", 1, time.Minute); err != nil {
+	if _, _, err := f.r.Take(ctx, "w1", 1, time.Minute, 0); err != nil {
 		t.Fatal(err)
 	}
 	if n, err := f.r.Finish(ctx, "w1", []Done{{ID: ids[0]}}); err != nil || n != 0 {
@@ -540,7 +541,7 @@ func TestTakeRegistersLostWorker(t *testing.T) {
 	ctx := context.Background()
 	f.submit(t, "", 2)
 	workers := keys.Workers("rm", f.queue)
-	if _, _, err := f.r.Take(ctx, "w1", 1, 50*time.Millisecond); err != nil {
+	if _, _, err := f.r.Take(ctx, "w1", 1, 50*time.Millisecond, 0); err != nil {
 		t.Fatal(err)
 	}
 	if f.c.ZScore(ctx, workers, "w1").Err() != nil {
@@ -605,15 +606,54 @@ func TestShardCountLearned(t *testing.T) {
 		t.Fatalf("heartbeat: %+v, %v; want 4 shards", beat, err)
 	}
 	ids := f.submit(t, "", 2)
-	taken, _, err := f.r.Take(ctx, "w1", 1, time.Minute)
+	taken, _, err := f.r.Take(ctx, "w1", 1, time.Minute, 0)
 	if err != nil || len(taken) != 1 || taken[0].ID != ids[0] || f.r.Shards() != 4 {
 		t.Fatalf("take: %v, %v, shards %d; want the first task and 4 shards", taken, err, f.r.Shards())
 	}
 	other := NewShard(f.c, "rm", q+"#2", 2)
-	if _, _, err := other.Take(ctx, "w1", 1, time.Minute); err != nil || other.Shards() != 1 || other.Shard() != 2 {
+	if _, _, err := other.Take(ctx, "w1", 1, time.Minute, 0); err != nil || other.Shards() != 1 || other.Shard() != 2 {
 		t.Fatalf("take of shard 2: %v, shards %d; want the count unsaid", err, other.Shards())
 	}
 	if n, err := f.c.Exists(ctx, keys.Workers("rm", q+"#2")).Result(); err != nil || n != 1 {
 		t.Fatalf("shard 2's keys are not under %q#2: %v, %v", q, n, err)
+	}
+}
+
+// A suspect (a task lost before) goes only to a worker that holds nothing:
+// one holding a task, in Redis's held set or by its own count on other
+// shards, is told a suspect waits and takes nothing at or after it; once it
+// has reported what it held, it gets the suspect, alone.
+func TestSuspectOnlyToEmptyWorker(t *testing.T) {
+	f := setup(t)
+	ctx := context.Background()
+	ids := f.submit(t, "", 3)
+	taken, end, err := f.r.Take(ctx, "w1", 1, time.Minute, 0)
+	if err != nil || len(taken) != 1 || taken[0].ID != ids[0] || end.Suspect {
+		t.Fatalf("first take: %v, %+v, %v", taken, end, err)
+	}
+	// ids[1] is now a suspect.
+	f.c.HSet(ctx, keys.Attempts("rm", f.queue, f.mid), ids[1], 1)
+	taken, end, err = f.r.Take(ctx, "w1", 4, time.Minute, 1)
+	if err != nil || len(taken) != 0 || !end.Suspect || end.Drained {
+		t.Fatalf("a take while holding a task: %v, %+v, %v; want nothing, and told a suspect waits", taken, end, err)
+	}
+	// Held nothing here, but a task on another shard: still not.
+	taken, end, err = f.r.Take(ctx, "w2", 4, time.Minute, 1)
+	if err != nil || len(taken) != 0 || !end.Suspect {
+		t.Fatalf("a take while holding a task elsewhere: %v, %+v, %v; want nothing, and told a suspect waits", taken, end, err)
+	}
+	if got := f.c.LRange(ctx, keys.Public("rm", f.queue), 0, -1).Val(); !slices.Equal(got, ids[1:]) {
+		t.Fatalf("the public list holds %v, want %v in order", got, ids[1:])
+	}
+	if _, err := f.r.Finish(ctx, "w1", []Done{{ID: ids[0], Result: []byte("r")}}); err != nil {
+		t.Fatal(err)
+	}
+	taken, end, err = f.r.Take(ctx, "w1", 4, time.Minute, 0)
+	if err != nil || len(taken) != 1 || taken[0].ID != ids[1] || taken[0].Attempt != 1 || end.Suspect || end.Drained {
+		t.Fatalf("a take holding nothing: %v, %+v, %v; want the suspect alone", taken, end, err)
+	}
+	taken, end, err = f.r.Take(ctx, "w2", 4, time.Minute, 0)
+	if err != nil || len(taken) != 1 || taken[0].ID != ids[2] || !end.Drained {
+		t.Fatalf("the other worker's take: %v, %+v, %v; want the last task", taken, end, err)
 	}
 }

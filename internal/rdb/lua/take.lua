@@ -6,9 +6,16 @@
 -- it is never run.
 -- A task lost before (its attempt count is above 0) is a suspect: it may be a
 -- poison pill that kills its worker, taking along whatever else that worker
--- runs. It is handed out alone, in a take of its own (the worker then runs it
--- alone), so that tasks sharing a worker with a poison pill lose one attempt
--- at most.
+-- holds (running, waiting to run, or run and not yet reported). It is handed
+-- out only to a worker that holds nothing: its held set here is empty (which
+-- counts tasks of a take whose reply never reached it) and it says it holds
+-- nothing on other shards (ARGV[6]); and alone, in a take of its own. The
+-- worker then takes nothing more until the suspect's result is reported. So
+-- a task can die beside a poison pill only on the pill's first run, before
+-- anyone knew: it loses one attempt at most. A worker that holds something
+-- leaves the suspect where it is, takes nothing after it, and is told
+-- "suspect": it then drains (reports all it holds, gives back what it was
+-- never given) and takes again.
 -- A worker absent from the workers set (Redis lost it: a restart, FLUSHALL,
 -- a failover, since its last heartbeat) is added back, with a deadline of one
 -- lease from now, in the same step: else, killed before its next heartbeat,
@@ -29,17 +36,22 @@
 -- KEYS[7], ...: the public lists, highest priority first
 -- ARGV[1] key base "<prefix>:{<queue>}:"   ARGV[2] n, at least 1   ARGV[3] worker id
 -- ARGV[4] the worker's lease, ms   ARGV[5] the shard count the worker knows
+-- ARGV[6] how many tasks the worker holds, by its own count, on every shard
 -- Returns a flat array of quadruples: task id, attempt, payload, and "!" for a
 -- task of the private list or "" for the public one; then "shards" and the
 -- queue's shard count (1 + the names in the list) if it is above the one
 -- the worker knows, so that a worker learns of new shards with its next
--- take; then "drained" if the
--- take left every list empty.
+-- take; then "suspect" if a suspect was left for the worker to drain first,
+-- or "drained" if the take left every list empty.
 local base, n, wid = ARGV[1], tonumber(ARGV[2]), ARGV[3]
 local out = {}
 local taken = 0
 local alone = false
+local suspect = false -- a suspect was left: the worker must drain first
 local held = {}
+-- Whether the worker holds anything, here or elsewhere: then it may take no
+-- suspect.
+local holding = tonumber(ARGV[6]) > 0 or redis.call('SCARD', KEYS[2]) > 0
 
 -- Per manager, its key prefix and whether it has lost attempts at all (most
 -- have none, which saves a lookup per task).
@@ -65,12 +77,13 @@ local function take(list, mark)
       local payload = m and redis.call('HGET', m.tasks, tid)
       if payload then
         local attempt = m.lost and redis.call('HGET', m.attempts, tid) or '0'
-        if attempt ~= '0' and taken > 0 then
-          -- A suspect goes alone: put it and the ids after it back, in order.
+        if attempt ~= '0' and (taken > 0 or holding) then
+          -- A suspect goes alone, to a worker that holds nothing: put it and
+          -- the ids after it back, in order.
           for j = #ids, i, -1 do
             redis.call('LPUSH', list, ids[j])
           end
-          alone = true
+          alone, suspect = true, true
           return
         end
         held[#held + 1] = mark .. tid
@@ -107,6 +120,9 @@ local shards = 1 + redis.call('LLEN', KEYS[6])
 if shards > tonumber(ARGV[5]) then
   out[#out + 1] = 'shards'
   out[#out + 1] = shards
+end
+if suspect then
+  out[#out + 1] = 'suspect'
 end
 if taken < n and not alone then
   redis.call('DEL', KEYS[4])
