@@ -85,8 +85,10 @@ func (h *reloadHook) stale(ctx context.Context) {
 	}()
 }
 
+// DialHook leaves dialling as it is.
 func (h *reloadHook) DialHook(next redis.DialHook) redis.DialHook { return next }
 
+// ProcessHook asks for a reload after a command that met a stale map.
 func (h *reloadHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
 		err := next(ctx, cmd)
@@ -97,6 +99,8 @@ func (h *reloadHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	}
 }
 
+// ProcessPipelineHook asks for a reload after a pipeline any of whose
+// commands met a stale map.
 func (h *reloadHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
 	return func(ctx context.Context, cmds []redis.Cmder) error {
 		err := next(ctx, cmds)
@@ -122,7 +126,7 @@ var mapReplies = []string{"CLUSTERDOWN", "MASTERDOWN", "UNBLOCKED", "READONLY", 
 // masters is out of date: a node it could not reach or whose connection
 // broke, or one of mapReplies.
 func staleMap(err error) bool {
-	if err == nil || errors.Is(err, redis.Nil) {
+	if err == nil || errors.Is(err, redis.Nil) || errors.Is(err, redis.ErrClosed) {
 		return false
 	}
 	if Unreachable(err) {
