@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/redmap/redmap"
-	"github.com/redmap/redmap/internal/harness"
 	"github.com/redmap/redmap/internal/keys"
 	"github.com/redmap/redmap/internal/redistest"
 	"github.com/redmap/redmap/manager"
@@ -39,27 +38,8 @@ func TestChaosCluster(t *testing.T) {
 	url := cl.URLReplicas()
 	queue := "chaos"
 	env := append([]string{"REDMAP_URL=" + url, "REDMAP_QUEUE=" + queue, "REDMAP_CONCURRENCY=4"}, fastLease...)
-	var mu sync.Mutex
-	var children []*harness.Proc
-	started, stopFleet := superviseWith(t, 4, env, func(c *harness.Proc) {
-		mu.Lock()
-		children = append(children, c)
-		mu.Unlock()
-	})
+	pick, started, stopFleet := chaosFleet(t, 4, env)
 	defer stopFleet()
-	pick := func(remove bool) *harness.Proc {
-		mu.Lock()
-		defer mu.Unlock()
-		if len(children) == 0 {
-			return nil
-		}
-		i := rand.IntN(len(children))
-		c := children[i]
-		if remove {
-			children = append(children[:i], children[i+1:]...)
-		}
-		return c
-	}
 
 	ctx, cancel := context.WithTimeout(context.Background(), d)
 	defer cancel()

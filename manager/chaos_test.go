@@ -36,27 +36,8 @@ func TestChaos(t *testing.T) {
 	st := redistest.StartSentinel(t)
 	queue := "chaos"
 	env := append([]string{"REDMAP_URL=redis-sentinel://" + strings.Join(st.Addrs(), ",") + "/0?master=" + redistest.MasterName, "REDMAP_QUEUE=" + queue, "REDMAP_CONCURRENCY=4"}, fastLease...)
-	var mu sync.Mutex
-	var children []*harness.Proc
-	started, stopFleet := superviseWith(t, 4, env, func(c *harness.Proc) {
-		mu.Lock()
-		children = append(children, c)
-		mu.Unlock()
-	})
+	pick, started, stopFleet := chaosFleet(t, 4, env)
 	defer stopFleet()
-	pick := func(remove bool) *harness.Proc {
-		mu.Lock()
-		defer mu.Unlock()
-		if len(children) == 0 {
-			return nil
-		}
-		i := rand.IntN(len(children))
-		c := children[i]
-		if remove {
-			children = append(children[:i], children[i+1:]...)
-		}
-		return c
-	}
 
 	ctx, cancel := context.WithTimeout(context.Background(), d)
 	defer cancel()
@@ -119,6 +100,33 @@ func TestChaos(t *testing.T) {
 	}
 	managers.Wait()
 	tally.report(t, d, faults, started())
+}
+
+// chaosFleet keeps n worker processes of env running (a new one replaces
+// each that exits) until stop; pick returns one of them at random, or nil,
+// and forgets it if remove (it is about to be killed).
+func chaosFleet(t *testing.T, n int, env []string) (pick func(remove bool) *harness.Proc, started func() int, stop func()) {
+	var mu sync.Mutex
+	var children []*harness.Proc
+	started, stop = superviseWith(t, n, env, func(c *harness.Proc) {
+		mu.Lock()
+		children = append(children, c)
+		mu.Unlock()
+	})
+	pick = func(remove bool) *harness.Proc {
+		mu.Lock()
+		defer mu.Unlock()
+		if len(children) == 0 {
+			return nil
+		}
+		i := rand.IntN(len(children))
+		c := children[i]
+		if remove {
+			children = append(children[:i], children[i+1:]...)
+		}
+		return c
+	}
+	return pick, started, stop
 }
 
 // chaosTally counts what the batches of a chaos run saw.

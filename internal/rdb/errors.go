@@ -66,11 +66,8 @@ func Transient(err error) bool {
 	if !errors.As(err, &reply) {
 		return false
 	}
-	first, _, _ := strings.Cut(reply.Error(), " ")
-	for _, t := range transientReplies {
-		if first == t {
-			return true
-		}
+	if replyIn(err, transientReplies) {
+		return true
 	}
 	msg := reply.Error()
 	return strings.HasPrefix(msg, "ERR max number of clients") ||
@@ -79,6 +76,22 @@ func Transient(err error) bool {
 		// it, this covers any other.
 		strings.Contains(msg, "Script attempted to access a non local key") ||
 		strings.Contains(msg, "Script attempted to execute a command while the cluster is down")
+}
+
+// replyIn reports whether err is an error reply whose first word is one of
+// kinds.
+func replyIn(err error, kinds []string) bool {
+	var reply redis.Error
+	if !errors.As(err, &reply) {
+		return false
+	}
+	first, _, _ := strings.Cut(reply.Error(), " ")
+	for _, k := range kinds {
+		if first == k {
+			return true
+		}
+	}
+	return false
 }
 
 // OutOfMemory reports whether err is Redis refusing a write at maxmemory.

@@ -3,7 +3,6 @@ package rdb
 import (
 	"context"
 	"errors"
-	"strings"
 	"sync"
 	"time"
 
@@ -129,18 +128,5 @@ func staleMap(err error) bool {
 	if err == nil || errors.Is(err, redis.Nil) || errors.Is(err, redis.ErrClosed) {
 		return false
 	}
-	if Unreachable(err) {
-		return true
-	}
-	var reply redis.Error
-	if !errors.As(err, &reply) {
-		return false
-	}
-	first, _, _ := strings.Cut(reply.Error(), " ")
-	for _, r := range mapReplies {
-		if first == r {
-			return true
-		}
-	}
-	return false
+	return Unreachable(err) || replyIn(err, mapReplies)
 }

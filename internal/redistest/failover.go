@@ -294,14 +294,21 @@ func (cl *Cluster) KillMaster(tb testing.TB, key string) (killed, promoted *Serv
 // KillMasterNode is KillMaster of the master m.
 func (cl *Cluster) KillMasterNode(tb testing.TB, m *Server) (promoted *Server, took time.Duration) {
 	tb.Helper()
-	promoted = cl.ReplicaOf(tb, m)
-	if promoted == nil {
-		tb.Fatalf("redistest: master %s has no live replica to promote", m.Addr())
-	}
-	slot := cl.firstSlot(tb, m)
+	promoted, slot := cl.promotable(tb, m)
 	start := time.Now()
 	m.Kill(tb)
 	return promoted, cl.awaitOwner(tb, slot, promoted, start, "kill -9 of "+m.Addr())
+}
+
+// promotable returns the replica of master m that a failover promotes, and
+// a slot m serves, whose new owner shows the promotion.
+func (cl *Cluster) promotable(tb testing.TB, m *Server) (*Server, int) {
+	tb.Helper()
+	r := cl.ReplicaOf(tb, m)
+	if r == nil {
+		tb.Fatalf("redistest: master %s has no live replica to promote", m.Addr())
+	}
+	return r, cl.firstSlot(tb, m)
 }
 
 // firstSlot returns the first slot master m serves.
@@ -331,11 +338,7 @@ func (cl *Cluster) Failover(tb testing.TB, key string) (old, promoted *Server, t
 // FailoverNode is Failover of the master m.
 func (cl *Cluster) FailoverNode(tb testing.TB, m *Server) (promoted *Server, took time.Duration) {
 	tb.Helper()
-	promoted = cl.ReplicaOf(tb, m)
-	if promoted == nil {
-		tb.Fatalf("redistest: master %s has no live replica to promote", m.Addr())
-	}
-	slot := cl.firstSlot(tb, m)
+	promoted, slot := cl.promotable(tb, m)
 	start := time.Now()
 	c := redis.NewClient(&redis.Options{Addr: promoted.Addr()})
 	defer c.Close()
@@ -381,24 +384,10 @@ func (cl *Cluster) KillMasterLosingWrites(tb testing.TB, key string, until func(
 	tb.Helper()
 	ctx := context.Background()
 	killed = cl.MasterOf(tb, key)
-	promoted := cl.ReplicaOf(tb, killed)
-	if promoted == nil {
-		tb.Fatalf("redistest: master %s has no live replica to promote", killed.Addr())
-	}
+	promoted, slot := cl.promotable(tb, killed)
 	pc := redis.NewClient(&redis.Options{Addr: killed.Addr()})
 	defer pc.Close()
-	if err := pc.Do(ctx, "ACL", "SETUSER", "default", "-psync", "-sync", "-replconf").Err(); err != nil {
-		tb.Fatal(err)
-	}
-	if err := pc.ClientKillByFilter(ctx, "TYPE", "replica").Err(); err != nil {
-		tb.Fatal(err)
-	}
-	cut := replOffset(ctx, pc, "master_repl_offset")
-	Eventually(tb, "writes the replica did not get", func() bool {
-		held := until(pc) // called from the first poll on: it may start the writes
-		return held && replOffset(ctx, pc, "master_repl_offset") > cut
-	})
-	slot := cl.slotOf(tb, key)
+	cut := writeAhead(tb, pc, until)
 	start := time.Now()
 	killed.Kill(tb)
 	cl.awaitOwner(tb, slot, promoted, start, "kill -9 of "+killed.Addr())
@@ -407,6 +396,26 @@ func (cl *Cluster) KillMasterLosingWrites(tb testing.TB, key string, until func(
 	// second_repl_offset is one past the offset the replica had when it
 	// was promoted.
 	return killed, replOffset(ctx, nc, "second_repl_offset")-1 <= cut
+}
+
+// writeAhead cuts the replication link of the primary pc reaches (and
+// forbids the resync), then waits until it has taken writes since and
+// until(pc) holds; it returns its replication offset at the cut.
+func writeAhead(tb testing.TB, pc *redis.Client, until func(*redis.Client) bool) (cut int64) {
+	tb.Helper()
+	ctx := context.Background()
+	if err := pc.Do(ctx, "ACL", "SETUSER", "default", "-psync", "-sync", "-replconf").Err(); err != nil {
+		tb.Fatal(err)
+	}
+	if err := pc.ClientKillByFilter(ctx, "TYPE", "replica").Err(); err != nil {
+		tb.Fatal(err)
+	}
+	cut = replOffset(ctx, pc, "master_repl_offset")
+	Eventually(tb, "writes the replica did not get", func() bool {
+		held := until(pc) // called from the first poll on: it may start the writes
+		return held && replOffset(ctx, pc, "master_repl_offset") > cut
+	})
+	return cut
 }
 
 // replOffset reads a number of INFO replication.

@@ -206,31 +206,14 @@ func (st *Sentinel) KillPrimaryLosingWrites(tb testing.TB, until func(primary *r
 	old := st.Primary(tb)
 	pc := redis.NewClient(&redis.Options{Addr: old.Addr()})
 	defer pc.Close()
-	if err := pc.Do(ctx, "ACL", "SETUSER", "default", "-psync", "-sync", "-replconf").Err(); err != nil {
-		tb.Fatal(err)
-	}
-	if err := pc.ClientKillByFilter(ctx, "TYPE", "replica").Err(); err != nil {
-		tb.Fatal(err)
-	}
-	offset := func(c *redis.Client, field string) int64 {
-		info, _ := c.Info(ctx, "replication").Result()
-		for line := range strings.Lines(info) {
-			if v, ok := strings.CutPrefix(strings.TrimSpace(line), field+":"); ok {
-				n, _ := strconv.ParseInt(v, 10, 64)
-				return n
-			}
-		}
-		return 0
-	}
-	cut := offset(pc, "master_repl_offset")
-	Eventually(tb, "writes the replica did not get", func() bool { return offset(pc, "master_repl_offset") > cut && until(pc) })
+	cut := writeAhead(tb, pc, until)
 	old.Kill(tb)
 	st.waitNewPrimary(tb, old)
 	nc := redis.NewClient(&redis.Options{Addr: st.Primary(tb).Addr()})
 	defer nc.Close()
 	// second_repl_offset is one past the offset the replica had when it
 	// was promoted.
-	return offset(nc, "second_repl_offset")-1 <= cut
+	return replOffset(ctx, nc, "second_repl_offset")-1 <= cut
 }
 
 // RestartPrimaryEmpty kills the primary and starts it again at once, empty
