@@ -9,8 +9,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
 	"github.com/redmap/redmap"
 	"github.com/redmap/redmap/internal/id"
 	"github.com/redmap/redmap/internal/keys"
@@ -191,38 +189,15 @@ func (m *Manager) proposeNames(ctx context.Context) []string {
 	for i := range names {
 		names[i] = keys.Shard(m.opts.Queue, i+1)
 	}
-	cc, ok := m.client.(*redis.ClusterClient)
-	if !ok {
+	cm, cluster, err := rdb.ClusterMasters(ctx, m.client)
+	if !cluster {
 		return names
 	}
-	//lint:ignore SA1019 CLUSTER SHARDS came in Redis 7.0; redmap runs on 6.2 (rdb.MinVersion)
-	ranges, err := cc.ClusterSlots(ctx).Result()
-	if err != nil || len(ranges) == 0 {
+	if err != nil || len(cm.Addrs) == 0 {
 		m.log.Warn("the Cluster did not say which master has which slots; shards are named without regard to masters", "err", err)
 		return names
 	}
-	slices.SortFunc(ranges, func(a, b redis.ClusterSlot) int { return a.Start - b.Start })
-	var masters []string // in the order of their first slot
-	owner := func(slot int) string {
-		i, _ := slices.BinarySearchFunc(ranges, slot, func(r redis.ClusterSlot, s int) int {
-			switch {
-			case r.End < s:
-				return -1
-			case r.Start > s:
-				return 1
-			}
-			return 0
-		})
-		if i < len(ranges) && ranges[i].Start <= slot && slot <= ranges[i].End && len(ranges[i].Nodes) > 0 {
-			return ranges[i].Nodes[0].Addr
-		}
-		return ""
-	}
-	for _, r := range ranges {
-		if len(r.Nodes) > 0 && !slices.Contains(masters, r.Nodes[0].Addr) {
-			masters = append(masters, r.Nodes[0].Addr)
-		}
-	}
+	masters, owner := cm.Addrs, cm.Owner
 	first := slices.Index(masters, owner(keys.Slot(m.opts.Queue)))
 	if first < 0 {
 		return names

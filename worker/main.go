@@ -169,6 +169,7 @@ func mainWith(args []string, stdout, stderr io.Writer, hs ...redmap.Handler) err
 	if err := w.rdb.Preflight(ctx, startBudget, healBudget, log); err != nil {
 		return fmt.Errorf("worker: cannot serve queue %q with Redis at %s: %w", *queue, redmap.RedactURL(*url), err)
 	}
+	w.checked = true // one start-up check per process
 	fmt.Fprintln(stdout, "worker", w.ID())
 	log.Info("worker started", "id", w.ID(), "queue", *queue, "concurrency", w.opts.Concurrency)
 	return w.Run(ctx)

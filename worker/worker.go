@@ -54,6 +54,8 @@ type Worker struct {
 
 	problemMu   sync.Mutex
 	problemText string // the last failed Redis call, for operators; "" when all is well
+
+	checked bool // worker.Main ran the start-up check: Run does not again
 }
 
 // New returns a worker of client for opts.Queue. It validates opts and returns
@@ -193,8 +195,11 @@ func (w *Worker) Run(ctx context.Context) error {
 	// Register before the first take, so that a worker killed at any instant
 	// after taking is in the workers set for the reap to find; and fail at
 	// once, having taken nothing, if Redis refuses what the worker needs.
-	if err := w.rdb.Preflight(ctx, 0, 0, w.log); err != nil && rdb.Refused(err) {
-		return fmt.Errorf("worker: cannot serve queue %q: %w", w.opts.Queue, err)
+	// worker.Main checks with its budgets just before: once is enough.
+	if !w.checked {
+		if err := w.rdb.Preflight(ctx, 0, 0, w.log); err != nil && rdb.Refused(err) {
+			return fmt.Errorf("worker: cannot serve queue %q: %w", w.opts.Queue, err)
+		}
 	}
 	if err := upkeep.tick(bg); err != nil && rdb.Refused(err) {
 		return fmt.Errorf("worker: cannot serve queue %q: %w", w.opts.Queue, err)

@@ -127,10 +127,10 @@ func run(args []string, out io.Writer) (int, error) {
 	defer client.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	if err := client.Ping(ctx).Err(); err != nil {
+	c.admin = rdb.NewAdmin(client, *prefix)
+	if err := c.admin.Ping(ctx); err != nil {
 		return 1, fmt.Errorf("cannot reach Redis at %s: %v", redmap.RedactURL(*url), err)
 	}
-	c.admin = rdb.NewAdmin(client, *prefix)
 	if cmd == "dashboard" {
 		cancel()
 		return serveDashboard(client, *prefix, c.queue, *addr, *actions, out)

@@ -26,6 +26,11 @@ func NewAdmin(c redis.UniversalClient, prefix string) *Admin {
 	return &Admin{c: c, prefix: prefix}
 }
 
+// Ping checks that Redis answers. One round trip.
+func (a *Admin) Ping(ctx context.Context) error {
+	return wrap("ping", nil, "PING", a.c.Ping(ctx).Err())
+}
+
 // Queues lists the queues that have workers, queued tasks or managers, found
 // by SCAN (it does not block Redis). The shards of a sharded queue are
 // listed once, under the queue's name.
