@@ -56,9 +56,17 @@ func (e *executors) setAside() map[int][]string {
 // staleAfter is how long a prefetched task may wait before the worker checks,
 // before running it, that its batch still wants it: tiny tasks never wait so
 // long, so the check costs nothing where prefetch matters, and a task that
-// waited longer costs one round trip more than its wait. (A variable only so
-// that a test can have every prefetched task checked.)
-var staleAfter = time.Millisecond
+// waited longer costs one round trip more than its wait. (A test may have
+// every prefetched task checked: hooks.checkAll.)
+const staleAfter = time.Millisecond
+
+// stale returns staleAfter, or 0 if a test has every prefetched task checked.
+func (w *Worker) stale() time.Duration {
+	if w.hooks.checkAll {
+		return 0
+	}
+	return staleAfter
+}
 
 // run is one job's step through the executors: set aside if the fetcher has
 // stopped; dropped unrun if it waited past staleAfter and is no longer
@@ -84,15 +92,15 @@ func (e *executors) run(ctx context.Context, j job) {
 		e.mu.Unlock()
 		return
 	}
-	if time.Since(j.takenAt) > staleAfter && e.check.unwanted(ctx, w, j) {
+	if time.Since(j.takenAt) > w.stale() && e.check.unwanted(ctx, w, j) {
 		e.drop(j)
 		return
 	}
 	if j.Attempt > 0 {
 		e.alone.Lock()
 		defer e.alone.Unlock()
-		if testHookSuspect != nil {
-			testHookSuspect(j.Taken)
+		if w.hooks.suspect != nil {
+			w.hooks.suspect(j.Taken)
 		}
 	} else {
 		e.alone.RLock()
@@ -112,9 +120,6 @@ func (e *executors) run(ctx context.Context, j job) {
 	e.results <- d
 }
 
-// testHookSuspect, if set by a test, runs as a suspect starts.
-var testHookSuspect func(rdb.Taken)
-
 // wantedCheck asks Redis which of the tasks waiting to run their managers no
 // longer want, for every task waiting at once: one round trip answers for all
 // the tasks a prefetch holds, and tasks that waited past staleAfter together
@@ -133,7 +138,7 @@ func (c *wantedCheck) unwanted(ctx context.Context, w *Worker, j job) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	now := time.Now()
-	if !c.at.After(j.takenAt) || now.Sub(c.at) > staleAfter {
+	if !c.at.After(j.takenAt) || now.Sub(c.at) > w.stale() {
 		waiting := w.held.waiting()
 		if !slices.Contains(waiting[j.Shard], j.ID) {
 			waiting[j.Shard] = append(waiting[j.Shard], j.ID)

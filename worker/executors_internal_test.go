@@ -14,13 +14,10 @@ import (
 )
 
 // A prefetched task whose batch was cancelled while it waited is not run:
-// the executor checks it is still wanted before starting it. (Not parallel:
-// it sets staleAfter to 0, so that every prefetched task is checked, however
-// short its wait; parallel tests start after it ends.)
+// the executor checks it is still wanted before starting it (every
+// prefetched task, however short its wait: hooks.checkAll).
 func TestPrefetchedCancelledTasksAreSkipped(t *testing.T) {
-	old := staleAfter
-	staleAfter = 0
-	t.Cleanup(func() { staleAfter = old })
+	t.Parallel()
 	srv := redistest.Shared(t)
 	c := srv.Client(t)
 	queue := redistest.Queue(t)
@@ -39,6 +36,7 @@ func TestPrefetchedCancelledTasksAreSkipped(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	w.hooks.checkAll = true
 	if err := w.Handle(gate, quick); err != nil {
 		t.Fatal(err)
 	}

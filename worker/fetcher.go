@@ -174,8 +174,8 @@ func (f *fetcher) fetch() {
 		// with the pill. A take that left a suspect for want of an empty
 		// worker is followed by a drain, then another take.
 		if f.hand(ctx, taken) || suspectWaits {
-			if testHookDrain != nil {
-				testHookDrain()
+			if w.hooks.drain != nil {
+				w.hooks.drain()
 			}
 			select {
 			case <-w.held.drained():
@@ -286,10 +286,6 @@ func (f *fetcher) hand(ctx context.Context, taken []rdb.Taken) (suspect bool) {
 	}
 	return suspect
 }
-
-// testHookDrain, if set by a test, runs when the fetcher begins to wait for
-// the worker to hold nothing (after taking a suspect, or to be given one).
-var testHookDrain func()
 
 // giveBackOrphans puts back tasks that Redis says the worker holds but that
 // its ledger does not have: those of a take whose reply was lost on a

@@ -58,8 +58,8 @@ func (f *finisher) wait() { <-f.done }
 // again.
 func (f *finisher) finish(ctx context.Context, batch []rdb.Done) {
 	w := f.w
-	if testHookFinish != nil {
-		testHookFinish(batch)
+	if w.hooks.finish != nil {
+		w.hooks.finish(batch)
 	}
 	defer func() {
 		for _, d := range batch {
@@ -78,9 +78,6 @@ func (f *finisher) finish(ctx context.Context, batch []rdb.Done) {
 		f.finishShard(ctx, i, done)
 	}
 }
-
-// testHookFinish, if set by a test, runs before each batch is reported.
-var testHookFinish func([]rdb.Done)
 
 // finishShard reports results of tasks of shard i.
 func (f *finisher) finishShard(ctx context.Context, i int, batch []rdb.Done) {

@@ -23,9 +23,9 @@ import (
 // worker, and X was lost again, as often as the two met. Here the report of
 // X is held back for as long as the worker allows — until P starts, or until
 // the worker waits for X's report before it takes more — and when P starts,
-// the worker's held set in Redis must hold P alone. (Not parallel: it sets
-// the package's hooks.)
+// the worker's held set in Redis must hold P alone.
 func TestSuspectRunsWithNothingElseHeld(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Shared(t)
 	c := srv.Client(t)
 	queue := redistest.Queue(t)
@@ -70,8 +70,8 @@ func TestSuspectRunsWithNothingElseHeld(t *testing.T) {
 		pStarted  = make(chan struct{})
 		heldAtP   []string
 	)
-	testHookDrain = func() { drainOnce.Do(func() { close(draining) }) }
-	testHookFinish = func(done []rdb.Done) {
+	w.hooks.drain = func() { drainOnce.Do(func() { close(draining) }) }
+	w.hooks.finish = func(done []rdb.Done) {
 		for _, d := range done {
 			if d.ID == x {
 				select { // hold X's report back as long as the worker allows
@@ -81,7 +81,7 @@ func TestSuspectRunsWithNothingElseHeld(t *testing.T) {
 			}
 		}
 	}
-	testHookSuspect = func(tk rdb.Taken) {
+	w.hooks.suspect = func(tk rdb.Taken) {
 		if tk.ID != p {
 			return
 		}
@@ -90,7 +90,6 @@ func TestSuspectRunsWithNothingElseHeld(t *testing.T) {
 		mu.Unlock()
 		close(pStarted)
 	}
-	t.Cleanup(func() { testHookDrain, testHookFinish, testHookSuspect = nil, nil, nil })
 
 	wctx, stop := context.WithCancel(ctx)
 	ran := make(chan error, 1)

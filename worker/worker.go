@@ -55,7 +55,17 @@ type Worker struct {
 	problemMu   sync.Mutex
 	problemText string // the last failed Redis call, for operators; "" when all is well
 
-	checked bool // worker.Main ran the start-up check: Run does not again
+	checked bool  // worker.Main ran the start-up check: Run does not again
+	hooks   hooks // set by tests before Run; all zero otherwise
+}
+
+// hooks are what a test of the package injects into a worker's parts, set
+// before Run. Each is nil (or false) in use.
+type hooks struct {
+	drain    func()           // the fetcher begins to wait for the worker to hold nothing
+	finish   func([]rdb.Done) // a batch of results is about to be reported
+	suspect  func(rdb.Taken)  // a suspect starts, holding the executors alone
+	checkAll bool             // check every prefetched task still wanted, however short its wait
 }
 
 // New returns a worker of client for opts.Queue. It validates opts and returns
