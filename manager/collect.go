@@ -173,8 +173,8 @@ func (m *Manager) reconcile(ctx context.Context, s *shard) {
 	// epoch changes only in recovery, which no check runs beside.
 	acked, epoch := s.acked.Load(), *s.epoch.Load()
 	have, hasEpoch, err := s.rdb.Submitted(ctx, m.id)
-	if testHookChecked != nil {
-		testHookChecked()
+	if m.hooks.checked != nil {
+		m.hooks.checked()
 	}
 	if err != nil {
 		m.failedUnlessDone(ctx, s, "checking for lost data", started, err)
@@ -186,9 +186,6 @@ func (m *Manager) reconcile(ctx context.Context, s *shard) {
 		m.recover(ctx, s)
 	}
 }
-
-// testHookChecked, if set by a test, runs after each check for lost data.
-var testHookChecked func()
 
 // checkServed looks, for each running batch of the public queue, whether
 // some live worker serves its function: one script call per Poll while

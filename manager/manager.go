@@ -65,6 +65,15 @@ type Manager struct {
 	ended       atomic.Int64       // elements that ended (a value or an error), all batches
 	endedSaid   int64              // ended, as the last publish counted it (owned by shard 0's collector)
 	resultBytes atomic.Int64       // bytes of results read
+
+	hooks hooks // given by tests to newManager; all nil otherwise
+}
+
+// hooks are what a test of the package injects (newManager). Each is nil in
+// use.
+type hooks struct {
+	send    func() // before each submit script is sent
+	checked func() // after each check for lost data
 }
 
 // pending is an outstanding task: the batch that waits for it and the index of
@@ -90,6 +99,12 @@ type batch interface {
 // collector. It validates opts and returns an error naming the first bad
 // field. Close it to release its goroutine and its keys in Redis.
 func New(client redis.UniversalClient, opts Options) (*Manager, error) {
+	return newManager(client, opts, hooks{})
+}
+
+// newManager is New with a test's hooks, in place before the collector
+// starts.
+func newManager(client redis.UniversalClient, opts Options, h hooks) (*Manager, error) {
 	if client == nil {
 		return nil, errors.New("manager: nil Redis client")
 	}
@@ -101,6 +116,7 @@ func New(client redis.UniversalClient, opts Options) (*Manager, error) {
 	ctx, stop := context.WithCancel(context.Background())
 	s0 := newShard(rdb.New(client, opts.Prefix, opts.Queue))
 	m := &Manager{
+		hooks:    h,
 		id:       mid,
 		rdb:      s0.rdb,
 		client:   client,

@@ -52,26 +52,27 @@ func TestNoFalseAlarm(t *testing.T) {
 		waiting chan struct{} // closed by the next check
 		held    int
 	)
-	testHookChecked = func() {
-		mu.Lock()
-		if waiting != nil {
-			close(waiting)
-			waiting = nil
-		}
-		mu.Unlock()
+	h := hooks{
+		checked: func() {
+			mu.Lock()
+			if waiting != nil {
+				close(waiting)
+				waiting = nil
+			}
+			mu.Unlock()
+		},
+		send: func() {
+			ch := make(chan struct{})
+			mu.Lock()
+			waiting = ch
+			held++
+			mu.Unlock()
+			<-ch
+		},
 	}
-	testHookSend = func() {
-		ch := make(chan struct{})
-		mu.Lock()
-		waiting = ch
-		held++
-		mu.Unlock()
-		<-ch
-	}
-	t.Cleanup(func() { testHookSend, testHookChecked = nil, nil })
 
 	logs := &recorder{}
-	m, err := New(c, Options{Queue: queue, Poll: 50 * time.Millisecond, Logger: slog.New(logs)})
+	m, err := newManager(c, Options{Queue: queue, Poll: 50 * time.Millisecond, Logger: slog.New(logs)}, h)
 	if err != nil {
 		t.Fatal(err)
 	}

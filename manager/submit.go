@@ -491,8 +491,8 @@ func (f *feeder[Out]) send(ctx context.Context, w window) error {
 	err := eachShard(maps.Clone(*w.unsent), func(s *shard, tasks []rdb.Task) error {
 		s.sendMu.RLock()
 		defer s.sendMu.RUnlock()
-		if testHookSend != nil {
-			testHookSend()
+		if m.hooks.send != nil {
+			m.hooks.send()
 		}
 		started := time.Now()
 		count, intact, err := s.rdb.Submit(ctx, m.id, f.b.worker, tasks, m.opts.KeyTTL, rdb.Expect{Count: s.acked.Load(), Epoch: *s.epoch.Load()})
@@ -634,9 +634,6 @@ func (m *Manager) riding(ctx context.Context, op func() error) error {
 		}
 	}
 }
-
-// testHookSend, if set by a test, runs before each submit script is sent.
-var testHookSend func()
 
 // inputError says which element of a batch could not be submitted.
 func inputError(fn string, start int, err error) error {
