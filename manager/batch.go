@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/redmap/redmap/internal/failure"
 	"iter"
 	"reflect"
 	"sort"
@@ -14,6 +13,7 @@ import (
 
 	"github.com/redmap/redmap"
 	"github.com/redmap/redmap/codec"
+	"github.com/redmap/redmap/internal/failure"
 	"github.com/redmap/redmap/internal/rdb"
 )
 

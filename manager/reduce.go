@@ -7,13 +7,6 @@ import (
 	"github.com/redmap/redmap"
 )
 
-// Seed sets the batch's seed for redmap.Rand: each element's random source
-// is fixed by the seed and the element's index, so a batch with a seed gives
-// the same outputs whichever workers run it, whatever its chunk size, and
-// however often its elements are retried. Without Seed, the manager draws a
-// seed for the batch.
-func Seed(s uint64) CallOption { return func(o *callOptions) { o.seed, o.seeded = s, true } }
-
 // MapReduce runs fn on every element of xs on the queue's workers and folds
 // the outputs with red, a reducer the workers register too: each worker folds
 // the outputs of each chunk it runs into one partial, only partials travel
@@ -70,27 +63,6 @@ func validReduce[Out any](fn redmap.Handler, red *redmap.Reducer[Out]) error {
 		return err
 	}
 	return red.Validate()
-}
-
-// SubmitSeq submits fn over the elements of seq, a sequence of any length,
-// and returns at once with the running batch. The feeder reads seq as the
-// window has room (at most 4,096 tasks or 64 MiB in Redis, as for Submit) and
-// while fewer than 262,144 results wait to be read, so an input far larger
-// than memory streams through a manager of bounded heap. Read the results
-// with the batch's Results (completion order) or Ordered (input order), each
-// result once; breaking out of either, or ending ctx, cancels the batch and
-// stops reading seq. Wait returns no outputs for a streamed batch, only its
-// error: a *redmap.BatchError of the failed elements, or why it ended early.
-// Len counts the elements read so far.
-//
-// seq is read on the caller's goroutine for the first window and on the
-// feeder's after; it must not be read elsewhere meanwhile. Submit's errors
-// apply to the first window.
-func SubmitSeq[In, Out any](ctx context.Context, m *Manager, fn *redmap.Handle[In, Out], seq iter.Seq[In], opts ...CallOption) (*Batch[Out], error) {
-	if err := fn.Validate(); err != nil {
-		return nil, err
-	}
-	return submit(ctx, m, spec{name: fn.Name(), sig: fn.Signature(), types: types(fn)}, elements[In]{seq: seq}, opts, (*redmap.Reducer[Out])(nil))
 }
 
 // MapReduceSeq is MapReduce over a sequence of any length, read as the

@@ -1,0 +1,326 @@
+package manager
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"math"
+	"sync"
+	"time"
+
+	"github.com/redmap/redmap"
+	"github.com/redmap/redmap/codec"
+	"github.com/redmap/redmap/internal/backoff"
+	"github.com/redmap/redmap/internal/id"
+	"github.com/redmap/redmap/internal/rdb"
+)
+
+// Bounds of a batch's in-flight window: tasks and payload bytes submitted and
+// not yet delivered. Past them, the rest of the input waits in the manager's
+// memory (as the caller's slice), so huge inputs stream through Redis. The
+// feeder tops the window up when it is half empty.
+const (
+	windowTasks = 4096
+	windowBytes = 64 << 20
+)
+
+// maxUnread bounds a stream's elements in flight plus its results not yet
+// read: past it, the feeder submits no more until results are read, so the
+// manager's memory (and Redis's) stays bounded whatever the stream's length
+// and however slow its reader.
+const maxUnread = 1 << 18
+
+// feeder submits a batch's tasks, chunk by chunk, within the window.
+type feeder[Out any] struct {
+	m        *Manager
+	b        *Batch[Out]
+	in       input
+	pos      int // elements handled so far: submitted, or failed at encoding
+	fixed    int // the caller's ChunkSize, or 0 to adapt
+	priority int
+}
+
+// window is a set of tasks registered with the batch and ready to submit:
+// chunks [first, first+len(tasks)) of the batch. bad, if set, is an element
+// just after them that could not be encoded.
+type window struct {
+	first int
+	tasks []rdb.Task
+	bad   *redmap.TaskError
+	// unsent holds the tasks by shard until their shard's submit
+	// succeeds, so that a retry sends only what did not go (grouped at the
+	// first send: the first window is made before the shards are open).
+	unsent *map[*shard][]rdb.Task
+}
+
+func (w window) tids() []string {
+	tids := make([]string, len(w.tasks))
+	for i, t := range w.tasks {
+		tids[i] = t.ID
+	}
+	return tids
+}
+
+// window encodes the next tasks that fit in the window and registers them. It
+// stops at an element that cannot be encoded, returning it as bad.
+func (f *feeder[Out]) window() (window, error) {
+	b := f.b
+	b.mu.Lock()
+	inflight, bytes := b.inflight, b.inflightBytes
+	// A stream of outputs also bounds its elements out and unread.
+	elems, maxElems := b.inflightElems+b.unread, math.MaxInt
+	if b.stream && b.red == nil {
+		maxElems = maxUnread
+	}
+	b.mu.Unlock()
+	var w window
+	var chunks []chunk
+	add := func(end int, payload []byte) {
+		tid := id.TaskAt(f.m.id, f.m.nextSeq(f.b.worker != ""), f.priority, DefaultPriority)
+		c := chunk{start: f.pos, count: end - f.pos, size: len(payload), tid: tid}
+		if !f.in.reencodes() {
+			c.payload = payload
+		}
+		chunks = append(chunks, c)
+		w.tasks = append(w.tasks, rdb.Task{ID: tid, Payload: payload})
+		inflight++
+		bytes += len(payload)
+		elems += end - f.pos
+		f.pos = end
+	}
+	for inflight < windowTasks && bytes < windowBytes && elems < maxElems {
+		n, known := f.in.length()
+		if known && f.pos >= n {
+			break
+		}
+		size := f.fixed
+		if size == 0 {
+			if !known {
+				n = math.MaxInt / 2 // a sequence: size by cost alone
+			}
+			size = f.m.chunkSize(b.fn, n)
+		}
+		end := f.in.next(f.pos, size)
+		if end == f.pos {
+			break // the sequence ended
+		}
+		payload, err := f.in.encode(f.pos, end)
+		if err != nil {
+			if !errors.As(err, &w.bad) {
+				return w, err
+			}
+			// Send the elements before the bad one; it fails alone.
+			if bad := w.bad.Index; bad > f.pos {
+				good, err := f.in.encode(f.pos, bad)
+				if err != nil {
+					return w, err
+				}
+				add(bad, good)
+			}
+			f.pos = w.bad.Index + 1
+			break
+		}
+		add(end, payload)
+	}
+	w.first = b.addChunks(chunks...)
+	f.in.submitted(f.pos)
+	w.unsent = new(map[*shard][]rdb.Task)
+	// Register before submitting: a fast worker's result may arrive before
+	// the submit call returns.
+	return w, f.m.register(b, w.tids(), w.first)
+}
+
+// submit queues a window's tasks. On failure it withdraws them, or, if Redis
+// is unreachable, forgets them: nothing can be withdrawn from a Redis we
+// cannot reach; what was queued runs to a discarded result, and its task set
+// entries go with the manager's keys.
+func (f *feeder[Out]) submit(ctx context.Context, w window) error {
+	if len(w.tasks) == 0 {
+		return nil
+	}
+	err := f.m.riding(ctx, func() error { return f.send(ctx, w) })
+	if err == nil {
+		return nil
+	}
+	if errors.Is(err, redmap.ErrUnavailable) {
+		f.m.forget(w.tids())
+	} else {
+		f.m.withdraw(w.tids())
+	}
+	if ctx.Err() != nil {
+		return ctx.Err()
+	}
+	return err
+}
+
+// send makes one attempt to queue what of a window is not queued yet, one
+// submit per shard (at once, if several), and says what went wrong.
+func (f *feeder[Out]) send(ctx context.Context, w window) error {
+	m := f.m
+	if *w.unsent == nil {
+		*w.unsent = m.tasksByShard(w.tasks)
+	}
+	var mu sync.Mutex
+	var sent []*shard
+	err := eachShard(maps.Clone(*w.unsent), func(s *shard, tasks []rdb.Task) error {
+		s.sendMu.RLock()
+		defer s.sendMu.RUnlock()
+		if m.hooks.send != nil {
+			m.hooks.send()
+		}
+		started := time.Now()
+		count, intact, err := s.rdb.Submit(ctx, m.id, f.b.worker, tasks, m.opts.KeyTTL, rdb.Expect{Count: s.acked.Load(), Epoch: *s.epoch.Load()})
+		if err != nil {
+			return m.shardError(s, fmt.Sprintf("submitting %q", f.b.fn), started, err)
+		}
+		s.outage.up()
+		s.submitted(count, intact)
+		mu.Lock()
+		sent = append(sent, s)
+		mu.Unlock()
+		return nil
+	})
+	for _, s := range sent {
+		delete(*w.unsent, s)
+	}
+	return err
+}
+
+// run submits the rest of the batch, a window at a time, as results make
+// room, until all is submitted or the batch ends. A window Redis cannot take
+// is tried again while the manager's outage of Redis lasts less than
+// RedisTimeout (a full Redis: for RedisTimeout from the first refusal, as
+// results draining may free memory). If it gives up, or Redis refuses the
+// command for good, the window's elements and every element not yet
+// submitted fail with the error at once, so the batch ends, every element
+// accounted for.
+func (f *feeder[Out]) run(ctx context.Context) {
+	b := f.b
+	for !f.allRead() {
+		b.mu.Lock()
+		room := b.inflight <= windowTasks/2 && b.inflightBytes <= windowBytes/2 &&
+			(!b.stream || b.red != nil || b.inflightElems+b.unread <= maxUnread/2)
+		progress, finished, stopped := b.watch(), b.finished(), b.stopped
+		b.mu.Unlock()
+		if finished {
+			return
+		}
+		if stopped != nil {
+			f.giveUp(stopped)
+			return
+		}
+		if !room {
+			<-progress
+			continue
+		}
+		w, err := f.window()
+		if err == nil {
+			err = f.sendRetrying(ctx, w)
+		}
+		if w.bad != nil {
+			b.failUnsubmitted(w.bad.Index, 1, 0, w.bad.Err)
+		}
+		if err != nil {
+			for ci := w.first; ci < w.first+len(w.tasks); ci++ {
+				b.fail(ci, 0, err)
+			}
+			f.giveUp(err)
+			return
+		}
+	}
+	b.exhaust(nil)
+}
+
+// allRead reports whether every element of the input has its chunk.
+func (f *feeder[Out]) allRead() bool {
+	n, known := f.in.length()
+	return known && f.pos >= n
+}
+
+// giveUp ends the batch's input with err: the elements of a slice not yet
+// submitted fail with it; a sequence is read no further, and the batch's
+// error says so.
+func (f *feeder[Out]) giveUp(err error) {
+	if n, known := f.in.length(); known {
+		if f.pos < n {
+			f.b.failUnsubmitted(f.pos, n-f.pos, 0, err)
+			f.pos = n
+		}
+		f.b.exhaust(nil)
+		return
+	}
+	f.b.exhaust(err)
+}
+
+func (f *feeder[Out]) sendRetrying(ctx context.Context, w window) error {
+	if len(w.tasks) == 0 {
+		return nil
+	}
+	full := time.Time{} // when Redis first refused the window at maxmemory
+	var bo backoff.Backoff
+	for {
+		err := f.send(ctx, w)
+		retry := false
+		switch {
+		case err == nil || f.b.isFinished() || ctx.Err() != nil:
+		case errors.Is(err, redmap.ErrUnavailable):
+			retry = f.m.outageLength() < f.m.opts.RedisTimeout
+		case errors.Is(err, redmap.ErrRedisFull):
+			if full.IsZero() {
+				full = time.Now()
+			}
+			retry = time.Since(full) < f.m.opts.RedisTimeout
+		}
+		if !retry {
+			if err != nil {
+				f.m.forget(w.tids())
+			}
+			return err
+		}
+		if !bo.Wait(ctx) {
+			f.m.forget(w.tids())
+			return ctx.Err()
+		}
+	}
+}
+
+// riding runs op, a step of Submit, again with backoff while it fails with
+// ErrUnavailable, until the outage has lasted RedisTimeout (by the
+// manager's outage clock, or since op first failed): a Cluster failing over
+// or a Redis restarting delays a Submit as it delays a running batch, and an
+// outage already older than RedisTimeout fails it at once.
+func (m *Manager) riding(ctx context.Context, op func() error) error {
+	var bo backoff.Backoff
+	var first time.Time
+	for {
+		err := op()
+		if err == nil || !errors.Is(err, redmap.ErrUnavailable) || ctx.Err() != nil {
+			return err
+		}
+		if first.IsZero() {
+			first = time.Now()
+		}
+		if m.outageLength() >= m.opts.RedisTimeout || time.Since(first) >= m.opts.RedisTimeout {
+			return err
+		}
+		if !bo.Wait(ctx) {
+			return err
+		}
+	}
+}
+
+// inputError says which element of a batch could not be submitted.
+func inputError(fn string, start int, err error) error {
+	idx := start
+	var ee *codec.ElementError
+	if errors.As(err, &ee) {
+		idx += ee.Index
+		err = ee.Err
+	}
+	cause := fmt.Errorf("%w (manager.Options.MaxInputSize raises the limit)", err)
+	if !errors.Is(err, redmap.ErrTooLarge) {
+		cause = fmt.Errorf("%w: %v", redmap.ErrEncode, err)
+	}
+	return &redmap.TaskError{Index: idx, Func: fn, Err: cause}
+}

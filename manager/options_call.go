@@ -1,0 +1,71 @@
+package manager
+
+import (
+	"time"
+
+	"github.com/redmap/redmap/internal/keys"
+)
+
+// The range of Priority, and the priority of a batch without it.
+const (
+	MinPriority     = keys.MinPriority
+	MaxPriority     = keys.MaxPriority
+	DefaultPriority = keys.DefaultPriority
+)
+
+// CallOption changes how one batch is submitted.
+type CallOption func(*callOptions)
+
+type callOptions struct {
+	worker   string
+	chunk    int
+	attempts int
+	timeout  time.Duration
+	retry    bool
+	seed     uint64
+	seeded   bool
+	priority int
+}
+
+// Priority sets the batch's priority, from MinPriority (1) to MaxPriority
+// (5); default DefaultPriority (3). A worker always takes the public tasks
+// of a higher priority first, so a batch submitted while a long batch of
+// lower priority runs waits only for the tasks workers already took (see
+// README, "Priorities"). A worker takes its private queue (OnWorker) before
+// any public task, whatever the priorities.
+func Priority(p int) CallOption { return func(o *callOptions) { o.priority = p } }
+
+// Attempts sets the batch's attempt budget: how many times an element may
+// run, counting the runs lost when its worker died or stalled past its lease,
+// timed-out runs, and retried errors. An element that uses it up fails with
+// ErrLost (or its last error). A task that kills every worker that runs it
+// (a poison pill) so fails after n worker deaths. Default DefaultAttempts.
+func Attempts(n int) CallOption { return func(o *callOptions) { o.attempts = n } }
+
+// Timeout sets how long the function may run on one element: its context ends
+// then, and the run fails with ErrTimeout (and is retried while the attempt
+// budget lasts). Go cannot stop a goroutine, so a function that ignores its
+// context keeps its worker slot until it returns. Default: no timeout.
+func Timeout(d time.Duration) CallOption { return func(o *callOptions) { o.timeout = d } }
+
+// RetryErrors makes errors and panics of the function count as failed
+// attempts to retry while the budget lasts. Without it, only errors wrapped
+// with redmap.Retryable are retried.
+func RetryErrors() CallOption { return func(o *callOptions) { o.retry = true } }
+
+// OnWorker sends the batch to the private queue of worker id (see
+// Manager.Workers) instead of the public queue: only that worker runs it.
+func OnWorker(id string) CallOption { return func(o *callOptions) { o.worker = id } }
+
+// ChunkSize fixes how many elements travel in one task. Without it, the size
+// adapts to the function's cost as workers measure it, aiming at about 2 ms of
+// work per task (at most 8,192 elements, and at least 16 tasks per batch that
+// has the elements); while the cost is unknown, tasks carry up to 8.
+func ChunkSize(n int) CallOption { return func(o *callOptions) { o.chunk = n } }
+
+// Seed sets the batch's seed for redmap.Rand: each element's random source
+// is fixed by the seed and the element's index, so a batch with a seed gives
+// the same outputs whichever workers run it, whatever its chunk size, and
+// however often its elements are retried. Without Seed, the manager draws a
+// seed for the batch.
+func Seed(s uint64) CallOption { return func(o *callOptions) { o.seed, o.seeded = s, true } }
