@@ -9,6 +9,8 @@ import (
 	"syscall"
 	"testing"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/redmap/redmap"
 	"github.com/redmap/redmap/internal/harness"
 	"github.com/redmap/redmap/internal/keys"
@@ -104,20 +106,43 @@ func TestFaultWorkerStoppedPastLease(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	held := keys.Held("redmap", b.Queue, ida)
 	resumed := make(chan struct{})
 	exactlyOnce(t, batch, sq, func(seen int) {
 		if seen != 400 {
 			return
 		}
 		a.Cmd.Process.Signal(syscall.SIGSTOP)
+		ctx := context.Background()
+		names := shardNames(t, b.Client, b.Queue)
 		go func() {
 			defer close(resumed)
-			// Resume it only once its lease has expired and its tasks were
-			// taken away from it.
-			eventually(t, "stopped worker reaped", func() bool {
-				live, _ := m.Workers(context.Background())
-				return !slices.Contains(live, ida) && b.Client.Exists(context.Background(), held).Val() == 0
+			// Resume it only once its lease has expired and its tasks
+			// were taken away from it: reaped, put back with an attempt
+			// counted, and taken by the other worker (a requeued task
+			// waits until a worker holds nothing else, so the other may
+			// take it a little after). Which tasks it held is read from
+			// the attempts the reap counted, not from its held set at the
+			// stop: a take it sent just before may still have run.
+			eventually(t, "stopped worker reaped and its tasks taken by the other", func() bool {
+				live, _ := m.Workers(ctx)
+				if slices.Contains(live, ida) {
+					return false
+				}
+				requeued := 0
+				for _, name := range names {
+					if b.Client.Exists(ctx, keys.Held("redmap", name, ida)).Val() != 0 {
+						return false
+					}
+					for _, id := range b.Client.HKeys(ctx, keys.Attempts("redmap", name, m.ID())).Val() {
+						requeued++
+						for _, l := range keys.Publics("redmap", name) {
+							if b.Client.LPos(ctx, l, id, redis.LPosArgs{}).Err() == nil {
+								return false // still queued
+							}
+						}
+					}
+				}
+				return requeued > 0
 			})
 			a.Cmd.Process.Signal(syscall.SIGCONT)
 		}()

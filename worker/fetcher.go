@@ -120,7 +120,7 @@ func (f *fetcher) fetch() {
 		}
 		var taken []rdb.Taken
 		var err error         // the first take that failed, if none gave tasks
-		suspectWaits := false // a take left a suspect for the worker to drain first
+		suspectWaits := false // a take left a suspect for when the worker holds nothing
 		holding := 0          // what the worker held by its ledger at the last take
 		for tries := 0; tries < len(shards) && len(taken) == 0; tries++ {
 			i := (next + tries) % len(shards)
@@ -172,13 +172,14 @@ func (f *fetcher) fetch() {
 		// worker holds dies with it: a poison pill costs an innocent task
 		// at most the one attempt it lost when it first shared a worker
 		// with the pill. A take that left a suspect for want of an empty
-		// worker is followed by a drain, then another take.
+		// worker is followed by a wait until it holds nothing, then
+		// another take.
 		if f.hand(ctx, taken) || suspectWaits {
-			if w.hooks.drain != nil {
-				w.hooks.drain()
+			if w.hooks.emptying != nil {
+				w.hooks.emptying()
 			}
 			select {
-			case <-w.held.drained():
+			case <-w.held.emptied():
 			case <-ctx.Done():
 				return
 			}

@@ -16,7 +16,7 @@ import (
 type held struct {
 	mu    sync.Mutex
 	tasks map[string]hold // task id -> its hold
-	// empty is closed while the ledger holds nothing (see drained).
+	// empty is closed while the ledger holds nothing (see emptied).
 	empty  chan struct{}
 	closed bool // empty is closed
 }
@@ -46,9 +46,9 @@ func (h *held) add(taken []rdb.Taken) {
 	h.mu.Unlock()
 }
 
-// drained returns a channel closed once the ledger holds nothing: every
+// emptied returns a channel closed once the ledger holds nothing: every
 // task taken was reported, or dropped.
-func (h *held) drained() <-chan struct{} {
+func (h *held) emptied() <-chan struct{} {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	return h.empty

@@ -65,17 +65,17 @@ func TestSuspectRunsWithNothingElseHeld(t *testing.T) {
 
 	var (
 		mu        sync.Mutex
-		draining  = make(chan struct{}) // the fetcher waits for the worker to hold nothing
-		drainOnce sync.Once
+		emptying  = make(chan struct{}) // the fetcher waits for the worker to hold nothing
+		emptyOnce sync.Once
 		pStarted  = make(chan struct{})
 		heldAtP   []string
 	)
-	w.hooks.drain = func() { drainOnce.Do(func() { close(draining) }) }
+	w.hooks.emptying = func() { emptyOnce.Do(func() { close(emptying) }) }
 	w.hooks.finish = func(done []rdb.Done) {
 		for _, d := range done {
 			if d.ID == x {
 				select { // hold X's report back as long as the worker allows
-				case <-draining:
+				case <-emptying:
 				case <-pStarted:
 				}
 			}

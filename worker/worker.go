@@ -62,7 +62,7 @@ type Worker struct {
 // hooks are what a test of the package injects into a worker's parts, set
 // before Run. Each is nil (or false) in use.
 type hooks struct {
-	drain    func()           // the fetcher begins to wait for the worker to hold nothing
+	emptying func()           // the fetcher begins to wait for the worker to hold nothing
 	finish   func([]rdb.Done) // a batch of results is about to be reported
 	suspect  func(rdb.Taken)  // a suspect starts, holding the executors alone
 	checkAll bool             // check every prefetched task still wanted, however short its wait

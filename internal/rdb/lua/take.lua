@@ -14,8 +14,8 @@
 -- a task can die beside a poison pill only on the pill's first run, before
 -- anyone knew: it loses one attempt at most. A worker that holds something
 -- leaves the suspect where it is, takes nothing after it, and is told
--- "suspect": it then drains (reports all it holds, gives back what it was
--- never given) and takes again.
+-- "suspect": it then waits until it holds nothing (reports all it holds,
+-- gives back what it was never given) and takes again.
 -- A worker absent from the workers set (Redis lost it: a restart, FLUSHALL,
 -- a failover, since its last heartbeat) is added back, with a deadline of one
 -- lease from now, in the same step: else, killed before its next heartbeat,
@@ -41,13 +41,13 @@
 -- task of the private list or "" for the public one; then "shards" and the
 -- queue's shard count (1 + the names in the list) if it is above the one
 -- the worker knows, so that a worker learns of new shards with its next
--- take; then "suspect" if a suspect was left for the worker to drain first,
+-- take; then "suspect" if a suspect was left for when the worker holds nothing,
 -- or "drained" if the take left every list empty.
 local base, n, wid = ARGV[1], tonumber(ARGV[2]), ARGV[3]
 local out = {}
 local taken = 0
 local alone = false
-local suspect = false -- a suspect was left: the worker must drain first
+local suspect = false -- a suspect was left: the worker must hold nothing first
 local held = {}
 -- Whether the worker holds anything, here or elsewhere: then it may take no
 -- suspect.
