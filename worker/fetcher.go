@@ -36,6 +36,13 @@ type fetcher struct {
 	rung      map[int]bool // the shards whose bells rang since the fetcher last looked
 	listeners sync.WaitGroup
 	listening int // shards with a listener; owned by the fetch loop
+
+	// Owned by the fetch loop:
+	// waiting[i]: the last take of shard i left it empty and registered the
+	// worker idle there; the next take of it waits for its bell first.
+	waiting    []bool
+	next       int             // the shard to try first
+	orphanWait backoff.Backoff // between takes refused a suspect for orphans
 }
 
 // job is a taken task, and when it was taken.
@@ -91,118 +98,145 @@ func (f *fetcher) stopped() bool { return f.ctx.Err() != nil }
 func (f *fetcher) fetch() {
 	w, ctx := f.w, f.ctx
 	var bo backoff.Backoff
-	var obo backoff.Backoff // between takes that find orphans keep a suspect away
 	checkAt := time.Now().Add(w.opts.Heartbeat)
-	// waiting[i]: the last take of shard i left it empty and registered the
-	// worker idle there; the next take of it waits for its bell first.
-	var waiting []bool
-	next := 0 // the shard to try first
 	for ctx.Err() == nil {
 		shards := w.shards()
-		for len(waiting) < len(shards) {
-			waiting = append(waiting, false)
-		}
-		if len(shards) > 1 {
-			f.listen(shards)
-			f.heard(waiting)
-			if !slices.Contains(waiting, false) {
-				if !f.sleep() {
-					return
-				}
-				if !f.heard(waiting) {
-					clear(waiting) // the wait timed out: look at every shard
-				}
-			}
+		if !f.await(shards) {
+			return
 		}
 		free := f.slots.acquire(ctx)
 		if free == 0 {
 			return
 		}
-		var taken []rdb.Taken
-		var err error         // the first take that failed, if none gave tasks
-		suspectWaits := false // a take left a suspect for when the worker holds nothing
-		holding := 0          // what the worker held by its ledger at the last take
-		for tries := 0; tries < len(shards) && len(taken) == 0; tries++ {
-			i := (next + tries) % len(shards)
-			if waiting[i] && len(shards) > 1 {
-				continue
-			}
-			var end rdb.TakeEnd
-			var terr error
-			holding = w.held.size()
-			if waiting[i] {
-				taken, end, terr = shards[i].WaitTake(ctx, w.opts.ID, free, w.opts.Lease, w.opts.IdleWait, holding)
-			} else {
-				taken, end, terr = shards[i].Take(ctx, w.opts.ID, free, w.opts.Lease, holding)
-			}
-			if terr != nil {
-				// Try the other shards (on a Cluster, another master
-				// may answer), and this one first again no sooner than
-				// after them.
-				err = cmp.Or(err, terr)
-				next = (i + 1) % len(shards)
-				continue
-			}
-			// A take that left the shard empty registered the worker idle
-			// there: the next take of it waits for its bell (a take now
-			// would find nothing).
-			waiting[i] = end.Drained
-			suspectWaits = suspectWaits || end.Suspect
-			if len(taken) > 0 {
-				next, err = (i+1)%len(shards), nil
-			}
-		}
-		f.slots.release(free - len(taken))
+		r := f.take(shards, free)
+		f.slots.release(free - len(r.taken))
 		w.grow(ctx, shards[0].Shards()) // a take of shard 0 says when managers use more
-		if err != nil {
+		if r.err != nil {
 			if ctx.Err() != nil {
 				return
 			}
-			w.failed("take", err)
+			w.failed("take", r.err)
 			if !bo.Wait(ctx) {
 				return
 			}
 			continue
 		}
 		bo.Reset()
-		w.counters.taken.Add(int64(len(taken)))
-		// A suspect (a task lost before: maybe a poison pill) comes alone
-		// in its take, to a worker that holds nothing else (take.lua).
-		// Nothing more is taken until it is reported, so nothing else the
-		// worker holds dies with it: a poison pill costs an innocent task
-		// at most the one attempt it lost when it first shared a worker
-		// with the pill. A take that left a suspect for want of an empty
-		// worker is followed by a wait until it holds nothing, then
-		// another take.
-		if f.hand(ctx, taken) || suspectWaits {
-			if w.hooks.emptying != nil {
-				w.hooks.emptying()
-			}
-			select {
-			case <-w.held.emptied():
-			case <-ctx.Done():
-				return
-			}
-			if suspectWaits {
-				// Held in Redis but never received (a lost reply) would
-				// keep the suspect from this worker: give them back. If
-				// the worker held nothing by its ledger already, that was
-				// the reason: wait before the next try, in case giving
-				// back fails.
-				f.giveBackOrphans(ctx)
-				checkAt = time.Now().Add(w.opts.Heartbeat)
-				if holding == 0 && !obo.Wait(ctx) {
-					return
-				}
-			} else {
-				obo.Reset()
-			}
+		w.counters.taken.Add(int64(len(r.taken)))
+		if !f.handOut(r) {
+			return
 		}
-		if time.Now().After(checkAt) {
+		if time.Now().After(checkAt) || r.suspectWaits {
 			f.giveBackOrphans(ctx)
 			checkAt = time.Now().Add(w.opts.Heartbeat)
 		}
 	}
+}
+
+// await waits, on a queue of several shards, while the worker waits on
+// every shard, for a bell to ring or IdleWait to pass (starting listeners
+// for new shards); it reports false if the fetcher stopped. A queue of one
+// shard waits in its take instead (WaitTake).
+func (f *fetcher) await(shards []*rdb.RDB) bool {
+	for len(f.waiting) < len(shards) {
+		f.waiting = append(f.waiting, false)
+	}
+	if len(shards) == 1 {
+		return true
+	}
+	f.listen(shards)
+	f.heard(f.waiting)
+	if !slices.Contains(f.waiting, false) {
+		if !f.sleep() {
+			return false
+		}
+		if !f.heard(f.waiting) {
+			clear(f.waiting) // the wait timed out: look at every shard
+		}
+	}
+	return true
+}
+
+// round is what one round of takes brought.
+type round struct {
+	taken        []rdb.Taken
+	err          error // the first take that failed, if none gave tasks
+	suspectWaits bool  // a take left a suspect for when the worker holds nothing
+	holding      int   // what the worker held by its ledger at the last take
+}
+
+// take takes up to free tasks from the first shard that gives some,
+// starting at the one after the shard that gave tasks last, skipping those
+// the worker waits on.
+func (f *fetcher) take(shards []*rdb.RDB, free int) (r round) {
+	w, ctx := f.w, f.ctx
+	for tries := 0; tries < len(shards) && len(r.taken) == 0; tries++ {
+		i := (f.next + tries) % len(shards)
+		if f.waiting[i] && len(shards) > 1 {
+			continue
+		}
+		var end rdb.TakeEnd
+		var err error
+		r.holding = w.held.size()
+		if f.waiting[i] {
+			r.taken, end, err = shards[i].WaitTake(ctx, w.opts.ID, free, w.opts.Lease, w.opts.IdleWait, r.holding)
+		} else {
+			r.taken, end, err = shards[i].Take(ctx, w.opts.ID, free, w.opts.Lease, r.holding)
+		}
+		if err != nil {
+			// Try the other shards (on a Cluster, another master may
+			// answer), and this one first again no sooner than after them.
+			r.err = cmp.Or(r.err, err)
+			f.next = (i + 1) % len(shards)
+			continue
+		}
+		// A take that left the shard empty registered the worker idle
+		// there: the next take of it waits for its bell (a take now would
+		// find nothing).
+		f.waiting[i] = end.Drained
+		r.suspectWaits = r.suspectWaits || end.Suspect
+		if len(r.taken) > 0 {
+			f.next, r.err = (i+1)%len(shards), nil
+		}
+	}
+	return r
+}
+
+// handOut hands a round's tasks to the executors; it reports false if the
+// fetcher stopped.
+//
+// A suspect (a task lost before: maybe a poison pill) comes alone in its
+// take, to a worker that holds nothing else (take.lua). Nothing more is
+// taken until it is reported, so nothing else the worker holds dies with
+// it: a poison pill costs an innocent task at most the one attempt it lost
+// when it first shared a worker with the pill. A round that left a suspect
+// for want of an empty worker is followed by a wait until it holds nothing
+// (and, by fetch, a give-back of orphans), then another take.
+func (f *fetcher) handOut(r round) bool {
+	w, ctx := f.w, f.ctx
+	if !f.hand(ctx, r.taken) && !r.suspectWaits {
+		f.orphanWait.Reset()
+		return true
+	}
+	if w.hooks.emptying != nil {
+		w.hooks.emptying()
+	}
+	select {
+	case <-w.held.emptied():
+	case <-ctx.Done():
+		return false
+	}
+	if !r.suspectWaits { // it took the suspect, and reported it
+		f.orphanWait.Reset()
+		return true
+	}
+	// The worker held nothing by its ledger already, yet was refused the
+	// suspect: orphans in Redis (a lost reply) were the reason. fetch gives
+	// them back; wait before the next try, in case that fails.
+	if r.holding == 0 {
+		return f.orphanWait.Wait(ctx)
+	}
+	return true
 }
 
 // listen starts a bell listener for each of shards that has none.
