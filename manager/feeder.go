@@ -324,3 +324,49 @@ func inputError(fn string, start int, err error) error {
 	}
 	return &redmap.TaskError{Index: idx, Func: fn, Err: cause}
 }
+
+// first submits the batch's first window, so that what can go wrong at
+// once (an input too large, Redis unreachable or full) is Submit's error,
+// with nothing left queued, then starts feeding the rest. The context hook
+// is set first, so that ending ctx at any point withdraws what was queued.
+func (f *feeder[Out]) first(ctx context.Context, sp spec, red *redmap.Reducer[Out]) error {
+	m, b := f.m, f.b
+	b.stop = context.AfterFunc(ctx, func() { b.abort(ctx.Err()) })
+	w, err := f.window()
+	if err == nil && w.bad != nil {
+		err = w.bad
+	}
+	if err == nil {
+		// Only now that the first window is good: a refused Submit leaves
+		// nothing in Redis.
+		err = m.riding(ctx, func() error { return m.publishTypes(ctx, sp.sig, sp.types) })
+	}
+	if err == nil && red != nil {
+		err = m.riding(ctx, func() error { return m.publishTypes(ctx, red.Signature(), types(red)) })
+	}
+	if err == nil {
+		err = m.riding(ctx, func() error { return m.openShards(ctx) })
+	}
+	if err == nil {
+		err = f.submit(ctx, w)
+	}
+	if err != nil {
+		m.forget(w.tids()) // what submit did not withdraw was never sent
+		m.unlist(b.id)
+		b.stop()
+		f.in.stop()
+		return err
+	}
+	if f.allRead() {
+		f.in.stop()
+		b.exhaust(nil)
+		return nil
+	}
+	m.feeders.Add(1)
+	go func() {
+		defer m.feeders.Done()
+		defer f.in.stop()
+		f.run(ctx)
+	}()
+	return nil
+}

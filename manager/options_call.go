@@ -1,6 +1,8 @@
 package manager
 
 import (
+	"fmt"
+	"math/rand/v2"
 	"time"
 
 	"github.com/redmap/redmap/internal/keys"
@@ -69,3 +71,31 @@ func ChunkSize(n int) CallOption { return func(o *callOptions) { o.chunk = n } }
 // however often its elements are retried. Without Seed, the manager draws a
 // seed for the batch.
 func Seed(s uint64) CallOption { return func(o *callOptions) { o.seed, o.seeded = s, true } }
+
+// callOptionsOf applies opts, checks them, and fills in the defaults.
+func callOptionsOf(opts []CallOption) (callOptions, error) {
+	var co callOptions
+	for _, o := range opts {
+		o(&co)
+	}
+	switch {
+	case co.chunk < 0:
+		return co, fmt.Errorf("manager: ChunkSize %d is negative", co.chunk)
+	case co.attempts < 0:
+		return co, fmt.Errorf("manager: Attempts %d is negative", co.attempts)
+	case co.timeout < 0:
+		return co, fmt.Errorf("manager: Timeout %v is negative", co.timeout)
+	case co.priority != 0 && (co.priority < MinPriority || co.priority > MaxPriority):
+		return co, fmt.Errorf("manager: Priority %d is outside %d to %d", co.priority, MinPriority, MaxPriority)
+	}
+	if co.priority == 0 {
+		co.priority = DefaultPriority
+	}
+	if co.attempts == 0 {
+		co.attempts = DefaultAttempts
+	}
+	if !co.seeded {
+		co.seed = rand.Uint64()
+	}
+	return co, nil
+}

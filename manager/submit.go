@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"iter"
-	"math/rand/v2"
 	"slices"
 	"time"
 
@@ -137,28 +136,9 @@ type elements[In any] struct {
 // submit submits a batch of els; with a reducer red, its outputs are folded
 // (MapReduce) rather than kept.
 func submit[In, Out any](ctx context.Context, m *Manager, sp spec, els elements[In], opts []CallOption, red *redmap.Reducer[Out]) (*Batch[Out], error) {
-	var co callOptions
-	for _, o := range opts {
-		o(&co)
-	}
-	switch {
-	case co.chunk < 0:
-		return nil, fmt.Errorf("manager: ChunkSize %d is negative", co.chunk)
-	case co.attempts < 0:
-		return nil, fmt.Errorf("manager: Attempts %d is negative", co.attempts)
-	case co.timeout < 0:
-		return nil, fmt.Errorf("manager: Timeout %v is negative", co.timeout)
-	case co.priority != 0 && (co.priority < MinPriority || co.priority > MaxPriority):
-		return nil, fmt.Errorf("manager: Priority %d is outside %d to %d", co.priority, MinPriority, MaxPriority)
-	}
-	if co.priority == 0 {
-		co.priority = DefaultPriority
-	}
-	if co.attempts == 0 {
-		co.attempts = DefaultAttempts
-	}
-	if !co.seeded {
-		co.seed = rand.Uint64()
+	co, err := callOptionsOf(opts)
+	if err != nil {
+		return nil, err
 	}
 	if err := ctx.Err(); err != nil {
 		return nil, err
@@ -175,7 +155,23 @@ func submit[In, Out any](ctx context.Context, m *Manager, sp spec, els elements[
 			return nil, fmt.Errorf("%w: %q on queue %q", redmap.ErrNoWorker, co.worker, m.opts.Queue)
 		}
 	}
+	b, f := prepare(m, sp, els, co, red)
+	if n, known := b.in.length(); known && n == 0 {
+		close(b.done)
+		b.release()
+		return b, nil
+	}
+	m.list(b.id, b)
+	if err := f.first(ctx, sp, red); err != nil {
+		return nil, err
+	}
+	return b, nil
+}
 
+// prepare makes a batch of fn over els and its feeder: the task every chunk
+// copies, how a chunk's elements are encoded, and the input they are read
+// from.
+func prepare[In, Out any](m *Manager, sp spec, els elements[In], co callOptions, red *redmap.Reducer[Out]) (*Batch[Out], *feeder[Out]) {
 	stream := els.seq != nil
 	b := newBatch[Out](m, sp.name, len(els.xs), red, stream)
 	b.worker = co.worker
@@ -224,56 +220,7 @@ func submit[In, Out any](ctx context.Context, m *Manager, sp spec, els elements[
 	} else {
 		b.in = &sliceInput[In]{xs: els.xs, enc: enc}
 	}
-	f := &feeder[Out]{m: m, b: b, in: b.in, fixed: co.chunk, priority: co.priority}
-	if n, known := b.in.length(); known && n == 0 {
-		close(b.done)
-		b.release()
-		return b, nil
-	}
-	m.list(b.id, b)
-
-	// The first window is submitted here, so that what can go wrong at once
-	// (an input too large, Redis unreachable or full) is Submit's error, with
-	// nothing left queued. The context hook is set first, so that ending ctx
-	// at any point withdraws what was queued.
-	b.stop = context.AfterFunc(ctx, func() { b.abort(ctx.Err()) })
-	w, err := f.window()
-	if err == nil && w.bad != nil {
-		err = w.bad
-	}
-	if err == nil {
-		// Only now that the first window is good: a refused Submit leaves
-		// nothing in Redis.
-		err = m.riding(ctx, func() error { return m.publishTypes(ctx, sp.sig, sp.types) })
-	}
-	if err == nil && red != nil {
-		err = m.riding(ctx, func() error { return m.publishTypes(ctx, red.Signature(), types(red)) })
-	}
-	if err == nil {
-		err = m.riding(ctx, func() error { return m.openShards(ctx) })
-	}
-	if err == nil {
-		err = f.submit(ctx, w)
-	}
-	if err != nil {
-		m.forget(w.tids()) // what submit did not withdraw was never sent
-		m.unlist(b.id)
-		b.stop()
-		f.in.stop()
-		return nil, err
-	}
-	if f.allRead() {
-		f.in.stop()
-		b.exhaust(nil)
-		return b, nil
-	}
-	m.feeders.Add(1)
-	go func() {
-		defer m.feeders.Done()
-		defer f.in.stop()
-		f.run(ctx)
-	}()
-	return b, nil
+	return b, &feeder[Out]{m: m, b: b, in: b.in, fixed: co.chunk, priority: co.priority}
 }
 
 // SubmitSeq submits fn over the elements of seq, a sequence of any length,
