@@ -221,7 +221,8 @@ func (r *RDB) Preflight(ctx context.Context, budget, heal time.Duration, log *sl
 		if time.Now().After(deadline) {
 			// go-redis retries a refused dial until the deadline, so the
 			// error is often only that: say what it means.
-			return fmt.Errorf("no answer from Redis within %v (%v)", max(time.Since(start).Round(time.Second), time.Second), err)
+			// The budget that applied: budget, or heal once PING answered.
+			return fmt.Errorf("no answer from Redis within %v (%v)", max(deadline.Sub(start), time.Second), err)
 		}
 		log.Info("Redis does not answer yet; trying again", "err", err)
 		if !bo.Wait(ctx) {
