@@ -217,7 +217,7 @@ func reduce(e *env) ([]row, error) {
 			return s, err
 		}},
 	} {
-		bytes0, results0 := e.netBytes(), m.ResultBytes()
+		bytes0, results0 := e.netBytes(), m.Stats().ResultBytes
 		r, peak, err := e.measureHeap("reduce", c.name, n, func() error {
 			got, err := c.run()
 			if err == nil && got != want {
@@ -230,7 +230,7 @@ func reduce(e *env) ([]row, error) {
 		}
 		r.bytes = e.netBytes() - bytes0
 		r.note = fmt.Sprintf("%.1f MB crossed Redis (in and out), of which results read by the manager %.3f MB; manager peak heap %d MiB (the input: %d MiB)",
-			float64(r.bytes)/1e6, float64(m.ResultBytes()-results0)/1e6, peak>>20, 8*n>>20)
+			float64(r.bytes)/1e6, float64(m.Stats().ResultBytes-results0)/1e6, peak>>20, 8*n>>20)
 		rows = append(rows, r)
 	}
 	return rows, nil

@@ -415,7 +415,7 @@ func (b *Batch[Out]) closeChunk(ci int, record func(c chunk) []Out) {
 		b.order = append(b.order, ci)
 	}
 	b.left -= c.count
-	b.m.ended.Add(int64(c.count))
+	b.m.stats.ended.Add(int64(c.count))
 	b.inflight--
 	b.inflightBytes -= c.size
 	b.inflightElems -= c.count
@@ -452,7 +452,7 @@ func (b *Batch[Out]) signal() {
 // it runs once, without b.mu held, since releasing talks to Redis.
 func (b *Batch[Out]) release() {
 	b.ending.Do(func() {
-		b.m.unlist(b.id)
+		b.m.batches.unlist(b.id)
 		b.stop()
 		if b.onEnd != nil {
 			b.onEnd()
@@ -495,7 +495,7 @@ func (b *Batch[Out]) deliver(ci int, r *codec.Result, err error) {
 			b.failElements(c, 0, fmt.Errorf("%w: result: %v", redmap.ErrDecode, err))
 			return nil
 		}
-		b.m.observe(b.fn, r.Nanos, c.count)
+		b.m.costs.observe(b.fn, r.Nanos, c.count)
 		for _, f := range r.Fails {
 			if f.Index == -1 {
 				b.failElements(c, r.Attempt, failure.Cause(f))

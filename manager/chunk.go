@@ -1,5 +1,7 @@
 package manager
 
+import "sync"
+
 // Automatic chunking: tiny elements travel many to a task, so that a million
 // of them do not cost a million round trips, while slow ones travel few to a
 // task, so that a batch still spreads over the fleet. The size aims at
@@ -10,12 +12,19 @@ const (
 	chunkUnknown = 8 // elements per task while a function's cost is unknown
 )
 
+// costs are what the manager has learnt of its functions' costs: for each
+// function name, nanoseconds per element, smoothed.
+type costs struct {
+	mu sync.Mutex
+	m  map[string]float64
+}
+
 // chunkSize returns how many elements of fn to put in the next task of a
 // batch of n elements.
-func (m *Manager) chunkSize(fn string, n int) int {
-	m.costMu.Lock()
-	cost, known := m.costs[fn]
-	m.costMu.Unlock()
+func (c *costs) chunkSize(fn string, n int) int {
+	c.mu.Lock()
+	cost, known := c.m[fn]
+	c.mu.Unlock()
 	if !known {
 		// Small first tasks measure the cost soon; a small batch is spread.
 		return min(max(n/64, 1), chunkUnknown)
@@ -26,15 +35,15 @@ func (m *Manager) chunkSize(fn string, n int) int {
 }
 
 // observe records that a task of fn ran count elements in nanos.
-func (m *Manager) observe(fn string, nanos int64, count int) {
+func (c *costs) observe(fn string, nanos int64, count int) {
 	if nanos <= 0 || count <= 0 {
 		return
 	}
 	per := float64(nanos) / float64(count)
-	m.costMu.Lock()
-	if old, ok := m.costs[fn]; ok {
+	c.mu.Lock()
+	if old, ok := c.m[fn]; ok {
 		per = 0.8*old + 0.2*per
 	}
-	m.costs[fn] = per
-	m.costMu.Unlock()
+	c.m[fn] = per
+	c.mu.Unlock()
 }

@@ -58,8 +58,8 @@ func TestConstantFetchedOncePerWorkerProcess(t *testing.T) {
 			t.Fatalf("ys[%d] = %d, want %d", i, y, tab[i])
 		}
 	}
-	if n, bytes := m.ConstantUploads(); n != 1 || bytes < int64(len(tab)) {
-		t.Fatalf("uploads %d (%d bytes), want 1 of at least %d", n, bytes, len(tab))
+	if st := m.Stats(); st.ConstantUploads != 1 || st.ConstantBytes < int64(len(tab)) {
+		t.Fatalf("uploads %d (%d bytes), want 1 of at least %d", st.ConstantUploads, st.ConstantBytes, len(tab))
 	}
 	ref := cache.Ref{Hash: cache.Sum(mustEncode(t, tab))}
 	if ks := objectKeys(t, b, ref.Hash); len(ks) != 0 {
@@ -121,8 +121,8 @@ func TestConstantSharedByTwoBatches(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	n1, _ := m1.ConstantUploads()
-	n2, _ := m2.ConstantUploads()
+	n1 := m1.Stats().ConstantUploads
+	n2 := m2.Stats().ConstantUploads
 	if n1+n2 != 1 {
 		t.Fatalf("uploads: %d + %d, want 1 in all", n1, n2)
 	}
@@ -186,7 +186,7 @@ func TestConstantTamperedOrMissing(t *testing.T) {
 	if !errors.As(err, &be) || len(be.Failed) != 4 || !errors.Is(err, redmap.ErrConstantCorrupt) {
 		t.Fatalf("tampered constant: got %v, want 4 elements failing with ErrConstantCorrupt", err)
 	}
-	if n, _ := m.ConstantUploads(); n != 0 {
+	if n := m.Stats().ConstantUploads; n != 0 {
 		t.Fatalf("the manager uploaded %d times a constant already stored", n)
 	}
 
@@ -211,7 +211,7 @@ func TestConstantTamperedOrMissing(t *testing.T) {
 	if err != nil || len(ys) != 3 || ys[2] != tab2[2] {
 		t.Fatalf("deleted constant: got %v, %v; want it stored again and the batch exact", ys, err)
 	}
-	if n, _ := m2.ConstantUploads(); n != 2 {
+	if n := m2.Stats().ConstantUploads; n != 2 {
 		t.Fatalf("the deleted constant was uploaded %d times, want 2", n)
 	}
 
@@ -245,7 +245,7 @@ func TestMapConstantStoredOnce(t *testing.T) {
 			t.Fatal(err)
 		}
 		batches = append(batches, batch)
-		n, _ := m.ConstantUploads()
+		n := m.Stats().ConstantUploads
 		uploads += n
 	}
 	close(gate)

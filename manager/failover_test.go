@@ -239,7 +239,7 @@ func TestFaultClusterConstantLost(t *testing.T) {
 	startChild(t, "worker", childEnv(b)...).Expect(t, "worker ")
 	ys, err := batch.Wait(ctx)
 	if err != nil {
-		n, _ := m.ConstantUploads()
+		n := m.Stats().ConstantUploads
 		t.Logf("uploads %d; %q", n, logs.above(slog.LevelDebug))
 		t.Fatal(err)
 	}
@@ -248,7 +248,7 @@ func TestFaultClusterConstantLost(t *testing.T) {
 			t.Fatalf("ys[%d] = %d, want %d", i, y, tab[i])
 		}
 	}
-	if n, _ := m.ConstantUploads(); n != 2 {
+	if n := m.Stats().ConstantUploads; n != 2 {
 		t.Fatalf("the constant was uploaded %d times, want 2 (once more after it was lost)", n)
 	}
 	t.Logf("2,000 lookups exact; the manager uploaded the constant again")

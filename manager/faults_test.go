@@ -67,7 +67,7 @@ func TestGarbageResultDropped(t *testing.T) {
 	b := setup(t)
 	m := b.Manager(t, manager.Options{})
 	b.Client.RPush(context.Background(), keys.Results("redmap", b.Queue, m.ID()), "\x94\x01garbage")
-	eventually(t, "garbage dropped", func() bool { return m.Dropped() == 1 })
+	eventually(t, "garbage dropped", func() bool { return m.Stats().Dropped == 1 })
 	b.Worker(t, worker.Options{}, square)
 	if ys, err := manager.Map(testCtx(t), m, square, ints(3)); err != nil || ys[2] != 4 {
 		t.Fatalf("after garbage: %v, %v", ys, err)

@@ -31,14 +31,33 @@ const (
 // and however slow its reader.
 const maxUnread = 1 << 18
 
-// feeder submits a batch's tasks, chunk by chunk, within the window.
+// feeder submits a batch's tasks, chunk by chunk, within the window: the
+// first window on Submit's goroutine (first), the rest on a goroutine of
+// its own as results make room (run). One per batch; it stops when the
+// batch's input is all submitted or the batch ends.
 type feeder[Out any] struct {
-	m        *Manager
+	feederParams
 	b        *Batch[Out]
 	in       input
 	pos      int // elements handled so far: submitted, or failed at encoding
 	fixed    int // the caller's ChunkSize, or 0 to adapt
 	priority int
+}
+
+// feederParams is what every feeder of a manager is built from.
+type feederParams struct {
+	mid     string
+	opts    Options
+	router  *router
+	pending *pendingTasks
+	batches *registry
+	costs   *costs
+	faults  *faults
+	running *sync.WaitGroup // feeders still submitting: Close waits for them
+	// publishTypes stores the structure of a handle's types (see
+	// Manager.publishTypes).
+	publishTypes func(ctx context.Context, sig string, types []string) error
+	beforeSend   func() // a test's hook, before each submit; nil in use
 }
 
 // window is a set of tasks registered with the batch and ready to submit:
@@ -77,7 +96,7 @@ func (f *feeder[Out]) window() (window, error) {
 	var w window
 	var chunks []chunk
 	add := func(end int, payload []byte) {
-		tid := id.TaskAt(f.m.id, f.m.nextSeq(f.b.worker != ""), f.priority, DefaultPriority)
+		tid := id.TaskAt(f.mid, f.router.nextSeq(f.b.worker != ""), f.priority, DefaultPriority)
 		c := chunk{start: f.pos, count: end - f.pos, size: len(payload), tid: tid}
 		if !f.in.reencodes() {
 			c.payload = payload
@@ -99,7 +118,7 @@ func (f *feeder[Out]) window() (window, error) {
 			if !known {
 				n = math.MaxInt / 2 // a sequence: size by cost alone
 			}
-			size = f.m.chunkSize(b.fn, n)
+			size = f.costs.chunkSize(b.fn, n)
 		}
 		end := f.in.next(f.pos, size)
 		if end == f.pos {
@@ -128,7 +147,7 @@ func (f *feeder[Out]) window() (window, error) {
 	w.unsent = new(map[*shard][]rdb.Task)
 	// Register before submitting: a fast worker's result may arrive before
 	// the submit call returns.
-	return w, f.m.register(b, w.tids(), w.first)
+	return w, f.pending.add(b, w.tids(), w.first)
 }
 
 // submit queues a window's tasks. On failure it withdraws them, or, if Redis
@@ -139,14 +158,14 @@ func (f *feeder[Out]) submit(ctx context.Context, w window) error {
 	if len(w.tasks) == 0 {
 		return nil
 	}
-	err := f.m.riding(ctx, func() error { return f.send(ctx, w) })
+	err := f.faults.riding(ctx, func() error { return f.send(ctx, w) })
 	if err == nil {
 		return nil
 	}
 	if errors.Is(err, redmap.ErrUnavailable) {
-		f.m.forget(w.tids())
+		f.pending.forget(w.tids())
 	} else {
-		f.m.withdraw(w.tids())
+		f.b.m.withdraw(w.tids())
 	}
 	if ctx.Err() != nil {
 		return ctx.Err()
@@ -157,22 +176,21 @@ func (f *feeder[Out]) submit(ctx context.Context, w window) error {
 // send makes one attempt to queue what of a window is not queued yet, one
 // submit per shard (at once, if several), and says what went wrong.
 func (f *feeder[Out]) send(ctx context.Context, w window) error {
-	m := f.m
 	if *w.unsent == nil {
-		*w.unsent = m.tasksByShard(w.tasks)
+		*w.unsent = f.router.tasksByShard(w.tasks)
 	}
 	var mu sync.Mutex
 	var sent []*shard
 	err := eachShard(maps.Clone(*w.unsent), func(s *shard, tasks []rdb.Task) error {
 		s.sendMu.RLock()
 		defer s.sendMu.RUnlock()
-		if m.hooks.send != nil {
-			m.hooks.send()
+		if f.beforeSend != nil {
+			f.beforeSend()
 		}
 		started := time.Now()
-		count, intact, err := s.rdb.Submit(ctx, m.id, f.b.worker, tasks, m.opts.KeyTTL, rdb.Expect{Count: s.acked.Load(), Epoch: *s.epoch.Load()})
+		count, intact, err := s.rdb.Submit(ctx, f.mid, f.b.worker, tasks, f.opts.KeyTTL, rdb.Expect{Count: s.acked.Load(), Epoch: *s.epoch.Load()})
 		if err != nil {
-			return m.shardError(s, fmt.Sprintf("submitting %q", f.b.fn), started, err)
+			return f.faults.of(s, fmt.Sprintf("submitting %q", f.b.fn), started, err)
 		}
 		s.outage.up()
 		s.submitted(count, intact)
@@ -265,47 +283,22 @@ func (f *feeder[Out]) sendRetrying(ctx context.Context, w window) error {
 		switch {
 		case err == nil || f.b.isFinished() || ctx.Err() != nil:
 		case errors.Is(err, redmap.ErrUnavailable):
-			retry = f.m.outageLength() < f.m.opts.RedisTimeout
+			retry = f.router.outageLength() < f.opts.RedisTimeout
 		case errors.Is(err, redmap.ErrRedisFull):
 			if full.IsZero() {
 				full = time.Now()
 			}
-			retry = time.Since(full) < f.m.opts.RedisTimeout
+			retry = time.Since(full) < f.opts.RedisTimeout
 		}
 		if !retry {
 			if err != nil {
-				f.m.forget(w.tids())
+				f.pending.forget(w.tids())
 			}
 			return err
 		}
 		if !bo.Wait(ctx) {
-			f.m.forget(w.tids())
+			f.pending.forget(w.tids())
 			return ctx.Err()
-		}
-	}
-}
-
-// riding runs op, a step of Submit, again with backoff while it fails with
-// ErrUnavailable, until the outage has lasted RedisTimeout (by the
-// manager's outage clock, or since op first failed): a Cluster failing over
-// or a Redis restarting delays a Submit as it delays a running batch, and an
-// outage already older than RedisTimeout fails it at once.
-func (m *Manager) riding(ctx context.Context, op func() error) error {
-	var bo backoff.Backoff
-	var first time.Time
-	for {
-		err := op()
-		if err == nil || !errors.Is(err, redmap.ErrUnavailable) || ctx.Err() != nil {
-			return err
-		}
-		if first.IsZero() {
-			first = time.Now()
-		}
-		if m.outageLength() >= m.opts.RedisTimeout || time.Since(first) >= m.opts.RedisTimeout {
-			return err
-		}
-		if !bo.Wait(ctx) {
-			return err
 		}
 	}
 }
@@ -330,7 +323,7 @@ func inputError(fn string, start int, err error) error {
 // with nothing left queued, then starts feeding the rest. The context hook
 // is set first, so that ending ctx at any point withdraws what was queued.
 func (f *feeder[Out]) first(ctx context.Context, sp spec, red *redmap.Reducer[Out]) error {
-	m, b := f.m, f.b
+	b := f.b
 	b.stop = context.AfterFunc(ctx, func() { b.abort(ctx.Err()) })
 	w, err := f.window()
 	if err == nil && w.bad != nil {
@@ -339,20 +332,20 @@ func (f *feeder[Out]) first(ctx context.Context, sp spec, red *redmap.Reducer[Ou
 	if err == nil {
 		// Only now that the first window is good: a refused Submit leaves
 		// nothing in Redis.
-		err = m.riding(ctx, func() error { return m.publishTypes(ctx, sp.sig, sp.types) })
+		err = f.faults.riding(ctx, func() error { return f.publishTypes(ctx, sp.sig, sp.types) })
 	}
 	if err == nil && red != nil {
-		err = m.riding(ctx, func() error { return m.publishTypes(ctx, red.Signature(), types(red)) })
+		err = f.faults.riding(ctx, func() error { return f.publishTypes(ctx, red.Signature(), types(red)) })
 	}
 	if err == nil {
-		err = m.riding(ctx, func() error { return m.openShards(ctx) })
+		err = f.faults.riding(ctx, func() error { return f.openShards(ctx) })
 	}
 	if err == nil {
 		err = f.submit(ctx, w)
 	}
 	if err != nil {
-		m.forget(w.tids()) // what submit did not withdraw was never sent
-		m.unlist(b.id)
+		f.pending.forget(w.tids()) // what submit did not withdraw was never sent
+		f.batches.unlist(b.id)
 		b.stop()
 		f.in.stop()
 		return err
@@ -362,11 +355,22 @@ func (f *feeder[Out]) first(ctx context.Context, sp spec, red *redmap.Reducer[Ou
 		b.exhaust(nil)
 		return nil
 	}
-	m.feeders.Add(1)
+	f.running.Add(1)
 	go func() {
-		defer m.feeders.Done()
+		defer f.running.Done()
 		defer f.in.stop()
 		f.run(ctx)
 	}()
 	return nil
+}
+
+// openShards opens the queue's other shards before the manager's first
+// submit (see router.openAll).
+func (f *feeder[Out]) openShards(ctx context.Context) error {
+	started := time.Now()
+	err := f.router.openAll(ctx)
+	if err == nil || errors.Is(err, redmap.ErrClosed) {
+		return err
+	}
+	return f.faults.ofQueue("publishing the queue's shard names", started, err)
 }

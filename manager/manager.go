@@ -16,57 +16,56 @@ import (
 
 	"github.com/redmap/redmap"
 	"github.com/redmap/redmap/cache"
-	"github.com/redmap/redmap/codec"
 	"github.com/redmap/redmap/internal/id"
+	"github.com/redmap/redmap/internal/part"
 	"github.com/redmap/redmap/internal/rdb"
 )
-
-// collectMax caps the results read from Redis in one round trip.
-const collectMax = 1024
 
 // Manager submits batches to one queue and collects their results. It has a
 // random 128-bit id, its own task set and its own result list. It is safe for
 // concurrent use by many goroutines and many batches.
+//
+// A Manager wires parts, each in its own file with one lifecycle
+// (internal/part): per batch, a feeder submits its tasks (feeder.go); per
+// shard of the queue, a collector reads results and hands them to their
+// batches (collector.go); the keeper keeps the manager's keys and its
+// batches' constants alive and publishes progress (keeper.go); the reaper
+// reaps dead workers and checks that someone serves each batch (reaper.go);
+// the recoverer puts back what Redis lost (recoverer.go). What they share
+// are the pending tasks (pending.go), the running batches (registry.go),
+// the held constants (holds.go) and the router, where sharding lives
+// (router.go); faults.go says what a failed call to Redis means.
 type Manager struct {
-	id     string
-	rdb    *rdb.RDB // shard 0's: where the queue-wide records live
-	client redis.UniversalClient
-	opts   Options
-	// shards holds shard 0 until the first submit opens the others
-	// (openShards); each has a collector.
-	shards     atomic.Pointer[[]*shard]
-	names      []string        // the names of shards 1 and up, once open
-	ctx        context.Context // the collectors'
-	collectors sync.WaitGroup  // collectors running
-	log        *slog.Logger
+	id   string
+	opts Options
+	log  *slog.Logger
 
-	seq      atomic.Uint64
-	holdSeq  atomic.Uint64
+	router  *router
+	pending *pendingTasks
+	batches *registry
+	holds   *holds
+	faults  *faults
+	costs   costs
+	feeding feederParams // what every batch's feeder is built from
+	feeders sync.WaitGroup
+
+	ctx        context.Context // the parts'
+	cancel     context.CancelFunc
+	partsMu    sync.Mutex
+	collectors []*collector // one per open shard
+	background []part.Part  // keeper, reaper, recoverer
+
 	batchSeq atomic.Uint64
-	store    *cache.Store
+	probed   atomic.Bool // Redis allowed every command redmap needs (see ready)
+	typed    sync.Map    // signatures whose types are published (see publishTypes)
+	stats    counters
+}
 
-	mu       sync.Mutex
-	pending  map[string]pending // task id → where its result goes
-	holds    map[string]hold    // holder → the constant a running batch holds
-	batches  map[string]batch   // id → running batch, for operators
-	finished map[string]batch   // id → batch ended since the last publish
-	closed   bool
-
-	stop    context.CancelFunc
-	stopped chan struct{}  // closed when every shard's collector has returned
-	feeders sync.WaitGroup // batches' feeders still submitting
-
-	probed atomic.Bool // Redis allowed every command redmap needs (see ready)
-	typed  sync.Map    // signatures whose types are published (see publishTypes)
-
-	costMu      sync.Mutex
-	costs       map[string]float64 // function name → nanoseconds per element, smoothed
-	dropped     atomic.Int64       // results discarded as stale, duplicate or unreadable
-	ended       atomic.Int64       // elements that ended (a value or an error), all batches
-	endedSaid   int64              // ended, as the last publish counted it (owned by shard 0's collector)
-	resultBytes atomic.Int64       // bytes of results read
-
-	hooks hooks // given by tests to newManager; all nil otherwise
+// counters are the manager's diagnostics (Stats).
+type counters struct {
+	dropped     atomic.Int64 // results discarded as stale, duplicate or unreadable
+	ended       atomic.Int64 // elements that ended (a value or an error), all batches
+	resultBytes atomic.Int64 // bytes of results read
 }
 
 // hooks are what a test of the package injects (newManager). Each is nil in
@@ -76,34 +75,14 @@ type hooks struct {
 	checked func() // after each check for lost data
 }
 
-// pending is an outstanding task: the batch that waits for it and the index of
-// its chunk in that batch.
-type pending struct {
-	batch batch
-	chunk int
-}
-
-// batch is the untyped face of a *Batch the collector delivers to.
-type batch interface {
-	deliver(chunk int, r *codec.Result, err error)
-	fail(chunk, attempt int, cause error)
-	abort(err error)
-	resubmission(chunk int) (rdb.Task, string, error)
-	snapshot() Progress
-	function() (name string, public bool)
-	served(ok bool, now time.Time, timeout time.Duration, why string) (began, expired bool)
-	failWaiting(cause error)
-}
-
 // New returns a manager of client for opts.Queue and starts its result
 // collector. It validates opts and returns an error naming the first bad
-// field. Close it to release its goroutine and its keys in Redis.
+// field. Close it to release its goroutines and its keys in Redis.
 func New(client redis.UniversalClient, opts Options) (*Manager, error) {
 	return newManager(client, opts, hooks{})
 }
 
-// newManager is New with a test's hooks, in place before the collector
-// starts.
+// newManager is New with a test's hooks, in place before the parts start.
 func newManager(client redis.UniversalClient, opts Options, h hooks) (*Manager, error) {
 	if client == nil {
 		return nil, errors.New("manager: nil Redis client")
@@ -112,33 +91,67 @@ func newManager(client redis.UniversalClient, opts Options, h hooks) (*Manager, 
 	if err != nil {
 		return nil, err
 	}
+	return wire(seams{
+		queue: rdb.New(client, opts.Prefix, opts.Queue),
+		shard: func(name string, i int) shardRedis { return rdb.NewShard(client, opts.Prefix, name, i) },
+		masters: func(ctx context.Context) (rdb.Masters, bool, error) {
+			return rdb.ClusterMasters(ctx, client)
+		},
+		store: cache.NewStore(client, opts.Prefix, opts.PartSize),
+	}, opts, h), nil
+}
+
+// seams are the manager's ways to Redis: internal/rdb's in use, fakes in
+// the parts' unit tests.
+type seams struct {
+	queue   queueRedis
+	shard   func(name string, i int) shardRedis
+	masters func(ctx context.Context) (rdb.Masters, bool, error)
+	store   constantStore
+}
+
+// wire builds a manager's parts over its seams to Redis and starts them;
+// opts have their defaults.
+func wire(r seams, opts Options, h hooks) *Manager {
 	mid := id.New()
-	ctx, stop := context.WithCancel(context.Background())
-	s0 := newShard(rdb.New(client, opts.Prefix, opts.Queue))
 	m := &Manager{
-		hooks:    h,
-		id:       mid,
-		rdb:      s0.rdb,
-		client:   client,
-		ctx:      ctx,
-		opts:     opts,
-		log:      opts.Logger.With("manager", mid, "queue", opts.Queue),
-		store:    cache.NewStore(client, opts.Prefix, opts.PartSize),
-		pending:  make(map[string]pending),
-		holds:    make(map[string]hold),
-		batches:  make(map[string]batch),
-		finished: make(map[string]batch),
-		costs:    make(map[string]float64),
-		stop:     stop,
-		stopped:  make(chan struct{}),
+		id:      mid,
+		opts:    opts,
+		log:     opts.Logger.With("manager", mid, "queue", opts.Queue),
+		pending: newPendingTasks(),
+		batches: newRegistry(),
+		costs:   costs{m: make(map[string]float64)},
 	}
-	m.shards.Store(&[]*shard{s0})
-	m.collectors.Go(func() { m.collect(ctx, s0) })
-	go func() {
-		m.collectors.Wait()
-		close(m.stopped)
-	}()
-	return m, nil
+	m.ctx, m.cancel = context.WithCancel(context.Background())
+	m.router = newRouter(routerParams{queue: opts.Queue, shards: opts.Shards, first: r.queue, open: r.shard,
+		masters: r.masters, opened: m.collect, log: m.log})
+	m.faults = &faults{router: m.router, pending: m.pending, queue: opts.Queue, timeout: opts.RedisTimeout, log: m.log}
+	m.holds = newHolds(r.store, mid, opts.KeyTTL, m.log)
+	m.feeding = feederParams{mid: mid, opts: opts, router: m.router, pending: m.pending, batches: m.batches,
+		costs: &m.costs, faults: m.faults, running: &m.feeders, beforeSend: h.send, publishTypes: m.publishTypes}
+	m.background = []part.Part{
+		newKeeper(keeperParams{mid: mid, ttl: opts.KeyTTL, router: m.router, holds: m.holds, batches: m.batches,
+			ended: &m.stats.ended, faults: m.faults, log: m.log}, opts.Poll),
+		newReaper(reaperParams{queue: opts.Queue, noWorkerTimeout: opts.NoWorkerTimeout, router: m.router,
+			batches: m.batches, faults: m.faults, log: m.log}, opts.Poll),
+		newRecoverer(recovererParams{mid: mid, ttl: opts.KeyTTL, router: m.router, pending: m.pending,
+			holds: m.holds, faults: m.faults, checked: h.checked, log: m.log}, opts.Poll),
+	}
+	m.collect(m.router.first())
+	for _, p := range m.background {
+		p.Start(m.ctx)
+	}
+	return m
+}
+
+// collect starts a collector of shard s.
+func (m *Manager) collect(s *shard) {
+	c := newCollector(collectorParams{shard: s, mid: m.id, poll: m.opts.Poll, maxFrame: m.opts.MaxFrame,
+		pending: m.pending, faults: m.faults, dropped: &m.stats.dropped, bytes: &m.stats.resultBytes, log: m.log})
+	m.partsMu.Lock()
+	m.collectors = append(m.collectors, c)
+	m.partsMu.Unlock()
+	c.Start(m.ctx)
 }
 
 // ID returns the manager's id.
@@ -148,35 +161,52 @@ func (m *Manager) ID() string { return m.id }
 // round trip.
 func (m *Manager) Workers(ctx context.Context) ([]string, error) {
 	started := time.Now()
-	ids, err := m.rdb.LiveWorkers(ctx)
+	ids, err := m.router.queue().LiveWorkers(ctx)
 	if err != nil {
-		return nil, m.redisError("listing workers", started, err)
+		return nil, m.faults.ofQueue("listing workers", started, err)
 	}
 	return ids, nil
 }
 
-// Dropped returns how many results the manager has discarded because no
-// pending task wanted them (stale, duplicate or unreadable).
-func (m *Manager) Dropped() int64 { return m.dropped.Load() }
+// Stats are a manager's diagnostics, counted since New.
+type Stats struct {
+	// Dropped counts results discarded because no pending task wanted them:
+	// stale, duplicate or unreadable.
+	Dropped int64
+	// ResultBytes counts the bytes of results read from Redis: what the
+	// batches' outputs (or, for MapReduce, partials) cost to bring back.
+	ResultBytes int64
+	// ConstantUploads and ConstantBytes count the constants this manager
+	// uploaded, and their bytes; a constant already in Redis is not
+	// uploaded again.
+	ConstantUploads, ConstantBytes int64
+	// Elements counts the elements that ended, a value or an error, in
+	// every batch.
+	Elements int64
+	// Pending is how many tasks wait for a result now.
+	Pending int
+	// Shards is how many shards of the queue the manager uses now.
+	Shards int
+}
 
-// ResultBytes returns the bytes of results the manager has read from Redis:
-// what its batches' outputs (or, for MapReduce, partials) cost to bring back.
-func (m *Manager) ResultBytes() int64 { return m.resultBytes.Load() }
+// Stats returns the manager's diagnostics. It costs no round trip.
+func (m *Manager) Stats() Stats {
+	n, bytes := m.holds.store.Uploads()
+	return Stats{
+		Dropped: m.stats.dropped.Load(), ResultBytes: m.stats.resultBytes.Load(),
+		ConstantUploads: n, ConstantBytes: bytes, Elements: m.stats.ended.Load(),
+		Pending: m.pending.count(), Shards: len(m.router.list()),
+	}
+}
 
 // Close ends every batch still running with ErrClosed, withdraws their tasks,
-// stops the collector (within one Poll) and deletes the manager's keys. It is
-// safe to call more than once.
+// stops the manager's parts (within one Poll) and deletes the manager's
+// keys. It is safe to call more than once.
 func (m *Manager) Close() error {
-	m.mu.Lock()
-	if m.closed {
-		m.mu.Unlock()
+	outstanding, first := m.pending.close()
+	if !first {
 		return nil
 	}
-	m.closed = true
-	outstanding := m.pending
-	m.pending = nil
-	m.mu.Unlock()
-
 	tids := make([]string, 0, len(outstanding))
 	seen := make(map[batch]bool)
 	for tid, p := range outstanding {
@@ -187,17 +217,24 @@ func (m *Manager) Close() error {
 		}
 	}
 	m.feeders.Wait()
+	shards := m.router.close()
+	m.partsMu.Lock()
+	parts := append([]part.Part(nil), m.background...)
+	for _, c := range m.collectors {
+		parts = append(parts, c)
+	}
+	m.partsMu.Unlock()
+	for _, p := range parts {
+		p.Stop()
+	}
+	for _, p := range parts {
+		p.Wait()
+	}
+	m.cancel()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	m.stop()
-	// Wake the collectors from their waits rather than wait out their
-	// timeout. If Redis is unreachable they are not blocked there anyway.
-	for _, s := range m.shardList() {
-		_ = s.rdb.WakeCollector(ctx, m.id)
-	}
-	<-m.stopped
-	groups := m.byShard(tids)
-	for _, s := range m.shardList() {
+	groups := m.router.byShard(tids)
+	for _, s := range shards {
 		if _, ok := groups[s]; !ok {
 			groups[s] = nil // dropped all the same
 		}
@@ -207,62 +244,16 @@ func (m *Manager) Close() error {
 	})
 }
 
-// register records the tasks of b as pending, the first one as chunk first
-// of b; it fails once the manager is closed.
-func (m *Manager) register(b batch, tids []string, first int) error {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if m.closed {
-		return redmap.ErrClosed
-	}
-	for i, tid := range tids {
-		m.pending[tid] = pending{batch: b, chunk: first + i}
-	}
-	return nil
-}
-
-// list records a running batch for operators; unlist forgets it, after
-// the next publish shows it as it ended (see publishBatches).
-func (m *Manager) list(id string, b batch) {
-	m.mu.Lock()
-	m.batches[id] = b
-	m.mu.Unlock()
-}
-
-func (m *Manager) unlist(id string) {
-	m.mu.Lock()
-	if b, ok := m.batches[id]; ok {
-		m.finished[id] = b
-	}
-	delete(m.batches, id)
-	m.mu.Unlock()
-}
-
-// forget removes tasks from the pending set and returns the ones that were
-// still pending.
-func (m *Manager) forget(tids []string) []string {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	var still []string
-	for _, tid := range tids {
-		if _, ok := m.pending[tid]; ok {
-			delete(m.pending, tid)
-			still = append(still, tid)
-		}
-	}
-	return still
-}
-
 // withdraw forgets tasks and removes the ones still pending from Redis, so
 // workers skip them and no result of theirs is delivered.
 func (m *Manager) withdraw(tids []string) {
-	still := m.forget(tids)
+	still := m.pending.forget(tids)
 	if len(still) == 0 {
 		return
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	err := eachShard(m.byShard(still), func(s *shard, tids []string) error { return s.rdb.Cancel(ctx, m.id, tids) })
+	err := eachShard(m.router.byShard(still), func(s *shard, tids []string) error { return s.rdb.Cancel(ctx, m.id, tids) })
 	if err != nil {
 		m.log.Warn("withdrawing tasks failed; workers run them and their results are discarded", "tasks", len(still), "err", err)
 	}
@@ -279,8 +270,8 @@ func (m *Manager) ready(ctx context.Context) error {
 		return nil
 	}
 	started := time.Now()
-	if err := m.rdb.Preflight(ctx, startTimeout, m.opts.RedisTimeout, m.log); err != nil {
-		return m.redisError("checking Redis", started, err)
+	if err := m.router.queue().Preflight(ctx, startTimeout, m.opts.RedisTimeout, m.log); err != nil {
+		return m.faults.ofQueue("checking Redis", started, err)
 	}
 	m.probed.Store(true)
 	return nil
@@ -299,8 +290,8 @@ func (m *Manager) publishTypes(ctx context.Context, sig string, types []string) 
 		return nil
 	}
 	started := time.Now()
-	if err := m.rdb.PublishTypes(ctx, sig, types); err != nil {
-		return m.redisError("publishing the types of a function", started, err)
+	if err := m.router.queue().PublishTypes(ctx, sig, types); err != nil {
+		return m.faults.ofQueue("publishing the types of a function", started, err)
 	}
 	m.typed.Store(sig, true)
 	return nil

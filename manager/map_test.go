@@ -42,7 +42,7 @@ func TestMapTenThousandOrdered(t *testing.T) {
 			}
 		}
 	}
-	if d := m.Dropped(); d != 0 {
+	if d := m.Stats().Dropped; d != 0 {
 		t.Errorf("manager dropped %d results, want 0", d)
 	}
 }
@@ -89,7 +89,7 @@ func TestThreeManagersOneQueue(t *testing.T) {
 					return
 				}
 			}
-			if d := m.Dropped(); d != 0 {
+			if d := m.Stats().Dropped; d != 0 {
 				t.Errorf("manager %d dropped %d results", k, d)
 			}
 		}()

@@ -1,12 +1,6 @@
 package manager
 
-import (
-	"context"
-	"fmt"
-	"time"
-
-	"github.com/redmap/redmap/internal/rdb"
-)
+import "time"
 
 // Progress is how far a batch has got.
 type Progress struct {
@@ -36,51 +30,3 @@ func (b *Batch[Out]) Progress() Progress {
 	return p
 }
 
-// publishBatches writes the progress of the manager's running batches to
-// Redis for operators (redmap batches), replacing what it wrote last time.
-func (m *Manager) publishBatches(ctx context.Context) {
-	m.mu.Lock()
-	running := make(map[string]batch, len(m.batches))
-	for id, b := range m.batches {
-		running[id] = b
-	}
-	finished := m.finished
-	m.finished = make(map[string]batch)
-	m.mu.Unlock()
-	published := make(map[string]rdb.BatchProgress, len(running)+len(finished))
-	for id, b := range running {
-		published[id] = rdb.BatchProgress(b.snapshot())
-	}
-	// A batch that ended since the last publish is shown once more, as it
-	// ended, so operators see its outcome rather than its last progress.
-	for id, b := range finished {
-		published[id] = rdb.BatchProgress(b.snapshot())
-	}
-	// Elements ended since the last publish feed the queue's throughput
-	// counters (redmap dashboard), whatever batch they were of.
-	ended := m.ended.Load()
-	cancels, err := m.rdb.PublishBatches(ctx, m.id, published, m.opts.KeyTTL, ended-m.endedSaid)
-	if err != nil {
-		m.mu.Lock()
-		for id, b := range finished {
-			m.finished[id] = b // shown next time
-		}
-		m.mu.Unlock()
-	}
-	switch {
-	case err == nil:
-		m.endedSaid = ended
-	case ctx.Err() != nil:
-		m.log.Debug("stopped while publishing batch progress", "err", err)
-	case rdb.Refused(err):
-		m.log.Error("publishing batch progress for operators refused", "err", err)
-	default:
-		m.log.Warn("publishing batch progress failed", "err", err)
-	}
-	for _, id := range cancels {
-		if b, ok := running[id]; ok {
-			m.log.Warn("an operator cancelled a batch", "batch", id)
-			b.abort(fmt.Errorf("%w: by an operator (redmap dashboard)", context.Canceled))
-		}
-	}
-}

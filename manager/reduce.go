@@ -51,7 +51,7 @@ func MapReduceWith[C, In, Out any](ctx context.Context, m *Manager, fn *redmap.H
 	}
 	b, err := submit(ctx, m, sp, elements[In]{xs: xs}, opts, red)
 	if err != nil {
-		m.release(sp.holder)
+		m.holds.release(sp.holder)
 		return zero, err
 	}
 	return b.reduced(ctx)

@@ -78,7 +78,7 @@ func SubmitWith[C, In, Out any](ctx context.Context, m *Manager, fn *redmap.Hand
 	}
 	b, err := submit(ctx, m, sp, elements[In]{xs: xs}, opts, (*redmap.Reducer[Out])(nil))
 	if err != nil {
-		m.release(sp.holder)
+		m.holds.release(sp.holder)
 		return nil, err
 	}
 	return b, nil
@@ -97,11 +97,11 @@ func holdConstant[C any](ctx context.Context, m *Manager, fn redmap.Handler, con
 	}
 	var ref cache.Ref
 	var holder string
-	err = m.riding(ctx, func() error {
+	err = m.faults.riding(ctx, func() error {
 		started := time.Now()
-		ref, holder, err = m.hold(ctx, enc)
+		ref, holder, err = m.holds.take(ctx, enc)
 		if err != nil {
-			return m.redisError(fmt.Sprintf("storing the constant of %q", fn.Name()), started, err)
+			return m.faults.ofQueue(fmt.Sprintf("storing the constant of %q", fn.Name()), started, err)
 		}
 		return nil
 	})
@@ -161,7 +161,7 @@ func submit[In, Out any](ctx context.Context, m *Manager, sp spec, els elements[
 		b.release()
 		return b, nil
 	}
-	m.list(b.id, b)
+	m.batches.list(b.id, b)
 	if err := f.first(ctx, sp, red); err != nil {
 		return nil, err
 	}
@@ -183,7 +183,7 @@ func prepare[In, Out any](m *Manager, sp spec, els elements[In], co callOptions,
 		// a tenth of its manager's CPU growing the slices.
 		size := co.chunk
 		if size == 0 {
-			size = m.chunkSize(sp.name, len(els.xs))
+			size = m.costs.chunkSize(sp.name, len(els.xs))
 		}
 		room := min(len(els.xs)/size+1, 1<<20)
 		b.chunks = make([]chunk, 0, room)
@@ -197,7 +197,7 @@ func prepare[In, Out any](m *Manager, sp spec, els elements[In], co callOptions,
 	}
 	if sp.constant != nil {
 		task.Const, task.ConstSize = sp.constant.Hash, sp.constant.Size
-		b.onEnd = func() { m.release(sp.holder) }
+		b.onEnd = func() { m.holds.release(sp.holder) }
 	}
 	// enc builds the payload of elements xs from index start; the batch
 	// keeps its input (or, for a sequence, the payload) to submit again if
@@ -220,7 +220,7 @@ func prepare[In, Out any](m *Manager, sp spec, els elements[In], co callOptions,
 	} else {
 		b.in = &sliceInput[In]{xs: els.xs, enc: enc}
 	}
-	return b, &feeder[Out]{m: m, b: b, in: b.in, fixed: co.chunk, priority: co.priority}
+	return b, &feeder[Out]{feederParams: m.feeding, b: b, in: b.in, fixed: co.chunk, priority: co.priority}
 }
 
 // SubmitSeq submits fn over the elements of seq, a sequence of any length,

@@ -1,0 +1,173 @@
+package manager
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/redmap/redmap"
+	"github.com/redmap/redmap/codec"
+	"github.com/redmap/redmap/internal/backoff"
+	"github.com/redmap/redmap/internal/part"
+	"github.com/redmap/redmap/internal/rdb"
+)
+
+// collectMax caps the results read from Redis in one round trip.
+const collectMax = 1024
+
+// collector reads one shard's result list and hands each result to the
+// batch waiting for it; nothing else. A result whose task is not pending
+// (stale, a duplicate, withdrawn) is dropped.
+type collector struct {
+	collectorParams
+	*part.Runner
+}
+
+// collectorParams is what a collector is built from.
+type collectorParams struct {
+	shard    *shard
+	mid      string
+	poll     time.Duration // the longest wait for a result: Options.Poll
+	maxFrame int           // Options.MaxFrame
+	pending  *pendingTasks
+	faults   *faults
+	dropped  *atomic.Int64 // results dropped: stale, duplicate or unreadable
+	bytes    *atomic.Int64 // bytes of results read
+	log      *slog.Logger
+}
+
+func newCollector(p collectorParams) *collector {
+	c := &collector{collectorParams: p}
+	c.Runner = part.Run(c.collect)
+	return c
+}
+
+// Stop stops reading, and wakes the collector from its wait for a result
+// rather than let it wait out its timeout: one round trip.
+func (c *collector) Stop() {
+	c.Runner.Stop()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	_ = c.shard.rdb.WakeCollector(ctx, c.mid)
+}
+
+// collect reads the shard's result list until ctx ends. If the shard's
+// Redis stays unreachable for RedisTimeout, what is outstanding there fails
+// with ErrUnavailable; if it refuses the read for good (an ACL, say),
+// everything outstanding fails at once, with the refusal.
+func (c *collector) collect(ctx context.Context) {
+	var (
+		handled int    // entries read last time, to trim off with the next read
+		mark    string // the start of the last of them
+		waited  bool   // they came from a wait (WaitResults), not a read
+		bo      backoff.Backoff
+		r       = c.shard.rdb
+	)
+	for ctx.Err() == nil {
+		started := time.Now()
+		var entries []string
+		var err error
+		if waited {
+			// The last entry came alone, from a wait: the read that trims
+			// it will likely find nothing more, so the next wait goes
+			// behind it in the same round trip.
+			entries, waited, err = r.ReadThenWait(ctx, c.mid, handled, mark, collectMax, c.poll)
+		} else {
+			entries, err = r.ReadResults(ctx, c.mid, handled, mark, collectMax)
+			if err == nil && len(entries) == 0 {
+				// Wait for the next entry; it comes with the wait, and the
+				// next read trims it as handled.
+				var first string
+				if first, err = r.WaitResults(ctx, c.mid, c.poll); first != "" {
+					entries = []string{first}
+				}
+				waited = true
+			}
+		}
+		if err != nil {
+			// The trim may or may not have been applied: read from the
+			// start again; entries seen twice are dropped as duplicates.
+			handled, waited = 0, false
+			c.faults.handle(ctx, c.shard, "reading results", started, err, true)
+			if !bo.Wait(ctx) {
+				return
+			}
+			continue
+		}
+		c.shard.outage.up()
+		bo.Reset()
+		c.dispatchAll(entries)
+		handled = len(entries)
+		if handled > 0 {
+			mark = rdb.Mark(entries[handled-1])
+		}
+	}
+}
+
+// dispatchAll dispatches entries, decoding them on up to GOMAXPROCS
+// goroutines when there are many, and returns once all are handled.
+func (c *collector) dispatchAll(entries []string) {
+	const perGoroutine = 64 // fewer, and a goroutine costs more than it saves
+	parts := min(runtime.GOMAXPROCS(0), len(entries)/perGoroutine)
+	if parts < 2 {
+		for _, e := range entries {
+			c.dispatch(e)
+		}
+		return
+	}
+	var wg sync.WaitGroup
+	size := (len(entries) + parts - 1) / parts
+	for start := 0; start < len(entries); start += size {
+		part := entries[start:min(start+size, len(entries))]
+		wg.Go(func() {
+			for _, e := range part {
+				c.dispatch(e)
+			}
+		})
+	}
+	wg.Wait()
+}
+
+// dispatch hands one entry of the result list to its batch, or drops it if
+// its task is not pending: a stale or duplicate result is never returned.
+func (c *collector) dispatch(entry string) {
+	e := rdb.DecodeEntry(entry)
+	switch e.Kind {
+	case rdb.EntryLost:
+		c.failTask(e.Task, fmt.Errorf("%w: worker %s died, and the batch was sent to its private queue", redmap.ErrLost, e.Worker))
+		return
+	case rdb.EntryPurged:
+		c.failTask(e.Task, fmt.Errorf("%w: purged from the queue by an operator", redmap.ErrLost))
+		return
+	case rdb.EntryWake:
+		return
+	}
+	c.bytes.Add(int64(len(e.Result)))
+	r, err := codec.DecodeResult(e.Result, c.maxFrame)
+	if r == nil {
+		c.dropped.Add(1)
+		c.log.Warn("dropped an unreadable result", "err", err)
+		return
+	}
+	p, ok := c.pending.take(r.Task)
+	if !ok {
+		c.dropped.Add(1)
+		return
+	}
+	p.batch.deliver(p.chunk, r, err)
+}
+
+// failTask fails a pending task with cause, or drops the news if it is not
+// pending.
+func (c *collector) failTask(tid string, cause error) {
+	p, ok := c.pending.take(tid)
+	if !ok {
+		c.dropped.Add(1)
+		return
+	}
+	p.batch.fail(p.chunk, 0, cause)
+}

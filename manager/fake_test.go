@@ -1,0 +1,441 @@
+package manager
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/redmap/redmap/cache"
+	"github.com/redmap/redmap/codec"
+	"github.com/redmap/redmap/internal/rdb"
+)
+
+// fakeShard is a shard of a queue in memory, for the unit tests of the
+// manager's parts: the seam's other side (shardRedis, queueRedis). It keeps
+// a task set (count, epoch, members) and a result list as submit.lua and the
+// result scripts do, and records what each part asked of it. If run is set,
+// it plays a worker: each submitted task's result is pushed as it is
+// submitted.
+type fakeShard struct {
+	i   int
+	run func(t *codec.Task) ([]byte, error) // a worker: the outputs of a task's elements
+
+	mu      sync.Mutex
+	changed chan struct{} // closed and replaced at every change of results
+	count   int64
+	epoch   string
+	tasks   map[string][]byte // the task set: id → payload
+	queued  []string          // task ids, in the order submitted
+	results []string          // the result list
+	fail    map[string]error  // operation → the error its calls return
+	calls   map[string]int    // operation → calls
+	cancels []string          // tasks withdrawn
+	dropped bool
+	renewed int
+	reaped  rdb.Reaped // what the next Reap returns
+
+	// queue-wide (shard 0)
+	served      map[string]bool
+	published   []map[string]rdb.BatchProgress
+	cancelBatch []string // batch ids PublishBatches says an operator cancelled
+	shardNames  []string
+	workers     []string
+}
+
+func newFakeShard(i int) *fakeShard {
+	return &fakeShard{i: i, tasks: make(map[string][]byte), fail: make(map[string]error),
+		calls: make(map[string]int), changed: make(chan struct{}), served: make(map[string]bool)}
+}
+
+// call records a call of op and returns the error set for it.
+func (f *fakeShard) call(op string) error {
+	f.calls[op]++
+	return f.fail[op]
+}
+
+func (f *fakeShard) setFail(op string, err error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if err == nil {
+		delete(f.fail, op)
+	} else {
+		f.fail[op] = err
+	}
+}
+
+func (f *fakeShard) callsOf(op string) int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.calls[op]
+}
+
+// push appends an entry to the result list.
+func (f *fakeShard) push(entry string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.pushLocked(entry)
+}
+
+func (f *fakeShard) pushLocked(entry string) {
+	f.results = append(f.results, entry)
+	close(f.changed)
+	f.changed = make(chan struct{})
+}
+
+// lose forgets the task set, as a Redis that lost its data (or a replica
+// promoted before it had the writes).
+func (f *fakeShard) lose() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.count, f.epoch, f.tasks = 0, "", make(map[string][]byte)
+}
+
+// complete plays a worker that finishes task tid: its result is pushed
+// and it leaves the task set (as finish.lua does). It reports whether the
+// task was in the set.
+func (f *fakeShard) complete(tid string) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	payload, ok := f.tasks[tid]
+	if !ok {
+		return false
+	}
+	delete(f.tasks, tid)
+	f.pushLocked(string(mustResult(tid, payload, f.run)))
+	return true
+}
+
+func mustResult(tid string, payload []byte, run func(*codec.Task) ([]byte, error)) []byte {
+	t, err := codec.DecodeTask(payload, 0)
+	if err != nil {
+		panic(err)
+	}
+	values, err := run(t)
+	if err != nil {
+		panic(err)
+	}
+	r, err := codec.EncodeResult(&codec.Result{Task: tid, Values: values})
+	if err != nil {
+		panic(err)
+	}
+	return r
+}
+
+func (f *fakeShard) Shard() int { return f.i }
+
+func (f *fakeShard) Submit(_ context.Context, _, _ string, tasks []rdb.Task, _ time.Duration, exp rdb.Expect) (int64, bool, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if err := f.call("submit"); err != nil {
+		return 0, false, err
+	}
+	intact := f.count >= exp.Count && f.epoch == exp.Epoch
+	if f.epoch == "" || exp.NewEpoch != "" {
+		f.epoch = exp.Epoch
+		if exp.NewEpoch != "" {
+			f.epoch = exp.NewEpoch
+		}
+	}
+	for _, t := range tasks {
+		f.tasks[t.ID] = t.Payload
+		f.queued = append(f.queued, t.ID)
+		f.count++
+	}
+	if f.run != nil {
+		for _, t := range tasks {
+			delete(f.tasks, t.ID)
+			f.pushLocked(string(mustResult(t.ID, t.Payload, f.run)))
+		}
+	}
+	return f.count, intact, nil
+}
+
+func (f *fakeShard) Cancel(_ context.Context, _ string, tids []string) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if err := f.call("cancel"); err != nil {
+		return err
+	}
+	for _, tid := range tids {
+		delete(f.tasks, tid)
+	}
+	f.cancels = append(f.cancels, tids...)
+	return nil
+}
+
+// trim drops the entries handled last time (the first handled, if the
+// first of them is still the one marked) and returns up to max more.
+func (f *fakeShard) trim(handled int, mark string, max int) []string {
+	if handled > 0 && len(f.results) >= handled && rdb.Mark(f.results[handled-1]) == mark {
+		f.results = f.results[handled:]
+	}
+	return slices.Clone(f.results[:min(max, len(f.results))])
+}
+
+func (f *fakeShard) ReadResults(_ context.Context, _ string, handled int, mark string, max int) ([]string, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if err := f.call("read"); err != nil {
+		return nil, err
+	}
+	return f.trim(handled, mark, max), nil
+}
+
+func (f *fakeShard) ReadThenWait(ctx context.Context, mid string, handled int, mark string, max int, timeout time.Duration) ([]string, bool, error) {
+	entries, err := f.ReadResults(ctx, mid, handled, mark, max)
+	if err != nil || len(entries) > 0 {
+		return entries, false, err
+	}
+	first, err := f.WaitResults(ctx, mid, timeout)
+	if first == "" {
+		return nil, true, err
+	}
+	return []string{first}, true, err
+}
+
+func (f *fakeShard) WaitResults(ctx context.Context, _ string, timeout time.Duration) (string, error) {
+	t := time.NewTimer(timeout)
+	defer t.Stop()
+	for {
+		f.mu.Lock()
+		if err := f.call("wait"); err != nil {
+			f.mu.Unlock()
+			return "", err
+		}
+		if len(f.results) > 0 {
+			first := f.results[0]
+			f.mu.Unlock()
+			return first, nil
+		}
+		changed := f.changed
+		f.mu.Unlock()
+		select {
+		case <-changed:
+		case <-t.C:
+			return "", nil
+		case <-ctx.Done():
+			return "", ctx.Err()
+		}
+	}
+}
+
+func (f *fakeShard) WakeCollector(context.Context, string) error {
+	f.push(rdb.EncodeEntry(rdb.Entry{Kind: rdb.EntryWake}))
+	return nil
+}
+
+func (f *fakeShard) Renew(context.Context, string, time.Duration) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if err := f.call("renew"); err != nil {
+		return err
+	}
+	f.renewed++
+	return nil
+}
+
+func (f *fakeShard) Drop(context.Context, string) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.dropped = true
+	return f.call("drop")
+}
+
+func (f *fakeShard) Reap(context.Context) (rdb.Reaped, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	r := f.reaped
+	f.reaped = rdb.Reaped{}
+	return r, f.call("reap")
+}
+
+func (f *fakeShard) Submitted(context.Context, string) (int64, string, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.count, f.epoch, f.call("submitted")
+}
+
+func (f *fakeShard) Missing(_ context.Context, _ string, tids []string) ([]string, int64, string, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if err := f.call("missing"); err != nil {
+		return nil, 0, "", err
+	}
+	var missing []string
+	for _, tid := range tids {
+		if _, ok := f.tasks[tid]; !ok {
+			missing = append(missing, tid)
+		}
+	}
+	return missing, f.count, f.epoch, nil
+}
+
+func (f *fakeShard) Preflight(context.Context, time.Duration, time.Duration, *slog.Logger) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.call("preflight")
+}
+
+func (f *fakeShard) LiveWorkers(context.Context) ([]string, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return slices.Clone(f.workers), f.call("workers")
+}
+
+func (f *fakeShard) Served(_ context.Context, fns []string) ([]bool, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	out := make([]bool, len(fns))
+	for i, fn := range fns {
+		out[i] = f.served[fn]
+	}
+	return out, f.call("served")
+}
+
+func (f *fakeShard) PublishTypes(context.Context, string, []string) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.call("types")
+}
+
+func (f *fakeShard) PublishShards(_ context.Context, adopt bool, names []string) ([]string, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if err := f.call("shards"); err != nil {
+		return nil, err
+	}
+	if len(f.shardNames) == 0 || !adopt {
+		f.shardNames = slices.Clone(names)
+	}
+	return slices.Clone(f.shardNames), nil
+}
+
+func (f *fakeShard) PublishBatches(_ context.Context, _ string, batches map[string]rdb.BatchProgress, _ time.Duration, _ int64) ([]string, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if err := f.call("progress"); err != nil {
+		return nil, err
+	}
+	f.published = append(f.published, batches)
+	c := f.cancelBatch
+	f.cancelBatch = nil
+	return c, nil
+}
+
+// fakeStore is the object cache in memory.
+type fakeStore struct {
+	mu      sync.Mutex
+	values  map[cache.Ref][]byte
+	holders map[cache.Ref]map[string]bool
+	uploads int64
+	bytes   int64
+}
+
+func newFakeStore() *fakeStore {
+	return &fakeStore{values: make(map[cache.Ref][]byte), holders: make(map[cache.Ref]map[string]bool)}
+}
+
+func (s *fakeStore) Put(_ context.Context, b []byte, holder string, _ time.Duration) (cache.Ref, bool, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	ref := cache.Ref{Hash: cache.Sum(b), Size: int64(len(b))}
+	_, had := s.values[ref]
+	if !had {
+		s.values[ref] = b
+		s.uploads++
+		s.bytes += int64(len(b))
+		s.holders[ref] = make(map[string]bool)
+	}
+	s.holders[ref][holder] = true
+	return ref, !had, nil
+}
+
+func (s *fakeStore) Hold(_ context.Context, ref cache.Ref, holder string, _ time.Duration) (bool, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if _, ok := s.values[ref]; !ok {
+		return false, nil
+	}
+	s.holders[ref][holder] = true
+	return true, nil
+}
+
+func (s *fakeStore) Release(_ context.Context, ref cache.Ref, holder string) (bool, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	hs, ok := s.holders[ref]
+	if !ok {
+		return false, nil
+	}
+	delete(hs, holder)
+	if len(hs) == 0 {
+		delete(s.values, ref)
+		delete(s.holders, ref)
+		return true, nil
+	}
+	return false, nil
+}
+
+func (s *fakeStore) Uploads() (int64, int64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.uploads, s.bytes
+}
+
+// lose forgets every value, as a Redis that lost its data.
+func (s *fakeStore) lose() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.values = make(map[cache.Ref][]byte)
+	s.holders = make(map[cache.Ref]map[string]bool)
+}
+
+// fakeQueue is a queue of n shards in memory, and a manager wired to it.
+type fakeQueue struct {
+	shards []*fakeShard
+	store  *fakeStore
+}
+
+func newFakeQueue(n int) *fakeQueue {
+	q := &fakeQueue{store: newFakeStore()}
+	for i := range n {
+		q.shards = append(q.shards, newFakeShard(i))
+	}
+	return q
+}
+
+// manager wires a manager to the queue, with opts (their defaults filled
+// in) and h; it is closed when the test ends.
+func (q *fakeQueue) manager(t interface {
+	Helper()
+	Fatal(...any)
+	Cleanup(func())
+}, opts Options, h hooks) *Manager {
+	t.Helper()
+	if opts.Queue == "" {
+		opts.Queue = "fake"
+	}
+	opts.Shards = len(q.shards)
+	opts, err := opts.withDefaults()
+	if err != nil {
+		t.Fatal(err)
+	}
+	next := 1
+	m := wire(seams{
+		queue: q.shards[0],
+		shard: func(string, int) shardRedis {
+			s := q.shards[next]
+			next++
+			return s
+		},
+		masters: func(context.Context) (rdb.Masters, bool, error) { return rdb.Masters{}, false, nil },
+		store:   q.store,
+	}, opts, h)
+	t.Cleanup(func() { _ = m.Close() })
+	return m
+}
+
+var errFakeDown = errors.New("dial tcp 127.0.0.1:1: connect: connection refused")

@@ -1,0 +1,114 @@
+package manager
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"sync/atomic"
+	"time"
+
+	"github.com/redmap/redmap/internal/part"
+	"github.com/redmap/redmap/internal/rdb"
+)
+
+// keeper keeps what the manager owns in Redis alive and tells operators
+// what it does, once per Poll: it renews the manager's keys on every shard
+// every KeyTTL/3; renews the running batches' holds of constants, storing
+// again one Redis lost (every Poll, not every KeyTTL/3: a constant lives on
+// a master of its own, which may lose it while the queue's does not, and
+// workers wait for it); publishes the batches' progress (redmap batches)
+// and the elements ended since (the dashboard's throughput); and keeps the
+// queue's list of shard names, which workers serve.
+type keeper struct {
+	keeperParams
+	*part.Runner
+	renewAt   map[*shard]time.Time // owned by tick
+	endedSaid int64                // ended, as the last publish counted it; owned by tick
+}
+
+// keeperParams is what a keeper is built from.
+type keeperParams struct {
+	mid     string
+	ttl     time.Duration // Options.KeyTTL
+	router  *router
+	holds   *holds
+	batches *registry
+	ended   *atomic.Int64 // elements that ended, all batches
+	faults  *faults
+	log     *slog.Logger
+}
+
+func newKeeper(p keeperParams, poll time.Duration) *keeper {
+	k := &keeper{keeperParams: p, renewAt: make(map[*shard]time.Time)}
+	k.Runner = part.Every(poll, k.tick)
+	return k
+}
+
+func (k *keeper) tick(ctx context.Context) {
+	k.renewKeys(ctx)
+	k.holds.renew(ctx)
+	k.publishBatches(ctx)
+	started := time.Now()
+	if err := k.router.publish(ctx); err != nil {
+		k.faults.handle(ctx, k.router.first(), "publishing the queue's shard names", started, err, false)
+	}
+}
+
+// renewKeys renews the manager's keys on each shard whose last renewal is
+// KeyTTL/3 old, at once on all of them.
+func (k *keeper) renewKeys(ctx context.Context) {
+	now := time.Now()
+	due := make(map[*shard]struct{})
+	for _, s := range k.router.list() {
+		if now.After(k.renewAt[s]) {
+			due[s] = struct{}{}
+			k.renewAt[s] = now.Add(k.ttl / 3)
+		}
+	}
+	_ = eachShard(due, func(s *shard, _ struct{}) error {
+		started := time.Now()
+		if err := s.rdb.Renew(ctx, k.mid, k.ttl); err != nil {
+			k.faults.handle(ctx, s, "renewing keys", started, err, false)
+		}
+		return nil
+	})
+}
+
+// publishBatches writes the progress of the manager's running batches to
+// Redis for operators, replacing what it wrote last time, and ends the
+// batches an operator cancelled.
+func (k *keeper) publishBatches(ctx context.Context) {
+	running, finished := k.batches.batches(), k.batches.takeFinished()
+	published := make(map[string]rdb.BatchProgress, len(running)+len(finished))
+	for id, b := range running {
+		published[id] = rdb.BatchProgress(b.snapshot())
+	}
+	// A batch that ended since the last publish is shown once more, as it
+	// ended, so operators see its outcome rather than its last progress.
+	for id, b := range finished {
+		published[id] = rdb.BatchProgress(b.snapshot())
+	}
+	// Elements ended since the last publish feed the queue's throughput
+	// counters (redmap dashboard), whatever batch they were of.
+	ended := k.ended.Load()
+	cancels, err := k.router.queue().PublishBatches(ctx, k.mid, published, k.ttl, ended-k.endedSaid)
+	switch {
+	case err == nil:
+		k.endedSaid = ended
+	case ctx.Err() != nil:
+		k.log.Debug("stopped while publishing batch progress", "err", err)
+	case rdb.Refused(err):
+		k.log.Error("publishing batch progress for operators refused", "err", err)
+	default:
+		k.log.Warn("publishing batch progress failed", "err", err)
+	}
+	if err != nil {
+		k.batches.putBack(finished) // shown next time
+	}
+	for _, id := range cancels {
+		if b, ok := running[id]; ok {
+			k.log.Warn("an operator cancelled a batch", "batch", id)
+			b.abort(fmt.Errorf("%w: by an operator (redmap dashboard)", context.Canceled))
+		}
+	}
+}

@@ -1,0 +1,484 @@
+package manager
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redmap/redmap"
+	"github.com/redmap/redmap/codec"
+	"github.com/redmap/redmap/internal/rdb"
+)
+
+// Unit tests of the manager's parts, against the fake seam (fake_test.go):
+// no redis-server. The suites against real servers (and real faults) are
+// the package's other tests.
+
+// squares is a worker's run of square over a task's elements.
+func squares(t *codec.Task) ([]byte, error) {
+	xs := make([]int, t.Count)
+	if err := codec.DecodeElements(t.Input, xs); err != nil {
+		return nil, err
+	}
+	for i := range xs {
+		xs[i] *= xs[i]
+	}
+	b, _, err := codec.EncodeOutputs(xs)
+	return b, err
+}
+
+func unitCtx(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+func until(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting until %s", what)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+func count(n int) []int {
+	xs := make([]int, n)
+	for i := range xs {
+		xs[i] = i
+	}
+	return xs
+}
+
+func checkSquares(t *testing.T, ys []int, n int) {
+	t.Helper()
+	if len(ys) != n {
+		t.Fatalf("%d results, want %d", len(ys), n)
+	}
+	for i, y := range ys {
+		if y != i*i {
+			t.Fatalf("ys[%d] = %d, want %d", i, y, i*i)
+		}
+	}
+}
+
+// taskIDs returns the ids of the tasks submitted to f, in order.
+func (f *fakeShard) taskIDs() []string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return slices.Clone(f.queued)
+}
+
+func TestFeederAndCollector(t *testing.T) {
+	q := newFakeQueue(1)
+	q.shards[0].run = squares
+	m := q.manager(t, Options{}, hooks{})
+	ys, err := Map(unitCtx(t), m, square, count(1000), ChunkSize(10))
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkSquares(t, ys, 1000)
+	if got := len(q.shards[0].taskIDs()); got != 100 {
+		t.Fatalf("%d tasks submitted, want 100 of 10 elements", got)
+	}
+	if st := m.Stats(); st.Pending != 0 || st.Dropped != 0 || st.Elements != 1000 {
+		t.Fatalf("stats %+v: want nothing pending or dropped, 1000 elements ended", st)
+	}
+}
+
+// The router spreads a batch's tasks round-robin over the shards, and puts
+// every task of a private batch on shard 0.
+func TestRouterSpreadsTasks(t *testing.T) {
+	q := newFakeQueue(3)
+	for _, s := range q.shards {
+		s.run = squares
+	}
+	q.shards[0].workers = []string{"w1"}
+	m := q.manager(t, Options{}, hooks{})
+	ys, err := Map(unitCtx(t), m, square, count(3000), ChunkSize(10))
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkSquares(t, ys, 3000)
+	for i, s := range q.shards {
+		if n := len(s.taskIDs()); n != 100 {
+			t.Fatalf("shard %d got %d tasks, want 100 of the 300", i, n)
+		}
+	}
+	if names := q.shards[0].shardNames; len(names) != 2 {
+		t.Fatalf("shard names published: %q, want 2", names)
+	}
+	before := []int{len(q.shards[0].taskIDs()), len(q.shards[1].taskIDs()), len(q.shards[2].taskIDs())}
+	ys, err = Map(unitCtx(t), m, square, count(300), ChunkSize(10), OnWorker("w1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkSquares(t, ys, 300)
+	after := []int{len(q.shards[0].taskIDs()), len(q.shards[1].taskIDs()), len(q.shards[2].taskIDs())}
+	if after[0]-before[0] != 30 || after[1] != before[1] || after[2] != before[2] {
+		t.Fatalf("a private batch's 30 tasks went to shards %v → %v; want all on shard 0", before, after)
+	}
+}
+
+func TestRouterOpensOnceAndNotAfterClose(t *testing.T) {
+	first := newFakeShard(0)
+	first.shardNames = []string{"taken-1", "taken-2"} // another manager named them first
+	var opened []string
+	r := newRouter(routerParams{queue: "q", shards: 3, first: first,
+		open: func(name string, i int) shardRedis {
+			opened = append(opened, fmt.Sprintf("%d:%s", i, name))
+			return newFakeShard(i)
+		},
+		masters: func(context.Context) (rdb.Masters, bool, error) { return rdb.Masters{}, false, nil },
+		opened:  func(*shard) {}, log: discard()})
+	for range 2 {
+		if err := r.openAll(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if want := []string{"1:taken-1", "2:taken-2"}; !slices.Equal(opened, want) {
+		t.Fatalf("opened %q, want the queue's names once: %q", opened, want)
+	}
+	for seq := range 12 {
+		r.nextSeq(false) // a public task between: any shard
+		if s := r.nextSeq(true); s%3 != 0 {
+			t.Fatalf("private task %d got sequence %d, not a multiple of 3 (shard 0)", seq, s)
+		}
+	}
+	closed := newRouter(routerParams{queue: "q", shards: 2, first: newFakeShard(0),
+		open:    func(string, int) shardRedis { t.Fatal("opened a shard after close"); return nil },
+		masters: func(context.Context) (rdb.Masters, bool, error) { return rdb.Masters{}, false, nil },
+		opened:  func(*shard) {}, log: discard()})
+	closed.close()
+	if err := closed.openAll(context.Background()); !errors.Is(err, redmap.ErrClosed) {
+		t.Fatalf("openAll after close: %v, want ErrClosed", err)
+	}
+}
+
+// A duplicate result, or one for a task the manager does not know, is
+// dropped and counted; the batch gets each of its results once.
+func TestCollectorDropsDuplicatesAndStrangers(t *testing.T) {
+	q := newFakeQueue(1)
+	s := q.shards[0]
+	s.run = squares
+	m := q.manager(t, Options{}, hooks{})
+	s.run = nil // results come when the test says
+	b, err := Submit(unitCtx(t), m, square, count(2), ChunkSize(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tids := s.taskIDs()
+	s.mu.Lock()
+	payload := s.tasks[tids[0]]
+	s.mu.Unlock()
+	s.run = squares
+	if !s.complete(tids[0]) {
+		t.Fatal("task 0 not in the task set")
+	}
+	s.push(string(mustResult(tids[0], payload, squares)))                             // a duplicate
+	s.push(string(mustResult(strings.Replace(tids[0], ":", ":x", 1), payload, squares))) // a stranger
+	s.push("not a result")
+	s.complete(tids[1])
+	ys, err := b.Wait(unitCtx(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkSquares(t, ys, 2)
+	until(t, "the three are dropped", func() bool { return m.Stats().Dropped == 3 })
+}
+
+// A private task whose worker died, or a task an operator purged, fails
+// with ErrLost saying which.
+func TestCollectorLostAndPurged(t *testing.T) {
+	q := newFakeQueue(1)
+	s := q.shards[0]
+	m := q.manager(t, Options{}, hooks{})
+	b, err := Submit(unitCtx(t), m, square, count(2), ChunkSize(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tids := s.taskIDs()
+	s.push(rdb.EncodeEntry(rdb.Entry{Kind: rdb.EntryLost, Task: tids[0], Worker: "w9"}))
+	s.push(rdb.EncodeEntry(rdb.Entry{Kind: rdb.EntryPurged, Task: tids[1]}))
+	_, err = b.Wait(unitCtx(t))
+	var be *redmap.BatchError
+	if !errors.As(err, &be) || len(be.Failed) != 2 {
+		t.Fatalf("err = %v, want a BatchError of 2", err)
+	}
+	for _, e := range be.Failed {
+		if !errors.Is(e, redmap.ErrLost) {
+			t.Fatalf("element error %v, want ErrLost", e)
+		}
+	}
+	msg := err.Error()
+	if !strings.Contains(msg, "worker w9 died") || !strings.Contains(msg, "purged") {
+		t.Fatalf("err = %v: want it to name the dead worker and the purge", err)
+	}
+}
+
+// A read Redis refuses for good fails every outstanding element at once,
+// with the refusal; one it cannot answer fails them with ErrUnavailable
+// once the outage has lasted RedisTimeout.
+func TestCollectorRefusalAndOutage(t *testing.T) {
+	refused := &redmap.CommandError{Op: "read results", Reply: "NOPERM no permissions to run the 'lmove' command", Kind: redmap.ErrRefused}
+	for _, tc := range []struct {
+		name string
+		err  error
+		want error
+	}{
+		{"refused", refused, redmap.ErrRefused},
+		{"unreachable", errFakeDown, redmap.ErrUnavailable},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			q := newFakeQueue(1)
+			s := q.shards[0]
+			m := q.manager(t, Options{Poll: 5 * time.Millisecond, RedisTimeout: 50 * time.Millisecond}, hooks{})
+			b, err := Submit(unitCtx(t), m, square, count(3), ChunkSize(1))
+			if err != nil {
+				t.Fatal(err)
+			}
+			s.setFail("read", tc.err)
+			s.setFail("wait", tc.err)
+			_, err = b.Wait(unitCtx(t))
+			if !errors.Is(err, tc.want) {
+				t.Fatalf("err = %v, want %v", err, tc.want)
+			}
+			var be *redmap.BatchError
+			if !errors.As(err, &be) || len(be.Failed) != 3 {
+				t.Fatalf("err = %v, want each of the 3 elements failed", err)
+			}
+		})
+	}
+}
+
+// The keeper renews the manager's keys on every shard, publishes its
+// running batches for operators, and ends a batch an operator cancelled.
+func TestKeeperPublishesAndRenews(t *testing.T) {
+	q := newFakeQueue(2)
+	m := q.manager(t, Options{Poll: 5 * time.Millisecond}, hooks{})
+	b, err := Submit(unitCtx(t), m, square, count(4), ChunkSize(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, s := range q.shards {
+		until(t, fmt.Sprintf("shard %d renewed", i), func() bool { return s.callsOf("renew") > 0 })
+	}
+	s0 := q.shards[0]
+	until(t, "the batch is published", func() bool {
+		s0.mu.Lock()
+		defer s0.mu.Unlock()
+		for _, p := range s0.published {
+			if bp, ok := p[b.id]; ok && bp.Func == "square" && bp.Total == 4 {
+				return true
+			}
+		}
+		return false
+	})
+	s0.mu.Lock()
+	s0.cancelBatch = []string{b.id}
+	s0.mu.Unlock()
+	if _, err := b.Wait(unitCtx(t)); !errors.Is(err, context.Canceled) || !strings.Contains(err.Error(), "operator") {
+		t.Fatalf("err = %v, want cancelled by an operator", err)
+	}
+}
+
+// The keeper stores again a batch's constant that Redis lost, and the
+// batch releases it when it ends.
+func TestKeeperRestoresLostConstant(t *testing.T) {
+	q := newFakeQueue(1)
+	s := q.shards[0]
+	m := q.manager(t, Options{Poll: 5 * time.Millisecond}, hooks{})
+	add := redmap.FuncWith("add", func(_ context.Context, c int, x int) (int, error) { return c + x, nil })
+	b, err := SubmitWith(unitCtx(t), m, add, 7, count(2), ChunkSize(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	q.store.lose()
+	until(t, "the constant is stored again", func() bool { return m.Stats().ConstantUploads == 2 })
+	s.run = func(t *codec.Task) ([]byte, error) {
+		xs := make([]int, t.Count)
+		if err := codec.DecodeElements(t.Input, xs); err != nil {
+			return nil, err
+		}
+		for i := range xs {
+			xs[i] += 7
+		}
+		b, _, err := codec.EncodeOutputs(xs)
+		return b, err
+	}
+	for _, tid := range s.taskIDs() {
+		s.complete(tid)
+	}
+	ys, err := b.Wait(unitCtx(t))
+	if err != nil || !slices.Equal(ys, []int{7, 8}) {
+		t.Fatalf("ys, err = %v, %v; want [7 8]", ys, err)
+	}
+	until(t, "the constant is released", func() bool {
+		q.store.mu.Lock()
+		defer q.store.mu.Unlock()
+		return len(q.store.values) == 0
+	})
+}
+
+// The reaper reaps on every shard, says when no live worker serves a
+// batch's function, and fails its waiting elements after NoWorkerTimeout.
+func TestReaperChecksServed(t *testing.T) {
+	q := newFakeQueue(2)
+	m := q.manager(t, Options{Poll: 5 * time.Millisecond, NoWorkerTimeout: 50 * time.Millisecond}, hooks{})
+	b, err := Submit(unitCtx(t), m, square, count(4), ChunkSize(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, s := range q.shards {
+		until(t, fmt.Sprintf("shard %d reaped", i), func() bool { return s.callsOf("reap") > 0 })
+	}
+	until(t, "the batch says it waits", func() bool { return strings.Contains(b.Progress().Waiting, `serves "square"`) })
+	_, err = b.Wait(unitCtx(t))
+	if !errors.Is(err, redmap.ErrNoWorker) {
+		t.Fatalf("err = %v, want ErrNoWorker", err)
+	}
+}
+
+// A served batch never waits: its elements end with their values.
+func TestReaperLeavesServedBatch(t *testing.T) {
+	q := newFakeQueue(1)
+	s := q.shards[0]
+	s.served["square"] = true
+	var checks int
+	m := q.manager(t, Options{Poll: 5 * time.Millisecond, NoWorkerTimeout: 20 * time.Millisecond}, hooks{})
+	b, err := Submit(unitCtx(t), m, square, count(2), ChunkSize(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	until(t, "served checked a few times past NoWorkerTimeout", func() bool {
+		checks = s.callsOf("served")
+		return checks > 10
+	})
+	if w := b.Progress().Waiting; w != "" {
+		t.Fatalf("a served batch waits: %q", w)
+	}
+	s.run = squares
+	for _, tid := range s.taskIDs() {
+		s.complete(tid)
+	}
+	ys, err := b.Wait(unitCtx(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkSquares(t, ys, 2)
+}
+
+// After Redis lost a shard's task set, the recoverer submits the
+// outstanding tasks again under their own ids, with a new epoch, and their
+// results count.
+func TestRecovererPutsBackLostTasks(t *testing.T) {
+	q := newFakeQueue(2)
+	m := q.manager(t, Options{Poll: 5 * time.Millisecond}, hooks{})
+	b, err := Submit(unitCtx(t), m, square, count(6), ChunkSize(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	lost := q.shards[1]
+	first := lost.taskIDs()
+	lost.mu.Lock()
+	epoch := lost.epoch
+	lost.mu.Unlock()
+	lost.lose()
+	until(t, "the lost tasks are submitted again", func() bool { return len(lost.taskIDs()) == 2*len(first) })
+	again := lost.taskIDs()[len(first):]
+	slices.Sort(again)
+	if want := slices.Sorted(slices.Values(first)); !slices.Equal(again, want) {
+		t.Fatalf("submitted again %q, want the same ids %q", again, want)
+	}
+	lost.mu.Lock()
+	newEpoch := lost.epoch
+	lost.mu.Unlock()
+	if newEpoch == "" || newEpoch == epoch {
+		t.Fatalf("epoch %q after recovery, was %q: want a new one", newEpoch, epoch)
+	}
+	if n := len(q.shards[0].taskIDs()); n != 3 {
+		t.Fatalf("shard 0, which lost nothing, had %d submits, want its 3", n)
+	}
+	for _, s := range q.shards {
+		s.run = squares
+		for _, tid := range s.taskIDs() {
+			s.complete(tid)
+		}
+	}
+	ys, err := b.Wait(unitCtx(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkSquares(t, ys, 6)
+}
+
+// Close ends running batches with ErrClosed, withdraws their tasks and
+// drops the manager's keys on every shard; parts are stopped when it
+// returns.
+func TestCloseWithdrawsAndDrops(t *testing.T) {
+	q := newFakeQueue(2)
+	m := q.manager(t, Options{Poll: 5 * time.Millisecond}, hooks{})
+	b, err := Submit(unitCtx(t), m, square, count(4), ChunkSize(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := m.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.Wait(unitCtx(t)); !errors.Is(err, redmap.ErrClosed) {
+		t.Fatalf("err = %v, want ErrClosed", err)
+	}
+	for i, s := range q.shards {
+		s.mu.Lock()
+		cancels, dropped := len(s.cancels), s.dropped
+		s.mu.Unlock()
+		if cancels != 2 || !dropped {
+			t.Fatalf("shard %d: %d tasks withdrawn, keys dropped %v; want 2 and true", i, cancels, dropped)
+		}
+	}
+	if _, err := Submit(unitCtx(t), m, square, count(1)); !errors.Is(err, redmap.ErrClosed) {
+		t.Fatalf("Submit after Close: %v, want ErrClosed", err)
+	}
+}
+
+// Submit rides out an outage shorter than RedisTimeout, and fails with
+// ErrUnavailable once it is longer.
+func TestSubmitRidesOutages(t *testing.T) {
+	q := newFakeQueue(1)
+	s := q.shards[0]
+	s.run = squares
+	m := q.manager(t, Options{RedisTimeout: time.Hour}, hooks{})
+	s.setFail("submit", errFakeDown)
+	done := make(chan error, 1)
+	go func() {
+		ys, err := Map(unitCtx(t), m, square, count(5))
+		if err == nil && len(ys) != 5 {
+			err = fmt.Errorf("%d results", len(ys))
+		}
+		done <- err
+	}()
+	until(t, "a submit failed", func() bool { return s.callsOf("submit") > 1 })
+	s.setFail("submit", nil)
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+
+	short := newFakeQueue(1)
+	m2 := short.manager(t, Options{RedisTimeout: 20 * time.Millisecond}, hooks{})
+	short.shards[0].setFail("submit", errFakeDown)
+	if _, err := Map(unitCtx(t), m2, square, count(5)); !errors.Is(err, redmap.ErrUnavailable) {
+		t.Fatalf("err = %v, want ErrUnavailable", err)
+	}
+	if st := m2.Stats(); st.Pending != 0 {
+		t.Fatalf("%d tasks still pending after Submit failed", st.Pending)
+	}
+}
+
+func discard() *slog.Logger { return slog.New(slog.DiscardHandler) }

@@ -1,0 +1,133 @@
+package manager
+
+import (
+	"sync"
+
+	"github.com/redmap/redmap"
+)
+
+// pendingTasks is the manager's task set as it knows it: for each task
+// that waits for a result, the batch and chunk it is of. A result counts
+// only if take finds its task here, and take removes it, so a stale or
+// duplicate result finds nothing and is dropped.
+type pendingTasks struct {
+	mu     sync.Mutex
+	tasks  map[string]pending
+	closed bool
+}
+
+// pending is an outstanding task: the batch that waits for it and the index of
+// its chunk in that batch.
+type pending struct {
+	batch batch
+	chunk int
+}
+
+func newPendingTasks() *pendingTasks { return &pendingTasks{tasks: make(map[string]pending)} }
+
+// add records tasks tids of b as pending, the first one as chunk first of
+// b; it fails with ErrClosed once the manager is closed.
+func (p *pendingTasks) add(b batch, tids []string, first int) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed {
+		return redmap.ErrClosed
+	}
+	for i, tid := range tids {
+		p.tasks[tid] = pending{batch: b, chunk: first + i}
+	}
+	return nil
+}
+
+// take removes task tid and returns where its result goes, if it was
+// pending.
+func (p *pendingTasks) take(tid string) (pending, bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	t, ok := p.tasks[tid]
+	delete(p.tasks, tid)
+	return t, ok
+}
+
+// get returns where task tid's result goes, if it is pending, and leaves it
+// pending.
+func (p *pendingTasks) get(tid string) (pending, bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	t, ok := p.tasks[tid]
+	return t, ok
+}
+
+// forget removes tasks and returns the ones that were still pending.
+func (p *pendingTasks) forget(tids []string) []string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	var still []string
+	for _, tid := range tids {
+		if _, ok := p.tasks[tid]; ok {
+			delete(p.tasks, tid)
+			still = append(still, tid)
+		}
+	}
+	return still
+}
+
+// takeAll removes every pending task that keep accepts (every one, if keep
+// is nil) and returns them; nothing once closed.
+func (p *pendingTasks) takeAll(keep func(tid string) bool) []pending {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed {
+		return nil
+	}
+	var out []pending
+	if keep == nil {
+		out = make([]pending, 0, len(p.tasks))
+		for _, t := range p.tasks {
+			out = append(out, t)
+		}
+		p.tasks = make(map[string]pending)
+		return out
+	}
+	for tid, t := range p.tasks {
+		if keep(tid) {
+			out = append(out, t)
+			delete(p.tasks, tid)
+		}
+	}
+	return out
+}
+
+// ids returns the ids of the pending tasks that keep accepts.
+func (p *pendingTasks) ids(keep func(tid string) bool) []string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	var out []string
+	for tid := range p.tasks {
+		if keep(tid) {
+			out = append(out, tid)
+		}
+	}
+	return out
+}
+
+// count returns how many tasks wait for a result.
+func (p *pendingTasks) count() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return len(p.tasks)
+}
+
+// close marks the set closed (add fails from now on) and empties it,
+// returning what was pending, and false if it was closed already.
+func (p *pendingTasks) close() (map[string]pending, bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed {
+		return nil, false
+	}
+	p.closed = true
+	all := p.tasks
+	p.tasks = make(map[string]pending)
+	return all, true
+}

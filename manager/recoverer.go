@@ -1,0 +1,170 @@
+package manager
+
+import (
+	"context"
+	"log/slog"
+	"time"
+
+	"github.com/redmap/redmap/internal/id"
+	"github.com/redmap/redmap/internal/part"
+	"github.com/redmap/redmap/internal/rdb"
+)
+
+// recoverer checks, once per Poll while tasks are outstanding, with one
+// HMGET per shard, that Redis still has every task the manager submitted
+// there, and puts back what it lost (see recover).
+type recoverer struct {
+	recovererParams
+	*part.Runner
+}
+
+// recovererParams is what a recoverer is built from.
+type recovererParams struct {
+	mid     string
+	ttl     time.Duration // Options.KeyTTL
+	router  *router
+	pending *pendingTasks
+	holds   *holds
+	faults  *faults
+	checked func() // a test's hook, after each check; nil in use
+	log     *slog.Logger
+}
+
+func newRecoverer(p recovererParams, poll time.Duration) *recoverer {
+	r := &recoverer{recovererParams: p}
+	r.Runner = part.Every(poll, r.tick)
+	return r
+}
+
+func (r *recoverer) tick(ctx context.Context) {
+	_ = eachShard(everyShard[struct{}](r.router), func(s *shard, _ struct{}) error {
+		r.check(ctx, s)
+		return nil
+	})
+}
+
+// check compares shard s's count of submitted tasks with what the manager
+// knows it submitted there, and recovers if Redis lost some.
+func (r *recoverer) check(ctx context.Context, s *shard) {
+	if r.pending.count() == 0 && !s.lossSeen.Load() {
+		return
+	}
+	// acked is read before Redis's count: every submit that raised acked
+	// had raised Redis's count first, so on a Redis that keeps its data the
+	// count read next is at least acked, whatever submits run meanwhile. The
+	// epoch changes only in recovery, which no check runs beside.
+	started := time.Now()
+	acked, epoch := s.acked.Load(), *s.epoch.Load()
+	have, hasEpoch, err := s.rdb.Submitted(ctx, r.mid)
+	if r.checked != nil {
+		r.checked()
+	}
+	if err != nil {
+		r.faults.handle(ctx, s, "checking for lost data", started, err, false)
+		return
+	}
+	// Before the first submit is acknowledged there is nothing to lose (and
+	// the set may not exist yet).
+	if acked > 0 && (have < acked || hasEpoch != epoch) || s.lossSeen.Load() {
+		r.recover(ctx, s)
+	}
+}
+
+// recover puts back what Redis lost on shard s: the constants of running
+// batches, then every outstanding task its task set no longer holds, under
+// its old id, so results of runs still going on count as well. It holds
+// sendMu, so no submit runs meanwhile, and Redis's count it ends with is
+// exact: it becomes acked. A task whose result was delivered but not yet
+// read is submitted again too (it is not in the set either); its second
+// result is discarded. Runs of a task from before and after the loss may
+// both finish; the first result is delivered, the other discarded. On
+// failure it is tried again the next Poll.
+func (r *recoverer) recover(ctx context.Context, s *shard) {
+	s.sendMu.Lock()
+	defer s.sendMu.Unlock()
+	started := time.Now()
+	tids := r.pending.ids(func(tid string) bool { return r.router.of(tid) == s })
+	// The count, the epoch and what is missing come from one script call, so
+	// from one server even while a failover moves clients (see rdb.Missing).
+	missing, have, hasEpoch, err := s.rdb.Missing(ctx, r.mid, tids)
+	if err != nil {
+		r.faults.handle(ctx, s, "finding lost tasks", started, err, false)
+		return
+	}
+	acked, epoch := s.acked.Load(), *s.epoch.Load()
+	if (acked == 0 || have >= acked && hasEpoch == epoch) && !s.lossSeen.Load() {
+		return
+	}
+	if err := r.holds.restore(ctx); err != nil {
+		r.faults.handle(ctx, s, "storing lost constants again", started, err, false)
+		return
+	}
+	if !r.resubmit(ctx, s, r.byList(missing), rdb.Expect{Count: have, Epoch: hasEpoch}, started) {
+		return
+	}
+	r.log.Warn("Redis lost writes of this manager; outstanding tasks it no longer held were submitted again",
+		"resubmitted", len(missing), "outstanding", len(tids), "count_in_redis", have, "shard", s.i)
+}
+
+// list is where a submit goes: a worker's private list, or a public list of
+// one priority.
+type list struct {
+	wid      string
+	priority int
+}
+
+// byList returns the tasks still pending of missing, ready to submit
+// again, one group per list; one empty group if none is.
+func (r *recoverer) byList(missing []string) map[list][]rdb.Task {
+	out := make(map[list][]rdb.Task)
+	for _, tid := range missing {
+		p, ok := r.pending.get(tid)
+		if !ok {
+			continue // its result came meanwhile
+		}
+		t, wid, err := p.batch.resubmission(p.chunk)
+		if err != nil {
+			// Encoding succeeded the first time; it cannot fail now, but
+			// if it does, fail the task rather than wait for it for ever.
+			if len(r.pending.forget([]string{tid})) == 1 {
+				p.batch.fail(p.chunk, 0, err)
+			}
+			continue
+		}
+		l := list{wid: wid, priority: id.Priority(tid, DefaultPriority)}
+		out[l] = append(out[l], t)
+	}
+	if len(out) == 0 {
+		out[list{}] = nil // still one call: it installs the new epoch
+	}
+	return out
+}
+
+// resubmit submits groups to shard s, the first expecting the task set as
+// the check read it (exp) and installing a new epoch: the set's history is
+// now the one the manager knows, and a set of any other (a primary about to
+// be replaced, with its own history) differs from it, however its count
+// compares. Each later submit checks what the one before it left. A set
+// that differs makes recovery start over next Poll. It reports whether all
+// went in.
+func (r *recoverer) resubmit(ctx context.Context, s *shard, groups map[list][]rdb.Task, exp rdb.Expect, started time.Time) bool {
+	fresh := id.New()[:16]
+	exp.NewEpoch = fresh
+	for l, tasks := range groups {
+		count, intact, err := s.rdb.Submit(ctx, r.mid, l.wid, tasks, r.ttl, exp)
+		if err != nil {
+			r.faults.handle(ctx, s, "submitting lost tasks again", started, err, false)
+			return false
+		}
+		if !intact {
+			s.lossSeen.Store(true)
+			r.log.Warn("Redis lost data again while the manager put back what it had lost; retrying")
+			return false
+		}
+		exp = rdb.Expect{Count: count, Epoch: fresh}
+	}
+	s.epoch.Store(&fresh)
+	s.acked.Store(exp.Count)
+	s.lossSeen.Store(false)
+	return true
+}

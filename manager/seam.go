@@ -1,0 +1,71 @@
+package manager
+
+import (
+	"context"
+	"log/slog"
+	"time"
+
+	"github.com/redmap/redmap/cache"
+	"github.com/redmap/redmap/internal/rdb"
+)
+
+// The manager's one seam to Redis. Its parts see a queue of one or more
+// shards through these interfaces, which internal/rdb implements (rdb.RDB,
+// cache.Store); the parts' unit tests give them fakes. Sharding lives in one
+// place, the router: a part asks it for a task's shard, or for them all.
+
+// shardRedis is one shard of the manager's queue in Redis: its task set, its
+// result list, its workers' leases.
+type shardRedis interface {
+	// Shard returns the shard's index: 0 for the queue's own keys.
+	Shard() int
+
+	// Submit queues tasks (the feeder and the recoverer).
+	Submit(ctx context.Context, mid, wid string, tasks []rdb.Task, ttl time.Duration, exp rdb.Expect) (count int64, intact bool, err error)
+	// Cancel withdraws tasks: workers skip them, their results are dropped.
+	Cancel(ctx context.Context, mid string, tids []string) error
+
+	// ReadResults, ReadThenWait, WaitResults and WakeCollector are the
+	// collector's.
+	ReadResults(ctx context.Context, mid string, handled int, mark string, max int) ([]string, error)
+	ReadThenWait(ctx context.Context, mid string, handled int, mark string, max int, timeout time.Duration) (entries []string, fromWait bool, err error)
+	WaitResults(ctx context.Context, mid string, timeout time.Duration) (string, error)
+	WakeCollector(ctx context.Context, mid string) error
+
+	// Renew and Drop are the keeper's and Close's: the manager's keys live
+	// while it does.
+	Renew(ctx context.Context, mid string, ttl time.Duration) error
+	Drop(ctx context.Context, mid string) error
+
+	// Reap is the reaper's.
+	Reap(ctx context.Context) (rdb.Reaped, error)
+
+	// Submitted and Missing are the recoverer's.
+	Submitted(ctx context.Context, mid string) (int64, string, error)
+	Missing(ctx context.Context, mid string, tids []string) (missing []string, count int64, epoch string, err error)
+}
+
+// queueRedis is shard 0, where the queue-wide records live as well.
+type queueRedis interface {
+	shardRedis
+	Preflight(ctx context.Context, budget, heal time.Duration, log *slog.Logger) error
+	LiveWorkers(ctx context.Context) ([]string, error)
+	Served(ctx context.Context, fns []string) ([]bool, error)
+	PublishTypes(ctx context.Context, sig string, types []string) error
+	PublishShards(ctx context.Context, adopt bool, names []string) ([]string, error)
+	PublishBatches(ctx context.Context, mid string, batches map[string]rdb.BatchProgress, ttl time.Duration, ended int64) (cancels []string, err error)
+}
+
+// constantStore is the object cache, where running batches hold their
+// constants.
+type constantStore interface {
+	Put(ctx context.Context, b []byte, holder string, ttl time.Duration) (cache.Ref, bool, error)
+	Hold(ctx context.Context, ref cache.Ref, holder string, ttl time.Duration) (bool, error)
+	Release(ctx context.Context, ref cache.Ref, holder string) (bool, error)
+	Uploads() (n, bytes int64)
+}
+
+var (
+	_ queueRedis    = (*rdb.RDB)(nil)
+	_ constantStore = (*cache.Store)(nil)
+)
