@@ -29,4 +29,3 @@ func (b *Batch[Out]) Progress() Progress {
 	}
 	return p
 }
-
