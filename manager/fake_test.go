@@ -124,6 +124,14 @@ func mustResult(tid string, payload []byte, run func(*codec.Task) ([]byte, error
 	return r
 }
 
+// setRun makes the fake run tasks with run as they are submitted or
+// completed (nil: they wait).
+func (f *fakeShard) setRun(run func(t *codec.Task) ([]byte, error)) {
+	f.mu.Lock()
+	f.run = run
+	f.mu.Unlock()
+}
+
 func (f *fakeShard) Shard() int { return f.i }
 
 func (f *fakeShard) Submit(_ context.Context, _, _ string, tasks []rdb.Task, _ time.Duration, exp rdb.Expect) (int64, bool, error) {
@@ -132,19 +140,21 @@ func (f *fakeShard) Submit(_ context.Context, _, _ string, tasks []rdb.Task, _ t
 	if err := f.call("submit"); err != nil {
 		return 0, false, err
 	}
-	intact := f.count >= exp.Count && f.epoch == exp.Epoch
-	if f.epoch == "" || exp.NewEpoch != "" {
+	// As submit.lua: intact if the count was as expected and the epoch the
+	// manager's (or none yet), which a recovery replaces.
+	intact := f.count >= exp.Count && (f.epoch == "" || f.epoch == exp.Epoch)
+	switch {
+	case exp.NewEpoch != "":
+		f.epoch = exp.NewEpoch
+	case f.epoch == "":
 		f.epoch = exp.Epoch
-		if exp.NewEpoch != "" {
-			f.epoch = exp.NewEpoch
-		}
 	}
 	for _, t := range tasks {
 		f.tasks[t.ID] = t.Payload
 		f.queued = append(f.queued, t.ID)
 		f.count++
 	}
-	if f.run != nil {
+	if f.run != nil { // a worker that runs tasks as they come
 		for _, t := range tasks {
 			delete(f.tasks, t.ID)
 			f.pushLocked(string(mustResult(t.ID, t.Payload, f.run)))

@@ -78,13 +78,13 @@ func (k *keeper) renewKeys(ctx context.Context) {
 // Redis for operators, replacing what it wrote last time, and ends the
 // batches an operator cancelled.
 func (k *keeper) publishBatches(ctx context.Context) {
-	running, finished := k.batches.batches(), k.batches.takeFinished()
+	running, finished := k.batches.batches(), k.batches.ended(time.Now())
 	published := make(map[string]rdb.BatchProgress, len(running)+len(finished))
 	for id, b := range running {
 		published[id] = rdb.BatchProgress(b.snapshot())
 	}
-	// A batch that ended since the last publish is shown once more, as it
-	// ended, so operators see its outcome rather than its last progress.
+	// A batch that ended is shown as it ended for shownEnded, so operators
+	// see its outcome rather than its last progress.
 	for id, b := range finished {
 		published[id] = rdb.BatchProgress(b.snapshot())
 	}
@@ -101,9 +101,6 @@ func (k *keeper) publishBatches(ctx context.Context) {
 		k.log.Error("publishing batch progress for operators refused", "err", err)
 	default:
 		k.log.Warn("publishing batch progress failed", "err", err)
-	}
-	if err != nil {
-		k.batches.putBack(finished) // shown next time
 	}
 	for _, id := range cancels {
 		if b, ok := running[id]; ok {

@@ -98,7 +98,7 @@ func TestFeederAndCollector(t *testing.T) {
 func TestRouterSpreadsTasks(t *testing.T) {
 	q := newFakeQueue(3)
 	for _, s := range q.shards {
-		s.run = squares
+		s.setRun(squares)
 	}
 	q.shards[0].workers = []string{"w1"}
 	m := q.manager(t, Options{}, hooks{})
@@ -167,9 +167,9 @@ func TestRouterOpensOnceAndNotAfterClose(t *testing.T) {
 func TestCollectorDropsDuplicatesAndStrangers(t *testing.T) {
 	q := newFakeQueue(1)
 	s := q.shards[0]
-	s.run = squares
+	s.setRun(squares)
 	m := q.manager(t, Options{}, hooks{})
-	s.run = nil // results come when the test says
+	s.setRun(nil) // results come when the test says
 	b, err := Submit(unitCtx(t), m, square, count(2), ChunkSize(1))
 	if err != nil {
 		t.Fatal(err)
@@ -178,7 +178,7 @@ func TestCollectorDropsDuplicatesAndStrangers(t *testing.T) {
 	s.mu.Lock()
 	payload := s.tasks[tids[0]]
 	s.mu.Unlock()
-	s.run = squares
+	s.setRun(squares)
 	if !s.complete(tids[0]) {
 		t.Fatal("task 0 not in the task set")
 	}
@@ -302,7 +302,7 @@ func TestKeeperRestoresLostConstant(t *testing.T) {
 	}
 	q.store.lose()
 	until(t, "the constant is stored again", func() bool { return m.Stats().ConstantUploads == 2 })
-	s.run = func(t *codec.Task) ([]byte, error) {
+	s.setRun(func(t *codec.Task) ([]byte, error) {
 		xs := make([]int, t.Count)
 		if err := codec.DecodeElements(t.Input, xs); err != nil {
 			return nil, err
@@ -312,7 +312,7 @@ func TestKeeperRestoresLostConstant(t *testing.T) {
 		}
 		b, _, err := codec.EncodeOutputs(xs)
 		return b, err
-	}
+	})
 	for _, tid := range s.taskIDs() {
 		s.complete(tid)
 	}
@@ -364,7 +364,7 @@ func TestReaperLeavesServedBatch(t *testing.T) {
 	if w := b.Progress().Waiting; w != "" {
 		t.Fatalf("a served batch waits: %q", w)
 	}
-	s.run = squares
+	s.setRun(squares)
 	for _, tid := range s.taskIDs() {
 		s.complete(tid)
 	}
@@ -407,7 +407,7 @@ func TestRecovererPutsBackLostTasks(t *testing.T) {
 		t.Fatalf("shard 0, which lost nothing, had %d submits, want its 3", n)
 	}
 	for _, s := range q.shards {
-		s.run = squares
+		s.setRun(squares)
 		for _, tid := range s.taskIDs() {
 			s.complete(tid)
 		}
@@ -453,7 +453,7 @@ func TestCloseWithdrawsAndDrops(t *testing.T) {
 func TestSubmitRidesOutages(t *testing.T) {
 	q := newFakeQueue(1)
 	s := q.shards[0]
-	s.run = squares
+	s.setRun(squares)
 	m := q.manager(t, Options{RedisTimeout: time.Hour}, hooks{})
 	s.setFail("submit", errFakeDown)
 	done := make(chan error, 1)

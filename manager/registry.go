@@ -26,11 +26,22 @@ type batch interface {
 type registry struct {
 	mu       sync.Mutex
 	running  map[string]batch // id → running batch
-	finished map[string]batch // id → batch ended since the last publish
+	finished map[string]ended // id → batch ended less than shownEnded ago
 }
 
+// ended is a batch that ended, and when.
+type ended struct {
+	batch
+	at time.Time
+}
+
+// shownEnded is how long the keeper keeps publishing a batch that ended, as
+// it ended: several Polls, so that a viewer that reads at its own pace (the
+// dashboard, every 0.9 s) sees its outcome.
+const shownEnded = 3 * time.Second
+
 func newRegistry() *registry {
-	return &registry{running: make(map[string]batch), finished: make(map[string]batch)}
+	return &registry{running: make(map[string]batch), finished: make(map[string]ended)}
 }
 
 // list records a running batch.
@@ -45,7 +56,7 @@ func (r *registry) list(id string, b batch) {
 func (r *registry) unlist(id string) {
 	r.mu.Lock()
 	if b, ok := r.running[id]; ok {
-		r.finished[id] = b
+		r.finished[id] = ended{batch: b, at: time.Now()}
 	}
 	delete(r.running, id)
 	r.mu.Unlock()
@@ -58,18 +69,18 @@ func (r *registry) batches() map[string]batch {
 	return maps.Clone(r.running)
 }
 
-// takeFinished returns the batches that ended since it was last called;
-// putBack returns them, if publishing them failed.
-func (r *registry) takeFinished() map[string]batch {
+// ended returns the batches that ended less than shownEnded before now,
+// and forgets the others.
+func (r *registry) ended(now time.Time) map[string]batch {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	f := r.finished
-	r.finished = make(map[string]batch)
-	return f
-}
-
-func (r *registry) putBack(finished map[string]batch) {
-	r.mu.Lock()
-	maps.Copy(r.finished, finished)
-	r.mu.Unlock()
+	out := make(map[string]batch, len(r.finished))
+	for id, e := range r.finished {
+		if now.Sub(e.at) > shownEnded {
+			delete(r.finished, id)
+			continue
+		}
+		out[id] = e.batch
+	}
+	return out
 }

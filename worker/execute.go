@@ -145,7 +145,7 @@ func (w *Worker) mismatch(ctx context.Context, h handler.Runtime, name, sig stri
 	if d, ok := w.mismatches.Load(sig); ok {
 		return msg + d.(string)
 	}
-	theirs, err := w.rdb.Types(ctx, sig)
+	theirs, err := w.source.first.Types(ctx, sig)
 	if err != nil || theirs == nil {
 		return msg // not remembered: the manager's types may be published later
 	}

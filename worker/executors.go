@@ -4,21 +4,20 @@ import (
 	"context"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/redmap/redmap/internal/rdb"
 )
 
 // executors run the jobs the fetcher hands them, Concurrency at a time, and
-// pass each result on to the finisher. Once the fetcher has stopped, jobs not
-// yet started are set aside, to be given back to the queue.
+// pass each result on to the finisher. Once stopped (the fetcher stops),
+// jobs not yet started are set aside, to be given back to the queue; they
+// return once jobs is closed.
 type executors struct {
-	w       *Worker
-	jobs    <-chan job
-	results chan<- rdb.Done
-	slots   *slots
-	stopped func() bool // the fetcher stopped: start nothing more
-	alone   sync.RWMutex
+	executorsParams
+	stopped atomic.Bool
+	alone   sync.RWMutex // a suspect runs holding it for writing: alone
 	wg      sync.WaitGroup
 	check   wantedCheck
 
@@ -26,25 +25,45 @@ type executors struct {
 	unstarted map[int][]string // held members of jobs set aside, by shard
 }
 
-func newExecutors(w *Worker, jobs <-chan job, results chan<- rdb.Done, s *slots, stopped func() bool) *executors {
-	return &executors{w: w, jobs: jobs, results: results, slots: s, stopped: stopped}
+// executorsParams is what the executors are built from.
+type executorsParams struct {
+	n       int // Options.Concurrency
+	jobs    <-chan job
+	results chan<- rdb.Done
+	slots   *slots
+	held    *held
+	source  *source
+	// execute runs a task and returns its result (Worker.execute).
+	execute func(ctx context.Context, t rdb.Taken) rdb.Done
+	// ran is told how long each task ran (prefetch adapts to it).
+	ran      func(time.Duration)
+	counters *counters
+	// stale is how long a prefetched task may wait before the executors
+	// check, before running it, that its batch still wants it (staleAfter;
+	// 0 in a test that has every task checked).
+	stale   time.Duration
+	suspect func(rdb.Taken) // a test's hook: a suspect starts, holding the executors alone
 }
 
-// start starts n executors, running tasks under ctx.
-func (e *executors) start(ctx context.Context, n int) {
-	for range n {
-		e.wg.Add(1)
-		go func() {
-			defer e.wg.Done()
+func newExecutors(p executorsParams) *executors { return &executors{executorsParams: p} }
+
+// Start starts the executors, running tasks under ctx.
+func (e *executors) Start(ctx context.Context) {
+	for range e.n {
+		e.wg.Go(func() {
 			for j := range e.jobs {
 				e.run(ctx, j)
 			}
-		}()
+		})
 	}
 }
 
-// wait returns once jobs is closed and every job has run or been set aside.
-func (e *executors) wait() { e.wg.Wait() }
+// Stop makes the executors start no more jobs: those still to come are set
+// aside.
+func (e *executors) Stop() { e.stopped.Store(true) }
+
+// Wait returns once jobs is closed and every job has run or been set aside.
+func (e *executors) Wait() { e.wg.Wait() }
 
 // setAside returns the held members of the jobs not started, by shard.
 func (e *executors) setAside() map[int][]string {
@@ -56,21 +75,12 @@ func (e *executors) setAside() map[int][]string {
 // staleAfter is how long a prefetched task may wait before the worker checks,
 // before running it, that its batch still wants it: tiny tasks never wait so
 // long, so the check costs nothing where prefetch matters, and a task that
-// waited longer costs one round trip more than its wait. (A test may have
-// every prefetched task checked: hooks.checkAll.)
+// waited longer costs one round trip more than its wait.
 const staleAfter = time.Millisecond
 
-// stale returns staleAfter, or 0 if a test has every prefetched task checked.
-func (w *Worker) stale() time.Duration {
-	if w.hooks.checkAll {
-		return 0
-	}
-	return staleAfter
-}
-
-// run is one job's step through the executors: set aside if the fetcher has
-// stopped; dropped unrun if it waited past staleAfter and is no longer
-// wanted; else executed (alone, if a suspect) under a context the maintainer
+// run is one job's step through the executors: set aside if they were
+// stopped; dropped unrun if it waited past stale and is no longer wanted;
+// else executed (alone, if a suspect) under a context the maintainer
 // cancels if its batch no longer wants it, and its result passed on unless
 // it was cancelled so.
 //
@@ -81,9 +91,8 @@ func (w *Worker) stale() time.Duration {
 // A task lost before (attempt above 0) may be a poison pill: it runs holding
 // alone for writing, so that it takes no other task down with it.
 func (e *executors) run(ctx context.Context, j job) {
-	w := e.w
 	defer e.slots.release(1)
-	if e.stopped() {
+	if e.stopped.Load() {
 		e.mu.Lock()
 		if e.unstarted == nil {
 			e.unstarted = make(map[int][]string)
@@ -92,15 +101,15 @@ func (e *executors) run(ctx context.Context, j job) {
 		e.mu.Unlock()
 		return
 	}
-	if time.Since(j.takenAt) > w.stale() && e.check.unwanted(ctx, w, j) {
+	if time.Since(j.takenAt) > e.stale && e.check.unwanted(ctx, e, j) {
 		e.drop(j)
 		return
 	}
 	if j.Attempt > 0 {
 		e.alone.Lock()
 		defer e.alone.Unlock()
-		if w.hooks.suspect != nil {
-			w.hooks.suspect(j.Taken)
+		if e.suspect != nil {
+			e.suspect(j.Taken)
 		}
 	} else {
 		e.alone.RLock()
@@ -108,11 +117,11 @@ func (e *executors) run(ctx context.Context, j job) {
 	}
 	tctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	w.held.start(j.ID, cancel)
+	e.held.start(j.ID, cancel)
 	began := time.Now()
-	d := w.execute(tctx, j.Taken)
-	w.taskTimes.observe(time.Since(began))
-	w.held.stop(j.ID)
+	d := e.execute(tctx, j.Taken)
+	e.ran(time.Since(began))
+	e.held.stop(j.ID)
 	if tctx.Err() != nil { // cancelled by the maintainer
 		e.drop(j)
 		return
@@ -122,8 +131,8 @@ func (e *executors) run(ctx context.Context, j job) {
 
 // wantedCheck asks Redis which of the tasks waiting to run their managers no
 // longer want, for every task waiting at once: one round trip answers for all
-// the tasks a prefetch holds, and tasks that waited past staleAfter together
-// share one check no older than staleAfter.
+// the tasks a prefetch holds, and tasks that waited past stale together
+// share one check no older than stale.
 type wantedCheck struct {
 	mu      sync.Mutex
 	at      time.Time       // when the last check began
@@ -131,27 +140,25 @@ type wantedCheck struct {
 }
 
 // unwanted reports whether j's manager no longer wants it, by the last
-// check if that began after j was taken and no longer than staleAfter ago,
+// check if that began after j was taken and no longer than stale ago,
 // else by a new one. On an error it reports false: the task runs, and its
 // result is discarded if unwanted.
-func (c *wantedCheck) unwanted(ctx context.Context, w *Worker, j job) bool {
+func (c *wantedCheck) unwanted(ctx context.Context, e *executors, j job) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	now := time.Now()
-	if !c.at.After(j.takenAt) || now.Sub(c.at) > w.stale() {
-		waiting := w.held.waiting()
+	if !c.at.After(j.takenAt) || now.Sub(c.at) > e.stale {
+		waiting := e.held.waiting()
 		if !slices.Contains(waiting[j.Shard], j.ID) {
 			waiting[j.Shard] = append(waiting[j.Shard], j.ID)
 		}
-		dropped := make(map[string]bool)
-		for i, tids := range waiting {
-			unwanted, err := w.shard(i).Unwanted(ctx, w.opts.ID, tids)
-			if err != nil {
-				return false
-			}
-			for _, tid := range unwanted {
-				dropped[tid] = true
-			}
+		unwanted, err := e.source.unwanted(ctx, waiting)
+		if err != nil {
+			return false
+		}
+		dropped := make(map[string]bool, len(unwanted))
+		for _, tid := range unwanted {
+			dropped[tid] = true
 		}
 		c.at, c.dropped = now, dropped
 	}
@@ -160,6 +167,6 @@ func (c *wantedCheck) unwanted(ctx context.Context, w *Worker, j job) bool {
 
 // drop forgets a job whose result nobody wants.
 func (e *executors) drop(j job) {
-	e.w.held.release(j.ID)
-	e.w.counters.discarded.Add(1)
+	e.held.release(j.ID)
+	e.counters.discarded.Add(1)
 }

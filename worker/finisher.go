@@ -2,6 +2,7 @@ package worker
 
 import (
 	"context"
+	"sync"
 
 	"github.com/redmap/redmap/internal/backoff"
 	"github.com/redmap/redmap/internal/rdb"
@@ -10,20 +11,40 @@ import (
 // finisher reports results to Redis as the executors pass them on, as many
 // per script call as are waiting, and releases their tasks from the ledger.
 type finisher struct {
-	w       *Worker
+	finisherParams
 	results chan rdb.Done
+	mu      sync.Mutex
+	started bool
+	stopped bool
 	done    chan struct{}
+}
+
+// finisherParams is what a finisher is built from.
+type finisherParams struct {
+	capacity int // results that may wait to be reported
+	source   *source
+	held     *held
+	counters *counters
+	failed   func(op string, err error)
+	before   func([]rdb.Done) // a test's hook: a batch of results is about to be reported
 }
 
 // maxFinish caps the results reported in one Finish call.
 const maxFinish = 1000
 
-func newFinisher(w *Worker, capacity int) *finisher {
-	return &finisher{w: w, results: make(chan rdb.Done, capacity), done: make(chan struct{})}
+func newFinisher(p finisherParams) *finisher {
+	return &finisher{finisherParams: p, results: make(chan rdb.Done, p.capacity), done: make(chan struct{})}
 }
 
-// start starts reporting, with calls under ctx.
-func (f *finisher) start(ctx context.Context) {
+// Start starts reporting, with calls under ctx. Stop, not the end of ctx,
+// ends it: results passed on are reported, whatever happened to the caller.
+func (f *finisher) Start(ctx context.Context) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.started || f.stopped {
+		return
+	}
+	f.started = true
 	go func() {
 		defer close(f.done)
 		batch := make([]rdb.Done, 0, maxFinish)
@@ -46,10 +67,23 @@ func (f *finisher) start(ctx context.Context) {
 	}()
 }
 
-// stop tells the finisher no more results come; wait returns once it has
-// reported the last.
-func (f *finisher) stop() { close(f.results) }
-func (f *finisher) wait() { <-f.done }
+// Stop tells the finisher no more results come (the executors have
+// returned); Wait returns once it has reported the last.
+func (f *finisher) Stop() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.stopped {
+		return
+	}
+	f.stopped = true
+	close(f.results)
+	if !f.started {
+		close(f.done) // it never runs
+	}
+}
+
+// Wait returns once the finisher has reported every result passed on.
+func (f *finisher) Wait() { <-f.done }
 
 // finish reports a batch of results, one call per shard they came from,
 // retrying while Redis is unreachable (finishing twice delivers once), and
@@ -57,40 +91,25 @@ func (f *finisher) wait() { <-f.done }
 // set in Redis, and the sweep of orphans returns them to the queue to run
 // again.
 func (f *finisher) finish(ctx context.Context, batch []rdb.Done) {
-	w := f.w
-	if w.hooks.finish != nil {
-		w.hooks.finish(batch)
+	if f.before != nil {
+		f.before(batch)
 	}
 	defer func() {
 		for _, d := range batch {
-			w.held.release(d.ID)
+			f.held.release(d.ID)
 		}
 	}()
-	if len(w.shards()) == 1 {
-		f.finishShard(ctx, 0, batch)
-		return
-	}
-	byShard := make(map[int][]rdb.Done)
-	for _, d := range batch {
-		byShard[d.Shard] = append(byShard[d.Shard], d)
-	}
-	for i, done := range byShard {
-		f.finishShard(ctx, i, done)
-	}
-}
-
-// finishShard reports results of tasks of shard i.
-func (f *finisher) finishShard(ctx context.Context, i int, batch []rdb.Done) {
-	w := f.w
 	var bo backoff.Backoff
+	left := batch
 	for attempt := 1; ; attempt++ {
-		n, err := w.shard(i).Finish(ctx, w.opts.ID, batch)
+		n, failed, err := f.source.finish(ctx, left)
+		f.counters.delivered.Add(int64(n))
+		f.counters.discarded.Add(int64(len(left) - len(failed) - n))
 		if err == nil {
-			w.counters.delivered.Add(int64(n))
-			w.counters.discarded.Add(int64(len(batch) - n))
 			return
 		}
-		w.failed("finish", err)
+		f.failed("finish", err)
+		left = failed
 		if attempt == 10 || !bo.Wait(ctx) {
 			return
 		}

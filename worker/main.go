@@ -166,7 +166,7 @@ func mainWith(args []string, stdout, stderr io.Writer, hs ...redmap.Handler) err
 	// A Redis that is not there, or that refuses redmap, ends the program
 	// with one line after a few seconds, rather than a worker that retries
 	// for ever having never served.
-	if err := w.rdb.Preflight(ctx, startBudget, healBudget, log); err != nil {
+	if err := w.source.first.Preflight(ctx, startBudget, healBudget, log); err != nil {
 		return fmt.Errorf("worker: cannot serve queue %q with Redis at %s: %w", *queue, redmap.RedactURL(*url), err)
 	}
 	w.checked = true // one start-up check per process

@@ -38,15 +38,11 @@ func (w *Worker) Collector() prometheus.Collector {
 		gauge("queue_depth", "Task ids waiting in the public queue, all shards (-1 if Redis did not answer).", func() float64 {
 			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 			defer cancel()
-			var total int64
-			for _, s := range w.shards() {
-				n, err := s.Depth(ctx)
-				if err != nil {
-					return -1
-				}
-				total += n
+			n, err := w.source.depth(ctx)
+			if err != nil {
+				return -1
 			}
-			return float64(total)
+			return float64(n)
 		}),
 		w.durationWithLabels(labels),
 	}

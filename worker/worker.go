@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"os"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -25,18 +26,17 @@ import (
 // Worker runs the tasks of one queue. Build it with New, register functions
 // with Handle, then call Run.
 //
-// Run wires four parts, each in its own file with one lifecycle (start, stop,
-// wait): the fetcher takes tasks, the executors run them, the finisher
-// reports their results, and the maintainer keeps the worker in good
-// standing. The ledger of held tasks (held) is what they share.
+// Run wires four parts, each in its own file with one lifecycle
+// (internal/part: Start, Stop, Wait) and built from a params struct: the
+// fetcher takes tasks, the executors run them, the finisher reports their
+// results, and the maintainer keeps the worker in good standing. They reach
+// Redis through the source (source.go), where the worker's sharding lives;
+// the ledger of held tasks (held) is what they share.
 type Worker struct {
-	rdb       *rdb.RDB // shard 0's: where the queue-wide records live
-	client    redis.UniversalClient
-	shardMu   sync.Mutex                 // serialises growth of shardList
-	shardList atomic.Pointer[[]*rdb.RDB] // the queue's shards the worker serves; it only grows
-	opts      Options
-	memo      *cache.Memo
-	log       *slog.Logger
+	source *source
+	opts   Options
+	memo   *cache.Memo
+	log    *slog.Logger
 
 	mu       sync.RWMutex
 	handlers map[string]handler.Runtime
@@ -49,11 +49,9 @@ type Worker struct {
 	duration  prometheus.Histogram // seconds per task run
 	draining  atomic.Bool          // the fetcher stopped: the worker takes no more tasks
 	taskTimes taskTimes            // how long tasks run, for prefetch
+	problem   problem
 
 	mismatches sync.Map // manager signature -> how it differs from the worker's handle
-
-	problemMu   sync.Mutex
-	problemText string // the last failed Redis call, for operators; "" when all is well
 
 	checked bool  // worker.Main ran the start-up check: Run does not again
 	hooks   hooks // set by tests before Run; all zero otherwise
@@ -68,6 +66,25 @@ type hooks struct {
 	checkAll bool             // check every prefetched task still wanted, however short its wait
 }
 
+// problem is the last failed Redis call of a worker's parts, for
+// operators; "" when all is well.
+type problem struct {
+	mu   sync.Mutex
+	text string
+}
+
+func (p *problem) set(text string) {
+	p.mu.Lock()
+	p.text = text
+	p.mu.Unlock()
+}
+
+func (p *problem) get() string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.text
+}
+
 // New returns a worker of client for opts.Queue. It validates opts and returns
 // an error naming the first bad field. It sends no command.
 func New(client redis.UniversalClient, opts Options) (*Worker, error) {
@@ -78,11 +95,17 @@ func New(client redis.UniversalClient, opts Options) (*Worker, error) {
 	if err != nil {
 		return nil, err
 	}
+	return wire(opts, rdb.New(client, opts.Prefix, opts.Queue),
+		func(name string, i int) shardRedis { return rdb.NewShard(client, opts.Prefix, name, i) },
+		cache.NewMemo(cache.NewStore(client, opts.Prefix, 0), opts.CacheBytes)), nil
+}
+
+// wire builds a worker over its seam to Redis: shard 0 of its queue, how
+// to open the others, and the memo of constants; opts have their defaults.
+func wire(opts Options, first queueRedis, open func(name string, i int) shardRedis, memo *cache.Memo) *Worker {
 	w := &Worker{
-		rdb:      rdb.New(client, opts.Prefix, opts.Queue),
-		client:   client,
 		opts:     opts,
-		memo:     cache.NewMemo(cache.NewStore(client, opts.Prefix, 0), opts.CacheBytes),
+		memo:     memo,
 		log:      opts.Logger.With("worker", opts.ID, "queue", opts.Queue),
 		handlers: make(map[string]handler.Runtime),
 		held:     newHeld(),
@@ -91,47 +114,9 @@ func New(client redis.UniversalClient, opts Options) (*Worker, error) {
 			Buckets: prometheus.ExponentialBuckets(0.0001, 4, 10),
 		}),
 	}
-	w.shardList.Store(&[]*rdb.RDB{w.rdb})
-	return w, nil
-}
-
-// shards returns the queue's shards the worker serves: one, until a
-// heartbeat learns that managers spread the queue over more
-// (manager.Options.Shards).
-func (w *Worker) shards() []*rdb.RDB { return *w.shardList.Load() }
-
-// shard returns shard i, which the worker serves.
-func (w *Worker) shard(i int) *rdb.RDB { return w.shards()[i] }
-
-// grow makes the worker serve every shard the queue's list of shard names
-// names, if it knows that there are n shards and serves fewer: one LRANGE.
-// It keeps the shards it serves (a name Redis lost stays served).
-func (w *Worker) grow(ctx context.Context, n int) {
-	if n <= len(w.shards()) {
-		return
-	}
-	w.shardMu.Lock()
-	defer w.shardMu.Unlock()
-	old := w.shards()
-	if n <= len(old) {
-		return
-	}
-	names, err := w.rdb.ShardNames(ctx)
-	if err != nil {
-		w.failed("read the queue's shard names", err)
-		return
-	}
-	grown := slices.Clip(old)
-	for _, name := range names {
-		if !slices.ContainsFunc(grown, func(r *rdb.RDB) bool { return r.Name() == name }) {
-			grown = append(grown, rdb.NewShard(w.client, w.opts.Prefix, name, len(grown)))
-		}
-	}
-	w.rdb.SawShards(len(grown))
-	if len(grown) > len(old) {
-		w.shardList.Store(&grown)
-		w.log.Info("serving more shards of the queue, as its managers spread tasks over them", "shards", len(grown))
-	}
+	w.source = newSource(sourceParams{wid: opts.ID, lease: opts.Lease, idleWait: opts.IdleWait,
+		first: first, open: open, failed: w.failed, log: w.log})
+	return w
 }
 
 // CacheStats returns the counters of the worker's memo of constant data:
@@ -195,19 +180,14 @@ func (w *Worker) Run(ctx context.Context) error {
 	// Tasks run, and results are reported, detached from ctx: when ctx ends,
 	// the worker drains what it holds instead of abandoning it.
 	bg := context.WithoutCancel(ctx)
-	capacity := w.opts.Concurrency + w.opts.Prefetch
-	s := newSlots(func() int { return w.opts.Concurrency + w.prefetch() })
-	fetch := newFetcher(w, ctx, bg, s, capacity)
-	upkeep := newMaintainer(w, fetch.stop)
-	finish := newFinisher(w, capacity)
-	exec := newExecutors(w, fetch.jobs, finish.results, s, fetch.stopped)
+	fetch, exec, finish, upkeep := w.parts()
 
 	// Register before the first take, so that a worker killed at any instant
 	// after taking is in the workers set for the reap to find; and fail at
 	// once, having taken nothing, if Redis refuses what the worker needs.
 	// worker.Main checks with its budgets just before: once is enough.
 	if !w.checked {
-		if err := w.rdb.Preflight(ctx, 0, 0, w.log); err != nil && rdb.Refused(err) {
+		if err := w.source.first.Preflight(ctx, 0, 0, w.log); err != nil && rdb.Refused(err) {
 			return fmt.Errorf("worker: cannot serve queue %q: %w", w.opts.Queue, err)
 		}
 	}
@@ -215,45 +195,80 @@ func (w *Worker) Run(ctx context.Context) error {
 		return fmt.Errorf("worker: cannot serve queue %q: %w", w.opts.Queue, err)
 	}
 
-	upkeep.start(bg)
-	finish.start(bg)
-	exec.start(bg, w.opts.Concurrency)
-	fetch.start()
+	upkeep.Start(bg)
+	finish.Start(bg)
+	exec.Start(bg)
+	fetch.Start(ctx)
 
-	fetch.wait() // ctx ended, or an operator drains the worker
-	exec.wait()  // tasks already running finish; prefetched ones are set aside
-	finish.stop()
-	finish.wait()
-	upkeep.stop()
-	upkeep.wait()
+	fetch.Wait() // ctx ended, or an operator drains the worker
+	exec.Wait()  // tasks already running finish; prefetched ones are set aside
+	finish.Stop()
+	finish.Wait()
+	upkeep.Stop()
+	upkeep.Wait()
 	w.leave(bg, exec.setAside())
 	return nil
+}
+
+// parts builds the worker's four parts, each from what it needs.
+func (w *Worker) parts() (*fetcher, *executors, *finisher, *maintainer) {
+	capacity := w.opts.Concurrency + w.opts.Prefetch
+	s := newSlots(func() int { return w.opts.Concurrency + w.prefetch() })
+	finish := newFinisher(finisherParams{capacity: capacity, source: w.source, held: w.held,
+		counters: &w.counters, failed: w.failed, before: w.hooks.finish})
+	stale := staleAfter
+	if w.hooks.checkAll {
+		stale = 0
+	}
+	exec := newExecutors(executorsParams{n: w.opts.Concurrency, results: finish.results, slots: s, held: w.held,
+		source: w.source, execute: w.execute, ran: w.taskTimes.observe, counters: &w.counters,
+		stale: stale, suspect: w.hooks.suspect})
+	fetch := newFetcher(fetcherParams{wid: w.opts.ID, heartbeat: w.opts.Heartbeat, capacity: capacity,
+		source: w.source, held: w.held, slots: s, counters: &w.counters, failed: w.failed,
+		stopping: func() {
+			w.draining.Store(true)
+			exec.Stop()
+		},
+		emptying: w.hooks.emptying, log: w.log})
+	exec.jobs = fetch.jobs
+	upkeep := newMaintainer(maintainerParams{wid: w.opts.ID, lease: w.opts.Lease, source: w.source, held: w.held,
+		failures: &w.failures, counters: &w.counters, info: w.info, problem: &w.problem, failed: w.failed,
+		drain: fetch.Stop, draining: w.draining.Load, log: w.log}, w.opts.Heartbeat)
+	return fetch, exec, finish, upkeep
 }
 
 // leave gives the tasks set aside unrun back to the queue, then retires the
 // worker from every shard: its lease ends now, and tasks left in its private
 // lists are reported lost to their managers.
 func (w *Worker) leave(ctx context.Context, unstarted map[int][]string) {
-	for i, members := range unstarted {
+	if len(unstarted) > 0 {
 		gctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-		n, err := w.shard(i).GiveBack(gctx, w.opts.ID, members)
+		n, err := w.source.giveBack(gctx, unstarted)
 		cancel()
+		w.counters.givenBack.Add(int64(n))
 		if err != nil {
 			w.log.Warn("giving back prefetched tasks failed; they return when the lease expires", "err", err)
-		} else {
-			w.counters.givenBack.Add(int64(n))
 		}
 	}
-	for _, r := range w.shards() {
-		rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-		if reaped, err := r.Retire(rctx, w.opts.ID); err != nil {
-			w.log.Warn("retiring failed; the lease will expire", "err", err)
-		} else if reaped.Lost > 0 {
-			w.log.Warn("private tasks left unrun were reported lost", "tasks", reaped.Lost)
-		}
-		cancel()
-	}
+	w.source.retire(ctx)
 	w.log.Info("worker stopped")
+}
+
+// info is what the worker publishes for operators.
+func (w *Worker) info() rdb.WorkerInfo {
+	st := w.Stats()
+	host, _ := os.Hostname()
+	state := "running"
+	if w.draining.Load() {
+		state = "draining"
+	}
+	return rdb.WorkerInfo{
+		Host: host, PID: os.Getpid(), Concurrency: w.opts.Concurrency, Lease: w.opts.Lease,
+		Started: w.started, Heartbeat: time.Now(),
+		Running: st.Running, Taken: st.Taken, Delivered: st.Delivered, Failed: st.Failed,
+		Functions: w.names(), State: state, Error: w.problem.get(),
+		CacheHits: w.memo.Stats().Hits, CacheBytes: w.memo.Stats().BytesFetched,
+	}
 }
 
 // failed logs a failed Redis call of one of the worker's loops: at error
@@ -267,20 +282,7 @@ func (w *Worker) failed(op string, err error) {
 	} else {
 		w.log.Warn("Redis call failed; retrying", "op", op, "err", err)
 	}
-	w.setProblem(op + ": " + err.Error())
-}
-
-func (w *Worker) setProblem(p string) {
-	w.problemMu.Lock()
-	w.problemText = p
-	w.problemMu.Unlock()
-}
-
-// problem returns the last failure of a Redis call, "" once all is well.
-func (w *Worker) problem() string {
-	w.problemMu.Lock()
-	defer w.problemMu.Unlock()
-	return w.problemText
+	w.problem.set(op + ": " + err.Error())
 }
 
 func (w *Worker) names() []string {

@@ -1,0 +1,327 @@
+package worker
+
+import (
+	"context"
+	"log/slog"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/redmap/redmap/internal/rdb"
+)
+
+// fakeShard is a shard of a queue in memory, for the unit tests of the
+// worker's parts: the seam's other side (shardRedis, queueRedis). It keeps
+// a public list, the worker's held set and the reported results, and
+// records what the parts asked of it.
+type fakeShard struct {
+	i    int
+	name string
+
+	mu       sync.Mutex
+	bell     chan struct{} // closed and replaced when tasks come or the bell rings
+	queue    []rdb.Taken
+	held     map[string]rdb.Taken // member → task
+	finished []rdb.Done
+	unwanted map[string]bool
+	fail     map[string]error
+	calls    map[string]int
+	holdings []int // the holding argument of each take
+	shards   int   // what takes say of the queue's shard count
+	names    []string
+	drain    bool
+	infos    []rdb.WorkerInfo
+	records  []rdb.FailureRecord
+	reaped   rdb.Reaped
+	retired  bool
+	suspect  bool // the next take leaves a suspect waiting (TakeEnd.Suspect)
+}
+
+func newFakeShard(i int, name string) *fakeShard {
+	return &fakeShard{i: i, name: name, bell: make(chan struct{}), held: make(map[string]rdb.Taken),
+		unwanted: make(map[string]bool), fail: make(map[string]error), calls: make(map[string]int), shards: 1}
+}
+
+func (f *fakeShard) call(op string) error {
+	f.calls[op]++
+	return f.fail[op]
+}
+
+func (f *fakeShard) callsOf(op string) int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.calls[op]
+}
+
+func (f *fakeShard) setFail(op string, err error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if err == nil {
+		delete(f.fail, op)
+	} else {
+		f.fail[op] = err
+	}
+}
+
+func (f *fakeShard) ring() {
+	close(f.bell)
+	f.bell = make(chan struct{})
+}
+
+// add queues tasks.
+func (f *fakeShard) add(ts ...rdb.Taken) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for _, t := range ts {
+		t.Shard = f.i
+		f.queue = append(f.queue, t)
+	}
+	f.ring()
+}
+
+func (f *fakeShard) results() []rdb.Done {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return slices.Clone(f.finished)
+}
+
+func (f *fakeShard) heldNow() []string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var ms []string
+	for m := range f.held {
+		ms = append(ms, m)
+	}
+	slices.Sort(ms)
+	return ms
+}
+
+func (f *fakeShard) Shard() int   { return f.i }
+func (f *fakeShard) Name() string { return f.name }
+func (f *fakeShard) Shards() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.shards
+}
+
+func (f *fakeShard) Take(_ context.Context, _ string, n int, _ time.Duration, holding int) ([]rdb.Taken, rdb.TakeEnd, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if err := f.call("take"); err != nil {
+		return nil, rdb.TakeEnd{}, err
+	}
+	f.holdings = append(f.holdings, holding)
+	var taken []rdb.Taken
+	end := rdb.TakeEnd{}
+	for len(taken) < n && len(f.queue) > 0 {
+		t := f.queue[0]
+		if t.Attempt > 0 && (len(taken) > 0 || holding > 0 || len(f.held) > 0) {
+			end.Suspect = true // a suspect goes only to a worker holding nothing
+			break
+		}
+		f.queue = f.queue[1:]
+		taken = append(taken, t)
+		f.held[t.Member()] = t
+		if t.Attempt > 0 {
+			break // alone
+		}
+	}
+	end.Drained = len(f.queue) == 0
+	return taken, end, nil
+}
+
+func (f *fakeShard) WaitTake(ctx context.Context, wid string, n int, lease, timeout time.Duration, holding int) ([]rdb.Taken, rdb.TakeEnd, error) {
+	if _, err := f.WaitBell(ctx, wid, timeout); err != nil {
+		return nil, rdb.TakeEnd{}, err
+	}
+	return f.Take(ctx, wid, n, lease, holding)
+}
+
+func (f *fakeShard) WaitBell(ctx context.Context, _ string, timeout time.Duration) (bool, error) {
+	f.mu.Lock()
+	if len(f.queue) > 0 {
+		f.mu.Unlock()
+		return true, nil
+	}
+	bell := f.bell
+	f.mu.Unlock()
+	t := time.NewTimer(timeout)
+	defer t.Stop()
+	select {
+	case <-bell:
+		return true, nil
+	case <-t.C:
+		return false, nil
+	case <-ctx.Done():
+		return false, ctx.Err()
+	}
+}
+
+func (f *fakeShard) RingStop(context.Context, string) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.ring()
+	return f.call("ringstop")
+}
+
+func (f *fakeShard) Finish(_ context.Context, _ string, done []rdb.Done) (int, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if err := f.call("finish"); err != nil {
+		return 0, err
+	}
+	n := 0
+	for _, d := range done {
+		if _, ok := f.held[d.ID]; ok {
+			delete(f.held, d.ID)
+			f.finished = append(f.finished, d)
+			n++
+		}
+	}
+	return n, nil
+}
+
+func (f *fakeShard) GiveBack(_ context.Context, _ string, members []string) (int, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if err := f.call("giveback"); err != nil {
+		return 0, err
+	}
+	n := 0
+	for _, m := range members {
+		if t, ok := f.held[m]; ok {
+			delete(f.held, m)
+			f.queue = append([]rdb.Taken{t}, f.queue...)
+			n++
+		}
+	}
+	if n > 0 {
+		f.ring()
+	}
+	return n, nil
+}
+
+func (f *fakeShard) Held(context.Context, string) ([]string, error) {
+	ms := f.heldNow()
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return ms, f.call("held")
+}
+
+func (f *fakeShard) Unwanted(_ context.Context, _ string, tids []string) ([]string, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if err := f.call("unwanted"); err != nil {
+		return nil, err
+	}
+	var out []string
+	for _, tid := range tids {
+		if f.unwanted[tid] {
+			out = append(out, tid)
+		}
+	}
+	return out, nil
+}
+
+func (f *fakeShard) Heartbeat(_ context.Context, _ string, _ time.Duration, info *rdb.WorkerInfo) (rdb.Beat, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if err := f.call("heartbeat"); err != nil {
+		return rdb.Beat{}, err
+	}
+	if info != nil {
+		f.infos = append(f.infos, *info)
+	}
+	return rdb.Beat{Drain: f.drain, Shards: f.shards}, nil
+}
+
+func (f *fakeShard) Reap(context.Context) (rdb.Reaped, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	r := f.reaped
+	f.reaped = rdb.Reaped{}
+	return r, f.call("reap")
+}
+
+func (f *fakeShard) Retire(context.Context, string) (rdb.Reaped, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.retired = true
+	return rdb.Reaped{}, f.call("retire")
+}
+
+func (f *fakeShard) Depth(context.Context) (int64, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return int64(len(f.queue)), f.call("depth")
+}
+
+func (f *fakeShard) Preflight(context.Context, time.Duration, time.Duration, *slog.Logger) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.call("preflight")
+}
+
+func (f *fakeShard) PublishError(context.Context, string, time.Duration, string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.calls["publisherror"]++
+}
+
+func (f *fakeShard) RecordFailures(_ context.Context, recs []rdb.FailureRecord) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if err := f.call("failures"); err != nil {
+		return err
+	}
+	f.records = append(f.records, recs...)
+	return nil
+}
+
+func (f *fakeShard) ShardNames(context.Context) ([]string, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return slices.Clone(f.names), f.call("names")
+}
+
+func (f *fakeShard) SawShards(int) {}
+
+func (f *fakeShard) Types(context.Context, string) ([]string, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return nil, f.call("types")
+}
+
+// fakeQueue is a queue of shards in memory: shard 0 first, then the ones
+// a worker opens as it grows, by name.
+type fakeQueue struct {
+	mu     sync.Mutex
+	shards []*fakeShard
+}
+
+func newFakeQueue(names ...string) *fakeQueue {
+	q := &fakeQueue{}
+	q.shards = append(q.shards, newFakeShard(0, "q"))
+	for i, n := range names {
+		q.shards = append(q.shards, newFakeShard(i+1, n))
+	}
+	q.shards[0].names = names
+	q.shards[0].shards = len(q.shards)
+	return q
+}
+
+// source returns a source over the queue.
+func (q *fakeQueue) source(failed func(string, error)) *source {
+	return newSource(sourceParams{wid: "w1", lease: time.Minute, idleWait: 20 * time.Millisecond, first: q.shards[0],
+		open: func(name string, i int) shardRedis {
+			q.mu.Lock()
+			defer q.mu.Unlock()
+			for _, s := range q.shards {
+				if s.name == name {
+					return s
+				}
+			}
+			panic("no shard " + name)
+		},
+		failed: failed, log: slog.New(slog.DiscardHandler)})
+}

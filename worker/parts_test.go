@@ -1,0 +1,356 @@
+package worker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redmap/redmap"
+	"github.com/redmap/redmap/cache"
+	"github.com/redmap/redmap/codec"
+	"github.com/redmap/redmap/internal/rdb"
+)
+
+// Unit tests of the worker's parts, against the fake seam (fake_test.go):
+// no redis-server. The suites against real servers are the package's, the
+// manager's and cmd/redmap's other tests.
+
+func until(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting until %s", what)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+var negate = redmap.Func("negate", func(_ context.Context, x int) (int, error) { return -x, nil })
+
+// task returns a task of negate over xs, as a manager submits it.
+func task(t *testing.T, id string, attempt int, xs ...int) rdb.Taken {
+	t.Helper()
+	in, err := codec.EncodeElements(xs, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	payload, err := codec.EncodeTask(&codec.Task{Func: negate.Name(), Sig: negate.Signature(), Count: len(xs), Input: in})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return rdb.Taken{ID: id, Attempt: attempt, Payload: payload}
+}
+
+// outputs decodes a result's outputs.
+func outputs(t *testing.T, d rdb.Done) []int {
+	t.Helper()
+	r, err := codec.DecodeResult(d.Result, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(r.Fails) > 0 {
+		t.Fatalf("task %s failed: %+v", d.ID, r.Fails)
+	}
+	ys := make([]int, 2)
+	if err := codec.DecodeElements(r.Values, ys); err != nil {
+		t.Fatal(err)
+	}
+	return ys
+}
+
+// fakeWorker is a worker over q, with opts; ran tells when it returned.
+func fakeWorker(t *testing.T, q *fakeQueue, opts Options) *Worker {
+	t.Helper()
+	opts.Queue = "q"
+	opts, err := opts.withDefaults()
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := wire(opts, q.shards[0], q.source(nil).open, cache.NewMemo(cache.NewStore(nil, opts.Prefix, 0), 1<<20)) // no constants here
+	if err := w.Handle(negate); err != nil {
+		t.Fatal(err)
+	}
+	return w
+}
+
+func run(t *testing.T, w *Worker) (stop func()) {
+	ctx, cancel := context.WithCancel(context.Background())
+	ran := make(chan error, 1)
+	go func() { ran <- w.Run(ctx) }()
+	return func() {
+		cancel()
+		if err := <-ran; err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// A worker over a queue of three shards takes the tasks of every shard
+// (once a heartbeat says there are three), reports each result to the
+// shard its task came from, and retires from each when it stops.
+func TestWorkerServesEveryShard(t *testing.T) {
+	q := newFakeQueue("q#1", "q#2")
+	w := fakeWorker(t, q, Options{Concurrency: 2, Heartbeat: 10 * time.Millisecond})
+	stop := run(t, w)
+	for i, s := range q.shards {
+		for j := range 5 {
+			s.add(task(t, fmt.Sprintf("%d-%d", i, j), 0, i, j))
+		}
+	}
+	for i, s := range q.shards {
+		until(t, fmt.Sprintf("shard %d's 5 tasks are reported", i), func() bool { return len(s.results()) == 5 })
+	}
+	stop()
+	for i, s := range q.shards {
+		for _, d := range s.results() {
+			var a, b int
+			fmt.Sscanf(d.ID, "%d-%d", &a, &b)
+			if ys := outputs(t, d); !slices.Equal(ys, []int{-a, -b}) || d.Shard != i {
+				t.Fatalf("task %s of shard %d: %v (from shard %d), want [%d %d]", d.ID, i, ys, d.Shard, -a, -b)
+			}
+		}
+		s.mu.Lock()
+		retired := s.retired
+		s.mu.Unlock()
+		if !retired {
+			t.Fatalf("shard %d: the worker did not retire", i)
+		}
+		if held := s.heldNow(); len(held) != 0 {
+			t.Fatalf("shard %d still holds %v", i, held)
+		}
+	}
+	if st := w.Stats(); st.Taken != 15 || st.Delivered != 15 {
+		t.Fatalf("stats %+v, want 15 taken and delivered", st)
+	}
+}
+
+// The source takes from its shards in turn: each take starts at the shard
+// after the one that gave tasks last.
+func TestSourceTakesInTurn(t *testing.T) {
+	q := newFakeQueue("q#1", "q#2")
+	for i, s := range q.shards {
+		for j := range 3 {
+			s.add(rdb.Taken{ID: fmt.Sprintf("%d-%d", i, j)})
+		}
+	}
+	src := q.source(func(op string, err error) { t.Errorf("%s: %v", op, err) })
+	ctx := context.Background()
+	src.grow(ctx, 3)
+	if n := len(src.shards()); n != 3 {
+		t.Fatalf("serving %d shards, want 3", n)
+	}
+	var order []int
+	for range 9 {
+		if !src.await(ctx) {
+			t.Fatal("await ended")
+		}
+		r := src.take(ctx, 1, func() int { return 0 })
+		if r.err != nil || len(r.taken) != 1 {
+			t.Fatalf("take: %v, %v", r.taken, r.err)
+		}
+		order = append(order, r.taken[0].Shard)
+	}
+	if want := []int{0, 1, 2, 0, 1, 2, 0, 1, 2}; !slices.Equal(order, want) {
+		t.Fatalf("took from shards %v, want %v", order, want)
+	}
+}
+
+// A take that fails on one shard goes on to the next, and says the error
+// only if no shard gave tasks.
+func TestSourceTakesPastAFailedShard(t *testing.T) {
+	q := newFakeQueue("q#1")
+	q.shards[1].add(rdb.Taken{ID: "a"})
+	q.shards[0].setFail("take", errors.New("connection refused"))
+	src := q.source(func(string, error) {})
+	src.grow(context.Background(), 2)
+	r := src.take(context.Background(), 1, func() int { return 0 })
+	if r.err != nil || len(r.taken) != 1 || r.taken[0].ID != "a" {
+		t.Fatalf("take: %v, %v; want task a of shard 1", r.taken, r.err)
+	}
+	r = src.take(context.Background(), 1, func() int { return 0 })
+	if r.err == nil {
+		t.Fatal("a take that found shard 1 empty and shard 0 failing said no error")
+	}
+}
+
+// A suspect (a task lost before) runs with nothing else held: after taking
+// it, the fetcher takes nothing more until its result is reported, and the
+// take that left one for want of an empty worker is followed by one that
+// holds nothing.
+func TestFetcherTakesSuspectAlone(t *testing.T) {
+	q := newFakeQueue()
+	s := q.shards[0]
+	s.add(task(t, "a", 0, 1), task(t, "suspect", 1, 2), task(t, "b", 0, 3))
+	w := fakeWorker(t, q, Options{Concurrency: 4, Heartbeat: 10 * time.Millisecond})
+	var running, most atomic.Int32
+	w.hooks.suspect = func(rdb.Taken) {
+		if n := int32(w.held.size()); n > most.Load() {
+			most.Store(n)
+		}
+		running.Add(1)
+	}
+	stop := run(t, w)
+	until(t, "all three reported", func() bool { return len(s.results()) == 3 })
+	stop()
+	if running.Load() != 1 {
+		t.Fatalf("the suspect ran %d times, want 1", running.Load())
+	}
+	if most.Load() != 1 {
+		t.Fatalf("the worker held %d tasks when the suspect started, want it alone", most.Load())
+	}
+	s.mu.Lock()
+	holdings := slices.Clone(s.holdings)
+	s.mu.Unlock()
+	if !slices.Contains(holdings, 0) || len(holdings) < 2 {
+		t.Fatalf("holdings at each take %v: want a take holding nothing after the one that left the suspect", holdings)
+	}
+}
+
+// Executors stopped set jobs aside, unrun; a job that waited past stale and
+// is no longer wanted is dropped unrun; others run and pass on their
+// result.
+func TestExecutors(t *testing.T) {
+	q := newFakeQueue()
+	src := q.source(func(string, error) {})
+	q.shards[0].unwanted["gone"] = true
+	jobs := make(chan job, 3)
+	results := make(chan rdb.Done, 3)
+	h := newHeld()
+	var ran []string
+	var mu sync.Mutex
+	var c counters
+	e := newExecutors(executorsParams{n: 1, jobs: jobs, results: results, slots: newSlots(func() int { return 3 }),
+		held: h, source: src, counters: &c, ran: func(time.Duration) {},
+		execute: func(_ context.Context, tk rdb.Taken) rdb.Done {
+			mu.Lock()
+			ran = append(ran, tk.ID)
+			mu.Unlock()
+			return rdb.Done{ID: tk.ID}
+		}})
+	old := time.Now().Add(-time.Hour)
+	taken := []rdb.Taken{{ID: "gone"}, {ID: "kept"}}
+	h.add(taken)
+	jobs <- job{Taken: taken[0], takenAt: old}
+	jobs <- job{Taken: taken[1], takenAt: old}
+	e.Start(context.Background())
+	if d := <-results; d.ID != "kept" {
+		t.Fatalf("result of %s, want kept", d.ID)
+	}
+	e.Stop()
+	aside := rdb.Taken{ID: "aside", Shard: 0, Private: true}
+	h.add([]rdb.Taken{aside})
+	jobs <- job{Taken: aside, takenAt: time.Now()}
+	close(jobs)
+	e.Wait()
+	if !slices.Equal(ran, []string{"kept"}) {
+		t.Fatalf("ran %v, want only kept", ran)
+	}
+	if c.discarded.Load() != 1 {
+		t.Fatalf("discarded %d, want 1 (gone)", c.discarded.Load())
+	}
+	if got := e.setAside(); !slices.Equal(got[0], []string{"!aside"}) {
+		t.Fatalf("set aside %v, want the private member !aside", got)
+	}
+}
+
+// The finisher reports each result to its task's shard, retries a shard
+// that fails without reporting again what another shard took, and releases
+// every task from the ledger.
+func TestFinisherRetriesAFailedShard(t *testing.T) {
+	q := newFakeQueue("q#1")
+	src := q.source(func(string, error) {})
+	src.grow(context.Background(), 2)
+	h := newHeld()
+	taken := []rdb.Taken{{ID: "a", Shard: 0}, {ID: "b", Shard: 1}}
+	h.add(taken)
+	for _, tk := range taken {
+		q.shards[tk.Shard].mu.Lock()
+		q.shards[tk.Shard].held[tk.ID] = tk
+		q.shards[tk.Shard].mu.Unlock()
+	}
+	q.shards[1].setFail("finish", errors.New("connection refused"))
+	var failures atomic.Int32
+	var c counters
+	f := newFinisher(finisherParams{capacity: 2, source: src, held: h, counters: &c,
+		failed: func(string, error) {
+			if failures.Add(1) == 2 {
+				q.shards[1].setFail("finish", nil)
+			}
+		}})
+	f.Start(context.Background())
+	f.results <- rdb.Done{ID: "a", Shard: 0}
+	f.results <- rdb.Done{ID: "b", Shard: 1}
+	f.Stop()
+	f.Wait()
+	if n0, n1 := q.shards[0].callsOf("finish"), q.shards[1].callsOf("finish"); n0 != 1 || n1 != 3 {
+		t.Fatalf("finish calls: shard 0 %d, shard 1 %d; want 1 and 3 (two failed)", n0, n1)
+	}
+	if c.delivered.Load() != 2 || h.size() != 0 {
+		t.Fatalf("delivered %d, ledger holds %d; want 2 and 0", c.delivered.Load(), h.size())
+	}
+}
+
+// The maintainer publishes the worker's info, starts a drain an operator
+// asked for once, cancels running tasks whose batch is gone, writes failure
+// records, and says a failed step for operators until one tick succeeds.
+func TestMaintainer(t *testing.T) {
+	q := newFakeQueue()
+	s := q.shards[0]
+	src := q.source(func(string, error) {})
+	h := newHeld()
+	h.add([]rdb.Taken{{ID: "running"}})
+	cancelled := make(chan struct{})
+	var once sync.Once
+	h.start("running", func() { once.Do(func() { close(cancelled) }) })
+	s.unwanted["running"] = true
+	s.drain = true
+	s.reaped = rdb.Reaped{Workers: 1, Requeued: 4}
+	var fl failureLog
+	fl.note("w1", "negate", "t1", []codec.Failure{{Index: 0, Kind: codec.KindError, Msg: "boom"}})
+	var drains atomic.Int32
+	var draining atomic.Bool
+	var c counters
+	var p problem
+	m := newMaintainer(maintainerParams{wid: "w1", lease: time.Minute, source: src, held: h, failures: &fl,
+		counters: &c, info: func() rdb.WorkerInfo { return rdb.WorkerInfo{Host: "here"} }, problem: &p,
+		failed: func(op string, err error) { p.set(op + ": " + err.Error()) },
+		drain: func() {
+			drains.Add(1)
+			draining.Store(true)
+		},
+		draining: draining.Load, log: slog.New(slog.DiscardHandler)}, time.Hour)
+	ctx := context.Background()
+	if err := m.tick(ctx); err != nil {
+		t.Fatal(err)
+	}
+	<-cancelled
+	if err := m.tick(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if drains.Load() != 1 {
+		t.Fatalf("drain started %d times, want once", drains.Load())
+	}
+	if c.reaped.Load() != 1 || c.requeued.Load() != 4 {
+		t.Fatalf("reaped %d requeued %d, want 1 and 4", c.reaped.Load(), c.requeued.Load())
+	}
+	if len(s.records) != 1 || len(s.infos) != 2 || s.infos[0].Host != "here" {
+		t.Fatalf("records %v, infos %v", s.records, s.infos)
+	}
+	s.setFail("reap", errors.New("connection refused"))
+	_ = m.tick(ctx)
+	if p.get() == "" {
+		t.Fatal("a failed reap is not said for operators")
+	}
+	s.setFail("reap", nil)
+	_ = m.tick(ctx)
+	if got := p.get(); got != "" {
+		t.Fatalf("problem %q after a clean tick, want none", got)
+	}
+}

@@ -1,0 +1,54 @@
+package worker
+
+import (
+	"context"
+	"log/slog"
+	"time"
+
+	"github.com/redmap/redmap/internal/rdb"
+)
+
+// The worker's one seam to Redis. Its parts see one queue, the source
+// (source.go), which reaches each shard of the queue through shardRedis;
+// internal/rdb implements it, the parts' unit tests give a fake.
+
+// shardRedis is one shard of the worker's queue in Redis.
+type shardRedis interface {
+	// Shard returns the shard's index; Name its name (the queue's, for 0).
+	Shard() int
+	Name() string
+	// Shards returns how many shards the queue's managers use, as the
+	// last take of shard 0 learnt.
+	Shards() int
+
+	Take(ctx context.Context, wid string, n int, lease time.Duration, holding int) ([]rdb.Taken, rdb.TakeEnd, error)
+	WaitTake(ctx context.Context, wid string, n int, lease, timeout time.Duration, holding int) ([]rdb.Taken, rdb.TakeEnd, error)
+	WaitBell(ctx context.Context, wid string, timeout time.Duration) (bool, error)
+	RingStop(ctx context.Context, wid string) error
+
+	Finish(ctx context.Context, wid string, done []rdb.Done) (int, error)
+	GiveBack(ctx context.Context, wid string, members []string) (int, error)
+	Held(ctx context.Context, wid string) ([]string, error)
+	Unwanted(ctx context.Context, wid string, tids []string) ([]string, error)
+
+	Heartbeat(ctx context.Context, wid string, lease time.Duration, info *rdb.WorkerInfo) (rdb.Beat, error)
+	Reap(ctx context.Context) (rdb.Reaped, error)
+	Retire(ctx context.Context, wid string) (rdb.Reaped, error)
+
+	// Depth counts the task ids waiting in the shard's public lists (a
+	// metric).
+	Depth(ctx context.Context) (int64, error)
+}
+
+// queueRedis is shard 0, where the queue-wide records live as well.
+type queueRedis interface {
+	shardRedis
+	Preflight(ctx context.Context, budget, heal time.Duration, log *slog.Logger) error
+	PublishError(ctx context.Context, wid string, lease time.Duration, msg string)
+	RecordFailures(ctx context.Context, records []rdb.FailureRecord) error
+	ShardNames(ctx context.Context) ([]string, error)
+	SawShards(n int)
+	Types(ctx context.Context, sig string) ([]string, error)
+}
+
+var _ queueRedis = (*rdb.RDB)(nil)

@@ -1,0 +1,378 @@
+package worker
+
+import (
+	"cmp"
+	"context"
+	"log/slog"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/redmap/redmap/internal/backoff"
+	"github.com/redmap/redmap/internal/rdb"
+)
+
+// source is the worker's queue in Redis as its parts see it: one queue,
+// however many shards its managers spread it over (manager.Options.Shards).
+// It is where the worker's sharding lives: which shards it serves (it grows
+// when managers use more, and never shrinks: a name Redis lost stays
+// served), the fair rotation of takes over them, their bells, and the
+// calls that go to every shard (heartbeat, reap, retire) or to a task's
+// own (finish, give back, the check that a task is still wanted).
+//
+// Each take starts at the shard after the one that gave tasks last, and
+// skips the shards the worker waits on (their last take left them empty).
+// A bell listener per shard waits for the rings of those shards, since one
+// BLPOP cannot wait on keys of different Cluster slots. A queue of one
+// shard waits in its take instead (WaitTake).
+type source struct {
+	sourceParams
+	growMu sync.Mutex                   // serialises growth
+	list   atomic.Pointer[[]shardRedis] // the shards served; it only grows
+
+	// Owned by the fetch loop (await, take):
+	// waiting[i]: the last take of shard i left it empty and registered the
+	// worker idle there; the next take of it waits for its bell first.
+	waiting   []bool
+	next      int // the shard to try first
+	listening int // shards with a listener
+
+	wake      chan struct{} // a listener heard a bell ring
+	rungMu    sync.Mutex
+	rung      map[int]bool // the shards whose bells rang since the fetch loop last looked
+	listeners sync.WaitGroup
+}
+
+// sourceParams is what a source is built from.
+type sourceParams struct {
+	wid      string
+	lease    time.Duration // Options.Lease
+	idleWait time.Duration // Options.IdleWait
+	first    queueRedis
+	// open returns shard i of the queue, named name (rdb.NewShard).
+	open   func(name string, i int) shardRedis
+	failed func(op string, err error) // logs a failed call, for operators
+	log    *slog.Logger
+}
+
+func newSource(p sourceParams) *source {
+	s := &source{sourceParams: p, wake: make(chan struct{}, 1), rung: make(map[int]bool)}
+	s.list.Store(&[]shardRedis{p.first})
+	return s
+}
+
+// shards returns the shards the worker serves: one, until it learns that
+// managers spread the queue over more.
+func (s *source) shards() []shardRedis { return *s.list.Load() }
+
+// shard returns shard i, which the worker serves.
+func (s *source) shard(i int) shardRedis { return s.shards()[i] }
+
+// grow serves every shard the queue's list of shard names names, if the
+// worker knows that there are n shards and serves fewer: one LRANGE.
+func (s *source) grow(ctx context.Context, n int) {
+	if n <= len(s.shards()) {
+		return
+	}
+	s.growMu.Lock()
+	defer s.growMu.Unlock()
+	old := s.shards()
+	if n <= len(old) {
+		return
+	}
+	names, err := s.first.ShardNames(ctx)
+	if err != nil {
+		s.failed("read the queue's shard names", err)
+		return
+	}
+	grown := slices.Clip(old)
+	for _, name := range names {
+		if !slices.ContainsFunc(grown, func(r shardRedis) bool { return r.Name() == name }) {
+			grown = append(grown, s.open(name, len(grown)))
+		}
+	}
+	s.first.SawShards(len(grown))
+	if len(grown) > len(old) {
+		s.list.Store(&grown)
+		s.log.Info("serving more shards of the queue, as its managers spread tasks over them", "shards", len(grown))
+	}
+}
+
+// round is what one round of takes brought.
+type round struct {
+	taken        []rdb.Taken
+	err          error // the first take that failed, if none gave tasks
+	suspectWaits bool  // a take left a suspect for when the worker holds nothing
+	holding      int   // what the worker held by its ledger at the last take
+}
+
+// await waits, on a queue of several shards, while the worker waits on
+// every shard, for a bell to ring or IdleWait to pass (starting listeners
+// for new shards); it reports false if ctx ended.
+func (s *source) await(ctx context.Context) bool {
+	shards := s.shards()
+	for len(s.waiting) < len(shards) {
+		s.waiting = append(s.waiting, false)
+	}
+	if len(shards) == 1 {
+		return true
+	}
+	s.listen(ctx, shards)
+	s.heard()
+	if !slices.Contains(s.waiting, false) {
+		if !s.sleep(ctx) {
+			return false
+		}
+		if !s.heard() {
+			clear(s.waiting) // the wait timed out: look at every shard
+		}
+	}
+	return true
+}
+
+// take takes up to free tasks from the first shard that gives some,
+// starting at the one after the shard that gave tasks last, skipping those
+// the worker waits on; holding says what the worker holds by its ledger
+// (see take.lua's suspect rule). A take of shard 0 says when managers use
+// more shards: the source grows after it.
+func (s *source) take(ctx context.Context, free int, holding func() int) (r round) {
+	shards := s.shards()
+	for len(s.waiting) < len(shards) {
+		s.waiting = append(s.waiting, false)
+	}
+	start := s.next
+	for tries := 0; tries < len(shards) && len(r.taken) == 0; tries++ {
+		i := (start + tries) % len(shards)
+		if s.waiting[i] && len(shards) > 1 {
+			continue
+		}
+		var end rdb.TakeEnd
+		var err error
+		r.holding = holding()
+		if s.waiting[i] {
+			r.taken, end, err = shards[i].WaitTake(ctx, s.wid, free, s.lease, s.idleWait, r.holding)
+		} else {
+			r.taken, end, err = shards[i].Take(ctx, s.wid, free, s.lease, r.holding)
+		}
+		if err != nil {
+			// Try the other shards (on a Cluster, another master may
+			// answer), and this one first again no sooner than after them.
+			r.err = cmp.Or(r.err, err)
+			s.next = (i + 1) % len(shards)
+			continue
+		}
+		// A take that left the shard empty registered the worker idle
+		// there: the next take of it waits for its bell (a take now would
+		// find nothing).
+		s.waiting[i] = end.Drained
+		r.suspectWaits = r.suspectWaits || end.Suspect
+		if len(r.taken) > 0 {
+			s.next, r.err = (i+1)%len(shards), nil
+		}
+	}
+	s.grow(ctx, shards[0].Shards())
+	return r
+}
+
+// listen starts a bell listener for each of shards that has none.
+func (s *source) listen(ctx context.Context, shards []shardRedis) {
+	for ; s.listening < len(shards); s.listening++ {
+		r := shards[s.listening]
+		s.listeners.Go(func() { s.listenTo(ctx, r) })
+	}
+}
+
+// listenTo waits for the rings of shard r's bell until ctx ends, and tells
+// the fetch loop of each.
+func (s *source) listenTo(ctx context.Context, r shardRedis) {
+	var bo backoff.Backoff
+	for ctx.Err() == nil {
+		rang, err := r.WaitBell(ctx, s.wid, s.idleWait)
+		if err != nil {
+			if ctx.Err() == nil {
+				s.failed("wait", err)
+				bo.Wait(ctx)
+			}
+			continue
+		}
+		bo.Reset()
+		if rang {
+			s.rungMu.Lock()
+			s.rung[r.Shard()] = true
+			s.rungMu.Unlock()
+			select {
+			case s.wake <- struct{}{}:
+			default:
+			}
+		}
+	}
+}
+
+// heard marks the shards whose bells rang since it was last called as no
+// longer waited on, and reports whether there were any.
+func (s *source) heard() bool {
+	s.rungMu.Lock()
+	defer s.rungMu.Unlock()
+	rang := len(s.rung) > 0
+	for i := range s.rung {
+		if i < len(s.waiting) {
+			s.waiting[i] = false
+		}
+	}
+	clear(s.rung)
+	return rang
+}
+
+// sleep waits, while the worker waits on every shard, for a bell to ring or
+// IdleWait to pass; it reports false if ctx ended.
+func (s *source) sleep(ctx context.Context) bool {
+	t := time.NewTimer(s.idleWait)
+	defer t.Stop()
+	select {
+	case <-s.wake:
+	case <-t.C:
+	case <-ctx.Done():
+		return false
+	}
+	return true
+}
+
+// stopped rings the worker's own bells, so that a blocking wait for work
+// returns now rather than at its timeout, and waits for the listeners
+// (whose context has ended) to return.
+func (s *source) stopped(ctx context.Context) {
+	rctx, cancel := context.WithTimeout(ctx, time.Second)
+	defer cancel()
+	for _, r := range s.shards() {
+		_ = r.RingStop(rctx, s.wid)
+	}
+	s.listeners.Wait()
+}
+
+// finish reports results, one call per shard they came from, and returns
+// how many were delivered, and those whose shard's call failed, with the
+// first error.
+func (s *source) finish(ctx context.Context, done []rdb.Done) (delivered int, failed []rdb.Done, err error) {
+	for i, group := range byShard(done, func(d rdb.Done) int { return d.Shard }) {
+		n, ferr := s.shard(i).Finish(ctx, s.wid, group)
+		if ferr != nil {
+			failed = append(failed, group...)
+			err = cmp.Or(err, ferr)
+			continue
+		}
+		delivered += n
+	}
+	return delivered, failed, err
+}
+
+// byShard groups xs by shard, in one group if there is one shard.
+func byShard[T any](xs []T, shardOf func(T) int) map[int][]T {
+	out := make(map[int][]T)
+	for _, x := range xs {
+		i := shardOf(x)
+		out[i] = append(out[i], x)
+	}
+	return out
+}
+
+// giveBack puts held members back in their shards' queues, and returns
+// how many went back.
+func (s *source) giveBack(ctx context.Context, members map[int][]string) (int, error) {
+	var given int
+	var err error
+	for i, ms := range members {
+		n, gerr := s.shard(i).GiveBack(ctx, s.wid, ms)
+		given += n
+		err = cmp.Or(err, gerr)
+	}
+	return given, err
+}
+
+// unwanted returns those of tids (by shard) whose managers no longer want
+// them.
+func (s *source) unwanted(ctx context.Context, tids map[int][]string) ([]string, error) {
+	var out []string
+	for i, ts := range tids {
+		u, err := s.shard(i).Unwanted(ctx, s.wid, ts)
+		if err != nil {
+			return out, err
+		}
+		out = append(out, u...)
+	}
+	return out, nil
+}
+
+// held returns, for each shard, the members Redis says the worker holds.
+func (s *source) held(ctx context.Context) (map[int][]string, error) {
+	out := make(map[int][]string)
+	for i, r := range s.shards() {
+		ms, err := r.Held(ctx, s.wid)
+		if err != nil {
+			return out, err
+		}
+		out[i] = ms
+	}
+	return out, nil
+}
+
+// heartbeat renews the worker's lease on every shard, publishing info in
+// shard 0, and serves more shards if the queue's managers now use more.
+// Every shard's lease is renewed even if another's Redis fails: on a
+// Cluster with a master down, the worker still holds its tasks of the
+// others.
+func (s *source) heartbeat(ctx context.Context, info *rdb.WorkerInfo) (rdb.Beat, error) {
+	beat, err := s.first.Heartbeat(ctx, s.wid, s.lease, info)
+	if err == nil {
+		s.grow(ctx, beat.Shards)
+	}
+	for _, r := range s.shards()[1:] {
+		if _, serr := r.Heartbeat(ctx, s.wid, s.lease, nil); serr != nil && err == nil {
+			err = serr
+		}
+	}
+	return beat, err
+}
+
+// reap gives the tasks of workers whose lease expired back to the queue,
+// on every shard, and returns what it did in all.
+func (s *source) reap(ctx context.Context) (rdb.Reaped, error) {
+	var all rdb.Reaped
+	for _, r := range s.shards() {
+		got, err := r.Reap(ctx)
+		if err != nil {
+			return all, err
+		}
+		all.Workers += got.Workers
+		all.Requeued += got.Requeued
+		all.Lost += got.Lost
+	}
+	return all, nil
+}
+
+// retire ends the worker's lease on every shard: tasks left in its private
+// lists are reported lost to their managers.
+func (s *source) retire(ctx context.Context) {
+	for _, r := range s.shards() {
+		rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		if reaped, err := r.Retire(rctx, s.wid); err != nil {
+			s.log.Warn("retiring failed; the lease will expire", "err", err)
+		} else if reaped.Lost > 0 {
+			s.log.Warn("private tasks left unrun were reported lost", "tasks", reaped.Lost)
+		}
+		cancel()
+	}
+}
+
+// depth counts the task ids waiting in the public lists of every shard.
+func (s *source) depth(ctx context.Context) (int64, error) {
+	var total int64
+	for _, r := range s.shards() {
+		n, err := r.Depth(ctx)
+		if err != nil {
+			return 0, err
+		}
+		total += n
+	}
+	return total, nil
+}
