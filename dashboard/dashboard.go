@@ -33,9 +33,8 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/redmap/redmap/inspect"
 	"github.com/redmap/redmap/internal/config"
-	"github.com/redmap/redmap/internal/keys"
-	"github.com/redmap/redmap/internal/rdb"
 )
 
 // Options configure a Dashboard. The zero value of each field means its
@@ -57,15 +56,15 @@ type Options struct {
 
 // Dashboard is the dashboard's http.Handler.
 type Dashboard struct {
-	admin *rdb.Admin
-	opts  Options
-	mux   *http.ServeMux
+	in   *inspect.Inspector
+	opts Options
+	mux  *http.ServeMux
 
 	mu      sync.Mutex
-	queues  []string          // the queues found by the last scan
-	scanned time.Time         // when
-	workers map[string]Worker // "queue/id" -> the worker as last seen
-	batches map[string]Batch  // "queue/manager/id" -> the batch as last seen
+	queues  []string                 // the queues found by the last scan
+	scanned time.Time                // when
+	workers map[string]seenWorker    // "queue/id" -> the worker as last seen
+	batches map[string]inspect.Batch // "queue/manager/id" -> the batch as last seen
 
 	// The last state read, shared by every page polling within stateTTL:
 	// Redis answers one read a second however many operators look.
@@ -96,8 +95,12 @@ func New(client redis.UniversalClient, opts Options) (*Dashboard, error) {
 	config.Or(&opts.Prefix, config.DefaultPrefix)
 	config.Or(&opts.Keep, 10*time.Minute)
 	config.Or(&opts.Logger, slog.New(slog.DiscardHandler))
-	d := &Dashboard{admin: rdb.NewAdmin(client, opts.Prefix), opts: opts, mux: http.NewServeMux(),
-		workers: map[string]Worker{}, batches: map[string]Batch{}}
+	in, err := inspect.New(client, opts.Prefix)
+	if err != nil {
+		return nil, err
+	}
+	d := &Dashboard{in: in, opts: opts, mux: http.NewServeMux(),
+		workers: map[string]seenWorker{}, batches: map[string]inspect.Batch{}}
 	static, _ := fs.Sub(assets, "assets") // embedded: cannot fail
 	d.mux.Handle("GET /", http.FileServerFS(static))
 	d.mux.HandleFunc("GET /api/state", d.serveState)
@@ -114,82 +117,22 @@ func (d *Dashboard) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	d.mux.ServeHTTP(w, r)
 }
 
-// State is what GET api/state returns: everything the page shows.
+// State is what GET api/state returns: everything the page shows, read
+// through the inspector (package inspect), with the workers and batches seen
+// before that Redis no longer has (see Options.Keep).
 type State struct {
-	Time     time.Time      `json:"time"`    // the Redis clock
-	Actions  bool           `json:"actions"` // the actions are allowed
-	Queues   []Queue        `json:"queues"`
-	Workers  []Worker       `json:"workers"`
-	Batches  []Batch        `json:"batches"`
-	Failures []FailureGroup `json:"failures"`
+	Time     time.Time              `json:"time"`    // the Redis clock
+	Actions  bool                   `json:"actions"` // the actions are allowed
+	Queues   []inspect.Queue        `json:"queues"`
+	Workers  []inspect.Worker       `json:"workers"`
+	Batches  []inspect.Batch        `json:"batches"`
+	Failures []inspect.FailureGroup `json:"failures"`
 }
 
-// Queue is one queue.
-type Queue struct {
-	Name    string `json:"name"`
-	Depth   int64  `json:"depth"`   // task ids waiting in its public lists, all shards
-	Workers int    `json:"workers"` // live workers
-	Batches int    `json:"batches"` // running batches
-	// Rate is elements ended per second over the last minute; Series the
-	// same per Bucket seconds over the last 15 minutes, oldest first.
-	Rate   float64   `json:"rate"`
-	Series []float64 `json:"series"`
-	Bucket int       `json:"bucket"`
-}
-
-// Worker is one worker, live or dead.
-type Worker struct {
-	Queue        string   `json:"queue"`
-	ID           string   `json:"id"`
-	State        string   `json:"state"` // running, draining or dead
-	Host         string   `json:"host"`
-	PID          int      `json:"pid"`
-	HeartbeatAge float64  `json:"heartbeat_age"` // seconds, by the Redis clock
-	Busy         int64    `json:"busy"`          // slots running a task
-	Slots        int      `json:"slots"`
-	Held         int64    `json:"held"`
-	Taken        int64    `json:"taken"`
-	Delivered    int64    `json:"delivered"`
-	Failed       int64    `json:"failed"`
-	Functions    []string `json:"functions"`
-	CacheHits    int64    `json:"cache_hits"`
-	CacheBytes   int64    `json:"cache_bytes"`
-	Error        string   `json:"error,omitempty"`
-	seen         time.Time
-}
-
-// Batch is one batch, running or finished.
-type Batch struct {
-	Queue    string  `json:"queue"`
-	Manager  string  `json:"manager"`
-	ID       string  `json:"id"`
-	Func     string  `json:"func"`
-	Priority int     `json:"priority"`
-	Total    int     `json:"total"`
-	Done     int     `json:"done"` // failed ones included
-	Failed   int     `json:"failed"`
-	Rate     float64 `json:"rate"` // elements a second
-	ETA      float64 `json:"eta"`  // seconds; 0 when unknown or done
-	Worker   string  `json:"worker,omitempty"`
-	Waiting  string  `json:"waiting,omitempty"`
-	// Outcome is "running", or, once its manager no longer publishes it,
-	// "done" (every element ended, none failed), "failed" (every element
-	// ended, some failed) or "ended" (it stopped before: cancelled, or its
-	// manager closed or died).
-	Outcome string    `json:"outcome"`
-	Ended   time.Time `json:"ended,omitzero"`
-}
-
-// FailureGroup is the failures of one function with one error message
-// (its first line; retries of an element count with it).
-type FailureGroup struct {
-	Queue string    `json:"queue"`
-	Func  string    `json:"func"`
-	Kind  string    `json:"kind"`
-	Error string    `json:"error"`
-	Count int       `json:"count"`
-	Last  time.Time `json:"last"`
-	Stack string    `json:"stack,omitempty"` // a sample
+// seenWorker is a worker, and when the dashboard last saw its record.
+type seenWorker struct {
+	inspect.Worker
+	seen time.Time
 }
 
 func (d *Dashboard) serveState(w http.ResponseWriter, r *http.Request) {
@@ -224,25 +167,25 @@ func (d *Dashboard) shared(ctx context.Context) (State, error) {
 // State reads what the page shows from Redis, and adds the batches and
 // workers seen before that are gone (within Options.Keep).
 func (d *Dashboard) State(ctx context.Context) (State, error) {
-	nowMs, err := d.admin.Now(ctx)
+	now, err := d.in.Now(ctx)
 	if err != nil {
 		return State{}, err
 	}
-	now := time.UnixMilli(nowMs)
 	queues, err := d.queueNames(ctx)
 	if err != nil {
 		return State{}, err
 	}
-	st := State{Time: now, Actions: d.opts.Actions, Queues: []Queue{}, Workers: []Worker{}, Batches: []Batch{}, Failures: []FailureGroup{}}
+	st := State{Time: now, Actions: d.opts.Actions, Queues: []inspect.Queue{}, Workers: []inspect.Worker{},
+		Batches: []inspect.Batch{}, Failures: []inspect.FailureGroup{}}
 	for _, q := range queues {
-		qs, ws, bs, fs, err := d.queue(ctx, q, nowMs)
+		snap, err := d.in.Snapshot(ctx, q)
 		if err != nil {
 			return State{}, fmt.Errorf("queue %s: %w", q, err)
 		}
-		st.Queues = append(st.Queues, qs)
-		st.Workers = append(st.Workers, ws...)
-		st.Batches = append(st.Batches, bs...)
-		st.Failures = append(st.Failures, fs...)
+		st.Queues = append(st.Queues, snap.Queue)
+		st.Workers = append(st.Workers, snap.Workers...)
+		st.Batches = append(st.Batches, snap.Batches...)
+		st.Failures = append(st.Failures, snap.Failures...)
 	}
 	d.remember(&st, now)
 	return st, nil
@@ -259,7 +202,7 @@ func (d *Dashboard) queueNames(ctx context.Context) ([]string, error) {
 	if time.Since(at) < 5*time.Second {
 		return qs, nil
 	}
-	qs, err := d.admin.Queues(ctx)
+	qs, err := d.in.Queues(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -267,94 +210,6 @@ func (d *Dashboard) queueNames(ctx context.Context) ([]string, error) {
 	d.queues, d.scanned = qs, time.Now()
 	d.mu.Unlock()
 	return qs, nil
-}
-
-// queue reads one queue.
-func (d *Dashboard) queue(ctx context.Context, q string, nowMs int64) (Queue, []Worker, []Batch, []FailureGroup, error) {
-	qs := Queue{Name: q, Bucket: int(keys.ThroughputBucket / time.Second)}
-	var err error
-	if qs.Depth, err = d.admin.Depth(ctx, q); err != nil {
-		return qs, nil, nil, nil, err
-	}
-	tp, err := d.admin.Throughput(ctx, q, time.UnixMilli(nowMs), 15*time.Minute)
-	if err != nil {
-		return qs, nil, nil, nil, err
-	}
-	qs.Series = make([]float64, len(tp))
-	for i, n := range tp {
-		qs.Series[i] = float64(n) / float64(qs.Bucket)
-	}
-	qs.Rate = recentRate(tp, nowMs)
-	regs, err := d.admin.Workers(ctx, q)
-	if err != nil {
-		return qs, nil, nil, nil, err
-	}
-	var ws []Worker
-	for _, r := range regs {
-		w := Worker{Queue: q, ID: r.ID, State: cmp.Or(r.Info.State, "running"), Host: r.Info.Host, PID: r.Info.PID,
-			Busy: r.Info.Running, Slots: r.Info.Concurrency, Held: r.Held, Taken: r.Info.Taken,
-			Delivered: r.Info.Delivered, Failed: r.Info.Failed, Functions: r.Info.Functions,
-			CacheHits: r.Info.CacheHits, CacheBytes: r.Info.CacheBytes, Error: r.Info.Error}
-		if w.Functions == nil {
-			w.Functions = []string{}
-		}
-		// The lease began at the last heartbeat, by the Redis clock.
-		w.HeartbeatAge = float64(nowMs-(r.Deadline-r.Info.Lease.Milliseconds())) / 1000
-		if r.Deadline < nowMs {
-			w.State = "dead"
-		} else {
-			qs.Workers++
-		}
-		ws = append(ws, w)
-	}
-	pbs, err := d.admin.Batches(ctx, q)
-	if err != nil {
-		return qs, nil, nil, nil, err
-	}
-	var bs []Batch
-	for _, b := range pbs {
-		p := b.Progress
-		bs = append(bs, Batch{Queue: q, Manager: b.Manager, ID: b.ID, Func: p.Func, Priority: cmp.Or(p.Priority, keys.DefaultPriority),
-			Total: p.Total, Done: p.Done, Failed: p.Failed, Rate: p.Rate, ETA: p.ETA.Seconds(), Worker: p.Worker,
-			Waiting: p.Waiting, Outcome: "running"})
-	}
-	qs.Batches = len(bs)
-	recs, _, err := d.admin.Failures(ctx, q)
-	if err != nil {
-		return qs, nil, nil, nil, err
-	}
-	return qs, ws, bs, groupFailures(q, recs), nil
-}
-
-// recentRate returns elements per second over the last minute of the
-// counters tp (the last one is the current bucket, nowMs into it), or over
-// the part of it since the first element ended, if that is shorter: a
-// queue that began 5 s ago shows its rate, not a twelfth of it.
-func recentRate(tp []int64, nowMs int64) float64 {
-	per := int(time.Minute / keys.ThroughputBucket)
-	bucketMs := keys.ThroughputBucket.Milliseconds()
-	recent := tp[max(0, len(tp)-per):]
-	first := slices.IndexFunc(recent, func(n int64) bool { return n > 0 })
-	if first < 0 {
-		return 0
-	}
-	var sum int64
-	for _, n := range recent[first:] {
-		sum += n
-	}
-	// Whole buckets before the current one, and the current one so far.
-	ms := int64(len(recent)-1-first)*bucketMs + nowMs%bucketMs + 1
-	return float64(sum) / (float64(max(ms, 1000)) / 1000)
-}
-
-// groupFailures groups a queue's failure records (see rdb.GroupFailures).
-func groupFailures(q string, recs []rdb.FailureRecord) []FailureGroup {
-	gs := rdb.GroupFailures(recs)
-	out := make([]FailureGroup, len(gs))
-	for i, g := range gs {
-		out[i] = FailureGroup{Queue: q, Func: g.Func, Kind: g.Kind, Error: g.Error, Count: g.Count, Last: g.Last, Stack: g.Stack}
-	}
-	return out
 }
 
 // remember records what st shows, and adds to it the workers and batches
@@ -365,11 +220,10 @@ func (d *Dashboard) remember(st *State, now time.Time) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	present := map[string]bool{}
-	for i, w := range st.Workers {
+	for _, w := range st.Workers {
 		k := w.Queue + "/" + w.ID
 		present[k] = true
-		st.Workers[i].seen = now
-		d.workers[k] = st.Workers[i]
+		d.workers[k] = seenWorker{Worker: w, seen: now}
 	}
 	for k, w := range d.workers {
 		switch {
@@ -377,10 +231,10 @@ func (d *Dashboard) remember(st *State, now time.Time) {
 		case now.Sub(w.seen) > d.opts.Keep:
 			delete(d.workers, k)
 		default:
-			w.State = "dead"
-			w.Busy = 0
-			w.HeartbeatAge = now.Sub(w.seen).Seconds() + w.HeartbeatAge
-			st.Workers = append(st.Workers, w)
+			gone := w.Worker
+			gone.State, gone.Live, gone.Running = "dead", false, 0
+			gone.HeartbeatAge += now.Sub(w.seen).Seconds()
+			st.Workers = append(st.Workers, gone)
 		}
 	}
 	present = map[string]bool{}
@@ -409,10 +263,10 @@ func (d *Dashboard) remember(st *State, now time.Time) {
 			st.Batches = append(st.Batches, b)
 		}
 	}
-	slices.SortFunc(st.Workers, func(a, b Worker) int {
+	slices.SortFunc(st.Workers, func(a, b inspect.Worker) int {
 		return cmp.Or(cmp.Compare(a.Queue, b.Queue), cmp.Compare(rank(a.State == "dead"), rank(b.State == "dead")), cmp.Compare(a.ID, b.ID))
 	})
-	slices.SortFunc(st.Batches, func(a, b Batch) int {
+	slices.SortFunc(st.Batches, func(a, b inspect.Batch) int {
 		return cmp.Or(cmp.Compare(rank(a.Outcome != "running"), rank(b.Outcome != "running")), cmp.Compare(a.Queue, b.Queue),
 			cmp.Compare(a.Manager, b.Manager), cmp.Compare(a.ID, b.ID))
 	})
@@ -478,7 +332,7 @@ func (d *Dashboard) drain(ctx context.Context, req actionRequest) (string, error
 	if req.Queue == "" || req.Worker == "" || strings.ContainsAny(req.Queue+req.Worker, "{}*?[") {
 		return "", errors.New("drain needs a queue and a worker")
 	}
-	if err := d.admin.Drain(ctx, req.Queue, req.Worker); err != nil {
+	if err := d.in.Drain(ctx, req.Queue, req.Worker); err != nil {
 		return "", err
 	}
 	return "draining worker " + req.Worker, nil
@@ -488,7 +342,7 @@ func (d *Dashboard) cancel(ctx context.Context, req actionRequest) (string, erro
 	if req.Queue == "" || req.Manager == "" || req.Batch == "" || strings.ContainsAny(req.Queue+req.Manager, "{}*?[") {
 		return "", errors.New("cancel needs a queue, a manager and a batch")
 	}
-	if err := d.admin.CancelBatch(ctx, req.Queue, req.Manager, req.Batch); err != nil {
+	if err := d.in.CancelBatch(ctx, req.Queue, req.Manager, req.Batch); err != nil {
 		return "", err
 	}
 	return "cancelling batch " + req.Batch + " at its manager's next poll", nil
@@ -501,7 +355,7 @@ func (d *Dashboard) purge(ctx context.Context, req actionRequest) (string, error
 	if req.Confirm != req.Queue {
 		return "", errors.New("purge needs the queue's name again, in confirm")
 	}
-	purged, dropped, err := d.admin.Purge(ctx, req.Queue)
+	purged, dropped, err := d.in.Purge(ctx, req.Queue)
 	if err != nil {
 		return "", err
 	}

@@ -124,7 +124,7 @@ func TestStateAPI(t *testing.T) {
 	if len(st.Queues) != 1 || st.Queues[0].Name != e.Queue || st.Queues[0].Workers != 1 || len(st.Queues[0].Series) != 180 {
 		t.Fatalf("queues %+v", st.Queues)
 	}
-	if len(st.Workers) != 1 || st.Workers[0].ID != w.ID() || st.Workers[0].State != "running" || st.Workers[0].Slots != 4 ||
+	if len(st.Workers) != 1 || st.Workers[0].ID != w.ID() || st.Workers[0].State != "running" || st.Workers[0].Concurrency != 4 ||
 		st.Workers[0].Functions[0] != "slow" || st.Workers[0].HeartbeatAge < 0 || st.Workers[0].HeartbeatAge > 10 {
 		t.Fatalf("workers %+v", st.Workers)
 	}

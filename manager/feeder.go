@@ -369,8 +369,9 @@ func (f *feeder[Out]) first(ctx context.Context, sp spec, red *redmap.Reducer[Ou
 func (f *feeder[Out]) openShards(ctx context.Context) error {
 	started := time.Now()
 	err := f.router.openAll(ctx)
-	if err == nil || errors.Is(err, redmap.ErrClosed) {
-		return err
+	var rc redisCall
+	if errors.As(err, &rc) {
+		return f.faults.ofQueue("publishing the queue's shard names", started, rc.err)
 	}
-	return f.faults.ofQueue("publishing the queue's shard names", started, err)
+	return err
 }

@@ -165,17 +165,18 @@ func (r *router) outageLength() time.Duration {
 // on different masters: see proposeNames), takes those the queue's list of
 // shard names already has (so every manager of a queue names its shards
 // alike), and calls opened for each. A queue of one shard does nothing. It
-// returns Redis's error as it is, ErrClosed once the router is closed.
+// returns Redis's error as a redisCall (see feeder.openShards), ErrClosed
+// once the router is closed.
 func (r *router) openAll(ctx context.Context) error {
 	if r.p.shards == 1 || r.sharded() {
 		return nil
 	}
 	names, err := r.p.first.PublishShards(ctx, true, r.proposeNames(ctx))
 	if err != nil {
-		return err
+		return redisCall{err}
 	}
 	if len(names) != r.p.shards-1 {
-		return fmt.Errorf("Redis returned %d names, want %d", len(names), r.p.shards-1)
+		return fmt.Errorf("manager: publishing the queue's shard names: Redis returned %d names, want %d", len(names), r.p.shards-1)
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -196,6 +197,13 @@ func (r *router) openAll(ctx context.Context) error {
 	r.p.log.Info("queue spread over shards", "shards", names)
 	return nil
 }
+
+// redisCall is an error Redis gave a call, for the caller to say what it
+// means (faults.of).
+type redisCall struct{ err error }
+
+func (e redisCall) Error() string { return e.err.Error() }
+func (e redisCall) Unwrap() error { return e.err }
 
 // close makes openAll fail from now on, so the shards it returns are all
 // the manager will have.

@@ -34,7 +34,6 @@ type fakeShard struct {
 	records  []rdb.FailureRecord
 	reaped   rdb.Reaped
 	retired  bool
-	suspect  bool // the next take leaves a suspect waiting (TakeEnd.Suspect)
 }
 
 func newFakeShard(i int, name string) *fakeShard {

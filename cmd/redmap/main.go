@@ -32,7 +32,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/redmap/redmap"
-	"github.com/redmap/redmap/internal/rdb"
+	"github.com/redmap/redmap/inspect"
 )
 
 // quiet drops go-redis's own log lines: the CLI reports errors itself, in
@@ -67,7 +67,7 @@ const usage = `usage: redmap [-redis URL] [-prefix P] [-queue Q] [-json] command
 `
 
 type cli struct {
-	admin *rdb.Admin
+	in    *inspect.Inspector
 	out   io.Writer
 	json  bool
 	queue string
@@ -127,8 +127,10 @@ func run(args []string, out io.Writer) (int, error) {
 	defer client.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	c.admin = rdb.NewAdmin(client, *prefix)
-	if err := c.admin.Ping(ctx); err != nil {
+	if c.in, err = inspect.New(client, *prefix); err != nil {
+		return 2, usageError{fmt.Sprintf("-prefix: %v", err)}
+	}
+	if err := c.in.Ping(ctx); err != nil {
 		return 1, fmt.Errorf("cannot reach Redis at %s: %v", redmap.RedactURL(*url), err)
 	}
 	if cmd == "dashboard" {
@@ -165,11 +167,11 @@ func (c *cli) queues(ctx context.Context) ([]string, error) {
 	if c.queue != "" {
 		return []string{c.queue}, nil
 	}
-	return c.admin.Queues(ctx)
+	return c.in.Queues(ctx)
 }
 
 func (c *cli) mustQueue(ctx context.Context, q string) error {
-	qs, err := c.admin.Queues(ctx)
+	qs, err := c.in.Queues(ctx)
 	if err != nil {
 		return err
 	}
@@ -207,54 +209,22 @@ func printable(s string) string {
 	return strconv.Quote(s)
 }
 
-// Worker is a worker as the CLI shows it.
-type Worker struct {
-	Queue        string   `json:"queue"`
-	ID           string   `json:"id"`
-	Live         bool     `json:"live"`
-	State        string   `json:"state"`
-	Host         string   `json:"host"`
-	PID          int      `json:"pid"`
-	HeartbeatAge float64  `json:"heartbeat_age_seconds"`
-	Concurrency  int      `json:"concurrency"`
-	Running      int      `json:"running"`
-	Held         int64    `json:"held"`
-	Taken        int64    `json:"taken"`
-	Delivered    int64    `json:"delivered"`
-	Failed       int64    `json:"failed"`
-	Functions    []string `json:"functions"`
-	Error        string   `json:"error,omitempty"` // the worker's last failed Redis call, if it has not recovered
-}
-
-func (c *cli) listWorkers(ctx context.Context) ([]Worker, error) {
+func (c *cli) listWorkers(ctx context.Context) ([]inspect.Worker, error) {
 	qs, err := c.queues(ctx)
 	if err != nil {
 		return nil, err
 	}
-	now, err := c.admin.Now(ctx)
+	now, err := c.in.Now(ctx)
 	if err != nil {
 		return nil, err
 	}
-	var out []Worker
+	var out []inspect.Worker
 	for _, q := range qs {
-		ws, err := c.admin.Workers(ctx, q)
+		ws, err := c.in.Workers(ctx, q, now)
 		if err != nil {
 			return nil, err
 		}
-		for _, w := range ws {
-			i := w.Info
-			v := Worker{Queue: q, ID: w.ID, Live: w.Deadline > now, State: i.State, Host: i.Host,
-				PID: i.PID, HeartbeatAge: float64(now-(w.Deadline-i.Lease.Milliseconds())) / 1000,
-				Concurrency: i.Concurrency, Running: int(i.Running), Held: w.Held,
-				Taken: i.Taken, Delivered: i.Delivered, Failed: i.Failed, Functions: i.Functions, Error: i.Error}
-			if w.Malformed != nil {
-				v.Error = strings.TrimSpace(v.Error + " (" + w.Malformed.Error() + ")")
-			}
-			if !v.Live {
-				v.State = "dead (lease expired)"
-			}
-			out = append(out, v)
-		}
+		out = append(out, ws...)
 	}
 	return out, nil
 }
@@ -278,40 +248,18 @@ func (c *cli) workers(ctx context.Context) error {
 	return nil
 }
 
-// Batch is a running batch as the CLI shows it.
-type Batch struct {
-	Queue   string  `json:"queue"`
-	Manager string  `json:"manager"`
-	ID      string  `json:"id"`
-	Func    string  `json:"func"`
-	Total   int     `json:"total"`
-	Done    int     `json:"done"`
-	Failed  int     `json:"failed"`
-	Rate    float64 `json:"rate"`
-	ETA     float64 `json:"eta_seconds"`
-	Worker  string  `json:"worker,omitempty"`
-	Waiting string  `json:"waiting,omitempty"` // why it does not advance, as its manager sees it
-}
-
-func (c *cli) listBatches(ctx context.Context) ([]Batch, error) {
+func (c *cli) listBatches(ctx context.Context) ([]inspect.Batch, error) {
 	qs, err := c.queues(ctx)
 	if err != nil {
 		return nil, err
 	}
-	var out []Batch
+	var out []inspect.Batch
 	for _, q := range qs {
-		bs, err := c.admin.Batches(ctx, q)
+		bs, err := c.in.Batches(ctx, q)
 		if err != nil {
 			return nil, err
 		}
-		for _, b := range bs {
-			p := b.Progress
-			if b.Malformed != nil {
-				p.Waiting = "unreadable progress: " + b.Malformed.Error()
-			}
-			out = append(out, Batch{Queue: q, Manager: b.Manager, ID: b.ID, Func: p.Func, Total: p.Total, Done: p.Done,
-				Failed: p.Failed, Rate: p.Rate, ETA: p.ETA.Seconds(), Worker: p.Worker, Waiting: p.Waiting})
-		}
+		out = append(out, bs...)
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
 	return out, nil
@@ -330,7 +278,7 @@ func (c *cli) batches(ctx context.Context) error {
 }
 
 // eta shows a batch's ETA to the second; under a second, as such, not "0s".
-func eta(b Batch) string {
+func eta(b inspect.Batch) string {
 	d := time.Duration(b.ETA * float64(time.Second))
 	switch {
 	case b.Done >= b.Total:
@@ -343,7 +291,7 @@ func eta(b Batch) string {
 	return d.Round(time.Second).String()
 }
 
-func batchRows(bs []Batch) [][]string {
+func batchRows(bs []inspect.Batch) [][]string {
 	var rows [][]string
 	for _, b := range bs {
 		pct := 0.0
@@ -356,15 +304,12 @@ func batchRows(bs []Batch) [][]string {
 	return rows
 }
 
-// Queue is a queue as status shows it.
-type Queue struct {
-	Name    string   `json:"name"`
-	Depth   int64    `json:"depth"`
-	Workers int      `json:"live_workers"`
-	Running int      `json:"running_tasks"`
-	Batches int      `json:"batches"`
-	Worker  []Worker `json:"workers"`
-	Batch   []Batch  `json:"running_batches"`
+// queueStatus is a queue as status shows it: the queue, its live workers
+// and its running batches.
+type queueStatus struct {
+	inspect.Queue
+	LiveWorkers    []inspect.Worker `json:"live_workers"`
+	RunningBatches []inspect.Batch  `json:"running_batches"`
 }
 
 func (c *cli) status(ctx context.Context) error {
@@ -372,34 +317,22 @@ func (c *cli) status(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	ws, err := c.listWorkers(ctx)
-	if err != nil {
-		return err
-	}
-	bs, err := c.listBatches(ctx)
-	if err != nil {
-		return err
-	}
-	var out []Queue
+	var out []queueStatus
+	var live []inspect.Worker
+	var running []inspect.Batch
 	for _, q := range qs {
-		d, err := c.admin.Depth(ctx, q)
+		snap, err := c.in.Snapshot(ctx, q)
 		if err != nil {
 			return err
 		}
-		s := Queue{Name: q, Depth: d, Worker: []Worker{}, Batch: []Batch{}}
-		for _, w := range ws {
-			if w.Queue == q && w.Live {
-				s.Workers++
-				s.Running += w.Running
-				s.Worker = append(s.Worker, w)
+		s := queueStatus{Queue: snap.Queue, LiveWorkers: []inspect.Worker{}, RunningBatches: snap.Batches}
+		for _, w := range snap.Workers {
+			if w.Live {
+				s.LiveWorkers = append(s.LiveWorkers, w)
 			}
 		}
-		for _, b := range bs {
-			if b.Queue == q {
-				s.Batches++
-				s.Batch = append(s.Batch, b)
-			}
-		}
+		live = append(live, s.LiveWorkers...)
+		running = append(running, s.RunningBatches...)
 		out = append(out, s)
 	}
 	if c.json {
@@ -407,33 +340,19 @@ func (c *cli) status(ctx context.Context) error {
 	}
 	var rows [][]string
 	for _, q := range out {
-		rows = append(rows, []string{q.Name, strconv.FormatInt(q.Depth, 10), strconv.Itoa(q.Workers), strconv.Itoa(q.Running), strconv.Itoa(q.Batches)})
+		rows = append(rows, []string{q.Name, strconv.FormatInt(q.Depth, 10), strconv.Itoa(q.Workers), strconv.FormatInt(q.Running, 10), strconv.Itoa(q.Batches)})
 	}
 	c.table("QUEUE\tDEPTH\tWORKERS\tRUNNING\tBATCHES", rows)
 	fmt.Fprintln(c.out)
 	var wrows [][]string
-	for _, w := range ws {
-		if w.Live {
-			wrows = append(wrows, []string{w.Queue, w.ID, fmt.Sprintf("%.1fs", w.HeartbeatAge),
-				fmt.Sprintf("%d/%d", w.Running, w.Concurrency), strings.Join(w.Functions, ",")})
-		}
+	for _, w := range live {
+		wrows = append(wrows, []string{w.Queue, w.ID, fmt.Sprintf("%.1fs", w.HeartbeatAge),
+			fmt.Sprintf("%d/%d", w.Running, w.Concurrency), strings.Join(w.Functions, ",")})
 	}
 	c.table("QUEUE\tWORKER\tHEARTBEAT\tRUNNING\tFUNCTIONS", wrows)
 	fmt.Fprintln(c.out)
-	c.table("QUEUE\tBATCH\tFUNC\tDONE\tFAILED\tTOTAL\tPROGRESS\tRATE/S\tETA\tWAITING", batchRows(bs))
+	c.table("QUEUE\tBATCH\tFUNC\tDONE\tFAILED\tTOTAL\tPROGRESS\tRATE/S\tETA\tWAITING", batchRows(running))
 	return nil
-}
-
-// FailureGroup is failures of one function with one error.
-type FailureGroup struct {
-	Queue       string    `json:"queue"`
-	Func        string    `json:"func"`
-	Kind        string    `json:"kind"`
-	Error       string    `json:"error"`
-	Count       int       `json:"count"`
-	Last        time.Time `json:"last"`
-	SampleTask  string    `json:"sample_task"`
-	SampleStack string    `json:"sample_stack,omitempty"`
 }
 
 func (c *cli) failures(ctx context.Context) error {
@@ -441,19 +360,16 @@ func (c *cli) failures(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	var groups []*FailureGroup
+	var groups []inspect.FailureGroup
 	for _, q := range qs {
-		recs, malformed, err := c.admin.Failures(ctx, q)
+		gs, malformed, err := c.in.Failures(ctx, q)
 		if err != nil {
 			return err
 		}
 		if malformed > 0 {
 			fmt.Fprintf(os.Stderr, "redmap: %d entries of queue %q's failure list are unreadable; skipped\n", malformed, q)
 		}
-		for _, g := range rdb.GroupFailures(recs) {
-			groups = append(groups, &FailureGroup{Queue: q, Func: g.Func, Kind: g.Kind, Error: g.Error, Count: g.Count,
-				Last: g.Last, SampleTask: g.Task, SampleStack: g.Stack})
-		}
+		groups = append(groups, gs...)
 	}
 	sort.SliceStable(groups, func(i, j int) bool { return groups[i].Count > groups[j].Count })
 	if c.json {
@@ -479,10 +395,10 @@ func (c *cli) drain(ctx context.Context, wid string) error {
 	if err != nil {
 		return err
 	}
-	var match []Worker
+	var match []inspect.Worker
 	for _, w := range ws {
 		if w.ID == wid {
-			match = []Worker{w}
+			match = []inspect.Worker{w}
 			break
 		}
 		if strings.HasPrefix(w.ID, wid) {
@@ -501,7 +417,7 @@ func (c *cli) drain(ctx context.Context, wid string) error {
 		return fmt.Errorf("%q is the start of %d workers' ids (%s): give more of it", wid, len(match), strings.Join(ids, ", "))
 	}
 	w := match[0]
-	if err := c.admin.Drain(ctx, w.Queue, w.ID); err != nil {
+	if err := c.in.Drain(ctx, w.Queue, w.ID); err != nil {
 		return err
 	}
 	if c.json {
@@ -516,13 +432,13 @@ func (c *cli) purge(ctx context.Context, q string) error {
 		return err
 	}
 	if !c.yes {
-		n, err := c.admin.Queued(ctx, q)
+		n, err := c.in.Queued(ctx, q)
 		if err != nil {
 			return err
 		}
 		return fmt.Errorf("purge would drop the %d queued task id(s) of queue %q, failing those still wanted in their batches; run again with -yes", n, q)
 	}
-	n, dropped, err := c.admin.Purge(ctx, q)
+	n, dropped, err := c.in.Purge(ctx, q)
 	if err != nil {
 		return err
 	}

@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/redmap/redmap"
+	"github.com/redmap/redmap/inspect"
 	"github.com/redmap/redmap/internal/harness"
 	"github.com/redmap/redmap/internal/redistest"
 	"github.com/redmap/redmap/manager"
@@ -134,7 +135,7 @@ func TestStatusWorkersBatches(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	var batches []Batch
+	var batches []inspect.Batch
 	redistest.Eventually(t, "the batch listed", func() bool {
 		cliJSON(t, srv, &batches, "batches", "-queue", queue)
 		return len(batches) == 1 && batches[0].Total == 3000 && batches[0].Done > 0
@@ -142,7 +143,7 @@ func TestStatusWorkersBatches(t *testing.T) {
 	if batches[0].Func != "slow" || batches[0].Done > batches[0].Total {
 		t.Fatalf("batch %+v", batches[0])
 	}
-	var workers []Worker
+	var workers []inspect.Worker
 	cliJSON(t, srv, &workers, "workers", "-queue", queue)
 	var ids []string
 	for _, w := range workers {
@@ -180,7 +181,7 @@ func TestFailures(t *testing.T) {
 		t.Fatal(err)
 	}
 	redistest.Eventually(t, "the task running", func() bool {
-		var ws []Worker
+		var ws []inspect.Worker
 		cliJSON(t, srv, &ws, "workers", "-queue", queue)
 		return len(ws) == 1 && ws[0].Running == 1
 	})
@@ -188,7 +189,7 @@ func TestFailures(t *testing.T) {
 	// Once it has ended, its record (if any) is flushed no later than those
 	// of the failures below.
 	redistest.Eventually(t, "the cancelled task ended", func() bool {
-		var ws []Worker
+		var ws []inspect.Worker
 		cliJSON(t, srv, &ws, "workers", "-queue", queue)
 		return len(ws) == 1 && ws[0].Running == 0
 	})
@@ -199,7 +200,7 @@ func TestFailures(t *testing.T) {
 	if _, err := manager.Map(context.Background(), m, flaky, xs, manager.ChunkSize(1)); err == nil {
 		t.Fatal("want failures")
 	}
-	var groups []FailureGroup
+	var groups []inspect.FailureGroup
 	redistest.Eventually(t, "failures recorded", func() bool {
 		cliJSON(t, srv, &groups, "failures", "-queue", queue)
 		n := 0
@@ -208,7 +209,7 @@ func TestFailures(t *testing.T) {
 		}
 		return n == 10 // 9 odd errors and the panic of 7
 	})
-	byKind := map[string]FailureGroup{}
+	byKind := map[string]inspect.FailureGroup{}
 	for _, g := range groups {
 		byKind[g.Kind] = g
 	}
@@ -276,7 +277,7 @@ func TestPurge(t *testing.T) {
 	if code != 0 || !strings.Contains(out, "dropped 13 queued task id(s)") || !strings.Contains(out, "10 task(s) failed in their batches, 3 no manager wanted") {
 		t.Fatalf("purge -yes: exit %d %q %q", code, out, errs)
 	}
-	var qs []Queue
+	var qs []queueStatus
 	cliJSON(t, srv, &qs, "status", "-queue", queue)
 	if len(qs) != 1 || qs[0].Depth != 0 {
 		t.Fatalf("status after purge: %+v, want depth 0", qs)
@@ -362,7 +363,7 @@ func TestSecondSignalExitsAtOnce(t *testing.T) {
 	if _, err := manager.Submit(context.Background(), m, block, []int{1}); err != nil {
 		t.Fatal(err)
 	}
-	var workers []Worker
+	var workers []inspect.Worker
 	redistest.Eventually(t, "the task running", func() bool {
 		cliJSON(t, srv, &workers, "workers", "-queue", queue)
 		return len(workers) == 1 && workers[0].Held == 1

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/redmap/redmap"
+	"github.com/redmap/redmap/inspect"
 	"github.com/redmap/redmap/internal/harness"
 	"github.com/redmap/redmap/internal/keys"
 	"github.com/redmap/redmap/internal/redistest"
@@ -72,7 +73,7 @@ func fleetThrough(t *testing.T, url string) (string, []*proc) {
 	defer cancel()
 	ys, err := manager.Map(ctx, m, square, ints(2000), manager.ChunkSize(10))
 	exact(t, ys, err)
-	var workers []Worker
+	var workers []inspect.Worker
 	cliJSONAt(t, url, &workers, "workers", "-queue", queue)
 	var ids []string
 	for _, w := range workers {
@@ -228,7 +229,7 @@ func TestThroughCluster(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	var batches []Batch
+	var batches []inspect.Batch
 	redistest.Eventually(t, "every queue's batch listed", func() bool {
 		cliJSONAt(t, url, &batches, "batches")
 		return len(batches) == 3

@@ -80,7 +80,7 @@ function renderBatches(s) {
         <span><span class="badge ${esc(b.outcome)}">${esc(b.outcome)}</span> ${cancel}</span></div>
       <div class="bar" title="${b.done} of ${b.total} done, ${b.failed} failed"><div class="ok" style="width:${ok}%"></div><div class="bad" style="left:${ok}%;width:${bad}%"></div></div>
       <div class="nums"><span><b>${num(b.done)}</b> / ${num(b.total)} done</span><span><b>${num(b.failed)}</b> failed</span>
-        <span><b>${num(b.rate)}</b>/s</span><span>ETA <b>${running ? dur(b.eta) : "–"}</b></span>
+        <span><b>${num(b.rate)}</b>/s</span><span>ETA <b>${running ? dur(b.eta_seconds) : "–"}</b></span>
         ${b.waiting ? `<span class="err">${esc(b.waiting)}</span>` : ""}</div></div>`;
   }).join("");
 }
@@ -92,12 +92,12 @@ function renderWorkers(s) {
     return;
   }
   $("workers").innerHTML = head + s.workers.map((w) => {
-    const pct = w.slots ? Math.min(100, (w.busy / w.slots) * 100) : 0;
+    const pct = w.concurrency ? Math.min(100, (w.running / w.concurrency) * 100) : 0;
     const drain = s.actions ? `<td>${w.state === "running" ? `<button data-action="drain" data-queue="${esc(w.queue)}" data-worker="${esc(w.id)}">drain</button>` : ""}</td>` : "";
     return `<tr class="${w.state === "dead" ? "dead" : ""}" data-worker="${esc(w.id)}" data-state="${esc(w.state)}" title="${esc(w.error || "")}">
       <td>${esc(w.queue)}</td><td>${esc(w.id.slice(0, 12))}</td><td><span class="badge ${esc(w.state)}">${esc(w.state)}</span></td>
-      <td>${esc(w.host)}</td><td>${w.pid}</td><td>${dur(w.heartbeat_age)}</td>
-      <td><span class="slots"><span style="width:${pct}%"></span></span>${w.busy}/${w.slots}</td>
+      <td>${esc(w.host)}</td><td>${w.pid}</td><td>${dur(w.heartbeat_age_seconds)}</td>
+      <td><span class="slots"><span style="width:${pct}%"></span></span>${w.running}/${w.concurrency}</td>
       <td>${num(w.held)}</td><td>${num(w.taken)}</td><td>${num(w.delivered)}</td><td>${num(w.failed)}</td>
       <td>${esc(w.functions.join(", "))}</td><td>${num(w.cache_hits)}</td><td>${bytes(w.cache_bytes)}</td>${drain}</tr>`;
   }).join("");
@@ -116,7 +116,7 @@ function renderFailures(s) {
     let row = `<tr class="fail" data-key="${esc(key)}" title="click for a sample stack"><td>${esc(f.queue)}</td><td>${esc(f.func)}</td><td>${esc(f.kind)}</td>
       <td class="err">${esc(f.error)}</td><td>${f.count}</td><td>${dur(ago)} ago</td></tr>`;
     if (open) {
-      row += `<tr class="stack"><td colspan="6"><pre class="stack">${esc(f.stack || "(no stack recorded)")}</pre></td></tr>`;
+      row += `<tr class="stack"><td colspan="6"><pre class="stack">${esc(f.sample_stack || "(no stack recorded)")}</pre></td></tr>`;
     }
     return row;
   }).join("");

@@ -1,0 +1,289 @@
+// Package inspect is redmap's read model for operators: the queues,
+// workers, batches and failure groups under a key prefix, read from the
+// records their writers keep in Redis (each worker's heartbeat, each
+// manager's published progress, the workers' failure records), and the
+// operators' actions on them (drain a worker, cancel a batch, purge a
+// queue). The redmap CLI, the dashboard and an operator's own tools read
+// through it; nothing it reports comes from what a viewer happened to see.
+//
+// An Inspector sends only reads, except for its actions. It scans keys with
+// SCAN, never KEYS, and reads each queue in a few round trips.
+package inspect
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/redmap/redmap/internal/config"
+	"github.com/redmap/redmap/internal/keys"
+	"github.com/redmap/redmap/internal/rdb"
+)
+
+// Inspector reads the queues under one key prefix.
+type Inspector struct {
+	admin *rdb.Admin
+}
+
+// New returns an inspector of the queues under prefix on client; "" is
+// redmap's default prefix. It sends no command.
+func New(client redis.UniversalClient, prefix string) (*Inspector, error) {
+	if client == nil {
+		return nil, fmt.Errorf("inspect: nil Redis client")
+	}
+	return &Inspector{admin: rdb.NewAdmin(client, cmp.Or(prefix, config.DefaultPrefix))}, nil
+}
+
+// Queue is one queue.
+type Queue struct {
+	Name    string `json:"name"`
+	Depth   int64  `json:"depth"`   // task ids waiting in its public lists, all shards
+	Workers int    `json:"workers"` // live workers
+	Running int64  `json:"running"` // tasks running on live workers
+	Batches int    `json:"batches"` // running batches
+	// Rate is elements ended per second over the last minute; Series the
+	// same per Bucket seconds over the last 15 minutes, oldest first.
+	Rate   float64   `json:"rate"`
+	Series []float64 `json:"series"`
+	Bucket int       `json:"bucket_seconds"`
+}
+
+// Worker is one registered worker, live or dead, as its last heartbeat
+// published it.
+type Worker struct {
+	Queue string `json:"queue"`
+	ID    string `json:"id"`
+	// State is "running" or "draining" as the worker said, or "dead" once
+	// its lease expired (by the Redis clock) and no one reaped it yet.
+	State        string   `json:"state"`
+	Live         bool     `json:"live"`
+	Host         string   `json:"host"`
+	PID          int      `json:"pid"`
+	HeartbeatAge float64  `json:"heartbeat_age_seconds"` // by the Redis clock
+	Concurrency  int      `json:"concurrency"`
+	Running      int64    `json:"running"` // tasks running
+	Held         int64    `json:"held"`    // tasks held: running, prefetched or being reported
+	Taken        int64    `json:"taken"`
+	Delivered    int64    `json:"delivered"`
+	Failed       int64    `json:"failed"`
+	Functions    []string `json:"functions"`
+	CacheHits    int64    `json:"cache_hits"`
+	CacheBytes   int64    `json:"cache_bytes"`
+	// Error is the worker's last failed Redis call, if it has not
+	// recovered, or why its record could not be read.
+	Error string `json:"error,omitempty"`
+}
+
+// Batch is one batch as its manager published it.
+type Batch struct {
+	Queue    string  `json:"queue"`
+	Manager  string  `json:"manager"`
+	ID       string  `json:"id"`
+	Func     string  `json:"func"`
+	Priority int     `json:"priority"`
+	Total    int     `json:"total"`
+	Done     int     `json:"done"` // failed ones included
+	Failed   int     `json:"failed"`
+	Rate     float64 `json:"rate"`        // elements a second
+	ETA      float64 `json:"eta_seconds"` // 0 when unknown or done
+	Worker   string  `json:"worker,omitempty"`
+	// Waiting says why the batch does not advance, as its manager sees it
+	// (no live worker serves its function), or why its record could not
+	// be read.
+	Waiting string `json:"waiting,omitempty"`
+	// Outcome is "running" while its manager publishes it; a viewer that
+	// remembers batches (the dashboard) sets the others: "done", "failed"
+	// or "ended".
+	Outcome string    `json:"outcome"`
+	Ended   time.Time `json:"ended,omitzero"`
+}
+
+// FailureGroup is the failures of one function, kind and error message
+// (its first line; retries of an element count with it).
+type FailureGroup struct {
+	Queue       string    `json:"queue"`
+	Func        string    `json:"func"`
+	Kind        string    `json:"kind"`
+	Error       string    `json:"error"`
+	Count       int       `json:"count"`
+	Last        time.Time `json:"last"`
+	SampleTask  string    `json:"sample_task"`
+	SampleStack string    `json:"sample_stack,omitempty"`
+}
+
+// Snapshot is one queue, its workers, batches and failure groups, read
+// together.
+type Snapshot struct {
+	Time      time.Time // the Redis clock
+	Queue     Queue
+	Workers   []Worker
+	Batches   []Batch
+	Failures  []FailureGroup
+	Malformed int // failure records that could not be read
+}
+
+// Ping checks that Redis answers. One round trip.
+func (i *Inspector) Ping(ctx context.Context) error { return i.admin.Ping(ctx) }
+
+// Now returns the Redis clock. One round trip.
+func (i *Inspector) Now(ctx context.Context) (time.Time, error) {
+	ms, err := i.admin.Now(ctx)
+	return time.UnixMilli(ms), err
+}
+
+// Queues lists the queues that have workers, queued tasks or managers,
+// sorted; a sharded queue is listed once, under its name.
+func (i *Inspector) Queues(ctx context.Context) ([]string, error) { return i.admin.Queues(ctx) }
+
+// Workers returns the registered workers of queue, by the Redis clock now.
+func (i *Inspector) Workers(ctx context.Context, queue string, now time.Time) ([]Worker, error) {
+	regs, err := i.admin.Workers(ctx, queue)
+	if err != nil {
+		return nil, err
+	}
+	nowMs := now.UnixMilli()
+	out := make([]Worker, 0, len(regs))
+	for _, r := range regs {
+		in := r.Info
+		w := Worker{Queue: queue, ID: r.ID, State: cmp.Or(in.State, "running"), Live: r.Deadline > nowMs,
+			Host: in.Host, PID: in.PID, Concurrency: in.Concurrency, Running: in.Running, Held: r.Held,
+			Taken: in.Taken, Delivered: in.Delivered, Failed: in.Failed, Functions: in.Functions,
+			CacheHits: in.CacheHits, CacheBytes: in.CacheBytes, Error: in.Error}
+		if w.Functions == nil {
+			w.Functions = []string{}
+		}
+		// The lease began at the last heartbeat, by the Redis clock.
+		w.HeartbeatAge = float64(nowMs-(r.Deadline-in.Lease.Milliseconds())) / 1000
+		if !w.Live {
+			w.State = "dead"
+		}
+		if r.Malformed != nil {
+			w.Error = strings.TrimSpace(w.Error + " (unreadable record: " + r.Malformed.Error() + ")")
+		}
+		out = append(out, w)
+	}
+	return out, nil
+}
+
+// Batches returns the running batches of queue, by id.
+func (i *Inspector) Batches(ctx context.Context, queue string) ([]Batch, error) {
+	pbs, err := i.admin.Batches(ctx, queue)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]Batch, 0, len(pbs))
+	for _, b := range pbs {
+		p := b.Progress
+		if b.Malformed != nil {
+			p.Waiting = "unreadable progress: " + b.Malformed.Error()
+		}
+		out = append(out, Batch{Queue: queue, Manager: b.Manager, ID: b.ID, Func: p.Func,
+			Priority: cmp.Or(p.Priority, keys.DefaultPriority), Total: p.Total, Done: p.Done, Failed: p.Failed,
+			Rate: p.Rate, ETA: p.ETA.Seconds(), Worker: p.Worker, Waiting: p.Waiting, Outcome: "running"})
+	}
+	slices.SortFunc(out, func(a, b Batch) int { return strings.Compare(a.ID, b.ID) })
+	return out, nil
+}
+
+// Failures returns queue's failure records grouped, most frequent first,
+// and how many records could not be read.
+func (i *Inspector) Failures(ctx context.Context, queue string) ([]FailureGroup, int, error) {
+	recs, malformed, err := i.admin.Failures(ctx, queue)
+	if err != nil {
+		return nil, 0, err
+	}
+	gs := rdb.GroupFailures(recs)
+	out := make([]FailureGroup, len(gs))
+	for j, g := range gs {
+		out[j] = FailureGroup{Queue: queue, Func: g.Func, Kind: g.Kind, Error: g.Error, Count: g.Count,
+			Last: g.Last, SampleTask: g.Task, SampleStack: g.Stack}
+	}
+	return out, malformed, nil
+}
+
+// Snapshot reads queue: its depth and throughput, workers, batches and
+// failure groups.
+func (i *Inspector) Snapshot(ctx context.Context, queue string) (Snapshot, error) {
+	now, err := i.Now(ctx)
+	if err != nil {
+		return Snapshot{}, err
+	}
+	s := Snapshot{Time: now, Queue: Queue{Name: queue, Bucket: int(keys.ThroughputBucket / time.Second)}}
+	if s.Queue.Depth, err = i.admin.Depth(ctx, queue); err != nil {
+		return s, err
+	}
+	tp, err := i.admin.Throughput(ctx, queue, now, 15*time.Minute)
+	if err != nil {
+		return s, err
+	}
+	s.Queue.Series = make([]float64, len(tp))
+	for j, n := range tp {
+		s.Queue.Series[j] = float64(n) / float64(s.Queue.Bucket)
+	}
+	s.Queue.Rate = recentRate(tp, now.UnixMilli())
+	if s.Workers, err = i.Workers(ctx, queue, now); err != nil {
+		return s, err
+	}
+	for _, w := range s.Workers {
+		if w.Live {
+			s.Queue.Workers++
+			s.Queue.Running += w.Running
+		}
+	}
+	if s.Batches, err = i.Batches(ctx, queue); err != nil {
+		return s, err
+	}
+	s.Queue.Batches = len(s.Batches)
+	s.Failures, s.Malformed, err = i.Failures(ctx, queue)
+	return s, err
+}
+
+// recentRate returns elements per second over the last minute of the
+// counters tp (the last one is the current bucket, nowMs into it), or over
+// the part of it since the first element ended, if that is shorter: a
+// queue that began 5 s ago shows its rate, not a twelfth of it.
+func recentRate(tp []int64, nowMs int64) float64 {
+	per := int(time.Minute / keys.ThroughputBucket)
+	bucketMs := keys.ThroughputBucket.Milliseconds()
+	recent := tp[max(0, len(tp)-per):]
+	first := slices.IndexFunc(recent, func(n int64) bool { return n > 0 })
+	if first < 0 {
+		return 0
+	}
+	var sum int64
+	for _, n := range recent[first:] {
+		sum += n
+	}
+	// Whole buckets before the current one, and the current one so far.
+	ms := int64(len(recent)-1-first)*bucketMs + nowMs%bucketMs + 1
+	return float64(sum) / (float64(max(ms, 1000)) / 1000)
+}
+
+// Drain asks worker wid of queue to take no more tasks, finish what it
+// holds and exit: it learns of it at its next heartbeat.
+func (i *Inspector) Drain(ctx context.Context, queue, wid string) error {
+	return i.admin.Drain(ctx, queue, wid)
+}
+
+// CancelBatch asks manager mid to cancel its batch bid of queue: it does
+// at its next publish of progress (within its Poll).
+func (i *Inspector) CancelBatch(ctx context.Context, queue, mid, bid string) error {
+	return i.admin.CancelBatch(ctx, queue, mid, bid)
+}
+
+// Purge removes every task waiting in queue's public lists, all shards;
+// their managers fail them with ErrLost. It returns how many were purged,
+// and how many ids it dropped whose task was gone already.
+func (i *Inspector) Purge(ctx context.Context, queue string) (purged, dropped int, err error) {
+	return i.admin.Purge(ctx, queue)
+}
+
+// Queued returns how many tasks wait in queue's public lists, all shards.
+func (i *Inspector) Queued(ctx context.Context, queue string) (int64, error) {
+	return i.admin.Queued(ctx, queue)
+}
