@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"os"
 
+	"github.com/redmap/redmap/connect"
+
 	"github.com/redmap/redmap"
 	"github.com/redmap/redmap/manager"
 	"github.com/redmap/redmap/worker"
@@ -22,7 +24,7 @@ var Square = redmap.Func("square", func(_ context.Context, x int) (int, error) {
 
 // A handle is registered by a worker and called through a manager.
 func ExampleFunc() {
-	rdb, err := redmap.Connect(os.Getenv("REDIS_URL"))
+	rdb, err := connect.URL(os.Getenv("REDIS_URL"))
 	if err != nil {
 		panic(err)
 	}

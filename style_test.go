@@ -16,7 +16,7 @@ import (
 // internal/rdb names the operation instead ("take: ..."), and its callers add
 // their package's name.
 func TestErrorStyle(t *testing.T) {
-	for dir, name := range map[string]string{".": "redmap", "manager": "manager", "worker": "worker", "cache": "cache", "codec": "codec"} {
+	for dir, name := range map[string]string{".": "redmap", "manager": "manager", "worker": "worker", "cache": "cache", "codec": "codec", "connect": "connect", "inspect": "inspect"} {
 		files, _ := filepath.Glob(filepath.Join(dir, "*.go"))
 		if len(files) == 0 {
 			t.Fatalf("no Go files in %s", dir)

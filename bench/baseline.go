@@ -13,9 +13,10 @@ import (
 	"sync"
 	"time"
 
+	"github.com/redmap/redmap/connect"
+
 	"github.com/redis/go-redis/v9"
 
-	"github.com/redmap/redmap"
 	"github.com/redmap/redmap/internal/id"
 )
 
@@ -154,7 +155,7 @@ func runBaselineProcess() bool {
 		return false
 	}
 	m, _ := strconv.Atoi(spec[0])
-	c, err := redmap.Connect(os.Getenv(benchURLEnv))
+	c, err := connect.URL(os.Getenv(benchURLEnv))
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "bench baseline worker:", err)
 		os.Exit(1)

@@ -30,9 +30,10 @@ import (
 	"sync"
 	"time"
 
+	"github.com/redmap/redmap/connect"
+
 	"github.com/redis/go-redis/v9"
 
-	"github.com/redmap/redmap"
 	"github.com/redmap/redmap/internal/redistest"
 	"github.com/redmap/redmap/manager"
 )
@@ -115,7 +116,7 @@ func (e *env) connect() error {
 		}
 		u += sep + "pool_size=100"
 	}
-	c, err := redmap.Connect(u)
+	c, err := connect.URL(u)
 	if err != nil {
 		return fmt.Errorf("REDIS_URL: %w", err)
 	}

@@ -17,6 +17,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/redmap/redmap/connect"
+
 	"github.com/redmap/redmap"
 	"github.com/redmap/redmap/internal/id"
 	"github.com/redmap/redmap/manager"
@@ -47,7 +49,7 @@ func runWorkerProcess() bool {
 	if queue == "" {
 		return false
 	}
-	c, err := redmap.Connect(os.Getenv(benchURLEnv))
+	c, err := connect.URL(os.Getenv(benchURLEnv))
 	var w *worker.Worker
 	if err == nil {
 		w, err = worker.New(c, worker.Options{Queue: queue})

@@ -5,14 +5,15 @@ import (
 	"net/http"
 	"os"
 
-	"github.com/redmap/redmap"
+	"github.com/redmap/redmap/connect"
+
 	"github.com/redmap/redmap/dashboard"
 )
 
 // Mount the dashboard in a program's own server, under /redmap/ (a path
 // ending in a slash: the page's links are relative to it).
 func Example() {
-	client, err := redmap.Connect(os.Getenv("REDIS_URL"))
+	client, err := connect.URL(os.Getenv("REDIS_URL"))
 	if err != nil {
 		log.Fatal(err)
 	}

@@ -9,7 +9,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/redmap/redmap"
+	"github.com/redmap/redmap/connect"
+
 	"github.com/redmap/redmap/internal/keys"
 	"github.com/redmap/redmap/internal/redistest"
 	"github.com/redmap/redmap/manager"
@@ -50,7 +51,7 @@ func TestChaosCluster(t *testing.T) {
 		managers.Add(1)
 		go func() {
 			defer managers.Done()
-			c, err := redmap.Connect(url)
+			c, err := connect.URL(url)
 			if err != nil {
 				t.Error(err)
 				return
@@ -176,7 +177,7 @@ func TestChaosCluster(t *testing.T) {
 // clusterShardNames is shardNames with a client of its own (a fresh map of
 // the Cluster's slots).
 func clusterShardNames(t *testing.T, url, queue string) []string {
-	c, err := redmap.Connect(url)
+	c, err := connect.URL(url)
 	if err != nil {
 		t.Fatal(err)
 	}

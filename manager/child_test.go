@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redmap/redmap/connect"
+
 	"github.com/redis/go-redis/v9"
 
 	"github.com/redmap/redmap"
@@ -96,8 +98,8 @@ func runChild() {
 }
 
 // childClient is the client a child process uses: of the Redis at
-// REDMAP_URL, as a user's program connects (redmap.Connect).
-func childClient() (redis.UniversalClient, error) { return redmap.Connect(os.Getenv("REDMAP_URL")) }
+// REDMAP_URL, as a user's program connects (connect.URL).
+func childClient() (redis.UniversalClient, error) { return connect.URL(os.Getenv("REDMAP_URL")) }
 
 // childWorker serves lookup and square until SIGTERM, then prints its cache
 // counters as "stats <json>".

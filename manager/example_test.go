@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"os"
 
+	"github.com/redmap/redmap/connect"
+
 	"github.com/redmap/redmap"
 	"github.com/redmap/redmap/manager"
 	"github.com/redmap/redmap/worker"
@@ -23,7 +25,7 @@ var Half = redmap.Func("half", func(_ context.Context, x int) (int, error) {
 // element that failed.
 func ExampleMap() {
 	ctx := context.Background()
-	rdb, err := redmap.Connect(os.Getenv("REDIS_URL"))
+	rdb, err := connect.URL(os.Getenv("REDIS_URL"))
 	if err != nil {
 		panic(err)
 	}
@@ -57,7 +59,7 @@ func ExampleMap() {
 // Wait gives them in input order.
 func ExampleSubmit() {
 	ctx := context.Background()
-	rdb, err := redmap.Connect(os.Getenv("REDIS_URL"))
+	rdb, err := connect.URL(os.Getenv("REDIS_URL"))
 	if err != nil {
 		panic(err)
 	}

@@ -9,9 +9,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redmap/redmap/connect"
+
 	"github.com/redis/go-redis/v9"
 
-	"github.com/redmap/redmap"
 	"github.com/redmap/redmap/cache"
 	"github.com/redmap/redmap/codec"
 	"github.com/redmap/redmap/internal/harness"
@@ -113,11 +114,11 @@ func failoverTest(t *testing.T) {
 }
 
 // clusterEnv is an Env on a Cluster with a replica per master, reached
-// through redmap.Connect of its URL as users' programs reach it.
+// through connect.URL of its URL as users' programs reach it.
 func clusterEnv(t *testing.T, queue string) (*harness.Env, *redistest.Cluster) {
 	t.Helper()
 	cl := redistest.StartClusterReplicas(t, 3)
-	client, err := redmap.Connect(cl.URLReplicas())
+	client, err := connect.URL(cl.URLReplicas())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redmap/redmap/connect"
+
 	"github.com/redmap/redmap"
 	"github.com/redmap/redmap/internal/harness"
 	"github.com/redmap/redmap/internal/redistest"
@@ -17,7 +19,7 @@ import (
 func TestMain(m *testing.M) {
 	// go-redis logs the dial failures of fault tests on stderr; they are
 	// expected, and would drown the tests' own output.
-	redmap.RouteRedisLogs(slog.New(slog.DiscardHandler))
+	connect.RouteLogs(slog.New(slog.DiscardHandler))
 	runChild()
 	code := redistest.Run(m)
 	harness.Cleanup()

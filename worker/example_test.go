@@ -6,6 +6,8 @@ import (
 	"os"
 	"strings"
 
+	"github.com/redmap/redmap/connect"
+
 	"github.com/redmap/redmap"
 	"github.com/redmap/redmap/manager"
 	"github.com/redmap/redmap/worker"
@@ -21,7 +23,7 @@ var Upper = redmap.Func("upper", func(_ context.Context, s string) (string, erro
 // finishes what it runs and returns. (A worker program can be one call:
 // worker.Main(os.Args[1:], Upper).)
 func ExampleWorker_Run() {
-	rdb, err := redmap.Connect(os.Getenv("REDIS_URL"))
+	rdb, err := connect.URL(os.Getenv("REDIS_URL"))
 	if err != nil {
 		panic(err)
 	}

@@ -16,6 +16,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/redmap/redmap/connect"
+
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
@@ -74,7 +76,7 @@ func mainWith(args []string, stdout, stderr io.Writer, hs ...redmap.Handler) err
 	// The flag package would print a bad flag's error and the usage, and the
 	// caller would print the error again: it is said once, by the caller.
 	fs.SetOutput(io.Discard)
-	url := fs.String("redis", env("REDIS_URL", "redis://127.0.0.1:6379/0"), "Redis URL: one server, a Cluster, Sentinel, TLS, ACL users; see redmap.Connect (env REDIS_URL)")
+	url := fs.String("redis", env("REDIS_URL", "redis://127.0.0.1:6379/0"), "Redis URL: one server, a Cluster, Sentinel, TLS, ACL users; see connect.URL (env REDIS_URL)")
 	queue := fs.String("queue", env("REDMAP_QUEUE", "default"), "queue to serve (env REDMAP_QUEUE)")
 	id := fs.String("id", env("REDMAP_WORKER_ID", ""), "worker id, default random (env REDMAP_WORKER_ID)")
 	concurrency := fs.Int("concurrency", int(envInt("REDMAP_CONCURRENCY")), "tasks run at once, 0 for GOMAXPROCS (env REDMAP_CONCURRENCY)")
@@ -103,8 +105,8 @@ func mainWith(args []string, stdout, stderr io.Writer, hs ...redmap.Handler) err
 		return fmt.Errorf("worker: -log-level %q: want debug, info, warn or error", *logLevel)
 	}
 	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
-	redmap.RouteRedisLogs(log)
-	client, err := redmap.Connect(*url)
+	connect.RouteLogs(log)
+	client, err := connect.URL(*url)
 	if err != nil {
 		return fmt.Errorf("worker: -redis: %w", err)
 	}
@@ -167,7 +169,7 @@ func mainWith(args []string, stdout, stderr io.Writer, hs ...redmap.Handler) err
 	// with one line after a few seconds, rather than a worker that retries
 	// for ever having never served.
 	if err := w.source.first.Preflight(ctx, startBudget, healBudget, log); err != nil {
-		return fmt.Errorf("worker: cannot serve queue %q with Redis at %s: %w", *queue, redmap.RedactURL(*url), err)
+		return fmt.Errorf("worker: cannot serve queue %q with Redis at %s: %w", *queue, connect.Redact(*url), err)
 	}
 	w.checked = true // one start-up check per process
 	fmt.Fprintln(stdout, "worker", w.ID())

@@ -29,9 +29,10 @@ import (
 	"time"
 	"unicode"
 
+	"github.com/redmap/redmap/connect"
+
 	"github.com/redis/go-redis/v9"
 
-	"github.com/redmap/redmap"
 	"github.com/redmap/redmap/inspect"
 )
 
@@ -120,7 +121,7 @@ func run(args []string, out io.Writer) (int, error) {
 		return 2, usageError{fmt.Sprintf("%s takes %d argument(s), got %d", cmd, n, len(operand))}
 	}
 
-	client, err := redmap.Connect(*url)
+	client, err := connect.URL(*url)
 	if err != nil {
 		return 2, usageError{fmt.Sprintf("-redis: %v", err)}
 	}
@@ -131,7 +132,7 @@ func run(args []string, out io.Writer) (int, error) {
 		return 2, usageError{fmt.Sprintf("-prefix: %v", err)}
 	}
 	if err := c.in.Ping(ctx); err != nil {
-		return 1, fmt.Errorf("cannot reach Redis at %s: %v", redmap.RedactURL(*url), err)
+		return 1, fmt.Errorf("cannot reach Redis at %s: %v", connect.Redact(*url), err)
 	}
 	if cmd == "dashboard" {
 		cancel()

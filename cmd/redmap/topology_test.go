@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/redmap/redmap"
+	"github.com/redmap/redmap/connect"
 	"github.com/redmap/redmap/inspect"
 	"github.com/redmap/redmap/internal/harness"
 	"github.com/redmap/redmap/internal/keys"
@@ -20,7 +20,7 @@ import (
 )
 
 // The set-ups users run, each reached the way users reach it: one URL given
-// to worker processes (worker.Main), to a manager (redmap.Connect) and to the
+// to worker processes (worker.Main), to a manager (connect.URL) and to the
 // CLI.
 
 func ints(n int) []int {
@@ -31,10 +31,10 @@ func ints(n int) []int {
 	return xs
 }
 
-// connect returns a manager of queue on the Redis of url.
-func connect(t *testing.T, url, queue string) *manager.Manager {
+// managerAt returns a manager of queue on the Redis of url.
+func managerAt(t *testing.T, url, queue string) *manager.Manager {
 	t.Helper()
-	c, err := redmap.Connect(url)
+	c, err := connect.URL(url)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -68,7 +68,7 @@ func fleetThrough(t *testing.T, url string) (string, []*proc) {
 	queue := redistest.Queue(t)
 	w1 := startWorkerAt(t, url, queue, "-concurrency", "2")
 	w2 := startWorkerAt(t, url, queue, "-concurrency", "2")
-	m := connect(t, url, queue)
+	m := managerAt(t, url, queue)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	ys, err := manager.Map(ctx, m, square, ints(2000), manager.ChunkSize(10))
@@ -88,7 +88,7 @@ func fleetThrough(t *testing.T, url string) (string, []*proc) {
 			t.Fatalf("redmap status (exit %d) lacks %q:\n%s%s", code, want, out, errs)
 		}
 	}
-	t.Logf("2,000 squares exact through %s; redmap status:\n%s", redmap.RedactURL(url), out)
+	t.Logf("2,000 squares exact through %s; redmap status:\n%s", connect.Redact(url), out)
 	return queue, []*proc{w1, w2}
 }
 
@@ -141,7 +141,7 @@ func TestThroughACLUser(t *testing.T) {
 	w1, w2 := startWorkerAt(t, url, queue), startWorkerAt(t, url, queue)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	ys, err := manager.Map(ctx, connect(t, url, queue), square, ints(2000), manager.ChunkSize(10))
+	ys, err := manager.Map(ctx, managerAt(t, url, queue), square, ints(2000), manager.ChunkSize(10))
 	exact(t, ys, err)
 	for _, cmd := range [][]string{{"status"}, {"workers"}, {"batches"}, {"failures"}, {"drain", w1.ID}, {"purge", "-yes", queue}} {
 		out, errs, code := runCLIAt(t, operator, cmd...)
@@ -177,7 +177,7 @@ func TestThroughCluster(t *testing.T) {
 	}
 	var fleets []fleet
 	for _, q := range queues {
-		fleets = append(fleets, fleet{q, []*proc{startWorkerAt(t, url, q), startWorkerAt(t, url, q)}, connect(t, url, q)})
+		fleets = append(fleets, fleet{q, []*proc{startWorkerAt(t, url, q), startWorkerAt(t, url, q)}, managerAt(t, url, q)})
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
@@ -252,7 +252,7 @@ func TestThroughSentinel(t *testing.T) {
 	st := redistest.StartSentinel(t)
 	url := "redis-sentinel://" + strings.Join(st.Addrs(), ",") + "/0?master=" + redistest.MasterName
 	queue, _ := fleetThrough(t, url)
-	m := connect(t, url, queue)
+	m := managerAt(t, url, queue)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	// The planned failover first: after the kill the set-up has no replica
@@ -320,7 +320,7 @@ func TestThroughClusterDownAtStart(t *testing.T) {
 	up := cl.Down(t)
 	w := harness.Start(t, harness.Child("worker", []string{"REDIS_URL=" + url}, "-queue", queue))
 	w.WaitLog(t, "CLUSTERDOWN")
-	c, err := redmap.Connect(url)
+	c, err := connect.URL(url)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -19,6 +19,8 @@ import (
 	"os"
 	"strings"
 
+	"github.com/redmap/redmap/connect"
+
 	"github.com/alicebob/miniredis/v2"
 
 	"github.com/redmap/redmap"
@@ -87,7 +89,7 @@ func run(cmd string, args []string) error {
 	} else if url == "" {
 		url = "redis://127.0.0.1:6379/0"
 	}
-	rdb, err := redmap.Connect(url)
+	rdb, err := connect.URL(url)
 	if err != nil {
 		return fmt.Errorf("REDIS_URL: %w", err)
 	}

@@ -11,6 +11,8 @@ import (
 	"os"
 	"strings"
 
+	"github.com/redmap/redmap/connect"
+
 	"github.com/alicebob/miniredis/v2"
 
 	"github.com/redmap/redmap"
@@ -35,7 +37,7 @@ func main() {
 func run() error {
 	url := os.Getenv("REDIS_URL")
 	if url != "" {
-		fmt.Println("using Redis at", redmap.RedactURL(url))
+		fmt.Println("using Redis at", connect.Redact(url))
 	} else {
 		mr, err := miniredis.Run()
 		if err != nil {
@@ -45,7 +47,7 @@ func run() error {
 		url = "redis://" + mr.Addr()
 		fmt.Println("using an embedded Redis (miniredis); set REDIS_URL to use a real one")
 	}
-	rdb, err := redmap.Connect(url)
+	rdb, err := connect.URL(url)
 	if err != nil {
 		return fmt.Errorf("REDIS_URL: %w", err)
 	}

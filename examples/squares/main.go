@@ -20,11 +20,12 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/redmap/redmap/connect"
+
 	"github.com/redis/go-redis/v9"
 	"github.com/schollz/progressbar/v3"
 	"golang.org/x/term"
 
-	"github.com/redmap/redmap"
 	"github.com/redmap/redmap/examples/squares/tasks"
 	"github.com/redmap/redmap/manager"
 	"github.com/redmap/redmap/worker"
@@ -67,7 +68,7 @@ func client() (redis.UniversalClient, error) {
 	if url == "" {
 		url = "redis://127.0.0.1:6379/0"
 	}
-	c, err := redmap.Connect(url)
+	c, err := connect.URL(url)
 	if err != nil {
 		return nil, fmt.Errorf("REDIS_URL: %w", err)
 	}

@@ -30,9 +30,10 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/redmap/redmap/connect"
+
 	"github.com/alicebob/miniredis/v2"
 
-	"github.com/redmap/redmap"
 	"github.com/redmap/redmap/examples/wordcount/count"
 	"github.com/redmap/redmap/manager"
 	"github.com/redmap/redmap/worker"
@@ -123,7 +124,7 @@ func mapReduce(ctx context.Context, cmd, queue string, groups [][]string) (count
 	} else if url == "" {
 		url = "redis://127.0.0.1:6379/0"
 	}
-	rdb, err := redmap.Connect(url)
+	rdb, err := connect.URL(url)
 	if err != nil {
 		return nil, fmt.Errorf("REDIS_URL: %w", err)
 	}

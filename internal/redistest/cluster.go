@@ -188,7 +188,7 @@ func (cl *Cluster) Addrs() []string {
 	return out
 }
 
-// URL returns the cluster's URL in redmap.Connect's form:
+// URL returns the cluster's URL in connect.URL's form:
 // redis://node1?addr=node2&addr=node3.
 func (cl *Cluster) URL() string {
 	u := "redis://" + cl.Nodes[0].Addr()

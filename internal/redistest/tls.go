@@ -61,7 +61,7 @@ func StartTLS(tb testing.TB, mutual bool) *TLS {
 	return t
 }
 
-// URL returns the server's rediss:// URL in redmap.Connect's form: trusting
+// URL returns the server's rediss:// URL in connect.URL's form: trusting
 // the test's CA, and with the client certificate if the server requires one.
 func (t *TLS) URL() string {
 	q := url.Values{"tls_ca_file": {t.CA}}

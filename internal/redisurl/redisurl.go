@@ -1,6 +1,6 @@
 // Package redisurl parses the parts of Redis URLs that go-redis does not:
-// Sentinel's host lists and TLS files (see redmap.Connect). Its errors name
-// the part at fault; redmap.Connect adds the URL, without its password.
+// Sentinel's host lists and TLS files (see connect.URL). Its errors name
+// the part at fault; connect.URL adds the URL, without its password.
 package redisurl
 
 import (

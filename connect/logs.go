@@ -1,4 +1,4 @@
-package redmap
+package connect
 
 import (
 	"context"
@@ -8,12 +8,12 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// RouteRedisLogs sends go-redis's own log lines (the dial failures it
+// RouteLogs sends go-redis's own log lines (the dial failures it
 // retries, pool warnings), which it otherwise prints on stderr through the
 // standard log package, to log at debug level. go-redis has one logger per
 // process, so a program calls this, once; redmap's library code never does
 // it on the program's behalf. worker.Main and the redmap CLI call it.
-func RouteRedisLogs(log *slog.Logger) { redis.SetLogger(redisLog{log}) }
+func RouteLogs(log *slog.Logger) { redis.SetLogger(redisLog{log}) }
 
 type redisLog struct{ log *slog.Logger }
 

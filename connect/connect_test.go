@@ -1,4 +1,4 @@
-package redmap_test
+package connect_test
 
 import (
 	"context"
@@ -7,7 +7,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/redmap/redmap"
+	"github.com/redmap/redmap/connect"
 	"github.com/redmap/redmap/internal/redistest"
 )
 
@@ -28,14 +28,14 @@ func TestConnectNamesTheBadPart(t *testing.T) {
 		{"redis-sentinel://u:secret@h1:1?master=m&bogus=1", `"bogus"`},
 		{"redis-sentinel://u:secret@h1:1/zero?master=m", `database "zero"`},
 	} {
-		_, err := redmap.Connect(c.url)
+		_, err := connect.URL(c.url)
 		if err == nil {
 			t.Errorf("Connect(%q): no error, want one naming %q", c.url, c.want)
 			continue
 		}
 		msg := err.Error()
 		if !strings.Contains(msg, c.want) || strings.Contains(msg, "secret") || strings.Contains(msg, "\n") ||
-			!strings.HasPrefix(msg, "redmap: ") {
+			!strings.HasPrefix(msg, "connect: ") {
 			t.Errorf("Connect(%q): %q; want one line starting redmap:, naming %q, without the password", c.url, msg, c.want)
 		}
 	}
@@ -43,30 +43,30 @@ func TestConnectNamesTheBadPart(t *testing.T) {
 
 // Each form gives the client of its topology, with its settings.
 func TestConnectForms(t *testing.T) {
-	c, err := redmap.Connect("redis://u:pw@h:1/2?pool_size=7")
+	c, err := connect.URL("redis://u:pw@h:1/2?pool_size=7")
 	if cl, ok := c.(*redis.Client); err != nil || !ok || cl.Options().DB != 2 || cl.Options().PoolSize != 7 ||
 		cl.Options().Password != "pw" || cl.Options().TLSConfig != nil {
 		t.Fatalf("one server: %T %v", c, err)
 	}
-	c, err = redmap.Connect("redis://h:1?addr=h:2&addr=h:3")
+	c, err = connect.URL("redis://h:1?addr=h:2&addr=h:3")
 	if cl, ok := c.(*redis.ClusterClient); err != nil || !ok || len(cl.Options().Addrs) != 3 {
 		t.Fatalf("cluster: %T %v", c, err)
 	}
-	c, err = redmap.Connect("redis://h:1?cluster=true&tls=true&tls_server_name=redis.example")
+	c, err = connect.URL("redis://h:1?cluster=true&tls=true&tls_server_name=redis.example")
 	if cl, ok := c.(*redis.ClusterClient); err != nil || !ok || cl.Options().TLSConfig == nil ||
 		cl.Options().TLSConfig.ServerName != "redis.example" {
 		t.Fatalf("cluster over TLS: %T %v", c, err)
 	}
-	c, err = redmap.Connect("rediss://h:1")
+	c, err = connect.URL("rediss://h:1")
 	if cl, ok := c.(*redis.Client); err != nil || !ok || cl.Options().TLSConfig == nil || cl.Options().TLSConfig.ServerName != "h" {
 		t.Fatalf("rediss: %T %v", c, err)
 	}
-	if _, err := redmap.Connect("redis-sentinel://:pw@h1:1,h2:2/3?master=m&sentinel_password=s&tls=true"); err != nil {
+	if _, err := connect.URL("redis-sentinel://:pw@h1:1,h2:2/3?master=m&sentinel_password=s&tls=true"); err != nil {
 		t.Fatalf("sentinel: %v", err)
 	}
 }
 
-func TestRedactURL(t *testing.T) {
+func TestRedact(t *testing.T) {
 	for in, want := range map[string]string{
 		"redis://u:secret@h:1/0":                   "redis://u:xxxxx@h:1/0",
 		"redis://:secret@h:1":                      "redis://:xxxxx@h:1",
@@ -75,8 +75,8 @@ func TestRedactURL(t *testing.T) {
 		"redis://u@h:1":                            "redis://u@h:1",
 		"rediss://u:p%40ss@h:1/0?tls_ca_file=/a@b": "rediss://u:xxxxx@h:1/0?tls_ca_file=/a@b",
 	} {
-		if got := redmap.RedactURL(in); got != want {
-			t.Errorf("RedactURL(%q) = %q, want %q", in, got, want)
+		if got := connect.Redact(in); got != want {
+			t.Errorf("Redact(%q) = %q, want %q", in, got, want)
 		}
 	}
 }
@@ -84,7 +84,7 @@ func TestRedactURL(t *testing.T) {
 // ping connects through url and runs a write and a read on keys of three
 // slots, returning the first error.
 func ping(url string) error {
-	c, err := redmap.Connect(url)
+	c, err := connect.URL(url)
 	if err != nil {
 		return err
 	}

@@ -1,4 +1,9 @@
-package redmap
+// Package connect makes the go-redis client for a Redis URL: one server,
+// TLS, a Cluster or a primary behind Sentinel. The worker's Main, the
+// redmap CLI, the examples and bench all take the same URL through it. A
+// program may as well build its own go-redis client: managers and workers
+// take any redis.UniversalClient.
+package connect
 
 import (
 	"fmt"
@@ -11,7 +16,7 @@ import (
 	"github.com/redmap/redmap/internal/redisurl"
 )
 
-// Connect returns a client for the Redis that rawURL names, in one of these
+// URL returns a client for the Redis that rawURL names, in one of these
 // forms:
 //
 //	redis://[user:password@]host:port[/db]        one server
@@ -30,48 +35,48 @@ import (
 // on the redis:// forms; on redis-sentinel://, sentinel_password if the
 // Sentinels' password differs from the primary's, which is the one in the URL.
 //
-// Connect only parses: the client connects at its first command. A URL it
+// URL only parses: the client connects at its first command. A URL it
 // cannot use gives an error naming the part at fault, without the password.
 // The same URL works in worker.Main's -redis, the redmap CLI, the examples
 // and bench, and REDIS_URL.
-func Connect(rawURL string) (redis.UniversalClient, error) {
+func URL(rawURL string) (redis.UniversalClient, error) {
 	scheme, _, ok := strings.Cut(rawURL, "://")
 	if !ok {
-		return nil, fmt.Errorf("redmap: Redis URL %q: want redis://host:port, rediss://, or redis-sentinel:// (see redmap.Connect)", RedactURL(rawURL))
+		return nil, fmt.Errorf("connect: Redis URL %q: want redis://host:port, rediss://, or redis-sentinel:// (see connect.URL)", Redact(rawURL))
 	}
 	if scheme == "redis-sentinel" {
 		opts, err := redisurl.Sentinel(rawURL)
 		if err != nil {
-			return nil, fmt.Errorf("redmap: Redis URL %s: %w", RedactURL(rawURL), err)
+			return nil, fmt.Errorf("connect: Redis URL %s: %w", Redact(rawURL), err)
 		}
 		return redis.NewFailoverClient(opts), nil
 	}
 	if scheme != "redis" && scheme != "rediss" {
-		return nil, fmt.Errorf("redmap: Redis URL scheme %q: want redis, rediss or redis-sentinel", scheme)
+		return nil, fmt.Errorf("connect: Redis URL scheme %q: want redis, rediss or redis-sentinel", scheme)
 	}
 	u, err := url.Parse(rawURL)
 	if err != nil {
-		return nil, fmt.Errorf("redmap: Redis URL %s: %w", RedactURL(rawURL), redisurl.Cause(err))
+		return nil, fmt.Errorf("connect: Redis URL %s: %w", Redact(rawURL), redisurl.Cause(err))
 	}
 	q := u.Query()
 	cluster := q.Has("addr")
 	if v := q.Get("cluster"); v != "" {
 		b, err := strconv.ParseBool(v)
 		if err != nil {
-			return nil, fmt.Errorf("redmap: Redis URL %s: cluster=%q: want true or false", RedactURL(rawURL), v)
+			return nil, fmt.Errorf("connect: Redis URL %s: cluster=%q: want true or false", Redact(rawURL), v)
 		}
 		cluster = cluster || b
 		q.Del("cluster")
 	}
 	tc, err := redisurl.TLS(q, scheme == "rediss", u.Hostname())
 	if err != nil {
-		return nil, fmt.Errorf("redmap: Redis URL %s: %w", RedactURL(rawURL), err)
+		return nil, fmt.Errorf("connect: Redis URL %s: %w", Redact(rawURL), err)
 	}
 	u.RawQuery = q.Encode()
 	if cluster {
 		opts, err := redis.ParseClusterURL(u.String())
 		if err != nil {
-			return nil, fmt.Errorf("redmap: Redis URL %s: %w", RedactURL(rawURL), err)
+			return nil, fmt.Errorf("connect: Redis URL %s: %w", Redact(rawURL), err)
 		}
 		if tc != nil {
 			opts.TLSConfig = tc
@@ -80,7 +85,7 @@ func Connect(rawURL string) (redis.UniversalClient, error) {
 	}
 	opts, err := redis.ParseURL(u.String())
 	if err != nil {
-		return nil, fmt.Errorf("redmap: Redis URL %s: %w", RedactURL(rawURL), err)
+		return nil, fmt.Errorf("connect: Redis URL %s: %w", Redact(rawURL), err)
 	}
 	if tc != nil {
 		opts.TLSConfig = tc
@@ -88,9 +93,9 @@ func Connect(rawURL string) (redis.UniversalClient, error) {
 	return redis.NewClient(opts), nil
 }
 
-// RedactURL returns a Redis URL with its password, if it has one, replaced
+// Redact returns a Redis URL with its password, if it has one, replaced
 // by "xxxxx", for logs and messages.
-func RedactURL(rawURL string) string {
+func Redact(rawURL string) string {
 	scheme, rest, ok := strings.Cut(rawURL, "://")
 	if !ok {
 		return rawURL
