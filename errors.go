@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	"github.com/redmap/redmap/codec"
+	"github.com/redmap/redmap/internal/engine"
 )
 
 // Sentinel errors, for errors.Is. A *TaskError wraps one of them (or the
@@ -160,19 +161,8 @@ func (e *RemoteError) Error() string { return e.Msg }
 // Retryable(err) is run again, up to the batch's attempt budget, even when
 // the batch does not retry errors (manager.RetryErrors).
 func Retryable(err error) error {
-	if err == nil {
-		return nil
-	}
-	return &retryable{err}
+	return engine.Retryable(err)
 }
-
-type retryable struct{ err error }
-
-func (r *retryable) Error() string { return r.err.Error() }
-func (r *retryable) Unwrap() error { return r.err }
 
 // IsRetryable reports whether err was marked with Retryable.
-func IsRetryable(err error) bool {
-	var r *retryable
-	return errors.As(err, &r)
-}
+func IsRetryable(err error) bool { return engine.IsRetryable(err) }

@@ -31,7 +31,7 @@ func ExampleFunc() {
 	defer rdb.Close()
 
 	w, _ := worker.New(rdb, worker.Options{Queue: "example-func"})
-	_ = w.Handle(Square)
+	_ = w.Register(Square)
 	ctx, stop := context.WithCancel(context.Background())
 	defer stop()
 	go w.Run(ctx)

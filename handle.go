@@ -15,13 +15,10 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
-	"runtime/debug"
 	"slices"
-	"time"
 
 	"github.com/redmap/redmap/codec"
-	"github.com/redmap/redmap/internal/backoff"
-	"github.com/redmap/redmap/internal/handler"
+	"github.com/redmap/redmap/internal/engine"
 )
 
 // Handle is a function registered under a name. The manager uses it to submit
@@ -35,11 +32,13 @@ type Handle[In, Out any] struct {
 }
 
 // Func returns a handle for fn under name. It does not validate: an empty name
-// or a nil fn is reported by worker.Handle and by manager.Map, as an error.
+// or a nil fn is reported by worker.Register and by manager.Map, as an error.
 func Func[In, Out any](name string, fn func(context.Context, In) (Out, error)) *Handle[In, Out] {
 	sig, types := signature(fmt.Sprintf("func(%v) %v", reflect.TypeFor[In](), reflect.TypeFor[Out]()),
 		map[string]reflect.Type{"In": reflect.TypeFor[In](), "Out": reflect.TypeFor[Out]()})
-	return &Handle[In, Out]{name: name, sig: sig, types: types, fn: fn}
+	h := &Handle[In, Out]{name: name, sig: sig, types: types, fn: fn}
+	engine.Register(h, handleRuntime[In, Out]{h})
+	return h
 }
 
 // Name returns the name the function is registered under.
@@ -113,9 +112,9 @@ func untravelled(t reflect.Type, seen []reflect.Type) reflect.Type {
 	return nil
 }
 
-func (h *Handle[In, Out]) runtime() handler.Runtime { return handleRuntime[In, Out]{h} }
+func (h *Handle[In, Out]) handle() {}
 
-// handleRuntime is the worker's side of a Handle (see handler.Runtime).
+// handleRuntime is the worker's side of a Handle (see engine.Runtime).
 type handleRuntime[In, Out any] struct{ *Handle[In, Out] }
 
 // Types returns the structure the signature fingerprints.
@@ -130,188 +129,31 @@ func (h handleRuntime[In, Out]) DecodeConstant([]byte) (any, error) {
 // returns the frame of outputs with the elements that failed. A panic in the
 // function fails its element only (ErrPanic, with the stack). A Handle
 // ignores constant.
-func (h handleRuntime[In, Out]) Run(ctx context.Context, _ any, count int, input []byte, p handler.Policy) ([]byte, []codec.Failure) {
-	return runElements(ctx, count, input, p, h.fn)
+func (h handleRuntime[In, Out]) Run(ctx context.Context, _ any, count int, input []byte, p engine.Policy) ([]byte, []codec.Failure) {
+	return engine.Run(ctx, count, input, p, h.fn)
 }
 
-// Reduce is Run folding the outputs with r (see handler.Runtime).
-func (h handleRuntime[In, Out]) Reduce(ctx context.Context, _ any, count int, input []byte, p handler.Policy, r handler.Runtime) ([]byte, []codec.Failure) {
-	return reduceElements(ctx, count, input, p, h.fn, r)
+// Reduce is Run folding the outputs with r (see engine.Runtime).
+func (h handleRuntime[In, Out]) Reduce(ctx context.Context, _ any, count int, input []byte, p engine.Policy, r engine.Runtime) ([]byte, []codec.Failure) {
+	return engine.Reduce(ctx, count, input, p, h.fn, r)
 }
 
-// eachElement is the body of every handle's Run and Reduce: it decodes the
-// count inputs of frame input and calls fn on each in turn, under policy p,
-// passing each output to sink; it returns the failed elements: those whose
-// run failed, whose sink failed, or that could not be decoded.
-func eachElement[In, Out any](ctx context.Context, count int, input []byte, p handler.Policy, fn func(context.Context, In) (Out, error), sink func(i int, y Out) *codec.Failure) []codec.Failure {
-	var fails []codec.Failure
-	xs := make([]In, count)
-	decoded := count
-	decodeErr := codec.DecodeElements(input, xs)
-	if decodeErr != nil {
-		decoded = 0
-		var ee *codec.ElementError
-		if errors.As(decodeErr, &ee) {
-			decoded = ee.Index
-		}
-	}
-	ctx, e := withElements(ctx, p.Seed)
-	for i := range decoded {
-		y, f := call(ctx, p, fn, xs[i], func() { e.at(p.Start + i) })
-		if f == nil {
-			f = sink(i, y)
-		}
-		if f != nil {
-			f.Index = i
-			fails = append(fails, *f)
-		}
-	}
-	// An element that does not decode leaves the stream unreadable after it,
-	// so it and every later element of the task fail.
-	for i := decoded; i < count; i++ {
-		fails = append(fails, codec.Failure{Index: i, Kind: codec.KindDecode,
-			Msg: fmt.Sprintf("input as %v: %v", reflect.TypeFor[In](), decodeErr)})
-	}
-	return fails
-}
-
-// runElements runs fn over the inputs and encodes their outputs, one frame,
-// each failure staying with its element.
-func runElements[In, Out any](ctx context.Context, count int, input []byte, p handler.Policy, fn func(context.Context, In) (Out, error)) ([]byte, []codec.Failure) {
-	ys := make([]Out, count)
-	fails := eachElement(ctx, count, input, p, fn, func(i int, y Out) *codec.Failure { ys[i] = y; return nil })
-	// Outputs of a type with a fast path, and nothing failed: one frame at
-	// once (a failed element's zero value would decode as a value, not nil).
-	if len(fails) == 0 {
-		if frame, ok, err := codec.EncodeOutputs(ys); ok && err == nil {
-			return frame, nil
-		}
-	}
-	out := codec.NewOutputEncoder(count)
-	failed := make(map[int]bool, len(fails))
-	for _, f := range fails {
-		failed[f.Index] = true
-	}
-	for i := range count {
-		if failed[i] {
-			out.AddNil()
-			continue
-		}
-		if err := out.Add(&ys[i]); err != nil {
-			fails = append(fails, codec.Failure{Index: i, Kind: codec.KindEncode, Msg: fmt.Sprintf("output as %v: %v", reflect.TypeFor[Out](), err)})
-			out.AddNil()
-		}
-	}
-	slices.SortFunc(fails, func(a, b codec.Failure) int { return a.Index - b.Index })
-	return out.Bytes(), fails
-}
-
-// reduceElements runs fn over the inputs and folds their outputs with r, a
-// reducer of Out, into one partial: a frame of one value, or of none if
-// every element failed. An output the reducer fails to fold in fails its
-// element (ErrReduce) and is left out.
-func reduceElements[In, Out any](ctx context.Context, count int, input []byte, p handler.Policy, fn func(context.Context, In) (Out, error), r handler.Runtime) ([]byte, []codec.Failure) {
-	red, ok := r.(folder[Out])
-	if !ok {
-		return nil, []codec.Failure{{Index: -1, Kind: codec.KindTypeMismatch,
-			Msg: fmt.Sprintf("reducer %q (%s) does not fold the function's output type %v", r.Name(), r.Signature(), reflect.TypeFor[Out]())}}
-	}
-	var acc Out
-	folded := false
-	fails := eachElement(ctx, count, input, p, fn, func(_ int, y Out) *codec.Failure {
-		if !folded {
-			acc, folded = y, true
-			return nil
-		}
-		z, f := red.fold(ctx, acc, y)
-		if f == nil {
-			acc = z
-		}
-		return f
-	})
-	if !folded {
-		return codec.NewOutputEncoder(0).Bytes(), fails
-	}
-	out := codec.NewOutputEncoder(1)
-	if err := out.Add(&acc); err != nil {
-		return nil, []codec.Failure{{Index: -1, Kind: codec.KindEncode, Msg: fmt.Sprintf("partial as %v: %v", reflect.TypeFor[Out](), err)}}
-	}
-	return out.Bytes(), fails
-}
-
-// call runs fn on one input under policy p: a timed-out run, a Retryable
-// error, or with p.Retry any error or panic, runs again while attempts are
-// left, after a short pause. What still fails becomes a failure. start is
-// called before each attempt.
-func call[In, Out any](ctx context.Context, p handler.Policy, fn func(context.Context, In) (Out, error), x In, start func()) (Out, *codec.Failure) {
-	bo := backoff.Backoff{Min: 20 * time.Millisecond, Max: time.Second}
-	for attempt := 1; ; attempt++ {
-		start()
-		y, f, retryable := callOnce(ctx, p.Timeout, fn, x)
-		if f == nil {
-			return y, nil
-		}
-		again := f.Kind == codec.KindTimeout || retryable || (p.Retry && (f.Kind == codec.KindError || f.Kind == codec.KindPanic))
-		if !again || attempt >= p.Attempts || ctx.Err() != nil {
-			if attempt > 1 {
-				f.Msg = fmt.Sprintf("attempt %d: %s", attempt, f.Msg)
-			}
-			return y, f
-		}
-		if p.OnRetry != nil {
-			p.OnRetry()
-		}
-		bo.Wait(ctx)
-	}
-}
-
-// callOnce runs fn once, turning a returned error, a panic or a run past the
-// timeout into a failure, and saying whether the error was marked Retryable.
-func callOnce[In, Out any](ctx context.Context, timeout time.Duration, fn func(context.Context, In) (Out, error), x In) (y Out, f *codec.Failure, retryable bool) {
-	if timeout > 0 {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, timeout)
-		defer cancel()
-	}
-	defer func() {
-		if p := recover(); p != nil {
-			f = &codec.Failure{Kind: codec.KindPanic, Msg: fmt.Sprint(p), Stack: string(debug.Stack())}
-		}
-	}()
-	y, err := fn(ctx, x)
-	switch {
-	case err == nil:
-		return y, nil, false
-	case timeout > 0 && errors.Is(ctx.Err(), context.DeadlineExceeded):
-		return y, &codec.Failure{Kind: codec.KindTimeout, Msg: fmt.Sprintf("ran past its timeout of %v: %v", timeout, err)}, false
-	}
-	return y, &codec.Failure{Kind: codec.KindError, Msg: err.Error()}, IsRetryable(err)
-}
-
-// Handler is any handle, *Handle or *HandleWith, as a worker registers it
-// (worker.Worker.Handle, worker.Main). Only this package's handles implement
+// AnyHandle is any handle, *Handle or *HandleWith, as a worker registers it
+// (worker.Worker.Register, worker.Main). Only this package's handles implement
 // it.
-type Handler interface {
+type AnyHandle interface {
 	// Name returns the name the function is registered under.
 	Name() string
 	// Signature returns the function's types and their fingerprint.
 	Signature() string
 	// Validate reports a handle that cannot be registered or called.
 	Validate() error
-	runtime() handler.Runtime
+	// handle seals the interface: only this package's handles implement
+	// it, each registered with the engine when it is made.
+	handle()
 }
 
 var (
-	_ Handler = (*Handle[int, int])(nil)
-	_ Handler = (*HandleWith[int, int, int])(nil)
+	_ AnyHandle = (*Handle[int, int])(nil)
+	_ AnyHandle = (*HandleWith[int, int, int])(nil)
 )
-
-func init() {
-	handler.Of = func(h any) (handler.Runtime, bool) {
-		x, ok := h.(Handler)
-		if !ok || x == nil {
-			return nil, false
-		}
-		return x.runtime(), true
-	}
-}

@@ -6,7 +6,7 @@ import (
 
 	"github.com/redmap/redmap"
 	"github.com/redmap/redmap/codec"
-	"github.com/redmap/redmap/internal/handler"
+	"github.com/redmap/redmap/internal/engine"
 )
 
 // BenchmarkRunChunk is the worker's hot path for one task of 1,000 tiny
@@ -21,7 +21,7 @@ func BenchmarkRunChunk(b *testing.B) {
 	ctx := context.Background()
 	b.ReportAllocs()
 	for b.Loop() {
-		if _, fails := rt(h).Run(ctx, nil, 1000, frame, handler.Policy{Attempts: 3}); len(fails) != 0 {
+		if _, fails := rt(h).Run(ctx, nil, 1000, frame, engine.Policy{Attempts: 3}); len(fails) != 0 {
 			b.Fatal(fails)
 		}
 	}

@@ -10,14 +10,14 @@ import (
 
 	"github.com/redmap/redmap"
 	"github.com/redmap/redmap/codec"
+	"github.com/redmap/redmap/internal/engine"
 	"github.com/redmap/redmap/internal/failure"
-	"github.com/redmap/redmap/internal/handler"
 )
 
 func TestSignatures(t *testing.T) {
 	type doc struct{ ID int }
 	cases := []struct {
-		h    redmap.Handler
+		h    redmap.AnyHandle
 		want string
 	}{
 		{redmap.Func("a", func(context.Context, int) (string, error) { return "", nil }), "func(int) string"},
@@ -65,7 +65,7 @@ func TestFingerprint(t *testing.T) {
 	}
 	h1 := redmap.Func("f", func(context.Context, v1) (int, error) { return 0, nil })
 	for _, c := range []struct {
-		h    redmap.Handler
+		h    redmap.AnyHandle
 		diff string
 	}{
 		{redmap.Func("f", func(context.Context, v2) (int, error) { return 0, nil }), "manager has In.Text (string), worker does not"},
@@ -75,7 +75,7 @@ func TestFingerprint(t *testing.T) {
 	} {
 		fp1, _ := strings.CutPrefix(h1.Signature()[strings.Index(h1.Signature(), "#"):], "#")
 		fp2, _ := strings.CutPrefix(c.h.Signature()[strings.Index(c.h.Signature(), "#"):], "#")
-		if got := handler.Difference(rt(h1).Types(), rt(c.h).Types(), "manager", "worker"); got != c.diff || (fp1 == fp2) != (c.diff == "") {
+		if got := engine.Difference(rt(h1).Types(), rt(c.h).Types(), "manager", "worker"); got != c.diff || (fp1 == fp2) != (c.diff == "") {
 			t.Errorf("%s vs %s: difference %q (fingerprints %s, %s), want %q", h1.Signature(), c.h.Signature(), got, fp1, fp2, c.diff)
 		}
 	}
@@ -95,7 +95,7 @@ func TestRunFailsElementsAlone(t *testing.T) {
 	})
 	// 1, 2, 3, 4, then a string where an int belongs, then 6.
 	frame := []byte{0x96, 0x01, 0x02, 0x03, 0x04, 0xa1, 'x', 0x06}
-	values, fails := rt(h).Run(context.Background(), nil, 6, frame, handler.Policy{})
+	values, fails := rt(h).Run(context.Background(), nil, 6, frame, engine.Policy{})
 	out := make([]int, 6)
 	if err := codec.DecodeElements(values, out); err != nil {
 		t.Fatal(err)
@@ -123,7 +123,7 @@ func TestRunFailsElementsAlone(t *testing.T) {
 func TestHandleWithWrongConstantType(t *testing.T) {
 	h := redmap.FuncWith("g", func(_ context.Context, c string, x int) (int, error) { return len(c) + x, nil })
 	frame, _ := codec.EncodeElements([]int{1, 2}, 0)
-	_, fails := rt(h).Run(context.Background(), 42, 2, frame, handler.Policy{})
+	_, fails := rt(h).Run(context.Background(), 42, 2, frame, engine.Policy{})
 	if len(fails) != 1 || fails[0].Index != -1 || fails[0].Kind != codec.KindTypeMismatch {
 		t.Fatalf("fails %+v, want the whole task failing with a type mismatch", fails)
 	}
@@ -131,7 +131,7 @@ func TestHandleWithWrongConstantType(t *testing.T) {
 	if err != nil || c != "hi" {
 		t.Fatalf("decode constant: %v, %v", c, err)
 	}
-	values, fails := rt(h).Run(context.Background(), c, 2, frame, handler.Policy{})
+	values, fails := rt(h).Run(context.Background(), c, 2, frame, engine.Policy{})
 	out := make([]int, 2)
 	if err := codec.DecodeElements(values, out); err != nil || len(fails) != 0 || out[1] != 4 {
 		t.Fatalf("run: %v %v %+v", out, err, fails)
@@ -140,7 +140,7 @@ func TestHandleWithWrongConstantType(t *testing.T) {
 
 func TestPolicyRetriesAndTimeouts(t *testing.T) {
 	frame, _ := codec.EncodeElements([]int{0}, 0)
-	run := func(p handler.Policy, fn func(context.Context, int) (int, error)) (int, []codec.Failure) {
+	run := func(p engine.Policy, fn func(context.Context, int) (int, error)) (int, []codec.Failure) {
 		t.Helper()
 		values, fails := rt(redmap.Func("f", fn)).Run(context.Background(), nil, 1, frame, p)
 		out := make([]int, 1)
@@ -157,17 +157,17 @@ func TestPolicyRetriesAndTimeouts(t *testing.T) {
 		}
 		return 7, nil
 	}
-	if y, fails := run(handler.Policy{Attempts: 3}, flaky); y != 7 || len(fails) != 0 || calls != 3 {
+	if y, fails := run(engine.Policy{Attempts: 3}, flaky); y != 7 || len(fails) != 0 || calls != 3 {
 		t.Fatalf("retryable error: %d %+v after %d calls; want 7 on the third call", y, fails, calls)
 	}
 
 	calls = 0
 	plain := func(context.Context, int) (int, error) { calls++; return 0, errors.New("no") }
-	if _, fails := run(handler.Policy{Attempts: 3}, plain); len(fails) != 1 || calls != 1 {
+	if _, fails := run(engine.Policy{Attempts: 3}, plain); len(fails) != 1 || calls != 1 {
 		t.Fatalf("plain error: %+v after %d calls; want one call", fails, calls)
 	}
 	calls = 0
-	if _, fails := run(handler.Policy{Attempts: 3, Retry: true}, plain); len(fails) != 1 || calls != 3 || fails[0].Kind != codec.KindError {
+	if _, fails := run(engine.Policy{Attempts: 3, Retry: true}, plain); len(fails) != 1 || calls != 3 || fails[0].Kind != codec.KindError {
 		t.Fatalf("plain error with Retry: %+v after %d calls; want three", fails, calls)
 	}
 
@@ -177,7 +177,7 @@ func TestPolicyRetriesAndTimeouts(t *testing.T) {
 		<-ctx.Done() // runs until its context ends
 		return 0, ctx.Err()
 	}
-	_, fails := run(handler.Policy{Attempts: 2, Timeout: 20 * time.Millisecond}, slow)
+	_, fails := run(engine.Policy{Attempts: 2, Timeout: 20 * time.Millisecond}, slow)
 	if len(fails) != 1 || fails[0].Kind != codec.KindTimeout || calls != 2 || !strings.Contains(fails[0].Msg, "attempt 2") {
 		t.Fatalf("timeout: %+v after %d calls; want a timeout on attempt 2", fails, calls)
 	}
@@ -187,8 +187,8 @@ func TestPolicyRetriesAndTimeouts(t *testing.T) {
 }
 
 // rt returns the worker's side of a handle.
-func rt(h redmap.Handler) handler.Runtime {
-	r, _ := handler.Of(h)
+func rt(h redmap.AnyHandle) engine.Runtime {
+	r, _ := engine.Lookup(h)
 	return r
 }
 
@@ -199,7 +199,7 @@ func TestValidateRefusesUntravelledTypes(t *testing.T) {
 		Name string
 		Cb   func()
 	}
-	for _, h := range []redmap.Handler{
+	for _, h := range []redmap.AnyHandle{
 		redmap.Func("ch", func(context.Context, chan int) (int, error) { return 0, nil }),
 		redmap.Func("fn", func(context.Context, int) (withFunc, error) { return withFunc{}, nil }),
 		redmap.Func("map", func(context.Context, map[string][]chan int) (int, error) { return 0, nil }),

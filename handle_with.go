@@ -7,7 +7,7 @@ import (
 	"reflect"
 
 	"github.com/redmap/redmap/codec"
-	"github.com/redmap/redmap/internal/handler"
+	"github.com/redmap/redmap/internal/engine"
 )
 
 // HandleWith is a function that takes, besides each element, one constant
@@ -25,7 +25,9 @@ type HandleWith[C, In, Out any] struct {
 func FuncWith[C, In, Out any](name string, fn func(context.Context, C, In) (Out, error)) *HandleWith[C, In, Out] {
 	sig, types := signature(fmt.Sprintf("func(%v, %v) %v", reflect.TypeFor[C](), reflect.TypeFor[In](), reflect.TypeFor[Out]()),
 		map[string]reflect.Type{"C": reflect.TypeFor[C](), "In": reflect.TypeFor[In](), "Out": reflect.TypeFor[Out]()})
-	return &HandleWith[C, In, Out]{name: name, sig: sig, types: types, fn: fn}
+	h := &HandleWith[C, In, Out]{name: name, sig: sig, types: types, fn: fn}
+	engine.Register(h, withRuntime[C, In, Out]{h})
+	return h
 }
 
 // Name returns the name the function is registered under.
@@ -44,9 +46,9 @@ func (h *HandleWith[C, In, Out]) Validate() error {
 	return validate(h.name, h.sig, h.fn == nil, reflect.TypeFor[C](), reflect.TypeFor[In](), reflect.TypeFor[Out]())
 }
 
-func (h *HandleWith[C, In, Out]) runtime() handler.Runtime { return withRuntime[C, In, Out]{h} }
+func (h *HandleWith[C, In, Out]) handle() {}
 
-// withRuntime is the worker's side of a HandleWith (see handler.Runtime).
+// withRuntime is the worker's side of a HandleWith (see engine.Runtime).
 type withRuntime[C, In, Out any] struct{ *HandleWith[C, In, Out] }
 
 // Types returns the structure the signature fingerprints.
@@ -63,21 +65,21 @@ func (h withRuntime[C, In, Out]) DecodeConstant(b []byte) (any, error) {
 
 // Run runs the function over a frame of count inputs with constant, which
 // must be a C (from DecodeConstant).
-func (h withRuntime[C, In, Out]) Run(ctx context.Context, constant any, count int, input []byte, p handler.Policy) ([]byte, []codec.Failure) {
+func (h withRuntime[C, In, Out]) Run(ctx context.Context, constant any, count int, input []byte, p engine.Policy) ([]byte, []codec.Failure) {
 	fn, fail := h.bind(constant)
 	if fail != nil {
 		return nil, fail
 	}
-	return runElements(ctx, count, input, p, fn)
+	return engine.Run(ctx, count, input, p, fn)
 }
 
-// Reduce is Run folding the outputs with r (see handler.Runtime).
-func (h withRuntime[C, In, Out]) Reduce(ctx context.Context, constant any, count int, input []byte, p handler.Policy, r handler.Runtime) ([]byte, []codec.Failure) {
+// Reduce is Run folding the outputs with r (see engine.Runtime).
+func (h withRuntime[C, In, Out]) Reduce(ctx context.Context, constant any, count int, input []byte, p engine.Policy, r engine.Runtime) ([]byte, []codec.Failure) {
 	fn, fail := h.bind(constant)
 	if fail != nil {
 		return nil, fail
 	}
-	return reduceElements(ctx, count, input, p, fn, r)
+	return engine.Reduce(ctx, count, input, p, fn, r)
 }
 
 // bind returns the function with constant bound, or the failure of the whole

@@ -8,14 +8,14 @@ import (
 	"runtime/debug"
 
 	"github.com/redmap/redmap/codec"
-	"github.com/redmap/redmap/internal/handler"
+	"github.com/redmap/redmap/internal/engine"
 )
 
 // Reducer folds two values of T into one: the reduction of a
 // manager.MapReduce, which runs on the workers (each folds the outputs of
 // each chunk it runs into one partial) and then in the manager (which folds
 // the partials as they arrive). Register it on the workers like a function
-// (worker.Handle), from one definition both sides import.
+// (worker.Register), from one definition both sides import.
 //
 // The function must be associative and commutative: f(a, f(b, c)) =
 // f(f(a, b), c) and f(a, b) = f(b, a). The order in which outputs and
@@ -30,12 +30,14 @@ type Reducer[T any] struct {
 }
 
 // Reduce returns a reducer for fn under name. Like Func, it does not
-// validate: worker.Handle and manager.MapReduce report an empty name or a nil
+// validate: worker.Register and manager.MapReduce report an empty name or a nil
 // fn.
 func Reduce[T any](name string, fn func(ctx context.Context, a, b T) (T, error)) *Reducer[T] {
 	t := reflect.TypeFor[T]()
 	sig, types := signature(fmt.Sprintf("reduce(%v, %v) %v", t, t, t), map[string]reflect.Type{"T": t})
-	return &Reducer[T]{name: name, sig: sig, types: types, fn: fn}
+	r := &Reducer[T]{name: name, sig: sig, types: types, fn: fn}
+	engine.Register(r, reducerRuntime[T]{r})
+	return r
 }
 
 // Name returns the name the reducer is registered under.
@@ -53,21 +55,10 @@ func (r *Reducer[T]) Validate() error {
 	return validate(r.name, r.sig, r.fn == nil, reflect.TypeFor[T]())
 }
 
-// Fold returns fn(a, b), a panic in fn returned as an ErrReduce error with
-// its stack.
-func (r *Reducer[T]) Fold(ctx context.Context, a, b T) (y T, err error) {
-	defer func() {
-		if p := recover(); p != nil {
-			err = fmt.Errorf("%w: %q panicked: %v\n%s", ErrReduce, r.name, p, debug.Stack())
-		}
-	}()
-	return r.fn(ctx, a, b)
-}
-
-func (r *Reducer[T]) runtime() handler.Runtime { return reducerRuntime[T]{r} }
+func (r *Reducer[T]) handle() {}
 
 // reducerRuntime is the worker's side of a Reducer: a map handle's Reduce
-// folds with it (it is a folder[T]); it runs nothing itself.
+// folds with it (it is an engine.Folder[T]); it runs nothing itself.
 type reducerRuntime[T any] struct{ *Reducer[T] }
 
 // Types returns the structure the signature fingerprints.
@@ -79,12 +70,12 @@ func (r reducerRuntime[T]) DecodeConstant([]byte) (any, error) {
 }
 
 // Run fails: a reducer is not a function to map with.
-func (r reducerRuntime[T]) Run(context.Context, any, int, []byte, handler.Policy) ([]byte, []codec.Failure) {
+func (r reducerRuntime[T]) Run(context.Context, any, int, []byte, engine.Policy) ([]byte, []codec.Failure) {
 	return nil, r.notAFunction()
 }
 
 // Reduce fails: a reducer is not a function to map with.
-func (r reducerRuntime[T]) Reduce(context.Context, any, int, []byte, handler.Policy, handler.Runtime) ([]byte, []codec.Failure) {
+func (r reducerRuntime[T]) Reduce(context.Context, any, int, []byte, engine.Policy, engine.Runtime) ([]byte, []codec.Failure) {
 	return nil, r.notAFunction()
 }
 
@@ -92,9 +83,20 @@ func (r reducerRuntime[T]) notAFunction() []codec.Failure {
 	return []codec.Failure{{Index: -1, Kind: codec.KindUnknownFunc, Msg: fmt.Sprintf("%q is a reducer, not a function", r.name)}}
 }
 
-// fold folds b into a on a worker, a failure (an error, or a panic with its
-// stack) reported as KindReduce.
-func (r reducerRuntime[T]) fold(ctx context.Context, a, b T) (y T, f *codec.Failure) {
+// Fold returns fn(a, b) in the manager, a panic in fn returned as an
+// ErrReduce error with its stack.
+func (r reducerRuntime[T]) Fold(ctx context.Context, a, b T) (y T, err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			err = fmt.Errorf("%w: %q panicked: %v\n%s", ErrReduce, r.name, p, debug.Stack())
+		}
+	}()
+	return r.fn(ctx, a, b)
+}
+
+// FoldTask folds b into a on a worker, a failure (an error, or a panic with
+// its stack) reported as KindReduce.
+func (r reducerRuntime[T]) FoldTask(ctx context.Context, a, b T) (y T, f *codec.Failure) {
 	defer func() {
 		if p := recover(); p != nil {
 			f = &codec.Failure{Kind: codec.KindReduce, Msg: fmt.Sprintf("reducer %q panicked: %v", r.name, p), Stack: string(debug.Stack())}
@@ -107,9 +109,6 @@ func (r reducerRuntime[T]) fold(ctx context.Context, a, b T) (y T, f *codec.Fail
 	return y, nil
 }
 
-// folder is a reducer of T, as a map handle with outputs of type T sees it.
-type folder[T any] interface {
-	fold(ctx context.Context, a, b T) (T, *codec.Failure)
-}
+var _ engine.Folder[int] = reducerRuntime[int]{}
 
-var _ Handler = (*Reducer[int])(nil)
+var _ AnyHandle = (*Reducer[int])(nil)

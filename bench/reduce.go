@@ -55,7 +55,7 @@ func runWorkerProcess() bool {
 		w, err = worker.New(c, worker.Options{Queue: queue})
 	}
 	if err == nil {
-		err = w.Handle(square, spin, mirror, lookup, modSquare, plus, sieve)
+		err = w.Register(square, spin, mirror, lookup, modSquare, plus, sieve)
 	}
 	if err == nil {
 		if p := os.Getenv(workerProfileEnv); p != "" {

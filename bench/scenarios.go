@@ -103,7 +103,7 @@ func (e *env) pick(full, small int) int {
 // redmapFleet starts a redmap worker with GOMAXPROCS slots on a fresh queue,
 // as a process of its own (or, with -inprocess, in this one, serving hs),
 // and a manager for it; stop ends both.
-func (e *env) redmapFleet(hs ...redmap.Handler) (*manager.Manager, func(), error) {
+func (e *env) redmapFleet(hs ...redmap.AnyHandle) (*manager.Manager, func(), error) {
 	if !e.inproc {
 		return e.processFleet(1)
 	}
@@ -112,7 +112,7 @@ func (e *env) redmapFleet(hs ...redmap.Handler) (*manager.Manager, func(), error
 	if err != nil {
 		return nil, nil, err
 	}
-	if err := w.Handle(hs...); err != nil {
+	if err := w.Register(hs...); err != nil {
 		return nil, nil, err
 	}
 	ctx, cancel := context.WithCancel(context.Background())
@@ -424,7 +424,7 @@ func managers(e *env) ([]row, error) {
 	if err != nil {
 		return nil, err
 	}
-	w.Handle(square)
+	w.Register(square)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { w.Run(ctx); close(done) }()

@@ -128,7 +128,7 @@ func TestACLEachCommandNamed(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			w.Handle(square)
+			w.Register(square)
 			check("worker.Run", w.Run(testCtx(t)))
 		})
 	}

@@ -13,6 +13,7 @@ import (
 
 	"github.com/redmap/redmap"
 	"github.com/redmap/redmap/codec"
+	"github.com/redmap/redmap/internal/engine"
 	"github.com/redmap/redmap/internal/failure"
 	"github.com/redmap/redmap/internal/rdb"
 )
@@ -43,14 +44,15 @@ type Batch[Out any] struct {
 	stream bool                 // the input is a sequence (SubmitSeq): results are read once, as they come
 
 	mu        sync.Mutex
-	n         int           // elements: all of a slice; of a sequence, those read so far
-	exhausted bool          // every element of the input has its chunk
-	cut       error         // why the feeder stopped reading a sequence early, if it did
-	chunks    []chunk       // the tasks submitted so far, appended by the feeder
-	out       []Out         // the outputs, in input order; nil if red folds them or for a stream
-	ready     []Result[Out] // a stream's results not yet read, in completion order
-	acc       Out           // with red: the fold of the partials so far
-	folded    bool          // with red: acc holds a fold
+	n         int                // elements: all of a slice; of a sequence, those read so far
+	exhausted bool               // every element of the input has its chunk
+	cut       error              // why the feeder stopped reading a sequence early, if it did
+	chunks    []chunk            // the tasks submitted so far, appended by the feeder
+	out       []Out              // the outputs, in input order; nil if red folds them or for a stream
+	ready     []Result[Out]      // a stream's results not yet read, in completion order
+	fold      engine.Folder[Out] // with red: its fold, in the manager
+	acc       Out                // with red: the fold of the partials so far
+	folded    bool               // with red: acc holds a fold
 	errs      map[int]*redmap.TaskError
 	order     []int         // indexes of the chunks over, in completion order
 	left      int           // elements without a result yet
@@ -98,6 +100,7 @@ func newBatch[Out any](m *Manager, fn string, n int, red *redmap.Reducer[Out], s
 		n:         n,
 		exhausted: !stream,
 		red:       red,
+		fold:      folderOf(red),
 		stream:    stream,
 		id:        m.id + ":" + strconv.FormatUint(m.batchSeq.Add(1), 10),
 		started:   time.Now(),
@@ -564,7 +567,7 @@ func (b *Batch[Out]) foldPartial(c chunk, r *codec.Result) {
 		err = fmt.Errorf("%w: partial as %v: %v", redmap.ErrDecode, reflect.TypeFor[Out](), err)
 	} else if !b.folded {
 		b.acc, b.folded = partial[0], true
-	} else if acc, ferr := b.red.Fold(context.Background(), b.acc, partial[0]); ferr != nil {
+	} else if acc, ferr := b.fold.Fold(context.Background(), b.acc, partial[0]); ferr != nil {
 		err = ferr
 		if !errors.Is(err, redmap.ErrReduce) {
 			err = fmt.Errorf("%w: folding partials in the manager: %w", redmap.ErrReduce, ferr)
@@ -673,4 +676,14 @@ func (b *Batch[Out]) resubmission(ci int) (rdb.Task, string, error) {
 	}
 	payload, err := b.in.encode(c.start, c.start+c.count)
 	return rdb.Task{ID: c.tid, Payload: payload}, b.worker, err
+}
+
+// folderOf returns the fold of reducer red (nil if red is).
+func folderOf[Out any](red *redmap.Reducer[Out]) engine.Folder[Out] {
+	if red == nil {
+		return nil
+	}
+	rt, _ := engine.Lookup(red)
+	f, _ := rt.(engine.Folder[Out]) // a Reducer[Out]'s runtime is one
+	return f
 }

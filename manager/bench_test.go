@@ -22,7 +22,7 @@ func benchFleet(b *testing.B) *manager.Manager {
 	if err != nil {
 		b.Fatal(err)
 	}
-	w.Handle(square)
+	w.Register(square)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { w.Run(ctx); close(done) }()

@@ -117,7 +117,7 @@ func childWorker(rdb redis.UniversalClient, queue string) error {
 	if err != nil {
 		return err
 	}
-	if err := w.Handle(lookup, square, slowSquare, poison, sum, nap); err != nil {
+	if err := w.Register(lookup, square, slowSquare, poison, sum, nap); err != nil {
 		return err
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM)
@@ -126,7 +126,7 @@ func childWorker(rdb redis.UniversalClient, queue string) error {
 	if err := w.Run(ctx); err != nil {
 		return err
 	}
-	st, _ := json.Marshal(childStats{Cache: w.CacheStats(), Worker: w.Stats()})
+	st, _ := json.Marshal(childStats{Cache: w.Stats().Cache, Worker: w.Stats()})
 	fmt.Println("stats", string(st))
 	return nil
 }

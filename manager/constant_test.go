@@ -255,7 +255,7 @@ func TestMapConstantStoredOnce(t *testing.T) {
 			t.Fatalf("MapWith: %v %v", ys, err)
 		}
 	}
-	st := w.CacheStats()
+	st := w.Stats().Cache
 	t.Logf("2 managers: %d upload(s); worker: %+v", uploads, st)
 	if uploads != 1 || st.Fetches != 1 || st.Decodes != 1 {
 		t.Fatalf("%d uploads, %d fetches, %d decodes; want 1 of each", uploads, st.Fetches, st.Decodes)

@@ -33,7 +33,7 @@ func ExampleMap() {
 
 	// The worker side, usually another program on another machine.
 	w, _ := worker.New(rdb, worker.Options{Queue: "example-map"})
-	_ = w.Handle(Half)
+	_ = w.Register(Half)
 	wctx, stop := context.WithCancel(ctx)
 	defer stop()
 	go w.Run(wctx)
@@ -65,7 +65,7 @@ func ExampleSubmit() {
 	}
 	defer rdb.Close()
 	w, _ := worker.New(rdb, worker.Options{Queue: "example-submit"})
-	_ = w.Handle(Half)
+	_ = w.Register(Half)
 	wctx, stop := context.WithCancel(ctx)
 	defer stop()
 	go w.Run(wctx)

@@ -333,19 +333,19 @@ func TestHandleTwiceIsAnError(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := w.Handle(square); err != nil {
+	if err := w.Register(square); err != nil {
 		t.Fatal(err)
 	}
 	other := redmap.Func("square", func(_ context.Context, x int) (int, error) { return x, nil })
-	if err := w.Handle(other); !errors.Is(err, redmap.ErrDuplicateFunc) {
+	if err := w.Register(other); !errors.Is(err, redmap.ErrDuplicateFunc) {
 		t.Fatalf("second square: got %v, want ErrDuplicateFunc", err)
 	}
 	cube := redmap.Func("cube", func(_ context.Context, x int) (int, error) { return x, nil })
-	if err := w.Handle(cube, cube); !errors.Is(err, redmap.ErrDuplicateFunc) {
+	if err := w.Register(cube, cube); !errors.Is(err, redmap.ErrDuplicateFunc) {
 		t.Fatalf("cube twice in one call: got %v, want ErrDuplicateFunc", err)
 	}
 	empty := redmap.Func("", func(_ context.Context, x int) (int, error) { return x, nil })
-	if err := w.Handle(empty); err == nil {
+	if err := w.Register(empty); err == nil {
 		t.Fatal("empty name: want an error")
 	}
 }
@@ -372,7 +372,7 @@ func TestUndecodableOutputType(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := w.Handle(stringer); !errors.Is(err, redmap.ErrTypeMismatch) || !strings.Contains(err.Error(), "fmt.Stringer") {
+	if err := w.Register(stringer); !errors.Is(err, redmap.ErrTypeMismatch) || !strings.Contains(err.Error(), "fmt.Stringer") {
 		t.Fatalf("Handle: got %v, want ErrTypeMismatch naming fmt.Stringer", err)
 	}
 	m := b.Manager(t, manager.Options{})

@@ -80,7 +80,7 @@ func TestNoFalseAlarm(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	w.Handle(square)
+	w.Register(square)
 	wctx, stop := context.WithCancel(context.Background())
 	ran := make(chan error, 1)
 	go func() { ran <- w.Run(wctx) }()

@@ -58,7 +58,7 @@ func MapReduceWith[C, In, Out any](ctx context.Context, m *Manager, fn *redmap.H
 }
 
 // validReduce reports an invalid handle or reducer (a nil one included).
-func validReduce[Out any](fn redmap.Handler, red *redmap.Reducer[Out]) error {
+func validReduce[Out any](fn redmap.AnyHandle, red *redmap.Reducer[Out]) error {
 	if err := fn.Validate(); err != nil {
 		return err
 	}

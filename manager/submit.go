@@ -10,7 +10,7 @@ import (
 	"github.com/redmap/redmap"
 	"github.com/redmap/redmap/cache"
 	"github.com/redmap/redmap/codec"
-	"github.com/redmap/redmap/internal/handler"
+	"github.com/redmap/redmap/internal/engine"
 )
 
 // DefaultAttempts is the attempt budget of a batch without Attempts: each
@@ -87,7 +87,7 @@ func SubmitWith[C, In, Out any](ctx context.Context, m *Manager, fn *redmap.Hand
 // holdConstant stores constant for a batch of fn (not at all if it is
 // already there) and returns the batch's spec, holding it; the caller
 // releases sp.holder if it submits nothing.
-func holdConstant[C any](ctx context.Context, m *Manager, fn redmap.Handler, constant C) (spec, error) {
+func holdConstant[C any](ctx context.Context, m *Manager, fn redmap.AnyHandle, constant C) (spec, error) {
 	enc, err := codec.EncodeValue(&constant)
 	if err != nil {
 		return spec{}, fmt.Errorf("%w: constant of %q: %v", redmap.ErrEncode, fn.Name(), err)
@@ -112,8 +112,8 @@ func holdConstant[C any](ctx context.Context, m *Manager, fn redmap.Handler, con
 }
 
 // types returns the structure of h's types that its signature fingerprints.
-func types(h redmap.Handler) []string {
-	rt, _ := handler.Of(h)
+func types(h redmap.AnyHandle) []string {
+	rt, _ := engine.Lookup(h)
 	return rt.Types()
 }
 

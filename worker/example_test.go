@@ -33,7 +33,7 @@ func ExampleWorker_Run() {
 	if err != nil {
 		panic(err)
 	}
-	if err := w.Handle(Upper); err != nil {
+	if err := w.Register(Upper); err != nil {
 		panic(err)
 	}
 	ctx, stop := context.WithCancel(context.Background())

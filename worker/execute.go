@@ -10,7 +10,7 @@ import (
 	"github.com/redmap/redmap/cache"
 	"github.com/redmap/redmap/codec"
 	"github.com/redmap/redmap/internal/backoff"
-	"github.com/redmap/redmap/internal/handler"
+	"github.com/redmap/redmap/internal/engine"
 	"github.com/redmap/redmap/internal/rdb"
 )
 
@@ -57,18 +57,18 @@ func (w *Worker) execute(ctx context.Context, t rdb.Taken) rdb.Done {
 	return rdb.Done{ID: t.ID, Result: b, Shard: t.Shard}
 }
 
-// call is a task resolved, ready to run: its function, reducer (nil for a
+// resolved is a task resolved, ready to run: its function, reducer (nil for a
 // plain map), constant and policy.
-type call struct {
+type resolved struct {
 	task     codec.Task
-	h        handler.Runtime
-	reducer  handler.Runtime
+	h        engine.Runtime
+	reducer  engine.Runtime
 	constant any
-	policy   handler.Policy
+	policy   engine.Policy
 }
 
 // run runs the task: its outputs, or their fold into one partial.
-func (c *call) run(ctx context.Context) ([]byte, []codec.Failure) {
+func (c *resolved) run(ctx context.Context) ([]byte, []codec.Failure) {
 	if c.reducer != nil {
 		return c.h.Reduce(ctx, c.constant, c.task.Count, c.task.Input, c.policy, c.reducer)
 	}
@@ -79,8 +79,8 @@ func (c *call) run(ctx context.Context) ([]byte, []codec.Failure) {
 // the same signature, and its constant data (memoized). A task that cannot be
 // resolved fails whole, with the reason; c.task.Func is set as soon as it is
 // known.
-func (w *Worker) resolve(ctx context.Context, t rdb.Taken) (c call, fail *codec.Failure) {
-	whole := func(kind codec.Kind, format string, args ...any) (call, *codec.Failure) {
+func (w *Worker) resolve(ctx context.Context, t rdb.Taken) (c resolved, fail *codec.Failure) {
+	whole := func(kind codec.Kind, format string, args ...any) (resolved, *codec.Failure) {
 		return c, &codec.Failure{Index: -1, Kind: kind, Msg: fmt.Sprintf(format, args...)}
 	}
 	task, err := codec.DecodeTask(t.Payload, w.opts.MaxFrame)
@@ -95,7 +95,7 @@ func (w *Worker) resolve(ctx context.Context, t rdb.Taken) (c call, fail *codec.
 		return whole(codec.KindLost, "lost %d times (each worker running it died or stalled past its lease); the attempt budget is %d",
 			t.Attempt, task.Attempts)
 	}
-	c.h = w.handler(task.Func)
+	c.h = w.runtime(task.Func)
 	if c.h == nil {
 		return whole(codec.KindUnknownFunc, "worker %s has no function %q", w.opts.ID, task.Func)
 	}
@@ -103,7 +103,7 @@ func (w *Worker) resolve(ctx context.Context, t rdb.Taken) (c call, fail *codec.
 		return whole(codec.KindTypeMismatch, "%s", w.mismatch(ctx, c.h, task.Func, task.Sig))
 	}
 	if task.Reduce != "" {
-		c.reducer = w.handler(task.Reduce)
+		c.reducer = w.runtime(task.Reduce)
 		if c.reducer == nil {
 			return whole(codec.KindUnknownFunc, "worker %s has no reducer %q", w.opts.ID, task.Reduce)
 		}
@@ -125,7 +125,7 @@ func (w *Worker) resolve(ctx context.Context, t rdb.Taken) (c call, fail *codec.
 			return whole(codec.KindConstMissing, "fetching constant %s: %v", ref, err)
 		}
 	}
-	c.policy = handler.Policy{
+	c.policy = engine.Policy{
 		Attempts: task.Attempts - t.Attempt,
 		Timeout:  time.Duration(task.Timeout) * time.Millisecond,
 		Retry:    task.Retry,
@@ -140,7 +140,7 @@ func (w *Worker) resolve(ctx context.Context, t rdb.Taken) (c call, fail *codec.
 // called name with (signature sig): the signatures, and the first field that
 // differs, from the structure the manager published (one HGET per signature,
 // remembered).
-func (w *Worker) mismatch(ctx context.Context, h handler.Runtime, name, sig string) string {
+func (w *Worker) mismatch(ctx context.Context, h engine.Runtime, name, sig string) string {
 	msg := fmt.Sprintf("worker %s has %q as %s, the manager called it as %s", w.opts.ID, name, h.Signature(), sig)
 	if d, ok := w.mismatches.Load(sig); ok {
 		return msg + d.(string)
@@ -150,7 +150,7 @@ func (w *Worker) mismatch(ctx context.Context, h handler.Runtime, name, sig stri
 		return msg // not remembered: the manager's types may be published later
 	}
 	d := ""
-	if diff := handler.Difference(theirs, h.Types(), "the manager", "the worker"); diff != "" {
+	if diff := engine.Difference(theirs, h.Types(), "the manager", "the worker"); diff != "" {
 		d = ": " + diff
 	}
 	w.mismatches.Store(sig, d)
@@ -168,7 +168,7 @@ const constantWait = 30 * time.Second
 // transient Redis error or a missing object is tried again, with backoff,
 // for up to constantWait, or until ctx ends (the task no longer wanted);
 // then it is returned, and fails the task.
-func (w *Worker) constant(ctx context.Context, ref cache.Ref, h handler.Runtime) (any, error) {
+func (w *Worker) constant(ctx context.Context, ref cache.Ref, h engine.Runtime) (any, error) {
 	var bo backoff.Backoff
 	deadline := time.Now().Add(constantWait)
 	decode := func(b []byte) (any, error) {

@@ -37,7 +37,7 @@ func TestPrefetchedCancelledTasksAreSkipped(t *testing.T) {
 		t.Fatal(err)
 	}
 	w.hooks.checkAll = true
-	if err := w.Handle(gate, quick); err != nil {
+	if err := w.Register(gate, quick); err != nil {
 		t.Fatal(err)
 	}
 	wctx, stop := context.WithCancel(context.Background())

@@ -49,11 +49,11 @@ import (
 // those it runs, gives back prefetched ones and returns nil. A second signal
 // exits at once with status 1. An operator's drain (redmap drain) ends it the
 // same way. Redis errors are retried with backoff.
-func Main(args []string, hs ...redmap.Handler) error {
+func Main(args []string, hs ...redmap.AnyHandle) error {
 	return mainWith(args, os.Stdout, os.Stderr, hs...)
 }
 
-func mainWith(args []string, stdout, stderr io.Writer, hs ...redmap.Handler) error {
+func mainWith(args []string, stdout, stderr io.Writer, hs ...redmap.AnyHandle) error {
 	env := func(name, def string) string {
 		if v := os.Getenv(name); v != "" {
 			return v
@@ -89,7 +89,7 @@ func mainWith(args []string, stdout, stderr io.Writer, hs ...redmap.Handler) err
 	}
 	err := fs.Parse(args)
 	if errors.Is(err, flag.ErrHelp) {
-		fmt.Fprintf(stdout, "Usage: %s [flags]\n\nA redmap worker serving %s. Flags, each also read from the environment\nvariable named:\n", os.Args[0], handlerNames(hs))
+		fmt.Fprintf(stdout, "Usage: %s [flags]\n\nA redmap worker serving %s. Flags, each also read from the environment\nvariable named:\n", os.Args[0], handleNames(hs))
 		fs.SetOutput(stdout)
 		fs.PrintDefaults()
 		return nil
@@ -115,7 +115,7 @@ func mainWith(args []string, stdout, stderr io.Writer, hs ...redmap.Handler) err
 	if err != nil {
 		return err
 	}
-	if err := w.Handle(hs...); err != nil {
+	if err := w.Register(hs...); err != nil {
 		return err
 	}
 
@@ -177,8 +177,8 @@ func mainWith(args []string, stdout, stderr io.Writer, hs ...redmap.Handler) err
 	return w.Run(ctx)
 }
 
-// handlerNames lists the functions a worker program serves, for its usage.
-func handlerNames(hs []redmap.Handler) string {
+// handleNames lists the functions a worker program serves, for its usage.
+func handleNames(hs []redmap.AnyHandle) string {
 	names := make([]string, 0, len(hs))
 	for _, h := range hs {
 		if h != nil {

@@ -74,7 +74,7 @@ func fakeWorker(t *testing.T, q *fakeQueue, opts Options) *Worker {
 		t.Fatal(err)
 	}
 	w := wire(opts, q.shards[0], q.source(nil).open, cache.NewMemo(cache.NewStore(nil, opts.Prefix, 0), 1<<20)) // no constants here
-	if err := w.Handle(negate); err != nil {
+	if err := w.Register(negate); err != nil {
 		t.Fatal(err)
 	}
 	return w

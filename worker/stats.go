@@ -1,8 +1,12 @@
 package worker
 
-import "sync/atomic"
+import (
+	"sync/atomic"
 
-// Stats counts a worker's work since it was made.
+	"github.com/redmap/redmap/cache"
+)
+
+// Stats are a worker's diagnostics: its work since it was made.
 type Stats struct {
 	Taken     int64 // tasks taken from the queue
 	Delivered int64 // results delivered to a manager that still wanted them
@@ -14,6 +18,9 @@ type Stats struct {
 	Failed    int64 // tasks run with at least one element failed
 	Retried   int64 // element runs retried (timeouts, retryable errors)
 	Running   int64 // tasks running now
+	// Cache counts the worker's memo of constants: hits, misses, fetches,
+	// bytes fetched, decodes, evictions.
+	Cache cache.Stats
 }
 
 type counters struct {
@@ -28,7 +35,7 @@ func (w *Worker) Stats() Stats {
 		Taken: c.taken.Load(), Delivered: c.delivered.Load(), Discarded: c.discarded.Load(),
 		GivenBack: c.givenBack.Load(), Reaped: c.reaped.Load(), Requeued: c.requeued.Load(),
 		Succeeded: c.succeeded.Load(), Failed: c.failed.Load(), Retried: c.retried.Load(),
-		Running: int64(w.runningCount()),
+		Running: int64(w.runningCount()), Cache: w.memo.Stats(),
 	}
 }
 

@@ -47,7 +47,7 @@ func TestSuspectRunsWithNothingElseHeld(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := w.Handle(fn); err != nil {
+	if err := w.Register(fn); err != nil {
 		t.Fatal(err)
 	}
 	batch, err := manager.Submit(ctx, m, fn, []int{0, 1}, manager.ChunkSize(1))

@@ -19,12 +19,12 @@ import (
 
 	"github.com/redmap/redmap"
 	"github.com/redmap/redmap/cache"
-	"github.com/redmap/redmap/internal/handler"
+	"github.com/redmap/redmap/internal/engine"
 	"github.com/redmap/redmap/internal/rdb"
 )
 
 // Worker runs the tasks of one queue. Build it with New, register functions
-// with Handle, then call Run.
+// with Register, then call Run.
 //
 // Run wires four parts, each in its own file with one lifecycle
 // (internal/part: Start, Stop, Wait) and built from a params struct: the
@@ -39,7 +39,7 @@ type Worker struct {
 	log    *slog.Logger
 
 	mu       sync.RWMutex
-	handlers map[string]handler.Runtime
+	runtimes map[string]engine.Runtime // registered name → its runtime
 	running  atomic.Bool
 
 	held      *held
@@ -107,7 +107,7 @@ func wire(opts Options, first queueRedis, open func(name string, i int) shardRed
 		opts:     opts,
 		memo:     memo,
 		log:      opts.Logger.With("worker", opts.ID, "queue", opts.Queue),
-		handlers: make(map[string]handler.Runtime),
+		runtimes: make(map[string]engine.Runtime),
 		held:     newHeld(),
 		duration: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name: "redmap_worker_task_duration_seconds", Help: "Time spent running one task (all its elements).",
@@ -119,19 +119,15 @@ func wire(opts Options, first queueRedis, open func(name string, i int) shardRed
 	return w
 }
 
-// CacheStats returns the counters of the worker's memo of constant data:
-// hits, misses, fetches, bytes fetched, decodes, evictions.
-func (w *Worker) CacheStats() cache.Stats { return w.memo.Stats() }
-
 // ID returns the worker's id, which managers pass to manager.OnWorker.
 func (w *Worker) ID() string { return w.opts.ID }
 
-// Handle registers functions; the worker runs only names it registered. A name
+// Register registers functions; the worker runs only names it registered. A name
 // registered twice (ErrDuplicateFunc), an invalid handle, or a call after Run
 // started is an error, and then none of hs is registered.
-func (w *Worker) Handle(hs ...redmap.Handler) error {
+func (w *Worker) Register(hs ...redmap.AnyHandle) error {
 	if w.running.Load() {
-		return errors.New("worker: Handle called after Run")
+		return errors.New("worker: Register called after Run")
 	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -143,22 +139,22 @@ func (w *Worker) Handle(hs ...redmap.Handler) error {
 		if err := h.Validate(); err != nil {
 			return err
 		}
-		if _, dup := w.handlers[h.Name()]; dup || seen[h.Name()] {
+		if _, dup := w.runtimes[h.Name()]; dup || seen[h.Name()] {
 			return fmt.Errorf("%w: %q", redmap.ErrDuplicateFunc, h.Name())
 		}
 		seen[h.Name()] = true
 	}
 	for _, h := range hs {
-		rt, _ := handler.Of(h)
-		w.handlers[h.Name()] = rt
+		rt, _ := engine.Lookup(h)
+		w.runtimes[h.Name()] = rt
 	}
 	return nil
 }
 
-func (w *Worker) handler(name string) handler.Runtime {
+func (w *Worker) runtime(name string) engine.Runtime {
 	w.mu.RLock()
 	defer w.mu.RUnlock()
-	return w.handlers[name]
+	return w.runtimes[name]
 }
 
 // Run serves the queue until ctx ends, then stops taking tasks, finishes and
@@ -288,8 +284,8 @@ func (w *Worker) failed(op string, err error) {
 func (w *Worker) names() []string {
 	w.mu.RLock()
 	defer w.mu.RUnlock()
-	names := make([]string, 0, len(w.handlers))
-	for n := range w.handlers {
+	names := make([]string, 0, len(w.runtimes))
+	for n := range w.runtimes {
 		names = append(names, n)
 	}
 	slices.Sort(names)

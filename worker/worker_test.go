@@ -46,7 +46,7 @@ func TestRunDrainsOnStop(t *testing.T) {
 		t.Fatalf("Run returned (%v) while two tasks were still running", err)
 	default:
 	}
-	if err := w.Handle(slow); err == nil {
+	if err := w.Register(slow); err == nil {
 		t.Error("Handle after Run: want an error")
 	}
 	if err := w.Run(context.Background()); err == nil {

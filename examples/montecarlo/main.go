@@ -99,7 +99,7 @@ func run(cmd string, args []string) error {
 		if err != nil {
 			return err
 		}
-		if err := w.Handle(Throw, Add); err != nil {
+		if err := w.Register(Throw, Add); err != nil {
 			return err
 		}
 		ctx, stop := context.WithCancel(context.Background())

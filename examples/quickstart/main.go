@@ -58,7 +58,7 @@ func run() error {
 	if err != nil {
 		return err
 	}
-	if err := w.Handle(Greet); err != nil {
+	if err := w.Register(Greet); err != nil {
 		return err
 	}
 	ctx, stop := context.WithCancel(context.Background())

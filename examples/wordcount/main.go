@@ -134,7 +134,7 @@ func mapReduce(ctx context.Context, cmd, queue string, groups [][]string) (count
 		if err != nil {
 			return nil, err
 		}
-		if err := w.Handle(count.Files, count.Merge); err != nil {
+		if err := w.Register(count.Files, count.Merge); err != nil {
 			return nil, err
 		}
 		wctx, stopWorker := context.WithCancel(context.Background())

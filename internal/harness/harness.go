@@ -99,7 +99,7 @@ func (e *Env) Manager(t testing.TB, opts manager.Options) *manager.Manager {
 
 // Worker starts an in-process worker of the Env's queue serving hs; it is
 // stopped, and Run's return checked, when the test ends.
-func (e *Env) Worker(t testing.TB, opts worker.Options, hs ...redmap.Handler) *worker.Worker {
+func (e *Env) Worker(t testing.TB, opts worker.Options, hs ...redmap.AnyHandle) *worker.Worker {
 	t.Helper()
 	w, stop, ran := e.StartWorker(t, opts, hs...)
 	t.Cleanup(func() {
@@ -114,14 +114,14 @@ func (e *Env) Worker(t testing.TB, opts worker.Options, hs ...redmap.Handler) *w
 // StartWorker starts an in-process worker of the Env's queue serving hs, for
 // a test that watches it stop: stop ends Run's context (it is also called
 // when the test ends), and ran receives what Run returned.
-func (e *Env) StartWorker(t testing.TB, opts worker.Options, hs ...redmap.Handler) (w *worker.Worker, stop context.CancelFunc, ran <-chan error) {
+func (e *Env) StartWorker(t testing.TB, opts worker.Options, hs ...redmap.AnyHandle) (w *worker.Worker, stop context.CancelFunc, ran <-chan error) {
 	t.Helper()
 	opts.Queue = e.Queue
 	w, err := worker.New(e.Client, opts)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := w.Handle(hs...); err != nil {
+	if err := w.Register(hs...); err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())

@@ -1,13 +1,16 @@
-// Package handler is the runtime side of redmap's function handles: what a
-// worker calls to run a task, and how a failure a worker reports becomes an
-// error. Package redmap implements Runtime for its handles; user code never
-// needs this package.
-package handler
+// Package engine is the execution engine behind redmap's handles: what a
+// worker calls to run a task's elements (Run, Reduce) under a policy
+// (attempts, timeout, retries, the batch's seed), and the registry of each
+// handle's Runtime. Package redmap registers a Runtime for every handle it
+// makes (Register); a worker looks them up (Lookup). User code never needs
+// this package.
+package engine
 
 import (
 	"context"
 	"fmt"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/redmap/redmap/codec"
@@ -41,9 +44,24 @@ type Policy struct {
 	Start    int           // the batch index of the task's first element
 }
 
-// Of returns the runtime of h, a handle of package redmap (a redmap.Handler);
-// false for anything else. Package redmap sets it.
-var Of func(h any) (Runtime, bool)
+// registry holds the Runtime of every handle package redmap made: handle
+// (a *redmap.Handle, *redmap.HandleWith or *redmap.Reducer) → Runtime.
+// Handles are made once, at package level, and live as long as the program.
+var registry sync.Map
+
+// Register records rt as the runtime of handle. Package redmap calls it
+// when it makes a handle.
+func Register(handle any, rt Runtime) { registry.Store(handle, rt) }
+
+// Lookup returns the runtime of handle, a handle package redmap made; false
+// for anything else.
+func Lookup(handle any) (Runtime, bool) {
+	rt, ok := registry.Load(handle)
+	if !ok {
+		return nil, false
+	}
+	return rt.(Runtime), true
+}
 
 // Difference describes the first difference between two handles' structures
 // (the lines of Runtime.Types): what one side has and the other lacks, or a

@@ -1,0 +1,194 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"reflect"
+	"runtime/debug"
+	"slices"
+	"time"
+
+	"github.com/redmap/redmap/codec"
+	"github.com/redmap/redmap/internal/backoff"
+)
+
+// Folder is a reducer of T, as a map's runtime with outputs of type T and
+// the manager see it.
+type Folder[T any] interface {
+	// FoldTask folds b into a on a worker, a failure (an error, or a panic
+	// with its stack) reported as codec.KindReduce.
+	FoldTask(ctx context.Context, a, b T) (T, *codec.Failure)
+	// Fold folds b into a in the manager, a panic returned as an error.
+	Fold(ctx context.Context, a, b T) (T, error)
+}
+
+// Run decodes a frame of count inputs, calls fn on each in turn under
+// policy p and returns the frame of outputs with the elements that failed,
+// each failure staying with its element. A panic in fn fails its element
+// only (codec.KindPanic, with the stack).
+func Run[In, Out any](ctx context.Context, count int, input []byte, p Policy, fn func(context.Context, In) (Out, error)) ([]byte, []codec.Failure) {
+	ys := make([]Out, count)
+	fails := each(ctx, count, input, p, fn, func(i int, y Out) *codec.Failure { ys[i] = y; return nil })
+	// Outputs of a type with a fast path, and nothing failed: one frame at
+	// once (a failed element's zero value would decode as a value, not nil).
+	if len(fails) == 0 {
+		if frame, ok, err := codec.EncodeOutputs(ys); ok && err == nil {
+			return frame, nil
+		}
+	}
+	out := codec.NewOutputEncoder(count)
+	failed := make(map[int]bool, len(fails))
+	for _, f := range fails {
+		failed[f.Index] = true
+	}
+	for i := range count {
+		if failed[i] {
+			out.AddNil()
+			continue
+		}
+		if err := out.Add(&ys[i]); err != nil {
+			fails = append(fails, codec.Failure{Index: i, Kind: codec.KindEncode, Msg: fmt.Sprintf("output as %v: %v", reflect.TypeFor[Out](), err)})
+			out.AddNil()
+		}
+	}
+	slices.SortFunc(fails, func(a, b codec.Failure) int { return a.Index - b.Index })
+	return out.Bytes(), fails
+}
+
+// Reduce runs fn over the inputs as Run does and folds their outputs with
+// r, a reducer of Out, into one partial: a frame of one value, or of none if
+// every element failed. An output the reducer fails to fold in fails its
+// element (codec.KindReduce) and is left out.
+func Reduce[In, Out any](ctx context.Context, count int, input []byte, p Policy, fn func(context.Context, In) (Out, error), r Runtime) ([]byte, []codec.Failure) {
+	red, ok := r.(Folder[Out])
+	if !ok {
+		return nil, []codec.Failure{{Index: -1, Kind: codec.KindTypeMismatch,
+			Msg: fmt.Sprintf("reducer %q (%s) does not fold the function's output type %v", r.Name(), r.Signature(), reflect.TypeFor[Out]())}}
+	}
+	var acc Out
+	folded := false
+	fails := each(ctx, count, input, p, fn, func(_ int, y Out) *codec.Failure {
+		if !folded {
+			acc, folded = y, true
+			return nil
+		}
+		z, f := red.FoldTask(ctx, acc, y)
+		if f == nil {
+			acc = z
+		}
+		return f
+	})
+	if !folded {
+		return codec.NewOutputEncoder(0).Bytes(), fails
+	}
+	out := codec.NewOutputEncoder(1)
+	if err := out.Add(&acc); err != nil {
+		return nil, []codec.Failure{{Index: -1, Kind: codec.KindEncode, Msg: fmt.Sprintf("partial as %v: %v", reflect.TypeFor[Out](), err)}}
+	}
+	return out.Bytes(), fails
+}
+
+// each is the body of Run and Reduce: it decodes the count inputs of frame
+// input and calls fn on each in turn, under policy p, passing each output to
+// sink; it returns the failed elements: those whose run failed, whose sink
+// failed, or that could not be decoded.
+func each[In, Out any](ctx context.Context, count int, input []byte, p Policy, fn func(context.Context, In) (Out, error), sink func(i int, y Out) *codec.Failure) []codec.Failure {
+	var fails []codec.Failure
+	xs := make([]In, count)
+	decoded := count
+	decodeErr := codec.DecodeElements(input, xs)
+	if decodeErr != nil {
+		decoded = 0
+		var ee *codec.ElementError
+		if errors.As(decodeErr, &ee) {
+			decoded = ee.Index
+		}
+	}
+	ctx, e := withElements(ctx, p.Seed)
+	for i := range decoded {
+		y, f := runElement(ctx, p, fn, xs[i], func() { e.at(p.Start + i) })
+		if f == nil {
+			f = sink(i, y)
+		}
+		if f != nil {
+			f.Index = i
+			fails = append(fails, *f)
+		}
+	}
+	// An element that does not decode leaves the stream unreadable after it,
+	// so it and every later element of the task fail.
+	for i := decoded; i < count; i++ {
+		fails = append(fails, codec.Failure{Index: i, Kind: codec.KindDecode,
+			Msg: fmt.Sprintf("input as %v: %v", reflect.TypeFor[In](), decodeErr)})
+	}
+	return fails
+}
+
+// runElement runs fn on one input under policy p: a timed-out run, a
+// Retryable error, or with p.Retry any error or panic, runs again while
+// attempts are left, after a short pause. What still fails becomes a
+// failure. start is called before each attempt.
+func runElement[In, Out any](ctx context.Context, p Policy, fn func(context.Context, In) (Out, error), x In, start func()) (Out, *codec.Failure) {
+	bo := backoff.Backoff{Min: 20 * time.Millisecond, Max: time.Second}
+	for attempt := 1; ; attempt++ {
+		start()
+		y, f, retryable := runOnce(ctx, p.Timeout, fn, x)
+		if f == nil {
+			return y, nil
+		}
+		again := f.Kind == codec.KindTimeout || retryable || (p.Retry && (f.Kind == codec.KindError || f.Kind == codec.KindPanic))
+		if !again || attempt >= p.Attempts || ctx.Err() != nil {
+			if attempt > 1 {
+				f.Msg = fmt.Sprintf("attempt %d: %s", attempt, f.Msg)
+			}
+			return y, f
+		}
+		if p.OnRetry != nil {
+			p.OnRetry()
+		}
+		bo.Wait(ctx)
+	}
+}
+
+// runOnce runs fn once, turning a returned error, a panic or a run past the
+// timeout into a failure, and saying whether the error was marked Retryable.
+func runOnce[In, Out any](ctx context.Context, timeout time.Duration, fn func(context.Context, In) (Out, error), x In) (y Out, f *codec.Failure, retryable bool) {
+	if timeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, timeout)
+		defer cancel()
+	}
+	defer func() {
+		if p := recover(); p != nil {
+			f = &codec.Failure{Kind: codec.KindPanic, Msg: fmt.Sprint(p), Stack: string(debug.Stack())}
+		}
+	}()
+	y, err := fn(ctx, x)
+	switch {
+	case err == nil:
+		return y, nil, false
+	case timeout > 0 && errors.Is(ctx.Err(), context.DeadlineExceeded):
+		return y, &codec.Failure{Kind: codec.KindTimeout, Msg: fmt.Sprintf("ran past its timeout of %v: %v", timeout, err)}, false
+	}
+	return y, &codec.Failure{Kind: codec.KindError, Msg: err.Error()}, IsRetryable(err)
+}
+
+// Retryable marks err as worth another attempt (redmap.Retryable).
+func Retryable(err error) error {
+	if err == nil {
+		return nil
+	}
+	return &retryable{err}
+}
+
+type retryable struct{ err error }
+
+func (r *retryable) Error() string { return r.err.Error() }
+func (r *retryable) Unwrap() error { return r.err }
+
+// IsRetryable reports whether err was marked with Retryable.
+func IsRetryable(err error) bool {
+	var r *retryable
+	return errors.As(err, &r)
+}
