@@ -1,13 +1,17 @@
 // Package cache is redmap's object cache for constant data: values stored in
-// Redis once under their BLAKE3 hash, held by the batches that use them and
-// deleted when the last live holder lets go (Store), and memoized decoded in
-// each worker process (Memo).
+// Redis once under their BLAKE3 hash (Sum, Ref), held by the batches that use
+// them and deleted when the last live holder lets go (Store). Each worker
+// keeps the values it decoded in a memo of its own, whose counters are Stats
+// (worker.Stats().Cache).
 //
-// It is public and versioned with the module: programs other than redmap's
-// managers and workers may store and read objects with it, and the layout of
-// an object in Redis (a metadata hash and 8 MiB parts under
-// "<prefix>:obj:{<hash>}", a holders sorted set of deadlines) changes only
-// with a minor version before 1.0 and a major one after, as CHANGELOG says.
+// What it exports, and for whom: Stats, for every user who watches a
+// worker; Store, Ref and Sum, for a program other than redmap's managers
+// and workers that stores or reads objects (a tool that prefills a large
+// constant, or a second implementation of a worker), with DefaultPartSize.
+// The layout of an object in Redis (a metadata hash and 8 MiB parts under
+// "<prefix>:obj:{<hash>}", a holders sorted set of deadlines) is versioned
+// with the module: it changes only with a minor version before 1.0 and a
+// major one after, as CHANGELOG says.
 package cache
 
 import (
@@ -140,4 +144,18 @@ func (r Ref) String() string {
 		h = h[:12]
 	}
 	return fmt.Sprintf("blake3:%s (%d bytes)", h, r.Size)
+}
+
+// Stats counts the work of a worker's memo of constants (worker.Stats)
+// since the worker was made: the values it fetched from the object cache and
+// decoded, and the lookups it served from memory.
+type Stats struct {
+	Hits         int64 // lookups served from memory
+	Misses       int64 // lookups that had to wait for a fetch (their own or a concurrent one)
+	Fetches      int64 // values fetched from Redis
+	BytesFetched int64 // bytes fetched from Redis
+	Decodes      int64 // values decoded
+	Evictions    int64 // values evicted to stay within the bound
+	Bytes        int64 // encoded bytes of the values held now
+	Entries      int   // values held now
 }

@@ -7,8 +7,20 @@
 // cap before it decodes, never trusts a length prefix further than the bytes
 // that follow it, and returns an error (never panics) on malformed input.
 //
-// It is public and versioned with the module, as the contract between
-// managers and workers of different builds: a change to a frame's layout
+// What it exports, and for whom: it is the contract between managers and
+// workers, and what a second implementation of either side (another
+// language's worker, say) reads and writes. Task and Result are the two
+// envelopes (EncodeTask, DecodeTask, EncodeResult, DecodeResult), with
+// Failure and its Kind; an element frame is written by EncodeElements (a
+// manager's inputs) or EncodeOutputs and an OutputEncoder (a worker's
+// outputs, nil for a failed element) and read by DecodeElements; a batch's
+// constant is one value (EncodeValue, DecodeValue). ErrTooLarge, SizeError,
+// ErrCorrupt and ElementError say what was wrong with a frame, and
+// DefaultMaxFrame is the cap both sides apply by default. Users of redmap's
+// manager and worker never need this package.
+//
+// It is versioned with the module, as the contract between managers and
+// workers of different builds: a change to a frame's layout
 // comes with a minor version before 1.0 and a major one after, as CHANGELOG
 // says, so a fleet is upgraded knowingly, never into silent misreads.
 package codec

@@ -7,9 +7,9 @@ import (
 	"runtime"
 	"time"
 
-	"github.com/redmap/redmap/cache"
 	"github.com/redmap/redmap/internal/config"
 	"github.com/redmap/redmap/internal/id"
+	"github.com/redmap/redmap/internal/memo"
 )
 
 // Defaults for the zero fields of Options.
@@ -21,7 +21,7 @@ const (
 	DefaultMaxFrame  = config.DefaultMaxFrame
 	// DefaultCacheBytes bounds the decoded constant data a worker keeps in
 	// memory, counted by encoded size: 512 MiB.
-	DefaultCacheBytes = cache.DefaultMemoBytes
+	DefaultCacheBytes = memo.DefaultBytes
 )
 
 // defaultPrefetch is the number of tasks a worker takes ahead of its free

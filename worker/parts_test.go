@@ -14,6 +14,7 @@ import (
 	"github.com/redmap/redmap"
 	"github.com/redmap/redmap/cache"
 	"github.com/redmap/redmap/codec"
+	"github.com/redmap/redmap/internal/memo"
 	"github.com/redmap/redmap/internal/rdb"
 )
 
@@ -73,7 +74,7 @@ func fakeWorker(t *testing.T, q *fakeQueue, opts Options) *Worker {
 	if err != nil {
 		t.Fatal(err)
 	}
-	w := wire(opts, q.shards[0], q.source(nil).open, cache.NewMemo(cache.NewStore(nil, opts.Prefix, 0), 1<<20)) // no constants here
+	w := wire(opts, q.shards[0], q.source(nil).open, memo.New(cache.NewStore(nil, opts.Prefix, 0), 1<<20)) // no constants here
 	if err := w.Register(negate); err != nil {
 		t.Fatal(err)
 	}

@@ -20,6 +20,7 @@ import (
 	"github.com/redmap/redmap"
 	"github.com/redmap/redmap/cache"
 	"github.com/redmap/redmap/internal/engine"
+	"github.com/redmap/redmap/internal/memo"
 	"github.com/redmap/redmap/internal/rdb"
 )
 
@@ -35,7 +36,7 @@ import (
 type Worker struct {
 	source *source
 	opts   Options
-	memo   *cache.Memo
+	memo   *memo.Memo
 	log    *slog.Logger
 
 	mu       sync.RWMutex
@@ -97,12 +98,12 @@ func New(client redis.UniversalClient, opts Options) (*Worker, error) {
 	}
 	return wire(opts, rdb.New(client, opts.Prefix, opts.Queue),
 		func(name string, i int) shardRedis { return rdb.NewShard(client, opts.Prefix, name, i) },
-		cache.NewMemo(cache.NewStore(client, opts.Prefix, 0), opts.CacheBytes)), nil
+		memo.New(cache.NewStore(client, opts.Prefix, 0), opts.CacheBytes)), nil
 }
 
 // wire builds a worker over its seam to Redis: shard 0 of its queue, how
 // to open the others, and the memo of constants; opts have their defaults.
-func wire(opts Options, first queueRedis, open func(name string, i int) shardRedis, memo *cache.Memo) *Worker {
+func wire(opts Options, first queueRedis, open func(name string, i int) shardRedis, memo *memo.Memo) *Worker {
 	w := &Worker{
 		opts:     opts,
 		memo:     memo,

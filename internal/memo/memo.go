@@ -1,4 +1,7 @@
-package cache
+// Package memo is a worker's memo of decoded constants: values of the
+// object cache (package cache) kept in memory, least recently used first
+// out, within a bound on their encoded bytes.
+package memo
 
 import (
 	"context"
@@ -7,30 +10,19 @@ import (
 	"sync/atomic"
 
 	"github.com/hashicorp/golang-lru/v2/simplelru"
+	"github.com/redmap/redmap/cache"
 	"golang.org/x/sync/singleflight"
 )
 
-// DefaultMemoBytes is the default bound of a Memo: 512 MiB of values, counted
+// DefaultBytes is the default bound of a Memo: 512 MiB of values, counted
 // by their encoded size.
-const DefaultMemoBytes = 512 << 20
-
-// Stats counts a Memo's work since it was made.
-type Stats struct {
-	Hits         int64 // lookups served from memory
-	Misses       int64 // lookups that had to wait for a fetch (their own or a concurrent one)
-	Fetches      int64 // values fetched from Redis
-	BytesFetched int64 // bytes fetched from Redis
-	Decodes      int64 // values decoded
-	Evictions    int64 // values evicted to stay within the bound
-	Bytes        int64 // encoded bytes of the values held now
-	Entries      int   // values held now
-}
+const DefaultBytes = 512 << 20
 
 // Memo keeps decoded values in memory, least recently used first out, within
 // a bound on their encoded bytes. Concurrent lookups of a missing value fetch
 // and decode it once (single flight). Safe for concurrent use.
 type Memo struct {
-	store *Store
+	store *cache.Store
 	max   int64
 
 	mu    sync.Mutex
@@ -47,12 +39,12 @@ type memoEntry struct {
 	cost int64
 }
 
-// NewMemo returns a memo of values from store, holding at most maxBytes of
-// them by encoded size (DefaultMemoBytes if maxBytes <= 0). A value larger
+// New returns a memo of values from store, holding at most maxBytes of
+// them by encoded size (DefaultBytes if maxBytes <= 0). A value larger
 // than the bound is decoded and used but not kept.
-func NewMemo(store *Store, maxBytes int64) *Memo {
+func New(store *cache.Store, maxBytes int64) *Memo {
 	if maxBytes <= 0 {
-		maxBytes = DefaultMemoBytes
+		maxBytes = DefaultBytes
 	}
 	m := &Memo{store: store, max: maxBytes}
 	// The LRU's own bound is on entries; ours is on bytes, enforced in add.
@@ -66,7 +58,7 @@ func NewMemo(store *Store, maxBytes int64) *Memo {
 // fetched from Redis (checked against its hash) and decoded once however many
 // goroutines ask at the same time. kind tells apart decodings of the same
 // bytes into different types.
-func (m *Memo) Get(ctx context.Context, ref Ref, kind string, decode func([]byte) (any, error)) (any, error) {
+func (m *Memo) Get(ctx context.Context, ref cache.Ref, kind string, decode func([]byte) (any, error)) (any, error) {
 	key := ref.Hash + "/" + kind
 	if v, ok := m.lookup(key); ok {
 		m.hits.Add(1)
@@ -120,11 +112,11 @@ func (m *Memo) add(key string, v any, cost int64) {
 }
 
 // Stats returns the memo's counters.
-func (m *Memo) Stats() Stats {
+func (m *Memo) Stats() cache.Stats {
 	m.mu.Lock()
 	bytes, entries := m.bytes, m.lru.Len()
 	m.mu.Unlock()
-	return Stats{
+	return cache.Stats{
 		Hits: m.hits.Load(), Misses: m.misses.Load(), Fetches: m.fetches.Load(),
 		BytesFetched: m.fetched.Load(), Decodes: m.decodes.Load(), Evictions: m.evictions.Load(),
 		Bytes: bytes, Entries: entries,
