@@ -54,6 +54,56 @@ func Main(args []string, hs ...redmap.AnyHandle) error {
 }
 
 func mainWith(args []string, stdout, stderr io.Writer, hs ...redmap.AnyHandle) error {
+	f, err := parseFlags(args, stdout, hs)
+	if err != nil || f == nil {
+		return err // nil after -h
+	}
+	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: f.level}))
+	connect.RouteLogs(log)
+	client, err := connect.URL(f.url)
+	if err != nil {
+		return fmt.Errorf("worker: -redis: %w", err)
+	}
+	defer client.Close()
+	w, err := New(client, Options{Queue: f.queue, ID: f.id, Concurrency: f.concurrency, Prefetch: f.prefetch, CacheBytes: f.cacheBytes, Logger: log})
+	if err != nil {
+		return err
+	}
+	if err := w.Register(hs...); err != nil {
+		return err
+	}
+	if f.metrics != "" {
+		stopMetrics, err := serveMetrics(f.metrics, w, stdout, log)
+		if err != nil {
+			return err
+		}
+		defer stopMetrics()
+	}
+	ctx, stop := onSignals(log)
+	defer stop()
+	// A Redis that is not there, or that refuses redmap, ends the program
+	// with one line after a few seconds, rather than a worker that retries
+	// for ever having never served.
+	if err := w.source.first.Preflight(ctx, startBudget, healBudget, log); err != nil {
+		return fmt.Errorf("worker: cannot serve queue %q with Redis at %s: %w", f.queue, connect.Redact(f.url), err)
+	}
+	w.checked = true // one start-up check per process
+	fmt.Fprintln(stdout, "worker", w.ID())
+	log.Info("worker started", "id", w.ID(), "queue", f.queue, "concurrency", w.opts.Concurrency)
+	return w.Run(ctx)
+}
+
+// flags are a worker program's settings, from its flags and environment.
+type flags struct {
+	url, queue, id, metrics string
+	concurrency, prefetch   int
+	cacheBytes              int64
+	level                   slog.Level
+}
+
+// parseFlags reads args and the environment; with -h it prints the usage
+// on stdout and returns nil flags and no error.
+func parseFlags(args []string, stdout io.Writer, hs []redmap.AnyHandle) (*flags, error) {
 	env := func(name, def string) string {
 		if v := os.Getenv(name); v != "" {
 			return v
@@ -72,88 +122,78 @@ func mainWith(args []string, stdout, stderr io.Writer, hs ...redmap.AnyHandle) e
 		}
 		return n
 	}
+	var f flags
 	fs := flag.NewFlagSet("worker", flag.ContinueOnError)
 	// The flag package would print a bad flag's error and the usage, and the
 	// caller would print the error again: it is said once, by the caller.
 	fs.SetOutput(io.Discard)
-	url := fs.String("redis", env("REDIS_URL", "redis://127.0.0.1:6379/0"), "Redis URL: one server, a Cluster, Sentinel, TLS, ACL users; see connect.URL (env REDIS_URL)")
-	queue := fs.String("queue", env("REDMAP_QUEUE", "default"), "queue to serve (env REDMAP_QUEUE)")
-	id := fs.String("id", env("REDMAP_WORKER_ID", ""), "worker id, default random (env REDMAP_WORKER_ID)")
-	concurrency := fs.Int("concurrency", int(envInt("REDMAP_CONCURRENCY")), "tasks run at once, 0 for GOMAXPROCS (env REDMAP_CONCURRENCY)")
-	prefetch := fs.Int("prefetch", int(envInt("REDMAP_PREFETCH")), "tasks taken beyond the free slots, 0 for 16 per slot, -1 for none: lower it for long tasks, so workers share them evenly (env REDMAP_PREFETCH)")
-	cacheBytes := fs.Int64("cache-bytes", envInt("REDMAP_CACHE_BYTES"), "bound of the constant cache in bytes, 0 for 512 MiB (env REDMAP_CACHE_BYTES)")
-	metricsAddr := fs.String("metrics", env("REDMAP_METRICS", ""), "address to serve Prometheus metrics on, empty for none (env REDMAP_METRICS)")
+	fs.StringVar(&f.url, "redis", env("REDIS_URL", "redis://127.0.0.1:6379/0"), "Redis URL: one server, a Cluster, Sentinel, TLS, ACL users; see connect.URL (env REDIS_URL)")
+	fs.StringVar(&f.queue, "queue", env("REDMAP_QUEUE", "default"), "queue to serve (env REDMAP_QUEUE)")
+	fs.StringVar(&f.id, "id", env("REDMAP_WORKER_ID", ""), "worker id, default random (env REDMAP_WORKER_ID)")
+	fs.IntVar(&f.concurrency, "concurrency", int(envInt("REDMAP_CONCURRENCY")), "tasks run at once, 0 for GOMAXPROCS (env REDMAP_CONCURRENCY)")
+	fs.IntVar(&f.prefetch, "prefetch", int(envInt("REDMAP_PREFETCH")), "tasks taken beyond the free slots, 0 for 16 per slot, -1 for none: lower it for long tasks, so workers share them evenly (env REDMAP_PREFETCH)")
+	fs.Int64Var(&f.cacheBytes, "cache-bytes", envInt("REDMAP_CACHE_BYTES"), "bound of the constant cache in bytes, 0 for 512 MiB (env REDMAP_CACHE_BYTES)")
+	fs.StringVar(&f.metrics, "metrics", env("REDMAP_METRICS", ""), "address to serve Prometheus metrics on, empty for none (env REDMAP_METRICS)")
 	logLevel := fs.String("log-level", env("REDMAP_LOG_LEVEL", "info"), "debug, info, warn or error (env REDMAP_LOG_LEVEL)")
 	if envErr != nil {
-		return envErr
+		return nil, envErr
 	}
 	err := fs.Parse(args)
 	if errors.Is(err, flag.ErrHelp) {
 		fmt.Fprintf(stdout, "Usage: %s [flags]\n\nA redmap worker serving %s. Flags, each also read from the environment\nvariable named:\n", os.Args[0], handleNames(hs))
 		fs.SetOutput(stdout)
 		fs.PrintDefaults()
-		return nil
+		return nil, nil
 	}
 	if err != nil {
-		return fmt.Errorf("worker: %v (-h lists the flags)", err)
+		return nil, fmt.Errorf("worker: %v (-h lists the flags)", err)
 	}
 	if fs.NArg() > 0 {
-		return fmt.Errorf("worker: unexpected argument %q: flags must come before it, and a worker takes no other arguments (-h lists the flags)", fs.Arg(0))
+		return nil, fmt.Errorf("worker: unexpected argument %q: flags must come before it, and a worker takes no other arguments (-h lists the flags)", fs.Arg(0))
 	}
-	var level slog.Level
-	if err := level.UnmarshalText([]byte(*logLevel)); err != nil {
-		return fmt.Errorf("worker: -log-level %q: want debug, info, warn or error", *logLevel)
+	if err := f.level.UnmarshalText([]byte(*logLevel)); err != nil {
+		return nil, fmt.Errorf("worker: -log-level %q: want debug, info, warn or error", *logLevel)
 	}
-	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
-	connect.RouteLogs(log)
-	client, err := connect.URL(*url)
-	if err != nil {
-		return fmt.Errorf("worker: -redis: %w", err)
-	}
-	defer client.Close()
-	w, err := New(client, Options{Queue: *queue, ID: *id, Concurrency: *concurrency, Prefetch: *prefetch, CacheBytes: *cacheBytes, Logger: log})
-	if err != nil {
-		return err
-	}
-	if err := w.Register(hs...); err != nil {
-		return err
-	}
+	return &f, nil
+}
 
-	if *metricsAddr != "" {
-		ln, err := net.Listen("tcp", *metricsAddr)
-		if err != nil {
-			return fmt.Errorf("worker: -metrics: %w", err)
+// serveMetrics serves w's Prometheus metrics on addr at /metrics, and says
+// where on stdout; stop shuts the server down.
+func serveMetrics(addr string, w *Worker, stdout io.Writer, log *slog.Logger) (stop func(), err error) {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("worker: -metrics: %w", err)
+	}
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(w.Collector())
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(ln) }()
+	fmt.Fprintln(stdout, "metrics", ln.Addr())
+	return func() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		srv.Shutdown(ctx)
+		if err := <-served; err != nil && !errors.Is(err, http.ErrServerClosed) {
+			log.Warn("metrics server", "err", err)
 		}
-		reg := prometheus.NewRegistry()
-		reg.MustRegister(w.Collector())
-		mux := http.NewServeMux()
-		mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
-		srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
-		served := make(chan error, 1)
-		go func() { served <- srv.Serve(ln) }()
-		defer func() {
-			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-			defer cancel()
-			srv.Shutdown(ctx)
-			if err := <-served; err != nil && !errors.Is(err, http.ErrServerClosed) {
-				log.Warn("metrics server", "err", err)
-			}
-		}()
-		fmt.Fprintln(stdout, "metrics", ln.Addr())
-	}
+	}, nil
+}
 
-	ctx, stop := context.WithCancel(context.Background())
-	defer stop()
+// onSignals returns a context that ends at SIGINT or SIGTERM; a second
+// signal exits at once with status 1. stop stops listening.
+func onSignals(log *slog.Logger) (ctx context.Context, stop func()) {
+	ctx, cancel := context.WithCancel(context.Background())
 	sigs := make(chan os.Signal, 2)
 	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
-	defer signal.Stop(sigs)
 	done := make(chan struct{})
-	defer close(done)
 	go func() {
 		select {
 		case s := <-sigs:
 			log.Info("stopping: finishing running tasks; signal again to exit at once", "signal", s.String())
-			stop()
+			cancel()
 		case <-done:
 			return
 		}
@@ -164,17 +204,11 @@ func mainWith(args []string, stdout, stderr io.Writer, hs ...redmap.AnyHandle) e
 		case <-done:
 		}
 	}()
-
-	// A Redis that is not there, or that refuses redmap, ends the program
-	// with one line after a few seconds, rather than a worker that retries
-	// for ever having never served.
-	if err := w.source.first.Preflight(ctx, startBudget, healBudget, log); err != nil {
-		return fmt.Errorf("worker: cannot serve queue %q with Redis at %s: %w", *queue, connect.Redact(*url), err)
+	return ctx, func() {
+		signal.Stop(sigs)
+		close(done)
+		cancel()
 	}
-	w.checked = true // one start-up check per process
-	fmt.Fprintln(stdout, "worker", w.ID())
-	log.Info("worker started", "id", w.ID(), "queue", *queue, "concurrency", w.opts.Concurrency)
-	return w.Run(ctx)
 }
 
 // handleNames lists the functions a worker program serves, for its usage.

@@ -76,30 +76,95 @@ type cli struct {
 }
 
 func run(args []string, out io.Writer) (int, error) {
+	c := &cli{out: out}
+	o, err := parseArgs(args, c)
+	if err != nil {
+		return 2, err
+	}
+	if o == nil { // help
+		fmt.Fprint(out, usage)
+		return 0, nil
+	}
+	client, err := connect.URL(o.url)
+	if err != nil {
+		return 2, usageError{fmt.Sprintf("-redis: %v", err)}
+	}
+	defer client.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if c.in, err = inspect.New(client, o.prefix); err != nil {
+		return 2, usageError{fmt.Sprintf("-prefix: %v", err)}
+	}
+	if err := c.in.Ping(ctx); err != nil {
+		return 1, fmt.Errorf("cannot reach Redis at %s: %v", connect.Redact(o.url), err)
+	}
+	if o.cmd == "dashboard" {
+		cancel()
+		return serveDashboard(client, o.prefix, c.queue, o.addr, o.actions, out)
+	}
+	if c.queue != "" {
+		if err := c.mustQueue(ctx, c.queue); err != nil {
+			return 1, err
+		}
+	}
+	if err := c.do(ctx, o.cmd, o.operand); err != nil {
+		return 1, err
+	}
+	return 0, nil
+}
+
+// do runs a command other than dashboard.
+func (c *cli) do(ctx context.Context, cmd string, operand []string) error {
+	switch cmd {
+	case "status":
+		return c.status(ctx)
+	case "workers":
+		return c.workers(ctx)
+	case "batches":
+		return c.batches(ctx)
+	case "failures":
+		return c.failures(ctx)
+	case "drain":
+		return c.drain(ctx, operand[0])
+	case "purge":
+		return c.purge(ctx, operand[0])
+	}
+	return usageError{fmt.Sprintf("unknown command %q", cmd)}
+}
+
+// invocation is a command line: the command, its operand and the flags
+// that are not the cli's own.
+type invocation struct {
+	cmd, url, prefix, addr string
+	operand                []string
+	actions                bool
+}
+
+// parseArgs reads a command line; flags may come before and after the
+// command and its argument. It returns nil for help.
+func parseArgs(args []string, c *cli) (*invocation, error) {
 	fs := flag.NewFlagSet("redmap", flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
 	def := os.Getenv("REDIS_URL")
 	if def == "" {
 		def = "redis://127.0.0.1:6379/0"
 	}
-	url := fs.String("redis", def, "")
-	prefix := fs.String("prefix", "redmap", "")
-	c := &cli{out: out}
+	var o invocation
+	fs.StringVar(&o.url, "redis", def, "")
+	fs.StringVar(&o.prefix, "prefix", "redmap", "")
 	fs.BoolVar(&c.json, "json", false, "")
 	fs.StringVar(&c.queue, "queue", "", "")
 	fs.BoolVar(&c.yes, "yes", false, "")
-	addr := fs.String("addr", "127.0.0.1:8080", "")
-	actions := fs.Bool("actions", false, "")
-	// Flags may come before and after the command and its argument.
+	fs.StringVar(&o.addr, "addr", "127.0.0.1:8080", "")
+	fs.BoolVar(&o.actions, "actions", false, "")
 	var pos []string
 	for rest := args; ; {
 		err := fs.Parse(rest)
 		if errors.Is(err, flag.ErrHelp) {
-			fmt.Fprint(out, usage)
-			return 0, nil
+			return nil, nil
 		}
 		if err != nil {
-			return 2, usageError{err.Error()}
+			return nil, usageError{err.Error()}
 		}
 		if fs.NArg() == 0 {
 			break
@@ -108,59 +173,18 @@ func run(args []string, out io.Writer) (int, error) {
 		rest = fs.Args()[1:]
 	}
 	if len(pos) == 0 || pos[0] == "help" {
-		fmt.Fprint(out, usage)
-		return 0, nil
+		return nil, nil
 	}
-	cmd, operand := pos[0], pos[1:]
+	o.cmd, o.operand = pos[0], pos[1:]
 	wantOperand := map[string]int{"status": 0, "workers": 0, "batches": 0, "failures": 0, "drain": 1, "purge": 1, "dashboard": 0}
-	n, known := wantOperand[cmd]
+	n, known := wantOperand[o.cmd]
 	if !known {
-		return 2, usageError{fmt.Sprintf("unknown command %q", cmd)}
+		return nil, usageError{fmt.Sprintf("unknown command %q", o.cmd)}
 	}
-	if len(operand) != n {
-		return 2, usageError{fmt.Sprintf("%s takes %d argument(s), got %d", cmd, n, len(operand))}
+	if len(o.operand) != n {
+		return nil, usageError{fmt.Sprintf("%s takes %d argument(s), got %d", o.cmd, n, len(o.operand))}
 	}
-
-	client, err := connect.URL(*url)
-	if err != nil {
-		return 2, usageError{fmt.Sprintf("-redis: %v", err)}
-	}
-	defer client.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	if c.in, err = inspect.New(client, *prefix); err != nil {
-		return 2, usageError{fmt.Sprintf("-prefix: %v", err)}
-	}
-	if err := c.in.Ping(ctx); err != nil {
-		return 1, fmt.Errorf("cannot reach Redis at %s: %v", connect.Redact(*url), err)
-	}
-	if cmd == "dashboard" {
-		cancel()
-		return serveDashboard(client, *prefix, c.queue, *addr, *actions, out)
-	}
-	if c.queue != "" {
-		if err := c.mustQueue(ctx, c.queue); err != nil {
-			return 1, err
-		}
-	}
-	switch cmd {
-	case "status":
-		err = c.status(ctx)
-	case "workers":
-		err = c.workers(ctx)
-	case "batches":
-		err = c.batches(ctx)
-	case "failures":
-		err = c.failures(ctx)
-	case "drain":
-		err = c.drain(ctx, operand[0])
-	case "purge":
-		err = c.purge(ctx, operand[0])
-	}
-	if err != nil {
-		return 1, err
-	}
-	return 0, nil
+	return &o, nil
 }
 
 // queues returns -queue, or every queue.
