@@ -147,9 +147,8 @@ func TestDashboardInBrowser(t *testing.T) {
 
 	// Drain the other from its button: it stops taking tasks and exits.
 	sel := fmt.Sprintf(`tr[data-worker=%q] button[data-action="drain"]`, ws[1].ID)
-	if err := chromedp.Do(ctx, chromedp.WaitVisible(chromedp.CSS(sel)), chromedp.Click(chromedp.CSS(sel))); err != nil {
-		t.Fatal(err)
-	}
+	waitFor(t, ctx, "the drain button", fmt.Sprintf(`!!document.querySelector(%q)`, sel))
+	click(t, ctx, sel)
 	select {
 	case <-ws[1].Exited():
 		if err := ws[1].Err(); err != nil {
@@ -163,9 +162,7 @@ func TestDashboardInBrowser(t *testing.T) {
 	// A failure group shows a sample stack on click (1 element in 100
 	// fails).
 	waitFor(t, ctx, "a failure group", `!!document.querySelector('tr.fail')`)
-	if err := chromedp.Do(ctx, chromedp.Click(chromedp.CSS(`tr.fail`))); err != nil {
-		t.Fatal(err)
-	}
+	click(t, ctx, `tr.fail`)
 	waitFor(t, ctx, "a stack after a click", `!!document.querySelector('pre.stack')`)
 	t.Log("a click on a failure group shows its sample stack")
 
@@ -177,13 +174,9 @@ func TestDashboardInBrowser(t *testing.T) {
 		t.Fatal(err)
 	}
 	purge := fmt.Sprintf(`.card[data-queue=%q] button[data-action="purge"]`, e.Queue)
-	if err := chromedp.Do(ctx, chromedp.Click(chromedp.CSS(purge))); err != nil {
-		t.Fatal(err)
-	}
+	click(t, ctx, purge)
 	waitFor(t, ctx, "the purge button armed", fmt.Sprintf(`document.querySelector(%q).textContent === "confirm purge"`, purge))
-	if err := chromedp.Do(ctx, chromedp.Click(chromedp.CSS(purge))); err != nil {
-		t.Fatal(err)
-	}
+	click(t, ctx, purge)
 	waitFor(t, ctx, "the purge done", `document.getElementById('status').textContent.includes('task(s) failed in their batches')`)
 	waitFor(t, ctx, "the purged tasks failed in the batch", fmt.Sprintf(`Number(document.querySelector('.batch').dataset.failed) > %d + 100`, failedBefore))
 	status, _ := chromedp.Run(ctx, chromedp.Evaluate[string](`document.getElementById('status').textContent`))
@@ -212,5 +205,16 @@ func TestDashboardInBrowser(t *testing.T) {
 			t.Fatal(err)
 		}
 		t.Logf("phone screenshot written to %s", path)
+	}
+}
+
+// click clicks the element sel selects, in one step in the page: the page
+// renders its state anew every second, and a click made of a query and a
+// dispatch (chromedp.Click) may find its node gone in between.
+func click(t *testing.T, ctx context.Context, sel string) {
+	t.Helper()
+	found, err := chromedp.Run(ctx, chromedp.Evaluate[bool](fmt.Sprintf(`(() => { const e = document.querySelector(%q); if (e) e.click(); return !!e })()`, sel)))
+	if err != nil || !found {
+		t.Fatalf("clicking %s: found %v, %v", sel, found, err)
 	}
 }

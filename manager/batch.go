@@ -34,9 +34,12 @@ type Batch[Out any] struct {
 	stop     func() bool // detaches the batch from its submit context
 	onEnd    func()      // releases what the batch holds (its constant); runs once
 	ending   sync.Once
-	worker   string // the private queue's worker, or ""
-	priority int    // its tasks' priority
-	id       string // for operators: "<manager id>:<n>"
+	worker   string              // the private queue's worker, or ""
+	priority int                 // its tasks' priority
+	id       string              // for operators: "<manager id>:<n>"
+	lane     rdb.Lane            // where its public tasks wait: "<manager id>.<n in base 36>"
+	seq      uint64              // n: the batch's number, and its lane's
+	types    map[string][]string // the structure of each handle it calls, by name
 	started  time.Time
 	in       input // the elements, to encode (again)
 
@@ -94,7 +97,9 @@ func newBatch[Out any](m *Manager, fn string, n int, red *redmap.Reducer[Out], s
 	if red == nil && !stream {
 		out = make([]Out, n)
 	}
+	seq := m.batchSeq.Add(1)
 	return &Batch[Out]{
+		seq:       seq,
 		m:         m,
 		fn:        fn,
 		n:         n,
@@ -102,7 +107,7 @@ func newBatch[Out any](m *Manager, fn string, n int, red *redmap.Reducer[Out], s
 		red:       red,
 		fold:      folderOf(red),
 		stream:    stream,
-		id:        m.id + ":" + strconv.FormatUint(m.batchSeq.Add(1), 10),
+		id:        m.id + ":" + strconv.FormatUint(seq, 10),
 		started:   time.Now(),
 		out:       out,
 		left:      n,
@@ -667,16 +672,23 @@ func (b *Batch[Out]) snapshot() Progress { return b.Progress() }
 
 // resubmission returns the payload of chunk ci again, and the worker whose
 // private queue it goes to ("" for the public queue).
-func (b *Batch[Out]) resubmission(ci int) (rdb.Task, string, error) {
+func (b *Batch[Out]) resubmission(ci int) (rdb.Task, string, rdb.Lane, error) {
 	b.mu.Lock()
 	c := b.chunks[ci]
 	b.mu.Unlock()
 	if c.payload != nil {
-		return rdb.Task{ID: c.tid, Payload: c.payload}, b.worker, nil
+		return rdb.Task{ID: c.tid, Payload: c.payload}, b.worker, b.lane, nil
 	}
 	payload, err := b.in.encode(c.start, c.start+c.count)
-	return rdb.Task{ID: c.tid, Payload: payload}, b.worker, err
+	return rdb.Task{ID: c.tid, Payload: payload}, b.worker, b.lane, err
 }
+
+// calls returns what the batch's tasks call (rdb.Calls).
+func (b *Batch[Out]) calls() string { return b.lane.Calls }
+
+// typesOf returns the structure of the types of handle name, as the batch
+// calls it.
+func (b *Batch[Out]) typesOf(name string) []string { return b.types[name] }
 
 // folderOf returns the fold of reducer red (nil if red is).
 func folderOf[Out any](red *redmap.Reducer[Out]) engine.Folder[Out] {

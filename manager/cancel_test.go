@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/redmap/redmap"
+	"github.com/redmap/redmap/internal/harness"
 	"github.com/redmap/redmap/internal/keys"
 	"github.com/redmap/redmap/manager"
 	"github.com/redmap/redmap/worker"
@@ -59,10 +60,9 @@ func TestCancelSkipsQueuedTasks(t *testing.T) {
 	eventually(t, "tasks withdrawn", func() bool { return b.Client.HLen(bg, tasks).Val() == 2 }) // the count and the epoch
 	releaseOnce.Do(func() { close(release) })
 
-	public := keys.Public("redmap", b.Queue)
 	held := keys.Held("redmap", b.Queue, w.ID())
 	eventually(t, "queue drained and nothing held", func() bool {
-		return b.Client.LLen(bg, public).Val() == 0 && b.Client.SCard(bg, held).Val() == 0
+		return len(harness.Queued(t, b.Client, b.Queue)) == 0 && b.Client.SCard(bg, held).Val() == 0
 	})
 	if n := runs.Load(); n != 1 {
 		t.Fatalf("the function ran %d times, want 1: cancelled tasks must be skipped", n)

@@ -135,7 +135,7 @@ func TestChaosCluster(t *testing.T) {
 			later(r, 500, 2000)
 		case k == 3 && whole:
 			names := clusterShardNames(t, url, queue)
-			key := keys.Public("redmap", names[rand.IntN(len(names))])
+			key := keys.Workers("redmap", names[rand.IntN(len(names))])
 			from := cl.MasterOf(t, key)
 			var to *redistest.Server
 			for _, m := range cl.Masters(t) {

@@ -20,6 +20,8 @@ import (
 	"github.com/redmap/redmap/cache"
 	"github.com/redmap/redmap/internal/harness"
 	"github.com/redmap/redmap/internal/redistest"
+	v1 "github.com/redmap/redmap/internal/typetest/v1/tasks"
+	v2 "github.com/redmap/redmap/internal/typetest/v2/tasks"
 	"github.com/redmap/redmap/manager"
 	"github.com/redmap/redmap/worker"
 )
@@ -117,7 +119,14 @@ func childWorker(rdb redis.UniversalClient, queue string) error {
 	if err != nil {
 		return err
 	}
-	if err := w.Register(lookup, square, slowSquare, poison, sum, nap); err != nil {
+	hs := []redmap.AnyHandle{lookup, square, slowSquare, poison, sum, nap}
+	switch os.Getenv("REDMAP_TYPES") { // a build of the user's tasks package
+	case "v1":
+		hs = append(hs, v1.Count)
+	case "v2":
+		hs = append(hs, v2.Count)
+	}
+	if err := w.Register(hs...); err != nil {
 		return err
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM)

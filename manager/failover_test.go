@@ -50,7 +50,7 @@ func TestFaultClusterFailover(t *testing.T) {
 			failoverTest(t)
 			b, cl := clusterEnv(t, "failover")
 			client := b.Client
-			key := keys.Public("redmap", b.Queue)
+			key := keys.Workers("redmap", b.Queue)
 			if c.shards > 1 {
 				// Shard 1 of the queue, on a master of its own: its
 				// name is the queue's list of shard names' first.
@@ -59,7 +59,7 @@ func TestFaultClusterFailover(t *testing.T) {
 					if err != nil || len(names) != 2 {
 						t.Fatalf("the queue's shard names: %v, %v; want 2", names, err)
 					}
-					shard := keys.Public("redmap", names[0])
+					shard := keys.Workers("redmap", names[0])
 					if cl.MasterOf(t, shard) == cl.MasterOf(t, key) {
 						t.Fatalf("shard %s shares a master with shard 0", names[0])
 					}
@@ -199,7 +199,7 @@ func TestFaultClusterConstantLost(t *testing.T) {
 	obj := keys.Object("redmap", cache.Sum(enc))
 	b, cl := clusterEnv(t, "")
 	for i := 0; b.Queue == ""; i++ {
-		if q := fmt.Sprintf("constant.%d", i); cl.MasterOf(t, keys.Public("redmap", q)) != cl.MasterOf(t, obj) {
+		if q := fmt.Sprintf("constant.%d", i); cl.MasterOf(t, keys.Workers("redmap", q)) != cl.MasterOf(t, obj) {
 			b.Queue = q
 		}
 	}

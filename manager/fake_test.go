@@ -5,6 +5,7 @@ import (
 	"errors"
 	"log/slog"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -134,7 +135,7 @@ func (f *fakeShard) setRun(run func(t *codec.Task) ([]byte, error)) {
 
 func (f *fakeShard) Shard() int { return f.i }
 
-func (f *fakeShard) Submit(_ context.Context, _, _ string, tasks []rdb.Task, _ time.Duration, exp rdb.Expect) (int64, bool, error) {
+func (f *fakeShard) Submit(_ context.Context, _, _ string, _ rdb.Lane, tasks []rdb.Task, _ time.Duration, exp rdb.Expect) (int64, bool, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if err := f.call("submit"); err != nil {
@@ -295,15 +296,23 @@ func (f *fakeShard) LiveWorkers(context.Context) ([]string, error) {
 	return slices.Clone(f.workers), f.call("workers")
 }
 
-func (f *fakeShard) Served(_ context.Context, fns []string) ([]bool, error) {
+// Served says a batch is served if the function it calls (the name before
+// the tab) is in served.
+func (f *fakeShard) Served(_ context.Context, calls []string) ([]rdb.Serving, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	out := make([]bool, len(fns))
-	for i, fn := range fns {
-		out[i] = f.served[fn]
+	out := make([]rdb.Serving, len(calls))
+	for i, c := range calls {
+		name, _, _ := strings.Cut(c, "\t")
+		out[i] = rdb.Serving{Code: rdb.Unregistered, Name: name}
+		if f.served[name] {
+			out[i].Code = rdb.ServedBy
+		}
 	}
 	return out, f.call("served")
 }
+
+func (f *fakeShard) Types(context.Context, string) ([]string, error) { return nil, nil }
 
 func (f *fakeShard) PublishTypes(context.Context, string, []string) error {
 	f.mu.Lock()

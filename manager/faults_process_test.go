@@ -9,8 +9,6 @@ import (
 	"syscall"
 	"testing"
 
-	"github.com/redis/go-redis/v9"
-
 	"github.com/redmap/redmap"
 	"github.com/redmap/redmap/internal/harness"
 	"github.com/redmap/redmap/internal/keys"
@@ -135,10 +133,8 @@ func TestFaultWorkerStoppedPastLease(t *testing.T) {
 					}
 					for _, id := range b.Client.HKeys(ctx, keys.Attempts("redmap", name, m.ID())).Val() {
 						requeued++
-						for _, l := range keys.Publics("redmap", name) {
-							if b.Client.LPos(ctx, l, id, redis.LPosArgs{}).Err() == nil {
-								return false // still queued
-							}
+						if slices.Contains(harness.Queued(t, b.Client, name), id) {
+							return false // still queued
 						}
 					}
 				}
@@ -246,7 +242,7 @@ func TestFaultManagerKilled(t *testing.T) {
 		t.Fatalf("another manager: %v", err)
 	}
 	eventually(t, "queue drained", func() bool {
-		return b.Client.LLen(context.Background(), keys.Public("redmap", b.Queue)).Val() == 0
+		return len(harness.Queued(t, b.Client, b.Queue)) == 0
 	})
 	if ran != 0 {
 		t.Fatalf("the dead manager's tasks ran %d times, want 0", ran)

@@ -115,7 +115,7 @@ func clusterBundle(t *testing.T) (*harness.Env, *redistest.Cluster) {
 // its cluster config survives, its data does not).
 func TestFaultClusterNodeRestartedEmpty(t *testing.T) {
 	b, cl := clusterBundle(t)
-	node := cl.NodeOf(t, keys.Public("redmap", b.Queue))
+	node := cl.NodeOf(t, keys.Workers("redmap", b.Queue))
 	runThrough(t, b, 3000, func() {
 		node.Kill(t)
 		node.Restart(t)
@@ -133,7 +133,7 @@ func TestFaultClusterFlushAll(t *testing.T) {
 // and collects (clients follow ASK and retry TRYAGAIN): every element exact.
 func TestFaultClusterSlotMigrated(t *testing.T) {
 	b, cl := clusterBundle(t)
-	key := keys.Public("redmap", b.Queue)
+	key := keys.Workers("redmap", b.Queue)
 	to := cl.Nodes[0]
 	if cl.NodeOf(t, key) == to {
 		to = cl.Nodes[1]

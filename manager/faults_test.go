@@ -11,6 +11,7 @@ import (
 
 	"github.com/redmap/redmap"
 	"github.com/redmap/redmap/codec"
+	"github.com/redmap/redmap/internal/harness"
 	"github.com/redmap/redmap/internal/keys"
 	"github.com/redmap/redmap/internal/redistest"
 	"github.com/redmap/redmap/manager"
@@ -27,8 +28,8 @@ func TestUndecodablePayload(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ids, err := b.Client.LRange(ctx, keys.Public("redmap", b.Queue), 0, -1).Result()
-	if err != nil || len(ids) != 10 {
+	ids := harness.Queued(t, b.Client, b.Queue)
+	if len(ids) != 10 {
 		t.Fatalf("queued ids: %v, %v", ids, err)
 	}
 	// Element 3: the envelope is garbage. Element 6: a well-formed envelope

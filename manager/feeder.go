@@ -96,7 +96,10 @@ func (f *feeder[Out]) window() (window, error) {
 	var w window
 	var chunks []chunk
 	add := func(end int, payload []byte) {
-		tid := id.TaskAt(f.mid, f.router.nextSeq(f.b.worker != ""), f.priority, DefaultPriority)
+		tid := id.TaskIn(f.mid, f.router.nextSeq(false), f.b.seq, f.priority, DefaultPriority)
+		if f.b.worker != "" {
+			tid = id.TaskAt(f.mid, f.router.nextSeq(true), f.priority, DefaultPriority)
+		}
 		c := chunk{start: f.pos, count: end - f.pos, size: len(payload), tid: tid}
 		if !f.in.reencodes() {
 			c.payload = payload
@@ -188,7 +191,7 @@ func (f *feeder[Out]) send(ctx context.Context, w window) error {
 			f.beforeSend()
 		}
 		started := time.Now()
-		count, intact, err := s.rdb.Submit(ctx, f.mid, f.b.worker, tasks, f.opts.KeyTTL, rdb.Expect{Count: s.acked.Load(), Epoch: *s.epoch.Load()})
+		count, intact, err := s.rdb.Submit(ctx, f.mid, f.b.worker, f.b.lane, tasks, f.opts.KeyTTL, rdb.Expect{Count: s.acked.Load(), Epoch: *s.epoch.Load()})
 		if err != nil {
 			return f.faults.of(s, fmt.Sprintf("submitting %q", f.b.fn), started, err)
 		}

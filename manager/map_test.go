@@ -213,7 +213,9 @@ func TestUnknownFunctionAndTypeMismatch(t *testing.T) {
 	b := setup(t)
 	asText := redmap.Func("convert", func(_ context.Context, x int) (string, error) { return fmt.Sprint(x), nil })
 	b.Worker(t, worker.Options{}, square, asText)
-	m := b.Manager(t, manager.Options{})
+	// A worker takes no task it cannot run: these wait for one that can,
+	// and fail after NoWorkerTimeout.
+	m := b.Manager(t, manager.Options{Poll: 50 * time.Millisecond, NoWorkerTimeout: 300 * time.Millisecond})
 
 	cube := redmap.Func("cube", func(_ context.Context, x int) (int, error) { return x * x * x, nil })
 	_, err := manager.Map(testCtx(t), m, cube, ints(5), manager.ChunkSize(2))
@@ -381,13 +383,14 @@ func TestUndecodableOutputType(t *testing.T) {
 	}
 }
 
-// A rolling deploy where the worker's tasks.Doc has other fields than the
-// manager's (both print as tasks.Doc) fails with ErrTypeMismatch naming the
-// first difference, instead of decoding into zero values.
+// A batch whose only live workers' tasks.Doc has other fields than the
+// manager's (both print as tasks.Doc) is never taken by them; it fails, after
+// NoWorkerTimeout, with ErrTypeMismatch naming the first difference, instead
+// of decoding into zero values.
 func TestTypeMismatchOfSameNamedTypes(t *testing.T) {
 	b := setup(t)
 	b.Worker(t, worker.Options{}, v2.Count)
-	m := b.Manager(t, manager.Options{})
+	m := b.Manager(t, manager.Options{Poll: 50 * time.Millisecond, NoWorkerTimeout: 300 * time.Millisecond})
 	out, err := manager.Map(testCtx(t), m, v1.Count, []v1.Doc{{ID: "a", Text: "two words"}})
 	t.Logf("%v", err)
 	if !errors.Is(err, redmap.ErrTypeMismatch) || !strings.Contains(err.Error(), "the manager has In.Text (string), the worker does not") {

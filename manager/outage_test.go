@@ -212,8 +212,8 @@ func TestSubmitChecksRedis(t *testing.T) {
 // A batch no live worker serves (workers started with another -queue) says
 // so at once, in the log and in its Progress, and fails with ErrNoWorker
 // once the wait has lasted NoWorkerTimeout, the unsubmitted part of the batch
-// included. (A live worker of the queue that lacks the function fails its
-// tasks with ErrUnknownFunc at once.)
+// included. (With a live worker of the queue that lacks the function, it
+// fails with ErrUnknownFunc as well: see TestUnknownFunctionAndTypeMismatch.)
 func TestNoWorkerServes(t *testing.T) {
 	b := setup(t)
 	elsewhere := *b

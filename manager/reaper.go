@@ -7,7 +7,9 @@ import (
 	"time"
 
 	"github.com/redmap/redmap"
+	"github.com/redmap/redmap/internal/engine"
 	"github.com/redmap/redmap/internal/part"
+	"github.com/redmap/redmap/internal/rdb"
 )
 
 // reaper looks after the workers the manager's batches need, once per
@@ -49,45 +51,70 @@ func (r *reaper) tick(ctx context.Context) {
 }
 
 // checkServed looks, for each running batch of the public queue, whether
-// some live worker serves its function: one script call while batches run.
-// A batch nobody serves is announced at once (a warning, and
-// Progress.Waiting), and its waiting elements fail with ErrNoWorker once no
-// one has served it for NoWorkerTimeout.
+// some live worker registered what it calls with the same signatures: one
+// script call while batches run. A batch no live worker can run is
+// announced at once (a warning, and Progress.Waiting), and its waiting
+// elements fail once that has lasted NoWorkerTimeout: with ErrNoWorker, and
+// ErrUnknownFunc if live workers lack the function, or ErrTypeMismatch
+// (naming the field that differs) if they registered it with other types.
 func (r *reaper) checkServed(ctx context.Context) {
 	var bs []batch
 	index := map[string]int{}
-	var names []string
+	var calls []string
 	for _, b := range r.batches.batches() {
-		name, public := b.function()
-		if !public {
+		if _, public := b.function(); !public {
 			continue
 		}
 		bs = append(bs, b)
-		if _, ok := index[name]; !ok {
-			index[name] = len(names)
-			names = append(names, name)
+		if _, ok := index[b.calls()]; !ok {
+			index[b.calls()] = len(calls)
+			calls = append(calls, b.calls())
 		}
 	}
 	if len(bs) == 0 {
 		return
 	}
 	started := time.Now()
-	served, err := r.router.queue().Served(ctx, names)
+	served, err := r.router.queue().Served(ctx, calls)
 	if err != nil {
 		r.faults.handle(ctx, r.router.first(), "checking that workers serve the batches", started, err, false)
 		return
 	}
 	now := time.Now()
 	for _, b := range bs {
-		name, _ := b.function()
-		why := fmt.Sprintf("no live worker of queue %q serves %q (is one running with that queue and function?)", r.queue, name)
-		began, expired := b.served(served[index[name]], now, r.noWorkerTimeout, why)
+		sv := served[index[b.calls()]]
+		why, kind := r.why(ctx, b, sv)
+		began, expired := b.served(sv.Code == rdb.ServedBy, now, r.noWorkerTimeout, why)
 		if began {
 			r.log.Warn("a batch waits: "+why, "batch", b.snapshot().Func, "fails_after", r.noWorkerTimeout)
 		}
 		if expired {
-			r.log.Error("failing a batch nobody served: "+why, "for", r.noWorkerTimeout)
-			b.failWaiting(fmt.Errorf("%w: %s, for %v (manager.Options.NoWorkerTimeout)", redmap.ErrNoWorker, why, r.noWorkerTimeout))
+			r.log.Error("failing a batch no live worker can run: "+why, "for", r.noWorkerTimeout)
+			cause := fmt.Errorf("%w: %s, for %v (manager.Options.NoWorkerTimeout)", redmap.ErrNoWorker, why, r.noWorkerTimeout)
+			if kind != nil {
+				cause = fmt.Errorf("%w: %w: %s, for %v (manager.Options.NoWorkerTimeout)", redmap.ErrNoWorker, kind, why, r.noWorkerTimeout)
+			}
+			b.failWaiting(cause)
 		}
 	}
+}
+
+// why says why no live worker can run batch b, by sv, and with which
+// error besides ErrNoWorker its elements fail (nil for none).
+func (r *reaper) why(ctx context.Context, b batch, sv rdb.Serving) (string, error) {
+	name, _ := b.function()
+	switch sv.Code {
+	case rdb.ServedBy:
+		return "", nil
+	case rdb.Unregistered:
+		return fmt.Sprintf("no live worker of queue %q registered %q", r.queue, sv.Name), redmap.ErrUnknownFunc
+	case rdb.OtherSignature:
+		why := fmt.Sprintf("the live workers of queue %q registered %q with other types (%s)", r.queue, sv.Name, sv.Signature)
+		theirs, err := r.router.queue().Types(ctx, sv.Signature)
+		if d := engine.Difference(b.typesOf(sv.Name), theirs, "the manager", "the worker"); err == nil && len(theirs) > 0 && d != "" {
+			why += ": " + d
+		}
+		return why + " (a rolling deploy? its tasks wait for a worker of this build)", redmap.ErrTypeMismatch
+	}
+	return fmt.Sprintf("no live worker of queue %q serves %q (is one running with that queue and function?)", r.queue, name), nil
 }

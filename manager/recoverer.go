@@ -106,10 +106,11 @@ func (r *recoverer) recover(ctx context.Context, s *shard) {
 		"resubmitted", len(missing), "outstanding", len(tids), "count_in_redis", have, "shard", s.i)
 }
 
-// list is where a submit goes: a worker's private list, or a public list of
-// one priority.
+// list is where a submit goes: a worker's private list, or a batch's lane
+// (of one priority).
 type list struct {
 	wid      string
+	lane     rdb.Lane
 	priority int
 }
 
@@ -122,7 +123,7 @@ func (r *recoverer) byList(missing []string) map[list][]rdb.Task {
 		if !ok {
 			continue // its result came meanwhile
 		}
-		t, wid, err := p.batch.resubmission(p.chunk)
+		t, wid, lane, err := p.batch.resubmission(p.chunk)
 		if err != nil {
 			// Encoding succeeded the first time; it cannot fail now, but
 			// if it does, fail the task rather than wait for it for ever.
@@ -131,7 +132,7 @@ func (r *recoverer) byList(missing []string) map[list][]rdb.Task {
 			}
 			continue
 		}
-		l := list{wid: wid, priority: id.Priority(tid, DefaultPriority)}
+		l := list{wid: wid, lane: lane, priority: id.Priority(tid, DefaultPriority)}
 		out[l] = append(out[l], t)
 	}
 	if len(out) == 0 {
@@ -151,7 +152,7 @@ func (r *recoverer) resubmit(ctx context.Context, s *shard, groups map[list][]rd
 	fresh := id.New()[:16]
 	exp.NewEpoch = fresh
 	for l, tasks := range groups {
-		count, intact, err := s.rdb.Submit(ctx, r.mid, l.wid, tasks, r.ttl, exp)
+		count, intact, err := s.rdb.Submit(ctx, r.mid, l.wid, l.lane, tasks, r.ttl, exp)
 		if err != nil {
 			r.faults.handle(ctx, s, "submitting lost tasks again", started, err, false)
 			return false

@@ -10,6 +10,7 @@ import (
 	"sync"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/redmap/redmap"
 	"github.com/redmap/redmap/internal/harness"
@@ -140,13 +141,14 @@ func TestMapReduceReducerFails(t *testing.T) {
 	}
 }
 
-// A worker that has no such reducer fails the batch with ErrUnknownFunc.
+// A MapReduce whose reducer no live worker registered waits for one, and
+// fails with ErrUnknownFunc naming the reducer after NoWorkerTimeout.
 func TestMapReduceUnknownReducer(t *testing.T) {
 	b := setup(t)
 	b.Worker(t, worker.Options{}, square)
-	m := b.Manager(t, manager.Options{})
+	m := b.Manager(t, manager.Options{Poll: 50 * time.Millisecond, NoWorkerTimeout: 300 * time.Millisecond})
 	_, err := manager.MapReduce(testCtx(t), m, square, sum, ints(20))
-	if !errors.Is(err, redmap.ErrUnknownFunc) || !strings.Contains(err.Error(), `no reducer "sum"`) {
+	if !errors.Is(err, redmap.ErrUnknownFunc) || !strings.Contains(err.Error(), `registered "sum"`) {
 		t.Fatalf("got %v, want ErrUnknownFunc naming the reducer", err)
 	}
 }

@@ -14,9 +14,11 @@ type batch interface {
 	deliver(chunk int, r *codec.Result, err error)
 	fail(chunk, attempt int, cause error)
 	abort(err error)
-	resubmission(chunk int) (rdb.Task, string, error)
+	resubmission(chunk int) (t rdb.Task, wid string, lane rdb.Lane, err error)
 	snapshot() Progress
 	function() (name string, public bool)
+	calls() string
+	typesOf(name string) []string
 	served(ok bool, now time.Time, timeout time.Duration, why string) (began, expired bool)
 	failWaiting(cause error)
 }

@@ -21,7 +21,7 @@ type shardRedis interface {
 	Shard() int
 
 	// Submit queues tasks (the feeder and the recoverer).
-	Submit(ctx context.Context, mid, wid string, tasks []rdb.Task, ttl time.Duration, exp rdb.Expect) (count int64, intact bool, err error)
+	Submit(ctx context.Context, mid, wid string, lane rdb.Lane, tasks []rdb.Task, ttl time.Duration, exp rdb.Expect) (count int64, intact bool, err error)
 	// Cancel withdraws tasks: workers skip them, their results are dropped.
 	Cancel(ctx context.Context, mid string, tids []string) error
 
@@ -50,7 +50,8 @@ type queueRedis interface {
 	shardRedis
 	Preflight(ctx context.Context, budget, heal time.Duration, log *slog.Logger) error
 	LiveWorkers(ctx context.Context) ([]string, error)
-	Served(ctx context.Context, fns []string) ([]bool, error)
+	Served(ctx context.Context, calls []string) ([]rdb.Serving, error)
+	Types(ctx context.Context, sig string) ([]string, error)
 	PublishTypes(ctx context.Context, sig string, types []string) error
 	PublishShards(ctx context.Context, adopt bool, names []string) ([]string, error)
 	PublishBatches(ctx context.Context, mid string, batches map[string]rdb.BatchProgress, ttl time.Duration, ended int64) (cancels []string, err error)

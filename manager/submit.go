@@ -5,12 +5,14 @@ import (
 	"fmt"
 	"iter"
 	"slices"
+	"strconv"
 	"time"
 
 	"github.com/redmap/redmap"
 	"github.com/redmap/redmap/cache"
 	"github.com/redmap/redmap/codec"
 	"github.com/redmap/redmap/internal/engine"
+	"github.com/redmap/redmap/internal/rdb"
 )
 
 // DefaultAttempts is the attempt budget of a batch without Attempts: each
@@ -176,6 +178,13 @@ func prepare[In, Out any](m *Manager, sp spec, els elements[In], co callOptions,
 	b := newBatch[Out](m, sp.name, len(els.xs), red, stream)
 	b.worker = co.worker
 	b.priority = co.priority
+	b.types = map[string][]string{sp.name: sp.types}
+	calls := rdb.Calls(sp.name, sp.sig, "", "")
+	if red != nil {
+		calls = rdb.Calls(sp.name, sp.sig, red.Name(), red.Signature())
+		b.types[red.Name()] = types(red)
+	}
+	b.lane = rdb.Lane{Name: m.id + "." + strconv.FormatUint(b.seq, 36), Calls: calls}
 	if !stream {
 		// Room for the batch's chunks (and their completion order) at the
 		// size known now (the feeder may size them otherwise as it learns

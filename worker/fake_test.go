@@ -103,7 +103,7 @@ func (f *fakeShard) Shards() int {
 	return f.shards
 }
 
-func (f *fakeShard) Take(_ context.Context, _ string, n int, _ time.Duration, holding int) ([]rdb.Taken, rdb.TakeEnd, error) {
+func (f *fakeShard) Take(_ context.Context, _ string, n int, _ time.Duration, holding int, _ []string) ([]rdb.Taken, rdb.TakeEnd, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if err := f.call("take"); err != nil {
@@ -129,11 +129,11 @@ func (f *fakeShard) Take(_ context.Context, _ string, n int, _ time.Duration, ho
 	return taken, end, nil
 }
 
-func (f *fakeShard) WaitTake(ctx context.Context, wid string, n int, lease, timeout time.Duration, holding int) ([]rdb.Taken, rdb.TakeEnd, error) {
+func (f *fakeShard) WaitTake(ctx context.Context, wid string, n int, lease, timeout time.Duration, holding int, serves []string) ([]rdb.Taken, rdb.TakeEnd, error) {
 	if _, err := f.WaitBell(ctx, wid, timeout); err != nil {
 		return nil, rdb.TakeEnd{}, err
 	}
-	return f.Take(ctx, wid, n, lease, holding)
+	return f.Take(ctx, wid, n, lease, holding, serves)
 }
 
 func (f *fakeShard) WaitBell(ctx context.Context, _ string, timeout time.Duration) (bool, error) {
@@ -285,6 +285,8 @@ func (f *fakeShard) ShardNames(context.Context) ([]string, error) {
 
 func (f *fakeShard) SawShards(int) {}
 
+func (f *fakeShard) PublishTypes(context.Context, string, []string) error { return nil }
+
 func (f *fakeShard) Types(context.Context, string) ([]string, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -311,7 +313,7 @@ func newFakeQueue(names ...string) *fakeQueue {
 
 // source returns a source over the queue.
 func (q *fakeQueue) source(failed func(string, error)) *source {
-	return newSource(sourceParams{wid: "w1", lease: time.Minute, idleWait: 20 * time.Millisecond, first: q.shards[0],
+	return newSource(sourceParams{wid: "w1", lease: time.Minute, idleWait: 20 * time.Millisecond, first: q.shards[0], serves: func() []string { return nil },
 		open: func(name string, i int) shardRedis {
 			q.mu.Lock()
 			defer q.mu.Unlock()

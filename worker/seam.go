@@ -21,8 +21,8 @@ type shardRedis interface {
 	// last take of shard 0 learnt.
 	Shards() int
 
-	Take(ctx context.Context, wid string, n int, lease time.Duration, holding int) ([]rdb.Taken, rdb.TakeEnd, error)
-	WaitTake(ctx context.Context, wid string, n int, lease, timeout time.Duration, holding int) ([]rdb.Taken, rdb.TakeEnd, error)
+	Take(ctx context.Context, wid string, n int, lease time.Duration, holding int, serves []string) ([]rdb.Taken, rdb.TakeEnd, error)
+	WaitTake(ctx context.Context, wid string, n int, lease, timeout time.Duration, holding int, serves []string) ([]rdb.Taken, rdb.TakeEnd, error)
 	WaitBell(ctx context.Context, wid string, timeout time.Duration) (bool, error)
 	RingStop(ctx context.Context, wid string) error
 
@@ -49,6 +49,7 @@ type queueRedis interface {
 	ShardNames(ctx context.Context) ([]string, error)
 	SawShards(n int)
 	Types(ctx context.Context, sig string) ([]string, error)
+	PublishTypes(ctx context.Context, sig string, types []string) error
 }
 
 var _ queueRedis = (*rdb.RDB)(nil)

@@ -50,6 +50,9 @@ type sourceParams struct {
 	lease    time.Duration // Options.Lease
 	idleWait time.Duration // Options.IdleWait
 	first    queueRedis
+	// serves is what the worker registered, "<name>\t<signature>" each: a
+	// take passes lanes whose tasks call anything else.
+	serves func() []string
 	// open returns shard i of the queue, named name (rdb.NewShard).
 	open   func(name string, i int) shardRedis
 	failed func(op string, err error) // logs a failed call, for operators
@@ -151,9 +154,9 @@ func (s *source) take(ctx context.Context, free int, holding func() int) (r roun
 		var err error
 		r.holding = holding()
 		if s.waiting[i] {
-			r.taken, end, err = shards[i].WaitTake(ctx, s.wid, free, s.lease, s.idleWait, r.holding)
+			r.taken, end, err = shards[i].WaitTake(ctx, s.wid, free, s.lease, s.idleWait, r.holding, s.serves())
 		} else {
-			r.taken, end, err = shards[i].Take(ctx, s.wid, free, s.lease, r.holding)
+			r.taken, end, err = shards[i].Take(ctx, s.wid, free, s.lease, r.holding, s.serves())
 		}
 		if err != nil {
 			// Try the other shards (on a Cluster, another master may

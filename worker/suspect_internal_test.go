@@ -54,7 +54,7 @@ func TestSuspectRunsWithNothingElseHeld(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ids := c.LRange(ctx, keys.Public("redmap", queue), 0, -1).Val()
+	ids := c.LRange(ctx, keys.Lane("redmap", queue, m.ID()+".1"), 0, -1).Val() // the batch is the manager's first
 	if len(ids) != 2 {
 		t.Fatalf("the queue holds %v, want 2 tasks", ids)
 	}

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"os"
 	"slices"
 	"sync"
@@ -41,6 +42,7 @@ type Worker struct {
 
 	mu       sync.RWMutex
 	runtimes map[string]engine.Runtime // registered name → its runtime
+	served   []string                  // what it registered, "<name>\t<signature>" each, set by Run
 	running  atomic.Bool
 
 	held      *held
@@ -116,7 +118,7 @@ func wire(opts Options, first queueRedis, open func(name string, i int) shardRed
 		}),
 	}
 	w.source = newSource(sourceParams{wid: opts.ID, lease: opts.Lease, idleWait: opts.IdleWait,
-		first: first, open: open, failed: w.failed, log: w.log})
+		first: first, open: open, serves: w.serves, failed: w.failed, log: w.log})
 	return w
 }
 
@@ -174,6 +176,7 @@ func (w *Worker) Run(ctx context.Context) error {
 		return errors.New("worker: Run called twice")
 	}
 	w.started = time.Now()
+	w.served = w.registered()
 	// Tasks run, and results are reported, detached from ctx: when ctx ends,
 	// the worker drains what it holds instead of abandoning it.
 	bg := context.WithoutCancel(ctx)
@@ -192,6 +195,7 @@ func (w *Worker) Run(ctx context.Context) error {
 		return fmt.Errorf("worker: cannot serve queue %q: %w", w.opts.Queue, err)
 	}
 
+	w.publishTypes(ctx)
 	upkeep.Start(bg)
 	finish.Start(bg)
 	exec.Start(bg)
@@ -263,7 +267,7 @@ func (w *Worker) info() rdb.WorkerInfo {
 		Host: host, PID: os.Getpid(), Concurrency: w.opts.Concurrency, Lease: w.opts.Lease,
 		Started: w.started, Heartbeat: time.Now(),
 		Running: st.Running, Taken: st.Taken, Delivered: st.Delivered, Failed: st.Failed,
-		Functions: w.names(), State: state, Error: w.problem.get(),
+		Functions: w.names(), Serves: w.served, State: state, Error: w.problem.get(),
 		CacheHits: w.memo.Stats().Hits, CacheBytes: w.memo.Stats().BytesFetched,
 	}
 }
@@ -280,6 +284,39 @@ func (w *Worker) failed(op string, err error) {
 		w.log.Warn("Redis call failed; retrying", "op", op, "err", err)
 	}
 	w.problem.set(op + ": " + err.Error())
+}
+
+// serves returns what the worker registered, "<name>\t<signature>" each:
+// a take passes lanes whose tasks call anything else. Fixed once Run starts.
+func (w *Worker) serves() []string { return w.served }
+
+// registered lists what the worker registered, "<name>\t<signature>" each,
+// sorted.
+func (w *Worker) registered() []string {
+	w.mu.RLock()
+	defer w.mu.RUnlock()
+	out := make([]string, 0, len(w.runtimes))
+	for _, rt := range w.runtimes {
+		out = append(out, rt.Name()+"\t"+rt.Signature())
+	}
+	slices.Sort(out)
+	return out
+}
+
+// publishTypes records the structure of each registered handle's types
+// under its signature, so that a manager whose batch only workers of other
+// signatures could run says which field differs (ErrTypeMismatch). One
+// pipeline per handle, at start; a failure is logged and otherwise ignored.
+func (w *Worker) publishTypes(ctx context.Context) {
+	w.mu.RLock()
+	rts := slices.Collect(maps.Values(w.runtimes))
+	w.mu.RUnlock()
+	for _, rt := range rts {
+		if err := w.source.first.PublishTypes(ctx, rt.Signature(), rt.Types()); err != nil {
+			w.log.Warn("publishing the types of a function failed; a manager of other types cannot say what differs", "func", rt.Name(), "err", err)
+			return
+		}
+	}
 }
 
 func (w *Worker) names() []string {

@@ -9,7 +9,6 @@ import (
 
 	"github.com/redmap/redmap"
 	"github.com/redmap/redmap/internal/harness"
-	"github.com/redmap/redmap/internal/keys"
 	"github.com/redmap/redmap/internal/redistest"
 	"github.com/redmap/redmap/manager"
 	"github.com/redmap/redmap/worker"
@@ -69,8 +68,8 @@ func TestRunDrainsOnStop(t *testing.T) {
 			break
 		}
 	}
-	if n := rdb.LLen(tctx, keys.Public("redmap", queue)).Val(); n != 1 {
-		t.Fatalf("public list holds %d, want the 1 task not taken", n)
+	if n := len(harness.Queued(t, rdb, queue)); n != 1 {
+		t.Fatalf("the queue holds %d tasks, want the 1 task not taken", n)
 	}
 	if live, _ := m.Workers(tctx); len(live) != 0 {
 		t.Fatalf("live workers after Run returned: %v", live)

@@ -166,7 +166,7 @@ func TestThroughCluster(t *testing.T) {
 	queues := map[*redistest.Server]string{}
 	for i := 0; len(queues) < 3; i++ {
 		q := fmt.Sprintf("%s.%d", redistest.Queue(t), i)
-		if n := cl.NodeOf(t, keys.Public("redmap", q)); queues[n] == "" {
+		if n := cl.NodeOf(t, keys.Workers("redmap", q)); queues[n] == "" {
 			queues[n] = q
 		}
 	}
@@ -239,7 +239,7 @@ func TestThroughCluster(t *testing.T) {
 		if out, stderr, code := runCLIAt(t, url, "purge", "-yes", f.queue); code != 0 || !strings.Contains(out, "10") {
 			t.Fatalf("redmap purge %s: exit %d: %s%s", f.queue, code, out, stderr)
 		}
-		if n := c.LLen(ctx, keys.Public("redmap", f.queue)).Val(); n != 0 {
+		if n := len(harness.Queued(t, c, f.queue)); n != 0 {
 			t.Fatalf("queue %s still holds %d tasks after purge", f.queue, n)
 		}
 	}

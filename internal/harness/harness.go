@@ -14,6 +14,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/redmap/redmap"
+	"github.com/redmap/redmap/internal/keys"
 	"github.com/redmap/redmap/internal/redistest"
 	"github.com/redmap/redmap/manager"
 	"github.com/redmap/redmap/worker"
@@ -146,4 +147,27 @@ func WaitLive(t testing.TB, m *manager.Manager, ids ...string) {
 		}
 		return true
 	})
+}
+
+// Queued returns the ids of the tasks queued in queue's lanes (a shard's
+// name, for a shard), highest priority first, each lane in its ring's
+// order: what workers may take, private lists apart.
+func Queued(t testing.TB, c redis.UniversalClient, queue string) []string {
+	t.Helper()
+	ctx := context.Background()
+	var ids []string
+	for _, ring := range keys.Rings("redmap", queue) {
+		lanes, err := c.LRange(ctx, ring, 0, -1).Result()
+		if err != nil {
+			t.Fatalf("reading %s: %v", ring, err)
+		}
+		for _, lane := range lanes {
+			got, err := c.LRange(ctx, keys.Lane("redmap", queue, lane), 0, -1).Result()
+			if err != nil {
+				t.Fatalf("reading lane %s: %v", lane, err)
+			}
+			ids = append(ids, got...)
+		}
+	}
+	return ids
 }

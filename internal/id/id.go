@@ -32,6 +32,35 @@ func TaskAt(mid string, seq uint64, p, def int) string {
 	return Task(mid, seq) + "~" + strconv.Itoa(p)
 }
 
+// TaskIn is TaskAt for a task of a batch's lane (the list its tasks wait
+// in, see keys.Lane): "<mid>-<seq in base 36>.<lane in base 36>[~<p>]", so
+// that a script putting the task back finds its lane from its id (the
+// prelude's lane_of).
+func TaskIn(mid string, seq, lane uint64, p, def int) string {
+	t := mid + "-" + strconv.FormatUint(seq, 36) + "." + strconv.FormatUint(lane, 36)
+	if p == def {
+		return t
+	}
+	return t + "~" + strconv.Itoa(p)
+}
+
+// Lane returns the lane in task id tid ("" for a task of no lane: a private
+// one).
+func Lane(tid string) string {
+	_, rest, ok := strings.Cut(tid, "-")
+	if !ok {
+		return ""
+	}
+	_, lane, ok := strings.Cut(rest, ".")
+	if !ok {
+		return ""
+	}
+	if i := strings.IndexByte(lane, '~'); i >= 0 {
+		lane = lane[:i]
+	}
+	return lane
+}
+
 // Priority returns the priority in task id tid, or def if it has none.
 func Priority(tid string, def int) int {
 	i := strings.LastIndexByte(tid, '~')
@@ -61,7 +90,7 @@ func Seq(tid string) (uint64, bool) {
 	if !ok {
 		return 0, false
 	}
-	if i := strings.IndexByte(rest, '~'); i >= 0 {
+	if i := strings.IndexAny(rest, ".~"); i >= 0 {
 		rest = rest[:i]
 	}
 	n, err := strconv.ParseUint(rest, 36, 64)

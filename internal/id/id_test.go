@@ -31,3 +31,32 @@ func TestSeq(t *testing.T) {
 		}
 	}
 }
+
+func TestLane(t *testing.T) {
+	mid := New()
+	for _, c := range []struct {
+		tid        string
+		seq        uint64
+		lane       string
+		priority   int
+		hasManager bool
+	}{
+		{TaskIn(mid, 77, 5, 3, 3), 77, "5", 3, true},
+		{TaskIn(mid, 1<<40, 36, 5, 3), 1 << 40, "10", 5, true},
+		{TaskAt(mid, 9, 1, 3), 9, "", 1, true},
+		{Task(mid, 9), 9, "", 3, true},
+	} {
+		if got := Lane(c.tid); got != c.lane {
+			t.Errorf("Lane(%q) = %q, want %q", c.tid, got, c.lane)
+		}
+		if got, ok := Seq(c.tid); !ok || got != c.seq {
+			t.Errorf("Seq(%q) = %d, %v, want %d", c.tid, got, ok, c.seq)
+		}
+		if got := Priority(c.tid, 3); got != c.priority {
+			t.Errorf("Priority(%q) = %d, want %d", c.tid, got, c.priority)
+		}
+		if got := Manager(c.tid); got != mid {
+			t.Errorf("Manager(%q) = %q", c.tid, got)
+		}
+	}
+}

@@ -88,10 +88,6 @@ func Base(prefix, queue string) string {
 	return b.String()
 }
 
-// Public is the list of task ids of DefaultPriority that any worker of the
-// queue may take (LIST).
-func Public(prefix, queue string) string { return Base(prefix, queue) + "public" }
-
 // The priorities of public tasks: a worker takes a higher one first.
 const (
 	MinPriority     = 1
@@ -99,23 +95,34 @@ const (
 	DefaultPriority = 3
 )
 
-// PublicAt is the public list of priority p: Public for DefaultPriority,
-// "public:<p>" for the others (LIST of task ids).
-func PublicAt(prefix, queue string, p int) string {
+// Ring is the round of lanes of priority p that a take goes over (LIST of
+// lane names, "<manager id>.<lane>"): "ring" for DefaultPriority,
+// "ring:<p>" for the others. A take moves each lane it looks at from the
+// front to the back, so the lanes of a priority share the workers.
+func Ring(prefix, queue string, p int) string {
 	if p == DefaultPriority {
-		return Public(prefix, queue)
+		return Base(prefix, queue) + "ring"
 	}
-	return Public(prefix, queue) + ":" + strconv.Itoa(p)
+	return Base(prefix, queue) + "ring:" + strconv.Itoa(p)
 }
 
-// Publics returns the queue's public lists, highest priority first.
-func Publics(prefix, queue string) []string {
-	ls := make([]string, 0, MaxPriority-MinPriority+1)
+// Rings returns the queue's rings, highest priority first.
+func Rings(prefix, queue string) []string {
+	rs := make([]string, 0, MaxPriority-MinPriority+1)
 	for p := MaxPriority; p >= MinPriority; p-- {
-		ls = append(ls, PublicAt(prefix, queue, p))
+		rs = append(rs, Ring(prefix, queue, p))
 	}
-	return ls
+	return rs
 }
+
+// Lane is the list of task ids of one batch that any worker serving its
+// function may take (LIST); lane is "<manager id>.<lane>" (see id.TaskIn).
+func Lane(prefix, queue, lane string) string { return Base(prefix, queue) + "l:" + lane }
+
+// Lanes is manager mid's hash of its lanes (lane, without the manager id →
+// what its tasks call: "<func>\t<signature>", and "\n<reducer>\t<signature>"
+// for a MapReduce), read by a take to pass lanes a worker cannot run.
+func Lanes(prefix, queue, mid string) string { return Base(prefix, queue) + "m:" + mid + ":lanes" }
 
 // Workers holds the queue's registered workers, scored by lease deadline in
 // Redis milliseconds (ZSET wid → deadline).

@@ -122,18 +122,21 @@ func (a *Admin) Now(ctx context.Context) (int64, error) {
 	return t.UnixMilli(), nil
 }
 
-// Depth returns the number of task ids in queue's public lists, in all its
-// shards.
+// Depth returns the number of task ids in queue's lanes, in all its shards.
 func (a *Admin) Depth(ctx context.Context, queue string) (int64, error) {
 	shards, err := a.Shards(ctx, queue)
 	if err != nil {
 		return 0, err
 	}
-	var lists []string
+	var total int64
 	for _, sh := range shards {
-		lists = append(lists, keys.Publics(a.prefix, sh)...)
+		n, err := depth(ctx, a.c, keys.Base(a.prefix, sh), keys.Rings(a.prefix, sh))
+		if err != nil {
+			return 0, err
+		}
+		total += n
 	}
-	return depth(ctx, a.c, lists)
+	return total, nil
 }
 
 // PublishedBatch is a running batch as its manager published it.
@@ -238,7 +241,12 @@ func (a *Admin) Queued(ctx context.Context, queue string) (int64, error) {
 	}
 	var n int64
 	for _, sh := range shards {
-		lists, err := a.lists(ctx, sh)
+		d, err := depth(ctx, a.c, keys.Base(a.prefix, sh), keys.Rings(a.prefix, sh))
+		if err != nil {
+			return 0, err
+		}
+		n += d
+		lists, err := a.privates(ctx, sh)
 		if err != nil {
 			return 0, err
 		}
@@ -274,15 +282,22 @@ func (a *Admin) Purge(ctx context.Context, queue string) (purged, dropped int, e
 
 // purge purges one shard.
 func (a *Admin) purge(ctx context.Context, queue string) (purged, dropped int, err error) {
-	lists, err := a.lists(ctx, queue)
+	rings := keys.Rings(a.prefix, queue)
+	def := keys.Ring(a.prefix, queue, keys.DefaultPriority)
+	args := []any{keys.Base(a.prefix, queue), len(rings) - 1}
+	for _, r := range rings {
+		if r != def {
+			args = append(args, r)
+		}
+	}
+	privates, err := a.privates(ctx, queue)
 	if err != nil {
 		return 0, 0, err
 	}
-	args := []any{keys.Base(a.prefix, queue)}
-	for _, l := range lists[1:] {
+	for _, l := range privates {
 		args = append(args, l)
 	}
-	n, err := purgeScript.run(ctx, a.c, lists[:1], args...).Int64Slice()
+	n, err := purgeScript.run(ctx, a.c, []string{def}, args...).Int64Slice()
 	if err != nil {
 		return 0, 0, wrap("purge", purgeScript, "", err)
 	}
@@ -292,15 +307,9 @@ func (a *Admin) purge(ctx context.Context, queue string) (purged, dropped int, e
 	return int(n[0]), int(n[1]), nil
 }
 
-// lists returns queue's public lists (the default priority's first), then
-// its workers' private lists.
-func (a *Admin) lists(ctx context.Context, queue string) ([]string, error) {
-	lists := []string{keys.Public(a.prefix, queue)}
-	for _, l := range keys.Publics(a.prefix, queue) {
-		if l != lists[0] {
-			lists = append(lists, l)
-		}
-	}
+// privates returns queue's workers' private lists.
+func (a *Admin) privates(ctx context.Context, queue string) ([]string, error) {
+	var lists []string
 	err := a.scan(ctx, keys.Private(a.prefix, queue, "*"), func(k string) error {
 		lists = append(lists, k)
 		return nil

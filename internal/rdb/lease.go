@@ -22,7 +22,7 @@ type Reaped struct {
 // clock, back to the queue; see lua/reap.lua. One script call, which finds
 // nothing to do when every worker is live.
 func (r *RDB) Reap(ctx context.Context) (Reaped, error) {
-	ks := []string{keys.Workers(r.prefix, r.queue), keys.Public(r.prefix, r.queue), keys.Idle(r.prefix, r.queue)}
+	ks := []string{keys.Workers(r.prefix, r.queue), keys.Ring(r.prefix, r.queue, keys.DefaultPriority), keys.Idle(r.prefix, r.queue)}
 	n, err := reapScript.run(ctx, r.c, ks, r.base, maxReap).Int64Slice()
 	if err != nil {
 		return Reaped{}, wrap("reap", reapScript, "", err)
@@ -49,7 +49,7 @@ func HeldID(member string) string { return strings.TrimPrefix(member, "!") }
 // GiveBack puts held-set members of worker wid that it does not run back at
 // the front of the list they came from; see lua/giveback.lua.
 func (r *RDB) GiveBack(ctx context.Context, wid string, members []string) (int, error) {
-	ks := []string{keys.Held(r.prefix, r.queue, wid), keys.Public(r.prefix, r.queue), keys.Private(r.prefix, r.queue, wid)}
+	ks := []string{keys.Held(r.prefix, r.queue, wid), keys.Ring(r.prefix, r.queue, keys.DefaultPriority), keys.Private(r.prefix, r.queue, wid)}
 	args := make([]any, 0, 1+len(members))
 	args = append(args, r.base)
 	for _, m := range members {
@@ -77,24 +77,46 @@ func (r *RDB) Unwanted(ctx context.Context, wid string, tids []string) ([]string
 	return out, nil
 }
 
-// Served reports, for each of fns, whether some live worker of the queue has
-// registered it (as the workers' heartbeats publish). One script call.
-func (r *RDB) Served(ctx context.Context, fns []string) ([]bool, error) {
-	args := make([]any, 0, 1+len(fns))
+// Serving says whether a live worker of the queue can run what a batch
+// calls (see served.lua).
+type Serving struct {
+	// Code: ServedBy, NoWorker, Unregistered (no live worker registered
+	// Name) or OtherSignature (one registered Name with Signature).
+	Code      int
+	Name      string
+	Signature string
+}
+
+// The codes of Serving.
+const (
+	NoWorker       = 0
+	Unregistered   = 1
+	OtherSignature = 2
+	ServedBy       = 3
+)
+
+// Served says, for what each of some batches calls (see Calls), whether a
+// live worker of the queue registered it all with the same signatures, by
+// the Redis clock and the workers' heartbeats. One script call.
+func (r *RDB) Served(ctx context.Context, calls []string) ([]Serving, error) {
+	args := make([]any, 0, 1+len(calls))
 	args = append(args, r.base)
-	for _, f := range fns {
-		args = append(args, f)
+	for _, c := range calls {
+		args = append(args, c)
 	}
-	n, err := servedScript.run(ctx, r.c, []string{keys.Workers(r.prefix, r.queue)}, args...).Int64Slice()
+	v, err := servedScript.run(ctx, r.c, []string{keys.Workers(r.prefix, r.queue)}, args...).Slice()
 	if err != nil {
 		return nil, wrap("served", servedScript, "", err)
 	}
-	if len(n) != len(fns) {
-		return nil, fmt.Errorf("served: script returned %d answers for %d functions", len(n), len(fns))
+	if len(v) != 2*len(calls) {
+		return nil, fmt.Errorf("served: script returned %d values for %d batches", len(v), len(calls))
 	}
-	out := make([]bool, len(n))
-	for i, v := range n {
-		out[i] = v == 1
+	out := make([]Serving, len(calls))
+	for i := range out {
+		code, _ := v[2*i].(int64)
+		detail, _ := v[2*i+1].(string)
+		name, sig, _ := strings.Cut(detail, "\t")
+		out[i] = Serving{Code: int(code), Name: name, Signature: sig}
 	}
 	return out, nil
 }

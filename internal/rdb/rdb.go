@@ -33,12 +33,12 @@ const (
 // (see keys.Shard): each shard is a queue of its own in Redis, with its own
 // task sets, result lists, workers and leases.
 type RDB struct {
-	c       redis.UniversalClient
-	prefix  string
-	queue   string // the shard's name
-	shard   int
-	base    string
-	publics []string // the public lists, highest priority first
+	c      redis.UniversalClient
+	prefix string
+	queue  string // the shard's name
+	shard  int
+	base   string
+	rings  []string // the rings of lanes, highest priority first
 	// shards is the queue's shard count (1 + the names in its list of shard
 	// names) as the last take that said it saw it (take.lua says it when it
 	// is above this): 0 until then.
@@ -53,7 +53,7 @@ func New(c redis.UniversalClient, prefix, queue string) *RDB { return NewShard(c
 // (Taken.Shard).
 func NewShard(c redis.UniversalClient, prefix, name string, i int) *RDB {
 	followFailovers(c)
-	return &RDB{c: c, prefix: prefix, queue: name, shard: i, base: keys.Base(prefix, name), publics: keys.Publics(prefix, name)}
+	return &RDB{c: c, prefix: prefix, queue: name, shard: i, base: keys.Base(prefix, name), rings: keys.Rings(prefix, name)}
 }
 
 // Name returns the name of r's shard (the queue's, for shard 0).
@@ -92,8 +92,25 @@ type Expect struct {
 	NewEpoch string
 }
 
-// Submit stores tasks of manager mid and queues them on the public list, or
-// on worker wid's private list if wid is not empty, then wakes idle workers.
+// Lane is the lane of a batch's public tasks: its name ("<manager
+// id>.<lane>", see id.TaskIn) and what its tasks call ("<func>\t<signature>",
+// and "\n<reducer>\t<signature>" for a MapReduce).
+type Lane struct {
+	Name, Calls string
+}
+
+// Calls returns what a lane's tasks call: fn with signature sig, and
+// reducer red with signature redSig if red is not "".
+func Calls(fn, sig, red, redSig string) string {
+	if red == "" {
+		return fn + "\t" + sig
+	}
+	return fn + "\t" + sig + "\n" + red + "\t" + redSig
+}
+
+// Submit stores tasks of manager mid and queues them on their batch's lane
+// (lane, whose ring it joins), or on worker wid's private list if wid is not
+// empty, then wakes idle workers.
 // It costs one script call per group of up to 1,000 tasks or 8 MiB (one call
 // if there are none: it then only checks, and installs a new epoch). The
 // manager's task set gets the given TTL.
@@ -103,15 +120,16 @@ type Expect struct {
 // each group found the set as expected (the first as exp says, the others as
 // the group before left it): if not, Redis lost writes of this manager (see
 // Submitted).
-func (r *RDB) Submit(ctx context.Context, mid, wid string, tasks []Task, ttl time.Duration, exp Expect) (count int64, intact bool, err error) {
-	list := keys.Public(r.prefix, r.queue)
+func (r *RDB) Submit(ctx context.Context, mid, wid string, lane Lane, tasks []Task, ttl time.Duration, exp Expect) (count int64, intact bool, err error) {
+	ring := keys.Ring(r.prefix, r.queue, keys.DefaultPriority)
 	if len(tasks) > 0 {
-		list = keys.PublicAt(r.prefix, r.queue, id.Priority(tasks[0].ID, keys.DefaultPriority))
+		ring = keys.Ring(r.prefix, r.queue, id.Priority(tasks[0].ID, keys.DefaultPriority))
 	}
+	list := keys.Lane(r.prefix, r.queue, lane.Name)
 	if wid != "" {
-		list = keys.Private(r.prefix, r.queue, wid)
+		list, lane = keys.Private(r.prefix, r.queue, wid), Lane{}
 	}
-	ks := []string{keys.Tasks(r.prefix, r.queue, mid), list, keys.Idle(r.prefix, r.queue)}
+	ks := []string{keys.Tasks(r.prefix, r.queue, mid), list, keys.Idle(r.prefix, r.queue), ring, keys.Lanes(r.prefix, r.queue, mid)}
 	intact = true
 	for first := true; first || len(tasks) > 0; first = false {
 		n, size := 0, 0
@@ -119,8 +137,8 @@ func (r *RDB) Submit(ctx context.Context, mid, wid string, tasks []Task, ttl tim
 			size += len(tasks[n].Payload)
 			n++
 		}
-		args := make([]any, 0, 6+2*n)
-		args = append(args, r.base, ttl.Milliseconds(), wid, exp.Count, exp.Epoch, exp.NewEpoch)
+		args := make([]any, 0, 8+2*n)
+		args = append(args, r.base, ttl.Milliseconds(), wid, exp.Count, exp.Epoch, exp.NewEpoch, lane.Name, lane.Calls)
 		for _, t := range tasks[:n] {
 			args = append(args, t.ID, t.Payload)
 		}
@@ -240,9 +258,11 @@ type TakeEnd struct {
 // returns none, the worker is registered idle, and the next submit rings its
 // bell (WaitBell). holding is how many tasks the worker holds, on every
 // shard, by its own count: a suspect goes only to a worker that holds none.
-func (r *RDB) Take(ctx context.Context, wid string, n int, lease time.Duration, holding int) (taken []Taken, end TakeEnd, err error) {
+// serves is what the worker registered ("<func>\t<signature>" per handle):
+// a take passes lanes that call anything else.
+func (r *RDB) Take(ctx context.Context, wid string, n int, lease time.Duration, holding int, serves []string) (taken []Taken, end TakeEnd, err error) {
 	ks := r.takeKeys(wid)
-	vals, err := takeScript.run(ctx, r.c, ks, r.base, n, wid, lease.Milliseconds(), r.Shards(), holding).Slice()
+	vals, err := takeScript.run(ctx, r.c, ks, takeArgs(r, n, wid, lease, holding, serves)...).Slice()
 	if err != nil {
 		return nil, end, wrap("take", takeScript, "", err)
 	}
@@ -254,20 +274,20 @@ func (r *RDB) Take(ctx context.Context, wid string, n int, lease time.Duration, 
 // as soon as a submit rings the bell, and its tasks come back with the
 // wake-up. After the timeout the take runs all the same. A wait longer than
 // the client's read timeout allows is made in two round trips instead.
-func (r *RDB) WaitTake(ctx context.Context, wid string, n int, lease, timeout time.Duration, holding int) (taken []Taken, end TakeEnd, err error) {
+func (r *RDB) WaitTake(ctx context.Context, wid string, n int, lease, timeout time.Duration, holding int, serves []string) (taken []Taken, end TakeEnd, err error) {
 	wait := blocking(timeout)
 	if rt := readTimeout(r.c); rt > 0 && wait > rt/2 {
 		if _, err := r.WaitBell(ctx, wid, timeout); err != nil {
 			return nil, end, err
 		}
-		return r.Take(ctx, wid, n, lease, holding)
+		return r.Take(ctx, wid, n, lease, holding, serves)
 	}
 	ks := r.takeKeys(wid)
 	var pop *redis.StringSliceCmd
 	var take *redis.Cmd
 	_, _ = r.c.Pipelined(ctx, func(p redis.Pipeliner) error {
 		pop = p.BLPop(ctx, wait, ks[3])
-		take = takeScript.evalSha(ctx, p, ks, r.base, n, wid, lease.Milliseconds(), r.Shards(), holding)
+		take = takeScript.evalSha(ctx, p, ks, takeArgs(r, n, wid, lease, holding, serves)...)
 		return nil
 	})
 	if err := pop.Err(); err != nil && !errors.Is(err, redis.Nil) {
@@ -275,7 +295,7 @@ func (r *RDB) WaitTake(ctx context.Context, wid string, n int, lease, timeout ti
 	}
 	vals, err := take.Slice()
 	if err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
-		return r.Take(ctx, wid, n, lease, holding) // loads the script
+		return r.Take(ctx, wid, n, lease, holding, serves) // loads the script
 	}
 	if err != nil {
 		return nil, end, wrap("take", takeScript, "", err)
@@ -301,13 +321,23 @@ func readTimeout(c redis.UniversalClient) time.Duration {
 	return max(rt, 0)
 }
 
+// takeArgs returns the ARGV of take.lua.
+func takeArgs(r *RDB, n int, wid string, lease time.Duration, holding int, serves []string) []any {
+	args := make([]any, 0, 6+len(serves))
+	args = append(args, r.base, n, wid, lease.Milliseconds(), r.Shards(), holding)
+	for _, s := range serves {
+		args = append(args, s)
+	}
+	return args
+}
+
 // takeKeys returns the KEYS of take.lua for worker wid.
 func (r *RDB) takeKeys(wid string) []string {
 	return append([]string{
 		keys.Private(r.prefix, r.queue, wid), keys.Held(r.prefix, r.queue, wid),
 		keys.Idle(r.prefix, r.queue), keys.Bell(r.prefix, r.queue, wid), keys.Workers(r.prefix, r.queue),
 		keys.ShardNames(r.prefix, r.queue),
-	}, r.publics...)
+	}, r.rings...)
 }
 
 // parseTaken reads take.lua's reply: the tasks, and whether the take left
@@ -616,16 +646,17 @@ func (r *RDB) WakeCollector(ctx context.Context, mid string) error {
 	return r.push(ctx, "wake", keys.Results(r.prefix, r.queue, mid), EncodeEntry(Entry{Kind: EntryWake}))
 }
 
-// Renew extends the TTL of manager mid's task set, attempt counts and result
-// list.
+// Renew extends the TTL of manager mid's task set, attempt counts, result
+// list and lanes. One script call.
 func (r *RDB) Renew(ctx context.Context, mid string, ttl time.Duration) error {
-	_, err := r.c.Pipelined(ctx, func(p redis.Pipeliner) error {
-		p.PExpire(ctx, keys.Tasks(r.prefix, r.queue, mid), ttl)
-		p.PExpire(ctx, keys.Attempts(r.prefix, r.queue, mid), ttl)
-		p.PExpire(ctx, keys.Results(r.prefix, r.queue, mid), ttl)
-		return nil
-	})
-	return wrap("renew", nil, "PEXPIRE", err)
+	err := renewScript.run(ctx, r.c, r.managerKeys(mid), r.base, mid, max(ttl.Milliseconds(), 1)).Err()
+	return wrap("renew", renewScript, "", err)
+}
+
+// managerKeys returns the KEYS of renew.lua for manager mid.
+func (r *RDB) managerKeys(mid string) []string {
+	return []string{keys.Tasks(r.prefix, r.queue, mid), keys.Attempts(r.prefix, r.queue, mid),
+		keys.Results(r.prefix, r.queue, mid), keys.Lanes(r.prefix, r.queue, mid)}
 }
 
 // Cancel withdraws tasks of manager mid: removes them and their payloads from
@@ -648,11 +679,12 @@ func (r *RDB) Cancel(ctx context.Context, mid string, tids []string) error {
 	return nil
 }
 
-// Drop deletes every key of manager mid.
+// Drop deletes every key of manager mid, its lanes included.
 func (r *RDB) Drop(ctx context.Context, mid string) error {
-	err := r.c.Del(ctx, keys.Tasks(r.prefix, r.queue, mid), keys.Attempts(r.prefix, r.queue, mid),
-		keys.Results(r.prefix, r.queue, mid), keys.Batches(r.prefix, r.queue, mid)).Err()
-	return wrap("drop", nil, "DEL", err)
+	if err := renewScript.run(ctx, r.c, r.managerKeys(mid), r.base, mid, 0).Err(); err != nil {
+		return wrap("drop", renewScript, "", err)
+	}
+	return wrap("drop", nil, "DEL", r.c.Del(ctx, keys.Batches(r.prefix, r.queue, mid)).Err())
 }
 
 // PublishBatches replaces manager mid's published batch progress with
@@ -689,28 +721,16 @@ func (r *RDB) PublishBatches(ctx context.Context, mid string, batches map[string
 	return cs.Val(), nil
 }
 
-// Depth returns the number of task ids waiting in the public lists.
+// Depth returns the number of task ids waiting in the shard's lanes.
 func (r *RDB) Depth(ctx context.Context) (int64, error) {
-	return depth(ctx, r.c, r.publics)
+	return depth(ctx, r.c, r.base, r.rings)
 }
 
-// depth returns the summed length of lists, in one pipeline.
-func depth(ctx context.Context, c redis.UniversalClient, lists []string) (int64, error) {
-	cmds := make([]*redis.IntCmd, len(lists))
-	_, err := c.Pipelined(ctx, func(p redis.Pipeliner) error {
-		for i, l := range lists {
-			cmds[i] = p.LLen(ctx, l)
-		}
-		return nil
-	})
-	if err != nil {
-		return 0, wrap("depth", nil, "LLEN", err)
-	}
-	var n int64
-	for _, c := range cmds {
-		n += c.Val()
-	}
-	return n, nil
+// depth returns the number of task ids in the lanes of rings, all of one
+// shard at base. One script call.
+func depth(ctx context.Context, c redis.UniversalClient, base string, rings []string) (int64, error) {
+	n, err := depthScript.run(ctx, c, rings, base).Int64()
+	return n, wrap("depth", depthScript, "", err)
 }
 
 // PublishTypes records the structure of a handle's types under its

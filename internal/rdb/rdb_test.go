@@ -4,14 +4,16 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/redmap/redmap/internal/id"
 	"os"
 	"path/filepath"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/redmap/redmap/internal/id"
 
 	"github.com/redis/go-redis/v9"
 
@@ -38,15 +40,27 @@ func setup(t *testing.T) *fixture {
 	return &fixture{c: c, r: New(c, "rm", q), queue: q, mid: id.New()}
 }
 
+// serves is what the tests' workers serve: the function their lane calls.
+var serves = []string{"f\tsig"}
+
+// lane is the lane of the fixture's batch.
+func (f *fixture) lane() Lane { return Lane{Name: f.mid + ".1", Calls: "f\tsig"} }
+
+// laneKey is the list of the fixture's batch.
+func (f *fixture) laneKey() string { return keys.Lane("rm", f.queue, f.lane().Name) }
+
 func (f *fixture) submit(t *testing.T, wid string, n int) []string {
 	t.Helper()
 	tasks := make([]Task, n)
 	ids := make([]string, n)
 	for i := range tasks {
-		ids[i] = id.Task(f.mid, uint64(i+1))
+		ids[i] = id.TaskIn(f.mid, uint64(i+1), 1, keys.DefaultPriority, keys.DefaultPriority)
+		if wid != "" {
+			ids[i] = id.Task(f.mid, uint64(i+1))
+		}
 		tasks[i] = Task{ID: ids[i], Payload: []byte(fmt.Sprintf("payload %d", i))}
 	}
-	if _, _, err := f.r.Submit(context.Background(), f.mid, wid, tasks, time.Minute, Expect{}); err != nil {
+	if _, _, err := f.r.Submit(context.Background(), f.mid, wid, f.lane(), tasks, time.Minute, Expect{}); err != nil {
 		t.Fatal(err)
 	}
 	return ids
@@ -61,10 +75,10 @@ func TestScriptsUseKeysLayout(t *testing.T) {
 	if got := f.c.HKeys(ctx, tasks).Val(); !slices.Contains(got, ids[0]) || !slices.Contains(got, ids[1]) || !slices.Contains(got, "_") {
 		t.Errorf("task set %s holds %v, want both ids and the marker", tasks, got)
 	}
-	if got := f.c.LRange(ctx, keys.Public("rm", f.queue), 0, -1).Val(); !slices.Equal(got, ids) {
+	if got := f.c.LRange(ctx, f.laneKey(), 0, -1).Val(); !slices.Equal(got, ids) {
 		t.Errorf("public list holds %v, want %v", got, ids)
 	}
-	taken, _, err := f.r.Take(ctx, "w1", 1, time.Minute, 0)
+	taken, _, err := f.r.Take(ctx, "w1", 1, time.Minute, 0, serves)
 	if err != nil || len(taken) != 1 || string(taken[0].Payload) != "payload 0" {
 		t.Fatalf("take: %v, %v", taken, err)
 	}
@@ -83,8 +97,8 @@ func TestScriptsUseKeysLayout(t *testing.T) {
 	// Every key the scripts created is one package keys names.
 	all := f.c.Keys(ctx, keys.Base("rm", f.queue)+"*").Val()
 	named := []string{tasks, keys.Results("rm", f.queue, f.mid),
-		keys.Public("rm", f.queue), keys.Idle("rm", f.queue), keys.Held("rm", f.queue, "w1"), keys.Bell("rm", f.queue, "w1"),
-		keys.Workers("rm", f.queue)}
+		f.laneKey(), keys.Idle("rm", f.queue), keys.Held("rm", f.queue, "w1"), keys.Bell("rm", f.queue, "w1"),
+		keys.Workers("rm", f.queue), keys.Ring("rm", f.queue, keys.DefaultPriority), keys.Lanes("rm", f.queue, f.mid)}
 	for _, k := range all {
 		if !slices.Contains(named, k) {
 			t.Errorf("scripts created %s, which package keys does not name", k)
@@ -98,7 +112,7 @@ func TestReadResultsTrimsOnce(t *testing.T) {
 	f := setup(t)
 	ctx := context.Background()
 	ids := f.submit(t, "", 4)
-	if _, _, err := f.r.Take(ctx, "w", 4, time.Minute, 0); err != nil {
+	if _, _, err := f.r.Take(ctx, "w", 4, time.Minute, 0, serves); err != nil {
 		t.Fatal(err)
 	}
 	var done []Done
@@ -128,7 +142,7 @@ func TestTakeReturnsPayloadsInOrderPrivateFirst(t *testing.T) {
 	pub := f.submit(t, "", 3)
 	f.mid = id.New()
 	priv := f.submit(t, "w1", 2)
-	taken, _, err := f.r.Take(ctx, "w1", 4, time.Minute, 0)
+	taken, _, err := f.r.Take(ctx, "w1", 4, time.Minute, 0, serves)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -143,7 +157,7 @@ func TestTakeReturnsPayloadsInOrderPrivateFirst(t *testing.T) {
 		t.Fatalf("took %v, want %v", got, want)
 	}
 	// Another worker cannot see w1's private tasks, only the public one left.
-	taken, _, _ = f.r.Take(ctx, "w2", 10, time.Minute, 0)
+	taken, _, _ = f.r.Take(ctx, "w2", 10, time.Minute, 0, serves)
 	if len(taken) != 1 || taken[0].ID != pub[2] {
 		t.Fatalf("w2 took %+v, want just %s", taken, pub[2])
 	}
@@ -155,7 +169,7 @@ func TestFinishDeliversOnce(t *testing.T) {
 	f := setup(t)
 	ctx := context.Background()
 	ids := f.submit(t, "", 1)
-	if _, _, err := f.r.Take(ctx, "w1", 1, time.Minute, 0); err != nil {
+	if _, _, err := f.r.Take(ctx, "w1", 1, time.Minute, 0, serves); err != nil {
 		t.Fatal(err)
 	}
 	for i, want := range []int{1, 0} {
@@ -180,11 +194,11 @@ func TestTakeDropsWithdrawn(t *testing.T) {
 	if err := f.r.Cancel(ctx, f.mid, ids[:3]); err != nil {
 		t.Fatal(err)
 	}
-	taken, _, err := f.r.Take(ctx, "w1", 4, time.Minute, 0)
+	taken, _, err := f.r.Take(ctx, "w1", 4, time.Minute, 0, serves)
 	if err != nil || len(taken) != 1 || taken[0].ID != ids[3] {
 		t.Fatalf("took %+v (%v), want only %s", taken, err, ids[3])
 	}
-	if n := f.c.LLen(ctx, keys.Public("rm", f.queue)).Val(); n != 0 {
+	if n := f.c.LLen(ctx, f.laneKey()).Val(); n != 0 {
 		t.Fatalf("public list holds %d ids", n)
 	}
 }
@@ -194,7 +208,7 @@ func TestTakeDropsWithdrawn(t *testing.T) {
 func TestIdleWorkerIsRung(t *testing.T) {
 	f := setup(t)
 	ctx := context.Background()
-	if taken, _, err := f.r.Take(ctx, "w1", 1, time.Minute, 0); err != nil || len(taken) != 0 {
+	if taken, _, err := f.r.Take(ctx, "w1", 1, time.Minute, 0, serves); err != nil || len(taken) != 0 {
 		t.Fatalf("take from empty: %v, %v", taken, err)
 	}
 	if !f.c.SIsMember(ctx, keys.Idle("rm", f.queue), "w1").Val() {
@@ -215,11 +229,11 @@ func TestIdleWorkerIsRung(t *testing.T) {
 	// A take stopped by its n leaves the worker busy; one that empties the
 	// queue says so and registers it idle in the same step.
 	f.submit(t, "", 2) // with the one the bell rang for: three queued
-	taken, end, err := f.r.Take(ctx, "w1", 2, time.Minute, 0)
+	taken, end, err := f.r.Take(ctx, "w1", 2, time.Minute, 0, serves)
 	if err != nil || len(taken) != 2 || end.Drained || f.c.SIsMember(ctx, keys.Idle("rm", f.queue), "w1").Val() {
 		t.Fatalf("take of 2 of 3: %d taken, drained %v, %v; want 2, not drained, not idle", len(taken), end.Drained, err)
 	}
-	taken, end, err = f.r.Take(ctx, "w1", 2, time.Minute, 0)
+	taken, end, err = f.r.Take(ctx, "w1", 2, time.Minute, 0, serves)
 	drained := end.Drained
 	if err != nil || len(taken) != 1 || !drained || !f.c.SIsMember(ctx, keys.Idle("rm", f.queue), "w1").Val() {
 		t.Fatalf("take of the last one: %d taken, drained %v, %v; want 1, drained and idle", len(taken), drained, err)
@@ -231,7 +245,7 @@ func TestIdleWorkerIsRung(t *testing.T) {
 func TestWaitTakeBringsTasks(t *testing.T) {
 	f := setup(t)
 	ctx := context.Background()
-	if taken, _, err := f.r.Take(ctx, "w1", 1, time.Minute, 0); err != nil || len(taken) != 0 {
+	if taken, _, err := f.r.Take(ctx, "w1", 1, time.Minute, 0, serves); err != nil || len(taken) != 0 {
 		t.Fatalf("take from empty: %v, %v", taken, err)
 	}
 	type reply struct {
@@ -240,7 +254,7 @@ func TestWaitTakeBringsTasks(t *testing.T) {
 	}
 	got := make(chan reply, 1)
 	go func() {
-		taken, _, err := f.r.WaitTake(ctx, "w1", 4, time.Minute, 2*time.Second, 0)
+		taken, _, err := f.r.WaitTake(ctx, "w1", 4, time.Minute, 2*time.Second, 0, serves)
 		got <- reply{taken, err}
 	}()
 	ids := f.submit(t, "", 3)
@@ -252,11 +266,11 @@ func TestWaitTakeBringsTasks(t *testing.T) {
 		t.Fatalf("%d tasks held, want 3", n)
 	}
 
-	if taken, _, err := f.r.Take(ctx, "w1", 1, time.Minute, 0); err != nil || len(taken) != 0 {
+	if taken, _, err := f.r.Take(ctx, "w1", 1, time.Minute, 0, serves); err != nil || len(taken) != 0 {
 		t.Fatalf("take from empty: %v, %v", taken, err)
 	}
 	go func() {
-		taken, _, err := f.r.WaitTake(ctx, "w1", 4, time.Minute, 10*time.Second, 0)
+		taken, _, err := f.r.WaitTake(ctx, "w1", 4, time.Minute, 10*time.Second, 0, serves)
 		got <- reply{taken, err}
 	}()
 	redistest.Eventually(t, "WaitTake blocked", func() bool {
@@ -269,10 +283,10 @@ func TestWaitTakeBringsTasks(t *testing.T) {
 	if r := <-got; r.err != nil || len(r.taken) != 0 {
 		t.Fatalf("WaitTake ended by a stop ring: %+v, %v; want nothing taken", r.taken, r.err)
 	}
-	if taken, _, err := f.r.Take(ctx, "w1", 4, time.Minute, 0); err != nil || len(taken) != 0 {
+	if taken, _, err := f.r.Take(ctx, "w1", 4, time.Minute, 0, serves); err != nil || len(taken) != 0 {
 		t.Fatalf("take after a stop ring: %+v, %v; want nothing", taken, err)
 	}
-	if n := f.c.LLen(ctx, keys.Public("rm", f.queue)).Val(); n != 1 {
+	if n := f.c.LLen(ctx, f.laneKey()).Val(); n != 1 {
 		t.Fatalf("public list holds %d ids, want the 1 left for other workers", n)
 	}
 }
@@ -320,13 +334,14 @@ func TestScriptsSurviveScriptFlush(t *testing.T) {
 	r := New(c, "rm", "flush")
 	ctx := context.Background()
 	mid := id.New()
-	if _, _, err := r.Submit(ctx, mid, "", []Task{{ID: id.Task(mid, 1), Payload: []byte("p")}}, time.Minute, Expect{}); err != nil {
+	lane := Lane{Name: mid + ".1", Calls: "f\tsig"}
+	if _, _, err := r.Submit(ctx, mid, "", lane, []Task{{ID: id.TaskIn(mid, 1, 1, 3, 3), Payload: []byte("p")}}, time.Minute, Expect{}); err != nil {
 		t.Fatal(err)
 	}
 	if err := c.ScriptFlush(ctx).Err(); err != nil {
 		t.Fatal(err)
 	}
-	taken, _, err := r.Take(ctx, "w", 1, time.Minute, 0)
+	taken, _, err := r.Take(ctx, "w", 1, time.Minute, 0, serves)
 	if err != nil || len(taken) != 1 {
 		t.Fatalf("take after SCRIPT FLUSH: %v, %v", taken, err)
 	}
@@ -376,7 +391,7 @@ func TestFinishSkippedReleasesOnly(t *testing.T) {
 	f := setup(t)
 	ctx := context.Background()
 	ids := f.submit(t, "", 1)
-	if _, _, err := f.r.Take(ctx, "w1", 1, time.Minute, 0); err != nil {
+	if _, _, err := f.r.Take(ctx, "w1", 1, time.Minute, 0, serves); err != nil {
 		t.Fatal(err)
 	}
 	n, err := f.r.Finish(ctx, "w1", []Done{{ID: ids[0]}, {ID: ids[0], Result: []byte("real")}})
@@ -387,7 +402,7 @@ func TestFinishSkippedReleasesOnly(t *testing.T) {
 		t.Fatalf("results %q, want just the real one", got)
 	}
 	ids = f.submit(t, "", 1) // the same id, wanted again
-	if _, _, err := f.r.Take(ctx, "w1", 1, time.Minute, 0); err != nil {
+	if _, _, err := f.r.Take(ctx, "w1", 1, time.Minute, 0, serves); err != nil {
 		t.Fatal(err)
 	}
 	if n, err := f.r.Finish(ctx, "w1", []Done{{ID: ids[0]}}); err != nil || n != 0 {
@@ -407,7 +422,7 @@ func TestSubmitCountsAndChecks(t *testing.T) {
 	f := setup(t)
 	ctx := context.Background()
 	task := func(i int) []Task {
-		return []Task{{ID: id.Task(f.mid, uint64(i)), Payload: []byte("p")}}
+		return []Task{{ID: id.TaskIn(f.mid, uint64(i), 1, 3, 3), Payload: []byte("p")}}
 	}
 	for i, c := range []struct {
 		exp    Expect
@@ -421,7 +436,7 @@ func TestSubmitCountsAndChecks(t *testing.T) {
 		{Expect{4, "e1", "e3"}, 5, true}, // a recovery installs e3
 		{Expect{5, "e1", ""}, 6, false},  // e1 is gone
 	} {
-		count, intact, err := f.r.Submit(ctx, f.mid, "", task(i+1), time.Minute, c.exp)
+		count, intact, err := f.r.Submit(ctx, f.mid, "", f.lane(), task(i+1), time.Minute, c.exp)
 		if err != nil || count != c.count || intact != c.intact {
 			t.Fatalf("submit %d expecting %+v: %d %v %v, want %d %v", i, c.exp, count, intact, err, c.count, c.intact)
 		}
@@ -429,12 +444,13 @@ func TestSubmitCountsAndChecks(t *testing.T) {
 	if n, e, err := f.r.Submitted(ctx, f.mid); n != 6 || e != "e3" || err != nil {
 		t.Fatalf("Submitted: %d %q %v, want 6 e3", n, e, err)
 	}
-	if count, intact, err := f.r.Submit(ctx, f.mid, "", nil, time.Minute, Expect{6, "e3", "e4"}); count != 6 || !intact || err != nil {
+	if count, intact, err := f.r.Submit(ctx, f.mid, "", f.lane(), nil, time.Minute, Expect{6, "e3", "e4"}); count != 6 || !intact || err != nil {
 		t.Fatalf("a submit of no tasks: %d %v %v, want it to check and install e4", count, intact, err)
 	}
-	f.c.HDel(ctx, keys.Tasks("rm", f.queue, f.mid), id.Task(f.mid, 2))
-	missing, count, epoch, err := f.r.Missing(ctx, f.mid, []string{id.Task(f.mid, 1), id.Task(f.mid, 2), id.Task(f.mid, 9)})
-	if err != nil || count != 6 || epoch != "e4" || !slices.Equal(missing, []string{id.Task(f.mid, 2), id.Task(f.mid, 9)}) {
+	tid := func(i uint64) string { return id.TaskIn(f.mid, i, 1, 3, 3) }
+	f.c.HDel(ctx, keys.Tasks("rm", f.queue, f.mid), tid(2))
+	missing, count, epoch, err := f.r.Missing(ctx, f.mid, []string{tid(1), tid(2), tid(9)})
+	if err != nil || count != 6 || epoch != "e4" || !slices.Equal(missing, []string{tid(2), tid(9)}) {
 		t.Fatalf("Missing: %v %d %q %v, want 2 ids, the count 6 and e4", missing, count, epoch, err)
 	}
 	f.c.Del(ctx, keys.Tasks("rm", f.queue, f.mid))
@@ -541,7 +557,7 @@ func TestTakeRegistersLostWorker(t *testing.T) {
 	ctx := context.Background()
 	f.submit(t, "", 2)
 	workers := keys.Workers("rm", f.queue)
-	if _, _, err := f.r.Take(ctx, "w1", 1, 50*time.Millisecond, 0); err != nil {
+	if _, _, err := f.r.Take(ctx, "w1", 1, 50*time.Millisecond, 0, serves); err != nil {
 		t.Fatal(err)
 	}
 	if f.c.ZScore(ctx, workers, "w1").Err() != nil {
@@ -606,12 +622,12 @@ func TestShardCountLearned(t *testing.T) {
 		t.Fatalf("heartbeat: %+v, %v; want 4 shards", beat, err)
 	}
 	ids := f.submit(t, "", 2)
-	taken, _, err := f.r.Take(ctx, "w1", 1, time.Minute, 0)
+	taken, _, err := f.r.Take(ctx, "w1", 1, time.Minute, 0, serves)
 	if err != nil || len(taken) != 1 || taken[0].ID != ids[0] || f.r.Shards() != 4 {
 		t.Fatalf("take: %v, %v, shards %d; want the first task and 4 shards", taken, err, f.r.Shards())
 	}
 	other := NewShard(f.c, "rm", q+"#2", 2)
-	if _, _, err := other.Take(ctx, "w1", 1, time.Minute, 0); err != nil || other.Shards() != 1 || other.Shard() != 2 {
+	if _, _, err := other.Take(ctx, "w1", 1, time.Minute, 0, serves); err != nil || other.Shards() != 1 || other.Shard() != 2 {
 		t.Fatalf("take of shard 2: %v, shards %d; want the count unsaid", err, other.Shards())
 	}
 	if n, err := f.c.Exists(ctx, keys.Workers("rm", q+"#2")).Result(); err != nil || n != 1 {
@@ -627,33 +643,113 @@ func TestSuspectOnlyToEmptyWorker(t *testing.T) {
 	f := setup(t)
 	ctx := context.Background()
 	ids := f.submit(t, "", 3)
-	taken, end, err := f.r.Take(ctx, "w1", 1, time.Minute, 0)
+	taken, end, err := f.r.Take(ctx, "w1", 1, time.Minute, 0, serves)
 	if err != nil || len(taken) != 1 || taken[0].ID != ids[0] || end.Suspect {
 		t.Fatalf("first take: %v, %+v, %v", taken, end, err)
 	}
 	// ids[1] is now a suspect.
 	f.c.HSet(ctx, keys.Attempts("rm", f.queue, f.mid), ids[1], 1)
-	taken, end, err = f.r.Take(ctx, "w1", 4, time.Minute, 1)
+	taken, end, err = f.r.Take(ctx, "w1", 4, time.Minute, 1, serves)
 	if err != nil || len(taken) != 0 || !end.Suspect || end.Drained {
 		t.Fatalf("a take while holding a task: %v, %+v, %v; want nothing, and told a suspect waits", taken, end, err)
 	}
 	// Held nothing here, but a task on another shard: still not.
-	taken, end, err = f.r.Take(ctx, "w2", 4, time.Minute, 1)
+	taken, end, err = f.r.Take(ctx, "w2", 4, time.Minute, 1, serves)
 	if err != nil || len(taken) != 0 || !end.Suspect {
 		t.Fatalf("a take while holding a task elsewhere: %v, %+v, %v; want nothing, and told a suspect waits", taken, end, err)
 	}
-	if got := f.c.LRange(ctx, keys.Public("rm", f.queue), 0, -1).Val(); !slices.Equal(got, ids[1:]) {
+	if got := f.c.LRange(ctx, f.laneKey(), 0, -1).Val(); !slices.Equal(got, ids[1:]) {
 		t.Fatalf("the public list holds %v, want %v in order", got, ids[1:])
 	}
 	if _, err := f.r.Finish(ctx, "w1", []Done{{ID: ids[0], Result: []byte("r")}}); err != nil {
 		t.Fatal(err)
 	}
-	taken, end, err = f.r.Take(ctx, "w1", 4, time.Minute, 0)
+	taken, end, err = f.r.Take(ctx, "w1", 4, time.Minute, 0, serves)
 	if err != nil || len(taken) != 1 || taken[0].ID != ids[1] || taken[0].Attempt != 1 || end.Suspect || end.Drained {
 		t.Fatalf("a take holding nothing: %v, %+v, %v; want the suspect alone", taken, end, err)
 	}
-	taken, end, err = f.r.Take(ctx, "w2", 4, time.Minute, 0)
+	taken, end, err = f.r.Take(ctx, "w2", 4, time.Minute, 0, serves)
 	if err != nil || len(taken) != 1 || taken[0].ID != ids[2] || !end.Drained {
 		t.Fatalf("the other worker's take: %v, %+v, %v; want the last task", taken, end, err)
+	}
+}
+
+// submitLane submits n tasks of lane number l (of priority p) calling calls.
+func (f *fixture) submitLane(t *testing.T, l uint64, p, n int, calls string) []string {
+	t.Helper()
+	lane := Lane{Name: f.mid + "." + strconv.FormatUint(l, 36), Calls: calls}
+	tasks := make([]Task, n)
+	ids := make([]string, n)
+	for i := range tasks {
+		ids[i] = id.TaskIn(f.mid, l*1000+uint64(i), l, p, keys.DefaultPriority)
+		tasks[i] = Task{ID: ids[i], Payload: []byte("p")}
+	}
+	if _, _, err := f.r.Submit(context.Background(), f.mid, "", lane, tasks, time.Minute, Expect{}); err != nil {
+		t.Fatal(err)
+	}
+	return ids
+}
+
+// A take shares itself between the lanes of a priority: each gives at most
+// its share of the take, a small batch beside a large one is taken at once,
+// and the large one's tasks fill the rest.
+func TestTakeSharesLanes(t *testing.T) {
+	f := setup(t)
+	ctx := context.Background()
+	big := f.submitLane(t, 1, keys.DefaultPriority, 100, "f\tsig")
+	small := f.submitLane(t, 2, keys.DefaultPriority, 3, "f\tsig")
+	taken, _, err := f.r.Take(ctx, "w1", 8, time.Minute, 0, serves)
+	if err != nil || len(taken) != 8 {
+		t.Fatalf("Take: %d tasks, %v; want 8", len(taken), err)
+	}
+	var fromBig, fromSmall int
+	for _, tk := range taken {
+		switch {
+		case slices.Contains(big, tk.ID):
+			fromBig++
+		case slices.Contains(small, tk.ID):
+			fromSmall++
+		}
+	}
+	if fromSmall != 3 || fromBig != 5 {
+		t.Fatalf("took %d of the big batch and %d of the small one; want 5 and all 3", fromBig, fromSmall)
+	}
+	// The small lane, now empty, leaves the ring at the next take.
+	if _, _, err := f.r.Take(ctx, "w1", 2, time.Minute, 0, serves); err != nil {
+		t.Fatal(err)
+	}
+	if got := f.c.LRange(ctx, keys.Ring("rm", f.queue, keys.DefaultPriority), 0, -1).Val(); !slices.Equal(got, []string{f.mid + ".1"}) {
+		t.Fatalf("ring %q, want the big lane alone", got)
+	}
+	// A higher priority still goes first, whatever the lanes below.
+	high := f.submitLane(t, 3, keys.MaxPriority, 2, "f\tsig")
+	taken, _, err = f.r.Take(ctx, "w2", 2, time.Minute, 0, serves)
+	if err != nil || len(taken) != 2 || taken[0].ID != high[0] || taken[1].ID != high[1] {
+		t.Fatalf("Take: %+v, %v; want the two tasks of priority %d", taken, err, keys.MaxPriority)
+	}
+}
+
+// A worker takes only tasks whose function it registered with the same
+// signature: it passes the others, leaves them queued, and goes idle; a
+// worker that serves them takes them.
+func TestTakePassesLanesItCannotRun(t *testing.T) {
+	f := setup(t)
+	ctx := context.Background()
+	other := f.submitLane(t, 1, keys.DefaultPriority, 2, "f\tsig-v2")
+	reduce := f.submitLane(t, 2, keys.DefaultPriority, 1, Calls("f", "sig", "sum", "rsig"))
+	taken, end, err := f.r.Take(ctx, "w1", 4, time.Minute, 0, serves)
+	if err != nil || len(taken) != 0 || !end.Drained {
+		t.Fatalf("Take by a worker of another signature: %v, %+v, %v; want nothing, and the worker idle", taken, end, err)
+	}
+	if n, _ := f.r.Depth(ctx); n != 3 {
+		t.Fatalf("depth %d after the take, want the 3 tasks still queued", n)
+	}
+	taken, _, err = f.r.Take(ctx, "w2", 4, time.Minute, 0, []string{"f\tsig-v2"})
+	if err != nil || len(taken) != 2 || taken[0].ID != other[0] {
+		t.Fatalf("Take by a worker of the signature: %+v, %v; want the 2 tasks", taken, err)
+	}
+	taken, _, err = f.r.Take(ctx, "w3", 4, time.Minute, 0, []string{"f\tsig", "sum\trsig"})
+	if err != nil || len(taken) != 1 || taken[0].ID != reduce[0] {
+		t.Fatalf("Take by a worker of the function and the reducer: %+v, %v; want the MapReduce task", taken, err)
 	}
 }

@@ -27,7 +27,8 @@ type WorkerInfo struct {
 	Taken       int64
 	Delivered   int64
 	Failed      int64
-	Functions   []string // the names it registered; served.lua reads them
+	Functions   []string // the names it registered
+	Serves      []string // what it registered, "<name>\t<signature>" each; served.lua reads them
 	State       string   // "running", or "draining" once it takes no more tasks
 	Error       string   // its last failed Redis call, "" once all is well
 	CacheHits   int64    // constant lookups its memo served
@@ -35,10 +36,11 @@ type WorkerInfo struct {
 }
 
 // The fields of a worker's info hash that something other than
-// EncodeWorkerInfo writes or reads: served.lua reads "functions", and
+// EncodeWorkerInfo writes or reads: served.lua reads "serves", and
 // PublishError writes "error" alone when a heartbeat fails.
 const (
 	infoFunctions = "functions"
+	infoServes    = "serves"
 	infoError     = "error"
 )
 
@@ -56,6 +58,7 @@ func EncodeWorkerInfo(i WorkerInfo) []any {
 		"delivered", i.Delivered,
 		"failed", i.Failed,
 		infoFunctions, strings.Join(i.Functions, ","),
+		infoServes, strings.Join(i.Serves, "\n"),
 		"state", i.State,
 		infoError, i.Error,
 		"cache_hits", i.CacheHits,
@@ -94,6 +97,9 @@ func DecodeWorkerInfo(h map[string]string) (WorkerInfo, error) {
 		Error:       h[infoError],
 		CacheHits:   num("cache_hits"),
 		CacheBytes:  num("cache_bytes"),
+	}
+	if f := h[infoServes]; f != "" {
+		i.Serves = strings.Split(f, "\n")
 	}
 	if f := h[infoFunctions]; f != "" {
 		i.Functions = strings.Split(f, ",")

@@ -2,6 +2,7 @@ package rdb
 
 import (
 	"context"
+	"fmt"
 	"reflect"
 	"strings"
 	"testing"
@@ -22,7 +23,8 @@ func TestWorkerInfoRoundTrip(t *testing.T) {
 	in := WorkerInfo{Host: "h1", PID: 42, Concurrency: 8, Lease: 10 * time.Second,
 		Started: time.Unix(1700000000, 0), Heartbeat: time.UnixMilli(1700000001234),
 		Running: 3, Taken: 100, Delivered: 97, Failed: 2, Functions: []string{"cube", "square"},
-		State: "draining", Error: "take: boom"}
+		Serves: []string{"cube\tfunc(int) int #1", "square\tfunc(int) int #2"},
+		State:  "draining", Error: "take: boom"}
 	if _, err := f.r.Heartbeat(ctx, "w1", time.Minute, &in); err != nil {
 		t.Fatal(err)
 	}
@@ -33,9 +35,12 @@ func TestWorkerInfoRoundTrip(t *testing.T) {
 	if ws[0].Malformed != nil || !reflect.DeepEqual(ws[0].Info, in) {
 		t.Fatalf("read back %+v (%v), want %+v", ws[0].Info, ws[0].Malformed, in)
 	}
-	served, err := f.r.Served(ctx, []string{"square", "other"})
-	if err != nil || !reflect.DeepEqual(served, []bool{true, false}) {
-		t.Fatalf("Served: %v, %v; want [true false]", served, err)
+	served, err := f.r.Served(ctx, []string{"square\tfunc(int) int #2", "other\tx", "square\tfunc(int) int #3",
+		Calls("square", "func(int) int #2", "cube", "func(int) int #1"), Calls("square", "func(int) int #2", "sum", "s")})
+	want := []Serving{{Code: ServedBy}, {Code: Unregistered, Name: "other"}, {Code: OtherSignature, Name: "square", Signature: "func(int) int #2"},
+		{Code: ServedBy}, {Code: Unregistered, Name: "sum"}}
+	if err != nil || !reflect.DeepEqual(served, want) {
+		t.Fatalf("Served: %+v, %v; want %+v", served, err, want)
 	}
 }
 
@@ -100,8 +105,8 @@ func TestScriptEntriesDecode(t *testing.T) {
 	f := setup(t)
 	ctx := context.Background()
 	private := f.submit(t, "dead", 1)[0]
-	public := id.Task(f.mid, 2)
-	if _, _, err := f.r.Submit(ctx, f.mid, "", []Task{{ID: public, Payload: []byte("p")}}, time.Minute, Expect{}); err != nil {
+	public := id.TaskIn(f.mid, 2, 1, 3, 3)
+	if _, _, err := f.r.Submit(ctx, f.mid, "", f.lane(), []Task{{ID: public, Payload: []byte("p")}}, time.Minute, Expect{}); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := f.r.Heartbeat(ctx, "dead", -time.Second, nil); err != nil {
@@ -164,11 +169,11 @@ func TestMalformedRepliesAreErrors(t *testing.T) {
 	swap(&heartbeatScript, "return {1}")
 	swap(&submitScript, "return {1}")
 	checks := map[string]func() error{
-		"take: script returned 3 values, not quadruples": func() error { _, _, err := r.Take(ctx, "w", 1, time.Second, 0); return err },
+		"take: script returned 3 values, not quadruples": func() error { _, _, err := r.Take(ctx, "w", 1, time.Second, 0, serves); return err },
 		"reap: script returned [1 2], not 3 integers":    func() error { _, err := r.Reap(ctx); return err },
 		"heartbeat: script returned [1], not 3 integers": func() error { _, err := r.Heartbeat(ctx, "w", time.Second, nil); return err },
 		"submit: script returned [1], not 2 integers": func() error {
-			_, _, err := r.Submit(ctx, "m", "", []Task{{ID: "m-1", Payload: []byte("p")}}, time.Minute, Expect{})
+			_, _, err := r.Submit(ctx, "m", "", Lane{Name: "m.1"}, []Task{{ID: "m-1.1", Payload: []byte("p")}}, time.Minute, Expect{})
 			return err
 		},
 	}
@@ -178,7 +183,7 @@ func TestMalformedRepliesAreErrors(t *testing.T) {
 		}
 	}
 	swap(&takeScript, "return {'id', 'x', 'payload', ''}")
-	if _, _, err := r.Take(ctx, "w", 1, time.Second, 0); err == nil || strings.Contains(err.Error(), "%!") {
+	if _, _, err := r.Take(ctx, "w", 1, time.Second, 0, serves); err == nil || strings.Contains(err.Error(), "%!") {
 		t.Errorf("a take with a malformed attempt: %v", err)
 	}
 }
@@ -188,21 +193,24 @@ func TestMalformedRepliesAreErrors(t *testing.T) {
 func TestPriorityLists(t *testing.T) {
 	f := setup(t)
 	ctx := context.Background()
-	low := id.TaskAt(f.mid, 1, keys.MinPriority, keys.DefaultPriority)
-	normal := id.TaskAt(f.mid, 2, keys.DefaultPriority, keys.DefaultPriority)
-	high := id.TaskAt(f.mid, 3, keys.MaxPriority, keys.DefaultPriority)
-	for _, tid := range []string{low, normal, high} {
-		if _, _, err := f.r.Submit(ctx, f.mid, "", []Task{{ID: tid, Payload: []byte("p")}}, time.Minute, Expect{}); err != nil {
+	// Three batches, each of its lane, of three priorities.
+	var tids, lanes []string
+	for i, p := range []int{keys.MinPriority, keys.DefaultPriority, keys.MaxPriority} {
+		lane := Lane{Name: fmt.Sprintf("%s.%d", f.mid, i+1), Calls: "f\tsig"}
+		tid := id.TaskIn(f.mid, uint64(i+1), uint64(i+1), p, keys.DefaultPriority)
+		tids, lanes = append(tids, tid), append(lanes, lane.Name)
+		if _, _, err := f.r.Submit(ctx, f.mid, "", lane, []Task{{ID: tid, Payload: []byte("p")}}, time.Minute, Expect{}); err != nil {
 			t.Fatal(err)
 		}
 	}
-	highList := keys.PublicAt("rm", f.queue, keys.MaxPriority)
-	if got := f.c.LRange(ctx, highList, 0, -1).Val(); !reflect.DeepEqual(got, []string{high}) {
-		t.Fatalf("list of priority %d holds %q, want [%s]", keys.MaxPriority, got, high)
+	low, normal, high := tids[0], tids[1], tids[2]
+	highRing := keys.Ring("rm", f.queue, keys.MaxPriority)
+	if got := f.c.LRange(ctx, highRing, 0, -1).Val(); !reflect.DeepEqual(got, lanes[2:]) {
+		t.Fatalf("ring of priority %d holds %q, want %q", keys.MaxPriority, got, lanes[2:])
 	}
 	var got []string
 	for range 3 {
-		taken, _, err := f.r.Take(ctx, "dying", 1, time.Minute, 0)
+		taken, _, err := f.r.Take(ctx, "dying", 1, time.Minute, 0, serves)
 		if err != nil || len(taken) != 1 {
 			t.Fatalf("Take: %v, %v", taken, err)
 		}
@@ -217,15 +225,13 @@ func TestPriorityLists(t *testing.T) {
 	if r, err := f.r.Reap(ctx); err != nil || r.Requeued != 3 {
 		t.Fatalf("Reap: %+v, %v", r, err)
 	}
-	for _, c := range []struct {
-		list, tid string
-	}{{highList, high}, {keys.Public("rm", f.queue), normal}, {keys.PublicAt("rm", f.queue, keys.MinPriority), low}} {
-		if got := f.c.LRange(ctx, c.list, 0, -1).Val(); !reflect.DeepEqual(got, []string{c.tid}) {
-			t.Errorf("after the reap %s holds %q, want [%s]", c.list, got, c.tid)
+	for i, p := range []int{keys.MinPriority, keys.DefaultPriority, keys.MaxPriority} {
+		if got := f.c.LRange(ctx, keys.Lane("rm", f.queue, lanes[i]), 0, -1).Val(); !reflect.DeepEqual(got, tids[i:i+1]) {
+			t.Errorf("after the reap lane %s holds %q, want [%s]", lanes[i], got, tids[i])
 		}
-	}
-	if n, err := NewAdmin(f.c, "rm").Depth(ctx, f.queue); err != nil || n != 3 {
-		t.Errorf("Depth: %d, %v; want 3", n, err)
+		if got := f.c.LRange(ctx, keys.Ring("rm", f.queue, p), 0, -1).Val(); !reflect.DeepEqual(got, lanes[i:i+1]) {
+			t.Errorf("after the reap the ring of priority %d holds %q, want [%s]", p, got, lanes[i])
+		}
 	}
 }
 

@@ -32,6 +32,8 @@ var (
 	purgeScript     = load("purge.lua")
 	probeScript     = load("probe.lua")
 	shardsScript    = load("shards.lua")
+	depthScript     = load("depth.lua")
+	renewScript     = load("renew.lua")
 )
 
 // ScriptNames maps each script's SHA-1 to its file name, for tools that read

@@ -5,8 +5,8 @@
 -- finds them by comparing its held set with what it runs, and gives them back
 -- to the front of the list they came from. The attempt count is not raised:
 -- the task was never run.
--- KEYS[1] held set of the worker   KEYS[2] public list of the default priority
--- (names the slot; a task goes back to the list of its priority)
+-- KEYS[1] held set of the worker   KEYS[2] ring of the default priority
+-- (names the slot; a public task goes back to its lane)
 -- KEYS[3] private list of the worker
 -- ARGV[1] key base "<prefix>:{<queue>}:"   ARGV[2], ...: held members to give back
 -- Returns the number of tasks given back.
@@ -18,7 +18,11 @@ for i = 2, #ARGV do
     local private = string.sub(member, 1, 1) == '!'
     local tid = private and string.sub(member, 2) or member
     if wanted(base, tid) then
-      redis.call('LPUSH', private and KEYS[3] or public_of(base, tid), tid)
+      if private then
+        redis.call('LPUSH', KEYS[3], tid)
+      else
+        requeue(base, tid)
+      end
       n = n + 1
     end
   end

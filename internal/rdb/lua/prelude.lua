@@ -32,11 +32,34 @@ local function wanted(base, tid)
   return m ~= nil and redis.call('HEXISTS', m .. ':tasks', tid) == 1
 end
 
--- public_of returns the public list of task tid's priority: "<base>public",
--- or "<base>public:<p>" for an id ending "~<p>" (see keys.PublicAt).
-local function public_of(base, tid)
+-- lane_of returns the lane of task tid ("<manager id>.<lane>", from an id
+-- "<manager id>-<seq>.<lane>[~<p>]": see id.TaskIn) and the ring of its
+-- priority ("<base>ring", or "<base>ring:<p>": see keys.Ring); nil for a
+-- task of no lane.
+local function lane_of(base, tid)
+  local mid, lane = string.match(tid, '^([^-]+)-[^.~]+%.([^~]+)')
+  if not mid then
+    return nil
+  end
   local p = string.match(tid, '~(%d+)$')
-  return p and base .. 'public:' .. p or base .. 'public'
+  return mid .. '.' .. lane, p and base .. 'ring:' .. p or base .. 'ring'
+end
+
+-- enlist puts lane back in ring, at its end, unless it is there.
+local function enlist(ring, lane)
+  if not redis.call('LPOS', ring, lane) then
+    redis.call('RPUSH', ring, lane)
+  end
+end
+
+-- requeue puts task tid back at the front of its lane, and the lane in its
+-- ring if it had left it (a take drops a lane it finds empty).
+local function requeue(base, tid)
+  local lane, ring = lane_of(base, tid)
+  if lane then
+    redis.call('LPUSH', base .. 'l:' .. lane, tid)
+    enlist(ring, lane)
+  end
 end
 
 -- ring wakes a worker that blocks on bell (a list, BLPOP): it leaves one

@@ -1,9 +1,10 @@
 -- purge.lua: drop every queued task of a queue, telling each task's manager
 -- ("purged <task id>" in place of a result), so no batch waits for ever.
 -- Tasks already held by workers are left to finish.
--- KEYS[1] public list   ARGV[1] key base "<prefix>:{<queue>}:"
--- ARGV[2], ...: the other lists of the queue: its public lists of other
--- priorities and its workers' private lists
+-- KEYS[1] ring of the default priority   ARGV[1] key base "<prefix>:{<queue>}:"
+-- ARGV[2] how many rings follow   ARGV[3], ...: the other rings of the queue,
+-- then its workers' private lists; every lane of a ring is purged, and the
+-- ring with it
 -- Ids of tasks no manager wants any more (their batch cancelled, their
 -- manager gone) are dropped too, and counted apart.
 -- Returns {tasks purged from their batches, ids dropped in all}.
@@ -19,8 +20,18 @@ local function purge(list)
   end
   redis.call('DEL', list)
 end
-purge(KEYS[1])
-for i = 2, #ARGV do
+local function purge_ring(ring)
+  for _, lane in ipairs(redis.call('LRANGE', ring, 0, -1)) do
+    purge(base .. 'l:' .. lane)
+  end
+  redis.call('DEL', ring)
+end
+local rings = tonumber(ARGV[2])
+purge_ring(KEYS[1])
+for i = 3, 2 + rings do
+  purge_ring(ARGV[i])
+end
+for i = 3 + rings, #ARGV do
   purge(ARGV[i])
 end
 return {n, ids}

@@ -1,14 +1,13 @@
 -- reap.lua: give the tasks of workers whose lease expired back to the queue.
 -- Whoever runs it first (a waiting manager or any live worker) reaps; running
 -- it again finds nothing. Deadlines are compared on the Redis clock.
--- A public task a dead worker held goes to the front of its public list (of
--- its priority) with
--- its lost-attempt count raised (the worker that takes it next checks the
+-- A public task a dead worker held goes to the front of its lane (and the
+-- lane back in its ring) with its lost-attempt count raised (the worker that takes it next checks the
 -- count against the batch's budget). A private task, held or still queued,
 -- cannot run elsewhere: its manager gets a "lost <task id> <worker id>" entry
 -- in place of a result.
 -- KEYS[1] workers sorted set (wid -> lease deadline, ms)
--- KEYS[2] public list of the default priority (names the slot)
+-- KEYS[2] ring of the default priority (names the slot)
 -- KEYS[3] idle set
 -- ARGV[1] key base "<prefix>:{<queue>}:"   ARGV[2] most workers to reap in one call
 -- Returns {workers reaped, tasks re-queued, private tasks lost}.
@@ -33,7 +32,7 @@ for _, wid in ipairs(dead) do
         local m = manager(base, member)
         redis.call('HINCRBY', m .. ':attempts', member, 1)
         redis.call('PEXPIRE', m .. ':attempts', math.max(redis.call('PTTL', m .. ':tasks'), 1000))
-        redis.call('LPUSH', public_of(base, member), member)
+        requeue(base, member)
         requeued = requeued + 1
       end
     end

@@ -10,26 +10,34 @@
 -- its writes.
 -- KEYS[1] task set of the manager (HASH task id -> payload; "_" -> count;
 --         "_e" -> epoch)
--- KEYS[2] list to queue on: the public list, or one worker's private list
+-- KEYS[2] list to queue on: the batch's lane (see keys.Lane), or one
+--         worker's private list
 -- KEYS[3] idle set of the queue
+-- KEYS[4] ring of the tasks' priority (a lane is added to it, unless it is
+--         there); with a private list, a key that never exists
+-- KEYS[5] lanes of the manager (HASH lane -> what its tasks call)
 -- ARGV[1] key base "<prefix>:{<queue>}:"
 -- ARGV[2] TTL of the manager's keys, ms
 -- ARGV[3] the worker id of the private list, or "" for the public list
 -- ARGV[4] the count the manager expects at least (0: no check)
 -- ARGV[5] the epoch the manager expects; set if the set has none
 -- ARGV[6] a new epoch to install (recovery), or ""
--- ARGV[7], ARGV[8], ...: task id, payload, task id, payload, ... (may be none)
+-- ARGV[7] the lane ("<manager id>.<lane>"), or "" for a private list
+-- ARGV[8] what the lane's tasks call ("<func>\t<signature>", and
+--         "\n<reducer>\t<signature>"): a take passes a lane whose function
+--         its worker has not registered with that signature
+-- ARGV[9], ARGV[10], ...: task id, payload, task id, payload, ... (may be none)
 -- Returns {the count after this submit; 1 if the count before it was at
 -- least ARGV[4] and the epoch was ARGV[5] (or none), else 0}.
 local base, ttl, wid, expect, epoch, fresh = ARGV[1], ARGV[2], ARGV[3], tonumber(ARGV[4]), ARGV[5], ARGV[6]
 local before = tonumber(redis.call('HGET', KEYS[1], '_') or '0') or 0
 local had = redis.call('HGET', KEYS[1], '_e')
 local intact = before >= expect and (not had or had == epoch)
-for i = 7, #ARGV, 2 * CHUNK do
+for i = 9, #ARGV, 2 * CHUNK do
   redis.call('HSET', KEYS[1], unpack(ARGV, i, math.min(i + 2 * CHUNK - 1, #ARGV)))
 end
 local ids = {}
-for i = 7, #ARGV, 2 do
+for i = 9, #ARGV, 2 do
   ids[#ids + 1] = ARGV[i]
 end
 local after = redis.call('HINCRBY', KEYS[1], '_', #ids)
@@ -44,6 +52,15 @@ if #ids == 0 then
 end
 for i = 1, #ids, CHUNK do
   redis.call('RPUSH', KEYS[2], unpack(ids, i, math.min(i + CHUNK - 1, #ids)))
+end
+local lane = ARGV[7]
+if lane ~= '' then
+  -- The lane lives as long as the task set; its entry in the manager's
+  -- lanes too. A take drops a lane it finds empty from the ring.
+  redis.call('PEXPIRE', KEYS[2], ttl)
+  redis.call('HSET', KEYS[5], string.match(lane, '%.(.+)$'), ARGV[8])
+  redis.call('PEXPIRE', KEYS[5], ttl)
+  enlist(KEYS[4], lane)
 end
 if wid == '' then
   for _, w in ipairs(redis.call('SPOP', KEYS[3], #ids)) do

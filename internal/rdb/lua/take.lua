@@ -1,6 +1,18 @@
 -- take.lua: take up to n tasks for one worker, from its private list first and
--- then the public lists, highest priority first, and record each in the worker's held set in the same
--- atomic step as the pop: a worker killed at any instant loses no task.
+-- then from the lanes of the rings, highest priority first, and record each in
+-- the worker's held set in the same atomic step as the pop: a worker killed at
+-- any instant loses no task.
+-- Each batch queues its public tasks in a lane of its own, and a ring per
+-- priority lists the lanes that have tasks. A take goes round the ring of a
+-- priority, moving each lane it looks at from the front to the back, and
+-- takes from each lane whose function (and reducer) the worker registered
+-- with the same signature (ARGV[7], ...) at most its share of what the take
+-- still wants (that, divided by the lanes of the ring), then, if the round
+-- left room, goes round once more without the share. So the lanes of a
+-- priority share the workers, in turns, whatever their sizes; a lane whose
+-- function the worker does not serve is passed over, its tasks left for a
+-- worker that does; a lane found empty leaves the ring. A higher priority is
+-- emptied first.
 -- A task its manager no longer wants (not in the manager's task set: cancelled,
 -- finished, or the manager's keys expired) is dropped and never returned, so
 -- it is never run.
@@ -33,10 +45,12 @@
 -- KEYS[5] workers sorted set (wid -> lease deadline, ms)
 -- KEYS[6] the queue's list of shard names (see shards.lua; in shard 0, else
 -- a key that never exists)
--- KEYS[7], ...: the public lists, highest priority first
+-- KEYS[7], ...: the rings, highest priority first
 -- ARGV[1] key base "<prefix>:{<queue>}:"   ARGV[2] n, at least 1   ARGV[3] worker id
 -- ARGV[4] the worker's lease, ms   ARGV[5] the shard count the worker knows
 -- ARGV[6] how many tasks the worker holds, by its own count, on every shard
+-- ARGV[7], ...: what the worker serves: "<func>\t<signature>" per handle it
+-- registered
 -- Returns a flat array of quadruples: task id, attempt, payload, and "!" for a
 -- task of the private list or "" for the public one; then "shards" and the
 -- queue's shard count (1 + the names in the list) if it is above the one
@@ -68,9 +82,10 @@ local function keys_of(tid)
   return m
 end
 
-local function take(list, mark)
-  while taken < n and not alone do
-    local ids = redis.call('LPOP', list, n - taken)
+-- take pops from list until the take has limit tasks.
+local function take(list, mark, limit)
+  while taken < limit and not alone do
+    local ids = redis.call('LPOP', list, limit - taken)
     if not ids then return end
     for i, tid in ipairs(ids) do
       local m = keys_of(tid)
@@ -103,15 +118,54 @@ local function take(list, mark)
     end
   end
 end
+local served = {}
+for i = 7, #ARGV do
+  served[ARGV[i]] = true
+end
+-- serves says whether the worker registered what lane's tasks call.
+local function serves(lane)
+  local mid, l = string.match(lane, '^([^.]+)%.(.+)$')
+  local calls = mid and redis.call('HGET', base .. 'm:' .. mid .. ':lanes', l)
+  if not calls then
+    return false
+  end
+  local fn, red = string.match(calls, '^([^\n]*)\n?(.*)$')
+  return served[fn] == true and (red == '' or served[red] == true)
+end
+
+-- round goes round ring once, taking from each lane the worker serves up to
+-- share tasks; it reports whether some lane gave its whole share.
+local function round(ring, share)
+  local full = false
+  for _ = 1, redis.call('LLEN', ring) do
+    if taken >= n or alone then
+      break
+    end
+    local lane = redis.call('LMOVE', ring, ring, 'LEFT', 'RIGHT')
+    local list = base .. 'l:' .. lane
+    if redis.call('LLEN', list) == 0 then
+      redis.call('LREM', ring, -1, lane)
+    elseif serves(lane) then
+      local before = taken
+      take(list, '', math.min(n, taken + share))
+      full = full or taken - before == share
+    end
+  end
+  return full
+end
+
 if redis.call('LPOS', KEYS[4], 'stop') then
   return out
 end
 if not redis.call('ZSCORE', KEYS[5], wid) then
   redis.call('ZADD', KEYS[5], now() + tonumber(ARGV[4]), wid)
 end
-take(KEYS[1], '!')
+take(KEYS[1], '!', n)
 for i = 7, #KEYS do
-  take(KEYS[i], '')
+  local lanes = redis.call('LLEN', KEYS[i])
+  if taken < n and not alone and lanes > 0 and round(KEYS[i], math.ceil((n - taken) / lanes)) then
+    round(KEYS[i], n - taken)
+  end
 end
 for i = 1, #held, CHUNK do
   redis.call('SADD', KEYS[2], unpack(held, i, math.min(i + CHUNK - 1, #held)))

@@ -1,0 +1,20 @@
+-- renew.lua: extend the life of a manager's keys, its lanes included, or
+-- delete them all (Drop).
+-- KEYS[1] task set   KEYS[2] attempt counts   KEYS[3] result list
+-- KEYS[4] lanes of the manager (HASH lane -> what it calls)
+-- ARGV[1] key base "<prefix>:{<queue>}:"   ARGV[2] the manager's id
+-- ARGV[3] the TTL, ms; 0 deletes the keys instead
+-- Returns nothing.
+local base, mid, ttl = ARGV[1], ARGV[2], tonumber(ARGV[3])
+local ks = {KEYS[1], KEYS[2], KEYS[3], KEYS[4]}
+for _, lane in ipairs(redis.call('HKEYS', KEYS[4])) do
+  ks[#ks + 1] = base .. 'l:' .. mid .. '.' .. lane
+end
+for _, k in ipairs(ks) do
+  if ttl > 0 then
+    redis.call('PEXPIRE', k, ttl)
+  else
+    redis.call('DEL', k)
+  end
+end
+return 0
