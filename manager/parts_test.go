@@ -327,7 +327,7 @@ func TestKeeperRestoresLostConstant(t *testing.T) {
 	})
 }
 
-// The reaper reaps on every shard, says when no live worker serves a
+// The reaper reaps on every shard, says when no live worker registered a
 // batch's function, and fails its waiting elements after NoWorkerTimeout.
 func TestReaperChecksServed(t *testing.T) {
 	q := newFakeQueue(2)
@@ -339,10 +339,10 @@ func TestReaperChecksServed(t *testing.T) {
 	for i, s := range q.shards {
 		until(t, fmt.Sprintf("shard %d reaped", i), func() bool { return s.callsOf("reap") > 0 })
 	}
-	until(t, "the batch says it waits", func() bool { return strings.Contains(b.Progress().Waiting, `serves "square"`) })
+	until(t, "the batch says it waits", func() bool { return strings.Contains(b.Progress().Waiting, `registered "square"`) })
 	_, err = b.Wait(unitCtx(t))
-	if !errors.Is(err, redmap.ErrNoWorker) {
-		t.Fatalf("err = %v, want ErrNoWorker", err)
+	if !errors.Is(err, redmap.ErrNoWorker) || !errors.Is(err, redmap.ErrUnknownFunc) {
+		t.Fatalf("err = %v, want ErrNoWorker and ErrUnknownFunc", err)
 	}
 }
 
