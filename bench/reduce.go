@@ -35,8 +35,11 @@ var (
 // workerEnv, when set in a bench process's environment, makes it a worker
 // process of that queue (on the Redis of benchURLEnv) instead of a bench.
 const (
-	workerEnv   = "REDMAP_BENCH_WORKER"
-	benchURLEnv = "REDMAP_BENCH_REDIS"
+	workerEnv = "REDMAP_BENCH_WORKER"
+	// workerConcurrencyEnv sets a worker process's Concurrency (0 or unset:
+	// its GOMAXPROCS).
+	workerConcurrencyEnv = "REDMAP_BENCH_CONCURRENCY"
+	benchURLEnv          = "REDMAP_BENCH_REDIS"
 	// workerProfileEnv, if set, makes each worker process write a CPU
 	// profile to <its value>.<pid> (bench -workerprofile).
 	workerProfileEnv = "REDMAP_BENCH_WORKER_PROFILE"
@@ -52,10 +55,11 @@ func runWorkerProcess() bool {
 	c, err := connect.URL(os.Getenv(benchURLEnv))
 	var w *worker.Worker
 	if err == nil {
-		w, err = worker.New(c, worker.Options{Queue: queue})
+		concurrency, _ := strconv.Atoi(os.Getenv(workerConcurrencyEnv))
+		w, err = worker.New(c, worker.Options{Queue: queue, Concurrency: concurrency})
 	}
 	if err == nil {
-		err = w.Register(square, spin, mirror, lookup, modSquare, plus, sieve)
+		err = w.Register(square, spin, mirror, lookup, modSquare, plus, sieve, sleepy)
 	}
 	if err == nil {
 		if p := os.Getenv(workerProfileEnv); p != "" {
@@ -84,6 +88,14 @@ func (e *env) processFleet(k int) (*manager.Manager, func(), error) { return e.s
 // shardedFleet is processFleet with a manager spreading its tasks over
 // shards shards of the queue.
 func (e *env) shardedFleet(k, shards int) (*manager.Manager, func(), error) {
+	m, _, stop, err := e.fleet(k, shards, 0)
+	return m, stop, err
+}
+
+// fleet starts k worker processes of concurrency slots each (0: their
+// GOMAXPROCS) on a fresh queue, and a manager spreading its tasks over
+// shards shards of it; it returns the queue's name too.
+func (e *env) fleet(k, shards, concurrency int) (*manager.Manager, string, func(), error) {
 	queue := "bench-" + id.New()[:8]
 	var cmds []*exec.Cmd
 	stop := func() {
@@ -95,31 +107,32 @@ func (e *env) shardedFleet(k, shards int) (*manager.Manager, func(), error) {
 	}
 	for range k {
 		cmd := exec.Command(os.Args[0])
-		cmd.Env = append(os.Environ(), workerEnv+"="+queue, benchURLEnv+"="+e.url, "GOMAXPROCS="+strconv.Itoa(max(1, e.slots/k)))
+		cmd.Env = append(os.Environ(), workerEnv+"="+queue, benchURLEnv+"="+e.url, "GOMAXPROCS="+strconv.Itoa(max(1, e.slots/k)),
+			workerConcurrencyEnv+"="+strconv.Itoa(concurrency))
 		cmd.Stderr = os.Stderr
 		out, err := cmd.StdoutPipe()
 		if err != nil {
 			stop()
-			return nil, nil, err
+			return nil, "", nil, err
 		}
 		if err := cmd.Start(); err != nil {
 			stop()
-			return nil, nil, err
+			return nil, "", nil, err
 		}
 		cmds = append(cmds, cmd)
 		e.children.add(cmd.Process.Pid)
 		line := make([]byte, 64)
 		if n, err := out.Read(line); err != nil || !strings.HasPrefix(string(line[:n]), "worker ") {
 			stop()
-			return nil, nil, fmt.Errorf("worker process did not start: %q %v", line[:n], err)
+			return nil, "", nil, fmt.Errorf("worker process did not start: %q %v", line[:n], err)
 		}
 	}
 	m, err := manager.New(e.rdb, manager.Options{Queue: queue, Shards: shards})
 	if err != nil {
 		stop()
-		return nil, nil, err
+		return nil, "", nil, err
 	}
-	return m, func() { m.Close(); stop() }, nil
+	return m, queue, func() { m.Close(); stop() }, nil
 }
 
 // netBytes returns the bytes Redis has received and sent in all.

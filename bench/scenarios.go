@@ -29,6 +29,8 @@ var scenarios = []scenario{
 	{"large", large},
 	{"constant", constant},
 	{"latency", latency},
+	{"fanout", fanout},
+	{"fairshare", fairshare},
 	{"managers", managers},
 	{"stream", stream},
 	{"reduce", reduce},
