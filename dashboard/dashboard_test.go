@@ -217,3 +217,31 @@ func TestActionsGuarded(t *testing.T) {
 		t.Fatalf("the purged batch: %v, want ErrLost", err)
 	}
 }
+
+// A batch that only workers of other types could run is shown waiting, with
+// the reason its manager published.
+func TestStateSaysWhyABatchWaits(t *testing.T) {
+	e := harness.Setup(t)
+	e.Worker(t, worker.Options{}, slow) // slow: int → int
+	m := e.Manager(t, manager.Options{Poll: 100 * time.Millisecond})
+	d, err := dashboard.New(e.Client, dashboard.Options{Queue: e.Queue})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(d)
+	defer srv.Close()
+	slowText := redmap.Func("slow", func(_ context.Context, s string) (int, error) { return len(s), nil })
+	b, err := manager.Submit(context.Background(), m, slowText, []string{"x"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Cancel()
+	var st dashboard.State
+	redistest.Eventually(t, "the batch shown waiting", func() bool {
+		st = getState(t, srv.URL)
+		return len(st.Batches) == 1 && st.Batches[0].Waiting != ""
+	})
+	if w := st.Batches[0].Waiting; !strings.Contains(w, "other types") || !strings.Contains(w, "In is string on the manager") {
+		t.Fatalf("the dashboard says %q; want only workers of other types live, naming the input", w)
+	}
+}

@@ -169,6 +169,38 @@ func TestStatusWorkersBatches(t *testing.T) {
 
 func sorted(xs ...string) []string { slices.Sort(xs); return xs }
 
+// A batch whose function only workers of other types serve waits, and
+// redmap batches says so, naming the field that differs, from the progress
+// its manager published; its element then fails with ErrTypeMismatch.
+func TestBatchesSayWhyABatchWaits(t *testing.T) {
+	e := harness.Setup(t)
+	srv, queue := e.Srv, e.Queue
+	startWorker(t, srv, queue) // serves square: int → int
+	m := e.Manager(t, manager.Options{NoWorkerTimeout: time.Minute})
+	squareOfText := redmap.Func("square", func(_ context.Context, s string) (int, error) { return len(s), nil })
+	batch, err := manager.Submit(context.Background(), m, squareOfText, []string{"seven"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var batches []inspect.Batch
+	redistest.Eventually(t, "the batch listed as waiting", func() bool {
+		cliJSON(t, srv, &batches, "batches", "-queue", queue)
+		return len(batches) == 1 && batches[0].Waiting != ""
+	})
+	if w := batches[0].Waiting; !strings.Contains(w, "other types") || !strings.Contains(w, "In") {
+		t.Fatalf("batches says %q; want it to say only workers of other types are live, naming the input", w)
+	}
+	out, _, code := runCLI(t, srv, "batches", "-queue", queue)
+	if code != 0 || !strings.Contains(out, "other types") {
+		t.Fatalf("redmap batches (exit %d) does not say why the batch waits:\n%s", code, out)
+	}
+	t.Logf("redmap batches:\n%s", out)
+	batch.Cancel()
+	if _, err := batch.Wait(context.Background()); !errors.Is(err, context.Canceled) {
+		t.Fatalf("cancelled batch: %v", err)
+	}
+}
+
 func TestFailures(t *testing.T) {
 	e := harness.Setup(t)
 	srv, queue := e.Srv, e.Queue
