@@ -82,7 +82,10 @@ func (e *CommandError) Error() string {
 		what = e.Command
 	}
 	if e.Kind == ErrPermission {
-		return fmt.Sprintf("redmap: %s: the Redis user may not run %s (grant it: see README, \"Redis settings\"): %s", e.Op, what, e.Reply)
+		if strings.HasPrefix(e.Reply, "WRONGPASS") || strings.HasPrefix(e.Reply, "NOAUTH") {
+			return fmt.Sprintf("redmap: %s: Redis refused the credentials (check the user and password in the URL): %s", e.Op, e.Reply)
+		}
+		return fmt.Sprintf("redmap: %s: the Redis user may not run %s (grant it: see docs/connecting.md, \"A least-privilege ACL user\"): %s", e.Op, what, e.Reply)
 	}
 	return fmt.Sprintf("redmap: %s: Redis refused %s: %s", e.Op, what, e.Reply)
 }

@@ -47,8 +47,9 @@ type Options struct {
 	// Actions allows operators to drain workers, cancel batches and purge
 	// queues from the page. Default off: the page then only reads.
 	Actions bool
-	// Keep is how long a finished batch and a dead worker stay on the page.
-	// Default 10 minutes.
+	// Keep is how long an ended batch (from the queues' history in Redis)
+	// stays on the page. Default 10 minutes. (Workers that stopped or died
+	// stay for inspect.GoneFor, as Redis keeps them.)
 	Keep time.Duration
 	// Logger receives the dashboard's logs. Default: none.
 	Logger *slog.Logger
@@ -61,10 +62,8 @@ type Dashboard struct {
 	mux  *http.ServeMux
 
 	mu      sync.Mutex
-	queues  []string                 // the queues found by the last scan
-	scanned time.Time                // when
-	workers map[string]seenWorker    // "queue/id" -> the worker as last seen
-	batches map[string]inspect.Batch // "queue/manager/id" -> the batch as last seen
+	queues  []string  // the queues found by the last scan
+	scanned time.Time // when
 
 	// The last state read, shared by every page polling within stateTTL:
 	// Redis answers one read a second however many operators look.
@@ -99,8 +98,7 @@ func New(client redis.UniversalClient, opts Options) (*Dashboard, error) {
 	if err != nil {
 		return nil, err
 	}
-	d := &Dashboard{in: in, opts: opts, mux: http.NewServeMux(),
-		workers: map[string]seenWorker{}, batches: map[string]inspect.Batch{}}
+	d := &Dashboard{in: in, opts: opts, mux: http.NewServeMux()}
 	static, _ := fs.Sub(assets, "assets") // embedded: cannot fail
 	d.mux.Handle("GET /", http.FileServerFS(static))
 	d.mux.HandleFunc("GET /api/state", d.serveState)
@@ -118,8 +116,8 @@ func (d *Dashboard) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 }
 
 // State is what GET api/state returns: everything the page shows, read
-// through the inspector (package inspect), with the workers and batches seen
-// before that Redis no longer has (see Options.Keep).
+// through the inspector (package inspect) from the records their writers
+// keep in Redis; nothing comes from what the dashboard saw before.
 type State struct {
 	Time     time.Time              `json:"time"`    // the Redis clock
 	Actions  bool                   `json:"actions"` // the actions are allowed
@@ -127,12 +125,6 @@ type State struct {
 	Workers  []inspect.Worker       `json:"workers"`
 	Batches  []inspect.Batch        `json:"batches"`
 	Failures []inspect.FailureGroup `json:"failures"`
-}
-
-// seenWorker is a worker, and when the dashboard last saw its record.
-type seenWorker struct {
-	inspect.Worker
-	seen time.Time
 }
 
 func (d *Dashboard) serveState(w http.ResponseWriter, r *http.Request) {
@@ -164,8 +156,10 @@ func (d *Dashboard) shared(ctx context.Context) (State, error) {
 	return st, nil
 }
 
-// State reads what the page shows from Redis, and adds the batches and
-// workers seen before that are gone (within Options.Keep).
+// State reads what the page shows from Redis: the queues, their workers
+// (those that stopped or died within inspect.GoneFor included), their
+// running batches and those that ended within Options.Keep (the queues'
+// history), and their failure groups.
 func (d *Dashboard) State(ctx context.Context) (State, error) {
 	now, err := d.in.Now(ctx)
 	if err != nil {
@@ -185,9 +179,14 @@ func (d *Dashboard) State(ctx context.Context) (State, error) {
 		st.Queues = append(st.Queues, snap.Queue)
 		st.Workers = append(st.Workers, snap.Workers...)
 		st.Batches = append(st.Batches, snap.Batches...)
+		for _, b := range snap.History {
+			if now.Sub(b.Ended) <= d.opts.Keep {
+				st.Batches = append(st.Batches, b)
+			}
+		}
 		st.Failures = append(st.Failures, snap.Failures...)
 	}
-	d.remember(&st, now)
+	order(&st)
 	return st, nil
 }
 
@@ -212,63 +211,15 @@ func (d *Dashboard) queueNames(ctx context.Context) ([]string, error) {
 	return qs, nil
 }
 
-// remember records what st shows, and adds to it the workers and batches
-// seen before that Redis no longer has: a worker reaped or expired shows
-// dead, a batch its manager no longer publishes shows its outcome, for
-// Options.Keep.
-func (d *Dashboard) remember(st *State, now time.Time) {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	present := map[string]bool{}
-	for _, w := range st.Workers {
-		k := w.Queue + "/" + w.ID
-		present[k] = true
-		d.workers[k] = seenWorker{Worker: w, seen: now}
-	}
-	for k, w := range d.workers {
-		switch {
-		case present[k]:
-		case now.Sub(w.seen) > d.opts.Keep:
-			delete(d.workers, k)
-		default:
-			gone := w.Worker
-			gone.State, gone.Live, gone.Running = "dead", false, 0
-			gone.HeartbeatAge += now.Sub(w.seen).Seconds()
-			st.Workers = append(st.Workers, gone)
-		}
-	}
-	present = map[string]bool{}
-	for _, b := range st.Batches {
-		k := b.Queue + "/" + b.Manager + "/" + b.ID
-		present[k] = true
-		d.batches[k] = b
-	}
-	for k, b := range d.batches {
-		switch {
-		case present[k]:
-		case b.Outcome != "running" && now.Sub(b.Ended) > d.opts.Keep:
-			delete(d.batches, k)
-		default:
-			if b.Outcome == "running" {
-				b.Outcome = "ended"
-				if b.Done == b.Total {
-					b.Outcome = "done"
-					if b.Failed > 0 {
-						b.Outcome = "failed"
-					}
-				}
-				b.Ended, b.ETA, b.Waiting = now, 0, ""
-				d.batches[k] = b
-			}
-			st.Batches = append(st.Batches, b)
-		}
-	}
-	slices.SortFunc(st.Workers, func(a, b inspect.Worker) int {
-		return cmp.Or(cmp.Compare(a.Queue, b.Queue), cmp.Compare(rank(a.State == "dead"), rank(b.State == "dead")), cmp.Compare(a.ID, b.ID))
+// order sorts what st shows: per queue, live workers before gone ones;
+// running batches before ended ones, the newest ended first.
+func order(st *State) {
+	slices.SortStableFunc(st.Workers, func(a, b inspect.Worker) int {
+		return cmp.Or(cmp.Compare(a.Queue, b.Queue), cmp.Compare(rank(!a.Live), rank(!b.Live)), cmp.Compare(a.ID, b.ID))
 	})
 	slices.SortFunc(st.Batches, func(a, b inspect.Batch) int {
 		return cmp.Or(cmp.Compare(rank(a.Outcome != "running"), rank(b.Outcome != "running")), cmp.Compare(a.Queue, b.Queue),
-			cmp.Compare(a.Manager, b.Manager), cmp.Compare(a.ID, b.ID))
+			b.Ended.Compare(a.Ended), cmp.Compare(a.Manager, b.Manager), cmp.Compare(a.ID, b.ID))
 	})
 }
 

@@ -138,12 +138,14 @@ func TestStateAPI(t *testing.T) {
 			counted += v * float64(st.Queues[0].Bucket)
 		}
 		return len(st.Batches) == 1 && st.Batches[0].Outcome == "failed" && st.Batches[0].Failed == 4 &&
-			counted == 400 && len(st.Failures) == 4 // one group per message: "element 99: ...", ...
+			counted == 400 && len(st.Failures) == 1 && st.Failures[0].Count == 4
 	})
-	for _, f := range st.Failures {
-		if f.Func != "slow" || f.Count != 1 || !strings.Contains(f.Error, "no such thing") {
-			t.Fatalf("failure group %+v", f)
-		}
+	// "element 99: no such thing", "element 199: ...": one group.
+	if f := st.Failures[0]; f.Func != "slow" || f.Group != "element <n>: no such thing" || !strings.Contains(f.Error, "no such thing") {
+		t.Fatalf("failure group %+v", f)
+	}
+	if b := st.Batches[0]; b.FailedBy["error"] != 4 || b.Ended.IsZero() {
+		t.Fatalf("the ended batch %+v; want its 4 failures by cause and when it ended", b)
 	}
 }
 

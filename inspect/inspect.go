@@ -53,15 +53,30 @@ type Queue struct {
 	Bucket int       `json:"bucket_seconds"`
 }
 
-// Worker is one registered worker, live or dead, as its last heartbeat
+// Worker is one worker, registered or gone lately, as its last heartbeat
 // published it.
 type Worker struct {
 	Queue string `json:"queue"`
 	ID    string `json:"id"`
-	// State is "running" or "draining" as the worker said, or "dead" once
-	// its lease expired (by the Redis clock) and no one reaped it yet.
-	State        string   `json:"state"`
-	Live         bool     `json:"live"`
+	// State is one of:
+	//   - "running": registered, its heartbeat on time, tasks in hand;
+	//   - "idle": the same, holding no task;
+	//   - "draining": it takes no more tasks and exits once its own are
+	//     reported (SIGTERM, redmap drain);
+	//   - "late": registered, but its heartbeat is overdue (more than two
+	//     heartbeats old): stopped, cut off, or dying; its lease has not
+	//     lapsed yet;
+	//   - "dead": its lease lapsed (by the Redis clock) without a clean
+	//     stop: killed, or cut off for longer than its lease;
+	//   - "stopped": it stopped cleanly (drained, or signalled) and retired.
+	// A dead or stopped worker stays listed for GoneFor.
+	State string `json:"state"`
+	// Since is how long ago, in seconds, the worker entered its state,
+	// where that is known: for "stopped" and "dead", since it retired or
+	// its lease lapsed; for "late", since its heartbeat was due; for the
+	// others, since its last heartbeat.
+	Since        float64  `json:"since_seconds"`
+	Live         bool     `json:"live"` // registered, lease not lapsed
 	Host         string   `json:"host"`
 	PID          int      `json:"pid"`
 	HeartbeatAge float64  `json:"heartbeat_age_seconds"` // by the Redis clock
@@ -79,7 +94,11 @@ type Worker struct {
 	Error string `json:"error,omitempty"`
 }
 
-// Batch is one batch as its manager published it.
+// GoneFor is how long a worker that stopped or died stays listed.
+const GoneFor = keys.GoneFor
+
+// Batch is one batch: running, as its manager last published it, or ended,
+// as the queue's history recorded it.
 type Batch struct {
 	Queue    string  `json:"queue"`
 	Manager  string  `json:"manager"`
@@ -92,28 +111,43 @@ type Batch struct {
 	Rate     float64 `json:"rate"`        // elements a second
 	ETA      float64 `json:"eta_seconds"` // 0 when unknown or done
 	Worker   string  `json:"worker,omitempty"`
-	// Waiting says why the batch does not advance, as its manager sees it
-	// (no live worker serves its function), or why its record could not
-	// be read.
+	// Waiting says why a running batch does not advance, as its manager
+	// sees it (no live worker serves its function), or why its record could
+	// not be read.
 	Waiting string `json:"waiting,omitempty"`
-	// Outcome is "running" while its manager publishes it; a viewer that
-	// remembers batches (the dashboard) sets the others: "done", "failed"
-	// or "ended".
-	Outcome string    `json:"outcome"`
+	// Outcome is "running", or how the batch ended, as its manager recorded
+	// it: "done", "failed", "cancelled", "closed"; or "manager lost" when
+	// its manager stopped publishing (killed, or cut off from Redis) and
+	// someone noticed (a worker, the CLI, the dashboard): its counts are
+	// then its last published progress.
+	Outcome string `json:"outcome"`
+	// FailedBy counts an ended batch's failed elements per cause ("error",
+	// "panic", "lost", "timeout", "no worker", ...).
+	FailedBy map[string]int `json:"failed_by,omitempty"`
+	// Reason says why an ended batch ended early, if it did.
+	Reason  string    `json:"reason,omitempty"`
+	Started time.Time `json:"started,omitzero"`
 	Ended   time.Time `json:"ended,omitzero"`
 }
 
-// FailureGroup is the failures of one function, kind and error message
-// (its first line; retries of an element count with it).
+// FailureGroup is the failed elements of one function, kind and group: the
+// message's fingerprint, with numbers, ids, quoted strings and paths
+// masked (the way error trackers group), so that "no such file
+// /data/17.csv" and "no such file /data/18.csv" are one group. Every
+// failed element is counted, retries included.
 type FailureGroup struct {
-	Queue       string    `json:"queue"`
-	Func        string    `json:"func"`
-	Kind        string    `json:"kind"`
-	Error       string    `json:"error"`
-	Count       int       `json:"count"`
-	Last        time.Time `json:"last"`
-	SampleTask  string    `json:"sample_task"`
-	SampleStack string    `json:"sample_stack,omitempty"`
+	Queue string    `json:"queue"`
+	Func  string    `json:"func"`
+	Kind  string    `json:"kind"`
+	Group string    `json:"group"` // the fingerprint
+	Error string    `json:"error"` // one message of the group in full: the last one
+	Count int64     `json:"count"`
+	First time.Time `json:"first"`
+	Last  time.Time `json:"last"`
+	// Workers that saw it (up to 10).
+	Workers     []string `json:"workers"`
+	SampleTask  string   `json:"sample_task"`
+	SampleStack string   `json:"sample_stack,omitempty"`
 }
 
 // Snapshot is one queue, its workers, batches and failure groups, read
@@ -122,9 +156,10 @@ type Snapshot struct {
 	Time      time.Time // the Redis clock
 	Queue     Queue
 	Workers   []Worker
-	Batches   []Batch
+	Batches   []Batch // running
+	History   []Batch // ended, newest first (the last HistoryShown)
 	Failures  []FailureGroup
-	Malformed int // failure records that could not be read
+	Malformed int // failure groups that could not be read
 }
 
 // Ping checks that Redis answers. One round trip.
@@ -140,38 +175,84 @@ func (i *Inspector) Now(ctx context.Context) (time.Time, error) {
 // sorted; a sharded queue is listed once, under its name.
 func (i *Inspector) Queues(ctx context.Context) ([]string, error) { return i.admin.Queues(ctx) }
 
-// Workers returns the registered workers of queue, by the Redis clock now.
+// Workers returns the workers of queue, registered or gone within GoneFor,
+// with their states (see Worker.State) by the Redis clock now: the live
+// ones first, then by id.
 func (i *Inspector) Workers(ctx context.Context, queue string, now time.Time) ([]Worker, error) {
 	regs, err := i.admin.Workers(ctx, queue)
 	if err != nil {
 		return nil, err
 	}
+	gone, err := i.admin.Gone(ctx, queue, now.Add(-GoneFor).UnixMilli())
+	if err != nil {
+		return nil, err
+	}
 	nowMs := now.UnixMilli()
-	out := make([]Worker, 0, len(regs))
-	for _, r := range regs {
+	out := make([]Worker, 0, len(regs)+len(gone))
+	for _, r := range append(regs, gone...) {
 		in := r.Info
-		w := Worker{Queue: queue, ID: r.ID, State: cmp.Or(in.State, "running"), Live: r.Deadline > nowMs,
+		w := Worker{Queue: queue, ID: r.ID, Live: r.Deadline > nowMs,
 			Host: in.Host, PID: in.PID, Concurrency: in.Concurrency, Running: in.Running, Held: r.Held,
 			Taken: in.Taken, Delivered: in.Delivered, Failed: in.Failed, Functions: in.Functions,
 			CacheHits: in.CacheHits, CacheBytes: in.CacheBytes, Error: in.Error}
 		if w.Functions == nil {
 			w.Functions = []string{}
 		}
-		// The lease began at the last heartbeat, by the Redis clock.
-		w.HeartbeatAge = float64(nowMs-(r.Deadline-in.Lease.Milliseconds())) / 1000
+		w.State, w.Since, w.HeartbeatAge = stateOf(r, nowMs)
 		if !w.Live {
-			w.State = "dead"
+			w.Running, w.Held = 0, 0
 		}
 		if r.Malformed != nil {
 			w.Error = strings.TrimSpace(w.Error + " (unreadable record: " + r.Malformed.Error() + ")")
 		}
 		out = append(out, w)
 	}
+	slices.SortStableFunc(out, func(a, b Worker) int {
+		return cmp.Or(cmp.Compare(rank(!a.Live), rank(!b.Live)), strings.Compare(a.ID, b.ID))
+	})
 	return out, nil
 }
 
-// Batches returns the running batches of queue, by id.
+// stateOf returns a worker's state, how long it has been in it, and the age
+// of its last heartbeat, in seconds, by the Redis clock nowMs.
+func stateOf(r rdb.Registered, nowMs int64) (state string, since, age float64) {
+	in := r.Info
+	secs := func(ms int64) float64 { return float64(max(ms, 0)) / 1000 }
+	if !in.Gone.IsZero() { // reaped: stopped or dead, as reap.lua wrote
+		return cmp.Or(in.State, "dead"), secs(nowMs - in.Gone.UnixMilli()), secs(nowMs - in.Gone.UnixMilli())
+	}
+	// The lease began at the last heartbeat, by the Redis clock.
+	beat := r.Deadline - in.Lease.Milliseconds()
+	age = secs(nowMs - beat)
+	every := cmp.Or(in.Every, time.Second).Milliseconds()
+	switch {
+	case r.Deadline <= nowMs:
+		return "dead", secs(nowMs - r.Deadline), age
+	case in.State == "draining":
+		return "draining", age, age
+	case nowMs-beat > 2*every:
+		return "late", secs(nowMs - beat - every), age
+	case in.Running == 0 && r.Held == 0:
+		return "idle", age, age
+	}
+	return "running", age, age
+}
+
+// rank orders false before true.
+func rank(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// Batches returns the running batches of queue, by id. It first records
+// the batches of managers that stopped publishing as "manager lost" (see
+// Batch.Outcome): a read model that notices a lost manager says so.
 func (i *Inspector) Batches(ctx context.Context, queue string) ([]Batch, error) {
+	if _, err := i.admin.LoseManagers(ctx, queue); err != nil && !rdb.Refused(err) {
+		return nil, err
+	} // refused: a read-only user; the next reader that may write will
 	pbs, err := i.admin.Batches(ctx, queue)
 	if err != nil {
 		return nil, err
@@ -184,24 +265,66 @@ func (i *Inspector) Batches(ctx context.Context, queue string) ([]Batch, error) 
 		}
 		out = append(out, Batch{Queue: queue, Manager: b.Manager, ID: b.ID, Func: p.Func,
 			Priority: cmp.Or(p.Priority, keys.DefaultPriority), Total: p.Total, Done: p.Done, Failed: p.Failed,
-			Rate: p.Rate, ETA: p.ETA.Seconds(), Worker: p.Worker, Waiting: p.Waiting, Outcome: "running"})
+			Rate: p.Rate, ETA: p.ETA.Seconds(), Worker: p.Worker, Waiting: p.Waiting, Outcome: "running",
+			Started: p.Started})
 	}
+	// A batch that ended a moment ago may still be in its manager's last
+	// publish: the history says how it ended.
+	ids := make([]string, len(out))
+	for j, b := range out {
+		ids[j] = b.ID
+	}
+	ended, err := i.admin.InHistory(ctx, queue, ids)
+	if err != nil {
+		return nil, err
+	}
+	out = slices.DeleteFunc(out, func(b Batch) bool { return ended[b.ID] })
 	slices.SortFunc(out, func(a, b Batch) int { return strings.Compare(a.ID, b.ID) })
 	return out, nil
 }
 
-// Failures returns queue's failure records grouped, most frequent first,
-// and how many records could not be read.
-func (i *Inspector) Failures(ctx context.Context, queue string) ([]FailureGroup, int, error) {
-	recs, malformed, err := i.admin.Failures(ctx, queue)
+// HistoryShown is how many ended batches of a queue Snapshot reads.
+const HistoryShown = 100
+
+// History returns queue's ended batches, newest first, at most n (all the
+// history keeps if n is 0 or less), and how many records could not be
+// read. Managers write the history (see manager.Options.History).
+func (i *Inspector) History(ctx context.Context, queue string, n int) ([]Batch, int, error) {
+	recs, malformed, err := i.admin.History(ctx, queue, n)
 	if err != nil {
 		return nil, 0, err
 	}
-	gs := rdb.GroupFailures(recs)
+	out := make([]Batch, len(recs))
+	for j, r := range recs {
+		out[j] = Batch{Queue: queue, Manager: r.Manager, ID: r.ID, Func: r.Func,
+			Priority: cmp.Or(r.Priority, keys.DefaultPriority), Total: r.Total, Done: r.Done, Failed: r.Failed,
+			Worker: r.Worker, Outcome: r.Outcome, FailedBy: r.FailedBy, Reason: r.Reason,
+			Started: time.UnixMilli(r.Started), Ended: time.UnixMilli(r.Ended)}
+		if r.Started == 0 {
+			out[j].Started = time.Time{}
+		}
+		if secs := out[j].Ended.Sub(out[j].Started).Seconds(); secs > 0 && r.Started != 0 {
+			out[j].Rate = float64(r.Done) / secs
+		}
+	}
+	return out, malformed, nil
+}
+
+// Failures returns queue's failure groups, most frequent first, and how
+// many could not be read. One round trip.
+func (i *Inspector) Failures(ctx context.Context, queue string) ([]FailureGroup, int, error) {
+	gs, malformed, err := i.admin.Failures(ctx, queue)
+	if err != nil {
+		return nil, 0, err
+	}
 	out := make([]FailureGroup, len(gs))
 	for j, g := range gs {
-		out[j] = FailureGroup{Queue: queue, Func: g.Func, Kind: g.Kind, Error: g.Error, Count: g.Count,
-			Last: g.Last, SampleTask: g.Task, SampleStack: g.Stack}
+		out[j] = FailureGroup{Queue: queue, Func: g.Func, Kind: g.Kind, Group: g.Fingerprint, Error: g.Sample,
+			Count: g.Count, First: time.UnixMilli(g.First), Last: time.UnixMilli(g.Last),
+			Workers: strings.Split(g.Workers, ","), SampleTask: g.Task, SampleStack: g.Stack}
+		if g.Workers == "" {
+			out[j].Workers = []string{}
+		}
 	}
 	return out, malformed, nil
 }
@@ -239,6 +362,9 @@ func (i *Inspector) Snapshot(ctx context.Context, queue string) (Snapshot, error
 		return s, err
 	}
 	s.Queue.Batches = len(s.Batches)
+	if s.History, _, err = i.History(ctx, queue, HistoryShown); err != nil {
+		return s, err
+	}
 	s.Failures, s.Malformed, err = i.Failures(ctx, queue)
 	return s, err
 }

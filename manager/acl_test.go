@@ -25,7 +25,7 @@ import (
 // after the user name, with the password set to pass.
 func readmeRule(t *testing.T, pass string) []string {
 	t.Helper()
-	readme, err := os.ReadFile("../README.md")
+	readme, err := os.ReadFile("../docs/connecting.md")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -63,6 +63,9 @@ type Batch[Out any] struct {
 	progress  chan struct{} // closed at the next progress, if watched (see watch)
 	watched   bool          // someone took progress since it was made
 	done      chan struct{}
+	// recorded is closed once the batch's final record is in the queue's
+	// history (or its write gave up): Wait returns after it.
+	recorded chan struct{}
 
 	// The in-flight window: tasks and payload bytes submitted and not yet
 	// delivered. The feeder submits more only while both are under the
@@ -113,6 +116,7 @@ func newBatch[Out any](m *Manager, fn string, n int, red *redmap.Reducer[Out], s
 		left:      n,
 		progress:  make(chan struct{}),
 		done:      make(chan struct{}),
+		recorded:  make(chan struct{}),
 		stop:      func() bool { return false },
 	}
 }
@@ -147,6 +151,13 @@ func wait[T, Out any](ctx context.Context, b *Batch[Out], get func() T) (T, erro
 	case <-b.done:
 	case <-ctx.Done():
 		return zero, ctx.Err()
+	}
+	// The batch's record reaches the queue's history before its outcome
+	// reaches the caller, so an operator who looks after Map returned sees
+	// how it ended.
+	select {
+	case <-b.recorded:
+	case <-ctx.Done():
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -465,7 +476,38 @@ func (b *Batch[Out]) release() {
 		if b.onEnd != nil {
 			b.onEnd()
 		}
+		if b.isEmpty() {
+			close(b.recorded) // an empty batch ran nothing: no record
+			return
+		}
+		b.m.history.record(b.record(), b.recorded)
 	})
+}
+
+// isEmpty reports whether the batch has no element and never will.
+func (b *Batch[Out]) isEmpty() bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.n == 0 && b.exhausted
+}
+
+// record returns the batch's final record for the queue's history.
+func (b *Batch[Out]) record() rdb.BatchRecord {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	r := rdb.BatchRecord{ID: b.id, Manager: b.m.id, Func: b.fn, Priority: b.priority, Worker: b.worker,
+		Total: b.n, Done: b.n - b.left, Failed: len(b.errs), Outcome: outcomeOf(b.err, len(b.errs)),
+		Started: b.started.UnixMilli(), Ended: time.Now().UnixMilli()}
+	if len(b.errs) > 0 {
+		r.FailedBy = make(map[string]int)
+		for _, e := range b.errs {
+			r.FailedBy[causeOf(e.Err)]++
+		}
+	}
+	if b.err != nil {
+		r.Reason = b.err.Error()
+	}
+	return r
 }
 
 // failElement records element i's failure; b.mu must be held.

@@ -89,6 +89,8 @@ func runChild() {
 		err = childWorker(rdb, queue)
 	case role == "manager":
 		err = childManager(rdb, queue)
+	case role == "manager-nap":
+		err = childNapper(rdb, queue)
 	default:
 		err = fmt.Errorf("unknown child role %q", role)
 	}
@@ -172,6 +174,20 @@ func childManager(rdb redis.UniversalClient, queue string) error {
 		return err
 	}
 	fmt.Println("submitted")
+	select {}
+}
+
+// childNapper submits a batch of 400 naps, prints "submitted", and waits
+// to be killed.
+func childNapper(rdb redis.UniversalClient, queue string) error {
+	m, err := manager.New(rdb, manager.Options{Queue: queue, KeyTTL: 3 * time.Second, Poll: 100 * time.Millisecond})
+	if err != nil {
+		return err
+	}
+	if _, err := manager.Submit(context.Background(), m, nap, make([]int, 400), manager.ChunkSize(1)); err != nil {
+		return err
+	}
+	fmt.Println("submitted", m.ID())
 	select {}
 }
 

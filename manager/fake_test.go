@@ -41,6 +41,7 @@ type fakeShard struct {
 	// queue-wide (shard 0)
 	served      map[string]bool
 	published   []map[string]rdb.BatchProgress
+	history     []rdb.BatchRecord
 	cancelBatch []string // batch ids PublishBatches says an operator cancelled
 	shardNames  []string
 	workers     []string
@@ -332,7 +333,7 @@ func (f *fakeShard) PublishShards(_ context.Context, adopt bool, names []string)
 	return slices.Clone(f.shardNames), nil
 }
 
-func (f *fakeShard) PublishBatches(_ context.Context, _ string, batches map[string]rdb.BatchProgress, _ time.Duration, _ int64) ([]string, error) {
+func (f *fakeShard) PublishBatches(_ context.Context, _ string, batches map[string]rdb.BatchProgress, _, _ time.Duration, _ int64) ([]string, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if err := f.call("progress"); err != nil {
@@ -342,6 +343,16 @@ func (f *fakeShard) PublishBatches(_ context.Context, _ string, batches map[stri
 	c := f.cancelBatch
 	f.cancelBatch = nil
 	return c, nil
+}
+
+func (f *fakeShard) RecordBatch(_ context.Context, _ string, rec rdb.BatchRecord, _ int, _ time.Duration) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if err := f.call("record"); err != nil {
+		return err
+	}
+	f.history = append(f.history, rec)
+	return nil
 }
 
 // fakeStore is the object cache in memory.

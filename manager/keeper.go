@@ -35,6 +35,7 @@ type keeperParams struct {
 	batches *registry
 	ended   *atomic.Int64 // elements that ended, all batches
 	faults  *faults
+	due     time.Duration // the next publish is due within this (lostAfter)
 	log     *slog.Logger
 }
 
@@ -76,22 +77,18 @@ func (k *keeper) renewKeys(ctx context.Context) {
 
 // publishBatches writes the progress of the manager's running batches to
 // Redis for operators, replacing what it wrote last time, and ends the
-// batches an operator cancelled.
+// batches an operator cancelled. A batch that ended is in the queue's
+// history instead (history.go).
 func (k *keeper) publishBatches(ctx context.Context) {
-	running, finished := k.batches.batches(), k.batches.ended(time.Now())
-	published := make(map[string]rdb.BatchProgress, len(running)+len(finished))
+	running := k.batches.batches()
+	published := make(map[string]rdb.BatchProgress, len(running))
 	for id, b := range running {
-		published[id] = rdb.BatchProgress(b.snapshot())
-	}
-	// A batch that ended is shown as it ended for shownEnded, so operators
-	// see its outcome rather than its last progress.
-	for id, b := range finished {
-		published[id] = rdb.BatchProgress(b.snapshot())
+		published[id] = progressRecord(b.snapshot())
 	}
 	// Elements ended since the last publish feed the queue's throughput
 	// counters (redmap dashboard), whatever batch they were of.
 	ended := k.ended.Load()
-	cancels, err := k.router.queue().PublishBatches(ctx, k.mid, published, k.ttl, ended-k.endedSaid)
+	cancels, err := k.router.queue().PublishBatches(ctx, k.mid, published, k.ttl, k.due, ended-k.endedSaid)
 	switch {
 	case err == nil:
 		k.endedSaid = ended
@@ -108,4 +105,10 @@ func (k *keeper) publishBatches(ctx context.Context) {
 			b.abort(fmt.Errorf("%w: by an operator (redmap dashboard)", context.Canceled))
 		}
 	}
+}
+
+// progressRecord is p as operators read it.
+func progressRecord(p Progress) rdb.BatchProgress {
+	return rdb.BatchProgress{Func: p.Func, Total: p.Total, Done: p.Done, Failed: p.Failed, Rate: p.Rate, ETA: p.ETA,
+		Started: p.Started, Worker: p.Worker, Waiting: p.Waiting, Priority: p.Priority, StartedMs: p.Started.UnixMilli()}
 }

@@ -7,6 +7,7 @@ package manager
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"sync"
 	"sync/atomic"
@@ -59,6 +60,22 @@ type Manager struct {
 	probed   atomic.Bool // Redis allowed every command redmap needs (see ready)
 	typed    sync.Map    // signatures whose types are published (see publishTypes)
 	stats    counters
+	history  *history // writes each batch's final record
+	addr     string   // where the client connects, for errors (rdb.Addr)
+}
+
+// historyBudget bounds the write of a batch's final record, retries
+// included: Wait returns after it at the latest.
+const historyBudget = 2 * time.Second
+
+// lostAfter is how long a manager that publishes every poll may go without
+// publishing before operators' tools record its batches as "manager lost":
+// several polls and at least 10 s, so that a failover's stall or a long
+// pause does not declare a live manager lost; but no longer than its keys
+// outlive it (ttl), when its batches are lost for certain; and always more
+// than two polls.
+func lostAfter(poll, ttl time.Duration) time.Duration {
+	return max(min(max(5*poll, 10*time.Second), ttl), 2*poll)
 }
 
 // counters are the manager's diagnostics (Stats).
@@ -91,14 +108,16 @@ func newManager(client redis.UniversalClient, opts Options, h hooks) (*Manager, 
 	if err != nil {
 		return nil, err
 	}
-	return wire(seams{
+	m := wire(seams{
 		queue: rdb.New(client, opts.Prefix, opts.Queue),
 		shard: func(name string, i int) shardRedis { return rdb.NewShard(client, opts.Prefix, name, i) },
 		masters: func(ctx context.Context) (rdb.Masters, bool, error) {
 			return rdb.ClusterMasters(ctx, client)
 		},
 		store: cache.NewStore(client, opts.Prefix, opts.PartSize),
-	}, opts, h), nil
+	}, opts, h)
+	m.addr = rdb.Addr(client)
+	return m, nil
 }
 
 // seams are the manager's ways to Redis: internal/rdb's in use, fakes in
@@ -127,11 +146,13 @@ func wire(r seams, opts Options, h hooks) *Manager {
 		masters: r.masters, opened: m.collect, log: m.log})
 	m.faults = &faults{router: m.router, pending: m.pending, queue: opts.Queue, timeout: opts.RedisTimeout, log: m.log}
 	m.holds = newHolds(r.store, mid, opts.KeyTTL, m.log)
+	m.history = &history{mid: mid, store: r.queue, limit: opts.History, age: opts.HistoryAge, log: m.log,
+		budget: min(opts.RedisTimeout, historyBudget)}
 	m.feeding = feederParams{mid: mid, opts: opts, router: m.router, pending: m.pending, batches: m.batches,
 		costs: &m.costs, faults: m.faults, running: &m.feeders, beforeSend: h.send, publishTypes: m.publishTypes}
 	m.background = []part.Part{
 		newKeeper(keeperParams{mid: mid, ttl: opts.KeyTTL, router: m.router, holds: m.holds, batches: m.batches,
-			ended: &m.stats.ended, faults: m.faults, log: m.log}, opts.Poll),
+			ended: &m.stats.ended, faults: m.faults, due: lostAfter(opts.Poll, opts.KeyTTL), log: m.log}, opts.Poll),
 		newReaper(reaperParams{queue: opts.Queue, noWorkerTimeout: opts.NoWorkerTimeout, router: m.router,
 			batches: m.batches, faults: m.faults, log: m.log}, opts.Poll),
 		newRecoverer(recovererParams{mid: mid, ttl: opts.KeyTTL, router: m.router, pending: m.pending,
@@ -217,6 +238,7 @@ func (m *Manager) Close() error {
 		}
 	}
 	m.feeders.Wait()
+	m.history.wait() // the batches Close ended are recorded as closed
 	shards := m.router.close()
 	m.partsMu.Lock()
 	parts := append([]part.Part(nil), m.background...)
@@ -271,7 +293,10 @@ func (m *Manager) ready(ctx context.Context) error {
 	}
 	started := time.Now()
 	if err := m.router.queue().Preflight(ctx, startTimeout, m.opts.RedisTimeout, m.log); err != nil {
-		return m.faults.ofQueue("checking Redis", started, err)
+		if rdb.Refused(err) { // the credentials, or the ACL: say where
+			return fmt.Errorf("manager: Redis at %s: %w", m.addr, err)
+		}
+		return m.faults.ofQueue("checking Redis at "+m.addr, started, err)
 	}
 	m.probed.Store(true)
 	return nil

@@ -20,6 +20,11 @@ const (
 	// DefaultNoWorkerTimeout is how long a batch waits for a live worker of
 	// its function when Options.NoWorkerTimeout is zero.
 	DefaultNoWorkerTimeout = time.Minute
+	// DefaultHistory and DefaultHistoryAge bound the queue's history of
+	// ended batches when Options.History and HistoryAge are zero: the last
+	// 1,000 batches, none older than 24 hours.
+	DefaultHistory    = keys.DefaultHistory
+	DefaultHistoryAge = keys.DefaultHistoryAge
 )
 
 // Options configure a Manager. The zero value of each field means its default.
@@ -65,6 +70,16 @@ type Options struct {
 	// Redis and serve every shard (worker.Options need not change). On one
 	// Redis server shards gain nothing. Default 1, at most MaxShards.
 	Shards int
+	// History is how many ended batches the queue's history keeps (redmap
+	// batches -all, the dashboard): each batch's final record (function,
+	// counts, failures by cause, outcome) is written there before Wait,
+	// Map or Close return. The queue keeps the bounds of the manager that
+	// wrote last. Negative: this manager writes no record. Default
+	// DefaultHistory.
+	History int
+	// HistoryAge is the age past which a batch leaves the history. Default
+	// DefaultHistoryAge.
+	HistoryAge time.Duration
 	// Logger receives the manager's logs. Default: none.
 	Logger *slog.Logger
 }
@@ -91,6 +106,8 @@ func (o Options) withDefaults() (Options, error) {
 		return o, fmt.Errorf("manager: Options.PartSize %d is negative", o.PartSize)
 	case o.RedisTimeout < 0:
 		return o, fmt.Errorf("manager: Options.RedisTimeout %v is negative", o.RedisTimeout)
+	case o.HistoryAge < 0:
+		return o, fmt.Errorf("manager: Options.HistoryAge %v is negative", o.HistoryAge)
 	case o.Shards < 0 || o.Shards > MaxShards:
 		return o, fmt.Errorf("manager: Options.Shards %d is outside 0 to %d", o.Shards, MaxShards)
 	}
@@ -100,6 +117,8 @@ func (o Options) withDefaults() (Options, error) {
 	config.Or(&o.MaxInputSize, DefaultMaxInputSize)
 	config.Or(&o.RedisTimeout, DefaultRedisTimeout)
 	config.Or(&o.NoWorkerTimeout, DefaultNoWorkerTimeout)
+	config.Or(&o.History, DefaultHistory)
+	config.Or(&o.HistoryAge, DefaultHistoryAge)
 	config.Or(&o.Logger, slog.New(slog.DiscardHandler))
 	return o, nil
 }

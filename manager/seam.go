@@ -54,7 +54,8 @@ type queueRedis interface {
 	Types(ctx context.Context, sig string) ([]string, error)
 	PublishTypes(ctx context.Context, sig string, types []string) error
 	PublishShards(ctx context.Context, adopt bool, names []string) ([]string, error)
-	PublishBatches(ctx context.Context, mid string, batches map[string]rdb.BatchProgress, ttl time.Duration, ended int64) (cancels []string, err error)
+	PublishBatches(ctx context.Context, mid string, batches map[string]rdb.BatchProgress, ttl, due time.Duration, ended int64) (cancels []string, err error)
+	historyStore
 }
 
 // constantStore is the object cache, where running batches hold their

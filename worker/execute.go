@@ -38,7 +38,7 @@ func (w *Worker) execute(ctx context.Context, t rdb.Taken) rdb.Done {
 		// result will be discarded.
 	case len(res.Fails) > 0:
 		w.counters.failed.Add(1)
-		w.failures.note(w.opts.ID, c.task.Func, t.ID, res.Fails)
+		w.failures.note(c.task.Func, t.ID, res.Fails)
 	default:
 		w.counters.succeeded.Add(1)
 	}

@@ -8,37 +8,78 @@ import (
 	"github.com/redmap/redmap/internal/rdb"
 )
 
-// maxPendingFailures caps the failure records a worker keeps between
-// heartbeats; past it, it counts them but drops the records.
-const maxPendingFailures = 100
+// maxPendingGroups caps the failure groups a worker keeps between
+// heartbeats; the failures of a group past it are counted in the group
+// rdb.OtherGroup of their function and kind, never dropped.
+const maxPendingGroups = 200
 
-// failureLog keeps records of failed elements until the maintainer writes
-// them to Redis, off the hot path.
+// failureLog counts failed elements by group (function, kind and the
+// message's fingerprint) until the maintainer adds them to the queue's
+// groups in Redis, off the hot path. Every failure is counted.
 type failureLog struct {
-	mu   sync.Mutex
-	recs []rdb.FailureRecord
+	mu     sync.Mutex
+	groups map[string]*rdb.FailureGroup // by rdb.FailureGroup.Key
 }
 
-// note keeps records of task tid's failed elements (function fn) run by
-// worker wid.
-func (l *failureLog) note(wid, fn, tid string, fails []codec.Failure) {
-	now := time.Now().UTC()
+// note counts the failed elements fails of task tid (function fn).
+func (l *failureLog) note(fn, tid string, fails []codec.Failure) {
+	now := time.Now().UnixMilli()
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	if l.groups == nil {
+		l.groups = make(map[string]*rdb.FailureGroup)
+	}
 	for _, f := range fails {
-		if len(l.recs) >= maxPendingFailures {
-			return
+		g := rdb.FailureGroup{Func: fn, Kind: f.Kind.String(), Fingerprint: rdb.Fingerprint(f.Msg)}
+		cur := l.groups[g.Key()]
+		if cur == nil && len(l.groups) >= maxPendingGroups {
+			g.Fingerprint = rdb.OtherGroup
+			cur = l.groups[g.Key()]
 		}
-		l.recs = append(l.recs, rdb.FailureRecord{Time: now, Worker: wid, Task: tid, Func: fn,
-			Index: f.Index, Kind: f.Kind.String(), Error: f.Msg, Stack: f.Stack})
+		if cur == nil {
+			g.First = now
+			cur = &g
+			l.groups[g.Key()] = cur
+		}
+		cur.Count++
+		cur.Last, cur.Sample, cur.Task = now, f.Msg, tid
+		if f.Stack != "" {
+			cur.Stack = f.Stack
+		}
 	}
 }
 
-// take returns the records kept, and forgets them.
-func (l *failureLog) take() []rdb.FailureRecord {
+// take returns the groups counted since the last take, and forgets them.
+func (l *failureLog) take() []rdb.FailureGroup {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	out := l.recs
-	l.recs = nil
+	out := make([]rdb.FailureGroup, 0, len(l.groups))
+	for _, g := range l.groups {
+		out = append(out, *g)
+	}
+	l.groups = nil
 	return out
+}
+
+// putBack counts again groups whose write failed, so the next one carries
+// them.
+func (l *failureLog) putBack(gs []rdb.FailureGroup) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.groups == nil {
+		l.groups = make(map[string]*rdb.FailureGroup)
+	}
+	for _, g := range gs {
+		cur := l.groups[g.Key()]
+		if cur == nil {
+			g := g
+			l.groups[g.Key()] = &g
+			continue
+		}
+		cur.Count += g.Count
+		cur.First = min(cur.First, g.First)
+		if cur.Stack == "" {
+			cur.Stack = g.Stack
+		}
+	}
 }

@@ -31,7 +31,7 @@ type fakeShard struct {
 	names    []string
 	drain    bool
 	infos    []rdb.WorkerInfo
-	records  []rdb.FailureRecord
+	groups   []rdb.FailureGroup // what CountFailures was given
 	reaped   rdb.Reaped
 	retired  bool
 }
@@ -242,7 +242,7 @@ func (f *fakeShard) Reap(context.Context) (rdb.Reaped, error) {
 	return r, f.call("reap")
 }
 
-func (f *fakeShard) Retire(context.Context, string) (rdb.Reaped, error) {
+func (f *fakeShard) Retire(context.Context, string, *rdb.WorkerInfo) (rdb.Reaped, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.retired = true
@@ -267,14 +267,24 @@ func (f *fakeShard) PublishError(context.Context, string, time.Duration, string)
 	f.calls["publisherror"]++
 }
 
-func (f *fakeShard) RecordFailures(_ context.Context, recs []rdb.FailureRecord) error {
+func (f *fakeShard) CountFailures(_ context.Context, _ string, gs []rdb.FailureGroup) (int64, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if err := f.call("failures"); err != nil {
-		return err
+		return 0, err
 	}
-	f.records = append(f.records, recs...)
-	return nil
+	var n int64
+	for _, g := range gs {
+		n += g.Count
+	}
+	f.groups = append(f.groups, gs...)
+	return n, nil
+}
+
+func (f *fakeShard) LoseManagers(context.Context) (int, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return 0, f.call("losemanagers")
 }
 
 func (f *fakeShard) ShardNames(context.Context) ([]string, error) {

@@ -90,6 +90,9 @@ func mainWith(args []string, stdout, stderr io.Writer, hs ...redmap.AnyHandle) e
 	w.checked = true // one start-up check per process
 	fmt.Fprintln(stdout, "worker", w.ID())
 	log.Info("worker started", "id", w.ID(), "queue", f.queue, "concurrency", w.opts.Concurrency)
+	if f.queueDefault {
+		log.Warn(`no -queue and no REDMAP_QUEUE: serving the queue "default"; a manager's batches reach this worker only if it submits to that queue`)
+	}
 	return w.Run(ctx)
 }
 
@@ -99,6 +102,7 @@ type flags struct {
 	concurrency, prefetch   int
 	cacheBytes              int64
 	level                   slog.Level
+	queueDefault            bool // neither -queue nor REDMAP_QUEUE named the queue
 }
 
 // parseFlags reads args and the environment; with -h it prints the usage
@@ -154,6 +158,8 @@ func parseFlags(args []string, stdout io.Writer, hs []redmap.AnyHandle) (*flags,
 	if err := f.level.UnmarshalText([]byte(*logLevel)); err != nil {
 		return nil, fmt.Errorf("worker: -log-level %q: want debug, info, warn or error", *logLevel)
 	}
+	f.queueDefault = os.Getenv("REDMAP_QUEUE") == ""
+	fs.Visit(func(fl *flag.Flag) { f.queueDefault = f.queueDefault && fl.Name != "queue" })
 	return &f, nil
 }
 

@@ -10,8 +10,9 @@ import (
 )
 
 // maintainer keeps the worker in good standing, once a Heartbeat: it renews
-// the lease (publishing the worker's info), reaps dead workers, cancels
-// running tasks no longer wanted, and writes failure records for operators.
+// the lease (publishing the worker's info), reaps dead workers, records the
+// batches of managers that died as "manager lost", cancels running tasks no
+// longer wanted, and writes failure records for operators.
 type maintainer struct {
 	maintainerParams
 	*part.Runner
@@ -47,6 +48,7 @@ func (m *maintainer) tick(ctx context.Context) error {
 		return err
 	}
 	ok := m.reap(ctx)
+	ok = m.loseManagers(ctx) && ok
 	ok = m.cancelUnwanted(ctx) && ok
 	ok = m.recordFailures(ctx) && ok
 	if ok {
@@ -93,6 +95,23 @@ func (m *maintainer) reap(ctx context.Context) bool {
 	return true
 }
 
+// loseManagers records the running batches of managers that stopped
+// publishing their progress as "manager lost" in the queue's history, so
+// operators see how they ended even when no one watches.
+func (m *maintainer) loseManagers(ctx context.Context) bool {
+	n, err := m.source.first.LoseManagers(ctx)
+	if n > 0 {
+		m.log.Info("recorded the batches of managers that stopped publishing as manager lost", "batches", n)
+	}
+	if err != nil {
+		if ctx.Err() == nil {
+			m.failed("record batches of lost managers", err)
+		}
+		return false
+	}
+	return true
+}
+
 // cancelUnwanted cancels the context of running tasks whose batch no longer
 // wants them (cancelled, or its manager gone).
 func (m *maintainer) cancelUnwanted(ctx context.Context) bool {
@@ -107,15 +126,27 @@ func (m *maintainer) cancelUnwanted(ctx context.Context) bool {
 	return true
 }
 
-// recordFailures writes the failure records noted since the last tick.
+// recordFailures adds the failures counted since the last tick to the
+// queue's failure groups; on a failed write they are counted again with the
+// next.
 func (m *maintainer) recordFailures(ctx context.Context) bool {
-	recs := m.failures.take()
-	if len(recs) == 0 {
-		return true
-	}
-	if err := m.source.first.RecordFailures(ctx, recs); err != nil {
+	if err := countFailures(ctx, m.source.first, m.wid, m.failures); err != nil {
 		m.failed("record failures", err)
 		return false
 	}
 	return true
+}
+
+// countFailures writes the failures log has counted into the queue's
+// failure groups, and puts them back in the log if the write fails.
+func countFailures(ctx context.Context, q queueRedis, wid string, log *failureLog) error {
+	gs := log.take()
+	if len(gs) == 0 {
+		return nil
+	}
+	if _, err := q.CountFailures(ctx, wid, gs); err != nil {
+		log.putBack(gs)
+		return err
+	}
+	return nil
 }

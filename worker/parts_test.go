@@ -314,7 +314,7 @@ func TestMaintainer(t *testing.T) {
 	s.drain = true
 	s.reaped = rdb.Reaped{Workers: 1, Requeued: 4}
 	var fl failureLog
-	fl.note("w1", "negate", "t1", []codec.Failure{{Index: 0, Kind: codec.KindError, Msg: "boom"}})
+	fl.note("negate", "t1", []codec.Failure{{Index: 0, Kind: codec.KindError, Msg: "boom 1"}, {Index: 1, Kind: codec.KindError, Msg: "boom 2"}})
 	var drains atomic.Int32
 	var draining atomic.Bool
 	var c counters
@@ -341,8 +341,9 @@ func TestMaintainer(t *testing.T) {
 	if c.reaped.Load() != 1 || c.requeued.Load() != 4 {
 		t.Fatalf("reaped %d requeued %d, want 1 and 4", c.reaped.Load(), c.requeued.Load())
 	}
-	if len(s.records) != 1 || len(s.infos) != 2 || s.infos[0].Host != "here" {
-		t.Fatalf("records %v, infos %v", s.records, s.infos)
+	if len(s.groups) != 1 || s.groups[0].Count != 2 || s.groups[0].Fingerprint != "boom <n>" || s.groups[0].Sample != "boom 2" ||
+		len(s.infos) != 2 || s.infos[0].Host != "here" {
+		t.Fatalf("failure groups %+v, infos %v", s.groups, s.infos)
 	}
 	s.setFail("reap", errors.New("connection refused"))
 	_ = m.tick(ctx)

@@ -33,7 +33,7 @@ type shardRedis interface {
 
 	Heartbeat(ctx context.Context, wid string, lease time.Duration, info *rdb.WorkerInfo) (rdb.Beat, error)
 	Reap(ctx context.Context) (rdb.Reaped, error)
-	Retire(ctx context.Context, wid string) (rdb.Reaped, error)
+	Retire(ctx context.Context, wid string, info *rdb.WorkerInfo) (rdb.Reaped, error)
 
 	// Depth counts the task ids waiting in the shard's public lists (a
 	// metric).
@@ -45,7 +45,10 @@ type queueRedis interface {
 	shardRedis
 	Preflight(ctx context.Context, budget, heal time.Duration, log *slog.Logger) error
 	PublishError(ctx context.Context, wid string, lease time.Duration, msg string)
-	RecordFailures(ctx context.Context, records []rdb.FailureRecord) error
+	CountFailures(ctx context.Context, wid string, groups []rdb.FailureGroup) (int64, error)
+	// LoseManagers records the batches of managers that stopped publishing
+	// as "manager lost" in the queue's history.
+	LoseManagers(ctx context.Context) (int, error)
 	ShardNames(ctx context.Context) ([]string, error)
 	SawShards(n int)
 	Types(ctx context.Context, sig string) ([]string, error)

@@ -354,11 +354,16 @@ func (s *source) reap(ctx context.Context) (rdb.Reaped, error) {
 }
 
 // retire ends the worker's lease on every shard: tasks left in its private
-// lists are reported lost to their managers.
-func (s *source) retire(ctx context.Context) {
+// lists are reported lost to their managers; shard 0 lists it as stopped,
+// with its last info.
+func (s *source) retire(ctx context.Context, last rdb.WorkerInfo) {
 	for _, r := range s.shards() {
 		rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-		if reaped, err := r.Retire(rctx, s.wid); err != nil {
+		var info *rdb.WorkerInfo
+		if r.Shard() == 0 {
+			info = &last
+		}
+		if reaped, err := r.Retire(rctx, s.wid, info); err != nil {
 			s.log.Warn("retiring failed; the lease will expire", "err", err)
 		} else if reaped.Lost > 0 {
 			s.log.Warn("private tasks left unrun were reported lost", "tasks", reaped.Lost)

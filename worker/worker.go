@@ -251,7 +251,14 @@ func (w *Worker) leave(ctx context.Context, unstarted map[int][]string) {
 			w.log.Warn("giving back prefetched tasks failed; they return when the lease expires", "err", err)
 		}
 	}
-	w.source.retire(ctx)
+	// Failures counted since the last heartbeat are written before the
+	// worker retires: a clean stop loses no count.
+	fctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	if err := countFailures(fctx, w.source.first, w.opts.ID, &w.failures); err != nil {
+		w.log.Warn("writing the last failure counts failed", "err", err)
+	}
+	cancel()
+	w.source.retire(ctx, w.info())
 	w.log.Info("worker stopped")
 }
 
@@ -264,7 +271,7 @@ func (w *Worker) info() rdb.WorkerInfo {
 		state = "draining"
 	}
 	return rdb.WorkerInfo{
-		Host: host, PID: os.Getpid(), Concurrency: w.opts.Concurrency, Lease: w.opts.Lease,
+		Host: host, PID: os.Getpid(), Concurrency: w.opts.Concurrency, Lease: w.opts.Lease, Every: w.opts.Heartbeat,
 		Started: w.started, Heartbeat: time.Now(),
 		Running: st.Running, Taken: st.Taken, Delivered: st.Delivered, Failed: st.Failed,
 		Functions: w.names(), Serves: w.served, State: state, Error: w.problem.get(),

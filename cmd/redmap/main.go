@@ -2,7 +2,7 @@
 //
 //	redmap [flags] status              queues with depth, workers, batches
 //	redmap [flags] workers             workers with heartbeat age and what they run
-//	redmap [flags] batches             running batches with progress
+//	redmap [flags] batches [-all]      running batches, and with -all the ended ones
 //	redmap [flags] failures            recent failures grouped by function and error
 //	redmap [flags] drain <worker>      the worker takes no more tasks and exits when idle
 //	redmap [flags] purge <queue> -yes  drop the queue's queued tasks (their batches fail)
@@ -58,9 +58,12 @@ func (e usageError) Error() string { return e.msg + " (run redmap help)" }
 
 const usage = `usage: redmap [-redis URL] [-prefix P] [-queue Q] [-json] command
   status              queues with depth, workers, running batches
-  workers             workers with heartbeat age and what they run
-  batches             running batches with progress
-  failures            recent failures grouped by function and error
+  workers             workers with their state (running, idle, draining, late; dead
+                      or stopped for 10 minutes after), heartbeat age and what they run
+  batches [-all]      running batches with progress; -all adds the queue's history
+                      of ended batches (newest first, -n of them, default 50)
+  failures [-n N]     failed elements counted by function, kind and group (the
+                      message with numbers, ids and paths masked): the N largest, default 50
   drain <worker>      the worker takes no more tasks and exits when idle
   purge <queue> -yes  drop the queue's queued tasks; their batches fail with ErrLost
   dashboard           serve the live web dashboard on -addr (default 127.0.0.1:8080);
@@ -73,6 +76,8 @@ type cli struct {
 	json  bool
 	queue string
 	yes   bool
+	all   bool // batches: the history too
+	n     int  // how many rows of a history or of failure groups
 }
 
 func run(args []string, out io.Writer) (int, error) {
@@ -155,6 +160,8 @@ func parseArgs(args []string, c *cli) (*invocation, error) {
 	fs.BoolVar(&c.json, "json", false, "")
 	fs.StringVar(&c.queue, "queue", "", "")
 	fs.BoolVar(&c.yes, "yes", false, "")
+	fs.BoolVar(&c.all, "all", false, "")
+	fs.IntVar(&c.n, "n", 50, "")
 	fs.StringVar(&o.addr, "addr", "127.0.0.1:8080", "")
 	fs.BoolVar(&o.actions, "actions", false, "")
 	var pos []string
@@ -264,12 +271,13 @@ func (c *cli) workers(ctx context.Context) error {
 	}
 	var rows [][]string
 	for _, w := range ws {
-		rows = append(rows, []string{w.Queue, w.ID, w.State, w.Host, strconv.Itoa(w.PID),
+		rows = append(rows, []string{w.Queue, w.ID, w.State, (time.Duration(w.Since*1000) * time.Millisecond).Round(100 * time.Millisecond).String(),
+			w.Host, strconv.Itoa(w.PID),
 			fmt.Sprintf("%.1fs", w.HeartbeatAge), fmt.Sprintf("%d/%d", w.Running, w.Concurrency),
 			strconv.FormatInt(w.Held, 10), strconv.FormatInt(w.Taken, 10), strconv.FormatInt(w.Delivered, 10),
 			strconv.FormatInt(w.Failed, 10), strings.Join(w.Functions, ","), w.Error})
 	}
-	c.table("QUEUE\tWORKER\tSTATE\tHOST\tPID\tHEARTBEAT\tRUNNING\tHELD\tTAKEN\tDELIVERED\tFAILED\tFUNCTIONS\tERROR", rows)
+	c.table("QUEUE\tWORKER\tSTATE\tFOR\tHOST\tPID\tHEARTBEAT\tRUNNING\tHELD\tTAKEN\tDELIVERED\tFAILED\tFUNCTIONS\tERROR", rows)
 	return nil
 }
 
@@ -295,11 +303,58 @@ func (c *cli) batches(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	var ended []inspect.Batch
+	if c.all {
+		if ended, err = c.listHistory(ctx); err != nil {
+			return err
+		}
+	}
 	if c.json {
-		return c.emit(orEmpty(bs))
+		return c.emit(orEmpty(append(bs, ended...)))
 	}
 	c.table("QUEUE\tBATCH\tFUNC\tDONE\tFAILED\tTOTAL\tPROGRESS\tRATE/S\tETA\tWAITING", batchRows(bs))
+	if c.all {
+		fmt.Fprintln(c.out)
+		c.table("QUEUE\tBATCH\tFUNC\tOUTCOME\tDONE\tFAILED\tTOTAL\tFAILED BY\tENDED\tTOOK\tREASON", historyRows(ended, time.Now()))
+	}
 	return nil
+}
+
+// listHistory returns the last c.n ended batches of each queue, newest
+// first.
+func (c *cli) listHistory(ctx context.Context) ([]inspect.Batch, error) {
+	qs, err := c.queues(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var out []inspect.Batch
+	for _, q := range qs {
+		bs, _, err := c.in.History(ctx, q, c.n)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, bs...)
+	}
+	sort.SliceStable(out, func(i, j int) bool { return out[i].Ended.After(out[j].Ended) })
+	return out[:min(len(out), max(c.n, 0))], nil
+}
+
+func historyRows(bs []inspect.Batch, now time.Time) [][]string {
+	var rows [][]string
+	for _, b := range bs {
+		causes := make([]string, 0, len(b.FailedBy))
+		for k, n := range b.FailedBy {
+			causes = append(causes, fmt.Sprintf("%s %d", k, n))
+		}
+		sort.Strings(causes)
+		took := "-"
+		if !b.Started.IsZero() {
+			took = b.Ended.Sub(b.Started).Round(time.Millisecond).String()
+		}
+		rows = append(rows, []string{b.Queue, b.ID, b.Func, b.Outcome, strconv.Itoa(b.Done), strconv.Itoa(b.Failed),
+			strconv.Itoa(b.Total), strings.Join(causes, ", "), now.Sub(b.Ended).Round(time.Second).String() + " ago", took, b.Reason})
+	}
+	return rows
 }
 
 // eta shows a batch's ETA to the second; under a second, as such, not "0s".
@@ -397,21 +452,29 @@ func (c *cli) failures(ctx context.Context) error {
 		groups = append(groups, gs...)
 	}
 	sort.SliceStable(groups, func(i, j int) bool { return groups[i].Count > groups[j].Count })
+	groups = groups[:min(len(groups), max(c.n, 0))]
 	if c.json {
 		return c.emit(orEmpty(groups))
 	}
 	var rows [][]string
+	now := time.Now()
 	for _, g := range groups {
-		rows = append(rows, []string{g.Queue, g.Func, g.Kind, strconv.Itoa(g.Count), g.Last.Format(time.RFC3339), truncate(g.Error, 70)})
+		rows = append(rows, []string{g.Queue, g.Func, g.Kind, strconv.FormatInt(g.Count, 10),
+			ago(now, g.First), ago(now, g.Last), strconv.Itoa(len(g.Workers)), g.Group})
 	}
-	c.table("QUEUE\tFUNC\tKIND\tCOUNT\tLAST\tERROR", rows)
+	c.table("QUEUE\tFUNC\tKIND\tCOUNT\tFIRST\tLAST\tWORKERS\tGROUP", rows)
 	for _, g := range groups {
+		fmt.Fprintf(c.out, "\n%s %s, %d× — %s\n  last: %s (task %s, workers %s)\n", g.Func, g.Kind, g.Count, g.Group,
+			g.Error, g.SampleTask, strings.Join(g.Workers, ", "))
 		if g.SampleStack != "" {
-			fmt.Fprintf(c.out, "\nsample stack of %s %q (task %s):\n%s\n", g.Func, truncate(g.Error, 70), g.SampleTask, indent(firstLines(g.SampleStack, 12)))
+			fmt.Fprintf(c.out, "  a stack:\n%s\n", indent(firstLines(g.SampleStack, 12)))
 		}
 	}
 	return nil
 }
+
+// ago says how long before now t was, to the second.
+func ago(now, t time.Time) string { return now.Sub(t).Round(time.Second).String() + " ago" }
 
 // drain drains the worker whose id is wid or begins with it, if only one
 // does.

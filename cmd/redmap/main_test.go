@@ -41,6 +41,11 @@ var (
 		}
 		return x, nil
 	})
+	// missing fails every element with a message that names a path and an
+	// id of its own.
+	missing = redmap.Func("missing", func(_ context.Context, x int) (int, error) {
+		return 0, fmt.Errorf("open /data/%d.csv: no such file (id %016x, try 1)", x, uint64(x+1)*0x9e3779b97f4a7c15)
+	})
 	block = redmap.Func("block", func(context.Context, int) (int, error) { select {} })
 	// waitCtx runs until its batch is cancelled.
 	waitCtx = redmap.Func("waitctx", func(ctx context.Context, _ int) (int, error) { <-ctx.Done(); return 0, ctx.Err() })
@@ -49,7 +54,7 @@ var (
 func TestMain(m *testing.M) {
 	// As a child, the test binary is a worker program made with worker.Main.
 	if os.Getenv(harness.ChildEnv) == "worker" {
-		if err := worker.Main(harness.ChildArgs(), square, slow, flaky, block, waitCtx); err != nil {
+		if err := worker.Main(harness.ChildArgs(), square, slow, flaky, missing, block, waitCtx); err != nil {
 			fmt.Fprintln(os.Stderr, err)
 			os.Exit(1)
 		}
@@ -235,7 +240,7 @@ func TestFailures(t *testing.T) {
 	var groups []inspect.FailureGroup
 	redistest.Eventually(t, "failures recorded", func() bool {
 		cliJSON(t, srv, &groups, "failures", "-queue", queue)
-		n := 0
+		var n int64
 		for _, g := range groups {
 			n += g.Count
 		}
@@ -255,10 +260,46 @@ func TestFailures(t *testing.T) {
 		t.Fatalf("groups %+v, want the error and the panic only (a cancelled element is no failure)", groups)
 	}
 	out, _, _ := runCLI(t, srv, "failures", "-queue", queue)
-	if !strings.Contains(out, "odd input") || !strings.Contains(out, "sample stack") {
+	if !strings.Contains(out, "odd input") || !strings.Contains(out, "a stack:") {
 		t.Fatalf("failures:\n%s", out)
 	}
 	t.Logf("redmap failures:\n%s", out)
+}
+
+// Every failed element is counted, however many a heartbeat sees, and those
+// counted in a worker's last moments are written before it exits; messages
+// that differ only in a path and a number fall in one group, shown with one
+// message in full.
+func TestFailuresCountedAndGrouped(t *testing.T) {
+	e := harness.Setup(t)
+	srv, queue := e.Srv, e.Queue
+	w := startWorker(t, srv, queue)
+	m := e.Manager(t, manager.Options{})
+	_, err := manager.Map(context.Background(), m, missing, make([]int, 700), manager.ChunkSize(7))
+	var be *redmap.BatchError
+	if !errors.As(err, &be) || len(be.Failed) != 700 {
+		t.Fatalf("missing: %v; want 700 elements failed", err)
+	}
+	// SIGTERM at once: what the worker counted since its last heartbeat
+	// is written as it stops.
+	w.Cmd.Process.Signal(syscall.SIGTERM)
+	<-w.Exited()
+	if err := w.Err(); err != nil {
+		t.Fatalf("worker exited with %v", err)
+	}
+	var groups []inspect.FailureGroup
+	cliJSON(t, srv, &groups, "failures", "-queue", queue)
+	if len(groups) != 1 {
+		t.Fatalf("groups %+v; want one", groups)
+	}
+	g := groups[0]
+	if g.Count != 700 || g.Group != "open <path>: no such file (id <id>, try <n>)" ||
+		!regexp.MustCompile(`^open /data/\d+\.csv: no such file \(id [0-9a-f]{16}, try 1\)$`).MatchString(g.Error) ||
+		len(g.Workers) != 1 || g.Workers[0] != w.ID || g.First.After(g.Last) {
+		t.Fatalf("group %+v; want 700 failures in one group, with one message in full, from worker %s", g, w.ID)
+	}
+	out, _, _ := runCLI(t, srv, "failures", "-queue", queue, "-n", "5")
+	t.Logf("redmap failures -n 5:\n%s", out)
 }
 
 func TestDrain(t *testing.T) {

@@ -108,7 +108,7 @@ func TestThroughTLS(t *testing.T) {
 func TestThroughACLUser(t *testing.T) {
 	t.Parallel()
 	srv := redistest.Start(t)
-	readme, err := os.ReadFile("../../README.md")
+	readme, err := os.ReadFile("../../docs/connecting.md")
 	if err != nil {
 		t.Fatal(err)
 	}

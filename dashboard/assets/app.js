@@ -66,7 +66,7 @@ function renderQueues(s) {
 
 function renderBatches(s) {
   if (!s.batches.length) {
-    $("batches").innerHTML = `<div class="empty">No batch running.</div>`;
+    $("batches").innerHTML = `<div class="empty">No batch running or ended lately.</div>`;
     return;
   }
   $("batches").innerHTML = s.batches.map((b) => {
@@ -75,13 +75,15 @@ function renderBatches(s) {
     const running = b.outcome === "running";
     const cancel = s.actions && running ? `<button class="danger" data-action="cancel" data-queue="${esc(b.queue)}" data-manager="${esc(b.manager)}" data-batch="${esc(b.id)}">cancel</button>` : "";
     const where = b.worker ? ` · on worker ${esc(b.worker.slice(0, 8))}` : "";
+    const ago = running ? "" : `<span>ended <b>${dur((Date.parse(s.time) - Date.parse(b.ended)) / 1000)}</b> ago</span>`;
+    const causes = Object.entries(b.failed_by || {}).map(([k, n]) => `${esc(k)} ${num(n)}`).join(", ");
     return `<div class="batch ${running ? "" : "finished"}" data-batch="${esc(b.id)}" data-done="${b.done}" data-failed="${b.failed}" data-total="${b.total}" data-outcome="${esc(b.outcome)}">
       <div class="head"><span><b>${esc(b.func)}</b> <span class="muted">${esc(b.queue)} · priority ${b.priority}${where} · ${esc(b.id.slice(0, 8))}…${esc(b.id.slice(b.id.indexOf(":")))}</span></span>
-        <span><span class="badge ${esc(b.outcome)}">${esc(b.outcome)}</span> ${cancel}</span></div>
+        <span><span class="badge ${esc(b.outcome.replace(" ", "-"))}">${esc(b.outcome)}</span> ${cancel}</span></div>
       <div class="bar" title="${b.done} of ${b.total} done, ${b.failed} failed"><div class="ok" style="width:${ok}%"></div><div class="bad" style="left:${ok}%;width:${bad}%"></div></div>
-      <div class="nums"><span><b>${num(b.done)}</b> / ${num(b.total)} done</span><span><b>${num(b.failed)}</b> failed</span>
-        <span><b>${num(b.rate)}</b>/s</span><span>ETA <b>${running ? dur(b.eta_seconds) : "–"}</b></span>
-        ${b.waiting ? `<span class="err">${esc(b.waiting)}</span>` : ""}</div></div>`;
+      <div class="nums"><span><b>${num(b.done)}</b> / ${num(b.total)} done</span><span><b>${num(b.failed)}</b> failed${causes ? ` (${causes})` : ""}</span>
+        <span><b>${num(b.rate)}</b>/s</span>${running ? `<span>ETA <b>${dur(b.eta_seconds)}</b></span>` : ago}
+        ${b.waiting ? `<span class="err">${esc(b.waiting)}</span>` : ""}${b.reason ? `<span class="muted">${esc(b.reason)}</span>` : ""}</div></div>`;
   }).join("");
 }
 
@@ -93,9 +95,9 @@ function renderWorkers(s) {
   }
   $("workers").innerHTML = head + s.workers.map((w) => {
     const pct = w.concurrency ? Math.min(100, (w.running / w.concurrency) * 100) : 0;
-    const drain = s.actions ? `<td>${w.state === "running" ? `<button data-action="drain" data-queue="${esc(w.queue)}" data-worker="${esc(w.id)}">drain</button>` : ""}</td>` : "";
-    return `<tr class="${w.state === "dead" ? "dead" : ""}" data-worker="${esc(w.id)}" data-state="${esc(w.state)}" title="${esc(w.error || "")}">
-      <td>${esc(w.queue)}</td><td>${esc(w.id.slice(0, 12))}</td><td><span class="badge ${esc(w.state)}">${esc(w.state)}</span></td>
+    const drain = s.actions ? `<td>${w.live && w.state !== "draining" ? `<button data-action="drain" data-queue="${esc(w.queue)}" data-worker="${esc(w.id)}">drain</button>` : ""}</td>` : "";
+    return `<tr class="${w.live ? "" : "dead"}" data-worker="${esc(w.id)}" data-state="${esc(w.state)}" title="${esc(w.error || "")}">
+      <td>${esc(w.queue)}</td><td>${esc(w.id.slice(0, 12))}</td><td><span class="badge ${esc(w.state)}">${esc(w.state)}</span>${w.live ? "" : ` <span class="muted">${dur(w.since_seconds)} ago</span>`}</td>
       <td>${esc(w.host)}</td><td>${w.pid}</td><td>${dur(w.heartbeat_age_seconds)}</td>
       <td><span class="slots"><span style="width:${pct}%"></span></span>${w.running}/${w.concurrency}</td>
       <td>${num(w.held)}</td><td>${num(w.taken)}</td><td>${num(w.delivered)}</td><td>${num(w.failed)}</td>

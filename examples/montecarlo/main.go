@@ -15,6 +15,7 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"log/slog"
 	"math"
 	"os"
 	"strings"
@@ -89,6 +90,9 @@ func run(cmd string, args []string) error {
 	} else if url == "" {
 		url = "redis://127.0.0.1:6379/0"
 	}
+	// go-redis logs its dial retries on stderr by itself; through slog at
+	// debug level they stay out of the way: redmap's own errors say what failed.
+	connect.RouteLogs(slog.New(slog.NewTextHandler(os.Stderr, nil)))
 	rdb, err := connect.URL(url)
 	if err != nil {
 		return fmt.Errorf("REDIS_URL: %w", err)

@@ -8,6 +8,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"os"
 	"strings"
 
@@ -16,7 +17,6 @@ import (
 	"github.com/alicebob/miniredis/v2"
 
 	"github.com/redmap/redmap"
-	"github.com/redmap/redmap/internal/id"
 	"github.com/redmap/redmap/manager"
 	"github.com/redmap/redmap/worker"
 )
@@ -47,13 +47,16 @@ func run() error {
 		url = "redis://" + mr.Addr()
 		fmt.Println("using an embedded Redis (miniredis); set REDIS_URL to use a real one")
 	}
+	// go-redis logs its dial retries on stderr by itself; through slog at
+	// debug level they stay out of the way: redmap's own errors say what failed.
+	connect.RouteLogs(slog.New(slog.NewTextHandler(os.Stderr, nil)))
 	rdb, err := connect.URL(url)
 	if err != nil {
 		return fmt.Errorf("REDIS_URL: %w", err)
 	}
 	defer rdb.Close()
 
-	queue := "quickstart-" + id.New()[:8]
+	queue := fmt.Sprintf("quickstart-%d", os.Getpid()) // a queue of its own
 	w, err := worker.New(rdb, worker.Options{Queue: queue, Concurrency: 4})
 	if err != nil {
 		return err

@@ -14,6 +14,7 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"log/slog"
 	"math/big"
 	"os"
 	"os/signal"
@@ -68,6 +69,9 @@ func client() (redis.UniversalClient, error) {
 	if url == "" {
 		url = "redis://127.0.0.1:6379/0"
 	}
+	// go-redis logs its dial retries on stderr by itself; through slog at
+	// debug level they stay out of the way: redmap's own errors say what failed.
+	connect.RouteLogs(slog.New(slog.NewTextHandler(os.Stderr, nil)))
 	c, err := connect.URL(url)
 	if err != nil {
 		return nil, fmt.Errorf("REDIS_URL: %w", err)

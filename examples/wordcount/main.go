@@ -21,6 +21,7 @@ import (
 	"flag"
 	"fmt"
 	"io/fs"
+	"log/slog"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -124,6 +125,9 @@ func mapReduce(ctx context.Context, cmd, queue string, groups [][]string) (count
 	} else if url == "" {
 		url = "redis://127.0.0.1:6379/0"
 	}
+	// go-redis logs its dial retries on stderr by itself; through slog at
+	// debug level they stay out of the way: redmap's own errors say what failed.
+	connect.RouteLogs(slog.New(slog.NewTextHandler(os.Stderr, nil)))
 	rdb, err := connect.URL(url)
 	if err != nil {
 		return nil, fmt.Errorf("REDIS_URL: %w", err)

@@ -223,3 +223,43 @@ const (
 // Cancels holds the ids of manager mid's batches an operator asked to
 // cancel (SET of batch id); the manager reads and deletes it every Poll.
 func Cancels(prefix, queue, mid string) string { return Base(prefix, queue) + "m:" + mid + ":cancel" }
+
+// History holds the queue's ended batches, as their managers (or whoever
+// noticed a manager was lost) recorded them (HASH batch id → JSON record).
+// It lives in shard 0, bounded by HistoryIndex.
+func History(prefix, queue string) string { return Base(prefix, queue) + "history" }
+
+// HistoryIndex orders the queue's history (ZSET batch id → when it ended,
+// Redis ms): the oldest are trimmed past a count or an age.
+func HistoryIndex(prefix, queue string) string { return Base(prefix, queue) + "history:at" }
+
+// Managers lists the managers that publish running batches (ZSET manager
+// id → when their next publish is due, Redis ms): a manager whose publish
+// is overdue is lost, and its batches go to the history as "manager lost".
+func Managers(prefix, queue string) string { return Base(prefix, queue) + "managers" }
+
+// Gone lists the workers that stopped or died lately (ZSET worker id →
+// when, Redis ms), kept GoneFor; each one's info hash (WorkerInfo) is kept as
+// long, with its last state.
+func Gone(prefix, queue string) string { return Base(prefix, queue) + "gone" }
+
+// FailureGroups counts the queue's failed elements per group (HASH "<func>\t<kind>\t<fingerprint>"
+// → JSON of the group: count, first and last seen, workers, one sample), so
+// every failure is counted even when its record is dropped.
+func FailureGroups(prefix, queue string) string { return Base(prefix, queue) + "failgroups" }
+
+// The bounds of the operators' records.
+const (
+	// DefaultHistory and DefaultHistoryAge bound a queue's history: the
+	// last DefaultHistory batches, none older than DefaultHistoryAge.
+	DefaultHistory    = 1000
+	DefaultHistoryAge = 24 * time.Hour
+	// GoneFor is how long a worker that stopped or died stays listed.
+	GoneFor = 10 * time.Minute
+	// MaxFailureGroups caps a queue's failure groups; failures of a group
+	// past it count in one group of their function and kind, "(other)".
+	MaxFailureGroups = 1000
+	// FailureGroupsFor is how long a queue's failure groups outlive its
+	// last failure.
+	FailureGroupsFor = 7 * 24 * time.Hour
+)

@@ -1,6 +1,7 @@
 package rdb
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"slices"
@@ -113,6 +114,38 @@ func (a *Admin) Workers(ctx context.Context, queue string) ([]Registered, error)
 	return out, nil
 }
 
+// Gone returns the workers of queue that stopped or died since since (Redis
+// ms), with the last info each published, except those registered again.
+func (a *Admin) Gone(ctx context.Context, queue string, since int64) ([]Registered, error) {
+	ids, err := a.c.ZRangeByScore(ctx, keys.Gone(a.prefix, queue), &redis.ZRangeBy{Min: strconv.FormatInt(since, 10), Max: "+inf"}).Result()
+	if err != nil {
+		return nil, wrap("gone workers", nil, "ZRANGEBYSCORE", err)
+	}
+	out := make([]Registered, 0, len(ids))
+	cmds := make([]*redis.MapStringStringCmd, len(ids))
+	live := make([]*redis.FloatCmd, len(ids))
+	_, err = a.c.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for i, wid := range ids {
+			cmds[i] = p.HGetAll(ctx, keys.WorkerInfo(a.prefix, queue, wid))
+			live[i] = p.ZScore(ctx, keys.Workers(a.prefix, queue), wid)
+		}
+		return nil
+	})
+	if err != nil && err != redis.Nil {
+		return nil, wrap("gone workers", nil, "HGETALL or ZSCORE", err)
+	}
+	for i, wid := range ids {
+		h := cmds[i].Val()
+		if live[i].Err() == nil || len(h) == 0 { // registered again, or its record expired
+			continue
+		}
+		r := Registered{Queue: queue, ID: wid}
+		r.Info, r.Malformed = DecodeWorkerInfo(h)
+		out = append(out, r)
+	}
+	return out, nil
+}
+
 // Now returns the Redis clock, ms.
 func (a *Admin) Now(ctx context.Context) (int64, error) {
 	t, err := a.c.Time(ctx).Result()
@@ -167,22 +200,25 @@ func (a *Admin) Batches(ctx context.Context, queue string) ([]PublishedBatch, er
 	return out, nil
 }
 
-// Failures returns the queue's recorded failures, oldest first, and how many
-// entries of its failure list did not decode.
-func (a *Admin) Failures(ctx context.Context, queue string) (recs []FailureRecord, malformed int, err error) {
-	list, err := a.c.LRange(ctx, keys.Failures(a.prefix, queue), 0, -1).Result()
+// Failures returns the queue's failure groups, most frequent first, and how
+// many could not be read. One HGETALL.
+func (a *Admin) Failures(ctx context.Context, queue string) (groups []FailureGroup, malformed int, err error) {
+	h, err := a.c.HGetAll(ctx, keys.FailureGroups(a.prefix, queue)).Result()
 	if err != nil {
-		return nil, 0, fmt.Errorf("failures: %w", err)
+		return nil, 0, wrap("failures", nil, "HGETALL", err)
 	}
-	for _, s := range list {
-		f, err := DecodeFailure(s)
+	for _, s := range h {
+		g, err := DecodeGroup(s)
 		if err != nil {
 			malformed++
 			continue
 		}
-		recs = append(recs, f)
+		groups = append(groups, g)
 	}
-	return recs, malformed, nil
+	slices.SortFunc(groups, func(a, b FailureGroup) int {
+		return cmp.Or(cmp.Compare(b.Count, a.Count), strings.Compare(a.Key(), b.Key()))
+	})
+	return groups, malformed, nil
 }
 
 // Throughput returns the queue's throughput counters (see keys.Throughput)
@@ -351,4 +387,57 @@ func (a *Admin) scan(ctx context.Context, pattern string, f func(key string) err
 		})
 	}
 	return one(ctx, a.c)
+}
+
+// LoseManagers records the batches of queue's managers whose publish of
+// progress is overdue as "manager lost" (see RDB.LoseManagers).
+func (a *Admin) LoseManagers(ctx context.Context, queue string) (int, error) {
+	return loseManagers(ctx, a.c, a.prefix, queue)
+}
+
+// History returns queue's ended batches, newest first, at most n (all if n
+// is 0 or less), and how many records did not decode.
+func (a *Admin) History(ctx context.Context, queue string, n int) ([]BatchRecord, int, error) {
+	ids, err := a.c.ZRangeArgs(ctx, redis.ZRangeArgs{Key: keys.HistoryIndex(a.prefix, queue), Start: 0, Stop: int64(n) - 1, Rev: true}).Result()
+	if err != nil || len(ids) == 0 {
+		return nil, 0, wrap("history", nil, "ZRANGE", err)
+	}
+	vals, err := a.c.HMGet(ctx, keys.History(a.prefix, queue), ids...).Result()
+	if err != nil {
+		return nil, 0, wrap("history", nil, "HMGET", err)
+	}
+	out := make([]BatchRecord, 0, len(vals))
+	malformed := 0
+	for _, v := range vals {
+		s, ok := v.(string)
+		if !ok {
+			continue // trimmed between the two reads
+		}
+		r, err := DecodeRecord(s)
+		if err != nil {
+			malformed++
+			continue
+		}
+		out = append(out, r)
+	}
+	return out, malformed, nil
+}
+
+// InHistory says which of the batches ids queue's history holds. One
+// HMGET, none for no ids.
+func (a *Admin) InHistory(ctx context.Context, queue string, ids []string) (map[string]bool, error) {
+	in := make(map[string]bool)
+	if len(ids) == 0 {
+		return in, nil
+	}
+	vals, err := a.c.HMGet(ctx, keys.History(a.prefix, queue), ids...).Result()
+	if err != nil {
+		return nil, wrap("history", nil, "HMGET", err)
+	}
+	for j, v := range vals {
+		if v != nil {
+			in[ids[j]] = true
+		}
+	}
+	return in, nil
 }

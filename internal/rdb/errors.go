@@ -149,3 +149,18 @@ func Refused(err error) bool {
 	var ce *redmap.CommandError
 	return errors.As(err, &ce)
 }
+
+// Addr says where c connects, for an error that must name it: a server's
+// address, a Cluster's seed addresses, or a Sentinel-managed master's name.
+// It never holds a password.
+func Addr(c redis.UniversalClient) string {
+	switch c := c.(type) {
+	case *redis.Client:
+		return c.Options().Addr
+	case *redis.ClusterClient:
+		return "the Cluster at " + strings.Join(c.Options().Addrs, ",")
+	case *redis.Ring:
+		return "the ring " + fmt.Sprint(c.Options().Addrs)
+	}
+	return fmt.Sprintf("%T", c)
+}

@@ -22,8 +22,9 @@ type Reaped struct {
 // clock, back to the queue; see lua/reap.lua. One script call, which finds
 // nothing to do when every worker is live.
 func (r *RDB) Reap(ctx context.Context) (Reaped, error) {
-	ks := []string{keys.Workers(r.prefix, r.queue), keys.Ring(r.prefix, r.queue, keys.DefaultPriority), keys.Idle(r.prefix, r.queue)}
-	n, err := reapScript.run(ctx, r.c, ks, r.base, maxReap).Int64Slice()
+	ks := []string{keys.Workers(r.prefix, r.queue), keys.Ring(r.prefix, r.queue, keys.DefaultPriority), keys.Idle(r.prefix, r.queue),
+		keys.Gone(r.prefix, r.queue)}
+	n, err := reapScript.run(ctx, r.c, ks, r.base, maxReap, keys.GoneFor.Milliseconds()).Int64Slice()
 	if err != nil {
 		return Reaped{}, wrap("reap", reapScript, "", err)
 	}

@@ -1,6 +1,7 @@
 package rdb
 
 import (
+	"cmp"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
@@ -195,6 +196,7 @@ func (r *RDB) Preflight(ctx context.Context, budget, heal time.Duration, log *sl
 	start := time.Now()
 	deadline := start.Add(budget)
 	var bo backoff.Backoff
+	var cause error // the last error that says why, not that time ran out
 	for {
 		pctx, cancel := context.WithTimeout(ctx, max(min(time.Until(deadline), 2*time.Second), time.Second))
 		err := r.Ping(pctx)
@@ -215,6 +217,9 @@ func (r *RDB) Preflight(ctx context.Context, budget, heal time.Duration, log *sl
 		if Refused(err) || ctx.Err() != nil {
 			return err
 		}
+		if !errors.Is(err, context.DeadlineExceeded) {
+			cause = err
+		}
 		if badTLS(err) { // a certificate does not heal by waiting
 			return fmt.Errorf("TLS with Redis failed: %w", err)
 		}
@@ -222,7 +227,7 @@ func (r *RDB) Preflight(ctx context.Context, budget, heal time.Duration, log *sl
 			// go-redis retries a refused dial until the deadline, so the
 			// error is often only that: say what it means.
 			// The budget that applied: budget, or heal once PING answered.
-			return fmt.Errorf("no answer from Redis within %v (%v)", max(deadline.Sub(start), time.Second), err)
+			return fmt.Errorf("no answer from Redis within %v: %w", max(deadline.Sub(start), time.Second), cmp.Or(cause, err))
 		}
 		log.Info("Redis does not answer yet; trying again", "err", err)
 		if !bo.Wait(ctx) {

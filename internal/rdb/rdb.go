@@ -461,7 +461,7 @@ type Beat struct {
 func (r *RDB) Heartbeat(ctx context.Context, wid string, lease time.Duration, info *WorkerInfo) (Beat, error) {
 	ks := []string{keys.Workers(r.prefix, r.queue), keys.WorkerInfo(r.prefix, r.queue, wid), keys.Drain(r.prefix, r.queue, wid),
 		keys.ShardNames(r.prefix, r.queue)}
-	args := []any{wid, lease.Milliseconds()}
+	args := []any{wid, lease.Milliseconds(), keys.GoneFor.Milliseconds()}
 	if info != nil {
 		args = append(args, EncodeWorkerInfo(*info)...)
 	}
@@ -508,29 +508,37 @@ func (r *RDB) ShardNames(ctx context.Context) ([]string, error) {
 	return names, nil
 }
 
-// RecordFailures appends failure records to the queue's failure list,
-// keeping the newest 1,000, in one pipeline.
-func (r *RDB) RecordFailures(ctx context.Context, records []FailureRecord) error {
-	key := keys.Failures(r.prefix, r.queue)
-	_, err := r.c.Pipelined(ctx, func(p redis.Pipeliner) error {
-		args := make([]any, len(records))
-		for i, rec := range records {
-			args[i] = EncodeFailure(rec)
-		}
-		p.RPush(ctx, key, args...)
-		p.LTrim(ctx, key, -1000, -1)
-		p.PExpire(ctx, key, 7*24*time.Hour)
-		return nil
-	})
-	return wrap("record failures", nil, "RPUSH, LTRIM or PEXPIRE", err)
+// CountFailures adds the failure groups worker wid saw since its last call
+// to the queue's (see lua/failures.lua), and returns how many failures it
+// added. One script call.
+func (r *RDB) CountFailures(ctx context.Context, wid string, groups []FailureGroup) (int64, error) {
+	if len(groups) == 0 {
+		return 0, nil
+	}
+	args := make([]any, 0, 3+2*len(groups))
+	args = append(args, keys.MaxFailureGroups, keys.FailureGroupsFor.Milliseconds(), wid)
+	for _, g := range groups {
+		args = append(args, g.Key(), EncodeGroup(g))
+	}
+	n, err := failuresScript.run(ctx, r.c, []string{keys.FailureGroups(r.prefix, r.queue)}, args...).Int64()
+	if err != nil {
+		return 0, wrap("count failures", failuresScript, "", err)
+	}
+	return n, nil
 }
 
 // Retire ends worker wid's lease now and reaps it, as if it had died: what
 // it still holds goes back to the queue, and tasks left in its private list
 // are reported lost to their managers, who would otherwise wait for them for
-// ever. Two script calls.
-func (r *RDB) Retire(ctx context.Context, wid string) (Reaped, error) {
-	if _, err := r.Heartbeat(ctx, wid, -time.Millisecond, &WorkerInfo{State: "stopped"}); err != nil {
+// ever. With info (shard 0), the worker is listed "stopped" for operators
+// with that last info, for keys.GoneFor. Two script calls.
+func (r *RDB) Retire(ctx context.Context, wid string, info *WorkerInfo) (Reaped, error) {
+	if info != nil {
+		stopped := *info
+		stopped.State = "stopped"
+		info = &stopped
+	}
+	if _, err := r.Heartbeat(ctx, wid, -time.Millisecond, info); err != nil {
 		return Reaped{}, fmt.Errorf("retire: %w", err)
 	}
 	if err := r.c.Del(ctx, keys.Drain(r.prefix, r.queue, wid)).Err(); err != nil {
@@ -684,41 +692,61 @@ func (r *RDB) Drop(ctx context.Context, mid string) error {
 	if err := renewScript.run(ctx, r.c, r.managerKeys(mid), r.base, mid, 0).Err(); err != nil {
 		return wrap("drop", renewScript, "", err)
 	}
-	return wrap("drop", nil, "DEL", r.c.Del(ctx, keys.Batches(r.prefix, r.queue, mid)).Err())
+	_, err := r.c.TxPipelined(ctx, func(p redis.Pipeliner) error {
+		p.Del(ctx, keys.Batches(r.prefix, r.queue, mid))
+		p.ZRem(ctx, keys.Managers(r.prefix, r.queue), mid)
+		return nil
+	})
+	return wrap("drop", nil, "DEL or ZREM", err)
 }
 
 // PublishBatches replaces manager mid's published batch progress with
-// batches (batch id -> progress), living ttl; none deletes it. It adds ended
-// (elements ended since the last call) to the queue's throughput counter of
-// now, and takes the batch ids an operator asked the manager to cancel.
-// One transaction.
-func (r *RDB) PublishBatches(ctx context.Context, mid string, batches map[string]BatchProgress, ttl time.Duration, ended int64) (cancels []string, err error) {
-	key := keys.Batches(r.prefix, r.queue, mid)
-	ck := keys.Cancels(r.prefix, r.queue, mid)
-	var cs *redis.StringSliceCmd
-	_, err = r.c.TxPipelined(ctx, func(p redis.Pipeliner) error {
-		p.Del(ctx, key)
-		if len(batches) > 0 {
-			args := make([]any, 0, 2*len(batches))
-			for id, b := range batches {
-				args = append(args, id, EncodeProgress(b))
-			}
-			p.HSet(ctx, key, args...)
-			p.PExpire(ctx, key, ttl)
-		}
-		if ended > 0 {
-			tk := keys.Throughput(r.prefix, r.queue, time.Now().Unix()/int64(keys.ThroughputBucket/time.Second))
-			p.IncrBy(ctx, tk, ended)
-			p.PExpire(ctx, tk, keys.ThroughputSpan)
-		}
-		cs = p.SMembers(ctx, ck)
-		p.Del(ctx, ck)
-		return nil
-	})
-	if err != nil {
-		return nil, wrap("publish batches", nil, "DEL, HSET, PEXPIRE, INCRBY, SMEMBERS, MULTI or EXEC", err)
+// batches (batch id -> progress), living ttl; none deletes it. It says the
+// manager's next publish is due within due (past it, the manager is lost:
+// see LoseManagers), adds ended (elements ended since the last call) to the
+// queue's throughput counter of now, and takes the batch ids an operator
+// asked the manager to cancel. One script call.
+func (r *RDB) PublishBatches(ctx context.Context, mid string, batches map[string]BatchProgress, ttl, due time.Duration, ended int64) (cancels []string, err error) {
+	ks := []string{keys.Batches(r.prefix, r.queue, mid), keys.Cancels(r.prefix, r.queue, mid),
+		keys.Managers(r.prefix, r.queue),
+		keys.Throughput(r.prefix, r.queue, time.Now().Unix()/int64(keys.ThroughputBucket/time.Second))}
+	args := make([]any, 0, 5+2*len(batches))
+	args = append(args, mid, ttl.Milliseconds(), due.Milliseconds(), ended, keys.ThroughputSpan.Milliseconds())
+	for id, b := range batches {
+		args = append(args, id, EncodeProgress(b))
 	}
-	return cs.Val(), nil
+	cancels, err = publishScript.run(ctx, r.c, ks, args...).StringSlice()
+	if err != nil {
+		return nil, wrap("publish batches", publishScript, "", err)
+	}
+	return cancels, nil
+}
+
+// RecordBatch writes rec, a batch of manager mid that ended, into the
+// queue's history, keeping its last limit batches and none older than age,
+// and forgets the batch among mid's published running ones. One script call.
+func (r *RDB) RecordBatch(ctx context.Context, mid string, rec BatchRecord, limit int, age time.Duration) error {
+	ks := []string{keys.History(r.prefix, r.queue), keys.HistoryIndex(r.prefix, r.queue), keys.Batches(r.prefix, r.queue, mid)}
+	err := recordScript.run(ctx, r.c, ks, rec.ID, EncodeRecord(rec), limit, age.Milliseconds()).Err()
+	return wrap("record batch", recordScript, "", err)
+}
+
+// LoseManagers records the batches of the queue's managers whose publish
+// of progress is overdue as ended with outcome "manager lost" (see
+// lua/lost.lua), and returns how many it recorded. One script call.
+func (r *RDB) LoseManagers(ctx context.Context) (int, error) {
+	return loseManagers(ctx, r.c, r.prefix, r.queue)
+}
+
+// loseManagers is LoseManagers for queue at prefix on c, with the default
+// bounds of the history.
+func loseManagers(ctx context.Context, c redis.UniversalClient, prefix, queue string) (int, error) {
+	ks := []string{keys.Managers(prefix, queue), keys.History(prefix, queue), keys.HistoryIndex(prefix, queue)}
+	n, err := lostScript.run(ctx, c, ks, keys.Base(prefix, queue), keys.DefaultHistory, keys.DefaultHistoryAge.Milliseconds()).Int()
+	if err != nil {
+		return 0, wrap("lose managers", lostScript, "", err)
+	}
+	return n, nil
 }
 
 // Depth returns the number of task ids waiting in the shard's lanes.

@@ -361,7 +361,7 @@ func TestLiveWorkers(t *testing.T) {
 	if err != nil || !slices.Equal(live, []string{"alive"}) {
 		t.Fatalf("live %v (%v), want [alive]", live, err)
 	}
-	if _, err := f.r.Retire(ctx, "alive"); err != nil {
+	if _, err := f.r.Retire(ctx, "alive", nil); err != nil {
 		t.Fatal(err)
 	}
 	if live, _ := f.r.LiveWorkers(ctx); len(live) != 0 {

@@ -3,7 +3,7 @@ package rdb
 import (
 	"encoding/json"
 	"fmt"
-	"slices"
+	"regexp"
 	"strconv"
 	"strings"
 	"time"
@@ -27,12 +27,14 @@ type WorkerInfo struct {
 	Taken       int64
 	Delivered   int64
 	Failed      int64
-	Functions   []string // the names it registered
-	Serves      []string // what it registered, "<name>\t<signature>" each; served.lua reads them
-	State       string   // "running", or "draining" once it takes no more tasks
-	Error       string   // its last failed Redis call, "" once all is well
-	CacheHits   int64    // constant lookups its memo served
-	CacheBytes  int64    // bytes of constants it fetched
+	Functions   []string      // the names it registered
+	Serves      []string      // what it registered, "<name>\t<signature>" each; served.lua reads them
+	State       string        // "running", "draining" once it takes no more tasks; "stopped" (it retired) or "dead" (reaped) once gone
+	Every       time.Duration // how often it heartbeats
+	Gone        time.Time     // when it was reaped (reap.lua writes it), by the Redis clock; zero while registered
+	Error       string        // its last failed Redis call, "" once all is well
+	CacheHits   int64         // constant lookups its memo served
+	CacheBytes  int64         // bytes of constants it fetched
 }
 
 // The fields of a worker's info hash that something other than
@@ -63,6 +65,7 @@ func EncodeWorkerInfo(i WorkerInfo) []any {
 		infoError, i.Error,
 		"cache_hits", i.CacheHits,
 		"cache_bytes", i.CacheBytes,
+		"every", i.Every.Milliseconds(),
 	}
 }
 
@@ -97,6 +100,10 @@ func DecodeWorkerInfo(h map[string]string) (WorkerInfo, error) {
 		Error:       h[infoError],
 		CacheHits:   num("cache_hits"),
 		CacheBytes:  num("cache_bytes"),
+		Every:       time.Duration(num("every")) * time.Millisecond,
+	}
+	if g := num("gone"); g > 0 {
+		i.Gone = time.UnixMilli(g)
 	}
 	if f := h[infoServes]; f != "" {
 		i.Serves = strings.Split(f, "\n")
@@ -110,74 +117,82 @@ func DecodeWorkerInfo(h map[string]string) (WorkerInfo, error) {
 	return i, nil
 }
 
-// FailureRecord is what a worker records of a failed element for operators
-// (redmap failures), as JSON in the queue's failure list.
-type FailureRecord struct {
-	Time   time.Time `json:"time"`
-	Worker string    `json:"worker"`
-	Task   string    `json:"task"`
-	Func   string    `json:"func"`
-	Index  int       `json:"index"` // within the task's chunk; -1 for all of it
-	Kind   string    `json:"kind"`
-	Error  string    `json:"error"`
-	Stack  string    `json:"stack,omitempty"`
-}
-
-// FailureGroup is the failures of one function, kind and error message,
-// as operators read them (redmap failures, the dashboard).
+// FailureGroup counts the failed elements of one function, kind and
+// fingerprint (the message with its numbers, ids, quoted strings and paths
+// masked: see Fingerprint), as operators read them (redmap failures, the
+// dashboard): a field of the queue's failure-groups hash, as JSON. A worker
+// sends the groups it saw since its last heartbeat, and failures.lua adds
+// them to the queue's.
 type FailureGroup struct {
-	Func, Kind string
-	Error      string // the message's first line, without "attempt N: "
-	Count      int
-	Last       time.Time
-	Task       string // the task of the last one
-	Stack      string // a stack one of them recorded, if any did
+	Func        string `json:"func"`
+	Kind        string `json:"kind"`
+	Fingerprint string `json:"fingerprint"`
+	Count       int64  `json:"count"`
+	First       int64  `json:"first_ms"` // Unix ms, the workers' clocks
+	Last        int64  `json:"last_ms"`
+	Sample      string `json:"sample"`          // the last one's message, in full
+	Task        string `json:"task"`            // the last one's task
+	Stack       string `json:"stack,omitempty"` // a stack one of them recorded
+	// Workers that saw it, comma-separated, at most MaxGroupWorkers
+	// (a string: Lua's cjson cannot tell an empty list from an empty map).
+	Workers string `json:"workers"`
 }
 
-// GroupFailures groups failure records by function, kind and message
-// (retries of one element, "attempt 2: ...", fall in the group of the
-// first), most frequent first.
-func GroupFailures(recs []FailureRecord) []FailureGroup {
-	index := map[[3]string]int{}
-	var out []FailureGroup
-	for _, f := range recs {
-		msg, _, _ := strings.Cut(f.Error, "\n")
-		if _, rest, ok := strings.Cut(msg, ": "); ok && strings.HasPrefix(msg, "attempt ") {
-			msg = rest
-		}
-		k := [3]string{f.Func, f.Kind, msg}
-		i, ok := index[k]
-		if !ok {
-			i = len(out)
-			index[k] = i
-			out = append(out, FailureGroup{Func: f.Func, Kind: f.Kind, Error: msg})
-		}
-		g := &out[i]
-		g.Count++
-		if f.Time.After(g.Last) {
-			g.Last, g.Task = f.Time, f.Task
-		}
-		if g.Stack == "" {
-			g.Stack = f.Stack
-		}
-	}
-	slices.SortStableFunc(out, func(a, b FailureGroup) int { return b.Count - a.Count })
-	return out
-}
+// MaxGroupWorkers caps the workers a failure group names.
+const MaxGroupWorkers = 10
 
-// EncodeFailure returns f as an entry of the failure list.
-func EncodeFailure(f FailureRecord) string {
-	b, _ := json.Marshal(f) // strings, ints and a time: cannot fail
+// OtherGroup is the fingerprint of the failures of a function and kind
+// counted past keys.MaxFailureGroups groups.
+const OtherGroup = "(other)"
+
+// Key returns the group's field in the failure-groups hash.
+func (g FailureGroup) Key() string { return g.Func + "\t" + g.Kind + "\t" + g.Fingerprint }
+
+// EncodeGroup returns g as a field value of the failure-groups hash.
+func EncodeGroup(g FailureGroup) string {
+	b, _ := json.Marshal(g) // plain fields: cannot fail
 	return string(b)
 }
 
-// DecodeFailure reads an entry of the failure list.
-func DecodeFailure(s string) (FailureRecord, error) {
-	var f FailureRecord
-	if err := json.Unmarshal([]byte(s), &f); err != nil {
-		return FailureRecord{}, fmt.Errorf("failure record: %w", err)
+// DecodeGroup reads a field value of the failure-groups hash.
+func DecodeGroup(s string) (FailureGroup, error) {
+	var g FailureGroup
+	if err := json.Unmarshal([]byte(s), &g); err != nil {
+		return FailureGroup{}, fmt.Errorf("failure group: %w", err)
 	}
-	return f, nil
+	return g, nil
+}
+
+// The parts of a message that Fingerprint masks, in the order it masks
+// them: quoted strings, paths, UUIDs and long hex ids, then numbers.
+var (
+	quotedRe = regexp.MustCompile(`"(?:[^"\\]|\\.)*"|'[^']*'|` + "`[^`]*`")
+	pathRe   = regexp.MustCompile(`(?:[A-Za-z]:\\|\.{0,2}/|~/)[^\s"':,;()\[\]{}]*[/\\][^\s"':,;()\[\]{}]*|(?:\.{0,2}/|~/)[^\s"':,;()\[\]{}/]+`)
+	hexRe    = regexp.MustCompile(`\b[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}\b|\b0x[0-9a-fA-F]+\b|\b[0-9a-fA-F]*[0-9][0-9a-fA-F]*[a-fA-F][0-9a-fA-F]*\b|\b[0-9a-fA-F]*[a-fA-F][0-9a-fA-F]*[0-9][0-9a-fA-F]*\b`)
+	numRe    = regexp.MustCompile(`-?\b\d+(?:\.\d+)?(?:[eE][-+]?\d+)?`)
+)
+
+// Fingerprint returns the group of a failure's message, the way error
+// trackers fingerprint: its first line, without a retry's "attempt N: "
+// prefix, with quoted strings ("…"), paths (<path>), UUIDs and hex ids
+// (<id>) and numbers (<n>) masked, so that messages that differ only in
+// what they name fall in one group.
+func Fingerprint(msg string) string {
+	msg, _, _ = strings.Cut(msg, "\n")
+	if rest, ok := strings.CutPrefix(msg, "attempt "); ok {
+		if _, after, ok := strings.Cut(rest, ": "); ok {
+			msg = after
+		}
+	}
+	msg = quotedRe.ReplaceAllString(msg, `"…"`)
+	msg = pathRe.ReplaceAllString(msg, "<path>")
+	msg = hexRe.ReplaceAllStringFunc(msg, func(h string) string {
+		if len(h) < 8 && !strings.HasPrefix(h, "0x") && !strings.Contains(h, "-") {
+			return h // a short word such as "bad" or "deadbeef"-less "cafe1": left as is
+		}
+		return "<id>"
+	})
+	return strings.TrimSpace(numRe.ReplaceAllString(msg, "<n>"))
 }
 
 // BatchProgress is how far a running batch has got, as its manager publishes
@@ -193,6 +208,56 @@ type BatchProgress struct {
 	Worker   string        `json:"worker,omitempty"`   // the private queue's worker
 	Waiting  string        `json:"waiting,omitempty"`  // why it does not advance
 	Priority int           `json:"priority,omitempty"` // 1 to 5
+	// StartedMs is Started in Unix ms, which lost.lua copies into the
+	// batch's record when its manager is lost.
+	StartedMs int64 `json:"started_ms,omitempty"`
+}
+
+// The outcomes of a batch in the queue's history.
+const (
+	OutcomeDone        = "done"         // every element has its value
+	OutcomeFailed      = "failed"       // some element failed, or the batch ended on an error
+	OutcomeCancelled   = "cancelled"    // its context ended, Cancel, or an operator cancelled it
+	OutcomeClosed      = "closed"       // its manager was closed before it ended
+	OutcomeManagerLost = "manager lost" // its manager stopped publishing (lost.lua)
+)
+
+// BatchRecord is a batch that ended, as the queue's history keeps it (the
+// hash history, batch id -> JSON): written by its manager before Wait, Map
+// or Close return, or by whoever noticed its manager was lost (lost.lua,
+// which writes the same JSON fields from the last published progress).
+type BatchRecord struct {
+	ID       string         `json:"id"`
+	Manager  string         `json:"manager"`
+	Func     string         `json:"func"`
+	Priority int            `json:"priority,omitempty"`
+	Worker   string         `json:"worker,omitempty"` // the private queue's worker
+	Total    int            `json:"total"`
+	Done     int            `json:"done"` // elements with an outcome, failed ones included
+	Failed   int            `json:"failed"`
+	FailedBy map[string]int `json:"failed_by,omitempty"` // failed elements per cause ("panic", "lost", ...)
+	Outcome  string         `json:"outcome"`
+	Reason   string         `json:"reason,omitempty"` // why it ended early, if it did
+	Started  int64          `json:"started_ms"`       // Unix ms, the manager's clock
+	Ended    int64          `json:"ended_ms"`         // Unix ms: the manager's clock, or Redis's for "manager lost"
+}
+
+// EncodeRecord returns r as a field value of the history hash.
+func EncodeRecord(r BatchRecord) string {
+	b, _ := json.Marshal(r) // plain fields: cannot fail
+	return string(b)
+}
+
+// DecodeRecord reads a field value of the history hash.
+func DecodeRecord(s string) (BatchRecord, error) {
+	var r BatchRecord
+	if err := json.Unmarshal([]byte(s), &r); err != nil {
+		return BatchRecord{}, fmt.Errorf("batch record: %w", err)
+	}
+	if r.FailedBy == nil {
+		r.FailedBy = map[string]int{}
+	}
+	return r, nil
 }
 
 // EncodeProgress returns p as a field value of the batches hash.

@@ -60,26 +60,33 @@ func TestDecodeWorkerInfoNamesMalformed(t *testing.T) {
 func TestFailuresAndProgressRoundTrip(t *testing.T) {
 	f := setup(t)
 	ctx := context.Background()
-	rec := FailureRecord{Time: time.Unix(1700000000, 5).UTC(), Worker: "w", Task: "t-1", Func: "f", Index: -1, Kind: "panic", Error: "boom", Stack: "s"}
-	if err := f.r.RecordFailures(ctx, []FailureRecord{rec}); err != nil {
-		t.Fatal(err)
+	g := FailureGroup{Func: "f", Kind: "panic", Fingerprint: "boom <n>", Count: 2, First: 10, Last: 20, Sample: "boom 7", Task: "t-1", Stack: "s"}
+	if n, err := f.r.CountFailures(ctx, "w1", []FailureGroup{g}); err != nil || n != 2 {
+		t.Fatalf("CountFailures: %d, %v", n, err)
 	}
-	f.c.RPush(ctx, keys.Failures("rm", f.queue), "{not json")
+	later := g
+	later.Count, later.First, later.Last, later.Sample, later.Task, later.Stack = 3, 15, 30, "boom 9", "t-2", ""
+	if n, err := f.r.CountFailures(ctx, "w2", []FailureGroup{later}); err != nil || n != 3 {
+		t.Fatalf("CountFailures: %d, %v", n, err)
+	}
+	f.c.HSet(ctx, keys.FailureGroups("rm", f.queue), "x", "{not json")
 	a := NewAdmin(f.c, "rm")
-	recs, malformed, err := a.Failures(ctx, f.queue)
-	if err != nil || malformed != 1 || len(recs) != 1 || !reflect.DeepEqual(recs[0], rec) {
-		t.Fatalf("Failures: %+v, %d malformed, %v; want [%+v], 1", recs, malformed, err, rec)
+	gs, malformed, err := a.Failures(ctx, f.queue)
+	want := FailureGroup{Func: "f", Kind: "panic", Fingerprint: "boom <n>", Count: 5, First: 10, Last: 30, Sample: "boom 9",
+		Task: "t-2", Stack: "s", Workers: "w1,w2"}
+	if err != nil || malformed != 1 || len(gs) != 1 || !reflect.DeepEqual(gs[0], want) {
+		t.Fatalf("Failures: %+v, %d malformed, %v; want [%+v], 1", gs, malformed, err, want)
 	}
 
 	p := BatchProgress{Func: "f", Total: 10, Done: 4, Failed: 1, Rate: 2.5, ETA: 3 * time.Second,
 		Started: time.Unix(1700000000, 0).UTC(), Worker: "w", Waiting: "no live worker", Priority: 5}
-	if _, err := f.r.PublishBatches(ctx, f.mid, map[string]BatchProgress{"b1": p}, time.Minute, 0); err != nil {
+	if _, err := f.r.PublishBatches(ctx, f.mid, map[string]BatchProgress{"b1": p}, time.Minute, time.Minute, 0); err != nil {
 		t.Fatal(err)
 	}
 	bs, err := a.Batches(ctx, f.queue)
-	want := []PublishedBatch{{Queue: f.queue, Manager: f.mid, ID: "b1", Progress: p}}
-	if err != nil || !reflect.DeepEqual(bs, want) {
-		t.Fatalf("Batches: %+v, %v; want %+v", bs, err, want)
+	wantBatches := []PublishedBatch{{Queue: f.queue, Manager: f.mid, ID: "b1", Progress: p}}
+	if err != nil || !reflect.DeepEqual(bs, wantBatches) {
+		t.Fatalf("Batches: %+v, %v; want %+v", bs, err, wantBatches)
 	}
 
 	// An operator's cancel reaches the manager's next publish, once; the
@@ -88,7 +95,7 @@ func TestFailuresAndProgressRoundTrip(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, want := range [][]string{{"b1"}, nil} {
-		cancels, err := f.r.PublishBatches(ctx, f.mid, map[string]BatchProgress{"b1": p}, time.Minute, 7)
+		cancels, err := f.r.PublishBatches(ctx, f.mid, map[string]BatchProgress{"b1": p}, time.Minute, time.Minute, 7)
 		if err != nil || !reflect.DeepEqual(cancels, want) && len(cancels)+len(want) > 0 {
 			t.Fatalf("cancels: %v, %v; want %v", cancels, err, want)
 		}
@@ -235,21 +242,92 @@ func TestPriorityLists(t *testing.T) {
 	}
 }
 
-// Retries of an element and multi-line messages group with their first
-// line; the most frequent group comes first, with the last task and a stack.
-func TestGroupFailures(t *testing.T) {
-	t0 := time.Unix(1700000000, 0)
-	gs := GroupFailures([]FailureRecord{
-		{Time: t0, Task: "a", Func: "f", Kind: "error", Error: "boom"},
-		{Time: t0.Add(time.Second), Task: "b", Func: "f", Kind: "panic", Error: "nil map", Stack: "goroutine 1"},
-		{Time: t0.Add(2 * time.Second), Task: "c", Func: "f", Kind: "error", Error: "attempt 2: boom"},
-		{Time: t0.Add(3 * time.Second), Task: "d", Func: "f", Kind: "error", Error: "boom\nat line 3"},
-	})
-	want := []FailureGroup{
-		{Func: "f", Kind: "error", Error: "boom", Count: 3, Last: t0.Add(3 * time.Second), Task: "d"},
-		{Func: "f", Kind: "panic", Error: "nil map", Count: 1, Last: t0.Add(time.Second), Task: "b", Stack: "goroutine 1"},
+// Fingerprint masks what differs between messages of one kind, the way
+// error trackers group: retries, numbers, ids, quoted strings and paths.
+func TestFingerprint(t *testing.T) {
+	for _, c := range []struct{ msg, want string }{
+		{"boom", "boom"},
+		{"attempt 2: boom\nat line 3", "boom"},
+		{"open /data/2024/17.csv: no such file or directory", "open <path>: no such file or directory"},
+		{`parse "x=17": invalid syntax`, `parse "…": invalid syntax`},
+		{"user 9f86d081884c7d65 not found after 3 tries (1.5s)", "user <id> not found after <n> tries (<n>s)"},
+		{"task 3f2a9c1e-0b7d-4c1a-9e2f-5d6c7b8a9f0e: lost", "task <id>: lost"},
+		{"bad pointer 0xc000123456", "bad pointer <id>"},
+		{`C:\Users\x\a.txt locked`, "<path> locked"},
+		{"read ./cache/x: denied", "read <path>: denied"},
+		{"deadline exceeded", "deadline exceeded"},
+	} {
+		if got := Fingerprint(c.msg); got != c.want {
+			t.Errorf("Fingerprint(%q) = %q, want %q", c.msg, got, c.want)
+		}
 	}
-	if !reflect.DeepEqual(gs, want) {
-		t.Fatalf("GroupFailures = %+v, want %+v", gs, want)
+}
+
+// A manager's record of a batch that ended reaches the history and leaves
+// its published running batches; the history keeps its last limit batches.
+// A manager whose publish is overdue is lost: its batches go to the
+// history as "manager lost" with their last progress, once.
+func TestHistory(t *testing.T) {
+	f := setup(t)
+	ctx := context.Background()
+	a := NewAdmin(f.c, "rm")
+	p := BatchProgress{Func: "f", Total: 10, Done: 4, Failed: 1, Priority: 2, StartedMs: 1700000000123}
+	if _, err := f.r.PublishBatches(ctx, f.mid, map[string]BatchProgress{"b1": p, "b2": p}, time.Minute, time.Minute, 0); err != nil {
+		t.Fatal(err)
 	}
+	rec := BatchRecord{ID: "b1", Manager: f.mid, Func: "f", Total: 10, Done: 10, Failed: 2,
+		FailedBy: map[string]int{"panic": 1, "error": 1}, Outcome: OutcomeFailed, Started: 1, Ended: 2}
+	if err := f.r.RecordBatch(ctx, f.mid, rec, 3, time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	hist, malformed, err := a.History(ctx, f.queue, 0)
+	if err != nil || malformed != 0 || len(hist) != 1 || !reflect.DeepEqual(hist[0], rec) {
+		t.Fatalf("history %+v, %d malformed, %v; want [%+v]", hist, malformed, err, rec)
+	}
+	if bs, _ := a.Batches(ctx, f.queue); len(bs) != 1 || bs[0].ID != "b2" {
+		t.Fatalf("running batches %+v; want b2 alone", bs)
+	}
+	for i := range 5 {
+		r := rec
+		r.ID = fmt.Sprint("x", i)
+		if err := f.r.RecordBatch(ctx, f.mid, r, 3, time.Hour); err != nil {
+			t.Fatal(err)
+		}
+	}
+	hist, _, _ = a.History(ctx, f.queue, 0)
+	if ids := recordIDs(hist); !reflect.DeepEqual(ids, []string{"x4", "x3", "x2"}) {
+		t.Fatalf("history %v; want the last 3, newest first", ids)
+	}
+	if n, _ := f.c.HLen(ctx, keys.History("rm", f.queue)).Result(); n != 3 {
+		t.Fatalf("history hash has %d records; want 3", n)
+	}
+
+	// Lost: due at once.
+	if _, err := f.r.PublishBatches(ctx, f.mid, map[string]BatchProgress{"b2": p}, time.Minute, -time.Millisecond, 0); err != nil {
+		t.Fatal(err)
+	}
+	for want := range []int{1, 0} {
+		n, err := a.LoseManagers(ctx, f.queue)
+		if err != nil || n != 1-want {
+			t.Fatalf("LoseManagers: %d, %v; want %d", n, err, 1-want)
+		}
+	}
+	hist, _, _ = a.History(ctx, f.queue, 1)
+	want := BatchRecord{ID: "b2", Manager: f.mid, Func: "f", Priority: 2, Total: 10, Done: 4, Failed: 1,
+		FailedBy: map[string]int{}, Outcome: OutcomeManagerLost, Reason: "its manager stopped publishing progress",
+		Started: 1700000000123, Ended: hist[0].Ended}
+	if len(hist) != 1 || !reflect.DeepEqual(hist[0], want) || hist[0].Ended < time.Now().Add(-time.Minute).UnixMilli() {
+		t.Fatalf("lost manager's batch: %+v; want %+v", hist, want)
+	}
+	if bs, _ := a.Batches(ctx, f.queue); len(bs) != 0 {
+		t.Fatalf("running batches of a lost manager still listed: %+v", bs)
+	}
+}
+
+func recordIDs(rs []BatchRecord) []string {
+	var ids []string
+	for _, r := range rs {
+		ids = append(ids, r.ID)
+	}
+	return ids
 }

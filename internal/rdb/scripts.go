@@ -34,6 +34,10 @@ var (
 	shardsScript    = load("shards.lua")
 	depthScript     = load("depth.lua")
 	renewScript     = load("renew.lua")
+	publishScript   = load("publish.lua")
+	recordScript    = load("record.lua")
+	lostScript      = load("lost.lua")
+	failuresScript  = load("failures.lua")
 )
 
 // ScriptNames maps each script's SHA-1 to its file name, for tools that read
@@ -42,7 +46,8 @@ func ScriptNames() map[string]string {
 	out := map[string]string{}
 	for _, s := range []*script{submitScript, takeScript, finishScript, heartbeatScript, liveScript,
 		readScript, missingScript, reapScript, givebackScript, unwantedScript, servedScript,
-		holdScript, releaseScript, purgeScript, probeScript, shardsScript} {
+		holdScript, releaseScript, purgeScript, probeScript, shardsScript, depthScript, renewScript,
+		publishScript, recordScript, lostScript, failuresScript} {
 		out[s.Hash()] = s.name
 	}
 	return out

@@ -105,3 +105,58 @@ local function expire_object(meta, holders, parts, at)
   end
 end
 
+
+-- trim_history keeps the queue's history (hash hist, ordered by the sorted
+-- set index) to its last limit batches, none older than age ms, and makes
+-- both keys live age ms past the last record.
+local function trim_history(hist, index, limit, age)
+  local old = redis.call('ZRANGEBYSCORE', index, '-inf', now() - age, 'LIMIT', 0, CHUNK)
+  local over = redis.call('ZCARD', index) - #old - limit
+  if over > 0 then
+    local more = redis.call('ZRANGE', index, #old, #old + math.min(over, CHUNK) - 1)
+    for _, id in ipairs(more) do
+      old[#old + 1] = id
+    end
+  end
+  if #old > 0 then
+    redis.call('HDEL', hist, unpack(old))
+    redis.call('ZREM', index, unpack(old))
+  end
+  redis.call('PEXPIRE', hist, age)
+  redis.call('PEXPIRE', index, age)
+end
+
+-- lose_managers records, for each manager of the queue at base whose
+-- publish of progress is overdue by the Redis clock (in the sorted set
+-- managers), each batch it last published as ended with outcome "manager
+-- lost" and its last published progress; it forgets the manager's
+-- published batches. The history is bounded by limit and age (ms). At most
+-- 10 managers a call. Returns how many batches it recorded.
+local function lose_managers(base, managers, hist, index, limit, age)
+  local t = now()
+  local lost = redis.call('ZRANGEBYSCORE', managers, '-inf', t, 'LIMIT', 0, 10)
+  local n = 0
+  for _, mid in ipairs(lost) do
+    local key = base .. 'm:' .. mid .. ':batches'
+    local ids = redis.call('HKEYS', key)
+    local vals = #ids > 0 and redis.call('HMGET', key, unpack(ids)) or {}
+    for i, id in ipairs(ids) do
+      local ok, p = pcall(cjson.decode, vals[i] or '')
+      if ok and type(p) == 'table' and redis.call('HEXISTS', hist, id) == 0 then
+        local rec = {id = id, manager = mid, func = p.func, priority = p.priority,
+          worker = p.worker, total = p.total, done = p.done, failed = p.failed,
+          outcome = 'manager lost', reason = 'its manager stopped publishing progress',
+          started_ms = p.started_ms, ended_ms = t}
+        redis.call('HSET', hist, id, cjson.encode(rec))
+        redis.call('ZADD', index, t, id)
+        n = n + 1
+      end
+    end
+    redis.call('DEL', key)
+    redis.call('ZREM', managers, mid)
+  end
+  if n > 0 then
+    trim_history(hist, index, limit, age)
+  end
+  return n
+end

@@ -1,0 +1,12 @@
+-- lost.lua: record the batches of managers that stopped publishing progress
+-- (killed, or cut off from Redis for longer than their publish was due) in
+-- the queue's history as "manager lost", with their last published
+-- progress. Whoever notices runs it (a worker's heartbeat, the CLI, the
+-- dashboard); running it again finds nothing. A manager that comes back
+-- overwrites the record with its own when the batch ends.
+-- KEYS[1] managers sorted set (mid -> next publish due, Redis ms)
+-- KEYS[2] history hash   KEYS[3] history index
+-- ARGV[1] key base "<prefix>:{<queue>}:"   ARGV[2] most batches kept
+-- ARGV[3] oldest kept, ms
+-- Returns the number of batches recorded.
+return lose_managers(ARGV[1], KEYS[1], KEYS[2], KEYS[3], tonumber(ARGV[2]), tonumber(ARGV[3]))

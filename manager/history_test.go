@@ -1,0 +1,220 @@
+package manager_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/redmap/redmap"
+	"github.com/redmap/redmap/inspect"
+	"github.com/redmap/redmap/manager"
+	"github.com/redmap/redmap/worker"
+)
+
+// flaky fails every third element, panicking on every ninth.
+var flaky = redmap.Func("flaky", func(_ context.Context, x int) (int, error) {
+	switch {
+	case x%9 == 8:
+		panic("eight")
+	case x%3 == 2:
+		return 0, fmt.Errorf("element %d: no such file /data/%d.csv", x, x)
+	}
+	return x, nil
+})
+
+// waitCtx runs until its batch is cancelled.
+var waitCtx = redmap.Func("waitctx", func(ctx context.Context, _ int) (int, error) { <-ctx.Done(); return 0, ctx.Err() })
+
+// Each batch's final record is in the queue's history when Wait or Map
+// returns (no dashboard runs, no one polls): done, failed with its
+// failures by cause, cancelled, and closed by Close; its counts are the
+// manager's.
+func TestHistoryRecordsHowBatchesEnded(t *testing.T) {
+	e := setup(t)
+	e.Worker(t, worker.Options{Concurrency: 2}, square, flaky, waitCtx)
+	in, err := inspect.New(e.Client, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	last := func(t *testing.T) inspect.Batch {
+		t.Helper()
+		h, malformed, err := in.History(testCtx(t), e.Queue, 1)
+		if err != nil || malformed != 0 || len(h) != 1 {
+			t.Fatalf("history: %+v, %d malformed, %v", h, malformed, err)
+		}
+		return h[0]
+	}
+	m := e.Manager(t, manager.Options{})
+
+	if _, err := manager.Map(testCtx(t), m, square, ints(100)); err != nil {
+		t.Fatal(err)
+	}
+	if b := last(t); b.Outcome != "done" || b.Func != "square" || b.Total != 100 || b.Done != 100 || b.Failed != 0 ||
+		b.Manager != m.ID() || b.Ended.Before(b.Started) {
+		t.Fatalf("a done batch recorded as %+v", b)
+	}
+
+	_, err = manager.Map(testCtx(t), m, flaky, ints(20))
+	var be *redmap.BatchError
+	if !errors.As(err, &be) {
+		t.Fatalf("flaky: %v; want a BatchError", err)
+	}
+	panics := 0
+	for _, f := range be.Failed {
+		if errors.Is(f.Err, redmap.ErrPanic) {
+			panics++
+		}
+	}
+	b := last(t)
+	if b.Outcome != "failed" || b.Total != 20 || b.Done != 20 || b.Failed != len(be.Failed) ||
+		b.FailedBy["panic"] != panics || b.FailedBy["error"] != len(be.Failed)-panics {
+		t.Fatalf("a failed batch recorded as %+v; the manager counted %d failed, %d panics", b, len(be.Failed), panics)
+	}
+
+	batch, err := manager.Submit(testCtx(t), m, waitCtx, ints(3))
+	if err != nil {
+		t.Fatal(err)
+	}
+	batch.Cancel()
+	if _, err := batch.Wait(testCtx(t)); !errors.Is(err, context.Canceled) {
+		t.Fatalf("cancelled: %v", err)
+	}
+	if b := last(t); b.Outcome != "cancelled" || b.ID != fmt.Sprint(m.ID(), ":3") || b.Total != 3 || b.Done != 0 {
+		t.Fatalf("a cancelled batch recorded as %+v", b)
+	}
+
+	m2 := e.Manager(t, manager.Options{})
+	if _, err := manager.Submit(testCtx(t), m2, waitCtx, ints(2)); err != nil {
+		t.Fatal(err)
+	}
+	if err := m2.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if b := last(t); b.Outcome != "closed" || b.Manager != m2.ID() || !strings.Contains(b.Reason, "closed") {
+		t.Fatalf("a batch its manager closed recorded as %+v", b)
+	}
+	running, err := in.Batches(testCtx(t), e.Queue)
+	if err != nil || len(running) != 0 {
+		t.Fatalf("running batches after all ended: %+v, %v", running, err)
+	}
+}
+
+// A manager killed (SIGKILL) mid-batch: a worker notices that it stopped
+// publishing, and its batch is in the history as "manager lost" with its
+// last published progress.
+func TestHistoryManagerLost(t *testing.T) {
+	e := setup(t)
+	e.Worker(t, worker.Options{Concurrency: 4, Heartbeat: 100 * time.Millisecond}, nap)
+	in, err := inspect.New(e.Client, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	child := startChild(t, "manager-nap", "REDMAP_URL="+e.URL, "REDMAP_QUEUE="+e.Queue)
+	mid := child.Expect(t, "submitted ")
+	var seen inspect.Batch
+	eventually(t, "the batch running with elements done", func() bool {
+		bs, err := in.Batches(testCtx(t), e.Queue)
+		if err != nil || len(bs) != 1 || bs[0].Done == 0 {
+			return false
+		}
+		seen = bs[0]
+		return true
+	})
+	child.Kill()
+	<-child.Exited()
+	var b inspect.Batch
+	eventually(t, "the batch recorded as manager lost", func() bool {
+		h, _, err := in.History(testCtx(t), e.Queue, 1) // a read only: the worker records it
+		if err != nil || len(h) != 1 {
+			return false
+		}
+		b = h[0]
+		return true
+	})
+	if b.Outcome != "manager lost" || b.Manager != mid || b.ID != seen.ID || b.Func != "nap" || b.Total != 400 ||
+		b.Done < seen.Done || b.Done >= 400 || b.Started.IsZero() {
+		t.Fatalf("the lost manager's batch recorded as %+v; last seen running as %+v", b, seen)
+	}
+	t.Logf("recorded: %s %s %d/%d done, %s", b.ID, b.Outcome, b.Done, b.Total, b.Reason)
+}
+
+// Workers' states, read from Redis as an operator's tool reads them: idle,
+// running, late (SIGSTOP: its heartbeat overdue), dead (SIGKILL: its lease
+// lapsed) and stopped (SIGTERM: a clean exit); the gone ones stay listed.
+func TestWorkerStates(t *testing.T) {
+	e := setup(t)
+	in, err := inspect.New(e.Client, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	env := []string{"REDMAP_URL=" + e.URL, "REDMAP_QUEUE=" + e.Queue, "REDMAP_LEASE_MS=1500", "REDMAP_HEARTBEAT_MS=100", "REDMAP_CONCURRENCY=1"}
+	stopping, dying := startChild(t, "worker", env...), startChild(t, "worker", env...)
+	ids := map[string]string{"stopping": stopping.Expect(t, "worker "), "dying": dying.Expect(t, "worker ")}
+	states := func() map[string]inspect.Worker {
+		now, err := in.Now(testCtx(t))
+		if err != nil {
+			t.Fatal(err)
+		}
+		ws, err := in.Workers(testCtx(t), e.Queue, now)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out := map[string]inspect.Worker{}
+		for _, w := range ws {
+			for name, id := range ids {
+				if w.ID == id {
+					out[name] = w
+				}
+			}
+		}
+		return out
+	}
+	want := func(what string, name, state string) inspect.Worker {
+		t.Helper()
+		var w inspect.Worker
+		eventually(t, what, func() bool { w = states()[name]; return w.State == state })
+		return w
+	}
+	want("both idle", "stopping", "idle")
+	want("both idle", "dying", "idle")
+
+	m := e.Manager(t, manager.Options{})
+	batch, err := manager.Submit(testCtx(t), m, nap, make([]int, 40), manager.ChunkSize(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want("a worker running the batch", "dying", "running")
+	if _, err := batch.Wait(testCtx(t)); err != nil {
+		t.Fatal(err)
+	}
+
+	stopping.Cmd.Process.Signal(syscall.SIGTERM)
+	<-stopping.Exited()
+	if err := stopping.Err(); err != nil {
+		t.Fatalf("SIGTERM: the worker exited with %v", err)
+	}
+	w := want("the signalled worker stopped", "stopping", "stopped")
+	if w.Live || w.Host == "" || w.PID != stopping.Cmd.Process.Pid || w.Since > 10 {
+		t.Fatalf("stopped worker %+v", w)
+	}
+
+	dying.Cmd.Process.Signal(syscall.SIGSTOP)
+	w = want("the stopped process late", "dying", "late")
+	if !w.Live {
+		t.Fatalf("a late worker still holds its lease: %+v", w)
+	}
+	dying.Cmd.Process.Signal(syscall.SIGKILL)
+	<-dying.Exited()
+	w = want("the killed worker dead", "dying", "dead")
+	if w.Live || w.PID != dying.Cmd.Process.Pid {
+		t.Fatalf("dead worker %+v", w)
+	}
+	if s := states(); s["stopping"].State != "stopped" {
+		t.Fatalf("the stopped worker no longer listed as such: %+v", s)
+	}
+	t.Logf("states: stopped %.1fs ago, dead %.1fs ago", states()["stopping"].Since, states()["dying"].Since)
+}
