@@ -241,3 +241,20 @@ func TestNoWorkerServes(t *testing.T) {
 		return n <= 2 // the count and the epoch alone
 	})
 }
+
+// A manager whose Redis is not there fails its first Submit with one error
+// that names the address and the cause, not a deadline.
+func TestSubmitNamesAddressAndCause(t *testing.T) {
+	c := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"})
+	defer c.Close()
+	m, err := manager.New(c, manager.Options{Queue: "nowhere"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	_, err = manager.Map(testCtx(t), m, square, ints(3))
+	if !errors.Is(err, redmap.ErrUnavailable) || !strings.Contains(err.Error(), "checking Redis at 127.0.0.1:1") ||
+		!strings.Contains(err.Error(), "connection refused") {
+		t.Fatalf("got %v; want ErrUnavailable naming 127.0.0.1:1 and the refused connection", err)
+	}
+}

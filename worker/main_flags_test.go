@@ -53,15 +53,18 @@ func TestMainFlags(t *testing.T) {
 	}
 }
 
-// worker.Main ends with one clear error, having served nothing, when Redis is
-// not there (after its start budget) or refuses it (at once: a bad DB index).
+// worker.Main ends with one clear error naming the address and the cause,
+// having served nothing, when Redis is not there (after its start budget,
+// with the last real error, not the deadline's) or refuses it (at once: a
+// bad DB index, wrong credentials).
 func TestMainFailsFastAtStart(t *testing.T) {
 	addr := redistest.Shared(t).Addr()
 	for _, c := range []struct {
 		url, want string
 	}{
-		{"redis://127.0.0.1:1/0", "no answer from Redis within 5s"},
+		{"redis://127.0.0.1:1/0", "no answer from Redis within 5s: ping: dial tcp 127.0.0.1:1: connect: connection refused"},
 		{"redis://" + addr + "/99", "DB index is out of range"},
+		{"redis://nobody:wrong@" + addr + "/0", "Redis refused the credentials (check the user and password in the URL): WRONGPASS"},
 	} {
 		t.Run(c.url, func(t *testing.T) {
 			var stdout, stderr bytes.Buffer
