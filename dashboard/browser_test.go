@@ -15,6 +15,7 @@ import (
 	"github.com/chromedp/chromedp"
 
 	"github.com/redmap/redmap/internal/harness"
+	"github.com/redmap/redmap/internal/redistest"
 	"github.com/redmap/redmap/manager"
 	"github.com/redmap/redmap/worker"
 )
@@ -217,4 +218,107 @@ func click(t *testing.T, ctx context.Context, sel string) {
 	if err != nil || !found {
 		t.Fatalf("clicking %s: found %v, %v", sel, found, err)
 	}
+}
+
+// historyShotEnv names the variable that, set to a path, makes
+// TestDashboardHistoryInBrowser save its screenshot there.
+const historyShotEnv = "REDMAP_SCREENSHOT_HISTORY"
+
+// The page's ended batches come from the queue's history in Redis, written
+// while no dashboard ran: one done, one failed, one cancelled, and one whose
+// manager process was SIGKILLed mid-batch ("manager lost"); each shows the
+// counts its manager had.
+func TestDashboardHistoryInBrowser(t *testing.T) {
+	ctx := browser(t, 1280, 900)
+	e := harness.Setup(t)
+	startWorkers(t, e, 2)
+	m := e.Manager(t, manager.Options{})
+	bg := context.Background()
+	type want struct {
+		outcome, id         string
+		done, failed, total int
+	}
+	var wants []want
+	ended := func(b *manager.Batch[int], outcome string) {
+		p := b.Progress()
+		wants = append(wants, want{outcome, "", p.Done, p.Failed, p.Total})
+	}
+	done, err := manager.Submit(bg, m, slow, ints(40), manager.ChunkSize(4))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := done.Wait(bg); err != nil {
+		t.Fatal(err)
+	}
+	ended(done, "done")
+	failed, err := manager.Submit(bg, m, slow, ints(200), manager.ChunkSize(4))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := failed.Wait(bg); err == nil {
+		t.Fatal("want 2 elements failed")
+	}
+	ended(failed, "failed")
+	cancelled, err := manager.Submit(bg, m, slow, ints(4000), manager.ChunkSize(2))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for cancelled.Progress().Done < 50 {
+		select {
+		case <-cancelled.Done():
+			t.Fatal("the batch to cancel ended first")
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+	cancelled.Cancel()
+	cancelled.Wait(bg)
+	ended(cancelled, "cancelled")
+	for i := range wants {
+		wants[i].id = []*manager.Batch[int]{done, failed, cancelled}[i].ID()
+	}
+	child := harness.Start(t, harness.Child("manager", []string{"REDIS_URL=" + e.URL, "REDMAP_QUEUE=" + e.Queue}))
+	lostManager := child.Expect(t, "submitted ")
+	redistest.Eventually(t, "the child's batch under way", func() bool {
+		return strings.Contains(runState(t, e), `"done":`) // its progress published
+	})
+	child.Kill()
+	<-child.Exited()
+
+	base := startDashboard(t, e) // only now: it saw none of these end
+	if err := chromedp.Do(ctx, chromedp.Navigate(base+"/")); err != nil {
+		t.Fatal(err)
+	}
+	for _, w := range wants {
+		sel := fmt.Sprintf(`.batch[data-batch=%q][data-outcome=%q]`, w.id, w.outcome)
+		waitFor(t, ctx, "the "+w.outcome+" batch", fmt.Sprintf(`!!document.querySelector(%q)`, sel))
+		got, err := chromedp.Run(ctx, chromedp.Evaluate[[]int](fmt.Sprintf(`(() => { const b = document.querySelector(%q).dataset; return [Number(b.done), Number(b.failed), Number(b.total)] })()`, sel)))
+		if err != nil || len(got) != 3 || got[0] != w.done || got[1] != w.failed || got[2] != w.total {
+			t.Fatalf("the page shows the %s batch at done/failed/total %v (%v); its manager counted %d/%d/%d", w.outcome, got, err, w.done, w.failed, w.total)
+		}
+		t.Logf("%-9s page %d/%d/%d, manager %d/%d/%d", w.outcome, got[0], got[1], got[2], w.done, w.failed, w.total)
+	}
+	lost := `.batch[data-outcome="manager lost"]`
+	waitFor(t, ctx, "the batch of the killed manager, lost", fmt.Sprintf(`!!document.querySelector('%s[data-batch^="%s"]') && Number(document.querySelector('%s').dataset.total) === 5000`, lost, lostManager, lost))
+	lostDone, _ := chromedp.Run(ctx, chromedp.Evaluate[int](fmt.Sprintf(`Number(document.querySelector('%s').dataset.done)`, lost)))
+	t.Logf("manager lost: page %d/5000 done (its last published progress)", lostDone)
+	if path := os.Getenv(historyShotEnv); path != "" {
+		png, err := chromedp.Run(ctx, chromedp.FullScreenshot(100))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Clean(path), png, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("screenshot written to %s", path)
+	}
+}
+
+// runState returns the batches the CLI lists as running on the Env's queue,
+// as JSON.
+func runState(t *testing.T, e *harness.Env) string {
+	t.Helper()
+	cmd := exec.Command(harness.Build(t, "github.com/redmap/redmap/cmd/redmap"), "batches", "-queue", e.Queue, "-json")
+	cmd.Env = append(os.Environ(), "REDIS_URL="+e.URL)
+	out, _ := cmd.Output()
+	return string(out)
 }

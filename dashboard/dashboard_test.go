@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/redmap/redmap"
+	"github.com/redmap/redmap/connect"
 	"github.com/redmap/redmap/dashboard"
 	"github.com/redmap/redmap/internal/harness"
 	"github.com/redmap/redmap/internal/redistest"
@@ -37,16 +38,40 @@ var slow = redmap.Func("slow", func(ctx context.Context, x int) (int, error) {
 
 func TestMain(m *testing.M) {
 	// As a child, the test binary is a worker program made with worker.Main.
-	if os.Getenv(harness.ChildEnv) == "worker" {
+	switch os.Getenv(harness.ChildEnv) {
+	case "worker":
 		if err := worker.Main(harness.ChildArgs(), slow); err != nil {
 			fmt.Fprintln(os.Stderr, err)
 			os.Exit(1)
 		}
 		os.Exit(0)
+	case "manager":
+		if err := childManager(); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(1)
+		}
 	}
 	code := redistest.Run(m)
 	harness.Cleanup()
 	os.Exit(code)
+}
+
+// childManager submits a long batch of slow, prints "submitted <its
+// id>", and waits to be killed.
+func childManager() error {
+	c, err := connect.URL(os.Getenv("REDIS_URL"))
+	if err != nil {
+		return err
+	}
+	m, err := manager.New(c, manager.Options{Queue: os.Getenv("REDMAP_QUEUE"), KeyTTL: 3 * time.Second, Poll: 100 * time.Millisecond})
+	if err != nil {
+		return err
+	}
+	if _, err := manager.Submit(context.Background(), m, slow, ints(5000), manager.ChunkSize(2)); err != nil {
+		return err
+	}
+	fmt.Println("submitted", m.ID())
+	select {}
 }
 
 func ints(n int) []int {

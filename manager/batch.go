@@ -129,6 +129,10 @@ func (b *Batch[Out]) Len() int {
 	return b.n
 }
 
+// ID returns the batch's id as operators see it: in redmap batches, the
+// dashboard and the queue's history ("<manager id>:<n>").
+func (b *Batch[Out]) ID() string { return b.id }
+
 // Done returns a channel closed when every element has a result, or the batch
 // ended early.
 func (b *Batch[Out]) Done() <-chan struct{} { return b.done }

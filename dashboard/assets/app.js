@@ -75,7 +75,7 @@ function renderBatches(s) {
     const running = b.outcome === "running";
     const cancel = s.actions && running ? `<button class="danger" data-action="cancel" data-queue="${esc(b.queue)}" data-manager="${esc(b.manager)}" data-batch="${esc(b.id)}">cancel</button>` : "";
     const where = b.worker ? ` · on worker ${esc(b.worker.slice(0, 8))}` : "";
-    const ago = running ? "" : `<span>ended <b>${dur((Date.parse(s.time) - Date.parse(b.ended)) / 1000)}</b> ago</span>`;
+    const ago = running ? "" : `<span>ended <b>${dur(Math.max(0.1, (Date.parse(s.time) - Date.parse(b.ended)) / 1000))}</b> ago</span>`;
     const causes = Object.entries(b.failed_by || {}).map(([k, n]) => `${esc(k)} ${num(n)}`).join(", ");
     return `<div class="batch ${running ? "" : "finished"}" data-batch="${esc(b.id)}" data-done="${b.done}" data-failed="${b.failed}" data-total="${b.total}" data-outcome="${esc(b.outcome)}">
       <div class="head"><span><b>${esc(b.func)}</b> <span class="muted">${esc(b.queue)} · priority ${b.priority}${where} · ${esc(b.id.slice(0, 8))}…${esc(b.id.slice(b.id.indexOf(":")))}</span></span>
@@ -106,19 +106,19 @@ function renderWorkers(s) {
 }
 
 function renderFailures(s) {
-  const head = `<tr><th>queue</th><th>function</th><th>kind</th><th>error</th><th>count</th><th>last seen</th></tr>`;
+  const head = `<tr><th>queue</th><th>function</th><th>kind</th><th>group</th><th>count</th><th>first seen</th><th>last seen</th><th>workers</th></tr>`;
   if (!s.failures.length) {
-    $("failures").innerHTML = head + `<tr><td colspan="6" class="empty">No failure recorded.</td></tr>`;
+    $("failures").innerHTML = head + `<tr><td colspan="8" class="empty">No failure recorded.</td></tr>`;
     return;
   }
   $("failures").innerHTML = head + s.failures.map((f) => {
-    const key = JSON.stringify([f.queue, f.func, f.kind, f.error]);
+    const key = JSON.stringify([f.queue, f.func, f.kind, f.group]);
     const open = expanded.has(key);
-    const ago = (new Date(s.time) - new Date(f.last)) / 1000;
-    let row = `<tr class="fail" data-key="${esc(key)}" title="click for a sample stack"><td>${esc(f.queue)}</td><td>${esc(f.func)}</td><td>${esc(f.kind)}</td>
-      <td class="err">${esc(f.error)}</td><td>${f.count}</td><td>${dur(ago)} ago</td></tr>`;
+    const ago = (t) => dur((new Date(s.time) - new Date(t)) / 1000) + " ago";
+    let row = `<tr class="fail" data-key="${esc(key)}" data-count="${f.count}" title="click for its last message and a stack"><td>${esc(f.queue)}</td><td>${esc(f.func)}</td><td>${esc(f.kind)}</td>
+      <td class="err">${esc(f.group)}</td><td>${num(f.count)}</td><td>${ago(f.first)}</td><td>${ago(f.last)}</td><td title="${esc((f.workers || []).join(", "))}">${(f.workers || []).length}</td></tr>`;
     if (open) {
-      row += `<tr class="stack"><td colspan="6"><pre class="stack">${esc(f.sample_stack || "(no stack recorded)")}</pre></td></tr>`;
+      row += `<tr class="stack"><td colspan="8"><pre class="stack">last: ${esc(f.error)} (task ${esc(f.sample_task)}; workers ${esc((f.workers || []).join(", "))})\n\n${esc(f.sample_stack || "(no stack recorded)")}</pre></td></tr>`;
     }
     return row;
   }).join("");
