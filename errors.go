@@ -52,8 +52,12 @@ var (
 	// ErrRedisFull: Redis refused a write because it reached maxmemory (with
 	// the noeviction policy redmap needs); nothing was submitted.
 	ErrRedisFull = errors.New("redmap: redis is out of memory")
-	// ErrNoWorker: a batch was sent to the private queue of a worker that is
-	// not live.
+	// ErrNoWorker: no live worker can run the batch. Returned by Submit when
+	// OnWorker names a worker that is not live; and the cause of each
+	// element still waiting when no live worker of the queue has registered
+	// the batch's function with its types for manager.Options.NoWorkerTimeout
+	// (joined with ErrUnknownFunc, or ErrTypeMismatch naming the first field
+	// that differs).
 	ErrNoWorker = errors.New("redmap: no such live worker")
 	// ErrPermission: Redis refused a command because the connection's ACL
 	// user may not run it, or may not touch its keys (NOPERM, or a script's
