@@ -16,6 +16,7 @@
 package main
 
 import (
+	"log/slog"
 	"context"
 	"flag"
 	"fmt"
@@ -39,6 +40,9 @@ import (
 )
 
 func main() {
+	// go-redis logs its dial retries on stderr by itself; through slog at
+	// debug level they stay out of the figures.
+	connect.RouteLogs(slog.New(slog.NewTextHandler(os.Stderr, nil)))
 	if runWorkerProcess() || runBaselineProcess() || runPoolProcess() {
 		return
 	}

@@ -345,13 +345,13 @@ func (f *fakeShard) PublishBatches(_ context.Context, _ string, batches map[stri
 	return c, nil
 }
 
-func (f *fakeShard) RecordBatch(_ context.Context, _ string, rec rdb.BatchRecord, _ int, _ time.Duration) error {
+func (f *fakeShard) RecordBatches(_ context.Context, _ string, recs []rdb.BatchRecord, _ int, _ time.Duration) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if err := f.call("record"); err != nil {
 		return err
 	}
-	f.history = append(f.history, rec)
+	f.history = append(f.history, recs...)
 	return nil
 }
 

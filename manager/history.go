@@ -16,12 +16,14 @@ import (
 // historyStore is where the manager writes its batches' final records: the
 // queue's history, in shard 0.
 type historyStore interface {
-	RecordBatch(ctx context.Context, mid string, rec rdb.BatchRecord, limit int, age time.Duration) error
+	RecordBatches(ctx context.Context, mid string, recs []rdb.BatchRecord, limit int, age time.Duration) error
 }
 
 // history writes each batch's final record into the queue's history when
 // the batch ends, off the path that delivers results, and lets the batch's
-// readers (Wait, Map, Results) and Close wait for the write.
+// readers (Wait, Map) and Close wait for the write. One writer goroutine
+// writes every record that waits in one script call, so batches that end
+// together (many small Maps at once) cost one round trip between them.
 type history struct {
 	mid   string
 	store historyStore
@@ -30,8 +32,25 @@ type history struct {
 	log   *slog.Logger
 	// budget bounds one write and its retries: a batch's readers wait for
 	// it, so a Redis that is away delays their return by this at most.
-	budget  time.Duration
-	writing sync.WaitGroup
+	budget time.Duration
+
+	mu      sync.Mutex
+	waiting []pendingRecord // records not yet taken by the writer
+	writing bool            // the writer goroutine runs
+	idle    sync.Cond       // signalled when the writer has nothing left (wait)
+}
+
+// pendingRecord is a record to write, and the channel closed once it is.
+type pendingRecord struct {
+	rec     rdb.BatchRecord
+	written chan struct{}
+}
+
+// newHistory returns the history writer of manager mid.
+func newHistory(mid string, store historyStore, limit int, age, budget time.Duration, log *slog.Logger) *history {
+	h := &history{mid: mid, store: store, limit: limit, age: age, budget: budget, log: log}
+	h.idle.L = &h.mu
+	return h
 }
 
 // record writes rec in the background and closes written when it is in
@@ -41,26 +60,57 @@ func (h *history) record(rec rdb.BatchRecord, written chan struct{}) {
 		close(written)
 		return
 	}
-	h.writing.Add(1)
-	go func() {
-		defer h.writing.Done()
-		defer close(written)
-		ctx, cancel := context.WithTimeout(context.Background(), h.budget)
-		defer cancel()
-		bo := backoff.Backoff{Min: 20 * time.Millisecond, Max: 500 * time.Millisecond}
-		err := h.store.RecordBatch(ctx, h.mid, rec, h.limit, h.age)
-		for err != nil && rdb.Transient(err) && bo.Wait(ctx) {
-			err = h.store.RecordBatch(ctx, h.mid, rec, h.limit, h.age)
-		}
-		if err != nil {
-			h.log.Warn("writing a batch's record into the queue's history failed; operators will not see how it ended",
-				"batch", rec.ID, "outcome", rec.Outcome, "err", err)
-		}
-	}()
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.waiting = append(h.waiting, pendingRecord{rec, written})
+	if !h.writing {
+		h.writing = true
+		go h.write()
+	}
 }
 
-// wait waits for the writes under way.
-func (h *history) wait() { h.writing.Wait() }
+// write writes what waits, in turns, until nothing does.
+func (h *history) write() {
+	for {
+		h.mu.Lock()
+		batch := h.waiting
+		h.waiting = nil
+		if len(batch) == 0 {
+			h.writing = false
+			h.idle.Broadcast()
+			h.mu.Unlock()
+			return
+		}
+		h.mu.Unlock()
+		recs := make([]rdb.BatchRecord, len(batch))
+		for i, p := range batch {
+			recs[i] = p.rec
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), h.budget)
+		bo := backoff.Backoff{Min: 20 * time.Millisecond, Max: 500 * time.Millisecond}
+		err := h.store.RecordBatches(ctx, h.mid, recs, h.limit, h.age)
+		for err != nil && rdb.Transient(err) && bo.Wait(ctx) {
+			err = h.store.RecordBatches(ctx, h.mid, recs, h.limit, h.age)
+		}
+		cancel()
+		if err != nil {
+			h.log.Warn("writing batches' records into the queue's history failed; operators will not see how they ended",
+				"batches", len(recs), "first", recs[0].ID, "err", err)
+		}
+		for _, p := range batch {
+			close(p.written)
+		}
+	}
+}
+
+// wait waits until every record handed to record is written or given up.
+func (h *history) wait() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for h.writing {
+		h.idle.Wait()
+	}
+}
 
 // causeOf names what made an element fail, for the history's failed-by
 // counts: the kind a worker reported ("panic", "error", "lost", ...), or

@@ -146,8 +146,7 @@ func wire(r seams, opts Options, h hooks) *Manager {
 		masters: r.masters, opened: m.collect, log: m.log})
 	m.faults = &faults{router: m.router, pending: m.pending, queue: opts.Queue, timeout: opts.RedisTimeout, log: m.log}
 	m.holds = newHolds(r.store, mid, opts.KeyTTL, m.log)
-	m.history = &history{mid: mid, store: r.queue, limit: opts.History, age: opts.HistoryAge, log: m.log,
-		budget: min(opts.RedisTimeout, historyBudget)}
+	m.history = newHistory(mid, r.queue, opts.History, opts.HistoryAge, min(opts.RedisTimeout, historyBudget), m.log)
 	m.feeding = feederParams{mid: mid, opts: opts, router: m.router, pending: m.pending, batches: m.batches,
 		costs: &m.costs, faults: m.faults, running: &m.feeders, beforeSend: h.send, publishTypes: m.publishTypes}
 	m.background = []part.Part{

@@ -73,8 +73,10 @@ type Options struct {
 	// History is how many ended batches the queue's history keeps (redmap
 	// batches -all, the dashboard): each batch's final record (function,
 	// counts, failures by cause, outcome) is written there before Wait,
-	// Map or Close return. The queue keeps the bounds of the manager that
-	// wrote last. Negative: this manager writes no record. Default
+	// Map or Close return, in one script call with those of other batches
+	// that ended meanwhile (one round trip added to a batch's end). The
+	// excess over History is trimmed once it reaches 1%. The queue keeps
+	// the bounds of the manager that wrote last. Negative: this manager writes no record. Default
 	// DefaultHistory.
 	History int
 	// HistoryAge is the age past which a batch leaves the history. Default

@@ -722,13 +722,18 @@ func (r *RDB) PublishBatches(ctx context.Context, mid string, batches map[string
 	return cancels, nil
 }
 
-// RecordBatch writes rec, a batch of manager mid that ended, into the
+// RecordBatches writes recs, batches of manager mid that ended, into the
 // queue's history, keeping its last limit batches and none older than age,
-// and forgets the batch among mid's published running ones. One script call.
-func (r *RDB) RecordBatch(ctx context.Context, mid string, rec BatchRecord, limit int, age time.Duration) error {
+// and forgets them among mid's published running ones. One script call.
+func (r *RDB) RecordBatches(ctx context.Context, mid string, recs []BatchRecord, limit int, age time.Duration) error {
 	ks := []string{keys.History(r.prefix, r.queue), keys.HistoryIndex(r.prefix, r.queue), keys.Batches(r.prefix, r.queue, mid)}
-	err := recordScript.run(ctx, r.c, ks, rec.ID, EncodeRecord(rec), limit, age.Milliseconds()).Err()
-	return wrap("record batch", recordScript, "", err)
+	args := make([]any, 0, 2+2*len(recs))
+	args = append(args, limit, age.Milliseconds())
+	for _, rec := range recs {
+		args = append(args, rec.ID, EncodeRecord(rec))
+	}
+	err := recordScript.run(ctx, r.c, ks, args...).Err()
+	return wrap("record batches", recordScript, "", err)
 }
 
 // LoseManagers records the batches of the queue's managers whose publish

@@ -107,11 +107,16 @@ end
 
 
 -- trim_history keeps the queue's history (hash hist, ordered by the sorted
--- set index) to its last limit batches, none older than age ms, and makes
+-- set index) to its last limit batches (give or take 1%: the excess is
+-- trimmed at once when it reaches it), none older than age ms, and makes
 -- both keys live age ms past the last record.
 local function trim_history(hist, index, limit, age)
   local old = redis.call('ZRANGEBYSCORE', index, '-inf', now() - age, 'LIMIT', 0, CHUNK)
   local over = redis.call('ZCARD', index) - #old - limit
+  if over > 0 and over < math.ceil(limit / 100) and #old == 0 then
+    -- a few over: trimmed together once 1% over, not one at every write
+    over = 0
+  end
   if over > 0 then
     local more = redis.call('ZRANGE', index, #old, #old + math.min(over, CHUNK) - 1)
     for _, id in ipairs(more) do
