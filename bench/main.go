@@ -16,10 +16,10 @@
 package main
 
 import (
-	"log/slog"
 	"context"
 	"flag"
 	"fmt"
+	"log/slog"
 	"os"
 	"os/exec"
 	"regexp"
