@@ -149,18 +149,25 @@ const OtherGroup = "(other)"
 func (g FailureGroup) Key() string { return g.Func + "\t" + g.Kind + "\t" + g.Fingerprint }
 
 // EncodeGroup returns g as a field value of the failure-groups hash.
-func EncodeGroup(g FailureGroup) string {
-	b, _ := json.Marshal(g) // plain fields: cannot fail
+func EncodeGroup(g FailureGroup) string { return encodeJSON(g) }
+
+// DecodeGroup reads a field value of the failure-groups hash.
+func DecodeGroup(s string) (FailureGroup, error) { return decodeJSON[FailureGroup](s, "failure group") }
+
+// encodeJSON returns v, a record of plain fields, as JSON.
+func encodeJSON(v any) string {
+	b, _ := json.Marshal(v) // plain fields: cannot fail
 	return string(b)
 }
 
-// DecodeGroup reads a field value of the failure-groups hash.
-func DecodeGroup(s string) (FailureGroup, error) {
-	var g FailureGroup
-	if err := json.Unmarshal([]byte(s), &g); err != nil {
-		return FailureGroup{}, fmt.Errorf("failure group: %w", err)
+// decodeJSON reads a record of what (for the error) from JSON.
+func decodeJSON[T any](s, what string) (T, error) {
+	var v T
+	if err := json.Unmarshal([]byte(s), &v); err != nil {
+		var zero T
+		return zero, fmt.Errorf("%s: %w", what, err)
 	}
-	return g, nil
+	return v, nil
 }
 
 // The parts of a message that Fingerprint masks, in the order it masks
@@ -243,37 +250,22 @@ type BatchRecord struct {
 }
 
 // EncodeRecord returns r as a field value of the history hash.
-func EncodeRecord(r BatchRecord) string {
-	b, _ := json.Marshal(r) // plain fields: cannot fail
-	return string(b)
-}
+func EncodeRecord(r BatchRecord) string { return encodeJSON(r) }
 
 // DecodeRecord reads a field value of the history hash.
 func DecodeRecord(s string) (BatchRecord, error) {
-	var r BatchRecord
-	if err := json.Unmarshal([]byte(s), &r); err != nil {
-		return BatchRecord{}, fmt.Errorf("batch record: %w", err)
-	}
-	if r.FailedBy == nil {
+	r, err := decodeJSON[BatchRecord](s, "batch record")
+	if err == nil && r.FailedBy == nil {
 		r.FailedBy = map[string]int{}
 	}
-	return r, nil
+	return r, err
 }
 
 // EncodeProgress returns p as a field value of the batches hash.
-func EncodeProgress(p BatchProgress) string {
-	b, _ := json.Marshal(p) // plain fields: cannot fail
-	return string(b)
-}
+func EncodeProgress(p BatchProgress) string { return encodeJSON(p) }
 
 // DecodeProgress reads a field value of the batches hash.
-func DecodeProgress(s string) (BatchProgress, error) {
-	var p BatchProgress
-	if err := json.Unmarshal([]byte(s), &p); err != nil {
-		return BatchProgress{}, fmt.Errorf("batch progress: %w", err)
-	}
-	return p, nil
-}
+func DecodeProgress(s string) (BatchProgress, error) { return decodeJSON[BatchProgress](s, "batch progress") }
 
 // EntryKind tells the entries of a result list apart.
 type EntryKind int
