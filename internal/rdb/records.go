@@ -265,7 +265,9 @@ func DecodeRecord(s string) (BatchRecord, error) {
 func EncodeProgress(p BatchProgress) string { return encodeJSON(p) }
 
 // DecodeProgress reads a field value of the batches hash.
-func DecodeProgress(s string) (BatchProgress, error) { return decodeJSON[BatchProgress](s, "batch progress") }
+func DecodeProgress(s string) (BatchProgress, error) {
+	return decodeJSON[BatchProgress](s, "batch progress")
+}
 
 // EntryKind tells the entries of a result list apart.
 type EntryKind int
