@@ -52,13 +52,13 @@ func browser(t *testing.T, w, h int) context.Context {
 	return ctx
 }
 
-// startDashboard runs `redmap dashboard` as a process on the Env's Redis
-// and returns its address.
-func startDashboard(t *testing.T, e *harness.Env, args ...string) string {
+// startDashboard runs `redmap dashboard` as a process on the Env's Redis,
+// with env added to its environment, and returns its address.
+func startDashboard(t *testing.T, e *harness.Env, env []string, args ...string) string {
 	t.Helper()
 	cmd := exec.Command(harness.Build(t, "github.com/redmap/redmap/cmd/redmap"),
 		append([]string{"dashboard", "-addr", "127.0.0.1:0"}, args...)...)
-	cmd.Env = append(os.Environ(), "REDIS_URL="+e.URL)
+	cmd.Env = append(append(os.Environ(), "REDIS_URL="+e.URL), env...)
 	p := harness.Start(t, cmd)
 	return strings.TrimSuffix(p.Expect(t, "dashboard "), "/")
 }
@@ -102,7 +102,7 @@ func TestDashboardInBrowser(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer batch.Cancel() // if the test fails before the purge ends it
-	base := startDashboard(t, e, "-actions")
+	base := startDashboard(t, e, []string{"REDMAP_DASHBOARD_TOKEN=" + operatorToken}, "-actions")
 
 	if err := chromedp.Do(ctx, chromedp.Navigate(base+"/")); err != nil {
 		t.Fatal(err)
@@ -150,6 +150,12 @@ func TestDashboardInBrowser(t *testing.T) {
 	sel := fmt.Sprintf(`tr[data-worker=%q] button[data-action="drain"]`, ws[1].ID)
 	waitFor(t, ctx, "the drain button", fmt.Sprintf(`!!document.querySelector(%q)`, sel))
 	click(t, ctx, sel)
+	// The first action asks for the operator token; signed in, the page
+	// sends the drain again, with it.
+	waitFor(t, ctx, "the sign-in form", `!document.getElementById('login').hidden`)
+	if _, err := chromedp.Run(ctx, chromedp.Evaluate[bool](fmt.Sprintf(`(() => { document.getElementById('token').value = %q; document.getElementById('login').requestSubmit(); return true })()`, operatorToken))); err != nil {
+		t.Fatal(err)
+	}
 	select {
 	case <-ws[1].Exited():
 		if err := ws[1].Err(); err != nil {
@@ -158,7 +164,7 @@ func TestDashboardInBrowser(t *testing.T) {
 	case <-ctx.Done():
 		t.Fatal("the drained worker never exited")
 	}
-	t.Log("drain button: the worker exited 0")
+	t.Log("drain button, then the operator token: the worker exited 0")
 
 	// A failure group shows a sample stack on click (1 element in 100
 	// fails).
@@ -284,7 +290,7 @@ func TestDashboardHistoryInBrowser(t *testing.T) {
 	child.Kill()
 	<-child.Exited()
 
-	base := startDashboard(t, e) // only now: it saw none of these end
+	base := startDashboard(t, e, nil) // only now: it saw none of these end
 	if err := chromedp.Do(ctx, chromedp.Navigate(base+"/")); err != nil {
 		t.Fatal(err)
 	}

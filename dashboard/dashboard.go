@@ -10,14 +10,20 @@
 // GET <mount>/api/state once a second; the JSON it gets is State.
 //
 // Actions (drain a worker, cancel a batch, purge a queue) are off unless
-// Options.Actions is set; then they are POSTs that must carry the header
-// X-Redmap-Action and, if the browser sends an Origin, come from the
-// dashboard's own origin, which a page of another site cannot do.
+// Options.Actions is set, which needs Options.Token, the operator's secret:
+// an action is a POST that must carry it (Authorization: Bearer <token>),
+// compared in constant time, as well as the header X-Redmap-Action and, if
+// the browser sends an Origin, the dashboard's own origin. The page asks the
+// operator for the token once and keeps it in the tab's session storage,
+// never in a cookie or a URL. Options.Private requires the token to read the
+// state too.
 package dashboard
 
 import (
 	"cmp"
 	"context"
+	"crypto/sha256"
+	"crypto/subtle"
 	"embed"
 	"encoding/json"
 	"errors"
@@ -45,8 +51,20 @@ type Options struct {
 	// Queue shows one queue only; "" shows every queue.
 	Queue string
 	// Actions allows operators to drain workers, cancel batches and purge
-	// queues from the page. Default off: the page then only reads.
+	// queues from the page. Default off: the page then only reads. It needs
+	// Token.
 	Actions bool
+	// Token is the operators' secret: an action must carry it, and with
+	// Private so must a read of the state. Keep it out of command lines
+	// (ps shows them): redmap dashboard reads REDMAP_DASHBOARD_TOKEN or a
+	// file (-token-file).
+	Token string
+	// Private requires the token to read the state (api/state) as well;
+	// the page's own files, which hold no data, are served to anyone. Use
+	// it when the network that reaches the dashboard should not see hosts,
+	// pids, function names and failure messages; or keep the dashboard on
+	// 127.0.0.1 behind a reverse proxy with your own login.
+	Private bool
 	// Keep is how long an ended batch (from the queues' history in Redis)
 	// stays on the page. Default 10 minutes. (Workers that stopped or died
 	// stay for inspect.GoneFor, as Redis keeps them.)
@@ -57,9 +75,10 @@ type Options struct {
 
 // Dashboard is the dashboard's http.Handler.
 type Dashboard struct {
-	in   *inspect.Inspector
-	opts Options
-	mux  *http.ServeMux
+	in    *inspect.Inspector
+	opts  Options
+	mux   *http.ServeMux
+	token [sha256.Size]byte // of Options.Token: compared at a fixed length
 
 	mu      sync.Mutex
 	queues  []string  // the queues found by the last scan
@@ -91,6 +110,12 @@ func New(client redis.UniversalClient, opts Options) (*Dashboard, error) {
 			return nil, err
 		}
 	}
+	switch {
+	case opts.Actions && opts.Token == "":
+		return nil, errors.New("dashboard: Options.Actions needs Options.Token: without the operator's secret anyone who can reach the page could drain workers and purge queues")
+	case opts.Private && opts.Token == "":
+		return nil, errors.New("dashboard: Options.Private needs Options.Token")
+	}
 	config.Or(&opts.Prefix, config.DefaultPrefix)
 	config.Or(&opts.Keep, 10*time.Minute)
 	config.Or(&opts.Logger, slog.New(slog.DiscardHandler))
@@ -98,7 +123,7 @@ func New(client redis.UniversalClient, opts Options) (*Dashboard, error) {
 	if err != nil {
 		return nil, err
 	}
-	d := &Dashboard{in: in, opts: opts, mux: http.NewServeMux()}
+	d := &Dashboard{in: in, opts: opts, mux: http.NewServeMux(), token: sha256.Sum256([]byte(opts.Token))}
 	static, _ := fs.Sub(assets, "assets") // embedded: cannot fail
 	d.mux.Handle("GET /", http.FileServerFS(static))
 	d.mux.HandleFunc("GET /api/state", d.serveState)
@@ -120,14 +145,41 @@ func (d *Dashboard) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // keep in Redis; nothing comes from what the dashboard saw before.
 type State struct {
 	Time     time.Time              `json:"time"`    // the Redis clock
-	Actions  bool                   `json:"actions"` // the actions are allowed
+	Actions  bool                   `json:"actions"` // the actions are allowed (with the operator token)
 	Queues   []inspect.Queue        `json:"queues"`
 	Workers  []inspect.Worker       `json:"workers"`
 	Batches  []inspect.Batch        `json:"batches"`
 	Failures []inspect.FailureGroup `json:"failures"`
 }
 
+// authorized reports whether r carries the operator token, compared in
+// constant time; never when no token is set. Only the Authorization header
+// counts: a token in the URL (which logs and the Referer keep) is ignored.
+func (d *Dashboard) authorized(r *http.Request) bool {
+	got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+	if !ok || d.opts.Token == "" {
+		return false
+	}
+	sum := sha256.Sum256([]byte(got))
+	return subtle.ConstantTimeCompare(sum[:], d.token[:]) == 1
+}
+
+// unauthorized answers a request without the right token: 401 when it
+// carries none, 403 when it carries another.
+func unauthorized(w http.ResponseWriter, r *http.Request, what string) {
+	if r.Header.Get("Authorization") == "" {
+		w.Header().Set("WWW-Authenticate", `Bearer realm="redmap dashboard"`)
+		http.Error(w, "dashboard: "+what+" needs the operator token", http.StatusUnauthorized)
+		return
+	}
+	http.Error(w, "dashboard: wrong operator token", http.StatusForbidden)
+}
+
 func (d *Dashboard) serveState(w http.ResponseWriter, r *http.Request) {
+	if d.opts.Private && !d.authorized(r) {
+		unauthorized(w, r, "reading the state")
+		return
+	}
 	ctx, cancel := context.WithTimeout(r.Context(), 5*time.Second)
 	defer cancel()
 	st, err := d.shared(ctx)
@@ -231,14 +283,19 @@ func rank(b bool) int {
 	return 0
 }
 
-// action wraps an action's handler: refused unless Options.Actions, and
-// unless the request carries X-Redmap-Action and comes from the page's own
-// origin (a cross-site form or fetch cannot: the header makes a browser
-// ask first, and nothing here says yes).
+// action wraps an action's handler: refused unless Options.Actions, unless
+// the request carries the operator token, and unless it carries
+// X-Redmap-Action and comes from the page's own origin (a cross-site form
+// or fetch cannot: the header makes a browser ask first, and nothing here
+// says yes).
 func (d *Dashboard) action(f func(ctx context.Context, req actionRequest) (string, error)) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		if !d.opts.Actions {
 			http.Error(w, "dashboard: actions are off (start it with -actions)", http.StatusForbidden)
+			return
+		}
+		if !d.authorized(r) {
+			unauthorized(w, r, "an action")
 			return
 		}
 		if r.Header.Get("X-Redmap-Action") == "" {

@@ -82,6 +82,9 @@ func ints(n int) []int {
 	return xs
 }
 
+// operatorToken is the tests' operator token.
+const operatorToken = "4f1c2b9e8d7a6c5b4a39281706f5e4d3"
+
 // getState reads the dashboard's state from its API.
 func getState(t *testing.T, base string) dashboard.State {
 	t.Helper()
@@ -184,7 +187,10 @@ func TestActionsGuarded(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rw, err := dashboard.New(e.Client, dashboard.Options{Queue: e.Queue, Actions: true})
+	if _, err := dashboard.New(e.Client, dashboard.Options{Queue: e.Queue, Actions: true}); err == nil || !strings.Contains(err.Error(), "Options.Token") {
+		t.Fatalf("actions without a token: %v, want an error naming Options.Token", err)
+	}
+	rw, err := dashboard.New(e.Client, dashboard.Options{Queue: e.Queue, Actions: true, Token: operatorToken})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -205,27 +211,48 @@ func TestActionsGuarded(t *testing.T) {
 		}
 		return bid != ""
 	})
-	ok := map[string]string{"X-Redmap-Action": "1"}
+	ok := map[string]string{"X-Redmap-Action": "1", "Authorization": "Bearer " + operatorToken}
+	with := func(h map[string]string) map[string]string {
+		out := map[string]string{}
+		for k, v := range ok {
+			out[k] = v
+		}
+		for k, v := range h {
+			if v == "" {
+				delete(out, k)
+			} else {
+				out[k] = v
+			}
+		}
+		return out
+	}
 	cancel := fmt.Sprintf(`{"queue":%q,"manager":%q,"batch":%q}`, e.Queue, m.ID(), bid)
 	for _, tc := range []struct {
+		what             string
 		base, path, body string
 		headers          map[string]string
 		want             int
 	}{
-		{roSrv.URL, "/api/cancel", cancel, ok, http.StatusForbidden},
-		{rwSrv.URL, "/api/cancel", cancel, nil, http.StatusForbidden},
-		{rwSrv.URL, "/api/cancel", cancel, map[string]string{"X-Redmap-Action": "1", "Origin": "https://evil.example"}, http.StatusForbidden},
-		{rwSrv.URL, "/api/purge", fmt.Sprintf(`{"queue":%q}`, e.Queue), ok, http.StatusBadRequest},
-		{rwSrv.URL, "/api/drain", `{"queue":""}`, ok, http.StatusBadRequest},
+		{"actions off", roSrv.URL, "/api/cancel", cancel, ok, http.StatusForbidden},
+		{"no token", rwSrv.URL, "/api/cancel", cancel, with(map[string]string{"Authorization": ""}), http.StatusUnauthorized},
+		{"a wrong token", rwSrv.URL, "/api/cancel", cancel, with(map[string]string{"Authorization": "Bearer guess"}), http.StatusForbidden},
+		{"a token of the right length, wrong", rwSrv.URL, "/api/cancel", cancel, with(map[string]string{"Authorization": "Bearer " + strings.Repeat("x", len(operatorToken))}), http.StatusForbidden},
+		{"the token as basic auth", rwSrv.URL, "/api/cancel", cancel, with(map[string]string{"Authorization": "Basic " + operatorToken}), http.StatusForbidden},
+		{"a forged origin, no token", rwSrv.URL, "/api/cancel", cancel, with(map[string]string{"Authorization": "", "Origin": rwSrv.URL}), http.StatusUnauthorized},
+		{"the token in the query string", rwSrv.URL, "/api/cancel?token=" + operatorToken, cancel, with(map[string]string{"Authorization": ""}), http.StatusUnauthorized},
+		{"no action header", rwSrv.URL, "/api/cancel", cancel, with(map[string]string{"X-Redmap-Action": ""}), http.StatusForbidden},
+		{"another origin", rwSrv.URL, "/api/cancel", cancel, with(map[string]string{"Origin": "https://evil.example"}), http.StatusForbidden},
+		{"a purge unconfirmed", rwSrv.URL, "/api/purge", fmt.Sprintf(`{"queue":%q}`, e.Queue), ok, http.StatusBadRequest},
+		{"a drain of nothing", rwSrv.URL, "/api/drain", `{"queue":""}`, ok, http.StatusBadRequest},
 	} {
 		if code, body := post(t, tc.base, tc.path, tc.body, tc.headers); code != tc.want {
-			t.Fatalf("POST %s %s with %v: %d %s, want %d", tc.path, tc.body, tc.headers, code, body, tc.want)
+			t.Fatalf("%s: POST %s %s with %v: %d %s, want %d", tc.what, tc.path, tc.body, tc.headers, code, body, tc.want)
 		}
 	}
 	if d := getState(t, rwSrv.URL).Queues[0].Depth; d != 100 {
 		t.Fatalf("depth %d after refused actions, want 100", d)
 	}
-	if code, body := post(t, rwSrv.URL, "/api/cancel", cancel, map[string]string{"X-Redmap-Action": "1", "Origin": rwSrv.URL}); code != http.StatusOK {
+	if code, body := post(t, rwSrv.URL, "/api/cancel", cancel, with(map[string]string{"Origin": rwSrv.URL})); code != http.StatusOK {
 		t.Fatalf("cancel: %d %s", code, body)
 	}
 	if _, err := b.Wait(context.Background()); !errors.Is(err, context.Canceled) {
@@ -270,5 +297,47 @@ func TestStateSaysWhyABatchWaits(t *testing.T) {
 	})
 	if w := st.Batches[0].Waiting; !strings.Contains(w, "other types") || !strings.Contains(w, "In is string on the manager") {
 		t.Fatalf("the dashboard says %q; want only workers of other types live, naming the input", w)
+	}
+}
+
+// With Private, reading the state needs the token as well; the page's own
+// files (no data) do not.
+func TestPrivateState(t *testing.T) {
+	e := harness.Setup(t)
+	d, err := dashboard.New(e.Client, dashboard.Options{Queue: e.Queue, Private: true, Token: operatorToken})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(d)
+	defer srv.Close()
+	get := func(path, auth string) int {
+		req, _ := http.NewRequest("GET", srv.URL+path, nil)
+		if auth != "" {
+			req.Header.Set("Authorization", auth)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	for _, c := range []struct {
+		path, auth string
+		want       int
+	}{
+		{"/api/state", "", http.StatusUnauthorized},
+		{"/api/state", "Bearer wrong", http.StatusForbidden},
+		{"/api/state?token=" + operatorToken, "", http.StatusUnauthorized},
+		{"/api/state", "Bearer " + operatorToken, http.StatusOK},
+		{"/", "", http.StatusOK},
+		{"/app.js", "", http.StatusOK},
+	} {
+		if got := get(c.path, c.auth); got != c.want {
+			t.Errorf("GET %s with %q: %d, want %d", c.path, c.auth, got, c.want)
+		}
+	}
+	if _, err := dashboard.New(e.Client, dashboard.Options{Private: true}); err == nil {
+		t.Error("Private without a token: no error")
 	}
 }

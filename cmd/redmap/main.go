@@ -67,7 +67,11 @@ const usage = `usage: redmap [-redis URL] [-prefix P] [-queue Q] [-json] command
   drain <worker>      the worker takes no more tasks and exits when idle
   purge <queue> -yes  drop the queue's queued tasks; their batches fail with ErrLost
   dashboard           serve the live web dashboard on -addr (default 127.0.0.1:8080);
-                      -actions lets it drain workers, cancel batches, purge queues
+                      -actions lets operators drain workers, cancel batches, purge
+                      queues, with the operator token (REDMAP_DASHBOARD_TOKEN, or
+                      -token-file F; on 127.0.0.1 without one, a random token is
+                      made and printed); -private needs the token to read as well;
+                      -tls-cert F -tls-key F serve HTTPS
 `
 
 type cli struct {
@@ -105,7 +109,8 @@ func run(args []string, out io.Writer) (int, error) {
 	}
 	if o.cmd == "dashboard" {
 		cancel()
-		return serveDashboard(client, o.prefix, c.queue, o.addr, o.actions, out)
+		return serveDashboard(client, dashboardFlags{prefix: o.prefix, queue: c.queue, addr: o.addr, actions: o.actions,
+			private: o.private, tokenFile: o.tokenFile, tlsCert: o.tlsCert, tlsKey: o.tlsKey}, out)
 	}
 	if c.queue != "" {
 		if err := c.mustQueue(ctx, c.queue); err != nil {
@@ -140,9 +145,10 @@ func (c *cli) do(ctx context.Context, cmd string, operand []string) error {
 // invocation is a command line: the command, its operand and the flags
 // that are not the cli's own.
 type invocation struct {
-	cmd, url, prefix, addr string
-	operand                []string
-	actions                bool
+	cmd, url, prefix, addr     string
+	tokenFile, tlsCert, tlsKey string
+	operand                    []string
+	actions, private           bool
 }
 
 // parseArgs reads a command line; flags may come before and after the
@@ -164,6 +170,10 @@ func parseArgs(args []string, c *cli) (*invocation, error) {
 	fs.IntVar(&c.n, "n", 50, "")
 	fs.StringVar(&o.addr, "addr", "127.0.0.1:8080", "")
 	fs.BoolVar(&o.actions, "actions", false, "")
+	fs.BoolVar(&o.private, "private", false, "")
+	fs.StringVar(&o.tokenFile, "token-file", "", "")
+	fs.StringVar(&o.tlsCert, "tls-cert", "", "")
+	fs.StringVar(&o.tlsKey, "tls-key", "", "")
 	var pos []string
 	for rest := args; ; {
 		err := fs.Parse(rest)

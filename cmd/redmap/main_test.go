@@ -2,6 +2,8 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -9,6 +11,7 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"regexp"
 	"slices"
 	"strconv"
@@ -457,5 +460,76 @@ func TestSecondSignalExitsAtOnce(t *testing.T) {
 		}
 	case <-time.After(10 * time.Second):
 		t.Fatal("a second signal did not end the worker")
+	}
+}
+
+// The dashboard on a network: with -actions (or -private) on an address
+// that is not loopback and no operator token, it refuses to start, in one
+// line; with a token from a file, TLS and -private, it serves HTTPS, reads
+// and acts only for the token.
+func TestDashboardOnANetwork(t *testing.T) {
+	e := harness.Setup(t)
+	for _, args := range [][]string{{"-addr", "0.0.0.0:0", "-actions"}, {"-addr", ":0", "-private"}} {
+		out, errs, code := runCLI(t, e.Srv, append([]string{"dashboard"}, args...)...)
+		if code == 0 || out != "" || strings.Count(errs, "\n") != 1 || !strings.Contains(errs, "not a loopback address") ||
+			!strings.Contains(errs, "REDMAP_DASHBOARD_TOKEN") {
+			t.Fatalf("dashboard %v without a token: exit %d, stdout %q, stderr %q; want a refusal in one line", args, code, out, errs)
+		}
+		t.Logf("dashboard %v: exit %d: %s", args, code, strings.TrimSpace(errs))
+	}
+
+	ca, cert, key := redistest.Certificates(t)
+	tokenFile := filepath.Join(t.TempDir(), "token")
+	if err := os.WriteFile(tokenFile, []byte("s3cret-operator-token\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(harness.Build(t, "github.com/redmap/redmap/cmd/redmap"), "dashboard", "-addr", "127.0.0.1:0",
+		"-actions", "-private", "-token-file", tokenFile, "-tls-cert", cert, "-tls-key", key)
+	cmd.Env = append(os.Environ(), "REDIS_URL="+e.URL)
+	p := harness.Start(t, cmd)
+	base := strings.TrimSuffix(p.Expect(t, "dashboard "), "/")
+	if !strings.HasPrefix(base, "https://") {
+		t.Fatalf("dashboard at %s, want https", base)
+	}
+	pem, err := os.ReadFile(ca)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pool := x509.NewCertPool()
+	pool.AppendCertsFromPEM(pem)
+	client := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}}}
+	do := func(method, path, token string, body string) int {
+		req, _ := http.NewRequest(method, base+path, strings.NewReader(body))
+		if token != "" {
+			req.Header.Set("Authorization", "Bearer "+token)
+		}
+		req.Header.Set("X-Redmap-Action", "1")
+		resp, err := client.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	for _, c := range []struct {
+		method, path, token, body string
+		want                      int
+	}{
+		{"GET", "/api/state", "", "", http.StatusUnauthorized},
+		{"GET", "/api/state", "wrong", "", http.StatusForbidden},
+		{"GET", "/api/state", "s3cret-operator-token", "", http.StatusOK},
+		{"POST", "/api/drain", "", `{"queue":"q","worker":"w"}`, http.StatusUnauthorized},
+		{"POST", "/api/drain?token=s3cret-operator-token", "", `{"queue":"q","worker":"w"}`, http.StatusUnauthorized},
+		{"POST", "/api/drain", "s3cret-operator-token", `{"queue":""}`, http.StatusBadRequest}, // through the guard
+	} {
+		if got := do(c.method, c.path, c.token, c.body); got != c.want {
+			t.Errorf("%s %s (token %q) over TLS: %d, want %d", c.method, c.path, c.token, got, c.want)
+		}
+	}
+	if resp, err := http.Get("http://" + strings.TrimPrefix(base, "https://") + "/api/state"); err == nil {
+		resp.Body.Close()
+		if resp.StatusCode == http.StatusOK {
+			t.Error("plain HTTP to the TLS port served the state")
+		}
 	}
 }

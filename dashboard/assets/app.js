@@ -132,13 +132,35 @@ function render() {
   renderFailures(state);
 }
 
+// The operator token, entered once per tab: kept in the tab's session
+// storage (never a cookie, which other sites' forms could ride, nor a URL),
+// sent in the Authorization header.
+let token = sessionStorage.getItem("redmap-token") || "";
+
+function headers(extra) {
+  const h = Object.assign({}, extra);
+  if (token) h["Authorization"] = "Bearer " + token;
+  return h;
+}
+
+// askToken shows the sign-in form, saying why.
+function askToken(why) {
+  $("login-why").textContent = why;
+  $("login").hidden = false;
+  $("token").focus();
+}
+
 async function poll() {
   try {
-    const r = await fetch("api/state", { cache: "no-store" });
+    const r = await fetch("api/state", { cache: "no-store", headers: headers() });
+    if (r.status === 401 || r.status === 403) {
+      askToken((await r.text()).trim());
+      throw new Error("the operator token is needed to read this dashboard");
+    }
     if (!r.ok) throw new Error((await r.text()).trim() || r.statusText);
     state = await r.json();
     const shown = Date.now() < notice.until;
-    $("status").textContent = "updated " + new Date().toLocaleTimeString() + (state.actions ? " · actions on" : " · read-only") +
+    $("status").textContent = "updated " + new Date().toLocaleTimeString() + (state.actions ? " · actions on" + (token ? " · signed in" : "") : " · read-only") +
       (shown ? " · " + notice.text : "");
     $("status").classList.toggle("error", shown && notice.error);
     render();
@@ -148,16 +170,34 @@ async function poll() {
   }
 }
 
+let retry = null; // the action to send again once signed in
+
 async function act(path, body) {
   try {
-    const r = await fetch(path, { method: "POST", headers: { "Content-Type": "application/json", "X-Redmap-Action": "1" }, body: JSON.stringify(body) });
+    const r = await fetch(path, { method: "POST", headers: headers({ "Content-Type": "application/json", "X-Redmap-Action": "1" }), body: JSON.stringify(body) });
     const text = await r.text();
+    if (r.status === 401 || (r.status === 403 && token && text.includes("token"))) {
+      retry = () => act(path, body);
+      askToken(text.trim());
+      return;
+    }
     notice = { text: r.ok ? JSON.parse(text).result : text.trim(), error: !r.ok, until: Date.now() + 15000 };
   } catch (e) {
     notice = { text: "action failed: " + e.message, error: true, until: Date.now() + 15000 };
   }
   poll();
 }
+
+$("login").addEventListener("submit", (ev) => {
+  ev.preventDefault();
+  token = $("token").value;
+  sessionStorage.setItem("redmap-token", token);
+  $("token").value = "";
+  $("login").hidden = true;
+  const again = retry;
+  retry = null;
+  if (again) again(); else poll();
+});
 
 document.addEventListener("click", (ev) => {
   const btn = ev.target.closest("button[data-action]");

@@ -130,3 +130,15 @@ func (t *TLS) writePEM(tb testing.TB, file, kind string, der []byte) string {
 	}
 	return path
 }
+
+// Certificates makes a private CA and a certificate for 127.0.0.1 and
+// localhost signed by it, as PEM files in a directory of the test's: for a
+// test's own TLS server (the dashboard's, say). It returns the CA's
+// certificate file and the server's certificate and key files.
+func Certificates(tb testing.TB) (ca, cert, key string) {
+	tb.Helper()
+	t := &TLS{Dir: tb.TempDir()}
+	caKey, caCert := t.issue(tb, "ca", nil, nil)
+	cert, key = t.write(tb, "server", caKey, caCert)
+	return filepath.Join(t.Dir, "ca.pem"), cert, key
+}
