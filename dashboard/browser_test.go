@@ -196,11 +196,13 @@ func TestDashboardInBrowser(t *testing.T) {
 	if err := chromedp.Do(phone, chromedp.EmulateViewport(390, 844, chromedp.EmulateMobile), chromedp.Navigate(base+"/")); err != nil {
 		t.Fatal(err)
 	}
+	// Once the page has rendered (its stylesheet is in: the script that
+	// renders runs after it), not while it loads.
+	waitFor(t, phone, "the queue on a phone", fmt.Sprintf(`!!document.querySelector('.card[data-queue=%q]')`, e.Queue))
 	width, err := chromedp.Run(phone, chromedp.Evaluate[int](`window.innerWidth`))
 	if err != nil || width != 390 {
 		t.Fatalf("the phone's viewport is %d px wide (%v), want 390", width, err)
 	}
-	waitFor(t, phone, "the queue on a phone", fmt.Sprintf(`!!document.querySelector('.card[data-queue=%q]')`, e.Queue))
 	waitFor(t, phone, "a page as wide as a phone", fits)
 	if path := os.Getenv(screenshotEnv); path != "" {
 		png, err := chromedp.Run(phone, chromedp.CaptureScreenshot())
