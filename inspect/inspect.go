@@ -218,7 +218,7 @@ func (i *Inspector) Workers(ctx context.Context, queue string, now time.Time) ([
 func stateOf(r rdb.Registered, nowMs int64) (state string, since, age float64) {
 	in := r.Info
 	secs := func(ms int64) float64 { return float64(max(ms, 0)) / 1000 }
-	if !in.Gone.IsZero() { // reaped: stopped or dead, as reap.lua wrote
+	if !in.Gone.IsZero() && r.Deadline == 0 { // reaped, not back: stopped or dead, as reap.lua wrote
 		return cmp.Or(in.State, "dead"), secs(nowMs - in.Gone.UnixMilli()), secs(nowMs - in.Gone.UnixMilli())
 	}
 	// The lease began at the last heartbeat, by the Redis clock.

@@ -143,8 +143,9 @@ func TestHistoryManagerLost(t *testing.T) {
 }
 
 // Workers' states, read from Redis as an operator's tool reads them: idle,
-// running, late (SIGSTOP: its heartbeat overdue), dead (SIGKILL: its lease
-// lapsed) and stopped (SIGTERM: a clean exit); the gone ones stay listed.
+// running, late (SIGSTOP: its heartbeat overdue), dead (its lease lapsed:
+// reaped while stopped, then SIGKILL), back once resumed, and stopped
+// (SIGTERM: a clean exit); the gone ones stay listed.
 func TestWorkerStates(t *testing.T) {
 	e := setup(t)
 	in, err := inspect.New(e.Client, "")
@@ -206,6 +207,12 @@ func TestWorkerStates(t *testing.T) {
 	w = want("the stopped process late", "dying", "late")
 	if !w.Live {
 		t.Fatalf("a late worker still holds its lease: %+v", w)
+	}
+	// Past its lease the manager reaps it: dead; resumed, it is back.
+	want("the stopped process dead once its lease lapsed", "dying", "dead")
+	dying.Cmd.Process.Signal(syscall.SIGCONT)
+	if w = want("the resumed worker back", "dying", "idle"); !w.Live {
+		t.Fatalf("a resumed worker %+v", w)
 	}
 	dying.Cmd.Process.Signal(syscall.SIGKILL)
 	<-dying.Exited()

@@ -19,7 +19,9 @@ if #ARGV > 3 then
   redis.call('HSET', KEYS[2], unpack(ARGV, 4))
   if lease > 0 then
     -- past the lease too: a worker that dies is listed with it until
-    -- reaped, and for as long as a gone worker is then
+    -- reaped, and for as long as a gone worker is then; a worker reaped
+    -- while stalled that comes back is no longer gone
+    redis.call('HDEL', KEYS[2], 'gone')
     redis.call('PEXPIRE', KEYS[2], lease + tonumber(ARGV[3]))
   else
     redis.call('PEXPIRE', KEYS[2], tonumber(ARGV[3]))
