@@ -11,7 +11,8 @@
 //
 // Actions (drain a worker, cancel a batch, purge a queue) are off unless
 // Options.Actions is set, which needs Options.Token, the operator's secret:
-// an action is a POST that must carry it (Authorization: Bearer <token>),
+// an action is a POST that must carry it (X-Redmap-Token, or Authorization:
+// Bearer from a script),
 // compared in constant time, as well as the header X-Redmap-Action and, if
 // the browser sends an Origin, the dashboard's own origin. The page asks the
 // operator for the token once and keeps it in the tab's session storage,
@@ -152,12 +153,20 @@ type State struct {
 	Failures []inspect.FailureGroup `json:"failures"`
 }
 
+// tokenHeader carries the operator token from the page: a header of its
+// own, so that a reverse proxy's login (basic auth in Authorization) and
+// the token go together. Scripts may send Authorization: Bearer instead.
+const tokenHeader = "X-Redmap-Token"
+
 // authorized reports whether r carries the operator token, compared in
-// constant time; never when no token is set. Only the Authorization header
-// counts: a token in the URL (which logs and the Referer keep) is ignored.
+// constant time; never when no token is set. Only the headers count: a
+// token in the URL (which logs and the Referer keep) or a cookie is ignored.
 func (d *Dashboard) authorized(r *http.Request) bool {
-	got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
-	if !ok || d.opts.Token == "" {
+	got := r.Header.Get(tokenHeader)
+	if got == "" {
+		got, _ = strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+	}
+	if got == "" || d.opts.Token == "" {
 		return false
 	}
 	sum := sha256.Sum256([]byte(got))
@@ -167,7 +176,8 @@ func (d *Dashboard) authorized(r *http.Request) bool {
 // unauthorized answers a request without the right token: 401 when it
 // carries none, 403 when it carries another.
 func unauthorized(w http.ResponseWriter, r *http.Request, what string) {
-	if r.Header.Get("Authorization") == "" {
+	_, bearer := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+	if r.Header.Get(tokenHeader) == "" && !bearer {
 		w.Header().Set("WWW-Authenticate", `Bearer realm="redmap dashboard"`)
 		http.Error(w, "dashboard: "+what+" needs the operator token", http.StatusUnauthorized)
 		return

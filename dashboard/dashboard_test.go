@@ -237,7 +237,8 @@ func TestActionsGuarded(t *testing.T) {
 		{"no token", rwSrv.URL, "/api/cancel", cancel, with(map[string]string{"Authorization": ""}), http.StatusUnauthorized},
 		{"a wrong token", rwSrv.URL, "/api/cancel", cancel, with(map[string]string{"Authorization": "Bearer guess"}), http.StatusForbidden},
 		{"a token of the right length, wrong", rwSrv.URL, "/api/cancel", cancel, with(map[string]string{"Authorization": "Bearer " + strings.Repeat("x", len(operatorToken))}), http.StatusForbidden},
-		{"the token as basic auth", rwSrv.URL, "/api/cancel", cancel, with(map[string]string{"Authorization": "Basic " + operatorToken}), http.StatusForbidden},
+		{"the page's header, a wrong token", rwSrv.URL, "/api/cancel", cancel, with(map[string]string{"Authorization": "", "X-Redmap-Token": "guess"}), http.StatusForbidden},
+		{"the token as basic auth", rwSrv.URL, "/api/cancel", cancel, with(map[string]string{"Authorization": "Basic " + operatorToken}), http.StatusUnauthorized},
 		{"a forged origin, no token", rwSrv.URL, "/api/cancel", cancel, with(map[string]string{"Authorization": "", "Origin": rwSrv.URL}), http.StatusUnauthorized},
 		{"the token in the query string", rwSrv.URL, "/api/cancel?token=" + operatorToken, cancel, with(map[string]string{"Authorization": ""}), http.StatusUnauthorized},
 		{"no action header", rwSrv.URL, "/api/cancel", cancel, with(map[string]string{"X-Redmap-Action": ""}), http.StatusForbidden},
@@ -252,7 +253,10 @@ func TestActionsGuarded(t *testing.T) {
 	if d := getState(t, rwSrv.URL).Queues[0].Depth; d != 100 {
 		t.Fatalf("depth %d after refused actions, want 100", d)
 	}
-	if code, body := post(t, rwSrv.URL, "/api/cancel", cancel, with(map[string]string{"Origin": rwSrv.URL})); code != http.StatusOK {
+	// As the page sends it, behind a proxy whose own login holds
+	// Authorization.
+	if code, body := post(t, rwSrv.URL, "/api/cancel", cancel, with(map[string]string{"Origin": rwSrv.URL,
+		"Authorization": "Basic b3BlcmF0b3I6cHJveHk=", "X-Redmap-Token": operatorToken})); code != http.StatusOK {
 		t.Fatalf("cancel: %d %s", code, body)
 	}
 	if _, err := b.Wait(context.Background()); !errors.Is(err, context.Canceled) {

@@ -134,12 +134,12 @@ function render() {
 
 // The operator token, entered once per tab: kept in the tab's session
 // storage (never a cookie, which other sites' forms could ride, nor a URL),
-// sent in the Authorization header.
+// sent in the X-Redmap-Token header.
 let token = sessionStorage.getItem("redmap-token") || "";
 
 function headers(extra) {
   const h = Object.assign({}, extra);
-  if (token) h["Authorization"] = "Bearer " + token;
+  if (token) h["X-Redmap-Token"] = token; // its own header: a proxy's login keeps Authorization
   return h;
 }
 
