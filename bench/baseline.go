@@ -28,11 +28,12 @@ type mode int
 const (
 	perTask mode = iota // one call per task at every step
 	batched             // single elements, pushed in pipelines, popped many at once
-	chunked             // binary chunks of 1,000 elements
+	chunked             // binary chunks of 1,000 elements, each framed with its length
+	fixed               // chunks of 1,000 raw 8-byte integers, no framing (fixed.go)
 )
 
 func (m mode) String() string {
-	return [...]string{"per-task baseline", "batched baseline", "chunked baseline"}[m]
+	return [...]string{"per-task baseline", "batched baseline", "framed chunked baseline", "chunked baseline"}[m]
 }
 
 const chunkLen = 1000
@@ -259,6 +260,10 @@ func produce(ctx context.Context, rdb redis.UniversalClient, m mode, in string, 
 // baselineWorker pops messages from in, applies work and pushes the outputs
 // to out, until stop is closed (never, if nil).
 func baselineWorker(ctx context.Context, rdb redis.UniversalClient, m mode, in, out string, work func([]byte) []byte, stop <-chan struct{}) {
+	if m == fixed {
+		fixedWorker(ctx, rdb, in, out, fixedWork(work), stop)
+		return
+	}
 	for {
 		select {
 		case <-stop:

@@ -164,16 +164,25 @@ func tinyRun(e *env, name string, n, perTaskN int, opts ...manager.CallOption) (
 		}
 		rows = append(rows, r)
 	}
-	for _, md := range []mode{perTask, batched, chunked} {
+	for _, md := range []mode{perTask, batched, chunked, fixed} {
 		k := n
 		if md == perTask {
 			k = min(n, perTaskN)
 		}
-		inputs := intBytes(k)
 		f, err := e.startBaseline(md, "square", "")
 		if err != nil {
 			return nil, err
 		}
+		if md == fixed {
+			r, err := e.fixedRun(f, name, k)
+			f.stop()
+			if err != nil {
+				return nil, err
+			}
+			rows = append(rows, r)
+			continue
+		}
+		inputs := intBytes(k)
 		if _, err := f.run(inputs[:min(k, 50_000)]); err != nil { // warm up, as redmap did
 			f.stop()
 			return nil, err
@@ -192,6 +201,20 @@ func tinyRun(e *env, name string, n, perTaskN int, opts ...manager.CallOption) (
 		rows = append(rows, r)
 	}
 	return rows, nil
+}
+
+// fixedRun measures the fixed-width baseline f squaring n ints, every
+// result checked, after a warm-up as redmap had.
+func (e *env) fixedRun(f *baselineFleet, name string, n int) (row, error) {
+	xs := make([]uint64, n)
+	for i := range xs {
+		xs[i] = uint64(i)
+	}
+	sq := func(x uint64) uint64 { return x * x }
+	if err := f.runFixed(xs[:min(n, 50_000)], sq); err != nil {
+		return row{}, err
+	}
+	return e.measure(name, fixed.String(), n, func() error { return f.runFixed(xs, sq) })
 }
 
 // tinyRedmap measures redmap squaring n ints, with a manager spreading the
