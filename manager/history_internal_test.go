@@ -1,0 +1,73 @@
+package manager
+
+import (
+	"context"
+	"log/slog"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redmap/redmap/internal/rdb"
+)
+
+// blockingStore is a history store whose first write waits for release.
+type blockingStore struct {
+	mu      sync.Mutex
+	calls   [][]string // the batch ids of each write
+	started chan struct{}
+	release chan struct{}
+}
+
+func (s *blockingStore) RecordBatches(_ context.Context, _ string, recs []rdb.BatchRecord, _ int, _ time.Duration) error {
+	s.mu.Lock()
+	first := len(s.calls) == 0
+	var ids []string
+	for _, r := range recs {
+		ids = append(ids, r.ID)
+	}
+	s.calls = append(s.calls, ids)
+	s.mu.Unlock()
+	if first {
+		close(s.started)
+		<-s.release
+	}
+	return nil
+}
+
+// Records that wait while a write is under way go in the next write,
+// together; each record's channel closes once it is written; wait returns
+// once nothing is left.
+func TestHistoryWritesWaitingRecordsTogether(t *testing.T) {
+	s := &blockingStore{started: make(chan struct{}), release: make(chan struct{})}
+	h := newHistory("m", s, 10, time.Hour, time.Second, slog.New(slog.DiscardHandler))
+	written := make([]chan struct{}, 4)
+	for i := range written {
+		written[i] = make(chan struct{})
+	}
+	h.record(rdb.BatchRecord{ID: "a"}, written[0])
+	<-s.started // the first write is under way, and held
+	for i, id := range []string{"b", "c", "d"} {
+		h.record(rdb.BatchRecord{ID: id}, written[i+1])
+	}
+	select {
+	case <-written[1]:
+		t.Fatal("a record waiting behind a write under way was said written")
+	default:
+	}
+	close(s.release)
+	for _, w := range written {
+		<-w
+	}
+	h.wait()
+	if len(s.calls) != 2 || len(s.calls[1]) != 3 {
+		t.Fatalf("writes %v; want [a] then [b c d] together", s.calls)
+	}
+	// A manager with History -1 writes nothing, and says so at once.
+	off := newHistory("m", s, -1, time.Hour, time.Second, slog.New(slog.DiscardHandler))
+	done := make(chan struct{})
+	off.record(rdb.BatchRecord{ID: "e"}, done)
+	<-done
+	if len(s.calls) != 2 {
+		t.Fatalf("History -1 wrote %v", s.calls[2:])
+	}
+}
