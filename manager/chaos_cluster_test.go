@@ -161,6 +161,7 @@ func TestChaosCluster(t *testing.T) {
 			cl.DropClients()
 		}
 		faults[name]++
+		tally.fault(name)
 	}
 	managers.Wait()
 	var longest time.Duration

@@ -3,6 +3,7 @@ package manager_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"math/rand/v2"
 	"os"
 	"strings"
@@ -97,6 +98,7 @@ func TestChaos(t *testing.T) {
 			}
 		}
 		faults[name]++
+		tally.fault(name)
 	}
 	managers.Wait()
 	tally.report(t, d, faults, started())
@@ -134,12 +136,45 @@ type chaosTally struct {
 	batches, elements, failed, lost, duplicated, wrong, zero atomic.Int64
 	mu                                                       sync.Mutex
 	stall                                                    time.Duration
+	stallEnd                                                 time.Time    // when the longest stall ended
+	faults                                                   []chaosFault // every fault drawn, in order
+}
+
+// chaosFault is a fault a chaos run drew, and when.
+type chaosFault struct {
+	at   time.Time
+	name string
 }
 
 func (c *chaosTally) noteStall(gap time.Duration) {
 	c.mu.Lock()
-	c.stall = max(c.stall, gap)
+	if gap > c.stall {
+		c.stall, c.stallEnd = gap, time.Now()
+	}
 	c.mu.Unlock()
+}
+
+// fault records a fault drawn now, so that the report can say which came
+// before the longest stall.
+func (c *chaosTally) fault(name string) {
+	c.mu.Lock()
+	c.faults = append(c.faults, chaosFault{time.Now(), name})
+	c.mu.Unlock()
+}
+
+// aroundStall says which faults were drawn from 5 s before the longest
+// stall began to its end, each with its time from the stall's start.
+func (c *chaosTally) aroundStall() string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	start := c.stallEnd.Add(-c.stall)
+	var out []string
+	for _, f := range c.faults {
+		if f.at.After(start.Add(-5*time.Second)) && f.at.Before(c.stallEnd) {
+			out = append(out, fmt.Sprintf("%+.1fs %s", f.at.Sub(start).Seconds(), f.name))
+		}
+	}
+	return strings.Join(out, ", ")
 }
 
 // report logs the run's figures and fails t if an element was lost,
@@ -148,6 +183,7 @@ func (c *chaosTally) report(t *testing.T, d time.Duration, faults map[string]int
 	t.Logf("chaos for %v: faults %v; %d workers started", d, faults, workers)
 	t.Logf("%d batches, %d elements: %d failed with an error, %d lost, %d duplicated, %d wrong, %d silently zero; longest stall %v",
 		c.batches.Load(), c.elements.Load(), c.failed.Load(), c.lost.Load(), c.duplicated.Load(), c.wrong.Load(), c.zero.Load(), c.stall.Round(time.Millisecond))
+	t.Logf("faults from 5 s before the longest stall to its end (time from its start): %s", c.aroundStall())
 	if c.lost.Load()+c.duplicated.Load()+c.wrong.Load()+c.zero.Load() != 0 {
 		t.Fatal("elements lost, duplicated, wrong or silently zero")
 	}
