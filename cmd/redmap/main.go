@@ -291,21 +291,28 @@ func (c *cli) workers(ctx context.Context) error {
 	return nil
 }
 
-func (c *cli) listBatches(ctx context.Context) ([]inspect.Batch, error) {
+// eachQueue returns what list gives for each queue of c (-queue, or all),
+// one after the other.
+func eachQueue[T any](ctx context.Context, c *cli, list func(q string) ([]T, error)) ([]T, error) {
 	qs, err := c.queues(ctx)
 	if err != nil {
 		return nil, err
 	}
-	var out []inspect.Batch
+	var out []T
 	for _, q := range qs {
-		bs, err := c.in.Batches(ctx, q)
+		xs, err := list(q)
 		if err != nil {
 			return nil, err
 		}
-		out = append(out, bs...)
+		out = append(out, xs...)
 	}
-	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
 	return out, nil
+}
+
+func (c *cli) listBatches(ctx context.Context) ([]inspect.Batch, error) {
+	out, err := eachQueue(ctx, c, func(q string) ([]inspect.Batch, error) { return c.in.Batches(ctx, q) })
+	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
+	return out, err
 }
 
 func (c *cli) batches(ctx context.Context) error {
@@ -331,19 +338,17 @@ func (c *cli) batches(ctx context.Context) error {
 }
 
 // listHistory returns the last c.n ended batches of each queue, newest
-// first.
+// first; records that cannot be read are said on stderr and skipped.
 func (c *cli) listHistory(ctx context.Context) ([]inspect.Batch, error) {
-	qs, err := c.queues(ctx)
+	out, err := eachQueue(ctx, c, func(q string) ([]inspect.Batch, error) {
+		bs, malformed, err := c.in.History(ctx, q, c.n)
+		if malformed > 0 {
+			fmt.Fprintf(os.Stderr, "redmap: %d record(s) of queue %q's history are unreadable; skipped\n", malformed, q)
+		}
+		return bs, err
+	})
 	if err != nil {
 		return nil, err
-	}
-	var out []inspect.Batch
-	for _, q := range qs {
-		bs, _, err := c.in.History(ctx, q, c.n)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, bs...)
 	}
 	sort.SliceStable(out, func(i, j int) bool { return out[i].Ended.After(out[j].Ended) })
 	return out[:min(len(out), max(c.n, 0))], nil
