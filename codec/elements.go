@@ -56,6 +56,9 @@ func (e *ElementError) Unwrap() error { return e.Err }
 // maxElem bytes (no cap if maxElem <= 0) gives a *SizeError wrapped in an
 // *ElementError naming its index; an unencodable one, the encoder's error.
 func EncodeElements[T any](xs []T, maxElem int) ([]byte, error) {
+	if b, ok := encodeInts(xs, maxElem); ok {
+		return b, nil
+	}
 	var buf bytes.Buffer
 	enc := msgpack.GetEncoder()
 	defer msgpack.PutEncoder(enc)
@@ -92,6 +95,9 @@ type OutputEncoder struct {
 // EncodeOutputs encodes a whole frame of outputs at once when their type has
 // a fast path; it reports false otherwise (then use an OutputEncoder).
 func EncodeOutputs[T any](ys []T) ([]byte, bool, error) {
+	if b, ok := encodeInts(ys, 0); ok {
+		return b, true, nil
+	}
 	var buf bytes.Buffer
 	enc := msgpack.GetEncoder()
 	defer msgpack.PutEncoder(enc)
@@ -148,6 +154,16 @@ func DecodeElements[T any](frame []byte, dst []T) error {
 	}
 	if n != len(dst) {
 		return corrupt(fmt.Sprintf("elements: frame holds %d, want %d", n, len(dst)), nil)
+	}
+	if rest := frame[len(frame)-d.r.Len():]; isInts(dst) {
+		used, i, err := decodeInts(rest, dst)
+		if err != nil {
+			return &ElementError{Index: i, Err: err}
+		}
+		if used != len(rest) {
+			return corrupt("elements: trailing bytes", nil)
+		}
+		return nil
 	}
 	if ok, i, err := decodeFast(d.dec, dst); ok {
 		if err != nil {

@@ -2,9 +2,10 @@ package codec
 
 import "github.com/vmihailenco/msgpack/v5"
 
-// Fast paths for slices of common element types: the same MessagePack a
-// reflective Encode or Decode would produce or accept, without reflection or
-// boxing per element. Each reports false if it does not handle the type.
+// Fast paths for slices of common element types (integers have their own, in
+// ints.go): the same MessagePack a reflective Encode or Decode would produce
+// or accept, without reflection or boxing per element. Each reports false if
+// it does not handle the type.
 
 // encodeFast encodes xs, if their type has a fast path and every element is
 // within maxElem bytes (no cap if maxElem <= 0): numbers and bools take at
@@ -24,18 +25,6 @@ func encodeFast(enc *msgpack.Encoder, xs any, maxElem int) (bool, error) {
 	}
 	var err error
 	switch v := xs.(type) {
-	case []int:
-		for _, x := range v {
-			if err = enc.EncodeInt(int64(x)); err != nil {
-				break
-			}
-		}
-	case []int64:
-		for _, x := range v {
-			if err = enc.EncodeInt(x); err != nil {
-				break
-			}
-		}
 	case []float64:
 		for _, x := range v {
 			if err = enc.EncodeFloat64(x); err != nil {
@@ -64,22 +53,6 @@ func encodeFast(enc *msgpack.Encoder, xs any, maxElem int) (bool, error) {
 // not decode.
 func decodeFast(dec *msgpack.Decoder, dst any) (bool, int, error) {
 	switch v := dst.(type) {
-	case []int:
-		for i := range v {
-			x, err := dec.DecodeInt()
-			if err != nil {
-				return true, i, err
-			}
-			v[i] = x
-		}
-	case []int64:
-		for i := range v {
-			x, err := dec.DecodeInt64()
-			if err != nil {
-				return true, i, err
-			}
-			v[i] = x
-		}
 	case []float64:
 		for i := range v {
 			x, err := dec.DecodeFloat64()
