@@ -8,7 +8,7 @@ import "sync"
 // chunkTarget of work per task, from what workers measure.
 const (
 	chunkTarget  = 2e6 // ns of work per task to aim at
-	chunkMax     = 8192
+	chunkMax     = 32768
 	chunkUnknown = 8 // elements per task while a function's cost is unknown
 )
 

@@ -61,7 +61,7 @@ func OnWorker(id string) CallOption { return func(o *callOptions) { o.worker = i
 
 // ChunkSize fixes how many elements travel in one task. Without it, the size
 // adapts to the function's cost as workers measure it, aiming at about 2 ms of
-// work per task (at most 8,192 elements, and at least 16 tasks per batch that
+// work per task (at most 32,768 elements, and at least 16 tasks per batch that
 // has the elements); while the cost is unknown, tasks carry up to 8.
 func ChunkSize(n int) CallOption { return func(o *callOptions) { o.chunk = n } }
 

@@ -345,6 +345,28 @@ func TestScriptsSurviveScriptFlush(t *testing.T) {
 	if err != nil || len(taken) != 1 {
 		t.Fatalf("take after SCRIPT FLUSH: %v, %v", taken, err)
 	}
+	// The trim goes in a pipeline before a plain LRANGE: after a flush the
+	// LRANGE saw the list untrimmed, and the read is made again.
+	results := keys.Results("rm", "flush", mid)
+	for _, tc := range []struct {
+		name string
+		read func() ([]string, error)
+	}{
+		{"ReadResults", func() ([]string, error) { return r.ReadResults(ctx, mid, 1, Mark("handled"), 10) }},
+		{"ReadThenWait", func() ([]string, error) {
+			got, _, err := r.ReadThenWait(ctx, mid, 1, Mark("handled"), 10, time.Second)
+			return got, err
+		}},
+	} {
+		c.Del(ctx, results)
+		c.RPush(ctx, results, "handled", "next")
+		if err := c.ScriptFlush(ctx).Err(); err != nil {
+			t.Fatal(err)
+		}
+		if got, err := tc.read(); err != nil || !slices.Equal(got, []string{"next"}) {
+			t.Fatalf("%s after SCRIPT FLUSH: %q (%v), want [next]", tc.name, got, err)
+		}
+	}
 }
 
 func TestLiveWorkers(t *testing.T) {
@@ -585,6 +607,25 @@ func TestReadResultsTrimsOnlyTheSameEntry(t *testing.T) {
 	got, _ = f.r.ReadResults(ctx, f.mid, 1, Mark(prefix+"-new run"), 10)
 	if !slices.Equal(got, []string{"next"}) {
 		t.Fatalf("read %q, want the handled entry trimmed", got)
+	}
+
+	// Entries over 1 KiB are marked by their length and ends, the same in Go
+	// and in the script: a re-run that differs at either end is kept, the
+	// handled entry trimmed.
+	body := strings.Repeat("v", 5000)
+	handled, rerunHead, rerunTail := "task-1 attempt 1 took 1234ns"+body, "task-1 attempt 1 took 1235ns"+body, "task-1 attempt 1 took 1234ns"+body[1:]+"w"
+	f.c.Del(ctx, results)
+	f.c.RPush(ctx, results, rerunHead, rerunTail, handled, "after")
+	for _, other := range []string{rerunHead, rerunTail} {
+		got, _ = f.r.ReadResults(ctx, f.mid, 1, Mark(handled), 10)
+		if len(got) == 0 || got[0] != other {
+			t.Fatalf("a long re-run that differs from the handled entry at one end was trimmed")
+		}
+		f.c.LPop(ctx, results)
+	}
+	got, _ = f.r.ReadResults(ctx, f.mid, 1, Mark(handled), 10)
+	if !slices.Equal(got, []string{"after"}) {
+		t.Fatalf("read %d entries, want the long handled entry trimmed and %q left", len(got), "after")
 	}
 }
 

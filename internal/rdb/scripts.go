@@ -21,7 +21,7 @@ var (
 	finishScript    = load("finish.lua")
 	heartbeatScript = load("heartbeat.lua")
 	liveScript      = load("live.lua")
-	readScript      = load("read.lua")
+	trimScript      = load("trim.lua")
 	missingScript   = load("missing.lua")
 	reapScript      = load("reap.lua")
 	givebackScript  = load("giveback.lua")
@@ -45,7 +45,7 @@ var (
 func ScriptNames() map[string]string {
 	out := map[string]string{}
 	for _, s := range []*script{submitScript, takeScript, finishScript, heartbeatScript, liveScript,
-		readScript, missingScript, reapScript, givebackScript, unwantedScript, servedScript,
+		trimScript, missingScript, reapScript, givebackScript, unwantedScript, servedScript,
 		holdScript, releaseScript, purgeScript, probeScript, shardsScript, depthScript, renewScript,
 		publishScript, recordScript, lostScript, failuresScript} {
 		out[s.Hash()] = s.name

@@ -1,0 +1,27 @@
+-- trim.lua: trim the results a manager has handled. The manager reads the next
+-- ones with a plain LRANGE in the same pipeline (a list read through Lua is
+-- copied twice more: into Lua and back into the reply). The trim must be
+-- idempotent: a client that retries this call after a dropped connection
+-- must not trim results nobody read. So it trims the first n entries only if
+-- entry n is still the one the manager saw there (by its mark: the SHA-1 of
+-- all of it, or for one longer than 1 KiB of its length, first 512 and last
+-- 512 bytes, as rdb.Mark computes it); run again, the check fails and nothing
+-- more is trimmed.
+-- KEYS[1] result list of the manager
+-- ARGV[1] n, entries handled (0 for none)   ARGV[2] the SHA-1 (hex) of entry n
+-- Returns 1 if it trimmed, 0 if not.
+local function mark(e)
+  if #e <= 1024 then
+    return redis.sha1hex(e)
+  end
+  return redis.sha1hex(#e .. ':' .. string.sub(e, 1, 512) .. string.sub(e, -512))
+end
+local n = tonumber(ARGV[1])
+if n > 0 then
+  local last = redis.call('LINDEX', KEYS[1], n - 1)
+  if last and mark(last) == ARGV[2] then
+    redis.call('LTRIM', KEYS[1], n, -1)
+    return 1
+  end
+end
+return 0
