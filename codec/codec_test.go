@@ -28,6 +28,40 @@ func TestTaskRoundTrip(t *testing.T) {
 	}
 }
 
+// The trace context is optional: an untraced task is the 14-field array of
+// every version-2 task; a traced one adds fields 15 and 16; fields a later
+// release may add past them are skipped; fewer than 14 are refused.
+func TestTaskTraceFieldsOptional(t *testing.T) {
+	frame, _ := EncodeElements([]int{1}, 0)
+	plain := &Task{Func: "f", Sig: "func(int) int", Count: 1, Input: frame, Seed: 7, Start: 3}
+	b, err := EncodeTask(plain)
+	if err != nil || b[0] != 0x90|14 {
+		t.Fatalf("an untraced task starts %x (%v), want a 14-field array", b[:1], err)
+	}
+	traced := *plain
+	traced.Trace = map[string]string{"traceparent": "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01", "tracestate": "k=v"}
+	traced.Sent = 1764000000123456
+	tb, err := EncodeTask(&traced)
+	if err != nil || !bytes.HasPrefix(tb, []byte{0xdc, 0, 16}) {
+		t.Fatalf("a traced task starts %x (%v), want a 16-field array", tb[:3], err)
+	}
+	got, err := DecodeTask(tb, 0)
+	if err != nil || !reflect.DeepEqual(got, &traced) {
+		t.Fatalf("traced round trip: %+v (%v), want %+v", got, err, &traced)
+	}
+	// A later release's task: an 18-field array, two fields this one does not know.
+	later := append([]byte{0xdc, 0, 18}, tb[3:]...)
+	later = append(later, 0xa1, 'x', 0x2a)
+	got, err = DecodeTask(later, 0)
+	if err != nil || got.Trace["tracestate"] != "k=v" || got.Sent != traced.Sent {
+		t.Fatalf("a task with fields past 16: %+v (%v), want them skipped", got, err)
+	}
+	short := append([]byte{0x90 | 13}, b[1:]...)
+	if _, err := DecodeTask(short, 0); !errors.Is(err, ErrCorrupt) {
+		t.Fatalf("a 13-field task: %v, want ErrCorrupt", err)
+	}
+}
+
 func TestResultRoundTrip(t *testing.T) {
 	enc := NewOutputEncoder(3)
 	for _, v := range []string{"a", "b"} {

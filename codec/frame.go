@@ -114,6 +114,32 @@ func (d *reader) bytes() []byte {
 	return b
 }
 
+// pairs reads an array of keys and values, all strings, as a map; nil if it
+// is empty.
+func (d *reader) pairs() map[string]string {
+	n := d.arrayLen()
+	if n%2 != 0 {
+		d.do(corrupt("pairs: odd length", nil))
+		return nil
+	}
+	var m map[string]string
+	for i := 0; i < n && d.err == nil; i += 2 {
+		k, v := d.str(), d.str()
+		if m == nil {
+			m = make(map[string]string, n/2)
+		}
+		m[k] = v
+	}
+	return m
+}
+
+// skip passes over one value, whatever it is.
+func (d *reader) skip() {
+	if d.err == nil {
+		d.do(d.dec.Skip())
+	}
+}
+
 // end reports the first error, or an error if bytes are left over.
 func (d *reader) end(what string) error {
 	if d.err != nil {

@@ -1,5 +1,10 @@
 package codec
 
+import (
+	"maps"
+	"slices"
+)
+
 // version is the first field of every envelope and result; a reader refuses
 // any other, so a fleet running two incompatible redmap versions fails loudly.
 // Version 2 added a task's reducer, seed and first index.
@@ -26,15 +31,32 @@ type Task struct {
 	Reduce, ReduceSig string
 	Seed              uint64 // the batch's seed for redmap.Rand
 	Start             int    // the batch index of the first element
+
+	// Trace is the trace context of the batch's span, as a W3C
+	// propagator writes it (traceparent, tracestate), and Sent when the
+	// task was made, in Unix microseconds by the manager's clock. Both are
+	// empty unless the batch is traced; then they travel as optional
+	// fields 15 and 16 (see EncodeTask).
+	Trace map[string]string
+	Sent  int64
 }
 
-// taskFields is the length of a task's array.
-const taskFields = 14
+// taskFields is the length of a task's array without its optional fields;
+// tracedFields with them.
+const (
+	taskFields   = 14
+	tracedFields = 16
+)
 
 // EncodeTask returns the wire form of t: one MessagePack array.
 func EncodeTask(t *Task) ([]byte, error) {
 	w := newWriter(len(t.Func) + len(t.Sig) + len(t.Input) + len(t.Const) + 32)
-	w.arrayLen(taskFields)
+	traced := len(t.Trace) > 0
+	if traced {
+		w.arrayLen(tracedFields)
+	} else {
+		w.arrayLen(taskFields)
+	}
 	w.int(version)
 	w.str(t.Func)
 	w.str(t.Sig)
@@ -49,18 +71,30 @@ func EncodeTask(t *Task) ([]byte, error) {
 	w.str(t.ReduceSig)
 	w.int(int(t.Seed))
 	w.int(t.Start)
+	if traced {
+		keys := slices.Sorted(maps.Keys(t.Trace))
+		w.arrayLen(2 * len(keys))
+		for _, k := range keys {
+			w.str(k)
+			w.str(t.Trace[k])
+		}
+		w.int(int(t.Sent))
+	}
 	return w.result()
 }
 
 // DecodeTask parses a task envelope of at most limit bytes (DefaultMaxFrame if
-// limit <= 0).
+// limit <= 0). Fields past the 14 every version-2 task has are optional: it
+// reads the trace context (15) and the time sent (16) if they are there, and
+// skips any later ones, so a manager of a later release may add more.
 func DecodeTask(b []byte, limit int) (*Task, error) {
 	if err := checkSize("task", b, limit); err != nil {
 		return nil, err
 	}
 	d := newReader(b)
-	if d.arrayLen() != taskFields {
-		return nil, d.fail("task", "want a 14-field array")
+	fields := d.arrayLen()
+	if fields < taskFields {
+		return nil, d.fail("task", "want an array of at least 14 fields")
 	}
 	if d.int() != version {
 		return nil, d.fail("task", "unknown version")
@@ -68,6 +102,15 @@ func DecodeTask(b []byte, limit int) (*Task, error) {
 	t := &Task{Func: d.str(), Sig: d.str(), Count: d.int(), Input: d.bytes(), Const: d.str(), ConstSize: int64(d.int()),
 		Attempts: d.int(), Timeout: int64(d.int()), Retry: d.bool(),
 		Reduce: d.str(), ReduceSig: d.str(), Seed: uint64(d.int()), Start: d.int()}
+	if fields > taskFields {
+		t.Trace = d.pairs()
+	}
+	if fields > taskFields+1 {
+		t.Sent = int64(d.int())
+	}
+	for range fields - tracedFields {
+		d.skip()
+	}
 	if err := d.end("task"); err != nil {
 		return nil, err
 	}

@@ -11,11 +11,15 @@ import (
 	"sync"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
+	"go.opentelemetry.io/otel/trace/noop"
+
 	"github.com/redmap/redmap"
 	"github.com/redmap/redmap/codec"
 	"github.com/redmap/redmap/internal/engine"
 	"github.com/redmap/redmap/internal/failure"
 	"github.com/redmap/redmap/internal/rdb"
+	"github.com/redmap/redmap/internal/tracing"
 )
 
 // Result is the outcome of one element of a batch.
@@ -41,7 +45,8 @@ type Batch[Out any] struct {
 	seq      uint64              // n: the batch's number, and its lane's
 	types    map[string][]string // the structure of each handle it calls, by name
 	started  time.Time
-	in       input // the elements, to encode (again)
+	in       input      // the elements, to encode (again)
+	span     trace.Span // the batch's span (tracing.go); a no-op one if not traced
 
 	red    *redmap.Reducer[Out] // folds the outputs (MapReduce), or nil
 	stream bool                 // the input is a sequence (SubmitSeq): results are read once, as they come
@@ -93,6 +98,9 @@ type chunk struct {
 	payload            []byte // kept while out if the input cannot encode it again
 }
 
+// noSpan is the span of a batch not (yet) traced.
+var noSpan trace.Span = noop.Span{}
+
 // newBatch returns a batch of n elements (of a slice), or of a sequence
 // (stream, n 0) whose length the feeder learns as it reads it.
 func newBatch[Out any](m *Manager, fn string, n int, red *redmap.Reducer[Out], stream bool) *Batch[Out] {
@@ -118,6 +126,7 @@ func newBatch[Out any](m *Manager, fn string, n int, red *redmap.Reducer[Out], s
 		done:      make(chan struct{}),
 		recorded:  make(chan struct{}),
 		stop:      func() bool { return false },
+		span:      noSpan,
 	}
 }
 
@@ -481,10 +490,13 @@ func (b *Batch[Out]) release() {
 			b.onEnd()
 		}
 		if b.isEmpty() {
+			b.endSpan(rdb.BatchRecord{Outcome: "done"})
 			close(b.recorded) // an empty batch ran nothing: no record
 			return
 		}
-		b.m.history.record(b.record(), b.recorded)
+		r := b.record()
+		b.endSpan(r)
+		b.m.history.record(r, b.recorded)
 	})
 }
 
@@ -722,6 +734,8 @@ func (b *Batch[Out]) resubmission(ci int) (rdb.Task, string, rdb.Lane, error) {
 	b.mu.Lock()
 	c := b.chunks[ci]
 	b.mu.Unlock()
+	b.event("task resubmitted", tracing.MessagingMessageID.String(c.tid),
+		tracing.Reason.String("Redis lost the task (restarted, flushed or failed over)"))
 	if c.payload != nil {
 		return rdb.Task{ID: c.tid, Payload: c.payload}, b.worker, b.lane, nil
 	}

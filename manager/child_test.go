@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"log/slog"
 	"os"
 	"os/signal"
 	"strconv"
@@ -116,12 +117,32 @@ func childWorker(rdb redis.UniversalClient, queue string) error {
 	if concurrency == 0 {
 		concurrency = 4
 	}
-	w, err := worker.New(rdb, worker.Options{Queue: queue, Concurrency: concurrency,
-		Lease: ms("REDMAP_LEASE_MS"), Heartbeat: ms("REDMAP_HEARTBEAT_MS")})
+	prefetch, _ := strconv.Atoi(os.Getenv("REDMAP_PREFETCH"))
+	opts := worker.Options{Queue: queue, Concurrency: concurrency, Prefetch: prefetch,
+		Lease: ms("REDMAP_LEASE_MS"), Heartbeat: ms("REDMAP_HEARTBEAT_MS")}
+	if path := os.Getenv("REDMAP_TRACE_FILE"); path != "" {
+		// Spans are written as they end (a syncer, not a batcher), so that
+		// those of a worker SIGKILLed later are on disk.
+		tp, stopTracing, err := traceToFile(path)
+		if err != nil {
+			return err
+		}
+		defer stopTracing()
+		opts.TracerProvider = tp
+	}
+	if path := os.Getenv("REDMAP_LOG_FILE"); path != "" {
+		f, err := os.Create(path)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		opts.Logger = slog.New(slog.NewJSONHandler(f, nil))
+	}
+	w, err := worker.New(rdb, opts)
 	if err != nil {
 		return err
 	}
-	hs := []redmap.AnyHandle{lookup, square, slowSquare, poison, sum, nap}
+	hs := []redmap.AnyHandle{lookup, square, slowSquare, poison, sum, nap, traced}
 	switch os.Getenv("REDMAP_TYPES") { // a build of the user's tasks package
 	case "v1":
 		hs = append(hs, v1.Count)

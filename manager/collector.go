@@ -35,8 +35,9 @@ type collectorParams struct {
 	maxFrame int           // Options.MaxFrame
 	pending  *pendingTasks
 	faults   *faults
-	dropped  *atomic.Int64 // results dropped: stale, duplicate or unreadable
-	bytes    *atomic.Int64 // bytes of results read
+	dropped  *atomic.Int64                 // results dropped: stale, duplicate or unreadable
+	stale    func(tid string, attempt int) // notes a stale result on its batch's span
+	bytes    *atomic.Int64                 // bytes of results read
 	log      *slog.Logger
 }
 
@@ -156,6 +157,7 @@ func (c *collector) dispatch(entry string) {
 	p, ok := c.pending.take(r.Task)
 	if !ok {
 		c.dropped.Add(1)
+		c.stale(r.Task, r.Attempt)
 		return
 	}
 	p.batch.deliver(p.chunk, r, err)

@@ -167,7 +167,7 @@ func wire(r seams, opts Options, h hooks) *Manager {
 // collect starts a collector of shard s.
 func (m *Manager) collect(s *shard) {
 	c := newCollector(collectorParams{shard: s, mid: m.id, poll: m.opts.Poll, maxFrame: m.opts.MaxFrame,
-		pending: m.pending, faults: m.faults, dropped: &m.stats.dropped, bytes: &m.stats.resultBytes, log: m.log})
+		pending: m.pending, faults: m.faults, dropped: &m.stats.dropped, stale: m.staleResult, bytes: &m.stats.resultBytes, log: m.log})
 	m.partsMu.Lock()
 	m.collectors = append(m.collectors, c)
 	m.partsMu.Unlock()

@@ -5,6 +5,8 @@ import (
 	"log/slog"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/redmap/redmap/internal/config"
 	"github.com/redmap/redmap/internal/keys"
 )
@@ -84,6 +86,13 @@ type Options struct {
 	HistoryAge time.Duration
 	// Logger receives the manager's logs. Default: none.
 	Logger *slog.Logger
+	// TracerProvider traces batches with OpenTelemetry: each batch gets a
+	// span, and its tasks carry the span's trace context to the workers,
+	// whose task spans join the trace (README "Tracing"). A batch is traced
+	// only when the caller's context carries a span or the provider
+	// samples a new trace. Default: the global provider (otel.SetTracerProvider),
+	// a no-op unless the program installed one.
+	TracerProvider trace.TracerProvider
 }
 
 // MaxShards caps Options.Shards.

@@ -5,6 +5,8 @@ import (
 	"sync"
 	"time"
 
+	"go.opentelemetry.io/otel/attribute"
+
 	"github.com/redmap/redmap/codec"
 	"github.com/redmap/redmap/internal/rdb"
 )
@@ -21,6 +23,7 @@ type batch interface {
 	typesOf(name string) []string
 	served(ok bool, now time.Time, timeout time.Duration, why string) (began, expired bool)
 	failWaiting(cause error)
+	event(name string, attrs ...attribute.KeyValue) // on the batch's span
 }
 
 // registry lists the manager's running batches, for the keeper to publish
@@ -47,6 +50,14 @@ func (r *registry) unlist(id string) {
 	r.mu.Lock()
 	delete(r.running, id)
 	r.mu.Unlock()
+}
+
+// get returns running batch id.
+func (r *registry) get(id string) (batch, bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	b, ok := r.running[id]
+	return b, ok
 }
 
 // batches returns the running batches.

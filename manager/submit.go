@@ -8,6 +8,8 @@ import (
 	"strconv"
 	"time"
 
+	"go.opentelemetry.io/otel/codes"
+
 	"github.com/redmap/redmap"
 	"github.com/redmap/redmap/cache"
 	"github.com/redmap/redmap/codec"
@@ -157,7 +159,7 @@ func submit[In, Out any](ctx context.Context, m *Manager, sp spec, els elements[
 			return nil, fmt.Errorf("%w: %q on queue %q", redmap.ErrNoWorker, co.worker, m.opts.Queue)
 		}
 	}
-	b, f := prepare(m, sp, els, co, red)
+	b, f := prepare(ctx, m, sp, els, co, red)
 	if n, known := b.in.length(); known && n == 0 {
 		close(b.done)
 		b.release()
@@ -165,6 +167,8 @@ func submit[In, Out any](ctx context.Context, m *Manager, sp spec, els elements[
 	}
 	m.batches.list(b.id, b)
 	if err := f.first(ctx, sp, red); err != nil {
+		b.span.SetStatus(codes.Error, err.Error())
+		b.span.End()
 		return nil, err
 	}
 	return b, nil
@@ -173,7 +177,7 @@ func submit[In, Out any](ctx context.Context, m *Manager, sp spec, els elements[
 // prepare makes a batch of fn over els and its feeder: the task every chunk
 // copies, how a chunk's elements are encoded, and the input they are read
 // from.
-func prepare[In, Out any](m *Manager, sp spec, els elements[In], co callOptions, red *redmap.Reducer[Out]) (*Batch[Out], *feeder[Out]) {
+func prepare[In, Out any](ctx context.Context, m *Manager, sp spec, els elements[In], co callOptions, red *redmap.Reducer[Out]) (*Batch[Out], *feeder[Out]) {
 	stream := els.seq != nil
 	b := newBatch[Out](m, sp.name, len(els.xs), red, stream)
 	b.worker = co.worker
@@ -204,6 +208,7 @@ func prepare[In, Out any](m *Manager, sp spec, els elements[In], co callOptions,
 	if red != nil {
 		task.Reduce, task.ReduceSig = red.Name(), red.Signature()
 	}
+	task.Trace = b.startSpan(ctx, m.opts.TracerProvider, m.opts.Queue)
 	if sp.constant != nil {
 		task.Const, task.ConstSize = sp.constant.Hash, sp.constant.Size
 		b.onEnd = func() { m.holds.release(sp.holder) }
@@ -218,6 +223,9 @@ func prepare[In, Out any](m *Manager, sp spec, els elements[In], co callOptions,
 		}
 		t := task
 		t.Count, t.Input, t.Start = len(xs), frame, start
+		if t.Trace != nil {
+			t.Sent = time.Now().UnixMicro()
+		}
 		payload, err := codec.EncodeTask(&t)
 		if err != nil {
 			return nil, fmt.Errorf("manager: encoding a task of %q: %w", sp.name, err)

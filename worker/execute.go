@@ -22,10 +22,23 @@ import (
 func (w *Worker) execute(ctx context.Context, t rdb.Taken) rdb.Done {
 	res := &codec.Result{Task: t.ID, Attempt: t.Attempt}
 	start := time.Now()
-	c, fail := w.resolve(ctx, t)
+	ctx = engine.WithLogger(ctx, w.log) // for redmap.Logger
+	var c resolved
+	task, fail := w.decode(t)
+	span := noSpan
+	if fail == nil {
+		c.task = *task
+		if len(task.Trace) > 0 {
+			ctx, span = w.startSpan(ctx, t, task)
+		}
+		fail = w.resolve(ctx, t, &c)
+	}
 	if fail != nil {
 		res.Fails = []codec.Failure{*fail}
 	} else {
+		if span.IsRecording() {
+			c.policy.OnRetry = retryEvent(span, c.policy.OnRetry)
+		}
 		res.Values, res.Fails = c.run(ctx)
 	}
 	elapsed := time.Since(start)
@@ -54,6 +67,7 @@ func (w *Worker) execute(ctx context.Context, t rdb.Taken) rdb.Done {
 		res = &codec.Result{Task: t.ID, Attempt: t.Attempt, Fails: []codec.Failure{{Index: -1, Kind: kind, Msg: err.Error()}}}
 		b, _ = codec.EncodeResult(res) // small and well-formed: cannot fail
 	}
+	endSpan(span, c.task.Count, res.Fails)
 	return rdb.Done{ID: t.ID, Result: b, Shard: t.Shard}
 }
 
@@ -75,22 +89,31 @@ func (c *resolved) run(ctx context.Context) ([]byte, []codec.Failure) {
 	return c.h.Run(ctx, c.constant, c.task.Count, c.task.Input, c.policy)
 }
 
-// resolve decodes task t and finds what it calls: the registered function of
-// the same signature, and its constant data (memoized). A task that cannot be
-// resolved fails whole, with the reason; c.task.Func is set as soon as it is
-// known.
-func (w *Worker) resolve(ctx context.Context, t rdb.Taken) (c resolved, fail *codec.Failure) {
-	whole := func(kind codec.Kind, format string, args ...any) (resolved, *codec.Failure) {
-		return c, &codec.Failure{Index: -1, Kind: kind, Msg: fmt.Sprintf(format, args...)}
-	}
+// decode decodes task t's envelope; one that does not decode fails whole,
+// with the reason.
+func (w *Worker) decode(t rdb.Taken) (*codec.Task, *codec.Failure) {
 	task, err := codec.DecodeTask(t.Payload, w.opts.MaxFrame)
 	if errors.Is(err, codec.ErrTooLarge) {
-		return whole(codec.KindTooLarge, "task: %v", err)
+		return nil, wholeFailure(codec.KindTooLarge, "task: %v", err)
 	}
 	if err != nil {
-		return whole(codec.KindDecode, "task: %v", err)
+		return nil, wholeFailure(codec.KindDecode, "task: %v", err)
 	}
-	c.task = *task
+	return task, nil
+}
+
+// wholeFailure is the failure of a whole task.
+func wholeFailure(kind codec.Kind, format string, args ...any) *codec.Failure {
+	return &codec.Failure{Index: -1, Kind: kind, Msg: fmt.Sprintf(format, args...)}
+}
+
+// resolve finds what task c.task (decoded from t) calls: the registered
+// function of the same signature, and its constant data (memoized), and
+// fills in c. A task that cannot be resolved fails whole, with the reason.
+func (w *Worker) resolve(ctx context.Context, t rdb.Taken, c *resolved) (fail *codec.Failure) {
+	whole := wholeFailure
+	task := &c.task
+	var err error
 	if task.Attempts > 0 && t.Attempt >= task.Attempts {
 		return whole(codec.KindLost, "lost %d times (each worker running it died or stalled past its lease); the attempt budget is %d",
 			t.Attempt, task.Attempts)
@@ -129,11 +152,11 @@ func (w *Worker) resolve(ctx context.Context, t rdb.Taken) (c resolved, fail *co
 		Attempts: task.Attempts - t.Attempt,
 		Timeout:  time.Duration(task.Timeout) * time.Millisecond,
 		Retry:    task.Retry,
-		OnRetry:  func() { w.counters.retried.Add(1) },
+		OnRetry:  func(int, int, *codec.Failure) { w.counters.retried.Add(1) },
 		Seed:     task.Seed,
 		Start:    task.Start,
 	}
-	return c, nil
+	return nil
 }
 
 // mismatch says how worker's handle h differs from the one the manager
@@ -187,7 +210,7 @@ func (w *Worker) constant(ctx context.Context, ref cache.Ref, h engine.Runtime) 
 			return v, err
 		}
 		if !logged {
-			w.log.Warn("cannot fetch a task's constant; trying again", "ref", ref, "err", err, "for", constantWait)
+			w.log.WarnContext(ctx, "cannot fetch a task's constant; trying again", "ref", ref, "err", err, "for", constantWait)
 			logged = true
 		}
 		if !bo.Wait(ctx) {

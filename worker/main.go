@@ -22,6 +22,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/redmap/redmap"
+	"github.com/redmap/redmap/internal/tracing"
+	"github.com/redmap/redmap/otlp"
 )
 
 // Main is a complete worker program serving hs, in a few lines:
@@ -38,7 +40,9 @@ import (
 // "default"), -id (REDMAP_WORKER_ID), -concurrency (REDMAP_CONCURRENCY), -prefetch (REDMAP_PREFETCH),
 // -cache-bytes (REDMAP_CACHE_BYTES), -metrics (REDMAP_METRICS: an address to
 // serve Prometheus metrics on at /metrics; off if empty), -log-level
-// (REDMAP_LOG_LEVEL: debug, info, warn or error; default info).
+// (REDMAP_LOG_LEVEL: debug, info, warn or error; default info). With
+// OTEL_EXPORTER_OTLP_ENDPOINT set it exports its task spans over OTLP/HTTP
+// (package otlp); without, it installs no tracer.
 //
 // With -h it prints its usage on stdout and returns nil. A bad flag, a stray
 // argument or a malformed environment variable is an error, printed by no one
@@ -60,6 +64,20 @@ func mainWith(args []string, stdout, stderr io.Writer, hs ...redmap.AnyHandle) e
 	}
 	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: f.level}))
 	connect.RouteLogs(log)
+	// The process's default logger is the worker's, so that a function's
+	// slog.InfoContext(ctx, ...) lines carry the task's trace ids too.
+	slog.SetDefault(slog.New(tracing.LogHandler(log.Handler())))
+	shutdown, err := otlp.Setup(context.Background(), "redmap-worker")
+	if err != nil {
+		return fmt.Errorf("worker: tracing: %w", err)
+	}
+	defer func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if err := shutdown(ctx); err != nil {
+			log.Warn("could not export the last spans", "err", err)
+		}
+	}()
 	client, err := connect.URL(f.url)
 	if err != nil {
 		return fmt.Errorf("worker: -redis: %w", err)

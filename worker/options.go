@@ -7,6 +7,8 @@ import (
 	"runtime"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/redmap/redmap/internal/config"
 	"github.com/redmap/redmap/internal/id"
 	"github.com/redmap/redmap/internal/memo"
@@ -72,8 +74,17 @@ type Options struct {
 	// keeps decoded in memory, by encoded size; least recently used goes first.
 	// Default DefaultCacheBytes.
 	CacheBytes int64
-	// Logger receives the worker's logs. Default: none.
+	// Logger receives the worker's logs. Default: none. Lines logged while a
+	// task runs (the worker's own, and a function's through redmap.Logger)
+	// carry the task span's trace_id and span_id when the task is traced.
 	Logger *slog.Logger
+	// TracerProvider traces task runs with OpenTelemetry: a task whose
+	// batch was traced (its envelope carries the batch span's trace
+	// context) runs in a span of its own, a child of the batch's (README
+	// "Tracing"). Default: the global provider (otel.SetTracerProvider),
+	// a no-op unless the program installed one; worker.Main installs an
+	// OTLP exporter when OTEL_EXPORTER_OTLP_ENDPOINT is set.
+	TracerProvider trace.TracerProvider
 }
 
 var validID = regexp.MustCompile(`^[A-Za-z0-9_.-]{1,64}$`)

@@ -23,6 +23,7 @@ import (
 	"github.com/redmap/redmap/internal/engine"
 	"github.com/redmap/redmap/internal/memo"
 	"github.com/redmap/redmap/internal/rdb"
+	"github.com/redmap/redmap/internal/tracing"
 )
 
 // Worker runs the tasks of one queue. Build it with New, register functions
@@ -109,7 +110,7 @@ func wire(opts Options, first queueRedis, open func(name string, i int) shardRed
 	w := &Worker{
 		opts:     opts,
 		memo:     memo,
-		log:      opts.Logger.With("worker", opts.ID, "queue", opts.Queue),
+		log:      slog.New(tracing.LogHandler(opts.Logger.Handler())).With("worker", opts.ID, "queue", opts.Queue),
 		runtimes: make(map[string]engine.Runtime),
 		held:     newHeld(),
 		duration: prometheus.NewHistogram(prometheus.HistogramOpts{

@@ -29,6 +29,7 @@ import (
 
 	"github.com/redmap/redmap/examples/squares/tasks"
 	"github.com/redmap/redmap/manager"
+	"github.com/redmap/redmap/otlp"
 	"github.com/redmap/redmap/worker"
 )
 
@@ -93,6 +94,13 @@ func runManager(args []string) error {
 	shards := fs.Int("shards", 1, "shards to spread the queue over (on a Redis Cluster, one master's core each); workers follow")
 	fs.Parse(args)
 
+	// Spans go to an OTLP endpoint if OTEL_EXPORTER_OTLP_ENDPOINT names
+	// one (README "Tracing"); otherwise nothing is traced.
+	stopTracing, err := otlp.Setup(context.Background(), "squares-manager")
+	if err != nil {
+		return err
+	}
+	defer stopTracing(context.Background())
 	rdb, err := client()
 	if err != nil {
 		return err

@@ -37,6 +37,7 @@ import (
 
 	"github.com/redmap/redmap/examples/wordcount/count"
 	"github.com/redmap/redmap/manager"
+	"github.com/redmap/redmap/otlp"
 	"github.com/redmap/redmap/worker"
 )
 
@@ -125,6 +126,13 @@ func mapReduce(ctx context.Context, cmd, queue string, groups [][]string) (count
 	} else if url == "" {
 		url = "redis://127.0.0.1:6379/0"
 	}
+	// Spans go to an OTLP endpoint if OTEL_EXPORTER_OTLP_ENDPOINT names
+	// one (README "Tracing"); otherwise nothing is traced.
+	stopTracing, err := otlp.Setup(context.Background(), "wordcount")
+	if err != nil {
+		return nil, err
+	}
+	defer stopTracing(context.Background())
 	// go-redis logs its dial retries on stderr by itself; through slog at
 	// debug level they stay out of the way: redmap's own errors say what failed.
 	connect.RouteLogs(slog.New(slog.NewTextHandler(os.Stderr, nil)))

@@ -39,9 +39,11 @@ type Policy struct {
 	Attempts int           // runs allowed per element; 0 or 1 for one run
 	Timeout  time.Duration // per run; 0 for none
 	Retry    bool          // retry any error or panic, not only Retryable errors
-	OnRetry  func()        // called before each retry, for counting; may be nil
-	Seed     uint64        // the batch's seed for redmap.Rand
-	Start    int           // the batch index of the task's first element
+	// OnRetry, if not nil, is called before each retry of an element, with
+	// its batch index, the attempt that failed and its failure.
+	OnRetry func(index, attempt int, f *codec.Failure)
+	Seed    uint64 // the batch's seed for redmap.Rand
+	Start   int    // the batch index of the task's first element
 }
 
 // registry holds the Runtime of every handle package redmap made: handle

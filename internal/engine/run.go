@@ -107,7 +107,7 @@ func each[In, Out any](ctx context.Context, count int, input []byte, p Policy, f
 	}
 	ctx, e := withElements(ctx, p.Seed)
 	for i := range decoded {
-		y, f := runElement(ctx, p, fn, xs[i], func() { e.at(p.Start + i) })
+		y, f := runElement(ctx, p, fn, xs[i], p.Start+i, func() { e.at(p.Start + i) })
 		if f == nil {
 			f = sink(i, y)
 		}
@@ -128,8 +128,8 @@ func each[In, Out any](ctx context.Context, count int, input []byte, p Policy, f
 // runElement runs fn on one input under policy p: a timed-out run, a
 // Retryable error, or with p.Retry any error or panic, runs again while
 // attempts are left, after a short pause. What still fails becomes a
-// failure. start is called before each attempt.
-func runElement[In, Out any](ctx context.Context, p Policy, fn func(context.Context, In) (Out, error), x In, start func()) (Out, *codec.Failure) {
+// failure. index is x's batch index; start is called before each attempt.
+func runElement[In, Out any](ctx context.Context, p Policy, fn func(context.Context, In) (Out, error), x In, index int, start func()) (Out, *codec.Failure) {
 	bo := backoff.Backoff{Min: 20 * time.Millisecond, Max: time.Second}
 	for attempt := 1; ; attempt++ {
 		start()
@@ -145,7 +145,7 @@ func runElement[In, Out any](ctx context.Context, p Policy, fn func(context.Cont
 			return y, f
 		}
 		if p.OnRetry != nil {
-			p.OnRetry()
+			p.OnRetry(index, attempt, f)
 		}
 		bo.Wait(ctx)
 	}

@@ -228,8 +228,9 @@ type Taken struct {
 	ID      string
 	Attempt int
 	Payload []byte
-	Private bool // from the worker's private list
-	Shard   int  // the shard it was taken from (see NewShard)
+	Private bool      // from the worker's private list
+	Shard   int       // the shard it was taken from (see NewShard)
+	At      time.Time // when the take's reply came
 }
 
 // Member returns the task's member in the worker's held set.
@@ -362,6 +363,7 @@ func (r *RDB) parseTaken(vals []any) (taken []Taken, end TakeEnd, err error) {
 		return nil, end, fmt.Errorf("take: script returned %d values, not quadruples", len(vals))
 	}
 	taken = make([]Taken, 0, len(vals)/4)
+	now := time.Now()
 	for i := 0; i < len(vals); i += 4 {
 		id, ok1 := vals[i].(string)
 		attempt, err := strconv.Atoi(fmt.Sprint(vals[i+1]))
@@ -370,7 +372,7 @@ func (r *RDB) parseTaken(vals []any) (taken []Taken, end TakeEnd, err error) {
 		if !ok1 || err != nil || !ok2 || !ok3 {
 			return nil, end, fmt.Errorf("take: script returned %T %v %T %T, not a task id, attempt, payload and mark", vals[i], vals[i+1], vals[i+2], vals[i+3])
 		}
-		taken = append(taken, Taken{ID: id, Attempt: attempt, Payload: []byte(payload), Private: mark == "!", Shard: r.shard})
+		taken = append(taken, Taken{ID: id, Attempt: attempt, Payload: []byte(payload), Private: mark == "!", Shard: r.shard, At: now})
 	}
 	return taken, end, nil
 }

@@ -1,0 +1,88 @@
+package manager
+
+import (
+	"context"
+	"fmt"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/redmap/redmap/internal/rdb"
+	"github.com/redmap/redmap/internal/tracing"
+)
+
+// Tracing: a batch's span is the parent of every task span its workers
+// start (README "Tracing", docs/tracing.md). It begins at submit, from the
+// caller's context, and ends when the batch's record is written, with the
+// record's counts and outcome.
+
+// operation names the call a batch came from, for its span.
+func operation(reduce, stream bool) string {
+	switch {
+	case reduce && stream:
+		return "MapReduceSeq"
+	case reduce:
+		return "MapReduce"
+	case stream:
+		return "SubmitSeq"
+	}
+	return "Map"
+}
+
+// startSpan starts b's span as a child of ctx's, and returns the trace
+// context b's tasks carry: nil when the batch is not traced (no provider
+// installed, or not sampled and no span to follow), so they carry nothing.
+func (b *Batch[Out]) startSpan(ctx context.Context, tp trace.TracerProvider, queue string) map[string]string {
+	attrs := []attribute.KeyValue{tracing.System,
+		tracing.MessagingOperationType.String("send"),
+		tracing.MessagingOperationName.String(operation(b.red != nil, b.stream)),
+		tracing.MessagingDestination.String(queue),
+		tracing.MessagingClientID.String(b.m.id),
+		tracing.Function.String(b.fn),
+		tracing.Batch.String(b.id),
+		tracing.Priority.Int(b.priority),
+	}
+	if b.worker != "" {
+		attrs = append(attrs, tracing.Private.String(b.worker))
+	}
+	ctx, b.span = tracing.Tracer(tp).Start(ctx, "send "+queue,
+		trace.WithSpanKind(trace.SpanKindProducer), trace.WithAttributes(attrs...))
+	return tracing.Inject(ctx)
+}
+
+// endSpan ends b's span with its final record r.
+func (b *Batch[Out]) endSpan(r rdb.BatchRecord) {
+	if !b.span.IsRecording() {
+		b.span.End()
+		return
+	}
+	b.mu.Lock()
+	tasks := len(b.chunks)
+	b.mu.Unlock()
+	b.span.SetAttributes(tracing.Elements.Int(r.Total), tracing.Tasks.Int(tasks),
+		tracing.MessagingBatchCount.Int(tasks),
+		tracing.Done.Int(r.Done), tracing.Failed.Int(r.Failed), tracing.Outcome.String(r.Outcome))
+	switch {
+	case r.Reason != "":
+		b.span.SetStatus(codes.Error, r.Reason)
+	case r.Failed > 0:
+		b.span.SetStatus(codes.Error, fmt.Sprintf("%d of %d elements failed", r.Failed, r.Total))
+	}
+	b.span.End()
+}
+
+// event adds an event to b's span.
+func (b *Batch[Out]) event(name string, attrs ...attribute.KeyValue) {
+	b.span.AddEvent(name, trace.WithAttributes(attrs...))
+}
+
+// staleResult notes on its batch's span that a result of task tid was
+// discarded: its task had its result already, or was given up. Only a
+// public task's id names its batch (its lane); a batch that ended has no
+// span to note it on.
+func (m *Manager) staleResult(tid string, attempt int) {
+	if b, ok := m.batches.get(tracing.BatchOf(tid)); ok {
+		b.event("stale result discarded", tracing.MessagingMessageID.String(tid), tracing.Attempt.Int(attempt))
+	}
+}

@@ -1,0 +1,89 @@
+package worker
+
+import (
+	"context"
+	"time"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
+	"go.opentelemetry.io/otel/trace/noop"
+
+	"github.com/redmap/redmap/codec"
+	"github.com/redmap/redmap/internal/rdb"
+	"github.com/redmap/redmap/internal/tracing"
+)
+
+// Tracing: a task whose envelope carries its batch's trace context runs in
+// a span of its own, a child of the batch's span ("process <queue>"),
+// after a short "receive <queue>" span that says the take happened even if
+// the run never ends (its worker killed). A task that carries nothing costs
+// nothing here.
+
+// noSpan is the span of an untraced task.
+var noSpan trace.Span = noop.Span{}
+
+// startSpan starts the spans of traced task t (decoded as task) and returns
+// ctx with the run's.
+func (w *Worker) startSpan(ctx context.Context, t rdb.Taken, task *codec.Task) (context.Context, trace.Span) {
+	tracer := tracing.Tracer(w.opts.TracerProvider)
+	parent := tracing.Extract(ctx, task.Trace)
+	attrs := []attribute.KeyValue{tracing.System,
+		tracing.MessagingDestination.String(w.opts.Queue),
+		tracing.MessagingMessageID.String(t.ID),
+		tracing.MessagingClientID.String(w.opts.ID),
+		tracing.Worker.String(w.opts.ID),
+		tracing.Function.String(task.Func),
+		tracing.Elements.Int(task.Count),
+		tracing.Attempt.Int(t.Attempt + 1), // the take's count is 0 at the first
+	}
+	if b := tracing.BatchOf(t.ID); b != "" {
+		attrs = append(attrs, tracing.Batch.String(b))
+	}
+	taken := t.At
+	if taken.IsZero() {
+		taken = time.Now()
+	}
+	if task.Sent > 0 {
+		// By two clocks, the manager's and this machine's: skew shows here.
+		wait := taken.Sub(time.UnixMicro(task.Sent))
+		attrs = append(attrs, tracing.QueueWait.Float64(float64(wait.Microseconds())/1000))
+	}
+	_, recv := tracer.Start(parent, "receive "+w.opts.Queue, trace.WithSpanKind(trace.SpanKindConsumer),
+		trace.WithTimestamp(taken), trace.WithAttributes(append(attrs,
+			tracing.MessagingOperationType.String("receive"), tracing.MessagingOperationName.String("take"))...))
+	recv.End()
+	ctx, span := tracer.Start(parent, "process "+w.opts.Queue, trace.WithSpanKind(trace.SpanKindConsumer),
+		trace.WithTimestamp(taken), trace.WithAttributes(append(attrs,
+			tracing.MessagingOperationType.String("process"), tracing.MessagingOperationName.String("run"))...))
+	if t.Attempt > 0 {
+		span.AddEvent("requeued", trace.WithAttributes(tracing.Attempt.Int(t.Attempt+1),
+			tracing.Reason.String("an earlier attempt was lost: its worker died or stalled past its lease")))
+	}
+	return ctx, span
+}
+
+// retryEvent returns count (Policy.OnRetry) that also adds a "retry" event
+// to span.
+func retryEvent(span trace.Span, count func(int, int, *codec.Failure)) func(int, int, *codec.Failure) {
+	return func(i, attempt int, f *codec.Failure) {
+		count(i, attempt, f)
+		span.AddEvent("retry", trace.WithAttributes(tracing.Index.Int(i), tracing.Attempt.Int(attempt),
+			tracing.Kind.String(f.Kind.String()), tracing.Reason.String(f.Msg)))
+	}
+}
+
+// endSpan ends a task's span: an error status naming the first failure and
+// its kind if any element (or the whole task) failed.
+func endSpan(span trace.Span, count int, fails []codec.Failure) {
+	if len(fails) > 0 && span.IsRecording() {
+		f := fails[0]
+		failed := len(fails)
+		if f.Index == -1 {
+			failed = count
+		}
+		span.SetAttributes(tracing.Failed.Int(failed), tracing.Kind.String(f.Kind.String()))
+		span.SetStatus(codes.Error, f.Kind.String()+": "+f.Msg)
+	}
+	span.End()
+}
