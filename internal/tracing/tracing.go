@@ -107,6 +107,7 @@ func LogHandler(h slog.Handler) slog.Handler { return logHandler{h} }
 
 type logHandler struct{ slog.Handler }
 
+// Handle adds the ids of ctx's span, if it has one, and passes r on.
 func (l logHandler) Handle(ctx context.Context, r slog.Record) error {
 	if sc := trace.SpanContextFromContext(ctx); sc.IsValid() {
 		r = r.Clone()
@@ -115,10 +116,12 @@ func (l logHandler) Handle(ctx context.Context, r slog.Record) error {
 	return l.Handler.Handle(ctx, r)
 }
 
+// WithAttrs keeps the wrapping.
 func (l logHandler) WithAttrs(as []slog.Attr) slog.Handler {
 	return logHandler{l.Handler.WithAttrs(as)}
 }
 
+// WithGroup keeps the wrapping.
 func (l logHandler) WithGroup(name string) slog.Handler {
 	return logHandler{l.Handler.WithGroup(name)}
 }
