@@ -66,7 +66,8 @@ func appendArrayLen(b []byte, n int) []byte {
 
 // parseInts fills dst from the integers at the start of b and returns how
 // many bytes they took. On an element that is not an integer it returns its
-// index and the error DecodeInt64 gives; on one cut short, io.ErrUnexpectedEOF.
+// index and an error, as DecodeInt64 fails on it; on one cut short,
+// io.ErrUnexpectedEOF.
 func parseInts[T int | int64](b []byte, dst []T) (int, int, error) {
 	off := 0
 	for i := range dst {
@@ -93,7 +94,7 @@ func parseInts[T int | int64](b []byte, dst []T) (int, int, error) {
 		case msgpcode.Uint64, msgpcode.Int64:
 			width = 8
 		default:
-			return off, i, fmt.Errorf("msgpack: invalid code=%x decoding int64", c)
+			return off, i, fmt.Errorf("codec: not an integer: MessagePack code %#x", c)
 		}
 		if len(b)-off < width {
 			return off, i, io.ErrUnexpectedEOF
