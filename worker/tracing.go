@@ -16,8 +16,9 @@ import (
 
 // Tracing: a task whose envelope carries its batch's trace context runs in
 // a span of its own, a child of the batch's span ("process <queue>"),
-// after a short "receive <queue>" span that says the take happened even if
-// the run never ends (its worker killed). A task that carries nothing costs
+// after a "receive <queue>" span from its take to the start of its run (its
+// time in the worker's prefetch), which says the take happened even if the
+// run never ends (its worker killed). A task that carries nothing costs
 // nothing here.
 
 // noSpan is the span of an untraced task.
@@ -54,7 +55,7 @@ func (w *Worker) startSpan(ctx context.Context, t rdb.Taken, task *codec.Task) (
 			tracing.MessagingOperationType.String("receive"), tracing.MessagingOperationName.String("take"))...))
 	recv.End()
 	ctx, span := tracer.Start(parent, "process "+w.opts.Queue, trace.WithSpanKind(trace.SpanKindConsumer),
-		trace.WithTimestamp(taken), trace.WithAttributes(append(attrs,
+		trace.WithAttributes(append(attrs,
 			tracing.MessagingOperationType.String("process"), tracing.MessagingOperationName.String("run"))...))
 	if t.Attempt > 0 {
 		span.AddEvent("requeued", trace.WithAttributes(tracing.Attempt.Int(t.Attempt+1),
