@@ -14,12 +14,14 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/redmap/redmap"
 	"github.com/redmap/redmap/cache"
 	"github.com/redmap/redmap/internal/id"
 	"github.com/redmap/redmap/internal/part"
 	"github.com/redmap/redmap/internal/rdb"
+	"github.com/redmap/redmap/internal/tracing"
 )
 
 // Manager submits batches to one queue and collects their results. It has a
@@ -60,8 +62,9 @@ type Manager struct {
 	probed   atomic.Bool // Redis allowed every command redmap needs (see ready)
 	typed    sync.Map    // signatures whose types are published (see publishTypes)
 	stats    counters
-	history  *history // writes each batch's final record
-	addr     string   // where the client connects, for errors (rdb.Addr)
+	history  *history     // writes each batch's final record
+	addr     string       // where the client connects, for errors (rdb.Addr)
+	tracer   trace.Tracer // from Options.TracerProvider or the global one (which delegates to a provider installed later)
 }
 
 // historyBudget bounds the write of a batch's final record, retries
@@ -134,6 +137,7 @@ type seams struct {
 func wire(r seams, opts Options, h hooks) *Manager {
 	mid := id.New()
 	m := &Manager{
+		tracer:  tracing.Tracer(opts.TracerProvider),
 		id:      mid,
 		opts:    opts,
 		log:     opts.Logger.With("manager", mid, "queue", opts.Queue),

@@ -208,7 +208,7 @@ func prepare[In, Out any](ctx context.Context, m *Manager, sp spec, els elements
 	if red != nil {
 		task.Reduce, task.ReduceSig = red.Name(), red.Signature()
 	}
-	task.Trace = b.startSpan(ctx, m.opts.TracerProvider, m.opts.Queue)
+	task.Trace = b.startSpan(ctx, m.opts.Queue)
 	if sp.constant != nil {
 		task.Const, task.ConstSize = sp.constant.Hash, sp.constant.Size
 		b.onEnd = func() { m.holds.release(sp.holder) }

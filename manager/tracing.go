@@ -33,21 +33,24 @@ func operation(reduce, stream bool) string {
 // startSpan starts b's span as a child of ctx's, and returns the trace
 // context b's tasks carry: nil when the batch is not traced (no provider
 // installed, or not sampled and no span to follow), so they carry nothing.
-func (b *Batch[Out]) startSpan(ctx context.Context, tp trace.TracerProvider, queue string) map[string]string {
-	attrs := []attribute.KeyValue{tracing.System,
+func (b *Batch[Out]) startSpan(ctx context.Context, queue string) map[string]string {
+	ctx, b.span = b.m.tracer.Start(ctx, "send "+queue, trace.WithSpanKind(trace.SpanKindProducer))
+	if !b.span.IsRecording() {
+		// Untraced: no attributes to build. The caller's span context, if
+		// a provider elsewhere made one, still travels.
+		return tracing.Inject(ctx)
+	}
+	b.span.SetAttributes(tracing.System,
 		tracing.MessagingOperationType.String("send"),
 		tracing.MessagingOperationName.String(operation(b.red != nil, b.stream)),
 		tracing.MessagingDestination.String(queue),
 		tracing.MessagingClientID.String(b.m.id),
 		tracing.Function.String(b.fn),
 		tracing.Batch.String(b.id),
-		tracing.Priority.Int(b.priority),
-	}
+		tracing.Priority.Int(b.priority))
 	if b.worker != "" {
-		attrs = append(attrs, tracing.Private.String(b.worker))
+		b.span.SetAttributes(tracing.Private.String(b.worker))
 	}
-	ctx, b.span = tracing.Tracer(tp).Start(ctx, "send "+queue,
-		trace.WithSpanKind(trace.SpanKindProducer), trace.WithAttributes(attrs...))
 	return tracing.Inject(ctx)
 }
 

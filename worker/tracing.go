@@ -27,7 +27,7 @@ var noSpan trace.Span = noop.Span{}
 // startSpan starts the spans of traced task t (decoded as task) and returns
 // ctx with the run's.
 func (w *Worker) startSpan(ctx context.Context, t rdb.Taken, task *codec.Task) (context.Context, trace.Span) {
-	tracer := tracing.Tracer(w.opts.TracerProvider)
+	tracer := w.tracer
 	parent := tracing.Extract(ctx, task.Trace)
 	attrs := []attribute.KeyValue{tracing.System,
 		tracing.MessagingDestination.String(w.opts.Queue),

@@ -17,6 +17,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/redmap/redmap"
 	"github.com/redmap/redmap/cache"
@@ -40,6 +41,7 @@ type Worker struct {
 	opts   Options
 	memo   *memo.Memo
 	log    *slog.Logger
+	tracer trace.Tracer // from Options.TracerProvider or the global one
 
 	mu       sync.RWMutex
 	runtimes map[string]engine.Runtime // registered name → its runtime
@@ -108,6 +110,7 @@ func New(client redis.UniversalClient, opts Options) (*Worker, error) {
 // to open the others, and the memo of constants; opts have their defaults.
 func wire(opts Options, first queueRedis, open func(name string, i int) shardRedis, memo *memo.Memo) *Worker {
 	w := &Worker{
+		tracer:   tracing.Tracer(opts.TracerProvider),
 		opts:     opts,
 		memo:     memo,
 		log:      slog.New(tracing.LogHandler(opts.Logger.Handler())).With("worker", opts.ID, "queue", opts.Queue),
