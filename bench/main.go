@@ -54,6 +54,8 @@ func main() {
 	commands := flag.Bool("commands", false, "print the Redis commands and scripts each redmap run calls, with their Redis time per element (SLOWLOG; slows Redis a little)")
 	cpuprofile := flag.String("cpuprofile", "", "write a CPU profile of the run (manager and workers) to this file")
 	cluster := flag.Int("cluster", 0, "start a local Redis Cluster of this many masters and run on it (instead of one server; REDIS_URL wins)")
+	flag.IntVar(&fixedChunk, "fixed-chunk", fixedChunk, "values per chunk of the (fixed-width) chunked baseline, to try its variants")
+	flag.IntVar(&fixedPipeline, "fixed-pipeline", fixedPipeline, "chunks per pipelined push of the chunked baseline, to try its variants")
 	shardList := flag.String("shards", "", "in the tiny and unchunked scenarios, one redmap contender per shard count in this comma-separated list (manager.Options.Shards), e.g. 1,2,3")
 	flag.Parse()
 	shards, err := parseShards(*shardList)
