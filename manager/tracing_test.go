@@ -295,7 +295,7 @@ func spanTree(batches ...any) string {
 // before tracing.
 func TestUntracedTasksCarryNothing(t *testing.T) {
 	b := setup(t)
-	m := b.Manager(t, manager.Options{Shards: 1}) // its task set where the test reads it
+	m := b.Manager(t, manager.Options{Shards: 1})                        // its task set where the test reads it
 	ctx := trace.ContextWithSpanContext(testCtx(t), trace.SpanContext{}) // no span
 	batch, err := manager.Submit(ctx, m, traced, []int{1, 2})
 	if err != nil {
