@@ -56,8 +56,10 @@ func main() {
 	cluster := flag.Int("cluster", 0, "start a local Redis Cluster of this many masters and run on it (instead of one server; REDIS_URL wins)")
 	flag.IntVar(&fixedChunk, "fixed-chunk", fixedChunk, "values per chunk of the (fixed-width) chunked baseline, to try its variants")
 	flag.IntVar(&fixedPipeline, "fixed-pipeline", fixedPipeline, "chunks per pipelined push of the chunked baseline, to try its variants")
+	traced := flag.Bool("traced", false, "trace every redmap batch and task (an OpenTelemetry SDK provider whose exporter drops the spans): the cost of tracing on")
 	shardList := flag.String("shards", "", "in the tiny and unchunked scenarios, one redmap contender per shard count in this comma-separated list (manager.Options.Shards), e.g. 1,2,3")
 	flag.Parse()
+	traceEverything(*traced)
 	shards, err := parseShards(*shardList)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "bench: -shards:", err)

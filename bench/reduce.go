@@ -52,6 +52,7 @@ func runWorkerProcess() bool {
 	if queue == "" {
 		return false
 	}
+	traceEverything(false) // as the bench process, if it runs -traced
 	c, err := connect.URL(os.Getenv(benchURLEnv))
 	var w *worker.Worker
 	if err == nil {
