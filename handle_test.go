@@ -103,16 +103,18 @@ func TestRunFailsElementsAlone(t *testing.T) {
 	if fmt.Sprint(out) != "[10 0 0 40 0 0]" {
 		t.Fatalf("outputs %v", out)
 	}
+	// The undecodable element and the one after it (the frame cannot be
+	// read past it) fail as one run.
 	want := []struct {
-		index int
-		kind  codec.Kind
-	}{{1, codec.KindError}, {2, codec.KindPanic}, {4, codec.KindDecode}, {5, codec.KindDecode}}
+		index, last int
+		kind        codec.Kind
+	}{{1, 1, codec.KindError}, {2, 2, codec.KindPanic}, {4, 5, codec.KindDecode}}
 	if len(fails) != len(want) {
 		t.Fatalf("fails %+v", fails)
 	}
 	for i, w := range want {
-		if fails[i].Index != w.index || fails[i].Kind != w.kind {
-			t.Errorf("fail %d: %+v, want index %d kind %d", i, fails[i], w.index, w.kind)
+		if fails[i].Index != w.index || fails[i].Last() != w.last || fails[i].Kind != w.kind {
+			t.Errorf("fail %d: %+v, want indexes %d to %d kind %d", i, fails[i], w.index, w.last, w.kind)
 		}
 	}
 	if fails[1].Stack == "" || fails[1].Msg != "three" {

@@ -114,6 +114,9 @@ func (s *Store) Get(ctx context.Context, ref Ref) ([]byte, error) {
 	if errors.Is(err, rdb.ErrNoObject) {
 		return nil, fmt.Errorf("%w: %s", redmap.ErrConstantMissing, ref)
 	}
+	if errors.Is(err, rdb.ErrBadObject) {
+		return nil, fmt.Errorf("%w: %s: %v", redmap.ErrConstantCorrupt, ref, err)
+	}
 	if err != nil {
 		return nil, err
 	}

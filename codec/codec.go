@@ -69,5 +69,5 @@ func corrupt(what string, err error) error {
 	if err == nil {
 		return fmt.Errorf("%w: %s", ErrCorrupt, what)
 	}
-	return fmt.Errorf("%w: %s: %v", ErrCorrupt, what, err)
+	return fmt.Errorf("%w: %s: %w", ErrCorrupt, what, err)
 }

@@ -26,13 +26,12 @@ func EncodeValue[T any](v *T) ([]byte, error) {
 }
 
 // DecodeValue decodes one value written by EncodeValue, with the same checks
-// as DecodeElements: it never panics and never allocates past the frame.
+// as DecodeElements: it never panics, and a value that passes them allocates
+// at most its length times the size of the largest Go type it holds.
 func DecodeValue[T any](b []byte) (T, error) {
 	var v T
-	if holdsInterface(reflect.TypeFor[T]()) {
-		if err := checkShape(b); err != nil {
-			return v, corrupt("value", err)
-		}
+	if err := check(b, reflect.TypeFor[T]()); err != nil {
+		return v, corrupt("value", err)
 	}
 	d := newReader(b)
 	if err := decodeOne(d.dec, &v); err != nil {
@@ -139,23 +138,21 @@ func (e *OutputEncoder) Bytes() []byte { return e.buf.Bytes() }
 
 // DecodeElements decodes a frame written by EncodeElements or an
 // OutputEncoder into dst, which must have exactly as many elements as the
-// frame. On an undecodable element it returns an *ElementError with its
-// index; dst[:index] are decoded.
+// frame. The frame is walked first (see walk.go): a length past the bytes
+// that follow, nesting deeper than MaxDepth or an integer that does not fit
+// its Go type is refused before anything is allocated for it. On an element
+// that does not decode it returns an *ElementError with its index; dst[:index]
+// are decoded, and the elements from index on are not.
 func DecodeElements[T any](frame []byte, dst []T) error {
-	if holdsInterface(reflect.TypeFor[T]()) {
-		if err := checkShape(frame); err != nil {
-			return corrupt("elements", err)
-		}
-	}
-	d := newReader(frame)
-	n := d.arrayLen()
-	if d.err != nil {
-		return corrupt("elements", d.err)
+	w := walker{b: frame}
+	n, err := w.arrayLen()
+	if err != nil {
+		return corrupt("elements", err)
 	}
 	if n != len(dst) {
 		return corrupt(fmt.Sprintf("elements: frame holds %d, want %d", n, len(dst)), nil)
 	}
-	if rest := frame[len(frame)-d.r.Len():]; isInts(dst) {
+	if rest := frame[w.off:]; isInts(dst) {
 		used, i, err := decodeInts(rest, dst)
 		if err != nil {
 			return &ElementError{Index: i, Err: err}
@@ -165,18 +162,36 @@ func DecodeElements[T any](frame []byte, dst []T) error {
 		}
 		return nil
 	}
-	if ok, i, err := decodeFast(d.dec, dst); ok {
+	// Walk every element before decoding any: the first that fails the walk
+	// ends the frame's readable part.
+	p, good := planFor(reflect.TypeFor[T]()), n
+	var walkErr error
+	for i := range n {
+		if walkErr = w.value(p, 1); walkErr != nil {
+			good = i
+			break
+		}
+	}
+	if walkErr == nil && w.off != len(frame) {
+		return corrupt("elements: trailing bytes", nil)
+	}
+	d := newReader(frame)
+	d.arrayLen()
+	if ok, i, err := decodeFast(d.dec, dst[:good]); ok {
 		if err != nil {
 			return &ElementError{Index: i, Err: err}
 		}
-		return d.end("elements")
-	}
-	for i := range dst {
-		if err := decodeOne(d.dec, &dst[i]); err != nil {
-			return &ElementError{Index: i, Err: err}
+	} else {
+		for i := range dst[:good] {
+			if err := decodeOne(d.dec, &dst[i]); err != nil {
+				return &ElementError{Index: i, Err: err}
+			}
 		}
 	}
-	return d.end("elements")
+	if walkErr != nil {
+		return &ElementError{Index: good, Err: walkErr}
+	}
+	return nil
 }
 
 // decodeOne decodes one value, turning a panic inside msgpack (it panics,

@@ -2,6 +2,7 @@ package codec
 
 import (
 	"bytes"
+	"fmt"
 
 	"github.com/vmihailenco/msgpack/v5"
 )
@@ -43,6 +44,7 @@ func (w *writer) result() ([]byte, error) {
 // reader decodes MessagePack fields from a frame and keeps the first error;
 // after an error every read returns a zero value.
 type reader struct {
+	b   []byte
 	r   *bytes.Reader
 	dec *msgpack.Decoder
 	err error
@@ -50,7 +52,18 @@ type reader struct {
 
 func newReader(b []byte) *reader {
 	r := bytes.NewReader(b)
-	return &reader{r: r, dec: msgpack.NewDecoder(r)}
+	return &reader{b: b, r: r, dec: msgpack.NewDecoder(r)}
+}
+
+// checkNext walks the next value before msgpack reads it, so a string's or a
+// binary's length past the frame, or a value nested too deep, is an error
+// rather than an allocation or a deep recursion.
+func (d *reader) checkNext() bool {
+	if d.err != nil {
+		return false
+	}
+	_, err := checkOne(d.b[len(d.b)-d.r.Len():])
+	return d.do(err)
 }
 
 func (d *reader) do(err error) bool {
@@ -63,7 +76,11 @@ func (d *reader) do(err error) bool {
 // arrayLen reads an array header and checks that the frame has at least one
 // byte left per declared element, so a forged length cannot make a caller
 // allocate more than the frame's size.
-func (d *reader) arrayLen() int {
+func (d *reader) arrayLen() int { return d.arrayOf(1) }
+
+// arrayOf reads an array header whose elements take at least size bytes
+// each, and checks that the frame has that many left.
+func (d *reader) arrayOf(size int) int {
 	if d.err != nil {
 		return 0
 	}
@@ -71,7 +88,7 @@ func (d *reader) arrayLen() int {
 	if !d.do(err) {
 		return 0
 	}
-	if n < 0 || n > d.r.Len() {
+	if n < 0 || n > d.r.Len()/size {
 		d.do(corrupt("array length", nil))
 		return 0
 	}
@@ -88,7 +105,7 @@ func (d *reader) int() int {
 }
 
 func (d *reader) str() string {
-	if d.err != nil {
+	if !d.checkNext() {
 		return ""
 	}
 	s, err := d.dec.DecodeString()
@@ -106,7 +123,7 @@ func (d *reader) bool() bool {
 }
 
 func (d *reader) bytes() []byte {
-	if d.err != nil {
+	if !d.checkNext() {
 		return nil
 	}
 	b, err := d.dec.DecodeBytes()
@@ -114,12 +131,12 @@ func (d *reader) bytes() []byte {
 	return b
 }
 
-// pairs reads an array of keys and values, all strings, as a map; nil if it
-// is empty.
-func (d *reader) pairs() map[string]string {
+// pairs reads an array of at most max keys and values, all strings, as a
+// map; nil if it is empty.
+func (d *reader) pairs(max int) map[string]string {
 	n := d.arrayLen()
-	if n%2 != 0 {
-		d.do(corrupt("pairs: odd length", nil))
+	if n%2 != 0 || n > 2*max {
+		d.do(corrupt(fmt.Sprintf("pairs: %d strings, want an even number up to %d", n, 2*max), nil))
 		return nil
 	}
 	var m map[string]string
@@ -135,7 +152,7 @@ func (d *reader) pairs() map[string]string {
 
 // skip passes over one value, whatever it is.
 func (d *reader) skip() {
-	if d.err == nil {
+	if d.checkNext() {
 		d.do(d.dec.Skip())
 	}
 }

@@ -66,7 +66,8 @@ func appendArrayLen(b []byte, n int) []byte {
 
 // parseInts fills dst from the integers at the start of b and returns how
 // many bytes they took. On an element that is not an integer it returns its
-// index and an error, as DecodeInt64 fails on it; on one cut short,
+// index and an error, as DecodeInt64 fails on it; on one that does not fit
+// T (where DecodeInt64 would wrap it), errNarrow; on one cut short,
 // io.ErrUnexpectedEOF.
 func parseInts[T int | int64](b []byte, dst []T) (int, int, error) {
 	off := 0
@@ -115,8 +116,17 @@ func parseInts[T int | int64](b []byte, dst []T) (int, int, error) {
 			v = int64(binary.BigEndian.Uint32(p))
 		case msgpcode.Int32:
 			v = int64(int32(binary.BigEndian.Uint32(p)))
+		case msgpcode.Uint64:
+			u := binary.BigEndian.Uint64(p)
+			if u > math.MaxInt64 {
+				return off, i, fmt.Errorf("%w: %d does not fit in %T", errNarrow, u, dst[i])
+			}
+			v = int64(u)
 		default:
 			v = int64(binary.BigEndian.Uint64(p))
+		}
+		if int64(T(v)) != v { // int on a 32-bit platform
+			return off, i, fmt.Errorf("%w: %d does not fit in %T", errNarrow, v, dst[i])
 		}
 		dst[i] = T(v)
 	}

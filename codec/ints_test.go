@@ -66,7 +66,8 @@ func TestIntsMatchMsgpack(t *testing.T) {
 
 // TestIntsReadOtherWriters: integers written in other widths than the
 // smallest (as another MessagePack writer may, or a nil for a failed output)
-// read as DecodeInt64 reads them; anything else is an error naming the element.
+// read as DecodeInt64 reads them; anything else, or a uint64 past MaxInt64
+// (DecodeInt64 wraps it to a negative), is an error naming the element.
 func TestIntsReadOtherWriters(t *testing.T) {
 	var buf bytes.Buffer
 	enc := msgpack.NewEncoder(&buf)
@@ -75,13 +76,13 @@ func TestIntsReadOtherWriters(t *testing.T) {
 	_ = enc.EncodeUint16(7)
 	_ = enc.EncodeInt8(-3)
 	_ = enc.EncodeNil()
-	_ = enc.EncodeUint64(math.MaxUint64)
+	_ = enc.EncodeUint64(math.MaxInt64)
 	_ = enc.EncodeInt32(-70000)
 	got := make([]int, 6)
 	if err := DecodeElements(buf.Bytes(), got); err != nil {
 		t.Fatal(err)
 	}
-	want := []int{5, 7, -3, 0, -1, -70000}
+	want := []int{5, 7, -3, 0, math.MaxInt64, -70000}
 	for i := range want {
 		if got[i] != want[i] {
 			t.Fatalf("element %d: %d, want %d (as DecodeInt64: %v)", i, got[i], want[i], want)
@@ -97,13 +98,27 @@ func TestIntsReadOtherWriters(t *testing.T) {
 	if err := DecodeElements(ints[:len(ints)-2], make([]int, 2)); !errors.As(err, &ee) || ee.Index != 1 {
 		t.Fatalf("cut short: %v, want an ElementError at index 1", err)
 	}
+	for _, dst := range []any{make([]int, 2), make([]int64, 2)} {
+		over := []byte{0x92, 0x01, 0xcf, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff} // [1, MaxUint64]
+		var err error
+		switch d := dst.(type) {
+		case []int:
+			err = DecodeElements(over, d)
+		case []int64:
+			err = DecodeElements(over, d)
+		}
+		if !errors.As(err, &ee) || ee.Index != 1 || !errors.Is(err, errNarrow) {
+			t.Fatalf("MaxUint64 into %T: %v, want an out-of-range ElementError at index 1", dst, err)
+		}
+	}
 	if err := DecodeElements(append(ints, 0), make([]int, 2)); !errors.Is(err, ErrCorrupt) {
 		t.Fatalf("a byte past the last element: %v, want ErrCorrupt", err)
 	}
 }
 
 // FuzzIntsMatchMsgpack: on any bytes, the fast reader and msgpack's agree on
-// every value and on whether each element reads at all.
+// every value and on whether each element reads at all, except that a uint64
+// past MaxInt64, which msgpack wraps, is an error on the fast path.
 func FuzzIntsMatchMsgpack(f *testing.F) {
 	for _, v := range intEdges {
 		b, _ := msgpack.Marshal(v)
@@ -116,7 +131,11 @@ func FuzzIntsMatchMsgpack(f *testing.F) {
 		r := bytes.NewReader(b)
 		dec := msgpack.NewDecoder(r)
 		for i := range dst {
+			c, _ := dec.PeekCode()
 			v, derr := dec.DecodeInt64()
+			if derr == nil && c == 0xcf && v < 0 {
+				derr = errNarrow // msgpack wrapped it
+			}
 			if err != nil && i == at {
 				if derr == nil {
 					t.Fatalf("element %d: fast path failed (%v), msgpack read %d", i, err, v)

@@ -32,12 +32,33 @@ func (k Kind) String() string {
 	return "unknown"
 }
 
-// Failure is one failed element of a task, or every element if Index is -1.
+// Failure is one failed element of a task, a run of them if Through is
+// past Index, or every element if Index is -1.
 type Failure struct {
 	Index int // index within the task's chunk, or -1 for the whole task
 	Kind  Kind
 	Msg   string
 	Stack string // set for KindPanic
+	// Through, if greater than Index, is the last index of a run of
+	// elements that failed alike: Index through Through, each with this
+	// kind, message and stack. It travels as an optional fifth field, so a
+	// task whose 30,000 elements fail the same way (their service down, an
+	// input frame unreadable from its third element on) sends one failure,
+	// not 30,000.
+	Through int
+}
+
+// Last returns the last index f stands for: Through for a run, else Index.
+func (f *Failure) Last() int { return max(f.Index, f.Through) }
+
+// Extend reports whether g, the failure of the element after f's last, fails
+// alike, and if so makes f's run end at g.
+func (f *Failure) Extend(g *Failure) bool {
+	if f.Index < 0 || g.Index != f.Last()+1 || g.Through > g.Index || g.Kind != f.Kind || g.Msg != f.Msg || g.Stack != f.Stack {
+		return false
+	}
+	f.Through = g.Index
+	return true
 }
 
 // Result is what a worker reports for one task.
@@ -64,11 +85,18 @@ func EncodeResult(r *Result) ([]byte, error) {
 	w.bytes(r.Values)
 	w.arrayLen(len(r.Fails))
 	for _, f := range r.Fails {
-		w.arrayLen(4)
+		if f.Through > f.Index {
+			w.arrayLen(5)
+		} else {
+			w.arrayLen(4)
+		}
 		w.int(f.Index)
 		w.int(int(f.Kind))
 		w.str(f.Msg)
 		w.str(f.Stack)
+		if f.Through > f.Index {
+			w.int(f.Through)
+		}
 	}
 	return w.result()
 }
@@ -93,7 +121,7 @@ func DecodeResult(b []byte, limit int) (*Result, error) {
 		return &Result{Task: r.Task}, err
 	}
 	r.Values = d.bytes()
-	n := d.arrayLen()
+	n := d.arrayOf(5) // a failure is an array of at least 5 bytes
 	if r.Attempt < 0 || r.Nanos < 0 {
 		return &Result{Task: r.Task}, corrupt("result: negative attempt or time", nil)
 	}
@@ -102,11 +130,15 @@ func DecodeResult(b []byte, limit int) (*Result, error) {
 	}
 	for i := range r.Fails {
 		f := &r.Fails[i]
-		if d.arrayLen() != 4 {
-			return &Result{Task: r.Task}, d.fail("result", "want a 4-field failure")
+		fields := d.arrayLen()
+		if fields != 4 && fields != 5 {
+			return &Result{Task: r.Task}, d.fail("result", "want a failure of 4 or 5 fields")
 		}
 		f.Index, f.Kind, f.Msg, f.Stack = d.int(), Kind(d.int()), d.str(), d.str()
-		if d.err == nil && (f.Index < -1 || f.Kind == 0 || f.Kind >= maxKind) {
+		if fields == 5 {
+			f.Through = d.int()
+		}
+		if d.err == nil && (f.Index < -1 || f.Kind == 0 || f.Kind >= maxKind || fields == 5 && (f.Index < 0 || f.Through <= f.Index)) {
 			return &Result{Task: r.Task}, corrupt("result: failure out of range", nil)
 		}
 	}

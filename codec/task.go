@@ -41,6 +41,10 @@ type Task struct {
 	Sent  int64
 }
 
+// MaxTraceFields caps the entries of a task's trace context: a W3C
+// propagator writes two (traceparent, tracestate), baggage a third.
+const MaxTraceFields = 16
+
 // taskFields is the length of a task's array without its optional fields;
 // tracedFields with them.
 const (
@@ -103,7 +107,7 @@ func DecodeTask(b []byte, limit int) (*Task, error) {
 		Attempts: d.int(), Timeout: int64(d.int()), Retry: d.bool(),
 		Reduce: d.str(), ReduceSig: d.str(), Seed: uint64(d.int()), Start: d.int()}
 	if fields > taskFields {
-		t.Trace = d.pairs()
+		t.Trace = d.pairs(MaxTraceFields)
 	}
 	if fields > taskFields+1 {
 		t.Sent = int64(d.int())

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"iter"
 	"reflect"
+	"runtime/debug"
 	"sort"
 	"strconv"
 	"sync"
@@ -429,7 +430,7 @@ func (b *Batch[Out]) closeChunk(ci int, record func(c chunk) []Out) {
 	}
 	c.over = true
 	c.payload = nil
-	vals := record(*c)
+	vals := b.recordSafely(*c, record)
 	switch {
 	case b.red != nil: // a fold has no per-element results to read
 	case b.stream:
@@ -460,6 +461,21 @@ func (b *Batch[Out]) closeChunk(ci int, record func(c chunk) []Out) {
 	if ended {
 		b.release()
 	}
+}
+
+// recordSafely calls record for chunk c; a panic in it (in decoding a
+// result, say, on bytes some check missed) fails the chunk's elements with
+// ErrDecode instead of leaving b.mu held and the process down. b.mu must be
+// held.
+func (b *Batch[Out]) recordSafely(c chunk, record func(c chunk) []Out) (vals []Out) {
+	defer func() {
+		if p := recover(); p != nil {
+			b.m.log.Error("recording a task's result panicked; its elements fail", "batch", b.id, "task", c.tid, "panic", p, "stack", string(debug.Stack()))
+			b.failElements(c, 0, fmt.Errorf("%w: recording the result of task %s panicked: %v", redmap.ErrDecode, c.tid, p))
+			vals = nil
+		}
+	}()
+	return record(c)
 }
 
 // watch returns the channel closed at the batch's next progress (a chunk
@@ -591,8 +607,9 @@ func (b *Batch[Out]) deliver(ci int, r *codec.Result, err error) {
 			}
 		}
 		for _, f := range r.Fails {
-			if f.Index < c.count {
-				b.failElement(c.start+f.Index, r.Attempt, failure.Cause(f), f.Stack)
+			cause := failure.Cause(f)
+			for i := f.Index; i <= min(f.Last(), c.count-1); i++ {
+				b.failElement(c.start+i, r.Attempt, cause, f.Stack)
 			}
 		}
 		return vals
@@ -616,9 +633,10 @@ func wholeFailure(r *codec.Result) bool {
 func (b *Batch[Out]) foldPartial(c chunk, r *codec.Result) {
 	failed := make(map[int]bool, len(r.Fails))
 	for _, f := range r.Fails {
-		if f.Index >= 0 && f.Index < c.count {
-			failed[f.Index] = true
-			b.failElement(c.start+f.Index, r.Attempt, failure.Cause(f), f.Stack)
+		cause := failure.Cause(f)
+		for i := max(f.Index, 0); i <= min(f.Last(), c.count-1); i++ {
+			failed[i] = true
+			b.failElement(c.start+i, r.Attempt, cause, f.Stack)
 		}
 	}
 	if len(failed) == c.count {

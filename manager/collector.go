@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"runtime"
+	"runtime/debug"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -135,7 +136,21 @@ func (c *collector) dispatchAll(entries []string) {
 
 // dispatch hands one entry of the result list to its batch, or drops it if
 // its task is not pending: a stale or duplicate result is never returned.
+//
+// A panic on that path (in decoding, on bytes some check missed) is logged
+// and the entry dropped, or its task failed if it was taken: the process
+// goes on.
 func (c *collector) dispatch(entry string) {
+	var taken *pending
+	defer func() {
+		if p := recover(); p != nil {
+			c.dropped.Add(1)
+			c.log.Error("reading a result panicked", "panic", p, "stack", string(debug.Stack()))
+			if taken != nil {
+				taken.batch.fail(taken.chunk, 0, fmt.Errorf("%w: reading its result panicked: %v", redmap.ErrDecode, p))
+			}
+		}
+	}()
 	e := rdb.DecodeEntry(entry)
 	switch e.Kind {
 	case rdb.EntryLost:
@@ -160,6 +175,7 @@ func (c *collector) dispatch(entry string) {
 		c.stale(r.Task, r.Attempt)
 		return
 	}
+	taken = &p
 	p.batch.deliver(p.chunk, r, err)
 }
 

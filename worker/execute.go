@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime/debug"
 	"time"
 
 	"github.com/redmap/redmap"
@@ -19,13 +20,32 @@ import (
 // encodes what came out. It never fails: a task that cannot be resolved or
 // run yields a result saying why, so its manager learns of it and the worker
 // carries on.
-func (w *Worker) execute(ctx context.Context, t rdb.Taken) rdb.Done {
+//
+// A panic anywhere on that path outside the function (whose own panics
+// fail their element) fails the task whole, with the stage it happened in
+// and the stack, and the worker goes on: bytes in Redis that some check
+// missed must cost one task, not the process, and a poison task must not
+// kill a worker per attempt.
+func (w *Worker) execute(ctx context.Context, t rdb.Taken) (done rdb.Done) {
+	stage := codec.KindDecode
+	span := noSpan
+	defer func() {
+		if p := recover(); p != nil {
+			stack := string(debug.Stack())
+			w.log.ErrorContext(ctx, "a task's path panicked outside its function; the task fails", "task", t.ID, "while", stage.String(), "panic", p, "stack", stack)
+			w.counters.failed.Add(1)
+			res := &codec.Result{Task: t.ID, Attempt: t.Attempt, Fails: []codec.Failure{{Index: -1, Kind: stage,
+				Msg: fmt.Sprintf("worker %s panicked in its %s step: %v", w.opts.ID, stage, p), Stack: truncate(stack, maxStack)}}}
+			b, _ := codec.EncodeResult(res) // small and well-formed: cannot fail
+			span.End()
+			done = rdb.Done{ID: t.ID, Result: b, Shard: t.Shard}
+		}
+	}()
 	res := &codec.Result{Task: t.ID, Attempt: t.Attempt}
 	start := time.Now()
 	ctx = engine.WithLogger(ctx, w.log) // for redmap.Logger
 	var c resolved
 	task, fail := w.decode(t)
-	span := noSpan
 	if fail == nil {
 		c.task = *task
 		if len(task.Trace) > 0 {
@@ -39,8 +59,10 @@ func (w *Worker) execute(ctx context.Context, t rdb.Taken) rdb.Done {
 		if span.IsRecording() {
 			c.policy.OnRetry = retryEvent(span, c.policy.OnRetry)
 		}
+		stage = codec.KindPanic
 		res.Values, res.Fails = c.run(ctx)
 	}
+	stage = codec.KindEncode
 	elapsed := time.Since(start)
 	res.Nanos = elapsed.Nanoseconds()
 	w.duration.Observe(elapsed.Seconds())
@@ -100,6 +122,17 @@ func (w *Worker) decode(t rdb.Taken) (*codec.Task, *codec.Failure) {
 		return nil, wholeFailure(codec.KindDecode, "task: %v", err)
 	}
 	return task, nil
+}
+
+// maxStack caps the stack a failure carries.
+const maxStack = 16 << 10
+
+// truncate cuts s to at most n bytes, saying so.
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "\n… (cut)"
 }
 
 // wholeFailure is the failure of a whole task.

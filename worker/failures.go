@@ -21,7 +21,8 @@ type failureLog struct {
 	groups map[string]*rdb.FailureGroup // by rdb.FailureGroup.Key
 }
 
-// note counts the failed elements fails of task tid (function fn).
+// note counts the failed elements fails of task tid (function fn); a run
+// counts each element it stands for.
 func (l *failureLog) note(fn, tid string, fails []codec.Failure) {
 	now := time.Now().UnixMilli()
 	l.mu.Lock()
@@ -29,8 +30,14 @@ func (l *failureLog) note(fn, tid string, fails []codec.Failure) {
 	if l.groups == nil {
 		l.groups = make(map[string]*rdb.FailureGroup)
 	}
+	// Fingerprinting a message costs microseconds (regular expressions);
+	// the elements of one task often fail with the same one.
+	lastMsg, lastPrint := "", ""
 	for _, f := range fails {
-		g := rdb.FailureGroup{Func: fn, Kind: f.Kind.String(), Fingerprint: rdb.Fingerprint(f.Msg)}
+		if f.Msg != lastMsg || lastPrint == "" {
+			lastMsg, lastPrint = f.Msg, rdb.Fingerprint(f.Msg)
+		}
+		g := rdb.FailureGroup{Func: fn, Kind: f.Kind.String(), Fingerprint: lastPrint}
 		cur := l.groups[g.Key()]
 		if cur == nil && len(l.groups) >= maxPendingGroups {
 			g.Fingerprint = rdb.OtherGroup
@@ -41,7 +48,7 @@ func (l *failureLog) note(fn, tid string, fails []codec.Failure) {
 			cur = &g
 			l.groups[g.Key()] = cur
 		}
-		cur.Count++
+		cur.Count += int64(f.Last() - f.Index + 1)
 		cur.Last, cur.Sample, cur.Task = now, f.Msg, tid
 		if f.Stack != "" {
 			cur.Stack = f.Stack

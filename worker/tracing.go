@@ -79,7 +79,10 @@ func retryEvent(span trace.Span, count func(int, int, *codec.Failure)) func(int,
 func endSpan(span trace.Span, count int, fails []codec.Failure) {
 	if len(fails) > 0 && span.IsRecording() {
 		f := fails[0]
-		failed := len(fails)
+		failed := 0
+		for _, g := range fails {
+			failed += g.Last() - g.Index + 1
+		}
 		if f.Index == -1 {
 			failed = count
 		}

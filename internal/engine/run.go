@@ -40,7 +40,9 @@ func Run[In, Out any](ctx context.Context, count int, input []byte, p Policy, fn
 	out := codec.NewOutputEncoder(count)
 	failed := make(map[int]bool, len(fails))
 	for _, f := range fails {
-		failed[f.Index] = true
+		for i := f.Index; i <= f.Last(); i++ {
+			failed[i] = true
+		}
 	}
 	for i := range count {
 		if failed[i] {
@@ -113,13 +115,15 @@ func each[In, Out any](ctx context.Context, count int, input []byte, p Policy, f
 		}
 		if f != nil {
 			f.Index = i
-			fails = append(fails, *f)
+			if n := len(fails); n == 0 || !fails[n-1].Extend(f) {
+				fails = append(fails, *f)
+			}
 		}
 	}
 	// An element that does not decode leaves the stream unreadable after it,
-	// so it and every later element of the task fail.
-	for i := decoded; i < count; i++ {
-		fails = append(fails, codec.Failure{Index: i, Kind: codec.KindDecode,
+	// so it and every later element of the task fail: one run.
+	if decoded < count {
+		fails = append(fails, codec.Failure{Index: decoded, Through: count - 1, Kind: codec.KindDecode,
 			Msg: fmt.Sprintf("input as %v: %v", reflect.TypeFor[In](), decodeErr)})
 	}
 	return fails

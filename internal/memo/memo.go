@@ -5,12 +5,14 @@ package memo
 
 import (
 	"context"
+	"fmt"
 	"math"
 	"sync"
 	"sync/atomic"
 
 	"github.com/hashicorp/golang-lru/v2/simplelru"
 	"github.com/redmap/redmap/cache"
+	"github.com/redmap/redmap/codec"
 	"golang.org/x/sync/singleflight"
 )
 
@@ -65,10 +67,17 @@ func (m *Memo) Get(ctx context.Context, ref cache.Ref, kind string, decode func(
 		return v, nil
 	}
 	m.misses.Add(1)
-	v, err, _ := m.flight.Do(key, func() (any, error) {
+	v, err, _ := m.flight.Do(key, func() (v any, err error) {
+		// A panic in here would be passed on to every goroutine waiting on
+		// the flight: it is this one's error instead.
+		defer func() {
+			if p := recover(); p != nil {
+				v, err = nil, fmt.Errorf("%w: fetching or decoding %s panicked: %v", codec.ErrCorrupt, ref, p)
+			}
+		}()
 		// A flight that ended just before ours began may have filled it.
-		if v, ok := m.lookup(key); ok {
-			return v, nil
+		if hit, ok := m.lookup(key); ok {
+			return hit, nil
 		}
 		b, err := m.store.Get(ctx, ref)
 		if err != nil {
@@ -76,13 +85,13 @@ func (m *Memo) Get(ctx context.Context, ref cache.Ref, kind string, decode func(
 		}
 		m.fetches.Add(1)
 		m.fetched.Add(int64(len(b)))
-		v, err := decode(b)
+		val, err := decode(b)
 		m.decodes.Add(1)
 		if err != nil {
 			return nil, err
 		}
-		m.add(key, v, int64(len(b)))
-		return v, nil
+		m.add(key, val, int64(len(b)))
+		return val, nil
 	})
 	return v, err
 }

@@ -78,6 +78,10 @@ func (o *Objects) Release(ctx context.Context, h, holder string) (bool, error) {
 // ErrNoObject is returned by Fetch for an object that is not in Redis.
 var ErrNoObject = errors.New("no such object")
 
+// ErrBadObject is returned by Fetch for an object whose record or parts
+// contradict each other: bytes that no Upload wrote.
+var ErrBadObject = errors.New("malformed object")
+
 // Fetch returns the parts of object h and its recorded size: one round trip
 // for the metadata, then one pipeline per 8 parts.
 func (o *Objects) Fetch(ctx context.Context, h string) ([]string, int64, error) {
@@ -92,10 +96,15 @@ func (o *Objects) Fetch(ctx context.Context, h string) ([]string, int64, error) 
 	}
 	size, err1 := strconv.ParseInt(sizeS, 10, 64)
 	n, err2 := strconv.Atoi(partsS)
-	if err1 != nil || err2 != nil || n < 0 || size < 0 {
-		return nil, 0, fmt.Errorf("fetch object: bad metadata %q", meta)
+	// Every part but the one of an empty object holds a byte at least, so
+	// more parts than bytes is a forged record; what is fetched is counted
+	// against size as it comes, so a record cannot make this allocate more
+	// than the parts Redis really holds, nor more than size.
+	if err1 != nil || err2 != nil || n < 1 || size < 0 || int64(n) > max(size, 1) {
+		return nil, 0, fmt.Errorf("%w: object %s: bad metadata (size %.20q, parts %.20q)", ErrBadObject, h, sizeS, partsS)
 	}
-	parts := make([]string, 0, n)
+	parts := make([]string, 0, min(n, partsPerTrip))
+	var got int64
 	for start := 0; start < n; start += partsPerTrip {
 		cmds, err := o.c.Pipelined(ctx, func(p redis.Pipeliner) error {
 			for i := start; i < min(start+partsPerTrip, n); i++ {
@@ -110,7 +119,11 @@ func (o *Objects) Fetch(ctx context.Context, h string) ([]string, int64, error) 
 			return nil, 0, wrap("fetch object", nil, "HMGET or GET", err)
 		}
 		for _, c := range cmds {
-			parts = append(parts, c.(*redis.StringCmd).Val())
+			part := c.(*redis.StringCmd).Val()
+			if got += int64(len(part)); got > size {
+				return nil, 0, fmt.Errorf("%w: object %s: its parts hold more than its recorded size of %d bytes", ErrBadObject, h, size)
+			}
+			parts = append(parts, part)
 		}
 	}
 	return parts, size, nil
