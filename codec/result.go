@@ -49,7 +49,15 @@ type Failure struct {
 }
 
 // Last returns the last index f stands for: Through for a run, else Index.
-func (f *Failure) Last() int { return max(f.Index, f.Through) }
+func (f *Failure) Last() int {
+	if f.run() {
+		return f.Through
+	}
+	return f.Index
+}
+
+// run reports whether f stands for a run of elements.
+func (f *Failure) run() bool { return f.Index >= 0 && f.Through > f.Index }
 
 // Extend reports whether g, the failure of the element after f's last, fails
 // alike, and if so makes f's run end at g.
@@ -85,7 +93,7 @@ func EncodeResult(r *Result) ([]byte, error) {
 	w.bytes(r.Values)
 	w.arrayLen(len(r.Fails))
 	for _, f := range r.Fails {
-		if f.Through > f.Index {
+		if f.run() {
 			w.arrayLen(5)
 		} else {
 			w.arrayLen(4)
@@ -94,7 +102,7 @@ func EncodeResult(r *Result) ([]byte, error) {
 		w.int(int(f.Kind))
 		w.str(f.Msg)
 		w.str(f.Stack)
-		if f.Through > f.Index {
+		if f.run() {
 			w.int(f.Through)
 		}
 	}

@@ -38,23 +38,28 @@ func Run[In, Out any](ctx context.Context, count int, input []byte, p Policy, fn
 		}
 	}
 	out := codec.NewOutputEncoder(count)
-	failed := make(map[int]bool, len(fails))
-	for _, f := range fails {
-		for i := f.Index; i <= f.Last(); i++ {
-			failed[i] = true
-		}
-	}
+	// fails are in index order (each goes through the elements in turn), so
+	// one pass tells the failed elements apart, runs included, without a
+	// set as large as the task.
+	var unencodable []codec.Failure
+	next := 0
 	for i := range count {
-		if failed[i] {
+		for next < len(fails) && fails[next].Last() < i {
+			next++
+		}
+		if next < len(fails) && fails[next].Index <= i {
 			out.AddNil()
 			continue
 		}
 		if err := out.Add(&ys[i]); err != nil {
-			fails = append(fails, codec.Failure{Index: i, Kind: codec.KindEncode, Msg: fmt.Sprintf("output as %v: %v", reflect.TypeFor[Out](), err)})
+			unencodable = append(unencodable, codec.Failure{Index: i, Kind: codec.KindEncode, Msg: fmt.Sprintf("output as %v: %v", reflect.TypeFor[Out](), err)})
 			out.AddNil()
 		}
 	}
-	slices.SortFunc(fails, func(a, b codec.Failure) int { return a.Index - b.Index })
+	if len(unencodable) > 0 {
+		fails = append(fails, unencodable...)
+		slices.SortFunc(fails, func(a, b codec.Failure) int { return a.Index - b.Index })
+	}
 	return out.Bytes(), fails
 }
 

@@ -1,0 +1,207 @@
+package worker
+
+import (
+	"context"
+	"errors"
+	"runtime"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/redmap/redmap"
+	"github.com/redmap/redmap/cache"
+	"github.com/redmap/redmap/codec"
+	"github.com/redmap/redmap/internal/keys"
+	"github.com/redmap/redmap/internal/rdb"
+	"github.com/redmap/redmap/internal/redistest"
+)
+
+// The whole path of a task on a worker (decode, resolve, fetch and decode
+// its constant, run, encode the result) on bytes anyone with access to
+// Redis could write: it never panics, always gives a result its manager can
+// read, and allocates within a stated multiple of the bytes it read.
+
+type fuzzDoc struct {
+	ID    uint16
+	Name  string
+	Score float64
+	Tags  []int8
+	Attrs map[string]uint32
+	Next  *fuzzDoc
+}
+
+var (
+	fuzzSquare = redmap.Func("fuzz-square", func(_ context.Context, x int) (int, error) { return x * x, nil })
+	fuzzDocs   = redmap.Func("fuzz-docs", func(_ context.Context, d fuzzDoc) (int, error) { return len(d.Name) + len(d.Tags), nil })
+	fuzzNarrow = redmap.Func("fuzz-narrow", func(_ context.Context, x uint8) (int8, error) { return int8(x / 2), nil })
+	fuzzAny    = redmap.Func("fuzz-any", func(_ context.Context, x any) (any, error) { return x, nil })
+	fuzzLookup = redmap.FuncWith("fuzz-lookup", func(_ context.Context, table map[string][]float64, k string) (float64, error) {
+		if v := table[k]; len(v) > 0 {
+			return v[0], nil
+		}
+		return 0, errors.New("no such key")
+	})
+	fuzzSum = redmap.Reduce("fuzz-sum", func(_ context.Context, a, b int) (int, error) { return a + b, nil })
+)
+
+// fuzzHarness is one worker over a real redis-server, made once per fuzzing
+// process.
+type fuzzHarness struct {
+	w     *Worker
+	store *cache.Store
+	table cache.Ref // a constant fuzzLookup's seeds name
+}
+
+var (
+	fuzzOnce sync.Once
+	fuzzH    *fuzzHarness
+	fuzzErr  error
+)
+
+func harness(t *testing.T) *fuzzHarness {
+	fuzzOnce.Do(func() {
+		// A client of the process's own, not the test's: the harness
+		// outlives the first input.
+		client := redis.NewClient(&redis.Options{Addr: redistest.Shared(t).Addr()})
+		w, err := New(client, Options{Queue: "fuzz", Prefix: "fuzz" + strconv.Itoa(time.Now().Nanosecond())})
+		if err != nil {
+			fuzzErr = err
+			return
+		}
+		if err := w.Register(fuzzSquare, fuzzDocs, fuzzNarrow, fuzzAny, fuzzLookup, fuzzSum); err != nil {
+			fuzzErr = err
+			return
+		}
+		store := cache.NewStore(client, w.opts.Prefix, 64)
+		b, _ := codec.EncodeValue(&map[string][]float64{"a": {1.5}, "b": {2, 3}})
+		ref, _, err := store.Put(context.Background(), b, "fuzz", time.Hour)
+		fuzzH, fuzzErr = &fuzzHarness{w: w, store: store, table: ref}, err
+	})
+	if fuzzErr != nil {
+		t.Fatal(fuzzErr)
+	}
+	return fuzzH
+}
+
+// fuzzTask is a well-formed task of h over xs, a seed.
+func fuzzTask[In any](h interface {
+	Name() string
+	Signature() string
+}, xs []In, mod func(*codec.Task)) []byte {
+	in, err := codec.EncodeElements(xs, 0)
+	if err != nil {
+		panic(err)
+	}
+	t := &codec.Task{Func: h.Name(), Sig: h.Signature(), Count: len(xs), Input: in, Attempts: 1}
+	if mod != nil {
+		mod(t)
+	}
+	b, err := codec.EncodeTask(t)
+	if err != nil {
+		panic(err)
+	}
+	return b
+}
+
+// maxTaskAlloc is the stated bound on a worker's allocation for one task of n
+// bytes whose functions allocate nothing themselves: 64n, plus a fixed
+// allowance for the result, the logger and the trace machinery.
+func maxTaskAlloc(n int) uint64 { return 64*uint64(n) + 256<<10 }
+
+func FuzzTaskPath(f *testing.F) {
+	f.Add(fuzzTask(fuzzSquare, []int{1, 2, 3}, nil), []byte{})
+	f.Add(fuzzTask(fuzzSquare, []int{1, 2, 3}, func(t *codec.Task) { t.Reduce, t.ReduceSig = fuzzSum.Name(), fuzzSum.Signature() }), []byte{})
+	f.Add(fuzzTask(fuzzDocs, []fuzzDoc{{ID: 1, Name: "a", Tags: []int8{-1}, Attrs: map[string]uint32{"k": 1}, Next: &fuzzDoc{}}}, nil), []byte{})
+	f.Add(fuzzTask(fuzzNarrow, []uint8{1, 255}, nil), []byte{})
+	f.Add(fuzzTask(fuzzAny, []any{1, "x", []any{map[string]any{"a": 1.5}}}, nil), []byte{})
+	f.Add(fuzzTask(fuzzLookup, []string{"a", "b", "c"}, nil), []byte{0x81, 0xa1, 'a', 0x91, 0x01})
+	// Issue 35's inputs: forged lengths, deep nesting, integers that do
+	// not fit, a million-element count over a bad first element.
+	f.Add(fuzzTask(fuzzSquare, []int{1}, func(t *codec.Task) { t.Input = []byte{0xdd, 0xff, 0xff, 0xff, 0xff} }), []byte{})
+	f.Add(fuzzTask(fuzzAny, []int{1}, func(t *codec.Task) { t.Input = append([]byte{0x91}, make([]byte, 0)...) }), []byte{0xdd, 0x02, 0xfa, 0xf0, 0x80})
+	f.Add(fuzzTask(fuzzNarrow, []int{1}, func(t *codec.Task) { t.Input = []byte{0x91, 0xcd, 0x01, 0x2c} }), []byte{})
+	big := append([]byte{0xdd, 0x00, 0x0f, 0x42, 0x40, 0xa1, 'x'}, make([]byte, 999_999)...)
+	f.Add(fuzzTask(fuzzSquare, []int{1}, func(t *codec.Task) { t.Input, t.Count = big, 1_000_000 }), []byte{})
+	f.Add([]byte{0x9e, 0x02, 0xdb, 0xff, 0xff, 0xff, 0xff}, []byte{})
+	f.Fuzz(func(t *testing.T, payload, constant []byte) {
+		h := harness(t)
+		ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+		defer cancel()
+		// The second input is a constant: stored under its hash, so its
+		// bytes reach the decoder, and named by the task when it names one.
+		if len(constant) > 0 {
+			ref, _, err := h.store.Put(ctx, constant, "fuzz", time.Minute)
+			if err != nil {
+				t.Skip("redis:", err)
+			}
+			if task, err := codec.DecodeTask(payload, 0); err == nil && task.Const != "" {
+				task.Const, task.ConstSize = ref.Hash, ref.Size
+				payload, _ = codec.EncodeTask(task)
+			}
+		}
+		var done rdb.Done
+		n := allocated(func() { done = h.w.execute(ctx, rdb.Taken{ID: "t-1", Attempt: 0, Payload: payload}) })
+		r, err := codec.DecodeResult(done.Result, 0)
+		if err != nil {
+			t.Fatalf("the worker wrote a result its manager cannot read: %v", err)
+		}
+		if r.Task != "t-1" {
+			t.Fatalf("result of %q, want t-1", r.Task)
+		}
+		if limit := maxTaskAlloc(len(payload) + len(constant)); n > limit {
+			t.Fatalf("a task of %d bytes (constant %d) allocated %d bytes, over %d", len(payload), len(constant), n, limit)
+		}
+	})
+}
+
+// A forged object record (issue 35: parts 1e18 panicked in makeslice through
+// singleflight and killed the worker) fails the task as a corrupt constant.
+func TestForgedObjectRecord(t *testing.T) {
+	h := harness(t)
+	ctx := context.Background()
+	client := redistest.Shared(t).Client(t)
+	hash := "deadbeef"
+	if err := client.HSet(ctx, keys.Object(h.w.opts.Prefix, hash), "size", 1, "parts", "1000000000000000000").Err(); err != nil {
+		t.Fatal(err)
+	}
+	payload := fuzzTask(fuzzLookup, []string{"a"}, func(t *codec.Task) { t.Const, t.ConstSize = hash, 1 })
+	done := h.w.execute(ctx, rdb.Taken{ID: "t-2", Payload: payload})
+	r, err := codec.DecodeResult(done.Result, 0)
+	if err != nil || len(r.Fails) != 1 || r.Fails[0].Index != -1 || r.Fails[0].Kind != codec.KindConstCorrupt {
+		t.Fatalf("result %+v (%v), want the whole task failing as a corrupt constant", r, err)
+	}
+}
+
+// A task of a million one-byte elements whose first does not decode (issue
+// 35: a million failures, 457 MB, 34 s of CPU, a 78 MB result) fails as one
+// run, in a result no larger than the task.
+func TestMillionBadElementsOneRun(t *testing.T) {
+	h := harness(t)
+	input := append([]byte{0xdd, 0x00, 0x0f, 0x42, 0x40, 0xa1, 'x'}, make([]byte, 999_999)...)
+	payload := fuzzTask(fuzzSquare, []int{1}, func(t *codec.Task) { t.Input, t.Count = input, 1_000_000 })
+	var done rdb.Done
+	n := allocated(func() { done = h.w.execute(context.Background(), rdb.Taken{ID: "t-3", Payload: payload}) })
+	r, err := codec.DecodeResult(done.Result, 0)
+	if err != nil || len(r.Fails) != 1 || r.Fails[0].Index != 0 || r.Fails[0].Last() != 999_999 || r.Fails[0].Kind != codec.KindDecode {
+		t.Fatalf("result %+v (%v), want one decode failure for elements 0 to 999,999", r.Fails, err)
+	}
+	// A nil a failed element, and one failure: no larger than the task.
+	if len(done.Result) > len(payload)+1<<10 {
+		t.Fatalf("the result is %d bytes, the task %d", len(done.Result), len(payload))
+	}
+	if limit := maxTaskAlloc(len(payload)); n > limit {
+		t.Fatalf("allocated %d bytes for a %d-byte task, over %d", n, len(payload), limit)
+	}
+}
+
+// allocated returns the bytes f allocates on the heap.
+func allocated(f func()) uint64 {
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	f()
+	runtime.ReadMemStats(&after)
+	return after.TotalAlloc - before.TotalAlloc
+}
