@@ -4,7 +4,7 @@ FUZZTIME  ?= 5s
 CHAOS     ?= 10m
 STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 REVIVE      := github.com/mgechev/revive@v1.11.0
-FUZZ_TARGETS := FuzzDecodeTask FuzzDecodeResult FuzzDecodeElements FuzzIntsMatchMsgpack
+FUZZ_TARGETS := codec:FuzzDecodeTask codec:FuzzDecodeResult codec:FuzzDecodeElements codec:FuzzDecodeValue codec:FuzzIntsMatchMsgpack worker:FuzzTaskPath manager:FuzzResultPath
 
 .PHONY: help test test-cluster fuzz lint bench demo chaos chaos-cluster redis-server screenshot
 
@@ -25,14 +25,15 @@ screenshot: redis-server ## regenerate docs/dashboard.png, docs/dashboard-phone.
 	REDMAP_SCREENSHOT_HISTORY=$(CURDIR)/docs/dashboard-history.png $(GO) test -count=1 -run '^TestDashboardHistoryInBrowser$$' -v ./dashboard
 	REDMAP_SCREENSHOT_TRACE=$(CURDIR)/docs/tracing.png $(GO) test -count=1 -run '^TestExamplesExportOverOTLP$$' -v ./otlp
 
-fuzz: ## run every fuzz target for FUZZTIME (make fuzz FUZZTIME=5m); a run that fails with no failing input written (golang/go#75804) runs once more
-	@for t in $(FUZZ_TARGETS); do \
-		echo "fuzz $$t for $(FUZZTIME)"; \
-		before=$$(ls codec/testdata/fuzz/$$t 2>/dev/null | wc -l); \
-		$(GO) test ./codec -run '^$$' -fuzz "^$$t\$$" -fuzztime $(FUZZTIME) && continue; \
-		[ "$$(ls codec/testdata/fuzz/$$t 2>/dev/null | wc -l)" = "$$before" ] || exit 1; \
+fuzz: ## run every fuzz target (package:target) for FUZZTIME (make fuzz FUZZTIME=5m); a run that fails with no failing input written (golang/go#75804) runs once more
+	@for pt in $(FUZZ_TARGETS); do \
+		p=$${pt%%:*}; t=$${pt#*:}; \
+		echo "fuzz ./$$p $$t for $(FUZZTIME)"; \
+		before=$$(ls $$p/testdata/fuzz/$$t 2>/dev/null | wc -l); \
+		$(GO) test ./$$p -run '^$$' -fuzz "^$$t\$$" -fuzztime $(FUZZTIME) && continue; \
+		[ "$$(ls $$p/testdata/fuzz/$$t 2>/dev/null | wc -l)" = "$$before" ] || exit 1; \
 		echo "fuzz $$t failed with no failing input written (go1.26's deadline race, golang/go#75804): once more"; \
-		$(GO) test ./codec -run '^$$' -fuzz "^$$t\$$" -fuzztime $(FUZZTIME) || exit 1; \
+		$(GO) test ./$$p -run '^$$' -fuzz "^$$t\$$" -fuzztime $(FUZZTIME) || exit 1; \
 	done
 
 lint: ## gofmt, go vet, staticcheck, and revive (every exported name documented)

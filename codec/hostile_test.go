@@ -14,7 +14,6 @@ import (
 // allocated returns the bytes f allocates on the heap.
 func allocated(f func()) uint64 {
 	var before, after runtime.MemStats
-	runtime.GC()
 	runtime.ReadMemStats(&before)
 	f()
 	runtime.ReadMemStats(&after)

@@ -23,6 +23,9 @@ import (
 type fakeShard struct {
 	i   int
 	run func(t *codec.Task) ([]byte, error) // a worker: the outputs of a task's elements
+	// entry, if set with run, is the raw result entry of task tid instead
+	// (any bytes, as a broken or hostile worker could write).
+	entry func(tid string) []byte
 
 	mu      sync.Mutex
 	changed chan struct{} // closed and replaced at every change of results
@@ -106,8 +109,17 @@ func (f *fakeShard) complete(tid string) bool {
 		return false
 	}
 	delete(f.tasks, tid)
-	f.pushLocked(string(mustResult(tid, payload, f.run)))
+	f.pushLocked(string(f.result(tid, payload)))
 	return true
+}
+
+// result is the entry a worker pushes for task tid: entry's if it is set,
+// else a result of run's outputs.
+func (f *fakeShard) result(tid string, payload []byte) []byte {
+	if f.entry != nil {
+		return f.entry(tid)
+	}
+	return mustResult(tid, payload, f.run)
 }
 
 func mustResult(tid string, payload []byte, run func(*codec.Task) ([]byte, error)) []byte {
@@ -159,7 +171,7 @@ func (f *fakeShard) Submit(_ context.Context, _, _ string, _ rdb.Lane, tasks []r
 	if f.run != nil { // a worker that runs tasks as they come
 		for _, t := range tasks {
 			delete(f.tasks, t.ID)
-			f.pushLocked(string(mustResult(t.ID, t.Payload, f.run)))
+			f.pushLocked(string(f.result(t.ID, t.Payload)))
 		}
 	}
 	return f.count, intact, nil
