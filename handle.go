@@ -19,6 +19,7 @@ import (
 
 	"github.com/redmap/redmap/codec"
 	"github.com/redmap/redmap/internal/engine"
+	"github.com/redmap/redmap/internal/keys"
 )
 
 // Handle is a function registered under a name. The manager uses it to submit
@@ -68,6 +69,8 @@ func validate(name, sig string, nilFn bool, types ...reflect.Type) error {
 	switch {
 	case name == "":
 		return errors.New("redmap: handle has an empty name")
+	case keys.CheckFunc(name) != nil:
+		return fmt.Errorf("redmap: handle: %w", keys.CheckFunc(name))
 	case nilFn:
 		return fmt.Errorf("redmap: handle %q has a nil function", name)
 	}

@@ -347,7 +347,7 @@ type actionRequest struct {
 }
 
 func (d *Dashboard) drain(ctx context.Context, req actionRequest) (string, error) {
-	if req.Queue == "" || req.Worker == "" || strings.ContainsAny(req.Queue+req.Worker, "{}*?[") {
+	if req.Queue == "" || req.Worker == "" {
 		return "", errors.New("drain needs a queue and a worker")
 	}
 	if err := d.in.Drain(ctx, req.Queue, req.Worker); err != nil {
@@ -357,7 +357,7 @@ func (d *Dashboard) drain(ctx context.Context, req actionRequest) (string, error
 }
 
 func (d *Dashboard) cancel(ctx context.Context, req actionRequest) (string, error) {
-	if req.Queue == "" || req.Manager == "" || req.Batch == "" || strings.ContainsAny(req.Queue+req.Manager, "{}*?[") {
+	if req.Queue == "" || req.Manager == "" || req.Batch == "" {
 		return "", errors.New("cancel needs a queue, a manager and a batch")
 	}
 	if err := d.in.CancelBatch(ctx, req.Queue, req.Manager, req.Batch); err != nil {
@@ -367,7 +367,7 @@ func (d *Dashboard) cancel(ctx context.Context, req actionRequest) (string, erro
 }
 
 func (d *Dashboard) purge(ctx context.Context, req actionRequest) (string, error) {
-	if req.Queue == "" || strings.ContainsAny(req.Queue, "{}*?[") {
+	if req.Queue == "" {
 		return "", errors.New("purge needs a queue")
 	}
 	if req.Confirm != req.Queue {

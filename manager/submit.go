@@ -14,6 +14,7 @@ import (
 	"github.com/redmap/redmap/cache"
 	"github.com/redmap/redmap/codec"
 	"github.com/redmap/redmap/internal/engine"
+	"github.com/redmap/redmap/internal/keys"
 	"github.com/redmap/redmap/internal/rdb"
 )
 
@@ -151,6 +152,9 @@ func submit[In, Out any](ctx context.Context, m *Manager, sp spec, els elements[
 		return nil, err
 	}
 	if co.worker != "" {
+		if err := keys.CheckWorker(co.worker); err != nil {
+			return nil, fmt.Errorf("manager: OnWorker: %w", err)
+		}
 		live, err := m.Workers(ctx)
 		if err != nil {
 			return nil, err

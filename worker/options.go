@@ -3,7 +3,6 @@ package worker
 import (
 	"fmt"
 	"log/slog"
-	"regexp"
 	"runtime"
 	"time"
 
@@ -11,6 +10,7 @@ import (
 
 	"github.com/redmap/redmap/internal/config"
 	"github.com/redmap/redmap/internal/id"
+	"github.com/redmap/redmap/internal/keys"
 	"github.com/redmap/redmap/internal/memo"
 )
 
@@ -87,8 +87,6 @@ type Options struct {
 	TracerProvider trace.TracerProvider
 }
 
-var validID = regexp.MustCompile(`^[A-Za-z0-9_.-]{1,64}$`)
-
 func (o Options) withDefaults() (Options, error) {
 	shared := config.Shared{Queue: o.Queue, Prefix: o.Prefix, MaxFrame: o.MaxFrame}
 	if err := shared.Resolve("worker"); err != nil {
@@ -96,7 +94,7 @@ func (o Options) withDefaults() (Options, error) {
 	}
 	o.Prefix, o.MaxFrame = shared.Prefix, shared.MaxFrame
 	switch {
-	case o.ID != "" && !validID.MatchString(o.ID):
+	case o.ID != "" && keys.CheckWorker(o.ID) != nil:
 		return o, fmt.Errorf("worker: Options.ID %q: want letters, digits, '_', '.' or '-', at most 64", o.ID)
 	case o.Concurrency < 0:
 		return o, fmt.Errorf("worker: Options.Concurrency %d is negative", o.Concurrency)

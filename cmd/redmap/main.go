@@ -34,6 +34,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/redmap/redmap/inspect"
+	"github.com/redmap/redmap/internal/keys"
 )
 
 // quiet drops go-redis's own log lines: the CLI reports errors itself, in
@@ -207,12 +208,18 @@ func parseArgs(args []string, c *cli) (*invocation, error) {
 // queues returns -queue, or every queue.
 func (c *cli) queues(ctx context.Context) ([]string, error) {
 	if c.queue != "" {
+		if err := keys.CheckQueue(c.queue); err != nil {
+			return nil, err
+		}
 		return []string{c.queue}, nil
 	}
 	return c.in.Queues(ctx)
 }
 
 func (c *cli) mustQueue(ctx context.Context, q string) error {
+	if err := keys.CheckQueue(q); err != nil {
+		return err
+	}
 	qs, err := c.in.Queues(ctx)
 	if err != nil {
 		return err

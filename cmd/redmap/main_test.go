@@ -23,6 +23,7 @@ import (
 	"github.com/redmap/redmap"
 	"github.com/redmap/redmap/inspect"
 	"github.com/redmap/redmap/internal/harness"
+	"github.com/redmap/redmap/internal/keys"
 	"github.com/redmap/redmap/internal/redistest"
 	"github.com/redmap/redmap/manager"
 	"github.com/redmap/redmap/worker"
@@ -530,6 +531,67 @@ func TestDashboardOnANetwork(t *testing.T) {
 		resp.Body.Close()
 		if resp.StatusCode == http.StatusOK {
 			t.Error("plain HTTP to the TLS port served the state")
+		}
+	}
+}
+
+// Queue names may hold glob characters; operators' commands touch only the
+// named queue (issue 35: `redmap purge 'a*' -yes` deleted abc's private
+// list, whose task's manager was never told).
+func TestGlobQueueNames(t *testing.T) {
+	srv := redistest.Start(t)
+	client := srv.Client(t)
+	ctx := context.Background()
+	names := []string{"a*", "abc", "a?c", "a[b]c"}
+	batches := map[string]*manager.Batch[int]{}
+	for _, q := range names {
+		m, err := manager.New(client, manager.Options{Queue: q})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = m.Close() })
+		b, err := manager.Submit(ctx, m, square, make([]int, 5), manager.ChunkSize(1))
+		if err != nil {
+			t.Fatal(err)
+		}
+		batches[q] = b
+		// A private list of a worker w1 of each queue: purge of another
+		// queue must leave it alone.
+		if err := client.RPush(ctx, keys.Private("redmap", q, "w1"), "not-a-task-"+q).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var bs []inspect.Batch
+	redistest.Eventually(t, "a*'s batch listed", func() bool {
+		cliJSON(t, srv, &bs, "batches", "-queue", "a*")
+		return len(bs) > 0
+	})
+	if len(bs) != 1 || bs[0].Queue != "a*" {
+		t.Fatalf("batches -queue a*: %+v, want a*'s one", bs)
+	}
+	out, errs, code := runCLI(t, srv, "purge", "a*", "-yes")
+	if code != 0 || !strings.Contains(out, "dropped 6 queued task id(s)") {
+		t.Fatalf("purge a*: exit %d %q %q, want its 5 tasks and its worker's private id dropped", code, out, errs)
+	}
+	for _, q := range names[1:] {
+		var qs []queueStatus
+		cliJSON(t, srv, &qs, "status", "-queue", q)
+		if len(qs) != 1 || qs[0].Depth != 5 {
+			t.Errorf("status of %s after purging a*: %+v, want depth 5", q, qs)
+		}
+		if ids, _ := client.LRange(ctx, keys.Private("redmap", q, "w1"), 0, -1).Result(); len(ids) != 1 {
+			t.Errorf("private list of %s after purging a*: %v", q, ids)
+		}
+		if _, errs, code := runCLI(t, srv, "drain", "-queue", q, "w1"); code == 0 {
+			t.Errorf("drain -queue %s w1 (no such worker): exit 0 %q", q, errs)
+		}
+	}
+	if _, err := batches["a*"].Wait(ctx); !errors.Is(err, redmap.ErrLost) {
+		t.Fatalf("a*'s batch after purge: %v, want its elements lost", err)
+	}
+	for _, bad := range []string{"a{b}", "a#1", "a\nb"} {
+		if _, errs, code := runCLI(t, srv, "purge", bad, "-yes"); code == 0 || !strings.Contains(errs, "queue name") {
+			t.Errorf("purge %q: exit %d %q, want the name refused", bad, code, errs)
 		}
 	}
 }

@@ -6,9 +6,8 @@ package config
 
 import (
 	"fmt"
-	"strings"
-
 	"github.com/redmap/redmap/codec"
+	"github.com/redmap/redmap/internal/keys"
 )
 
 // Defaults of the shared fields.
@@ -30,10 +29,8 @@ func (s *Shared) Resolve(side string) error {
 	switch {
 	case s.Queue == "":
 		return fmt.Errorf("%s: Options.Queue is required", side)
-	case strings.ContainsAny(s.Queue, "{}"):
-		return fmt.Errorf("%s: Options.Queue %q contains '{' or '}'", side, s.Queue)
-	case strings.Contains(s.Queue, "#"):
-		return fmt.Errorf("%s: Options.Queue %q contains '#', which names the shards of a queue", side, s.Queue)
+	case keys.CheckQueue(s.Queue) != nil:
+		return fmt.Errorf("%s: Options.Queue: %w", side, keys.CheckQueue(s.Queue))
 	case s.MaxFrame < 0:
 		return fmt.Errorf("%s: Options.MaxFrame %d is negative", side, s.MaxFrame)
 	}

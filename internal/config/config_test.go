@@ -8,7 +8,10 @@ func TestResolve(t *testing.T) {
 		want string // error, or "" for none
 	}{
 		{Shared{}, "worker: Options.Queue is required"},
-		{Shared{Queue: "a{b}"}, `worker: Options.Queue "a{b}" contains '{' or '}'`},
+		{Shared{Queue: "a{b}"}, `worker: Options.Queue: queue name "a{b}" contains '{' or '}', which delimit its Cluster hash tag`},
+		{Shared{Queue: "a#1"}, `worker: Options.Queue: queue name "a#1" contains '#', which names the shards of a queue`},
+		{Shared{Queue: "a\nb"}, `worker: Options.Queue: queue name "a\nb" contains a character that does not print (U+000A)`},
+		{Shared{Queue: "a*"}, ""}, // glob characters are escaped wherever a pattern is built
 		{Shared{Queue: "q", MaxFrame: -1}, "worker: Options.MaxFrame -1 is negative"},
 		{Shared{Queue: "q"}, ""},
 	} {

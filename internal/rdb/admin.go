@@ -37,7 +37,7 @@ func (a *Admin) Ping(ctx context.Context) error {
 // listed once, under the queue's name.
 func (a *Admin) Queues(ctx context.Context) ([]string, error) {
 	seen := map[string]bool{}
-	err := a.scan(ctx, a.prefix+":{*}:*", func(k string) error {
+	err := a.scan(ctx, keys.QueuesPattern(a.prefix), func(k string) error {
 		k = strings.TrimPrefix(k, a.prefix+":{")
 		if q, _, ok := strings.Cut(k, "}:"); ok {
 			q, _ = keys.SplitShard(q)
@@ -69,6 +69,9 @@ type Registered struct {
 // Shards returns the names of queue's shards (see keys.Shard): the queue
 // itself, and those in its list of shard names.
 func (a *Admin) Shards(ctx context.Context, queue string) ([]string, error) {
+	if err := keys.CheckQueue(queue); err != nil {
+		return nil, err
+	}
 	names, err := a.c.LRange(ctx, keys.ShardNames(a.prefix, queue), 0, keys.MaxShards).Result()
 	if err != nil {
 		return nil, fmt.Errorf("shards: %w", err)
@@ -80,6 +83,9 @@ func (a *Admin) Shards(ctx context.Context, queue string) ([]string, error) {
 // as shard 0 has them (a worker serves every shard), with the tasks they
 // hold in all shards.
 func (a *Admin) Workers(ctx context.Context, queue string) ([]Registered, error) {
+	if err := keys.CheckQueue(queue); err != nil {
+		return nil, err
+	}
 	shards, err := a.Shards(ctx, queue)
 	if err != nil {
 		return nil, err
@@ -117,6 +123,9 @@ func (a *Admin) Workers(ctx context.Context, queue string) ([]Registered, error)
 // Gone returns the workers of queue that stopped or died since since (Redis
 // ms), with the last info each published, except those registered again.
 func (a *Admin) Gone(ctx context.Context, queue string, since int64) ([]Registered, error) {
+	if err := keys.CheckQueue(queue); err != nil {
+		return nil, err
+	}
 	ids, err := a.c.ZRangeByScore(ctx, keys.Gone(a.prefix, queue), &redis.ZRangeBy{Min: strconv.FormatInt(since, 10), Max: "+inf"}).Result()
 	if err != nil {
 		return nil, wrap("gone workers", nil, "ZRANGEBYSCORE", err)
@@ -157,6 +166,9 @@ func (a *Admin) Now(ctx context.Context) (int64, error) {
 
 // Depth returns the number of task ids in queue's lanes, in all its shards.
 func (a *Admin) Depth(ctx context.Context, queue string) (int64, error) {
+	if err := keys.CheckQueue(queue); err != nil {
+		return 0, err
+	}
 	shards, err := a.Shards(ctx, queue)
 	if err != nil {
 		return 0, err
@@ -181,8 +193,11 @@ type PublishedBatch struct {
 
 // Batches returns the published progress of running batches of queue.
 func (a *Admin) Batches(ctx context.Context, queue string) ([]PublishedBatch, error) {
+	if err := keys.CheckQueue(queue); err != nil {
+		return nil, err
+	}
 	var out []PublishedBatch
-	err := a.scan(ctx, keys.Batches(a.prefix, queue, "*"), func(k string) error {
+	err := a.scan(ctx, keys.BatchesPattern(a.prefix, queue), func(k string) error {
 		mid := strings.TrimSuffix(strings.TrimPrefix(k, keys.Base(a.prefix, queue)+"m:"), ":batches")
 		m, err := a.c.HGetAll(ctx, k).Result()
 		if err != nil {
@@ -203,6 +218,9 @@ func (a *Admin) Batches(ctx context.Context, queue string) ([]PublishedBatch, er
 // Failures returns the queue's failure groups, most frequent first, and how
 // many could not be read. One HGETALL.
 func (a *Admin) Failures(ctx context.Context, queue string) (groups []FailureGroup, malformed int, err error) {
+	if err := keys.CheckQueue(queue); err != nil {
+		return nil, 0, err
+	}
 	h, err := a.c.HGetAll(ctx, keys.FailureGroups(a.prefix, queue)).Result()
 	if err != nil {
 		return nil, 0, wrap("failures", nil, "HGETALL", err)
@@ -225,6 +243,9 @@ func (a *Admin) Failures(ctx context.Context, queue string) (groups []FailureGro
 // of the last span before now, oldest first: elements ended per
 // keys.ThroughputBucket, 0 where none. One MGET.
 func (a *Admin) Throughput(ctx context.Context, queue string, now time.Time, span time.Duration) ([]int64, error) {
+	if err := keys.CheckQueue(queue); err != nil {
+		return nil, err
+	}
 	step := int64(keys.ThroughputBucket / time.Second)
 	last := now.Unix() / step
 	n := int64(span / keys.ThroughputBucket)
@@ -248,6 +269,9 @@ func (a *Admin) Throughput(ctx context.Context, queue string, now time.Time, spa
 // CancelBatch asks manager mid of queue to cancel its batch bid: the
 // manager does at its next Poll, if the batch still runs.
 func (a *Admin) CancelBatch(ctx context.Context, queue, mid, bid string) error {
+	if err := keys.CheckQueue(queue); err != nil {
+		return err
+	}
 	key := keys.Cancels(a.prefix, queue, mid)
 	_, err := a.c.TxPipelined(ctx, func(p redis.Pipeliner) error {
 		p.SAdd(ctx, key, bid)
@@ -262,6 +286,12 @@ func (a *Admin) CancelBatch(ctx context.Context, queue, mid, bid string) error {
 
 // Drain asks worker wid of queue to take no more tasks and exit when idle.
 func (a *Admin) Drain(ctx context.Context, queue, wid string) error {
+	if err := keys.CheckQueue(queue); err != nil {
+		return err
+	}
+	if err := keys.CheckWorker(wid); err != nil {
+		return err
+	}
 	if err := a.c.Set(ctx, keys.Drain(a.prefix, queue, wid), "1", 0).Err(); err != nil {
 		return fmt.Errorf("drain: %w", err)
 	}
@@ -271,6 +301,9 @@ func (a *Admin) Drain(ctx context.Context, queue, wid string) error {
 // Queued returns how many tasks wait in queue's public and private lists,
 // in all its shards.
 func (a *Admin) Queued(ctx context.Context, queue string) (int64, error) {
+	if err := keys.CheckQueue(queue); err != nil {
+		return 0, err
+	}
 	shards, err := a.Shards(ctx, queue)
 	if err != nil {
 		return 0, err
@@ -302,6 +335,9 @@ func (a *Admin) Queued(ctx context.Context, queue string) (int64, error) {
 // tasks it failed in their batches, and how many ids it dropped in all (the
 // others were of tasks no manager wanted any more).
 func (a *Admin) Purge(ctx context.Context, queue string) (purged, dropped int, err error) {
+	if err := keys.CheckQueue(queue); err != nil {
+		return 0, 0, err
+	}
 	shards, err := a.Shards(ctx, queue)
 	if err != nil {
 		return 0, 0, err
@@ -346,7 +382,7 @@ func (a *Admin) purge(ctx context.Context, queue string) (purged, dropped int, e
 // privates returns queue's workers' private lists.
 func (a *Admin) privates(ctx context.Context, queue string) ([]string, error) {
 	var lists []string
-	err := a.scan(ctx, keys.Private(a.prefix, queue, "*"), func(k string) error {
+	err := a.scan(ctx, keys.PrivatePattern(a.prefix, queue), func(k string) error {
 		lists = append(lists, k)
 		return nil
 	})
@@ -392,12 +428,18 @@ func (a *Admin) scan(ctx context.Context, pattern string, f func(key string) err
 // LoseManagers records the batches of queue's managers whose publish of
 // progress is overdue as "manager lost" (see RDB.LoseManagers).
 func (a *Admin) LoseManagers(ctx context.Context, queue string) (int, error) {
+	if err := keys.CheckQueue(queue); err != nil {
+		return 0, err
+	}
 	return loseManagers(ctx, a.c, a.prefix, queue)
 }
 
 // History returns queue's ended batches, newest first, at most n (all if n
 // is 0 or less), and how many records did not decode.
 func (a *Admin) History(ctx context.Context, queue string, n int) ([]BatchRecord, int, error) {
+	if err := keys.CheckQueue(queue); err != nil {
+		return nil, 0, err
+	}
 	ids, err := a.c.ZRangeArgs(ctx, redis.ZRangeArgs{Key: keys.HistoryIndex(a.prefix, queue), Start: 0, Stop: int64(n) - 1, Rev: true}).Result()
 	if err != nil || len(ids) == 0 {
 		return nil, 0, wrap("history", nil, "ZRANGE", err)
@@ -426,6 +468,9 @@ func (a *Admin) History(ctx context.Context, queue string, n int) ([]BatchRecord
 // InHistory says which of the batches ids queue's history holds. One
 // HMGET, none for no ids.
 func (a *Admin) InHistory(ctx context.Context, queue string, ids []string) (map[string]bool, error) {
+	if err := keys.CheckQueue(queue); err != nil {
+		return nil, err
+	}
 	in := make(map[string]bool)
 	if len(ids) == 0 {
 		return in, nil
