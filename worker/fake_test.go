@@ -267,18 +267,18 @@ func (f *fakeShard) PublishError(context.Context, string, time.Duration, string)
 	f.calls["publisherror"]++
 }
 
-func (f *fakeShard) CountFailures(_ context.Context, _ string, gs []rdb.FailureGroup) (int64, error) {
+func (f *fakeShard) CountFailures(_ context.Context, _ string, gs []rdb.FailureGroup) (int64, int64, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if err := f.call("failures"); err != nil {
-		return 0, err
+		return 0, 0, err
 	}
 	var n int64
 	for _, g := range gs {
 		n += g.Count
 	}
 	f.groups = append(f.groups, gs...)
-	return n, nil
+	return n, 0, nil
 }
 
 func (f *fakeShard) LoseManagers(context.Context) (int, error) {

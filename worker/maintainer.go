@@ -130,7 +130,7 @@ func (m *maintainer) cancelUnwanted(ctx context.Context) bool {
 // queue's failure groups; on a failed write they are counted again with the
 // next.
 func (m *maintainer) recordFailures(ctx context.Context) bool {
-	if err := countFailures(ctx, m.source.first, m.wid, m.failures); err != nil {
+	if err := countFailures(ctx, m.source.first, m.wid, m.failures, m.log); err != nil {
 		m.failed("record failures", err)
 		return false
 	}
@@ -139,14 +139,20 @@ func (m *maintainer) recordFailures(ctx context.Context) bool {
 
 // countFailures writes the failures log has counted into the queue's
 // failure groups, and puts them back in the log if the write fails.
-func countFailures(ctx context.Context, q queueRedis, wid string, log *failureLog) error {
+// A malformed group found in Redis is replaced, and said here once: the
+// replacement leaves nothing to say again.
+func countFailures(ctx context.Context, q queueRedis, wid string, log *failureLog, logger *slog.Logger) error {
 	gs := log.take()
 	if len(gs) == 0 {
 		return nil
 	}
-	if _, err := q.CountFailures(ctx, wid, gs); err != nil {
+	_, malformed, err := q.CountFailures(ctx, wid, gs)
+	if err != nil {
 		log.putBack(gs)
 		return err
+	}
+	if malformed > 0 {
+		logger.Warn("replaced malformed failure groups in Redis (bytes no worker wrote); their counts are lost", "groups", malformed)
 	}
 	return nil
 }

@@ -45,7 +45,7 @@ type queueRedis interface {
 	shardRedis
 	Preflight(ctx context.Context, budget, heal time.Duration, log *slog.Logger) error
 	PublishError(ctx context.Context, wid string, lease time.Duration, msg string)
-	CountFailures(ctx context.Context, wid string, groups []rdb.FailureGroup) (int64, error)
+	CountFailures(ctx context.Context, wid string, groups []rdb.FailureGroup) (added, malformed int64, err error)
 	// LoseManagers records the batches of managers that stopped publishing
 	// as "manager lost" in the queue's history.
 	LoseManagers(ctx context.Context) (int, error)

@@ -258,7 +258,7 @@ func (w *Worker) leave(ctx context.Context, unstarted map[int][]string) {
 	// Failures counted since the last heartbeat are written before the
 	// worker retires: a clean stop loses no count.
 	fctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-	if err := countFailures(fctx, w.source.first, w.opts.ID, &w.failures); err != nil {
+	if err := countFailures(fctx, w.source.first, w.opts.ID, &w.failures, w.log); err != nil {
 		w.log.Warn("writing the last failure counts failed", "err", err)
 	}
 	cancel()

@@ -512,21 +512,25 @@ func (r *RDB) ShardNames(ctx context.Context) ([]string, error) {
 
 // CountFailures adds the failure groups worker wid saw since its last call
 // to the queue's (see lua/failures.lua), and returns how many failures it
-// added. One script call.
-func (r *RDB) CountFailures(ctx context.Context, wid string, groups []FailureGroup) (int64, error) {
+// added and how many malformed groups in Redis it replaced. One script
+// call.
+func (r *RDB) CountFailures(ctx context.Context, wid string, groups []FailureGroup) (added, malformed int64, err error) {
 	if len(groups) == 0 {
-		return 0, nil
+		return 0, 0, nil
 	}
 	args := make([]any, 0, 3+2*len(groups))
 	args = append(args, keys.MaxFailureGroups, keys.FailureGroupsFor.Milliseconds(), wid)
 	for _, g := range groups {
 		args = append(args, g.Key(), EncodeGroup(g))
 	}
-	n, err := failuresScript.run(ctx, r.c, []string{keys.FailureGroups(r.prefix, r.queue)}, args...).Int64()
+	n, err := failuresScript.run(ctx, r.c, []string{keys.FailureGroups(r.prefix, r.queue)}, args...).Int64Slice()
 	if err != nil {
-		return 0, wrap("count failures", failuresScript, "", err)
+		return 0, 0, wrap("count failures", failuresScript, "", err)
 	}
-	return n, nil
+	if len(n) != 2 {
+		return 0, 0, fmt.Errorf("count failures: script returned %v, not 2 integers", n)
+	}
+	return n[0], n[1], nil
 }
 
 // Retire ends worker wid's lease now and reaps it, as if it had died: what

@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 )
 
 // The records redmap keeps in Redis for operators, and the entries of a
@@ -148,11 +149,43 @@ const OtherGroup = "(other)"
 // Key returns the group's field in the failure-groups hash.
 func (g FailureGroup) Key() string { return g.Func + "\t" + g.Kind + "\t" + g.Fingerprint }
 
-// EncodeGroup returns g as a field value of the failure-groups hash.
-func EncodeGroup(g FailureGroup) string { return encodeJSON(g) }
+// MaxSample and MaxStack cap a failure group's message and stack, in
+// bytes: what is past them is cut, on the way into Redis and out of it.
+const (
+	MaxSample = 2 << 10
+	MaxStack  = 16 << 10
+)
 
-// DecodeGroup reads a field value of the failure-groups hash.
-func DecodeGroup(s string) (FailureGroup, error) { return decodeJSON[FailureGroup](s, "failure group") }
+// EncodeGroup returns g as a field value of the failure-groups hash, its
+// sample and stack cut to MaxSample and MaxStack.
+func EncodeGroup(g FailureGroup) string { return encodeJSON(g.cut()) }
+
+// DecodeGroup reads a field value of the failure-groups hash, its sample
+// and stack cut to MaxSample and MaxStack whoever wrote them.
+func DecodeGroup(s string) (FailureGroup, error) {
+	g, err := decodeJSON[FailureGroup](s, "failure group")
+	return g.cut(), err
+}
+
+// cut returns g with its sample and stack at most MaxSample and MaxStack
+// bytes, cut at a rune's start.
+func (g FailureGroup) cut() FailureGroup {
+	g.Sample, g.Stack = Cut(g.Sample, MaxSample), Cut(g.Stack, MaxStack)
+	return g
+}
+
+// Cut returns s cut to at most n bytes (at a rune's start), with an
+// ellipsis if anything was cut.
+func Cut(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	i := n - len("…")
+	for i > 0 && !utf8.RuneStart(s[i]) {
+		i--
+	}
+	return s[:i] + "…"
+}
 
 // encodeJSON returns v, a record of plain fields, as JSON.
 func encodeJSON(v any) string {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"reflect"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -61,13 +62,13 @@ func TestFailuresAndProgressRoundTrip(t *testing.T) {
 	f := setup(t)
 	ctx := context.Background()
 	g := FailureGroup{Func: "f", Kind: "panic", Fingerprint: "boom <n>", Count: 2, First: 10, Last: 20, Sample: "boom 7", Task: "t-1", Stack: "s"}
-	if n, err := f.r.CountFailures(ctx, "w1", []FailureGroup{g}); err != nil || n != 2 {
-		t.Fatalf("CountFailures: %d, %v", n, err)
+	if n, bad, err := f.r.CountFailures(ctx, "w1", []FailureGroup{g}); err != nil || n != 2 || bad != 0 {
+		t.Fatalf("CountFailures: %d, %d malformed, %v", n, bad, err)
 	}
 	later := g
 	later.Count, later.First, later.Last, later.Sample, later.Task, later.Stack = 3, 15, 30, "boom 9", "t-2", ""
-	if n, err := f.r.CountFailures(ctx, "w2", []FailureGroup{later}); err != nil || n != 3 {
-		t.Fatalf("CountFailures: %d, %v", n, err)
+	if n, bad, err := f.r.CountFailures(ctx, "w2", []FailureGroup{later}); err != nil || n != 3 || bad != 0 {
+		t.Fatalf("CountFailures: %d, %d malformed, %v", n, bad, err)
 	}
 	f.c.HSet(ctx, keys.FailureGroups("rm", f.queue), "x", "{not json")
 	a := NewAdmin(f.c, "rm")
@@ -330,4 +331,92 @@ func recordIDs(rs []BatchRecord) []string {
 		ids = append(ids, r.ID)
 	}
 	return ids
+}
+
+// A malformed group in Redis (issue 35: one bad field stopped failures.lua
+// half way; the worker sent every group again and a count went 5, 10, 15 on
+// successive heartbeats) is replaced, said once, and blocks nothing; past
+// keys.MaxFailureGroups, new function names share one group per kind; a
+// sample and a stack are cut.
+func TestFailureGroupsBounded(t *testing.T) {
+	f := setup(t)
+	ctx := context.Background()
+	hash := keys.FailureGroups("rm", f.queue)
+	a, b := group("a", 5), group("b", 5)
+	f.c.HSet(ctx, hash, b.Key(), `{"count":"lots"}`)
+	for round := 1; round <= 3; round++ {
+		n, bad, err := f.r.CountFailures(ctx, "w1", []FailureGroup{a, b})
+		wantBad := int64(0)
+		if round == 1 {
+			wantBad = 1
+		}
+		if err != nil || n != 10 || bad != wantBad {
+			t.Fatalf("round %d: %d added, %d malformed, %v; want 10, %d", round, n, bad, err, wantBad)
+		}
+		gs, malformed, err := NewAdmin(f.c, "rm").Failures(ctx, f.queue)
+		if err != nil || malformed != 0 || len(gs) != 2 {
+			t.Fatalf("round %d: %+v, %d malformed, %v", round, gs, malformed, err)
+		}
+		for _, x := range gs {
+			if x.Count != int64(5*round) {
+				t.Fatalf("round %d: group %s counts %d, want %d", round, x.Func, x.Count, 5*round)
+			}
+		}
+	}
+	// Unique function names past the cap share one group per kind.
+	many := make([]FailureGroup, 0, keys.MaxFailureGroups+500)
+	for i := range keys.MaxFailureGroups + 500 {
+		many = append(many, group("fn-"+strconv.Itoa(i), 1))
+	}
+	if n, _, err := f.r.CountFailures(ctx, "w1", many); err != nil || n != int64(len(many)) {
+		t.Fatalf("CountFailures of %d groups: %d, %v", len(many), n, err)
+	}
+	if n, err := f.c.HLen(ctx, hash).Result(); err != nil || n != keys.MaxFailureGroups+1 {
+		t.Fatalf("%d groups in the hash (%v), want the cap and one (other)", n, err)
+	}
+	gs, _, _ := NewAdmin(f.c, "rm").Failures(ctx, f.queue)
+	var other int64
+	for _, x := range gs {
+		if x.Func == OtherGroup {
+			other += x.Count
+		}
+		if len(x.Sample) > MaxSample || len(x.Stack) > MaxStack {
+			t.Fatalf("group %s: sample %d bytes, stack %d", x.Func, len(x.Sample), len(x.Stack))
+		}
+	}
+	if other != 502 {
+		t.Fatalf("(other) counts %d, want the 502 failures past the cap", other)
+	}
+}
+
+// group is a failure group of function fn with n failures, a sample and a
+// stack longer than their caps.
+func group(fn string, n int64) FailureGroup {
+	return FailureGroup{Func: fn, Kind: "error", Fingerprint: "x", Count: n, First: 1, Last: 2,
+		Sample: strings.Repeat("m", 10<<10), Stack: strings.Repeat("s", 100<<10), Task: "t"}
+}
+
+// Publish works with 100,000 running batches (issue 35: past about 4,000,
+// unpack failed with "too many results to unpack", every publish failed,
+// and workers recorded the manager's batches as lost).
+func TestPublishManyBatches(t *testing.T) {
+	f := setup(t)
+	ctx := context.Background()
+	batches := make(map[string]BatchProgress, 100_000)
+	for i := range 100_000 {
+		batches["b"+strconv.Itoa(i)] = BatchProgress{Func: "f", Total: 1}
+	}
+	if _, err := f.r.PublishBatches(ctx, f.mid, batches, time.Minute, time.Minute, 0); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := f.c.HLen(ctx, keys.Batches("rm", f.queue, f.mid)).Result(); err != nil || n != 100_000 {
+		t.Fatalf("%d batches published (%v), want 100,000", n, err)
+	}
+	// Its manager overdue, all of them are recorded as manager lost.
+	if _, err := f.r.PublishBatches(ctx, f.mid, batches, time.Minute, -time.Millisecond, 0); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := NewAdmin(f.c, "rm").LoseManagers(ctx, f.queue); err != nil || n != 100_000 {
+		t.Fatalf("LoseManagers: %d, %v; want 100,000 batches recorded", n, err)
+	}
 }

@@ -11,9 +11,14 @@
 -- ARGV[5] throughput counter's life, ms
 -- ARGV[6], ARGV[7], ...: batch id, JSON progress, ... (may be none)
 -- Returns the batch ids an operator asked to cancel.
+-- Fields go in HSETs of at most 1,000 pairs: unpack gives at most about
+-- 8,000 values to a call, and a manager may run 100,000 batches.
+local PAIRS = 1000
 redis.call('DEL', KEYS[1])
 if #ARGV > 5 then
-  redis.call('HSET', KEYS[1], unpack(ARGV, 6))
+  for i = 6, #ARGV, 2 * PAIRS do
+    redis.call('HSET', KEYS[1], unpack(ARGV, i, math.min(i + 2 * PAIRS - 1, #ARGV)))
+  end
   -- outliving the due time, so whoever notices the manager is lost still
   -- finds its batches
   redis.call('PEXPIRE', KEYS[1], tonumber(ARGV[2]) + math.max(tonumber(ARGV[3]), 0))
