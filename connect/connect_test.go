@@ -2,6 +2,7 @@ package connect_test
 
 import (
 	"context"
+	"flag"
 	"strings"
 	"testing"
 
@@ -68,12 +69,13 @@ func TestConnectForms(t *testing.T) {
 
 func TestRedact(t *testing.T) {
 	for in, want := range map[string]string{
-		"redis://u:secret@h:1/0":                   "redis://u:xxxxx@h:1/0",
-		"redis://:secret@h:1":                      "redis://:xxxxx@h:1",
-		"redis-sentinel://:s@h1:1,h2:2/0?master=m": "redis-sentinel://:xxxxx@h1:1,h2:2/0?master=m",
-		"redis://h:1?addr=h:2":                     "redis://h:1?addr=h:2",
-		"redis://u@h:1":                            "redis://u@h:1",
-		"rediss://u:p%40ss@h:1/0?tls_ca_file=/a@b": "rediss://u:xxxxx@h:1/0?tls_ca_file=/a@b",
+		"redis://u:secret@h:1/0":                     "redis://u:xxxxx@h:1/0",
+		"redis://:secret@h:1":                        "redis://:xxxxx@h:1",
+		"redis-sentinel://:s@h1:1,h2:2/0?master=m":   "redis-sentinel://:xxxxx@h1:1,h2:2/0?master=m",
+		"redis://h:1?addr=h:2":                       "redis://h:1?addr=h:2",
+		"redis://u@h:1":                              "redis://u@h:1",
+		"rediss://u:p%40ss@h:1/0?tls_ca_file=/a%40b": "rediss://u:xxxxx@h:1/0?tls_ca_file=/a%40b",
+		"rediss://u:p%40ss@h:1/0?tls_ca_file=/a@b":   "rediss://xxxxx@b", // an '@' past the hosts: all redacted
 	} {
 		if got := connect.Redact(in); got != want {
 			t.Errorf("Redact(%q) = %q, want %q", in, got, want)
@@ -147,4 +149,51 @@ func TestConnectTopologies(t *testing.T) {
 			t.Fatal("no client certificate: no error")
 		}
 	})
+}
+
+// No form connect.URL accepts, nor a malformed one, shows its password:
+// neither Redact, nor URL's errors, nor a flag's -h default (issue 35:
+// passwords holding '/' or '?', sentinel_password, a parse error that
+// quoted one).
+func TestSecretsNeverShown(t *testing.T) {
+	const secret = "S3cr3t"
+	for _, c := range []struct {
+		url  string
+		keep string // what the redacted URL still shows
+	}{
+		{"redis://u:" + secret + "@h:1/0", "redis://u:xxxxx@h:1/0"},
+		{"redis://:" + secret + "@h:1", "redis://:xxxxx@h:1"},
+		{"redis://acl-user:" + secret + "@h:1/2?pool_size=3", "redis://acl-user:xxxxx@h:1/2?pool_size=3"},
+		{"rediss://u:" + secret + "@h:1/0?tls_ca_file=/etc/ca.pem&tls_cert_file=/c.pem&tls_key_file=/k.pem", "tls_key_file=/k.pem"},
+		{"redis://u:a/" + secret + "@h:1/0", "@h:1/0"},
+		{"redis://u:a?" + secret + "@h:1/0", "@h:1/0"},
+		{"redis://u:a#" + secret + "@h:1/0", "@h:1/0"},
+		{"redis://u:a@" + secret + "@h:1/0", "@h:1/0"},
+		{"redis://u:a:" + secret + "@h:1/0", "@h:1/0"},
+		{"redis://u:" + secret + "%2F%3F%40@h:1/0", "redis://u:xxxxx@h:1/0"},
+		{"redis://u:1234?x=" + secret + "@h:1", "@h:1"},
+		{"redis://u:" + secret + "@h:1?addr=h:2&addr=h:3", "addr=h:3"},
+		{"redis-sentinel://:" + secret + "@h1:1,h2:2/0?master=m", "h1:1,h2:2/0?master=m"},
+		{"redis-sentinel://h1:1,h2:2/0?master=m&sentinel_password=" + secret, "sentinel_password=xxxxx"},
+		{"redis-sentinel://u:p@h1:1/0?sentinel_password=a/" + secret + "&master=m", "master=m"},
+		{"redis-sentinel://u:a/" + secret + "@h1:1,h2:2/0?master=m", "@h1:1,h2:2/0?master=m"},
+		{"u:" + secret + "@h:1", "@h:1"},
+	} {
+		r := connect.Redact(c.url)
+		if strings.Contains(r, secret) || !strings.Contains(r, c.keep) {
+			t.Errorf("Redact(%q) = %q: want no password, and %q kept", c.url, r, c.keep)
+		}
+		if _, err := connect.URL(c.url); err != nil && strings.Contains(err.Error(), secret) {
+			t.Errorf("URL(%q): %v shows the password", c.url, err)
+		}
+		fs := flag.NewFlagSet("x", flag.ContinueOnError)
+		var out strings.Builder
+		fs.SetOutput(&out)
+		u := connect.URLFlag{URL: c.url}
+		fs.Var(&u, "redis", "Redis URL")
+		fs.PrintDefaults()
+		if strings.Contains(out.String(), secret) || u.URL != c.url {
+			t.Errorf("-h with default %q: %q", c.url, out.String())
+		}
+	}
 }

@@ -78,7 +78,7 @@ func mainWith(args []string, stdout, stderr io.Writer, hs ...redmap.AnyHandle) e
 			log.Warn("could not export the last spans", "err", err)
 		}
 	}()
-	client, err := connect.URL(f.url)
+	client, err := connect.URL(f.url.URL)
 	if err != nil {
 		return fmt.Errorf("worker: -redis: %w", err)
 	}
@@ -103,7 +103,7 @@ func mainWith(args []string, stdout, stderr io.Writer, hs ...redmap.AnyHandle) e
 	// with one line after a few seconds, rather than a worker that retries
 	// for ever having never served.
 	if err := w.source.first.Preflight(ctx, startBudget, healBudget, log); err != nil {
-		return fmt.Errorf("worker: cannot serve queue %q with Redis at %s: %w", f.queue, connect.Redact(f.url), err)
+		return fmt.Errorf("worker: cannot serve queue %q with Redis at %s: %w", f.queue, f.url.String(), err)
 	}
 	w.checked = true // one start-up check per process
 	fmt.Fprintln(stdout, "worker", w.ID())
@@ -116,11 +116,12 @@ func mainWith(args []string, stdout, stderr io.Writer, hs ...redmap.AnyHandle) e
 
 // flags are a worker program's settings, from its flags and environment.
 type flags struct {
-	url, queue, id, metrics string
-	concurrency, prefetch   int
-	cacheBytes              int64
-	level                   slog.Level
-	queueDefault            bool // neither -queue nor REDMAP_QUEUE named the queue
+	url                   connect.URLFlag // -h shows it without its password
+	queue, id, metrics    string
+	concurrency, prefetch int
+	cacheBytes            int64
+	level                 slog.Level
+	queueDefault          bool // neither -queue nor REDMAP_QUEUE named the queue
 }
 
 // parseFlags reads args and the environment; with -h it prints the usage
@@ -149,7 +150,8 @@ func parseFlags(args []string, stdout io.Writer, hs []redmap.AnyHandle) (*flags,
 	// The flag package would print a bad flag's error and the usage, and the
 	// caller would print the error again: it is said once, by the caller.
 	fs.SetOutput(io.Discard)
-	fs.StringVar(&f.url, "redis", env("REDIS_URL", "redis://127.0.0.1:6379/0"), "Redis URL: one server, a Cluster, Sentinel, TLS, ACL users; see connect.URL (env REDIS_URL)")
+	f.url.URL = env("REDIS_URL", "redis://127.0.0.1:6379/0")
+	fs.Var(&f.url, "redis", "Redis URL: one server, a Cluster, Sentinel, TLS, ACL users; see connect.URL (env REDIS_URL)")
 	fs.StringVar(&f.queue, "queue", env("REDMAP_QUEUE", "default"), "queue to serve (env REDMAP_QUEUE)")
 	fs.StringVar(&f.id, "id", env("REDMAP_WORKER_ID", ""), "worker id, default random (env REDMAP_WORKER_ID)")
 	fs.IntVar(&f.concurrency, "concurrency", int(envInt("REDMAP_CONCURRENCY")), "tasks run at once, 0 for GOMAXPROCS (env REDMAP_CONCURRENCY)")

@@ -32,6 +32,9 @@ func TestMainFlags(t *testing.T) {
 		{args: []string{"-h"}, stdout: "-prefetch"},
 		{env: "REDMAP_PREFETCH=lots", wantErr: `REDMAP_PREFETCH="lots": want an integer`},
 		{args: []string{"-prefetch", "-2"}, wantErr: "Options.Prefetch -2 is below -1"},
+		// The default from REDIS_URL shows without its password (issue 35).
+		{args: []string{"-h"}, env: "REDIS_URL=redis://u:TOP/SECRET@h:1/0", stdout: "(default redis://xxxxx@h:1/0)"},
+		{args: []string{"-h"}, env: "REDIS_URL=redis://u:TOPSECRET@h:1/0", stdout: "(default redis://u:xxxxx@h:1/0)"},
 	} {
 		t.Run(strings.Join(c.args, " ")+c.env, func(t *testing.T) {
 			if name, value, ok := strings.Cut(c.env, "="); ok {
@@ -46,6 +49,8 @@ func TestMainFlags(t *testing.T) {
 				t.Fatalf("error %v, want one containing %q", err, c.wantErr)
 			case !strings.Contains(stdout.String(), c.stdout):
 				t.Fatalf("stdout %q, want %q in it", stdout.String(), c.stdout)
+			case strings.Contains(stdout.String(), "SECRET"):
+				t.Fatalf("stdout shows the password: %q", stdout.String())
 			case stderr.Len() > 0:
 				t.Fatalf("stderr %q: the error must be said once, by the caller", stderr.String())
 			}

@@ -95,7 +95,7 @@ func run(args []string, out io.Writer) (int, error) {
 		fmt.Fprint(out, usage)
 		return 0, nil
 	}
-	client, err := connect.URL(o.url)
+	client, err := connect.URL(o.url.URL)
 	if err != nil {
 		return 2, usageError{fmt.Sprintf("-redis: %v", err)}
 	}
@@ -106,7 +106,7 @@ func run(args []string, out io.Writer) (int, error) {
 		return 2, usageError{fmt.Sprintf("-prefix: %v", err)}
 	}
 	if err := c.in.Ping(ctx); err != nil {
-		return 1, fmt.Errorf("cannot reach Redis at %s: %v", connect.Redact(o.url), err)
+		return 1, fmt.Errorf("cannot reach Redis at %s: %v", o.url.String(), err)
 	}
 	if o.cmd == "dashboard" {
 		cancel()
@@ -146,7 +146,8 @@ func (c *cli) do(ctx context.Context, cmd string, operand []string) error {
 // invocation is a command line: the command, its operand and the flags
 // that are not the cli's own.
 type invocation struct {
-	cmd, url, prefix, addr     string
+	url                        connect.URLFlag // -h shows it without its password
+	cmd, prefix, addr          string
 	tokenFile, tlsCert, tlsKey string
 	operand                    []string
 	actions, private           bool
@@ -162,7 +163,8 @@ func parseArgs(args []string, c *cli) (*invocation, error) {
 		def = "redis://127.0.0.1:6379/0"
 	}
 	var o invocation
-	fs.StringVar(&o.url, "redis", def, "")
+	o.url.URL = def
+	fs.Var(&o.url, "redis", "")
 	fs.StringVar(&o.prefix, "prefix", "redmap", "")
 	fs.BoolVar(&c.json, "json", false, "")
 	fs.StringVar(&c.queue, "queue", "", "")
