@@ -12,6 +12,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/redmap/redmap"
+	"github.com/redmap/redmap/internal/harness"
 	"github.com/redmap/redmap/internal/keys"
 	"github.com/redmap/redmap/internal/redistest"
 	"github.com/redmap/redmap/manager"
@@ -36,6 +37,22 @@ func readmeRule(t *testing.T, pass string) []string {
 	}
 	t.Fatal("README has no line beginning with ACL SETUSER redmap")
 	return nil
+}
+
+// clusterAdditions returns what docs/connecting.md says to add to the rule
+// on a Cluster: its backquoted "+cluster|slots ..." permissions.
+func clusterAdditions(t *testing.T) []string {
+	t.Helper()
+	doc, err := os.ReadFile("../docs/connecting.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, rest, ok := strings.Cut(string(doc), "`+cluster|slots")
+	add, _, ok2 := strings.Cut(rest, "`")
+	if !ok || !ok2 {
+		t.Fatal("docs/connecting.md names no `+cluster|slots ...` additions")
+	}
+	return strings.Fields("+cluster|slots" + add)
 }
 
 // setUser creates (or resets) an ACL user with rule.
@@ -179,4 +196,51 @@ func TestACLRevokedMidBatch(t *testing.T) {
 			})
 		})
 	}
+}
+
+// The documented rule works on a Cluster and through Sentinel too (issue
+// 35: on a Cluster go-redis was refused CLUSTER SLOTS, then logged NOPERM
+// for COMMAND again and again): a manager and two worker processes, as the
+// user on every node, run a Map and a MapWith.
+func TestACLTopologies(t *testing.T) {
+	t.Parallel()
+	rule := readmeRule(t, "pw")
+	run := func(t *testing.T, client redis.UniversalClient, url string) {
+		b := &harness.Env{Client: client, URL: url, Queue: "acl-" + strings.ToLower(t.Name()[len("TestACLTopologies/"):])}
+		a, c, m := twoWorkers(t, b, "REDMAP_GOREDIS_LOGS=1")
+		ctx := testCtx(t)
+		if ys, err := manager.Map(ctx, m, square, ints(2000)); err != nil || ys[1999] != 1999*1999 {
+			t.Fatalf("Map as the ACL user: %v", err)
+		}
+		tab := table(1 << 16)
+		if ys, err := manager.MapWith(ctx, m, lookup, tab, ints(1000)); err != nil || ys[999] != tab[999] {
+			t.Fatalf("MapWith as the ACL user: %v", err)
+		}
+		// go-redis logs what it was refused (kept on the workers' stderr).
+		for _, p := range []*harness.Proc{a, c} {
+			if tail := p.Tail(); strings.Contains(tail, "NOPERM") {
+				t.Fatalf("a worker logged a refusal:\n%s", tail)
+			}
+		}
+	}
+	t.Run("cluster", func(t *testing.T) {
+		t.Parallel()
+		cl := redistest.StartCluster(t, 3)
+		for _, n := range cl.Nodes {
+			setUser(t, n.Client(t), "redmap", append(rule, clusterAdditions(t)...))
+		}
+		c := redis.NewClusterClient(&redis.ClusterOptions{Addrs: cl.Addrs(), Username: "redmap", Password: "pw"})
+		t.Cleanup(func() { c.Close() })
+		url := strings.Replace(cl.URL(), "redis://", "redis://redmap:pw@", 1)
+		run(t, c, url)
+	})
+	t.Run("sentinel", func(t *testing.T) {
+		t.Parallel()
+		st := redistest.StartSentinel(t)
+		setUser(t, st.Primary(t).Client(t), "redmap", rule)
+		c := redis.NewFailoverClient(&redis.FailoverOptions{MasterName: redistest.MasterName, SentinelAddrs: st.Addrs(), Username: "redmap", Password: "pw"})
+		t.Cleanup(func() { c.Close() })
+		url := "redis-sentinel://redmap:pw@" + strings.Join(st.Addrs(), ",") + "/0?master=" + redistest.MasterName
+		run(t, c, url)
+	})
 }

@@ -19,7 +19,13 @@ import (
 func TestMain(m *testing.M) {
 	// go-redis logs the dial failures of fault tests on stderr; they are
 	// expected, and would drown the tests' own output.
-	connect.RouteLogs(slog.New(slog.DiscardHandler))
+	// A child started with REDMAP_GOREDIS_LOGS keeps them, on stderr, for a
+	// test that reads them.
+	if os.Getenv("REDMAP_GOREDIS_LOGS") != "" {
+		connect.RouteLogs(slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug})))
+	} else {
+		connect.RouteLogs(slog.New(slog.DiscardHandler))
+	}
 	runChild()
 	code := redistest.Run(m)
 	harness.Cleanup()

@@ -143,12 +143,10 @@ local function lose_managers(base, managers, hist, index, limit, age)
   local n = 0
   for _, mid in ipairs(lost) do
     local key = base .. 'm:' .. mid .. ':batches'
-    -- HGETALL, not HMGET of HKEYS: unpack takes about 8,000 values at
-    -- most, and a manager may have published 100,000 batches.
-    local flat = redis.call('HGETALL', key)
-    for i = 1, #flat, 2 do
-      local id = flat[i]
-      local ok, p = pcall(cjson.decode, flat[i + 1] or '')
+    -- An HGET a batch, not one HMGET of them all: unpack takes about 8,000
+    -- values at most, and a manager may have published 100,000 batches.
+    for _, id in ipairs(redis.call('HKEYS', key)) do
+      local ok, p = pcall(cjson.decode, redis.call('HGET', key, id) or '')
       if ok and type(p) == 'table' and redis.call('HEXISTS', hist, id) == 0 then
         local rec = {id = id, manager = mid, func = p.func, priority = p.priority,
           worker = p.worker, total = p.total, done = p.done, failed = p.failed,
