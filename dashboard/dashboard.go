@@ -31,9 +31,11 @@ import (
 	"fmt"
 	"io/fs"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/url"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -70,6 +72,12 @@ type Options struct {
 	// stays on the page. Default 10 minutes. (Workers that stopped or died
 	// stay for inspect.GoneFor, as Redis keeps them.)
 	Keep time.Duration
+	// Hosts are the names (without port) the dashboard answers to besides
+	// IP addresses and localhost: the name operators reach it by, through
+	// DNS or a reverse proxy that passes the Host on. A request for any
+	// other name is refused (421), so that a web page whose name was made
+	// to resolve to the dashboard's address (DNS rebinding) reads nothing.
+	Hosts []string
 	// Logger receives the dashboard's logs. Default: none.
 	Logger *slog.Logger
 }
@@ -134,11 +142,45 @@ func New(client redis.UniversalClient, opts Options) (*Dashboard, error) {
 	return d, nil
 }
 
-// ServeHTTP serves the page, its assets, the state and the actions.
+// csp is the page's Content-Security-Policy: its own script, style and
+// requests only; no inline script or style, no frame, no form elsewhere.
+const csp = "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self'; " +
+	"base-uri 'none'; form-action 'none'; frame-ancestors 'none'"
+
+// ServeHTTP serves the page, its assets, the state and the actions, to
+// requests whose Host is one the dashboard answers to (see Options.Hosts).
 func (d *Dashboard) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("X-Content-Type-Options", "nosniff")
 	w.Header().Set("X-Frame-Options", "DENY")
+	w.Header().Set("Content-Security-Policy", csp)
+	w.Header().Set("Referrer-Policy", "no-referrer")
+	if !d.hostAllowed(r.Host) {
+		// A page on another site whose name was made to resolve to this
+		// address (DNS rebinding) reads nothing.
+		http.Error(w, "dashboard: unknown host "+strconv.Quote(r.Host)+" (redmap dashboard -host names it)", http.StatusMisdirectedRequest)
+		return
+	}
 	d.mux.ServeHTTP(w, r)
+}
+
+// hostAllowed reports whether host (a request's Host, with or without a
+// port) names the dashboard: an IP address (a rebinding attack needs a
+// name), localhost, or one of Options.Hosts.
+func (d *Dashboard) hostAllowed(host string) bool {
+	name := host
+	if h, _, err := net.SplitHostPort(host); err == nil {
+		name = h
+	}
+	name = strings.TrimSuffix(strings.Trim(name, "[]"), ".")
+	if name == "" || net.ParseIP(name) != nil || strings.EqualFold(name, "localhost") {
+		return name != ""
+	}
+	for _, h := range d.opts.Hosts {
+		if strings.EqualFold(name, h) {
+			return true
+		}
+	}
+	return false
 }
 
 // State is what GET api/state returns: everything the page shows, read

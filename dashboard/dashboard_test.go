@@ -345,3 +345,48 @@ func TestPrivateState(t *testing.T) {
 		t.Error("Private without a token: no error")
 	}
 }
+
+// A request for a name the dashboard does not answer to reads nothing (issue
+// 35: a page whose name was made to resolve to 127.0.0.1, by DNS rebinding,
+// could read a dashboard started without -private); every answer carries a
+// Content-Security-Policy.
+func TestHostChecked(t *testing.T) {
+	e := harness.Setup(t)
+	d, err := dashboard.New(e.Client, dashboard.Options{Queue: e.Queue, Hosts: []string{"redmap.example"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(d)
+	defer srv.Close()
+	for _, c := range []struct {
+		host string
+		want int
+	}{
+		{"", http.StatusOK}, // the server's own address
+		{"localhost:8080", http.StatusOK},
+		{"127.0.0.1:9", http.StatusOK},
+		{"[::1]:8080", http.StatusOK},
+		{"redmap.example", http.StatusOK},
+		{"REDMAP.example.:443", http.StatusOK},
+		{"attacker.example:8080", http.StatusMisdirectedRequest},
+		{"localhost.attacker.example", http.StatusMisdirectedRequest},
+	} {
+		for _, path := range []string{"/api/state", "/"} {
+			req, _ := http.NewRequest("GET", srv.URL+path, nil)
+			if c.host != "" {
+				req.Host = c.host
+			}
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			resp.Body.Close()
+			if resp.StatusCode != c.want {
+				t.Errorf("GET %s with Host %q: %d, want %d", path, c.host, resp.StatusCode, c.want)
+			}
+			if csp := resp.Header.Get("Content-Security-Policy"); !strings.Contains(csp, "script-src 'self'") || strings.Contains(csp, "unsafe") {
+				t.Errorf("GET %s: Content-Security-Policy %q", path, csp)
+			}
+		}
+	}
+}

@@ -27,6 +27,7 @@ const tokenEnv = "REDMAP_DASHBOARD_TOKEN"
 // dashboardFlags are the dashboard command's settings.
 type dashboardFlags struct {
 	prefix, queue, addr        string
+	hosts                      []string // -host: names it answers to besides IPs and localhost
 	actions, private           bool
 	tokenFile, tlsCert, tlsKey string
 }
@@ -45,7 +46,7 @@ func serveDashboard(client redis.UniversalClient, f dashboardFlags, out io.Write
 		return 2, usageError{err.Error()}
 	}
 	d, err := dashboard.New(client, dashboard.Options{Prefix: f.prefix, Queue: f.queue, Actions: f.actions,
-		Private: f.private, Token: token, Logger: log})
+		Private: f.private, Token: token, Hosts: f.hosts, Logger: log})
 	if err != nil {
 		return 2, usageError{err.Error()}
 	}
@@ -53,7 +54,7 @@ func serveDashboard(client redis.UniversalClient, f dashboardFlags, out io.Write
 	if err != nil {
 		return 1, fmt.Errorf("dashboard: %w", err)
 	}
-	srv := &http.Server{Handler: d, ReadHeaderTimeout: 10 * time.Second}
+	srv := dashboardServer(d)
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	go func() {
@@ -82,6 +83,14 @@ func serveDashboard(client redis.UniversalClient, f dashboardFlags, out io.Write
 		return 1, fmt.Errorf("dashboard: %w", err)
 	}
 	return 0, nil
+}
+
+// dashboardServer returns the server of the dashboard d, with timeouts, so
+// a client that opens connections and sends nothing, reads nothing or
+// keeps them idle cannot hold them (and their goroutines) for ever.
+func dashboardServer(d http.Handler) *http.Server {
+	return &http.Server{Handler: d, ReadHeaderTimeout: 10 * time.Second, ReadTimeout: 30 * time.Second,
+		WriteTimeout: 30 * time.Second, IdleTimeout: 2 * time.Minute, MaxHeaderBytes: 64 << 10}
 }
 
 // operatorToken returns the operator token: from -token-file, else from

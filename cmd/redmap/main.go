@@ -72,7 +72,9 @@ const usage = `usage: redmap [-redis URL] [-prefix P] [-queue Q] [-json] command
                       queues, with the operator token (REDMAP_DASHBOARD_TOKEN, or
                       -token-file F; on 127.0.0.1 without one, a random token is
                       made and printed); -private needs the token to read as well;
-                      -tls-cert F -tls-key F serve HTTPS
+                      -tls-cert F -tls-key F serve HTTPS; -host NAME[,NAME] the names
+                      it answers to besides IP addresses and localhost (its DNS name,
+                      or a reverse proxy's: other Host headers are refused)
 `
 
 type cli struct {
@@ -111,7 +113,7 @@ func run(args []string, out io.Writer) (int, error) {
 	if o.cmd == "dashboard" {
 		cancel()
 		return serveDashboard(client, dashboardFlags{prefix: o.prefix, queue: c.queue, addr: o.addr, actions: o.actions,
-			private: o.private, tokenFile: o.tokenFile, tlsCert: o.tlsCert, tlsKey: o.tlsKey}, out)
+			private: o.private, tokenFile: o.tokenFile, tlsCert: o.tlsCert, tlsKey: o.tlsKey, hosts: o.hosts}, out)
 	}
 	if c.queue != "" {
 		if err := c.mustQueue(ctx, c.queue); err != nil {
@@ -147,6 +149,7 @@ func (c *cli) do(ctx context.Context, cmd string, operand []string) error {
 // that are not the cli's own.
 type invocation struct {
 	url                        connect.URLFlag // -h shows it without its password
+	hosts                      []string
 	cmd, prefix, addr          string
 	tokenFile, tlsCert, tlsKey string
 	operand                    []string
@@ -177,6 +180,14 @@ func parseArgs(args []string, c *cli) (*invocation, error) {
 	fs.StringVar(&o.tokenFile, "token-file", "", "")
 	fs.StringVar(&o.tlsCert, "tls-cert", "", "")
 	fs.StringVar(&o.tlsKey, "tls-key", "", "")
+	fs.Func("host", "", func(v string) error {
+		for _, h := range strings.Split(v, ",") {
+			if h = strings.TrimSpace(h); h != "" {
+				o.hosts = append(o.hosts, h)
+			}
+		}
+		return nil
+	})
 	var pos []string
 	for rest := args; ; {
 		err := fs.Parse(rest)

@@ -64,6 +64,14 @@ function renderQueues(s) {
   }).join("");
 }
 
+// sizes sets the widths and offsets given as data-width and data-left (in
+// percent) under el: through the CSSOM, which the page's Content-Security-
+// Policy allows, not style attributes, which it refuses.
+function sizes(el) {
+  el.querySelectorAll("[data-width]").forEach((e) => { e.style.width = e.dataset.width + "%"; });
+  el.querySelectorAll("[data-left]").forEach((e) => { e.style.left = e.dataset.left + "%"; });
+}
+
 function renderBatches(s) {
   if (!s.batches.length) {
     $("batches").innerHTML = `<div class="empty">No batch running or ended lately.</div>`;
@@ -80,7 +88,7 @@ function renderBatches(s) {
     return `<div class="batch ${running ? "" : "finished"}" data-batch="${esc(b.id)}" data-done="${b.done}" data-failed="${b.failed}" data-total="${b.total}" data-outcome="${esc(b.outcome)}">
       <div class="head"><span><b>${esc(b.func)}</b> <span class="muted">${esc(b.queue)} · priority ${b.priority}${where} · ${esc(b.id.slice(0, 8))}…${esc(b.id.slice(b.id.indexOf(":")))}</span></span>
         <span><span class="badge ${esc(b.outcome.replace(" ", "-"))}">${esc(b.outcome)}</span> ${cancel}</span></div>
-      <div class="bar" title="${b.done} of ${b.total} done, ${b.failed} failed"><div class="ok" style="width:${ok}%"></div><div class="bad" style="left:${ok}%;width:${bad}%"></div></div>
+      <div class="bar" title="${b.done} of ${b.total} done, ${b.failed} failed"><div class="ok" data-width="${ok}"></div><div class="bad" data-left="${ok}" data-width="${bad}"></div></div>
       <div class="nums"><span><b>${num(b.done)}</b> / ${num(b.total)} done</span><span><b>${num(b.failed)}</b> failed${causes ? ` (${causes})` : ""}</span>
         <span><b>${num(b.rate)}</b>/s</span>${running ? `<span>ETA <b>${dur(b.eta_seconds)}</b></span>` : ago}
         ${b.waiting ? `<span class="err">${esc(b.waiting)}</span>` : ""}${b.reason ? `<span class="muted">${esc(b.reason)}</span>` : ""}</div></div>`;
@@ -99,7 +107,7 @@ function renderWorkers(s) {
     return `<tr class="${w.live ? "" : "dead"}" data-worker="${esc(w.id)}" data-state="${esc(w.state)}" title="${esc(w.error || "")}">
       <td>${esc(w.queue)}</td><td>${esc(w.id.slice(0, 12))}</td><td><span class="badge ${esc(w.state)}">${esc(w.state)}</span>${w.live ? "" : ` <span class="muted">${dur(w.since_seconds)} ago</span>`}</td>
       <td>${esc(w.host)}</td><td>${w.pid}</td><td>${dur(w.heartbeat_age_seconds)}</td>
-      <td><span class="slots"><span style="width:${pct}%"></span></span>${w.running}/${w.concurrency}</td>
+      <td><span class="slots"><span data-width="${pct}"></span></span>${w.running}/${w.concurrency}</td>
       <td>${num(w.held)}</td><td>${num(w.taken)}</td><td>${num(w.delivered)}</td><td>${num(w.failed)}</td>
       <td>${esc(w.functions.join(", "))}</td><td>${num(w.cache_hits)}</td><td>${bytes(w.cache_bytes)}</td>${drain}</tr>`;
   }).join("");
@@ -130,6 +138,7 @@ function render() {
   renderBatches(state);
   renderWorkers(state);
   renderFailures(state);
+  sizes(document.body);
 }
 
 // The operator token, entered once per tab: kept in the tab's session
