@@ -5,11 +5,14 @@ import (
 	"errors"
 	"runtime"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"go.opentelemetry.io/otel/trace"
+	"go.opentelemetry.io/otel/trace/noop"
 
 	"github.com/redmap/redmap"
 	"github.com/redmap/redmap/cache"
@@ -204,4 +207,44 @@ func allocated(f func()) uint64 {
 	f()
 	runtime.ReadMemStats(&after)
 	return after.TotalAlloc - before.TotalAlloc
+}
+
+// panicTracer's spans panic as they start: a part of a task's path outside
+// the user's function that panics (issue 35: no recover around a task's
+// path, so such a panic killed the worker, once per attempt).
+type panicTracer struct{ noop.Tracer }
+
+func (panicTracer) Start(context.Context, string, ...trace.SpanStartOption) (context.Context, trace.Span) {
+	panic("the tracer broke")
+}
+
+type panicProvider struct{ noop.TracerProvider }
+
+func (panicProvider) Tracer(string, ...trace.TracerOption) trace.Tracer { return panicTracer{} }
+
+// A panic on a task's path outside its function fails that task whole,
+// saying where and with the stack, and the worker goes on to the next.
+func TestTaskPathPanicFailsTheTask(t *testing.T) {
+	client := redis.NewClient(&redis.Options{Addr: redistest.Shared(t).Addr()})
+	t.Cleanup(func() { client.Close() })
+	w, err := New(client, Options{Queue: "panics", TracerProvider: panicProvider{}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Register(fuzzSquare); err != nil {
+		t.Fatal(err)
+	}
+	traced := fuzzTask(fuzzSquare, []int{1, 2}, func(t *codec.Task) {
+		t.Trace = map[string]string{"traceparent": "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"}
+	})
+	done := w.execute(context.Background(), rdb.Taken{ID: "t-9", Payload: traced})
+	r, err := codec.DecodeResult(done.Result, 0)
+	if err != nil || len(r.Fails) != 1 || r.Fails[0].Index != -1 || !strings.Contains(r.Fails[0].Msg, "the tracer broke") || r.Fails[0].Stack == "" {
+		t.Fatalf("result %+v (%v), want the whole task failed with the panic and its stack", r, err)
+	}
+	// The next task, untraced, runs.
+	done = w.execute(context.Background(), rdb.Taken{ID: "t-10", Payload: fuzzTask(fuzzSquare, []int{3}, nil)})
+	if r, err := codec.DecodeResult(done.Result, 0); err != nil || len(r.Fails) != 0 {
+		t.Fatalf("the next task: %+v (%v)", r, err)
+	}
 }
