@@ -105,6 +105,7 @@ type narrow struct {
 }
 
 type asArray struct {
+	//lint:ignore U1000 msgpack reads its tag
 	_msgpack struct{} `msgpack:",as_array"`
 	A        string
 	B        uint8
