@@ -62,3 +62,45 @@ func BenchmarkResultRoundTrip(b *testing.B) {
 		}
 	}
 }
+
+type benchDoc struct {
+	ID    int
+	Name  string
+	Score float64
+	Tags  []string
+}
+
+// BenchmarkDecodeElementsStruct: 1,000 small structs, the reflective path
+// (walked first, then decoded).
+func BenchmarkDecodeElementsStruct(b *testing.B) {
+	xs := make([]benchDoc, 1000)
+	for i := range xs {
+		xs[i] = benchDoc{ID: i, Name: "doc", Score: float64(i) / 3, Tags: []string{"a", "b"}}
+	}
+	frame, _ := EncodeElements(xs, 0)
+	dst := make([]benchDoc, len(xs))
+	b.SetBytes(int64(len(frame)))
+	b.ResetTimer()
+	for range b.N {
+		if err := DecodeElements(frame, dst); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkDecodeElementsFloat64: 1,000 float64s, the fast path.
+func BenchmarkDecodeElementsFloat64(b *testing.B) {
+	xs := make([]float64, 1000)
+	for i := range xs {
+		xs[i] = float64(i) / 7
+	}
+	frame, _ := EncodeElements(xs, 0)
+	dst := make([]float64, len(xs))
+	b.SetBytes(int64(len(frame)))
+	b.ResetTimer()
+	for range b.N {
+		if err := DecodeElements(frame, dst); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

@@ -162,6 +162,16 @@ func DecodeElements[T any](frame []byte, dst []T) error {
 		}
 		return nil
 	}
+	d := newReader(frame)
+	d.arrayLen()
+	if fixedFast(dst) {
+		// Floats and bools: each read checks its code, allocates nothing,
+		// and dst is already as long as the frame allows.
+		if _, i, err := decodeFast(d.dec, dst); err != nil {
+			return &ElementError{Index: i, Err: err}
+		}
+		return d.end("elements")
+	}
 	// Walk every element before decoding any: the first that fails the walk
 	// ends the frame's readable part.
 	p, good := planFor(reflect.TypeFor[T]()), n
@@ -175,8 +185,6 @@ func DecodeElements[T any](frame []byte, dst []T) error {
 	if walkErr == nil && w.off != len(frame) {
 		return corrupt("elements: trailing bytes", nil)
 	}
-	d := newReader(frame)
-	d.arrayLen()
 	if ok, i, err := decodeFast(d.dec, dst[:good]); ok {
 		if err != nil {
 			return &ElementError{Index: i, Err: err}

@@ -82,3 +82,14 @@ func decodeFast(dec *msgpack.Decoder, dst any) (bool, int, error) {
 	}
 	return true, 0, nil
 }
+
+// fixedFast reports whether dst's fast path reads fixed-size values only
+// (floats, bools), which need no walk first: a code each, checked, and
+// nothing allocated.
+func fixedFast(dst any) bool {
+	switch dst.(type) {
+	case []float64, []bool:
+		return true
+	}
+	return false
+}

@@ -322,7 +322,7 @@ func (w *walker) mapping(p *plan, n uint64, depth int) error {
 			k, v = p.key, p.elem
 		case structPlan:
 			if name, ok := w.peekString(); ok {
-				if fp := p.fields[name]; fp != nil {
+				if fp := p.fields[string(name)]; fp != nil { // no allocation: a lookup by bytes
 					v = fp
 				}
 			}
@@ -337,11 +337,11 @@ func (w *walker) mapping(p *plan, n uint64, depth int) error {
 	return nil
 }
 
-// peekString returns the string at the walker's position, if there is one,
-// without moving; it allocates nothing when the caller only looks it up.
-func (w *walker) peekString() (string, bool) {
+// peekString returns the bytes of the string at the walker's position, if
+// there is one, without moving.
+func (w *walker) peekString() ([]byte, bool) {
 	if w.off >= len(w.b) {
-		return "", false
+		return nil, false
 	}
 	c, start, n := w.b[w.off], w.off+1, 0
 	switch {
@@ -352,12 +352,12 @@ func (w *walker) peekString() (string, bool) {
 	case c == msgpcode.Str16 && start+2 <= len(w.b):
 		n, start = int(binary.BigEndian.Uint16(w.b[start:])), start+2
 	default:
-		return "", false
+		return nil, false
 	}
 	if n > len(w.b)-start {
-		return "", false
+		return nil, false
 	}
-	return string(w.b[start : start+n]), true
+	return w.b[start : start+n], true
 }
 
 // fitsUint checks a non-negative integer against p.
