@@ -8,6 +8,7 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/redmap/redmap"
 	"github.com/redmap/redmap/internal/harness"
@@ -121,7 +122,8 @@ func TestFaultWorkerStoppedPastLease(t *testing.T) {
 			// take it a little after). Which tasks it held is read from
 			// the attempts the reap counted, not from its held set at the
 			// stop: a take it sent just before may still have run.
-			eventually(t, "stopped worker reaped and its tasks taken by the other", func() bool {
+			// (Errorf, not Fatalf: this goroutine is not the test's.)
+			eventuallyWithin(t, time.Minute, "stopped worker reaped and its tasks taken by the other", func() bool {
 				live, _ := m.Workers(ctx)
 				if slices.Contains(live, ida) {
 					return false

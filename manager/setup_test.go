@@ -49,6 +49,21 @@ func eventually(t *testing.T, what string, cond func() bool) {
 	redistest.Eventually(t, what, cond)
 }
 
+// eventuallyWithin is eventually with a deadline of d, for a condition that
+// waits on a chain of events (a lease lapsing, a reap, a take) which a CI
+// machine running every package's tests at once can slow past 20 s.
+func eventuallyWithin(t *testing.T, d time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Errorf("timed out after %v waiting for: %s", d, what)
+			return
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
 func ints(n int) []int {
 	xs := make([]int, n)
 	for i := range xs {
