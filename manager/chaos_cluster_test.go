@@ -68,15 +68,16 @@ func TestChaosCluster(t *testing.T) {
 			}
 			defer m.Close()
 			stuck := func() { t.Logf("stuck manager %s", m.ID()) }
+			probe := stallProbe(c, queue, m.ID)
 			if i == 1 {
 				chaosBatches(ctx, t, &tally, func(ctx context.Context, n int) (*manager.Batch[byte], error) {
 					return manager.SubmitWith(ctx, m, lookup, tab, ints(n), manager.ChunkSize(1+rand.IntN(20)), manager.Attempts(20))
-				}, func(i int) byte { return tab[i] }, stuck)
+				}, func(i int) byte { return tab[i] }, stuck, probe)
 				return
 			}
 			chaosBatches(ctx, t, &tally, func(ctx context.Context, n int) (*manager.Batch[int], error) {
 				return manager.Submit(ctx, m, slowSquare, ints(n), manager.ChunkSize(1+rand.IntN(20)), manager.Attempts(20))
-			}, sq, stuck)
+			}, sq, stuck, probe)
 		}()
 	}
 

@@ -56,7 +56,7 @@ func TestChaos(t *testing.T) {
 			defer m.Close()
 			chaosBatches(ctx, t, &tally, func(ctx context.Context, n int) (*manager.Batch[int], error) {
 				return manager.Submit(ctx, m, slowSquare, ints(n), manager.ChunkSize(1+rand.IntN(20)), manager.Attempts(20))
-			}, sq, func() { dumpChaos(t, st, queue, m.ID()) })
+			}, sq, func() { dumpChaos(t, st, queue, m.ID()) }, stallProbe(st.Client(t), queue, m.ID))
 		}()
 	}
 
@@ -137,6 +137,7 @@ type chaosTally struct {
 	mu                                                       sync.Mutex
 	stall                                                    time.Duration
 	stallEnd                                                 time.Time    // when the longest stall ended
+	stallProbes                                              []string     // what the longest stall's batch waited on, each second
 	faults                                                   []chaosFault // every fault drawn, in order
 }
 
@@ -146,10 +147,12 @@ type chaosFault struct {
 	name string
 }
 
-func (c *chaosTally) noteStall(gap time.Duration) {
+// noteStall records a gap between a batch's results, with what its probe
+// said during it.
+func (c *chaosTally) noteStall(gap time.Duration, probes []string) {
 	c.mu.Lock()
 	if gap > c.stall {
-		c.stall, c.stallEnd = gap, time.Now()
+		c.stall, c.stallEnd, c.stallProbes = gap, time.Now(), probes
 	}
 	c.mu.Unlock()
 }
@@ -184,6 +187,9 @@ func (c *chaosTally) report(t *testing.T, d time.Duration, faults map[string]int
 	t.Logf("%d batches, %d elements: %d failed with an error, %d lost, %d duplicated, %d wrong, %d silently zero; longest stall %v",
 		c.batches.Load(), c.elements.Load(), c.failed.Load(), c.lost.Load(), c.duplicated.Load(), c.wrong.Load(), c.zero.Load(), c.stall.Round(time.Millisecond))
 	t.Logf("faults from 5 s before the longest stall to its end (time from its start): %s", c.aroundStall())
+	if len(c.stallProbes) > 0 {
+		t.Logf("where the stalled batch's tasks were, each second from its third (time from its start):\n  %s", strings.Join(c.stallProbes, "\n  "))
+	}
 	if c.lost.Load()+c.duplicated.Load()+c.wrong.Load()+c.zero.Load() != 0 {
 		t.Fatal("elements lost, duplicated, wrong or silently zero")
 	}
@@ -192,8 +198,12 @@ func (c *chaosTally) report(t *testing.T, d time.Duration, faults map[string]int
 // chaosBatches submits batch after batch of 500-3,500 elements until ctx
 // ends, reads every result as it comes and tallies it against want; stuck
 // is called for a batch that ended with an error other than its elements'.
+//
+// While a batch gets no result for 3 s or more, probe (if not nil) is
+// asked each second where its tasks are, and what it says is kept with the
+// stall if it is the longest.
 func chaosBatches[T comparable](ctx context.Context, t *testing.T, c *chaosTally,
-	submit func(context.Context, int) (*manager.Batch[T], error), want func(int) T, stuck func()) {
+	submit func(context.Context, int) (*manager.Batch[T], error), want func(int) T, stuck func(), probe func() string) {
 	var zero T
 	for ctx.Err() == nil {
 		n := 500 + rand.IntN(3000)
@@ -211,11 +221,9 @@ func chaosBatches[T comparable](ctx context.Context, t *testing.T, c *chaosTally
 			return
 		}
 		seen := make([]int, n)
-		last := time.Now()
+		w := watchStall(probe)
 		for r := range batch.Results() {
-			now := time.Now()
-			c.noteStall(now.Sub(last))
-			last = now
+			c.noteStall(w.progress())
 			seen[r.Index]++
 			switch w := want(r.Index); {
 			case r.Err != nil:
@@ -229,7 +237,8 @@ func chaosBatches[T comparable](ctx context.Context, t *testing.T, c *chaosTally
 				t.Errorf("element %d: %v, want %v", r.Index, r.Value, w)
 			}
 		}
-		c.noteStall(time.Since(last))
+		c.noteStall(w.progress())
+		w.stop()
 		if _, err := batch.Wait(bctx); err != nil && !errors.As(err, new(*redmap.BatchError)) {
 			t.Errorf("batch of %d ended with %v", n, err)
 			stuck()
@@ -247,6 +256,57 @@ func chaosBatches[T comparable](ctx context.Context, t *testing.T, c *chaosTally
 		c.batches.Add(1)
 	}
 }
+
+// stallWatch asks a probe each second of a stall where a batch's tasks
+// are.
+type stallWatch struct {
+	mu     sync.Mutex
+	last   time.Time
+	probes []string
+	done   chan struct{}
+}
+
+func watchStall(probe func() string) *stallWatch {
+	w := &stallWatch{last: time.Now(), done: make(chan struct{})}
+	if probe == nil {
+		return w
+	}
+	go func() {
+		tick := time.NewTicker(time.Second)
+		defer tick.Stop()
+		for {
+			select {
+			case <-w.done:
+				return
+			case <-tick.C:
+			}
+			w.mu.Lock()
+			gap := time.Since(w.last)
+			w.mu.Unlock()
+			if gap < 3*time.Second {
+				continue
+			}
+			line := fmt.Sprintf("+%.0fs %s", gap.Seconds(), probe())
+			w.mu.Lock()
+			w.probes = append(w.probes, line)
+			w.mu.Unlock()
+		}
+	}()
+	return w
+}
+
+// progress marks a result now, and returns the gap since the last one and
+// what the probe said during it.
+func (w *stallWatch) progress() (time.Duration, []string) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	now := time.Now()
+	gap, probes := now.Sub(w.last), w.probes
+	w.last, w.probes = now, nil
+	return gap, probes
+}
+
+func (w *stallWatch) stop() { close(w.done) }
 
 // dumpChaos logs the queue's keys as the primary has them, for a batch that
 // did not end.
