@@ -703,7 +703,8 @@ func (b *Batch[Out]) abort(err error) {
 func (b *Batch[Out]) function() (string, bool) { return b.fn, b.worker == "" }
 
 // served records whether, at now, some live worker serves the batch's
-// function; why says what it means if none does. It reports whether the
+// function; why says what it means if none does (kept as Progress.Waiting,
+// the latest reason). It reports whether the
 // batch just began to wait, and whether it has waited past timeout (never,
 // if timeout is negative).
 func (b *Batch[Out]) served(ok bool, now time.Time, timeout time.Duration, why string) (began, expired bool) {
@@ -714,9 +715,13 @@ func (b *Batch[Out]) served(ok bool, now time.Time, timeout time.Duration, why s
 		return false, false
 	}
 	if b.unserved.IsZero() {
-		b.unserved, b.waiting = now, why
+		b.unserved = now
 		began = true
 	}
+	// The latest reason: it grows more precise as the manager learns more
+	// (a worker's types, published after its start, say which field
+	// differs).
+	b.waiting = why
 	return began, timeout >= 0 && now.Sub(b.unserved) >= timeout
 }
 
