@@ -7,6 +7,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -58,6 +59,8 @@ func probeShard(ctx context.Context, c redis.UniversalClient, name, mid string, 
 	if err != nil || len(tids) == 0 {
 		return "", err
 	}
+	// The set's own fields (the count "_", the epoch "_e") are no tasks.
+	tids = slices.DeleteFunc(tids, func(tid string) bool { return strings.HasPrefix(tid, "_") })
 	outstanding := make(map[string]bool, len(tids))
 	for _, tid := range tids {
 		outstanding[tid] = true
@@ -112,9 +115,67 @@ func probeShard(ctx context.Context, c redis.UniversalClient, name, mid string, 
 			}
 		}
 	}
+	// Not queued, held or private: look in every held set (of workers the
+	// workers set no longer lists too) and in lanes no ring lists.
+	var nowhere []string
+	for _, tid := range tids {
+		if where[tid] == "" {
+			nowhere = append(nowhere, tid)
+		}
+	}
+	if len(nowhere) > 0 {
+		helds, err := scanAll(ctx, c, keys.Glob(keys.Base("redmap", name))+"w:*:held")
+		if err != nil {
+			return "", err
+		}
+		for _, k := range helds {
+			for _, tid := range nowhere {
+				if where[tid] == "" && (c.SIsMember(ctx, k, tid).Val() || c.SIsMember(ctx, k, "!"+tid).Val()) {
+					wid := strings.TrimSuffix(strings.TrimPrefix(k, keys.Base("redmap", name)+"w:"), ":held")
+					where[tid] = "held by unlisted " + wid[:min(8, len(wid))]
+				}
+			}
+		}
+	}
 	attempts, err := c.HGetAll(ctx, keys.Attempts("redmap", name, mid)).Result()
 	if err != nil {
 		return "", err
+	}
+	// The manager's lanes: length, listed in a ring or not, what they call,
+	// the attempt of the task at the head.
+	lanes, err := c.HGetAll(ctx, keys.Lanes("redmap", name, mid)).Result()
+	if err != nil {
+		return "", err
+	}
+	inRing := map[string]bool{}
+	for _, ring := range keys.Rings("redmap", name) {
+		for _, l := range c.LRange(ctx, ring, 0, -1).Val() {
+			inRing[l] = true
+		}
+	}
+	var laneNotes []string
+	for lane, calls := range lanes {
+		full := mid + "." + lane
+		ids := c.LRange(ctx, keys.Lane("redmap", name, full), 0, -1).Val()
+		if len(ids) == 0 {
+			continue
+		}
+		if !inRing[full] {
+			for _, id := range ids {
+				if outstanding[id] && where[id] == "" {
+					where[id] = "in a lane no ring lists"
+				}
+			}
+		}
+		laneNotes = append(laneNotes, fmt.Sprintf("lane %s (%q) %d ids, ringed %v, head attempt %q",
+			lane, calls, len(ids), inRing[full], attempts[ids[0]]))
+	}
+	sort.Strings(laneNotes)
+	idle := c.SMembers(ctx, keys.Idle("redmap", name)).Val()
+	var workerNotes []string
+	for _, w := range ws {
+		wid := w.Member.(string)
+		workerNotes = append(workerNotes, fmt.Sprintf("%s holds %d", wid[:min(8, len(wid))], c.SCard(ctx, keys.Held("redmap", name, wid)).Val()))
 	}
 	results, err := c.LLen(ctx, keys.Results("redmap", name, mid)).Result()
 	if err != nil {
@@ -137,6 +198,28 @@ func probeShard(ctx context.Context, c redis.UniversalClient, name, mid string, 
 		parts = append(parts, fmt.Sprintf("%d %s", n, w))
 	}
 	sort.Strings(parts)
-	return fmt.Sprintf("%d outstanding (%d with an attempt counted): %s; %d results unread",
-		len(tids), retried, strings.Join(parts, ", "), results), nil
+	return fmt.Sprintf("%d outstanding (%d with an attempt counted): %s; %d results unread; %s; workers %s; idle %d",
+		len(tids), retried, strings.Join(parts, ", "), results, strings.Join(laneNotes, "; "), strings.Join(workerNotes, ", "), len(idle)), nil
+}
+
+// scanAll returns the keys matching pattern, on every master of a Cluster.
+func scanAll(ctx context.Context, c redis.UniversalClient, pattern string) ([]string, error) {
+	var (
+		mu  sync.Mutex
+		out []string
+	)
+	scan := func(ctx context.Context, c redis.Cmdable) error {
+		it := c.Scan(ctx, 0, pattern, 1000).Iterator()
+		for it.Next(ctx) {
+			mu.Lock()
+			out = append(out, it.Val())
+			mu.Unlock()
+		}
+		return it.Err()
+	}
+	if cc, ok := c.(*redis.ClusterClient); ok {
+		err := cc.ForEachMaster(ctx, func(ctx context.Context, c *redis.Client) error { return scan(ctx, c) })
+		return out, err
+	}
+	return out, scan(ctx, c)
 }

@@ -186,7 +186,8 @@ func (c *chaosTally) report(t *testing.T, d time.Duration, faults map[string]int
 	t.Logf("chaos for %v: faults %v; %d workers started", d, faults, workers)
 	t.Logf("%d batches, %d elements: %d failed with an error, %d lost, %d duplicated, %d wrong, %d silently zero; longest stall %v",
 		c.batches.Load(), c.elements.Load(), c.failed.Load(), c.lost.Load(), c.duplicated.Load(), c.wrong.Load(), c.zero.Load(), c.stall.Round(time.Millisecond))
-	t.Logf("faults from 5 s before the longest stall to its end (time from its start): %s", c.aroundStall())
+	t.Logf("faults from 5 s before the longest stall (from %s) to its end (time from its start): %s",
+		c.stallEnd.Add(-c.stall).Format("15:04:05.000"), c.aroundStall())
 	if len(c.stallProbes) > 0 {
 		t.Logf("where the stalled batch's tasks were, each second from its third (time from its start):\n  %s", strings.Join(c.stallProbes, "\n  "))
 	}

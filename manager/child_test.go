@@ -137,6 +137,9 @@ func childWorker(rdb redis.UniversalClient, queue string) error {
 		}
 		defer f.Close()
 		opts.Logger = slog.New(slog.NewJSONHandler(f, nil))
+	} else if os.Getenv("REDMAP_TEST_LOGDIR") != "" {
+		// A chaos run's post-mortem: the harness keeps stderr in a file.
+		opts.Logger = slog.New(slog.NewTextHandler(os.Stderr, nil))
 	}
 	w, err := worker.New(rdb, opts)
 	if err != nil {

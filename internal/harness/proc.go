@@ -50,6 +50,12 @@ func Start(t testing.TB, cmd *exec.Cmd) *Proc {
 		t.Fatal(err)
 	}
 	p := &Proc{Cmd: cmd, out: make(chan string, 64), logs: make(chan string, 256), exited: make(chan struct{})}
+	// With REDMAP_TEST_LOGDIR set (a chaos run's post-mortem), every stderr
+	// line is kept there too, one file a process.
+	var logFile *os.File
+	if dir := os.Getenv("REDMAP_TEST_LOGDIR"); dir != "" {
+		logFile, _ = os.Create(filepath.Join(dir, fmt.Sprintf("%s-%d.log", filepath.Base(cmd.Path), cmd.Process.Pid)))
+	}
 	var read sync.WaitGroup
 	read.Add(2)
 	go func() {
@@ -58,7 +64,13 @@ func Start(t testing.TB, cmd *exec.Cmd) *Proc {
 	}()
 	go func() {
 		defer read.Done()
+		if logFile != nil {
+			defer logFile.Close()
+		}
 		lines(stderr, p.logs, func(l string) {
+			if logFile != nil {
+				fmt.Fprintln(logFile, time.Now().Format("15:04:05.000"), l)
+			}
 			p.tailMu.Lock()
 			p.tail = append(p.tail, l)
 			if len(p.tail) > tailLines {
