@@ -163,6 +163,36 @@ func TestSourceTakesInTurn(t *testing.T) {
 	}
 }
 
+// A suspect that waits on one shard for the worker to hold nothing is the
+// worker's next take once it does: the round that was refused it takes from
+// no other shard, and the next starts at its shard (issue 36: a worker that
+// went on to the other shards was never empty when it came back to the
+// suspect's, and 570 tasks behind a suspect waited for minutes in make
+// chaos-cluster).
+func TestSourceSuspectWaitsOnItsShard(t *testing.T) {
+	q := newFakeQueue("q#1", "q#2")
+	q.shards[0].add(rdb.Taken{ID: "suspect", Attempt: 1}, rdb.Taken{ID: "0-a"})
+	for i, s := range q.shards[1:] {
+		for j := range 5 {
+			s.add(rdb.Taken{ID: fmt.Sprintf("%d-%d", i+1, j)})
+		}
+	}
+	src := q.source(func(op string, err error) { t.Errorf("%s: %v", op, err) })
+	ctx := context.Background()
+	src.grow(ctx, 3)
+	r := src.take(ctx, 4, func() int { return 1 }) // holding a task
+	if r.err != nil || len(r.taken) != 0 || !r.suspectWaits {
+		t.Fatalf("a take holding a task: %v, %v, suspect waits %v; want nothing taken and the suspect waiting", r.taken, r.err, r.suspectWaits)
+	}
+	if !src.await(ctx) {
+		t.Fatal("await ended")
+	}
+	r = src.take(ctx, 4, func() int { return 0 }) // emptied
+	if r.err != nil || len(r.taken) != 1 || r.taken[0].ID != "suspect" {
+		t.Fatalf("the take once empty: %v, %v; want the suspect alone", r.taken, r.err)
+	}
+}
+
 // A take that fails on one shard goes on to the next, and says the error
 // only if no shard gave tasks.
 func TestSourceTakesPastAFailedShard(t *testing.T) {

@@ -169,9 +169,16 @@ func (s *source) take(ctx context.Context, free int, holding func() int) (r roun
 		// there: the next take of it waits for its bell (a take now would
 		// find nothing).
 		s.waiting[i] = end.Drained
-		r.suspectWaits = r.suspectWaits || end.Suspect
 		if len(r.taken) > 0 {
 			s.next, r.err = (i+1)%len(shards), nil
+		}
+		if end.Suspect {
+			// A suspect waits here for the worker to hold nothing: the
+			// worker now empties, and its next take starts here, so that
+			// no take of another shard fills it again first (else, while
+			// the other shards have tasks, the suspect waits for ever).
+			r.suspectWaits, s.next = true, i
+			break
 		}
 	}
 	s.grow(ctx, shards[0].Shards())

@@ -715,6 +715,46 @@ func TestSuspectOnlyToEmptyWorker(t *testing.T) {
 	}
 }
 
+// A worker that holds nothing gets a suspect at the head of a lane before
+// the tasks of the lanes ahead of it in the ring (issue 36: a take that went
+// round in the ring's order took from those first and was refused the
+// suspect, and each refusal left the suspect's lane at the back of the ring,
+// so under a steady load no worker ever reached it holding nothing: 32
+// suspects waited a minute in make chaos-cluster).
+func TestSuspectNotStarvedBehindOtherLanes(t *testing.T) {
+	f := setup(t)
+	ctx := context.Background()
+	other := f.submitLane(t, 1, keys.DefaultPriority, 50, "f\tsig")
+	lost := f.submitLane(t, 2, keys.DefaultPriority, 3, "f\tsig")
+	f.c.HSet(ctx, keys.Attempts("rm", f.queue, f.mid), lost[0], 1)
+	// A busy worker goes round: it takes from the first lane and is told
+	// a suspect waits; the suspect's lane ends at the back of the ring.
+	taken, end, err := f.r.Take(ctx, "w1", 4, time.Minute, 1, serves)
+	if err != nil || len(taken) == 0 || taken[0].ID != other[0] || !end.Suspect {
+		t.Fatalf("a busy worker's take: %v, %+v, %v; want the other lane's tasks and a suspect waiting", taken, end, err)
+	}
+	for range 3 {
+		taken, end, err = f.r.Take(ctx, "w2", 4, time.Minute, 0, serves)
+		if err != nil || len(taken) != 1 || taken[0].ID != lost[0] || taken[0].Attempt != 1 || end.Suspect {
+			t.Fatalf("an empty worker's take: %v, %+v, %v; want the suspect %s alone", taken, end, err, lost[0])
+		}
+		if _, err := f.r.Finish(ctx, "w2", []Done{{ID: lost[0], Result: []byte("r")}}); err != nil {
+			t.Fatal(err)
+		}
+		// The next one lost too: it comes first again.
+		lost = lost[1:]
+		if len(lost) == 0 {
+			break
+		}
+		f.c.HSet(ctx, keys.Attempts("rm", f.queue, f.mid), lost[0], 1)
+	}
+	// With no suspect left, an empty worker takes in the ring's turns.
+	taken, _, err = f.r.Take(ctx, "w2", 2, time.Minute, 0, serves)
+	if err != nil || len(taken) != 2 {
+		t.Fatalf("an empty worker's take with no suspect: %v, %v; want 2 tasks", taken, err)
+	}
+}
+
 // submitLane submits n tasks of lane number l (of priority p) calling calls.
 func (f *fixture) submitLane(t *testing.T, l uint64, p, n int, calls string) []string {
 	t.Helper()

@@ -27,7 +27,9 @@
 -- anyone knew: it loses one attempt at most. A worker that holds something
 -- leaves the suspect where it is, takes nothing after it, and is told
 -- "suspect": it then waits until it holds nothing (reports all it holds,
--- gives back what it was never given) and takes again.
+-- gives back what it was never given) and takes again. A worker that holds
+-- nothing looks for a suspect at the head of every lane it serves first, so
+-- that it gets one before the lanes ahead of it in the ring fill its take.
 -- A worker absent from the workers set (Redis lost it: a restart, FLUSHALL,
 -- a failover, since its last heartbeat) is added back, with a deadline of one
 -- lease from now, in the same step: else, killed before its next heartbeat,
@@ -160,7 +162,32 @@ end
 if not redis.call('ZSCORE', KEYS[5], wid) then
   redis.call('ZADD', KEYS[5], now() + tonumber(ARGV[4]), wid)
 end
+-- suspect_first gives a worker that holds nothing the first suspect at the
+-- head of a lane it serves, alone, before any other task: a worker that was
+-- told a suspect waits empties itself for it, and a take that went round
+-- the ring in its order would reach the suspect's lane only after taking
+-- from the lanes before it, and be refused it again, for as long as other
+-- lanes have tasks (a refusal leaves the lane at the back of its ring).
+-- Only managers that lost tasks have suspects: a lane of any other costs
+-- one LINDEX and one EXISTS.
+local function suspect_first()
+  for i = 7, #KEYS do
+    for _, lane in ipairs(redis.call('LRANGE', KEYS[i], 0, -1)) do
+      local list = base .. 'l:' .. lane
+      local head = redis.call('LINDEX', list, 0)
+      local m = head and keys_of(head)
+      if m and m.lost and (redis.call('HGET', m.attempts, head) or '0') ~= '0' and serves(lane) then
+        take(list, '', n)
+        return
+      end
+    end
+  end
+end
+
 take(KEYS[1], '!', n)
+if taken == 0 and not alone and not holding then
+  suspect_first()
+end
 for i = 7, #KEYS do
   local lanes = redis.call('LLEN', KEYS[i])
   if taken < n and not alone and lanes > 0 and round(KEYS[i], math.ceil((n - taken) / lanes)) then
