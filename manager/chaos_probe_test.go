@@ -61,6 +61,9 @@ func probeShard(ctx context.Context, c redis.UniversalClient, name, mid string, 
 	}
 	// The set's own fields (the count "_", the epoch "_e") are no tasks.
 	tids = slices.DeleteFunc(tids, func(tid string) bool { return strings.HasPrefix(tid, "_") })
+	if len(tids) == 0 {
+		return "", nil
+	}
 	outstanding := make(map[string]bool, len(tids))
 	for _, tid := range tids {
 		outstanding[tid] = true

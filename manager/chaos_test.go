@@ -194,7 +194,17 @@ func (c *chaosTally) report(t *testing.T, d time.Duration, faults map[string]int
 	if c.lost.Load()+c.duplicated.Load()+c.wrong.Load()+c.zero.Load() != 0 {
 		t.Fatal("elements lost, duplicated, wrong or silently zero")
 	}
+	if c.stall > maxStall {
+		t.Fatalf("a batch stalled %v, over the bound of %v (docs/guarantees.md): see the faults and probes above", c.stall.Round(time.Millisecond), maxStall)
+	}
 }
+
+// maxStall is the longest a chaos run lets a batch go without a result
+// (docs/guarantees.md): the slowest single fault's recovery (a Cluster
+// master's kill -9: the node timeout plus the election, 3.5-4.7 s; a
+// worker SIGSTOPped past its lease: the lease, then a reap) plus a margin
+// for the next fault drawn during it.
+const maxStall = 15 * time.Second
 
 // chaosBatches submits batch after batch of 500-3,500 elements until ctx
 // ends, reads every result as it comes and tallies it against want; stuck
