@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/vmihailenco/msgpack/v5"
+
 	"github.com/redmap/redmap"
 	"github.com/redmap/redmap/codec"
 )
@@ -107,4 +109,62 @@ func FuzzResultPath(f *testing.F) {
 			}
 		}
 	})
+}
+
+// touchy is an output whose msgpack decoder panics on a value of 13: a
+// user's type, decoded on the manager.
+type touchy struct{ N int }
+
+func (t touchy) EncodeMsgpack(e *msgpack.Encoder) error { return e.EncodeInt(int64(t.N)) }
+
+func (t *touchy) DecodeMsgpack(d *msgpack.Decoder) error {
+	n, err := d.DecodeInt()
+	if n == 13 {
+		panic("thirteen")
+	}
+	t.N = n
+	return err
+}
+
+var touchyFunc = redmap.Func("touchy", func(_ context.Context, x int) (touchy, error) { return touchy{x}, nil })
+
+// A panic while the manager reads a result (here a user's decoder: issue
+// 35 asks that any panic left on the path fail that task alone) fails that
+// result's elements with ErrDecode; the other tasks complete, and the
+// manager goes on to the next batch.
+func TestResultPanicFailsItsTask(t *testing.T) {
+	q := newFakeQueue(1)
+	q.shards[0].setRun(func(task *codec.Task) ([]byte, error) {
+		xs := make([]int, task.Count)
+		if err := codec.DecodeElements(task.Input, xs); err != nil {
+			return nil, err
+		}
+		e := codec.NewOutputEncoder(len(xs))
+		for _, x := range xs {
+			if err := e.Add(touchy{x}); err != nil {
+				return nil, err
+			}
+		}
+		return e.Bytes(), nil
+	})
+	m := q.manager(t, Options{}, hooks{})
+	ctx := unitCtx(t)
+	ys, err := Map(ctx, m, touchyFunc, []int{1, 2, 13, 14, 5, 6}, ChunkSize(2))
+	var be *redmap.BatchError
+	if !errors.As(err, &be) || len(be.Failed) != 2 {
+		t.Fatalf("err %v: want a *BatchError of the 2 elements of 13's task", err)
+	}
+	for _, te := range be.Failed {
+		if (te.Index != 2 && te.Index != 3) || !errors.Is(te, redmap.ErrDecode) {
+			t.Fatalf("element %d failed with %v; want elements 2 and 3 with ErrDecode", te.Index, te.Err)
+		}
+	}
+	for _, i := range []int{0, 1, 4, 5} {
+		if want := []int{1, 2, 13, 14, 5, 6}[i]; ys[i].N != want {
+			t.Fatalf("element %d: %v, want %d", i, ys[i], want)
+		}
+	}
+	if ys, err := Map(ctx, m, touchyFunc, []int{7}); err != nil || ys[0].N != 7 {
+		t.Fatalf("the next batch: %v, %v", ys, err)
+	}
 }
