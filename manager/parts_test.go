@@ -13,6 +13,7 @@ import (
 	"github.com/redmap/redmap"
 	"github.com/redmap/redmap/codec"
 	"github.com/redmap/redmap/internal/rdb"
+	"github.com/redmap/redmap/internal/redistest"
 )
 
 // Unit tests of the manager's parts, against the fake seam (fake_test.go):
@@ -40,7 +41,7 @@ func unitCtx(t *testing.T) context.Context {
 
 func until(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
+	deadline := time.Now().Add(redistest.WaitLimit(t))
 	for !cond() {
 		if time.Now().After(deadline) {
 			t.Fatalf("timed out waiting until %s", what)

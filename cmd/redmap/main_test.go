@@ -323,7 +323,7 @@ func TestDrain(t *testing.T) {
 		if w.Err() != nil {
 			t.Fatalf("drained worker exited with %v", w.Err())
 		}
-	case <-time.After(20 * time.Second):
+	case <-time.After(redistest.WaitLimit(t)):
 		t.Fatal("drained worker did not exit")
 	}
 	if _, errs, code := runCLI(t, srv, "drain", "nobody"); code != 1 || !strings.Contains(errs, `no worker "nobody"`) {

@@ -298,8 +298,8 @@ func TestWorkerMainTLSFailure(t *testing.T) {
 		p := harness.Start(t, harness.Child("worker", []string{"REDIS_URL=" + c.url}, "-queue", redistest.Queue(t)))
 		select {
 		case <-p.Exited():
-		case <-time.After(30 * time.Second):
-			t.Fatalf("worker on %s still running after 30s", c.url)
+		case <-time.After(redistest.WaitLimit(t)):
+			t.Fatalf("worker on %s still running after %v", c.url, redistest.WaitLimit(t))
 		}
 		if p.Err() == nil || !strings.Contains(p.Tail(), c.want) {
 			t.Fatalf("worker on %s: exit %v, stderr:\n%s\nwant an error naming %q", c.url, p.Err(), p.Tail(), c.want)

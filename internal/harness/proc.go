@@ -121,10 +121,11 @@ func lines(r io.Reader, ch chan<- string, keep func(string)) {
 
 // Expect returns the rest of the next stdout line that starts with prefix,
 // skipping others; it fails the test if the process exits first or prints
-// none within a minute. Expect(t, "worker ") also sets ID.
+// none within a minute (or redistest.WaitLimit, if longer). Expect(t,
+// "worker ") also sets ID.
 func (p *Proc) Expect(t testing.TB, prefix string) string {
 	t.Helper()
-	timeout := time.After(time.Minute)
+	timeout := time.After(max(time.Minute, redistest.WaitLimit(t)))
 	for {
 		select {
 		case line, ok := <-p.out:
@@ -139,15 +140,16 @@ func (p *Proc) Expect(t testing.TB, prefix string) string {
 				return rest
 			}
 		case <-timeout:
-			t.Fatalf("%s printed no %q within a minute", p.name(), prefix)
+			t.Fatalf("%s printed no %q within %v", p.name(), prefix, max(time.Minute, redistest.WaitLimit(t)))
 		}
 	}
 }
 
-// WaitLog waits for a stderr line containing s, for up to 20 seconds.
+// WaitLog waits for a stderr line containing s, for up to redistest.WaitLimit.
 func (p *Proc) WaitLog(t testing.TB, s string) {
 	t.Helper()
-	timeout := time.After(20 * time.Second)
+	limit := redistest.WaitLimit(t)
+	timeout := time.After(limit)
 	for {
 		select {
 		case l, ok := <-p.logs:
@@ -158,7 +160,7 @@ func (p *Proc) WaitLog(t testing.TB, s string) {
 				return
 			}
 		case <-timeout:
-			t.Fatalf("%s logged no %q within 20s", p.name(), s)
+			t.Fatalf("%s logged no %q within %v", p.name(), s, limit)
 		}
 	}
 }
