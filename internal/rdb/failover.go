@@ -3,8 +3,10 @@ package rdb
 import (
 	"context"
 	"errors"
+	"runtime"
 	"sync"
 	"time"
+	"weak"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -33,8 +35,10 @@ const (
 )
 
 // followed holds the Cluster clients already given the hook: a program may
-// make many managers, workers and stores on one client.
-var followed sync.Map // *redis.ClusterClient → struct{}
+// make many managers, workers and stores on one client. Its keys are weak,
+// and a client's entry is deleted once the client is collected: a program
+// that makes a client per job does not grow it for ever.
+var followed sync.Map // weak.Pointer[redis.ClusterClient] → struct{}
 
 // followFailovers adds the reload hook to c if it is a Cluster client
 // without one; other clients are left as they are (Sentinel's failover
@@ -44,9 +48,11 @@ func followFailovers(c redis.UniversalClient) {
 	if !ok {
 		return
 	}
-	if _, had := followed.LoadOrStore(cc, struct{}{}); had {
+	key := weak.Make(cc)
+	if _, had := followed.LoadOrStore(key, struct{}{}); had {
 		return
 	}
+	runtime.AddCleanup(cc, func(key weak.Pointer[redis.ClusterClient]) { followed.Delete(key) }, key)
 	cc.AddHook(&reloadHook{c: cc})
 }
 
