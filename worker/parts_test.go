@@ -245,6 +245,37 @@ func TestFetcherTakesSuspectAlone(t *testing.T) {
 	}
 }
 
+// A round that took tasks and then met a suspect (refused it for the tasks
+// it had just taken) is no sign of orphans: the fetcher does not back off
+// before its next take. It did (issue 36), with a delay that grew to 2 s
+// while suspects waited behind other work, and every worker ran a task or
+// two every 2 s.
+func TestFetcherNoOrphanWaitAfterTakingTasks(t *testing.T) {
+	q := newFakeQueue()
+	h := newHeld()
+	f := newFetcher(fetcherParams{wid: "w", heartbeat: time.Second, capacity: 4, source: q.source(func(string, error) {}),
+		held: h, slots: newSlots(func() int { return 4 }), counters: &counters{}, failed: func(string, error) {},
+		stopping: func() {}, log: slog.New(slog.DiscardHandler)})
+	go func() {
+		for j := range f.jobs {
+			h.release(j.ID) // run and reported at once
+		}
+	}()
+	defer close(f.jobs)
+	ctx := context.Background()
+	for i := range 4 {
+		r := round{taken: []rdb.Taken{{ID: fmt.Sprint(i)}}, suspectWaits: true}
+		if !f.handOut(ctx, r) {
+			t.Fatal("handOut ended")
+		}
+	}
+	// The wait for orphans untouched: its next delay is its first, 50 ms
+	// (±20%), not one doubled per round.
+	if d := f.orphanWait.Next(); d > 60*time.Millisecond {
+		t.Fatalf("the orphan wait grew to %v over rounds that took tasks", d)
+	}
+}
+
 // Executors stopped set jobs aside, unrun; a job that waited past stale and
 // is no longer wanted is dropped unrun; others run and pass on their
 // result.
