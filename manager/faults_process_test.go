@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -249,4 +250,73 @@ func TestFaultManagerKilled(t *testing.T) {
 	if ran != 0 {
 		t.Fatalf("the dead manager's tasks ran %d times, want 0", ran)
 	}
+}
+
+// Tasks lost with a SIGKILLed worker (suspects: each runs alone, on a worker
+// that holds nothing) are run while another batch keeps every worker busy,
+// not after it (issue 36: a take went round the lanes in the ring's order,
+// filled itself from the busy batch's lane and was refused the suspect, so
+// the suspects waited until the busy batch ended: a minute in make
+// chaos-cluster). The busy batch has twenty times the work of the other:
+// the other must end first.
+func TestFaultSuspectsNotStarved(t *testing.T) {
+	b := setup(t)
+	var mu sync.Mutex
+	var procs []*harness.Proc
+	_, stop := superviseWith(t, 2, childEnv(b, "REDMAP_CONCURRENCY=4"), func(p *harness.Proc) {
+		mu.Lock()
+		procs = append(procs, p)
+		mu.Unlock()
+	})
+	defer stop()
+	busy, small := b.Manager(t, manager.Options{}), b.Manager(t, manager.Options{})
+	eventually(t, "two workers live", func() bool {
+		live, _ := busy.Workers(context.Background())
+		return len(live) == 2
+	})
+	long, err := manager.Submit(testCtx(t), busy, slowSquare, ints(200_000), manager.ChunkSize(20))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer long.Cancel()
+	short, err := manager.Submit(testCtx(t), small, nap, make([]int, 200), manager.ChunkSize(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Kill a worker while it holds tasks of the small batch: they come back
+	// as suspects.
+	mu.Lock()
+	victim := procs[0]
+	mu.Unlock()
+	eventually(t, "the victim holds a task of the small batch", func() bool {
+		return slices.ContainsFunc(heldBy(t, b, victim.ID), func(tid string) bool {
+			return strings.HasPrefix(strings.TrimPrefix(tid, "!"), small.ID()+"-")
+		})
+	})
+	victim.Cmd.Process.Signal(syscall.SIGKILL)
+	atKill := long.Progress().Done
+	if _, err := short.Wait(testCtx(t)); err != nil {
+		t.Fatalf("the small batch: %v", err)
+	}
+	select {
+	case <-long.Done():
+		t.Fatal("the small batch ended after the busy one: its suspects waited for it")
+	default:
+	}
+	t.Logf("busy batch: %d at the kill, %d at the end", atKill, long.Progress().Done)
+	if p := long.Progress(); p.Done == p.Total {
+		t.Fatalf("the busy batch was done (%d of %d) when the small one ended", p.Done, p.Total)
+	}
+}
+
+// heldBy returns the members of worker wid's held sets on every shard of
+// b's queue.
+func heldBy(t *testing.T, b *harness.Env, wid string) []string {
+	ctx := context.Background()
+	names := append([]string{b.Queue}, b.Client.LRange(ctx, keys.ShardNames("redmap", b.Queue), 0, -1).Val()...)
+	var out []string
+	for _, name := range names {
+		out = append(out, b.Client.SMembers(ctx, keys.Held("redmap", name, wid)).Val()...)
+	}
+	return out
 }
