@@ -1,23 +1,18 @@
-// Command redmap shows and steers redmap queues, workers and batches.
+// Command redmap shows and steers redmap queues, workers and batches, from
+// the records managers and workers keep in Redis:
 //
-//	redmap [flags] status              queues with depth, workers, batches
-//	redmap [flags] workers             workers with heartbeat age and what they run
-//	redmap [flags] batches [-all]      running batches, and with -all the ended ones
-//	redmap [flags] failures            recent failures grouped by function and error
-//	redmap [flags] drain <worker>      the worker takes no more tasks and exits when idle
-//	redmap [flags] purge <queue> -yes  drop the queue's queued tasks (their batches fail)
+//	redmap [flags] status|workers|batches|failures|dashboard
+//	redmap [flags] drain <worker>
+//	redmap [flags] purge <queue> -yes
 //
-// Flags, before or after the command: -redis URL (default $REDIS_URL or
-// redis://127.0.0.1:6379/0), -prefix (default redmap), -queue Q (only that
-// queue), -json (machine-readable output). Errors are one line on stderr with
-// exit status 1; bad usage exits 2.
+// redmap help lists the commands and their flags (made from the command
+// table in commands.go); redmap help <command> shows one. Errors are one
+// line on stderr with exit status 1; bad usage exits 2.
 package main
 
 import (
 	"context"
 	"encoding/json"
-	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -57,26 +52,6 @@ type usageError struct{ msg string }
 
 func (e usageError) Error() string { return e.msg + " (run redmap help)" }
 
-const usage = `usage: redmap [-redis URL] [-prefix P] [-queue Q] [-json] command
-  status              queues with depth, workers, running batches
-  workers             workers with their state (running, idle, draining, late; dead
-                      or stopped for 10 minutes after), heartbeat age and what they run
-  batches [-all]      running batches with progress; -all adds the queue's history
-                      of ended batches (newest first, -n of them, default 50)
-  failures [-n N]     failed elements counted by function, kind and group (the
-                      message with numbers, ids and paths masked): the N largest, default 50
-  drain <worker>      the worker takes no more tasks and exits when idle
-  purge <queue> -yes  drop the queue's queued tasks; their batches fail with ErrLost
-  dashboard           serve the live web dashboard on -addr (default 127.0.0.1:8080);
-                      -actions lets operators drain workers, cancel batches, purge
-                      queues, with the operator token (REDMAP_DASHBOARD_TOKEN, or
-                      -token-file F; on 127.0.0.1 without one, a random token is
-                      made and printed); -private needs the token to read as well;
-                      -tls-cert F -tls-key F serve HTTPS; -host NAME[,NAME] the names
-                      it answers to besides IP addresses and localhost (its DNS name,
-                      or a reverse proxy's: other Host headers are refused)
-`
-
 type cli struct {
 	in    *inspect.Inspector
 	out   io.Writer
@@ -93,8 +68,8 @@ func run(args []string, out io.Writer) (int, error) {
 	if err != nil {
 		return 2, err
 	}
-	if o == nil { // help
-		fmt.Fprint(out, usage)
+	if o.help {
+		usage(out, o.cmd)
 		return 0, nil
 	}
 	client, err := connect.URL(o.url.URL)
@@ -110,7 +85,7 @@ func run(args []string, out io.Writer) (int, error) {
 	if err := c.in.Ping(ctx); err != nil {
 		return 1, fmt.Errorf("cannot reach Redis at %s: %v", o.url.String(), err)
 	}
-	if o.cmd == "dashboard" {
+	if o.cmd.name == "dashboard" {
 		cancel()
 		return serveDashboard(client, dashboardFlags{prefix: o.prefix, queue: c.queue, addr: o.addr, actions: o.actions,
 			private: o.private, tokenFile: o.tokenFile, tlsCert: o.tlsCert, tlsKey: o.tlsKey, hosts: o.hosts}, out)
@@ -120,7 +95,7 @@ func run(args []string, out io.Writer) (int, error) {
 			return 1, err
 		}
 	}
-	if err := c.do(ctx, o.cmd, o.operand); err != nil {
+	if err := c.do(ctx, o.cmd.name, o.operand); err != nil {
 		return 1, err
 	}
 	return 0, nil
@@ -143,79 +118,6 @@ func (c *cli) do(ctx context.Context, cmd string, operand []string) error {
 		return c.purge(ctx, operand[0])
 	}
 	return usageError{fmt.Sprintf("unknown command %q", cmd)}
-}
-
-// invocation is a command line: the command, its operand and the flags
-// that are not the cli's own.
-type invocation struct {
-	url                        connect.URLFlag // -h shows it without its password
-	hosts                      []string
-	cmd, prefix, addr          string
-	tokenFile, tlsCert, tlsKey string
-	operand                    []string
-	actions, private           bool
-}
-
-// parseArgs reads a command line; flags may come before and after the
-// command and its argument. It returns nil for help.
-func parseArgs(args []string, c *cli) (*invocation, error) {
-	fs := flag.NewFlagSet("redmap", flag.ContinueOnError)
-	fs.SetOutput(io.Discard)
-	def := os.Getenv("REDIS_URL")
-	if def == "" {
-		def = "redis://127.0.0.1:6379/0"
-	}
-	var o invocation
-	o.url.URL = def
-	fs.Var(&o.url, "redis", "")
-	fs.StringVar(&o.prefix, "prefix", "redmap", "")
-	fs.BoolVar(&c.json, "json", false, "")
-	fs.StringVar(&c.queue, "queue", "", "")
-	fs.BoolVar(&c.yes, "yes", false, "")
-	fs.BoolVar(&c.all, "all", false, "")
-	fs.IntVar(&c.n, "n", 50, "")
-	fs.StringVar(&o.addr, "addr", "127.0.0.1:8080", "")
-	fs.BoolVar(&o.actions, "actions", false, "")
-	fs.BoolVar(&o.private, "private", false, "")
-	fs.StringVar(&o.tokenFile, "token-file", "", "")
-	fs.StringVar(&o.tlsCert, "tls-cert", "", "")
-	fs.StringVar(&o.tlsKey, "tls-key", "", "")
-	fs.Func("host", "", func(v string) error {
-		for _, h := range strings.Split(v, ",") {
-			if h = strings.TrimSpace(h); h != "" {
-				o.hosts = append(o.hosts, h)
-			}
-		}
-		return nil
-	})
-	var pos []string
-	for rest := args; ; {
-		err := fs.Parse(rest)
-		if errors.Is(err, flag.ErrHelp) {
-			return nil, nil
-		}
-		if err != nil {
-			return nil, usageError{err.Error()}
-		}
-		if fs.NArg() == 0 {
-			break
-		}
-		pos = append(pos, fs.Arg(0))
-		rest = fs.Args()[1:]
-	}
-	if len(pos) == 0 || pos[0] == "help" {
-		return nil, nil
-	}
-	o.cmd, o.operand = pos[0], pos[1:]
-	wantOperand := map[string]int{"status": 0, "workers": 0, "batches": 0, "failures": 0, "drain": 1, "purge": 1, "dashboard": 0}
-	n, known := wantOperand[o.cmd]
-	if !known {
-		return nil, usageError{fmt.Sprintf("unknown command %q", o.cmd)}
-	}
-	if len(o.operand) != n {
-		return nil, usageError{fmt.Sprintf("%s takes %d argument(s), got %d", o.cmd, n, len(o.operand))}
-	}
-	return &o, nil
 }
 
 // queues returns -queue, or every queue.

@@ -6,6 +6,7 @@ import (
 	"crypto/x509"
 	"encoding/json"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"net/http"
@@ -593,5 +594,33 @@ func TestGlobQueueNames(t *testing.T) {
 		if _, errs, code := runCLI(t, srv, "purge", bad, "-yes"); code == 0 || !strings.Contains(errs, "queue name") {
 			t.Errorf("purge %q: exit %d %q, want the name refused", bad, code, errs)
 		}
+	}
+}
+
+// The usage is made from the command table: it names every command, each
+// with its operands and help, and every flag a command takes, each with
+// help text; a command's own flag is refused by another.
+func TestUsageFromCommands(t *testing.T) {
+	var all strings.Builder
+	usage(&all, nil)
+	for i := range commands {
+		k := &commands[i]
+		if k.help == "" || !strings.Contains(all.String(), "  "+k.name) {
+			t.Errorf("command %s: no help, or missing from the usage", k.name)
+		}
+		var one strings.Builder
+		usage(&one, k)
+		flagSet(k, &cli{}, &invocation{}).VisitAll(func(f *flag.Flag) {
+			if f.Usage == "" || !strings.Contains(one.String(), "-"+f.Name) {
+				t.Errorf("%s -%s: no help text, or missing from redmap help %s", k.name, f.Name, k.name)
+			}
+		})
+	}
+	if _, err := parseArgs([]string{"status", "-yes"}, &cli{}); err == nil || !strings.Contains(err.Error(), "-yes") {
+		t.Errorf("status -yes: %v, want purge's flag refused", err)
+	}
+	o, err := parseArgs([]string{"-yes", "purge", "-json", "q"}, &cli{})
+	if err != nil || o.cmd.name != "purge" || len(o.operand) != 1 || o.operand[0] != "q" {
+		t.Errorf("-yes purge -json q: %+v, %v", o, err)
 	}
 }

@@ -1,0 +1,215 @@
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+
+	"github.com/redmap/redmap/connect"
+)
+
+// command is one of the CLI's commands: its name and operands, what it
+// does, and its own flags. Every command also takes the common flags
+// (commonFlags); the usage is made from this table and the flags' help.
+type command struct {
+	name     string
+	operands []string // the names of its operands, each required
+	help     string
+	flags    func(fs *flag.FlagSet, c *cli, o *invocation) // its own flags, if any
+}
+
+// commands lists the CLI's commands, in the order the usage shows them.
+var commands = []command{
+	{name: "status", help: "queues with depth, workers, running batches"},
+	{name: "workers", help: "workers with their state (running, idle, draining, late; dead or stopped for 10 minutes after), heartbeat age and what they run"},
+	{name: "batches", help: "running batches with progress", flags: func(fs *flag.FlagSet, c *cli, _ *invocation) {
+		fs.BoolVar(&c.all, "all", false, "the queue's history of ended batches too, newest first")
+		fs.IntVar(&c.n, "n", 50, "with -all, how many ended batches")
+	}},
+	{name: "failures", help: "failed elements counted by function, kind and group (the message with numbers, ids and paths masked), largest first", flags: func(fs *flag.FlagSet, c *cli, _ *invocation) {
+		fs.IntVar(&c.n, "n", 50, "how many groups")
+	}},
+	{name: "drain", operands: []string{"worker"}, help: "the worker (its id, or a unique prefix of it) takes no more tasks and exits when idle"},
+	{name: "purge", operands: []string{"queue"}, help: "drop the queue's queued tasks; their batches fail with ErrLost", flags: func(fs *flag.FlagSet, c *cli, _ *invocation) {
+		fs.BoolVar(&c.yes, "yes", false, "really purge (without it, purge only says what it would drop)")
+	}},
+	{name: "dashboard", help: "serve the live web dashboard until SIGINT or SIGTERM", flags: func(fs *flag.FlagSet, _ *cli, o *invocation) {
+		fs.StringVar(&o.addr, "addr", "127.0.0.1:8080", "the address to serve on")
+		fs.BoolVar(&o.actions, "actions", false, "let operators drain workers, cancel batches and purge queues, with the operator token ("+tokenEnv+", or -token-file; on a loopback address without one, a random token is made and printed)")
+		fs.BoolVar(&o.private, "private", false, "need the operator token to read the state as well")
+		fs.StringVar(&o.tokenFile, "token-file", "", "read the operator token from this file")
+		fs.StringVar(&o.tlsCert, "tls-cert", "", "serve HTTPS with this certificate (with -tls-key)")
+		fs.StringVar(&o.tlsKey, "tls-key", "", "the key of -tls-cert")
+		fs.Func("host", "`names` (comma-separated) the dashboard answers to besides IP addresses and localhost: its DNS name, or a reverse proxy's; other Host headers are refused", func(v string) error {
+			for _, h := range strings.Split(v, ",") {
+				if h = strings.TrimSpace(h); h != "" {
+					o.hosts = append(o.hosts, h)
+				}
+			}
+			return nil
+		})
+	}},
+}
+
+// commonFlags adds the flags every command takes.
+func commonFlags(fs *flag.FlagSet, c *cli, o *invocation) {
+	def := os.Getenv("REDIS_URL")
+	if def == "" {
+		def = "redis://127.0.0.1:6379/0"
+	}
+	o.url.URL = def
+	fs.Var(&o.url, "redis", "the Redis `URL`: one server, a Cluster, Sentinel, TLS, ACL users (connect.URL); $REDIS_URL if set")
+	fs.StringVar(&o.prefix, "prefix", "redmap", "the key prefix managers and workers use")
+	fs.StringVar(&c.queue, "queue", "", "only this queue")
+	fs.BoolVar(&c.json, "json", false, "machine-readable output")
+}
+
+// lookup returns the command named name, or nil.
+func lookup(name string) *command {
+	for i := range commands {
+		if commands[i].name == name {
+			return &commands[i]
+		}
+	}
+	return nil
+}
+
+// flagSet returns the common flags and cmd's, set into c and o; with cmd
+// nil, every command's (a flag two commands have, once): the set that finds
+// which command a line names, whose values are thrown away.
+func flagSet(cmd *command, c *cli, o *invocation) *flag.FlagSet {
+	fs := flag.NewFlagSet("redmap", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	commonFlags(fs, c, o)
+	for i := range commands {
+		k := &commands[i]
+		if k.flags == nil || cmd != nil && cmd != k {
+			continue
+		}
+		own := flag.NewFlagSet(k.name, flag.ContinueOnError)
+		k.flags(own, c, o)
+		own.VisitAll(func(f *flag.Flag) {
+			if fs.Lookup(f.Name) == nil {
+				fs.Var(f.Value, f.Name, f.Usage)
+			}
+		})
+	}
+	return fs
+}
+
+// invocation is a command line: the command, its operands, and the flags
+// that are not the cli's own.
+type invocation struct {
+	url                        connect.URLFlag // -h shows it without its password
+	hosts                      []string
+	cmd                        *command
+	prefix, addr               string
+	tokenFile, tlsCert, tlsKey string
+	operand                    []string
+	actions, private           bool
+	help                       bool // print the usage (of cmd, if set)
+}
+
+// parseArgs reads a command line; flags may come before and after the
+// command and its operands. Each command takes the common flags and its
+// own: another's is an error.
+func parseArgs(args []string, c *cli) (*invocation, error) {
+	// Find the command, skipping the flags of any.
+	var scratch invocation
+	pos, err := parse(flagSet(nil, &cli{}, &scratch), args)
+	switch {
+	case errors.Is(err, flag.ErrHelp) && len(pos) > 0: // redmap purge -h
+		return &invocation{help: true, cmd: lookup(pos[0])}, nil
+	case errors.Is(err, flag.ErrHelp):
+		return &invocation{help: true}, nil
+	case err != nil:
+		return nil, usageError{err.Error()}
+	}
+	if len(pos) == 0 || pos[0] == "help" {
+		o := &invocation{help: true}
+		if len(pos) > 1 {
+			o.cmd = lookup(pos[1])
+		}
+		return o, nil
+	}
+	cmd := lookup(pos[0])
+	if cmd == nil {
+		return nil, usageError{fmt.Sprintf("unknown command %q", pos[0])}
+	}
+	// Then read the line again with the command's flags only.
+	o := &invocation{cmd: cmd}
+	pos, err = parse(flagSet(cmd, c, o), args)
+	if errors.Is(err, flag.ErrHelp) {
+		return &invocation{help: true, cmd: cmd}, nil
+	}
+	if err != nil {
+		return nil, usageError{fmt.Sprintf("%s: %v", cmd.name, err)}
+	}
+	if o.operand = pos[1:]; len(o.operand) != len(cmd.operands) {
+		return nil, usageError{fmt.Sprintf("%s takes %d argument(s), got %d", cmd.name, len(cmd.operands), len(o.operand))}
+	}
+	return o, nil
+}
+
+// parse parses args with fs, flags and positional arguments mixed, and
+// returns the positional ones (those before the error, if any).
+func parse(fs *flag.FlagSet, args []string) ([]string, error) {
+	var pos []string
+	for rest := args; ; {
+		if err := fs.Parse(rest); err != nil {
+			return pos, err
+		}
+		if fs.NArg() == 0 {
+			return pos, nil
+		}
+		pos = append(pos, fs.Arg(0))
+		rest = fs.Args()[1:]
+	}
+}
+
+// usage writes the usage of cmd, or of every command if nil, made from the
+// command table and the flags' help.
+func usage(w io.Writer, cmd *command) {
+	fmt.Fprintln(w, "usage: redmap [flags] command [operands]")
+	fmt.Fprintln(w, "\ncommands:")
+	for i := range commands {
+		k := &commands[i]
+		if cmd != nil && k != cmd {
+			continue
+		}
+		line := k.name
+		for _, op := range k.operands {
+			line += " <" + op + ">"
+		}
+		fmt.Fprintf(w, "  %s\n      %s\n", line, k.help)
+		if k.flags != nil {
+			fs := flag.NewFlagSet(k.name, flag.ContinueOnError)
+			k.flags(fs, &cli{}, &invocation{})
+			fs.SetOutput(indented{w, "    "})
+			fs.PrintDefaults()
+		}
+	}
+	fmt.Fprintln(w, "\nflags of every command (before or after it):")
+	fs := flag.NewFlagSet("redmap", flag.ContinueOnError)
+	commonFlags(fs, &cli{}, &invocation{})
+	fs.SetOutput(indented{w, ""})
+	fs.PrintDefaults()
+	if cmd == nil {
+		fmt.Fprintln(w, "\nredmap help <command> shows one command. Errors are one line on stderr with exit status 1; bad usage exits 2.")
+	}
+}
+
+// indented prefixes each line written through it.
+type indented struct {
+	w      io.Writer
+	prefix string
+}
+
+func (i indented) Write(p []byte) (int, error) {
+	s := strings.TrimSuffix(string(p), "\n")
+	_, err := fmt.Fprintln(i.w, i.prefix+strings.ReplaceAll(s, "\n", "\n"+i.prefix))
+	return len(p), err
+}
