@@ -131,12 +131,12 @@ func (d *reader) bytes() []byte {
 	return b
 }
 
-// pairs reads an array of at most max keys and values, all strings, as a
+// pairs reads an array of at most limit keys and values, all strings, as a
 // map; nil if it is empty.
-func (d *reader) pairs(max int) map[string]string {
+func (d *reader) pairs(limit int) map[string]string {
 	n := d.arrayLen()
-	if n%2 != 0 || n > 2*max {
-		d.do(corrupt(fmt.Sprintf("pairs: %d strings, want an even number up to %d", n, 2*max), nil))
+	if n%2 != 0 || n > 2*limit {
+		d.do(corrupt(fmt.Sprintf("pairs: %d strings, want an even number up to %d", n, 2*limit), nil))
 		return nil
 	}
 	var m map[string]string

@@ -318,21 +318,19 @@ func (d *Dashboard) queueNames(ctx context.Context) ([]string, error) {
 // order sorts what st shows: per queue, live workers before gone ones;
 // running batches before ended ones, the newest ended first.
 func order(st *State) {
-	slices.SortStableFunc(st.Workers, func(a, b inspect.Worker) int {
-		return cmp.Or(cmp.Compare(a.Queue, b.Queue), cmp.Compare(rank(!a.Live), rank(!b.Live)), cmp.Compare(a.ID, b.ID))
-	})
-	slices.SortFunc(st.Batches, func(a, b inspect.Batch) int {
-		return cmp.Or(cmp.Compare(rank(a.Outcome != "running"), rank(b.Outcome != "running")), cmp.Compare(a.Queue, b.Queue),
-			b.Ended.Compare(a.Ended), cmp.Compare(a.Manager, b.Manager), cmp.Compare(a.ID, b.ID))
-	})
-}
-
-// rank orders false before true.
-func rank(b bool) int {
-	if b {
+	// Each queue's workers come from inspect live first, then by id: a
+	// stable sort by queue keeps that.
+	slices.SortStableFunc(st.Workers, func(a, b inspect.Worker) int { return cmp.Compare(a.Queue, b.Queue) })
+	ended := func(b inspect.Batch) int {
+		if b.Outcome == "running" {
+			return 0
+		}
 		return 1
 	}
-	return 0
+	slices.SortFunc(st.Batches, func(a, b inspect.Batch) int {
+		return cmp.Or(cmp.Compare(ended(a), ended(b)), cmp.Compare(a.Queue, b.Queue),
+			b.Ended.Compare(a.Ended), cmp.Compare(a.Manager, b.Manager), cmp.Compare(a.ID, b.ID))
+	})
 }
 
 // action wraps an action's handler: refused unless Options.Actions, unless

@@ -13,7 +13,6 @@ import (
 	"time"
 
 	"go.opentelemetry.io/otel/trace"
-	"go.opentelemetry.io/otel/trace/noop"
 
 	"github.com/redmap/redmap"
 	"github.com/redmap/redmap/codec"
@@ -99,9 +98,6 @@ type chunk struct {
 	payload            []byte // kept while out if the input cannot encode it again
 }
 
-// noSpan is the span of a batch not (yet) traced.
-var noSpan trace.Span = noop.Span{}
-
 // newBatch returns a batch of n elements (of a slice), or of a sequence
 // (stream, n 0) whose length the feeder learns as it reads it.
 func newBatch[Out any](m *Manager, fn string, n int, red *redmap.Reducer[Out], stream bool) *Batch[Out] {
@@ -127,7 +123,7 @@ func newBatch[Out any](m *Manager, fn string, n int, red *redmap.Reducer[Out], s
 		done:      make(chan struct{}),
 		recorded:  make(chan struct{}),
 		stop:      func() bool { return false },
-		span:      noSpan,
+		span:      tracing.NoSpan,
 	}
 }
 

@@ -191,25 +191,25 @@ func (f *fakeShard) Cancel(_ context.Context, _ string, tids []string) error {
 }
 
 // trim drops the entries handled last time (the first handled, if the
-// first of them is still the one marked) and returns up to max more.
-func (f *fakeShard) trim(handled int, mark string, max int) []string {
+// first of them is still the one marked) and returns up to limit more.
+func (f *fakeShard) trim(handled int, mark string, limit int) []string {
 	if handled > 0 && len(f.results) >= handled && rdb.Mark(f.results[handled-1]) == mark {
 		f.results = f.results[handled:]
 	}
-	return slices.Clone(f.results[:min(max, len(f.results))])
+	return slices.Clone(f.results[:min(limit, len(f.results))])
 }
 
-func (f *fakeShard) ReadResults(_ context.Context, _ string, handled int, mark string, max int) ([]string, error) {
+func (f *fakeShard) ReadResults(_ context.Context, _ string, handled int, mark string, limit int) ([]string, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if err := f.call("read"); err != nil {
 		return nil, err
 	}
-	return f.trim(handled, mark, max), nil
+	return f.trim(handled, mark, limit), nil
 }
 
-func (f *fakeShard) ReadThenWait(ctx context.Context, mid string, handled int, mark string, max int, timeout time.Duration) ([]string, bool, error) {
-	entries, err := f.ReadResults(ctx, mid, handled, mark, max)
+func (f *fakeShard) ReadThenWait(ctx context.Context, mid string, handled int, mark string, limit int, timeout time.Duration) ([]string, bool, error) {
+	entries, err := f.ReadResults(ctx, mid, handled, mark, limit)
 	if err != nil || len(entries) > 0 {
 		return entries, false, err
 	}

@@ -27,8 +27,8 @@ type shardRedis interface {
 
 	// ReadResults, ReadThenWait, WaitResults and WakeCollector are the
 	// collector's.
-	ReadResults(ctx context.Context, mid string, handled int, mark string, max int) ([]string, error)
-	ReadThenWait(ctx context.Context, mid string, handled int, mark string, max int, timeout time.Duration) (entries []string, fromWait bool, err error)
+	ReadResults(ctx context.Context, mid string, handled int, mark string, limit int) ([]string, error)
+	ReadThenWait(ctx context.Context, mid string, handled int, mark string, limit int, timeout time.Duration) (entries []string, fromWait bool, err error)
 	WaitResults(ctx context.Context, mid string, timeout time.Duration) (string, error)
 	WakeCollector(ctx context.Context, mid string) error
 

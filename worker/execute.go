@@ -13,6 +13,7 @@ import (
 	"github.com/redmap/redmap/internal/backoff"
 	"github.com/redmap/redmap/internal/engine"
 	"github.com/redmap/redmap/internal/rdb"
+	"github.com/redmap/redmap/internal/tracing"
 )
 
 // execute runs one task and returns its encoded result: it resolves the task
@@ -28,7 +29,7 @@ import (
 // kill a worker per attempt.
 func (w *Worker) execute(ctx context.Context, t rdb.Taken) (done rdb.Done) {
 	stage := codec.KindDecode
-	span := noSpan
+	span := tracing.NoSpan
 	defer func() {
 		if p := recover(); p != nil {
 			stack := string(debug.Stack())

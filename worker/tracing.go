@@ -7,7 +7,6 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/trace"
-	"go.opentelemetry.io/otel/trace/noop"
 
 	"github.com/redmap/redmap/codec"
 	"github.com/redmap/redmap/internal/rdb"
@@ -20,9 +19,6 @@ import (
 // time in the worker's prefetch), which says the take happened even if the
 // run never ends (its worker killed). A task that carries nothing costs
 // nothing here.
-
-// noSpan is the span of an untraced task.
-var noSpan trace.Span = noop.Span{}
 
 // startSpan starts the spans of traced task t (decoded as task) and returns
 // ctx with the run's.

@@ -565,16 +565,16 @@ func (r *RDB) LiveWorkers(ctx context.Context) ([]string, error) {
 
 // ReadResults trims the entries of manager mid's result list that were read
 // last time and handled since (the first handled ones, the last of which
-// began with mark), and returns up to max of those after them, in one round
+// began with mark), and returns up to limit of those after them, in one round
 // trip: trim.lua, then a plain LRANGE in the same pipeline (only this
 // manager's collector trims its list; workers only append). Reading does not
 // consume, and the trim happens once however often the call is retried: a
 // reply lost on the way loses no result, and the manager discards entries it
 // sees twice.
-func (r *RDB) ReadResults(ctx context.Context, mid string, handled int, mark string, max int) ([]string, error) {
+func (r *RDB) ReadResults(ctx context.Context, mid string, handled int, mark string, limit int) ([]string, error) {
 	l := keys.Results(r.prefix, r.queue, mid)
 	if handled == 0 {
-		entries, err := r.c.LRange(ctx, l, 0, int64(max)-1).Result()
+		entries, err := r.c.LRange(ctx, l, 0, int64(limit)-1).Result()
 		if err != nil {
 			return nil, wrap("read results", nil, "LRANGE", err)
 		}
@@ -584,21 +584,21 @@ func (r *RDB) ReadResults(ctx context.Context, mid string, handled int, mark str
 	var read *redis.StringSliceCmd
 	_, _ = r.c.Pipelined(ctx, func(p redis.Pipeliner) error {
 		trim = trimScript.evalSha(ctx, p, []string{l}, handled, mark)
-		read = p.LRange(ctx, l, 0, int64(max)-1)
+		read = p.LRange(ctx, l, 0, int64(limit)-1)
 		return nil
 	})
-	return r.trimmedRead(ctx, l, handled, mark, max, trim, read)
+	return r.trimmedRead(ctx, l, handled, mark, limit, trim, read)
 }
 
 // trimmedRead returns what a pipelined trim.lua and LRANGE read. If Redis
 // did not know the script (restarted, flushed), the LRANGE read the list
 // untrimmed: it loads the script, trims and reads again.
-func (r *RDB) trimmedRead(ctx context.Context, l string, handled int, mark string, max int, trim *redis.Cmd, read *redis.StringSliceCmd) ([]string, error) {
+func (r *RDB) trimmedRead(ctx context.Context, l string, handled int, mark string, limit int, trim *redis.Cmd, read *redis.StringSliceCmd) ([]string, error) {
 	err := trim.Err()
 	if err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
 		err = trimScript.run(ctx, r.c, []string{l}, handled, mark).Err()
 		if err == nil {
-			read = r.c.LRange(ctx, l, 0, int64(max)-1)
+			read = r.c.LRange(ctx, l, 0, int64(limit)-1)
 		}
 	}
 	if err != nil {
@@ -667,10 +667,10 @@ func (r *RDB) WaitResults(ctx context.Context, mid string, timeout time.Duration
 // first, is ignored; fromWait reports whether the entries came from the
 // wait. A wait longer than the client's read timeout allows is made after
 // the read instead.
-func (r *RDB) ReadThenWait(ctx context.Context, mid string, handled int, mark string, max int, timeout time.Duration) (entries []string, fromWait bool, err error) {
+func (r *RDB) ReadThenWait(ctx context.Context, mid string, handled int, mark string, limit int, timeout time.Duration) (entries []string, fromWait bool, err error) {
 	wait := blocking(timeout)
 	if rt := readTimeout(r.c); timeout <= 0 || rt > 0 && wait > rt/2 {
-		if entries, err = r.ReadResults(ctx, mid, handled, mark, max); err != nil || len(entries) > 0 || timeout <= 0 {
+		if entries, err = r.ReadResults(ctx, mid, handled, mark, limit); err != nil || len(entries) > 0 || timeout <= 0 {
 			return entries, false, err
 		}
 		first, err := r.WaitResults(ctx, mid, timeout)
@@ -687,14 +687,14 @@ func (r *RDB) ReadThenWait(ctx context.Context, mid string, handled int, mark st
 		if handled > 0 {
 			trim = trimScript.evalSha(ctx, p, []string{l}, handled, mark)
 		}
-		read = p.LRange(ctx, l, 0, int64(max)-1)
+		read = p.LRange(ctx, l, 0, int64(limit)-1)
 		move = p.BLMove(ctx, l, l, "LEFT", "LEFT", wait)
 		return nil
 	})
 	if trim != nil && trim.Err() != nil {
 		// NOSCRIPT (the read and the wait saw the list untrimmed) or a
 		// failed trim: trimmedRead loads the script, or says the error.
-		entries, err = r.trimmedRead(ctx, l, handled, mark, max, trim, read)
+		entries, err = r.trimmedRead(ctx, l, handled, mark, limit, trim, read)
 		return entries, false, err
 	}
 	if entries, err = read.Result(); err != nil || len(entries) > 0 {

@@ -14,6 +14,7 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
+	"go.opentelemetry.io/otel/trace/noop"
 
 	"github.com/redmap/redmap/internal/id"
 )
@@ -30,6 +31,10 @@ func Tracer(tp trace.TracerProvider) trace.Tracer {
 	}
 	return tp.Tracer(Scope)
 }
+
+// NoSpan is the span of what is not traced: an untraced task, a batch
+// not (yet) traced.
+var NoSpan trace.Span = noop.Span{}
 
 // w3c writes and reads the W3C traceparent and tracestate headers, whatever
 // propagator the program installed globally: the envelope's format is fixed.
