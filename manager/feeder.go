@@ -70,7 +70,7 @@ type window struct {
 	// unsent holds the tasks by shard until their shard's submit
 	// succeeds, so that a retry sends only what did not go (grouped at the
 	// first send: the first window is made before the shards are open).
-	unsent *map[*shard][]rdb.Task
+	unsent map[*shard][]rdb.Task
 }
 
 func (w window) tids() []string {
@@ -96,9 +96,11 @@ func (f *feeder[Out]) window() (window, error) {
 	var w window
 	var chunks []chunk
 	add := func(end int, payload []byte) {
-		tid := id.TaskIn(f.mid, f.router.nextSeq(false), f.b.seq, f.priority, DefaultPriority)
+		var tid string
 		if f.b.worker != "" {
-			tid = id.TaskAt(f.mid, f.router.nextSeq(true), f.priority, DefaultPriority)
+			tid = id.TaskAt(f.mid, f.router.nextPrivateSeq(), f.priority, DefaultPriority)
+		} else {
+			tid = id.TaskIn(f.mid, f.router.nextSeq(), f.b.seq, f.priority, DefaultPriority)
 		}
 		c := chunk{start: f.pos, count: end - f.pos, size: len(payload), tid: tid}
 		if !f.in.reencodes() {
@@ -147,7 +149,6 @@ func (f *feeder[Out]) window() (window, error) {
 	}
 	w.first = b.addChunks(chunks...)
 	f.in.submitted(f.pos)
-	w.unsent = new(map[*shard][]rdb.Task)
 	// Register before submitting: a fast worker's result may arrive before
 	// the submit call returns.
 	return w, f.pending.add(b, w.tids(), w.first)
@@ -157,7 +158,7 @@ func (f *feeder[Out]) window() (window, error) {
 // is unreachable, forgets them: nothing can be withdrawn from a Redis we
 // cannot reach; what was queued runs to a discarded result, and its task set
 // entries go with the manager's keys.
-func (f *feeder[Out]) submit(ctx context.Context, w window) error {
+func (f *feeder[Out]) submit(ctx context.Context, w *window) error {
 	if len(w.tasks) == 0 {
 		return nil
 	}
@@ -178,13 +179,13 @@ func (f *feeder[Out]) submit(ctx context.Context, w window) error {
 
 // send makes one attempt to queue what of a window is not queued yet, one
 // submit per shard (at once, if several), and says what went wrong.
-func (f *feeder[Out]) send(ctx context.Context, w window) error {
-	if *w.unsent == nil {
-		*w.unsent = f.router.tasksByShard(w.tasks)
+func (f *feeder[Out]) send(ctx context.Context, w *window) error {
+	if w.unsent == nil {
+		w.unsent = f.router.tasksByShard(w.tasks)
 	}
 	var mu sync.Mutex
 	var sent []*shard
-	err := eachShard(maps.Clone(*w.unsent), func(s *shard, tasks []rdb.Task) error {
+	err := eachShard(maps.Clone(w.unsent), func(s *shard, tasks []rdb.Task) error {
 		s.sendMu.RLock()
 		defer s.sendMu.RUnlock()
 		if f.beforeSend != nil {
@@ -203,7 +204,7 @@ func (f *feeder[Out]) send(ctx context.Context, w window) error {
 		return nil
 	})
 	for _, s := range sent {
-		delete(*w.unsent, s)
+		delete(w.unsent, s)
 	}
 	return err
 }
@@ -237,7 +238,7 @@ func (f *feeder[Out]) run(ctx context.Context) {
 		}
 		w, err := f.window()
 		if err == nil {
-			err = f.sendRetrying(ctx, w)
+			err = f.sendRetrying(ctx, &w)
 		}
 		if w.bad != nil {
 			b.failUnsubmitted(w.bad.Index, 1, 0, w.bad.Err)
@@ -274,7 +275,7 @@ func (f *feeder[Out]) giveUp(err error) {
 	f.b.exhaust(err)
 }
 
-func (f *feeder[Out]) sendRetrying(ctx context.Context, w window) error {
+func (f *feeder[Out]) sendRetrying(ctx context.Context, w *window) error {
 	if len(w.tasks) == 0 {
 		return nil
 	}
@@ -344,7 +345,7 @@ func (f *feeder[Out]) first(ctx context.Context, sp spec, red *redmap.Reducer[Ou
 		err = f.faults.riding(ctx, func() error { return f.openShards(ctx) })
 	}
 	if err == nil {
-		err = f.submit(ctx, w)
+		err = f.submit(ctx, &w)
 	}
 	if err != nil {
 		f.pending.forget(w.tids()) // what submit did not withdraw was never sent

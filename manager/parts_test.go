@@ -148,8 +148,8 @@ func TestRouterOpensOnceAndNotAfterClose(t *testing.T) {
 		t.Fatalf("opened %q, want the queue's names once: %q", opened, want)
 	}
 	for seq := range 12 {
-		r.nextSeq(false) // a public task between: any shard
-		if s := r.nextSeq(true); s%3 != 0 {
+		r.nextSeq() // a public task between: any shard
+		if s := r.nextPrivateSeq(); s%3 != 0 {
 			t.Fatalf("private task %d got sequence %d, not a multiple of 3 (shard 0)", seq, s)
 		}
 	}

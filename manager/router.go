@@ -65,14 +65,17 @@ func (r *router) first() *shard { return r.list()[0] }
 // sharded reports whether the manager's tasks go to more than one shard.
 func (r *router) sharded() bool { return len(r.list()) > 1 }
 
-// nextSeq returns the sequence number of the manager's next task. A task of
-// a private batch (OnWorker) gets a multiple of the shard count, so it goes
-// to shard 0: a worker registers there before any other shard (it learns
-// of the others from there), so a private task is never queued where its
+// nextSeq returns the sequence number of the manager's next public task.
+func (r *router) nextSeq() uint64 { return r.seq.Add(1) }
+
+// nextPrivateSeq returns the sequence number of the manager's next task of
+// a private batch (OnWorker): a multiple of the shard count, so it goes to
+// shard 0. A worker registers there before any other shard (it learns of
+// the others from there), so a private task is never queued where its
 // worker, were it to die, would not be reaped.
-func (r *router) nextSeq(private bool) uint64 {
+func (r *router) nextPrivateSeq() uint64 {
 	k := uint64(r.p.shards)
-	if !private || k == 1 {
+	if k == 1 {
 		return r.seq.Add(1)
 	}
 	last := r.seq.Add(k) // reserves (last-k, last], which holds one multiple of k
