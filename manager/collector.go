@@ -114,19 +114,19 @@ func (c *collector) collect(ctx context.Context) {
 // goroutines when there are many, and returns once all are handled.
 func (c *collector) dispatchAll(entries []string) {
 	const perGoroutine = 64 // fewer, and a goroutine costs more than it saves
-	parts := min(runtime.GOMAXPROCS(0), len(entries)/perGoroutine)
-	if parts < 2 {
+	goroutines := min(runtime.GOMAXPROCS(0), len(entries)/perGoroutine)
+	if goroutines < 2 {
 		for _, e := range entries {
 			c.dispatch(e)
 		}
 		return
 	}
 	var wg sync.WaitGroup
-	size := (len(entries) + parts - 1) / parts
+	size := (len(entries) + goroutines - 1) / goroutines
 	for start := 0; start < len(entries); start += size {
-		part := entries[start:min(start+size, len(entries))]
+		share := entries[start:min(start+size, len(entries))]
 		wg.Go(func() {
-			for _, e := range part {
+			for _, e := range share {
 				c.dispatch(e)
 			}
 		})
