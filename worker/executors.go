@@ -16,6 +16,7 @@ import (
 // return once jobs is closed.
 type executors struct {
 	executorsParams
+	started atomic.Bool
 	stopped atomic.Bool
 	alone   sync.RWMutex // a suspect runs holding it for writing: alone
 	wg      sync.WaitGroup
@@ -47,8 +48,11 @@ type executorsParams struct {
 
 func newExecutors(p executorsParams) *executors { return &executors{executorsParams: p} }
 
-// Start starts the executors, running tasks under ctx.
+// Start starts the executors, running tasks under ctx; once.
 func (e *executors) Start(ctx context.Context) {
+	if !e.started.CompareAndSwap(false, true) {
+		return
+	}
 	for range e.n {
 		e.wg.Go(func() {
 			for j := range e.jobs {

@@ -19,7 +19,6 @@ import (
 type fetcher struct {
 	fetcherParams
 	*part.Runner
-	jobs       chan job
 	orphanWait backoff.Backoff // between takes refused a suspect for orphans; owned by the fetch loop
 }
 
@@ -27,7 +26,7 @@ type fetcher struct {
 type fetcherParams struct {
 	wid       string
 	heartbeat time.Duration // Options.Heartbeat: how often to look for orphans
-	capacity  int           // jobs that may wait for an executor
+	jobs      chan<- job    // to the executors; the fetcher closes it when it stops
 	source    *source
 	held      *held
 	slots     *slots
@@ -47,7 +46,7 @@ type job struct {
 }
 
 func newFetcher(p fetcherParams) *fetcher {
-	f := &fetcher{fetcherParams: p, jobs: make(chan job, p.capacity)}
+	f := &fetcher{fetcherParams: p}
 	f.Runner = part.Run(f.run)
 	return f
 }

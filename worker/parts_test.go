@@ -253,15 +253,16 @@ func TestFetcherTakesSuspectAlone(t *testing.T) {
 func TestFetcherNoOrphanWaitAfterTakingTasks(t *testing.T) {
 	q := newFakeQueue()
 	h := newHeld()
-	f := newFetcher(fetcherParams{wid: "w", heartbeat: time.Second, capacity: 4, source: q.source(func(string, error) {}),
+	jobs := make(chan job, 4)
+	f := newFetcher(fetcherParams{wid: "w", heartbeat: time.Second, jobs: jobs, source: q.source(func(string, error) {}),
 		held: h, slots: newSlots(func() int { return 4 }), counters: &counters{}, failed: func(string, error) {},
 		stopping: func() {}, log: slog.New(slog.DiscardHandler)})
 	go func() {
-		for j := range f.jobs {
+		for j := range jobs {
 			h.release(j.ID) // run and reported at once
 		}
 	}()
-	defer close(f.jobs)
+	defer close(jobs)
 	ctx := context.Background()
 	for i := range 4 {
 		r := round{taken: []rdb.Taken{{ID: fmt.Sprint(i)}}, suspectWaits: true}

@@ -23,6 +23,7 @@ import (
 	"github.com/redmap/redmap/cache"
 	"github.com/redmap/redmap/internal/engine"
 	"github.com/redmap/redmap/internal/memo"
+	"github.com/redmap/redmap/internal/part"
 	"github.com/redmap/redmap/internal/rdb"
 	"github.com/redmap/redmap/internal/tracing"
 )
@@ -184,7 +185,7 @@ func (w *Worker) Run(ctx context.Context) error {
 	// Tasks run, and results are reported, detached from ctx: when ctx ends,
 	// the worker drains what it holds instead of abandoning it.
 	bg := context.WithoutCancel(ctx)
-	fetch, exec, finish, upkeep := w.parts()
+	p := w.parts()
 
 	// Register before the first take, so that a worker killed at any instant
 	// after taking is in the workers set for the reap to find; and fail at
@@ -195,29 +196,39 @@ func (w *Worker) Run(ctx context.Context) error {
 			return fmt.Errorf("worker: cannot serve queue %q: %w", w.opts.Queue, err)
 		}
 	}
-	if err := upkeep.tick(bg); err != nil && rdb.Refused(err) {
+	if err := p.upkeep.tick(bg); err != nil && rdb.Refused(err) {
 		return fmt.Errorf("worker: cannot serve queue %q: %w", w.opts.Queue, err)
 	}
 
 	w.publishTypes(ctx)
-	upkeep.Start(bg)
-	finish.Start(bg)
-	exec.Start(bg)
-	fetch.Start(ctx)
-
-	fetch.Wait() // ctx ended, or an operator drains the worker
-	exec.Wait()  // tasks already running finish; prefetched ones are set aside
-	finish.Stop()
-	finish.Wait()
-	upkeep.Stop()
-	upkeep.Wait()
-	w.leave(bg, exec.setAside())
+	all := p.list()
+	all.Start(bg)
+	defer context.AfterFunc(ctx, p.fetch.Stop)()
+	// The fetcher stops when ctx ends, or when an operator drains the
+	// worker; the others stop after it, in turn: tasks already running
+	// finish, prefetched ones are set aside, results are reported.
+	p.fetch.Wait()
+	all.Stop()
+	w.leave(bg, p.exec.setAside())
 	return nil
 }
 
+// workerParts are the worker's parts.
+type workerParts struct {
+	fetch  *fetcher
+	exec   *executors
+	finish *finisher
+	upkeep *maintainer
+}
+
+// list returns the parts in the order they start: each after those it
+// hands work to, so that each stops only after those that feed it.
+func (p workerParts) list() part.List { return part.List{p.upkeep, p.finish, p.exec, p.fetch} }
+
 // parts builds the worker's four parts, each from what it needs.
-func (w *Worker) parts() (*fetcher, *executors, *finisher, *maintainer) {
+func (w *Worker) parts() workerParts {
 	capacity := w.opts.Concurrency + w.opts.Prefetch
+	jobs := make(chan job, capacity)
 	s := newSlots(func() int { return w.opts.Concurrency + w.prefetch() })
 	finish := newFinisher(finisherParams{capacity: capacity, source: w.source, held: w.held,
 		counters: &w.counters, failed: w.failed, before: w.hooks.finish})
@@ -225,21 +236,20 @@ func (w *Worker) parts() (*fetcher, *executors, *finisher, *maintainer) {
 	if w.hooks.checkAll {
 		stale = 0
 	}
-	exec := newExecutors(executorsParams{n: w.opts.Concurrency, results: finish.results, slots: s, held: w.held,
+	exec := newExecutors(executorsParams{n: w.opts.Concurrency, jobs: jobs, results: finish.results, slots: s, held: w.held,
 		source: w.source, execute: w.execute, ran: w.taskTimes.observe, counters: &w.counters,
 		stale: stale, suspect: w.hooks.suspect})
-	fetch := newFetcher(fetcherParams{wid: w.opts.ID, heartbeat: w.opts.Heartbeat, capacity: capacity,
+	fetch := newFetcher(fetcherParams{wid: w.opts.ID, heartbeat: w.opts.Heartbeat, jobs: jobs,
 		source: w.source, held: w.held, slots: s, counters: &w.counters, failed: w.failed,
 		stopping: func() {
 			w.draining.Store(true)
 			exec.Stop()
 		},
 		emptying: w.hooks.emptying, log: w.log})
-	exec.jobs = fetch.jobs
 	upkeep := newMaintainer(maintainerParams{wid: w.opts.ID, lease: w.opts.Lease, source: w.source, held: w.held,
 		failures: &w.failures, counters: &w.counters, info: w.info, problem: &w.problem, failed: w.failed,
 		drain: fetch.Stop, draining: w.draining.Load, log: w.log}, w.opts.Heartbeat)
-	return fetch, exec, finish, upkeep
+	return workerParts{fetch: fetch, exec: exec, finish: finish, upkeep: upkeep}
 }
 
 // leave gives the tasks set aside unrun back to the queue, then retires the

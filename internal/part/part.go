@@ -24,6 +24,27 @@ type Part interface {
 	Wait()
 }
 
+// List is parts that depend on one another: each hands work to those
+// before it. Start starts them in order; Stop stops them in the reverse
+// order, each stopped and waited for before the next, so that a part
+// stops only once the parts that feed it have ended.
+type List []Part
+
+// Start starts every part, in order, under ctx.
+func (l List) Start(ctx context.Context) {
+	for _, p := range l {
+		p.Start(ctx)
+	}
+}
+
+// Stop stops and waits for every part, last first.
+func (l List) Stop() {
+	for i := len(l) - 1; i >= 0; i-- {
+		l[i].Stop()
+		l[i].Wait()
+	}
+}
+
 // Runner is a Part that runs one function on a goroutine of its own until
 // the function returns; Stop ends the function's context.
 type Runner struct {

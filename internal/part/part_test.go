@@ -2,6 +2,8 @@ package part
 
 import (
 	"context"
+	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -77,5 +79,36 @@ func TestEveryTicksUntilStopped(t *testing.T) {
 	case <-ticks:
 		t.Fatal("a tick came after Wait returned")
 	default:
+	}
+}
+
+// A List starts its parts in order and stops them last first, each waited
+// for before the next is stopped.
+func TestListOrder(t *testing.T) {
+	var mu sync.Mutex
+	var log []string
+	note := func(s string) {
+		mu.Lock()
+		log = append(log, s)
+		mu.Unlock()
+	}
+	mk := func(name string) Part {
+		return Run(func(ctx context.Context) {
+			note("start " + name)
+			<-ctx.Done()
+			note("end " + name)
+		})
+	}
+	l := List{mk("a"), mk("b")}
+	l.Start(context.Background())
+	l.Stop()
+	var ends []string
+	for _, s := range log {
+		if strings.HasPrefix(s, "end ") {
+			ends = append(ends, s)
+		}
+	}
+	if got := strings.Join(ends, ", "); got != "end b, end a" {
+		t.Fatalf("stopped as %q, want b ended before a was stopped", got)
 	}
 }
