@@ -202,11 +202,15 @@ func (w *Worker) Run(ctx context.Context) error {
 
 	w.publishTypes(ctx)
 	all := p.list()
-	all.Start(bg)
-	defer context.AfterFunc(ctx, p.fetch.Stop)()
-	// The fetcher stops when ctx ends, or when an operator drains the
-	// worker; the others stop after it, in turn: tasks already running
-	// finish, prefetched ones are set aside, results are reported.
+	all[:len(all)-1].Start(bg)
+	// The fetcher runs under ctx itself, not stopped by a callback when ctx
+	// ends: a callback runs on a goroutine of its own, and in the moment
+	// before it does, a slot freed by a task that ended could take another
+	// task after Run was told to stop. It stops when ctx ends, or when an
+	// operator drains the worker; the others stop after it, in turn: tasks
+	// already running finish, prefetched ones are set aside, results are
+	// reported.
+	p.fetch.Start(ctx)
 	p.fetch.Wait()
 	all.Stop()
 	w.leave(bg, p.exec.setAside())
@@ -222,7 +226,8 @@ type workerParts struct {
 }
 
 // list returns the parts in the order they start: each after those it
-// hands work to, so that each stops only after those that feed it.
+// hands work to, so that each stops only after those that feed it; the
+// fetcher, which feeds them all, last.
 func (p workerParts) list() part.List { return part.List{p.upkeep, p.finish, p.exec, p.fetch} }
 
 // parts builds the worker's four parts, each from what it needs.
