@@ -201,8 +201,7 @@ func (w *Worker) Run(ctx context.Context) error {
 	}
 
 	w.publishTypes(ctx)
-	all := p.list()
-	all[:len(all)-1].Start(bg)
+	part.List{p.upkeep, p.finish, p.exec}.Start(bg)
 	// The fetcher runs under ctx itself, not stopped by a callback when ctx
 	// ends: a callback runs on a goroutine of its own, and in the moment
 	// before it does, a slot freed by a task that ended could take another
@@ -212,7 +211,7 @@ func (w *Worker) Run(ctx context.Context) error {
 	// reported.
 	p.fetch.Start(ctx)
 	p.fetch.Wait()
-	all.Stop()
+	p.list().Stop()
 	w.leave(bg, p.exec.setAside())
 	return nil
 }

@@ -54,7 +54,9 @@ func Start(t testing.TB, cmd *exec.Cmd) *Proc {
 	// line is kept there too, one file a process.
 	var logFile *os.File
 	if dir := os.Getenv("REDMAP_TEST_LOGDIR"); dir != "" {
-		logFile, _ = os.Create(filepath.Join(dir, fmt.Sprintf("%s-%d.log", filepath.Base(cmd.Path), cmd.Process.Pid)))
+		if logFile, err = os.Create(filepath.Join(dir, fmt.Sprintf("%s-%d.log", filepath.Base(cmd.Path), cmd.Process.Pid))); err != nil {
+			t.Logf("REDMAP_TEST_LOGDIR: %v; this process's stderr is not kept", err)
+		}
 	}
 	var read sync.WaitGroup
 	read.Add(2)
