@@ -167,7 +167,12 @@ func TestACLRevokedMidBatch(t *testing.T) {
 			b.Client = userClient(t, srv, "redmap", "pw")
 			a, _, m := twoWorkers(t, b, "REDMAP_URL=redis://redmap:pw@"+srv.Addr()+"/0")
 
-			batch, err := manager.Submit(testCtx(t), m, slowSquare, ints(4000), manager.ChunkSize(1))
+			// 3,600 elements of 20 ms after the revocation keep eight
+			// slots busy for 9 s: the manager's next reap (once per Poll,
+			// 1 s), which runs TIME, comes while the batch runs. (With
+			// 1 ms elements the batch could end before it, nothing
+			// failing, as CI saw.)
+			batch, err := manager.Submit(testCtx(t), m, calmSquare, ints(4000), manager.ChunkSize(1))
 			if err != nil {
 				t.Fatal(err)
 			}

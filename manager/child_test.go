@@ -47,6 +47,18 @@ var slowSquare = redmap.Func("slowsq", func(ctx context.Context, x int) (int, er
 	return x * x, nil
 })
 
+// calmSquare squares x after 20 ms: a batch of thousands lasts seconds on
+// two workers, so that something meant to happen while it runs (a reap,
+// once per Poll) does.
+var calmSquare = redmap.Func("calmsq", func(ctx context.Context, x int) (int, error) {
+	select {
+	case <-time.After(20 * time.Millisecond):
+	case <-ctx.Done():
+		return 0, ctx.Err()
+	}
+	return x * x, nil
+})
+
 // nap takes 50 ms and returns the id of the process that ran it.
 var nap = redmap.Func("nap", func(ctx context.Context, _ int) (int, error) {
 	select {
@@ -145,7 +157,7 @@ func childWorker(rdb redis.UniversalClient, queue string) error {
 	if err != nil {
 		return err
 	}
-	hs := []redmap.AnyHandle{lookup, square, slowSquare, poison, sum, nap, traced}
+	hs := []redmap.AnyHandle{lookup, square, slowSquare, calmSquare, poison, sum, nap, traced}
 	switch os.Getenv("REDMAP_TYPES") { // a build of the user's tasks package
 	case "v1":
 		hs = append(hs, v1.Count)

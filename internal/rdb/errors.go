@@ -41,9 +41,13 @@ func (s *script) command(reply string) string {
 // Unreachable reports whether err means Redis could not be reached (a
 // refused, dropped or timed-out connection), as opposed to an error reply
 // from a server that is there (out of memory, a script error) or the
-// caller's own context ending.
+// caller's own context ending. A refusal (a *redmap.CommandError, which
+// keeps the reply as text, not as a redis.Error) is a reply too: were it
+// taken for an outage, a refused call would be retried for as long as an
+// outage is (a batch's history record waited out its 2 s budget on a
+// revoked TIME before Wait returned).
 func Unreachable(err error) bool {
-	if err == nil || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+	if err == nil || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) || Refused(err) {
 		return false
 	}
 	var reply redis.Error

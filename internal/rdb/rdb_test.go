@@ -501,6 +501,9 @@ func TestRefusalNamesCommand(t *testing.T) {
 	if !errors.As(err, &ce) || ce.Command != "BLMOVE" {
 		t.Fatalf("wait without BLMOVE: %v", err)
 	}
+	if Transient(err) || Unreachable(err) {
+		t.Fatalf("a refusal (%v) taken for an outage: callers would retry it", err)
+	}
 	err = r.Probe(ctx)
 	if !errors.As(err, &ce) || ce.Command != "TIME, BLMOVE" || !errors.Is(err, redmap.ErrPermission) {
 		t.Fatalf("probe: %v, want TIME and BLMOVE named", err)
