@@ -18,8 +18,8 @@ import (
 	"github.com/redmap/redmap/codec"
 	"github.com/redmap/redmap/internal/engine"
 	"github.com/redmap/redmap/internal/failure"
-	"github.com/redmap/redmap/internal/rdb"
 	"github.com/redmap/redmap/internal/tracing"
+	"github.com/redmap/redmap/internal/wire"
 )
 
 // Result is the outcome of one element of a batch.
@@ -41,7 +41,7 @@ type Batch[Out any] struct {
 	worker   string              // the private queue's worker, or ""
 	priority int                 // its tasks' priority
 	id       string              // for operators: "<manager id>:<n>"
-	lane     rdb.Lane            // where its public tasks wait: "<manager id>.<n in base 36>"
+	lane     wire.Lane           // where its public tasks wait: "<manager id>.<n in base 36>"
 	seq      uint64              // n: the batch's number, and its lane's
 	types    map[string][]string // the structure of each handle it calls, by name
 	started  time.Time
@@ -502,7 +502,7 @@ func (b *Batch[Out]) release() {
 			b.onEnd()
 		}
 		if b.isEmpty() {
-			b.endSpan(rdb.BatchRecord{Outcome: "done"})
+			b.endSpan(wire.BatchRecord{Outcome: "done"})
 			close(b.recorded) // an empty batch ran nothing: no record
 			return
 		}
@@ -520,10 +520,10 @@ func (b *Batch[Out]) isEmpty() bool {
 }
 
 // record returns the batch's final record for the queue's history.
-func (b *Batch[Out]) record() rdb.BatchRecord {
+func (b *Batch[Out]) record() wire.BatchRecord {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	r := rdb.BatchRecord{ID: b.id, Manager: b.m.id, Func: b.fn, Priority: b.priority, Worker: b.worker,
+	r := wire.BatchRecord{ID: b.id, Manager: b.m.id, Func: b.fn, Priority: b.priority, Worker: b.worker,
 		Total: b.n, Done: b.n - b.left, Failed: len(b.errs), Outcome: outcomeOf(b.err, len(b.errs)),
 		Started: b.started.UnixMilli(), Ended: time.Now().UnixMilli()}
 	if len(b.errs) > 0 {
@@ -749,20 +749,20 @@ func (b *Batch[Out]) snapshot() Progress { return b.Progress() }
 
 // resubmission returns the payload of chunk ci again, and the worker whose
 // private queue it goes to ("" for the public queue).
-func (b *Batch[Out]) resubmission(ci int) (rdb.Task, string, rdb.Lane, error) {
+func (b *Batch[Out]) resubmission(ci int) (wire.Task, string, wire.Lane, error) {
 	b.mu.Lock()
 	c := b.chunks[ci]
 	b.mu.Unlock()
 	b.event("task resubmitted", tracing.MessagingMessageID.String(c.tid),
 		tracing.Reason.String("Redis lost the task (restarted, flushed or failed over)"))
 	if c.payload != nil {
-		return rdb.Task{ID: c.tid, Payload: c.payload}, b.worker, b.lane, nil
+		return wire.Task{ID: c.tid, Payload: c.payload}, b.worker, b.lane, nil
 	}
 	payload, err := b.in.encode(c.start, c.start+c.count)
-	return rdb.Task{ID: c.tid, Payload: payload}, b.worker, b.lane, err
+	return wire.Task{ID: c.tid, Payload: payload}, b.worker, b.lane, err
 }
 
-// calls returns what the batch's tasks call (rdb.Calls).
+// calls returns what the batch's tasks call (wire.Calls).
 func (b *Batch[Out]) calls() string { return b.lane.Calls }
 
 // typesOf returns the structure of the types of handle name, as the batch

@@ -11,10 +11,10 @@ import (
 	"time"
 
 	"github.com/redmap/redmap"
-	"github.com/redmap/redmap/codec"
 	"github.com/redmap/redmap/internal/backoff"
 	"github.com/redmap/redmap/internal/part"
 	"github.com/redmap/redmap/internal/rdb"
+	"github.com/redmap/redmap/internal/wire"
 )
 
 // collectMax caps the results read from Redis in one round trip.
@@ -151,19 +151,19 @@ func (c *collector) dispatch(entry string) {
 			}
 		}
 	}()
-	e := rdb.DecodeEntry(entry)
+	e, err := wire.DecodeEntry(entry, c.maxFrame)
 	switch e.Kind {
-	case rdb.EntryLost:
+	case wire.EntryLost:
 		c.failTask(e.Task, fmt.Errorf("%w: worker %s died, and the batch was sent to its private queue", redmap.ErrLost, e.Worker))
 		return
-	case rdb.EntryPurged:
+	case wire.EntryPurged:
 		c.failTask(e.Task, fmt.Errorf("%w: purged from the queue by an operator", redmap.ErrLost))
 		return
-	case rdb.EntryWake:
+	case wire.EntryWake:
 		return
 	}
-	c.bytes.Add(int64(len(e.Result)))
-	r, err := codec.DecodeResult(e.Result, c.maxFrame)
+	c.bytes.Add(int64(e.Size))
+	r := e.Result
 	if r == nil {
 		c.dropped.Add(1)
 		c.log.Warn("dropped an unreadable result", "err", err)

@@ -12,6 +12,7 @@ import (
 	"github.com/redmap/redmap/cache"
 	"github.com/redmap/redmap/codec"
 	"github.com/redmap/redmap/internal/rdb"
+	"github.com/redmap/redmap/internal/wire"
 )
 
 // fakeShard is a shard of a queue in memory, for the unit tests of the
@@ -39,12 +40,12 @@ type fakeShard struct {
 	cancels []string          // tasks withdrawn
 	dropped bool
 	renewed int
-	reaped  rdb.Reaped // what the next Reap returns
+	reaped  wire.Reaped // what the next Reap returns
 
 	// queue-wide (shard 0)
 	served      map[string]bool
-	published   []map[string]rdb.BatchProgress
-	history     []rdb.BatchRecord
+	published   []map[string]wire.BatchProgress
+	history     []wire.BatchRecord
 	cancelBatch []string // batch ids PublishBatches says an operator cancelled
 	shardNames  []string
 	workers     []string
@@ -148,7 +149,7 @@ func (f *fakeShard) setRun(run func(t *codec.Task) ([]byte, error)) {
 
 func (f *fakeShard) Shard() int { return f.i }
 
-func (f *fakeShard) Submit(_ context.Context, _, _ string, _ rdb.Lane, tasks []rdb.Task, _ time.Duration, exp rdb.Expect) (int64, bool, error) {
+func (f *fakeShard) Submit(_ context.Context, _, _ string, _ wire.Lane, tasks []wire.Task, _ time.Duration, exp wire.Expect) (int64, bool, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if err := f.call("submit"); err != nil {
@@ -247,7 +248,7 @@ func (f *fakeShard) WaitResults(ctx context.Context, _ string, timeout time.Dura
 }
 
 func (f *fakeShard) WakeCollector(context.Context, string) error {
-	f.push(rdb.EncodeEntry(rdb.Entry{Kind: rdb.EntryWake}))
+	f.push(wire.EncodeEntry(wire.Entry{Kind: wire.EntryWake}))
 	return nil
 }
 
@@ -268,11 +269,11 @@ func (f *fakeShard) Drop(context.Context, string) error {
 	return f.call("drop")
 }
 
-func (f *fakeShard) Reap(context.Context) (rdb.Reaped, error) {
+func (f *fakeShard) Reap(context.Context) (wire.Reaped, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	r := f.reaped
-	f.reaped = rdb.Reaped{}
+	f.reaped = wire.Reaped{}
 	return r, f.call("reap")
 }
 
@@ -311,15 +312,15 @@ func (f *fakeShard) LiveWorkers(context.Context) ([]string, error) {
 
 // Served says a batch is served if the function it calls (the name before
 // the tab) is in served.
-func (f *fakeShard) Served(_ context.Context, calls []string) ([]rdb.Serving, error) {
+func (f *fakeShard) Served(_ context.Context, calls []string) ([]wire.Serving, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	out := make([]rdb.Serving, len(calls))
+	out := make([]wire.Serving, len(calls))
 	for i, c := range calls {
 		name, _, _ := strings.Cut(c, "\t")
-		out[i] = rdb.Serving{Code: rdb.Unregistered, Name: name}
+		out[i] = wire.Serving{Code: wire.Unregistered, Name: name}
 		if f.served[name] {
-			out[i].Code = rdb.ServedBy
+			out[i].Code = wire.ServedBy
 		}
 	}
 	return out, f.call("served")
@@ -345,7 +346,7 @@ func (f *fakeShard) PublishShards(_ context.Context, adopt bool, names []string)
 	return slices.Clone(f.shardNames), nil
 }
 
-func (f *fakeShard) PublishBatches(_ context.Context, _ string, batches map[string]rdb.BatchProgress, _, _ time.Duration, _ int64) ([]string, error) {
+func (f *fakeShard) PublishBatches(_ context.Context, _ string, batches map[string]wire.BatchProgress, _, _ time.Duration, _ int64) ([]string, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if err := f.call("progress"); err != nil {
@@ -357,7 +358,7 @@ func (f *fakeShard) PublishBatches(_ context.Context, _ string, batches map[stri
 	return c, nil
 }
 
-func (f *fakeShard) RecordBatches(_ context.Context, _ string, recs []rdb.BatchRecord, _ int, _ time.Duration) error {
+func (f *fakeShard) RecordBatches(_ context.Context, _ string, recs []wire.BatchRecord, _ int, _ time.Duration) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if err := f.call("record"); err != nil {
@@ -466,7 +467,7 @@ func (q *fakeQueue) manager(t interface {
 		t.Fatal(err)
 	}
 	next := 1
-	m := wire(seams{
+	m := assemble(seams{
 		queue: q.shards[0],
 		shard: func(string, int) shardRedis {
 			s := q.shards[next]

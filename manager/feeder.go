@@ -13,7 +13,7 @@ import (
 	"github.com/redmap/redmap/codec"
 	"github.com/redmap/redmap/internal/backoff"
 	"github.com/redmap/redmap/internal/id"
-	"github.com/redmap/redmap/internal/rdb"
+	"github.com/redmap/redmap/internal/wire"
 )
 
 // Bounds of a batch's in-flight window: tasks and payload bytes submitted and
@@ -65,12 +65,12 @@ type feederParams struct {
 // just after them that could not be encoded.
 type window struct {
 	first int
-	tasks []rdb.Task
+	tasks []wire.Task
 	bad   *redmap.TaskError
 	// unsent holds the tasks by shard until their shard's submit
 	// succeeds, so that a retry sends only what did not go (grouped at the
 	// first send: the first window is made before the shards are open).
-	unsent map[*shard][]rdb.Task
+	unsent map[*shard][]wire.Task
 }
 
 func (w window) tids() []string {
@@ -107,7 +107,7 @@ func (f *feeder[Out]) window() (window, error) {
 			c.payload = payload
 		}
 		chunks = append(chunks, c)
-		w.tasks = append(w.tasks, rdb.Task{ID: tid, Payload: payload})
+		w.tasks = append(w.tasks, wire.Task{ID: tid, Payload: payload})
 		inflight++
 		bytes += len(payload)
 		elems += end - f.pos
@@ -185,14 +185,14 @@ func (f *feeder[Out]) send(ctx context.Context, w *window) error {
 	}
 	var mu sync.Mutex
 	var sent []*shard
-	err := eachShard(maps.Clone(w.unsent), func(s *shard, tasks []rdb.Task) error {
+	err := eachShard(maps.Clone(w.unsent), func(s *shard, tasks []wire.Task) error {
 		s.sendMu.RLock()
 		defer s.sendMu.RUnlock()
 		if f.beforeSend != nil {
 			f.beforeSend()
 		}
 		started := time.Now()
-		count, intact, err := s.rdb.Submit(ctx, f.mid, f.b.worker, f.b.lane, tasks, f.opts.KeyTTL, rdb.Expect{Count: s.acked.Load(), Epoch: *s.epoch.Load()})
+		count, intact, err := s.rdb.Submit(ctx, f.mid, f.b.worker, f.b.lane, tasks, f.opts.KeyTTL, wire.Expect{Count: s.acked.Load(), Epoch: *s.epoch.Load()})
 		if err != nil {
 			return f.faults.of(s, fmt.Sprintf("submitting %q", f.b.fn), started, err)
 		}

@@ -11,12 +11,13 @@ import (
 	"github.com/redmap/redmap/codec"
 	"github.com/redmap/redmap/internal/backoff"
 	"github.com/redmap/redmap/internal/rdb"
+	"github.com/redmap/redmap/internal/wire"
 )
 
 // historyStore is where the manager writes its batches' final records: the
 // queue's history, in shard 0.
 type historyStore interface {
-	RecordBatches(ctx context.Context, mid string, recs []rdb.BatchRecord, limit int, age time.Duration) error
+	RecordBatches(ctx context.Context, mid string, recs []wire.BatchRecord, limit int, age time.Duration) error
 }
 
 // history writes each batch's final record into the queue's history when
@@ -42,7 +43,7 @@ type history struct {
 
 // pendingRecord is a record to write, and the channel closed once it is.
 type pendingRecord struct {
-	rec     rdb.BatchRecord
+	rec     wire.BatchRecord
 	written chan struct{}
 }
 
@@ -55,7 +56,7 @@ func newHistory(mid string, store historyStore, limit int, age, budget time.Dura
 
 // record writes rec in the background and closes written when it is in
 // Redis or the write gave up (a warning says so).
-func (h *history) record(rec rdb.BatchRecord, written chan struct{}) {
+func (h *history) record(rec wire.BatchRecord, written chan struct{}) {
 	if h.limit < 0 {
 		close(written)
 		return
@@ -82,7 +83,7 @@ func (h *history) write() {
 			return
 		}
 		h.mu.Unlock()
-		recs := make([]rdb.BatchRecord, len(batch))
+		recs := make([]wire.BatchRecord, len(batch))
 		for i, p := range batch {
 			recs[i] = p.rec
 		}
@@ -134,9 +135,9 @@ func causeOf(err error) string {
 		{redmap.ErrNoWorker, "no worker"},
 		{redmap.ErrUnavailable, "redis unavailable"},
 		{redmap.ErrRedisFull, "redis full"},
-		{redmap.ErrClosed, rdb.OutcomeClosed},
-		{context.Canceled, rdb.OutcomeCancelled},
-		{context.DeadlineExceeded, rdb.OutcomeCancelled},
+		{redmap.ErrClosed, wire.OutcomeClosed},
+		{context.Canceled, wire.OutcomeCancelled},
+		{context.DeadlineExceeded, wire.OutcomeCancelled},
 	} {
 		if errors.Is(err, c.sentinel) {
 			return c.kind
@@ -154,11 +155,11 @@ func causeOf(err error) string {
 func outcomeOf(err error, failed int) string {
 	switch {
 	case errors.Is(err, redmap.ErrClosed):
-		return rdb.OutcomeClosed
+		return wire.OutcomeClosed
 	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
-		return rdb.OutcomeCancelled
+		return wire.OutcomeCancelled
 	case err != nil, failed > 0:
-		return rdb.OutcomeFailed
+		return wire.OutcomeFailed
 	}
-	return rdb.OutcomeDone
+	return wire.OutcomeDone
 }

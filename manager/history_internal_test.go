@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/redmap/redmap/internal/rdb"
+	"github.com/redmap/redmap/internal/wire"
 )
 
 // blockingStore is a history store whose first write waits for release.
@@ -18,7 +18,7 @@ type blockingStore struct {
 	release chan struct{}
 }
 
-func (s *blockingStore) RecordBatches(_ context.Context, _ string, recs []rdb.BatchRecord, _ int, _ time.Duration) error {
+func (s *blockingStore) RecordBatches(_ context.Context, _ string, recs []wire.BatchRecord, _ int, _ time.Duration) error {
 	s.mu.Lock()
 	first := len(s.calls) == 0
 	var ids []string
@@ -44,10 +44,10 @@ func TestHistoryWritesWaitingRecordsTogether(t *testing.T) {
 	for i := range written {
 		written[i] = make(chan struct{})
 	}
-	h.record(rdb.BatchRecord{ID: "a"}, written[0])
+	h.record(wire.BatchRecord{ID: "a"}, written[0])
 	<-s.started // the first write is under way, and held
 	for i, id := range []string{"b", "c", "d"} {
-		h.record(rdb.BatchRecord{ID: id}, written[i+1])
+		h.record(wire.BatchRecord{ID: id}, written[i+1])
 	}
 	select {
 	case <-written[1]:
@@ -65,7 +65,7 @@ func TestHistoryWritesWaitingRecordsTogether(t *testing.T) {
 	// A manager with History -1 writes nothing, and says so at once.
 	off := newHistory("m", s, -1, time.Hour, time.Second, slog.New(slog.DiscardHandler))
 	done := make(chan struct{})
-	off.record(rdb.BatchRecord{ID: "e"}, done)
+	off.record(wire.BatchRecord{ID: "e"}, done)
 	<-done
 	if len(s.calls) != 2 {
 		t.Fatalf("History -1 wrote %v", s.calls[2:])

@@ -9,6 +9,7 @@ import (
 
 	"github.com/redmap/redmap/internal/part"
 	"github.com/redmap/redmap/internal/rdb"
+	"github.com/redmap/redmap/internal/wire"
 )
 
 // keeper keeps what the manager owns in Redis alive and tells operators
@@ -81,7 +82,7 @@ func (k *keeper) renewKeys(ctx context.Context) {
 // history instead (history.go).
 func (k *keeper) publishBatches(ctx context.Context) {
 	running := k.batches.batches()
-	published := make(map[string]rdb.BatchProgress, len(running))
+	published := make(map[string]wire.BatchProgress, len(running))
 	for id, b := range running {
 		published[id] = progressRecord(b.snapshot())
 	}
@@ -108,7 +109,7 @@ func (k *keeper) publishBatches(ctx context.Context) {
 }
 
 // progressRecord is p as operators read it.
-func progressRecord(p Progress) rdb.BatchProgress {
-	return rdb.BatchProgress{Func: p.Func, Total: p.Total, Done: p.Done, Failed: p.Failed, Rate: p.Rate, ETA: p.ETA,
+func progressRecord(p Progress) wire.BatchProgress {
+	return wire.BatchProgress{Func: p.Func, Total: p.Total, Done: p.Done, Failed: p.Failed, Rate: p.Rate, ETA: p.ETA,
 		Started: p.Started, Worker: p.Worker, Waiting: p.Waiting, Priority: p.Priority, StartedMs: p.Started.UnixMilli()}
 }

@@ -111,7 +111,7 @@ func newManager(client redis.UniversalClient, opts Options, h hooks) (*Manager, 
 	if err != nil {
 		return nil, err
 	}
-	m := wire(seams{
+	m := assemble(seams{
 		queue: rdb.New(client, opts.Prefix, opts.Queue),
 		shard: func(name string, i int) shardRedis { return rdb.NewShard(client, opts.Prefix, name, i) },
 		masters: func(ctx context.Context) (rdb.Masters, bool, error) {
@@ -132,9 +132,9 @@ type seams struct {
 	store   constantStore
 }
 
-// wire builds a manager's parts over its seams to Redis and starts them;
+// assemble builds a manager's parts over its seams to Redis and starts them;
 // opts have their defaults.
-func wire(r seams, opts Options, h hooks) *Manager {
+func assemble(r seams, opts Options, h hooks) *Manager {
 	mid := id.New()
 	m := &Manager{
 		tracer:  tracing.Tracer(opts.TracerProvider),

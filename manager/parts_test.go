@@ -14,6 +14,7 @@ import (
 	"github.com/redmap/redmap/codec"
 	"github.com/redmap/redmap/internal/rdb"
 	"github.com/redmap/redmap/internal/redistest"
+	"github.com/redmap/redmap/internal/wire"
 )
 
 // Unit tests of the manager's parts, against the fake seam (fake_test.go):
@@ -206,8 +207,8 @@ func TestCollectorLostAndPurged(t *testing.T) {
 		t.Fatal(err)
 	}
 	tids := s.taskIDs()
-	s.push(rdb.EncodeEntry(rdb.Entry{Kind: rdb.EntryLost, Task: tids[0], Worker: "w9"}))
-	s.push(rdb.EncodeEntry(rdb.Entry{Kind: rdb.EntryPurged, Task: tids[1]}))
+	s.push(wire.EncodeEntry(wire.Entry{Kind: wire.EntryLost, Task: tids[0], Worker: "w9"}))
+	s.push(wire.EncodeEntry(wire.Entry{Kind: wire.EntryPurged, Task: tids[1]}))
 	_, err = b.Wait(unitCtx(t))
 	var be *redmap.BatchError
 	if !errors.As(err, &be) || len(be.Failed) != 2 {

@@ -9,7 +9,7 @@ import (
 	"github.com/redmap/redmap"
 	"github.com/redmap/redmap/internal/engine"
 	"github.com/redmap/redmap/internal/part"
-	"github.com/redmap/redmap/internal/rdb"
+	"github.com/redmap/redmap/internal/wire"
 )
 
 // reaper looks after the workers the manager's batches need, once per
@@ -84,7 +84,7 @@ func (r *reaper) checkServed(ctx context.Context) {
 	for _, b := range bs {
 		sv := served[index[b.calls()]]
 		why, kind := r.why(ctx, b, sv)
-		began, expired := b.served(sv.Code == rdb.ServedBy, now, r.noWorkerTimeout, why)
+		began, expired := b.served(sv.Code == wire.ServedBy, now, r.noWorkerTimeout, why)
 		if began {
 			r.log.Warn("a batch waits: "+why, "batch", b.snapshot().Func, "fails_after", r.noWorkerTimeout)
 		}
@@ -101,14 +101,14 @@ func (r *reaper) checkServed(ctx context.Context) {
 
 // why says why no live worker can run batch b, by sv, and with which
 // error besides ErrNoWorker its elements fail (nil for none).
-func (r *reaper) why(ctx context.Context, b batch, sv rdb.Serving) (string, error) {
+func (r *reaper) why(ctx context.Context, b batch, sv wire.Serving) (string, error) {
 	name, _ := b.function()
 	switch sv.Code {
-	case rdb.ServedBy:
+	case wire.ServedBy:
 		return "", nil
-	case rdb.Unregistered:
+	case wire.Unregistered:
 		return fmt.Sprintf("no live worker of queue %q registered %q", r.queue, sv.Name), redmap.ErrUnknownFunc
-	case rdb.OtherSignature:
+	case wire.OtherSignature:
 		why := fmt.Sprintf("the live workers of queue %q registered %q with other types (%s)", r.queue, sv.Name, sv.Signature)
 		theirs, err := r.router.queue().Types(ctx, sv.Signature)
 		if d := engine.Difference(b.typesOf(sv.Name), theirs, "the manager", "the worker"); err == nil && len(theirs) > 0 && d != "" {

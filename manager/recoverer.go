@@ -7,7 +7,7 @@ import (
 
 	"github.com/redmap/redmap/internal/id"
 	"github.com/redmap/redmap/internal/part"
-	"github.com/redmap/redmap/internal/rdb"
+	"github.com/redmap/redmap/internal/wire"
 )
 
 // recoverer checks, once per Poll while tasks are outstanding, with one
@@ -99,7 +99,7 @@ func (r *recoverer) recover(ctx context.Context, s *shard) {
 		r.faults.handle(ctx, s, "storing lost constants again", started, err, false)
 		return
 	}
-	if !r.resubmit(ctx, s, r.byList(missing), rdb.Expect{Count: have, Epoch: hasEpoch}, started) {
+	if !r.resubmit(ctx, s, r.byList(missing), wire.Expect{Count: have, Epoch: hasEpoch}, started) {
 		return
 	}
 	r.log.Warn("Redis lost writes of this manager; outstanding tasks it no longer held were submitted again",
@@ -110,14 +110,14 @@ func (r *recoverer) recover(ctx context.Context, s *shard) {
 // (of one priority).
 type list struct {
 	wid      string
-	lane     rdb.Lane
+	lane     wire.Lane
 	priority int
 }
 
 // byList returns the tasks still pending of missing, ready to submit
 // again, one group per list; one empty group if none is.
-func (r *recoverer) byList(missing []string) map[list][]rdb.Task {
-	out := make(map[list][]rdb.Task)
+func (r *recoverer) byList(missing []string) map[list][]wire.Task {
+	out := make(map[list][]wire.Task)
 	for _, tid := range missing {
 		p, ok := r.pending.get(tid)
 		if !ok {
@@ -148,7 +148,7 @@ func (r *recoverer) byList(missing []string) map[list][]rdb.Task {
 // compares. Each later submit checks what the one before it left. A set
 // that differs makes recovery start over next Poll. It reports whether all
 // went in.
-func (r *recoverer) resubmit(ctx context.Context, s *shard, groups map[list][]rdb.Task, exp rdb.Expect, started time.Time) bool {
+func (r *recoverer) resubmit(ctx context.Context, s *shard, groups map[list][]wire.Task, exp wire.Expect, started time.Time) bool {
 	fresh := id.New()[:16]
 	exp.NewEpoch = fresh
 	for l, tasks := range groups {
@@ -162,7 +162,7 @@ func (r *recoverer) resubmit(ctx context.Context, s *shard, groups map[list][]rd
 			r.log.Warn("Redis lost data again while the manager put back what it had lost; retrying")
 			return false
 		}
-		exp = rdb.Expect{Count: count, Epoch: fresh}
+		exp = wire.Expect{Count: count, Epoch: fresh}
 	}
 	s.epoch.Store(&fresh)
 	s.acked.Store(exp.Count)

@@ -8,7 +8,7 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 
 	"github.com/redmap/redmap/codec"
-	"github.com/redmap/redmap/internal/rdb"
+	"github.com/redmap/redmap/internal/wire"
 )
 
 // batch is the untyped face of a *Batch that the manager's parts deal with.
@@ -16,7 +16,7 @@ type batch interface {
 	deliver(chunk int, r *codec.Result, err error)
 	fail(chunk, attempt int, cause error)
 	abort(err error)
-	resubmission(chunk int) (t rdb.Task, wid string, lane rdb.Lane, err error)
+	resubmission(chunk int) (t wire.Task, wid string, lane wire.Lane, err error)
 	snapshot() Progress
 	function() (name string, public bool)
 	calls() string

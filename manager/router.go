@@ -14,6 +14,7 @@ import (
 	"github.com/redmap/redmap/internal/id"
 	"github.com/redmap/redmap/internal/keys"
 	"github.com/redmap/redmap/internal/rdb"
+	"github.com/redmap/redmap/internal/wire"
 )
 
 // router is where the manager's sharding lives: the queue's shards, which
@@ -104,11 +105,11 @@ func (r *router) byShard(tids []string) map[*shard][]string {
 }
 
 // tasksByShard groups tasks by their shard.
-func (r *router) tasksByShard(tasks []rdb.Task) map[*shard][]rdb.Task {
+func (r *router) tasksByShard(tasks []wire.Task) map[*shard][]wire.Task {
 	if shards := r.list(); len(shards) == 1 {
-		return map[*shard][]rdb.Task{shards[0]: tasks}
+		return map[*shard][]wire.Task{shards[0]: tasks}
 	}
-	out := make(map[*shard][]rdb.Task)
+	out := make(map[*shard][]wire.Task)
 	for _, t := range tasks {
 		s := r.of(t.ID)
 		out[s] = append(out[s], t)

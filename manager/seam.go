@@ -7,6 +7,7 @@ import (
 
 	"github.com/redmap/redmap/cache"
 	"github.com/redmap/redmap/internal/rdb"
+	"github.com/redmap/redmap/internal/wire"
 )
 
 // The manager's one seam to Redis. Its parts see a queue of one or more
@@ -21,7 +22,7 @@ type shardRedis interface {
 	Shard() int
 
 	// Submit queues tasks (the feeder and the recoverer).
-	Submit(ctx context.Context, mid, wid string, lane rdb.Lane, tasks []rdb.Task, ttl time.Duration, exp rdb.Expect) (count int64, intact bool, err error)
+	Submit(ctx context.Context, mid, wid string, lane wire.Lane, tasks []wire.Task, ttl time.Duration, exp wire.Expect) (count int64, intact bool, err error)
 	// Cancel withdraws tasks: workers skip them, their results are dropped.
 	Cancel(ctx context.Context, mid string, tids []string) error
 
@@ -38,7 +39,7 @@ type shardRedis interface {
 	Drop(ctx context.Context, mid string) error
 
 	// Reap is the reaper's.
-	Reap(ctx context.Context) (rdb.Reaped, error)
+	Reap(ctx context.Context) (wire.Reaped, error)
 
 	// Submitted and Missing are the recoverer's.
 	Submitted(ctx context.Context, mid string) (int64, string, error)
@@ -50,11 +51,11 @@ type queueRedis interface {
 	shardRedis
 	Preflight(ctx context.Context, budget, heal time.Duration, log *slog.Logger) error
 	LiveWorkers(ctx context.Context) ([]string, error)
-	Served(ctx context.Context, calls []string) ([]rdb.Serving, error)
+	Served(ctx context.Context, calls []string) ([]wire.Serving, error)
 	Types(ctx context.Context, sig string) ([]string, error)
 	PublishTypes(ctx context.Context, sig string, types []string) error
 	PublishShards(ctx context.Context, adopt bool, names []string) ([]string, error)
-	PublishBatches(ctx context.Context, mid string, batches map[string]rdb.BatchProgress, ttl, due time.Duration, ended int64) (cancels []string, err error)
+	PublishBatches(ctx context.Context, mid string, batches map[string]wire.BatchProgress, ttl, due time.Duration, ended int64) (cancels []string, err error)
 	historyStore
 }
 

@@ -15,7 +15,7 @@ import (
 	"github.com/redmap/redmap/codec"
 	"github.com/redmap/redmap/internal/engine"
 	"github.com/redmap/redmap/internal/keys"
-	"github.com/redmap/redmap/internal/rdb"
+	"github.com/redmap/redmap/internal/wire"
 )
 
 // DefaultAttempts is the attempt budget of a batch without Attempts: each
@@ -187,12 +187,12 @@ func prepare[In, Out any](ctx context.Context, m *Manager, sp spec, els elements
 	b.worker = co.worker
 	b.priority = co.priority
 	b.types = map[string][]string{sp.name: sp.types}
-	calls := rdb.Calls(sp.name, sp.sig, "", "")
+	calls := wire.Calls(sp.name, sp.sig, "", "")
 	if red != nil {
-		calls = rdb.Calls(sp.name, sp.sig, red.Name(), red.Signature())
+		calls = wire.Calls(sp.name, sp.sig, red.Name(), red.Signature())
 		b.types[red.Name()] = types(red)
 	}
-	b.lane = rdb.Lane{Name: m.id + "." + strconv.FormatUint(b.seq, 36), Calls: calls}
+	b.lane = wire.Lane{Name: m.id + "." + strconv.FormatUint(b.seq, 36), Calls: calls}
 	if !stream {
 		// Room for the batch's chunks (and their completion order) at the
 		// size known now (the feeder may size them otherwise as it learns

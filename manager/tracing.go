@@ -8,8 +8,8 @@ import (
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/trace"
 
-	"github.com/redmap/redmap/internal/rdb"
 	"github.com/redmap/redmap/internal/tracing"
+	"github.com/redmap/redmap/internal/wire"
 )
 
 // Tracing: a batch's span is the parent of every task span its workers
@@ -55,7 +55,7 @@ func (b *Batch[Out]) startSpan(ctx context.Context, queue string) map[string]str
 }
 
 // endSpan ends b's span with its final record r.
-func (b *Batch[Out]) endSpan(r rdb.BatchRecord) {
+func (b *Batch[Out]) endSpan(r wire.BatchRecord) {
 	if !b.span.IsRecording() {
 		b.span.End()
 		return

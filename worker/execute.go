@@ -14,6 +14,7 @@ import (
 	"github.com/redmap/redmap/internal/engine"
 	"github.com/redmap/redmap/internal/rdb"
 	"github.com/redmap/redmap/internal/tracing"
+	"github.com/redmap/redmap/internal/wire"
 )
 
 // execute runs one task and returns its encoded result: it resolves the task
@@ -27,7 +28,7 @@ import (
 // and the stack, and the worker goes on: bytes in Redis that some check
 // missed must cost one task, not the process, and a poison task must not
 // kill a worker per attempt.
-func (w *Worker) execute(ctx context.Context, t rdb.Taken) (done rdb.Done) {
+func (w *Worker) execute(ctx context.Context, t wire.Taken) (done wire.Done) {
 	stage := codec.KindDecode
 	span := tracing.NoSpan
 	defer func() {
@@ -39,7 +40,7 @@ func (w *Worker) execute(ctx context.Context, t rdb.Taken) (done rdb.Done) {
 				Msg: fmt.Sprintf("worker %s panicked in its %s step: %v", w.opts.ID, stage, p), Stack: truncate(stack, maxStack)}}}
 			b, _ := codec.EncodeResult(res) // small and well-formed: cannot fail
 			span.End()
-			done = rdb.Done{ID: t.ID, Result: b, Shard: t.Shard}
+			done = wire.Done{ID: t.ID, Result: b, Shard: t.Shard}
 		}
 	}()
 	res := &codec.Result{Task: t.ID, Attempt: t.Attempt}
@@ -91,7 +92,7 @@ func (w *Worker) execute(ctx context.Context, t rdb.Taken) (done rdb.Done) {
 		b, _ = codec.EncodeResult(res) // small and well-formed: cannot fail
 	}
 	endSpan(span, c.task.Count, res.Fails)
-	return rdb.Done{ID: t.ID, Result: b, Shard: t.Shard}
+	return wire.Done{ID: t.ID, Result: b, Shard: t.Shard}
 }
 
 // resolved is a task resolved, ready to run: its function, reducer (nil for a
@@ -114,7 +115,7 @@ func (c *resolved) run(ctx context.Context) ([]byte, []codec.Failure) {
 
 // decode decodes task t's envelope; one that does not decode fails whole,
 // with the reason.
-func (w *Worker) decode(t rdb.Taken) (*codec.Task, *codec.Failure) {
+func (w *Worker) decode(t wire.Taken) (*codec.Task, *codec.Failure) {
 	task, err := codec.DecodeTask(t.Payload, w.opts.MaxFrame)
 	if errors.Is(err, codec.ErrTooLarge) {
 		return nil, wholeFailure(codec.KindTooLarge, "task: %v", err)
@@ -144,7 +145,7 @@ func wholeFailure(kind codec.Kind, format string, args ...any) *codec.Failure {
 // resolve finds what task c.task (decoded from t) calls: the registered
 // function of the same signature, and its constant data (memoized), and
 // fills in c. A task that cannot be resolved fails whole, with the reason.
-func (w *Worker) resolve(ctx context.Context, t rdb.Taken, c *resolved) (fail *codec.Failure) {
+func (w *Worker) resolve(ctx context.Context, t wire.Taken, c *resolved) (fail *codec.Failure) {
 	whole := wholeFailure
 	task := &c.task
 	var err error

@@ -7,7 +7,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/redmap/redmap/internal/rdb"
+	"github.com/redmap/redmap/internal/wire"
 )
 
 // executors run the jobs the fetcher hands them, Concurrency at a time, and
@@ -30,12 +30,12 @@ type executors struct {
 type executorsParams struct {
 	n       int // Options.Concurrency
 	jobs    <-chan job
-	results chan<- rdb.Done
+	results chan<- wire.Done
 	slots   *slots
 	held    *held
 	source  *source
 	// execute runs a task and returns its result (Worker.execute).
-	execute func(ctx context.Context, t rdb.Taken) rdb.Done
+	execute func(ctx context.Context, t wire.Taken) wire.Done
 	// ran is told how long each task ran (prefetch adapts to it).
 	ran      func(time.Duration)
 	counters *counters
@@ -43,7 +43,7 @@ type executorsParams struct {
 	// check, before running it, that its batch still wants it (staleAfter;
 	// 0 in a test that has every task checked).
 	stale   time.Duration
-	suspect func(rdb.Taken) // a test's hook: a suspect starts, holding the executors alone
+	suspect func(wire.Taken) // a test's hook: a suspect starts, holding the executors alone
 }
 
 func newExecutors(p executorsParams) *executors { return &executors{executorsParams: p} }

@@ -5,7 +5,7 @@ import (
 	"time"
 
 	"github.com/redmap/redmap/codec"
-	"github.com/redmap/redmap/internal/rdb"
+	"github.com/redmap/redmap/internal/wire"
 )
 
 // maxPendingGroups caps the failure groups a worker keeps between
@@ -18,7 +18,7 @@ const maxPendingGroups = 200
 // groups in Redis, off the hot path. Every failure is counted.
 type failureLog struct {
 	mu     sync.Mutex
-	groups map[string]*rdb.FailureGroup // by rdb.FailureGroup.Key
+	groups map[string]*wire.FailureGroup // by wire.FailureGroup.Key
 }
 
 // note counts the failed elements fails of task tid (function fn); a run
@@ -28,19 +28,19 @@ func (l *failureLog) note(fn, tid string, fails []codec.Failure) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.groups == nil {
-		l.groups = make(map[string]*rdb.FailureGroup)
+		l.groups = make(map[string]*wire.FailureGroup)
 	}
 	// Fingerprinting a message costs microseconds (regular expressions);
 	// the elements of one task often fail with the same one.
 	lastMsg, lastPrint := "", ""
 	for _, f := range fails {
 		if f.Msg != lastMsg || lastPrint == "" {
-			lastMsg, lastPrint = f.Msg, rdb.Fingerprint(f.Msg)
+			lastMsg, lastPrint = f.Msg, wire.Fingerprint(f.Msg)
 		}
-		g := rdb.FailureGroup{Func: fn, Kind: f.Kind.String(), Fingerprint: lastPrint}
+		g := wire.FailureGroup{Func: fn, Kind: f.Kind.String(), Fingerprint: lastPrint}
 		cur := l.groups[g.Key()]
 		if cur == nil && len(l.groups) >= maxPendingGroups {
-			g.Fingerprint = rdb.OtherGroup
+			g.Fingerprint = wire.OtherGroup
 			cur = l.groups[g.Key()]
 		}
 		if cur == nil {
@@ -57,10 +57,10 @@ func (l *failureLog) note(fn, tid string, fails []codec.Failure) {
 }
 
 // take returns the groups counted since the last take, and forgets them.
-func (l *failureLog) take() []rdb.FailureGroup {
+func (l *failureLog) take() []wire.FailureGroup {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	out := make([]rdb.FailureGroup, 0, len(l.groups))
+	out := make([]wire.FailureGroup, 0, len(l.groups))
 	for _, g := range l.groups {
 		out = append(out, *g)
 	}
@@ -70,11 +70,11 @@ func (l *failureLog) take() []rdb.FailureGroup {
 
 // putBack counts again groups whose write failed, so the next one carries
 // them.
-func (l *failureLog) putBack(gs []rdb.FailureGroup) {
+func (l *failureLog) putBack(gs []wire.FailureGroup) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.groups == nil {
-		l.groups = make(map[string]*rdb.FailureGroup)
+		l.groups = make(map[string]*wire.FailureGroup)
 	}
 	for _, g := range gs {
 		cur := l.groups[g.Key()]

@@ -7,7 +7,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/redmap/redmap/internal/rdb"
+	"github.com/redmap/redmap/internal/wire"
 )
 
 // fakeShard is a shard of a queue in memory, for the unit tests of the
@@ -20,9 +20,9 @@ type fakeShard struct {
 
 	mu       sync.Mutex
 	bell     chan struct{} // closed and replaced when tasks come or the bell rings
-	queue    []rdb.Taken
-	held     map[string]rdb.Taken // member → task
-	finished []rdb.Done
+	queue    []wire.Taken
+	held     map[string]wire.Taken // member → task
+	finished []wire.Done
 	unwanted map[string]bool
 	fail     map[string]error
 	calls    map[string]int
@@ -30,14 +30,14 @@ type fakeShard struct {
 	shards   int   // what takes say of the queue's shard count
 	names    []string
 	drain    bool
-	infos    []rdb.WorkerInfo
-	groups   []rdb.FailureGroup // what CountFailures was given
-	reaped   rdb.Reaped
+	infos    []wire.WorkerInfo
+	groups   []wire.FailureGroup // what CountFailures was given
+	reaped   wire.Reaped
 	retired  bool
 }
 
 func newFakeShard(i int, name string) *fakeShard {
-	return &fakeShard{i: i, name: name, bell: make(chan struct{}), held: make(map[string]rdb.Taken),
+	return &fakeShard{i: i, name: name, bell: make(chan struct{}), held: make(map[string]wire.Taken),
 		unwanted: make(map[string]bool), fail: make(map[string]error), calls: make(map[string]int), shards: 1}
 }
 
@@ -68,7 +68,7 @@ func (f *fakeShard) ring() {
 }
 
 // add queues tasks.
-func (f *fakeShard) add(ts ...rdb.Taken) {
+func (f *fakeShard) add(ts ...wire.Taken) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	for _, t := range ts {
@@ -78,7 +78,7 @@ func (f *fakeShard) add(ts ...rdb.Taken) {
 	f.ring()
 }
 
-func (f *fakeShard) results() []rdb.Done {
+func (f *fakeShard) results() []wire.Done {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return slices.Clone(f.finished)
@@ -103,15 +103,15 @@ func (f *fakeShard) Shards() int {
 	return f.shards
 }
 
-func (f *fakeShard) Take(_ context.Context, _ string, n int, _ time.Duration, holding int, _ []string) ([]rdb.Taken, rdb.TakeEnd, error) {
+func (f *fakeShard) Take(_ context.Context, _ string, n int, _ time.Duration, holding int, _ []string) ([]wire.Taken, wire.TakeEnd, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if err := f.call("take"); err != nil {
-		return nil, rdb.TakeEnd{}, err
+		return nil, wire.TakeEnd{}, err
 	}
 	f.holdings = append(f.holdings, holding)
-	var taken []rdb.Taken
-	end := rdb.TakeEnd{}
+	var taken []wire.Taken
+	end := wire.TakeEnd{}
 	for len(taken) < n && len(f.queue) > 0 {
 		t := f.queue[0]
 		if t.Attempt > 0 && (len(taken) > 0 || holding > 0 || len(f.held) > 0) {
@@ -129,9 +129,9 @@ func (f *fakeShard) Take(_ context.Context, _ string, n int, _ time.Duration, ho
 	return taken, end, nil
 }
 
-func (f *fakeShard) WaitTake(ctx context.Context, wid string, n int, lease, timeout time.Duration, holding int, serves []string) ([]rdb.Taken, rdb.TakeEnd, error) {
+func (f *fakeShard) WaitTake(ctx context.Context, wid string, n int, lease, timeout time.Duration, holding int, serves []string) ([]wire.Taken, wire.TakeEnd, error) {
 	if _, err := f.WaitBell(ctx, wid, timeout); err != nil {
-		return nil, rdb.TakeEnd{}, err
+		return nil, wire.TakeEnd{}, err
 	}
 	return f.Take(ctx, wid, n, lease, holding, serves)
 }
@@ -163,7 +163,7 @@ func (f *fakeShard) RingStop(context.Context, string) error {
 	return f.call("ringstop")
 }
 
-func (f *fakeShard) Finish(_ context.Context, _ string, done []rdb.Done) (int, error) {
+func (f *fakeShard) Finish(_ context.Context, _ string, done []wire.Done) (int, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if err := f.call("finish"); err != nil {
@@ -190,7 +190,7 @@ func (f *fakeShard) GiveBack(_ context.Context, _ string, members []string) (int
 	for _, m := range members {
 		if t, ok := f.held[m]; ok {
 			delete(f.held, m)
-			f.queue = append([]rdb.Taken{t}, f.queue...)
+			f.queue = append([]wire.Taken{t}, f.queue...)
 			n++
 		}
 	}
@@ -222,31 +222,31 @@ func (f *fakeShard) Unwanted(_ context.Context, _ string, tids []string) ([]stri
 	return out, nil
 }
 
-func (f *fakeShard) Heartbeat(_ context.Context, _ string, _ time.Duration, info *rdb.WorkerInfo) (rdb.Beat, error) {
+func (f *fakeShard) Heartbeat(_ context.Context, _ string, _ time.Duration, info *wire.WorkerInfo) (wire.Beat, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if err := f.call("heartbeat"); err != nil {
-		return rdb.Beat{}, err
+		return wire.Beat{}, err
 	}
 	if info != nil {
 		f.infos = append(f.infos, *info)
 	}
-	return rdb.Beat{Drain: f.drain, Shards: f.shards}, nil
+	return wire.Beat{Drain: f.drain, Shards: f.shards}, nil
 }
 
-func (f *fakeShard) Reap(context.Context) (rdb.Reaped, error) {
+func (f *fakeShard) Reap(context.Context) (wire.Reaped, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	r := f.reaped
-	f.reaped = rdb.Reaped{}
+	f.reaped = wire.Reaped{}
 	return r, f.call("reap")
 }
 
-func (f *fakeShard) Retire(context.Context, string, *rdb.WorkerInfo) (rdb.Reaped, error) {
+func (f *fakeShard) Retire(context.Context, string, *wire.WorkerInfo) (wire.Reaped, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.retired = true
-	return rdb.Reaped{}, f.call("retire")
+	return wire.Reaped{}, f.call("retire")
 }
 
 func (f *fakeShard) Depth(context.Context) (int64, error) {
@@ -267,7 +267,7 @@ func (f *fakeShard) PublishError(context.Context, string, time.Duration, string)
 	f.calls["publisherror"]++
 }
 
-func (f *fakeShard) CountFailures(_ context.Context, _ string, gs []rdb.FailureGroup) (int64, int64, error) {
+func (f *fakeShard) CountFailures(_ context.Context, _ string, gs []wire.FailureGroup) (int64, int64, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if err := f.call("failures"); err != nil {

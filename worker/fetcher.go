@@ -7,7 +7,7 @@ import (
 
 	"github.com/redmap/redmap/internal/backoff"
 	"github.com/redmap/redmap/internal/part"
-	"github.com/redmap/redmap/internal/rdb"
+	"github.com/redmap/redmap/internal/wire"
 )
 
 // fetcher takes tasks from the source and hands them to the executors: as
@@ -41,7 +41,7 @@ type fetcherParams struct {
 
 // job is a taken task, and when it was taken.
 type job struct {
-	rdb.Taken
+	wire.Taken
 	takenAt time.Time
 }
 
@@ -150,7 +150,7 @@ func (f *fetcher) handOut(ctx context.Context, r round) bool {
 // worker gives back the tasks Redis says it holds but it never received (a
 // take on another shard whose reply was lost): nothing but the suspect may
 // be held when it runs.
-func (f *fetcher) hand(ctx context.Context, taken []rdb.Taken) (suspect bool) {
+func (f *fetcher) hand(ctx context.Context, taken []wire.Taken) (suspect bool) {
 	f.held.add(taken)
 	for _, t := range taken {
 		suspect = suspect || t.Attempt > 0

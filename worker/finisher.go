@@ -5,14 +5,14 @@ import (
 	"sync"
 
 	"github.com/redmap/redmap/internal/backoff"
-	"github.com/redmap/redmap/internal/rdb"
+	"github.com/redmap/redmap/internal/wire"
 )
 
 // finisher reports results to Redis as the executors pass them on, as many
 // per script call as are waiting, and releases their tasks from the ledger.
 type finisher struct {
 	finisherParams
-	results chan rdb.Done
+	results chan wire.Done
 	mu      sync.Mutex
 	started bool
 	stopped bool
@@ -26,14 +26,14 @@ type finisherParams struct {
 	held     *held
 	counters *counters
 	failed   func(op string, err error)
-	before   func([]rdb.Done) // a test's hook: a batch of results is about to be reported
+	before   func([]wire.Done) // a test's hook: a batch of results is about to be reported
 }
 
 // maxFinish caps the results reported in one Finish call.
 const maxFinish = 1000
 
 func newFinisher(p finisherParams) *finisher {
-	return &finisher{finisherParams: p, results: make(chan rdb.Done, p.capacity), done: make(chan struct{})}
+	return &finisher{finisherParams: p, results: make(chan wire.Done, p.capacity), done: make(chan struct{})}
 }
 
 // Start starts reporting, with calls under ctx. Stop, not the end of ctx,
@@ -47,7 +47,7 @@ func (f *finisher) Start(ctx context.Context) {
 	f.started = true
 	go func() {
 		defer close(f.done)
-		batch := make([]rdb.Done, 0, maxFinish)
+		batch := make([]wire.Done, 0, maxFinish)
 		for d := range f.results {
 			batch = append(batch[:0], d)
 		more:
@@ -90,7 +90,7 @@ func (f *finisher) Wait() { <-f.done }
 // releases their tasks. If it gives up, the tasks stay in the worker's held
 // set in Redis, and the sweep of orphans returns them to the queue to run
 // again.
-func (f *finisher) finish(ctx context.Context, batch []rdb.Done) {
+func (f *finisher) finish(ctx context.Context, batch []wire.Done) {
 	if f.before != nil {
 		f.before(batch)
 	}

@@ -18,8 +18,8 @@ import (
 	"github.com/redmap/redmap/cache"
 	"github.com/redmap/redmap/codec"
 	"github.com/redmap/redmap/internal/keys"
-	"github.com/redmap/redmap/internal/rdb"
 	"github.com/redmap/redmap/internal/redistest"
+	"github.com/redmap/redmap/internal/wire"
 )
 
 // The whole path of a task on a worker (decode, resolve, fetch and decode
@@ -145,8 +145,8 @@ func FuzzTaskPath(f *testing.F) {
 				payload, _ = codec.EncodeTask(task)
 			}
 		}
-		var done rdb.Done
-		n := allocated(func() { done = h.w.execute(ctx, rdb.Taken{ID: "t-1", Attempt: 0, Payload: payload}) })
+		var done wire.Done
+		n := allocated(func() { done = h.w.execute(ctx, wire.Taken{ID: "t-1", Attempt: 0, Payload: payload}) })
 		r, err := codec.DecodeResult(done.Result, 0)
 		if err != nil {
 			t.Fatalf("the worker wrote a result its manager cannot read: %v", err)
@@ -171,7 +171,7 @@ func TestForgedObjectRecord(t *testing.T) {
 		t.Fatal(err)
 	}
 	payload := fuzzTask(fuzzLookup, []string{"a"}, func(t *codec.Task) { t.Const, t.ConstSize = hash, 1 })
-	done := h.w.execute(ctx, rdb.Taken{ID: "t-2", Payload: payload})
+	done := h.w.execute(ctx, wire.Taken{ID: "t-2", Payload: payload})
 	r, err := codec.DecodeResult(done.Result, 0)
 	if err != nil || len(r.Fails) != 1 || r.Fails[0].Index != -1 || r.Fails[0].Kind != codec.KindConstCorrupt {
 		t.Fatalf("result %+v (%v), want the whole task failing as a corrupt constant", r, err)
@@ -185,8 +185,8 @@ func TestMillionBadElementsOneRun(t *testing.T) {
 	h := harness(t)
 	input := append([]byte{0xdd, 0x00, 0x0f, 0x42, 0x40, 0xa1, 'x'}, make([]byte, 999_999)...)
 	payload := fuzzTask(fuzzSquare, []int{1}, func(t *codec.Task) { t.Input, t.Count = input, 1_000_000 })
-	var done rdb.Done
-	n := allocated(func() { done = h.w.execute(context.Background(), rdb.Taken{ID: "t-3", Payload: payload}) })
+	var done wire.Done
+	n := allocated(func() { done = h.w.execute(context.Background(), wire.Taken{ID: "t-3", Payload: payload}) })
 	r, err := codec.DecodeResult(done.Result, 0)
 	if err != nil || len(r.Fails) != 1 || r.Fails[0].Index != 0 || r.Fails[0].Last() != 999_999 || r.Fails[0].Kind != codec.KindDecode {
 		t.Fatalf("result %+v (%v), want one decode failure for elements 0 to 999,999", r.Fails, err)
@@ -237,13 +237,13 @@ func TestTaskPathPanicFailsTheTask(t *testing.T) {
 	traced := fuzzTask(fuzzSquare, []int{1, 2}, func(t *codec.Task) {
 		t.Trace = map[string]string{"traceparent": "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"}
 	})
-	done := w.execute(context.Background(), rdb.Taken{ID: "t-9", Payload: traced})
+	done := w.execute(context.Background(), wire.Taken{ID: "t-9", Payload: traced})
 	r, err := codec.DecodeResult(done.Result, 0)
 	if err != nil || len(r.Fails) != 1 || r.Fails[0].Index != -1 || !strings.Contains(r.Fails[0].Msg, "the tracer broke") || r.Fails[0].Stack == "" {
 		t.Fatalf("result %+v (%v), want the whole task failed with the panic and its stack", r, err)
 	}
 	// The next task, untraced, runs.
-	done = w.execute(context.Background(), rdb.Taken{ID: "t-10", Payload: fuzzTask(fuzzSquare, []int{3}, nil)})
+	done = w.execute(context.Background(), wire.Taken{ID: "t-10", Payload: fuzzTask(fuzzSquare, []int{3}, nil)})
 	if r, err := codec.DecodeResult(done.Result, 0); err != nil || len(r.Fails) != 0 {
 		t.Fatalf("the next task: %+v (%v)", r, err)
 	}

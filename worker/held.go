@@ -4,7 +4,7 @@ import (
 	"context"
 	"sync"
 
-	"github.com/redmap/redmap/internal/rdb"
+	"github.com/redmap/redmap/internal/wire"
 )
 
 // held is the worker's ledger of the tasks it took and has not yet
@@ -35,7 +35,7 @@ func newHeld() *held {
 }
 
 // add records tasks just taken.
-func (h *held) add(taken []rdb.Taken) {
+func (h *held) add(taken []wire.Taken) {
 	h.mu.Lock()
 	for _, t := range taken {
 		h.tasks[t.ID] = hold{shard: t.Shard}
@@ -130,14 +130,14 @@ func (h *held) cancel(tids []string) {
 	}
 }
 
-// orphans returns the members of Redis's held set (see rdb.HeldID) of tasks
+// orphans returns the members of Redis's held set (see wire.HeldID) of tasks
 // the ledger does not have: taken by a call whose reply never arrived.
 func (h *held) orphans(members []string) []string {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	var out []string
 	for _, m := range members {
-		if _, ok := h.tasks[rdb.HeldID(m)]; !ok {
+		if _, ok := h.tasks[wire.HeldID(m)]; !ok {
 			out = append(out, m)
 		}
 	}

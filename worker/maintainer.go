@@ -6,7 +6,7 @@ import (
 	"time"
 
 	"github.com/redmap/redmap/internal/part"
-	"github.com/redmap/redmap/internal/rdb"
+	"github.com/redmap/redmap/internal/wire"
 )
 
 // maintainer keeps the worker in good standing, once a Heartbeat: it renews
@@ -26,7 +26,7 @@ type maintainerParams struct {
 	held     *held
 	failures *failureLog
 	counters *counters
-	info     func() rdb.WorkerInfo // what the worker publishes for operators
+	info     func() wire.WorkerInfo // what the worker publishes for operators
 	problem  *problem
 	failed   func(op string, err error)
 	drain    func()      // an operator asked the worker to drain

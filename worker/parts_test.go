@@ -15,8 +15,8 @@ import (
 	"github.com/redmap/redmap/cache"
 	"github.com/redmap/redmap/codec"
 	"github.com/redmap/redmap/internal/memo"
-	"github.com/redmap/redmap/internal/rdb"
 	"github.com/redmap/redmap/internal/redistest"
+	"github.com/redmap/redmap/internal/wire"
 )
 
 // Unit tests of the worker's parts, against the fake seam (fake_test.go):
@@ -37,7 +37,7 @@ func until(t *testing.T, what string, cond func() bool) {
 var negate = redmap.Func("negate", func(_ context.Context, x int) (int, error) { return -x, nil })
 
 // task returns a task of negate over xs, as a manager submits it.
-func task(t *testing.T, id string, attempt int, xs ...int) rdb.Taken {
+func task(t *testing.T, id string, attempt int, xs ...int) wire.Taken {
 	t.Helper()
 	in, err := codec.EncodeElements(xs, 0)
 	if err != nil {
@@ -47,11 +47,11 @@ func task(t *testing.T, id string, attempt int, xs ...int) rdb.Taken {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return rdb.Taken{ID: id, Attempt: attempt, Payload: payload}
+	return wire.Taken{ID: id, Attempt: attempt, Payload: payload}
 }
 
 // outputs decodes a result's outputs.
-func outputs(t *testing.T, d rdb.Done) []int {
+func outputs(t *testing.T, d wire.Done) []int {
 	t.Helper()
 	r, err := codec.DecodeResult(d.Result, 0)
 	if err != nil {
@@ -75,7 +75,7 @@ func fakeWorker(t *testing.T, q *fakeQueue, opts Options) *Worker {
 	if err != nil {
 		t.Fatal(err)
 	}
-	w := wire(opts, q.shards[0], q.source(nil).open, memo.New(cache.NewStore(nil, opts.Prefix, 0), 1<<20)) // no constants here
+	w := assemble(opts, q.shards[0], q.source(nil).open, memo.New(cache.NewStore(nil, opts.Prefix, 0), 1<<20)) // no constants here
 	if err := w.Register(negate); err != nil {
 		t.Fatal(err)
 	}
@@ -139,7 +139,7 @@ func TestSourceTakesInTurn(t *testing.T) {
 	q := newFakeQueue("q#1", "q#2")
 	for i, s := range q.shards {
 		for j := range 3 {
-			s.add(rdb.Taken{ID: fmt.Sprintf("%d-%d", i, j)})
+			s.add(wire.Taken{ID: fmt.Sprintf("%d-%d", i, j)})
 		}
 	}
 	src := q.source(func(op string, err error) { t.Errorf("%s: %v", op, err) })
@@ -172,10 +172,10 @@ func TestSourceTakesInTurn(t *testing.T) {
 // chaos-cluster).
 func TestSourceSuspectWaitsOnItsShard(t *testing.T) {
 	q := newFakeQueue("q#1", "q#2")
-	q.shards[0].add(rdb.Taken{ID: "suspect", Attempt: 1}, rdb.Taken{ID: "0-a"})
+	q.shards[0].add(wire.Taken{ID: "suspect", Attempt: 1}, wire.Taken{ID: "0-a"})
 	for i, s := range q.shards[1:] {
 		for j := range 5 {
-			s.add(rdb.Taken{ID: fmt.Sprintf("%d-%d", i+1, j)})
+			s.add(wire.Taken{ID: fmt.Sprintf("%d-%d", i+1, j)})
 		}
 	}
 	src := q.source(func(op string, err error) { t.Errorf("%s: %v", op, err) })
@@ -198,7 +198,7 @@ func TestSourceSuspectWaitsOnItsShard(t *testing.T) {
 // only if no shard gave tasks.
 func TestSourceTakesPastAFailedShard(t *testing.T) {
 	q := newFakeQueue("q#1")
-	q.shards[1].add(rdb.Taken{ID: "a"})
+	q.shards[1].add(wire.Taken{ID: "a"})
 	q.shards[0].setFail("take", errors.New("connection refused"))
 	src := q.source(func(string, error) {})
 	src.grow(context.Background(), 2)
@@ -222,7 +222,7 @@ func TestFetcherTakesSuspectAlone(t *testing.T) {
 	s.add(task(t, "a", 0, 1), task(t, "suspect", 1, 2), task(t, "b", 0, 3))
 	w := fakeWorker(t, q, Options{Concurrency: 4, Heartbeat: 10 * time.Millisecond})
 	var running, most atomic.Int32
-	w.hooks.suspect = func(rdb.Taken) {
+	w.hooks.suspect = func(wire.Taken) {
 		if n := int32(w.held.size()); n > most.Load() {
 			most.Store(n)
 		}
@@ -265,7 +265,7 @@ func TestFetcherNoOrphanWaitAfterTakingTasks(t *testing.T) {
 	defer close(jobs)
 	ctx := context.Background()
 	for i := range 4 {
-		r := round{taken: []rdb.Taken{{ID: fmt.Sprint(i)}}, suspectWaits: true}
+		r := round{taken: []wire.Taken{{ID: fmt.Sprint(i)}}, suspectWaits: true}
 		if !f.handOut(ctx, r) {
 			t.Fatal("handOut ended")
 		}
@@ -285,21 +285,21 @@ func TestExecutors(t *testing.T) {
 	src := q.source(func(string, error) {})
 	q.shards[0].unwanted["gone"] = true
 	jobs := make(chan job, 3)
-	results := make(chan rdb.Done, 3)
+	results := make(chan wire.Done, 3)
 	h := newHeld()
 	var ran []string
 	var mu sync.Mutex
 	var c counters
 	e := newExecutors(executorsParams{n: 1, jobs: jobs, results: results, slots: newSlots(func() int { return 3 }),
 		held: h, source: src, counters: &c, ran: func(time.Duration) {},
-		execute: func(_ context.Context, tk rdb.Taken) rdb.Done {
+		execute: func(_ context.Context, tk wire.Taken) wire.Done {
 			mu.Lock()
 			ran = append(ran, tk.ID)
 			mu.Unlock()
-			return rdb.Done{ID: tk.ID}
+			return wire.Done{ID: tk.ID}
 		}})
 	old := time.Now().Add(-time.Hour)
-	taken := []rdb.Taken{{ID: "gone"}, {ID: "kept"}}
+	taken := []wire.Taken{{ID: "gone"}, {ID: "kept"}}
 	h.add(taken)
 	jobs <- job{Taken: taken[0], takenAt: old}
 	jobs <- job{Taken: taken[1], takenAt: old}
@@ -308,8 +308,8 @@ func TestExecutors(t *testing.T) {
 		t.Fatalf("result of %s, want kept", d.ID)
 	}
 	e.Stop()
-	aside := rdb.Taken{ID: "aside", Shard: 0, Private: true}
-	h.add([]rdb.Taken{aside})
+	aside := wire.Taken{ID: "aside", Shard: 0, Private: true}
+	h.add([]wire.Taken{aside})
 	jobs <- job{Taken: aside, takenAt: time.Now()}
 	close(jobs)
 	e.Wait()
@@ -332,7 +332,7 @@ func TestFinisherRetriesAFailedShard(t *testing.T) {
 	src := q.source(func(string, error) {})
 	src.grow(context.Background(), 2)
 	h := newHeld()
-	taken := []rdb.Taken{{ID: "a", Shard: 0}, {ID: "b", Shard: 1}}
+	taken := []wire.Taken{{ID: "a", Shard: 0}, {ID: "b", Shard: 1}}
 	h.add(taken)
 	for _, tk := range taken {
 		q.shards[tk.Shard].mu.Lock()
@@ -349,8 +349,8 @@ func TestFinisherRetriesAFailedShard(t *testing.T) {
 			}
 		}})
 	f.Start(context.Background())
-	f.results <- rdb.Done{ID: "a", Shard: 0}
-	f.results <- rdb.Done{ID: "b", Shard: 1}
+	f.results <- wire.Done{ID: "a", Shard: 0}
+	f.results <- wire.Done{ID: "b", Shard: 1}
 	f.Stop()
 	f.Wait()
 	if n0, n1 := q.shards[0].callsOf("finish"), q.shards[1].callsOf("finish"); n0 != 1 || n1 != 3 {
@@ -369,13 +369,13 @@ func TestMaintainer(t *testing.T) {
 	s := q.shards[0]
 	src := q.source(func(string, error) {})
 	h := newHeld()
-	h.add([]rdb.Taken{{ID: "running"}})
+	h.add([]wire.Taken{{ID: "running"}})
 	cancelled := make(chan struct{})
 	var once sync.Once
 	h.start("running", func() { once.Do(func() { close(cancelled) }) })
 	s.unwanted["running"] = true
 	s.drain = true
-	s.reaped = rdb.Reaped{Workers: 1, Requeued: 4}
+	s.reaped = wire.Reaped{Workers: 1, Requeued: 4}
 	var fl failureLog
 	fl.note("negate", "t1", []codec.Failure{{Index: 0, Kind: codec.KindError, Msg: "boom 1"}, {Index: 1, Kind: codec.KindError, Msg: "boom 2"}})
 	var drains atomic.Int32
@@ -383,7 +383,7 @@ func TestMaintainer(t *testing.T) {
 	var c counters
 	var p problem
 	m := newMaintainer(maintainerParams{wid: "w1", lease: time.Minute, source: src, held: h, failures: &fl,
-		counters: &c, info: func() rdb.WorkerInfo { return rdb.WorkerInfo{Host: "here"} }, problem: &p,
+		counters: &c, info: func() wire.WorkerInfo { return wire.WorkerInfo{Host: "here"} }, problem: &p,
 		failed: func(op string, err error) { p.set(op + ": " + err.Error()) },
 		drain: func() {
 			drains.Add(1)

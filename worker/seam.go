@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/redmap/redmap/internal/rdb"
+	"github.com/redmap/redmap/internal/wire"
 )
 
 // The worker's one seam to Redis. Its parts see one queue, the source
@@ -21,19 +22,19 @@ type shardRedis interface {
 	// last take of shard 0 learnt.
 	Shards() int
 
-	Take(ctx context.Context, wid string, n int, lease time.Duration, holding int, serves []string) ([]rdb.Taken, rdb.TakeEnd, error)
-	WaitTake(ctx context.Context, wid string, n int, lease, timeout time.Duration, holding int, serves []string) ([]rdb.Taken, rdb.TakeEnd, error)
+	Take(ctx context.Context, wid string, n int, lease time.Duration, holding int, serves []string) ([]wire.Taken, wire.TakeEnd, error)
+	WaitTake(ctx context.Context, wid string, n int, lease, timeout time.Duration, holding int, serves []string) ([]wire.Taken, wire.TakeEnd, error)
 	WaitBell(ctx context.Context, wid string, timeout time.Duration) (bool, error)
 	RingStop(ctx context.Context, wid string) error
 
-	Finish(ctx context.Context, wid string, done []rdb.Done) (int, error)
+	Finish(ctx context.Context, wid string, done []wire.Done) (int, error)
 	GiveBack(ctx context.Context, wid string, members []string) (int, error)
 	Held(ctx context.Context, wid string) ([]string, error)
 	Unwanted(ctx context.Context, wid string, tids []string) ([]string, error)
 
-	Heartbeat(ctx context.Context, wid string, lease time.Duration, info *rdb.WorkerInfo) (rdb.Beat, error)
-	Reap(ctx context.Context) (rdb.Reaped, error)
-	Retire(ctx context.Context, wid string, info *rdb.WorkerInfo) (rdb.Reaped, error)
+	Heartbeat(ctx context.Context, wid string, lease time.Duration, info *wire.WorkerInfo) (wire.Beat, error)
+	Reap(ctx context.Context) (wire.Reaped, error)
+	Retire(ctx context.Context, wid string, info *wire.WorkerInfo) (wire.Reaped, error)
 
 	// Depth counts the task ids waiting in the shard's public lists (a
 	// metric).
@@ -45,7 +46,7 @@ type queueRedis interface {
 	shardRedis
 	Preflight(ctx context.Context, budget, heal time.Duration, log *slog.Logger) error
 	PublishError(ctx context.Context, wid string, lease time.Duration, msg string)
-	CountFailures(ctx context.Context, wid string, groups []rdb.FailureGroup) (added, malformed int64, err error)
+	CountFailures(ctx context.Context, wid string, groups []wire.FailureGroup) (added, malformed int64, err error)
 	// LoseManagers records the batches of managers that stopped publishing
 	// as "manager lost" in the queue's history.
 	LoseManagers(ctx context.Context) (int, error)

@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/redmap/redmap/internal/backoff"
-	"github.com/redmap/redmap/internal/rdb"
+	"github.com/redmap/redmap/internal/wire"
 )
 
 // source is the worker's queue in Redis as its parts see it: one queue,
@@ -104,7 +104,7 @@ func (s *source) grow(ctx context.Context, n int) {
 
 // round is what one round of takes brought.
 type round struct {
-	taken        []rdb.Taken
+	taken        []wire.Taken
 	err          error // the first take that failed, if none gave tasks
 	suspectWaits bool  // a take left a suspect for when the worker holds nothing
 	holding      int   // what the worker held by its ledger at the last take
@@ -150,7 +150,7 @@ func (s *source) take(ctx context.Context, free int, holding func() int) (r roun
 		if s.waiting[i] && len(shards) > 1 {
 			continue
 		}
-		var end rdb.TakeEnd
+		var end wire.TakeEnd
 		var err error
 		r.holding = holding()
 		if s.waiting[i] {
@@ -263,8 +263,8 @@ func (s *source) stopped(ctx context.Context) {
 // finish reports results, one call per shard they came from, and returns
 // how many were delivered, and those whose shard's call failed, with the
 // first error.
-func (s *source) finish(ctx context.Context, done []rdb.Done) (delivered int, failed []rdb.Done, err error) {
-	for i, group := range byShard(done, func(d rdb.Done) int { return d.Shard }) {
+func (s *source) finish(ctx context.Context, done []wire.Done) (delivered int, failed []wire.Done, err error) {
+	for i, group := range byShard(done, func(d wire.Done) int { return d.Shard }) {
 		n, ferr := s.shard(i).Finish(ctx, s.wid, group)
 		if ferr != nil {
 			failed = append(failed, group...)
@@ -331,7 +331,7 @@ func (s *source) held(ctx context.Context) (map[int][]string, error) {
 // Every shard's lease is renewed even if another's Redis fails: on a
 // Cluster with a master down, the worker still holds its tasks of the
 // others.
-func (s *source) heartbeat(ctx context.Context, info *rdb.WorkerInfo) (rdb.Beat, error) {
+func (s *source) heartbeat(ctx context.Context, info *wire.WorkerInfo) (wire.Beat, error) {
 	beat, err := s.first.Heartbeat(ctx, s.wid, s.lease, info)
 	if err == nil {
 		s.grow(ctx, beat.Shards)
@@ -346,8 +346,8 @@ func (s *source) heartbeat(ctx context.Context, info *rdb.WorkerInfo) (rdb.Beat,
 
 // reap gives the tasks of workers whose lease expired back to the queue,
 // on every shard, and returns what it did in all.
-func (s *source) reap(ctx context.Context) (rdb.Reaped, error) {
-	var all rdb.Reaped
+func (s *source) reap(ctx context.Context) (wire.Reaped, error) {
+	var all wire.Reaped
 	for _, r := range s.shards() {
 		got, err := r.Reap(ctx)
 		if err != nil {
@@ -363,10 +363,10 @@ func (s *source) reap(ctx context.Context) (rdb.Reaped, error) {
 // retire ends the worker's lease on every shard: tasks left in its private
 // lists are reported lost to their managers; shard 0 lists it as stopped,
 // with its last info.
-func (s *source) retire(ctx context.Context, last rdb.WorkerInfo) {
+func (s *source) retire(ctx context.Context, last wire.WorkerInfo) {
 	for _, r := range s.shards() {
 		rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-		var info *rdb.WorkerInfo
+		var info *wire.WorkerInfo
 		if r.Shard() == 0 {
 			info = &last
 		}

@@ -8,8 +8,8 @@ import (
 
 	"github.com/redmap/redmap"
 	"github.com/redmap/redmap/internal/keys"
-	"github.com/redmap/redmap/internal/rdb"
 	"github.com/redmap/redmap/internal/redistest"
+	"github.com/redmap/redmap/internal/wire"
 	"github.com/redmap/redmap/manager"
 )
 
@@ -71,7 +71,7 @@ func TestSuspectRunsWithNothingElseHeld(t *testing.T) {
 		heldAtP   []string
 	)
 	w.hooks.emptying = func() { emptyOnce.Do(func() { close(emptying) }) }
-	w.hooks.finish = func(done []rdb.Done) {
+	w.hooks.finish = func(done []wire.Done) {
 		for _, d := range done {
 			if d.ID == x {
 				select { // hold X's report back as long as the worker allows
@@ -81,7 +81,7 @@ func TestSuspectRunsWithNothingElseHeld(t *testing.T) {
 			}
 		}
 	}
-	w.hooks.suspect = func(tk rdb.Taken) {
+	w.hooks.suspect = func(tk wire.Taken) {
 		if tk.ID != p {
 			return
 		}

@@ -9,8 +9,8 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/redmap/redmap/codec"
-	"github.com/redmap/redmap/internal/rdb"
 	"github.com/redmap/redmap/internal/tracing"
+	"github.com/redmap/redmap/internal/wire"
 )
 
 // Tracing: a task whose envelope carries its batch's trace context runs in
@@ -22,7 +22,7 @@ import (
 
 // startSpan starts the spans of traced task t (decoded as task) and returns
 // ctx with the run's.
-func (w *Worker) startSpan(ctx context.Context, t rdb.Taken, task *codec.Task) (context.Context, trace.Span) {
+func (w *Worker) startSpan(ctx context.Context, t wire.Taken, task *codec.Task) (context.Context, trace.Span) {
 	tracer := w.tracer
 	parent := tracing.Extract(ctx, task.Trace)
 	attrs := []attribute.KeyValue{tracing.System,

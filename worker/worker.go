@@ -26,6 +26,7 @@ import (
 	"github.com/redmap/redmap/internal/part"
 	"github.com/redmap/redmap/internal/rdb"
 	"github.com/redmap/redmap/internal/tracing"
+	"github.com/redmap/redmap/internal/wire"
 )
 
 // Worker runs the tasks of one queue. Build it with New, register functions
@@ -67,10 +68,10 @@ type Worker struct {
 // hooks are what a test of the package injects into a worker's parts, set
 // before Run. Each is nil (or false) in use.
 type hooks struct {
-	emptying func()           // the fetcher begins to wait for the worker to hold nothing
-	finish   func([]rdb.Done) // a batch of results is about to be reported
-	suspect  func(rdb.Taken)  // a suspect starts, holding the executors alone
-	checkAll bool             // check every prefetched task still wanted, however short its wait
+	emptying func()            // the fetcher begins to wait for the worker to hold nothing
+	finish   func([]wire.Done) // a batch of results is about to be reported
+	suspect  func(wire.Taken)  // a suspect starts, holding the executors alone
+	checkAll bool              // check every prefetched task still wanted, however short its wait
 }
 
 // problem is the last failed Redis call of a worker's parts, for
@@ -102,14 +103,14 @@ func New(client redis.UniversalClient, opts Options) (*Worker, error) {
 	if err != nil {
 		return nil, err
 	}
-	return wire(opts, rdb.New(client, opts.Prefix, opts.Queue),
+	return assemble(opts, rdb.New(client, opts.Prefix, opts.Queue),
 		func(name string, i int) shardRedis { return rdb.NewShard(client, opts.Prefix, name, i) },
 		memo.New(cache.NewStore(client, opts.Prefix, 0), opts.CacheBytes)), nil
 }
 
-// wire builds a worker over its seam to Redis: shard 0 of its queue, how
+// assemble builds a worker over its seam to Redis: shard 0 of its queue, how
 // to open the others, and the memo of constants; opts have their defaults.
-func wire(opts Options, first queueRedis, open func(name string, i int) shardRedis, memo *memo.Memo) *Worker {
+func assemble(opts Options, first queueRedis, open func(name string, i int) shardRedis, memo *memo.Memo) *Worker {
 	w := &Worker{
 		tracer:   tracing.Tracer(opts.TracerProvider),
 		opts:     opts,
@@ -281,14 +282,14 @@ func (w *Worker) leave(ctx context.Context, unstarted map[int][]string) {
 }
 
 // info is what the worker publishes for operators.
-func (w *Worker) info() rdb.WorkerInfo {
+func (w *Worker) info() wire.WorkerInfo {
 	st := w.Stats()
 	host, _ := os.Hostname()
 	state := "running"
 	if w.draining.Load() {
 		state = "draining"
 	}
-	return rdb.WorkerInfo{
+	return wire.WorkerInfo{
 		Host: host, PID: os.Getpid(), Concurrency: w.opts.Concurrency, Lease: w.opts.Lease, Every: w.opts.Heartbeat,
 		Started: w.started, Heartbeat: time.Now(),
 		Running: st.Running, Taken: st.Taken, Delivered: st.Delivered, Failed: st.Failed,

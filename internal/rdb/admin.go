@@ -13,6 +13,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/redmap/redmap/internal/keys"
+	"github.com/redmap/redmap/internal/wire"
 )
 
 // Admin answers an operator's questions about every queue under a prefix.
@@ -60,10 +61,10 @@ func (a *Admin) Queues(ctx context.Context) ([]string, error) {
 type Registered struct {
 	Queue     string
 	ID        string
-	Deadline  int64      // lease deadline, Redis ms
-	Info      WorkerInfo // as published by its heartbeats
-	Malformed error      // what of Info did not decode, if any
-	Held      int64      // tasks it holds
+	Deadline  int64           // lease deadline, Redis ms
+	Info      wire.WorkerInfo // as published by its heartbeats
+	Malformed error           // what of Info did not decode, if any
+	Held      int64           // tasks it holds
 }
 
 // Shards returns the names of queue's shards (see keys.Shard): the queue
@@ -112,7 +113,7 @@ func (a *Admin) Workers(ctx context.Context, queue string) ([]Registered, error)
 		return nil, fmt.Errorf("workers: %w", err)
 	}
 	for i := range out {
-		out[i].Info, out[i].Malformed = DecodeWorkerInfo(cmds[i].Val())
+		out[i].Info, out[i].Malformed = wire.DecodeWorkerInfo(cmds[i].Val())
 		for _, h := range held[i] {
 			out[i].Held += h.Val()
 		}
@@ -149,7 +150,7 @@ func (a *Admin) Gone(ctx context.Context, queue string, since int64) ([]Register
 			continue
 		}
 		r := Registered{Queue: queue, ID: wid}
-		r.Info, r.Malformed = DecodeWorkerInfo(h)
+		r.Info, r.Malformed = wire.DecodeWorkerInfo(h)
 		out = append(out, r)
 	}
 	return out, nil
@@ -187,7 +188,7 @@ func (a *Admin) Depth(ctx context.Context, queue string) (int64, error) {
 // PublishedBatch is a running batch as its manager published it.
 type PublishedBatch struct {
 	Queue, Manager, ID string
-	Progress           BatchProgress
+	Progress           wire.BatchProgress
 	Malformed          error // the progress record did not decode
 }
 
@@ -204,7 +205,7 @@ func (a *Admin) Batches(ctx context.Context, queue string) ([]PublishedBatch, er
 			return err
 		}
 		for bid, s := range m {
-			p, err := DecodeProgress(s)
+			p, err := wire.DecodeProgress(s)
 			out = append(out, PublishedBatch{Queue: queue, Manager: mid, ID: bid, Progress: p, Malformed: err})
 		}
 		return nil
@@ -217,7 +218,7 @@ func (a *Admin) Batches(ctx context.Context, queue string) ([]PublishedBatch, er
 
 // Failures returns the queue's failure groups, most frequent first, and how
 // many could not be read. One HGETALL.
-func (a *Admin) Failures(ctx context.Context, queue string) (groups []FailureGroup, malformed int, err error) {
+func (a *Admin) Failures(ctx context.Context, queue string) (groups []wire.FailureGroup, malformed int, err error) {
 	if err := keys.CheckQueue(queue); err != nil {
 		return nil, 0, err
 	}
@@ -226,14 +227,14 @@ func (a *Admin) Failures(ctx context.Context, queue string) (groups []FailureGro
 		return nil, 0, wrap("failures", nil, "HGETALL", err)
 	}
 	for _, s := range h {
-		g, err := DecodeGroup(s)
+		g, err := wire.DecodeGroup(s)
 		if err != nil {
 			malformed++
 			continue
 		}
 		groups = append(groups, g)
 	}
-	slices.SortFunc(groups, func(a, b FailureGroup) int {
+	slices.SortFunc(groups, func(a, b wire.FailureGroup) int {
 		return cmp.Or(cmp.Compare(b.Count, a.Count), strings.Compare(a.Key(), b.Key()))
 	})
 	return groups, malformed, nil
@@ -436,7 +437,7 @@ func (a *Admin) LoseManagers(ctx context.Context, queue string) (int, error) {
 
 // History returns queue's ended batches, newest first, at most n (all if n
 // is 0 or less), and how many records did not decode.
-func (a *Admin) History(ctx context.Context, queue string, n int) ([]BatchRecord, int, error) {
+func (a *Admin) History(ctx context.Context, queue string, n int) ([]wire.BatchRecord, int, error) {
 	if err := keys.CheckQueue(queue); err != nil {
 		return nil, 0, err
 	}
@@ -448,14 +449,14 @@ func (a *Admin) History(ctx context.Context, queue string, n int) ([]BatchRecord
 	if err != nil {
 		return nil, 0, wrap("history", nil, "HMGET", err)
 	}
-	out := make([]BatchRecord, 0, len(vals))
+	out := make([]wire.BatchRecord, 0, len(vals))
 	malformed := 0
 	for _, v := range vals {
 		s, ok := v.(string)
 		if !ok {
 			continue // trimmed between the two reads
 		}
-		r, err := DecodeRecord(s)
+		r, err := wire.DecodeRecord(s)
 		if err != nil {
 			malformed++
 			continue

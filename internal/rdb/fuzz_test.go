@@ -4,6 +4,8 @@ import (
 	"runtime"
 	"strings"
 	"testing"
+
+	"github.com/redmap/redmap/internal/wire"
 )
 
 // FuzzDecodeRecords: any bytes as an operator's record (a failure group, a
@@ -11,7 +13,7 @@ import (
 // entry) decode or give an error, never panic, and allocate within a stated
 // multiple of their length: 64n plus 16 KiB.
 func FuzzDecodeRecords(f *testing.F) {
-	f.Add(EncodeGroup(FailureGroup{Func: "f", Kind: "panic", Count: 2, Sample: "boom", Workers: "w1"}))
+	f.Add(wire.EncodeGroup(wire.FailureGroup{Func: "f", Kind: "panic", Count: 2, Sample: "boom", Workers: "w1"}))
 	f.Add(`{"id":"b","outcome":"manager lost","total":3,"failed_by":{"lost":1}}`)
 	f.Add(`{"func":"f","total":10,"done":4,"eta":1000000}`)
 	f.Add("lost m-1:2 w1")
@@ -19,13 +21,13 @@ func FuzzDecodeRecords(f *testing.F) {
 	f.Add(`{"count":1e999}`)
 	f.Fuzz(func(t *testing.T, s string) {
 		for name, decode := range map[string]func(){
-			"group":    func() { _, _ = DecodeGroup(s) },
-			"record":   func() { _, _ = DecodeRecord(s) },
-			"progress": func() { _, _ = DecodeProgress(s) },
+			"group":    func() { _, _ = wire.DecodeGroup(s) },
+			"record":   func() { _, _ = wire.DecodeRecord(s) },
+			"progress": func() { _, _ = wire.DecodeProgress(s) },
 			"info": func() {
-				_, _ = DecodeWorkerInfo(map[string]string{"host": s, "pid": s, "started": s, "functions": s, "concurrency": s})
+				_, _ = wire.DecodeWorkerInfo(map[string]string{"host": s, "pid": s, "started": s, "functions": s, "concurrency": s})
 			},
-			"entry": func() { _ = DecodeEntry(s) },
+			"entry": func() { _, _ = wire.DecodeEntry(s, 0) },
 		} {
 			var before, after runtime.MemStats
 			runtime.ReadMemStats(&before)

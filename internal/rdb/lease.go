@@ -6,32 +6,26 @@ import (
 	"strings"
 
 	"github.com/redmap/redmap/internal/keys"
+	"github.com/redmap/redmap/internal/wire"
 )
 
 // maxReap caps the dead workers one Reap handles, so one call stays short.
 const maxReap = 100
 
-// Reaped says what a Reap did.
-type Reaped struct {
-	Workers  int // dead workers removed
-	Requeued int // their public tasks put back at the front of the queue
-	Lost     int // their private tasks reported lost to their managers
-}
-
 // Reap gives the tasks of workers whose lease has expired, by the Redis
 // clock, back to the queue; see lua/reap.lua. One script call, which finds
 // nothing to do when every worker is live.
-func (r *RDB) Reap(ctx context.Context) (Reaped, error) {
+func (r *RDB) Reap(ctx context.Context) (wire.Reaped, error) {
 	ks := []string{keys.Workers(r.prefix, r.queue), keys.Ring(r.prefix, r.queue, keys.DefaultPriority), keys.Idle(r.prefix, r.queue),
 		keys.Gone(r.prefix, r.queue)}
 	n, err := reapScript.run(ctx, r.c, ks, r.base, maxReap, keys.GoneFor.Milliseconds()).Int64Slice()
 	if err != nil {
-		return Reaped{}, wrap("reap", reapScript, "", err)
+		return wire.Reaped{}, wrap("reap", reapScript, "", err)
 	}
 	if len(n) != 3 {
-		return Reaped{}, fmt.Errorf("reap: script returned %v, not 3 integers", n)
+		return wire.Reaped{}, fmt.Errorf("reap: script returned %v, not 3 integers", n)
 	}
-	return Reaped{Workers: int(n[0]), Requeued: int(n[1]), Lost: int(n[2])}, nil
+	return wire.Reaped{Workers: int(n[0]), Requeued: int(n[1]), Lost: int(n[2])}, nil
 }
 
 // Held returns the members of worker wid's held set: task ids, "!"-prefixed
@@ -43,9 +37,6 @@ func (r *RDB) Held(ctx context.Context, wid string) ([]string, error) {
 	}
 	return m, nil
 }
-
-// HeldID returns the task id of a held-set member.
-func HeldID(member string) string { return strings.TrimPrefix(member, "!") }
 
 // GiveBack puts held-set members of worker wid that it does not run back at
 // the front of the list they came from; see lua/giveback.lua.
@@ -78,28 +69,10 @@ func (r *RDB) Unwanted(ctx context.Context, wid string, tids []string) ([]string
 	return out, nil
 }
 
-// Serving says whether a live worker of the queue can run what a batch
-// calls (see served.lua).
-type Serving struct {
-	// Code: ServedBy, NoWorker, Unregistered (no live worker registered
-	// Name) or OtherSignature (one registered Name with Signature).
-	Code      int
-	Name      string
-	Signature string
-}
-
-// The codes of Serving.
-const (
-	NoWorker       = 0
-	Unregistered   = 1
-	OtherSignature = 2
-	ServedBy       = 3
-)
-
 // Served says, for what each of some batches calls (see Calls), whether a
 // live worker of the queue registered it all with the same signatures, by
 // the Redis clock and the workers' heartbeats. One script call.
-func (r *RDB) Served(ctx context.Context, calls []string) ([]Serving, error) {
+func (r *RDB) Served(ctx context.Context, calls []string) ([]wire.Serving, error) {
 	args := make([]any, 0, 1+len(calls))
 	args = append(args, r.base)
 	for _, c := range calls {
@@ -112,12 +85,12 @@ func (r *RDB) Served(ctx context.Context, calls []string) ([]Serving, error) {
 	if len(v) != 2*len(calls) {
 		return nil, fmt.Errorf("served: script returned %d values for %d batches", len(v), len(calls))
 	}
-	out := make([]Serving, len(calls))
+	out := make([]wire.Serving, len(calls))
 	for i := range out {
 		code, _ := v[2*i].(int64)
 		detail, _ := v[2*i+1].(string)
 		name, sig, _ := strings.Cut(detail, "\t")
-		out[i] = Serving{Code: int(code), Name: name, Signature: sig}
+		out[i] = wire.Serving{Code: int(code), Name: name, Signature: sig}
 	}
 	return out, nil
 }

@@ -17,6 +17,7 @@ import (
 	"github.com/redmap/redmap/internal/backoff"
 	"github.com/redmap/redmap/internal/id"
 	"github.com/redmap/redmap/internal/keys"
+	"github.com/redmap/redmap/internal/wire"
 )
 
 // Probe checks that Redis lets this connection run every command redmap
@@ -117,7 +118,7 @@ func dedupe(xs []string) []string {
 func (r *RDB) PublishError(ctx context.Context, wid string, lease time.Duration, msg string) {
 	key := keys.WorkerInfo(r.prefix, r.queue, wid)
 	_, _ = r.c.Pipelined(ctx, func(p redis.Pipeliner) error {
-		p.HSet(ctx, key, infoError, msg)
+		p.HSet(ctx, key, wire.InfoError, msg)
 		p.PExpire(ctx, key, lease)
 		return nil
 	})

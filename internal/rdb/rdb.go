@@ -19,6 +19,7 @@ import (
 
 	"github.com/redmap/redmap/internal/id"
 	"github.com/redmap/redmap/internal/keys"
+	"github.com/redmap/redmap/internal/wire"
 )
 
 // maxGroup caps the tasks or results sent in one script call, and maxGroupBytes
@@ -77,37 +78,6 @@ func (r *RDB) SawShards(n int) {
 	}
 }
 
-// Task is a task to submit: its id and its encoded envelope.
-type Task struct {
-	ID      string
-	Payload []byte
-}
-
-// Expect is what a submit expects of the manager's task set (see
-// submit.lua): at least Count tasks ever submitted, under Epoch. NewEpoch, if
-// set, installs a new epoch (a recovery does).
-type Expect struct {
-	Count    int64
-	Epoch    string
-	NewEpoch string
-}
-
-// Lane is the lane of a batch's public tasks: its name ("<manager
-// id>.<lane>", see id.TaskIn) and what its tasks call ("<func>\t<signature>",
-// and "\n<reducer>\t<signature>" for a MapReduce).
-type Lane struct {
-	Name, Calls string
-}
-
-// Calls returns what a lane's tasks call: fn with signature sig, and
-// reducer red with signature redSig if red is not "".
-func Calls(fn, sig, red, redSig string) string {
-	if red == "" {
-		return fn + "\t" + sig
-	}
-	return fn + "\t" + sig + "\n" + red + "\t" + redSig
-}
-
 // Submit stores tasks of manager mid and queues them on their batch's lane
 // (lane, whose ring it joins), or on worker wid's private list if wid is not
 // empty, then wakes idle workers.
@@ -120,14 +90,14 @@ func Calls(fn, sig, red, redSig string) string {
 // each group found the set as expected (the first as exp says, the others as
 // the group before left it): if not, Redis lost writes of this manager (see
 // Submitted).
-func (r *RDB) Submit(ctx context.Context, mid, wid string, lane Lane, tasks []Task, ttl time.Duration, exp Expect) (count int64, intact bool, err error) {
+func (r *RDB) Submit(ctx context.Context, mid, wid string, lane wire.Lane, tasks []wire.Task, ttl time.Duration, exp wire.Expect) (count int64, intact bool, err error) {
 	ring := keys.Ring(r.prefix, r.queue, keys.DefaultPriority)
 	if len(tasks) > 0 {
 		ring = keys.Ring(r.prefix, r.queue, id.Priority(tasks[0].ID, keys.DefaultPriority))
 	}
 	list := keys.Lane(r.prefix, r.queue, lane.Name)
 	if wid != "" {
-		list, lane = keys.Private(r.prefix, r.queue, wid), Lane{}
+		list, lane = keys.Private(r.prefix, r.queue, wid), wire.Lane{}
 	}
 	ks := []string{keys.Tasks(r.prefix, r.queue, mid), list, keys.Idle(r.prefix, r.queue), ring, keys.Lanes(r.prefix, r.queue, mid)}
 	intact = true
@@ -223,35 +193,6 @@ func (r *RDB) Missing(ctx context.Context, mid string, tids []string) (missing [
 // ErrChanged says that Redis's data changed under a check that needs it still.
 var ErrChanged = errors.New("redis data changed during the check")
 
-// Taken is a task a worker has taken and now holds.
-type Taken struct {
-	ID      string
-	Attempt int
-	Payload []byte
-	Private bool      // from the worker's private list
-	Shard   int       // the shard it was taken from (see NewShard)
-	At      time.Time // when the take's reply came
-}
-
-// Member returns the task's member in the worker's held set.
-func (t Taken) Member() string {
-	if t.Private {
-		return "!" + t.ID
-	}
-	return t.ID
-}
-
-// TakeEnd is what a take says besides its tasks.
-type TakeEnd struct {
-	// Drained: the take left every list empty and registered the worker
-	// idle; its next take should wait for its bell.
-	Drained bool
-	// Suspect: a suspect (a task lost before) is next in a list, and was
-	// left there because the worker holds tasks: it gets it once it holds
-	// none (see take.lua).
-	Suspect bool
-}
-
 // Take takes up to n tasks for worker wid, private list first, with their
 // payloads, in one script call; taking and recording the hold are one atomic
 // step, and a worker Redis has lost from its workers set is registered again
@@ -261,7 +202,7 @@ type TakeEnd struct {
 // shard, by its own count: a suspect goes only to a worker that holds none.
 // serves is what the worker registered ("<func>\t<signature>" per handle):
 // a take passes lanes that call anything else.
-func (r *RDB) Take(ctx context.Context, wid string, n int, lease time.Duration, holding int, serves []string) (taken []Taken, end TakeEnd, err error) {
+func (r *RDB) Take(ctx context.Context, wid string, n int, lease time.Duration, holding int, serves []string) (taken []wire.Taken, end wire.TakeEnd, err error) {
 	ks := r.takeKeys(wid)
 	vals, err := takeScript.run(ctx, r.c, ks, takeArgs(r, n, wid, lease, holding, serves)...).Slice()
 	if err != nil {
@@ -275,7 +216,7 @@ func (r *RDB) Take(ctx context.Context, wid string, n int, lease time.Duration, 
 // as soon as a submit rings the bell, and its tasks come back with the
 // wake-up. After the timeout the take runs all the same. A wait longer than
 // the client's read timeout allows is made in two round trips instead.
-func (r *RDB) WaitTake(ctx context.Context, wid string, n int, lease, timeout time.Duration, holding int, serves []string) (taken []Taken, end TakeEnd, err error) {
+func (r *RDB) WaitTake(ctx context.Context, wid string, n int, lease, timeout time.Duration, holding int, serves []string) (taken []wire.Taken, end wire.TakeEnd, err error) {
 	wait := blocking(timeout)
 	if rt := readTimeout(r.c); rt > 0 && wait > rt/2 {
 		if _, err := r.WaitBell(ctx, wid, timeout); err != nil {
@@ -344,7 +285,7 @@ func (r *RDB) takeKeys(wid string) []string {
 // parseTaken reads take.lua's reply: the tasks, and whether the take left
 // every list empty or left a suspect; it records the shard count if the
 // reply gives it.
-func (r *RDB) parseTaken(vals []any) (taken []Taken, end TakeEnd, err error) {
+func (r *RDB) parseTaken(vals []any) (taken []wire.Taken, end wire.TakeEnd, err error) {
 	// The flags come last; a task's last value is its mark, "!" or "", so
 	// they cannot be mistaken for one.
 	if len(vals) > 0 && vals[len(vals)-1] == "drained" {
@@ -362,7 +303,7 @@ func (r *RDB) parseTaken(vals []any) (taken []Taken, end TakeEnd, err error) {
 	if len(vals)%4 != 0 {
 		return nil, end, fmt.Errorf("take: script returned %d values, not quadruples", len(vals))
 	}
-	taken = make([]Taken, 0, len(vals)/4)
+	taken = make([]wire.Taken, 0, len(vals)/4)
 	now := time.Now()
 	for i := 0; i < len(vals); i += 4 {
 		id, ok1 := vals[i].(string)
@@ -372,7 +313,7 @@ func (r *RDB) parseTaken(vals []any) (taken []Taken, end TakeEnd, err error) {
 		if !ok1 || err != nil || !ok2 || !ok3 {
 			return nil, end, fmt.Errorf("take: script returned %T %v %T %T, not a task id, attempt, payload and mark", vals[i], vals[i+1], vals[i+2], vals[i+3])
 		}
-		taken = append(taken, Taken{ID: id, Attempt: attempt, Payload: []byte(payload), Private: mark == "!", Shard: r.shard, At: now})
+		taken = append(taken, wire.Taken{ID: id, Attempt: attempt, Payload: []byte(payload), Private: mark == "!", Shard: r.shard, At: now})
 	}
 	return taken, end, nil
 }
@@ -414,19 +355,11 @@ func (r *RDB) push(ctx context.Context, what, key string, vs ...any) error {
 	return wrap(what, nil, "RPUSH, PEXPIRE, MULTI or EXEC", err)
 }
 
-// Done is a finished task: its id and its encoded result, and the shard it
-// was taken from.
-type Done struct {
-	ID     string
-	Result []byte
-	Shard  int
-}
-
 // Finish delivers the results of worker wid's finished tasks whose managers
 // still want them and drops the rest, releasing the worker's hold on all of
 // them; one script call per group of up to 1,000 results or 8 MiB. It returns
 // how many were delivered. Finishing a task twice delivers it once.
-func (r *RDB) Finish(ctx context.Context, wid string, done []Done) (int, error) {
+func (r *RDB) Finish(ctx context.Context, wid string, done []wire.Done) (int, error) {
 	ks := []string{keys.Held(r.prefix, r.queue, wid)}
 	delivered := 0
 	for len(done) > 0 {
@@ -450,31 +383,23 @@ func (r *RDB) Finish(ctx context.Context, wid string, done []Done) (int, error) 
 	return delivered, nil
 }
 
-// Beat is what a heartbeat learns: whether an operator asked the worker to
-// drain, and over how many shards the queue's managers spread their tasks
-// (read from shard 0; 1 if none said).
-type Beat struct {
-	Drain  bool
-	Shards int
-}
-
 // Heartbeat registers worker wid, or renews its lease, for lease from now by
 // the Redis clock, and publishes info for operators (nil: none).
-func (r *RDB) Heartbeat(ctx context.Context, wid string, lease time.Duration, info *WorkerInfo) (Beat, error) {
+func (r *RDB) Heartbeat(ctx context.Context, wid string, lease time.Duration, info *wire.WorkerInfo) (wire.Beat, error) {
 	ks := []string{keys.Workers(r.prefix, r.queue), keys.WorkerInfo(r.prefix, r.queue, wid), keys.Drain(r.prefix, r.queue, wid),
 		keys.ShardNames(r.prefix, r.queue)}
 	args := []any{wid, lease.Milliseconds(), keys.GoneFor.Milliseconds()}
 	if info != nil {
-		args = append(args, EncodeWorkerInfo(*info)...)
+		args = append(args, wire.EncodeWorkerInfo(*info)...)
 	}
 	n, err := heartbeatScript.run(ctx, r.c, ks, args...).Int64Slice()
 	if err != nil {
-		return Beat{}, wrap("heartbeat", heartbeatScript, "", err)
+		return wire.Beat{}, wrap("heartbeat", heartbeatScript, "", err)
 	}
 	if len(n) != 3 {
-		return Beat{}, fmt.Errorf("heartbeat: script returned %v, not 3 integers", n)
+		return wire.Beat{}, fmt.Errorf("heartbeat: script returned %v, not 3 integers", n)
 	}
-	return Beat{Drain: n[1] == 1, Shards: int(n[2]) + 1}, nil
+	return wire.Beat{Drain: n[1] == 1, Shards: int(n[2]) + 1}, nil
 }
 
 // PublishShards records, in the queue's list of shard names (in shard 0),
@@ -514,14 +439,14 @@ func (r *RDB) ShardNames(ctx context.Context) ([]string, error) {
 // to the queue's (see lua/failures.lua), and returns how many failures it
 // added and how many malformed groups in Redis it replaced. One script
 // call.
-func (r *RDB) CountFailures(ctx context.Context, wid string, groups []FailureGroup) (added, malformed int64, err error) {
+func (r *RDB) CountFailures(ctx context.Context, wid string, groups []wire.FailureGroup) (added, malformed int64, err error) {
 	if len(groups) == 0 {
 		return 0, 0, nil
 	}
 	args := make([]any, 0, 3+2*len(groups))
 	args = append(args, keys.MaxFailureGroups, keys.FailureGroupsFor.Milliseconds(), wid)
 	for _, g := range groups {
-		args = append(args, g.Key(), EncodeGroup(g))
+		args = append(args, g.Key(), wire.EncodeGroup(g))
 	}
 	n, err := failuresScript.run(ctx, r.c, []string{keys.FailureGroups(r.prefix, r.queue)}, args...).Int64Slice()
 	if err != nil {
@@ -538,17 +463,17 @@ func (r *RDB) CountFailures(ctx context.Context, wid string, groups []FailureGro
 // are reported lost to their managers, who would otherwise wait for them for
 // ever. With info (shard 0), the worker is listed "stopped" for operators
 // with that last info, for keys.GoneFor. Two script calls.
-func (r *RDB) Retire(ctx context.Context, wid string, info *WorkerInfo) (Reaped, error) {
+func (r *RDB) Retire(ctx context.Context, wid string, info *wire.WorkerInfo) (wire.Reaped, error) {
 	if info != nil {
 		stopped := *info
 		stopped.State = "stopped"
 		info = &stopped
 	}
 	if _, err := r.Heartbeat(ctx, wid, -time.Millisecond, info); err != nil {
-		return Reaped{}, fmt.Errorf("retire: %w", err)
+		return wire.Reaped{}, fmt.Errorf("retire: %w", err)
 	}
 	if err := r.c.Del(ctx, keys.Drain(r.prefix, r.queue, wid)).Err(); err != nil {
-		return Reaped{}, wrap("retire", nil, "DEL", err)
+		return wire.Reaped{}, wrap("retire", nil, "DEL", err)
 	}
 	return r.Reap(ctx)
 }
@@ -716,7 +641,7 @@ func (r *RDB) ReadThenWait(ctx context.Context, mid string, handled int, mark st
 // WakeCollector makes manager mid's blocked WaitResults return at once: it
 // pushes a wake entry (EntryWake) onto the result list.
 func (r *RDB) WakeCollector(ctx context.Context, mid string) error {
-	return r.push(ctx, "wake", keys.Results(r.prefix, r.queue, mid), EncodeEntry(Entry{Kind: EntryWake}))
+	return r.push(ctx, "wake", keys.Results(r.prefix, r.queue, mid), wire.EncodeEntry(wire.Entry{Kind: wire.EntryWake}))
 }
 
 // Renew extends the TTL of manager mid's task set, attempt counts, result
@@ -771,14 +696,14 @@ func (r *RDB) Drop(ctx context.Context, mid string) error {
 // see LoseManagers), adds ended (elements ended since the last call) to the
 // queue's throughput counter of now, and takes the batch ids an operator
 // asked the manager to cancel. One script call.
-func (r *RDB) PublishBatches(ctx context.Context, mid string, batches map[string]BatchProgress, ttl, due time.Duration, ended int64) (cancels []string, err error) {
+func (r *RDB) PublishBatches(ctx context.Context, mid string, batches map[string]wire.BatchProgress, ttl, due time.Duration, ended int64) (cancels []string, err error) {
 	ks := []string{keys.Batches(r.prefix, r.queue, mid), keys.Cancels(r.prefix, r.queue, mid),
 		keys.Managers(r.prefix, r.queue),
 		keys.Throughput(r.prefix, r.queue, time.Now().Unix()/int64(keys.ThroughputBucket/time.Second))}
 	args := make([]any, 0, 5+2*len(batches))
 	args = append(args, mid, ttl.Milliseconds(), due.Milliseconds(), ended, keys.ThroughputSpan.Milliseconds())
 	for id, b := range batches {
-		args = append(args, id, EncodeProgress(b))
+		args = append(args, id, wire.EncodeProgress(b))
 	}
 	cancels, err = publishScript.run(ctx, r.c, ks, args...).StringSlice()
 	if err != nil {
@@ -790,12 +715,12 @@ func (r *RDB) PublishBatches(ctx context.Context, mid string, batches map[string
 // RecordBatches writes recs, batches of manager mid that ended, into the
 // queue's history, keeping its last limit batches and none older than age,
 // and forgets them among mid's published running ones. One script call.
-func (r *RDB) RecordBatches(ctx context.Context, mid string, recs []BatchRecord, limit int, age time.Duration) error {
+func (r *RDB) RecordBatches(ctx context.Context, mid string, recs []wire.BatchRecord, limit int, age time.Duration) error {
 	ks := []string{keys.History(r.prefix, r.queue), keys.HistoryIndex(r.prefix, r.queue), keys.Batches(r.prefix, r.queue, mid)}
 	args := make([]any, 0, 2+2*len(recs))
 	args = append(args, limit, age.Milliseconds())
 	for _, rec := range recs {
-		args = append(args, rec.ID, EncodeRecord(rec))
+		args = append(args, rec.ID, wire.EncodeRecord(rec))
 	}
 	err := recordScript.run(ctx, r.c, ks, args...).Err()
 	return wrap("record batches", recordScript, "", err)

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/redmap/redmap/internal/id"
+	"github.com/redmap/redmap/internal/wire"
 
 	"github.com/redis/go-redis/v9"
 
@@ -44,23 +45,23 @@ func setup(t *testing.T) *fixture {
 var serves = []string{"f\tsig"}
 
 // lane is the lane of the fixture's batch.
-func (f *fixture) lane() Lane { return Lane{Name: f.mid + ".1", Calls: "f\tsig"} }
+func (f *fixture) lane() wire.Lane { return wire.Lane{Name: f.mid + ".1", Calls: "f\tsig"} }
 
 // laneKey is the list of the fixture's batch.
 func (f *fixture) laneKey() string { return keys.Lane("rm", f.queue, f.lane().Name) }
 
 func (f *fixture) submit(t *testing.T, wid string, n int) []string {
 	t.Helper()
-	tasks := make([]Task, n)
+	tasks := make([]wire.Task, n)
 	ids := make([]string, n)
 	for i := range tasks {
 		ids[i] = id.TaskIn(f.mid, uint64(i+1), 1, keys.DefaultPriority, keys.DefaultPriority)
 		if wid != "" {
 			ids[i] = id.Task(f.mid, uint64(i+1))
 		}
-		tasks[i] = Task{ID: ids[i], Payload: []byte(fmt.Sprintf("payload %d", i))}
+		tasks[i] = wire.Task{ID: ids[i], Payload: []byte(fmt.Sprintf("payload %d", i))}
 	}
-	if _, _, err := f.r.Submit(context.Background(), f.mid, wid, f.lane(), tasks, time.Minute, Expect{}); err != nil {
+	if _, _, err := f.r.Submit(context.Background(), f.mid, wid, f.lane(), tasks, time.Minute, wire.Expect{}); err != nil {
 		t.Fatal(err)
 	}
 	return ids
@@ -85,7 +86,7 @@ func TestScriptsUseKeysLayout(t *testing.T) {
 	if !f.c.SIsMember(ctx, keys.Held("rm", f.queue, "w1"), ids[0]).Val() {
 		t.Errorf("take did not record %s in %s", ids[0], keys.Held("rm", f.queue, "w1"))
 	}
-	if _, err := f.r.Finish(ctx, "w1", []Done{{ID: ids[0], Result: []byte("r0")}}); err != nil {
+	if _, err := f.r.Finish(ctx, "w1", []wire.Done{{ID: ids[0], Result: []byte("r0")}}); err != nil {
 		t.Fatal(err)
 	}
 	if got, err := f.r.ReadResults(ctx, f.mid, 0, "", 10); err != nil || !slices.Equal(got, []string{"r0"}) {
@@ -115,9 +116,9 @@ func TestReadResultsTrimsOnce(t *testing.T) {
 	if _, _, err := f.r.Take(ctx, "w", 4, time.Minute, 0, serves); err != nil {
 		t.Fatal(err)
 	}
-	var done []Done
+	var done []wire.Done
 	for i, id := range ids {
-		done = append(done, Done{ID: id, Result: []byte(fmt.Sprint("r", i))})
+		done = append(done, wire.Done{ID: id, Result: []byte(fmt.Sprint("r", i))})
 	}
 	if n, err := f.r.Finish(ctx, "w", done); err != nil || n != 4 {
 		t.Fatalf("finish: %d, %v", n, err)
@@ -173,7 +174,7 @@ func TestFinishDeliversOnce(t *testing.T) {
 		t.Fatal(err)
 	}
 	for i, want := range []int{1, 0} {
-		n, err := f.r.Finish(ctx, "w1", []Done{{ID: ids[0], Result: []byte(fmt.Sprint("r", i))}})
+		n, err := f.r.Finish(ctx, "w1", []wire.Done{{ID: ids[0], Result: []byte(fmt.Sprint("r", i))}})
 		if err != nil || n != want {
 			t.Fatalf("finish #%d delivered %d (%v), want %d", i+1, n, err, want)
 		}
@@ -249,7 +250,7 @@ func TestWaitTakeBringsTasks(t *testing.T) {
 		t.Fatalf("take from empty: %v, %v", taken, err)
 	}
 	type reply struct {
-		taken []Taken
+		taken []wire.Taken
 		err   error
 	}
 	got := make(chan reply, 1)
@@ -334,8 +335,8 @@ func TestScriptsSurviveScriptFlush(t *testing.T) {
 	r := New(c, "rm", "flush")
 	ctx := context.Background()
 	mid := id.New()
-	lane := Lane{Name: mid + ".1", Calls: "f\tsig"}
-	if _, _, err := r.Submit(ctx, mid, "", lane, []Task{{ID: id.TaskIn(mid, 1, 1, 3, 3), Payload: []byte("p")}}, time.Minute, Expect{}); err != nil {
+	lane := wire.Lane{Name: mid + ".1", Calls: "f\tsig"}
+	if _, _, err := r.Submit(ctx, mid, "", lane, []wire.Task{{ID: id.TaskIn(mid, 1, 1, 3, 3), Payload: []byte("p")}}, time.Minute, wire.Expect{}); err != nil {
 		t.Fatal(err)
 	}
 	if err := c.ScriptFlush(ctx).Err(); err != nil {
@@ -416,7 +417,7 @@ func TestFinishSkippedReleasesOnly(t *testing.T) {
 	if _, _, err := f.r.Take(ctx, "w1", 1, time.Minute, 0, serves); err != nil {
 		t.Fatal(err)
 	}
-	n, err := f.r.Finish(ctx, "w1", []Done{{ID: ids[0]}, {ID: ids[0], Result: []byte("real")}})
+	n, err := f.r.Finish(ctx, "w1", []wire.Done{{ID: ids[0]}, {ID: ids[0], Result: []byte("real")}})
 	if err != nil || n != 1 {
 		t.Fatalf("finish delivered %d (%v), want the real result only", n, err)
 	}
@@ -427,7 +428,7 @@ func TestFinishSkippedReleasesOnly(t *testing.T) {
 	if _, _, err := f.r.Take(ctx, "w1", 1, time.Minute, 0, serves); err != nil {
 		t.Fatal(err)
 	}
-	if n, err := f.r.Finish(ctx, "w1", []Done{{ID: ids[0]}}); err != nil || n != 0 {
+	if n, err := f.r.Finish(ctx, "w1", []wire.Done{{ID: ids[0]}}); err != nil || n != 0 {
 		t.Fatalf("a skipped task delivered %d (%v)", n, err)
 	}
 	if !f.c.HExists(ctx, keys.Tasks("rm", f.queue, f.mid), ids[0]).Val() {
@@ -443,20 +444,20 @@ func TestFinishSkippedReleasesOnly(t *testing.T) {
 func TestSubmitCountsAndChecks(t *testing.T) {
 	f := setup(t)
 	ctx := context.Background()
-	task := func(i int) []Task {
-		return []Task{{ID: id.TaskIn(f.mid, uint64(i), 1, 3, 3), Payload: []byte("p")}}
+	task := func(i int) []wire.Task {
+		return []wire.Task{{ID: id.TaskIn(f.mid, uint64(i), 1, 3, 3), Payload: []byte("p")}}
 	}
 	for i, c := range []struct {
-		exp    Expect
+		exp    wire.Expect
 		count  int64
 		intact bool
 	}{
-		{Expect{0, "e1", ""}, 1, true},   // a new set takes the epoch
-		{Expect{1, "e1", ""}, 2, true},   //
-		{Expect{2, "e2", ""}, 3, false},  // another epoch: another history
-		{Expect{10, "e1", ""}, 4, false}, // fewer than expected
-		{Expect{4, "e1", "e3"}, 5, true}, // a recovery installs e3
-		{Expect{5, "e1", ""}, 6, false},  // e1 is gone
+		{wire.Expect{Count: 0, Epoch: "e1", NewEpoch: ""}, 1, true},   // a new set takes the epoch
+		{wire.Expect{Count: 1, Epoch: "e1", NewEpoch: ""}, 2, true},   //
+		{wire.Expect{Count: 2, Epoch: "e2", NewEpoch: ""}, 3, false},  // another epoch: another history
+		{wire.Expect{Count: 10, Epoch: "e1", NewEpoch: ""}, 4, false}, // fewer than expected
+		{wire.Expect{Count: 4, Epoch: "e1", NewEpoch: "e3"}, 5, true}, // a recovery installs e3
+		{wire.Expect{Count: 5, Epoch: "e1", NewEpoch: ""}, 6, false},  // e1 is gone
 	} {
 		count, intact, err := f.r.Submit(ctx, f.mid, "", f.lane(), task(i+1), time.Minute, c.exp)
 		if err != nil || count != c.count || intact != c.intact {
@@ -466,7 +467,7 @@ func TestSubmitCountsAndChecks(t *testing.T) {
 	if n, e, err := f.r.Submitted(ctx, f.mid); n != 6 || e != "e3" || err != nil {
 		t.Fatalf("Submitted: %d %q %v, want 6 e3", n, e, err)
 	}
-	if count, intact, err := f.r.Submit(ctx, f.mid, "", f.lane(), nil, time.Minute, Expect{6, "e3", "e4"}); count != 6 || !intact || err != nil {
+	if count, intact, err := f.r.Submit(ctx, f.mid, "", f.lane(), nil, time.Minute, wire.Expect{Count: 6, Epoch: "e3", NewEpoch: "e4"}); count != 6 || !intact || err != nil {
 		t.Fatalf("a submit of no tasks: %d %v %v, want it to check and install e4", count, intact, err)
 	}
 	tid := func(i uint64) string { return id.TaskIn(f.mid, i, 1, 3, 3) }
@@ -705,7 +706,7 @@ func TestSuspectOnlyToEmptyWorker(t *testing.T) {
 	if got := f.c.LRange(ctx, f.laneKey(), 0, -1).Val(); !slices.Equal(got, ids[1:]) {
 		t.Fatalf("the public list holds %v, want %v in order", got, ids[1:])
 	}
-	if _, err := f.r.Finish(ctx, "w1", []Done{{ID: ids[0], Result: []byte("r")}}); err != nil {
+	if _, err := f.r.Finish(ctx, "w1", []wire.Done{{ID: ids[0], Result: []byte("r")}}); err != nil {
 		t.Fatal(err)
 	}
 	taken, end, err = f.r.Take(ctx, "w1", 4, time.Minute, 0, serves)
@@ -741,7 +742,7 @@ func TestSuspectNotStarvedBehindOtherLanes(t *testing.T) {
 		if err != nil || len(taken) != 1 || taken[0].ID != lost[0] || taken[0].Attempt != 1 || end.Suspect {
 			t.Fatalf("an empty worker's take: %v, %+v, %v; want the suspect %s alone", taken, end, err, lost[0])
 		}
-		if _, err := f.r.Finish(ctx, "w2", []Done{{ID: lost[0], Result: []byte("r")}}); err != nil {
+		if _, err := f.r.Finish(ctx, "w2", []wire.Done{{ID: lost[0], Result: []byte("r")}}); err != nil {
 			t.Fatal(err)
 		}
 		// The next one lost too: it comes first again.
@@ -761,14 +762,14 @@ func TestSuspectNotStarvedBehindOtherLanes(t *testing.T) {
 // submitLane submits n tasks of lane number l (of priority p) calling calls.
 func (f *fixture) submitLane(t *testing.T, l uint64, p, n int, calls string) []string {
 	t.Helper()
-	lane := Lane{Name: f.mid + "." + strconv.FormatUint(l, 36), Calls: calls}
-	tasks := make([]Task, n)
+	lane := wire.Lane{Name: f.mid + "." + strconv.FormatUint(l, 36), Calls: calls}
+	tasks := make([]wire.Task, n)
 	ids := make([]string, n)
 	for i := range tasks {
 		ids[i] = id.TaskIn(f.mid, l*1000+uint64(i), l, p, keys.DefaultPriority)
-		tasks[i] = Task{ID: ids[i], Payload: []byte("p")}
+		tasks[i] = wire.Task{ID: ids[i], Payload: []byte("p")}
 	}
-	if _, _, err := f.r.Submit(context.Background(), f.mid, "", lane, tasks, time.Minute, Expect{}); err != nil {
+	if _, _, err := f.r.Submit(context.Background(), f.mid, "", lane, tasks, time.Minute, wire.Expect{}); err != nil {
 		t.Fatal(err)
 	}
 	return ids
@@ -820,7 +821,7 @@ func TestTakePassesLanesItCannotRun(t *testing.T) {
 	f := setup(t)
 	ctx := context.Background()
 	other := f.submitLane(t, 1, keys.DefaultPriority, 2, "f\tsig-v2")
-	reduce := f.submitLane(t, 2, keys.DefaultPriority, 1, Calls("f", "sig", "sum", "rsig"))
+	reduce := f.submitLane(t, 2, keys.DefaultPriority, 1, wire.Calls("f", "sig", "sum", "rsig"))
 	taken, end, err := f.r.Take(ctx, "w1", 4, time.Minute, 0, serves)
 	if err != nil || len(taken) != 0 || !end.Drained {
 		t.Fatalf("Take by a worker of another signature: %v, %+v, %v; want nothing, and the worker idle", taken, end, err)

@@ -11,9 +11,11 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/redmap/redmap/codec"
 	"github.com/redmap/redmap/internal/id"
 	"github.com/redmap/redmap/internal/keys"
 	"github.com/redmap/redmap/internal/redistest"
+	"github.com/redmap/redmap/internal/wire"
 )
 
 // What a worker publishes with its heartbeat is what the admin reads back,
@@ -21,7 +23,7 @@ import (
 func TestWorkerInfoRoundTrip(t *testing.T) {
 	f := setup(t)
 	ctx := context.Background()
-	in := WorkerInfo{Host: "h1", PID: 42, Concurrency: 8, Lease: 10 * time.Second,
+	in := wire.WorkerInfo{Host: "h1", PID: 42, Concurrency: 8, Lease: 10 * time.Second,
 		Started: time.Unix(1700000000, 0), Heartbeat: time.UnixMilli(1700000001234),
 		Running: 3, Taken: 100, Delivered: 97, Failed: 2, Functions: []string{"cube", "square"},
 		Serves: []string{"cube\tfunc(int) int #1", "square\tfunc(int) int #2"},
@@ -37,22 +39,11 @@ func TestWorkerInfoRoundTrip(t *testing.T) {
 		t.Fatalf("read back %+v (%v), want %+v", ws[0].Info, ws[0].Malformed, in)
 	}
 	served, err := f.r.Served(ctx, []string{"square\tfunc(int) int #2", "other\tx", "square\tfunc(int) int #3",
-		Calls("square", "func(int) int #2", "cube", "func(int) int #1"), Calls("square", "func(int) int #2", "sum", "s")})
-	want := []Serving{{Code: ServedBy}, {Code: Unregistered, Name: "other"}, {Code: OtherSignature, Name: "square", Signature: "func(int) int #2"},
-		{Code: ServedBy}, {Code: Unregistered, Name: "sum"}}
+		wire.Calls("square", "func(int) int #2", "cube", "func(int) int #1"), wire.Calls("square", "func(int) int #2", "sum", "s")})
+	want := []wire.Serving{{Code: wire.ServedBy}, {Code: wire.Unregistered, Name: "other"}, {Code: wire.OtherSignature, Name: "square", Signature: "func(int) int #2"},
+		{Code: wire.ServedBy}, {Code: wire.Unregistered, Name: "sum"}}
 	if err != nil || !reflect.DeepEqual(served, want) {
 		t.Fatalf("Served: %+v, %v; want %+v", served, err, want)
-	}
-}
-
-// A malformed field is named, and the rest still decodes.
-func TestDecodeWorkerInfoNamesMalformed(t *testing.T) {
-	i, err := DecodeWorkerInfo(map[string]string{"host": "h", "pid": "x1", "error": "only this"})
-	if err == nil || err.Error() != "worker info: malformed pid" {
-		t.Fatalf("err %v, want one naming pid", err)
-	}
-	if i.Host != "h" || i.Error != "only this" {
-		t.Fatalf("decoded %+v, want host and error kept", i)
 	}
 }
 
@@ -61,27 +52,27 @@ func TestDecodeWorkerInfoNamesMalformed(t *testing.T) {
 func TestFailuresAndProgressRoundTrip(t *testing.T) {
 	f := setup(t)
 	ctx := context.Background()
-	g := FailureGroup{Func: "f", Kind: "panic", Fingerprint: "boom <n>", Count: 2, First: 10, Last: 20, Sample: "boom 7", Task: "t-1", Stack: "s"}
-	if n, bad, err := f.r.CountFailures(ctx, "w1", []FailureGroup{g}); err != nil || n != 2 || bad != 0 {
+	g := wire.FailureGroup{Func: "f", Kind: "panic", Fingerprint: "boom <n>", Count: 2, First: 10, Last: 20, Sample: "boom 7", Task: "t-1", Stack: "s"}
+	if n, bad, err := f.r.CountFailures(ctx, "w1", []wire.FailureGroup{g}); err != nil || n != 2 || bad != 0 {
 		t.Fatalf("CountFailures: %d, %d malformed, %v", n, bad, err)
 	}
 	later := g
 	later.Count, later.First, later.Last, later.Sample, later.Task, later.Stack = 3, 15, 30, "boom 9", "t-2", ""
-	if n, bad, err := f.r.CountFailures(ctx, "w2", []FailureGroup{later}); err != nil || n != 3 || bad != 0 {
+	if n, bad, err := f.r.CountFailures(ctx, "w2", []wire.FailureGroup{later}); err != nil || n != 3 || bad != 0 {
 		t.Fatalf("CountFailures: %d, %d malformed, %v", n, bad, err)
 	}
 	f.c.HSet(ctx, keys.FailureGroups("rm", f.queue), "x", "{not json")
 	a := NewAdmin(f.c, "rm")
 	gs, malformed, err := a.Failures(ctx, f.queue)
-	want := FailureGroup{Func: "f", Kind: "panic", Fingerprint: "boom <n>", Count: 5, First: 10, Last: 30, Sample: "boom 9",
+	want := wire.FailureGroup{Func: "f", Kind: "panic", Fingerprint: "boom <n>", Count: 5, First: 10, Last: 30, Sample: "boom 9",
 		Task: "t-2", Stack: "s", Workers: "w1,w2"}
 	if err != nil || malformed != 1 || len(gs) != 1 || !reflect.DeepEqual(gs[0], want) {
 		t.Fatalf("Failures: %+v, %d malformed, %v; want [%+v], 1", gs, malformed, err, want)
 	}
 
-	p := BatchProgress{Func: "f", Total: 10, Done: 4, Failed: 1, Rate: 2.5, ETA: 3 * time.Second,
+	p := wire.BatchProgress{Func: "f", Total: 10, Done: 4, Failed: 1, Rate: 2.5, ETA: 3 * time.Second,
 		Started: time.Unix(1700000000, 0).UTC(), Worker: "w", Waiting: "no live worker", Priority: 5}
-	if _, err := f.r.PublishBatches(ctx, f.mid, map[string]BatchProgress{"b1": p}, time.Minute, time.Minute, 0); err != nil {
+	if _, err := f.r.PublishBatches(ctx, f.mid, map[string]wire.BatchProgress{"b1": p}, time.Minute, time.Minute, 0); err != nil {
 		t.Fatal(err)
 	}
 	bs, err := a.Batches(ctx, f.queue)
@@ -96,7 +87,7 @@ func TestFailuresAndProgressRoundTrip(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, want := range [][]string{{"b1"}, nil} {
-		cancels, err := f.r.PublishBatches(ctx, f.mid, map[string]BatchProgress{"b1": p}, time.Minute, time.Minute, 7)
+		cancels, err := f.r.PublishBatches(ctx, f.mid, map[string]wire.BatchProgress{"b1": p}, time.Minute, time.Minute, 7)
 		if err != nil || !reflect.DeepEqual(cancels, want) && len(cancels)+len(want) > 0 {
 			t.Fatalf("cancels: %v, %v; want %v", cancels, err, want)
 		}
@@ -114,7 +105,7 @@ func TestScriptEntriesDecode(t *testing.T) {
 	ctx := context.Background()
 	private := f.submit(t, "dead", 1)[0]
 	public := id.TaskIn(f.mid, 2, 1, 3, 3)
-	if _, _, err := f.r.Submit(ctx, f.mid, "", f.lane(), []Task{{ID: public, Payload: []byte("p")}}, time.Minute, Expect{}); err != nil {
+	if _, _, err := f.r.Submit(ctx, f.mid, "", f.lane(), []wire.Task{{ID: public, Payload: []byte("p")}}, time.Minute, wire.Expect{}); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := f.r.Heartbeat(ctx, "dead", -time.Second, nil); err != nil {
@@ -130,20 +121,29 @@ func TestScriptEntriesDecode(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := []Entry{{Kind: EntryLost, Task: private, Worker: "dead"}, {Kind: EntryPurged, Task: public}}
+	want := []wire.Entry{{Kind: wire.EntryLost, Task: private, Worker: "dead"}, {Kind: wire.EntryPurged, Task: public}}
 	if len(got) != len(want) {
 		t.Fatalf("result list %q, want %d entries", got, len(want))
 	}
 	for i, s := range got {
-		if e := DecodeEntry(s); !reflect.DeepEqual(e, want[i]) {
+		if e, err := wire.DecodeEntry(s, 0); err != nil || !reflect.DeepEqual(e, want[i]) {
 			t.Errorf("entry %q decodes as %+v, want %+v", s, e, want[i])
 		}
-		if EncodeEntry(want[i]) != s {
-			t.Errorf("EncodeEntry(%+v) = %q, the script wrote %q", want[i], EncodeEntry(want[i]), s)
+		if wire.EncodeEntry(want[i]) != s {
+			t.Errorf("wire.EncodeEntry(%+v) = %q, the script wrote %q", want[i], wire.EncodeEntry(want[i]), s)
 		}
 	}
-	if e := DecodeEntry("\x96\x01"); e.Kind != EntryResult || string(e.Result) != "\x96\x01" {
-		t.Errorf("a result decodes as %+v", e)
+	// A result entry is decoded there and then, once.
+	res := &codec.Result{Task: "m-1", Attempt: 2, Values: []byte{0x91, 0x07}}
+	b, err := codec.EncodeResult(res)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if e, err := wire.DecodeEntry(string(b), 0); err != nil || e.Kind != wire.EntryResult || e.Task != "m-1" || e.Size != len(b) || !reflect.DeepEqual(e.Result, res) {
+		t.Errorf("a result decodes as %+v, %v; want %+v", e, err, res)
+	}
+	if e, err := wire.DecodeEntry("\x96\x01", 0); err == nil || e.Kind != wire.EntryResult || e.Result != nil {
+		t.Errorf("a cut result decodes as %+v, %v; want an error and no result", e, err)
 	}
 	// WakeCollector's entry ends a wait for results and decodes as a wake.
 	if err := f.r.WakeCollector(ctx, f.mid); err != nil {
@@ -154,7 +154,7 @@ func TestScriptEntriesDecode(t *testing.T) {
 		t.Fatalf("WaitResults: %q, %v; want the first entry %q, left in place", first, err, got[0])
 	}
 	last, _ := f.c.LIndex(ctx, keys.Results("rm", f.queue, f.mid), -1).Result()
-	if e := DecodeEntry(last); e.Kind != EntryWake {
+	if e, _ := wire.DecodeEntry(last, 0); e.Kind != wire.EntryWake {
 		t.Errorf("the wake entry %q decodes as %+v", last, e)
 	}
 }
@@ -181,7 +181,7 @@ func TestMalformedRepliesAreErrors(t *testing.T) {
 		"reap: script returned [1 2], not 3 integers":    func() error { _, err := r.Reap(ctx); return err },
 		"heartbeat: script returned [1], not 3 integers": func() error { _, err := r.Heartbeat(ctx, "w", time.Second, nil); return err },
 		"submit: script returned [1], not 2 integers": func() error {
-			_, _, err := r.Submit(ctx, "m", "", Lane{Name: "m.1"}, []Task{{ID: "m-1.1", Payload: []byte("p")}}, time.Minute, Expect{})
+			_, _, err := r.Submit(ctx, "m", "", wire.Lane{Name: "m.1"}, []wire.Task{{ID: "m-1.1", Payload: []byte("p")}}, time.Minute, wire.Expect{})
 			return err
 		},
 	}
@@ -204,10 +204,10 @@ func TestPriorityLists(t *testing.T) {
 	// Three batches, each of its lane, of three priorities.
 	var tids, lanes []string
 	for i, p := range []int{keys.MinPriority, keys.DefaultPriority, keys.MaxPriority} {
-		lane := Lane{Name: fmt.Sprintf("%s.%d", f.mid, i+1), Calls: "f\tsig"}
+		lane := wire.Lane{Name: fmt.Sprintf("%s.%d", f.mid, i+1), Calls: "f\tsig"}
 		tid := id.TaskIn(f.mid, uint64(i+1), uint64(i+1), p, keys.DefaultPriority)
 		tids, lanes = append(tids, tid), append(lanes, lane.Name)
-		if _, _, err := f.r.Submit(ctx, f.mid, "", lane, []Task{{ID: tid, Payload: []byte("p")}}, time.Minute, Expect{}); err != nil {
+		if _, _, err := f.r.Submit(ctx, f.mid, "", lane, []wire.Task{{ID: tid, Payload: []byte("p")}}, time.Minute, wire.Expect{}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -243,27 +243,6 @@ func TestPriorityLists(t *testing.T) {
 	}
 }
 
-// Fingerprint masks what differs between messages of one kind, the way
-// error trackers group: retries, numbers, ids, quoted strings and paths.
-func TestFingerprint(t *testing.T) {
-	for _, c := range []struct{ msg, want string }{
-		{"boom", "boom"},
-		{"attempt 2: boom\nat line 3", "boom"},
-		{"open /data/2024/17.csv: no such file or directory", "open <path>: no such file or directory"},
-		{`parse "x=17": invalid syntax`, `parse "…": invalid syntax`},
-		{"user 9f86d081884c7d65 not found after 3 tries (1.5s)", "user <id> not found after <n> tries (<n>s)"},
-		{"task 3f2a9c1e-0b7d-4c1a-9e2f-5d6c7b8a9f0e: lost", "task <id>: lost"},
-		{"bad pointer 0xc000123456", "bad pointer <id>"},
-		{`C:\Users\x\a.txt locked`, "<path> locked"},
-		{"read ./cache/x: denied", "read <path>: denied"},
-		{"deadline exceeded", "deadline exceeded"},
-	} {
-		if got := Fingerprint(c.msg); got != c.want {
-			t.Errorf("Fingerprint(%q) = %q, want %q", c.msg, got, c.want)
-		}
-	}
-}
-
 // A manager's record of a batch that ended reaches the history and leaves
 // its published running batches; the history keeps its last limit batches.
 // A manager whose publish is overdue is lost: its batches go to the
@@ -272,13 +251,13 @@ func TestHistory(t *testing.T) {
 	f := setup(t)
 	ctx := context.Background()
 	a := NewAdmin(f.c, "rm")
-	p := BatchProgress{Func: "f", Total: 10, Done: 4, Failed: 1, Priority: 2, StartedMs: 1700000000123}
-	if _, err := f.r.PublishBatches(ctx, f.mid, map[string]BatchProgress{"b1": p, "b2": p}, time.Minute, time.Minute, 0); err != nil {
+	p := wire.BatchProgress{Func: "f", Total: 10, Done: 4, Failed: 1, Priority: 2, StartedMs: 1700000000123}
+	if _, err := f.r.PublishBatches(ctx, f.mid, map[string]wire.BatchProgress{"b1": p, "b2": p}, time.Minute, time.Minute, 0); err != nil {
 		t.Fatal(err)
 	}
-	rec := BatchRecord{ID: "b1", Manager: f.mid, Func: "f", Total: 10, Done: 10, Failed: 2,
-		FailedBy: map[string]int{"panic": 1, "error": 1}, Outcome: OutcomeFailed, Started: 1, Ended: 2}
-	if err := f.r.RecordBatches(ctx, f.mid, []BatchRecord{rec}, 3, time.Hour); err != nil {
+	rec := wire.BatchRecord{ID: "b1", Manager: f.mid, Func: "f", Total: 10, Done: 10, Failed: 2,
+		FailedBy: map[string]int{"panic": 1, "error": 1}, Outcome: wire.OutcomeFailed, Started: 1, Ended: 2}
+	if err := f.r.RecordBatches(ctx, f.mid, []wire.BatchRecord{rec}, 3, time.Hour); err != nil {
 		t.Fatal(err)
 	}
 	hist, malformed, err := a.History(ctx, f.queue, 0)
@@ -291,7 +270,7 @@ func TestHistory(t *testing.T) {
 	for i := range 5 {
 		r := rec
 		r.ID = fmt.Sprint("x", i)
-		if err := f.r.RecordBatches(ctx, f.mid, []BatchRecord{r}, 3, time.Hour); err != nil {
+		if err := f.r.RecordBatches(ctx, f.mid, []wire.BatchRecord{r}, 3, time.Hour); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -304,7 +283,7 @@ func TestHistory(t *testing.T) {
 	}
 
 	// Lost: due at once.
-	if _, err := f.r.PublishBatches(ctx, f.mid, map[string]BatchProgress{"b2": p}, time.Minute, -time.Millisecond, 0); err != nil {
+	if _, err := f.r.PublishBatches(ctx, f.mid, map[string]wire.BatchProgress{"b2": p}, time.Minute, -time.Millisecond, 0); err != nil {
 		t.Fatal(err)
 	}
 	for want := range []int{1, 0} {
@@ -317,7 +296,7 @@ func TestHistory(t *testing.T) {
 	// millisecond with x4's, and then the newest-first order between them
 	// is the ids'.
 	hist, _, _ = a.History(ctx, f.queue, 0)
-	var got *BatchRecord
+	var got *wire.BatchRecord
 	for i := range hist {
 		if hist[i].ID == "b2" {
 			got = &hist[i]
@@ -326,8 +305,8 @@ func TestHistory(t *testing.T) {
 	if got == nil {
 		t.Fatalf("lost manager's batch not in the history: %+v", hist)
 	}
-	want := BatchRecord{ID: "b2", Manager: f.mid, Func: "f", Priority: 2, Total: 10, Done: 4, Failed: 1,
-		FailedBy: map[string]int{}, Outcome: OutcomeManagerLost, Reason: "its manager stopped publishing progress",
+	want := wire.BatchRecord{ID: "b2", Manager: f.mid, Func: "f", Priority: 2, Total: 10, Done: 4, Failed: 1,
+		FailedBy: map[string]int{}, Outcome: wire.OutcomeManagerLost, Reason: "its manager stopped publishing progress",
 		Started: 1700000000123, Ended: got.Ended}
 	if !reflect.DeepEqual(*got, want) || got.Ended < time.Now().Add(-time.Minute).UnixMilli() {
 		t.Fatalf("lost manager's batch: %+v; want %+v", *got, want)
@@ -337,7 +316,7 @@ func TestHistory(t *testing.T) {
 	}
 }
 
-func recordIDs(rs []BatchRecord) []string {
+func recordIDs(rs []wire.BatchRecord) []string {
 	var ids []string
 	for _, r := range rs {
 		ids = append(ids, r.ID)
@@ -357,7 +336,7 @@ func TestFailureGroupsBounded(t *testing.T) {
 	a, b := group("a", 5), group("b", 5)
 	f.c.HSet(ctx, hash, b.Key(), `{"count":"lots"}`)
 	for round := 1; round <= 3; round++ {
-		n, bad, err := f.r.CountFailures(ctx, "w1", []FailureGroup{a, b})
+		n, bad, err := f.r.CountFailures(ctx, "w1", []wire.FailureGroup{a, b})
 		wantBad := int64(0)
 		if round == 1 {
 			wantBad = 1
@@ -376,7 +355,7 @@ func TestFailureGroupsBounded(t *testing.T) {
 		}
 	}
 	// Unique function names past the cap share one group per kind.
-	many := make([]FailureGroup, 0, keys.MaxFailureGroups+500)
+	many := make([]wire.FailureGroup, 0, keys.MaxFailureGroups+500)
 	for i := range keys.MaxFailureGroups + 500 {
 		many = append(many, group("fn-"+strconv.Itoa(i), 1))
 	}
@@ -389,10 +368,10 @@ func TestFailureGroupsBounded(t *testing.T) {
 	gs, _, _ := NewAdmin(f.c, "rm").Failures(ctx, f.queue)
 	var other int64
 	for _, x := range gs {
-		if x.Func == OtherGroup {
+		if x.Func == wire.OtherGroup {
 			other += x.Count
 		}
-		if len(x.Sample) > MaxSample || len(x.Stack) > MaxStack {
+		if len(x.Sample) > wire.MaxSample || len(x.Stack) > wire.MaxStack {
 			t.Fatalf("group %s: sample %d bytes, stack %d", x.Func, len(x.Sample), len(x.Stack))
 		}
 	}
@@ -403,8 +382,8 @@ func TestFailureGroupsBounded(t *testing.T) {
 
 // group is a failure group of function fn with n failures, a sample and a
 // stack longer than their caps.
-func group(fn string, n int64) FailureGroup {
-	return FailureGroup{Func: fn, Kind: "error", Fingerprint: "x", Count: n, First: 1, Last: 2,
+func group(fn string, n int64) wire.FailureGroup {
+	return wire.FailureGroup{Func: fn, Kind: "error", Fingerprint: "x", Count: n, First: 1, Last: 2,
 		Sample: strings.Repeat("m", 10<<10), Stack: strings.Repeat("s", 100<<10), Task: "t"}
 }
 
@@ -414,9 +393,9 @@ func group(fn string, n int64) FailureGroup {
 func TestPublishManyBatches(t *testing.T) {
 	f := setup(t)
 	ctx := context.Background()
-	batches := make(map[string]BatchProgress, 100_000)
+	batches := make(map[string]wire.BatchProgress, 100_000)
 	for i := range 100_000 {
-		batches["b"+strconv.Itoa(i)] = BatchProgress{Func: "f", Total: 1}
+		batches["b"+strconv.Itoa(i)] = wire.BatchProgress{Func: "f", Total: 1}
 	}
 	if _, err := f.r.PublishBatches(ctx, f.mid, batches, time.Minute, time.Minute, 0); err != nil {
 		t.Fatal(err)

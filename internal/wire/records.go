@@ -1,4 +1,4 @@
-package rdb
+package wire
 
 import (
 	"encoding/json"
@@ -8,6 +8,8 @@ import (
 	"strings"
 	"time"
 	"unicode/utf8"
+
+	"github.com/redmap/redmap/codec"
 )
 
 // The records redmap keeps in Redis for operators, and the entries of a
@@ -42,9 +44,9 @@ type WorkerInfo struct {
 // EncodeWorkerInfo writes or reads: served.lua reads "serves", and
 // PublishError writes "error" alone when a heartbeat fails.
 const (
-	infoFunctions = "functions"
-	infoServes    = "serves"
-	infoError     = "error"
+	InfoFunctions = "functions"
+	InfoServes    = "serves"
+	InfoError     = "error"
 )
 
 // EncodeWorkerInfo returns i as the field, value pairs of its hash.
@@ -60,10 +62,10 @@ func EncodeWorkerInfo(i WorkerInfo) []any {
 		"taken", i.Taken,
 		"delivered", i.Delivered,
 		"failed", i.Failed,
-		infoFunctions, strings.Join(i.Functions, ","),
-		infoServes, strings.Join(i.Serves, "\n"),
+		InfoFunctions, strings.Join(i.Functions, ","),
+		InfoServes, strings.Join(i.Serves, "\n"),
 		"state", i.State,
-		infoError, i.Error,
+		InfoError, i.Error,
 		"cache_hits", i.CacheHits,
 		"cache_bytes", i.CacheBytes,
 		"every", i.Every.Milliseconds(),
@@ -98,7 +100,7 @@ func DecodeWorkerInfo(h map[string]string) (WorkerInfo, error) {
 		Delivered:   num("delivered"),
 		Failed:      num("failed"),
 		State:       h["state"],
-		Error:       h[infoError],
+		Error:       h[InfoError],
 		CacheHits:   num("cache_hits"),
 		CacheBytes:  num("cache_bytes"),
 		Every:       time.Duration(num("every")) * time.Millisecond,
@@ -106,10 +108,10 @@ func DecodeWorkerInfo(h map[string]string) (WorkerInfo, error) {
 	if g := num("gone"); g > 0 {
 		i.Gone = time.UnixMilli(g)
 	}
-	if f := h[infoServes]; f != "" {
+	if f := h[InfoServes]; f != "" {
 		i.Serves = strings.Split(f, "\n")
 	}
-	if f := h[infoFunctions]; f != "" {
+	if f := h[InfoFunctions]; f != "" {
 		i.Functions = strings.Split(f, ",")
 	}
 	if len(bad) > 0 {
@@ -321,12 +323,13 @@ const (
 	EntryWake
 )
 
-// Entry is one entry of a manager's result list.
+// Entry is one entry of a manager's result list, read.
 type Entry struct {
 	Kind   EntryKind
-	Task   string // the task it ends (for a result, inside Result)
-	Worker string // EntryLost: the worker that died
-	Result []byte // EntryResult: the encoded result
+	Task   string        // the task it ends (for a result, Result.Task)
+	Worker string        // EntryLost: the worker that died
+	Result *codec.Result // EntryResult: the result, decoded
+	Size   int           // EntryResult: its encoded size, bytes
 }
 
 // The scripts write lost and purged entries with the prelude's lost_entry
@@ -338,7 +341,9 @@ const (
 	wakeEntry    = "wake"
 )
 
-// EncodeEntry returns e as the scripts write it into a result list.
+// EncodeEntry returns a lost, purged or wake entry as the scripts write it
+// into a result list (a result entry is codec.EncodeResult's bytes, as a
+// worker's finish writes them).
 func EncodeEntry(e Entry) string {
 	switch e.Kind {
 	case EntryLost:
@@ -348,20 +353,30 @@ func EncodeEntry(e Entry) string {
 	case EntryWake:
 		return wakeEntry
 	}
-	return string(e.Result)
+	panic(fmt.Sprintf("wire: EncodeEntry of a kind %d entry", e.Kind))
 }
 
-// DecodeEntry reads an entry of a result list.
-func DecodeEntry(s string) Entry {
+// DecodeEntry reads an entry of a result list, a result of at most limit
+// bytes (codec.DefaultMaxFrame if limit <= 0) included: the one decoding
+// the entry gets. A result whose frame is corrupt after its task id comes
+// with the error and a Result holding just that id (see
+// codec.DecodeResult), so that the caller fails that task rather than wait
+// for it; a result with no readable id is an error and a nil Result.
+func DecodeEntry(s string, limit int) (Entry, error) {
 	if rest, ok := strings.CutPrefix(s, lostPrefix); ok {
 		tid, wid, _ := strings.Cut(rest, " ")
-		return Entry{Kind: EntryLost, Task: tid, Worker: wid}
+		return Entry{Kind: EntryLost, Task: tid, Worker: wid}, nil
 	}
 	if tid, ok := strings.CutPrefix(s, purgedPrefix); ok {
-		return Entry{Kind: EntryPurged, Task: tid}
+		return Entry{Kind: EntryPurged, Task: tid}, nil
 	}
 	if s == wakeEntry {
-		return Entry{Kind: EntryWake}
+		return Entry{Kind: EntryWake}, nil
 	}
-	return Entry{Kind: EntryResult, Result: []byte(s)}
+	r, err := codec.DecodeResult([]byte(s), limit)
+	e := Entry{Kind: EntryResult, Result: r, Size: len(s)}
+	if r != nil {
+		e.Task = r.Task
+	}
+	return e, err
 }

@@ -1,0 +1,116 @@
+package wire
+
+import (
+	"strings"
+	"time"
+)
+
+// The protocol's messages as both sides see them: what a manager submits,
+// what a worker takes, holds and finishes, and what the upkeep scripts
+// report. internal/rdb turns them into script calls; the manager's and the
+// worker's seams speak in these, not in Redis's terms.
+
+// Task is a task to submit: its id and its encoded envelope.
+type Task struct {
+	ID      string
+	Payload []byte
+}
+
+// Expect is what a submit expects of the manager's task set (see
+// submit.lua): at least Count tasks ever submitted, under Epoch. NewEpoch, if
+// set, installs a new epoch (a recovery does).
+type Expect struct {
+	Count    int64
+	Epoch    string
+	NewEpoch string
+}
+
+// Lane is the lane of a batch's public tasks: its name ("<manager
+// id>.<lane>", see id.TaskIn) and what its tasks call ("<func>\t<signature>",
+// and "\n<reducer>\t<signature>" for a MapReduce).
+type Lane struct {
+	Name, Calls string
+}
+
+// Calls returns what a lane's tasks call: fn with signature sig, and
+// reducer red with signature redSig if red is not "".
+func Calls(fn, sig, red, redSig string) string {
+	if red == "" {
+		return fn + "\t" + sig
+	}
+	return fn + "\t" + sig + "\n" + red + "\t" + redSig
+}
+
+// Taken is a task a worker has taken and now holds.
+type Taken struct {
+	ID      string
+	Attempt int
+	Payload []byte
+	Private bool      // from the worker's private list
+	Shard   int       // the shard it was taken from (see NewShard)
+	At      time.Time // when the take's reply came
+}
+
+// Member returns the task's member in the worker's held set: its id,
+// "!"-prefixed if private.
+func (t Taken) Member() string {
+	if t.Private {
+		return "!" + t.ID
+	}
+	return t.ID
+}
+
+// TakeEnd is what a take says besides its tasks.
+type TakeEnd struct {
+	// Drained: the take left every list empty and registered the worker
+	// idle; its next take should wait for its bell.
+	Drained bool
+	// Suspect: a suspect (a task lost before) is next in a list, and was
+	// left there because the worker holds tasks: it gets it once it holds
+	// none (see take.lua).
+	Suspect bool
+}
+
+// HeldID returns the task id of a held-set member.
+func HeldID(member string) string { return strings.TrimPrefix(member, "!") }
+
+// Done is a finished task: its id and its encoded result, and the shard it
+// was taken from.
+type Done struct {
+	ID     string
+	Result []byte
+	Shard  int
+}
+
+// Beat is what a heartbeat learns: whether an operator asked the worker to
+// drain, and over how many shards the queue's managers spread their tasks
+// (read from shard 0; 1 if none said).
+type Beat struct {
+	Drain  bool
+	Shards int
+}
+
+// Reaped says what a Reap did.
+type Reaped struct {
+	Workers  int // dead workers removed
+	Requeued int // their public tasks put back at the front of the queue
+	Lost     int // their private tasks reported lost to their managers
+}
+
+// Serving says whether a live worker of the queue can run what a batch
+// calls (see served.lua).
+type Serving struct {
+	// Code: ServedBy, NoWorker, Unregistered (no live worker registered
+	// Name) or OtherSignature (one registered Name with Signature).
+	Code      int
+	Name      string
+	Signature string
+}
+
+// The codes of Serving.
+const (
+	NoWorker       = 0
+	Unregistered   = 1
+	OtherSignature = 2
+	ServedBy       = 3
+)
