@@ -70,15 +70,15 @@ func (c *collector) collect(ctx context.Context) {
 		r       = c.shard.rdb
 	)
 	for ctx.Err() == nil {
-		started := time.Now()
 		var entries []string
-		var err error
-		if waited {
-			// The last entry came alone, from a wait: the read that trims
-			// it will likely find nothing more, so the next wait goes
-			// behind it in the same round trip.
-			entries, waited, err = r.ReadThenWait(ctx, c.mid, handled, mark, collectMax, c.poll)
-		} else {
+		ok := c.faults.keep(ctx, c.shard, "reading results", loudOutage, func() (err error) {
+			if waited {
+				// The last entry came alone, from a wait: the read that trims
+				// it will likely find nothing more, so the next wait goes
+				// behind it in the same round trip.
+				entries, waited, err = r.ReadThenWait(ctx, c.mid, handled, mark, collectMax, c.poll)
+				return err
+			}
 			entries, err = r.ReadResults(ctx, c.mid, handled, mark, collectMax)
 			if err == nil && len(entries) == 0 {
 				// Wait for the next entry; it comes with the wait, and the
@@ -89,12 +89,12 @@ func (c *collector) collect(ctx context.Context) {
 				}
 				waited = true
 			}
-		}
-		if err != nil {
+			return err
+		})
+		if !ok {
 			// The trim may or may not have been applied: read from the
 			// start again; entries seen twice are dropped as duplicates.
 			handled, waited = 0, false
-			c.faults.handle(ctx, c.shard, "reading results", started, err, true)
 			if !bo.Wait(ctx) {
 				return
 			}

@@ -26,6 +26,46 @@ type faults struct {
 	log     *slog.Logger
 }
 
+// call makes one call to shard s's Redis, op saying what it does for the
+// errors. It is the one place the manager times and classifies a call: a
+// call that fails returns what of makes of it (its start begins the shard's
+// outage, if Redis could not be reached). A success does not end the
+// outage: do may have had nothing to send (a publish with nothing new);
+// the collector and the feeder, whose calls always reach Redis, say when a
+// shard is back.
+func (f *faults) call(s *shard, op string, do func() error) error {
+	started := time.Now()
+	if err := do(); err != nil {
+		return f.of(s, op, started, err)
+	}
+	return nil
+}
+
+// callQueue is call for a queue-wide call (shard 0's).
+func (f *faults) callQueue(op string, do func() error) error {
+	return f.call(f.router.first(), op, do)
+}
+
+// outageLog says how a background part logs an outage that has not lasted
+// RedisTimeout yet.
+type outageLog int
+
+const (
+	quietOutage outageLog = iota // at debug: another part says it
+	loudOutage                   // as a warning: the collector, which reads all the time, does
+)
+
+// keep is call for a part that runs in the background, which has no caller
+// to return an error to: a failure is acted on (handle), and keep reports
+// whether the call succeeded.
+func (f *faults) keep(ctx context.Context, s *shard, op string, l outageLog, do func() error) bool {
+	err := f.call(s, op, do)
+	if err != nil {
+		f.handle(ctx, s, op, err, l)
+	}
+	return err == nil
+}
+
 // of says what a call to shard s begun at started that failed means for a
 // caller: a *redmap.CommandError if Redis refused it for good,
 // ErrUnavailable if Redis could not be reached (the shard's outage clock
@@ -46,40 +86,33 @@ func (f *faults) of(s *shard, op string, started time.Time, err error) error {
 	return fmt.Errorf("manager: %s: %w", op, err)
 }
 
-// ofQueue is of for a queue-wide call (shard 0's).
-func (f *faults) ofQueue(op string, started time.Time, err error) error {
-	return f.of(f.router.first(), op, started, err)
-}
-
-// handle acts on a failed call of a background part to shard s: a refusal
-// fails every outstanding task with the error that names the refused
-// command, since the manager can no longer guarantee their results; an
-// outage fails the shard's once it has lasted RedisTimeout. A call cut
-// short by the manager's Close (ctx ended) is not worth a log line above
-// debug. loud says whether the part logs an outage that has not lasted
-// RedisTimeout yet (the collector does; the others would repeat it).
-func (f *faults) handle(ctx context.Context, s *shard, op string, started time.Time, err error, loud bool) {
+// handle acts on err, what call made of a failed call of a background
+// part to shard s: a refusal fails every outstanding task with the error that
+// names the refused command, since the manager can no longer guarantee
+// their results; an outage fails the shard's once it has lasted
+// RedisTimeout. A call cut short by the manager's Close (ctx ended) is not
+// worth a log line above debug.
+func (f *faults) handle(ctx context.Context, s *shard, op string, err error, l outageLog) {
 	if ctx.Err() != nil {
 		f.log.Debug("stopped while "+op, "err", err)
 		return
 	}
-	err = f.of(s, op, started, err)
 	var ce *redmap.CommandError
 	switch {
 	case errors.As(err, &ce):
 		f.log.Error("Redis refused a command the manager needs; failing its outstanding tasks", "op", op, "err", err)
 		f.failAll(err)
 	case errors.Is(err, redmap.ErrUnavailable):
-		down := s.outage.length()
-		if down < f.timeout {
+		length := s.outage.length()
+		if length < f.timeout {
 			level := slog.LevelDebug
-			if loud {
+			if l == loudOutage {
 				level = slog.LevelWarn
 			}
-			f.log.Log(ctx, level, "Redis unreachable; retrying", "op", op, "err", err, "for", down.Round(time.Millisecond))
+			f.log.Log(ctx, level, "Redis unreachable; retrying", "op", op, "err", err, "for", length.Round(time.Millisecond))
 			return
 		}
-		if n := f.failShard(s, fmt.Errorf("%w (for %v, RedisTimeout %v)", err, down.Round(time.Second), f.timeout)); n > 0 {
+		if n := f.failShard(s, fmt.Errorf("%w (for %v, RedisTimeout %v)", err, length.Round(time.Second), f.timeout)); n > 0 {
 			f.log.Error("Redis unreachable for RedisTimeout; outstanding tasks failed", "op", op, "tasks", n, "err", err)
 		}
 	default:

@@ -1,6 +1,7 @@
 package manager
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -191,10 +192,14 @@ func (f *feeder[Out]) send(ctx context.Context, w *window) error {
 		if f.beforeSend != nil {
 			f.beforeSend()
 		}
-		started := time.Now()
-		count, intact, err := s.rdb.Submit(ctx, f.mid, f.b.worker, f.b.lane, tasks, f.opts.KeyTTL, wire.Expect{Count: s.acked.Load(), Epoch: *s.epoch.Load()})
+		var count int64
+		var intact bool
+		err := f.faults.call(s, fmt.Sprintf("submitting %q", f.b.fn), func() (err error) {
+			count, intact, err = s.rdb.Submit(ctx, f.mid, f.b.worker, f.b.lane, tasks, f.opts.KeyTTL, wire.Expect{Count: s.acked.Load(), Epoch: *s.epoch.Load()})
+			return err
+		})
 		if err != nil {
-			return f.faults.of(s, fmt.Sprintf("submitting %q", f.b.fn), started, err)
+			return err
 		}
 		s.outage.up()
 		s.submitted(count, intact)
@@ -371,11 +376,15 @@ func (f *feeder[Out]) first(ctx context.Context, sp spec, red *redmap.Reducer[Ou
 // openShards opens the queue's other shards before the manager's first
 // submit (see router.openAll).
 func (f *feeder[Out]) openShards(ctx context.Context) error {
-	started := time.Now()
-	err := f.router.openAll(ctx)
-	var rc redisCall
-	if errors.As(err, &rc) {
-		return f.faults.ofQueue("publishing the queue's shard names", started, rc.err)
-	}
-	return err
+	var other error // not Redis's: a shard's name, say
+	err := f.faults.callQueue("publishing the queue's shard names", func() error {
+		err := f.router.openAll(ctx)
+		var rc redisCall
+		if errors.As(err, &rc) {
+			return rc.err
+		}
+		other = err
+		return nil
+	})
+	return cmp.Or(err, other)
 }

@@ -50,10 +50,7 @@ func (k *keeper) tick(ctx context.Context) {
 	k.renewKeys(ctx)
 	k.holds.renew(ctx)
 	k.publishBatches(ctx)
-	started := time.Now()
-	if err := k.router.publish(ctx); err != nil {
-		k.faults.handle(ctx, k.router.first(), "publishing the queue's shard names", started, err, false)
-	}
+	k.faults.keep(ctx, k.router.first(), "publishing the queue's shard names", quietOutage, func() error { return k.router.publish(ctx) })
 }
 
 // renewKeys renews the manager's keys on each shard whose last renewal is
@@ -68,10 +65,7 @@ func (k *keeper) renewKeys(ctx context.Context) {
 		}
 	}
 	_ = eachShard(due, func(s *shard, _ struct{}) error {
-		started := time.Now()
-		if err := s.rdb.Renew(ctx, k.mid, k.ttl); err != nil {
-			k.faults.handle(ctx, s, "renewing keys", started, err, false)
-		}
+		k.faults.keep(ctx, s, "renewing keys", quietOutage, func() error { return s.rdb.Renew(ctx, k.mid, k.ttl) })
 		return nil
 	})
 }

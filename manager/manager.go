@@ -184,12 +184,12 @@ func (m *Manager) ID() string { return m.id }
 // Workers returns the ids of the queue's live workers, for OnWorker. One
 // round trip.
 func (m *Manager) Workers(ctx context.Context) ([]string, error) {
-	started := time.Now()
-	ids, err := m.router.queue().LiveWorkers(ctx)
-	if err != nil {
-		return nil, m.faults.ofQueue("listing workers", started, err)
-	}
-	return ids, nil
+	var ids []string
+	err := m.faults.callQueue("listing workers", func() (err error) {
+		ids, err = m.router.queue().LiveWorkers(ctx)
+		return err
+	})
+	return ids, err
 }
 
 // Stats are a manager's diagnostics, counted since New.
@@ -294,12 +294,14 @@ func (m *Manager) ready(ctx context.Context) error {
 	if m.probed.Load() {
 		return nil
 	}
-	started := time.Now()
-	if err := m.router.queue().Preflight(ctx, startTimeout, m.opts.RedisTimeout, m.log); err != nil {
-		if rdb.Refused(err) { // the credentials, or the ACL: say where
-			return fmt.Errorf("manager: Redis at %s: %w", m.addr, err)
-		}
-		return m.faults.ofQueue("checking Redis at "+m.addr, started, err)
+	err := m.faults.callQueue("checking Redis at "+m.addr, func() error {
+		return m.router.queue().Preflight(ctx, startTimeout, m.opts.RedisTimeout, m.log)
+	})
+	if rdb.Refused(err) { // the credentials, or the ACL: say where
+		return fmt.Errorf("manager: Redis at %s: %w", m.addr, err)
+	}
+	if err != nil {
+		return err
 	}
 	m.probed.Store(true)
 	return nil
@@ -317,9 +319,10 @@ func (m *Manager) publishTypes(ctx context.Context, sig string, types []string) 
 	if _, done := m.typed.Load(sig); done {
 		return nil
 	}
-	started := time.Now()
-	if err := m.router.queue().PublishTypes(ctx, sig, types); err != nil {
-		return m.faults.ofQueue("publishing the types of a function", started, err)
+	if err := m.faults.callQueue("publishing the types of a function", func() error {
+		return m.router.queue().PublishTypes(ctx, sig, types)
+	}); err != nil {
+		return err
 	}
 	m.typed.Store(sig, true)
 	return nil

@@ -39,10 +39,11 @@ func newReaper(p reaperParams, poll time.Duration) *reaper {
 
 func (r *reaper) tick(ctx context.Context) {
 	_ = eachShard(everyShard[struct{}](r.router), func(s *shard, _ struct{}) error {
-		started := time.Now()
-		if reaped, err := s.rdb.Reap(ctx); err != nil {
-			r.faults.handle(ctx, s, "reaping dead workers", started, err, false)
-		} else if reaped.Workers > 0 {
+		var reaped wire.Reaped
+		if r.faults.keep(ctx, s, "reaping dead workers", quietOutage, func() (err error) {
+			reaped, err = s.rdb.Reap(ctx)
+			return err
+		}) && reaped.Workers > 0 {
 			r.log.Info("reaped dead workers", "workers", reaped.Workers, "requeued", reaped.Requeued, "lost", reaped.Lost, "shard", s.i)
 		}
 		return nil
@@ -74,10 +75,11 @@ func (r *reaper) checkServed(ctx context.Context) {
 	if len(bs) == 0 {
 		return
 	}
-	started := time.Now()
-	served, err := r.router.queue().Served(ctx, calls)
-	if err != nil {
-		r.faults.handle(ctx, r.router.first(), "checking that workers serve the batches", started, err, false)
+	var served []wire.Serving
+	if !r.faults.keep(ctx, r.router.first(), "checking that workers serve the batches", quietOutage, func() (err error) {
+		served, err = r.router.queue().Served(ctx, calls)
+		return err
+	}) {
 		return
 	}
 	now := time.Now()

@@ -53,14 +53,17 @@ func (r *recoverer) check(ctx context.Context, s *shard) {
 	// had raised Redis's count first, so on a Redis that keeps its data the
 	// count read next is at least acked, whatever submits run meanwhile. The
 	// epoch changes only in recovery, which no check runs beside.
-	started := time.Now()
 	acked, epoch := s.acked.Load(), *s.epoch.Load()
-	have, hasEpoch, err := s.rdb.Submitted(ctx, r.mid)
+	var have int64
+	var hasEpoch string
+	ok := r.faults.keep(ctx, s, "checking for lost data", quietOutage, func() (err error) {
+		have, hasEpoch, err = s.rdb.Submitted(ctx, r.mid)
+		return err
+	})
 	if r.checked != nil {
 		r.checked()
 	}
-	if err != nil {
-		r.faults.handle(ctx, s, "checking for lost data", started, err, false)
+	if !ok {
 		return
 	}
 	// Before the first submit is acknowledged there is nothing to lose (and
@@ -82,24 +85,26 @@ func (r *recoverer) check(ctx context.Context, s *shard) {
 func (r *recoverer) recover(ctx context.Context, s *shard) {
 	s.sendMu.Lock()
 	defer s.sendMu.Unlock()
-	started := time.Now()
 	tids := r.pending.ids(func(tid string) bool { return r.router.of(tid) == s })
 	// The count, the epoch and what is missing come from one script call, so
 	// from one server even while a failover moves clients (see rdb.Missing).
-	missing, have, hasEpoch, err := s.rdb.Missing(ctx, r.mid, tids)
-	if err != nil {
-		r.faults.handle(ctx, s, "finding lost tasks", started, err, false)
+	var missing []string
+	var have int64
+	var hasEpoch string
+	if !r.faults.keep(ctx, s, "finding lost tasks", quietOutage, func() (err error) {
+		missing, have, hasEpoch, err = s.rdb.Missing(ctx, r.mid, tids)
+		return err
+	}) {
 		return
 	}
 	acked, epoch := s.acked.Load(), *s.epoch.Load()
 	if (acked == 0 || have >= acked && hasEpoch == epoch) && !s.lossSeen.Load() {
 		return
 	}
-	if err := r.holds.restore(ctx); err != nil {
-		r.faults.handle(ctx, s, "storing lost constants again", started, err, false)
+	if !r.faults.keep(ctx, s, "storing lost constants again", quietOutage, func() error { return r.holds.restore(ctx) }) {
 		return
 	}
-	if !r.resubmit(ctx, s, r.byList(missing), wire.Expect{Count: have, Epoch: hasEpoch}, started) {
+	if !r.resubmit(ctx, s, r.byList(missing), wire.Expect{Count: have, Epoch: hasEpoch}) {
 		return
 	}
 	r.log.Warn("Redis lost writes of this manager; outstanding tasks it no longer held were submitted again",
@@ -148,13 +153,16 @@ func (r *recoverer) byList(missing []string) map[list][]wire.Task {
 // compares. Each later submit checks what the one before it left. A set
 // that differs makes recovery start over next Poll. It reports whether all
 // went in.
-func (r *recoverer) resubmit(ctx context.Context, s *shard, groups map[list][]wire.Task, exp wire.Expect, started time.Time) bool {
+func (r *recoverer) resubmit(ctx context.Context, s *shard, groups map[list][]wire.Task, exp wire.Expect) bool {
 	fresh := id.New()[:16]
 	exp.NewEpoch = fresh
 	for l, tasks := range groups {
-		count, intact, err := s.rdb.Submit(ctx, r.mid, l.wid, l.lane, tasks, r.ttl, exp)
-		if err != nil {
-			r.faults.handle(ctx, s, "submitting lost tasks again", started, err, false)
+		var count int64
+		var intact bool
+		if !r.faults.keep(ctx, s, "submitting lost tasks again", quietOutage, func() (err error) {
+			count, intact, err = s.rdb.Submit(ctx, r.mid, l.wid, l.lane, tasks, r.ttl, exp)
+			return err
+		}) {
 			return false
 		}
 		if !intact {

@@ -103,12 +103,10 @@ func holdConstant[C any](ctx context.Context, m *Manager, fn redmap.AnyHandle, c
 	var ref cache.Ref
 	var holder string
 	err = m.faults.riding(ctx, func() error {
-		started := time.Now()
-		ref, holder, err = m.holds.take(ctx, enc)
-		if err != nil {
-			return m.faults.ofQueue(fmt.Sprintf("storing the constant of %q", fn.Name()), started, err)
-		}
-		return nil
+		return m.faults.callQueue(fmt.Sprintf("storing the constant of %q", fn.Name()), func() (err error) {
+			ref, holder, err = m.holds.take(ctx, enc)
+			return err
+		})
 	})
 	if err != nil {
 		return spec{}, err
