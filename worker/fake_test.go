@@ -97,13 +97,8 @@ func (f *fakeShard) heldNow() []string {
 
 func (f *fakeShard) Shard() int   { return f.i }
 func (f *fakeShard) Name() string { return f.name }
-func (f *fakeShard) Shards() int {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return f.shards
-}
 
-func (f *fakeShard) Take(_ context.Context, _ string, n int, _ time.Duration, holding int, _ []string) ([]wire.Taken, wire.TakeEnd, error) {
+func (f *fakeShard) Take(_ context.Context, _ string, n int, _ time.Duration, holding, known int, _ []string) ([]wire.Taken, wire.TakeEnd, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if err := f.call("take"); err != nil {
@@ -126,14 +121,17 @@ func (f *fakeShard) Take(_ context.Context, _ string, n int, _ time.Duration, ho
 		}
 	}
 	end.Drained = len(f.queue) == 0
+	if f.shards > known {
+		end.Shards = f.shards
+	}
 	return taken, end, nil
 }
 
-func (f *fakeShard) WaitTake(ctx context.Context, wid string, n int, lease, timeout time.Duration, holding int, serves []string) ([]wire.Taken, wire.TakeEnd, error) {
+func (f *fakeShard) WaitTake(ctx context.Context, wid string, n int, lease, timeout time.Duration, holding, known int, serves []string) ([]wire.Taken, wire.TakeEnd, error) {
 	if _, err := f.WaitBell(ctx, wid, timeout); err != nil {
 		return nil, wire.TakeEnd{}, err
 	}
-	return f.Take(ctx, wid, n, lease, holding, serves)
+	return f.Take(ctx, wid, n, lease, holding, known, serves)
 }
 
 func (f *fakeShard) WaitBell(ctx context.Context, _ string, timeout time.Duration) (bool, error) {
@@ -293,7 +291,6 @@ func (f *fakeShard) ShardNames(context.Context) ([]string, error) {
 	return slices.Clone(f.names), f.call("names")
 }
 
-func (f *fakeShard) SawShards(int) {}
 
 func (f *fakeShard) PublishTypes(context.Context, string, []string) error { return nil }
 

@@ -18,12 +18,9 @@ type shardRedis interface {
 	// Shard returns the shard's index; Name its name (the queue's, for 0).
 	Shard() int
 	Name() string
-	// Shards returns how many shards the queue's managers use, as the
-	// last take of shard 0 learnt.
-	Shards() int
 
-	Take(ctx context.Context, wid string, n int, lease time.Duration, holding int, serves []string) ([]wire.Taken, wire.TakeEnd, error)
-	WaitTake(ctx context.Context, wid string, n int, lease, timeout time.Duration, holding int, serves []string) ([]wire.Taken, wire.TakeEnd, error)
+	Take(ctx context.Context, wid string, n int, lease time.Duration, holding, known int, serves []string) ([]wire.Taken, wire.TakeEnd, error)
+	WaitTake(ctx context.Context, wid string, n int, lease, timeout time.Duration, holding, known int, serves []string) ([]wire.Taken, wire.TakeEnd, error)
 	WaitBell(ctx context.Context, wid string, timeout time.Duration) (bool, error)
 	RingStop(ctx context.Context, wid string) error
 
@@ -51,7 +48,6 @@ type queueRedis interface {
 	// as "manager lost" in the queue's history.
 	LoseManagers(ctx context.Context) (int, error)
 	ShardNames(ctx context.Context) ([]string, error)
-	SawShards(n int)
 	Types(ctx context.Context, sig string) ([]string, error)
 	PublishTypes(ctx context.Context, sig string, types []string) error
 }

@@ -95,7 +95,6 @@ func (s *source) grow(ctx context.Context, n int) {
 			grown = append(grown, s.open(name, len(grown)))
 		}
 	}
-	s.first.SawShards(len(grown))
 	if len(grown) > len(old) {
 		s.list.Store(&grown)
 		s.log.Info("serving more shards of the queue, as its managers spread tasks over them", "shards", len(grown))
@@ -145,6 +144,7 @@ func (s *source) take(ctx context.Context, free int, holding func() int) (r roun
 		s.waiting = append(s.waiting, false)
 	}
 	start := s.next
+	known, said := len(shards), 0 // the shard count the worker serves; what shard 0 said, if more
 	for tries := 0; tries < len(shards) && len(r.taken) == 0; tries++ {
 		i := (start + tries) % len(shards)
 		if s.waiting[i] && len(shards) > 1 {
@@ -154,9 +154,9 @@ func (s *source) take(ctx context.Context, free int, holding func() int) (r roun
 		var err error
 		r.holding = holding()
 		if s.waiting[i] {
-			r.taken, end, err = shards[i].WaitTake(ctx, s.wid, free, s.lease, s.idleWait, r.holding, s.serves())
+			r.taken, end, err = shards[i].WaitTake(ctx, s.wid, free, s.lease, s.idleWait, r.holding, known, s.serves())
 		} else {
-			r.taken, end, err = shards[i].Take(ctx, s.wid, free, s.lease, r.holding, s.serves())
+			r.taken, end, err = shards[i].Take(ctx, s.wid, free, s.lease, r.holding, known, s.serves())
 		}
 		if err != nil {
 			// Try the other shards (on a Cluster, another master may
@@ -172,6 +172,7 @@ func (s *source) take(ctx context.Context, free int, holding func() int) (r roun
 		if len(r.taken) > 0 {
 			s.next, r.err = (i+1)%len(shards), nil
 		}
+		said = max(said, end.Shards)
 		if end.Suspect {
 			// A suspect waits here for the worker to hold nothing: the
 			// worker now empties, and its next take starts here, so that
@@ -181,7 +182,7 @@ func (s *source) take(ctx context.Context, free int, holding func() int) (r roun
 			break
 		}
 	}
-	s.grow(ctx, shards[0].Shards())
+	s.grow(ctx, said)
 	return r
 }
 

@@ -12,7 +12,6 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
-	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -40,10 +39,6 @@ type RDB struct {
 	shard  int
 	base   string
 	rings  []string // the rings of lanes, highest priority first
-	// shards is the queue's shard count (1 + the names in its list of shard
-	// names) as the last take that said it saw it (take.lua says it when it
-	// is above this): 0 until then.
-	shards atomic.Int64
 }
 
 // New returns the protocol of queue under prefix on c.
@@ -62,21 +57,6 @@ func (r *RDB) Name() string { return r.queue }
 
 // Shard returns the number of r's shard: 0 for an unsharded queue.
 func (r *RDB) Shard() int { return r.shard }
-
-// Shards returns the queue's shard count as takes of shard 0 last saw it
-// (see take.lua): at least 1.
-func (r *RDB) Shards() int { return int(max(r.shards.Load(), 1)) }
-
-// SawShards records a shard count learned otherwise (a heartbeat), so that
-// takes do not say it again.
-func (r *RDB) SawShards(n int) {
-	for {
-		old := r.shards.Load()
-		if int64(n) <= old || r.shards.CompareAndSwap(old, int64(n)) {
-			return
-		}
-	}
-}
 
 // Submit stores tasks of manager mid and queues them on their batch's lane
 // (lane, whose ring it joins), or on worker wid's private list if wid is not
@@ -200,11 +180,12 @@ var ErrChanged = errors.New("redis data changed during the check")
 // returns none, the worker is registered idle, and the next submit rings its
 // bell (WaitBell). holding is how many tasks the worker holds, on every
 // shard, by its own count: a suspect goes only to a worker that holds none.
-// serves is what the worker registered ("<func>\t<signature>" per handle):
+// shards is the queue's shard count as the worker knows it: a take of shard
+// 0 says the count in end.Shards if it is above. serves is what the worker registered ("<func>\t<signature>" per handle):
 // a take passes lanes that call anything else.
-func (r *RDB) Take(ctx context.Context, wid string, n int, lease time.Duration, holding int, serves []string) (taken []wire.Taken, end wire.TakeEnd, err error) {
+func (r *RDB) Take(ctx context.Context, wid string, n int, lease time.Duration, holding, shards int, serves []string) (taken []wire.Taken, end wire.TakeEnd, err error) {
 	ks := r.takeKeys(wid)
-	vals, err := takeScript.run(ctx, r.c, ks, takeArgs(r, n, wid, lease, holding, serves)...).Slice()
+	vals, err := takeScript.run(ctx, r.c, ks, takeArgs(r, n, wid, lease, holding, shards, serves)...).Slice()
 	if err != nil {
 		return nil, end, wrap("take", takeScript, "", err)
 	}
@@ -216,20 +197,20 @@ func (r *RDB) Take(ctx context.Context, wid string, n int, lease time.Duration, 
 // as soon as a submit rings the bell, and its tasks come back with the
 // wake-up. After the timeout the take runs all the same. A wait longer than
 // the client's read timeout allows is made in two round trips instead.
-func (r *RDB) WaitTake(ctx context.Context, wid string, n int, lease, timeout time.Duration, holding int, serves []string) (taken []wire.Taken, end wire.TakeEnd, err error) {
+func (r *RDB) WaitTake(ctx context.Context, wid string, n int, lease, timeout time.Duration, holding, shards int, serves []string) (taken []wire.Taken, end wire.TakeEnd, err error) {
 	wait := blocking(timeout)
 	if rt := readTimeout(r.c); rt > 0 && wait > rt/2 {
 		if _, err := r.WaitBell(ctx, wid, timeout); err != nil {
 			return nil, end, err
 		}
-		return r.Take(ctx, wid, n, lease, holding, serves)
+		return r.Take(ctx, wid, n, lease, holding, shards, serves)
 	}
 	ks := r.takeKeys(wid)
 	var pop *redis.StringSliceCmd
 	var take *redis.Cmd
 	_, _ = r.c.Pipelined(ctx, func(p redis.Pipeliner) error {
 		pop = p.BLPop(ctx, wait, ks[3])
-		take = takeScript.evalSha(ctx, p, ks, takeArgs(r, n, wid, lease, holding, serves)...)
+		take = takeScript.evalSha(ctx, p, ks, takeArgs(r, n, wid, lease, holding, shards, serves)...)
 		return nil
 	})
 	if err := pop.Err(); err != nil && !errors.Is(err, redis.Nil) {
@@ -237,7 +218,7 @@ func (r *RDB) WaitTake(ctx context.Context, wid string, n int, lease, timeout ti
 	}
 	vals, err := take.Slice()
 	if err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
-		return r.Take(ctx, wid, n, lease, holding, serves) // loads the script
+		return r.Take(ctx, wid, n, lease, holding, shards, serves) // loads the script
 	}
 	if err != nil {
 		return nil, end, wrap("take", takeScript, "", err)
@@ -264,9 +245,9 @@ func readTimeout(c redis.UniversalClient) time.Duration {
 }
 
 // takeArgs returns the ARGV of take.lua.
-func takeArgs(r *RDB, n int, wid string, lease time.Duration, holding int, serves []string) []any {
+func takeArgs(r *RDB, n int, wid string, lease time.Duration, holding, shards int, serves []string) []any {
 	args := make([]any, 0, 6+len(serves))
-	args = append(args, r.base, n, wid, lease.Milliseconds(), r.Shards(), holding)
+	args = append(args, r.base, n, wid, lease.Milliseconds(), shards, holding)
 	for _, s := range serves {
 		args = append(args, s)
 	}
@@ -296,7 +277,7 @@ func (r *RDB) parseTaken(vals []any) (taken []wire.Taken, end wire.TakeEnd, err 
 	}
 	if len(vals)%4 == 2 && vals[len(vals)-2] == "shards" {
 		if n, ok := vals[len(vals)-1].(int64); ok {
-			r.SawShards(int(n))
+			end.Shards = int(n)
 		}
 		vals = vals[:len(vals)-2]
 	}

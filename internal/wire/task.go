@@ -69,6 +69,10 @@ type TakeEnd struct {
 	// left there because the worker holds tasks: it gets it once it holds
 	// none (see take.lua).
 	Suspect bool
+	// Shards: the queue's shard count (1 + the names in its list of shard
+	// names), said by a take of shard 0 when it is above what the worker
+	// said it knows; 0 otherwise.
+	Shards int
 }
 
 // HeldID returns the task id of a held-set member.
