@@ -291,7 +291,6 @@ func (f *fakeShard) ShardNames(context.Context) ([]string, error) {
 	return slices.Clone(f.names), f.call("names")
 }
 
-
 func (f *fakeShard) PublishTypes(context.Context, string, []string) error { return nil }
 
 func (f *fakeShard) Types(context.Context, string) ([]string, error) {
