@@ -17,7 +17,6 @@ import (
 	"reflect"
 	"slices"
 
-	"github.com/redmap/redmap/codec"
 	"github.com/redmap/redmap/internal/engine"
 	"github.com/redmap/redmap/internal/keys"
 )
@@ -38,7 +37,7 @@ func Func[In, Out any](name string, fn func(context.Context, In) (Out, error)) *
 	sig, types := signature(fmt.Sprintf("func(%v) %v", reflect.TypeFor[In](), reflect.TypeFor[Out]()),
 		map[string]reflect.Type{"In": reflect.TypeFor[In](), "Out": reflect.TypeFor[Out]()})
 	h := &Handle[In, Out]{name: name, sig: sig, types: types, fn: fn}
-	engine.Register(h, handleRuntime[In, Out]{h})
+	engine.Register(h, engine.Map(name, sig, types, fn))
 	return h
 }
 
@@ -116,30 +115,6 @@ func untravelled(t reflect.Type, seen []reflect.Type) reflect.Type {
 }
 
 func (h *Handle[In, Out]) handle() {}
-
-// handleRuntime is the worker's side of a Handle (see engine.Runtime).
-type handleRuntime[In, Out any] struct{ *Handle[In, Out] }
-
-// Types returns the structure the signature fingerprints.
-func (h handleRuntime[In, Out]) Types() []string { return h.types }
-
-// DecodeConstant reports that a Handle takes no constant data.
-func (h handleRuntime[In, Out]) DecodeConstant([]byte) (any, error) {
-	return nil, fmt.Errorf("redmap: %q takes no constant data", h.name)
-}
-
-// Run decodes a frame of count inputs, calls the function on each in turn and
-// returns the frame of outputs with the elements that failed. A panic in the
-// function fails its element only (ErrPanic, with the stack). A Handle
-// ignores constant.
-func (h handleRuntime[In, Out]) Run(ctx context.Context, _ any, count int, input []byte, p engine.Policy) ([]byte, []codec.Failure) {
-	return engine.Run(ctx, count, input, p, h.fn)
-}
-
-// Reduce is Run folding the outputs with r (see engine.Runtime).
-func (h handleRuntime[In, Out]) Reduce(ctx context.Context, _ any, count int, input []byte, p engine.Policy, r engine.Runtime) ([]byte, []codec.Failure) {
-	return engine.Reduce(ctx, count, input, p, h.fn, r)
-}
 
 // AnyHandle is any handle, *Handle or *HandleWith, as a worker registers it
 // (worker.Worker.Register, worker.Main). Only this package's handles implement

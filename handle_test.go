@@ -189,7 +189,7 @@ func TestPolicyRetriesAndTimeouts(t *testing.T) {
 }
 
 // rt returns the worker's side of a handle.
-func rt(h redmap.AnyHandle) engine.Runtime {
+func rt(h redmap.AnyHandle) *engine.Runtime {
 	r, _ := engine.Lookup(h)
 	return r
 }

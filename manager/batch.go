@@ -775,6 +775,6 @@ func folderOf[Out any](red *redmap.Reducer[Out]) engine.Folder[Out] {
 		return nil
 	}
 	rt, _ := engine.Lookup(red)
-	f, _ := rt.(engine.Folder[Out]) // a Reducer[Out]'s runtime is one
+	f, _ := engine.FolderOf[Out](rt) // a Reducer[Out]'s runtime is one
 	return f
 }

@@ -99,8 +99,8 @@ func (w *Worker) execute(ctx context.Context, t wire.Taken) (done wire.Done) {
 // plain map), constant and policy.
 type resolved struct {
 	task     codec.Task
-	h        engine.Runtime
-	reducer  engine.Runtime
+	h        *engine.Runtime
+	reducer  *engine.Runtime
 	constant any
 	policy   engine.Policy
 }
@@ -198,7 +198,7 @@ func (w *Worker) resolve(ctx context.Context, t wire.Taken, c *resolved) (fail *
 // called name with (signature sig): the signatures, and the first field that
 // differs, from the structure the manager published (one HGET per signature,
 // remembered).
-func (w *Worker) mismatch(ctx context.Context, h engine.Runtime, name, sig string) string {
+func (w *Worker) mismatch(ctx context.Context, h *engine.Runtime, name, sig string) string {
 	msg := fmt.Sprintf("worker %s has %q as %s, the manager called it as %s", w.opts.ID, name, h.Signature(), sig)
 	if d, ok := w.mismatches.Load(sig); ok {
 		return msg + d.(string)
@@ -226,7 +226,7 @@ const constantWait = 30 * time.Second
 // transient Redis error or a missing object is tried again, with backoff,
 // for up to constantWait, or until ctx ends (the task no longer wanted);
 // then it is returned, and fails the task.
-func (w *Worker) constant(ctx context.Context, ref cache.Ref, h engine.Runtime) (any, error) {
+func (w *Worker) constant(ctx context.Context, ref cache.Ref, h *engine.Runtime) (any, error) {
 	var bo backoff.Backoff
 	deadline := time.Now().Add(constantWait)
 	decode := func(b []byte) (any, error) {

@@ -46,8 +46,8 @@ type Worker struct {
 	tracer trace.Tracer // from Options.TracerProvider or the global one
 
 	mu       sync.RWMutex
-	runtimes map[string]engine.Runtime // registered name → its runtime
-	served   []string                  // what it registered, "<name>\t<signature>" each, set by Run
+	runtimes map[string]*engine.Runtime // registered name → its runtime
+	served   []string                   // what it registered, "<name>\t<signature>" each, set by Run
 	running  atomic.Bool
 
 	held      *held
@@ -116,7 +116,7 @@ func assemble(opts Options, first queueRedis, open func(name string, i int) shar
 		opts:     opts,
 		memo:     memo,
 		log:      slog.New(tracing.LogHandler(opts.Logger.Handler())).With("worker", opts.ID, "queue", opts.Queue),
-		runtimes: make(map[string]engine.Runtime),
+		runtimes: make(map[string]*engine.Runtime),
 		held:     newHeld(),
 		duration: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name: "redmap_worker_task_duration_seconds", Help: "Time spent running one task (all its elements).",
@@ -160,7 +160,7 @@ func (w *Worker) Register(hs ...redmap.AnyHandle) error {
 	return nil
 }
 
-func (w *Worker) runtime(name string) engine.Runtime {
+func (w *Worker) runtime(name string) *engine.Runtime {
 	w.mu.RLock()
 	defer w.mu.RUnlock()
 	return w.runtimes[name]

@@ -7,7 +7,6 @@
 package engine
 
 import (
-	"context"
 	"fmt"
 	"strings"
 	"sync"
@@ -15,24 +14,6 @@ import (
 
 	"github.com/redmap/redmap/codec"
 )
-
-// Runtime is what a worker needs of a handle.
-type Runtime interface {
-	Name() string
-	Signature() string
-	// Types is the structure the signature fingerprints, one line per leaf.
-	Types() []string
-	// DecodeConstant decodes a batch's constant data for Run.
-	DecodeConstant(b []byte) (any, error)
-	// Run runs the function over a frame of count inputs, with the decoded
-	// constant data if the function takes any, under policy p, and returns
-	// the frame of outputs and the elements that failed.
-	Run(ctx context.Context, constant any, count int, input []byte, p Policy) ([]byte, []codec.Failure)
-	// Reduce is Run folding the outputs with reducer r instead of returning
-	// them: the frame it returns holds one value, the fold of every output
-	// whose element did not fail, or none if all failed.
-	Reduce(ctx context.Context, constant any, count int, input []byte, p Policy, r Runtime) ([]byte, []codec.Failure)
-}
 
 // Policy says how a worker runs each element of a task.
 type Policy struct {
@@ -53,16 +34,16 @@ var registry sync.Map
 
 // Register records rt as the runtime of handle. Package redmap calls it
 // when it makes a handle.
-func Register(handle any, rt Runtime) { registry.Store(handle, rt) }
+func Register(handle any, rt *Runtime) { registry.Store(handle, rt) }
 
 // Lookup returns the runtime of handle, a handle package redmap made; false
 // for anything else.
-func Lookup(handle any) (Runtime, bool) {
+func Lookup(handle any) (*Runtime, bool) {
 	rt, ok := registry.Load(handle)
 	if !ok {
 		return nil, false
 	}
-	return rt.(Runtime), true
+	return rt.(*Runtime), true
 }
 
 // Difference describes the first difference between two handles' structures

@@ -67,8 +67,8 @@ func Run[In, Out any](ctx context.Context, count int, input []byte, p Policy, fn
 // r, a reducer of Out, into one partial: a frame of one value, or of none if
 // every element failed. An output the reducer fails to fold in fails its
 // element (codec.KindReduce) and is left out.
-func Reduce[In, Out any](ctx context.Context, count int, input []byte, p Policy, fn func(context.Context, In) (Out, error), r Runtime) ([]byte, []codec.Failure) {
-	red, ok := r.(Folder[Out])
+func Reduce[In, Out any](ctx context.Context, count int, input []byte, p Policy, fn func(context.Context, In) (Out, error), r *Runtime) ([]byte, []codec.Failure) {
+	red, ok := FolderOf[Out](r)
 	if !ok {
 		return nil, []codec.Failure{{Index: -1, Kind: codec.KindTypeMismatch,
 			Msg: fmt.Sprintf("reducer %q (%s) does not fold the function's output type %v", r.Name(), r.Signature(), reflect.TypeFor[Out]())}}
