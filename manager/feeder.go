@@ -86,14 +86,11 @@ func (w window) tids() []string {
 // stops at an element that cannot be encoded, returning it as bad.
 func (f *feeder[Out]) window() (window, error) {
 	b := f.b
-	b.mu.Lock()
-	inflight, bytes := b.inflight, b.inflightBytes
 	// A stream of outputs also bounds its elements out and unread.
-	elems, maxElems := b.inflightElems+b.unread, math.MaxInt
-	if b.stream && b.red == nil {
-		maxElems = maxUnread
+	inflight, bytes, elems, maxElems := b.inFlight()
+	if maxElems < 0 {
+		maxElems = math.MaxInt
 	}
-	b.mu.Unlock()
 	var w window
 	var chunks []chunk
 	add := func(end int, payload []byte) {
@@ -170,7 +167,7 @@ func (f *feeder[Out]) submit(ctx context.Context, w *window) error {
 	if errors.Is(err, redmap.ErrUnavailable) {
 		f.pending.forget(w.tids())
 	} else {
-		f.b.m.withdraw(w.tids())
+		f.b.env.tasks.withdraw(w.tids())
 	}
 	if ctx.Err() != nil {
 		return ctx.Err()
@@ -225,11 +222,7 @@ func (f *feeder[Out]) send(ctx context.Context, w *window) error {
 func (f *feeder[Out]) run(ctx context.Context) {
 	b := f.b
 	for !f.allRead() {
-		b.mu.Lock()
-		room := b.inflight <= windowTasks/2 && b.inflightBytes <= windowBytes/2 &&
-			(!b.stream || b.red != nil || b.inflightElems+b.unread <= maxUnread/2)
-		progress, finished, stopped := b.watch(), b.finished(), b.stopped
-		b.mu.Unlock()
+		room, progress, finished, stopped := b.room()
 		if finished {
 			return
 		}

@@ -78,7 +78,7 @@ func (k *keeper) publishBatches(ctx context.Context) {
 	running := k.batches.batches()
 	published := make(map[string]wire.BatchProgress, len(running))
 	for id, b := range running {
-		published[id] = progressRecord(b.snapshot())
+		published[id] = progressRecord(b.Progress())
 	}
 	// Elements ended since the last publish feed the queue's throughput
 	// counters (redmap dashboard), whatever batch they were of.

@@ -50,6 +50,7 @@ type Manager struct {
 	faults  *faults
 	costs   costs
 	feeding feederParams // what every batch's feeder is built from
+	env     batchEnv     // what every batch is built with
 	feeders sync.WaitGroup
 
 	ctx        context.Context // the parts'
@@ -151,6 +152,8 @@ func assemble(r seams, opts Options, h hooks) *Manager {
 	m.faults = &faults{router: m.router, pending: m.pending, queue: opts.Queue, timeout: opts.RedisTimeout, log: m.log}
 	m.holds = newHolds(r.store, mid, opts.KeyTTL, m.log)
 	m.history = newHistory(mid, r.queue, opts.History, opts.HistoryAge, min(opts.RedisTimeout, historyBudget), m.log)
+	m.env = batchEnv{mid: mid, tracer: m.tracer, log: m.log, ended: &m.stats.ended, costs: &m.costs, batches: m.batches,
+		history: m.history, tasks: &withdrawal{mid: mid, pending: m.pending, router: m.router, log: m.log}}
 	m.feeding = feederParams{mid: mid, opts: opts, router: m.router, pending: m.pending, batches: m.batches,
 		costs: &m.costs, faults: m.faults, running: &m.feeders, beforeSend: h.send, publishTypes: m.publishTypes}
 	m.background = []part.Part{
@@ -267,21 +270,6 @@ func (m *Manager) Close() error {
 	return eachShard(groups, func(s *shard, tids []string) error {
 		return errors.Join(s.rdb.Cancel(ctx, m.id, tids), s.rdb.Drop(ctx, m.id))
 	})
-}
-
-// withdraw forgets tasks and removes the ones still pending from Redis, so
-// workers skip them and no result of theirs is delivered.
-func (m *Manager) withdraw(tids []string) {
-	still := m.pending.forget(tids)
-	if len(still) == 0 {
-		return
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	err := eachShard(m.router.byShard(still), func(s *shard, tids []string) error { return s.rdb.Cancel(ctx, m.id, tids) })
-	if err != nil {
-		m.log.Warn("withdrawing tasks failed; workers run them and their results are discarded", "tasks", len(still), "err", err)
-	}
 }
 
 // ready checks, before the manager's first submit, that Redis answers within

@@ -1,7 +1,10 @@
 package manager
 
 import (
+	"context"
+	"log/slog"
 	"sync"
+	"time"
 
 	"github.com/redmap/redmap"
 )
@@ -130,4 +133,30 @@ func (p *pendingTasks) close() (map[string]pending, bool) {
 	all := p.tasks
 	p.tasks = make(map[string]pending)
 	return all, true
+}
+
+// withdrawal takes a batch's outstanding tasks back: out of the pending
+// set, and cancelled in Redis, so that workers skip them and their results
+// are dropped.
+type withdrawal struct {
+	mid     string
+	pending *pendingTasks
+	router  *router
+	log     *slog.Logger
+}
+
+// withdraw withdraws tids: those still pending are cancelled on their
+// shards, one call per shard, within 5 s; a failure is logged (workers then
+// run them, and their results are discarded).
+func (w *withdrawal) withdraw(tids []string) {
+	still := w.pending.forget(tids)
+	if len(still) == 0 {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	err := eachShard(w.router.byShard(still), func(s *shard, tids []string) error { return s.rdb.Cancel(ctx, w.mid, tids) })
+	if err != nil {
+		w.log.Warn("withdrawing tasks failed; workers run them and their results are discarded", "tasks", len(still), "err", err)
+	}
 }

@@ -19,7 +19,7 @@ type Progress struct {
 // Progress returns how far the batch has got. It costs no round trip.
 func (b *Batch[Out]) Progress() Progress {
 	b.mu.Lock()
-	p := Progress{Func: b.fn, Total: b.n, Done: b.n - b.left, Failed: len(b.errs), Started: b.started, Worker: b.worker, Waiting: b.waiting, Priority: b.priority}
+	p := Progress{Func: b.fn, Total: b.feed.n, Done: b.feed.n - b.feed.left, Failed: len(b.outs.errs), Started: b.started, Worker: b.worker, Waiting: b.state.waiting, Priority: b.priority}
 	b.mu.Unlock()
 	if secs := time.Since(p.Started).Seconds(); secs > 0 {
 		p.Rate = float64(p.Done) / secs

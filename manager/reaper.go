@@ -88,7 +88,7 @@ func (r *reaper) checkServed(ctx context.Context) {
 		why, kind := r.why(ctx, b, sv)
 		began, expired := b.served(sv.Code == wire.ServedBy, now, r.noWorkerTimeout, why)
 		if began {
-			r.log.Warn("a batch waits: "+why, "batch", b.snapshot().Func, "fails_after", r.noWorkerTimeout)
+			r.log.Warn("a batch waits: "+why, "batch", b.Progress().Func, "fails_after", r.noWorkerTimeout)
 		}
 		if expired {
 			r.log.Error("failing a batch no live worker can run: "+why, "for", r.noWorkerTimeout)

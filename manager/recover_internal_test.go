@@ -125,7 +125,7 @@ func TestChunkEndsOnce(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer m.Close()
-	b := newBatch[int](m, "square", 6, nil, false)
+	b := newBatch[int](m.env, 1, "square", 6, nil, false)
 	first := b.addChunks(chunk{start: 0, count: 2, tid: "a"}, chunk{start: 2, count: 2, tid: "b"})
 	b.fail(first, 0, redmap.ErrLost)
 	b.fail(first, 0, redmap.ErrUnavailable) // again: ignored

@@ -17,7 +17,7 @@ type batch interface {
 	fail(chunk, attempt int, cause error)
 	abort(err error)
 	resubmission(chunk int) (t wire.Task, wid string, lane wire.Lane, err error)
-	snapshot() Progress
+	Progress() Progress
 	function() (name string, public bool)
 	calls() string
 	typesOf(name string) []string

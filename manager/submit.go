@@ -181,7 +181,7 @@ func submit[In, Out any](ctx context.Context, m *Manager, sp spec, els elements[
 // from.
 func prepare[In, Out any](ctx context.Context, m *Manager, sp spec, els elements[In], co callOptions, red *redmap.Reducer[Out]) (*Batch[Out], *feeder[Out]) {
 	stream := els.seq != nil
-	b := newBatch[Out](m, sp.name, len(els.xs), red, stream)
+	b := newBatch[Out](m.env, m.batchSeq.Add(1), sp.name, len(els.xs), red, stream)
 	b.worker = co.worker
 	b.priority = co.priority
 	b.types = map[string][]string{sp.name: sp.types}
@@ -201,9 +201,9 @@ func prepare[In, Out any](ctx context.Context, m *Manager, sp spec, els elements
 			size = m.costs.chunkSize(sp.name, len(els.xs))
 		}
 		room := min(len(els.xs)/size+1, 1<<20)
-		b.chunks = make([]chunk, 0, room)
+		b.feed.chunks = make([]chunk, 0, room)
 		if red == nil {
-			b.order = make([]int, 0, room)
+			b.outs.order = make([]int, 0, room)
 		}
 	}
 	task := codec.Task{Func: sp.name, Sig: sp.sig, Attempts: co.attempts, Timeout: co.timeout.Milliseconds(), Retry: co.retry, Seed: co.seed}

@@ -34,7 +34,7 @@ func operation(reduce, stream bool) string {
 // context b's tasks carry: nil when the batch is not traced (no provider
 // installed, or not sampled and no span to follow), so they carry nothing.
 func (b *Batch[Out]) startSpan(ctx context.Context, queue string) map[string]string {
-	ctx, b.span = b.m.tracer.Start(ctx, "send "+queue, trace.WithSpanKind(trace.SpanKindProducer))
+	ctx, b.span = b.env.tracer.Start(ctx, "send "+queue, trace.WithSpanKind(trace.SpanKindProducer))
 	if !b.span.IsRecording() {
 		// Untraced: no attributes to build. The caller's span context, if
 		// a provider elsewhere made one, still travels.
@@ -42,9 +42,9 @@ func (b *Batch[Out]) startSpan(ctx context.Context, queue string) map[string]str
 	}
 	b.span.SetAttributes(tracing.System,
 		tracing.MessagingOperationType.String("send"),
-		tracing.MessagingOperationName.String(operation(b.red != nil, b.stream)),
+		tracing.MessagingOperationName.String(operation(b.outs.red != nil, b.stream)),
 		tracing.MessagingDestination.String(queue),
-		tracing.MessagingClientID.String(b.m.id),
+		tracing.MessagingClientID.String(b.env.mid),
 		tracing.Function.String(b.fn),
 		tracing.Batch.String(b.id),
 		tracing.Priority.Int(b.priority))
@@ -61,7 +61,7 @@ func (b *Batch[Out]) endSpan(r wire.BatchRecord) {
 		return
 	}
 	b.mu.Lock()
-	tasks := len(b.chunks)
+	tasks := len(b.feed.chunks)
 	b.mu.Unlock()
 	b.span.SetAttributes(tracing.Elements.Int(r.Total), tracing.Tasks.Int(tasks),
 		tracing.MessagingBatchCount.Int(tasks),
