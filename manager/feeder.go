@@ -14,6 +14,7 @@ import (
 	"github.com/redmap/redmap/codec"
 	"github.com/redmap/redmap/internal/backoff"
 	"github.com/redmap/redmap/internal/id"
+	"github.com/redmap/redmap/internal/part"
 	"github.com/redmap/redmap/internal/wire"
 )
 
@@ -54,7 +55,7 @@ type feederParams struct {
 	batches *registry
 	costs   *costs
 	faults  *faults
-	running *sync.WaitGroup // feeders still submitting: Close waits for them
+	running *part.Set // the feeders still submitting, as parts: Close stops them
 	// publishTypes stores the structure of a handle's types (see
 	// Manager.publishTypes).
 	publishTypes func(ctx context.Context, sig string, types []string) error
@@ -357,12 +358,13 @@ func (f *feeder[Out]) first(ctx context.Context, sp spec, red *redmap.Reducer[Ou
 		b.exhaust(nil)
 		return nil
 	}
-	f.running.Add(1)
-	go func() {
-		defer f.running.Done()
+	if !f.running.Go(ctx, func(ctx context.Context) {
 		defer f.in.stop()
 		f.run(ctx)
-	}()
+	}) { // Close came first
+		f.in.stop()
+		b.abort(redmap.ErrClosed)
+	}
 	return nil
 }
 

@@ -10,6 +10,7 @@ import (
 	"github.com/redmap/redmap"
 	"github.com/redmap/redmap/codec"
 	"github.com/redmap/redmap/internal/backoff"
+	"github.com/redmap/redmap/internal/part"
 	"github.com/redmap/redmap/internal/rdb"
 	"github.com/redmap/redmap/internal/wire"
 )
@@ -22,10 +23,13 @@ type historyStore interface {
 
 // history writes each batch's final record into the queue's history when
 // the batch ends, off the path that delivers results, and lets the batch's
-// readers (Wait, Map) and Close wait for the write. One writer goroutine
-// writes every record that waits in one script call, so batches that end
-// together (many small Maps at once) cost one round trip between them.
+// readers (Wait, Map) wait for the write. It is a part: its writer runs from
+// New to Close, and writes every record that waits in one script call, so
+// batches that end together (many small Maps at once) cost one round trip
+// between them. Stopped, it writes what still waits before it returns
+// (Close ends its batches first: they are recorded as closed).
 type history struct {
+	*part.Runner
 	mid   string
 	store historyStore
 	limit int           // Options.History; negative: write nothing
@@ -37,8 +41,8 @@ type history struct {
 
 	mu      sync.Mutex
 	waiting []pendingRecord // records not yet taken by the writer
-	writing bool            // the writer goroutine runs
-	idle    sync.Cond       // signalled when the writer has nothing left (wait)
+	ended   bool            // the writer has returned: record writes itself
+	wake    chan struct{}   // a token when records wait
 }
 
 // pendingRecord is a record to write, and the channel closed once it is.
@@ -49,67 +53,79 @@ type pendingRecord struct {
 
 // newHistory returns the history writer of manager mid.
 func newHistory(mid string, store historyStore, limit int, age, budget time.Duration, log *slog.Logger) *history {
-	h := &history{mid: mid, store: store, limit: limit, age: age, budget: budget, log: log}
-	h.idle.L = &h.mu
+	h := &history{mid: mid, store: store, limit: limit, age: age, budget: budget, log: log, wake: make(chan struct{}, 1)}
+	h.Runner = part.Run(h.run)
 	return h
 }
 
 // record writes rec in the background and closes written when it is in
-// Redis or the write gave up (a warning says so).
+// Redis or the write gave up (a warning says so). Once the writer has
+// ended, it writes rec itself.
 func (h *history) record(rec wire.BatchRecord, written chan struct{}) {
 	if h.limit < 0 {
 		close(written)
 		return
 	}
 	h.mu.Lock()
-	defer h.mu.Unlock()
+	if h.ended {
+		h.mu.Unlock()
+		h.write([]pendingRecord{{rec, written}})
+		return
+	}
 	h.waiting = append(h.waiting, pendingRecord{rec, written})
-	if !h.writing {
-		h.writing = true
-		go h.write()
+	h.mu.Unlock()
+	select {
+	case h.wake <- struct{}{}:
+	default:
 	}
 }
 
-// write writes what waits, in turns, until nothing does.
-func (h *history) write() {
+// run writes what waits, in turns, until ctx ends; then what still waits.
+func (h *history) run(ctx context.Context) {
 	for {
-		h.mu.Lock()
-		batch := h.waiting
-		h.waiting = nil
-		if len(batch) == 0 {
-			h.writing = false
-			h.idle.Broadcast()
-			h.mu.Unlock()
+		select {
+		case <-h.wake:
+			h.write(h.take(false))
+		case <-ctx.Done():
+			h.write(h.take(true))
 			return
 		}
-		h.mu.Unlock()
-		recs := make([]wire.BatchRecord, len(batch))
-		for i, p := range batch {
-			recs[i] = p.rec
-		}
-		ctx, cancel := context.WithTimeout(context.Background(), h.budget)
-		bo := backoff.Backoff{Min: 20 * time.Millisecond, Max: 500 * time.Millisecond}
-		err := h.store.RecordBatches(ctx, h.mid, recs, h.limit, h.age)
-		for err != nil && rdb.Transient(err) && bo.Wait(ctx) {
-			err = h.store.RecordBatches(ctx, h.mid, recs, h.limit, h.age)
-		}
-		cancel()
-		if err != nil {
-			h.log.Warn("writing batches' records into the queue's history failed; operators will not see how they ended",
-				"batches", len(recs), "first", recs[0].ID, "err", err)
-		}
-		for _, p := range batch {
-			close(p.written)
-		}
 	}
 }
 
-// wait waits until every record handed to record is written or given up.
-func (h *history) wait() {
+// take returns the records that wait, and with end marks the writer ended.
+func (h *history) take(end bool) []pendingRecord {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	for h.writing {
-		h.idle.Wait()
+	batch := h.waiting
+	h.waiting = nil
+	h.ended = h.ended || end
+	return batch
+}
+
+// write writes batch's records in one call, retried within the budget
+// while Redis is away, and closes their channels.
+func (h *history) write(batch []pendingRecord) {
+	if len(batch) == 0 {
+		return
+	}
+	recs := make([]wire.BatchRecord, len(batch))
+	for i, p := range batch {
+		recs[i] = p.rec
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), h.budget)
+	bo := backoff.Backoff{Min: 20 * time.Millisecond, Max: 500 * time.Millisecond}
+	err := h.store.RecordBatches(ctx, h.mid, recs, h.limit, h.age)
+	for err != nil && rdb.Transient(err) && bo.Wait(ctx) {
+		err = h.store.RecordBatches(ctx, h.mid, recs, h.limit, h.age)
+	}
+	cancel()
+	if err != nil {
+		h.log.Warn("writing batches' records into the queue's history failed; operators will not see how they ended",
+			"batches", len(recs), "first", recs[0].ID, "err", err)
+	}
+	for _, p := range batch {
+		close(p.written)
 	}
 }
 

@@ -35,11 +35,12 @@ func (s *blockingStore) RecordBatches(_ context.Context, _ string, recs []wire.B
 }
 
 // Records that wait while a write is under way go in the next write,
-// together; each record's channel closes once it is written; wait returns
-// once nothing is left.
+// together; each record's channel closes once it is written; stopped, the
+// writer returns, and a record after that is written at once.
 func TestHistoryWritesWaitingRecordsTogether(t *testing.T) {
 	s := &blockingStore{started: make(chan struct{}), release: make(chan struct{})}
 	h := newHistory("m", s, 10, time.Hour, time.Second, slog.New(slog.DiscardHandler))
+	h.Start(context.Background())
 	written := make([]chan struct{}, 4)
 	for i := range written {
 		written[i] = make(chan struct{})
@@ -58,16 +59,23 @@ func TestHistoryWritesWaitingRecordsTogether(t *testing.T) {
 	for _, w := range written {
 		<-w
 	}
-	h.wait()
+	h.Stop()
+	h.Wait()
 	if len(s.calls) != 2 || len(s.calls[1]) != 3 {
 		t.Fatalf("writes %v; want [a] then [b c d] together", s.calls)
+	}
+	late := make(chan struct{})
+	h.record(wire.BatchRecord{ID: "late"}, late)
+	<-late
+	if len(s.calls) != 3 || s.calls[2][0] != "late" {
+		t.Fatalf("writes %v; want the record after Stop written at once", s.calls)
 	}
 	// A manager with History -1 writes nothing, and says so at once.
 	off := newHistory("m", s, -1, time.Hour, time.Second, slog.New(slog.DiscardHandler))
 	done := make(chan struct{})
 	off.record(wire.BatchRecord{ID: "e"}, done)
 	<-done
-	if len(s.calls) != 2 {
-		t.Fatalf("History -1 wrote %v", s.calls[2:])
+	if len(s.calls) != 3 {
+		t.Fatalf("History -1 wrote %v", s.calls[3:])
 	}
 }

@@ -51,13 +51,13 @@ type Manager struct {
 	costs   costs
 	feeding feederParams // what every batch's feeder is built from
 	env     batchEnv     // what every batch is built with
-	feeders sync.WaitGroup
+	feeders part.Set     // one feeder per batch still submitting
 
 	ctx        context.Context // the parts'
 	cancel     context.CancelFunc
 	partsMu    sync.Mutex
 	collectors []*collector // one per open shard
-	background []part.Part  // keeper, reaper, recoverer
+	background part.List    // keeper, reaper, recoverer
 
 	batchSeq atomic.Uint64
 	probed   atomic.Bool // Redis allowed every command redmap needs (see ready)
@@ -156,7 +156,7 @@ func assemble(r seams, opts Options, h hooks) *Manager {
 		history: m.history, tasks: &withdrawal{mid: mid, pending: m.pending, router: m.router, log: m.log}}
 	m.feeding = feederParams{mid: mid, opts: opts, router: m.router, pending: m.pending, batches: m.batches,
 		costs: &m.costs, faults: m.faults, running: &m.feeders, beforeSend: h.send, publishTypes: m.publishTypes}
-	m.background = []part.Part{
+	m.background = part.List{
 		newKeeper(keeperParams{mid: mid, ttl: opts.KeyTTL, router: m.router, holds: m.holds, batches: m.batches,
 			ended: &m.stats.ended, faults: m.faults, due: lostAfter(opts.Poll, opts.KeyTTL), log: m.log}, opts.Poll),
 		newReaper(reaperParams{queue: opts.Queue, noWorkerTimeout: opts.NoWorkerTimeout, router: m.router,
@@ -165,9 +165,8 @@ func assemble(r seams, opts Options, h hooks) *Manager {
 			holds: m.holds, faults: m.faults, checked: h.checked, log: m.log}, opts.Poll),
 	}
 	m.collect(m.router.first())
-	for _, p := range m.background {
-		p.Start(m.ctx)
-	}
+	m.history.Start(m.ctx)
+	m.background.Start(m.ctx)
 	return m
 }
 
@@ -243,21 +242,18 @@ func (m *Manager) Close() error {
 			p.batch.abort(redmap.ErrClosed)
 		}
 	}
-	m.feeders.Wait()
-	m.history.wait() // the batches Close ended are recorded as closed
+	// The feeders stop first, then the history writer, which writes the
+	// records of the batches Close ended (as closed) before it returns;
+	// then the background parts and the collectors.
+	part.List{m.history, &m.feeders}.Stop()
 	shards := m.router.close()
 	m.partsMu.Lock()
-	parts := append([]part.Part(nil), m.background...)
+	parts := append(part.List{}, m.background...)
 	for _, c := range m.collectors {
 		parts = append(parts, c)
 	}
 	m.partsMu.Unlock()
-	for _, p := range parts {
-		p.Stop()
-	}
-	for _, p := range parts {
-		p.Wait()
-	}
+	parts.StopAll()
 	m.cancel()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()

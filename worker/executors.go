@@ -7,6 +7,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/redmap/redmap/internal/part"
 	"github.com/redmap/redmap/internal/wire"
 )
 
@@ -14,12 +15,14 @@ import (
 // pass each result on to the finisher. Once stopped (the fetcher stops),
 // jobs not yet started are set aside, to be given back to the queue; they
 // return once jobs is closed.
+//
+// They are a Drain part: Stop sets the jobs still to come aside rather than
+// ending the context of those running.
 type executors struct {
+	*part.Runner
 	executorsParams
-	started atomic.Bool
 	stopped atomic.Bool
 	alone   sync.RWMutex // a suspect runs holding it for writing: alone
-	wg      sync.WaitGroup
 	check   wantedCheck
 
 	mu        sync.Mutex
@@ -46,28 +49,27 @@ type executorsParams struct {
 	suspect func(wire.Taken) // a test's hook: a suspect starts, holding the executors alone
 }
 
-func newExecutors(p executorsParams) *executors { return &executors{executorsParams: p} }
+func newExecutors(p executorsParams) *executors {
+	e := &executors{executorsParams: p}
+	// Stopped, the executors start no more jobs: those still to come are
+	// set aside; they return once jobs is closed and every job has run or
+	// been set aside.
+	e.Runner = part.Drain(e.serve, func() { e.stopped.Store(true) })
+	return e
+}
 
-// Start starts the executors, running tasks under ctx; once.
-func (e *executors) Start(ctx context.Context) {
-	if !e.started.CompareAndSwap(false, true) {
-		return
-	}
+// serve runs the jobs, n at a time, under ctx, until jobs is closed.
+func (e *executors) serve(ctx context.Context) {
+	var wg sync.WaitGroup
 	for range e.n {
-		e.wg.Go(func() {
+		wg.Go(func() {
 			for j := range e.jobs {
 				e.run(ctx, j)
 			}
 		})
 	}
+	wg.Wait()
 }
-
-// Stop makes the executors start no more jobs: those still to come are set
-// aside.
-func (e *executors) Stop() { e.stopped.Store(true) }
-
-// Wait returns once jobs is closed and every job has run or been set aside.
-func (e *executors) Wait() { e.wg.Wait() }
 
 // setAside returns the held members of the jobs not started, by shard.
 func (e *executors) setAside() map[int][]string {

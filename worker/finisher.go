@@ -2,21 +2,21 @@ package worker
 
 import (
 	"context"
-	"sync"
 
 	"github.com/redmap/redmap/internal/backoff"
+	"github.com/redmap/redmap/internal/part"
 	"github.com/redmap/redmap/internal/wire"
 )
 
 // finisher reports results to Redis as the executors pass them on, as many
 // per script call as are waiting, and releases their tasks from the ledger.
+// It is a Drain part: Stop (the executors have returned) closes its input,
+// not its context, and it returns once it has reported the last result,
+// whatever happened to the caller.
 type finisher struct {
+	*part.Runner
 	finisherParams
 	results chan wire.Done
-	mu      sync.Mutex
-	started bool
-	stopped bool
-	done    chan struct{}
 }
 
 // finisherParams is what a finisher is built from.
@@ -33,57 +33,32 @@ type finisherParams struct {
 const maxFinish = 1000
 
 func newFinisher(p finisherParams) *finisher {
-	return &finisher{finisherParams: p, results: make(chan wire.Done, p.capacity), done: make(chan struct{})}
+	f := &finisher{finisherParams: p, results: make(chan wire.Done, p.capacity)}
+	f.Runner = part.Drain(f.report, func() { close(f.results) })
+	return f
 }
 
-// Start starts reporting, with calls under ctx. Stop, not the end of ctx,
-// ends it: results passed on are reported, whatever happened to the caller.
-func (f *finisher) Start(ctx context.Context) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if f.started || f.stopped {
-		return
-	}
-	f.started = true
-	go func() {
-		defer close(f.done)
-		batch := make([]wire.Done, 0, maxFinish)
-		for d := range f.results {
-			batch = append(batch[:0], d)
-		more:
-			for len(batch) < maxFinish {
-				select {
-				case d, ok := <-f.results:
-					if !ok {
-						break more
-					}
-					batch = append(batch, d)
-				default:
+// report reports the results passed on, as many per call as wait, until
+// the input closes.
+func (f *finisher) report(ctx context.Context) {
+	batch := make([]wire.Done, 0, maxFinish)
+	for d := range f.results {
+		batch = append(batch[:0], d)
+	more:
+		for len(batch) < maxFinish {
+			select {
+			case d, ok := <-f.results:
+				if !ok {
 					break more
 				}
+				batch = append(batch, d)
+			default:
+				break more
 			}
-			f.finish(ctx, batch)
 		}
-	}()
-}
-
-// Stop tells the finisher no more results come (the executors have
-// returned); Wait returns once it has reported the last.
-func (f *finisher) Stop() {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if f.stopped {
-		return
-	}
-	f.stopped = true
-	close(f.results)
-	if !f.started {
-		close(f.done) // it never runs
+		f.finish(ctx, batch)
 	}
 }
-
-// Wait returns once the finisher has reported every result passed on.
-func (f *finisher) Wait() { <-f.done }
 
 // finish reports a batch of results, one call per shard they came from,
 // retrying while Redis is unreachable (finishing twice delivers once), and

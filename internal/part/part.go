@@ -45,10 +45,22 @@ func (l List) Stop() {
 	}
 }
 
+// StopAll stops every part at once, then waits for them all: for parts
+// that do not feed one another, so that none waits for another to stop.
+func (l List) StopAll() {
+	for _, p := range l {
+		p.Stop()
+	}
+	for _, p := range l {
+		p.Wait()
+	}
+}
+
 // Runner is a Part that runs one function on a goroutine of its own until
 // the function returns; Stop ends the function's context.
 type Runner struct {
-	run func(ctx context.Context)
+	run   func(ctx context.Context)
+	drain func() // Drain's: what Stop calls instead of ending the context
 
 	mu      sync.Mutex
 	cancel  context.CancelFunc // nil until Start
@@ -60,6 +72,14 @@ type Runner struct {
 // Run returns a Runner of run, which should return once its context ends.
 func Run(run func(ctx context.Context)) *Runner {
 	return &Runner{run: run, done: make(chan struct{})}
+}
+
+// Drain returns a Runner of run whose Stop calls drain, once, instead of
+// ending run's context: for a part that must handle all it was given
+// before it returns (drain closes its input, say), its calls to Redis
+// going on meanwhile under a context that the end of its work ends.
+func Drain(run func(ctx context.Context), drain func()) *Runner {
+	return &Runner{run: run, drain: drain, done: make(chan struct{})}
 }
 
 // Every returns a Runner that calls tick every interval until it is
@@ -93,11 +113,22 @@ func (r *Runner) Start(ctx context.Context) {
 	}()
 }
 
-// Stop ends the function's context.
+// Stop ends the function's context, or, for a Drain runner, calls its
+// drain.
 func (r *Runner) Stop() {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	first := !r.stopped
 	r.stopped = true
+	if r.drain != nil {
+		if first {
+			r.drain()
+		}
+		if r.cancel == nil {
+			r.finish() // it never runs
+		}
+		return
+	}
 	if r.cancel != nil {
 		r.cancel()
 	} else {
@@ -109,3 +140,70 @@ func (r *Runner) Stop() {
 func (r *Runner) Wait() { <-r.done }
 
 func (r *Runner) finish() { r.once.Do(func() { close(r.done) }) }
+
+// Set is parts that come and go while their owner runs, one per piece of
+// work (a manager's feeder per batch): Go starts one, which leaves the set
+// when its function returns; Stop stops every one still running and waits
+// for them, and Go starts none after it. A Set is a Part, so its owner
+// stops it with the rest of its List; its own Start does nothing.
+type Set struct {
+	mu      sync.Mutex
+	running map[*Runner]struct{}
+	stopped bool
+}
+
+// Go starts run under ctx as a part of the set, and reports whether it
+// did: false once the set is stopped.
+func (s *Set) Go(ctx context.Context, run func(ctx context.Context)) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.stopped {
+		return false
+	}
+	if s.running == nil {
+		s.running = make(map[*Runner]struct{})
+	}
+	var r *Runner
+	r = Run(func(ctx context.Context) {
+		defer s.leave(r)
+		run(ctx)
+	})
+	s.running[r] = struct{}{}
+	r.Start(ctx)
+	return true
+}
+
+func (s *Set) leave(r *Runner) {
+	s.mu.Lock()
+	delete(s.running, r)
+	s.mu.Unlock()
+}
+
+// Start does nothing: the set's parts start with Go.
+func (s *Set) Start(context.Context) {}
+
+// Stop stops every part still running, and Go starts no more.
+func (s *Set) Stop() {
+	for _, r := range s.stop() {
+		r.Stop()
+	}
+}
+
+// Wait returns once every part the set started has returned.
+func (s *Set) Wait() {
+	for _, r := range s.stop() {
+		r.Wait()
+	}
+}
+
+// stop marks the set stopped and returns the parts still running.
+func (s *Set) stop() []*Runner {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.stopped = true
+	rs := make([]*Runner, 0, len(s.running))
+	for r := range s.running {
+		rs = append(rs, r)
+	}
+	return rs
+}

@@ -112,3 +112,59 @@ func TestListOrder(t *testing.T) {
 		t.Fatalf("stopped as %q, want b ended before a was stopped", got)
 	}
 }
+
+// A Set's parts leave it as they end; Stop stops those still running and
+// waits for them, and the set starts none after.
+func TestSetStopsWhatRuns(t *testing.T) {
+	var s Set
+	var _ Part = &s
+	done := make(chan struct{})
+	if !s.Go(context.Background(), func(context.Context) { close(done) }) {
+		t.Fatal("Go refused before Stop")
+	}
+	<-done
+	started := make(chan struct{})
+	var stopped atomic.Bool
+	s.Go(context.Background(), func(ctx context.Context) {
+		close(started)
+		<-ctx.Done()
+		stopped.Store(true)
+	})
+	<-started
+	s.Stop()
+	s.Wait()
+	if !stopped.Load() {
+		t.Fatal("Wait returned before a running part ended")
+	}
+	if s.Go(context.Background(), func(context.Context) { t.Error("a part ran after Stop") }) {
+		t.Fatal("Go started a part after Stop")
+	}
+}
+
+// A Drain runner's Stop drains it (once) instead of ending its context:
+// its function returns once it has handled its input, its context live
+// until then.
+func TestDrainHandlesItsInput(t *testing.T) {
+	in := make(chan int, 3)
+	var handled []int
+	var live atomic.Bool
+	r := Drain(func(ctx context.Context) {
+		for x := range in {
+			handled = append(handled, x)
+		}
+		live.Store(ctx.Err() == nil)
+	}, func() { close(in) })
+	r.Start(context.Background())
+	in <- 1
+	in <- 2
+	r.Stop()
+	r.Stop() // once: in is closed once
+	r.Wait()
+	if len(handled) != 2 || !live.Load() {
+		t.Fatalf("handled %v, context live %v; want [1 2] under a live context", handled, live.Load())
+	}
+	never := Drain(func(context.Context) { t.Error("ran after Stop") }, func() {})
+	never.Stop()
+	never.Wait()
+	never.Start(context.Background())
+}
