@@ -58,6 +58,7 @@ func newFakeShard(i int) *fakeShard {
 
 // call records a call of op and returns the error set for it.
 func (f *fakeShard) call(op string) error {
+	defer activity.notify()
 	f.calls[op]++
 	return f.fail[op]
 }
@@ -456,7 +457,7 @@ func (q *fakeQueue) manager(t interface {
 	Helper()
 	Fatal(...any)
 	Cleanup(func())
-}, opts Options, h hooks) *Manager {
+}, opts Options) *Manager {
 	t.Helper()
 	if opts.Queue == "" {
 		opts.Queue = "fake"
@@ -476,9 +477,40 @@ func (q *fakeQueue) manager(t interface {
 		},
 		masters: func(context.Context) (rdb.Masters, bool, error) { return rdb.Masters{}, false, nil },
 		store:   q.store,
-	}, opts, h)
+	}, opts)
 	t.Cleanup(func() { _ = m.Close() })
 	return m
 }
 
 var errFakeDown = errors.New("dial tcp 127.0.0.1:1: connect: connection refused")
+
+// activity is signalled at every call to a fake: what until waits for
+// before it looks again, instead of a timer. A part's state changes as a
+// call returns, and every part that runs calls again (a tick, the next
+// read), so a condition that becomes true is seen at the next call.
+var activity broadcast
+
+// broadcast: wait returns a channel that the next notify
+// closes.
+type broadcast struct {
+	mu sync.Mutex
+	ch chan struct{}
+}
+
+func (s *broadcast) wait() <-chan struct{} {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.ch == nil {
+		s.ch = make(chan struct{})
+	}
+	return s.ch
+}
+
+func (s *broadcast) notify() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.ch != nil {
+		close(s.ch)
+		s.ch = nil
+	}
+}

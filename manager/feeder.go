@@ -59,7 +59,6 @@ type feederParams struct {
 	// publishTypes stores the structure of a handle's types (see
 	// Manager.publishTypes).
 	publishTypes func(ctx context.Context, sig string, types []string) error
-	beforeSend   func() // a test's hook, before each submit; nil in use
 }
 
 // window is a set of tasks registered with the batch and ready to submit:
@@ -187,9 +186,6 @@ func (f *feeder[Out]) send(ctx context.Context, w *window) error {
 	err := eachShard(maps.Clone(w.unsent), func(s *shard, tasks []wire.Task) error {
 		s.sendMu.RLock()
 		defer s.sendMu.RUnlock()
-		if f.beforeSend != nil {
-			f.beforeSend()
-		}
 		var count int64
 		var intact bool
 		err := f.faults.call(s, fmt.Sprintf("submitting %q", f.b.fn), func() (err error) {

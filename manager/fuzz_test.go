@@ -67,7 +67,7 @@ func FuzzResultPath(f *testing.F) {
 		q := newFakeQueue(1)
 		q.shards[0].entry = func(tid string) []byte { return fuzzEntry(tid, tail) }
 		q.shards[0].setRun(squares)
-		m := q.manager(t, Options{}, hooks{})
+		m := q.manager(t, Options{})
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
 		xs := []int{1, 2, 3}
@@ -147,7 +147,7 @@ func TestResultPanicFailsItsTask(t *testing.T) {
 		}
 		return e.Bytes(), nil
 	})
-	m := q.manager(t, Options{}, hooks{})
+	m := q.manager(t, Options{})
 	ctx := unitCtx(t)
 	ys, err := Map(ctx, m, touchyFunc, []int{1, 2, 13, 14, 5, 6}, ChunkSize(2))
 	var be *redmap.BatchError

@@ -89,22 +89,10 @@ type counters struct {
 	resultBytes atomic.Int64 // bytes of results read
 }
 
-// hooks are what a test of the package injects (newManager). Each is nil in
-// use.
-type hooks struct {
-	send    func() // before each submit script is sent
-	checked func() // after each check for lost data
-}
-
 // New returns a manager of client for opts.Queue and starts its result
 // collector. It validates opts and returns an error naming the first bad
 // field. Close it to release its goroutines and its keys in Redis.
 func New(client redis.UniversalClient, opts Options) (*Manager, error) {
-	return newManager(client, opts, hooks{})
-}
-
-// newManager is New with a test's hooks, in place before the parts start.
-func newManager(client redis.UniversalClient, opts Options, h hooks) (*Manager, error) {
 	if client == nil {
 		return nil, errors.New("manager: nil Redis client")
 	}
@@ -112,16 +100,21 @@ func newManager(client redis.UniversalClient, opts Options, h hooks) (*Manager, 
 	if err != nil {
 		return nil, err
 	}
-	m := assemble(seams{
+	m := assemble(clientSeams(client, opts), opts)
+	m.addr = rdb.Addr(client)
+	return m, nil
+}
+
+// clientSeams returns the manager's seams to Redis through client.
+func clientSeams(client redis.UniversalClient, opts Options) seams {
+	return seams{
 		queue: rdb.New(client, opts.Prefix, opts.Queue),
 		shard: func(name string, i int) shardRedis { return rdb.NewShard(client, opts.Prefix, name, i) },
 		masters: func(ctx context.Context) (rdb.Masters, bool, error) {
 			return rdb.ClusterMasters(ctx, client)
 		},
 		store: cache.NewStore(client, opts.Prefix, opts.PartSize),
-	}, opts, h)
-	m.addr = rdb.Addr(client)
-	return m, nil
+	}
 }
 
 // seams are the manager's ways to Redis: internal/rdb's in use, fakes in
@@ -135,7 +128,7 @@ type seams struct {
 
 // assemble builds a manager's parts over its seams to Redis and starts them;
 // opts have their defaults.
-func assemble(r seams, opts Options, h hooks) *Manager {
+func assemble(r seams, opts Options) *Manager {
 	mid := id.New()
 	m := &Manager{
 		tracer:  tracing.Tracer(opts.TracerProvider),
@@ -155,14 +148,14 @@ func assemble(r seams, opts Options, h hooks) *Manager {
 	m.env = batchEnv{mid: mid, tracer: m.tracer, log: m.log, ended: &m.stats.ended, costs: &m.costs, batches: m.batches,
 		history: m.history, tasks: &withdrawal{mid: mid, pending: m.pending, router: m.router, log: m.log}}
 	m.feeding = feederParams{mid: mid, opts: opts, router: m.router, pending: m.pending, batches: m.batches,
-		costs: &m.costs, faults: m.faults, running: &m.feeders, beforeSend: h.send, publishTypes: m.publishTypes}
+		costs: &m.costs, faults: m.faults, running: &m.feeders, publishTypes: m.publishTypes}
 	m.background = part.List{
 		newKeeper(keeperParams{mid: mid, ttl: opts.KeyTTL, router: m.router, holds: m.holds, batches: m.batches,
 			ended: &m.stats.ended, faults: m.faults, due: lostAfter(opts.Poll, opts.KeyTTL), log: m.log}, opts.Poll),
 		newReaper(reaperParams{queue: opts.Queue, noWorkerTimeout: opts.NoWorkerTimeout, router: m.router,
 			batches: m.batches, faults: m.faults, log: m.log}, opts.Poll),
 		newRecoverer(recovererParams{mid: mid, ttl: opts.KeyTTL, router: m.router, pending: m.pending,
-			holds: m.holds, faults: m.faults, checked: h.checked, log: m.log}, opts.Poll),
+			holds: m.holds, faults: m.faults, log: m.log}, opts.Poll),
 	}
 	m.collect(m.router.first())
 	m.history.Start(m.ctx)

@@ -42,12 +42,18 @@ func unitCtx(t *testing.T) context.Context {
 
 func until(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(redistest.WaitLimit(t))
-	for !cond() {
-		if time.Now().After(deadline) {
+	deadline := time.NewTimer(redistest.WaitLimit(t))
+	defer deadline.Stop()
+	for {
+		next := activity.wait() // taken before looking, so no call is missed
+		if cond() {
+			return
+		}
+		select {
+		case <-next:
+		case <-deadline.C:
 			t.Fatalf("timed out waiting until %s", what)
 		}
-		time.Sleep(time.Millisecond)
 	}
 }
 
@@ -81,7 +87,7 @@ func (f *fakeShard) taskIDs() []string {
 func TestFeederAndCollector(t *testing.T) {
 	q := newFakeQueue(1)
 	q.shards[0].run = squares
-	m := q.manager(t, Options{}, hooks{})
+	m := q.manager(t, Options{})
 	ys, err := Map(unitCtx(t), m, square, count(1000), ChunkSize(10))
 	if err != nil {
 		t.Fatal(err)
@@ -103,7 +109,7 @@ func TestRouterSpreadsTasks(t *testing.T) {
 		s.setRun(squares)
 	}
 	q.shards[0].workers = []string{"w1"}
-	m := q.manager(t, Options{}, hooks{})
+	m := q.manager(t, Options{})
 	ys, err := Map(unitCtx(t), m, square, count(3000), ChunkSize(10))
 	if err != nil {
 		t.Fatal(err)
@@ -170,7 +176,7 @@ func TestCollectorDropsDuplicatesAndStrangers(t *testing.T) {
 	q := newFakeQueue(1)
 	s := q.shards[0]
 	s.setRun(squares)
-	m := q.manager(t, Options{}, hooks{})
+	m := q.manager(t, Options{})
 	s.setRun(nil) // results come when the test says
 	b, err := Submit(unitCtx(t), m, square, count(2), ChunkSize(1))
 	if err != nil {
@@ -201,7 +207,7 @@ func TestCollectorDropsDuplicatesAndStrangers(t *testing.T) {
 func TestCollectorLostAndPurged(t *testing.T) {
 	q := newFakeQueue(1)
 	s := q.shards[0]
-	m := q.manager(t, Options{}, hooks{})
+	m := q.manager(t, Options{})
 	b, err := Submit(unitCtx(t), m, square, count(2), ChunkSize(1))
 	if err != nil {
 		t.Fatal(err)
@@ -241,7 +247,7 @@ func TestCollectorRefusalAndOutage(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			q := newFakeQueue(1)
 			s := q.shards[0]
-			m := q.manager(t, Options{Poll: 5 * time.Millisecond, RedisTimeout: 50 * time.Millisecond}, hooks{})
+			m := q.manager(t, Options{Poll: 5 * time.Millisecond, RedisTimeout: 50 * time.Millisecond})
 			b, err := Submit(unitCtx(t), m, square, count(3), ChunkSize(1))
 			if err != nil {
 				t.Fatal(err)
@@ -264,7 +270,7 @@ func TestCollectorRefusalAndOutage(t *testing.T) {
 // running batches for operators, and ends a batch an operator cancelled.
 func TestKeeperPublishesAndRenews(t *testing.T) {
 	q := newFakeQueue(2)
-	m := q.manager(t, Options{Poll: 5 * time.Millisecond}, hooks{})
+	m := q.manager(t, Options{Poll: 5 * time.Millisecond})
 	b, err := Submit(unitCtx(t), m, square, count(4), ChunkSize(1))
 	if err != nil {
 		t.Fatal(err)
@@ -296,7 +302,7 @@ func TestKeeperPublishesAndRenews(t *testing.T) {
 func TestKeeperRestoresLostConstant(t *testing.T) {
 	q := newFakeQueue(1)
 	s := q.shards[0]
-	m := q.manager(t, Options{Poll: 5 * time.Millisecond}, hooks{})
+	m := q.manager(t, Options{Poll: 5 * time.Millisecond})
 	add := redmap.FuncWith("add", func(_ context.Context, c int, x int) (int, error) { return c + x, nil })
 	b, err := SubmitWith(unitCtx(t), m, add, 7, count(2), ChunkSize(1))
 	if err != nil {
@@ -333,7 +339,7 @@ func TestKeeperRestoresLostConstant(t *testing.T) {
 // batch's function, and fails its waiting elements after NoWorkerTimeout.
 func TestReaperChecksServed(t *testing.T) {
 	q := newFakeQueue(2)
-	m := q.manager(t, Options{Poll: 5 * time.Millisecond, NoWorkerTimeout: 50 * time.Millisecond}, hooks{})
+	m := q.manager(t, Options{Poll: 5 * time.Millisecond, NoWorkerTimeout: 50 * time.Millisecond})
 	b, err := Submit(unitCtx(t), m, square, count(4), ChunkSize(1))
 	if err != nil {
 		t.Fatal(err)
@@ -354,7 +360,7 @@ func TestReaperLeavesServedBatch(t *testing.T) {
 	s := q.shards[0]
 	s.served["square"] = true
 	var checks int
-	m := q.manager(t, Options{Poll: 5 * time.Millisecond, NoWorkerTimeout: 20 * time.Millisecond}, hooks{})
+	m := q.manager(t, Options{Poll: 5 * time.Millisecond, NoWorkerTimeout: 20 * time.Millisecond})
 	b, err := Submit(unitCtx(t), m, square, count(2), ChunkSize(1))
 	if err != nil {
 		t.Fatal(err)
@@ -382,7 +388,7 @@ func TestReaperLeavesServedBatch(t *testing.T) {
 // results count.
 func TestRecovererPutsBackLostTasks(t *testing.T) {
 	q := newFakeQueue(2)
-	m := q.manager(t, Options{Poll: 5 * time.Millisecond}, hooks{})
+	m := q.manager(t, Options{Poll: 5 * time.Millisecond})
 	b, err := Submit(unitCtx(t), m, square, count(6), ChunkSize(1))
 	if err != nil {
 		t.Fatal(err)
@@ -426,7 +432,7 @@ func TestRecovererPutsBackLostTasks(t *testing.T) {
 // returns.
 func TestCloseWithdrawsAndDrops(t *testing.T) {
 	q := newFakeQueue(2)
-	m := q.manager(t, Options{Poll: 5 * time.Millisecond}, hooks{})
+	m := q.manager(t, Options{Poll: 5 * time.Millisecond})
 	b, err := Submit(unitCtx(t), m, square, count(4), ChunkSize(1))
 	if err != nil {
 		t.Fatal(err)
@@ -456,7 +462,7 @@ func TestSubmitRidesOutages(t *testing.T) {
 	q := newFakeQueue(1)
 	s := q.shards[0]
 	s.setRun(squares)
-	m := q.manager(t, Options{RedisTimeout: time.Hour}, hooks{})
+	m := q.manager(t, Options{RedisTimeout: time.Hour})
 	s.setFail("submit", errFakeDown)
 	done := make(chan error, 1)
 	go func() {
@@ -473,7 +479,7 @@ func TestSubmitRidesOutages(t *testing.T) {
 	}
 
 	short := newFakeQueue(1)
-	m2 := short.manager(t, Options{RedisTimeout: 20 * time.Millisecond}, hooks{})
+	m2 := short.manager(t, Options{RedisTimeout: 20 * time.Millisecond})
 	short.shards[0].setFail("submit", errFakeDown)
 	if _, err := Map(unitCtx(t), m2, square, count(5)); !errors.Is(err, redmap.ErrUnavailable) {
 		t.Fatalf("err = %v, want ErrUnavailable", err)

@@ -11,6 +11,7 @@ import (
 
 	"github.com/redmap/redmap"
 	"github.com/redmap/redmap/internal/redistest"
+	"github.com/redmap/redmap/internal/wire"
 	"github.com/redmap/redmap/worker"
 )
 
@@ -39,43 +40,24 @@ func (r *recorder) all() []string {
 var square = redmap.Func("square", func(_ context.Context, x int) (int, error) { return x * x, nil })
 
 // On a healthy Redis no data loss is ever reported, nor anything submitted
-// again, whatever the timing of submits against checks: here every submit
-// script is held back until the manager has checked for lost data while the
-// submit's tasks are registered as outstanding (the race that once read a
-// missing task set as a loss). And a clean Close logs nothing above Debug.
+// again, whatever the timing of submits against checks: here the manager's
+// seam holds every submit script of a feeder back until the manager has
+// checked for lost data while the submit's tasks are registered as
+// outstanding (the race that once read a missing task set as a loss). And a
+// clean Close logs nothing above Debug.
 func TestNoFalseAlarm(t *testing.T) {
 	srv := redistest.Shared(t)
 	c := srv.Client(t)
 	queue := redistest.Queue(t)
-	var (
-		mu      sync.Mutex
-		waiting chan struct{} // closed by the next check
-		held    int
-	)
-	h := hooks{
-		checked: func() {
-			mu.Lock()
-			if waiting != nil {
-				close(waiting)
-				waiting = nil
-			}
-			mu.Unlock()
-		},
-		send: func() {
-			ch := make(chan struct{})
-			mu.Lock()
-			waiting = ch
-			held++
-			mu.Unlock()
-			<-ch
-		},
-	}
-
 	logs := &recorder{}
-	m, err := newManager(c, Options{Queue: queue, Poll: 50 * time.Millisecond, Logger: slog.New(logs)}, h)
+	opts, err := Options{Queue: queue, Poll: 50 * time.Millisecond, Logger: slog.New(logs)}.withDefaults()
 	if err != nil {
 		t.Fatal(err)
 	}
+	r := clientSeams(c, opts)
+	seam := &checkFirst{queueRedis: r.queue}
+	r.queue = seam
+	m := assemble(r, opts)
 	w, err := worker.New(c, worker.Options{Queue: queue, Concurrency: 2})
 	if err != nil {
 		t.Fatal(err)
@@ -100,12 +82,11 @@ func TestNoFalseAlarm(t *testing.T) {
 	if err := <-ran; err != nil {
 		t.Fatal(err)
 	}
-	mu.Lock()
+	held := seam.count()
 	t.Logf("%d submits each held until a check had run", held)
 	if held < 5 {
 		t.Fatalf("only %d submits were held back: the race was not exercised", held)
 	}
-	mu.Unlock()
 	for _, msg := range logs.all() {
 		if strings.Contains(msg, "lost") || strings.Contains(msg, "again") {
 			t.Errorf("false alarm on a healthy Redis: %s", msg)
@@ -153,4 +134,44 @@ func TestChunkEndsOnce(t *testing.T) {
 	if n != 6 {
 		t.Fatalf("Results yielded %d, want 6", n)
 	}
+}
+
+// checkFirst is a manager's seam to Redis that holds each feeder's submit
+// (one that installs no new epoch: not a recovery's) until the next check
+// for lost data (Submitted) has returned.
+type checkFirst struct {
+	queueRedis
+	mu      sync.Mutex
+	waiting chan struct{} // closed by the next check
+	held    int
+}
+
+func (c *checkFirst) Submit(ctx context.Context, mid, wid string, lane wire.Lane, tasks []wire.Task, ttl time.Duration, exp wire.Expect) (int64, bool, error) {
+	if exp.NewEpoch == "" {
+		ch := make(chan struct{})
+		c.mu.Lock()
+		c.waiting = ch
+		c.held++
+		c.mu.Unlock()
+		<-ch
+	}
+	return c.queueRedis.Submit(ctx, mid, wid, lane, tasks, ttl, exp)
+}
+
+func (c *checkFirst) Submitted(ctx context.Context, mid string) (int64, string, error) {
+	n, epoch, err := c.queueRedis.Submitted(ctx, mid)
+	c.mu.Lock()
+	if c.waiting != nil {
+		close(c.waiting)
+		c.waiting = nil
+	}
+	c.mu.Unlock()
+	return n, epoch, err
+}
+
+// count returns how many submits were held.
+func (c *checkFirst) count() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.held
 }

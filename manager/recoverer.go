@@ -26,7 +26,6 @@ type recovererParams struct {
 	pending *pendingTasks
 	holds   *holds
 	faults  *faults
-	checked func() // a test's hook, after each check; nil in use
 	log     *slog.Logger
 }
 
@@ -60,9 +59,6 @@ func (r *recoverer) check(ctx context.Context, s *shard) {
 		have, hasEpoch, err = s.rdb.Submitted(ctx, r.mid)
 		return err
 	})
-	if r.checked != nil {
-		r.checked()
-	}
 	if !ok {
 		return
 	}

@@ -43,10 +43,8 @@ type executorsParams struct {
 	ran      func(time.Duration)
 	counters *counters
 	// stale is how long a prefetched task may wait before the executors
-	// check, before running it, that its batch still wants it (staleAfter;
-	// 0 in a test that has every task checked).
-	stale   time.Duration
-	suspect func(wire.Taken) // a test's hook: a suspect starts, holding the executors alone
+	// check, before running it, that its batch still wants it (staleAfter).
+	stale time.Duration
 }
 
 func newExecutors(p executorsParams) *executors {
@@ -114,9 +112,6 @@ func (e *executors) run(ctx context.Context, j job) {
 	if j.Attempt > 0 {
 		e.alone.Lock()
 		defer e.alone.Unlock()
-		if e.suspect != nil {
-			e.suspect(j.Taken)
-		}
 	} else {
 		e.alone.RLock()
 		defer e.alone.RUnlock()

@@ -42,6 +42,7 @@ func newFakeShard(i int, name string) *fakeShard {
 }
 
 func (f *fakeShard) call(op string) error {
+	defer activity.notify()
 	f.calls[op]++
 	return f.fail[op]
 }
@@ -331,4 +332,35 @@ func (q *fakeQueue) source(failed func(string, error)) *source {
 			panic("no shard " + name)
 		},
 		failed: failed, log: slog.New(slog.DiscardHandler)})
+}
+
+// activity is signalled at every call to a fake: what until waits for
+// before it looks again, instead of a timer. A part's state changes as a
+// call returns, and every part that runs calls again (a tick, the next
+// read), so a condition that becomes true is seen at the next call.
+var activity broadcast
+
+// broadcast: wait returns a channel that the next notify
+// closes.
+type broadcast struct {
+	mu sync.Mutex
+	ch chan struct{}
+}
+
+func (s *broadcast) wait() <-chan struct{} {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.ch == nil {
+		s.ch = make(chan struct{})
+	}
+	return s.ch
+}
+
+func (s *broadcast) notify() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.ch != nil {
+		close(s.ch)
+		s.ch = nil
+	}
 }

@@ -35,7 +35,6 @@ type fetcherParams struct {
 	// stopping is called once the fetcher is told to stop, before it has:
 	// the worker drains.
 	stopping func()
-	emptying func() // a test's hook: the fetcher begins to wait for the worker to hold nothing
 	log      *slog.Logger
 }
 
@@ -119,9 +118,6 @@ func (f *fetcher) handOut(ctx context.Context, r round) bool {
 	if !f.hand(ctx, r.taken) && !r.suspectWaits {
 		f.orphanWait.Reset()
 		return true
-	}
-	if f.emptying != nil {
-		f.emptying()
 	}
 	select {
 	case <-f.held.emptied():

@@ -26,7 +26,6 @@ type finisherParams struct {
 	held     *held
 	counters *counters
 	failed   func(op string, err error)
-	before   func([]wire.Done) // a test's hook: a batch of results is about to be reported
 }
 
 // maxFinish caps the results reported in one Finish call.
@@ -66,9 +65,6 @@ func (f *finisher) report(ctx context.Context) {
 // set in Redis, and the sweep of orphans returns them to the queue to run
 // again.
 func (f *finisher) finish(ctx context.Context, batch []wire.Done) {
-	if f.before != nil {
-		f.before(batch)
-	}
 	defer func() {
 		for _, d := range batch {
 			f.held.release(d.ID)

@@ -25,12 +25,18 @@ import (
 
 func until(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(redistest.WaitLimit(t))
-	for !cond() {
-		if time.Now().After(deadline) {
+	deadline := time.NewTimer(redistest.WaitLimit(t))
+	defer deadline.Stop()
+	for {
+		next := activity.wait() // taken before looking, so no call is missed
+		if cond() {
+			return
+		}
+		select {
+		case <-next:
+		case <-deadline.C:
 			t.Fatalf("timed out waiting until %s", what)
 		}
-		time.Sleep(time.Millisecond)
 	}
 }
 
@@ -39,11 +45,17 @@ var negate = redmap.Func("negate", func(_ context.Context, x int) (int, error) {
 // task returns a task of negate over xs, as a manager submits it.
 func task(t *testing.T, id string, attempt int, xs ...int) wire.Taken {
 	t.Helper()
+	return taskOf(t, negate, id, attempt, xs...)
+}
+
+// taskOf returns a task of h over xs, as a manager submits it.
+func taskOf(t *testing.T, h *redmap.Handle[int, int], id string, attempt int, xs ...int) wire.Taken {
+	t.Helper()
 	in, err := codec.EncodeElements(xs, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
-	payload, err := codec.EncodeTask(&codec.Task{Func: negate.Name(), Sig: negate.Signature(), Count: len(xs), Input: in})
+	payload, err := codec.EncodeTask(&codec.Task{Func: h.Name(), Sig: h.Signature(), Count: len(xs), Input: in})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -219,14 +231,20 @@ func TestSourceTakesPastAFailedShard(t *testing.T) {
 func TestFetcherTakesSuspectAlone(t *testing.T) {
 	q := newFakeQueue()
 	s := q.shards[0]
-	s.add(task(t, "a", 0, 1), task(t, "suspect", 1, 2), task(t, "b", 0, 3))
-	w := fakeWorker(t, q, Options{Concurrency: 4, Heartbeat: 10 * time.Millisecond})
+	// The suspect's function sees what the worker holds as it starts.
+	var w *Worker
 	var running, most atomic.Int32
-	w.hooks.suspect = func(wire.Taken) {
+	seen := redmap.Func("seeheld", func(_ context.Context, x int) (int, error) {
 		if n := int32(w.held.size()); n > most.Load() {
 			most.Store(n)
 		}
 		running.Add(1)
+		return -x, nil
+	})
+	s.add(task(t, "a", 0, 1), taskOf(t, seen, "suspect", 1, 2), task(t, "b", 0, 3))
+	w = fakeWorker(t, q, Options{Concurrency: 4, Heartbeat: 10 * time.Millisecond})
+	if err := w.Register(seen); err != nil {
+		t.Fatal(err)
 	}
 	stop := run(t, w)
 	until(t, "all three reported", func() bool { return len(s.results()) == 3 })

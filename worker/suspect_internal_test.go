@@ -5,9 +5,13 @@ import (
 	"slices"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/redmap/redmap"
+	"github.com/redmap/redmap/cache"
 	"github.com/redmap/redmap/internal/keys"
+	"github.com/redmap/redmap/internal/memo"
+	"github.com/redmap/redmap/internal/rdb"
 	"github.com/redmap/redmap/internal/redistest"
 	"github.com/redmap/redmap/internal/wire"
 	"github.com/redmap/redmap/manager"
@@ -15,15 +19,17 @@ import (
 
 // The schedule that cost an innocent task its attempts beside a poison pill
 // (TestFaultPoisonPill failed about once in 30-60 runs), made deterministic
-// with hooks. Two suspects are at the front of the queue: X, an innocent
-// task lost once beside the pill, and P, the pill. A worker of concurrency 2
-// takes X alone and runs it; its result then waits in the finisher, as
-// results do for a moment. Formerly the worker took P as soon as X had run,
-// and P ran "alone" while X's result was still unreported: P killed the
-// worker, and X was lost again, as often as the two met. Here the report of
-// X is held back for as long as the worker allows — until P starts, or until
-// the worker waits for X's report before it takes more — and when P starts,
-// the worker's held set in Redis must hold P alone.
+// in the worker's seam: the test wraps the worker's Redis. Two suspects are
+// at the front of the queue: X, an innocent task lost once beside the pill,
+// and P, the pill. A worker of concurrency 2 takes X alone and runs it; its
+// result then waits to be reported, as results do for a moment. Formerly
+// the worker took P as soon as X had run, and P ran "alone" while X's
+// result was still unreported: P killed the worker, and X was lost again,
+// as often as the two met. Here the seam holds X's report back for as long
+// as the worker allows — until P starts, or until a take of the worker's
+// brought it a suspect or left one waiting (then it waits to hold nothing
+// before it takes more) — and P's function, as it starts, reads the
+// worker's held set in Redis: it must hold P alone.
 func TestSuspectRunsWithNothingElseHeld(t *testing.T) {
 	t.Parallel()
 	srv := redistest.Shared(t)
@@ -31,9 +37,16 @@ func TestSuspectRunsWithNothingElseHeld(t *testing.T) {
 	queue := redistest.Queue(t)
 	ctx := context.Background()
 
-	release := make(chan struct{})
+	var (
+		release  = make(chan struct{})
+		pStarted = make(chan struct{})
+		heldAtP  []string
+		w        *Worker
+	)
 	fn := redmap.Func("suspects", func(_ context.Context, x int) (int, error) {
 		if x == 1 { // P: it would kill the worker; here it waits
+			heldAtP = c.SMembers(ctx, keys.Held("redmap", queue, w.ID())).Val()
+			close(pStarted)
 			<-release
 		}
 		return -x, nil
@@ -43,10 +56,13 @@ func TestSuspectRunsWithNothingElseHeld(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer m.Close()
-	w, err := New(c, Options{Queue: queue, Concurrency: 2})
+	opts, err := Options{Queue: queue, Concurrency: 2}.withDefaults()
 	if err != nil {
 		t.Fatal(err)
 	}
+	seam := &holdingBack{queueRedis: rdb.New(c, opts.Prefix, queue), released: pStarted, waits: make(chan struct{})}
+	w = assemble(opts, seam, func(name string, i int) shardRedis { return rdb.NewShard(c, opts.Prefix, name, i) },
+		memo.New(cache.NewStore(c, opts.Prefix, 0), 1<<20))
 	if err := w.Register(fn); err != nil {
 		t.Fatal(err)
 	}
@@ -59,45 +75,16 @@ func TestSuspectRunsWithNothingElseHeld(t *testing.T) {
 		t.Fatalf("the queue holds %v, want 2 tasks", ids)
 	}
 	x, p := ids[0], ids[1]
+	seam.x = x
 	for _, tid := range ids {
 		c.HSet(ctx, keys.Attempts("redmap", queue, m.ID()), tid, 1) // both lost once
-	}
-
-	var (
-		mu        sync.Mutex
-		emptying  = make(chan struct{}) // the fetcher waits for the worker to hold nothing
-		emptyOnce sync.Once
-		pStarted  = make(chan struct{})
-		heldAtP   []string
-	)
-	w.hooks.emptying = func() { emptyOnce.Do(func() { close(emptying) }) }
-	w.hooks.finish = func(done []wire.Done) {
-		for _, d := range done {
-			if d.ID == x {
-				select { // hold X's report back as long as the worker allows
-				case <-emptying:
-				case <-pStarted:
-				}
-			}
-		}
-	}
-	w.hooks.suspect = func(tk wire.Taken) {
-		if tk.ID != p {
-			return
-		}
-		mu.Lock()
-		heldAtP = c.SMembers(ctx, keys.Held("redmap", queue, w.ID())).Val()
-		mu.Unlock()
-		close(pStarted)
 	}
 
 	wctx, stop := context.WithCancel(ctx)
 	ran := make(chan error, 1)
 	go func() { ran <- w.Run(wctx) }()
 	<-pStarted
-	mu.Lock()
 	got := heldAtP
-	mu.Unlock()
 	close(release)
 	ys, err := batch.Wait(ctx)
 	stop()
@@ -110,4 +97,45 @@ func TestSuspectRunsWithNothingElseHeld(t *testing.T) {
 	if err != nil || ys[0] != 0 || ys[1] != -1 {
 		t.Fatalf("batch: %v, %v", ys, err)
 	}
+}
+
+// holdingBack is a worker's seam to Redis that holds the report of task x
+// back until released is closed or a take has brought a suspect or left
+// one waiting (waits is closed then): the worker then waits to hold
+// nothing, so the report must go.
+type holdingBack struct {
+	queueRedis
+	x        string
+	released chan struct{}
+	waits    chan struct{}
+	once     sync.Once
+}
+
+func (h *holdingBack) Take(ctx context.Context, wid string, n int, lease time.Duration, holding, known int, serves []string) ([]wire.Taken, wire.TakeEnd, error) {
+	taken, end, err := h.queueRedis.Take(ctx, wid, n, lease, holding, known, serves)
+	h.saw(taken, end)
+	return taken, end, err
+}
+
+func (h *holdingBack) WaitTake(ctx context.Context, wid string, n int, lease, timeout time.Duration, holding, known int, serves []string) ([]wire.Taken, wire.TakeEnd, error) {
+	taken, end, err := h.queueRedis.WaitTake(ctx, wid, n, lease, timeout, holding, known, serves)
+	h.saw(taken, end)
+	return taken, end, err
+}
+
+// saw closes waits if a take brought a suspect or left one waiting.
+func (h *holdingBack) saw(taken []wire.Taken, end wire.TakeEnd) {
+	if end.Suspect || slices.ContainsFunc(taken, func(t wire.Taken) bool { return t.Attempt > 0 }) {
+		h.once.Do(func() { close(h.waits) })
+	}
+}
+
+func (h *holdingBack) Finish(ctx context.Context, wid string, done []wire.Done) (int, error) {
+	if slices.ContainsFunc(done, func(d wire.Done) bool { return d.ID == h.x }) {
+		select { // hold X's report back as long as the worker allows
+		case <-h.waits:
+		case <-h.released:
+		}
+	}
+	return h.queueRedis.Finish(ctx, wid, done)
 }

@@ -61,17 +61,7 @@ type Worker struct {
 
 	mismatches sync.Map // manager signature -> how it differs from the worker's handle
 
-	checked bool  // worker.Main ran the start-up check: Run does not again
-	hooks   hooks // set by tests before Run; all zero otherwise
-}
-
-// hooks are what a test of the package injects into a worker's parts, set
-// before Run. Each is nil (or false) in use.
-type hooks struct {
-	emptying func()            // the fetcher begins to wait for the worker to hold nothing
-	finish   func([]wire.Done) // a batch of results is about to be reported
-	suspect  func(wire.Taken)  // a suspect starts, holding the executors alone
-	checkAll bool              // check every prefetched task still wanted, however short its wait
+	checked bool // worker.Main ran the start-up check: Run does not again
 }
 
 // problem is the last failed Redis call of a worker's parts, for
@@ -236,21 +226,16 @@ func (w *Worker) parts() workerParts {
 	jobs := make(chan job, capacity)
 	s := newSlots(func() int { return w.opts.Concurrency + w.prefetch() })
 	finish := newFinisher(finisherParams{capacity: capacity, source: w.source, held: w.held,
-		counters: &w.counters, failed: w.failed, before: w.hooks.finish})
-	stale := staleAfter
-	if w.hooks.checkAll {
-		stale = 0
-	}
+		counters: &w.counters, failed: w.failed})
 	exec := newExecutors(executorsParams{n: w.opts.Concurrency, jobs: jobs, results: finish.results, slots: s, held: w.held,
-		source: w.source, execute: w.execute, ran: w.taskTimes.observe, counters: &w.counters,
-		stale: stale, suspect: w.hooks.suspect})
+		source: w.source, execute: w.execute, ran: w.taskTimes.observe, counters: &w.counters, stale: staleAfter})
 	fetch := newFetcher(fetcherParams{wid: w.opts.ID, heartbeat: w.opts.Heartbeat, jobs: jobs,
 		source: w.source, held: w.held, slots: s, counters: &w.counters, failed: w.failed,
 		stopping: func() {
 			w.draining.Store(true)
 			exec.Stop()
 		},
-		emptying: w.hooks.emptying, log: w.log})
+		log: w.log})
 	upkeep := newMaintainer(maintainerParams{wid: w.opts.ID, lease: w.opts.Lease, source: w.source, held: w.held,
 		failures: &w.failures, counters: &w.counters, info: w.info, problem: &w.problem, failed: w.failed,
 		drain: fetch.Stop, draining: w.draining.Load, log: w.log}, w.opts.Heartbeat)

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"strings"
 	"time"
 
@@ -226,7 +227,11 @@ func (r *RDB) Preflight(ctx context.Context, budget, heal time.Duration, log *sl
 		}
 		if time.Now().After(deadline) {
 			// go-redis retries a refused dial until the deadline, so the
-			// error is often only that: say what it means.
+			// error is often only that: say what it means, and why, if one
+			// dial says.
+			if cause == nil {
+				cause = dialCause(ctx, r.c)
+			}
 			// The budget that applied: budget, or heal once PING answered.
 			return fmt.Errorf("no answer from Redis within %v: %w", max(deadline.Sub(start), time.Second), cmp.Or(cause, err))
 		}
@@ -245,5 +250,30 @@ func (r *RDB) Preflight(ctx context.Context, budget, heal time.Duration, log *sl
 		log.Warn("Redis's maxmemory-policy may evict redmap's keys when memory is full, and work would be lost and redone; set maxmemory-policy noeviction",
 			"maxmemory_policy", s.Policy)
 	}
+	return nil
+}
+
+// dialCause dials a single server's client's address once, for why its
+// pings ran out of time (go-redis retries a refused dial until the ping's
+// deadline, which leaves only that to say): the dial's error, or nil if it
+// connects or c is not a single server's client.
+func dialCause(ctx context.Context, c redis.UniversalClient) error {
+	cl, ok := c.(*redis.Client)
+	if !ok {
+		return nil
+	}
+	o := cl.Options()
+	ctx, cancel := context.WithTimeout(ctx, time.Second)
+	defer cancel()
+	dial := o.Dialer
+	if dial == nil {
+		var d net.Dialer
+		dial = d.DialContext
+	}
+	conn, err := dial(ctx, cmp.Or(o.Network, "tcp"), o.Addr)
+	if err != nil {
+		return err
+	}
+	conn.Close()
 	return nil
 }

@@ -401,6 +401,16 @@ func TestUnreachable(t *testing.T) {
 	if err == nil || Unreachable(err) {
 		t.Fatalf("an error reply (%v) is not unreachability", err)
 	}
+	// A ping that ran out of time says why through one dial: nothing to
+	// say of a server that is there, the refusal of one that is not.
+	if err := dialCause(context.Background(), c); err != nil {
+		t.Fatalf("dialCause of a live server: %v", err)
+	}
+	gone := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"})
+	defer gone.Close()
+	if err := dialCause(context.Background(), gone); err == nil || !strings.Contains(err.Error(), "connection refused") {
+		t.Fatalf("dialCause of no server: %v, want the refused dial", err)
+	}
 	srv.Kill(t)
 	err = c.Ping(context.Background()).Err()
 	if !Unreachable(err) {
