@@ -21,7 +21,7 @@ func BenchmarkRunChunk(b *testing.B) {
 	ctx := context.Background()
 	b.ReportAllocs()
 	for b.Loop() {
-		if _, fails := rt(h).Run(ctx, nil, 1000, frame, engine.Policy{Attempts: 3}); len(fails) != 0 {
+		if _, fails := rt(h).Run(ctx, nil, 1000, frame, engine.Policy{Attempts: 3}, nil); len(fails) != 0 {
 			b.Fatal(fails)
 		}
 	}

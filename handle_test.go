@@ -95,7 +95,7 @@ func TestRunFailsElementsAlone(t *testing.T) {
 	})
 	// 1, 2, 3, 4, then a string where an int belongs, then 6.
 	frame := []byte{0x96, 0x01, 0x02, 0x03, 0x04, 0xa1, 'x', 0x06}
-	values, fails := rt(h).Run(context.Background(), nil, 6, frame, engine.Policy{})
+	values, fails := rt(h).Run(context.Background(), nil, 6, frame, engine.Policy{}, nil)
 	out := make([]int, 6)
 	if err := codec.DecodeElements(values, out); err != nil {
 		t.Fatal(err)
@@ -125,7 +125,7 @@ func TestRunFailsElementsAlone(t *testing.T) {
 func TestHandleWithWrongConstantType(t *testing.T) {
 	h := redmap.FuncWith("g", func(_ context.Context, c string, x int) (int, error) { return len(c) + x, nil })
 	frame, _ := codec.EncodeElements([]int{1, 2}, 0)
-	_, fails := rt(h).Run(context.Background(), 42, 2, frame, engine.Policy{})
+	_, fails := rt(h).Run(context.Background(), 42, 2, frame, engine.Policy{}, nil)
 	if len(fails) != 1 || fails[0].Index != -1 || fails[0].Kind != codec.KindTypeMismatch {
 		t.Fatalf("fails %+v, want the whole task failing with a type mismatch", fails)
 	}
@@ -133,7 +133,7 @@ func TestHandleWithWrongConstantType(t *testing.T) {
 	if err != nil || c != "hi" {
 		t.Fatalf("decode constant: %v, %v", c, err)
 	}
-	values, fails := rt(h).Run(context.Background(), c, 2, frame, engine.Policy{})
+	values, fails := rt(h).Run(context.Background(), c, 2, frame, engine.Policy{}, nil)
 	out := make([]int, 2)
 	if err := codec.DecodeElements(values, out); err != nil || len(fails) != 0 || out[1] != 4 {
 		t.Fatalf("run: %v %v %+v", out, err, fails)
@@ -144,7 +144,7 @@ func TestPolicyRetriesAndTimeouts(t *testing.T) {
 	frame, _ := codec.EncodeElements([]int{0}, 0)
 	run := func(p engine.Policy, fn func(context.Context, int) (int, error)) (int, []codec.Failure) {
 		t.Helper()
-		values, fails := rt(redmap.Func("f", fn)).Run(context.Background(), nil, 1, frame, p)
+		values, fails := rt(redmap.Func("f", fn)).Run(context.Background(), nil, 1, frame, p, nil)
 		out := make([]int, 1)
 		if err := codec.DecodeElements(values, out); err != nil {
 			t.Fatal(err)

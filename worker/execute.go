@@ -62,7 +62,7 @@ func (w *Worker) execute(ctx context.Context, t wire.Taken) (done wire.Done) {
 			c.policy.OnRetry = retryEvent(span, c.policy.OnRetry)
 		}
 		stage = codec.KindPanic
-		res.Values, res.Fails = c.run(ctx)
+		res.Values, res.Fails = c.h.Run(ctx, c.constant, c.task.Count, c.task.Input, c.policy, c.reducer)
 	}
 	stage = codec.KindEncode
 	elapsed := time.Since(start)
@@ -103,14 +103,6 @@ type resolved struct {
 	reducer  *engine.Runtime
 	constant any
 	policy   engine.Policy
-}
-
-// run runs the task: its outputs, or their fold into one partial.
-func (c *resolved) run(ctx context.Context) ([]byte, []codec.Failure) {
-	if c.reducer != nil {
-		return c.h.Reduce(ctx, c.constant, c.task.Count, c.task.Input, c.policy, c.reducer)
-	}
-	return c.h.Run(ctx, c.constant, c.task.Count, c.task.Input, c.policy)
 }
 
 // decode decodes task t's envelope; one that does not decode fails whole,

@@ -46,15 +46,11 @@ func (rt *Runtime) DecodeConstant(b []byte) (any, error) {
 
 // Run runs the function over a frame of count inputs, with the decoded
 // constant data if the function takes any, under policy p, and returns the
-// frame of outputs and the elements that failed.
-func (rt *Runtime) Run(ctx context.Context, constant any, count int, input []byte, p Policy) ([]byte, []codec.Failure) {
-	return rt.run(ctx, constant, count, input, p, nil)
-}
-
-// Reduce is Run folding the outputs with reducer red instead of returning
-// them: the frame it returns holds one value, the fold of every output
-// whose element did not fail, or none if all failed.
-func (rt *Runtime) Reduce(ctx context.Context, constant any, count int, input []byte, p Policy, red *Runtime) ([]byte, []codec.Failure) {
+// frame of outputs and the elements that failed. With a reducer red (not
+// nil) it folds the outputs instead of returning them: the frame it
+// returns holds one value, the fold of every output whose element did not
+// fail, or none if all failed.
+func (rt *Runtime) Run(ctx context.Context, constant any, count int, input []byte, p Policy, red *Runtime) ([]byte, []codec.Failure) {
 	return rt.run(ctx, constant, count, input, p, red)
 }
 
