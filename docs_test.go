@@ -1,9 +1,13 @@
 package redmap
 
 import (
+	"go/ast"
+	"go/parser"
+	"go/token"
 	"os"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -59,4 +63,83 @@ func TestExamplesImportNoInternal(t *testing.T) {
 			t.Errorf("%s imports an internal package, which a user cannot copy", f)
 		}
 	}
+}
+
+// One element's path, as docs/ARCHITECTURE.md lists it in its path block,
+// is what the code declares: each function is in the file named, and the
+// count the document states is the block's.
+func TestPathCounted(t *testing.T) {
+	doc, err := os.ReadFile("docs/ARCHITECTURE.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, rest, ok := strings.Cut(string(doc), "```path\n")
+	block, _, ok2 := strings.Cut(rest, "```")
+	stated := regexp.MustCompile(`<!-- path: (\d+) functions in (\d+) files -->`).FindStringSubmatch(string(doc))
+	if !ok || !ok2 || stated == nil {
+		t.Fatal("docs/ARCHITECTURE.md has no path block, or no <!-- path: N functions in M files --> line")
+	}
+	functions, files := 0, 0
+	for line := range strings.Lines(block) {
+		file, names, _ := strings.Cut(strings.TrimSpace(line), ":")
+		if file == "" {
+			continue
+		}
+		files++
+		declared, err := declaredIn(file)
+		if err != nil {
+			t.Errorf("%s: %v", file, err)
+			continue
+		}
+		for _, name := range strings.Fields(names) {
+			functions++
+			if !declared[name] {
+				t.Errorf("%s does not declare %s", file, name)
+			}
+		}
+	}
+	t.Logf("one element's path: %d functions in %d files", functions, files)
+	if want := stated[1] + " functions in " + stated[2] + " files"; want != strconv.Itoa(functions)+" functions in "+strconv.Itoa(files)+" files" {
+		t.Errorf("ARCHITECTURE says %s; its path block has %d functions in %d files", want, functions, files)
+	}
+}
+
+// declaredIn returns the functions a Go file declares ("Type.Method" for
+// methods); a file of another kind (a Lua script) declares none.
+func declaredIn(file string) (map[string]bool, error) {
+	if _, err := os.Stat(file); err != nil {
+		return nil, err
+	}
+	out := map[string]bool{}
+	if filepath.Ext(file) != ".go" {
+		return out, nil
+	}
+	f, err := parser.ParseFile(token.NewFileSet(), file, nil, parser.SkipObjectResolution)
+	if err != nil {
+		return nil, err
+	}
+	for _, d := range f.Decls {
+		fd, ok := d.(*ast.FuncDecl)
+		if !ok {
+			continue
+		}
+		name := fd.Name.Name
+		if fd.Recv != nil && len(fd.Recv.List) > 0 {
+			typ := fd.Recv.List[0].Type
+			if star, ok := typ.(*ast.StarExpr); ok {
+				typ = star.X
+			}
+			switch x := typ.(type) {
+			case *ast.IndexExpr:
+				typ = x.X
+			case *ast.IndexListExpr:
+				typ = x.X
+			}
+			if id, ok := typ.(*ast.Ident); ok {
+				name = id.Name + "." + name
+			}
+		}
+		out[name] = true
+	}
+	return out, nil
 }
