@@ -44,7 +44,7 @@ type collectorParams struct {
 
 func newCollector(p collectorParams) *collector {
 	c := &collector{collectorParams: p}
-	c.Runner = part.Run(c.collect)
+	c.Runner = part.New(c.collect)
 	return c
 }
 

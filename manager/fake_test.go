@@ -335,7 +335,15 @@ func (f *fakeShard) PublishTypes(context.Context, string, []string) error {
 	return f.call("types")
 }
 
-func (f *fakeShard) PublishShards(_ context.Context, adopt bool, names []string) ([]string, error) {
+func (f *fakeShard) AdoptShards(_ context.Context, proposals []string) ([]string, error) {
+	return f.publishShards(true, proposals)
+}
+
+func (f *fakeShard) AddShards(_ context.Context, names []string) ([]string, error) {
+	return f.publishShards(false, names)
+}
+
+func (f *fakeShard) publishShards(adopt bool, names []string) ([]string, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if err := f.call("shards"); err != nil {

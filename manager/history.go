@@ -54,7 +54,7 @@ type pendingRecord struct {
 // newHistory returns the history writer of manager mid.
 func newHistory(mid string, store historyStore, limit int, age, budget time.Duration, log *slog.Logger) *history {
 	h := &history{mid: mid, store: store, limit: limit, age: age, budget: budget, log: log, wake: make(chan struct{}, 1)}
-	h.Runner = part.Run(h.run)
+	h.Runner = part.New(h.run)
 	return h
 }
 

@@ -141,7 +141,7 @@ func assemble(r seams, opts Options) *Manager {
 	}
 	m.ctx, m.cancel = context.WithCancel(context.Background())
 	m.router = newRouter(routerParams{queue: opts.Queue, shards: opts.Shards, first: r.queue, open: r.shard,
-		masters: r.masters, opened: m.collect, log: m.log})
+		masters: r.masters, opened: m.startCollector, log: m.log})
 	m.faults = &faults{router: m.router, pending: m.pending, queue: opts.Queue, timeout: opts.RedisTimeout, log: m.log}
 	m.holds = newHolds(r.store, mid, opts.KeyTTL, m.log)
 	m.history = newHistory(mid, r.queue, opts.History, opts.HistoryAge, min(opts.RedisTimeout, historyBudget), m.log)
@@ -157,14 +157,14 @@ func assemble(r seams, opts Options) *Manager {
 		newRecoverer(recovererParams{mid: mid, ttl: opts.KeyTTL, router: m.router, pending: m.pending,
 			holds: m.holds, faults: m.faults, log: m.log}, opts.Poll),
 	}
-	m.collect(m.router.first())
+	m.startCollector(m.router.first())
 	m.history.Start(m.ctx)
 	m.background.Start(m.ctx)
 	return m
 }
 
-// collect starts a collector of shard s.
-func (m *Manager) collect(s *shard) {
+// startCollector starts a collector of shard s.
+func (m *Manager) startCollector(s *shard) {
 	c := newCollector(collectorParams{shard: s, mid: m.id, poll: m.opts.Poll, maxFrame: m.opts.MaxFrame,
 		pending: m.pending, faults: m.faults, dropped: &m.stats.dropped, stale: m.staleResult, bytes: &m.stats.resultBytes, log: m.log})
 	m.partsMu.Lock()

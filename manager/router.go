@@ -175,7 +175,7 @@ func (r *router) openAll(ctx context.Context) error {
 	if r.p.shards == 1 || r.sharded() {
 		return nil
 	}
-	names, err := r.p.first.PublishShards(ctx, true, r.proposeNames(ctx))
+	names, err := r.p.first.AdoptShards(ctx, r.proposeNames(ctx))
 	if err != nil {
 		return redisCall{err}
 	}
@@ -264,6 +264,6 @@ func (r *router) publish(ctx context.Context) error {
 	if len(names) == 0 {
 		return nil
 	}
-	_, err := r.p.first.PublishShards(ctx, false, names)
+	_, err := r.p.first.AddShards(ctx, names)
 	return err
 }

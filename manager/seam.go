@@ -54,7 +54,8 @@ type queueRedis interface {
 	Served(ctx context.Context, calls []string) ([]wire.Serving, error)
 	Types(ctx context.Context, sig string) ([]string, error)
 	PublishTypes(ctx context.Context, sig string, types []string) error
-	PublishShards(ctx context.Context, adopt bool, names []string) ([]string, error)
+	AdoptShards(ctx context.Context, proposals []string) ([]string, error)
+	AddShards(ctx context.Context, names []string) ([]string, error)
 	PublishBatches(ctx context.Context, mid string, batches map[string]wire.BatchProgress, ttl, due time.Duration, ended int64) (cancels []string, err error)
 	historyStore
 }

@@ -46,7 +46,7 @@ type job struct {
 
 func newFetcher(p fetcherParams) *fetcher {
 	f := &fetcher{fetcherParams: p}
-	f.Runner = part.Run(f.run)
+	f.Runner = part.New(f.run)
 	return f
 }
 

@@ -69,8 +69,9 @@ type Runner struct {
 	done    chan struct{}
 }
 
-// Run returns a Runner of run, which should return once its context ends.
-func Run(run func(ctx context.Context)) *Runner {
+// New returns a Runner of run, which should return once its context ends;
+// it runs once Start is called.
+func New(run func(ctx context.Context)) *Runner {
 	return &Runner{run: run, done: make(chan struct{})}
 }
 
@@ -85,7 +86,7 @@ func Drain(run func(ctx context.Context), drain func()) *Runner {
 // Every returns a Runner that calls tick every interval until it is
 // stopped; the first tick comes one interval after Start.
 func Every(every time.Duration, tick func(ctx context.Context)) *Runner {
-	return Run(func(ctx context.Context) {
+	return New(func(ctx context.Context) {
 		t := time.NewTicker(every)
 		defer t.Stop()
 		for {
@@ -164,7 +165,7 @@ func (s *Set) Go(ctx context.Context, run func(ctx context.Context)) bool {
 		s.running = make(map[*Runner]struct{})
 	}
 	var r *Runner
-	r = Run(func(ctx context.Context) {
+	r = New(func(ctx context.Context) {
 		defer s.leave(r)
 		run(ctx)
 	})

@@ -11,7 +11,7 @@ import (
 
 func TestRunnerStopsItsFunction(t *testing.T) {
 	var ran atomic.Bool
-	r := Run(func(ctx context.Context) {
+	r := New(func(ctx context.Context) {
 		ran.Store(true)
 		<-ctx.Done()
 	})
@@ -28,7 +28,7 @@ func TestRunnerStopsItsFunction(t *testing.T) {
 
 func TestRunnerEndsWithItsContext(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
-	r := Run(func(ctx context.Context) { <-ctx.Done() })
+	r := New(func(ctx context.Context) { <-ctx.Done() })
 	r.Start(ctx)
 	cancel()
 	r.Wait()
@@ -36,7 +36,7 @@ func TestRunnerEndsWithItsContext(t *testing.T) {
 
 func TestRunnerStoppedBeforeStartNeverRuns(t *testing.T) {
 	var ran atomic.Bool
-	r := Run(func(context.Context) { ran.Store(true) })
+	r := New(func(context.Context) { ran.Store(true) })
 	r.Stop()
 	r.Wait() // returns: it was stopped before it started
 	r.Start(context.Background())
@@ -48,7 +48,7 @@ func TestRunnerStoppedBeforeStartNeverRuns(t *testing.T) {
 
 func TestRunnerStartsOnce(t *testing.T) {
 	var runs atomic.Int32
-	r := Run(func(ctx context.Context) {
+	r := New(func(ctx context.Context) {
 		runs.Add(1)
 		<-ctx.Done()
 	})
@@ -93,7 +93,7 @@ func TestListOrder(t *testing.T) {
 		mu.Unlock()
 	}
 	mk := func(name string) Part {
-		return Run(func(ctx context.Context) {
+		return New(func(ctx context.Context) {
 			note("start " + name)
 			<-ctx.Done()
 			note("end " + name)

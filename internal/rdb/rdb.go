@@ -383,18 +383,24 @@ func (r *RDB) Heartbeat(ctx context.Context, wid string, lease time.Duration, in
 	return wire.Beat{Drain: n[1] == 1, Shards: int(n[2]) + 1}, nil
 }
 
-// PublishShards records, in the queue's list of shard names (in shard 0),
-// the names of the shards other than 0 a manager uses, so that workers
-// serve them. With adopt (a manager's first call, before it submits),
-// names are proposals: for each index the list already has, the manager
-// takes the name there, and the list grows by the proposals beyond it; it
-// returns the names the manager is to use. Without, the names the list
-// lacks are added (after Redis lost it). One script call.
-func (r *RDB) PublishShards(ctx context.Context, adopt bool, names []string) ([]string, error) {
-	mode := "add"
-	if adopt {
-		mode = "adopt"
-	}
+// AdoptShards is a manager's first record, before it submits, in the
+// queue's list of shard names (in shard 0), of the shards other than 0 it
+// uses, so that workers serve them: names are proposals; for each index
+// the list already has, the manager takes the name there, and the list
+// grows by the proposals beyond it. It returns the names the manager is to
+// use. One script call.
+func (r *RDB) AdoptShards(ctx context.Context, proposals []string) ([]string, error) {
+	return r.publishShards(ctx, "adopt", proposals)
+}
+
+// AddShards adds to the queue's list of shard names those of names it
+// lacks (after Redis lost it), and returns the list. One script call.
+func (r *RDB) AddShards(ctx context.Context, names []string) ([]string, error) {
+	return r.publishShards(ctx, "add", names)
+}
+
+// publishShards runs shards.lua in mode "adopt" or "add".
+func (r *RDB) publishShards(ctx context.Context, mode string, names []string) ([]string, error) {
 	args := []any{mode}
 	for _, n := range names[:min(len(names), keys.MaxShards-1)] {
 		args = append(args, n)
@@ -406,7 +412,7 @@ func (r *RDB) PublishShards(ctx context.Context, adopt bool, names []string) ([]
 	return got, nil
 }
 
-// ShardNames returns the queue's list of shard names (see PublishShards).
+// ShardNames returns the queue's list of shard names (see AdoptShards).
 // One LRANGE.
 func (r *RDB) ShardNames(ctx context.Context) ([]string, error) {
 	names, err := r.c.LRange(ctx, keys.ShardNames(r.prefix, r.queue), 0, keys.MaxShards).Result()

@@ -654,23 +654,23 @@ func TestShardCountLearned(t *testing.T) {
 		t.Fatalf("heartbeat before any manager published: %+v, %v; want 1 shard", beat, err)
 	}
 	q := f.queue
-	if got, err := f.r.PublishShards(ctx, true, []string{q + "#1.7", q + "#2"}); err != nil || !slices.Equal(got, []string{q + "#1.7", q + "#2"}) {
+	if got, err := f.r.AdoptShards(ctx, []string{q + "#1.7", q + "#2"}); err != nil || !slices.Equal(got, []string{q + "#1.7", q + "#2"}) {
 		t.Fatalf("first manager's names: %v, %v", got, err)
 	}
 	// A later manager of more shards takes the names there are, and adds
 	// its own beyond them; one of fewer takes the first.
-	if got, err := f.r.PublishShards(ctx, true, []string{q + "#1", q + "#2.3", q + "#3"}); err != nil || !slices.Equal(got, []string{q + "#1.7", q + "#2", q + "#3"}) {
+	if got, err := f.r.AdoptShards(ctx, []string{q + "#1", q + "#2.3", q + "#3"}); err != nil || !slices.Equal(got, []string{q + "#1.7", q + "#2", q + "#3"}) {
 		t.Fatalf("second manager's names: %v, %v", got, err)
 	}
-	if got, err := f.r.PublishShards(ctx, true, []string{q + "#1"}); err != nil || !slices.Equal(got, []string{q + "#1.7"}) {
+	if got, err := f.r.AdoptShards(ctx, []string{q + "#1"}); err != nil || !slices.Equal(got, []string{q + "#1.7"}) {
 		t.Fatalf("third manager's names: %v, %v", got, err)
 	}
 	// After a loss, a manager puts its names back; present ones stay once.
 	f.c.Del(ctx, keys.ShardNames("rm", q))
-	if got, err := f.r.PublishShards(ctx, false, []string{q + "#1.7", q + "#2"}); err != nil || len(got) != 2 {
+	if got, err := f.r.AddShards(ctx, []string{q + "#1.7", q + "#2"}); err != nil || len(got) != 2 {
 		t.Fatalf("names put back: %v, %v", got, err)
 	}
-	if got, err := f.r.PublishShards(ctx, false, []string{q + "#1.7", q + "#2", q + "#3"}); err != nil || !slices.Equal(got, []string{q + "#1.7", q + "#2", q + "#3"}) {
+	if got, err := f.r.AddShards(ctx, []string{q + "#1.7", q + "#2", q + "#3"}); err != nil || !slices.Equal(got, []string{q + "#1.7", q + "#2", q + "#3"}) {
 		t.Fatalf("names added: %v, %v", got, err)
 	}
 	if beat, err := f.r.Heartbeat(ctx, "w1", time.Minute, nil); err != nil || beat.Shards != 4 {
