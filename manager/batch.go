@@ -162,15 +162,7 @@ func (b *Batch[Out]) exhaust(cut error) {
 		return
 	}
 	b.feed.exhausted, b.feed.cut = true, cut
-	ended := b.feed.left == 0
-	if ended {
-		close(b.done)
-		b.signal()
-	}
-	b.mu.Unlock()
-	if ended {
-		b.release()
-	}
+	b.progressed()
 }
 
 // reduced is Wait for a batch whose outputs red folds: it returns their
@@ -392,6 +384,13 @@ func (b *Batch[Out]) closeChunk(ci int, record func(c chunk) []Out) {
 	b.outs.keep(ci, *c, b.recordSafely(*c, record))
 	b.feed.settle(*c)
 	b.env.ended.Add(int64(c.count))
+	b.progressed()
+}
+
+// progressed wakes whoever watches the batch, ends it if every element has
+// its outcome, and unlocks b.mu, which must be held; an ended batch is
+// released, with b.mu free.
+func (b *Batch[Out]) progressed() {
 	ended := b.feed.ended()
 	if ended {
 		close(b.done)

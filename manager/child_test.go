@@ -36,35 +36,40 @@ var lookup = redmap.FuncWith("lookup", func(_ context.Context, table []byte, x i
 	return table[x%len(table)], nil
 })
 
-// slowSquare returns x*x after about a millisecond, so a batch of it is still
-// running when a test kills or stops its workers.
-var slowSquare = redmap.Func("slowsq", func(ctx context.Context, x int) (int, error) {
+// pause waits d, or until ctx ends (then its error).
+func pause(ctx context.Context, d time.Duration) error {
 	select {
-	case <-time.After(time.Millisecond):
+	case <-time.After(d):
+		return nil
 	case <-ctx.Done():
-		return 0, ctx.Err()
+		return ctx.Err()
 	}
-	return x * x, nil
-})
+}
 
-// calmSquare squares x after 20 ms: a batch of thousands lasts seconds on
-// two workers, so that something meant to happen while it runs (a reap,
-// once per Poll) does.
-var calmSquare = redmap.Func("calmsq", func(ctx context.Context, x int) (int, error) {
-	select {
-	case <-time.After(20 * time.Millisecond):
-	case <-ctx.Done():
-		return 0, ctx.Err()
-	}
-	return x * x, nil
-})
+// squareAfter returns a handle, name, that squares x after d.
+func squareAfter(name string, d time.Duration) *redmap.Handle[int, int] {
+	return redmap.Func(name, func(ctx context.Context, x int) (int, error) {
+		if err := pause(ctx, d); err != nil {
+			return 0, err
+		}
+		return x * x, nil
+	})
+}
+
+var (
+	// slowSquare returns x*x after about a millisecond, so a batch of it
+	// is still running when a test kills or stops its workers.
+	slowSquare = squareAfter("slowsq", time.Millisecond)
+	// calmSquare squares x after 20 ms: a batch of thousands lasts seconds
+	// on two workers, so that something meant to happen while it runs (a
+	// reap, once per Poll) does.
+	calmSquare = squareAfter("calmsq", 20*time.Millisecond)
+)
 
 // nap takes 50 ms and returns the id of the process that ran it.
 var nap = redmap.Func("nap", func(ctx context.Context, _ int) (int, error) {
-	select {
-	case <-time.After(50 * time.Millisecond):
-	case <-ctx.Done():
-		return 0, ctx.Err()
+	if err := pause(ctx, 50*time.Millisecond); err != nil {
+		return 0, err
 	}
 	return os.Getpid(), nil
 })

@@ -11,6 +11,7 @@ import (
 
 	"github.com/redmap/redmap/cache"
 	"github.com/redmap/redmap/codec"
+	"github.com/redmap/redmap/internal/await"
 	"github.com/redmap/redmap/internal/rdb"
 	"github.com/redmap/redmap/internal/wire"
 )
@@ -35,8 +36,7 @@ type fakeShard struct {
 	tasks   map[string][]byte // the task set: id → payload
 	queued  []string          // task ids, in the order submitted
 	results []string          // the result list
-	fail    map[string]error  // operation → the error its calls return
-	calls   map[string]int    // operation → calls
+	rec     await.Calls       // its calls, and the errors they are to return
 	cancels []string          // tasks withdrawn
 	dropped bool
 	renewed int
@@ -52,32 +52,16 @@ type fakeShard struct {
 }
 
 func newFakeShard(i int) *fakeShard {
-	return &fakeShard{i: i, tasks: make(map[string][]byte), fail: make(map[string]error),
-		calls: make(map[string]int), changed: make(chan struct{}), served: make(map[string]bool)}
+	return &fakeShard{i: i, tasks: make(map[string][]byte), rec: await.Calls{Activity: &activity},
+		changed: make(chan struct{}), served: make(map[string]bool)}
 }
 
 // call records a call of op and returns the error set for it.
-func (f *fakeShard) call(op string) error {
-	defer activity.notify()
-	f.calls[op]++
-	return f.fail[op]
-}
+func (f *fakeShard) call(op string) error { return f.rec.Call(op) }
 
-func (f *fakeShard) setFail(op string, err error) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if err == nil {
-		delete(f.fail, op)
-	} else {
-		f.fail[op] = err
-	}
-}
+func (f *fakeShard) setFail(op string, err error) { f.rec.SetFail(op, err) }
 
-func (f *fakeShard) callsOf(op string) int {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return f.calls[op]
-}
+func (f *fakeShard) callsOf(op string) int { return f.rec.Of(op) }
 
 // push appends an entry to the result list.
 func (f *fakeShard) push(entry string) {
@@ -492,33 +476,5 @@ func (q *fakeQueue) manager(t interface {
 
 var errFakeDown = errors.New("dial tcp 127.0.0.1:1: connect: connection refused")
 
-// activity is signalled at every call to a fake: what until waits for
-// before it looks again, instead of a timer. A part's state changes as a
-// call returns, and every part that runs calls again (a tick, the next
-// read), so a condition that becomes true is seen at the next call.
-var activity broadcast
-
-// broadcast: wait returns a channel that the next notify
-// closes.
-type broadcast struct {
-	mu sync.Mutex
-	ch chan struct{}
-}
-
-func (s *broadcast) wait() <-chan struct{} {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.ch == nil {
-		s.ch = make(chan struct{})
-	}
-	return s.ch
-}
-
-func (s *broadcast) notify() {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.ch != nil {
-		close(s.ch)
-		s.ch = nil
-	}
-}
+// activity is notified at every call to a fake: what until waits on.
+var activity await.Broadcast

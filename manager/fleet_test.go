@@ -20,14 +20,7 @@ import (
 )
 
 // sleepy squares x after a millisecond: a task of measurable length.
-var sleepy = redmap.Func("sleepy", func(ctx context.Context, x int) (int, error) {
-	select {
-	case <-time.After(time.Millisecond):
-	case <-ctx.Done():
-		return 0, ctx.Err()
-	}
-	return x * x, nil
-})
+var sleepy = squareAfter("sleepy", time.Millisecond)
 
 // A small batch submitted beside a large one of the same priority is not
 // queued behind it: workers share themselves between the two, so the small

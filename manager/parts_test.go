@@ -12,6 +12,7 @@ import (
 
 	"github.com/redmap/redmap"
 	"github.com/redmap/redmap/codec"
+	"github.com/redmap/redmap/internal/await"
 	"github.com/redmap/redmap/internal/rdb"
 	"github.com/redmap/redmap/internal/redistest"
 	"github.com/redmap/redmap/internal/wire"
@@ -42,19 +43,7 @@ func unitCtx(t *testing.T) context.Context {
 
 func until(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.NewTimer(redistest.WaitLimit(t))
-	defer deadline.Stop()
-	for {
-		next := activity.wait() // taken before looking, so no call is missed
-		if cond() {
-			return
-		}
-		select {
-		case <-next:
-		case <-deadline.C:
-			t.Fatalf("timed out waiting until %s", what)
-		}
-	}
+	await.Until(t, &activity, redistest.WaitLimit(t), what, cond)
 }
 
 func count(n int) []int {

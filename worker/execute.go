@@ -145,20 +145,12 @@ func (w *Worker) resolve(ctx context.Context, t wire.Taken, c *resolved) (fail *
 		return whole(codec.KindLost, "lost %d times (each worker running it died or stalled past its lease); the attempt budget is %d",
 			t.Attempt, task.Attempts)
 	}
-	c.h = w.runtime(task.Func)
-	if c.h == nil {
-		return whole(codec.KindUnknownFunc, "worker %s has no function %q", w.opts.ID, task.Func)
-	}
-	if c.h.Signature() != task.Sig {
-		return whole(codec.KindTypeMismatch, "%s", w.mismatch(ctx, c.h, task.Func, task.Sig))
+	if c.h, fail = w.runtime(ctx, "function", task.Func, task.Sig); fail != nil {
+		return fail
 	}
 	if task.Reduce != "" {
-		c.reducer = w.runtime(task.Reduce)
-		if c.reducer == nil {
-			return whole(codec.KindUnknownFunc, "worker %s has no reducer %q", w.opts.ID, task.Reduce)
-		}
-		if c.reducer.Signature() != task.ReduceSig {
-			return whole(codec.KindTypeMismatch, "%s", w.mismatch(ctx, c.reducer, task.Reduce, task.ReduceSig))
+		if c.reducer, fail = w.runtime(ctx, "reducer", task.Reduce, task.ReduceSig); fail != nil {
+			return fail
 		}
 	}
 	if task.Const != "" {

@@ -7,6 +7,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/redmap/redmap/internal/await"
 	"github.com/redmap/redmap/internal/wire"
 )
 
@@ -24,8 +25,7 @@ type fakeShard struct {
 	held     map[string]wire.Taken // member → task
 	finished []wire.Done
 	unwanted map[string]bool
-	fail     map[string]error
-	calls    map[string]int
+	rec      await.Calls // its calls, and the errors they are to return
 	holdings []int // the holding argument of each take
 	shards   int   // what takes say of the queue's shard count
 	names    []string
@@ -38,30 +38,14 @@ type fakeShard struct {
 
 func newFakeShard(i int, name string) *fakeShard {
 	return &fakeShard{i: i, name: name, bell: make(chan struct{}), held: make(map[string]wire.Taken),
-		unwanted: make(map[string]bool), fail: make(map[string]error), calls: make(map[string]int), shards: 1}
+		unwanted: make(map[string]bool), rec: await.Calls{Activity: &activity}, shards: 1}
 }
 
-func (f *fakeShard) call(op string) error {
-	defer activity.notify()
-	f.calls[op]++
-	return f.fail[op]
-}
+func (f *fakeShard) call(op string) error { return f.rec.Call(op) }
 
-func (f *fakeShard) callsOf(op string) int {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return f.calls[op]
-}
+func (f *fakeShard) callsOf(op string) int { return f.rec.Of(op) }
 
-func (f *fakeShard) setFail(op string, err error) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if err == nil {
-		delete(f.fail, op)
-	} else {
-		f.fail[op] = err
-	}
-}
+func (f *fakeShard) setFail(op string, err error) { f.rec.SetFail(op, err) }
 
 func (f *fakeShard) ring() {
 	close(f.bell)
@@ -263,7 +247,7 @@ func (f *fakeShard) Preflight(context.Context, time.Duration, time.Duration, *sl
 func (f *fakeShard) PublishError(context.Context, string, time.Duration, string) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	f.calls["publisherror"]++
+	_ = f.rec.Call("publisherror")
 }
 
 func (f *fakeShard) CountFailures(_ context.Context, _ string, gs []wire.FailureGroup) (int64, int64, error) {
@@ -334,33 +318,5 @@ func (q *fakeQueue) source(failed func(string, error)) *source {
 		failed: failed, log: slog.New(slog.DiscardHandler)})
 }
 
-// activity is signalled at every call to a fake: what until waits for
-// before it looks again, instead of a timer. A part's state changes as a
-// call returns, and every part that runs calls again (a tick, the next
-// read), so a condition that becomes true is seen at the next call.
-var activity broadcast
-
-// broadcast: wait returns a channel that the next notify
-// closes.
-type broadcast struct {
-	mu sync.Mutex
-	ch chan struct{}
-}
-
-func (s *broadcast) wait() <-chan struct{} {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.ch == nil {
-		s.ch = make(chan struct{})
-	}
-	return s.ch
-}
-
-func (s *broadcast) notify() {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.ch != nil {
-		close(s.ch)
-		s.ch = nil
-	}
-}
+// activity is notified at every call to a fake: what until waits on.
+var activity await.Broadcast

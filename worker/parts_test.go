@@ -14,6 +14,7 @@ import (
 	"github.com/redmap/redmap"
 	"github.com/redmap/redmap/cache"
 	"github.com/redmap/redmap/codec"
+	"github.com/redmap/redmap/internal/await"
 	"github.com/redmap/redmap/internal/memo"
 	"github.com/redmap/redmap/internal/redistest"
 	"github.com/redmap/redmap/internal/wire"
@@ -25,19 +26,7 @@ import (
 
 func until(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.NewTimer(redistest.WaitLimit(t))
-	defer deadline.Stop()
-	for {
-		next := activity.wait() // taken before looking, so no call is missed
-		if cond() {
-			return
-		}
-		select {
-		case <-next:
-		case <-deadline.C:
-			t.Fatalf("timed out waiting until %s", what)
-		}
-	}
+	await.Until(t, &activity, redistest.WaitLimit(t), what, cond)
 }
 
 var negate = redmap.Func("negate", func(_ context.Context, x int) (int, error) { return -x, nil })
