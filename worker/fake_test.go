@@ -26,8 +26,8 @@ type fakeShard struct {
 	finished []wire.Done
 	unwanted map[string]bool
 	rec      await.Calls // its calls, and the errors they are to return
-	holdings []int // the holding argument of each take
-	shards   int   // what takes say of the queue's shard count
+	holdings []int       // the holding argument of each take
+	shards   int         // what takes say of the queue's shard count
 	names    []string
 	drain    bool
 	infos    []wire.WorkerInfo
