@@ -851,3 +851,25 @@ func TestTakePassesLanesItCannotRun(t *testing.T) {
 		t.Fatalf("Take by a worker of the function and the reducer: %+v, %v; want the MapReduce task", taken, err)
 	}
 }
+
+// ScriptNames names every script in lua/ (the prelude is part of each),
+// each by its SHA-1, with no list of them kept by hand.
+func TestScriptNamesEveryScript(t *testing.T) {
+	files, _ := filepath.Glob("lua/*.lua")
+	names := ScriptNames()
+	if len(names) != len(files)-1 {
+		t.Fatalf("ScriptNames has %d scripts; lua/ has %d besides the prelude", len(names), len(files)-1)
+	}
+	for sha, name := range names {
+		if want := loadedHash(t, name); sha != want {
+			t.Errorf("%s named by %s, want %s", name, sha, want)
+		}
+	}
+}
+
+// loadedHash returns the SHA-1 of script name as it is loaded: the prelude,
+// then the script.
+func loadedHash(t *testing.T, name string) string {
+	t.Helper()
+	return redis.NewScript(source("prelude.lua") + source(name)).Hash()
+}

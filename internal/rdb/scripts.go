@@ -44,10 +44,7 @@ var (
 // EVALSHA calls back from Redis (SLOWLOG, MONITOR).
 func ScriptNames() map[string]string {
 	out := map[string]string{}
-	for _, s := range []*script{submitScript, takeScript, finishScript, heartbeatScript, liveScript,
-		trimScript, missingScript, reapScript, givebackScript, unwantedScript, servedScript,
-		holdScript, releaseScript, purgeScript, probeScript, shardsScript, depthScript, renewScript,
-		publishScript, recordScript, lostScript, failuresScript} {
+	for _, s := range loaded {
 		out[s.Hash()] = s.name
 	}
 	return out
@@ -90,8 +87,14 @@ type script struct {
 // load returns script lua/name with prelude.lua in front of it.
 func load(name string) *script {
 	src := source("prelude.lua") + source(name)
-	return &script{Script: redis.NewScript(src), name: name, lines: strings.Split(src, "\n")}
+	s := &script{Script: redis.NewScript(src), name: name, lines: strings.Split(src, "\n")}
+	loaded = append(loaded, s)
+	return s
 }
+
+// loaded is every script load made, in the order of the var block above
+// (package initialisation runs it before anything else can read loaded).
+var loaded []*script
 
 func source(name string) string {
 	b, err := lua.ReadFile("lua/" + name)
