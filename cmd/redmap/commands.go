@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"flag"
 	"fmt"
@@ -19,21 +20,27 @@ type command struct {
 	operands []string // the names of its operands, each required
 	help     string
 	flags    func(fs *flag.FlagSet, c *cli, o *invocation) // its own flags, if any
+	// run runs it with its operands, once Redis answered (nil for
+	// dashboard, which serves instead).
+	run func(c *cli, ctx context.Context, operand []string) error
 }
 
 // commands lists the CLI's commands, in the order the usage shows them.
 var commands = []command{
-	{name: "status", help: "queues with depth, workers, running batches"},
-	{name: "workers", help: "workers with their state (running, idle, draining, late; dead or stopped for 10 minutes after), heartbeat age and what they run"},
-	{name: "batches", help: "running batches with progress", flags: func(fs *flag.FlagSet, c *cli, _ *invocation) {
+	{name: "status", help: "queues with depth, workers, running batches", run: noOperand((*cli).status)},
+	{name: "workers", help: "workers with their state (running, idle, draining, late; dead or stopped for 10 minutes after), heartbeat age and what they run",
+		run: noOperand((*cli).workers)},
+	{name: "batches", help: "running batches with progress", run: noOperand((*cli).batches), flags: func(fs *flag.FlagSet, c *cli, _ *invocation) {
 		fs.BoolVar(&c.all, "all", false, "the queue's history of ended batches too, newest first")
 		fs.IntVar(&c.n, "n", 50, "with -all, how many ended batches")
 	}},
-	{name: "failures", help: "failed elements counted by function, kind and group (the message with numbers, ids and paths masked), largest first", flags: func(fs *flag.FlagSet, c *cli, _ *invocation) {
-		fs.IntVar(&c.n, "n", 50, "how many groups")
-	}},
-	{name: "drain", operands: []string{"worker"}, help: "the worker (its id, or a unique prefix of it) takes no more tasks and exits when idle"},
-	{name: "purge", operands: []string{"queue"}, help: "drop the queue's queued tasks; their batches fail with ErrLost", flags: func(fs *flag.FlagSet, c *cli, _ *invocation) {
+	{name: "failures", help: "failed elements counted by function, kind and group (the message with numbers, ids and paths masked), largest first",
+		run: noOperand((*cli).failures), flags: func(fs *flag.FlagSet, c *cli, _ *invocation) {
+			fs.IntVar(&c.n, "n", 50, "how many groups")
+		}},
+	{name: "drain", operands: []string{"worker"}, help: "the worker (its id, or a unique prefix of it) takes no more tasks and exits when idle",
+		run: oneOperand((*cli).drain)},
+	{name: "purge", operands: []string{"queue"}, help: "drop the queue's queued tasks; their batches fail with ErrLost", run: oneOperand((*cli).purge), flags: func(fs *flag.FlagSet, c *cli, _ *invocation) {
 		fs.BoolVar(&c.yes, "yes", false, "really purge (without it, purge only says what it would drop)")
 	}},
 	{name: "dashboard", help: "serve the live web dashboard until SIGINT or SIGTERM", flags: func(fs *flag.FlagSet, _ *cli, o *invocation) {
@@ -52,6 +59,15 @@ var commands = []command{
 			return nil
 		})
 	}},
+}
+
+// noOperand and oneOperand make a command's run of a cli method.
+func noOperand(f func(*cli, context.Context) error) func(*cli, context.Context, []string) error {
+	return func(c *cli, ctx context.Context, _ []string) error { return f(c, ctx) }
+}
+
+func oneOperand(f func(*cli, context.Context, string) error) func(*cli, context.Context, []string) error {
+	return func(c *cli, ctx context.Context, operand []string) error { return f(c, ctx, operand[0]) }
 }
 
 // commonFlags adds the flags every command takes.

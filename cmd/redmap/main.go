@@ -85,7 +85,7 @@ func run(args []string, out io.Writer) (int, error) {
 	if err := c.in.Ping(ctx); err != nil {
 		return 1, fmt.Errorf("cannot reach Redis at %s: %v", o.url.String(), err)
 	}
-	if o.cmd.name == "dashboard" {
+	if o.cmd.run == nil { // dashboard
 		cancel()
 		return serveDashboard(client, dashboardFlags{prefix: o.prefix, queue: c.queue, addr: o.addr, actions: o.actions,
 			private: o.private, tokenFile: o.tokenFile, tlsCert: o.tlsCert, tlsKey: o.tlsKey, hosts: o.hosts}, out)
@@ -95,29 +95,10 @@ func run(args []string, out io.Writer) (int, error) {
 			return 1, err
 		}
 	}
-	if err := c.do(ctx, o.cmd.name, o.operand); err != nil {
+	if err := o.cmd.run(c, ctx, o.operand); err != nil {
 		return 1, err
 	}
 	return 0, nil
-}
-
-// do runs a command other than dashboard.
-func (c *cli) do(ctx context.Context, cmd string, operand []string) error {
-	switch cmd {
-	case "status":
-		return c.status(ctx)
-	case "workers":
-		return c.workers(ctx)
-	case "batches":
-		return c.batches(ctx)
-	case "failures":
-		return c.failures(ctx)
-	case "drain":
-		return c.drain(ctx, operand[0])
-	case "purge":
-		return c.purge(ctx, operand[0])
-	}
-	return usageError{fmt.Sprintf("unknown command %q", cmd)}
 }
 
 // queues returns -queue, or every queue.
