@@ -203,7 +203,7 @@ func (w *Worker) Run(ctx context.Context) error {
 	}
 
 	w.publishTypes(ctx)
-	part.List{p.upkeep, p.finish, p.exec}.Start(bg)
+	p.fed().Start(bg)
 	// The fetcher runs under ctx itself, not stopped by a callback when ctx
 	// ends: a callback runs on a goroutine of its own, and in the moment
 	// before it does, a slot freed by a task that ended could take another
@@ -226,10 +226,14 @@ type workerParts struct {
 	upkeep *maintainer
 }
 
-// list returns the parts in the order they start: each after those it
-// hands work to, so that each stops only after those that feed it; the
-// fetcher, which feeds them all, last.
-func (p workerParts) list() part.List { return part.List{p.upkeep, p.finish, p.exec, p.fetch} }
+// fed returns the parts the fetcher feeds, in the order they start: each
+// after those it hands work to, so that each stops only after those that
+// feed it.
+func (p workerParts) fed() part.List { return part.List{p.upkeep, p.finish, p.exec} }
+
+// list returns every part in the order they start: the fetcher, which
+// feeds them all, last.
+func (p workerParts) list() part.List { return append(p.fed(), p.fetch) }
 
 // parts builds the worker's four parts, each from what it needs.
 func (w *Worker) parts() workerParts {
