@@ -229,8 +229,8 @@ func (r *RDB) Preflight(ctx context.Context, budget, heal time.Duration, log *sl
 			// go-redis retries a refused dial until the deadline, so the
 			// error is often only that: say what it means, and why, if one
 			// dial says.
-			if cause == nil {
-				cause = dialCause(ctx, r.c)
+			if dial := dialCause(ctx, r.c); cause == nil && dial != nil {
+				cause = fmt.Errorf("ping: %w", dial)
 			}
 			// The budget that applied: budget, or heal once PING answered.
 			return fmt.Errorf("no answer from Redis within %v: %w", max(deadline.Sub(start), time.Second), cmp.Or(cause, err))
