@@ -30,9 +30,12 @@ fuzz: ## run every fuzz target (package:target) for FUZZTIME (make fuzz FUZZTIME
 		p=$${pt%%:*}; t=$${pt#*:}; \
 		echo "fuzz ./$$p $$t for $(FUZZTIME)"; \
 		before=$$(ls $$p/testdata/fuzz/$$t 2>/dev/null | wc -l); \
-		$(GO) test ./$$p -run '^$$' -fuzz "^$$t\$$" -fuzztime $(FUZZTIME) && continue; \
-		[ "$$(ls $$p/testdata/fuzz/$$t 2>/dev/null | wc -l)" = "$$before" ] || exit 1; \
-		echo "fuzz $$t failed with no failing input written (go1.26's deadline race, golang/go#75804): once more"; \
+		log=$$(mktemp); \
+		if $(GO) test ./$$p -run '^$$' -fuzz "^$$t\$$" -fuzztime $(FUZZTIME) >$$log 2>&1; then cat $$log; rm -f $$log; continue; fi; \
+		if [ "$$(ls $$p/testdata/fuzz/$$t 2>/dev/null | wc -l)" != "$$before" ]; then cat $$log; rm -f $$log; exit 1; fi; \
+		echo "fuzz $$t: the first try ended with no failing input written (go1.26's deadline race, golang/go#75804); its output, indented:"; \
+		sed 's/^/    first try: /' $$log; rm -f $$log; \
+		echo "fuzz $$t: once more"; \
 		$(GO) test ./$$p -run '^$$' -fuzz "^$$t\$$" -fuzztime $(FUZZTIME) || exit 1; \
 	done
 
