@@ -30,6 +30,16 @@ type historyStore interface {
 // (Close ends its batches first: they are recorded as closed).
 type history struct {
 	*part.Runner
+	historyParams
+
+	mu      sync.Mutex
+	waiting []pendingRecord // records not yet taken by the writer
+	ended   bool            // the writer has returned: record writes itself
+	wake    chan struct{}   // a token when records wait
+}
+
+// historyParams is what a history writer is built from.
+type historyParams struct {
 	mid   string
 	store historyStore
 	limit int           // Options.History; negative: write nothing
@@ -38,11 +48,6 @@ type history struct {
 	// budget bounds one write and its retries: a batch's readers wait for
 	// it, so a Redis that is away delays their return by this at most.
 	budget time.Duration
-
-	mu      sync.Mutex
-	waiting []pendingRecord // records not yet taken by the writer
-	ended   bool            // the writer has returned: record writes itself
-	wake    chan struct{}   // a token when records wait
 }
 
 // pendingRecord is a record to write, and the channel closed once it is.
@@ -51,9 +56,9 @@ type pendingRecord struct {
 	written chan struct{}
 }
 
-// newHistory returns the history writer of manager mid.
-func newHistory(mid string, store historyStore, limit int, age, budget time.Duration, log *slog.Logger) *history {
-	h := &history{mid: mid, store: store, limit: limit, age: age, budget: budget, log: log, wake: make(chan struct{}, 1)}
+// newHistory returns a history writer.
+func newHistory(p historyParams) *history {
+	h := &history{historyParams: p, wake: make(chan struct{}, 1)}
 	h.Runner = part.New(h.run)
 	return h
 }

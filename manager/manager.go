@@ -144,7 +144,8 @@ func assemble(r seams, opts Options) *Manager {
 		masters: r.masters, opened: m.startCollector, log: m.log})
 	m.faults = &faults{router: m.router, pending: m.pending, queue: opts.Queue, timeout: opts.RedisTimeout, log: m.log}
 	m.holds = newHolds(r.store, mid, opts.KeyTTL, m.log)
-	m.history = newHistory(mid, r.queue, opts.History, opts.HistoryAge, min(opts.RedisTimeout, historyBudget), m.log)
+	m.history = newHistory(historyParams{mid: mid, store: r.queue, limit: opts.History, age: opts.HistoryAge,
+		budget: min(opts.RedisTimeout, historyBudget), log: m.log})
 	m.env = batchEnv{mid: mid, tracer: m.tracer, log: m.log, ended: &m.stats.ended, costs: &m.costs, batches: m.batches,
 		history: m.history, tasks: &withdrawal{mid: mid, pending: m.pending, router: m.router, log: m.log}}
 	m.feeding = feederParams{mid: mid, opts: opts, router: m.router, pending: m.pending, batches: m.batches,
