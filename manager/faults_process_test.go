@@ -122,26 +122,31 @@ func TestFaultWorkerStoppedPastLease(t *testing.T) {
 			// waits until a worker holds nothing else, so the other may
 			// take it a little after). Which tasks it held is read from
 			// the attempts the reap counted, not from its held set at the
-			// stop: a take it sent just before may still have run.
+			// stop: a take it sent just before may still have run. The
+			// ids seen there are remembered: a requeued task's count goes
+			// with its result, and on a loaded machine the other worker
+			// may take and finish them all between two looks.
 			// (Errorf, not Fatalf: this goroutine is not the test's.)
+			requeued := map[string]string{} // task id → its shard's name
 			eventuallyWithin(t, time.Minute, "stopped worker reaped and its tasks taken by the other", func() bool {
 				live, _ := m.Workers(ctx)
 				if slices.Contains(live, ida) {
 					return false
 				}
-				requeued := 0
 				for _, name := range names {
 					if b.Client.Exists(ctx, keys.Held("redmap", name, ida)).Val() != 0 {
 						return false
 					}
 					for _, id := range b.Client.HKeys(ctx, keys.Attempts("redmap", name, m.ID())).Val() {
-						requeued++
-						if slices.Contains(harness.Queued(t, b.Client, name), id) {
-							return false // still queued
-						}
+						requeued[id] = name
 					}
 				}
-				return requeued > 0
+				for id, name := range requeued {
+					if slices.Contains(harness.Queued(t, b.Client, name), id) {
+						return false // still queued
+					}
+				}
+				return len(requeued) > 0
 			})
 			a.Cmd.Process.Signal(syscall.SIGCONT)
 		}()
