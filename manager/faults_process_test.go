@@ -9,11 +9,11 @@ import (
 	"sync"
 	"syscall"
 	"testing"
-	"time"
 
 	"github.com/redmap/redmap"
 	"github.com/redmap/redmap/internal/harness"
 	"github.com/redmap/redmap/internal/keys"
+	"github.com/redmap/redmap/internal/redistest"
 	"github.com/redmap/redmap/manager"
 	"github.com/redmap/redmap/worker"
 )
@@ -128,7 +128,7 @@ func TestFaultWorkerStoppedPastLease(t *testing.T) {
 			// may take and finish them all between two looks.
 			// (Errorf, not Fatalf: this goroutine is not the test's.)
 			requeued := map[string]string{} // task id → its shard's name
-			eventuallyWithin(t, time.Minute, "stopped worker reaped and its tasks taken by the other", func() bool {
+			eventuallyWithin(t, redistest.WaitLimit(t), "stopped worker reaped and its tasks taken by the other", func() bool {
 				live, _ := m.Workers(ctx)
 				if slices.Contains(live, ida) {
 					return false

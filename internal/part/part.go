@@ -190,7 +190,9 @@ func (s *Set) Stop() {
 	}
 }
 
-// Wait returns once every part the set started has returned.
+// Wait returns once every part still running has returned; like Stop,
+// it lets Go start no more (a part started after it could not be waited
+// for).
 func (s *Set) Wait() {
 	for _, r := range s.stop() {
 		r.Wait()
