@@ -6,6 +6,8 @@ import (
 	"encoding/hex"
 	"strconv"
 	"strings"
+
+	"github.com/zeebo/blake3"
 )
 
 // New returns a random 128-bit id as 32 hex digits, for managers and workers.
@@ -14,6 +16,19 @@ func New() string {
 	_, _ = rand.Read(b[:]) // crypto/rand.Read never returns an error
 	return hex.EncodeToString(b[:])
 }
+
+// Durable returns the owner id of the durable batch named name on a queue:
+// "D" and 31 hex digits of the name's BLAKE3 hash. It stands where a
+// manager's id does in the batch's keys and task ids, so that the batch's
+// tasks and results are found again under its name by whichever manager
+// takes it over; it can never equal a manager's id (New's are lowercase hex).
+func Durable(name string) string {
+	sum := blake3.Sum256([]byte(name))
+	return "D" + hex.EncodeToString(sum[:])[:31]
+}
+
+// IsDurable reports whether owner is a durable batch's (see Durable).
+func IsDurable(owner string) bool { return strings.HasPrefix(owner, "D") }
 
 // Task returns the id of the seq-th task of manager mid: "<mid>-<seq in
 // base 36>". The id carries its manager, so a worker knows where the result

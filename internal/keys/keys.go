@@ -168,6 +168,18 @@ func Attempts(prefix, queue, mid string) string {
 // for private tasks whose worker died).
 func Results(prefix, queue, mid string) string { return Base(prefix, queue) + "m:" + mid + ":results" }
 
+// Kept holds the results a durable batch's manager has read (LIST, as
+// Results): its collector moves each entry it handles from Results onto Kept
+// rather than dropping it, so that a manager that takes the batch over
+// finds every result already delivered. Only a durable batch's owner (see
+// id.Durable) has one; it lives and expires with the owner's task set.
+func Kept(prefix, queue, mid string) string { return Base(prefix, queue) + "m:" + mid + ":kept" }
+
+// Claim says which manager holds durable batch owner now (STRING: JSON
+// wire.Holder), living a lease its holder renews every Poll: a second
+// manager that finds it is refused the batch, naming the holder.
+func Claim(prefix, queue, owner string) string { return Base(prefix, queue) + "m:" + owner + ":claim" }
+
 // Object is the metadata of a cached object with BLAKE3 hash h, hex-encoded
 // (HASH size → bytes, parts → number of parts). It exists only once every part
 // is stored. Objects are keyed by content, not by queue, and each carries its

@@ -39,6 +39,7 @@ type RDB struct {
 	shard  int
 	base   string
 	rings  []string // the rings of lanes, highest priority first
+	keep   bool     // a durable batch's: results trimmed are kept (KeepingResults)
 }
 
 // New returns the protocol of queue under prefix on c.
@@ -485,6 +486,7 @@ func (r *RDB) LiveWorkers(ctx context.Context) ([]string, error) {
 // sees twice.
 func (r *RDB) ReadResults(ctx context.Context, mid string, handled int, mark string, limit int) ([]string, error) {
 	l := keys.Results(r.prefix, r.queue, mid)
+	tk := r.trimKeys(mid)
 	if handled == 0 {
 		entries, err := r.c.LRange(ctx, l, 0, int64(limit)-1).Result()
 		if err != nil {
@@ -495,22 +497,22 @@ func (r *RDB) ReadResults(ctx context.Context, mid string, handled int, mark str
 	var trim *redis.Cmd
 	var read *redis.StringSliceCmd
 	_, _ = r.c.Pipelined(ctx, func(p redis.Pipeliner) error {
-		trim = trimScript.evalSha(ctx, p, []string{l}, handled, mark)
+		trim = trimScript.evalSha(ctx, p, tk, handled, mark, r.keepFlag())
 		read = p.LRange(ctx, l, 0, int64(limit)-1)
 		return nil
 	})
-	return r.trimmedRead(ctx, l, handled, mark, limit, trim, read)
+	return r.trimmedRead(ctx, tk, handled, mark, limit, trim, read)
 }
 
 // trimmedRead returns what a pipelined trim.lua and LRANGE read. If Redis
 // did not know the script (restarted, flushed), the LRANGE read the list
 // untrimmed: it loads the script, trims and reads again.
-func (r *RDB) trimmedRead(ctx context.Context, l string, handled int, mark string, limit int, trim *redis.Cmd, read *redis.StringSliceCmd) ([]string, error) {
+func (r *RDB) trimmedRead(ctx context.Context, tk []string, handled int, mark string, limit int, trim *redis.Cmd, read *redis.StringSliceCmd) ([]string, error) {
 	err := trim.Err()
 	if err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
-		err = trimScript.run(ctx, r.c, []string{l}, handled, mark).Err()
+		err = trimScript.run(ctx, r.c, tk, handled, mark, r.keepFlag()).Err()
 		if err == nil {
-			read = r.c.LRange(ctx, l, 0, int64(limit)-1)
+			read = r.c.LRange(ctx, tk[0], 0, int64(limit)-1)
 		}
 	}
 	if err != nil {
@@ -521,6 +523,28 @@ func (r *RDB) trimmedRead(ctx context.Context, l string, handled int, mark strin
 		return nil, wrap("read results", nil, "LRANGE", err)
 	}
 	return entries, nil
+}
+
+// trimKeys returns the KEYS of trim.lua for manager mid: its result list
+// and its kept list.
+func (r *RDB) trimKeys(mid string) []string {
+	return []string{keys.Results(r.prefix, r.queue, mid), keys.Kept(r.prefix, r.queue, mid)}
+}
+
+// keepFlag is trim.lua's ARGV[3]: whether the entries trimmed are kept.
+func (r *RDB) keepFlag() string {
+	if r.keep {
+		return "1"
+	}
+	return ""
+}
+
+// KeepingResults returns r for a durable batch's manager: the results its
+// reads trim move onto the kept list (keys.Kept) instead of being dropped.
+func (r *RDB) KeepingResults() *RDB {
+	k := *r
+	k.keep = true
+	return &k
 }
 
 // Mark returns what ReadResults needs to recognise an entry: the SHA-1 of
@@ -592,12 +616,13 @@ func (r *RDB) ReadThenWait(ctx context.Context, mid string, handled int, mark st
 		return []string{first}, true, err
 	}
 	l := keys.Results(r.prefix, r.queue, mid)
+	tk := r.trimKeys(mid)
 	var trim *redis.Cmd
 	var read *redis.StringSliceCmd
 	var move *redis.StringCmd
 	_, _ = r.c.Pipelined(ctx, func(p redis.Pipeliner) error {
 		if handled > 0 {
-			trim = trimScript.evalSha(ctx, p, []string{l}, handled, mark)
+			trim = trimScript.evalSha(ctx, p, tk, handled, mark, r.keepFlag())
 		}
 		read = p.LRange(ctx, l, 0, int64(limit)-1)
 		move = p.BLMove(ctx, l, l, "LEFT", "LEFT", wait)
@@ -606,7 +631,7 @@ func (r *RDB) ReadThenWait(ctx context.Context, mid string, handled int, mark st
 	if trim != nil && trim.Err() != nil {
 		// NOSCRIPT (the read and the wait saw the list untrimmed) or a
 		// failed trim: trimmedRead loads the script, or says the error.
-		entries, err = r.trimmedRead(ctx, l, handled, mark, limit, trim, read)
+		entries, err = r.trimmedRead(ctx, tk, handled, mark, limit, trim, read)
 		return entries, false, err
 	}
 	if entries, err = read.Result(); err != nil || len(entries) > 0 {
@@ -641,7 +666,7 @@ func (r *RDB) Renew(ctx context.Context, mid string, ttl time.Duration) error {
 // managerKeys returns the KEYS of renew.lua for manager mid.
 func (r *RDB) managerKeys(mid string) []string {
 	return []string{keys.Tasks(r.prefix, r.queue, mid), keys.Attempts(r.prefix, r.queue, mid),
-		keys.Results(r.prefix, r.queue, mid), keys.Lanes(r.prefix, r.queue, mid)}
+		keys.Results(r.prefix, r.queue, mid), keys.Lanes(r.prefix, r.queue, mid), keys.Kept(r.prefix, r.queue, mid)}
 }
 
 // Cancel withdraws tasks of manager mid: removes them and their payloads from

@@ -137,6 +137,65 @@ func TestReadResultsTrimsOnce(t *testing.T) {
 	}
 }
 
+// A durable batch's reads move what they trim onto its kept list, once
+// however often the trim is retried; Renew gives the kept list the task
+// set's life and Drop deletes it. A manager's reads keep nothing.
+func TestKeepingResultsKeepsWhatItTrims(t *testing.T) {
+	f := setup(t)
+	ctx := context.Background()
+	f.mid = id.Durable("nightly")
+	r := f.r.KeepingResults()
+	ids := f.submit(t, "", 4)
+	if _, _, err := r.Take(ctx, "w", 4, time.Minute, 0, 0, serves); err != nil {
+		t.Fatal(err)
+	}
+	var done []wire.Done
+	for i, id := range ids {
+		done = append(done, wire.Done{ID: id, Result: []byte(fmt.Sprint("r", i))})
+	}
+	if n, err := r.Finish(ctx, "w", done); err != nil || n != 4 {
+		t.Fatalf("finish: %d, %v", n, err)
+	}
+	first, _ := r.ReadResults(ctx, f.mid, 0, "", 3)
+	for range 2 {
+		if rest, err := r.ReadResults(ctx, f.mid, 3, Mark(first[2]), 10); err != nil || !slices.Equal(rest, []string{"r3"}) {
+			t.Fatalf("after trimming 3: %q, %v; want [r3]", rest, err)
+		}
+	}
+	kept := keys.Kept("rm", f.queue, f.mid)
+	if got := f.c.LRange(ctx, kept, 0, -1).Val(); !slices.Equal(got, []string{"r0", "r1", "r2"}) {
+		t.Fatalf("kept %q, want [r0 r1 r2]", got)
+	}
+	if err := r.Renew(ctx, f.mid, time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	if ttl := f.c.PTTL(ctx, kept).Val(); ttl < 59*time.Minute {
+		t.Fatalf("kept list lives %v after Renew for an hour", ttl)
+	}
+	if err := r.Drop(ctx, f.mid); err != nil {
+		t.Fatal(err)
+	}
+	if n := f.c.Exists(ctx, kept).Val(); n != 0 {
+		t.Fatal("kept list outlives Drop")
+	}
+
+	// A manager's reads trim and keep nothing.
+	f.mid = id.New()
+	ids = f.submit(t, "", 1)
+	if _, _, err := f.r.Take(ctx, "w", 1, time.Minute, 0, 0, serves); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := f.r.Finish(ctx, "w", []wire.Done{{ID: ids[0], Result: []byte("x")}}); err != nil || n != 1 {
+		t.Fatalf("finish: %d, %v", n, err)
+	}
+	if _, err := f.r.ReadResults(ctx, f.mid, 1, Mark("x"), 10); err != nil {
+		t.Fatal(err)
+	}
+	if n := f.c.Exists(ctx, keys.Kept("rm", f.queue, f.mid), keys.Results("rm", f.queue, f.mid)).Val(); n != 0 {
+		t.Fatalf("%d of a manager's result and kept lists left after its trim, want 0", n)
+	}
+}
+
 func TestTakeReturnsPayloadsInOrderPrivateFirst(t *testing.T) {
 	f := setup(t)
 	ctx := context.Background()

@@ -7,8 +7,12 @@
 -- all of it, or for one longer than 1 KiB of its length, first 512 and last
 -- 512 bytes, as rdb.Mark computes it); run again, the check fails and nothing
 -- more is trimmed.
--- KEYS[1] result list of the manager
+-- A durable batch's manager keeps what it trims: the entries move to the end
+-- of its kept list (keys.Kept), where a manager that takes the batch over
+-- finds them.
+-- KEYS[1] result list of the manager   KEYS[2] its kept list
 -- ARGV[1] n, entries handled (0 for none)   ARGV[2] the SHA-1 (hex) of entry n
+-- ARGV[3] "1" to keep the entries trimmed, "" to drop them
 -- Returns 1 if it trimmed, 0 if not.
 local function mark(e)
   if #e <= 1024 then
@@ -20,6 +24,15 @@ local n = tonumber(ARGV[1])
 if n > 0 then
   local last = redis.call('LINDEX', KEYS[1], n - 1)
   if last and mark(last) == ARGV[2] then
+    if ARGV[3] == '1' then
+      for i = 0, n - 1, CHUNK do
+        redis.call('RPUSH', KEYS[2], unpack(redis.call('LRANGE', KEYS[1], i, math.min(i + CHUNK, n) - 1)))
+      end
+      local ttl = redis.call('PTTL', KEYS[1])
+      if ttl > 0 then
+        redis.call('PEXPIRE', KEYS[2], ttl)
+      end
+    end
     redis.call('LTRIM', KEYS[1], n, -1)
     return 1
   end
