@@ -669,6 +669,32 @@ func (r *RDB) managerKeys(mid string) []string {
 		keys.Results(r.prefix, r.queue, mid), keys.Lanes(r.prefix, r.queue, mid), keys.Kept(r.prefix, r.queue, mid)}
 }
 
+// Claim claims durable batch owner for h.Manager, or renews its claim, for
+// lease; a lease of 0 releases it. It returns whether h.Manager holds it
+// now and, if another manager does, that one's record. One script call.
+func (r *RDB) Claim(ctx context.Context, owner string, h wire.Holder, lease time.Duration) (wire.Holder, bool, error) {
+	ms := lease.Milliseconds()
+	if lease > 0 {
+		ms = max(ms, 1)
+	}
+	vals, err := claimScript.run(ctx, r.c, []string{keys.Claim(r.prefix, r.queue, owner)}, h.Manager, wire.EncodeHolder(h), ms).Slice()
+	if err != nil {
+		return wire.Holder{}, false, wrap("claim a durable batch", claimScript, "", err)
+	}
+	if len(vals) != 2 {
+		return wire.Holder{}, false, fmt.Errorf("claim a durable batch: %d values in the reply, want 2", len(vals))
+	}
+	if n, _ := vals[0].(int64); n == 1 {
+		return h, true, nil
+	}
+	s, _ := vals[1].(string)
+	other, err := wire.DecodeHolder(s)
+	if err != nil {
+		return wire.Holder{}, false, fmt.Errorf("claim a durable batch: %w", err)
+	}
+	return other, false, nil
+}
+
 // Cancel withdraws tasks of manager mid: removes them and their payloads from
 // its task set. Their ids may stay queued; a worker that pops one drops it (see
 // Take), and a result of one already running is discarded (see Finish).

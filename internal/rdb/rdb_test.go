@@ -196,6 +196,37 @@ func TestKeepingResultsKeepsWhatItTrims(t *testing.T) {
 	}
 }
 
+// One manager at a time holds a durable batch: a second is refused and told
+// who holds it, the holder renews and releases its claim, a lapsed claim
+// goes to whoever asks next, and a claim that does not decode is taken
+// over.
+func TestClaimDurableBatch(t *testing.T) {
+	f := setup(t)
+	ctx := context.Background()
+	owner := id.Durable("nightly")
+	a := wire.Holder{Manager: id.New(), Host: "a", PID: 1, Since: 100}
+	b := wire.Holder{Manager: id.New(), Host: "b", PID: 2, Since: 200}
+	claim := func(h wire.Holder, lease time.Duration, wantOK bool, wantHolder wire.Holder) {
+		t.Helper()
+		got, ok, err := f.r.Claim(ctx, owner, h, lease)
+		if err != nil || ok != wantOK || (!ok && got != wantHolder) {
+			t.Fatalf("%s claims: %+v, %v, %v; want ok %v, holder %+v", h.Host, got, ok, err, wantOK, wantHolder)
+		}
+	}
+	claim(a, time.Minute, true, a)
+	claim(b, time.Minute, false, a)
+	claim(a, time.Minute, true, a) // renewed
+	claim(b, 0, false, a)          // b cannot release a's claim
+	claim(a, 0, true, a)           // released
+	claim(b, 50*time.Millisecond, true, b)
+	redistest.Eventually(t, "b's claim lapses", func() bool {
+		return f.c.Exists(ctx, keys.Claim("rm", f.queue, owner)).Val() == 0
+	})
+	claim(a, time.Minute, true, a)
+	f.c.Set(ctx, keys.Claim("rm", f.queue, owner), "\xff{not json", 0)
+	claim(b, time.Minute, true, b)
+}
+
 func TestTakeReturnsPayloadsInOrderPrivateFirst(t *testing.T) {
 	f := setup(t)
 	ctx := context.Background()

@@ -38,6 +38,7 @@ var (
 	recordScript    = load("record.lua")
 	lostScript      = load("lost.lua")
 	failuresScript  = load("failures.lua")
+	claimScript     = load("claim.lua")
 )
 
 // ScriptNames maps each script's SHA-1 to its file name, for tools that read

@@ -284,6 +284,21 @@ type BatchRecord struct {
 	Ended    int64          `json:"ended_ms"`         // Unix ms: the manager's clock, or Redis's for "manager lost"
 }
 
+// Holder is the manager that holds a durable batch (keys.Claim): a second
+// manager that makes the same call is refused, told who holds it.
+type Holder struct {
+	Manager string `json:"manager"`
+	Host    string `json:"host"`
+	PID     int    `json:"pid"`
+	Since   int64  `json:"since_ms"` // Unix ms, the holder's clock
+}
+
+// EncodeHolder returns h as the value of a durable batch's claim.
+func EncodeHolder(h Holder) string { return encodeJSON(h) }
+
+// DecodeHolder reads the value of a durable batch's claim.
+func DecodeHolder(s string) (Holder, error) { return decodeJSON[Holder](s, "durable batch's holder") }
+
 // EncodeRecord returns r as a field value of the history hash.
 func EncodeRecord(r BatchRecord) string { return encodeJSON(r) }
 
