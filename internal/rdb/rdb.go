@@ -695,6 +695,42 @@ func (r *RDB) Claim(ctx context.Context, owner string, h wire.Holder, lease time
 	return other, false, nil
 }
 
+// Resume returns what a manager taking over durable batch owner finds of it
+// on r's shard (see resume.lua): the task set's count and epoch, the length
+// of the kept list, which now holds every result delivered so far, and the
+// tasks outstanding (queued, or held by a worker). One script call; read the
+// kept results with Kept.
+func (r *RDB) Resume(ctx context.Context, owner string) (wire.Resumed, error) {
+	ks := []string{keys.Tasks(r.prefix, r.queue, owner), keys.Results(r.prefix, r.queue, owner), keys.Kept(r.prefix, r.queue, owner)}
+	vals, err := resumeScript.run(ctx, r.c, ks).Slice()
+	if err != nil {
+		return wire.Resumed{}, wrap("resume a durable batch", resumeScript, "", err)
+	}
+	if len(vals) < 3 {
+		return wire.Resumed{}, fmt.Errorf("resume a durable batch: %d values in the reply, want 3 or more", len(vals))
+	}
+	var res wire.Resumed
+	res.Count, _ = vals[0].(int64)
+	res.Epoch, _ = vals[1].(string)
+	res.Kept, _ = vals[2].(int64)
+	for _, v := range vals[3:] {
+		if tid, ok := v.(string); ok {
+			res.Outstanding = append(res.Outstanding, tid)
+		}
+	}
+	return res, nil
+}
+
+// Kept returns up to n of durable batch owner's kept results from index
+// from. One LRANGE.
+func (r *RDB) Kept(ctx context.Context, owner string, from, n int64) ([]string, error) {
+	es, err := r.c.LRange(ctx, keys.Kept(r.prefix, r.queue, owner), from, from+n-1).Result()
+	if err != nil {
+		return nil, wrap("read kept results", nil, "LRANGE", err)
+	}
+	return es, nil
+}
+
 // Cancel withdraws tasks of manager mid: removes them and their payloads from
 // its task set. Their ids may stay queued; a worker that pops one drops it (see
 // Take), and a result of one already running is discarded (see Finish).

@@ -227,6 +227,51 @@ func TestClaimDurableBatch(t *testing.T) {
 	claim(b, time.Minute, true, b)
 }
 
+// Taking over a durable batch finds every result delivered so far in the
+// kept list, in order (those read and kept, then those not yet read), the
+// tasks still outstanding, and the task set's count and epoch.
+func TestResumeFindsResultsAndOutstandingTasks(t *testing.T) {
+	f := setup(t)
+	ctx := context.Background()
+	f.mid = id.Durable("nightly")
+	r := f.r.KeepingResults()
+	ids := f.submit(t, "", 5)
+	if _, _, err := r.Take(ctx, "w", 3, time.Minute, 0, 0, serves); err != nil {
+		t.Fatal(err)
+	}
+	var done []wire.Done
+	for i, id := range ids[:3] {
+		done = append(done, wire.Done{ID: id, Result: []byte(fmt.Sprint("r", i))})
+	}
+	if n, err := r.Finish(ctx, "w", done); err != nil || n != 3 {
+		t.Fatalf("finish: %d, %v", n, err)
+	}
+	first, _ := r.ReadResults(ctx, f.mid, 0, "", 1)
+	if _, err := r.ReadResults(ctx, f.mid, 1, Mark(first[0]), 10); err != nil { // r0 kept; r1, r2 unread
+		t.Fatal(err)
+	}
+	res, err := r.Resume(ctx, f.mid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	count, epoch, _ := r.Submitted(ctx, f.mid)
+	slices.Sort(res.Outstanding)
+	want := slices.Sorted(slices.Values(ids[3:]))
+	if res.Count != count || res.Epoch != epoch || res.Kept != 3 || !slices.Equal(res.Outstanding, want) {
+		t.Fatalf("resumed %+v; want count %d, epoch %q, 3 kept, outstanding %q", res, count, epoch, want)
+	}
+	if kept, err := r.Kept(ctx, f.mid, 1, 10); err != nil || !slices.Equal(kept, []string{"r1", "r2"}) {
+		t.Fatalf("kept from 1: %q, %v; want [r1 r2]", kept, err)
+	}
+	if n := f.c.LLen(ctx, keys.Results("rm", f.queue, f.mid)).Val(); n != 0 {
+		t.Fatalf("%d results left unread after the resume, want 0: they are kept", n)
+	}
+	// A durable batch Redis knows nothing of: nothing found.
+	if res, err := r.Resume(ctx, id.Durable("other")); err != nil || res.Count != 0 || res.Kept != 0 || len(res.Outstanding) != 0 {
+		t.Fatalf("an unknown batch resumed as %+v, %v", res, err)
+	}
+}
+
 func TestTakeReturnsPayloadsInOrderPrivateFirst(t *testing.T) {
 	f := setup(t)
 	ctx := context.Background()

@@ -39,6 +39,7 @@ var (
 	lostScript      = load("lost.lua")
 	failuresScript  = load("failures.lua")
 	claimScript     = load("claim.lua")
+	resumeScript    = load("resume.lua")
 )
 
 // ScriptNames maps each script's SHA-1 to its file name, for tools that read

@@ -293,6 +293,15 @@ type Holder struct {
 	Since   int64  `json:"since_ms"` // Unix ms, the holder's clock
 }
 
+// Resumed is what a manager taking over a durable batch finds of it on one
+// shard (rdb.Resume).
+type Resumed struct {
+	Count       int64    // tasks ever submitted to its task set ("_")
+	Epoch       string   // the task set's epoch ("_e")
+	Kept        int64    // results delivered so far, in the kept list
+	Outstanding []string // tasks queued or held by a worker, their results to come
+}
+
 // EncodeHolder returns h as the value of a durable batch's claim.
 func EncodeHolder(h Holder) string { return encodeJSON(h) }
 

@@ -1,0 +1,33 @@
+-- resume.lua: what a manager taking over a durable batch finds of it on one
+-- shard, in one step: the results not yet read join the kept ones (so that
+-- the kept list holds, in order, every result and notice delivered so far,
+-- and the result list only what comes next), and the task set's outstanding
+-- tasks (queued, or held by a worker) are listed with its count and epoch.
+-- KEYS[1] task set of the owner   KEYS[2] its result list   KEYS[3] its kept list
+-- Returns {the count ("_", 0 if none), the epoch ("_e", "" if none), the
+-- length of the kept list, the outstanding task ids...}.
+local n = redis.call('LLEN', KEYS[2])
+for i = 0, n - 1, CHUNK do
+  redis.call('RPUSH', KEYS[3], unpack(redis.call('LRANGE', KEYS[2], i, math.min(i + CHUNK, n) - 1)))
+end
+if n > 0 then
+  local ttl = redis.call('PTTL', KEYS[2])
+  if ttl > 0 then
+    redis.call('PEXPIRE', KEYS[3], ttl)
+  end
+  redis.call('DEL', KEYS[2])
+end
+local out = {tonumber(redis.call('HGET', KEYS[1], '_') or '0') or 0, redis.call('HGET', KEYS[1], '_e') or '',
+  redis.call('LLEN', KEYS[3])}
+local cursor = '0'
+repeat
+  local page = redis.call('HSCAN', KEYS[1], cursor, 'COUNT', CHUNK)
+  cursor = page[1]
+  for i = 1, #page[2], 2 do
+    local f = page[2][i]
+    if f ~= '_' and f ~= '_e' then
+      out[#out + 1] = f
+    end
+  end
+until cursor == '0'
+return out
