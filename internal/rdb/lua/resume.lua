@@ -19,15 +19,10 @@ if n > 0 then
 end
 local out = {tonumber(redis.call('HGET', KEYS[1], '_') or '0') or 0, redis.call('HGET', KEYS[1], '_e') or '',
   redis.call('LLEN', KEYS[3])}
-local cursor = '0'
-repeat
-  local page = redis.call('HSCAN', KEYS[1], cursor, 'COUNT', CHUNK)
-  cursor = page[1]
-  for i = 1, #page[2], 2 do
-    local f = page[2][i]
-    if f ~= '_' and f ~= '_e' then
-      out[#out + 1] = f
-    end
+-- The set holds one batch's window at most (4,096 tasks): HKEYS is bounded.
+for _, f in ipairs(redis.call('HKEYS', KEYS[1])) do
+  if f ~= '_' and f ~= '_e' then
+    out[#out + 1] = f
   end
-until cursor == '0'
+end
 return out
