@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/redmap/redmap/codec"
 	"github.com/redmap/redmap/internal/engine"
@@ -68,7 +69,32 @@ var (
 	// not heal (WRONGTYPE, an unknown command, a bad DB index, a script
 	// error). A *CommandError names the command.
 	ErrRefused = errors.New("redmap: redis refused a command")
+	// ErrDurableHeld: a durable batch (manager.Durable) is held by another
+	// live manager, or already runs in this one; a *HeldError says which.
+	ErrDurableHeld = errors.New("redmap: durable batch held by another manager")
+	// ErrDurableMismatch: a call took over a durable batch (manager.Durable)
+	// with an input, function or constant other than the batch's: the task
+	// named differs. Nothing of the two inputs is mixed.
+	ErrDurableMismatch = errors.New("redmap: durable batch's input differs")
 )
+
+// HeldError says which manager holds a durable batch that another call
+// asked for. It unwraps to ErrDurableHeld.
+type HeldError struct {
+	Name    string    // the batch's name (manager.Durable)
+	Manager string    // the holder's manager id
+	Host    string    // the holder's host name
+	PID     int       // the holder's process id
+	Since   time.Time // when it took the batch
+}
+
+func (e *HeldError) Error() string {
+	return fmt.Sprintf("redmap: durable batch %q is held by manager %s on %s (pid %d) since %s",
+		e.Name, e.Manager, e.Host, e.PID, e.Since.Format(time.RFC3339))
+}
+
+// Unwrap returns ErrDurableHeld.
+func (e *HeldError) Unwrap() error { return ErrDurableHeld }
 
 // CommandError is a command Redis refused with an error reply that retrying
 // does not heal. It unwraps to ErrPermission or ErrRefused, so callers test

@@ -62,6 +62,9 @@ type Batch[Out any] struct {
 	// recorded is closed once the batch's final record is in the queue's
 	// history (or its write gave up): Wait returns after it.
 	recorded chan struct{}
+	// settled, for a durable batch, is closed once its owner has closed
+	// or detached (Manager.settle): Wait returns after it too.
+	settled <-chan struct{}
 }
 
 // batchEnv is what a batch needs of its manager, handed to it when it is
@@ -75,6 +78,7 @@ type batchEnv struct {
 	batches *registry     // the running batches, which it leaves as it ends
 	history *history      // where its final record goes
 	tasks   *withdrawal   // takes its outstanding tasks back
+	durable bool          // its manager owns a durable batch: see abort
 }
 
 // newBatch returns a batch of n elements (of a slice), or of a sequence
@@ -143,6 +147,12 @@ func wait[T, Out any](ctx context.Context, b *Batch[Out], get func() T) (T, erro
 	select {
 	case <-b.recorded:
 	case <-ctx.Done():
+	}
+	if b.settled != nil {
+		select {
+		case <-b.settled:
+		case <-ctx.Done():
+		}
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -306,7 +316,7 @@ func (b *Batch[Out]) read(n int) {
 
 // Cancel ends the batch early with context.Canceled: its queued tasks are
 // withdrawn and skipped by workers, and results still to come are discarded.
-func (b *Batch[Out]) Cancel() { b.abort(context.Canceled) }
+func (b *Batch[Out]) Cancel() { b.cancel(context.Canceled) }
 
 // isFinished reports whether the batch is done.
 func (b *Batch[Out]) isFinished() bool {
@@ -441,7 +451,8 @@ func (b *Batch[Out]) release() {
 	b.ending.Do(func() {
 		b.env.batches.unlist(b.id)
 		b.stop()
-		if b.onEnd != nil {
+		// A durable batch left in Redis keeps its constant held there.
+		if b.onEnd != nil && !b.leftInRedis() {
 			b.onEnd()
 		}
 		if b.isEmpty() {
@@ -514,20 +525,41 @@ func (b *Batch[Out]) fail(ci, attempt int, cause error) {
 	b.closeChunk(ci, func(c chunk) []Out { b.outs.failElements(c, attempt, cause); return nil })
 }
 
-// abort ends the batch early with err and withdraws its outstanding tasks.
-func (b *Batch[Out]) abort(err error) {
+// abort ends the batch early with err and withdraws its outstanding tasks;
+// a durable batch's are left in Redis, for the next call to take it over
+// (its context ended, or its manager closed).
+func (b *Batch[Out]) abort(err error) { b.end(err, !b.env.durable) }
+
+// cancel ends the batch early with err and withdraws its outstanding
+// tasks, durable or not: Cancel, an operator's cancel.
+func (b *Batch[Out]) cancel(err error) { b.end(err, true) }
+
+// end ends the batch early with err, withdrawing its outstanding tasks if
+// withdraw is set.
+func (b *Batch[Out]) end(err error, withdraw bool) {
 	b.mu.Lock()
 	if b.finished() {
 		b.mu.Unlock()
 		return
 	}
 	b.state.err = err
+	b.state.left = !withdraw
 	close(b.done)
 	b.signal()
 	_, tids := b.feed.open()
 	b.mu.Unlock()
-	b.env.tasks.withdraw(tids)
+	if withdraw {
+		b.env.tasks.withdraw(tids)
+	}
 	b.release()
+}
+
+// leftInRedis reports whether the batch ended early leaving its tasks in
+// Redis (a durable batch's context ended, or its manager closed).
+func (b *Batch[Out]) leftInRedis() bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.state.left
 }
 
 // function returns the batch's function name, and whether the batch is on

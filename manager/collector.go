@@ -40,6 +40,12 @@ type collectorParams struct {
 	stale    func(tid string, attempt int) // notes a stale result on its batch's span
 	bytes    *atomic.Int64                 // bytes of results read
 	log      *slog.Logger
+	// A durable batch's owner's collectors start reading once after is
+	// closed (its resume ran), and hand a result whose task is not pending
+	// to early, which puts it aside if the feeder has yet to register it
+	// (resumeState.keep); nil for a manager.
+	after <-chan struct{}
+	early func(tid, entry string) bool
 }
 
 func newCollector(p collectorParams) *collector {
@@ -62,6 +68,13 @@ func (c *collector) Stop() {
 // with ErrUnavailable; if it refuses the read for good (an ACL, say),
 // everything outstanding fails at once, with the refusal.
 func (c *collector) collect(ctx context.Context) {
+	if c.after != nil {
+		select {
+		case <-c.after:
+		case <-ctx.Done():
+			return
+		}
+	}
 	var (
 		handled int    // entries read last time, to trim off with the next read
 		mark    string // the start of the last of them
@@ -154,10 +167,10 @@ func (c *collector) dispatch(entry string) {
 	e, err := wire.DecodeEntry(entry, c.maxFrame)
 	switch e.Kind {
 	case wire.EntryLost:
-		c.failTask(e.Task, fmt.Errorf("%w: worker %s died, and the batch was sent to its private queue", redmap.ErrLost, e.Worker))
+		c.failTask(e.Task, entry, fmt.Errorf("%w: worker %s died, and the batch was sent to its private queue", redmap.ErrLost, e.Worker))
 		return
 	case wire.EntryPurged:
-		c.failTask(e.Task, fmt.Errorf("%w: purged from the queue by an operator", redmap.ErrLost))
+		c.failTask(e.Task, entry, fmt.Errorf("%w: purged from the queue by an operator", redmap.ErrLost))
 		return
 	case wire.EntryWake:
 		return
@@ -170,6 +183,12 @@ func (c *collector) dispatch(entry string) {
 		return
 	}
 	p, ok := c.pending.take(r.Task)
+	if !ok && c.early != nil {
+		if c.early(r.Task, entry) {
+			return
+		}
+		p, ok = c.pending.take(r.Task) // registered since the first look
+	}
 	if !ok {
 		c.dropped.Add(1)
 		c.stale(r.Task, r.Attempt)
@@ -179,10 +198,16 @@ func (c *collector) dispatch(entry string) {
 	p.batch.deliver(p.chunk, r, err)
 }
 
-// failTask fails a pending task with cause, or drops the news if it is not
-// pending.
-func (c *collector) failTask(tid string, cause error) {
+// failTask fails a pending task with cause, the news of entry, or drops it
+// if the task is not pending.
+func (c *collector) failTask(tid, entry string, cause error) {
 	p, ok := c.pending.take(tid)
+	if !ok && c.early != nil {
+		if c.early(tid, entry) {
+			return
+		}
+		p, ok = c.pending.take(tid)
+	}
 	if !ok {
 		c.dropped.Add(1)
 		return

@@ -12,6 +12,7 @@ import (
 	"github.com/redmap/redmap/cache"
 	"github.com/redmap/redmap/codec"
 	"github.com/redmap/redmap/internal/await"
+	"github.com/redmap/redmap/internal/id"
 	"github.com/redmap/redmap/internal/rdb"
 	"github.com/redmap/redmap/internal/wire"
 )
@@ -361,6 +362,24 @@ func (f *fakeShard) RecordBatches(_ context.Context, _ string, recs []wire.Batch
 	return nil
 }
 
+// A durable batch needs a manager made by New: the fake has none of its
+// calls.
+var errNotFaked = errors.New("fake: durable batches are not faked")
+
+func (f *fakeShard) Resume(context.Context, string) (wire.Resumed, error) {
+	return wire.Resumed{}, errNotFaked
+}
+func (f *fakeShard) Kept(context.Context, string, int64, int64) ([]string, error) {
+	return nil, errNotFaked
+}
+func (f *fakeShard) Claim(context.Context, string, wire.Holder, time.Duration, string) (wire.Holder, bool, error) {
+	return wire.Holder{}, false, errNotFaked
+}
+func (f *fakeShard) Sums(context.Context, string) (map[string]string, error) { return nil, errNotFaked }
+func (f *fakeShard) AddSums(context.Context, string, map[string]string, time.Duration) error {
+	return errNotFaked
+}
+
 // fakeStore is the object cache in memory.
 type fakeStore struct {
 	mu      sync.Mutex
@@ -469,7 +488,7 @@ func (q *fakeQueue) manager(t interface {
 		},
 		masters: func(context.Context) (rdb.Masters, bool, error) { return rdb.Masters{}, false, nil },
 		store:   q.store,
-	}, opts)
+	}, opts, id.New(), nil)
 	t.Cleanup(func() { _ = m.Close() })
 	return m
 }

@@ -59,28 +59,35 @@ type feederParams struct {
 	// publishTypes stores the structure of a handle's types (see
 	// Manager.publishTypes).
 	publishTypes func(ctx context.Context, sig string, types []string) error
+
+	// A durable batch's owner's (durable.go); nil for a manager: owned is
+	// its batch, resume reads what Redis has of it before the first
+	// window, and redeliver hands the results it found to the batch.
+	owned     *owned
+	resume    func(ctx context.Context) error
+	redeliver func(entries []string)
 }
 
 // window is a set of tasks registered with the batch and ready to submit:
-// chunks [first, first+len(tasks)) of the batch. bad, if set, is an element
-// just after them that could not be encoded.
+// chunks [first, first+len(tids)) of the batch, of which tasks are to
+// send (for a durable batch taken over, those neither delivered nor
+// outstanding; else all). bad, if set, is an element just after them that
+// could not be encoded.
 type window struct {
 	first int
+	all   []string // the tasks' ids, in chunk order
 	tasks []wire.Task
 	bad   *redmap.TaskError
+	// sums are the sums of a durable batch's tasks submitted for the first
+	// time (durableSum), recorded before they are sent.
+	sums map[string]string
 	// unsent holds the tasks by shard until their shard's submit
 	// succeeds, so that a retry sends only what did not go (grouped at the
 	// first send: the first window is made before the shards are open).
 	unsent map[*shard][]wire.Task
 }
 
-func (w window) tids() []string {
-	tids := make([]string, len(w.tasks))
-	for i, t := range w.tasks {
-		tids[i] = t.ID
-	}
-	return tids
-}
+func (w window) tids() []string { return w.all }
 
 // window encodes the next tasks that fit in the window and registers them. It
 // stops at an element that cannot be encoded, returning it as bad.
@@ -93,7 +100,8 @@ func (f *feeder[Out]) window() (window, error) {
 	}
 	var w window
 	var chunks []chunk
-	add := func(end int, payload []byte) {
+	from := f.pos
+	add := func(end int, payload []byte) error {
 		var tid string
 		if f.b.worker != "" {
 			tid = id.TaskAt(f.mid, f.router.nextPrivateSeq(), f.priority, DefaultPriority)
@@ -101,15 +109,28 @@ func (f *feeder[Out]) window() (window, error) {
 			tid = id.TaskIn(f.mid, f.router.nextSeq(), f.b.seq, f.priority, DefaultPriority)
 		}
 		c := chunk{start: f.pos, count: end - f.pos, size: len(payload), tid: tid}
+		if f.owned != nil {
+			send, err := f.taken(&w, c, payload)
+			if err != nil {
+				return err
+			}
+			if !send {
+				payload = nil
+			}
+		}
 		if !f.in.reencodes() {
 			c.payload = payload
 		}
 		chunks = append(chunks, c)
-		w.tasks = append(w.tasks, wire.Task{ID: tid, Payload: payload})
+		w.all = append(w.all, tid)
+		if payload != nil {
+			w.tasks = append(w.tasks, wire.Task{ID: tid, Payload: payload})
+		}
 		inflight++
 		bytes += len(payload)
 		elems += end - f.pos
 		f.pos = end
+		return nil
 	}
 	for inflight < windowTasks && bytes < windowBytes && elems < maxElems {
 		n, known := f.in.length()
@@ -138,18 +159,68 @@ func (f *feeder[Out]) window() (window, error) {
 				if err != nil {
 					return w, err
 				}
-				add(bad, good)
+				if err := add(bad, good); err != nil {
+					f.pos = from
+					return window{}, err
+				}
 			}
 			f.pos = w.bad.Index + 1
 			break
 		}
-		add(end, payload)
+		if err := add(end, payload); err != nil {
+			// Nothing of the window is registered: the feeder fails its
+			// elements and the rest with err (giveUp).
+			f.pos = from
+			return window{}, err
+		}
 	}
 	w.first = b.addChunks(chunks...)
 	f.in.submitted(f.pos)
 	// Register before submitting: a fast worker's result may arrive before
 	// the submit call returns.
-	return w, f.pending.add(b, w.tids(), w.first)
+	if err := f.pending.add(b, w.tids(), w.first); err != nil {
+		return w, err
+	}
+	if f.owned != nil {
+		f.redeliverFound(w.all)
+	}
+	return w, nil
+}
+
+// taken checks chunk c of a durable batch, of task payload payload,
+// against what its resume found, and says whether to send it: not if its
+// result was delivered or it is outstanding. A task submitted before with
+// another input fails the window with ErrDurableMismatch; one submitted
+// for the first time has its sum recorded with the window.
+func (f *feeder[Out]) taken(w *window, c chunk, payload []byte) (send bool, err error) {
+	sum, err := durableSum(payload, f.opts.MaxFrame)
+	if err != nil {
+		return false, fmt.Errorf("manager: durable batch %q: %w", f.owned.name, err)
+	}
+	found := f.owned.found
+	was, ok := found.sums[c.tid]
+	switch {
+	case ok && was != sum:
+		return false, mismatch(f.owned.name, c.tid, c.start, c.count)
+	case !ok:
+		if w.sums == nil {
+			w.sums = make(map[string]string)
+		}
+		w.sums[c.tid] = sum
+	}
+	return !found.known(c.tid), nil
+}
+
+// redeliverFound hands the batch the results its resume found of tasks
+// tids, now registered, and what the collectors put aside of them meanwhile.
+func (f *feeder[Out]) redeliverFound(tids []string) {
+	var entries []string
+	for _, tid := range tids {
+		entries = append(entries, f.owned.found.registered(tid)...)
+	}
+	if len(entries) > 0 {
+		f.redeliver(entries)
+	}
 }
 
 // submit queues a window's tasks. On failure it withdraws them, or, if Redis
@@ -164,7 +235,8 @@ func (f *feeder[Out]) submit(ctx context.Context, w *window) error {
 	if err == nil {
 		return nil
 	}
-	if errors.Is(err, redmap.ErrUnavailable) {
+	if errors.Is(err, redmap.ErrUnavailable) || f.owned != nil {
+		// A durable batch's tasks stay in Redis for the next call.
 		f.pending.forget(w.tids())
 	} else {
 		f.b.env.tasks.withdraw(w.tids())
@@ -178,6 +250,15 @@ func (f *feeder[Out]) submit(ctx context.Context, w *window) error {
 // send makes one attempt to queue what of a window is not queued yet, one
 // submit per shard (at once, if several), and says what went wrong.
 func (f *feeder[Out]) send(ctx context.Context, w *window) error {
+	if len(w.sums) > 0 {
+		err := f.faults.callQueue(fmt.Sprintf("recording the inputs of durable batch %q", f.owned.name), func() error {
+			return f.router.queue().AddSums(ctx, f.mid, w.sums, f.opts.KeyTTL)
+		})
+		if err != nil {
+			return err
+		}
+		w.sums = nil
+	}
 	if w.unsent == nil {
 		w.unsent = f.router.tasksByShard(w.tasks)
 	}
@@ -324,7 +405,19 @@ func inputError(fn string, start int, err error) error {
 func (f *feeder[Out]) first(ctx context.Context, sp spec, red *redmap.Reducer[Out]) error {
 	b := f.b
 	b.stop = context.AfterFunc(ctx, func() { b.abort(ctx.Err()) })
-	w, err := f.window()
+	var w window
+	var err error
+	if f.owned != nil {
+		// A durable batch's first window needs what Redis has of it: the
+		// shards open, then the resume.
+		err = f.faults.riding(ctx, func() error { return f.openShards(ctx) })
+		if err == nil {
+			err = f.faults.riding(ctx, func() error { return f.resume(ctx) })
+		}
+	}
+	if err == nil {
+		w, err = f.window()
+	}
 	if err == nil && w.bad != nil {
 		err = w.bad
 	}

@@ -37,7 +37,10 @@ type keeperParams struct {
 	ended   *atomic.Int64 // elements that ended, all batches
 	faults  *faults
 	due     time.Duration // the next publish is due within this (lostAfter)
-	log     *slog.Logger
+	// claim renews a durable batch's claim (an owner's: Manager.renewClaim);
+	// nil for a manager.
+	claim func(ctx context.Context)
+	log   *slog.Logger
 }
 
 func newKeeper(p keeperParams, poll time.Duration) *keeper {
@@ -47,6 +50,9 @@ func newKeeper(p keeperParams, poll time.Duration) *keeper {
 }
 
 func (k *keeper) tick(ctx context.Context) {
+	if k.claim != nil {
+		k.claim(ctx)
+	}
 	k.renewKeys(ctx)
 	k.holds.renew(ctx)
 	k.publishBatches(ctx)
@@ -97,7 +103,7 @@ func (k *keeper) publishBatches(ctx context.Context) {
 	for _, id := range cancels {
 		if b, ok := running[id]; ok {
 			k.log.Warn("an operator cancelled a batch", "batch", id)
-			b.abort(fmt.Errorf("%w: by an operator (redmap dashboard)", context.Canceled))
+			b.cancel(fmt.Errorf("%w: by an operator (redmap dashboard)", context.Canceled))
 		}
 	}
 }

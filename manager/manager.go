@@ -66,6 +66,10 @@ type Manager struct {
 	history  *history     // writes each batch's final record
 	addr     string       // where the client connects, for errors (rdb.Addr)
 	tracer   trace.Tracer // from Options.TracerProvider or the global one (which delegates to a provider installed later)
+
+	client   redis.UniversalClient // New's, for its durable batches' owners; nil over fakes
+	durables durables              // its durable batches running, each on its owner
+	owned    *owned                // an owner's: its durable batch (durable.go); nil for a manager
 }
 
 // historyBudget bounds the write of a batch's final record, retries
@@ -100,8 +104,9 @@ func New(client redis.UniversalClient, opts Options) (*Manager, error) {
 	if err != nil {
 		return nil, err
 	}
-	m := assemble(clientSeams(client, opts), opts)
+	m := assemble(clientSeams(client, opts), opts, id.New(), nil)
 	m.addr = rdb.Addr(client)
+	m.client = client
 	return m, nil
 }
 
@@ -127,10 +132,11 @@ type seams struct {
 }
 
 // assemble builds a manager's parts over its seams to Redis and starts them;
-// opts have their defaults.
-func assemble(r seams, opts Options) *Manager {
-	mid := id.New()
+// opts have their defaults. mid is its id; o, if not nil, makes it the
+// owner of a durable batch (durable.go).
+func assemble(r seams, opts Options, mid string, o *owned) *Manager {
 	m := &Manager{
+		owned:   o,
 		tracer:  tracing.Tracer(opts.TracerProvider),
 		id:      mid,
 		opts:    opts,
@@ -147,12 +153,22 @@ func assemble(r seams, opts Options) *Manager {
 	m.history = newHistory(historyParams{mid: mid, store: r.queue, limit: opts.History, age: opts.HistoryAge,
 		budget: min(opts.RedisTimeout, historyBudget), log: m.log})
 	m.env = batchEnv{mid: mid, tracer: m.tracer, log: m.log, ended: &m.stats.ended, costs: &m.costs, batches: m.batches,
-		history: m.history, tasks: &withdrawal{mid: mid, pending: m.pending, router: m.router, log: m.log}}
+		history: m.history, tasks: &withdrawal{mid: mid, pending: m.pending, router: m.router, log: m.log}, durable: o != nil}
 	m.feeding = feederParams{mid: mid, opts: opts, router: m.router, pending: m.pending, batches: m.batches,
 		costs: &m.costs, faults: m.faults, running: &m.feeders, publishTypes: m.publishTypes}
+	if o != nil {
+		m.feeding.owned, m.feeding.resume = o, m.resume
+		m.feeding.redeliver = func(entries []string) {
+			(&collector{collectorParams: m.collecting(m.router.first())}).dispatchAll(entries)
+		}
+	}
+	keeping := keeperParams{mid: mid, ttl: opts.KeyTTL, router: m.router, holds: m.holds, batches: m.batches,
+		ended: &m.stats.ended, faults: m.faults, due: lostAfter(opts.Poll, opts.KeyTTL), log: m.log}
+	if o != nil {
+		keeping.claim = m.renewClaim
+	}
 	m.background = part.List{
-		newKeeper(keeperParams{mid: mid, ttl: opts.KeyTTL, router: m.router, holds: m.holds, batches: m.batches,
-			ended: &m.stats.ended, faults: m.faults, due: lostAfter(opts.Poll, opts.KeyTTL), log: m.log}, opts.Poll),
+		newKeeper(keeping, opts.Poll),
 		newReaper(reaperParams{queue: opts.Queue, noWorkerTimeout: opts.NoWorkerTimeout, router: m.router,
 			batches: m.batches, faults: m.faults, log: m.log}, opts.Poll),
 		newRecoverer(recovererParams{mid: mid, ttl: opts.KeyTTL, router: m.router, pending: m.pending,
@@ -166,12 +182,22 @@ func assemble(r seams, opts Options) *Manager {
 
 // startCollector starts a collector of shard s.
 func (m *Manager) startCollector(s *shard) {
-	c := newCollector(collectorParams{shard: s, mid: m.id, poll: m.opts.Poll, maxFrame: m.opts.MaxFrame,
-		pending: m.pending, faults: m.faults, dropped: &m.stats.dropped, stale: m.staleResult, bytes: &m.stats.resultBytes, log: m.log})
+	c := newCollector(m.collecting(s))
 	m.partsMu.Lock()
 	m.collectors = append(m.collectors, c)
 	m.partsMu.Unlock()
 	c.Start(m.ctx)
+}
+
+// collecting returns what a collector of shard s is built from.
+func (m *Manager) collecting(s *shard) collectorParams {
+	p := collectorParams{shard: s, mid: m.id, poll: m.opts.Poll, maxFrame: m.opts.MaxFrame,
+		pending: m.pending, faults: m.faults, dropped: &m.stats.dropped, stale: m.staleResult, bytes: &m.stats.resultBytes, log: m.log}
+	if m.owned != nil {
+		p.after = m.owned.resumed
+		p.early = func(tid, entry string) bool { return m.owned.found.keep(tid, entry) }
+	}
+	return p
 }
 
 // ID returns the manager's id.
@@ -223,32 +249,11 @@ func (m *Manager) Stats() Stats {
 // stops the manager's parts (within one Poll) and deletes the manager's
 // keys. It is safe to call more than once.
 func (m *Manager) Close() error {
-	outstanding, first := m.pending.close()
+	m.detachDurables()
+	tids, shards, first := m.halt(redmap.ErrClosed)
 	if !first {
 		return nil
 	}
-	tids := make([]string, 0, len(outstanding))
-	seen := make(map[batch]bool)
-	for tid, p := range outstanding {
-		tids = append(tids, tid)
-		if !seen[p.batch] {
-			seen[p.batch] = true
-			p.batch.abort(redmap.ErrClosed)
-		}
-	}
-	// The feeders stop first, then the history writer, which writes the
-	// records of the batches Close ended (as closed) before it returns;
-	// then the background parts and the collectors.
-	part.List{m.history, &m.feeders}.Stop()
-	shards := m.router.close()
-	m.partsMu.Lock()
-	parts := append(part.List{}, m.background...)
-	for _, c := range m.collectors {
-		parts = append(parts, c)
-	}
-	m.partsMu.Unlock()
-	parts.StopAll()
-	m.cancel()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	groups := m.router.byShard(tids)
@@ -257,9 +262,46 @@ func (m *Manager) Close() error {
 			groups[s] = nil // dropped all the same
 		}
 	}
-	return eachShard(groups, func(s *shard, tids []string) error {
+	err := eachShard(groups, func(s *shard, tids []string) error {
 		return errors.Join(s.rdb.Cancel(ctx, m.id, tids), s.rdb.Drop(ctx, m.id))
 	})
+	if m.owned != nil && err == nil {
+		m.unclaim()
+	}
+	return err
+}
+
+// halt ends the manager's batches still running with cause and stops its
+// parts. It returns the tasks that were outstanding and the shards that
+// were open, and whether it was the first call.
+func (m *Manager) halt(cause error) (tids []string, shards []*shard, first bool) {
+	outstanding, first := m.pending.close()
+	if !first {
+		return nil, nil, false
+	}
+	tids = make([]string, 0, len(outstanding))
+	seen := make(map[batch]bool)
+	for tid, p := range outstanding {
+		tids = append(tids, tid)
+		if !seen[p.batch] {
+			seen[p.batch] = true
+			p.batch.abort(cause)
+		}
+	}
+	// The feeders stop first, then the history writer, which writes the
+	// records of the batches ended (as closed) before it returns; then the
+	// background parts and the collectors.
+	part.List{m.history, &m.feeders}.Stop()
+	shards = m.router.close()
+	m.partsMu.Lock()
+	parts := append(part.List{}, m.background...)
+	for _, c := range m.collectors {
+		parts = append(parts, c)
+	}
+	m.partsMu.Unlock()
+	parts.StopAll()
+	m.cancel()
+	return tids, shards, true
 }
 
 // ready checks, before the manager's first submit, that Redis answers within

@@ -15,6 +15,7 @@ import (
 const (
 	DefaultPrefix       = config.DefaultPrefix
 	DefaultKeyTTL       = time.Minute
+	DefaultDurableTTL   = 24 * time.Hour
 	DefaultPoll         = time.Second
 	DefaultMaxInputSize = 16 << 20
 	DefaultMaxFrame     = config.DefaultMaxFrame
@@ -38,6 +39,10 @@ type Options struct {
 	// KeyTTL is how long the manager's task set and result list outlive it if
 	// it dies; it renews them every KeyTTL/3 while it lives. Default DefaultKeyTTL.
 	KeyTTL time.Duration
+	// DurableTTL is how long a durable batch (Durable) stays in Redis after
+	// the last time a manager held it: its queued tasks, the results its
+	// workers delivered and its constant. Default DefaultDurableTTL.
+	DurableTTL time.Duration
 	// Poll is how often the manager reconciles (reaps dead workers, checks for
 	// lost data) while results flow. When none come, it blocks for at least a
 	// second between checks (go-redis's shortest blocking timeout). Default
@@ -109,6 +114,10 @@ func (o Options) withDefaults() (Options, error) {
 		return o, fmt.Errorf("manager: Options.KeyTTL %v is negative", o.KeyTTL)
 	case o.KeyTTL > 0 && o.KeyTTL < 3*time.Second:
 		return o, fmt.Errorf("manager: Options.KeyTTL %v is under 3s", o.KeyTTL)
+	case o.DurableTTL < 0:
+		return o, fmt.Errorf("manager: Options.DurableTTL %v is negative", o.DurableTTL)
+	case o.DurableTTL > 0 && o.DurableTTL < 3*time.Second:
+		return o, fmt.Errorf("manager: Options.DurableTTL %v is under 3s", o.DurableTTL)
 	case o.Poll < 0:
 		return o, fmt.Errorf("manager: Options.Poll %v is negative", o.Poll)
 	case o.MaxInputSize < 0:
@@ -124,6 +133,7 @@ func (o Options) withDefaults() (Options, error) {
 	}
 	config.Or(&o.Shards, 1)
 	config.Or(&o.KeyTTL, DefaultKeyTTL)
+	config.Or(&o.DurableTTL, DefaultDurableTTL)
 	config.Or(&o.Poll, DefaultPoll)
 	config.Or(&o.MaxInputSize, DefaultMaxInputSize)
 	config.Or(&o.RedisTimeout, DefaultRedisTimeout)

@@ -27,6 +27,7 @@ type callOptions struct {
 	seed     uint64
 	seeded   bool
 	priority int
+	durable  string // the batch's name, if durable (Durable)
 }
 
 // Priority sets the batch's priority, from MinPriority (1) to MaxPriority
@@ -72,6 +73,29 @@ func ChunkSize(n int) CallOption { return func(o *callOptions) { o.chunk = n } }
 // seed for the batch.
 func Seed(s uint64) CallOption { return func(o *callOptions) { o.seed, o.seeded = s, true } }
 
+// Durable makes the batch durable under name, unique within the queue: it
+// outlives its manager. Its tasks, their results and its constant are kept
+// in Redis under its name for Options.DurableTTL after the last time a
+// manager held it; while no manager holds it, workers go on running its
+// queued tasks and keep their results. The same call with the same name
+// and the same input, from this program restarted or any other, takes it
+// over: it keeps every result already delivered, submits only what is
+// neither done nor queued, and returns what an uninterrupted run returns.
+// A call whose input, function or constant differs fails with
+// redmap.ErrDurableMismatch naming the first task that differs; a call made
+// while another live manager holds the name fails at once with a
+// *redmap.HeldError (redmap.ErrDurableHeld).
+//
+// Ending the call's context, or closing the manager, leaves the batch in
+// Redis for the next call to take over; Cancel ends it for good. Once it
+// has ended in the manager that holds it, its keys are deleted. Without
+// ChunkSize its chunks are a fixed share of its input (see README, "Long
+// jobs"), so that a resumed call cuts the same tasks; without Seed its seed
+// is derived from name. Map, MapWith, MapReduce, MapReduceWith, Submit and
+// SubmitWith take it; a sequence (SubmitSeq, MapReduceSeq) cannot be durable
+// yet, and is refused.
+func Durable(name string) CallOption { return func(o *callOptions) { o.durable = name } }
+
 // callOptionsOf applies opts, checks them, and fills in the defaults.
 func callOptionsOf(opts []CallOption) (callOptions, error) {
 	var co callOptions
@@ -85,6 +109,8 @@ func callOptionsOf(opts []CallOption) (callOptions, error) {
 		return co, fmt.Errorf("manager: Attempts %d is negative", co.attempts)
 	case co.timeout < 0:
 		return co, fmt.Errorf("manager: Timeout %v is negative", co.timeout)
+	case co.durable != "" && keys.CheckDurable(co.durable) != nil:
+		return co, fmt.Errorf("manager: Durable: %w", keys.CheckDurable(co.durable))
 	case co.priority != 0 && (co.priority < MinPriority || co.priority > MaxPriority):
 		return co, fmt.Errorf("manager: Priority %d is outside %d to %d", co.priority, MinPriority, MaxPriority)
 	}
@@ -96,6 +122,9 @@ func callOptionsOf(opts []CallOption) (callOptions, error) {
 	}
 	if !co.seeded {
 		co.seed = rand.Uint64()
+		if co.durable != "" { // a resumed call draws the same
+			co.seed = durableSeed(co.durable)
+		}
 	}
 	return co, nil
 }

@@ -10,6 +10,7 @@ type outcome struct {
 	waiting  string    // why the batch does not advance (no live worker serves it), or ""
 	unserved time.Time // since when no live worker serves it, or zero
 	stopped  error     // set when the waiting elements were failed: the feeder fails the rest
+	left     bool      // it ended early leaving its tasks in Redis (a durable batch: see Batch.abort)
 }
 
 // served records whether, at now, some live worker serves the batch's

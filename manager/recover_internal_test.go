@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/redmap/redmap"
+	"github.com/redmap/redmap/internal/id"
 	"github.com/redmap/redmap/internal/redistest"
 	"github.com/redmap/redmap/internal/wire"
 	"github.com/redmap/redmap/worker"
@@ -57,7 +58,7 @@ func TestNoFalseAlarm(t *testing.T) {
 	r := clientSeams(c, opts)
 	seam := &checkFirst{queueRedis: r.queue}
 	r.queue = seam
-	m := assemble(r, opts)
+	m := assemble(r, opts, id.New(), nil)
 	w, err := worker.New(c, worker.Options{Queue: queue, Concurrency: 2})
 	if err != nil {
 		t.Fatal(err)

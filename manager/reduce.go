@@ -31,6 +31,10 @@ func MapReduce[In, Out any](ctx context.Context, m *Manager, fn *redmap.Handle[I
 	if err := validReduce(fn, red); err != nil {
 		return zero, err
 	}
+	m, err := on(ctx, m, opts, false)
+	if err != nil {
+		return zero, err
+	}
 	b, err := submit(ctx, m, spec{name: fn.Name(), sig: fn.Signature(), types: types(fn)}, elements[In]{xs: xs}, opts, red)
 	if err != nil {
 		return zero, err
@@ -45,13 +49,18 @@ func MapReduceWith[C, In, Out any](ctx context.Context, m *Manager, fn *redmap.H
 	if err := validReduce(fn, red); err != nil {
 		return zero, err
 	}
+	m, err := on(ctx, m, opts, false)
+	if err != nil {
+		return zero, err
+	}
 	sp, err := holdConstant(ctx, m, fn, constant)
 	if err != nil {
+		m.failed(err)
 		return zero, err
 	}
 	b, err := submit(ctx, m, sp, elements[In]{xs: xs}, opts, red)
 	if err != nil {
-		m.holds.release(sp.holder)
+		m.releaseUnused(sp.holder)
 		return zero, err
 	}
 	return b.reduced(ctx)
@@ -70,6 +79,9 @@ func validReduce[Out any](fn redmap.AnyHandle, red *redmap.Reducer[Out]) error {
 func MapReduceSeq[In, Out any](ctx context.Context, m *Manager, fn *redmap.Handle[In, Out], red *redmap.Reducer[Out], seq iter.Seq[In], opts ...CallOption) (Out, error) {
 	var zero Out
 	if err := validReduce(fn, red); err != nil {
+		return zero, err
+	}
+	if _, err := on(ctx, m, opts, true); err != nil {
 		return zero, err
 	}
 	b, err := submit(ctx, m, spec{name: fn.Name(), sig: fn.Signature(), types: types(fn)}, elements[In]{seq: seq}, opts, red)

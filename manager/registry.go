@@ -16,6 +16,7 @@ type batch interface {
 	deliver(chunk int, r *codec.Result, err error)
 	fail(chunk, attempt int, cause error)
 	abort(err error)
+	cancel(err error)
 	resubmission(chunk int) (t wire.Task, wid string, lane wire.Lane, err error)
 	Progress() Progress
 	function() (name string, public bool)

@@ -41,6 +41,11 @@ type shardRedis interface {
 	// Reap is the reaper's.
 	Reap(ctx context.Context) (wire.Reaped, error)
 
+	// Resume and Kept are a durable batch's owner's, before its first
+	// submit (see durable.go).
+	Resume(ctx context.Context, owner string) (wire.Resumed, error)
+	Kept(ctx context.Context, owner string, from, n int64) ([]string, error)
+
 	// Submitted and Missing are the recoverer's.
 	Submitted(ctx context.Context, mid string) (int64, string, error)
 	Missing(ctx context.Context, mid string, tids []string) (missing []string, count int64, epoch string, err error)
@@ -57,6 +62,10 @@ type queueRedis interface {
 	AdoptShards(ctx context.Context, proposals []string) ([]string, error)
 	AddShards(ctx context.Context, names []string) ([]string, error)
 	PublishBatches(ctx context.Context, mid string, batches map[string]wire.BatchProgress, ttl, due time.Duration, ended int64) (cancels []string, err error)
+	// Claim, Sums and AddSums are a durable batch's owner's.
+	Claim(ctx context.Context, owner string, h wire.Holder, lease time.Duration, steal string) (wire.Holder, bool, error)
+	Sums(ctx context.Context, owner string) (map[string]string, error)
+	AddSums(ctx context.Context, owner string, sums map[string]string, ttl time.Duration) error
 	historyStore
 }
 

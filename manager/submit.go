@@ -51,6 +51,10 @@ func Submit[In, Out any](ctx context.Context, m *Manager, fn *redmap.Handle[In, 
 	if err := fn.Validate(); err != nil {
 		return nil, err
 	}
+	m, err := on(ctx, m, opts, false)
+	if err != nil {
+		return nil, err
+	}
 	return submit(ctx, m, spec{name: fn.Name(), sig: fn.Signature(), types: types(fn)}, elements[In]{xs: xs}, opts, (*redmap.Reducer[Out])(nil))
 }
 
@@ -77,13 +81,18 @@ func SubmitWith[C, In, Out any](ctx context.Context, m *Manager, fn *redmap.Hand
 	if err := fn.Validate(); err != nil {
 		return nil, err
 	}
+	m, err := on(ctx, m, opts, false)
+	if err != nil {
+		return nil, err
+	}
 	sp, err := holdConstant(ctx, m, fn, constant)
 	if err != nil {
+		m.failed(err)
 		return nil, err
 	}
 	b, err := submit(ctx, m, sp, elements[In]{xs: xs}, opts, (*redmap.Reducer[Out])(nil))
 	if err != nil {
-		m.holds.release(sp.holder)
+		m.releaseUnused(sp.holder)
 		return nil, err
 	}
 	return b, nil
@@ -114,6 +123,14 @@ func holdConstant[C any](ctx context.Context, m *Manager, fn redmap.AnyHandle, c
 	return spec{name: fn.Name(), sig: fn.Signature(), types: types(fn), constant: &ref, holder: holder}, nil
 }
 
+// releaseUnused releases a hold of a constant whose batch was not
+// submitted; a durable batch's owner keeps it, for the batch in Redis.
+func (m *Manager) releaseUnused(holder string) {
+	if m.owned == nil {
+		m.holds.release(holder)
+	}
+}
+
 // types returns the structure of h's types that its signature fingerprints.
 func types(h redmap.AnyHandle) []string {
 	rt, _ := engine.Lookup(h)
@@ -139,6 +156,19 @@ type elements[In any] struct {
 // submit submits a batch of els; with a reducer red, its outputs are folded
 // (MapReduce) rather than kept.
 func submit[In, Out any](ctx context.Context, m *Manager, sp spec, els elements[In], opts []CallOption, red *redmap.Reducer[Out]) (*Batch[Out], error) {
+	b, err := submitOn(ctx, m, sp, els, opts, red)
+	if err != nil {
+		m.failed(err)
+		return nil, err
+	}
+	if m.owned != nil {
+		b.settled = m.settle(b.done, b.recorded, b.leftInRedis)
+	}
+	return b, nil
+}
+
+// submitOn is submit on m, a manager or a durable batch's owner.
+func submitOn[In, Out any](ctx context.Context, m *Manager, sp spec, els elements[In], opts []CallOption, red *redmap.Reducer[Out]) (*Batch[Out], error) {
 	co, err := callOptionsOf(opts)
 	if err != nil {
 		return nil, err
@@ -181,6 +211,9 @@ func submit[In, Out any](ctx context.Context, m *Manager, sp spec, els elements[
 // from.
 func prepare[In, Out any](ctx context.Context, m *Manager, sp spec, els elements[In], co callOptions, red *redmap.Reducer[Out]) (*Batch[Out], *feeder[Out]) {
 	stream := els.seq != nil
+	if m.owned != nil && co.chunk == 0 {
+		co.chunk = durableChunk(len(els.xs)) // the same chunks for every call that takes it over
+	}
 	b := newBatch[Out](m.env, m.batchSeq.Add(1), sp.name, len(els.xs), red, stream)
 	b.worker = co.worker
 	b.priority = co.priority
@@ -258,6 +291,9 @@ func prepare[In, Out any](ctx context.Context, m *Manager, sp spec, els elements
 // apply to the first window.
 func SubmitSeq[In, Out any](ctx context.Context, m *Manager, fn *redmap.Handle[In, Out], seq iter.Seq[In], opts ...CallOption) (*Batch[Out], error) {
 	if err := fn.Validate(); err != nil {
+		return nil, err
+	}
+	if _, err := on(ctx, m, opts, true); err != nil {
 		return nil, err
 	}
 	return submit(ctx, m, spec{name: fn.Name(), sig: fn.Signature(), types: types(fn)}, elements[In]{seq: seq}, opts, (*redmap.Reducer[Out])(nil))

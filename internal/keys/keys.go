@@ -175,6 +175,11 @@ func Results(prefix, queue, mid string) string { return Base(prefix, queue) + "m
 // id.Durable) has one; it lives and expires with the owner's task set.
 func Kept(prefix, queue, mid string) string { return Base(prefix, queue) + "m:" + mid + ":kept" }
 
+// Sums holds the sums of a durable batch's tasks' inputs as first
+// submitted (HASH task id → hex sum), so that a call that takes the batch
+// over with another input is refused; it lives with the owner's task set.
+func Sums(prefix, queue, owner string) string { return Base(prefix, queue) + "m:" + owner + ":sums" }
+
 // Claim says which manager holds durable batch owner now (STRING: JSON
 // wire.Holder), living a lease its holder renews every Poll: a second
 // manager that finds it is refused the batch, naming the holder.

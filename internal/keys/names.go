@@ -46,6 +46,10 @@ var validWorker = regexp.MustCompile(`^[A-Za-z0-9_.-]{1,64}$`)
 // fields of a failure group).
 func CheckFunc(name string) error { return checkName("function name", name) }
 
+// CheckDurable checks a durable batch's name (manager.Durable) as CheckFunc
+// does a function's: printable UTF-8, not empty, at most MaxName bytes.
+func CheckDurable(name string) error { return checkName("durable batch name", name) }
+
 func checkName(what, s string) error {
 	switch {
 	case s == "":

@@ -666,18 +666,19 @@ func (r *RDB) Renew(ctx context.Context, mid string, ttl time.Duration) error {
 // managerKeys returns the KEYS of renew.lua for manager mid.
 func (r *RDB) managerKeys(mid string) []string {
 	return []string{keys.Tasks(r.prefix, r.queue, mid), keys.Attempts(r.prefix, r.queue, mid),
-		keys.Results(r.prefix, r.queue, mid), keys.Lanes(r.prefix, r.queue, mid), keys.Kept(r.prefix, r.queue, mid)}
+		keys.Results(r.prefix, r.queue, mid), keys.Lanes(r.prefix, r.queue, mid), keys.Kept(r.prefix, r.queue, mid), keys.Sums(r.prefix, r.queue, mid)}
 }
 
 // Claim claims durable batch owner for h.Manager, or renews its claim, for
-// lease; a lease of 0 releases it. It returns whether h.Manager holds it
-// now and, if another manager does, that one's record. One script call.
-func (r *RDB) Claim(ctx context.Context, owner string, h wire.Holder, lease time.Duration) (wire.Holder, bool, error) {
+// lease; a lease of 0 releases it. A claim whose record is exactly steal
+// (not "") is taken over. It returns whether h.Manager holds it now and, if
+// another manager does, that one's record. One script call.
+func (r *RDB) Claim(ctx context.Context, owner string, h wire.Holder, lease time.Duration, steal string) (wire.Holder, bool, error) {
 	ms := lease.Milliseconds()
 	if lease > 0 {
 		ms = max(ms, 1)
 	}
-	vals, err := claimScript.run(ctx, r.c, []string{keys.Claim(r.prefix, r.queue, owner)}, h.Manager, wire.EncodeHolder(h), ms).Slice()
+	vals, err := claimScript.run(ctx, r.c, []string{keys.Claim(r.prefix, r.queue, owner)}, h.Manager, wire.EncodeHolder(h), ms, steal).Slice()
 	if err != nil {
 		return wire.Holder{}, false, wrap("claim a durable batch", claimScript, "", err)
 	}
@@ -729,6 +730,33 @@ func (r *RDB) Kept(ctx context.Context, owner string, from, n int64) ([]string, 
 		return nil, wrap("read kept results", nil, "LRANGE", err)
 	}
 	return es, nil
+}
+
+// AddSums records the sums of durable batch owner's tasks' inputs (task id
+// → sum), as they are first submitted, so that a call that takes the batch
+// over can tell its input from another. One HSET.
+func (r *RDB) AddSums(ctx context.Context, owner string, sums map[string]string, ttl time.Duration) error {
+	if len(sums) == 0 {
+		return nil
+	}
+	k := keys.Sums(r.prefix, r.queue, owner)
+	_, err := r.c.TxPipelined(ctx, func(p redis.Pipeliner) error {
+		p.HSet(ctx, k, sums)
+		p.PExpire(ctx, k, ttl)
+		return nil
+	})
+	return wrap("record a durable batch's inputs", nil, "HSET", err)
+}
+
+// Sums returns the sums AddSums recorded for durable batch owner. One
+// HGETALL (a batch has at most a few thousand tasks of a fixed share of its
+// input, see manager.Durable).
+func (r *RDB) Sums(ctx context.Context, owner string) (map[string]string, error) {
+	m, err := r.c.HGetAll(ctx, keys.Sums(r.prefix, r.queue, owner)).Result()
+	if err != nil {
+		return nil, wrap("read a durable batch's inputs", nil, "HGETALL", err)
+	}
+	return m, nil
 }
 
 // Cancel withdraws tasks of manager mid: removes them and their payloads from

@@ -1,15 +1,17 @@
 -- claim.lua: claim a durable batch for a manager, renew its claim, or
--- release it. A claim held by another manager is left alone; one that does
--- not decode is taken over (a claim is a lease: nothing is lost with it).
+-- release it. A claim held by another manager is left alone, unless it is
+-- exactly ARGV[4] (a holder the caller found gone); one that does not decode
+-- is taken over (a claim is a lease: nothing is lost with it).
 -- KEYS[1] the batch's claim (STRING: JSON wire.Holder; keys.Claim)
 -- ARGV[1] the claiming manager's id   ARGV[2] its record (JSON wire.Holder)
 -- ARGV[3] the lease, ms; 0 releases the manager's claim
+-- ARGV[4] another holder's record to take over, or ""
 -- Returns {1, the record now} if the manager holds the claim (or, releasing,
 -- no longer does), else {0, the holder's record}.
 local cur = redis.call('GET', KEYS[1])
 if cur then
   local ok, h = pcall(cjson.decode, cur)
-  if ok and type(h) == 'table' and h.manager ~= ARGV[1] then
+  if ok and type(h) == 'table' and h.manager ~= ARGV[1] and cur ~= ARGV[4] then
     return {0, cur}
   end
 end

@@ -135,7 +135,7 @@ end
 -- publish of progress is overdue by the Redis clock (in the sorted set
 -- managers), each batch it last published as ended with outcome "manager
 -- lost" and its last published progress; it forgets the manager's
--- published batches. The history is bounded by limit and age (ms). At most
+-- published batches. A durable batch's owner is only forgotten. The history is bounded by limit and age (ms). At most
 -- 10 managers a call. Returns how many batches it recorded.
 local function lose_managers(base, managers, hist, index, limit, age)
   local t = now()
@@ -143,22 +143,29 @@ local function lose_managers(base, managers, hist, index, limit, age)
   local n = 0
   for _, mid in ipairs(lost) do
     local key = base .. 'm:' .. mid .. ':batches'
-    -- An HGET a batch, not one HMGET of them all: unpack takes about 8,000
-    -- values at most, and a manager may have published 100,000 batches.
-    for _, id in ipairs(redis.call('HKEYS', key)) do
-      local ok, p = pcall(cjson.decode, redis.call('HGET', key, id) or '')
-      if ok and type(p) == 'table' and redis.call('HEXISTS', hist, id) == 0 then
-        local rec = {id = id, manager = mid, func = p.func, priority = p.priority,
-          worker = p.worker, total = p.total, done = p.done, failed = p.failed,
-          outcome = 'manager lost', reason = 'its manager stopped publishing progress',
-          started_ms = p.started_ms, ended_ms = t}
-        redis.call('HSET', hist, id, cjson.encode(rec))
-        redis.call('ZADD', index, t, id)
-        n = n + 1
+    if string.sub(mid, 1, 1) == 'D' then
+      -- A durable batch's owner (id.Durable): its batch is not lost but
+      -- waits, running, for the next call to take it over; its last
+      -- progress stays for operators until it expires.
+      redis.call('ZREM', managers, mid)
+    else
+      -- An HGET a batch, not one HMGET of them all: unpack takes about 8,000
+      -- values at most, and a manager may have published 100,000 batches.
+      for _, id in ipairs(redis.call('HKEYS', key)) do
+        local ok, p = pcall(cjson.decode, redis.call('HGET', key, id) or '')
+        if ok and type(p) == 'table' and redis.call('HEXISTS', hist, id) == 0 then
+          local rec = {id = id, manager = mid, func = p.func, priority = p.priority,
+            worker = p.worker, total = p.total, done = p.done, failed = p.failed,
+            outcome = 'manager lost', reason = 'its manager stopped publishing progress',
+            started_ms = p.started_ms, ended_ms = t}
+          redis.call('HSET', hist, id, cjson.encode(rec))
+          redis.call('ZADD', index, t, id)
+          n = n + 1
+        end
       end
+      redis.call('DEL', key)
+      redis.call('ZREM', managers, mid)
     end
-    redis.call('DEL', key)
-    redis.call('ZREM', managers, mid)
   end
   if n > 0 then
     trim_history(hist, index, limit, age)

@@ -1,0 +1,406 @@
+package manager
+
+import (
+	"context"
+	"encoding/binary"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"os"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/zeebo/blake3"
+
+	"github.com/redmap/redmap"
+	"github.com/redmap/redmap/codec"
+	"github.com/redmap/redmap/internal/id"
+	"github.com/redmap/redmap/internal/rdb"
+	"github.com/redmap/redmap/internal/wire"
+)
+
+// A durable batch (Durable) runs on a manager of its own, its owner: the
+// manager a program made (the parent) makes one per durable batch, whose
+// id is id.Durable(name), so that the batch's keys and task ids are the
+// same whichever process holds it. The owner's keys live DurableTTL; its
+// collectors keep what they read (rdb.KeepingResults); it holds the
+// batch's claim while it lives, renewed by its keeper; and before its
+// first submit it resumes what Redis has of the batch (resume), which its
+// feeder then submits around (feeder.window). Once the batch has ended in
+// it, completed or cancelled, the owner closes, deleting the batch's keys;
+// ended otherwise (its context, the parent's Close) it detaches, leaving
+// them for the next call to take over.
+
+// durableTasks is how many tasks a durable batch without ChunkSize is cut
+// into, at most: its chunks are a fixed share of its input, so that a
+// resumed call cuts the same ones, and all of them fit in one window (a
+// batch under 64 MiB is all in Redis at once, and runs to its end with no
+// manager).
+const durableTasks = windowTasks
+
+// durableChunk is the chunk size of a durable batch of n elements without
+// ChunkSize.
+func durableChunk(n int) int { return max(1, (n+durableTasks-1)/durableTasks) }
+
+// durableSeed is the seed of a durable batch without Seed: the same for
+// every call that takes it over.
+func durableSeed(name string) uint64 {
+	sum := blake3.Sum256([]byte("redmap durable seed\x00" + name))
+	return binary.LittleEndian.Uint64(sum[:8])
+}
+
+// durables are a parent manager's durable batches running, by name, each
+// on its owner.
+type durables struct {
+	mu     sync.Mutex
+	owners map[string]*Manager
+	closed bool
+	ending sync.WaitGroup // owners closing or detaching
+}
+
+// owned is what an owner knows of its durable batch.
+type owned struct {
+	name    string
+	holder  wire.Holder   // the claim it holds
+	parent  *durables     // which lists it while it runs
+	resumed chan struct{} // closed once resume ran: the collectors start then
+	once    sync.Once     // closes resumed
+	found   *resumeState  // what resume found; nil before
+}
+
+// owner returns a manager of its own for durable batch name, holding the
+// batch's claim; the caller submits on it, or detaches it.
+func (m *Manager) owner(ctx context.Context, name string) (*Manager, error) {
+	if m.client == nil {
+		return nil, errors.New("manager: Durable needs a manager made by New")
+	}
+	if err := m.ready(ctx); err != nil {
+		return nil, err
+	}
+	host, _ := os.Hostname()
+	holder := wire.Holder{Manager: m.id, Host: host, PID: os.Getpid(), Since: time.Now().UnixMilli()}
+	m.durables.mu.Lock()
+	if m.durables.closed {
+		m.durables.mu.Unlock()
+		return nil, redmap.ErrClosed
+	}
+	if o, ok := m.durables.owners[name]; ok {
+		m.durables.mu.Unlock()
+		return nil, heldError(name, o.owned.holder)
+	}
+	opts := m.opts
+	opts.KeyTTL = opts.DurableTTL
+	o := assemble(durableSeams(m.client, opts), opts, id.Durable(name),
+		&owned{name: name, holder: holder, parent: &m.durables, resumed: make(chan struct{})})
+	o.addr = m.addr
+	o.probed.Store(true)
+	if m.durables.owners == nil {
+		m.durables.owners = make(map[string]*Manager)
+	}
+	m.durables.owners[name] = o
+	m.durables.mu.Unlock()
+	if err := o.claim(ctx); err != nil {
+		o.detach(err)
+		return nil, err
+	}
+	return o, nil
+}
+
+// durableSeams are an owner's seams: those of a manager, whose shards keep
+// the results they read.
+func durableSeams(client redis.UniversalClient, opts Options) seams {
+	s := clientSeams(client, opts)
+	open := s.shard
+	s.shard = func(name string, i int) shardRedis { return open(name, i).(*rdb.RDB).KeepingResults() }
+	s.queue = s.queue.(*rdb.RDB).KeepingResults()
+	return s
+}
+
+// claimLease is how long an owner's claim outlives it: what a manager that
+// takes the batch over after a crash waits at most, on another host.
+func claimLease(poll time.Duration) time.Duration { return lostAfter(poll, time.Hour) }
+
+// claim takes the batch's claim for the owner's parent, or renews it. A
+// claim held by another manager is refused with a *redmap.HeldError, unless
+// its holder was a process of this host that is gone (a program restarted
+// after a crash): that one is taken over at once.
+func (m *Manager) claim(ctx context.Context) error {
+	q := m.router.queue()
+	var other wire.Holder
+	var ok bool
+	call := func(steal string) error {
+		return m.faults.callQueue("claiming durable batch "+strconv.Quote(m.owned.name), func() (err error) {
+			other, ok, err = q.Claim(ctx, m.id, m.owned.holder, claimLease(m.opts.Poll), steal)
+			return err
+		})
+	}
+	if err := call(""); err != nil {
+		return err
+	}
+	if !ok && other.Host == m.owned.holder.Host && other.PID != os.Getpid() && !processAlive(other.PID) {
+		m.log.Warn("taking over a durable batch whose holder, on this host, is gone",
+			"batch", m.owned.name, "holder", other.Manager, "pid", other.PID)
+		if err := call(wire.EncodeHolder(other)); err != nil {
+			return err
+		}
+	}
+	if !ok {
+		return heldError(m.owned.name, other)
+	}
+	return nil
+}
+
+// unclaim releases the batch's claim, if the owner still holds it.
+func (m *Manager) unclaim() {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if _, _, err := m.router.queue().Claim(ctx, m.id, m.owned.holder, 0, ""); err != nil {
+		m.log.Warn("releasing a durable batch's claim failed; it lapses by itself", "batch", m.owned.name, "err", err)
+	}
+}
+
+func heldError(name string, h wire.Holder) error {
+	return &redmap.HeldError{Name: name, Manager: h.Manager, Host: h.Host, PID: h.PID, Since: time.UnixMilli(h.Since)}
+}
+
+// resumeState is what an owner found of its batch in Redis before its first
+// submit: the tasks submitted before (by their input's sum), those
+// outstanding, and the results delivered, which the feeder hands to the
+// batch as it registers their tasks. The collectors put aside a result of
+// a task found outstanding that the feeder has not registered yet (keep),
+// rather than drop it.
+type resumeState struct {
+	mu          sync.Mutex
+	sums        map[string]string   // task id → sum of its input (durableSum), as first submitted
+	outstanding map[string]bool     // queued, or held by a worker: not to submit again
+	delivered   map[string][]string // task id → its result-list entries, in order
+}
+
+// known reports whether task tid of the batch needs no submit: its result
+// was delivered, or it is outstanding.
+func (r *resumeState) known(tid string) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	_, done := r.delivered[tid]
+	return done || r.outstanding[tid]
+}
+
+// registered says task tid is pending now, and returns the entries of it
+// found delivered or put aside (keep), for the feeder to hand to the
+// batch; the collectors hand it the rest as they come.
+func (r *resumeState) registered(tid string) []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	entries := r.delivered[tid]
+	delete(r.delivered, tid)
+	delete(r.outstanding, tid)
+	return entries
+}
+
+// keep puts aside entry, a result or notice of task tid that a collector
+// found not pending, if tid was outstanding at the resume and the feeder
+// has not registered it yet; it reports whether it did. If not, the
+// collector looks at the pending tasks again: the feeder registers a task
+// before it calls registered.
+func (r *resumeState) keep(tid, entry string) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if !r.outstanding[tid] {
+		return false
+	}
+	r.delivered[tid] = append(r.delivered[tid], entry)
+	return true
+}
+
+// resume reads what Redis has of the owner's batch, on every shard: every
+// result delivered (kept), every task outstanding, the sums of the tasks
+// submitted, and each shard's count and epoch, which the owner adopts so
+// that its submits find the task set intact. The collectors start after
+// it.
+func (m *Manager) resume(ctx context.Context) error {
+	st := &resumeState{outstanding: make(map[string]bool), delivered: make(map[string][]string)}
+	for _, s := range m.router.list() {
+		var res wire.Resumed
+		err := m.faults.call(s, "resuming durable batch "+strconv.Quote(m.owned.name), func() (err error) {
+			res, err = s.rdb.Resume(ctx, m.id)
+			return err
+		})
+		if err != nil {
+			return err
+		}
+		s.acked.Store(res.Count)
+		if res.Epoch != "" {
+			s.epoch.Store(&res.Epoch)
+		}
+		for _, tid := range res.Outstanding {
+			st.outstanding[tid] = true
+		}
+		const page = 1000
+		for from := int64(0); from < res.Kept; from += page {
+			var es []string
+			err := m.faults.call(s, "reading a durable batch's results", func() (err error) {
+				es, err = s.rdb.Kept(ctx, m.id, from, page)
+				return err
+			})
+			if err != nil {
+				return err
+			}
+			for _, e := range es {
+				if tid := entryTask(e, m.opts.MaxFrame); tid != "" {
+					st.delivered[tid] = append(st.delivered[tid], e)
+				}
+			}
+		}
+	}
+	err := m.faults.callQueue("reading a durable batch's inputs", func() (err error) {
+		st.sums, err = m.router.queue().Sums(ctx, m.id)
+		return err
+	})
+	if err != nil {
+		return err
+	}
+	m.owned.found = st
+	m.owned.once.Do(func() { close(m.owned.resumed) })
+	return nil
+}
+
+// entryTask returns the task a result-list entry is of, or "" if it is of
+// none (a wake-up) or does not decode.
+func entryTask(entry string, limit int) string {
+	e, _ := wire.DecodeEntry(entry, limit)
+	if e.Result != nil {
+		return e.Result.Task
+	}
+	return e.Task
+}
+
+// durableSum is the sum of what a task payload runs: its function, reducer
+// and constant, and its elements with their indexes; not its options or
+// trace, which a resumed call may set otherwise.
+func durableSum(payload []byte, limit int) (string, error) {
+	t, err := codec.DecodeTask(payload, limit)
+	if err != nil {
+		return "", err
+	}
+	h := blake3.New()
+	for _, s := range []string{t.Func, t.Sig, t.Reduce, t.ReduceSig, t.Const, strconv.Itoa(t.Start), strconv.Itoa(t.Count)} {
+		_, _ = h.WriteString(strconv.Itoa(len(s)) + ":" + s)
+	}
+	_, _ = h.Write(t.Input)
+	return hex.EncodeToString(h.Sum(nil)[:16]), nil
+}
+
+// mismatch is the error of a resumed call whose task tid, elements
+// [start, start+count), differs from the batch's.
+func mismatch(name, tid string, start, count int) error {
+	return fmt.Errorf("%w: durable batch %q: task %s (elements %d to %d) was submitted with another input, function or constant",
+		redmap.ErrDurableMismatch, name, tid, start, start+count-1)
+}
+
+// on returns the manager a call with opts runs on: m, or for a durable
+// batch (Durable) its owner, which holds the batch's claim. stream says the
+// call reads a sequence, which cannot be durable yet.
+func on(ctx context.Context, m *Manager, opts []CallOption, stream bool) (*Manager, error) {
+	var co callOptions
+	for _, o := range opts {
+		o(&co)
+	}
+	if co.durable == "" || m.owned != nil {
+		return m, nil
+	}
+	if stream {
+		return nil, fmt.Errorf("manager: Durable %q: a sequence (SubmitSeq, MapReduceSeq) cannot be durable yet; submit a slice", co.durable)
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	return m.owner(ctx, co.durable)
+}
+
+// failed detaches an owner whose submit failed: what Redis has of its
+// batch stays for the next call. A manager it leaves alone.
+func (m *Manager) failed(err error) {
+	if m.owned != nil {
+		m.detach(err)
+	}
+}
+
+// detach stops an owner, leaving its batch's keys in Redis, and releases
+// its claim: the batch waits there for the next call.
+func (m *Manager) detach(cause error) {
+	if _, _, first := m.halt(cause); first {
+		m.unclaim()
+	}
+	m.owned.parent.remove(m.owned.name, m)
+}
+
+// settle closes an owner once its batch has ended and been recorded: a
+// batch that completed, or was cancelled, is over, and its keys are
+// deleted; one that ended otherwise (its context, the parent's Close) is
+// left in Redis for the next call (detach). The channel it returns is
+// closed once it has: the batch's Wait returns after it, so that a call
+// made next finds the batch free, or gone.
+func (m *Manager) settle(done, recorded <-chan struct{}, left func() bool) <-chan struct{} {
+	settled := make(chan struct{})
+	d := m.owned.parent
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.ending.Add(1)
+	go func() {
+		defer d.ending.Done()
+		defer close(settled)
+		<-done
+		<-recorded
+		if left() {
+			m.detach(redmap.ErrClosed)
+			return
+		}
+		if err := m.Close(); err != nil {
+			m.log.Warn("deleting an ended durable batch's keys failed; they expire after DurableTTL", "batch", m.owned.name, "err", err)
+		}
+		d.remove(m.owned.name, m)
+	}()
+	return settled
+}
+
+// remove forgets owner o of name, if it is still the one listed.
+func (d *durables) remove(name string, o *Manager) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.owners[name] == o {
+		delete(d.owners, name)
+	}
+}
+
+// detachDurables detaches every durable batch's owner of m (its Close):
+// the batches wait in Redis for the next call.
+func (m *Manager) detachDurables() {
+	m.durables.mu.Lock()
+	m.durables.closed = true
+	owners := make([]*Manager, 0, len(m.durables.owners))
+	for _, o := range m.durables.owners {
+		owners = append(owners, o)
+	}
+	m.durables.mu.Unlock()
+	for _, o := range owners {
+		o.detach(redmap.ErrClosed)
+	}
+	m.durables.ending.Wait()
+}
+
+// renewClaim renews the owner's claim (the keeper's, every Poll). A claim
+// another manager took (the owner stalled past its lease) stops the owner:
+// two managers never collect one batch.
+func (m *Manager) renewClaim(ctx context.Context) {
+	err := m.claim(ctx)
+	var held *redmap.HeldError
+	switch {
+	case errors.As(err, &held):
+		m.log.Error("another manager took this durable batch over; this one lets it go", "batch", m.owned.name, "holder", held.Manager, "host", held.Host)
+		go m.detach(err)
+	case err != nil && ctx.Err() == nil:
+		m.log.Warn("renewing a durable batch's claim failed", "batch", m.owned.name, "err", err)
+	}
+}

@@ -1,0 +1,209 @@
+package manager_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redmap/redmap"
+	"github.com/redmap/redmap/internal/harness"
+	"github.com/redmap/redmap/internal/id"
+	"github.com/redmap/redmap/internal/redistest"
+	"github.com/redmap/redmap/manager"
+	"github.com/redmap/redmap/worker"
+)
+
+// runCounts counts the runs of each element of durableSquare, the
+// function's own counter: a test reads how many elements ran more than
+// once.
+type runCounts struct {
+	mu   sync.Mutex
+	runs map[int]int
+}
+
+var durableRuns = runCounts{runs: make(map[int]int)}
+
+func (c *runCounts) add(x int) {
+	c.mu.Lock()
+	c.runs[x]++
+	c.mu.Unlock()
+}
+
+// again returns how many of xs ran more than once, and how many never ran.
+func (c *runCounts) again(xs []int) (more, never int) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, x := range xs {
+		switch n := c.runs[x]; {
+		case n > 1:
+			more++
+		case n == 0:
+			never++
+		}
+	}
+	return more, never
+}
+
+// durableSquare squares x after 2 ms, counting its runs (durableRuns).
+var durableSquare = redmap.Func("durablesq", func(ctx context.Context, x int) (int, error) {
+	durableRuns.add(x)
+	if err := pause(ctx, 2*time.Millisecond); err != nil {
+		return 0, err
+	}
+	return x * x, nil
+})
+
+// spans hands out the elements of durableSquare's batches, so that each
+// batch's are its own whatever runs before it (-count).
+var spans atomic.Int64
+
+// span returns n ints no other span has.
+func span(n int) []int {
+	base := int(spans.Add(int64(n))) - n
+	xs := make([]int, n)
+	for i := range xs {
+		xs[i] = base + i
+	}
+	return xs
+}
+
+func checkSquaresOf(t *testing.T, xs, ys []int) {
+	t.Helper()
+	if len(ys) != len(xs) {
+		t.Fatalf("%d outputs for %d elements", len(ys), len(xs))
+	}
+	for i, x := range xs {
+		if ys[i] != x*x {
+			t.Fatalf("ys[%d] = %d, want %d", i, ys[i], x*x)
+		}
+	}
+}
+
+// ownerKeys returns the keys a durable batch name keeps in b's Redis.
+func ownerKeys(t *testing.T, b *harness.Env, name string) []string {
+	return b.Keys(t, "*:m:"+id.Durable(name)+":*")
+}
+
+// A durable batch runs as any other and leaves nothing in Redis once it has
+// ended; while it runs, a second call with its name is refused, naming the
+// holder.
+func TestDurableMapEndsAndIsHeld(t *testing.T) {
+	b := setup(t)
+	b.Worker(t, worker.Options{Concurrency: 4}, durableSquare)
+	m1 := b.Manager(t, manager.Options{})
+	m2 := b.Manager(t, manager.Options{})
+	xs := span(600)
+	batch, err := manager.Submit(testCtx(t), m1, durableSquare, xs, manager.Durable("held"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range []*manager.Manager{m2, m1} {
+		_, err = manager.Map(testCtx(t), m, durableSquare, xs, manager.Durable("held"))
+		var held *redmap.HeldError
+		if !errors.As(err, &held) || !errors.Is(err, redmap.ErrDurableHeld) || held.Manager != m1.ID() || held.PID == 0 || held.Name != "held" {
+			t.Fatalf("a second call while m1 holds the batch: %v; want a *redmap.HeldError naming m1", err)
+		}
+	}
+	ys, err := batch.Wait(testCtx(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkSquaresOf(t, xs, ys)
+	if ks := ownerKeys(t, b, "held"); len(ks) != 0 {
+		t.Fatalf("the ended durable batch left %q in Redis", ks)
+	}
+	// Its name is free again.
+	ys, err = manager.Map(testCtx(t), m2, durableSquare, xs[:10], manager.Durable("held"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkSquaresOf(t, xs[:10], ys)
+}
+
+// A durable batch whose call's context ended, or whose manager closed, goes
+// on in Redis; the same call on another manager takes it over and returns
+// what an uninterrupted run returns, no element having run twice.
+func TestDurableTakeOver(t *testing.T) {
+	for _, how := range []string{"context", "close"} {
+		t.Run(how, func(t *testing.T) {
+			b := setup(t)
+			b.Worker(t, worker.Options{Concurrency: 4}, durableSquare)
+			m1, err := manager.New(b.Client, manager.Options{Queue: b.Queue, Shards: redistest.Shards()})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer m1.Close()
+			m2 := b.Manager(t, manager.Options{})
+			xs := span(3000)
+			ctx, cancel := context.WithCancel(testCtx(t))
+			defer cancel()
+			batch, err := manager.Submit(ctx, m1, durableSquare, xs, manager.Durable(how), manager.ChunkSize(10))
+			if err != nil {
+				t.Fatal(err)
+			}
+			n := 0
+			for range batch.Results() {
+				if n++; n == 500 {
+					break
+				}
+			}
+			if how == "context" {
+				cancel()
+			} else if err := m1.Close(); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := batch.Wait(testCtx(t)); err == nil {
+				t.Fatal("the interrupted call's Wait returned no error")
+			}
+			ys, err := manager.Map(testCtx(t), m2, durableSquare, xs, manager.Durable(how), manager.ChunkSize(10))
+			if err != nil {
+				t.Fatal(err)
+			}
+			checkSquaresOf(t, xs, ys)
+			if more, never := durableRuns.again(xs); more != 0 || never != 0 {
+				t.Fatalf("%d elements ran more than once, %d never; want 0 and 0", more, never)
+			}
+			if ks := ownerKeys(t, b, how); len(ks) != 0 {
+				t.Fatalf("the ended durable batch left %q in Redis", ks)
+			}
+		})
+	}
+}
+
+// A call that takes a durable batch over with another input is refused,
+// naming the task that differs, and leaves the batch as it was: the call
+// with the batch's own input then completes it.
+func TestDurableMismatchRefused(t *testing.T) {
+	b := setup(t)
+	b.Worker(t, worker.Options{Concurrency: 2}, durableSquare)
+	m := b.Manager(t, manager.Options{})
+	xs := span(400)
+	ctx, cancel := context.WithCancel(testCtx(t))
+	batch, err := manager.Submit(ctx, m, durableSquare, xs, manager.Durable("mismatch"), manager.ChunkSize(4))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cancel()
+	if _, err := batch.Wait(testCtx(t)); !errors.Is(err, context.Canceled) {
+		t.Fatalf("Wait after the context ended: %v", err)
+	}
+	changed := append([]int(nil), xs...)
+	changed[201] = -1
+	_, err = manager.Map(testCtx(t), m, durableSquare, changed, manager.Durable("mismatch"), manager.ChunkSize(4))
+	if !errors.Is(err, redmap.ErrDurableMismatch) || !strings.Contains(err.Error(), "elements 200 to 203") {
+		t.Fatalf("a takeover with element 201 changed: %v; want ErrDurableMismatch naming elements 200 to 203", err)
+	}
+	_, err = manager.Map(testCtx(t), m, durableSquare, xs, manager.Durable("mismatch"), manager.ChunkSize(5))
+	if !errors.Is(err, redmap.ErrDurableMismatch) {
+		t.Fatalf("a takeover with other chunks: %v; want ErrDurableMismatch", err)
+	}
+	ys, err := manager.Map(testCtx(t), m, durableSquare, xs, manager.Durable("mismatch"), manager.ChunkSize(4))
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkSquaresOf(t, xs, ys)
+}
