@@ -109,6 +109,8 @@ func runChild() {
 		err = childManager(rdb, queue)
 	case role == "manager-nap":
 		err = childNapper(rdb, queue)
+	case role == "manager-durable":
+		err = childDurable(rdb, queue)
 	default:
 		err = fmt.Errorf("unknown child role %q", role)
 	}
@@ -162,7 +164,7 @@ func childWorker(rdb redis.UniversalClient, queue string) error {
 	if err != nil {
 		return err
 	}
-	hs := []redmap.AnyHandle{lookup, square, slowSquare, calmSquare, poison, sum, nap, traced}
+	hs := []redmap.AnyHandle{lookup, square, slowSquare, calmSquare, poison, sum, nap, traced, countedSquare}
 	switch os.Getenv("REDMAP_TYPES") { // a build of the user's tasks package
 	case "v1":
 		hs = append(hs, v1.Count)
@@ -176,6 +178,9 @@ func childWorker(rdb redis.UniversalClient, queue string) error {
 	defer stop()
 	fmt.Println("worker", w.ID())
 	if err := w.Run(ctx); err != nil {
+		return err
+	}
+	if err := writeRuns(os.Getenv("REDMAP_RUNS_FILE")); err != nil {
 		return err
 	}
 	st, _ := json.Marshal(childStats{Cache: w.Stats().Cache, Worker: w.Stats()})
@@ -288,4 +293,80 @@ func superviseWith(t *testing.T, n int, env []string, onStart func(*harness.Proc
 		defer mu.Unlock()
 		return count
 	}, stop
+}
+
+// countedRuns counts the runs of each element of countedSquare in this
+// process: the function's own counter, written to REDMAP_RUNS_FILE when a
+// child worker stops (writeRuns).
+var countedRuns struct {
+	sync.Mutex
+	runs map[int]int
+}
+
+// countedSquare squares x after a millisecond, counting its runs.
+var countedSquare = redmap.Func("countedsq", func(ctx context.Context, x int) (int, error) {
+	countedRuns.Lock()
+	if countedRuns.runs == nil {
+		countedRuns.runs = make(map[int]int)
+	}
+	countedRuns.runs[x]++
+	countedRuns.Unlock()
+	if err := pause(ctx, time.Millisecond); err != nil {
+		return 0, err
+	}
+	return x * x, nil
+})
+
+// writeRuns writes countedRuns to path, a line "x n" per element run, if
+// path is set.
+func writeRuns(path string) error {
+	if path == "" {
+		return nil
+	}
+	countedRuns.Lock()
+	defer countedRuns.Unlock()
+	var b []byte
+	for x, n := range countedRuns.runs {
+		b = fmt.Appendf(b, "%d %d\n", x, n)
+	}
+	return os.WriteFile(path, b, 0o600)
+}
+
+// childDurable runs a durable Map of countedSquare over 0..REDMAP_N-1 named
+// REDMAP_DURABLE, printing "submitted", "results <n>" at every tenth of the
+// elements, then "exact" once every output is right, and exits.
+func childDurable(rdb redis.UniversalClient, queue string) error {
+	n, _ := strconv.Atoi(os.Getenv("REDMAP_N"))
+	m, err := manager.New(rdb, manager.Options{Queue: queue})
+	if err != nil {
+		return err
+	}
+	defer m.Close()
+	xs := make([]int, n)
+	for i := range xs {
+		xs[i] = i
+	}
+	ctx := context.Background()
+	b, err := manager.Submit(ctx, m, countedSquare, xs, manager.Durable(os.Getenv("REDMAP_DURABLE")))
+	if err != nil {
+		return err
+	}
+	fmt.Println("submitted")
+	got, step := 0, max(n/10, 1)
+	for range b.Results() {
+		if got++; got%step == 0 {
+			fmt.Println("results", got)
+		}
+	}
+	ys, err := b.Wait(ctx)
+	if err != nil {
+		return err
+	}
+	for i, y := range ys {
+		if y != i*i {
+			return fmt.Errorf("ys[%d] = %d, want %d", i, y, i*i)
+		}
+	}
+	fmt.Println("exact")
+	return nil
 }
