@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"slices"
 	"strconv"
 	"sync"
 	"syscall"
@@ -332,9 +333,12 @@ func writeRuns(path string) error {
 	return os.WriteFile(path, b, 0o600)
 }
 
-// childDurable runs a durable Map of countedSquare over 0..REDMAP_N-1 named
-// REDMAP_DURABLE, printing "submitted", "results <n>" at every tenth of the
-// elements, then "exact" once every output is right, and exits.
+// childDurable runs a durable batch of countedSquare over 0..REDMAP_N-1
+// named REDMAP_DURABLE, as REDMAP_MODE says: a Map ("map", the default),
+// printing "results <n>" at every tenth of the elements; a MapReduce with
+// sum ("reduce"); or a SubmitSeq read with Results ("seq"), printing as
+// Map does. It prints "submitted" once the batch is, then "exact" once every
+// output (or the fold) is right, each index read once, and exits.
 func childDurable(rdb redis.UniversalClient, queue string) error {
 	n, _ := strconv.Atoi(os.Getenv("REDMAP_N"))
 	m, err := manager.New(rdb, manager.Options{Queue: queue})
@@ -347,13 +351,40 @@ func childDurable(rdb redis.UniversalClient, queue string) error {
 		xs[i] = i
 	}
 	ctx := context.Background()
-	b, err := manager.Submit(ctx, m, countedSquare, xs, manager.Durable(os.Getenv("REDMAP_DURABLE")))
+	named := manager.Durable(os.Getenv("REDMAP_DURABLE"))
+	var b *manager.Batch[int]
+	switch os.Getenv("REDMAP_MODE") {
+	case "reduce":
+		fmt.Println("submitted")
+		got, err := manager.MapReduce(ctx, m, countedSquare, sum, xs, named)
+		if err != nil {
+			return err
+		}
+		want := 0
+		for _, x := range xs {
+			want += x * x
+		}
+		if got != want {
+			return fmt.Errorf("fold %d, want %d", got, want)
+		}
+		fmt.Println("exact")
+		return nil
+	case "seq":
+		b, err = manager.SubmitSeq(ctx, m, countedSquare, slices.Values(xs), named)
+	default:
+		b, err = manager.Submit(ctx, m, countedSquare, xs, named)
+	}
 	if err != nil {
 		return err
 	}
 	fmt.Println("submitted")
+	seen := make([]bool, n)
 	got, step := 0, max(n/10, 1)
-	for range b.Results() {
+	for r := range b.Results() {
+		if r.Err != nil || r.Value != r.Index*r.Index || seen[r.Index] {
+			return fmt.Errorf("result %d: %d, %v (seen before: %v)", r.Index, r.Value, r.Err, seen[r.Index])
+		}
+		seen[r.Index] = true
 		if got++; got%step == 0 {
 			fmt.Println("results", got)
 		}
@@ -362,7 +393,10 @@ func childDurable(rdb redis.UniversalClient, queue string) error {
 	if err != nil {
 		return err
 	}
-	for i, y := range ys {
+	if got != n {
+		return fmt.Errorf("%d results read, want %d", got, n)
+	}
+	for i, y := range ys { // none for a sequence
 		if y != i*i {
 			return fmt.Errorf("ys[%d] = %d, want %d", i, y, i*i)
 		}

@@ -40,9 +40,19 @@ import (
 // manager).
 const durableTasks = windowTasks
 
-// durableChunk is the chunk size of a durable batch of n elements without
+// durableChunk is the chunk size of a durable batch without ChunkSize: of
+// n elements of a slice, or of a sequence (stream), whose length is not
+// known, durableSeqChunk.
+func durableChunk(n int, stream bool) int {
+	if stream {
+		return durableSeqChunk
+	}
+	return max(1, (n+durableTasks-1)/durableTasks)
+}
+
+// durableSeqChunk is the chunk size of a durable sequence without
 // ChunkSize.
-func durableChunk(n int) int { return max(1, (n+durableTasks-1)/durableTasks) }
+const durableSeqChunk = 128
 
 // durableSeed is the seed of a durable batch without Seed: the same for
 // every call that takes it over.
@@ -300,18 +310,14 @@ func mismatch(name, tid string, start, count int) error {
 }
 
 // on returns the manager a call with opts runs on: m, or for a durable
-// batch (Durable) its owner, which holds the batch's claim. stream says the
-// call reads a sequence, which cannot be durable yet.
-func on(ctx context.Context, m *Manager, opts []CallOption, stream bool) (*Manager, error) {
+// batch (Durable) its owner, which holds the batch's claim.
+func on(ctx context.Context, m *Manager, opts []CallOption) (*Manager, error) {
 	var co callOptions
 	for _, o := range opts {
 		o(&co)
 	}
 	if co.durable == "" || m.owned != nil {
 		return m, nil
-	}
-	if stream {
-		return nil, fmt.Errorf("manager: Durable %q: a sequence (SubmitSeq, MapReduceSeq) cannot be durable yet; submit a slice", co.durable)
 	}
 	if err := ctx.Err(); err != nil {
 		return nil, err

@@ -109,13 +109,11 @@ func (f *feeder[Out]) window() (window, error) {
 			tid = id.TaskIn(f.mid, f.router.nextSeq(), f.b.seq, f.priority, DefaultPriority)
 		}
 		c := chunk{start: f.pos, count: end - f.pos, size: len(payload), tid: tid}
+		send := true
 		if f.owned != nil {
-			send, err := f.taken(&w, c, payload)
-			if err != nil {
+			var err error
+			if send, err = f.taken(&w, c, payload); err != nil {
 				return err
-			}
-			if !send {
-				payload = nil
 			}
 		}
 		if !f.in.reencodes() {
@@ -123,7 +121,7 @@ func (f *feeder[Out]) window() (window, error) {
 		}
 		chunks = append(chunks, c)
 		w.all = append(w.all, tid)
-		if payload != nil {
+		if send {
 			w.tasks = append(w.tasks, wire.Task{ID: tid, Payload: payload})
 		}
 		inflight++

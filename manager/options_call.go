@@ -88,12 +88,15 @@ func Seed(s uint64) CallOption { return func(o *callOptions) { o.seed, o.seeded 
 //
 // Ending the call's context, or closing the manager, leaves the batch in
 // Redis for the next call to take over; Cancel ends it for good. Once it
-// has ended in the manager that holds it, its keys are deleted. Without
-// ChunkSize its chunks are a fixed share of its input (see README, "Long
-// jobs"), so that a resumed call cuts the same tasks; without Seed its seed
-// is derived from name. Map, MapWith, MapReduce, MapReduceWith, Submit and
-// SubmitWith take it; a sequence (SubmitSeq, MapReduceSeq) cannot be durable
-// yet, and is refused.
+// has ended in the manager that holds it, its keys are deleted before Wait
+// returns. Without ChunkSize, a slice is cut into at most 4,096 tasks of
+// equal size and a sequence into tasks of 128 elements, so that a resumed
+// call cuts the same tasks (a call with another ChunkSize is refused as a
+// mismatch); without Seed its seed is derived from name. A durable sequence
+// (SubmitSeq, MapReduceSeq) is read again from its start by the call that
+// takes it over: the results delivered before come again, each once, and
+// what was submitted is not submitted again. Every function that submits
+// takes it.
 func Durable(name string) CallOption { return func(o *callOptions) { o.durable = name } }
 
 // callOptionsOf applies opts, checks them, and fills in the defaults.

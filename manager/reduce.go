@@ -31,7 +31,7 @@ func MapReduce[In, Out any](ctx context.Context, m *Manager, fn *redmap.Handle[I
 	if err := validReduce(fn, red); err != nil {
 		return zero, err
 	}
-	m, err := on(ctx, m, opts, false)
+	m, err := on(ctx, m, opts)
 	if err != nil {
 		return zero, err
 	}
@@ -49,7 +49,7 @@ func MapReduceWith[C, In, Out any](ctx context.Context, m *Manager, fn *redmap.H
 	if err := validReduce(fn, red); err != nil {
 		return zero, err
 	}
-	m, err := on(ctx, m, opts, false)
+	m, err := on(ctx, m, opts)
 	if err != nil {
 		return zero, err
 	}
@@ -81,7 +81,8 @@ func MapReduceSeq[In, Out any](ctx context.Context, m *Manager, fn *redmap.Handl
 	if err := validReduce(fn, red); err != nil {
 		return zero, err
 	}
-	if _, err := on(ctx, m, opts, true); err != nil {
+	m, err := on(ctx, m, opts)
+	if err != nil {
 		return zero, err
 	}
 	b, err := submit(ctx, m, spec{name: fn.Name(), sig: fn.Signature(), types: types(fn)}, elements[In]{seq: seq}, opts, red)

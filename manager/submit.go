@@ -51,7 +51,7 @@ func Submit[In, Out any](ctx context.Context, m *Manager, fn *redmap.Handle[In, 
 	if err := fn.Validate(); err != nil {
 		return nil, err
 	}
-	m, err := on(ctx, m, opts, false)
+	m, err := on(ctx, m, opts)
 	if err != nil {
 		return nil, err
 	}
@@ -81,7 +81,7 @@ func SubmitWith[C, In, Out any](ctx context.Context, m *Manager, fn *redmap.Hand
 	if err := fn.Validate(); err != nil {
 		return nil, err
 	}
-	m, err := on(ctx, m, opts, false)
+	m, err := on(ctx, m, opts)
 	if err != nil {
 		return nil, err
 	}
@@ -212,7 +212,7 @@ func submitOn[In, Out any](ctx context.Context, m *Manager, sp spec, els element
 func prepare[In, Out any](ctx context.Context, m *Manager, sp spec, els elements[In], co callOptions, red *redmap.Reducer[Out]) (*Batch[Out], *feeder[Out]) {
 	stream := els.seq != nil
 	if m.owned != nil && co.chunk == 0 {
-		co.chunk = durableChunk(len(els.xs)) // the same chunks for every call that takes it over
+		co.chunk = durableChunk(len(els.xs), stream) // the same chunks for every call that takes it over
 	}
 	b := newBatch[Out](m.env, m.batchSeq.Add(1), sp.name, len(els.xs), red, stream)
 	b.worker = co.worker
@@ -293,7 +293,8 @@ func SubmitSeq[In, Out any](ctx context.Context, m *Manager, fn *redmap.Handle[I
 	if err := fn.Validate(); err != nil {
 		return nil, err
 	}
-	if _, err := on(ctx, m, opts, true); err != nil {
+	m, err := on(ctx, m, opts)
+	if err != nil {
 		return nil, err
 	}
 	return submit(ctx, m, spec{name: fn.Name(), sig: fn.Signature(), types: types(fn)}, elements[In]{seq: seq}, opts, (*redmap.Reducer[Out])(nil))
