@@ -69,6 +69,11 @@ var (
 	// not heal (WRONGTYPE, an unknown command, a bad DB index, a script
 	// error). A *CommandError names the command.
 	ErrRefused = errors.New("redmap: redis refused a command")
+	// ErrCancelled: an operator cancelled the batch (redmap cancel, the
+	// dashboard): the cause of each of its elements without an outcome, or
+	// of every element of a durable batch cancelled while no manager held
+	// it, for the call that takes it over.
+	ErrCancelled = errors.New("redmap: batch cancelled by an operator")
 	// ErrDurableHeld: a durable batch (manager.Durable) is held by another
 	// live manager, or already runs in this one; a *HeldError says which.
 	ErrDurableHeld = errors.New("redmap: durable batch held by another manager")

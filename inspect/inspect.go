@@ -119,8 +119,14 @@ type Batch struct {
 	// it: "done", "failed", "cancelled", "closed"; or "manager lost" when
 	// its manager stopped publishing (killed, or cut off from Redis) and
 	// someone noticed (a worker, the CLI, the dashboard): its counts are
-	// then its last published progress.
+	// then its last published progress. A durable batch (Durable) that no
+	// manager holds is "orphaned" while some of its tasks are outstanding,
+	// "done" once none is (its results wait in Redis for the call that
+	// takes it over), its counts those its last holder published; one that
+	// no manager took over within its DurableTTL ends "expired".
 	Outcome string `json:"outcome"`
+	// Durable is a durable batch's name (manager.Durable).
+	Durable string `json:"durable,omitempty"`
 	// FailedBy counts an ended batch's failed elements per cause ("error",
 	// "panic", "lost", "timeout", "no worker", ...).
 	FailedBy map[string]int `json:"failed_by,omitempty"`
@@ -266,7 +272,10 @@ func (i *Inspector) Batches(ctx context.Context, queue string) ([]Batch, error) 
 		out = append(out, Batch{Queue: queue, Manager: b.Manager, ID: b.ID, Func: p.Func,
 			Priority: cmp.Or(p.Priority, keys.DefaultPriority), Total: p.Total, Done: p.Done, Failed: p.Failed,
 			Rate: p.Rate, ETA: p.ETA.Seconds(), Worker: p.Worker, Waiting: p.Waiting, Outcome: "running",
-			Started: p.Started})
+			Started: p.Started, Durable: p.Durable})
+	}
+	if err := i.durableStates(ctx, queue, out); err != nil {
+		return nil, err
 	}
 	// A batch that ended a moment ago may still be in its manager's last
 	// publish: the history says how it ended.
@@ -281,6 +290,36 @@ func (i *Inspector) Batches(ctx context.Context, queue string) ([]Batch, error) 
 	out = slices.DeleteFunc(out, func(b Batch) bool { return ended[b.ID] })
 	slices.SortFunc(out, func(a, b Batch) int { return strings.Compare(a.ID, b.ID) })
 	return out, nil
+}
+
+// durableStates sets the state of the durable batches among bs: held by a
+// manager, running; else orphaned, or done if none of their tasks is
+// outstanding (by their task sets, which workers keep).
+func (i *Inspector) durableStates(ctx context.Context, queue string, bs []Batch) error {
+	var owners []string
+	for _, b := range bs {
+		if b.Durable != "" {
+			owners = append(owners, b.Manager)
+		}
+	}
+	held, outstanding, err := i.admin.DurableStates(ctx, queue, owners)
+	if err != nil {
+		return err
+	}
+	for j, b := range bs {
+		if b.Durable == "" || held[b.Manager] {
+			continue
+		}
+		bs[j].Rate, bs[j].ETA = 0, 0
+		if n := outstanding[b.Manager]; n > 0 {
+			bs[j].Outcome = "orphaned"
+			bs[j].Waiting = fmt.Sprintf("no manager holds it; workers run its %d outstanding task(s) and keep their results; the same call takes it over", n)
+		} else {
+			bs[j].Outcome = "done"
+			bs[j].Waiting = "no manager holds it; every task has its result in Redis, for the same call to collect"
+		}
+	}
+	return nil
 }
 
 // HistoryShown is how many ended batches of a queue Snapshot reads.
@@ -400,6 +439,16 @@ func (i *Inspector) Drain(ctx context.Context, queue, wid string) error {
 // at its next publish of progress (within its Poll).
 func (i *Inspector) CancelBatch(ctx context.Context, queue, mid, bid string) error {
 	return i.admin.CancelBatch(ctx, queue, mid, bid)
+}
+
+// CancelDurable cancels durable batch name of queue (manager.Durable): a
+// manager holding it cancels it at its next publish of progress (within its
+// Poll); one that no manager holds is cancelled at once, its tasks
+// withdrawn, and the call that takes it over fails its elements with
+// redmap.ErrCancelled. It returns what it did: "asked" its holder,
+// "cancelled", or "unknown" if Redis has nothing of the batch.
+func (i *Inspector) CancelDurable(ctx context.Context, queue, name string) (string, error) {
+	return i.admin.CancelDurable(ctx, queue, name, "cancelled by an operator")
 }
 
 // Purge removes every task waiting in queue's public lists, all shards;

@@ -460,6 +460,13 @@ func (b *Batch[Out]) release() {
 			close(b.recorded) // an empty batch ran nothing: no record
 			return
 		}
+		if b.leftInRedis() {
+			// A durable batch goes on in Redis: it has not ended, and its
+			// last published progress stays for operators.
+			b.endSpan(b.record())
+			close(b.recorded)
+			return
+		}
 		r := b.record()
 		b.endSpan(r)
 		b.env.history.record(r, b.recorded)

@@ -55,9 +55,16 @@ func newCollector(p collectorParams) *collector {
 }
 
 // Stop stops reading, and wakes the collector from its wait for a result
-// rather than let it wait out its timeout: one round trip.
+// rather than let it wait out its timeout: one round trip (none for a
+// durable batch's owner).
 func (c *collector) Stop() {
 	c.Runner.Stop()
+	if c.after != nil {
+		// A durable batch's owner: a wake entry would give the batch's
+		// result list, which may hold results for the next holder, a
+		// minute to live. Its wait ends within a Poll.
+		return
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	_ = c.shard.rdb.WakeCollector(ctx, c.mid)

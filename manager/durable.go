@@ -1,6 +1,7 @@
 package manager
 
 import (
+	"cmp"
 	"context"
 	"encoding/binary"
 	"encoding/hex"
@@ -142,7 +143,7 @@ func (m *Manager) claim(ctx context.Context) error {
 	var ok bool
 	call := func(steal string) error {
 		return m.faults.callQueue("claiming durable batch "+strconv.Quote(m.owned.name), func() (err error) {
-			other, ok, err = q.Claim(ctx, m.id, m.owned.holder, claimLease(m.opts.Poll), steal)
+			other, ok, err = q.Claim(ctx, m.claimOf(claimLease(m.opts.Poll), steal))
 			return err
 		})
 	}
@@ -166,9 +167,15 @@ func (m *Manager) claim(ctx context.Context) error {
 func (m *Manager) unclaim() {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	if _, _, err := m.router.queue().Claim(ctx, m.id, m.owned.holder, 0, ""); err != nil {
+	if _, _, err := m.router.queue().Claim(ctx, m.claimOf(0, "")); err != nil {
 		m.log.Warn("releasing a durable batch's claim failed; it lapses by itself", "batch", m.owned.name, "err", err)
 	}
+}
+
+// claimOf is the owner's claim for lease (0 releases it), taking over
+// holder record steal if it is not "".
+func (m *Manager) claimOf(lease time.Duration, steal string) wire.Claim {
+	return wire.Claim{Owner: m.id, Name: m.owned.name, Holder: m.owned.holder, Lease: lease, TTL: m.opts.DurableTTL, Steal: steal}
 }
 
 func heldError(name string, h wire.Holder) error {
@@ -186,6 +193,7 @@ type resumeState struct {
 	sums        map[string]string   // task id → sum of its input (durableSum), as first submitted
 	outstanding map[string]bool     // queued, or held by a worker: not to submit again
 	delivered   map[string][]string // task id → its result-list entries, in order
+	cancelled   string              // why an operator cancelled the batch while no manager held it, or ""
 }
 
 // known reports whether task tid of the batch needs no submit: its result
@@ -240,6 +248,7 @@ func (m *Manager) resume(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
+		st.cancelled = cmp.Or(st.cancelled, res.Cancelled)
 		s.acked.Store(res.Count)
 		if res.Epoch != "" {
 			s.epoch.Store(&res.Epoch)

@@ -14,8 +14,10 @@ import (
 	"time"
 
 	"github.com/redmap/redmap"
+	"github.com/redmap/redmap/inspect"
 	"github.com/redmap/redmap/internal/harness"
 	"github.com/redmap/redmap/internal/id"
+	"github.com/redmap/redmap/internal/keys"
 	"github.com/redmap/redmap/internal/redistest"
 	"github.com/redmap/redmap/manager"
 	"github.com/redmap/redmap/worker"
@@ -87,9 +89,10 @@ func checkSquaresOf(t *testing.T, xs, ys []int) {
 	}
 }
 
-// ownerKeys returns the keys a durable batch name keeps in b's Redis.
+// ownerKeys returns the keys durable batch name keeps in b's queue, on
+// every shard.
 func ownerKeys(t *testing.T, b *harness.Env, name string) []string {
-	return b.Keys(t, "*:m:"+id.Durable(name)+":*")
+	return b.Keys(t, "*:{"+keys.Glob(b.Queue)+"*}:m:"+id.Durable(name)+":*")
 }
 
 // A durable batch runs as any other and leaves nothing in Redis once it has
@@ -308,4 +311,221 @@ func delivered(t *testing.T, b *harness.Env, name string) int {
 		}
 	}
 	return n
+}
+
+// batchOf returns queue's running batch of durable batch name, as
+// operators read it (inspect), or false.
+func batchOf(t *testing.T, in *inspect.Inspector, queue, name string) (inspect.Batch, bool) {
+	t.Helper()
+	bs, err := in.Batches(context.Background(), queue)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, b := range bs {
+		if b.Durable == name {
+			return b, true
+		}
+	}
+	return inspect.Batch{}, false
+}
+
+// historyOf returns queue's ended batch of durable batch name, or false.
+func historyOf(t *testing.T, in *inspect.Inspector, queue, name string) (inspect.Batch, bool) {
+	t.Helper()
+	bs, _, err := in.History(context.Background(), queue, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, b := range bs {
+		if b.Manager == id.Durable(name) {
+			return b, true
+		}
+	}
+	return inspect.Batch{}, false
+}
+
+// Operators see a durable batch that no manager holds as orphaned while
+// tasks of it are outstanding, done once every task has its result, never
+// as "manager lost"; the call that takes it over collects it.
+func TestDurableOrphanedThenDone(t *testing.T) {
+	b := setup(t)
+	in, err := inspect.New(b.Client, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	opts := manager.Options{Queue: b.Queue, Poll: 100 * time.Millisecond, NoWorkerTimeout: -1}
+	m1, err := manager.New(b.Client, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	xs := span(200)
+	if _, err := manager.Submit(testCtx(t), m1, durableSquare, xs, manager.Durable("orphan"), manager.ChunkSize(10)); err != nil {
+		t.Fatal(err)
+	}
+	redistest.Eventually(t, "the batch listed running", func() bool {
+		bt, ok := batchOf(t, in, b.Queue, "orphan")
+		return ok && bt.Outcome == "running" && bt.Total == 200
+	})
+	if err := m1.Close(); err != nil {
+		t.Fatal(err)
+	}
+	bt, ok := batchOf(t, in, b.Queue, "orphan")
+	if !ok || bt.Outcome != "orphaned" || !strings.Contains(bt.Waiting, "20 outstanding") {
+		t.Fatalf("after its manager closed: %+v, %v; want it orphaned with its 20 tasks outstanding", bt, ok)
+	}
+	b.Worker(t, worker.Options{Concurrency: 4}, durableSquare)
+	redistest.Eventually(t, "the orphan's tasks all done", func() bool {
+		bt, ok := batchOf(t, in, b.Queue, "orphan")
+		return ok && bt.Outcome == "done"
+	})
+	if h, ok := historyOf(t, in, b.Queue, "orphan"); ok {
+		t.Fatalf("the orphan is in the history as %q", h.Outcome)
+	}
+	m2 := b.Manager(t, manager.Options{})
+	ys, err := manager.Map(testCtx(t), m2, durableSquare, xs, manager.Durable("orphan"), manager.ChunkSize(10))
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkSquaresOf(t, xs, ys)
+	if more, never := durableRuns.again(xs); more != 0 || never != 0 {
+		t.Fatalf("%d elements ran more than once, %d never", more, never)
+	}
+	if _, ok := batchOf(t, in, b.Queue, "orphan"); ok {
+		t.Fatal("the collected batch is still listed running")
+	}
+	if h, ok := historyOf(t, in, b.Queue, "orphan"); !ok || h.Outcome != "done" || h.Done != 200 {
+		t.Fatalf("history of the collected batch: %+v, %v; want done, 200", h, ok)
+	}
+}
+
+// An operator cancels a durable batch by name: one that a manager holds is
+// cancelled by it within its Poll; one that none holds at once, and the
+// call that takes it over gets every element failed with ErrCancelled.
+func TestDurableCancelledByName(t *testing.T) {
+	b := setup(t)
+	in, err := inspect.New(b.Client, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	opts := manager.Options{Queue: b.Queue, Poll: 100 * time.Millisecond, NoWorkerTimeout: -1}
+	m1, err := manager.New(b.Client, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m1.Close()
+	xs := span(50)
+	held, err := manager.Submit(testCtx(t), m1, durableSquare, xs, manager.Durable("held"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if did, err := in.CancelDurable(testCtx(t), b.Queue, "held"); err != nil || did != "asked" {
+		t.Fatalf("cancel of a held batch: %q, %v; want asked", did, err)
+	}
+	if _, err := held.Wait(testCtx(t)); !errors.Is(err, context.Canceled) {
+		t.Fatalf("the held batch after its cancel: %v; want context.Canceled", err)
+	}
+	if ks := ownerKeys(t, b, "held"); len(ks) != 0 {
+		t.Fatalf("the cancelled batch left %q", ks)
+	}
+
+	orphan, err := manager.Submit(testCtx(t), m1, durableSquare, xs, manager.Durable("orphan"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(testCtx(t))
+	cancel()
+	if _, err := orphan.Wait(ctx); err == nil {
+		t.Fatal("Wait with an ended context returned no error")
+	}
+	if err := m1.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if did, err := in.CancelDurable(testCtx(t), b.Queue, "orphan"); err != nil || did != "cancelled" {
+		t.Fatalf("cancel of an orphan: %q, %v; want cancelled", did, err)
+	}
+	if h, ok := historyOf(t, in, b.Queue, "orphan"); !ok || h.Outcome != "cancelled" || h.Total != 0 && h.Total != 50 {
+		t.Fatalf("history of the cancelled orphan: %+v, %v", h, ok)
+	}
+	if did, _ := in.CancelDurable(testCtx(t), b.Queue, "nothing"); did != "unknown" {
+		t.Fatalf("cancel of a batch Redis never had: %q, want unknown", did)
+	}
+	b.Worker(t, worker.Options{Concurrency: 4}, durableSquare)
+	m2 := b.Manager(t, manager.Options{})
+	ys, err := manager.Map(testCtx(t), m2, durableSquare, xs, manager.Durable("orphan"))
+	var be *redmap.BatchError
+	if !errors.As(err, &be) || len(be.Failed) != 50 || !errors.Is(err, redmap.ErrCancelled) || len(ys) != 50 {
+		t.Fatalf("taking the cancelled orphan over: %d outputs, %v; want all 50 failed with ErrCancelled", len(ys), err)
+	}
+	if more, _ := durableRuns.again(xs); more != 0 {
+		t.Fatalf("%d elements of the cancelled batch ran twice", more)
+	}
+	if ks := ownerKeys(t, b, "orphan"); len(ks) != 0 {
+		t.Fatalf("the cancelled batch left %q", ks)
+	}
+}
+
+// A durable batch no manager takes over within its DurableTTL is gone from
+// Redis, and the queue's history records it as expired.
+func TestDurableOrphanExpires(t *testing.T) {
+	b := setup(t)
+	in, err := inspect.New(b.Client, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := manager.New(b.Client, manager.Options{Queue: b.Queue, Poll: 100 * time.Millisecond, NoWorkerTimeout: -1, DurableTTL: 3 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := manager.Submit(testCtx(t), m, durableSquare, span(30), manager.Durable("brief")); err != nil {
+		t.Fatal(err)
+	}
+	redistest.Eventually(t, "the batch listed", func() bool { _, ok := batchOf(t, in, b.Queue, "brief"); return ok })
+	if err := m.Close(); err != nil {
+		t.Fatal(err)
+	}
+	redistest.Eventually(t, "the orphan recorded expired", func() bool {
+		_, _ = in.Batches(context.Background(), b.Queue) // a reader notices, as a worker's heartbeat would
+		h, ok := historyOf(t, in, b.Queue, "brief")
+		return ok && h.Outcome == "expired" && h.Total == 30 && strings.Contains(h.Reason, "brief")
+	})
+	redistest.Eventually(t, "the orphan's keys expired", func() bool { return len(ownerKeys(t, b, "brief")) == 0 })
+}
+
+// Redis lost everything (FLUSHALL) while no manager held a durable batch:
+// the call that takes it over finds nothing, submits it all again, and
+// returns it exact.
+func TestDurableAfterFlushAll(t *testing.T) {
+	srv := redistest.Start(t)
+	b := harness.On(t, srv)
+	b.Worker(t, worker.Options{Concurrency: 4}, durableSquare)
+	m1, err := manager.New(b.Client, manager.Options{Queue: b.Queue})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m1.Close()
+	xs := span(2000)
+	ctx, cancel := context.WithCancel(testCtx(t))
+	batch, err := manager.Submit(ctx, m1, durableSquare, xs, manager.Durable("flushed"), manager.ChunkSize(10))
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for range batch.Results() {
+		if n++; n == 300 {
+			break
+		}
+	}
+	cancel()
+	if _, err := batch.Wait(testCtx(t)); err == nil {
+		t.Fatal("the interrupted call's Wait returned no error")
+	}
+	if err := srv.Client(t).FlushAll(context.Background()).Err(); err != nil {
+		t.Fatal(err)
+	}
+	m2 := b.Manager(t, manager.Options{})
+	ys, err := manager.Map(testCtx(t), m2, durableSquare, xs, manager.Durable("flushed"), manager.ChunkSize(10))
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkSquaresOf(t, xs, ys)
 }

@@ -372,7 +372,7 @@ func (f *fakeShard) Resume(context.Context, string) (wire.Resumed, error) {
 func (f *fakeShard) Kept(context.Context, string, int64, int64) ([]string, error) {
 	return nil, errNotFaked
 }
-func (f *fakeShard) Claim(context.Context, string, wire.Holder, time.Duration, string) (wire.Holder, bool, error) {
+func (f *fakeShard) Claim(context.Context, wire.Claim) (wire.Holder, bool, error) {
 	return wire.Holder{}, false, errNotFaked
 }
 func (f *fakeShard) Sums(context.Context, string) (map[string]string, error) { return nil, errNotFaked }

@@ -413,6 +413,12 @@ func (f *feeder[Out]) first(ctx context.Context, sp spec, red *redmap.Reducer[Ou
 			err = f.faults.riding(ctx, func() error { return f.resume(ctx) })
 		}
 	}
+	if err == nil && f.owned != nil && f.owned.found.cancelled != "" {
+		// An operator cancelled the batch while no manager held it: every
+		// element fails so, and the batch ends, deleting its keys.
+		f.cancelled(fmt.Errorf("%w: %s", redmap.ErrCancelled, f.owned.found.cancelled))
+		return nil
+	}
 	if err == nil {
 		w, err = f.window()
 	}
@@ -453,6 +459,21 @@ func (f *feeder[Out]) first(ctx context.Context, sp spec, red *redmap.Reducer[Ou
 		b.abort(redmap.ErrClosed)
 	}
 	return nil
+}
+
+// cancelled ends a durable batch an operator cancelled while no manager
+// held it: a slice's elements all fail with cause; a sequence, unread,
+// ends with it.
+func (f *feeder[Out]) cancelled(cause error) {
+	f.in.stop()
+	if n, known := f.in.length(); known {
+		if n > 0 {
+			f.b.failUnsubmitted(0, n, 0, cause)
+		}
+		f.b.exhaust(nil)
+		return
+	}
+	f.b.cancel(cause)
 }
 
 // openShards opens the queue's other shards before the manager's first

@@ -1,6 +1,7 @@
 package manager
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"log/slog"
@@ -39,8 +40,13 @@ type keeperParams struct {
 	due     time.Duration // the next publish is due within this (lostAfter)
 	// claim renews a durable batch's claim (an owner's: Manager.renewClaim);
 	// nil for a manager.
-	claim func(ctx context.Context)
-	log   *slog.Logger
+	claim   func(ctx context.Context)
+	durable string // an owner's: its batch's name, published with its progress
+	// renewEvery is how often the keys are renewed: ttl/3 if 0. An owner
+	// renews every Poll, so that its batch lives DurableTTL past the last
+	// time it was held, not up to a third of it less.
+	renewEvery time.Duration
+	log     *slog.Logger
 }
 
 func newKeeper(p keeperParams, poll time.Duration) *keeper {
@@ -67,7 +73,7 @@ func (k *keeper) renewKeys(ctx context.Context) {
 	for _, s := range k.router.list() {
 		if now.After(k.renewAt[s]) {
 			due[s] = struct{}{}
-			k.renewAt[s] = now.Add(k.ttl / 3)
+			k.renewAt[s] = now.Add(cmp.Or(k.renewEvery, k.ttl/3))
 		}
 	}
 	_ = eachShard(due, func(s *shard, _ struct{}) error {
@@ -85,6 +91,7 @@ func (k *keeper) publishBatches(ctx context.Context) {
 	published := make(map[string]wire.BatchProgress, len(running))
 	for id, b := range running {
 		published[id] = progressRecord(b.Progress())
+		published[id] = withName(published[id], k.durable)
 	}
 	// Elements ended since the last publish feed the queue's throughput
 	// counters (redmap dashboard), whatever batch they were of.
@@ -106,6 +113,12 @@ func (k *keeper) publishBatches(ctx context.Context) {
 			b.cancel(fmt.Errorf("%w: by an operator (redmap dashboard)", context.Canceled))
 		}
 	}
+}
+
+// withName is p of durable batch name ("" for another).
+func withName(p wire.BatchProgress, name string) wire.BatchProgress {
+	p.Durable = name
+	return p
 }
 
 // progressRecord is p as operators read it.

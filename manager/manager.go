@@ -165,7 +165,7 @@ func assemble(r seams, opts Options, mid string, o *owned) *Manager {
 	keeping := keeperParams{mid: mid, ttl: opts.KeyTTL, router: m.router, holds: m.holds, batches: m.batches,
 		ended: &m.stats.ended, faults: m.faults, due: lostAfter(opts.Poll, opts.KeyTTL), log: m.log}
 	if o != nil {
-		keeping.claim = m.renewClaim
+		keeping.claim, keeping.durable, keeping.renewEvery = m.renewClaim, o.name, opts.Poll
 	}
 	m.background = part.List{
 		newKeeper(keeping, opts.Poll),

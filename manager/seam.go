@@ -63,7 +63,7 @@ type queueRedis interface {
 	AddShards(ctx context.Context, names []string) ([]string, error)
 	PublishBatches(ctx context.Context, mid string, batches map[string]wire.BatchProgress, ttl, due time.Duration, ended int64) (cancels []string, err error)
 	// Claim, Sums and AddSums are a durable batch's owner's.
-	Claim(ctx context.Context, owner string, h wire.Holder, lease time.Duration, steal string) (wire.Holder, bool, error)
+	Claim(ctx context.Context, c wire.Claim) (wire.Holder, bool, error)
 	Sums(ctx context.Context, owner string) (map[string]string, error)
 	AddSums(ctx context.Context, owner string, sums map[string]string, ttl time.Duration) error
 	historyStore

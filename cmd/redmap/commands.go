@@ -30,7 +30,7 @@ var commands = []command{
 	{name: "status", help: "queues with depth, workers, running batches", run: noOperand((*cli).status)},
 	{name: "workers", help: "workers with their state (running, idle, draining, late; dead or stopped for 10 minutes after), heartbeat age and what they run",
 		run: noOperand((*cli).workers)},
-	{name: "batches", help: "running batches with progress", run: noOperand((*cli).batches), flags: func(fs *flag.FlagSet, c *cli, _ *invocation) {
+	{name: "batches", help: "running batches with progress; durable ones with their name and state (running, orphaned: no manager holds it, done: every result waits for the call that takes it over)", run: noOperand((*cli).batches), flags: func(fs *flag.FlagSet, c *cli, _ *invocation) {
 		fs.BoolVar(&c.all, "all", false, "the queue's history of ended batches too, newest first")
 		fs.IntVar(&c.n, "n", 50, "with -all, how many ended batches")
 	}},
@@ -40,6 +40,8 @@ var commands = []command{
 		}},
 	{name: "drain", operands: []string{"worker"}, help: "the worker (its id, or a unique prefix of it) takes no more tasks and exits when idle",
 		run: oneOperand((*cli).drain)},
+	{name: "cancel", operands: []string{"queue", "name"}, help: "cancel durable batch name (manager.Durable): its holder ends it within its Poll; one no manager holds is cancelled at once, its elements failing with ErrCancelled for the call that takes it over",
+		run: (*cli).cancel},
 	{name: "purge", operands: []string{"queue"}, help: "drop the queue's queued tasks; their batches fail with ErrLost", run: oneOperand((*cli).purge), flags: func(fs *flag.FlagSet, c *cli, _ *invocation) {
 		fs.BoolVar(&c.yes, "yes", false, "really purge (without it, purge only says what it would drop)")
 	}},

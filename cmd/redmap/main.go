@@ -11,6 +11,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -232,7 +233,7 @@ func (c *cli) batches(ctx context.Context) error {
 	if c.json {
 		return c.emit(orEmpty(append(bs, ended...)))
 	}
-	c.table("QUEUE\tBATCH\tFUNC\tDONE\tFAILED\tTOTAL\tPROGRESS\tRATE/S\tETA\tWAITING", batchRows(bs))
+	c.table("QUEUE\tBATCH\tNAME\tSTATE\tFUNC\tDONE\tFAILED\tTOTAL\tPROGRESS\tRATE/S\tETA\tWAITING", batchRows(bs))
 	if c.all {
 		fmt.Fprintln(c.out)
 		c.table("QUEUE\tBATCH\tFUNC\tOUTCOME\tDONE\tFAILED\tTOTAL\tFAILED BY\tENDED\tTOOK\tREASON", historyRows(ended, time.Now()))
@@ -296,7 +297,7 @@ func batchRows(bs []inspect.Batch) [][]string {
 		if b.Total > 0 {
 			pct = 100 * float64(b.Done) / float64(b.Total)
 		}
-		rows = append(rows, []string{b.Queue, b.ID, b.Func, strconv.Itoa(b.Done), strconv.Itoa(b.Failed), strconv.Itoa(b.Total),
+		rows = append(rows, []string{b.Queue, b.ID, cmp.Or(b.Durable, "-"), b.Outcome, b.Func, strconv.Itoa(b.Done), strconv.Itoa(b.Failed), strconv.Itoa(b.Total),
 			fmt.Sprintf("%.0f%%", pct), fmt.Sprintf("%.0f", b.Rate), eta(b), b.Waiting})
 	}
 	return rows
@@ -452,6 +453,30 @@ func (c *cli) purge(ctx context.Context, q string) error {
 		return c.emit(map[string]any{"queue": q, "purged": n, "dropped": dropped})
 	}
 	fmt.Fprintf(c.out, "dropped %d queued task id(s) from queue %s: %d task(s) failed in their batches, %d no manager wanted any more\n", dropped, q, n, dropped-n)
+	return nil
+}
+
+// cancel cancels durable batch name of queue q (manager.Durable).
+func (c *cli) cancel(ctx context.Context, operand []string) error {
+	q, name := operand[0], operand[1]
+	if err := c.mustQueue(ctx, q); err != nil {
+		return err
+	}
+	did, err := c.in.CancelDurable(ctx, q, name)
+	if err != nil {
+		return err
+	}
+	if c.json {
+		return c.emit(map[string]any{"queue": q, "name": name, "did": did})
+	}
+	switch did {
+	case "asked":
+		fmt.Fprintf(c.out, "asked the manager holding durable batch %q of queue %s to cancel it (within its Poll)\n", name, q)
+	case "cancelled":
+		fmt.Fprintf(c.out, "cancelled durable batch %q of queue %s: its tasks are withdrawn, and the call that takes it over fails its elements with ErrCancelled\n", name, q)
+	default:
+		return fmt.Errorf("queue %q has no durable batch %q", q, name)
+	}
 	return nil
 }
 

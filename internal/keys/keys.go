@@ -180,6 +180,20 @@ func Kept(prefix, queue, mid string) string { return Base(prefix, queue) + "m:" 
 // over with another input is refused; it lives with the owner's task set.
 func Sums(prefix, queue, owner string) string { return Base(prefix, queue) + "m:" + owner + ":sums" }
 
+// Durables lists the queue's durable batches (HASH owner id → JSON
+// wire.DurableEntry: the batch's name, and when it expires unless a manager
+// holds it again), so that one no manager took over within DurableTTL is
+// recorded in the history as expired. A manager holding one renews its entry;
+// its end removes it.
+func Durables(prefix, queue string) string { return Base(prefix, queue) + "durables" }
+
+// Cancelled marks a durable batch an operator cancelled while no manager
+// held it (STRING: the reason): the call that takes it over fails its
+// elements with redmap.ErrCancelled.
+func Cancelled(prefix, queue, owner string) string {
+	return Base(prefix, queue) + "m:" + owner + ":cancelled"
+}
+
 // Claim says which manager holds durable batch owner now (STRING: JSON
 // wire.Holder), living a lease its holder renews every Poll: a second
 // manager that finds it is refused the batch, naming the holder.

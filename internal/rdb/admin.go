@@ -12,6 +12,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/redmap/redmap/internal/id"
 	"github.com/redmap/redmap/internal/keys"
 	"github.com/redmap/redmap/internal/wire"
 )
@@ -283,6 +284,56 @@ func (a *Admin) CancelBatch(ctx context.Context, queue, mid, bid string) error {
 		return fmt.Errorf("cancel: %w", err)
 	}
 	return nil
+}
+
+// CancelDurable cancels durable batch name of queue for an operator: if a
+// manager holds it, asks the manager to (within its Poll), else withdraws
+// its tasks and marks it cancelled for the call that takes it over (see
+// cancel.lua). It returns "asked", "cancelled", or "unknown" if Redis has
+// nothing of the batch. One script call.
+func (a *Admin) CancelDurable(ctx context.Context, queue, name, reason string) (string, error) {
+	if err := keys.CheckQueue(queue); err != nil {
+		return "", err
+	}
+	if err := keys.CheckDurable(name); err != nil {
+		return "", err
+	}
+	o := id.Durable(name)
+	ks := []string{keys.Claim(a.prefix, queue, o), keys.Cancels(a.prefix, queue, o), keys.Tasks(a.prefix, queue, o),
+		keys.Attempts(a.prefix, queue, o), keys.Cancelled(a.prefix, queue, o), keys.Durables(a.prefix, queue),
+		keys.History(a.prefix, queue), keys.HistoryIndex(a.prefix, queue), keys.Batches(a.prefix, queue, o)}
+	s, err := cancelScript.run(ctx, a.c, ks, o, reason, keys.DefaultHistory, keys.DefaultHistoryAge.Milliseconds(), time.Minute.Milliseconds()).Text()
+	if err != nil {
+		return "", wrap("cancel a durable batch", cancelScript, "", err)
+	}
+	return s, nil
+}
+
+// DurableStates returns, for each durable batch owner of queue among
+// owners, whether a manager holds it and how many of its tasks are
+// outstanding in shard 0's task set. One pipeline.
+func (a *Admin) DurableStates(ctx context.Context, queue string, owners []string) (held map[string]bool, outstanding map[string]int64, err error) {
+	held, outstanding = make(map[string]bool), make(map[string]int64)
+	if len(owners) == 0 {
+		return held, outstanding, nil
+	}
+	claims := make([]*redis.IntCmd, len(owners))
+	sizes := make([]*redis.IntCmd, len(owners))
+	_, err = a.c.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for i, o := range owners {
+			claims[i] = p.Exists(ctx, keys.Claim(a.prefix, queue, o))
+			sizes[i] = p.HLen(ctx, keys.Tasks(a.prefix, queue, o))
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, nil, wrap("durable batches", nil, "EXISTS or HLEN", err)
+	}
+	for i, o := range owners {
+		held[o] = claims[i].Val() == 1
+		outstanding[o] = max(sizes[i].Val()-2, 0) // "_" and "_e" are no tasks
+	}
+	return held, outstanding, nil
 }
 
 // Drain asks worker wid of queue to take no more tasks and exit when idle.

@@ -669,16 +669,20 @@ func (r *RDB) managerKeys(mid string) []string {
 		keys.Results(r.prefix, r.queue, mid), keys.Lanes(r.prefix, r.queue, mid), keys.Kept(r.prefix, r.queue, mid), keys.Sums(r.prefix, r.queue, mid)}
 }
 
-// Claim claims durable batch owner for h.Manager, or renews its claim, for
-// lease; a lease of 0 releases it. A claim whose record is exactly steal
-// (not "") is taken over. It returns whether h.Manager holds it now and, if
-// another manager does, that one's record. One script call.
-func (r *RDB) Claim(ctx context.Context, owner string, h wire.Holder, lease time.Duration, steal string) (wire.Holder, bool, error) {
-	ms := lease.Milliseconds()
-	if lease > 0 {
+// Claim takes, renews or (a Lease of 0) releases c.Holder's claim on
+// durable batch c.Owner: a claim whose record is exactly c.Steal (not "")
+// is taken over. Taken or renewed, the batch's entry in the queue's list of
+// durable batches expires c.TTL from now. It returns whether c.Holder holds
+// the claim now and, if another manager does, that one's record. One script
+// call.
+func (r *RDB) Claim(ctx context.Context, c wire.Claim) (wire.Holder, bool, error) {
+	ms := c.Lease.Milliseconds()
+	if c.Lease > 0 {
 		ms = max(ms, 1)
 	}
-	vals, err := claimScript.run(ctx, r.c, []string{keys.Claim(r.prefix, r.queue, owner)}, h.Manager, wire.EncodeHolder(h), ms, steal).Slice()
+	ks := []string{keys.Claim(r.prefix, r.queue, c.Owner), keys.Durables(r.prefix, r.queue)}
+	vals, err := claimScript.run(ctx, r.c, ks, c.Holder.Manager, wire.EncodeHolder(c.Holder), ms, c.Steal,
+		c.Owner, max(c.TTL.Milliseconds(), 1), c.Name).Slice()
 	if err != nil {
 		return wire.Holder{}, false, wrap("claim a durable batch", claimScript, "", err)
 	}
@@ -686,7 +690,7 @@ func (r *RDB) Claim(ctx context.Context, owner string, h wire.Holder, lease time
 		return wire.Holder{}, false, fmt.Errorf("claim a durable batch: %d values in the reply, want 2", len(vals))
 	}
 	if n, _ := vals[0].(int64); n == 1 {
-		return h, true, nil
+		return c.Holder, true, nil
 	}
 	s, _ := vals[1].(string)
 	other, err := wire.DecodeHolder(s)
@@ -702,19 +706,21 @@ func (r *RDB) Claim(ctx context.Context, owner string, h wire.Holder, lease time
 // tasks outstanding (queued, or held by a worker). One script call; read the
 // kept results with Kept.
 func (r *RDB) Resume(ctx context.Context, owner string) (wire.Resumed, error) {
-	ks := []string{keys.Tasks(r.prefix, r.queue, owner), keys.Results(r.prefix, r.queue, owner), keys.Kept(r.prefix, r.queue, owner)}
+	ks := []string{keys.Tasks(r.prefix, r.queue, owner), keys.Results(r.prefix, r.queue, owner), keys.Kept(r.prefix, r.queue, owner),
+		keys.Cancelled(r.prefix, r.queue, owner)}
 	vals, err := resumeScript.run(ctx, r.c, ks).Slice()
 	if err != nil {
 		return wire.Resumed{}, wrap("resume a durable batch", resumeScript, "", err)
 	}
-	if len(vals) < 3 {
-		return wire.Resumed{}, fmt.Errorf("resume a durable batch: %d values in the reply, want 3 or more", len(vals))
+	if len(vals) < 4 {
+		return wire.Resumed{}, fmt.Errorf("resume a durable batch: %d values in the reply, want 4 or more", len(vals))
 	}
 	var res wire.Resumed
 	res.Count, _ = vals[0].(int64)
 	res.Epoch, _ = vals[1].(string)
 	res.Kept, _ = vals[2].(int64)
-	for _, v := range vals[3:] {
+	res.Cancelled, _ = vals[3].(string)
+	for _, v := range vals[4:] {
 		if tid, ok := v.(string); ok {
 			res.Outstanding = append(res.Outstanding, tid)
 		}
@@ -748,15 +754,35 @@ func (r *RDB) AddSums(ctx context.Context, owner string, sums map[string]string,
 	return wrap("record a durable batch's inputs", nil, "HSET", err)
 }
 
-// Sums returns the sums AddSums recorded for durable batch owner. One
-// HGETALL (a batch has at most a few thousand tasks of a fixed share of its
-// input, see manager.Durable).
+// Sums returns the sums AddSums recorded for durable batch owner: one
+// HKEYS, then one pipeline of HMGETs (the least-privilege ACL user has no
+// HGETALL). A batch has at most a few thousand tasks without ChunkSize (see
+// manager.Durable).
 func (r *RDB) Sums(ctx context.Context, owner string) (map[string]string, error) {
-	m, err := r.c.HGetAll(ctx, keys.Sums(r.prefix, r.queue, owner)).Result()
+	k := keys.Sums(r.prefix, r.queue, owner)
+	tids, err := r.c.HKeys(ctx, k).Result()
 	if err != nil {
-		return nil, wrap("read a durable batch's inputs", nil, "HGETALL", err)
+		return nil, wrap("read a durable batch's inputs", nil, "HKEYS", err)
 	}
-	return m, nil
+	var pages []*redis.SliceCmd
+	_, err = r.c.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for i := 0; i < len(tids); i += maxGroup {
+			pages = append(pages, p.HMGet(ctx, k, tids[i:min(i+maxGroup, len(tids))]...))
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, wrap("read a durable batch's inputs", nil, "HMGET", err)
+	}
+	sums := make(map[string]string, len(tids))
+	for i, page := range pages {
+		for j, v := range page.Val() {
+			if s, ok := v.(string); ok {
+				sums[tids[i*maxGroup+j]] = s
+			}
+		}
+	}
+	return sums, nil
 }
 
 // Cancel withdraws tasks of manager mid: removes them and their payloads from
@@ -785,11 +811,12 @@ func (r *RDB) Drop(ctx context.Context, mid string) error {
 		return wrap("drop", renewScript, "", err)
 	}
 	_, err := r.c.TxPipelined(ctx, func(p redis.Pipeliner) error {
-		p.Del(ctx, keys.Batches(r.prefix, r.queue, mid))
+		p.Del(ctx, keys.Batches(r.prefix, r.queue, mid), keys.Cancelled(r.prefix, r.queue, mid))
 		p.ZRem(ctx, keys.Managers(r.prefix, r.queue), mid)
+		p.HDel(ctx, keys.Durables(r.prefix, r.queue), mid) // a durable batch's owner's entry
 		return nil
 	})
-	return wrap("drop", nil, "DEL or ZREM", err)
+	return wrap("drop", nil, "DEL, ZREM or HDEL", err)
 }
 
 // PublishBatches replaces manager mid's published batch progress with
@@ -838,7 +865,7 @@ func (r *RDB) LoseManagers(ctx context.Context) (int, error) {
 // loseManagers is LoseManagers for queue at prefix on c, with the default
 // bounds of the history.
 func loseManagers(ctx context.Context, c redis.UniversalClient, prefix, queue string) (int, error) {
-	ks := []string{keys.Managers(prefix, queue), keys.History(prefix, queue), keys.HistoryIndex(prefix, queue)}
+	ks := []string{keys.Managers(prefix, queue), keys.History(prefix, queue), keys.HistoryIndex(prefix, queue), keys.Durables(prefix, queue)}
 	n, err := lostScript.run(ctx, c, ks, keys.Base(prefix, queue), keys.DefaultHistory, keys.DefaultHistoryAge.Milliseconds()).Int()
 	if err != nil {
 		return 0, wrap("lose managers", lostScript, "", err)

@@ -208,7 +208,7 @@ func TestClaimDurableBatch(t *testing.T) {
 	b := wire.Holder{Manager: id.New(), Host: "b", PID: 2, Since: 200}
 	claim := func(h wire.Holder, lease time.Duration, wantOK bool, wantHolder wire.Holder) {
 		t.Helper()
-		got, ok, err := f.r.Claim(ctx, owner, h, lease, "")
+		got, ok, err := f.r.Claim(ctx, wire.Claim{Owner: owner, Name: "nightly", Holder: h, Lease: lease, TTL: time.Hour})
 		if err != nil || ok != wantOK || (!ok && got != wantHolder) {
 			t.Fatalf("%s claims: %+v, %v, %v; want ok %v, holder %+v", h.Host, got, ok, err, wantOK, wantHolder)
 		}
@@ -226,10 +226,10 @@ func TestClaimDurableBatch(t *testing.T) {
 	f.c.Set(ctx, keys.Claim("rm", f.queue, owner), "\xff{not json", 0)
 	claim(b, time.Minute, true, b)
 	// a's record, found gone, is taken over; another one is not.
-	if _, ok, err := f.r.Claim(ctx, owner, a, time.Minute, wire.EncodeHolder(a)); err != nil || ok {
+	if _, ok, err := f.r.Claim(ctx, wire.Claim{Owner: owner, Holder: a, Lease: time.Minute, TTL: time.Hour, Steal: wire.EncodeHolder(a)}); err != nil || ok {
 		t.Fatalf("a stole with a record not b's: %v, %v", ok, err)
 	}
-	if got, ok, err := f.r.Claim(ctx, owner, a, time.Minute, wire.EncodeHolder(b)); err != nil || !ok || got != a {
+	if got, ok, err := f.r.Claim(ctx, wire.Claim{Owner: owner, Holder: a, Lease: time.Minute, TTL: time.Hour, Steal: wire.EncodeHolder(b)}); err != nil || !ok || got != a {
 		t.Fatalf("a took b's record over: %+v, %v, %v", got, ok, err)
 	}
 }

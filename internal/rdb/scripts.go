@@ -40,6 +40,7 @@ var (
 	failuresScript  = load("failures.lua")
 	claimScript     = load("claim.lua")
 	resumeScript    = load("resume.lua")
+	cancelScript    = load("cancel.lua")
 )
 
 // ScriptNames maps each script's SHA-1 to its file name, for tools that read

@@ -253,6 +253,8 @@ type BatchProgress struct {
 	// StartedMs is Started in Unix ms, which lost.lua copies into the
 	// batch's record when its manager is lost.
 	StartedMs int64 `json:"started_ms,omitempty"`
+	// Durable is a durable batch's name (manager.Durable), "" for another.
+	Durable string `json:"durable,omitempty"`
 }
 
 // The outcomes of a batch in the queue's history.
@@ -262,6 +264,7 @@ const (
 	OutcomeCancelled   = "cancelled"    // its context ended, Cancel, or an operator cancelled it
 	OutcomeClosed      = "closed"       // its manager was closed before it ended
 	OutcomeManagerLost = "manager lost" // its manager stopped publishing (lost.lua)
+	OutcomeExpired     = "expired"      // a durable batch no manager took over within DurableTTL (lost.lua)
 )
 
 // BatchRecord is a batch that ended, as the queue's history keeps it (the
@@ -300,6 +303,29 @@ type Resumed struct {
 	Epoch       string   // the task set's epoch ("_e")
 	Kept        int64    // results delivered so far, in the kept list
 	Outstanding []string // tasks queued or held by a worker, their results to come
+	Cancelled   string   // why an operator cancelled the batch while no manager held it, or ""
+}
+
+// DurableEntry is a durable batch in the queue's list of them
+// (keys.Durables).
+type DurableEntry struct {
+	Name    string `json:"name"`
+	Expires int64  `json:"expires_ms"` // Redis ms: past it, with no holder, the batch is gone
+}
+
+// DecodeDurable reads an entry of the queue's list of durable batches.
+func DecodeDurable(s string) (DurableEntry, error) {
+	return decodeJSON[DurableEntry](s, "durable batch entry")
+}
+
+// Claim is a manager's claim on a durable batch (rdb.Claim).
+type Claim struct {
+	Owner  string        // the batch's owner id (id.Durable)
+	Name   string        // the batch's name
+	Holder Holder        // who claims it
+	Lease  time.Duration // how long the claim lives; 0 releases it
+	TTL    time.Duration // how long the batch lives after it (DurableTTL)
+	Steal  string        // another holder's record to take over, or ""
 }
 
 // EncodeHolder returns h as the value of a durable batch's claim.

@@ -1,12 +1,43 @@
 -- lost.lua: record the batches of managers that stopped publishing progress
 -- (killed, or cut off from Redis for longer than their publish was due) in
 -- the queue's history as "manager lost", with their last published
--- progress. Whoever notices runs it (a worker's heartbeat, the CLI, the
--- dashboard); running it again finds nothing. A manager that comes back
--- overwrites the record with its own when the batch ends.
+-- progress; and the durable batches no manager took over before they
+-- expired as "expired". Whoever notices runs it (a worker's heartbeat, the
+-- CLI, the dashboard); running it again finds nothing. A manager that comes
+-- back overwrites the record with its own when the batch ends.
 -- KEYS[1] managers sorted set (mid -> next publish due, Redis ms)
 -- KEYS[2] history hash   KEYS[3] history index
+-- KEYS[4] durable batches (HASH owner -> JSON wire.DurableEntry)
 -- ARGV[1] key base "<prefix>:{<queue>}:"   ARGV[2] most batches kept
 -- ARGV[3] oldest kept, ms
 -- Returns the number of batches recorded.
-return lose_managers(ARGV[1], KEYS[1], KEYS[2], KEYS[3], tonumber(ARGV[2]), tonumber(ARGV[3]))
+local base, limit, age = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
+local n = lose_managers(base, KEYS[1], KEYS[2], KEYS[3], limit, age)
+local t = now()
+local expired = 0
+-- HKEYS, then an HGET each: the least-privilege ACL user has no HGETALL.
+for _, owner in ipairs(redis.call('HKEYS', KEYS[4])) do
+  local ok, e = pcall(cjson.decode, redis.call('HGET', KEYS[4], owner) or '')
+  if not ok or type(e) ~= 'table' or type(e.expires_ms) ~= 'number' then
+    redis.call('HDEL', KEYS[4], owner) -- unreadable: nothing to record it by
+  elseif e.expires_ms < t then
+    local id = owner .. ':1'
+    local rec = {id = id, manager = owner, outcome = 'expired',
+      reason = 'durable batch ' .. tostring(e.name) .. ': no manager took it over before it expired (DurableTTL)',
+      ended_ms = t}
+    local ok2, p = pcall(cjson.decode, redis.call('HGET', base .. 'm:' .. owner .. ':batches', id) or '')
+    if ok2 and type(p) == 'table' then
+      rec.func, rec.priority, rec.worker, rec.total, rec.done, rec.failed, rec.started_ms =
+        p.func, p.priority, p.worker, p.total, p.done, p.failed, p.started_ms
+    end
+    redis.call('HSET', KEYS[2], id, cjson.encode(rec))
+    redis.call('ZADD', KEYS[3], t, id)
+    redis.call('HDEL', KEYS[4], owner)
+    redis.call('DEL', base .. 'm:' .. owner .. ':batches')
+    expired = expired + 1
+  end
+end
+if expired > 0 then
+  trim_history(KEYS[2], KEYS[3], limit, age)
+end
+return n + expired

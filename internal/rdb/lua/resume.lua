@@ -4,8 +4,10 @@
 -- and the result list only what comes next), and the task set's outstanding
 -- tasks (queued, or held by a worker) are listed with its count and epoch.
 -- KEYS[1] task set of the owner   KEYS[2] its result list   KEYS[3] its kept list
+-- KEYS[4] its mark of an operator's cancel (keys.Cancelled)
 -- Returns {the count ("_", 0 if none), the epoch ("_e", "" if none), the
--- length of the kept list, the outstanding task ids...}.
+-- length of the kept list, why an operator cancelled it ("" if none), the
+-- outstanding task ids...}.
 local n = redis.call('LLEN', KEYS[2])
 for i = 0, n - 1, CHUNK do
   redis.call('RPUSH', KEYS[3], unpack(redis.call('LRANGE', KEYS[2], i, math.min(i + CHUNK, n) - 1)))
@@ -18,7 +20,7 @@ if n > 0 then
   redis.call('DEL', KEYS[2])
 end
 local out = {tonumber(redis.call('HGET', KEYS[1], '_') or '0') or 0, redis.call('HGET', KEYS[1], '_e') or '',
-  redis.call('LLEN', KEYS[3])}
+  redis.call('LLEN', KEYS[3]), redis.call('GET', KEYS[4]) or ''}
 -- The set holds one batch's window at most (4,096 tasks): HKEYS is bounded.
 for _, f in ipairs(redis.call('HKEYS', KEYS[1])) do
   if f ~= '_' and f ~= '_e' then
