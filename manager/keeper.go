@@ -46,7 +46,7 @@ type keeperParams struct {
 	// renews every Poll, so that its batch lives DurableTTL past the last
 	// time it was held, not up to a third of it less.
 	renewEvery time.Duration
-	log     *slog.Logger
+	log        *slog.Logger
 }
 
 func newKeeper(p keeperParams, poll time.Duration) *keeper {
