@@ -21,6 +21,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/redmap/redmap/internal/config"
+	"github.com/redmap/redmap/internal/id"
 	"github.com/redmap/redmap/internal/keys"
 	"github.com/redmap/redmap/internal/rdb"
 )
@@ -437,8 +438,18 @@ func (i *Inspector) Drain(ctx context.Context, queue, wid string) error {
 
 // CancelBatch asks manager mid to cancel its batch bid of queue: it does
 // at its next publish of progress (within its Poll).
+//
+// A durable batch's (its manager id is its owner's, id.Durable) is
+// cancelled as CancelDurable does, whether or not a manager holds it.
 func (i *Inspector) CancelBatch(ctx context.Context, queue, mid, bid string) error {
-	return i.admin.CancelBatch(ctx, queue, mid, bid)
+	if !id.IsDurable(mid) {
+		return i.admin.CancelBatch(ctx, queue, mid, bid)
+	}
+	did, err := i.admin.CancelOwner(ctx, queue, mid, "cancelled by an operator")
+	if err == nil && did == "unknown" {
+		err = fmt.Errorf("inspect: queue %q has no durable batch of owner %s", queue, mid)
+	}
+	return err
 }
 
 // CancelDurable cancels durable batch name of queue (manager.Durable): a

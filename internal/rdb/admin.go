@@ -292,13 +292,17 @@ func (a *Admin) CancelBatch(ctx context.Context, queue, mid, bid string) error {
 // cancel.lua). It returns "asked", "cancelled", or "unknown" if Redis has
 // nothing of the batch. One script call.
 func (a *Admin) CancelDurable(ctx context.Context, queue, name, reason string) (string, error) {
-	if err := keys.CheckQueue(queue); err != nil {
-		return "", err
-	}
 	if err := keys.CheckDurable(name); err != nil {
 		return "", err
 	}
-	o := id.Durable(name)
+	return a.CancelOwner(ctx, queue, id.Durable(name), reason)
+}
+
+// CancelOwner is CancelDurable of the durable batch whose owner id is o.
+func (a *Admin) CancelOwner(ctx context.Context, queue, o, reason string) (string, error) {
+	if err := keys.CheckQueue(queue); err != nil {
+		return "", err
+	}
 	ks := []string{keys.Claim(a.prefix, queue, o), keys.Cancels(a.prefix, queue, o), keys.Tasks(a.prefix, queue, o),
 		keys.Attempts(a.prefix, queue, o), keys.Cancelled(a.prefix, queue, o), keys.Durables(a.prefix, queue),
 		keys.History(a.prefix, queue), keys.HistoryIndex(a.prefix, queue), keys.Batches(a.prefix, queue, o)}
