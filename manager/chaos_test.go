@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -60,6 +61,8 @@ func TestChaos(t *testing.T) {
 		}()
 	}
 
+	durable := chaosDurable(ctx, t, env)
+
 	faults := map[string]int{}
 	for ctx.Err() == nil {
 		select {
@@ -70,7 +73,7 @@ func TestChaos(t *testing.T) {
 			break
 		}
 		var name string
-		switch rand.IntN(6) {
+		switch rand.IntN(7) {
 		case 0:
 			name = "worker SIGKILL"
 			if c := pick(true); c != nil {
@@ -96,12 +99,107 @@ func TestChaos(t *testing.T) {
 			if !st.StartFailover() {
 				name += " (refused: one in progress)"
 			}
+		case 6:
+			name = "manager SIGKILLed and restarted"
+			if !durable.kill() {
+				name += " (none running)"
+			}
 		}
 		faults[name]++
 		tally.fault(name)
 	}
 	managers.Wait()
+	durable.wait(t)
 	tally.report(t, d, faults, started())
+}
+
+// durableChaos runs durable batches in manager processes, one after
+// another, through a chaos run: kill SIGKILLs the one running, which is
+// started again with the same name until it ends exact (its own check:
+// each index read once, each value right or a typed error).
+type durableChaos struct {
+	mu       sync.Mutex
+	cur      *harness.Proc
+	killed   bool
+	batches  int // ended exact
+	restarts int
+	failed   int // elements failed with a typed error
+	done     chan struct{}
+}
+
+// chaosDurable starts the durable manager processes of a chaos run, each a
+// batch of 3,000 elements of 1 ms named "chaos-<n>", until ctx ends.
+func chaosDurable(ctx context.Context, t *testing.T, env []string) *durableChaos {
+	d := &durableChaos{done: make(chan struct{})}
+	go func() {
+		defer close(d.done)
+		for k := 0; ctx.Err() == nil; k++ {
+			env := append(slices.Clone(env), "REDMAP_N=3000", "REDMAP_ATTEMPTS=20", fmt.Sprintf("REDMAP_DURABLE=chaos-%d", k))
+			for {
+				p := startChild(t, "manager-durable", env...)
+				d.mu.Lock()
+				d.cur, d.killed = p, false
+				d.mu.Unlock()
+				exact := ""
+				for line := range p.Out() {
+					if rest, ok := strings.CutPrefix(line, "exact "); ok {
+						exact = rest
+					}
+				}
+				<-p.Exited()
+				d.mu.Lock()
+				killed := d.killed
+				d.cur = nil
+				d.mu.Unlock()
+				if killed {
+					d.mu.Lock()
+					d.restarts++
+					d.mu.Unlock()
+					continue
+				}
+				var failed int
+				if _, err := fmt.Sscan(exact, &failed); p.Err() != nil || err != nil {
+					t.Errorf("durable batch chaos-%d: its manager exited with %v (printed exact %q): %s", k, p.Err(), exact, p.Tail())
+					return
+				}
+				d.mu.Lock()
+				d.batches++
+				d.failed += failed
+				d.mu.Unlock()
+				break
+			}
+		}
+	}()
+	return d
+}
+
+// kill SIGKILLs the durable batch's manager running, if one is; its
+// program is started again.
+func (d *durableChaos) kill() bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.cur == nil {
+		return false
+	}
+	d.killed = true
+	d.cur.Cmd.Process.Signal(syscall.SIGKILL)
+	return true
+}
+
+// wait waits for the last durable batch to end exact, and reports.
+func (d *durableChaos) wait(t *testing.T) {
+	select {
+	case <-d.done:
+	case <-time.After(3 * time.Minute):
+		t.Error("the last durable batch did not end within 3 minutes of the chaos")
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	t.Logf("durable batches: %d ended exact across %d manager kills (restarted with the same name), %d elements failed with an error; 0 lost, duplicated, wrong or silently zero (each checked by its manager)",
+		d.batches, d.restarts, d.failed)
+	if d.batches == 0 {
+		t.Error("no durable batch ended during the chaos run")
+	}
 }
 
 // chaosFleet keeps n worker processes of env running (a new one replaces

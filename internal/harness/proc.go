@@ -167,6 +167,10 @@ func (p *Proc) WaitLog(t testing.TB, s string) {
 	}
 }
 
+// Out returns the process's stdout, line by line, closed once it ends: for
+// a reader that is not the test's goroutine (Expect fails the test).
+func (p *Proc) Out() <-chan string { return p.out }
+
 // Exited is closed once the process has exited; Err then returns Wait's
 // error.
 func (p *Proc) Exited() <-chan struct{} { return p.exited }
