@@ -322,7 +322,7 @@ func order(st *State) {
 	// stable sort by queue keeps that.
 	slices.SortStableFunc(st.Workers, func(a, b inspect.Worker) int { return cmp.Compare(a.Queue, b.Queue) })
 	ended := func(b inspect.Batch) int {
-		if b.Outcome == "running" {
+		if b.Ended.IsZero() { // running, or a durable batch no manager holds
 			return 0
 		}
 		return 1

@@ -298,18 +298,23 @@ func entryTask(entry string, limit int) string {
 // durableSum is the sum of what a task payload runs: its function, reducer
 // and constant, and its elements with their indexes; not its options or
 // trace, which a resumed call may set otherwise.
-func durableSum(payload []byte, limit int) (string, error) {
-	t, err := codec.DecodeTask(payload, limit)
+func durableSum(payload []byte, limit int) (sum, constant string, err error) {
+	t, err := codec.DecodeTask(payload, max(limit, len(payload))) // the manager's own payload
 	if err != nil {
-		return "", err
+		return "", "", err
 	}
 	h := blake3.New()
 	for _, s := range []string{t.Func, t.Sig, t.Reduce, t.ReduceSig, t.Const, strconv.Itoa(t.Start), strconv.Itoa(t.Count)} {
 		_, _ = h.WriteString(strconv.Itoa(len(s)) + ":" + s)
 	}
 	_, _ = h.Write(t.Input)
-	return hex.EncodeToString(h.Sum(nil)[:16]), nil
+	return hex.EncodeToString(h.Sum(nil)[:16]), t.Const, nil
 }
+
+// constField is the field of a durable batch's sums (keys.Sums) that holds
+// the hash of its constant, if it has one: a call that takes it over with
+// another constant releases its own hold on that one (releaseUnused).
+const constField = "_const"
 
 // mismatch is the error of a resumed call whose task tid, elements
 // [start, start+count), differs from the batch's.

@@ -529,3 +529,57 @@ func TestDurableAfterFlushAll(t *testing.T) {
 	}
 	checkSquaresOf(t, xs, ys)
 }
+
+// constSquare adds a batch's constant to x's square, counting its runs.
+var constSquare = redmap.FuncWith("durableconstsq", func(ctx context.Context, c int, x int) (int, error) {
+	durableRuns.add(x)
+	if err := pause(ctx, 2*time.Millisecond); err != nil {
+		return 0, err
+	}
+	return x*x + c, nil
+})
+
+// A durable batch with a constant keeps its constant held while no manager
+// holds the batch; the call that takes it over, with the same constant,
+// returns it exact; with another constant it is refused.
+func TestDurableWithConstant(t *testing.T) {
+	b := setup(t)
+	b.Worker(t, worker.Options{Concurrency: 4}, constSquare)
+	m1, err := manager.New(b.Client, manager.Options{Queue: b.Queue, Shards: redistest.Shards()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m1.Close()
+	xs := span(2000)
+	ctx, cancel := context.WithCancel(testCtx(t))
+	batch, err := manager.SubmitWith(ctx, m1, constSquare, 7, xs, manager.Durable("const"), manager.ChunkSize(10))
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for range batch.Results() {
+		if n++; n == 300 {
+			break
+		}
+	}
+	cancel()
+	if _, err := batch.Wait(testCtx(t)); err == nil {
+		t.Fatal("the interrupted call's Wait returned no error")
+	}
+	m2 := b.Manager(t, manager.Options{})
+	if _, err := manager.MapWith(testCtx(t), m2, constSquare, 8, xs, manager.Durable("const"), manager.ChunkSize(10)); !errors.Is(err, redmap.ErrDurableMismatch) {
+		t.Fatalf("a takeover with another constant: %v; want ErrDurableMismatch", err)
+	}
+	ys, err := manager.MapWith(testCtx(t), m2, constSquare, 7, xs, manager.Durable("const"), manager.ChunkSize(10))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, x := range xs {
+		if ys[i] != x*x+7 {
+			t.Fatalf("ys[%d] = %d, want %d", i, ys[i], x*x+7)
+		}
+	}
+	if more, never := durableRuns.again(xs); more != 0 || never != 0 {
+		t.Fatalf("%d elements ran more than once, %d never", more, never)
+	}
+}

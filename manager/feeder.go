@@ -191,7 +191,7 @@ func (f *feeder[Out]) window() (window, error) {
 // another input fails the window with ErrDurableMismatch; one submitted
 // for the first time has its sum recorded with the window.
 func (f *feeder[Out]) taken(w *window, c chunk, payload []byte) (send bool, err error) {
-	sum, err := durableSum(payload, f.opts.MaxFrame)
+	sum, constant, err := durableSum(payload, f.opts.MaxFrame)
 	if err != nil {
 		return false, fmt.Errorf("manager: durable batch %q: %w", f.owned.name, err)
 	}
@@ -205,6 +205,9 @@ func (f *feeder[Out]) taken(w *window, c chunk, payload []byte) (send bool, err 
 			w.sums = make(map[string]string)
 		}
 		w.sums[c.tid] = sum
+		if constant != "" {
+			w.sums[constField] = constant
+		}
 	}
 	return !found.known(c.tid), nil
 }
@@ -255,6 +258,7 @@ func (f *feeder[Out]) send(ctx context.Context, w *window) error {
 		if err != nil {
 			return err
 		}
+		maps.Copy(f.owned.found.sums, w.sums) // what Redis has now (see releaseUnused)
 		w.sums = nil
 	}
 	if w.unsent == nil {

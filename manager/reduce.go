@@ -60,7 +60,7 @@ func MapReduceWith[C, In, Out any](ctx context.Context, m *Manager, fn *redmap.H
 	}
 	b, err := submit(ctx, m, sp, elements[In]{xs: xs}, opts, red)
 	if err != nil {
-		m.releaseUnused(sp.holder)
+		m.releaseUnused(sp)
 		return zero, err
 	}
 	return b.reduced(ctx)

@@ -92,7 +92,7 @@ func SubmitWith[C, In, Out any](ctx context.Context, m *Manager, fn *redmap.Hand
 	}
 	b, err := submit(ctx, m, sp, elements[In]{xs: xs}, opts, (*redmap.Reducer[Out])(nil))
 	if err != nil {
-		m.releaseUnused(sp.holder)
+		m.releaseUnused(sp)
 		return nil, err
 	}
 	return b, nil
@@ -123,12 +123,20 @@ func holdConstant[C any](ctx context.Context, m *Manager, fn redmap.AnyHandle, c
 	return spec{name: fn.Name(), sig: fn.Signature(), types: types(fn), constant: &ref, holder: holder}, nil
 }
 
-// releaseUnused releases a hold of a constant whose batch was not
-// submitted; a durable batch's owner keeps it, for the batch in Redis.
-func (m *Manager) releaseUnused(holder string) {
-	if m.owned == nil {
-		m.holds.release(holder)
+// releaseUnused releases the hold of sp's constant, whose batch was not
+// submitted. A durable batch's owner keeps it if it may be the batch's, in
+// Redis: unless the batch recorded another constant.
+func (m *Manager) releaseUnused(sp spec) {
+	if m.owned != nil {
+		// The same holder id as the batch's (the owner's first), so
+		// releasing would drop the batch's hold if the constant is its own,
+		// or if that is not known.
+		found := m.owned.found
+		if found == nil || sp.constant == nil || found.sums[constField] == sp.constant.Hash {
+			return
+		}
 	}
+	m.holds.release(sp.holder)
 }
 
 // types returns the structure of h's types that its signature fingerprints.

@@ -80,9 +80,9 @@ function renderBatches(s) {
   $("batches").innerHTML = s.batches.map((b) => {
     const ok = b.total ? ((b.done - b.failed) / b.total) * 100 : 100;
     const bad = b.total ? (b.failed / b.total) * 100 : 0;
-    const running = b.outcome === "running";
+    const running = !b.ended; // running, or a durable batch no manager holds (orphaned, done)
     const cancel = s.actions && running ? `<button class="danger" data-action="cancel" data-queue="${esc(b.queue)}" data-manager="${esc(b.manager)}" data-batch="${esc(b.id)}">cancel</button>` : "";
-    const where = b.worker ? ` · on worker ${esc(b.worker.slice(0, 8))}` : "";
+    const where = (b.worker ? ` · on worker ${esc(b.worker.slice(0, 8))}` : "") + (b.durable ? ` · durable <b>${esc(b.durable)}</b>` : "");
     const ago = running ? "" : `<span>ended <b>${dur(Math.max(0.1, (Date.parse(s.time) - Date.parse(b.ended)) / 1000))}</b> ago</span>`;
     const causes = Object.entries(b.failed_by || {}).map(([k, n]) => `${esc(k)} ${num(n)}`).join(", ");
     return `<div class="batch ${running ? "" : "finished"}" data-batch="${esc(b.id)}" data-done="${b.done}" data-failed="${b.failed}" data-total="${b.total}" data-outcome="${esc(b.outcome)}">
@@ -90,7 +90,7 @@ function renderBatches(s) {
         <span><span class="badge ${esc(b.outcome.replace(" ", "-"))}">${esc(b.outcome)}</span> ${cancel}</span></div>
       <div class="bar" title="${b.done} of ${b.total} done, ${b.failed} failed"><div class="ok" data-width="${ok}"></div><div class="bad" data-left="${ok}" data-width="${bad}"></div></div>
       <div class="nums"><span><b>${num(b.done)}</b> / ${num(b.total)} done</span><span><b>${num(b.failed)}</b> failed${causes ? ` (${causes})` : ""}</span>
-        <span><b>${num(b.rate)}</b>/s</span>${running ? `<span>ETA <b>${dur(b.eta_seconds)}</b></span>` : ago}
+        <span><b>${num(b.rate)}</b>/s</span>${b.outcome === "running" ? `<span>ETA <b>${dur(b.eta_seconds)}</b></span>` : running ? "" : ago}
         ${b.waiting ? `<span class="err">${esc(b.waiting)}</span>` : ""}${b.reason ? `<span class="muted">${esc(b.reason)}</span>` : ""}</div></div>`;
   }).join("");
 }
