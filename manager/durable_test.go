@@ -181,6 +181,22 @@ func TestDurableTakeOver(t *testing.T) {
 	}
 }
 
+// interrupt reads n results of batch, then ends its call's context
+// (cancel): the durable batch is left in Redis, and its Wait says so.
+func interrupt(t *testing.T, batch *manager.Batch[int], cancel context.CancelFunc, n int) {
+	t.Helper()
+	read := 0
+	for range batch.Results() {
+		if read++; read == n {
+			break
+		}
+	}
+	cancel()
+	if _, err := batch.Wait(testCtx(t)); err == nil {
+		t.Fatal("the interrupted call's Wait returned no error")
+	}
+}
+
 // A call that takes a durable batch over with another input is refused,
 // naming the task that differs, and leaves the batch as it was: the call
 // with the batch's own input then completes it.
@@ -313,6 +329,23 @@ func delivered(t *testing.T, b *harness.Env, name string) int {
 	return n
 }
 
+// watched returns an inspector of b's Redis and a manager of its queue
+// (opts, polling every 100 ms and waiting for workers for ever), which the
+// test closes.
+func watched(t *testing.T, b *harness.Env, opts manager.Options) (*inspect.Inspector, *manager.Manager) {
+	t.Helper()
+	in, err := inspect.New(b.Client, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	opts.Queue, opts.Poll, opts.NoWorkerTimeout = b.Queue, 100*time.Millisecond, -1
+	m, err := manager.New(b.Client, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return in, m
+}
+
 // batchOf returns queue's running batch of durable batch name, as
 // operators read it (inspect), or false.
 func batchOf(t *testing.T, in *inspect.Inspector, queue, name string) (inspect.Batch, bool) {
@@ -349,15 +382,7 @@ func historyOf(t *testing.T, in *inspect.Inspector, queue, name string) (inspect
 // as "manager lost"; the call that takes it over collects it.
 func TestDurableOrphanedThenDone(t *testing.T) {
 	b := setup(t)
-	in, err := inspect.New(b.Client, "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	opts := manager.Options{Queue: b.Queue, Poll: 100 * time.Millisecond, NoWorkerTimeout: -1}
-	m1, err := manager.New(b.Client, opts)
-	if err != nil {
-		t.Fatal(err)
-	}
+	in, m1 := watched(t, b, manager.Options{})
 	xs := span(200)
 	if _, err := manager.Submit(testCtx(t), m1, durableSquare, xs, manager.Durable("orphan"), manager.ChunkSize(10)); err != nil {
 		t.Fatal(err)
@@ -403,15 +428,7 @@ func TestDurableOrphanedThenDone(t *testing.T) {
 // call that takes it over gets every element failed with ErrCancelled.
 func TestDurableCancelledByName(t *testing.T) {
 	b := setup(t)
-	in, err := inspect.New(b.Client, "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	opts := manager.Options{Queue: b.Queue, Poll: 100 * time.Millisecond, NoWorkerTimeout: -1}
-	m1, err := manager.New(b.Client, opts)
-	if err != nil {
-		t.Fatal(err)
-	}
+	in, m1 := watched(t, b, manager.Options{})
 	defer m1.Close()
 	xs := span(50)
 	held, err := manager.Submit(testCtx(t), m1, durableSquare, xs, manager.Durable("held"))
@@ -468,14 +485,7 @@ func TestDurableCancelledByName(t *testing.T) {
 // Redis, and the queue's history records it as expired.
 func TestDurableOrphanExpires(t *testing.T) {
 	b := setup(t)
-	in, err := inspect.New(b.Client, "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	m, err := manager.New(b.Client, manager.Options{Queue: b.Queue, Poll: 100 * time.Millisecond, NoWorkerTimeout: -1, DurableTTL: 3 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
+	in, m := watched(t, b, manager.Options{DurableTTL: 3 * time.Second})
 	if _, err := manager.Submit(testCtx(t), m, durableSquare, span(30), manager.Durable("brief")); err != nil {
 		t.Fatal(err)
 	}
@@ -509,16 +519,7 @@ func TestDurableAfterFlushAll(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	n := 0
-	for range batch.Results() {
-		if n++; n == 300 {
-			break
-		}
-	}
-	cancel()
-	if _, err := batch.Wait(testCtx(t)); err == nil {
-		t.Fatal("the interrupted call's Wait returned no error")
-	}
+	interrupt(t, batch, cancel, 300)
 	if err := srv.Client(t).FlushAll(context.Background()).Err(); err != nil {
 		t.Fatal(err)
 	}
@@ -556,16 +557,7 @@ func TestDurableWithConstant(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	n := 0
-	for range batch.Results() {
-		if n++; n == 300 {
-			break
-		}
-	}
-	cancel()
-	if _, err := batch.Wait(testCtx(t)); err == nil {
-		t.Fatal("the interrupted call's Wait returned no error")
-	}
+	interrupt(t, batch, cancel, 300)
 	m2 := b.Manager(t, manager.Options{})
 	if _, err := manager.MapWith(testCtx(t), m2, constSquare, 8, xs, manager.Durable("const"), manager.ChunkSize(10)); !errors.Is(err, redmap.ErrDurableMismatch) {
 		t.Fatalf("a takeover with another constant: %v; want ErrDurableMismatch", err)

@@ -486,7 +486,6 @@ func (r *RDB) LiveWorkers(ctx context.Context) ([]string, error) {
 // sees twice.
 func (r *RDB) ReadResults(ctx context.Context, mid string, handled int, mark string, limit int) ([]string, error) {
 	l := keys.Results(r.prefix, r.queue, mid)
-	tk := r.trimKeys(mid)
 	if handled == 0 {
 		entries, err := r.c.LRange(ctx, l, 0, int64(limit)-1).Result()
 		if err != nil {
@@ -494,6 +493,7 @@ func (r *RDB) ReadResults(ctx context.Context, mid string, handled int, mark str
 		}
 		return entries, nil
 	}
+	tk := r.trimKeys(l, mid)
 	var trim *redis.Cmd
 	var read *redis.StringSliceCmd
 	_, _ = r.c.Pipelined(ctx, func(p redis.Pipeliner) error {
@@ -526,9 +526,14 @@ func (r *RDB) trimmedRead(ctx context.Context, tk []string, handled int, mark st
 }
 
 // trimKeys returns the KEYS of trim.lua for manager mid: its result list
-// and its kept list.
-func (r *RDB) trimKeys(mid string) []string {
-	return []string{keys.Results(r.prefix, r.queue, mid), keys.Kept(r.prefix, r.queue, mid)}
+// (results),
+// and, for a durable batch's owner, its kept list (a manager's reads pay
+// for no second key).
+func (r *RDB) trimKeys(results, mid string) []string {
+	if !r.keep {
+		return []string{results}
+	}
+	return []string{results, keys.Kept(r.prefix, r.queue, mid)}
 }
 
 // keepFlag is trim.lua's ARGV[3]: whether the entries trimmed are kept.
@@ -616,7 +621,7 @@ func (r *RDB) ReadThenWait(ctx context.Context, mid string, handled int, mark st
 		return []string{first}, true, err
 	}
 	l := keys.Results(r.prefix, r.queue, mid)
-	tk := r.trimKeys(mid)
+	tk := r.trimKeys(l, mid)
 	var trim *redis.Cmd
 	var read *redis.StringSliceCmd
 	var move *redis.StringCmd

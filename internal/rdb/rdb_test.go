@@ -137,6 +137,24 @@ func TestReadResultsTrimsOnce(t *testing.T) {
 	}
 }
 
+// finishFirst has worker "w" take the first n tasks queued and finish
+// them through r with results "r0", "r1", ...
+func (f *fixture) finishFirst(t *testing.T, r *RDB, n int) {
+	t.Helper()
+	ctx := context.Background()
+	taken, _, err := r.Take(ctx, "w", n, time.Minute, 0, 0, serves)
+	if err != nil || len(taken) != n {
+		t.Fatalf("take: %d, %v; want %d", len(taken), err, n)
+	}
+	var done []wire.Done
+	for i, tk := range taken {
+		done = append(done, wire.Done{ID: tk.ID, Result: []byte(fmt.Sprint("r", i))})
+	}
+	if got, err := r.Finish(ctx, "w", done); err != nil || got != n {
+		t.Fatalf("finish: %d, %v", got, err)
+	}
+}
+
 // A durable batch's reads move what they trim onto its kept list, once
 // however often the trim is retried; Renew gives the kept list the task
 // set's life and Drop deletes it. A manager's reads keep nothing.
@@ -145,17 +163,8 @@ func TestKeepingResultsKeepsWhatItTrims(t *testing.T) {
 	ctx := context.Background()
 	f.mid = id.Durable("nightly")
 	r := f.r.KeepingResults()
-	ids := f.submit(t, "", 4)
-	if _, _, err := r.Take(ctx, "w", 4, time.Minute, 0, 0, serves); err != nil {
-		t.Fatal(err)
-	}
-	var done []wire.Done
-	for i, id := range ids {
-		done = append(done, wire.Done{ID: id, Result: []byte(fmt.Sprint("r", i))})
-	}
-	if n, err := r.Finish(ctx, "w", done); err != nil || n != 4 {
-		t.Fatalf("finish: %d, %v", n, err)
-	}
+	f.submit(t, "", 4)
+	f.finishFirst(t, r, 4)
 	first, _ := r.ReadResults(ctx, f.mid, 0, "", 3)
 	for range 2 {
 		if rest, err := r.ReadResults(ctx, f.mid, 3, Mark(first[2]), 10); err != nil || !slices.Equal(rest, []string{"r3"}) {
@@ -181,14 +190,9 @@ func TestKeepingResultsKeepsWhatItTrims(t *testing.T) {
 
 	// A manager's reads trim and keep nothing.
 	f.mid = id.New()
-	ids = f.submit(t, "", 1)
-	if _, _, err := f.r.Take(ctx, "w", 1, time.Minute, 0, 0, serves); err != nil {
-		t.Fatal(err)
-	}
-	if n, err := f.r.Finish(ctx, "w", []wire.Done{{ID: ids[0], Result: []byte("x")}}); err != nil || n != 1 {
-		t.Fatalf("finish: %d, %v", n, err)
-	}
-	if _, err := f.r.ReadResults(ctx, f.mid, 1, Mark("x"), 10); err != nil {
+	f.submit(t, "", 1)
+	f.finishFirst(t, f.r, 1)
+	if _, err := f.r.ReadResults(ctx, f.mid, 1, Mark("r0"), 10); err != nil {
 		t.Fatal(err)
 	}
 	if n := f.c.Exists(ctx, keys.Kept("rm", f.queue, f.mid), keys.Results("rm", f.queue, f.mid)).Val(); n != 0 {
@@ -243,16 +247,7 @@ func TestResumeFindsResultsAndOutstandingTasks(t *testing.T) {
 	f.mid = id.Durable("nightly")
 	r := f.r.KeepingResults()
 	ids := f.submit(t, "", 5)
-	if _, _, err := r.Take(ctx, "w", 3, time.Minute, 0, 0, serves); err != nil {
-		t.Fatal(err)
-	}
-	var done []wire.Done
-	for i, id := range ids[:3] {
-		done = append(done, wire.Done{ID: id, Result: []byte(fmt.Sprint("r", i))})
-	}
-	if n, err := r.Finish(ctx, "w", done); err != nil || n != 3 {
-		t.Fatalf("finish: %d, %v", n, err)
-	}
+	f.finishFirst(t, r, 3)
 	first, _ := r.ReadResults(ctx, f.mid, 0, "", 1)
 	if _, err := r.ReadResults(ctx, f.mid, 1, Mark(first[0]), 10); err != nil { // r0 kept; r1, r2 unread
 		t.Fatal(err)

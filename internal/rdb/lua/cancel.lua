@@ -49,11 +49,7 @@ local ok, e = pcall(cjson.decode, entry or '')
 if ok and type(e) == 'table' then
   rec.reason = 'durable batch ' .. tostring(e.name) .. ': ' .. ARGV[2]
 end
-local ok2, p = pcall(cjson.decode, redis.call('HGET', KEYS[9], id) or '')
-if ok2 and type(p) == 'table' then
-  rec.func, rec.priority, rec.worker, rec.total, rec.done, rec.failed, rec.started_ms =
-    p.func, p.priority, p.worker, p.total, p.done, p.failed, p.started_ms
-end
+with_progress(rec, redis.call('HGET', KEYS[9], id))
 redis.call('HSET', KEYS[7], id, cjson.encode(rec))
 redis.call('ZADD', KEYS[8], t, id)
 trim_history(KEYS[7], KEYS[8], tonumber(ARGV[3]), tonumber(ARGV[4]))

@@ -25,11 +25,7 @@ for _, owner in ipairs(redis.call('HKEYS', KEYS[4])) do
     local rec = {id = id, manager = owner, outcome = 'expired',
       reason = 'durable batch ' .. tostring(e.name) .. ': no manager took it over before it expired (DurableTTL)',
       ended_ms = t}
-    local ok2, p = pcall(cjson.decode, redis.call('HGET', base .. 'm:' .. owner .. ':batches', id) or '')
-    if ok2 and type(p) == 'table' then
-      rec.func, rec.priority, rec.worker, rec.total, rec.done, rec.failed, rec.started_ms =
-        p.func, p.priority, p.worker, p.total, p.done, p.failed, p.started_ms
-    end
+    with_progress(rec, redis.call('HGET', base .. 'm:' .. owner .. ':batches', id))
     redis.call('HSET', KEYS[2], id, cjson.encode(rec))
     redis.call('ZADD', KEYS[3], t, id)
     redis.call('HDEL', KEYS[4], owner)

@@ -131,6 +131,18 @@ local function trim_history(hist, index, limit, age)
   redis.call('PEXPIRE', index, age)
 end
 
+-- with_progress copies into rec, a batch's history record, the counts of
+-- its last published progress p (JSON, from a manager's batches hash), if
+-- it decodes; it returns rec.
+local function with_progress(rec, p)
+  local ok, pr = pcall(cjson.decode, p or '')
+  if ok and type(pr) == 'table' then
+    rec.func, rec.priority, rec.worker, rec.total, rec.done, rec.failed, rec.started_ms =
+      pr.func, pr.priority, pr.worker, pr.total, pr.done, pr.failed, pr.started_ms
+  end
+  return rec
+end
+
 -- lose_managers records, for each manager of the queue at base whose
 -- publish of progress is overdue by the Redis clock (in the sorted set
 -- managers), each batch it last published as ended with outcome "manager

@@ -10,7 +10,8 @@
 -- A durable batch's manager keeps what it trims: the entries move to the end
 -- of its kept list (keys.Kept), where a manager that takes the batch over
 -- finds them.
--- KEYS[1] result list of the manager   KEYS[2] its kept list
+-- KEYS[1] result list of the manager   KEYS[2] its kept list (only with
+-- ARGV[3] "1": a manager's reads pass none, and KEYS[2] is then the guard)
 -- ARGV[1] n, entries handled (0 for none)   ARGV[2] the SHA-1 (hex) of entry n
 -- ARGV[3] "1" to keep the entries trimmed, "" to drop them
 -- Returns 1 if it trimmed, 0 if not.
