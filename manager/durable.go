@@ -323,20 +323,19 @@ func mismatch(name, tid string, start, count int) error {
 		redmap.ErrDurableMismatch, name, tid, start, start+count-1)
 }
 
-// on returns the manager a call with opts runs on: m, or for a durable
-// batch (Durable) its owner, which holds the batch's claim.
-func on(ctx context.Context, m *Manager, opts []CallOption) (*Manager, error) {
-	var co callOptions
-	for _, o := range opts {
-		o(&co)
-	}
-	if co.durable == "" || m.owned != nil {
-		return m, nil
+// on reads a call's options (callOptionsOf) and returns the manager the
+// call runs on: m, or for a durable batch (Durable) its owner, which holds
+// the batch's claim.
+func on(ctx context.Context, m *Manager, opts []CallOption) (*Manager, callOptions, error) {
+	co, err := callOptionsOf(opts)
+	if err != nil || co.durable == "" || m.owned != nil {
+		return m, co, err
 	}
 	if err := ctx.Err(); err != nil {
-		return nil, err
+		return nil, co, err
 	}
-	return m.owner(ctx, co.durable)
+	o, err := m.owner(ctx, co.durable)
+	return o, co, err
 }
 
 // failed detaches an owner whose submit failed: what Redis has of its

@@ -31,11 +31,11 @@ func MapReduce[In, Out any](ctx context.Context, m *Manager, fn *redmap.Handle[I
 	if err := validReduce(fn, red); err != nil {
 		return zero, err
 	}
-	m, err := on(ctx, m, opts)
+	m, co, err := on(ctx, m, opts)
 	if err != nil {
 		return zero, err
 	}
-	b, err := submit(ctx, m, spec{name: fn.Name(), sig: fn.Signature(), types: types(fn)}, elements[In]{xs: xs}, opts, red)
+	b, err := submit(ctx, m, spec{name: fn.Name(), sig: fn.Signature(), types: types(fn)}, elements[In]{xs: xs}, co, red)
 	if err != nil {
 		return zero, err
 	}
@@ -49,7 +49,7 @@ func MapReduceWith[C, In, Out any](ctx context.Context, m *Manager, fn *redmap.H
 	if err := validReduce(fn, red); err != nil {
 		return zero, err
 	}
-	m, err := on(ctx, m, opts)
+	m, co, err := on(ctx, m, opts)
 	if err != nil {
 		return zero, err
 	}
@@ -58,7 +58,7 @@ func MapReduceWith[C, In, Out any](ctx context.Context, m *Manager, fn *redmap.H
 		m.failed(err)
 		return zero, err
 	}
-	b, err := submit(ctx, m, sp, elements[In]{xs: xs}, opts, red)
+	b, err := submit(ctx, m, sp, elements[In]{xs: xs}, co, red)
 	if err != nil {
 		m.releaseUnused(sp)
 		return zero, err
@@ -81,11 +81,11 @@ func MapReduceSeq[In, Out any](ctx context.Context, m *Manager, fn *redmap.Handl
 	if err := validReduce(fn, red); err != nil {
 		return zero, err
 	}
-	m, err := on(ctx, m, opts)
+	m, co, err := on(ctx, m, opts)
 	if err != nil {
 		return zero, err
 	}
-	b, err := submit(ctx, m, spec{name: fn.Name(), sig: fn.Signature(), types: types(fn)}, elements[In]{seq: seq}, opts, red)
+	b, err := submit(ctx, m, spec{name: fn.Name(), sig: fn.Signature(), types: types(fn)}, elements[In]{seq: seq}, co, red)
 	if err != nil {
 		return zero, err
 	}

@@ -51,11 +51,11 @@ func Submit[In, Out any](ctx context.Context, m *Manager, fn *redmap.Handle[In, 
 	if err := fn.Validate(); err != nil {
 		return nil, err
 	}
-	m, err := on(ctx, m, opts)
+	m, co, err := on(ctx, m, opts)
 	if err != nil {
 		return nil, err
 	}
-	return submit(ctx, m, spec{name: fn.Name(), sig: fn.Signature(), types: types(fn)}, elements[In]{xs: xs}, opts, (*redmap.Reducer[Out])(nil))
+	return submit(ctx, m, spec{name: fn.Name(), sig: fn.Signature(), types: types(fn)}, elements[In]{xs: xs}, co, (*redmap.Reducer[Out])(nil))
 }
 
 // MapWith is Map for a function that takes constant data: constant is
@@ -81,7 +81,7 @@ func SubmitWith[C, In, Out any](ctx context.Context, m *Manager, fn *redmap.Hand
 	if err := fn.Validate(); err != nil {
 		return nil, err
 	}
-	m, err := on(ctx, m, opts)
+	m, co, err := on(ctx, m, opts)
 	if err != nil {
 		return nil, err
 	}
@@ -90,7 +90,7 @@ func SubmitWith[C, In, Out any](ctx context.Context, m *Manager, fn *redmap.Hand
 		m.failed(err)
 		return nil, err
 	}
-	b, err := submit(ctx, m, sp, elements[In]{xs: xs}, opts, (*redmap.Reducer[Out])(nil))
+	b, err := submit(ctx, m, sp, elements[In]{xs: xs}, co, (*redmap.Reducer[Out])(nil))
 	if err != nil {
 		m.releaseUnused(sp)
 		return nil, err
@@ -161,10 +161,10 @@ type elements[In any] struct {
 	seq iter.Seq[In]
 }
 
-// submit submits a batch of els; with a reducer red, its outputs are folded
-// (MapReduce) rather than kept.
-func submit[In, Out any](ctx context.Context, m *Manager, sp spec, els elements[In], opts []CallOption, red *redmap.Reducer[Out]) (*Batch[Out], error) {
-	b, err := submitOn(ctx, m, sp, els, opts, red)
+// submit submits a batch of els with call options co (callOptionsOf); with
+// a reducer red, its outputs are folded (MapReduce) rather than kept.
+func submit[In, Out any](ctx context.Context, m *Manager, sp spec, els elements[In], co callOptions, red *redmap.Reducer[Out]) (*Batch[Out], error) {
+	b, err := submitOn(ctx, m, sp, els, co, red)
 	if err != nil {
 		m.failed(err)
 		return nil, err
@@ -176,11 +176,7 @@ func submit[In, Out any](ctx context.Context, m *Manager, sp spec, els elements[
 }
 
 // submitOn is submit on m, a manager or a durable batch's owner.
-func submitOn[In, Out any](ctx context.Context, m *Manager, sp spec, els elements[In], opts []CallOption, red *redmap.Reducer[Out]) (*Batch[Out], error) {
-	co, err := callOptionsOf(opts)
-	if err != nil {
-		return nil, err
-	}
+func submitOn[In, Out any](ctx context.Context, m *Manager, sp spec, els elements[In], co callOptions, red *redmap.Reducer[Out]) (*Batch[Out], error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
@@ -301,9 +297,9 @@ func SubmitSeq[In, Out any](ctx context.Context, m *Manager, fn *redmap.Handle[I
 	if err := fn.Validate(); err != nil {
 		return nil, err
 	}
-	m, err := on(ctx, m, opts)
+	m, co, err := on(ctx, m, opts)
 	if err != nil {
 		return nil, err
 	}
-	return submit(ctx, m, spec{name: fn.Name(), sig: fn.Signature(), types: types(fn)}, elements[In]{seq: seq}, opts, (*redmap.Reducer[Out])(nil))
+	return submit(ctx, m, spec{name: fn.Name(), sig: fn.Signature(), types: types(fn)}, elements[In]{seq: seq}, co, (*redmap.Reducer[Out])(nil))
 }
