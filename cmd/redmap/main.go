@@ -233,7 +233,7 @@ func (c *cli) batches(ctx context.Context) error {
 	if c.json {
 		return c.emit(orEmpty(append(bs, ended...)))
 	}
-	c.table("QUEUE\tBATCH\tNAME\tSTATE\tFUNC\tDONE\tFAILED\tTOTAL\tPROGRESS\tRATE/S\tETA\tWAITING", batchRows(bs))
+	c.table("QUEUE\tBATCH\tNAME\tSTATE\tFUNC\tDONE\tFAILED\tTOTAL\tPROGRESS\tRATE/S\tETA\tAGE\tWAITING", batchRows(bs, time.Now()))
 	if c.all {
 		fmt.Fprintln(c.out)
 		c.table("QUEUE\tBATCH\tFUNC\tOUTCOME\tDONE\tFAILED\tTOTAL\tFAILED BY\tENDED\tTOOK\tREASON", historyRows(ended, time.Now()))
@@ -290,7 +290,7 @@ func eta(b inspect.Batch) string {
 	return d.Round(time.Second).String()
 }
 
-func batchRows(bs []inspect.Batch) [][]string {
+func batchRows(bs []inspect.Batch, now time.Time) [][]string {
 	var rows [][]string
 	for _, b := range bs {
 		pct := 0.0
@@ -298,9 +298,17 @@ func batchRows(bs []inspect.Batch) [][]string {
 			pct = 100 * float64(b.Done) / float64(b.Total)
 		}
 		rows = append(rows, []string{b.Queue, b.ID, cmp.Or(b.Durable, "-"), b.Outcome, b.Func, strconv.Itoa(b.Done), strconv.Itoa(b.Failed), strconv.Itoa(b.Total),
-			fmt.Sprintf("%.0f%%", pct), fmt.Sprintf("%.0f", b.Rate), eta(b), b.Waiting})
+			fmt.Sprintf("%.0f%%", pct), fmt.Sprintf("%.0f", b.Rate), eta(b), age(b, now), b.Waiting})
 	}
 	return rows
+}
+
+// age is how long ago a batch started, by its manager's clock, or "-".
+func age(b inspect.Batch, now time.Time) string {
+	if b.Started.IsZero() {
+		return "-"
+	}
+	return now.Sub(b.Started).Round(time.Second).String()
 }
 
 // queueStatus is a queue as status shows it: the queue, its live workers
@@ -350,7 +358,7 @@ func (c *cli) status(ctx context.Context) error {
 	}
 	c.table("QUEUE\tWORKER\tHEARTBEAT\tRUNNING\tFUNCTIONS", wrows)
 	fmt.Fprintln(c.out)
-	c.table("QUEUE\tBATCH\tFUNC\tDONE\tFAILED\tTOTAL\tPROGRESS\tRATE/S\tETA\tWAITING", batchRows(running))
+	c.table("QUEUE\tBATCH\tNAME\tSTATE\tFUNC\tDONE\tFAILED\tTOTAL\tPROGRESS\tRATE/S\tETA\tAGE\tWAITING", batchRows(running, time.Now()))
 	return nil
 }
 

@@ -624,3 +624,43 @@ func TestUsageFromCommands(t *testing.T) {
 		t.Errorf("-yes purge -json q: %+v, %v", o, err)
 	}
 }
+
+// A durable batch no manager holds is listed orphaned with its name, and
+// `redmap cancel <queue> <name>` cancels it: the history says so, and the
+// batch is listed no more.
+func TestCancelDurable(t *testing.T) {
+	e := harness.Setup(t)
+	srv, queue := e.Srv, e.Queue
+	m, err := manager.New(e.Client, manager.Options{Queue: queue, Poll: 100 * time.Millisecond, NoWorkerTimeout: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	nightly := redmap.Func("nightly", func(_ context.Context, x int) (int, error) { return x, nil })
+	if _, err := manager.Submit(context.Background(), m, nightly, []int{1, 2, 3}, manager.Durable("night")); err != nil {
+		t.Fatal(err)
+	}
+	var batches []inspect.Batch
+	redistest.Eventually(t, "the durable batch listed", func() bool {
+		cliJSON(t, srv, &batches, "batches", "-queue", queue)
+		return len(batches) == 1 && batches[0].Durable == "night"
+	})
+	if err := m.Close(); err != nil { // no manager holds it now
+		t.Fatal(err)
+	}
+	out, _, code := runCLI(t, srv, "batches", "-queue", queue)
+	if code != 0 || !strings.Contains(out, "night") || !strings.Contains(out, "orphaned") {
+		t.Fatalf("redmap batches (exit %d) does not list the orphan by name and state:\n%s", code, out)
+	}
+	t.Logf("redmap batches:\n%s", out)
+	out, errs, code := runCLI(t, srv, "cancel", queue, "night")
+	if code != 0 || !strings.Contains(out, "cancelled durable batch") {
+		t.Fatalf("redmap cancel: exit %d %q %q", code, out, errs)
+	}
+	if _, errs, code := runCLI(t, srv, "cancel", queue, "day"); code == 0 || !strings.Contains(errs, `no durable batch "day"`) {
+		t.Fatalf("redmap cancel of a batch Redis never had: exit %d %q", code, errs)
+	}
+	cliJSON(t, srv, &batches, "batches", "-queue", queue, "-all")
+	if len(batches) != 1 || batches[0].Outcome != "cancelled" || !strings.Contains(batches[0].Reason, "night") {
+		t.Fatalf("after the cancel, batches -all lists %+v; want the one batch, cancelled", batches)
+	}
+}
