@@ -7,6 +7,7 @@ import (
 	"runtime"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/vmihailenco/msgpack/v5"
 )
@@ -249,5 +250,34 @@ func TestFailureRuns(t *testing.T) {
 	f := Failure{Index: 4, Kind: KindError, Msg: "x"}
 	if !f.Extend(&Failure{Index: 5, Kind: KindError, Msg: "x"}) || f.Last() != 5 || f.Extend(&Failure{Index: 6, Kind: KindError, Msg: "y"}) {
 		t.Fatalf("Extend: %+v", f)
+	}
+}
+
+// A time, msgpack's one extension (type -1), decodes; any other extension
+// is corrupt: msgpack would read its data as a value of its own, a map
+// header there sizing a map no byte of the frame backs (FuzzDecodeValue
+// found 10 bytes that allocated 770 KiB).
+func TestExtensionsOtherThanTimeRefused(t *testing.T) {
+	at := time.Date(2026, 11, 26, 12, 0, 0, 123456789, time.UTC)
+	for _, v := range []time.Time{at, at.Truncate(time.Second), time.Unix(1<<40, 1).UTC()} {
+		b, err := EncodeValue(&v)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := DecodeValue[time.Time](b)
+		if err != nil || !got.Equal(v) {
+			t.Fatalf("time %v: decoded %v, %v", v, got, err)
+		}
+	}
+	for _, b := range [][]byte{
+		[]byte("\xd70\xde0000000"),           // fixext 8 of type 0x30 holding a map16 header
+		{0xd4, 0x01, 0x00},                   // fixext 1 of type 1
+		{0xc7, 0x02, 0x05, 0x90, 0x90},       // ext 8 of type 5
+		{0xd6, 0xff, 0x00, 0x00, 0x00},       // a time's type, short of its 4 bytes
+		{0xc7, 0x03, 0xff, 0x00, 0x00, 0x00}, // a time's type with 3 bytes
+	} {
+		if _, err := DecodeValue[map[string][]float64](b); !errors.Is(err, ErrCorrupt) {
+			t.Errorf("% x: %v, want ErrCorrupt", b, err)
+		}
 	}
 }

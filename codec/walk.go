@@ -37,6 +37,7 @@ const MaxDepth = 1000
 //     Go type in the value (a slice of float64s: 8 bytes a byte), plus its
 //     strings;
 //   - nesting deeper than MaxDepth;
+//   - an extension other than msgpack's time (see ext);
 //   - an integer that does not fit the Go integer it decodes into: a
 //     negative one into an unsigned type, or one past the type's range.
 // The walk follows the Go type as msgpack would (elements of slices and
@@ -217,6 +218,24 @@ func (w *walker) skip(n uint64) error {
 	return nil
 }
 
+// ext walks an extension of n bytes of data, its type byte next. The only
+// extension a redmap value holds is msgpack's time (type -1, 4, 8 or 12
+// bytes): any other is corrupt. msgpack would decode another's data as a
+// value of its own (a map header there sizes a map that no byte of the
+// frame backs: 10 bytes once allocated 770 KiB, FuzzDecodeValue), and an
+// extension a program registered is not a redmap value.
+func (w *walker) ext(n uint64) error {
+	if w.off >= len(w.b) {
+		return errShort
+	}
+	typ := int8(w.b[w.off])
+	w.off++
+	if typ != -1 || n != 4 && n != 8 && n != 12 {
+		return corrupt(fmt.Sprintf("a MessagePack extension of type %d and %d bytes: redmap values hold none but times (type -1, 4, 8 or 12 bytes)", typ, n), nil)
+	}
+	return w.skip(n)
+}
+
 // value walks one value that decodes as p says, depth levels down.
 func (w *walker) value(p *plan, depth int) error {
 	if w.off >= len(w.b) {
@@ -245,7 +264,7 @@ func (w *walker) value(p *plan, depth int) error {
 	case msgpcode.Double:
 		return w.skip(8)
 	case msgpcode.FixExt1, msgpcode.FixExt2, msgpcode.FixExt4, msgpcode.FixExt8, msgpcode.FixExt16:
-		return w.skip(1 + 1<<(c-msgpcode.FixExt1))
+		return w.ext(1 << (c - msgpcode.FixExt1))
 	case msgpcode.Uint8, msgpcode.Int8, msgpcode.Bin8, msgpcode.Str8, msgpcode.Ext8:
 		width = 1
 	case msgpcode.Uint16, msgpcode.Int16, msgpcode.Bin16, msgpcode.Str16, msgpcode.Ext16, msgpcode.Array16, msgpcode.Map16:
@@ -275,7 +294,7 @@ func (w *walker) value(p *plan, depth int) error {
 	case msgpcode.Bin8, msgpcode.Bin16, msgpcode.Bin32, msgpcode.Str8, msgpcode.Str16, msgpcode.Str32:
 		return w.skip(n)
 	case msgpcode.Ext8, msgpcode.Ext16, msgpcode.Ext32:
-		return w.skip(n + 1) // the type, then the data
+		return w.ext(n)
 	case msgpcode.Array16, msgpcode.Array32:
 		return w.seq(p, n, depth)
 	}
