@@ -280,6 +280,12 @@ func (m *Manager) resume(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	if k, ok := st.sums[shardsField]; ok && k != strconv.Itoa(len(m.router.list())) {
+		// Its tasks and results are spread over the shards it was
+		// submitted to, which this manager would not all read.
+		return fmt.Errorf("%w: durable batch %q was submitted over %s shards (Options.Shards), this manager uses %d: take it over with the same",
+			redmap.ErrDurableMismatch, m.owned.name, k, len(m.router.list()))
+	}
 	m.owned.found = st
 	m.owned.once.Do(func() { close(m.owned.resumed) })
 	return nil
@@ -315,6 +321,10 @@ func durableSum(payload []byte, limit int) (sum, constant string, err error) {
 // the hash of its constant, if it has one: a call that takes it over with
 // another constant releases its own hold on that one (releaseUnused).
 const constField = "_const"
+
+// shardsField is the field of a durable batch's sums that holds how many
+// shards it was submitted over: a call that takes it over must use as many.
+const shardsField = "_shards"
 
 // mismatch is the error of a resumed call whose task tid, elements
 // [start, start+count), differs from the batch's.

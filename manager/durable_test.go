@@ -158,6 +158,9 @@ func TestDurableTakeOver(t *testing.T) {
 					break
 				}
 			}
+			if st := m1.Stats(); st.Elements < 500 {
+				t.Fatalf("m1.Stats() counts %d elements ended after 500 results were read", st.Elements)
+			}
 			if how == "context" {
 				cancel()
 			} else if err := m1.Close(); err != nil {
@@ -382,7 +385,7 @@ func historyOf(t *testing.T, in *inspect.Inspector, queue, name string) (inspect
 // as "manager lost"; the call that takes it over collects it.
 func TestDurableOrphanedThenDone(t *testing.T) {
 	b := setup(t)
-	in, m1 := watched(t, b, manager.Options{})
+	in, m1 := watched(t, b, manager.Options{Shards: 2}) // two shards: the states and the cancel read and write both
 	xs := span(200)
 	if _, err := manager.Submit(testCtx(t), m1, durableSquare, xs, manager.Durable("orphan"), manager.ChunkSize(10)); err != nil {
 		t.Fatal(err)
@@ -406,7 +409,7 @@ func TestDurableOrphanedThenDone(t *testing.T) {
 	if h, ok := historyOf(t, in, b.Queue, "orphan"); ok {
 		t.Fatalf("the orphan is in the history as %q", h.Outcome)
 	}
-	m2 := b.Manager(t, manager.Options{})
+	m2 := b.Manager(t, manager.Options{Shards: 2}) // as many as the batch's
 	ys, err := manager.Map(testCtx(t), m2, durableSquare, xs, manager.Durable("orphan"), manager.ChunkSize(10))
 	if err != nil {
 		t.Fatal(err)
@@ -428,7 +431,7 @@ func TestDurableOrphanedThenDone(t *testing.T) {
 // call that takes it over gets every element failed with ErrCancelled.
 func TestDurableCancelledByName(t *testing.T) {
 	b := setup(t)
-	in, m1 := watched(t, b, manager.Options{})
+	in, m1 := watched(t, b, manager.Options{Shards: 2}) // two shards: the states and the cancel read and write both
 	defer m1.Close()
 	xs := span(50)
 	held, err := manager.Submit(testCtx(t), m1, durableSquare, xs, manager.Durable("held"))
@@ -460,6 +463,11 @@ func TestDurableCancelledByName(t *testing.T) {
 	if did, err := in.CancelDurable(testCtx(t), b.Queue, "orphan"); err != nil || did != "cancelled" {
 		t.Fatalf("cancel of an orphan: %q, %v; want cancelled", did, err)
 	}
+	for _, k := range ownerKeys(t, b, "orphan") {
+		if strings.HasSuffix(k, ":tasks") && b.Client.HLen(context.Background(), k).Val() > 2 {
+			t.Fatalf("%s still holds tasks after the cancel", k)
+		}
+	}
 	if h, ok := historyOf(t, in, b.Queue, "orphan"); !ok || h.Outcome != "cancelled" || h.Total != 0 && h.Total != 50 {
 		t.Fatalf("history of the cancelled orphan: %+v, %v", h, ok)
 	}
@@ -467,7 +475,11 @@ func TestDurableCancelledByName(t *testing.T) {
 		t.Fatalf("cancel of a batch Redis never had: %q, want unknown", did)
 	}
 	b.Worker(t, worker.Options{Concurrency: 4}, durableSquare)
-	m2 := b.Manager(t, manager.Options{})
+	m1b := b.Manager(t, manager.Options{Shards: 1})
+	if _, err := manager.Map(testCtx(t), m1b, durableSquare, xs, manager.Durable("orphan")); !errors.Is(err, redmap.ErrDurableMismatch) || !strings.Contains(err.Error(), "2 shards") {
+		t.Fatalf("taking a batch of 2 shards over with 1: %v; want ErrDurableMismatch naming the shards", err)
+	}
+	m2 := b.Manager(t, manager.Options{Shards: 2})
 	ys, err := manager.Map(testCtx(t), m2, durableSquare, xs, manager.Durable("orphan"))
 	var be *redmap.BatchError
 	if !errors.As(err, &be) || len(be.Failed) != 50 || !errors.Is(err, redmap.ErrCancelled) || len(ys) != 50 {

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"maps"
 	"math"
+	"strconv"
 	"sync"
 	"time"
 
@@ -205,6 +206,7 @@ func (f *feeder[Out]) taken(w *window, c chunk, payload []byte) (send bool, err 
 			w.sums = make(map[string]string)
 		}
 		w.sums[c.tid] = sum
+		w.sums[shardsField] = strconv.Itoa(len(f.router.list()))
 		if constant != "" {
 			w.sums[constField] = constant
 		}

@@ -235,14 +235,29 @@ type Stats struct {
 	Shards int
 }
 
-// Stats returns the manager's diagnostics. It costs no round trip.
+// Stats returns the manager's diagnostics, its durable batches' (Durable) included
+// while they run in it. It costs no round trip.
 func (m *Manager) Stats() Stats {
 	n, bytes := m.holds.store.Uploads()
-	return Stats{
+	st := Stats{
 		Dropped: m.stats.dropped.Load(), ResultBytes: m.stats.resultBytes.Load(),
 		ConstantUploads: n, ConstantBytes: bytes, Elements: m.stats.ended.Load(),
 		Pending: m.pending.count(), Shards: len(m.router.list()),
 	}
+	// Its durable batches run on owners of their own (durable.go), whose
+	// counts are the manager's too, while they run.
+	m.durables.mu.Lock()
+	defer m.durables.mu.Unlock()
+	for _, o := range m.durables.owners {
+		n, bytes := o.holds.store.Uploads()
+		st.ConstantUploads += n
+		st.ConstantBytes += bytes
+		st.Dropped += o.stats.dropped.Load()
+		st.ResultBytes += o.stats.resultBytes.Load()
+		st.Elements += o.stats.ended.Load()
+		st.Pending += o.pending.count()
+	}
+	return st
 }
 
 // Close ends every batch still running with ErrClosed, withdraws their tasks,

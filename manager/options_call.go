@@ -91,8 +91,8 @@ func Seed(s uint64) CallOption { return func(o *callOptions) { o.seed, o.seeded 
 // has ended in the manager that holds it, its keys are deleted before Wait
 // returns. Without ChunkSize, a slice is cut into at most 4,096 tasks of
 // equal size and a sequence into tasks of 128 elements, so that a resumed
-// call cuts the same tasks (a call with another ChunkSize is refused as a
-// mismatch); without Seed its seed is derived from name. A durable sequence
+// call cuts the same tasks (a call with another ChunkSize, or from a
+// manager with another Options.Shards, is refused as a mismatch); without Seed its seed is derived from name. A durable sequence
 // (SubmitSeq, MapReduceSeq) is read again from its start by the call that
 // takes it over: the results delivered before come again, each once, and
 // what was submitted is not submitted again. Every function that submits

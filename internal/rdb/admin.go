@@ -310,23 +310,53 @@ func (a *Admin) CancelOwner(ctx context.Context, queue, o, reason string) (strin
 	if err != nil {
 		return "", wrap("cancel a durable batch", cancelScript, "", err)
 	}
+	if s != "cancelled" {
+		return s, nil
+	}
+	// cancel.lua withdrew shard 0's tasks; a sharded queue's others go too,
+	// so that workers skip them (the set's count and epoch stay).
+	shards, err := a.Shards(ctx, queue)
+	if err != nil {
+		return s, err
+	}
+	for _, sh := range shards[1:] {
+		k := keys.Tasks(a.prefix, sh, o)
+		tids, err := a.c.HKeys(ctx, k).Result()
+		if err != nil {
+			return s, wrap("cancel a durable batch", nil, "HKEYS", err)
+		}
+		tids = slices.DeleteFunc(tids, func(f string) bool { return f == "_" || f == "_e" })
+		for len(tids) > 0 {
+			n := min(len(tids), maxGroup)
+			if err := a.c.HDel(ctx, k, tids[:n]...).Err(); err != nil {
+				return s, wrap("cancel a durable batch", nil, "HDEL", err)
+			}
+			tids = tids[n:]
+		}
+	}
 	return s, nil
 }
 
 // DurableStates returns, for each durable batch owner of queue among
 // owners, whether a manager holds it and how many of its tasks are
-// outstanding in shard 0's task set. One pipeline.
+// outstanding, in every shard's task set. One pipeline.
 func (a *Admin) DurableStates(ctx context.Context, queue string, owners []string) (held map[string]bool, outstanding map[string]int64, err error) {
 	held, outstanding = make(map[string]bool), make(map[string]int64)
 	if len(owners) == 0 {
 		return held, outstanding, nil
 	}
+	shards, err := a.Shards(ctx, queue)
+	if err != nil {
+		return nil, nil, err
+	}
 	claims := make([]*redis.IntCmd, len(owners))
-	sizes := make([]*redis.IntCmd, len(owners))
+	sizes := make([][]*redis.IntCmd, len(owners))
 	_, err = a.c.Pipelined(ctx, func(p redis.Pipeliner) error {
 		for i, o := range owners {
 			claims[i] = p.Exists(ctx, keys.Claim(a.prefix, queue, o))
-			sizes[i] = p.HLen(ctx, keys.Tasks(a.prefix, queue, o))
+			for _, sh := range shards {
+				sizes[i] = append(sizes[i], p.HLen(ctx, keys.Tasks(a.prefix, sh, o)))
+			}
 		}
 		return nil
 	})
@@ -335,7 +365,9 @@ func (a *Admin) DurableStates(ctx context.Context, queue string, owners []string
 	}
 	for i, o := range owners {
 		held[o] = claims[i].Val() == 1
-		outstanding[o] = max(sizes[i].Val()-2, 0) // "_" and "_e" are no tasks
+		for _, n := range sizes[i] {
+			outstanding[o] += max(n.Val()-2, 0) // "_" and "_e" are no tasks
+		}
 	}
 	return held, outstanding, nil
 }
