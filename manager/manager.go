@@ -303,6 +303,14 @@ func (m *Manager) halt(cause error) (tids []string, shards []*shard, first bool)
 			p.batch.abort(cause)
 		}
 	}
+	// And those with no task outstanding: a feeder waiting for room (a
+	// stream whose reader is behind) would otherwise wait for ever, and a
+	// durable batch's fail its elements rather than be left in Redis.
+	for _, b := range m.batches.batches() {
+		if !seen[b] {
+			b.abort(cause)
+		}
+	}
 	// The feeders stop first, then the history writer, which writes the
 	// records of the batches ended (as closed) before it returns; then the
 	// background parts and the collectors.
