@@ -82,8 +82,27 @@ type owned struct {
 }
 
 // owner returns a manager of its own for durable batch name, holding the
-// batch's claim; the caller submits on it, or detaches it.
-func (m *Manager) owner(ctx context.Context, name string) (*Manager, error) {
+// batch's claim; the caller submits on it, or detaches it. While another
+// manager holds the batch it tries again every Poll for up to wait
+// (DurableWait), then fails with the *redmap.HeldError.
+func (m *Manager) owner(ctx context.Context, name string, wait time.Duration) (*Manager, error) {
+	deadline := time.Now().Add(wait)
+	for {
+		o, err := m.tryOwner(ctx, name)
+		var held *redmap.HeldError
+		if err == nil || !errors.As(err, &held) || !time.Now().Before(deadline) {
+			return o, err
+		}
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(min(m.opts.Poll, time.Until(deadline))):
+		}
+	}
+}
+
+// tryOwner is owner's one try.
+func (m *Manager) tryOwner(ctx context.Context, name string) (*Manager, error) {
 	if m.client == nil {
 		return nil, errors.New("manager: Durable needs a manager made by New")
 	}
@@ -344,7 +363,7 @@ func on(ctx context.Context, m *Manager, opts []CallOption) (*Manager, callOptio
 	if err := ctx.Err(); err != nil {
 		return nil, co, err
 	}
-	o, err := m.owner(ctx, co.durable)
+	o, err := m.owner(ctx, co.durable, co.durableWait)
 	return o, co, err
 }
 

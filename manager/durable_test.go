@@ -587,3 +587,45 @@ func TestDurableWithConstant(t *testing.T) {
 		t.Fatalf("%d elements ran more than once, %d never", more, never)
 	}
 }
+
+// A call with DurableWait that finds the batch held waits for its holder to
+// let it go, then takes it over: each element runs once.
+func TestDurableWaitForHolder(t *testing.T) {
+	b := setup(t)
+	_, m1 := watched(t, b, manager.Options{})
+	defer m1.Close()
+	m2 := b.Manager(t, manager.Options{Shards: 1})
+	xs := span(300)
+	ctx, cancel := context.WithCancel(testCtx(t))
+	held, err := manager.Submit(ctx, m1, durableSquare, xs, manager.Durable("wait"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	type out struct {
+		ys  []int
+		err error
+	}
+	second := make(chan out, 1)
+	go func() {
+		ys, err := manager.Map(testCtx(t), m2, durableSquare, xs, manager.Durable("wait"), manager.DurableWait(time.Minute))
+		second <- out{ys, err}
+	}()
+	select {
+	case r := <-second:
+		t.Fatalf("the waiting call returned while m1 held the batch: %v", r.err)
+	default:
+	}
+	cancel() // m1 lets the batch go
+	if _, err := held.Wait(testCtx(t)); !errors.Is(err, context.Canceled) {
+		t.Fatalf("m1's call after its context ended: %v", err)
+	}
+	b.Worker(t, worker.Options{Concurrency: 4}, durableSquare)
+	r := <-second
+	if r.err != nil {
+		t.Fatal(r.err)
+	}
+	checkSquaresOf(t, xs, r.ys)
+	if more, never := durableRuns.again(xs); more != 0 || never != 0 {
+		t.Fatalf("%d elements ran more than once, %d never", more, never)
+	}
+}

@@ -28,6 +28,9 @@ type callOptions struct {
 	seeded   bool
 	priority int
 	durable  string // the batch's name, if durable (Durable)
+	// durableWait is how long a durable call waits for the batch's holder
+	// to let it go (DurableWait).
+	durableWait time.Duration
 }
 
 // Priority sets the batch's priority, from MinPriority (1) to MaxPriority
@@ -99,6 +102,14 @@ func Seed(s uint64) CallOption { return func(o *callOptions) { o.seed, o.seeded 
 // takes it.
 func Durable(name string) CallOption { return func(o *callOptions) { o.durable = name } }
 
+// DurableWait makes a durable call (Durable) that finds the batch held by
+// another live manager wait up to d for it to let the batch go (its call
+// ended, its process died and its claim lapsed), trying every Poll, instead
+// of failing at once with a *redmap.HeldError; past d it fails so. Use it
+// where a program restarted on another host may find its predecessor's
+// claim, which lapses within max(5×Poll, 10 s).
+func DurableWait(d time.Duration) CallOption { return func(o *callOptions) { o.durableWait = d } }
+
 // callOptionsOf applies opts, checks them, and fills in the defaults.
 func callOptionsOf(opts []CallOption) (callOptions, error) {
 	var co callOptions
@@ -112,6 +123,8 @@ func callOptionsOf(opts []CallOption) (callOptions, error) {
 		return co, fmt.Errorf("manager: Attempts %d is negative", co.attempts)
 	case co.timeout < 0:
 		return co, fmt.Errorf("manager: Timeout %v is negative", co.timeout)
+	case co.durableWait < 0:
+		return co, fmt.Errorf("manager: DurableWait %v is negative", co.durableWait)
 	case co.durable != "" && keys.CheckDurable(co.durable) != nil:
 		return co, fmt.Errorf("manager: Durable: %w", keys.CheckDurable(co.durable))
 	case co.priority != 0 && (co.priority < MinPriority || co.priority > MaxPriority):
