@@ -629,3 +629,33 @@ func TestDurableWaitForHolder(t *testing.T) {
 		t.Fatalf("%d elements ran more than once, %d never", more, never)
 	}
 }
+
+// At maxmemory, a durable call's submit fails with ErrRedisFull and what it
+// queued stays: once Redis has room, the same call takes the batch over and
+// returns it exact. Nothing is lost.
+func TestDurableRedisFull(t *testing.T) {
+	srv := redistest.Start(t, "--maxmemory", "4mb", "--maxmemory-policy", "noeviction")
+	b := harness.On(t, srv)
+	b.Worker(t, worker.Options{}, echo)
+	m := b.Manager(t, manager.Options{})
+	big := make([]string, 200)
+	for i := range big {
+		big[i] = fmt.Sprintf("%03d", i) + strings.Repeat("x", 64<<10) // 12.5 MiB in all
+	}
+	_, err := manager.Map(testCtx(t), m, echo, big, manager.Durable("full"), manager.ChunkSize(1))
+	if !errors.Is(err, redmap.ErrRedisFull) {
+		t.Fatalf("a durable batch larger than maxmemory: %v, want ErrRedisFull", err)
+	}
+	if err := srv.Client(t).ConfigSet(context.Background(), "maxmemory", "0").Err(); err != nil {
+		t.Fatal(err)
+	}
+	ys, err := manager.Map(testCtx(t), m, echo, big, manager.Durable("full"), manager.ChunkSize(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range big {
+		if ys[i] != big[i] {
+			t.Fatalf("ys[%d] is %.8q…, want %.8q…", i, ys[i], big[i])
+		}
+	}
+}
