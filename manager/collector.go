@@ -44,8 +44,9 @@ type collectorParams struct {
 	// closed (its resume ran), and hand a result whose task is not pending
 	// to early, which puts it aside if the feeder has yet to register it
 	// (resumeState.keep); nil for a manager.
-	after <-chan struct{}
-	early func(tid, entry string) bool
+	after   <-chan struct{}
+	early   func(tid, entry string) bool
+	mayTrim func() bool // whether it still holds its claim (Manager.stillHolds)
 }
 
 func newCollector(p collectorParams) *collector {
@@ -90,6 +91,17 @@ func (c *collector) collect(ctx context.Context) {
 		r       = c.shard.rdb
 	)
 	for ctx.Err() == nil {
+		if handled > 0 && c.mayTrim != nil && !c.mayTrim() {
+			// A durable batch's owner that cannot be sure it still holds the
+			// batch (its claim unrenewed for most of its lease) trims, and
+			// so keeps, nothing: what it read stays for whoever holds it.
+			// It reads again once its keeper renews the claim, or lets go.
+			handled, waited = 0, false
+			if !bo.Wait(ctx) {
+				return
+			}
+			continue
+		}
 		var entries []string
 		ok := c.faults.keep(ctx, c.shard, "reading results", loudOutage, func() (err error) {
 			if waited {

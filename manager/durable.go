@@ -10,6 +10,7 @@ import (
 	"os"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -79,6 +80,13 @@ type owned struct {
 	resumed chan struct{} // closed once resume ran: the collectors start then
 	once    sync.Once     // closes resumed
 	found   *resumeState  // what resume found; nil before
+	// held is until when, by this process's clock, its claim is surely
+	// still its own (Unix ns): a renewal that began at t holds it until at
+	// least t plus the lease. Past it, its collectors trim nothing (see
+	// collector.mayTrim), so that an owner that was cut off for longer than
+	// its lease, and lost the batch to another manager, does not move onto
+	// the kept list results the other waits for.
+	held atomic.Int64
 }
 
 // owner returns a manager of its own for durable batch name, holding the
@@ -110,7 +118,7 @@ func (m *Manager) tryOwner(ctx context.Context, name string) (*Manager, error) {
 		return nil, err
 	}
 	host, _ := os.Hostname()
-	holder := wire.Holder{Manager: m.id, Host: host, PID: os.Getpid(), Since: time.Now().UnixMilli()}
+	holder := wire.Holder{Manager: m.id, Host: host, PID: os.Getpid(), PIDs: pidNamespace(), Since: time.Now().UnixMilli()}
 	m.durables.mu.Lock()
 	if m.durables.closed {
 		m.durables.mu.Unlock()
@@ -166,10 +174,11 @@ func (m *Manager) claim(ctx context.Context) error {
 			return err
 		})
 	}
+	began := time.Now()
 	if err := call(""); err != nil {
 		return err
 	}
-	if !ok && other.Host == m.owned.holder.Host && other.PID != os.Getpid() && !processAlive(other.PID) {
+	if !ok && other.Host == m.owned.holder.Host && other.PIDs == m.owned.holder.PIDs && other.PID != os.Getpid() && !processAlive(other.PID) {
 		m.log.Warn("taking over a durable batch whose holder, on this host, is gone",
 			"batch", m.owned.name, "holder", other.Manager, "pid", other.PID)
 		if err := call(wire.EncodeHolder(other)); err != nil {
@@ -179,8 +188,13 @@ func (m *Manager) claim(ctx context.Context) error {
 	if !ok {
 		return heldError(m.owned.name, other)
 	}
+	m.owned.held.Store(began.Add(claimLease(m.opts.Poll) - m.opts.Poll).UnixNano())
 	return nil
 }
+
+// stillHolds reports whether the owner's claim is surely still its own (see
+// owned.held).
+func (m *Manager) stillHolds() bool { return time.Now().UnixNano() < m.owned.held.Load() }
 
 // unclaim releases the batch's claim, if the owner still holds it.
 func (m *Manager) unclaim() {

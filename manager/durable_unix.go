@@ -4,6 +4,7 @@ package manager
 
 import (
 	"errors"
+	"os"
 	"syscall"
 )
 
@@ -15,4 +16,12 @@ func processAlive(pid int) bool {
 	}
 	err := syscall.Kill(pid, 0)
 	return err == nil || errors.Is(err, syscall.EPERM)
+}
+
+// pidNamespace names this process's PID namespace ("pid:[4026531836]"), so
+// that a holder's pid is checked only from its own namespace: two
+// containers may share a host name, and not their pids. "" if unknown.
+func pidNamespace() string {
+	ns, _ := os.Readlink("/proc/self/ns/pid")
+	return ns
 }

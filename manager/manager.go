@@ -196,6 +196,7 @@ func (m *Manager) collecting(s *shard) collectorParams {
 	if m.owned != nil {
 		p.after = m.owned.resumed
 		p.early = func(tid, entry string) bool { return m.owned.found.keep(tid, entry) }
+		p.mayTrim = m.stillHolds
 	}
 	return p
 }

@@ -293,7 +293,8 @@ type Holder struct {
 	Manager string `json:"manager"`
 	Host    string `json:"host"`
 	PID     int    `json:"pid"`
-	Since   int64  `json:"since_ms"` // Unix ms, the holder's clock
+	PIDs    string `json:"pid_ns,omitempty"` // its PID namespace (Linux), where its pid means something
+	Since   int64  `json:"since_ms"`         // Unix ms, the holder's clock
 }
 
 // Resumed is what a manager taking over a durable batch finds of it on one
