@@ -270,10 +270,11 @@ func TestExtensionsOtherThanTimeRefused(t *testing.T) {
 		}
 	}
 	for _, b := range [][]byte{
-		[]byte("\xd70\xde0000000"),           // fixext 8 of type 0x30 holding a map16 header
-		{0xd4, 0x01, 0x00},                   // fixext 1 of type 1
-		{0xc7, 0x02, 0x05, 0x90, 0x90},       // ext 8 of type 5
-		{0xd6, 0xff, 0x00, 0x00, 0x00},       // a time's type, short of its 4 bytes
+		[]byte("\xd70\xde0000000"),     // fixext 8 of type 0x30 holding a map16 header
+		{0xd4, 0x01, 0x00},             // fixext 1 of type 1
+		{0xc7, 0x02, 0x05, 0x90, 0x90}, // ext 8 of type 5
+		{0xd6, 0xff, 0x00, 0x00, 0x00},
+		{0xd6, 0xff, 0xde, 0x30, 0x30, 0x30}, // a time holding a map16 header, where a map is due       // a time's type, short of its 4 bytes
 		{0xc7, 0x03, 0xff, 0x00, 0x00, 0x00}, // a time's type with 3 bytes
 	} {
 		if _, err := DecodeValue[map[string][]float64](b); !errors.Is(err, ErrCorrupt) {

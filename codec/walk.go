@@ -223,8 +223,10 @@ func (w *walker) skip(n uint64) error {
 // bytes): any other is corrupt. msgpack would decode another's data as a
 // value of its own (a map header there sizes a map that no byte of the
 // frame backs: 10 bytes once allocated 770 KiB, FuzzDecodeValue), and an
-// extension a program registered is not a redmap value.
-func (w *walker) ext(n uint64) error {
+// extension a program registered is not a redmap value. A time is one only
+// where the Go type is not a map, slice, struct or integer (FuzzDecodeValue
+// found a time holding a map header decoded into a map so).
+func (w *walker) ext(p *plan, n uint64) error {
 	if w.off >= len(w.b) {
 		return errShort
 	}
@@ -232,6 +234,11 @@ func (w *walker) ext(n uint64) error {
 	w.off++
 	if typ != -1 || n != 4 && n != 8 && n != 12 {
 		return corrupt(fmt.Sprintf("a MessagePack extension of type %d and %d bytes: redmap values hold none but times (type -1, 4, 8 or 12 bytes)", typ, n), nil)
+	}
+	if p.kind != anyPlan {
+		// Where a map, a slice, a struct or an integer is due, msgpack
+		// would decode even a time's data as a value of its own.
+		return corrupt(fmt.Sprintf("a time (a MessagePack extension) where a %s is due", [...]string{intPlan: "integer", uintPlan: "integer", seqPlan: "slice", mapPlan: "map", structPlan: "struct"}[p.kind]), nil)
 	}
 	return w.skip(n)
 }
@@ -264,7 +271,7 @@ func (w *walker) value(p *plan, depth int) error {
 	case msgpcode.Double:
 		return w.skip(8)
 	case msgpcode.FixExt1, msgpcode.FixExt2, msgpcode.FixExt4, msgpcode.FixExt8, msgpcode.FixExt16:
-		return w.ext(1 << (c - msgpcode.FixExt1))
+		return w.ext(p, 1<<(c-msgpcode.FixExt1))
 	case msgpcode.Uint8, msgpcode.Int8, msgpcode.Bin8, msgpcode.Str8, msgpcode.Ext8:
 		width = 1
 	case msgpcode.Uint16, msgpcode.Int16, msgpcode.Bin16, msgpcode.Str16, msgpcode.Ext16, msgpcode.Array16, msgpcode.Map16:
@@ -294,7 +301,7 @@ func (w *walker) value(p *plan, depth int) error {
 	case msgpcode.Bin8, msgpcode.Bin16, msgpcode.Bin32, msgpcode.Str8, msgpcode.Str16, msgpcode.Str32:
 		return w.skip(n)
 	case msgpcode.Ext8, msgpcode.Ext16, msgpcode.Ext32:
-		return w.ext(n)
+		return w.ext(p, n)
 	case msgpcode.Array16, msgpcode.Array32:
 		return w.seq(p, n, depth)
 	}
