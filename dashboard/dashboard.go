@@ -139,6 +139,14 @@ func New(client redis.UniversalClient, opts Options) (*Dashboard, error) {
 	d.mux.HandleFunc("POST /api/drain", d.action(d.drain))
 	d.mux.HandleFunc("POST /api/cancel", d.action(d.cancel))
 	d.mux.HandleFunc("POST /api/purge", d.action(d.purge))
+	metrics := in.MetricsHandler(d.queueNames)
+	d.mux.HandleFunc("GET /metrics", func(w http.ResponseWriter, r *http.Request) {
+		if d.opts.Private && !d.authorized(r) {
+			unauthorized(w, r, "reading the metrics")
+			return
+		}
+		metrics.ServeHTTP(w, r)
+	})
 	return d, nil
 }
 

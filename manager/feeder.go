@@ -107,7 +107,7 @@ func (f *feeder[Out]) window() (window, error) {
 		if f.b.worker != "" {
 			tid = id.TaskAt(f.mid, f.router.nextPrivateSeq(), f.priority, DefaultPriority)
 		} else {
-			tid = id.TaskIn(f.mid, f.router.nextSeq(), f.b.seq, f.priority, DefaultPriority)
+			tid = id.TaskIn(f.mid, f.router.nextSeq(), f.b.seq, end-f.pos, f.priority, DefaultPriority)
 		}
 		c := chunk{start: f.pos, count: end - f.pos, size: len(payload), tid: tid}
 		send := true

@@ -69,11 +69,36 @@ func (e *executors) serve(ctx context.Context) {
 	wg.Wait()
 }
 
-// setAside returns the held members of the jobs not started, by shard.
+// setAside returns the held members of the jobs set aside not started, by
+// shard, and forgets them.
 func (e *executors) setAside() map[int][]string {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	return e.unstarted
+	out := e.unstarted
+	e.unstarted = nil
+	return out
+}
+
+// aside sets job j aside, not started.
+func (e *executors) aside(j job) {
+	e.mu.Lock()
+	if e.unstarted == nil {
+		e.unstarted = make(map[int][]string)
+	}
+	e.unstarted[j.Shard] = append(e.unstarted[j.Shard], j.Member())
+	e.mu.Unlock()
+}
+
+// setAsideWaiting sets aside every job still waiting for a free executor,
+// once the executors are stopped and jobs is closed (the fetcher
+// returned), rather than leaving them until running tasks end; it returns
+// all that was set aside, as setAside.
+func (e *executors) setAsideWaiting() map[int][]string {
+	for j := range e.jobs {
+		e.aside(j)
+		e.slots.release(1)
+	}
+	return e.setAside()
 }
 
 // staleAfter is how long a prefetched task may wait before the worker checks,
@@ -97,12 +122,7 @@ const staleAfter = time.Millisecond
 func (e *executors) run(ctx context.Context, j job) {
 	defer e.slots.release(1)
 	if e.stopped.Load() {
-		e.mu.Lock()
-		if e.unstarted == nil {
-			e.unstarted = make(map[int][]string)
-		}
-		e.unstarted[j.Shard] = append(e.unstarted[j.Shard], j.Member())
-		e.mu.Unlock()
+		e.aside(j)
 		return
 	}
 	if time.Since(j.takenAt) > e.stale && e.check.unwanted(ctx, e, j) {

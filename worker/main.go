@@ -38,8 +38,11 @@ import (
 // Flags (each also read from the environment variable named): -redis
 // (REDIS_URL, default redis://127.0.0.1:6379/0), -queue (REDMAP_QUEUE, default
 // "default"), -id (REDMAP_WORKER_ID), -concurrency (REDMAP_CONCURRENCY), -prefetch (REDMAP_PREFETCH),
-// -cache-bytes (REDMAP_CACHE_BYTES), -metrics (REDMAP_METRICS: an address to
-// serve Prometheus metrics on at /metrics; off if empty), -log-level
+// -cache-bytes (REDMAP_CACHE_BYTES), -grace (REDMAP_GRACE: how long running
+// tasks may finish at a stop, default 20s; see Options.Grace), -metrics
+// (REDMAP_METRICS: an address to serve Prometheus metrics on at /metrics,
+// and the probes /healthz (Worker.Healthy) and /readyz (Worker.Ready); off if
+// empty), -log-level
 // (REDMAP_LOG_LEVEL: debug, info, warn or error; default info). With
 // OTEL_EXPORTER_OTLP_ENDPOINT set it exports its task spans over OTLP/HTTP
 // (package otlp); without, it installs no tracer.
@@ -49,8 +52,9 @@ import (
 // but the caller.
 //
 // It prints "worker <id>" (and "metrics <address>") on stdout, logs to stderr,
-// and serves until SIGINT or SIGTERM; then it stops taking tasks, finishes
-// those it runs, gives back prefetched ones and returns nil. A second signal
+// and serves until SIGINT or SIGTERM; then it stops taking tasks, gives back
+// prefetched ones, finishes those it runs within -grace, gives back to the
+// queue at once those still running then, and returns nil. A second signal
 // exits at once with status 1. An operator's drain (redmap drain) ends it the
 // same way. Redis errors are retried with backoff.
 func Main(args []string, hs ...redmap.AnyHandle) error {
@@ -83,7 +87,7 @@ func mainWith(args []string, stdout, stderr io.Writer, hs ...redmap.AnyHandle) e
 		return fmt.Errorf("worker: -redis: %w", err)
 	}
 	defer client.Close()
-	w, err := New(client, Options{Queue: f.queue, ID: f.id, Concurrency: f.concurrency, Prefetch: f.prefetch, CacheBytes: f.cacheBytes, Logger: log})
+	w, err := New(client, Options{Queue: f.queue, ID: f.id, Concurrency: f.concurrency, Prefetch: f.prefetch, CacheBytes: f.cacheBytes, Grace: f.grace, Logger: log})
 	if err != nil {
 		return err
 	}
@@ -120,6 +124,7 @@ type flags struct {
 	queue, id, metrics    string
 	concurrency, prefetch int
 	cacheBytes            int64
+	grace                 time.Duration
 	level                 slog.Level
 	queueDefault          bool // neither -queue nor REDMAP_QUEUE named the queue
 }
@@ -157,7 +162,9 @@ func parseFlags(args []string, stdout io.Writer, hs []redmap.AnyHandle) (*flags,
 	fs.IntVar(&f.concurrency, "concurrency", int(envInt("REDMAP_CONCURRENCY")), "tasks run at once, 0 for GOMAXPROCS (env REDMAP_CONCURRENCY)")
 	fs.IntVar(&f.prefetch, "prefetch", int(envInt("REDMAP_PREFETCH")), "tasks taken beyond the free slots, 0 for 16 per slot, -1 for none: lower it for long tasks, so workers share them evenly (env REDMAP_PREFETCH)")
 	fs.Int64Var(&f.cacheBytes, "cache-bytes", envInt("REDMAP_CACHE_BYTES"), "bound of the constant cache in bytes, 0 for 512 MiB (env REDMAP_CACHE_BYTES)")
-	fs.StringVar(&f.metrics, "metrics", env("REDMAP_METRICS", ""), "address to serve Prometheus metrics on, empty for none (env REDMAP_METRICS)")
+	grace := env("REDMAP_GRACE", DefaultGrace.String())
+	fs.StringVar(&grace, "grace", grace, "how long running tasks may finish once the worker is told to stop (SIGTERM, drain); those still running then go back to the queue at once, for another worker; -1s waits for ever (env REDMAP_GRACE)")
+	fs.StringVar(&f.metrics, "metrics", env("REDMAP_METRICS", ""), "address to serve Prometheus metrics on (/metrics) and the probes /healthz and /readyz, empty for none (env REDMAP_METRICS)")
 	logLevel := fs.String("log-level", env("REDMAP_LOG_LEVEL", "info"), "debug, info, warn or error (env REDMAP_LOG_LEVEL)")
 	if envErr != nil {
 		return nil, envErr
@@ -174,6 +181,14 @@ func parseFlags(args []string, stdout io.Writer, hs []redmap.AnyHandle) (*flags,
 	}
 	if fs.NArg() > 0 {
 		return nil, fmt.Errorf("worker: unexpected argument %q: flags must come before it, and a worker takes no other arguments (-h lists the flags)", fs.Arg(0))
+	}
+	if f.grace, err = time.ParseDuration(grace); err != nil || f.grace < -time.Second {
+		return nil, fmt.Errorf("worker: -grace %q: want a duration such as 20s (-1s waits for ever)", grace)
+	}
+	if f.grace < 0 {
+		f.grace = -1
+	} else if f.grace == 0 {
+		f.grace = time.Nanosecond // no grace: give back at once; 0 would mean the default
 	}
 	if err := f.level.UnmarshalText([]byte(*logLevel)); err != nil {
 		return nil, fmt.Errorf("worker: -log-level %q: want debug, info, warn or error", *logLevel)
@@ -194,6 +209,8 @@ func serveMetrics(addr string, w *Worker, stdout io.Writer, log *slog.Logger) (s
 	reg.MustRegister(w.Collector())
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	mux.Handle("/healthz", probe(w.Healthy))
+	mux.Handle("/readyz", probe(w.Ready))
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()

@@ -31,7 +31,10 @@ type maintainerParams struct {
 	failed   func(op string, err error)
 	drain    func()      // an operator asked the worker to drain
 	draining func() bool // the worker drains already
-	log      *slog.Logger
+	// beat is told of each heartbeat, and whether Redis took it (the
+	// worker's probes: Worker.Healthy, Worker.Ready).
+	beat func(ok bool)
+	log  *slog.Logger
 }
 
 func newMaintainer(p maintainerParams, heartbeat time.Duration) *maintainer {
@@ -62,6 +65,7 @@ func (m *maintainer) tick(ctx context.Context) error {
 func (m *maintainer) heartbeat(ctx context.Context) error {
 	info := m.info()
 	beat, err := m.source.heartbeat(ctx, &info)
+	m.beat(err == nil)
 	if err != nil {
 		if ctx.Err() == nil {
 			m.failed("heartbeat", err)

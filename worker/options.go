@@ -21,6 +21,9 @@ const (
 	DefaultLease     = 10 * time.Second
 	DefaultIdleWait  = time.Second
 	DefaultMaxFrame  = config.DefaultMaxFrame
+	// DefaultGrace is how long a stopping worker lets its running tasks
+	// finish: well under Kubernetes's default termination grace of 30 s.
+	DefaultGrace = 20 * time.Second
 	// DefaultCacheBytes bounds the decoded constant data a worker keeps in
 	// memory, counted by encoded size: 512 MiB.
 	DefaultCacheBytes = memo.DefaultBytes
@@ -74,6 +77,12 @@ type Options struct {
 	// keeps decoded in memory, by encoded size; least recently used goes first.
 	// Default DefaultCacheBytes.
 	CacheBytes int64
+	// Grace bounds how long Run, once its context ended, lets the tasks
+	// running then finish: at the bound it cancels their contexts and gives
+	// them back to the queue at once (not after a lease), so another worker
+	// runs them, drops their results, and returns. -1 waits for ever.
+	// Default DefaultGrace.
+	Grace time.Duration
 	// Logger receives the worker's logs. Default: none. Lines logged while a
 	// task runs (the worker's own, and a function's through redmap.Logger)
 	// carry the task span's trace_id and span_id when the task is traced.
@@ -102,6 +111,8 @@ func (o Options) withDefaults() (Options, error) {
 		return o, fmt.Errorf("worker: Options.Prefetch %d is below -1", o.Prefetch)
 	case o.Heartbeat < 0 || o.Lease < 0 || o.IdleWait < 0:
 		return o, fmt.Errorf("worker: Options.Heartbeat, Lease and IdleWait must not be negative")
+	case o.Grace < -1:
+		return o, fmt.Errorf("worker: Options.Grace %v is negative (-1 waits for ever)", o.Grace)
 	case o.CacheBytes < 0:
 		return o, fmt.Errorf("worker: Options.CacheBytes %d is negative", o.CacheBytes)
 	}
@@ -122,6 +133,7 @@ func (o Options) withDefaults() (Options, error) {
 	}
 	config.Or(&o.IdleWait, DefaultIdleWait)
 	config.Or(&o.CacheBytes, DefaultCacheBytes)
+	config.Or(&o.Grace, DefaultGrace)
 	config.Or(&o.Logger, slog.New(slog.DiscardHandler))
 	return o, nil
 }

@@ -387,6 +387,7 @@ func TestMaintainer(t *testing.T) {
 	fl.note("negate", "t1", []codec.Failure{{Index: 0, Kind: codec.KindError, Msg: "boom 1"}, {Index: 1, Kind: codec.KindError, Msg: "boom 2"}})
 	var drains atomic.Int32
 	var draining atomic.Bool
+	var beats []bool
 	var c counters
 	var p problem
 	m := newMaintainer(maintainerParams{wid: "w1", lease: time.Minute, source: src, held: h, failures: &fl,
@@ -396,10 +397,13 @@ func TestMaintainer(t *testing.T) {
 			drains.Add(1)
 			draining.Store(true)
 		},
-		draining: draining.Load, log: slog.New(slog.DiscardHandler)}, time.Hour)
+		draining: draining.Load, beat: func(ok bool) { beats = append(beats, ok) }, log: slog.New(slog.DiscardHandler)}, time.Hour)
 	ctx := context.Background()
 	if err := m.tick(ctx); err != nil {
 		t.Fatal(err)
+	}
+	if !slices.Equal(beats, []bool{true}) {
+		t.Fatalf("the probes were told of heartbeats %v, want one taken", beats)
 	}
 	<-cancelled
 	if err := m.tick(ctx); err != nil {

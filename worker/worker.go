@@ -63,6 +63,11 @@ type Worker struct {
 	mismatches sync.Map // manager signature -> how it differs from the worker's handle
 
 	checked bool // worker.Main ran the start-up check: Run does not again
+
+	// For the probes (health.go): when the maintainer last ticked, and last
+	// renewed the lease, in Unix ns; whether Run returned.
+	ticked, renewed atomic.Int64
+	ended           atomic.Bool
 }
 
 // problem is the last failed Redis call of a worker's parts, for
@@ -213,10 +218,71 @@ func (w *Worker) Run(ctx context.Context) error {
 	// reported.
 	p.fetch.Start(ctx)
 	p.fetch.Wait()
-	p.list().Stop()
+	// Prefetched tasks go back now, for other workers, not once the
+	// running ones end.
+	w.giveBack(bg, p.exec.setAsideWaiting())
+	stopped := make(chan struct{})
+	go func() {
+		p.list().Stop()
+		close(stopped)
+	}()
+	w.finishWithin(bg, stopped)
 	w.leave(bg, p.exec.setAside())
+	w.ended.Store(true)
 	return nil
 }
+
+// finishWithin waits until the parts stopped (stopped closes): the tasks
+// running when the worker was told to stop have finished and their results
+// are reported. After Options.Grace it waits no more for those still
+// running: it cancels their contexts and gives them back to the queue at
+// once, where another worker takes them (their attempt count is not
+// raised: they did not fail), and their results, if they come, are
+// dropped; then it waits a moment more for the parts, for the results of
+// the others to be reported.
+func (w *Worker) finishWithin(ctx context.Context, stopped <-chan struct{}) {
+	if w.opts.Grace < 0 {
+		<-stopped
+		return
+	}
+	grace := time.NewTimer(w.opts.Grace)
+	defer grace.Stop()
+	select {
+	case <-stopped:
+		return
+	case <-grace.C:
+	}
+	running := w.held.running()
+	var tids []string
+	for _, ts := range running {
+		tids = append(tids, ts...)
+	}
+	w.held.cancel(tids)
+	members := make(map[int][]string, len(running))
+	for shard, ts := range running {
+		for _, tid := range ts {
+			members[shard] = append(members[shard], tid, "!"+tid) // public or private: one of them is held
+		}
+	}
+	gctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	n, err := w.source.giveBack(gctx, members)
+	cancel()
+	w.counters.givenBack.Add(int64(n))
+	if err != nil {
+		w.log.Warn("grace ended; giving back the running tasks failed: they return to the queue when the lease expires", "tasks", len(tids), "err", err)
+	} else {
+		w.log.Warn("grace ended with tasks still running: they were given back to the queue, for another worker", "grace", w.opts.Grace, "tasks", len(tids), "given_back", n)
+	}
+	select {
+	case <-stopped:
+	case <-time.After(abandonWait):
+		w.log.Warn("functions still running after their context was cancelled; leaving them", "wait", abandonWait)
+	}
+}
+
+// abandonWait is how long a worker whose grace ended waits for the
+// functions it cancelled to return before it retires anyway.
+const abandonWait = time.Second
 
 // workerParts are the worker's parts.
 type workerParts struct {
@@ -253,7 +319,7 @@ func (w *Worker) parts() workerParts {
 		log: w.log})
 	upkeep := newMaintainer(maintainerParams{wid: w.opts.ID, lease: w.opts.Lease, source: w.source, held: w.held,
 		failures: &w.failures, counters: &w.counters, info: w.info, problem: &w.problem, failed: w.failed,
-		drain: fetch.Stop, draining: w.draining.Load, log: w.log}, w.opts.Heartbeat)
+		drain: fetch.Stop, draining: w.draining.Load, beat: w.beat, log: w.log}, w.opts.Heartbeat)
 	return workerParts{fetch: fetch, exec: exec, finish: finish, upkeep: upkeep}
 }
 
@@ -261,15 +327,7 @@ func (w *Worker) parts() workerParts {
 // worker from every shard: its lease ends now, and tasks left in its private
 // lists are reported lost to their managers.
 func (w *Worker) leave(ctx context.Context, unstarted map[int][]string) {
-	if len(unstarted) > 0 {
-		gctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-		n, err := w.source.giveBack(gctx, unstarted)
-		cancel()
-		w.counters.givenBack.Add(int64(n))
-		if err != nil {
-			w.log.Warn("giving back prefetched tasks failed; they return when the lease expires", "err", err)
-		}
-	}
+	w.giveBack(ctx, unstarted)
 	// Failures counted since the last heartbeat are written before the
 	// worker retires: a clean stop loses no count.
 	fctx, cancel := context.WithTimeout(ctx, 5*time.Second)
@@ -279,6 +337,20 @@ func (w *Worker) leave(ctx context.Context, unstarted map[int][]string) {
 	cancel()
 	w.source.retire(ctx, w.info())
 	w.log.Info("worker stopped")
+}
+
+// giveBack gives tasks set aside unrun back to the queue.
+func (w *Worker) giveBack(ctx context.Context, unstarted map[int][]string) {
+	if len(unstarted) == 0 {
+		return
+	}
+	gctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	n, err := w.source.giveBack(gctx, unstarted)
+	cancel()
+	w.counters.givenBack.Add(int64(n))
+	if err != nil {
+		w.log.Warn("giving back prefetched tasks failed; they return when the lease expires", "err", err)
+	}
 }
 
 // info is what the worker publishes for operators.

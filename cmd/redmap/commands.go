@@ -21,7 +21,7 @@ type command struct {
 	help     string
 	flags    func(fs *flag.FlagSet, c *cli, o *invocation) // its own flags, if any
 	// run runs it with its operands, once Redis answered (nil for
-	// dashboard, which serves instead).
+	// dashboard and metrics, which serve instead).
 	run func(c *cli, ctx context.Context, operand []string) error
 }
 
@@ -45,6 +45,12 @@ var commands = []command{
 	{name: "purge", operands: []string{"queue"}, help: "drop the queue's queued tasks; their batches fail with ErrLost", run: oneOperand((*cli).purge), flags: func(fs *flag.FlagSet, c *cli, _ *invocation) {
 		fs.BoolVar(&c.yes, "yes", false, "really purge (without it, purge only says what it would drop)")
 	}},
+	{name: "backlog", help: "the tasks waiting and running (for scripts: with -queue, the number alone); with -json, every metric of the queue",
+		run: noOperand((*cli).backlog)},
+	{name: "metrics", help: "serve Prometheus metrics of the queues at /metrics, read from Redis at each scrape (they exist with no worker: scale from zero on them), until SIGINT or SIGTERM",
+		flags: func(fs *flag.FlagSet, _ *cli, o *invocation) {
+			fs.StringVar(&o.addr, "addr", ":9121", "the address to serve on")
+		}},
 	{name: "dashboard", help: "serve the live web dashboard until SIGINT or SIGTERM", flags: func(fs *flag.FlagSet, _ *cli, o *invocation) {
 		fs.StringVar(&o.addr, "addr", "127.0.0.1:8080", "the address to serve on")
 		fs.BoolVar(&o.actions, "actions", false, "let operators drain workers, cancel batches and purge queues, with the operator token ("+tokenEnv+", or -token-file; on a loopback address without one, a random token is made and printed)")

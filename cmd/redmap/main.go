@@ -1,7 +1,7 @@
 // Command redmap shows and steers redmap queues, workers and batches, from
 // the records managers and workers keep in Redis:
 //
-//	redmap [flags] status|workers|batches|failures|dashboard
+//	redmap [flags] status|workers|batches|failures|backlog|metrics|dashboard
 //	redmap [flags] drain <worker>
 //	redmap [flags] purge <queue> -yes
 //
@@ -85,6 +85,15 @@ func run(args []string, out io.Writer) (int, error) {
 	}
 	if err := c.in.Ping(ctx); err != nil {
 		return 1, fmt.Errorf("cannot reach Redis at %s: %v", o.url.String(), err)
+	}
+	if o.cmd.name == "metrics" {
+		cancel()
+		if c.queue != "" {
+			if err := keys.CheckQueue(c.queue); err != nil {
+				return 2, usageError{err.Error()}
+			}
+		}
+		return serveMetrics(c, o.addr, out)
 	}
 	if o.cmd.run == nil { // dashboard
 		cancel()

@@ -54,12 +54,27 @@ var (
 	block = redmap.Func("block", func(context.Context, int) (int, error) { select {} })
 	// waitCtx runs until its batch is cancelled.
 	waitCtx = redmap.Func("waitctx", func(ctx context.Context, _ int) (int, error) { <-ctx.Done(); return 0, ctx.Err() })
+	// five takes 5 s, heedless of its context as many functions are, and
+	// says which process ran it: x*10,000,000 + the pid.
+	five = redmap.Func("five", func(_ context.Context, x int) (int, error) {
+		time.Sleep(5 * time.Second)
+		return x*10_000_000 + os.Getpid(), nil
+	})
+	// paced takes 40 ms an element: a fleet's worth of work in seconds.
+	paced = redmap.Func("paced", func(ctx context.Context, x int) (int, error) {
+		select {
+		case <-time.After(40 * time.Millisecond):
+			return x * x, nil
+		case <-ctx.Done():
+			return 0, ctx.Err()
+		}
+	})
 )
 
 func TestMain(m *testing.M) {
 	// As a child, the test binary is a worker program made with worker.Main.
 	if os.Getenv(harness.ChildEnv) == "worker" {
-		if err := worker.Main(harness.ChildArgs(), square, slow, flaky, missing, block, waitCtx); err != nil {
+		if err := worker.Main(harness.ChildArgs(), square, slow, flaky, missing, block, waitCtx, five, paced); err != nil {
 			fmt.Fprintln(os.Stderr, err)
 			os.Exit(1)
 		}

@@ -47,12 +47,14 @@ func TaskAt(mid string, seq uint64, p, def int) string {
 	return Task(mid, seq) + "~" + strconv.Itoa(p)
 }
 
-// TaskIn is TaskAt for a task of a batch's lane (the list its tasks wait
-// in, see keys.Lane): "<mid>-<seq in base 36>.<lane in base 36>[~<p>]", so
-// that a script putting the task back finds its lane from its id (the
-// prelude's lane_of).
-func TaskIn(mid string, seq, lane uint64, p, def int) string {
-	t := mid + "-" + strconv.FormatUint(seq, 36) + "." + strconv.FormatUint(lane, 36)
+// TaskIn is TaskAt for a task of n elements in a batch's lane (the list its
+// tasks wait in, see keys.Lane): "<mid>-<seq>,<n>.<lane>[~<p>]", numbers in
+// base 36, so that a script putting the task back finds its lane from its
+// id (the prelude's lane_of), and one moving it in or out of its lane
+// counts the elements waiting there (the prelude's size_of) without
+// reading its payload.
+func TaskIn(mid string, seq, lane uint64, n, p, def int) string {
+	t := mid + "-" + strconv.FormatUint(seq, 36) + "," + strconv.FormatUint(uint64(n), 36) + "." + strconv.FormatUint(lane, 36)
 	if p == def {
 		return t
 	}
@@ -105,7 +107,7 @@ func Seq(tid string) (uint64, bool) {
 	if !ok {
 		return 0, false
 	}
-	if i := strings.IndexAny(rest, ".~"); i >= 0 {
+	if i := strings.IndexAny(rest, ",.~"); i >= 0 {
 		rest = rest[:i]
 	}
 	n, err := strconv.ParseUint(rest, 36, 64)

@@ -41,8 +41,8 @@ func TestLane(t *testing.T) {
 		priority   int
 		hasManager bool
 	}{
-		{TaskIn(mid, 77, 5, 3, 3), 77, "5", 3, true},
-		{TaskIn(mid, 1<<40, 36, 5, 3), 1 << 40, "10", 5, true},
+		{TaskIn(mid, 77, 5, 40, 3, 3), 77, "5", 3, true},
+		{TaskIn(mid, 1<<40, 36, 1, 5, 3), 1 << 40, "10", 5, true},
 		{TaskAt(mid, 9, 1, 3), 9, "", 1, true},
 		{Task(mid, 9), 9, "", 3, true},
 	} {

@@ -119,6 +119,15 @@ func Rings(prefix, queue string) []string {
 // function may take (LIST); lane is "<manager id>.<lane>" (see id.TaskIn).
 func Lane(prefix, queue, lane string) string { return Base(prefix, queue) + "l:" + lane }
 
+// LaneElements and LaneTimes are the keys beside a lane, for operators
+// (see unlane in internal/rdb/lua/prelude.lua): the elements of the tasks
+// in it (STRING, a counter), and when its tasks were submitted (ZSET,
+// score the first sequence number of a submit, member "<seq>:<Redis ms>").
+func LaneElements(prefix, queue, lane string) string { return Lane(prefix, queue, lane) + ":e" }
+
+// LaneTimes: see LaneElements.
+func LaneTimes(prefix, queue, lane string) string { return Lane(prefix, queue, lane) + ":t" }
+
 // Lanes is manager mid's hash of its lanes (lane, without the manager id →
 // what its tasks call: "<func>\t<signature>", and "\n<reducer>\t<signature>"
 // for a MapReduce), read by a take to pass lanes a worker cannot run.
@@ -259,6 +268,11 @@ func Cancels(prefix, queue, mid string) string { return Base(prefix, queue) + "m
 // noticed a manager was lost) recorded them (HASH batch id → JSON record).
 // It lives in shard 0, bounded by HistoryIndex.
 func History(prefix, queue string) string { return Base(prefix, queue) + "history" }
+
+// Ended is queue's totals of ended batches (HASH "outcome:<outcome>" ->
+// batches, "kind:<kind>" -> failed elements), counted as the history is
+// written.
+func Ended(prefix, queue string) string { return Base(prefix, queue) + "ended" }
 
 // HistoryIndex orders the queue's history (ZSET batch id → when it ended,
 // Redis ms): the oldest are trimmed past a count or an age.

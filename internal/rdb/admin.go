@@ -198,21 +198,33 @@ func (a *Admin) Batches(ctx context.Context, queue string) ([]PublishedBatch, er
 	if err := keys.CheckQueue(queue); err != nil {
 		return nil, err
 	}
-	var out []PublishedBatch
+	var found []string
 	err := a.scan(ctx, keys.BatchesPattern(a.prefix, queue), func(k string) error {
-		mid := strings.TrimSuffix(strings.TrimPrefix(k, keys.Base(a.prefix, queue)+"m:"), ":batches")
-		m, err := a.c.HGetAll(ctx, k).Result()
-		if err != nil {
-			return err
-		}
-		for bid, s := range m {
-			p, err := wire.DecodeProgress(s)
-			out = append(out, PublishedBatch{Queue: queue, Manager: mid, ID: bid, Progress: p, Malformed: err})
-		}
+		found = append(found, k)
 		return nil
 	})
 	if err != nil {
 		return nil, fmt.Errorf("batches: %w", err)
+	}
+	// One pipeline for every manager's hash: a thousand managers cost one
+	// round trip, not a thousand.
+	cmds := make([]*redis.MapStringStringCmd, len(found))
+	_, err = a.c.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for i, k := range found {
+			cmds[i] = p.HGetAll(ctx, k)
+		}
+		return nil
+	})
+	if err != nil && err != redis.Nil {
+		return nil, fmt.Errorf("batches: %w", err)
+	}
+	var out []PublishedBatch
+	for i, k := range found {
+		mid := strings.TrimSuffix(strings.TrimPrefix(k, keys.Base(a.prefix, queue)+"m:"), ":batches")
+		for bid, s := range cmds[i].Val() {
+			p, err := wire.DecodeProgress(s)
+			out = append(out, PublishedBatch{Queue: queue, Manager: mid, ID: bid, Progress: p, Malformed: err})
+		}
 	}
 	return out, nil
 }
@@ -573,4 +585,68 @@ func (a *Admin) InHistory(ctx context.Context, queue string, ids []string) (map[
 		}
 	}
 	return in, nil
+}
+
+// Backlog is what waits in a queue's public lanes, all shards.
+type Backlog struct {
+	Tasks, Elements int64
+	// Oldest is when the longest-waiting task was submitted, by the Redis
+	// clock; zero if none waits. Now is the Redis clock as it was read.
+	Oldest, Now time.Time
+}
+
+// Backlog reads what waits in queue's public lanes: one script call per
+// shard, a few commands per lane (backlog.lua), whatever the lanes hold.
+func (a *Admin) Backlog(ctx context.Context, queue string) (Backlog, error) {
+	if err := keys.CheckQueue(queue); err != nil {
+		return Backlog{}, err
+	}
+	shards, err := a.Shards(ctx, queue)
+	if err != nil {
+		return Backlog{}, err
+	}
+	var b Backlog
+	for _, sh := range shards {
+		rings := keys.Rings(a.prefix, sh)
+		got, err := backlogScript.run(ctx, a.c, rings, keys.Base(a.prefix, sh)).Int64Slice()
+		if err != nil {
+			return Backlog{}, wrap("backlog", backlogScript, "", err)
+		}
+		if len(got) != 4 {
+			return Backlog{}, fmt.Errorf("backlog: script returned %d integers, not 4", len(got))
+		}
+		b.Tasks += got[0]
+		b.Elements += got[1]
+		if got[2] > 0 && (b.Oldest.IsZero() || got[2] < b.Oldest.UnixMilli()) {
+			b.Oldest = time.UnixMilli(got[2])
+		}
+		b.Now = time.UnixMilli(got[3])
+	}
+	return b, nil
+}
+
+// Ended returns the totals the queue's history counted as batches ended
+// (see tally in prelude.lua): batches by outcome, and failed elements by
+// kind. They only grow: a trim of the history keeps them. One round trip.
+func (a *Admin) Ended(ctx context.Context, queue string) (outcomes, kinds map[string]int64, err error) {
+	if err := keys.CheckQueue(queue); err != nil {
+		return nil, nil, err
+	}
+	all, err := a.c.HGetAll(ctx, keys.Ended(a.prefix, queue)).Result()
+	if err != nil {
+		return nil, nil, wrap("ended totals", nil, "HGETALL", err)
+	}
+	outcomes, kinds = map[string]int64{}, map[string]int64{}
+	for k, v := range all {
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil {
+			continue // not a count: nothing to add up
+		}
+		if o, ok := strings.CutPrefix(k, "outcome:"); ok {
+			outcomes[o] = n
+		} else if kind, ok := strings.CutPrefix(k, "kind:"); ok {
+			kinds[kind] = n
+		}
+	}
+	return outcomes, kinds, nil
 }

@@ -851,8 +851,8 @@ func (r *RDB) PublishBatches(ctx context.Context, mid string, batches map[string
 // and forgets them among mid's published running ones. One script call.
 func (r *RDB) RecordBatches(ctx context.Context, mid string, recs []wire.BatchRecord, limit int, age time.Duration) error {
 	ks := []string{keys.History(r.prefix, r.queue), keys.HistoryIndex(r.prefix, r.queue), keys.Batches(r.prefix, r.queue, mid)}
-	args := make([]any, 0, 2+2*len(recs))
-	args = append(args, limit, age.Milliseconds())
+	args := make([]any, 0, 3+2*len(recs))
+	args = append(args, limit, age.Milliseconds(), keys.Base(r.prefix, r.queue))
 	for _, rec := range recs {
 		args = append(args, rec.ID, wire.EncodeRecord(rec))
 	}

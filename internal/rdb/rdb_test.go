@@ -55,7 +55,7 @@ func (f *fixture) submit(t *testing.T, wid string, n int) []string {
 	tasks := make([]wire.Task, n)
 	ids := make([]string, n)
 	for i := range tasks {
-		ids[i] = id.TaskIn(f.mid, uint64(i+1), 1, keys.DefaultPriority, keys.DefaultPriority)
+		ids[i] = id.TaskIn(f.mid, uint64(i+1), 1, 1, keys.DefaultPriority, keys.DefaultPriority)
 		if wid != "" {
 			ids[i] = id.Task(f.mid, uint64(i+1))
 		}
@@ -98,7 +98,7 @@ func TestScriptsUseKeysLayout(t *testing.T) {
 	// Every key the scripts created is one package keys names.
 	all := f.c.Keys(ctx, keys.Base("rm", f.queue)+"*").Val()
 	named := []string{tasks, keys.Results("rm", f.queue, f.mid),
-		f.laneKey(), keys.Idle("rm", f.queue), keys.Held("rm", f.queue, "w1"), keys.Bell("rm", f.queue, "w1"),
+		f.laneKey(), keys.LaneElements("rm", f.queue, f.lane().Name), keys.LaneTimes("rm", f.queue, f.lane().Name), keys.Idle("rm", f.queue), keys.Held("rm", f.queue, "w1"), keys.Bell("rm", f.queue, "w1"),
 		keys.Workers("rm", f.queue), keys.Ring("rm", f.queue, keys.DefaultPriority), keys.Lanes("rm", f.queue, f.mid)}
 	for _, k := range all {
 		if !slices.Contains(named, k) {
@@ -473,7 +473,7 @@ func TestScriptsSurviveScriptFlush(t *testing.T) {
 	ctx := context.Background()
 	mid := id.New()
 	lane := wire.Lane{Name: mid + ".1", Calls: "f\tsig"}
-	if _, _, err := r.Submit(ctx, mid, "", lane, []wire.Task{{ID: id.TaskIn(mid, 1, 1, 3, 3), Payload: []byte("p")}}, time.Minute, wire.Expect{}); err != nil {
+	if _, _, err := r.Submit(ctx, mid, "", lane, []wire.Task{{ID: id.TaskIn(mid, 1, 1, 1, 3, 3), Payload: []byte("p")}}, time.Minute, wire.Expect{}); err != nil {
 		t.Fatal(err)
 	}
 	if err := c.ScriptFlush(ctx).Err(); err != nil {
@@ -592,7 +592,7 @@ func TestSubmitCountsAndChecks(t *testing.T) {
 	f := setup(t)
 	ctx := context.Background()
 	task := func(i int) []wire.Task {
-		return []wire.Task{{ID: id.TaskIn(f.mid, uint64(i), 1, 3, 3), Payload: []byte("p")}}
+		return []wire.Task{{ID: id.TaskIn(f.mid, uint64(i), 1, 1, 3, 3), Payload: []byte("p")}}
 	}
 	for i, c := range []struct {
 		exp    wire.Expect
@@ -617,7 +617,7 @@ func TestSubmitCountsAndChecks(t *testing.T) {
 	if count, intact, err := f.r.Submit(ctx, f.mid, "", f.lane(), nil, time.Minute, wire.Expect{Count: 6, Epoch: "e3", NewEpoch: "e4"}); count != 6 || !intact || err != nil {
 		t.Fatalf("a submit of no tasks: %d %v %v, want it to check and install e4", count, intact, err)
 	}
-	tid := func(i uint64) string { return id.TaskIn(f.mid, i, 1, 3, 3) }
+	tid := func(i uint64) string { return id.TaskIn(f.mid, i, 1, 1, 3, 3) }
 	f.c.HDel(ctx, keys.Tasks("rm", f.queue, f.mid), tid(2))
 	missing, count, epoch, err := f.r.Missing(ctx, f.mid, []string{tid(1), tid(2), tid(9)})
 	if err != nil || count != 6 || epoch != "e4" || !slices.Equal(missing, []string{tid(2), tid(9)}) {
@@ -916,7 +916,7 @@ func (f *fixture) submitLane(t *testing.T, l uint64, p, n int, calls string) []s
 	tasks := make([]wire.Task, n)
 	ids := make([]string, n)
 	for i := range tasks {
-		ids[i] = id.TaskIn(f.mid, l*1000+uint64(i), l, p, keys.DefaultPriority)
+		ids[i] = id.TaskIn(f.mid, l*1000+uint64(i), l, 1, p, keys.DefaultPriority)
 		tasks[i] = wire.Task{ID: ids[i], Payload: []byte("p")}
 	}
 	if _, _, err := f.r.Submit(context.Background(), f.mid, "", lane, tasks, time.Minute, wire.Expect{}); err != nil {

@@ -104,7 +104,7 @@ func TestScriptEntriesDecode(t *testing.T) {
 	f := setup(t)
 	ctx := context.Background()
 	private := f.submit(t, "dead", 1)[0]
-	public := id.TaskIn(f.mid, 2, 1, 3, 3)
+	public := id.TaskIn(f.mid, 2, 1, 1, 3, 3)
 	if _, _, err := f.r.Submit(ctx, f.mid, "", f.lane(), []wire.Task{{ID: public, Payload: []byte("p")}}, time.Minute, wire.Expect{}); err != nil {
 		t.Fatal(err)
 	}
@@ -205,7 +205,7 @@ func TestPriorityLists(t *testing.T) {
 	var tids, lanes []string
 	for i, p := range []int{keys.MinPriority, keys.DefaultPriority, keys.MaxPriority} {
 		lane := wire.Lane{Name: fmt.Sprintf("%s.%d", f.mid, i+1), Calls: "f\tsig"}
-		tid := id.TaskIn(f.mid, uint64(i+1), uint64(i+1), p, keys.DefaultPriority)
+		tid := id.TaskIn(f.mid, uint64(i+1), uint64(i+1), 1, p, keys.DefaultPriority)
 		tids, lanes = append(tids, tid), append(lanes, lane.Name)
 		if _, _, err := f.r.Submit(ctx, f.mid, "", lane, []wire.Task{{ID: tid, Payload: []byte("p")}}, time.Minute, wire.Expect{}); err != nil {
 			t.Fatal(err)

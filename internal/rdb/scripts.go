@@ -33,6 +33,7 @@ var (
 	probeScript     = load("probe.lua")
 	shardsScript    = load("shards.lua")
 	depthScript     = load("depth.lua")
+	backlogScript   = load("backlog.lua")
 	renewScript     = load("renew.lua")
 	publishScript   = load("publish.lua")
 	recordScript    = load("record.lua")

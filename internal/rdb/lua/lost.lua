@@ -26,8 +26,7 @@ for _, owner in ipairs(redis.call('HKEYS', KEYS[4])) do
       reason = 'durable batch ' .. tostring(e.name) .. ': no manager took it over before it expired (DurableTTL)',
       ended_ms = t}
     with_progress(rec, redis.call('HGET', base .. 'm:' .. owner .. ':batches', id))
-    redis.call('HSET', KEYS[2], id, cjson.encode(rec))
-    redis.call('ZADD', KEYS[3], t, id)
+    write_history(base, KEYS[2], KEYS[3], id, cjson.encode(rec), t)
     redis.call('HDEL', KEYS[4], owner)
     redis.call('DEL', base .. 'm:' .. owner .. ':batches')
     expired = expired + 1

@@ -52,12 +52,41 @@ local function enlist(ring, lane)
   end
 end
 
+-- size_of returns the elements of task tid (from an id
+-- "<manager id>-<seq>,<n>.<lane>[~<p>]": see id.TaskIn), or 0 for an id
+-- that does not say (a private task's).
+local function size_of(tid)
+  local n = string.match(tid, '^[^-]+-[^,.~]+,(%w+)%.')
+  return n and tonumber(n, 36) or 0
+end
+
+-- seq_of returns the sequence number of task tid, or nil.
+local function seq_of(tid)
+  local s = string.match(tid, '^[^-]+-(%w+)')
+  return s and tonumber(s, 36)
+end
+
+-- A lane (list "<base>l:<lane>") has two keys beside it, for operators
+-- (backlog.lua): "<lane key>:e", the elements of the tasks in it (a
+-- counter every script that moves a task in or out keeps), and
+-- "<lane key>:t", when its tasks were submitted (a sorted set, score the
+-- first sequence number of each submit, member "<seq>:<Redis ms>"). Both
+-- live as long as the lane, and go when it empties.
+
+-- unlane forgets the keys beside lane key list, when it is found empty.
+local function unlane(list)
+  redis.call('DEL', list .. ':e', list .. ':t')
+end
+
 -- requeue puts task tid back at the front of its lane, and the lane in its
 -- ring if it had left it (a take drops a lane it finds empty).
 local function requeue(base, tid)
   local lane, ring = lane_of(base, tid)
   if lane then
-    redis.call('LPUSH', base .. 'l:' .. lane, tid)
+    local list = base .. 'l:' .. lane
+    redis.call('LPUSH', list, tid)
+    redis.call('INCRBY', list .. ':e', size_of(tid))
+    redis.call('PEXPIRE', list .. ':e', math.max(redis.call('PTTL', list), 1000))
     enlist(ring, lane)
   end
 end
@@ -131,6 +160,42 @@ local function trim_history(hist, index, limit, age)
   redis.call('PEXPIRE', index, age)
 end
 
+-- tally counts a batch's history record (JSON) in the queue's totals
+-- (hash "<base>ended": "outcome:<outcome>" batches, "kind:<kind>" failed
+-- elements, by its failed_by), with sign 1, or -1 to take back a record
+-- that is overwritten. The totals only grow otherwise: a trim of the
+-- history keeps them.
+local function tally(base, rec, sign)
+  local ok, r = pcall(cjson.decode, rec or '')
+  if not ok or type(r) ~= 'table' then
+    return
+  end
+  local key = base .. 'ended'
+  if type(r.outcome) == 'string' then
+    redis.call('HINCRBY', key, 'outcome:' .. r.outcome, sign)
+  end
+  if type(r.failed_by) == 'table' then
+    for kind, n in pairs(r.failed_by) do
+      if type(n) == 'number' then
+        redis.call('HINCRBY', key, 'kind:' .. tostring(kind), sign * n)
+      end
+    end
+  end
+end
+
+-- write_history writes record rec (JSON) of batch id into the queue's
+-- history at time t, and counts it in its totals (tally), taking back the
+-- record it overwrites.
+local function write_history(base, hist, index, id, rec, t)
+  local old = redis.call('HGET', hist, id)
+  if old then
+    tally(base, old, -1)
+  end
+  redis.call('HSET', hist, id, rec)
+  redis.call('ZADD', index, t, id)
+  tally(base, rec, 1)
+end
+
 -- with_progress copies into rec, a batch's history record, the counts of
 -- its last published progress p (JSON, from a manager's batches hash), if
 -- it decodes; it returns rec.
@@ -170,8 +235,7 @@ local function lose_managers(base, managers, hist, index, limit, age)
             worker = p.worker, total = p.total, done = p.done, failed = p.failed,
             outcome = 'manager lost', reason = 'its manager stopped publishing progress',
             started_ms = p.started_ms, ended_ms = t}
-          redis.call('HSET', hist, id, cjson.encode(rec))
-          redis.call('ZADD', index, t, id)
+          write_history(base, hist, index, id, cjson.encode(rec), t)
           n = n + 1
         end
       end

@@ -19,6 +19,7 @@ local function purge(list)
     end
   end
   redis.call('DEL', list)
+  unlane(list)
 end
 local function purge_ring(ring)
   for _, lane in ipairs(redis.call('LRANGE', ring, 0, -1)) do

@@ -4,13 +4,13 @@
 -- KEYS[1] history hash   KEYS[2] history index (batch id -> ended, Redis ms)
 -- KEYS[3] the manager's batches hash
 -- ARGV[1] most batches kept   ARGV[2] oldest kept, ms
--- ARGV[3], ARGV[4], ...: batch id, its JSON record, ...
+-- ARGV[3] key base "<prefix>:{<queue>}:" (the totals: see tally)
+-- ARGV[4], ARGV[5], ...: batch id, its JSON record, ...
 -- Returns the number of batches written.
 local t = now()
-for i = 3, #ARGV, 2 do
-  redis.call('HSET', KEYS[1], ARGV[i], ARGV[i + 1])
-  redis.call('ZADD', KEYS[2], t, ARGV[i])
+for i = 4, #ARGV, 2 do
+  write_history(ARGV[3], KEYS[1], KEYS[2], ARGV[i], ARGV[i + 1], t)
   redis.call('HDEL', KEYS[3], ARGV[i])
 end
 trim_history(KEYS[1], KEYS[2], tonumber(ARGV[1]), tonumber(ARGV[2]))
-return (#ARGV - 2) / 2
+return (#ARGV - 3) / 2

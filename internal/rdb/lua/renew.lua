@@ -10,7 +10,10 @@
 local base, mid, ttl = ARGV[1], ARGV[2], tonumber(ARGV[3])
 local ks = {KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]}
 for _, lane in ipairs(redis.call('HKEYS', KEYS[4])) do
-  ks[#ks + 1] = base .. 'l:' .. mid .. '.' .. lane
+  local list = base .. 'l:' .. mid .. '.' .. lane
+  ks[#ks + 1] = list
+  ks[#ks + 1] = list .. ':e' -- the keys beside it (see unlane)
+  ks[#ks + 1] = list .. ':t'
 end
 for _, k in ipairs(ks) do
   if ttl > 0 then

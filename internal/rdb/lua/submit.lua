@@ -50,13 +50,26 @@ redis.call('PEXPIRE', KEYS[1], ttl)
 if #ids == 0 then
   return {after, intact and 1 or 0}
 end
+local lane = ARGV[7]
+if lane ~= '' and redis.call('LLEN', KEYS[2]) == 0 then
+  unlane(KEYS[2]) -- what is beside an empty lane counts nothing
+end
 for i = 1, #ids, CHUNK do
   redis.call('RPUSH', KEYS[2], unpack(ids, i, math.min(i + CHUNK - 1, #ids)))
 end
-local lane = ARGV[7]
 if lane ~= '' then
-  -- The lane lives as long as the task set; its entry in the manager's
-  -- lanes too. A take drops a lane it finds empty from the ring.
+  -- The lane lives as long as the task set, and the keys beside it (see
+  -- unlane); its entry in the manager's lanes too. A take drops a lane it
+  -- finds empty from the ring.
+  local elements = 0
+  for _, tid in ipairs(ids) do
+    elements = elements + size_of(tid)
+  end
+  redis.call('INCRBY', KEYS[2] .. ':e', elements)
+  local first = seq_of(ids[1]) or 0
+  redis.call('ZADD', KEYS[2] .. ':t', first, first .. ':' .. now())
+  redis.call('PEXPIRE', KEYS[2] .. ':e', ttl)
+  redis.call('PEXPIRE', KEYS[2] .. ':t', ttl)
   redis.call('PEXPIRE', KEYS[2], ttl)
   redis.call('HSET', KEYS[5], string.match(lane, '%.(.+)$'), ARGV[8])
   redis.call('PEXPIRE', KEYS[5], ttl)

@@ -84,12 +84,19 @@ local function keys_of(tid)
   return m
 end
 
+-- The elements each lane key gave (see unlane), to take off its count at
+-- the end.
+local gave = {}
+
 -- take pops from list until the take has limit tasks.
 local function take(list, mark, limit)
   while taken < limit and not alone do
     local ids = redis.call('LPOP', list, limit - taken)
     if not ids then return end
     for i, tid in ipairs(ids) do
+      if mark == '' then
+        gave[list] = (gave[list] or 0) + size_of(tid)
+      end
       local m = keys_of(tid)
       local payload = m and redis.call('HGET', m.tasks, tid)
       if payload then
@@ -99,6 +106,9 @@ local function take(list, mark, limit)
           -- the ids after it back, in order.
           for j = #ids, i, -1 do
             redis.call('LPUSH', list, ids[j])
+            if mark == '' then
+              gave[list] = gave[list] - size_of(ids[j])
+            end
           end
           alone, suspect = true, true
           return
@@ -112,6 +122,9 @@ local function take(list, mark, limit)
         if attempt ~= '0' then
           for j = #ids, i + 1, -1 do
             redis.call('LPUSH', list, ids[j])
+            if mark == '' then
+              gave[list] = gave[list] - size_of(ids[j])
+            end
           end
           alone = true
           return
@@ -147,6 +160,7 @@ local function round(ring, share)
     local list = base .. 'l:' .. lane
     if redis.call('LLEN', list) == 0 then
       redis.call('LREM', ring, -1, lane)
+      unlane(list)
     elseif serves(lane) then
       local before = taken
       take(list, '', math.min(n, taken + share))
@@ -196,6 +210,13 @@ for i = 7, #KEYS do
 end
 for i = 1, #held, CHUNK do
   redis.call('SADD', KEYS[2], unpack(held, i, math.min(i + CHUNK - 1, #held)))
+end
+for list, n in pairs(gave) do
+  if redis.call('LLEN', list) == 0 then
+    unlane(list)
+  elseif n ~= 0 then
+    redis.call('INCRBY', list .. ':e', -n)
+  end
 end
 local shards = 1 + redis.call('LLEN', KEYS[6])
 if shards > tonumber(ARGV[5]) then

@@ -1,0 +1,81 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+)
+
+// serveMetrics serves Prometheus metrics of the queues (-queue, or every
+// queue) at /metrics on addr until SIGINT or SIGTERM, read through the
+// inspector from the records in Redis at each scrape: they exist with no
+// worker running, which is what scaling from zero needs. It prints
+// "metrics http://<address>/metrics" once it listens.
+func serveMetrics(c *cli, addr string, out io.Writer) (int, error) {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return 1, fmt.Errorf("metrics: %w", err)
+	}
+	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", c.in.MetricsHandler(c.queues))
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
+		ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
+		defer cancel()
+		if err := c.in.Ping(ctx); err != nil {
+			http.Error(w, "redis: "+err.Error(), http.StatusServiceUnavailable)
+			return
+		}
+		fmt.Fprintln(w, "ok")
+	})
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second, ReadTimeout: 30 * time.Second,
+		WriteTimeout: 30 * time.Second, IdleTimeout: 2 * time.Minute, MaxHeaderBytes: 64 << 10}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	go func() {
+		<-ctx.Done()
+		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = srv.Shutdown(sctx)
+	}()
+	fmt.Fprintf(out, "metrics http://%s/metrics\n", ln.Addr())
+	if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		return 1, fmt.Errorf("metrics: %w", err)
+	}
+	return 0, nil
+}
+
+// backlog prints the tasks waiting and running in each queue (-queue, or
+// every queue): with -queue, the number alone, for scripts; else a line
+// "<queue> <tasks>" each. With -json, each queue's inspect.Metrics.
+func (c *cli) backlog(ctx context.Context) error {
+	qs, err := c.queues(ctx)
+	if err != nil {
+		return err
+	}
+	var all []any
+	for _, q := range qs {
+		m, err := c.in.Metrics(ctx, q)
+		if err != nil {
+			return err
+		}
+		switch {
+		case c.json:
+			all = append(all, m)
+		case c.queue != "":
+			fmt.Fprintln(c.out, m.WaitingTasks+m.RunningTasks)
+		default:
+			fmt.Fprintln(c.out, printable(q), m.WaitingTasks+m.RunningTasks)
+		}
+	}
+	if c.json {
+		return c.emit(orEmpty(all))
+	}
+	return nil
+}

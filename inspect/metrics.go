@@ -1,0 +1,203 @@
+package inspect
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"slices"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/redmap/redmap/internal/wire"
+)
+
+// Metrics is what a queue's records in Redis say, as an autoscaler or a
+// Prometheus server reads it. Every field exists with no worker running:
+// it comes from the records managers and workers wrote, not from a live
+// process.
+type Metrics struct {
+	Queue string `json:"queue"`
+	// WaitingTasks and WaitingElements wait in the queue's public lanes;
+	// OldestWaiting is how long ago the longest-waiting of them was
+	// submitted (0 if none waits), by the Redis clock.
+	WaitingTasks    int64         `json:"waiting_tasks"`
+	WaitingElements int64         `json:"waiting_elements"`
+	OldestWaiting   time.Duration `json:"oldest_waiting"`
+	// RunningTasks run on live workers, by their last heartbeats.
+	RunningTasks int64 `json:"running_tasks"`
+	// Workers counts the queue's workers by state (see Worker.State),
+	// the stopped and dead ones of the last GoneFor included.
+	Workers map[string]int `json:"workers"`
+	// RunningBatches are the batches whose managers publish progress (and
+	// the durable ones no manager holds); Durable counts the durable ones
+	// by state: running, orphaned or done.
+	RunningBatches int            `json:"running_batches"`
+	Durable        map[string]int `json:"durable"`
+	// Backlog is every element of the running batches without a result:
+	// waiting in Redis, running, or still in a manager's window, by their
+	// managers' last published progress.
+	Backlog int64 `json:"backlog_elements"`
+	// Ended counts the batches that ended, by outcome, and FailedElements
+	// their failed elements, by kind, since the queue's keys were made.
+	Ended          map[string]int64 `json:"ended"`
+	FailedElements map[string]int64 `json:"failed_elements"`
+}
+
+// WorkerStates are the states Metrics.Workers always reports, with a zero
+// where no worker is in one.
+var WorkerStates = []string{"running", "idle", "late", "draining", "stopped", "dead"}
+
+// DurableStates are the states Metrics.Durable always reports.
+var DurableStates = []string{"running", "orphaned", "done"}
+
+// Metrics reads queue's metrics. Its cost is bounded per queue, not per
+// task: a script call per shard over the queue's lanes, the workers in one
+// pipeline, the published batches by SCAN and one pipeline, and a few
+// reads more (docs/operations.md measures it).
+func (i *Inspector) Metrics(ctx context.Context, queue string) (Metrics, error) {
+	m := Metrics{Queue: queue, Workers: map[string]int{}, Durable: map[string]int{}}
+	b, err := i.admin.Backlog(ctx, queue)
+	if err != nil {
+		return m, err
+	}
+	m.WaitingTasks, m.WaitingElements = b.Tasks, b.Elements
+	if !b.Oldest.IsZero() {
+		m.OldestWaiting = max(b.Now.Sub(b.Oldest), 0)
+	}
+	ws, err := i.Workers(ctx, queue, b.Now)
+	if err != nil {
+		return m, err
+	}
+	for _, s := range WorkerStates {
+		m.Workers[s] = 0
+	}
+	for _, w := range ws {
+		m.Workers[w.State]++
+		if w.Live {
+			m.RunningTasks += w.Running
+		}
+	}
+	bs, err := i.Batches(ctx, queue)
+	if err != nil {
+		return m, err
+	}
+	for _, s := range DurableStates {
+		m.Durable[s] = 0
+	}
+	m.RunningBatches = len(bs)
+	for _, b := range bs {
+		m.Backlog += int64(max(b.Total-b.Done, 0))
+		if b.Durable != "" {
+			m.Durable[b.Outcome]++
+		}
+	}
+	if m.Ended, m.FailedElements, err = i.admin.Ended(ctx, queue); err != nil {
+		return m, err
+	}
+	for _, o := range []string{wire.OutcomeDone, wire.OutcomeFailed, wire.OutcomeCancelled, wire.OutcomeClosed,
+		wire.OutcomeManagerLost, wire.OutcomeExpired} {
+		m.Ended[o] += 0 // every outcome is reported, none yet or not
+	}
+	return m, nil
+}
+
+// Collector returns a Prometheus collector of the metrics of the queues
+// queues names at each scrape (Metrics, one queue after another). A queue
+// whose records cannot be read fails the scrape (promhttp answers 500),
+// rather than reporting zeros an autoscaler would act on.
+func (i *Inspector) Collector(queues func(ctx context.Context) ([]string, error)) prometheus.Collector {
+	return &collector{i: i, queues: queues}
+}
+
+// MetricsHandler serves Collector's metrics in Prometheus's text format
+// (GET /metrics of redmap metrics and of the dashboard). A scrape that
+// cannot read Redis answers 500, saying why.
+func (i *Inspector) MetricsHandler(queues func(ctx context.Context) ([]string, error)) http.Handler {
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(i.Collector(queues))
+	return promhttp.HandlerFor(reg, promhttp.HandlerOpts{ErrorHandling: promhttp.HTTPErrorOnError})
+}
+
+// collector is Inspector.Collector's.
+type collector struct {
+	i      *Inspector
+	queues func(ctx context.Context) ([]string, error)
+}
+
+// scrapeBudget bounds one scrape's reads of Redis.
+const scrapeBudget = 10 * time.Second
+
+var (
+	descWaitingTasks    = queueDesc("redmap_queue_waiting_tasks", "Tasks waiting in the queue's public lanes.")
+	descWaitingElements = queueDesc("redmap_queue_waiting_elements", "Elements of the tasks waiting in the queue's public lanes.")
+	descOldest          = queueDesc("redmap_queue_oldest_waiting_seconds", "How long ago the longest-waiting task was submitted, by the Redis clock; 0 if none waits.")
+	descRunningTasks    = queueDesc("redmap_queue_running_tasks", "Tasks running on live workers, by their last heartbeats.")
+	descWorkers         = queueDesc("redmap_queue_workers", "Workers by state (stopped and dead: of the last minutes).", "state")
+	descRunningBatches  = queueDesc("redmap_queue_running_batches", "Batches running: published by their managers, or durable and held by none.")
+	descDurable         = queueDesc("redmap_queue_durable_batches", "Durable batches by state.", "state")
+	descBacklog         = queueDesc("redmap_queue_backlog_elements", "Elements of the running batches without a result: waiting, running, or in a manager's window.")
+	descEnded           = queueDesc("redmap_batches_ended_total", "Batches ended, by outcome, as the queue's history recorded them.", "outcome")
+	descFailed          = queueDesc("redmap_elements_failed_total", "Failed elements of ended batches, by kind.", "kind")
+)
+
+func queueDesc(name, help string, labels ...string) *prometheus.Desc {
+	return prometheus.NewDesc(name, help, append([]string{"queue"}, labels...), nil)
+}
+
+// Describe describes the metrics.
+func (c *collector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{descWaitingTasks, descWaitingElements, descOldest, descRunningTasks,
+		descWorkers, descRunningBatches, descDurable, descBacklog, descEnded, descFailed} {
+		ch <- d
+	}
+}
+
+// Collect reads every queue's metrics from Redis.
+func (c *collector) Collect(ch chan<- prometheus.Metric) {
+	ctx, cancel := context.WithTimeout(context.Background(), scrapeBudget)
+	defer cancel()
+	qs, err := c.queues(ctx)
+	if err != nil {
+		ch <- prometheus.NewInvalidMetric(descWaitingTasks, fmt.Errorf("listing the queues: %w", err))
+		return
+	}
+	for _, q := range qs {
+		m, err := c.i.Metrics(ctx, q)
+		if err != nil {
+			ch <- prometheus.NewInvalidMetric(descWaitingTasks, fmt.Errorf("queue %q: %w", q, err))
+			continue
+		}
+		gauge := func(d *prometheus.Desc, v float64, labels ...string) {
+			ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, append([]string{q}, labels...)...)
+		}
+		gauge(descWaitingTasks, float64(m.WaitingTasks))
+		gauge(descWaitingElements, float64(m.WaitingElements))
+		gauge(descOldest, m.OldestWaiting.Seconds())
+		gauge(descRunningTasks, float64(m.RunningTasks))
+		for _, s := range sortedKeys(m.Workers) {
+			gauge(descWorkers, float64(m.Workers[s]), s)
+		}
+		gauge(descRunningBatches, float64(m.RunningBatches))
+		for _, s := range sortedKeys(m.Durable) {
+			gauge(descDurable, float64(m.Durable[s]), s)
+		}
+		gauge(descBacklog, float64(m.Backlog))
+		for _, o := range sortedKeys(m.Ended) {
+			ch <- prometheus.MustNewConstMetric(descEnded, prometheus.CounterValue, float64(m.Ended[o]), q, o)
+		}
+		for _, k := range sortedKeys(m.FailedElements) {
+			ch <- prometheus.MustNewConstMetric(descFailed, prometheus.CounterValue, float64(m.FailedElements[k]), q, k)
+		}
+	}
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	ks := make([]string, 0, len(m))
+	for k := range m {
+		ks = append(ks, k)
+	}
+	slices.Sort(ks)
+	return ks
+}

@@ -1,0 +1,95 @@
+package rdb
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/redmap/redmap/internal/id"
+	"github.com/redmap/redmap/internal/keys"
+	"github.com/redmap/redmap/internal/wire"
+)
+
+// The backlog counts the elements waiting in a queue's lanes exactly, as
+// tasks of different sizes are submitted, taken, given back, reaped back
+// and purged, and says how long the oldest has waited, by the Redis clock.
+func TestBacklogCountsElementsThroughEveryMove(t *testing.T) {
+	f := setup(t)
+	ctx := context.Background()
+	admin := NewAdmin(f.c, "rm")
+	// Tasks of 1, 2, ..., 10 elements: 55 in all.
+	var tasks []wire.Task
+	for i := 1; i <= 10; i++ {
+		tasks = append(tasks, wire.Task{ID: id.TaskIn(f.mid, uint64(i), 1, i, keys.DefaultPriority, keys.DefaultPriority),
+			Payload: []byte(fmt.Sprintf("payload %d", i))})
+	}
+	before, err := admin.Now(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := f.r.Submit(ctx, f.mid, "", f.lane(), tasks, time.Minute, wire.Expect{}); err != nil {
+		t.Fatal(err)
+	}
+	want := func(what string, tasks, elements int64) {
+		t.Helper()
+		b, err := admin.Backlog(ctx, f.queue)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if b.Tasks != tasks || b.Elements != elements {
+			t.Fatalf("%s: backlog %d tasks, %d elements; want %d and %d", what, b.Tasks, b.Elements, tasks, elements)
+		}
+		if tasks > 0 && (b.Oldest.UnixMilli() < before || b.Oldest.After(b.Now)) {
+			t.Fatalf("%s: oldest submitted at %v, not between %v and the Redis clock %v", what, b.Oldest, time.UnixMilli(before), b.Now)
+		}
+		if tasks == 0 && !b.Oldest.IsZero() {
+			t.Fatalf("%s: nothing waits, yet the oldest was submitted at %v", what, b.Oldest)
+		}
+	}
+	want("submitted", 10, 55)
+	// w1 takes the first three (1+2+3), w2 the next two (4+5).
+	if got, _, err := f.r.Take(ctx, "w1", 3, time.Minute, 0, 0, serves); err != nil || len(got) != 3 {
+		t.Fatalf("w1 took %d tasks (%v), want 3", len(got), err)
+	}
+	taken, _, err := f.r.Take(ctx, "w2", 2, time.Minute, 0, 0, serves)
+	if err != nil || len(taken) != 2 {
+		t.Fatalf("w2 took %d tasks (%v), want 2", len(taken), err)
+	}
+	want("taken", 5, 55-15)
+	// w2 gives its two back; then w1's lease ends and a reap puts its three back.
+	if n, err := f.r.GiveBack(ctx, "w2", []string{taken[0].Member(), taken[1].Member()}); err != nil || n != 2 {
+		t.Fatalf("gave back %d (%v), want 2", n, err)
+	}
+	want("given back", 7, 55-6)
+	if _, err := f.r.Heartbeat(ctx, "w1", -time.Millisecond, nil); err != nil {
+		t.Fatal(err)
+	}
+	if r, err := f.r.Reap(ctx); err != nil || r.Requeued != 3 {
+		t.Fatalf("reaped %+v (%v), want 3 re-queued", r, err)
+	}
+	want("reaped", 10, 55)
+	// Every task taken (the three reaped ones are suspects, each alone,
+	// to a worker that holds nothing): the lane empties, and what is
+	// beside it goes.
+	for n, i := 0, 0; n < 10; i++ {
+		got, _, err := f.r.Take(ctx, fmt.Sprintf("w3-%d", i), 10, time.Minute, 0, 0, serves)
+		if err != nil || len(got) == 0 || i > 10 {
+			t.Fatalf("take %d took %d tasks (%v), after %d", i, len(got), err, n)
+		}
+		n += len(got)
+	}
+	want("all taken", 0, 0)
+	if n := f.c.Exists(ctx, keys.LaneElements("rm", f.queue, f.lane().Name), keys.LaneTimes("rm", f.queue, f.lane().Name)).Val(); n != 0 {
+		t.Fatalf("%d keys beside the empty lane remain", n)
+	}
+	// A new submit, then a purge.
+	if _, _, err := f.r.Submit(ctx, f.mid, "", f.lane(), tasks[:4], time.Minute, wire.Expect{}); err != nil {
+		t.Fatal(err)
+	}
+	want("submitted again", 4, 10)
+	if _, _, err := admin.Purge(ctx, f.queue); err != nil {
+		t.Fatal(err)
+	}
+	want("purged", 0, 0)
+}
