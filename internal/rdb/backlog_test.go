@@ -93,3 +93,32 @@ func TestBacklogCountsElementsThroughEveryMove(t *testing.T) {
 	}
 	want("purged", 0, 0)
 }
+
+// The totals of ended batches count each batch once, by its last record:
+// a batch recorded "manager lost" and then, its manager back, "failed",
+// counts as failed, with its failed elements by kind; trimming the history
+// keeps the totals.
+func TestEndedTotalsCountLastRecord(t *testing.T) {
+	f := setup(t)
+	ctx := context.Background()
+	admin := NewAdmin(f.c, "rm")
+	rec := func(id, outcome string, failedBy map[string]int) wire.BatchRecord {
+		return wire.BatchRecord{ID: id, Manager: f.mid, Func: "f", Total: 10, Done: 10, Outcome: outcome, FailedBy: failedBy}
+	}
+	for _, r := range []wire.BatchRecord{rec("b1", wire.OutcomeManagerLost, nil), rec("b2", wire.OutcomeDone, nil)} {
+		if err := f.r.RecordBatches(ctx, f.mid, []wire.BatchRecord{r}, 100, time.Hour); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := f.r.RecordBatches(ctx, f.mid, []wire.BatchRecord{rec("b1", wire.OutcomeFailed, map[string]int{"panic": 2, "lost": 1})}, 1, time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	outcomes, kinds, err := admin.Ended(ctx, f.queue)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if outcomes[wire.OutcomeManagerLost] != 0 || outcomes[wire.OutcomeFailed] != 1 || outcomes[wire.OutcomeDone] != 1 ||
+		kinds["panic"] != 2 || kinds["lost"] != 1 {
+		t.Fatalf("totals %v, kinds %v; want 1 failed (2 panic, 1 lost), 1 done", outcomes, kinds)
+	}
+}

@@ -160,14 +160,13 @@ local function trim_history(hist, index, limit, age)
   redis.call('PEXPIRE', index, age)
 end
 
--- tally counts a batch's history record (JSON) in the queue's totals
+-- tally counts a batch's history record r (decoded) in the queue's totals
 -- (hash "<base>ended": "outcome:<outcome>" batches, "kind:<kind>" failed
 -- elements, by its failed_by), with sign 1, or -1 to take back a record
 -- that is overwritten. The totals only grow otherwise: a trim of the
 -- history keeps them.
-local function tally(base, rec, sign)
-  local ok, r = pcall(cjson.decode, rec or '')
-  if not ok or type(r) ~= 'table' then
+local function tally(base, r, sign)
+  if type(r) ~= 'table' then
     return
   end
   local key = base .. 'ended'
@@ -183,17 +182,23 @@ local function tally(base, rec, sign)
   end
 end
 
+-- decoded returns JSON s decoded, or nil.
+local function decoded(s)
+  local ok, r = pcall(cjson.decode, s or '')
+  return ok and r or nil
+end
+
 -- write_history writes record rec (JSON) of batch id into the queue's
 -- history at time t, and counts it in its totals (tally), taking back the
 -- record it overwrites.
 local function write_history(base, hist, index, id, rec, t)
   local old = redis.call('HGET', hist, id)
   if old then
-    tally(base, old, -1)
+    tally(base, decoded(old), -1)
   end
   redis.call('HSET', hist, id, rec)
   redis.call('ZADD', index, t, id)
-  tally(base, rec, 1)
+  tally(base, decoded(rec), 1)
 end
 
 -- with_progress copies into rec, a batch's history record, the counts of
@@ -235,7 +240,8 @@ local function lose_managers(base, managers, hist, index, limit, age)
             worker = p.worker, total = p.total, done = p.done, failed = p.failed,
             outcome = 'manager lost', reason = 'its manager stopped publishing progress',
             started_ms = p.started_ms, ended_ms = t}
-          write_history(base, hist, index, id, cjson.encode(rec), t)
+          redis.call('HSET', hist, id, cjson.encode(rec))
+          redis.call('ZADD', index, t, id)
           n = n + 1
         end
       end
@@ -244,6 +250,8 @@ local function lose_managers(base, managers, hist, index, limit, age)
     end
   end
   if n > 0 then
+    -- Each was new (HEXISTS): counted at once, one increment for all.
+    redis.call('HINCRBY', base .. 'ended', 'outcome:manager lost', n)
     trim_history(hist, index, limit, age)
   end
   return n
