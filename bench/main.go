@@ -57,6 +57,7 @@ func main() {
 	flag.IntVar(&fixedChunk, "fixed-chunk", fixedChunk, "values per chunk of the (fixed-width) chunked baseline, to try its variants")
 	flag.IntVar(&fixedPipeline, "fixed-pipeline", fixedPipeline, "chunks per pipelined push of the chunked baseline, to try its variants")
 	traced := flag.Bool("traced", false, "trace every redmap batch and task (an OpenTelemetry SDK provider whose exporter drops the spans): the cost of tracing on")
+	scrape := flag.Bool("scrape", false, "instead of the scenarios, measure what one scrape of redmap metrics costs (time, Redis CPU, round trips) on a queue of 1,000 running batches and 100,000 waiting tasks, beside the leanest scraper of waiting tasks")
 	shardList := flag.String("shards", "", "in the tiny and unchunked scenarios, one redmap contender per shard count in this comma-separated list (manager.Options.Shards), e.g. 1,2,3")
 	flag.Parse()
 	traceEverything(*traced)
@@ -77,6 +78,10 @@ func main() {
 	if *workerProfile != "" {
 		os.Setenv(workerProfileEnv, *workerProfile)
 	}
+	if *scrape {
+		*only = "-" // no scenario: run measures the scrape alone
+	}
+	scrapeOnly = *scrape
 	if err := run(*quick, *only, *runs, *inproc, *commands, *cluster, shards); err != nil {
 		pprof.StopCPUProfile()
 		fmt.Fprintln(os.Stderr, "bench:", err)
@@ -245,6 +250,9 @@ func run(quick bool, only string, runs int, inproc, commands bool, cluster int, 
 	fmt.Printf("machine: %d CPUs (GOMAXPROCS %d), %s, %s; redis-server %s; redmap workers: %s (unless a scenario says); %d runs per scenario, contenders interleaved\n\n",
 		runtime.NumCPU(), e.slots, runtime.GOOS+"/"+runtime.GOARCH, runtime.Version(), e.redisVersion(), where, runs)
 
+	if scrapeOnly {
+		return runScrape(e)
+	}
 	var rows []row
 	for _, sc := range scenarios {
 		if only != "" && !slices.Contains(strings.Split(only, ","), sc.name) {
