@@ -101,7 +101,7 @@ func runScrape(e *env) error {
 			break
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("Redis has %d tasks of %d batches, want %d of %d", m.WaitingTasks, m.RunningBatches, scrapeTasks, scrapeBatches)
+			return fmt.Errorf("only %d tasks of %d batches in Redis, want %d of %d", m.WaitingTasks, m.RunningBatches, scrapeTasks, scrapeBatches)
 		}
 		time.Sleep(100 * time.Millisecond) // polling what managers write on their own schedule
 	}

@@ -125,7 +125,7 @@ func Lane(prefix, queue, lane string) string { return Base(prefix, queue) + "l:"
 // score the first sequence number of a submit, member "<seq>:<Redis ms>").
 func LaneElements(prefix, queue, lane string) string { return Lane(prefix, queue, lane) + ":e" }
 
-// LaneTimes: see LaneElements.
+// LaneTimes is the key of when lane's tasks were submitted: see LaneElements.
 func LaneTimes(prefix, queue, lane string) string { return Lane(prefix, queue, lane) + ":t" }
 
 // Lanes is manager mid's hash of its lanes (lane, without the manager id →
