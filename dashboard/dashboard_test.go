@@ -304,6 +304,40 @@ func TestStateSaysWhyABatchWaits(t *testing.T) {
 	}
 }
 
+// The dashboard serves redmap metrics' Prometheus text at /metrics: a
+// batch submitted with no worker is counted there, task by task.
+func TestMetricsEndpoint(t *testing.T) {
+	e := harness.Setup(t)
+	m := e.Manager(t, manager.Options{NoWorkerTimeout: -1})
+	d, err := dashboard.New(e.Client, dashboard.Options{Queue: e.Queue})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(d)
+	defer srv.Close()
+	b, err := manager.Submit(context.Background(), m, slow, []int{1, 2, 3, 4, 5, 6}, manager.ChunkSize(2))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Cancel()
+	want := fmt.Sprintf("redmap_queue_waiting_elements{queue=%q} 6", e.Queue)
+	var body string
+	redistest.Eventually(t, "the dashboard's /metrics counts the batch", func() bool {
+		resp, err := http.Get(srv.URL + "/metrics")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		body = string(b)
+		return resp.StatusCode == http.StatusOK && strings.Contains(body, want) &&
+			strings.Contains(body, fmt.Sprintf("redmap_queue_backlog_elements{queue=%q} 6", e.Queue))
+	})
+	if !strings.Contains(body, fmt.Sprintf("redmap_queue_waiting_tasks{queue=%q} 3", e.Queue)) {
+		t.Fatalf("/metrics:\n%s", body)
+	}
+}
+
 // With Private, reading the state needs the token as well; the page's own
 // files (no data) do not.
 func TestPrivateState(t *testing.T) {
@@ -334,6 +368,8 @@ func TestPrivateState(t *testing.T) {
 		{"/api/state", "Bearer wrong", http.StatusForbidden},
 		{"/api/state?token=" + operatorToken, "", http.StatusUnauthorized},
 		{"/api/state", "Bearer " + operatorToken, http.StatusOK},
+		{"/metrics", "", http.StatusUnauthorized},
+		{"/metrics", "Bearer " + operatorToken, http.StatusOK},
 		{"/", "", http.StatusOK},
 		{"/app.js", "", http.StatusOK},
 	} {

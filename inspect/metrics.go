@@ -160,13 +160,13 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	defer cancel()
 	qs, err := c.queues(ctx)
 	if err != nil {
-		ch <- prometheus.NewInvalidMetric(descWaitingTasks, fmt.Errorf("listing the queues: %w", err))
+		ch <- prometheus.NewInvalidMetric(descWaitingTasks, fmt.Errorf("inspect: listing the queues: %w", err))
 		return
 	}
 	for _, q := range qs {
 		m, err := c.i.Metrics(ctx, q)
 		if err != nil {
-			ch <- prometheus.NewInvalidMetric(descWaitingTasks, fmt.Errorf("queue %q: %w", q, err))
+			ch <- prometheus.NewInvalidMetric(descWaitingTasks, fmt.Errorf("inspect: queue %q: %w", q, err))
 			continue
 		}
 		gauge := func(d *prometheus.Desc, v float64, labels ...string) {

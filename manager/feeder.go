@@ -197,7 +197,10 @@ func (f *feeder[Out]) taken(w *window, c chunk, payload []byte) (send bool, err 
 		return false, fmt.Errorf("manager: durable batch %q: %w", f.owned.name, err)
 	}
 	found := f.owned.found
-	was, ok := found.sums[c.tid]
+	// By the task's place, not its size: a takeover cut into other
+	// chunks has other sums under the same names, and is refused.
+	key := id.Unsized(c.tid)
+	was, ok := found.sums[key]
 	switch {
 	case ok && was != sum:
 		return false, mismatch(f.owned.name, c.tid, c.start, c.count)
@@ -205,7 +208,7 @@ func (f *feeder[Out]) taken(w *window, c chunk, payload []byte) (send bool, err 
 		if w.sums == nil {
 			w.sums = make(map[string]string)
 		}
-		w.sums[c.tid] = sum
+		w.sums[key] = sum
 		w.sums[shardsField] = strconv.Itoa(len(f.router.list()))
 		if constant != "" {
 			w.sums[constField] = constant

@@ -61,6 +61,22 @@ func TaskIn(mid string, seq, lane uint64, n, p, def int) string {
 	return t + "~" + strconv.Itoa(p)
 }
 
+// Unsized returns task id tid without the element count TaskIn puts in
+// it: the same for the seq-th task of a lane whatever its size, as a
+// durable batch records its tasks' sums (a takeover cut into other
+// chunks then differs in sum, not in name).
+func Unsized(tid string) string {
+	i := strings.IndexByte(tid, ',')
+	if i < 0 {
+		return tid
+	}
+	j := strings.IndexAny(tid[i:], ".~")
+	if j < 0 {
+		return tid[:i]
+	}
+	return tid[:i] + tid[i+j:]
+}
+
 // Lane returns the lane in task id tid ("" for a task of no lane: a private
 // one).
 func Lane(tid string) string {

@@ -60,3 +60,17 @@ func TestLane(t *testing.T) {
 		}
 	}
 }
+
+func TestUnsized(t *testing.T) {
+	mid := New()
+	for _, c := range []struct{ tid, want string }{
+		{TaskIn(mid, 77, 5, 40, 3, 3), mid + "-25.5"},
+		{TaskIn(mid, 77, 5, 41, 1, 3), mid + "-25.5~1"},
+		{TaskAt(mid, 9, 1, 3), mid + "-9~1"},
+		{Task(mid, 9), mid + "-9"},
+	} {
+		if got := Unsized(c.tid); got != c.want {
+			t.Errorf("Unsized(%q) = %q, want %q", c.tid, got, c.want)
+		}
+	}
+}
