@@ -111,11 +111,22 @@ func mainWith(args []string, stdout, stderr io.Writer, hs ...redmap.AnyHandle) e
 	}
 	w.checked = true // one start-up check per process
 	fmt.Fprintln(stdout, "worker", w.ID())
-	log.Info("worker started", "id", w.ID(), "queue", f.queue, "concurrency", w.opts.Concurrency)
+	f.announce(log, w.ID(), w.opts.Concurrency)
+	return w.Run(ctx)
+}
+
+// announce logs where the worker serves: its id, queue, concurrency and the
+// Redis it connected to (redacted), with a warning for each of the Redis
+// and the queue that is the built-in default rather than one the operator
+// named: a newcomer's worker must not serve someone else's Redis unseen.
+func (f *flags) announce(log *slog.Logger, id string, concurrency int) {
+	log.Info("worker started", "id", id, "queue", f.queue, "concurrency", concurrency, "redis", f.url.String())
+	if f.redisDefault {
+		log.Warn("no -redis and no REDIS_URL: serving the built-in default " + f.url.String() + "; set REDIS_URL to the Redis your managers use")
+	}
 	if f.queueDefault {
 		log.Warn(`no -queue and no REDMAP_QUEUE: serving the queue "default"; a manager's batches reach this worker only if it submits to that queue`)
 	}
-	return w.Run(ctx)
 }
 
 // flags are a worker program's settings, from its flags and environment.
@@ -127,6 +138,7 @@ type flags struct {
 	grace                 time.Duration
 	level                 slog.Level
 	queueDefault          bool // neither -queue nor REDMAP_QUEUE named the queue
+	redisDefault          bool // neither -redis nor REDIS_URL named the Redis
 }
 
 // parseFlags reads args and the environment; with -h it prints the usage
@@ -194,7 +206,11 @@ func parseFlags(args []string, stdout io.Writer, hs []redmap.AnyHandle) (*flags,
 		return nil, fmt.Errorf("worker: -log-level %q: want debug, info, warn or error", *logLevel)
 	}
 	f.queueDefault = os.Getenv("REDMAP_QUEUE") == ""
-	fs.Visit(func(fl *flag.Flag) { f.queueDefault = f.queueDefault && fl.Name != "queue" })
+	f.redisDefault = os.Getenv("REDIS_URL") == ""
+	fs.Visit(func(fl *flag.Flag) {
+		f.queueDefault = f.queueDefault && fl.Name != "queue"
+		f.redisDefault = f.redisDefault && fl.Name != "redis"
+	})
 	return &f, nil
 }
 

@@ -3,6 +3,7 @@ package worker
 import (
 	"bytes"
 	"context"
+	"log/slog"
 	"strings"
 	"testing"
 	"time"
@@ -85,6 +86,38 @@ func TestMainFailsFastAtStart(t *testing.T) {
 			}
 			if took > startBudget+5*time.Second { // a liveness bound, loose on purpose
 				t.Fatalf("took %v, past its start budget %v", took, startBudget)
+			}
+		})
+	}
+}
+
+// A worker says at start which Redis it serves (its password redacted),
+// and warns when that is the built-in default: no -redis, no REDIS_URL.
+func TestMainSaysWhereItServes(t *testing.T) {
+	for _, c := range []struct {
+		args      []string
+		env       string
+		redis     string
+		defaulted bool
+	}{
+		{args: []string{"-queue", "q"}, redis: "redis://127.0.0.1:6379/0", defaulted: true},
+		{args: []string{"-queue", "q", "-redis", "redis://u:TOPSECRET@h:1/0"}, redis: "redis://u:xxxxx@h:1/0"},
+		{args: []string{"-queue", "q"}, env: "redis://h:2/0", redis: "redis://h:2/0"},
+	} {
+		t.Run(strings.Join(c.args, " ")+c.env, func(t *testing.T) {
+			t.Setenv("REDIS_URL", c.env)
+			f, err := parseFlags(c.args, &bytes.Buffer{}, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var logs bytes.Buffer
+			f.announce(slog.New(slog.NewTextHandler(&logs, nil)), "w1", 4)
+			out := logs.String()
+			if !strings.Contains(out, "redis="+c.redis) || strings.Contains(out, "SECRET") {
+				t.Fatalf("logs %q, want redis=%s, redacted", out, c.redis)
+			}
+			if warned := strings.Contains(out, "no -redis and no REDIS_URL"); warned != c.defaulted {
+				t.Fatalf("logs %q: warned of the default Redis %v, want %v", out, warned, c.defaulted)
 			}
 		})
 	}
