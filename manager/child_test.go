@@ -111,6 +111,10 @@ func runChild() {
 		err = childManager(rdb, queue)
 	case role == "manager-nap":
 		err = childNapper(rdb, queue)
+	case role == "manager-gate":
+		err = childGater(rdb, queue)
+	case role == "manager-map":
+		err = childMapper(rdb, queue)
 	case role == "manager-durable":
 		err = childDurable(rdb, queue)
 	default:
@@ -237,6 +241,58 @@ func childNapper(rdb redis.UniversalClient, queue string) error {
 	}
 	fmt.Println("submitted", m.ID())
 	select {}
+}
+
+// gateOpen holds every run of gate until it is closed (in the test
+// process; a child only submits gate's tasks).
+var gateOpen = make(chan struct{})
+
+// gate returns its input once gateOpen is closed.
+var gate = redmap.Func("gate", func(ctx context.Context, x int) (int, error) {
+	select {
+	case <-gateOpen:
+		return x, nil
+	case <-ctx.Done():
+		return 0, ctx.Err()
+	}
+})
+
+// childGater submits a batch of 100 gate tasks (default KeyTTL, so its
+// keys outlive it by a minute), prints "submitted <manager id>", and
+// waits to be killed.
+func childGater(rdb redis.UniversalClient, queue string) error {
+	m, err := manager.New(rdb, manager.Options{Queue: queue, Poll: 100 * time.Millisecond})
+	if err != nil {
+		return err
+	}
+	if _, err := manager.Submit(context.Background(), m, gate, make([]int, 100), manager.ChunkSize(1)); err != nil {
+		return err
+	}
+	fmt.Println("submitted", m.ID())
+	select {}
+}
+
+// childMapper maps nap over 300 elements, one a task, publishing every
+// 100 ms, prints "mapping <manager id>" before and "exact <n>" once every
+// element has its value, and exits.
+func childMapper(rdb redis.UniversalClient, queue string) error {
+	m, err := manager.New(rdb, manager.Options{Queue: queue, Poll: 100 * time.Millisecond})
+	if err != nil {
+		return err
+	}
+	defer m.Close()
+	fmt.Println("mapping", m.ID())
+	ys, err := manager.Map(context.Background(), m, nap, make([]int, 300), manager.ChunkSize(1))
+	if err != nil {
+		return err
+	}
+	for i, y := range ys {
+		if y == 0 {
+			return fmt.Errorf("element %d has no value", i)
+		}
+	}
+	fmt.Println("exact", len(ys))
+	return nil
 }
 
 // startChild starts the test binary again as a child in role (see runChild).

@@ -11,6 +11,7 @@ import (
 
 	"github.com/redmap/redmap"
 	"github.com/redmap/redmap/inspect"
+	"github.com/redmap/redmap/internal/keys"
 	"github.com/redmap/redmap/manager"
 	"github.com/redmap/redmap/worker"
 )
@@ -140,6 +141,89 @@ func TestHistoryManagerLost(t *testing.T) {
 		t.Fatalf("the lost manager's batch recorded as %+v; last seen running as %+v", b, seen)
 	}
 	t.Logf("recorded: %s %s %d/%d done, %s", b.ID, b.Outcome, b.Done, b.Total, b.Reason)
+}
+
+// A manager SIGKILLed mid-batch: in the step that records it "manager
+// lost", its queued tasks are withdrawn, so that no worker runs another of
+// them (its keys would otherwise live a minute more, and its tasks run for
+// nothing). The worker's four slots are all held by tasks that wait on a
+// gate when the record is made, so no take is in flight: the tasks it
+// took are counted exactly, before and after.
+func TestLostManagerTasksWithdrawn(t *testing.T) {
+	e := setup(t)
+	w := e.Worker(t, worker.Options{Concurrency: 4, Prefetch: -1, Heartbeat: 100 * time.Millisecond}, gate)
+	in, err := inspect.New(e.Client, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	child := startChild(t, "manager-gate", "REDMAP_URL="+e.URL, "REDMAP_QUEUE="+e.Queue)
+	mid := child.Expect(t, "submitted ")
+	eventually(t, "the worker's four slots held by gate tasks", func() bool { return w.Stats().Running == 4 })
+	eventually(t, "the batch published", func() bool {
+		bs, err := in.Batches(testCtx(t), e.Queue)
+		return err == nil && len(bs) == 1
+	})
+	child.Kill()
+	<-child.Exited()
+	eventually(t, "the batch recorded as manager lost", func() bool {
+		h, _, err := in.History(testCtx(t), e.Queue, 1) // a read only: the worker records it
+		return err == nil && len(h) == 1 && h[0].Outcome == "manager lost"
+	})
+	taken := w.Stats().Taken
+	if taken != 4 {
+		t.Fatalf("the worker took %d tasks while its slots were held, want 4", taken)
+	}
+	m, err := in.Metrics(testCtx(t), e.Queue)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m.WaitingTasks != 0 || m.WaitingElements != 0 {
+		t.Fatalf("after the record, %d tasks (%d elements) still wait", m.WaitingTasks, m.WaitingElements)
+	}
+	if left := e.Keys(t, keys.Tasks("redmap", e.Queue, mid)); len(left) != 0 {
+		t.Fatalf("the lost manager's task set outlives the record: %v", left)
+	}
+	close(gateOpen) // the four running tasks end; their results are discarded
+	eventually(t, "the worker idle", func() bool {
+		ws, err := in.Workers(testCtx(t), e.Queue, time.Now())
+		return err == nil && len(ws) == 1 && ws[0].State == "idle"
+	})
+	if after := w.Stats().Taken - taken; after != 0 {
+		t.Fatalf("%d of the lost manager's tasks were taken after the record, want 0", after)
+	}
+	t.Logf("manager killed with 96 tasks queued, 4 running: tasks taken after the record: 0")
+}
+
+// A manager cut off for longer than it may go without publishing (here
+// SIGSTOPped) is recorded "manager lost" and its tasks withdrawn; when it
+// comes back it finds its task set gone, as after Redis lost its writes,
+// submits again what has no result, and its Map returns every value.
+func TestLostManagerComesBack(t *testing.T) {
+	e := setup(t)
+	e.Worker(t, worker.Options{Concurrency: 2, Heartbeat: 100 * time.Millisecond}, nap)
+	in, err := inspect.New(e.Client, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	child := startChild(t, "manager-map", "REDMAP_URL="+e.URL, "REDMAP_QUEUE="+e.Queue)
+	child.Expect(t, "mapping ")
+	eventually(t, "the batch published with elements done", func() bool {
+		bs, err := in.Batches(testCtx(t), e.Queue)
+		return err == nil && len(bs) == 1 && bs[0].Done > 0
+	})
+	child.Cmd.Process.Signal(syscall.SIGSTOP)
+	eventually(t, "the batch recorded as manager lost", func() bool {
+		h, _, err := in.History(testCtx(t), e.Queue, 1)
+		return err == nil && len(h) == 1 && h[0].Outcome == "manager lost"
+	})
+	child.Cmd.Process.Signal(syscall.SIGCONT)
+	if got := child.Expect(t, "exact "); got != "300" {
+		t.Fatalf("the manager that came back says exact %s, want 300", got)
+	}
+	<-child.Exited()
+	if err := child.Err(); err != nil {
+		t.Fatalf("the manager that came back exited with %v", err)
+	}
 }
 
 // Workers' states, read from Redis as an operator's tool reads them: idle,

@@ -306,7 +306,7 @@ func TestHistory(t *testing.T) {
 		t.Fatalf("lost manager's batch not in the history: %+v", hist)
 	}
 	want := wire.BatchRecord{ID: "b2", Manager: f.mid, Func: "f", Priority: 2, Total: 10, Done: 4, Failed: 1,
-		FailedBy: map[string]int{}, Outcome: wire.OutcomeManagerLost, Reason: "its manager stopped publishing progress",
+		FailedBy: map[string]int{}, Outcome: wire.OutcomeManagerLost, Reason: "its manager stopped publishing progress; its queued tasks were withdrawn",
 		Started: 1700000000123, Ended: got.Ended}
 	if !reflect.DeepEqual(*got, want) || got.Ended < time.Now().Add(-time.Minute).UnixMilli() {
 		t.Fatalf("lost manager's batch: %+v; want %+v", *got, want)

@@ -213,12 +213,31 @@ local function with_progress(rec, p)
   return rec
 end
 
+-- withdraw_manager withdraws every task of manager mid of the queue at
+-- base, in the step that records it lost: its lanes and their keys go, and
+-- its task set, so that no worker takes another of its tasks (a take drops
+-- an id whose task is not in its set, and a result of a task that was
+-- running is discarded). A manager that was only cut off finds its task
+-- set gone when it comes back, as after Redis lost its writes, and submits
+-- again what has no result.
+local function withdraw_manager(base, mid)
+  local m = base .. 'm:' .. mid
+  for _, lane in ipairs(redis.call('HKEYS', m .. ':lanes')) do
+    local list = base .. 'l:' .. mid .. '.' .. lane
+    redis.call('DEL', list)
+    unlane(list)
+  end
+  redis.call('DEL', m .. ':lanes', m .. ':tasks', m .. ':attempts')
+end
+
 -- lose_managers records, for each manager of the queue at base whose
 -- publish of progress is overdue by the Redis clock (in the sorted set
 -- managers), each batch it last published as ended with outcome "manager
--- lost" and its last published progress; it forgets the manager's
--- published batches. A durable batch's owner is only forgotten. The history is bounded by limit and age (ms). At most
--- 10 managers a call. Returns how many batches it recorded.
+-- lost" and its last published progress, and withdraws its tasks
+-- (withdraw_manager); it forgets the manager's published batches. A
+-- durable batch's owner is only forgotten: its batch runs on without a
+-- manager. The history is bounded by limit and age (ms). At most 10
+-- managers a call. Returns how many batches it recorded.
 local function lose_managers(base, managers, hist, index, limit, age)
   local t = now()
   local lost = redis.call('ZRANGEBYSCORE', managers, '-inf', t, 'LIMIT', 0, 10)
@@ -238,7 +257,7 @@ local function lose_managers(base, managers, hist, index, limit, age)
         if ok and type(p) == 'table' and redis.call('HEXISTS', hist, id) == 0 then
           local rec = {id = id, manager = mid, func = p.func, priority = p.priority,
             worker = p.worker, total = p.total, done = p.done, failed = p.failed,
-            outcome = 'manager lost', reason = 'its manager stopped publishing progress',
+            outcome = 'manager lost', reason = 'its manager stopped publishing progress; its queued tasks were withdrawn',
             started_ms = p.started_ms, ended_ms = t}
           redis.call('HSET', hist, id, cjson.encode(rec))
           redis.call('ZADD', index, t, id)
@@ -247,6 +266,7 @@ local function lose_managers(base, managers, hist, index, limit, age)
       end
       redis.call('DEL', key)
       redis.call('ZREM', managers, mid)
+      withdraw_manager(base, mid)
     end
   end
   if n > 0 then
