@@ -352,7 +352,7 @@ func (f *fakeShard) PublishBatches(_ context.Context, _ string, batches map[stri
 	return c, nil
 }
 
-func (f *fakeShard) RecordBatches(_ context.Context, _ string, recs []wire.BatchRecord, _ int, _ time.Duration) error {
+func (f *fakeShard) RecordBatches(_ context.Context, _ string, recs []wire.BatchRecord, _ int, _ time.Duration, _ int64) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if err := f.call("record"); err != nil {

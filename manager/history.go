@@ -18,7 +18,7 @@ import (
 // historyStore is where the manager writes its batches' final records: the
 // queue's history, in shard 0.
 type historyStore interface {
-	RecordBatches(ctx context.Context, mid string, recs []wire.BatchRecord, limit int, age time.Duration) error
+	RecordBatches(ctx context.Context, mid string, recs []wire.BatchRecord, limit int, age time.Duration, ended int64) error
 }
 
 // history writes each batch's final record into the queue's history when
@@ -44,7 +44,10 @@ type historyParams struct {
 	store historyStore
 	limit int           // Options.History; negative: write nothing
 	age   time.Duration // Options.HistoryAge
-	log   *slog.Logger
+	// unsaid is told, with each write, of the elements ended since the
+	// last publish, for the throughput counters (the keeper shares it).
+	unsaid *unsaid
+	log    *slog.Logger
 	// budget bounds one write and its retries: a batch's readers wait for
 	// it, so a Redis that is away delays their return by this at most.
 	budget time.Duration
@@ -120,12 +123,17 @@ func (h *history) write(batch []pendingRecord) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), h.budget)
 	bo := backoff.Backoff{Min: 20 * time.Millisecond, Max: 500 * time.Millisecond}
-	err := h.store.RecordBatches(ctx, h.mid, recs, h.limit, h.age)
+	// The batches' last elements go into the throughput with their records:
+	// a batch shorter than a Poll, or a manager closed right after, is
+	// counted whole.
+	ended := h.unsaid.take()
+	err := h.store.RecordBatches(ctx, h.mid, recs, h.limit, h.age, ended)
 	for err != nil && rdb.Transient(err) && bo.Wait(ctx) {
-		err = h.store.RecordBatches(ctx, h.mid, recs, h.limit, h.age)
+		err = h.store.RecordBatches(ctx, h.mid, recs, h.limit, h.age, ended)
 	}
 	cancel()
 	if err != nil {
+		h.unsaid.giveBack(ended)
 		h.log.Warn("writing batches' records into the queue's history failed; operators will not see how they ended",
 			"batches", len(recs), "first", recs[0].ID, "err", err)
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -18,7 +19,7 @@ type blockingStore struct {
 	release chan struct{}
 }
 
-func (s *blockingStore) RecordBatches(_ context.Context, _ string, recs []wire.BatchRecord, _ int, _ time.Duration) error {
+func (s *blockingStore) RecordBatches(_ context.Context, _ string, recs []wire.BatchRecord, _ int, _ time.Duration, _ int64) error {
 	s.mu.Lock()
 	first := len(s.calls) == 0
 	var ids []string
@@ -39,7 +40,7 @@ func (s *blockingStore) RecordBatches(_ context.Context, _ string, recs []wire.B
 // writer returns, and a record after that is written at once.
 func TestHistoryWritesWaitingRecordsTogether(t *testing.T) {
 	s := &blockingStore{started: make(chan struct{}), release: make(chan struct{})}
-	h := newHistory(historyParams{mid: "m", store: s, limit: 10, age: time.Hour, budget: time.Second, log: slog.New(slog.DiscardHandler)})
+	h := newHistory(historyParams{mid: "m", store: s, limit: 10, age: time.Hour, budget: time.Second, unsaid: &unsaid{ended: new(atomic.Int64)}, log: slog.New(slog.DiscardHandler)})
 	h.Start(context.Background())
 	written := make([]chan struct{}, 4)
 	for i := range written {
@@ -71,7 +72,7 @@ func TestHistoryWritesWaitingRecordsTogether(t *testing.T) {
 		t.Fatalf("writes %v; want the record after Stop written at once", s.calls)
 	}
 	// A manager with History -1 writes nothing, and says so at once.
-	off := newHistory(historyParams{mid: "m", store: s, limit: -1, age: time.Hour, budget: time.Second, log: slog.New(slog.DiscardHandler)})
+	off := newHistory(historyParams{mid: "m", store: s, limit: -1, age: time.Hour, budget: time.Second, unsaid: &unsaid{ended: new(atomic.Int64)}, log: slog.New(slog.DiscardHandler)})
 	done := make(chan struct{})
 	off.record(wire.BatchRecord{ID: "e"}, done)
 	<-done

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"strings"
 	"syscall"
 	"testing"
@@ -12,6 +13,7 @@ import (
 	"github.com/redmap/redmap"
 	"github.com/redmap/redmap/inspect"
 	"github.com/redmap/redmap/internal/keys"
+	"github.com/redmap/redmap/internal/redistest"
 	"github.com/redmap/redmap/manager"
 	"github.com/redmap/redmap/worker"
 )
@@ -141,6 +143,46 @@ func TestHistoryManagerLost(t *testing.T) {
 		t.Fatalf("the lost manager's batch recorded as %+v; last seen running as %+v", b, seen)
 	}
 	t.Logf("recorded: %s %s %d/%d done, %s", b.ID, b.Outcome, b.Done, b.Total, b.Reason)
+}
+
+// A batch shorter than one Poll, of a manager closed right after it, is
+// counted whole: in the queue's throughput (the dashboard's chart and rate)
+// and in its history record, from the record the manager wrote as it ended,
+// not from a publish that never came (issue 40: a 200,000-element batch
+// that took 0.2 s never appeared in the chart).
+func TestShortBatchCountedWhole(t *testing.T) {
+	e := setup(t)
+	e.Worker(t, worker.Options{Concurrency: 2}, square)
+	in, err := inspect.New(e.Client, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := manager.New(e.Client, manager.Options{Queue: e.Queue, Poll: time.Hour, Shards: redistest.Shards()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := manager.Map(testCtx(t), m, square, ints(5000)); err != nil {
+		t.Fatal(err)
+	}
+	if err := m.Close(); err != nil {
+		t.Fatal(err)
+	}
+	snap, err := in.Snapshot(testCtx(t), e.Queue)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var counted float64
+	for _, r := range snap.Queue.Series {
+		counted += r * float64(snap.Queue.Bucket)
+	}
+	if math.Round(counted) != 5000 {
+		t.Fatalf("the throughput counted %v elements of a 5,000-element batch that ended within one Poll", counted)
+	}
+	if len(snap.History) != 1 || snap.History[0].Done != 5000 || snap.History[0].Total != 5000 || snap.History[0].Outcome != "done" {
+		t.Fatalf("history %+v, want the batch done 5000/5000", snap.History)
+	}
+	t.Logf("a 5,000-element batch within one Poll, its manager closed at once: %v elements in the throughput, %d/%d in the history",
+		counted, snap.History[0].Done, snap.History[0].Total)
 }
 
 // A manager SIGKILLed mid-batch: in the step that records it "manager

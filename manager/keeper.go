@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -24,8 +25,34 @@ import (
 type keeper struct {
 	keeperParams
 	*part.Runner
-	renewAt   map[*shard]time.Time // owned by tick
-	endedSaid int64                // ended, as the last publish counted it; owned by tick
+	renewAt map[*shard]time.Time // owned by tick
+}
+
+// unsaid tracks how many of a manager's ended elements the queue's
+// throughput counters have been told of. The keeper's publish and the
+// history's record each add what is not yet said, so that a batch ending
+// between two publishes, or a manager closed before its next one, is
+// counted whole, and once.
+type unsaid struct {
+	ended *atomic.Int64 // elements that ended, all batches
+	mu    sync.Mutex
+	said  int64
+}
+
+// take returns the ended elements not yet said, and counts them said.
+func (u *unsaid) take() int64 {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	n := u.ended.Load() - u.said
+	u.said += n
+	return n
+}
+
+// giveBack counts n taken elements unsaid again: their write failed.
+func (u *unsaid) giveBack(n int64) {
+	u.mu.Lock()
+	u.said -= n
+	u.mu.Unlock()
 }
 
 // keeperParams is what a keeper is built from.
@@ -35,7 +62,7 @@ type keeperParams struct {
 	router  *router
 	holds   *holds
 	batches *registry
-	ended   *atomic.Int64 // elements that ended, all batches
+	ended   *unsaid // elements ended, for the throughput counters
 	faults  *faults
 	due     time.Duration // the next publish is due within this (lostAfter)
 	// claim renews a durable batch's claim (an owner's: Manager.renewClaim);
@@ -95,11 +122,13 @@ func (k *keeper) publishBatches(ctx context.Context) {
 	}
 	// Elements ended since the last publish feed the queue's throughput
 	// counters (redmap dashboard), whatever batch they were of.
-	ended := k.ended.Load()
-	cancels, err := k.router.queue().PublishBatches(ctx, k.mid, published, k.ttl, k.due, ended-k.endedSaid)
+	ended := k.ended.take()
+	cancels, err := k.router.queue().PublishBatches(ctx, k.mid, published, k.ttl, k.due, ended)
+	if err != nil {
+		k.ended.giveBack(ended)
+	}
 	switch {
 	case err == nil:
-		k.endedSaid = ended
 	case ctx.Err() != nil:
 		k.log.Debug("stopped while publishing batch progress", "err", err)
 	case rdb.Refused(err):

@@ -106,11 +106,11 @@ func TestEndedTotalsCountLastRecord(t *testing.T) {
 		return wire.BatchRecord{ID: id, Manager: f.mid, Func: "f", Total: 10, Done: 10, Outcome: outcome, FailedBy: failedBy}
 	}
 	for _, r := range []wire.BatchRecord{rec("b1", wire.OutcomeManagerLost, nil), rec("b2", wire.OutcomeDone, nil)} {
-		if err := f.r.RecordBatches(ctx, f.mid, []wire.BatchRecord{r}, 100, time.Hour); err != nil {
+		if err := f.r.RecordBatches(ctx, f.mid, []wire.BatchRecord{r}, 100, time.Hour, 0); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if err := f.r.RecordBatches(ctx, f.mid, []wire.BatchRecord{rec("b1", wire.OutcomeFailed, map[string]int{"panic": 2, "lost": 1})}, 1, time.Hour); err != nil {
+	if err := f.r.RecordBatches(ctx, f.mid, []wire.BatchRecord{rec("b1", wire.OutcomeFailed, map[string]int{"panic": 2, "lost": 1})}, 1, time.Hour, 0); err != nil {
 		t.Fatal(err)
 	}
 	outcomes, kinds, err := admin.Ended(ctx, f.queue)

@@ -848,11 +848,14 @@ func (r *RDB) PublishBatches(ctx context.Context, mid string, batches map[string
 
 // RecordBatches writes recs, batches of manager mid that ended, into the
 // queue's history, keeping its last limit batches and none older than age,
-// and forgets them among mid's published running ones. One script call.
-func (r *RDB) RecordBatches(ctx context.Context, mid string, recs []wire.BatchRecord, limit int, age time.Duration) error {
-	ks := []string{keys.History(r.prefix, r.queue), keys.HistoryIndex(r.prefix, r.queue), keys.Batches(r.prefix, r.queue, mid)}
-	args := make([]any, 0, 3+2*len(recs))
-	args = append(args, limit, age.Milliseconds(), keys.Base(r.prefix, r.queue))
+// forgets them among mid's published running ones, and adds ended
+// (elements ended since the manager last said) to the queue's throughput
+// counter of now. One script call.
+func (r *RDB) RecordBatches(ctx context.Context, mid string, recs []wire.BatchRecord, limit int, age time.Duration, ended int64) error {
+	ks := []string{keys.History(r.prefix, r.queue), keys.HistoryIndex(r.prefix, r.queue), keys.Batches(r.prefix, r.queue, mid),
+		keys.Throughput(r.prefix, r.queue, time.Now().Unix()/int64(keys.ThroughputBucket/time.Second))}
+	args := make([]any, 0, 5+2*len(recs))
+	args = append(args, limit, age.Milliseconds(), keys.Base(r.prefix, r.queue), ended, keys.ThroughputSpan.Milliseconds())
 	for _, rec := range recs {
 		args = append(args, rec.ID, wire.EncodeRecord(rec))
 	}

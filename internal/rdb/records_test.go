@@ -257,7 +257,7 @@ func TestHistory(t *testing.T) {
 	}
 	rec := wire.BatchRecord{ID: "b1", Manager: f.mid, Func: "f", Total: 10, Done: 10, Failed: 2,
 		FailedBy: map[string]int{"panic": 1, "error": 1}, Outcome: wire.OutcomeFailed, Started: 1, Ended: 2}
-	if err := f.r.RecordBatches(ctx, f.mid, []wire.BatchRecord{rec}, 3, time.Hour); err != nil {
+	if err := f.r.RecordBatches(ctx, f.mid, []wire.BatchRecord{rec}, 3, time.Hour, 0); err != nil {
 		t.Fatal(err)
 	}
 	hist, malformed, err := a.History(ctx, f.queue, 0)
@@ -270,7 +270,7 @@ func TestHistory(t *testing.T) {
 	for i := range 5 {
 		r := rec
 		r.ID = fmt.Sprint("x", i)
-		if err := f.r.RecordBatches(ctx, f.mid, []wire.BatchRecord{r}, 3, time.Hour); err != nil {
+		if err := f.r.RecordBatches(ctx, f.mid, []wire.BatchRecord{r}, 3, time.Hour, 0); err != nil {
 			t.Fatal(err)
 		}
 	}

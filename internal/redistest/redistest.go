@@ -11,6 +11,7 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"log/slog"
 	"math/rand/v2"
 	"net"
 	"os"
@@ -24,7 +25,21 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/redmap/redmap/connect"
 )
+
+// quietRedisLogs routes go-redis's process-wide logger (its pool's
+// "failed to dial" lines, as fault tests break servers on purpose) through
+// slog at debug level, shown only with REDMAP_TEST_REDIS_LOGS=1: test
+// output carries what the tests say, not a library's retries.
+func quietRedisLogs() {
+	level := slog.LevelInfo
+	if os.Getenv("REDMAP_TEST_REDIS_LOGS") == "1" {
+		level = slog.LevelDebug
+	}
+	connect.RouteLogs(slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level})))
+}
 
 // Server is a redis-server process on a loopback port.
 type Server struct {
@@ -76,6 +91,7 @@ func Main(m *testing.M) { os.Exit(Run(m)) }
 // Run is Main without the exit, for a TestMain with its own clean-up: it
 // returns the tests' exit code.
 func Run(m *testing.M) int {
+	quietRedisLogs()
 	s, err := start(nil)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
