@@ -872,13 +872,41 @@ func (r *RDB) LoseManagers(ctx context.Context) (int, error) {
 
 // loseManagers is LoseManagers for queue at prefix on c, with the default
 // bounds of the history.
+//
+// The managers found lost have their tasks withdrawn: from the queue's
+// first shard in the script that records them, then from each of its other
+// shards (one script call each), so that workers run none of them.
 func loseManagers(ctx context.Context, c redis.UniversalClient, prefix, queue string) (int, error) {
 	ks := []string{keys.Managers(prefix, queue), keys.History(prefix, queue), keys.HistoryIndex(prefix, queue), keys.Durables(prefix, queue)}
-	n, err := lostScript.run(ctx, c, ks, keys.Base(prefix, queue), keys.DefaultHistory, keys.DefaultHistoryAge.Milliseconds()).Int()
+	got, err := lostScript.run(ctx, c, ks, keys.Base(prefix, queue), keys.DefaultHistory, keys.DefaultHistoryAge.Milliseconds()).Slice()
 	if err != nil {
 		return 0, wrap("lose managers", lostScript, "", err)
 	}
-	return n, nil
+	var n int64
+	if len(got) > 0 {
+		n, _ = got[0].(int64)
+	}
+	if len(got) == 0 || n < 0 {
+		return 0, fmt.Errorf("lose managers: script returned %v, not a count", got)
+	}
+	if len(got) == 1 {
+		return int(n), nil
+	}
+	args := []any{""}
+	for _, mid := range got[1:] {
+		args = append(args, mid)
+	}
+	shards, err := c.LRange(ctx, keys.ShardNames(prefix, queue), 0, -1).Result()
+	if err != nil {
+		return int(n), wrap("lose managers: list the shards", nil, "LRANGE", err)
+	}
+	for _, sh := range shards {
+		args[0] = keys.Base(prefix, sh)
+		if err := withdrawScript.run(ctx, c, []string{keys.Workers(prefix, sh)}, args...).Err(); err != nil {
+			return int(n), wrap("withdraw lost managers' tasks", withdrawScript, "", err)
+		}
+	}
+	return int(n), nil
 }
 
 // Depth returns the number of task ids waiting in the shard's lanes.

@@ -38,6 +38,7 @@ var (
 	publishScript   = load("publish.lua")
 	recordScript    = load("record.lua")
 	lostScript      = load("lost.lua")
+	withdrawScript  = load("withdraw.lua")
 	failuresScript  = load("failures.lua")
 	claimScript     = load("claim.lua")
 	resumeScript    = load("resume.lua")

@@ -10,9 +10,11 @@
 -- KEYS[4] durable batches (HASH owner -> JSON wire.DurableEntry)
 -- ARGV[1] key base "<prefix>:{<queue>}:"   ARGV[2] most batches kept
 -- ARGV[3] oldest kept, ms
--- Returns the number of batches recorded.
+-- Returns the number of batches recorded, then the ids of the managers
+-- found lost, whose tasks it withdrew from this shard (the caller withdraws
+-- them from the queue's other shards: withdraw.lua).
 local base, limit, age = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
-local n = lose_managers(base, KEYS[1], KEYS[2], KEYS[3], limit, age)
+local n, withdrawn = lose_managers(base, KEYS[1], KEYS[2], KEYS[3], limit, age)
 local t = now()
 local expired = 0
 -- HKEYS, then an HGET each: the least-privilege ACL user has no HGETALL.
@@ -35,4 +37,8 @@ end
 if expired > 0 then
   trim_history(KEYS[2], KEYS[3], limit, age)
 end
-return n + expired
+local out = {n + expired}
+for _, mid in ipairs(withdrawn) do
+  out[#out + 1] = mid
+end
+return out

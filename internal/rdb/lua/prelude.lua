@@ -233,15 +233,18 @@ end
 -- lose_managers records, for each manager of the queue at base whose
 -- publish of progress is overdue by the Redis clock (in the sorted set
 -- managers), each batch it last published as ended with outcome "manager
--- lost" and its last published progress, and withdraws its tasks
--- (withdraw_manager); it forgets the manager's published batches. A
+-- lost" and its last published progress, and withdraws its tasks of this
+-- shard (withdraw_manager; the caller withdraws those of the others,
+-- withdraw.lua); it forgets the manager's published batches. A
 -- durable batch's owner is only forgotten: its batch runs on without a
 -- manager. The history is bounded by limit and age (ms). At most 10
--- managers a call. Returns how many batches it recorded.
+-- managers a call. Returns how many batches it recorded, and the ids of
+-- the managers whose tasks it withdrew.
 local function lose_managers(base, managers, hist, index, limit, age)
   local t = now()
   local lost = redis.call('ZRANGEBYSCORE', managers, '-inf', t, 'LIMIT', 0, 10)
   local n = 0
+  local withdrawn = {}
   for _, mid in ipairs(lost) do
     local key = base .. 'm:' .. mid .. ':batches'
     if string.sub(mid, 1, 1) == 'D' then
@@ -267,6 +270,7 @@ local function lose_managers(base, managers, hist, index, limit, age)
       redis.call('DEL', key)
       redis.call('ZREM', managers, mid)
       withdraw_manager(base, mid)
+      withdrawn[#withdrawn + 1] = mid
     end
   end
   if n > 0 then
@@ -274,5 +278,5 @@ local function lose_managers(base, managers, hist, index, limit, age)
     redis.call('HINCRBY', base .. 'ended', 'outcome:manager lost', n)
     trim_history(hist, index, limit, age)
   end
-  return n
+  return n, withdrawn
 end
