@@ -15,6 +15,7 @@ import (
 
 	"github.com/redmap/redmap"
 	"github.com/redmap/redmap/codec"
+	"github.com/redmap/redmap/internal/failure"
 	"github.com/redmap/redmap/internal/tracing"
 	"github.com/redmap/redmap/internal/wire"
 )
@@ -78,7 +79,11 @@ type batchEnv struct {
 	batches *registry     // the running batches, which it leaves as it ends
 	history *history      // where its final record goes
 	tasks   *withdrawal   // takes its outstanding tasks back
-	durable bool          // its manager owns a durable batch: see abort
+	// failures counts what fails on the manager's side (no worker, lost,
+	// Redis unavailable, ...) for the queue's failure groups: workers count
+	// what fails on theirs.
+	failures *failure.Log
+	durable  bool // its manager owns a durable batch: see abort
 }
 
 // newBatch returns a batch of n elements (of a slice), or of a sequence
@@ -519,7 +524,9 @@ func (b *Batch[Out]) deliver(ci int, r *codec.Result, err error) {
 	}
 	b.closeChunk(ci, func(c chunk) []Out {
 		if err != nil {
-			b.outs.failElements(c, 0, fmt.Errorf("%w: result: %v", redmap.ErrDecode, err))
+			cause := fmt.Errorf("%w: result: %v", redmap.ErrDecode, err)
+			b.outs.failElements(c, 0, cause)
+			b.noteFailure(c, cause)
 			return nil
 		}
 		b.env.costs.observe(b.fn, r.Nanos, c.count)
@@ -529,7 +536,23 @@ func (b *Batch[Out]) deliver(ci int, r *codec.Result, err error) {
 
 // fail fails every element of chunk ci with cause.
 func (b *Batch[Out]) fail(ci, attempt int, cause error) {
-	b.closeChunk(ci, func(c chunk) []Out { b.outs.failElements(c, attempt, cause); return nil })
+	b.closeChunk(ci, func(c chunk) []Out {
+		b.outs.failElements(c, attempt, cause)
+		b.noteFailure(c, cause)
+		return nil
+	})
+}
+
+// noteFailure counts chunk c's elements, failed on the manager's side with
+// cause, in the queue's failure groups (redmap failures), by the kind the
+// history records them under; a cancelled or closed batch's are not
+// failures of the fleet, and are left to the history.
+func (b *Batch[Out]) noteFailure(c chunk, cause error) {
+	kind := causeOf(cause)
+	if b.env.failures == nil || kind == wire.OutcomeCancelled || kind == wire.OutcomeClosed {
+		return
+	}
+	b.env.failures.NoteKind(b.fn, kind, c.tid, cause.Error(), c.count)
 }
 
 // abort ends the batch early with err and withdraws its outstanding tasks;

@@ -47,7 +47,8 @@ type fakeShard struct {
 	served      map[string]bool
 	published   []map[string]wire.BatchProgress
 	history     []wire.BatchRecord
-	cancelBatch []string // batch ids PublishBatches says an operator cancelled
+	failures    []wire.FailureGroup // the failure groups the manager counted on its side
+	cancelBatch []string            // batch ids PublishBatches says an operator cancelled
 	shardNames  []string
 	workers     []string
 }
@@ -350,6 +351,20 @@ func (f *fakeShard) PublishBatches(_ context.Context, _ string, batches map[stri
 	c := f.cancelBatch
 	f.cancelBatch = nil
 	return c, nil
+}
+
+func (f *fakeShard) CountFailures(_ context.Context, _ string, groups []wire.FailureGroup) (int64, int64, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if err := f.call("failures"); err != nil {
+		return 0, 0, err
+	}
+	var n int64
+	for _, g := range groups {
+		f.failures = append(f.failures, g)
+		n += g.Count
+	}
+	return n, 0, nil
 }
 
 func (f *fakeShard) RecordBatches(_ context.Context, _ string, recs []wire.BatchRecord, _ int, _ time.Duration, _ int64) error {

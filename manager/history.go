@@ -10,6 +10,7 @@ import (
 	"github.com/redmap/redmap"
 	"github.com/redmap/redmap/codec"
 	"github.com/redmap/redmap/internal/backoff"
+	"github.com/redmap/redmap/internal/failure"
 	"github.com/redmap/redmap/internal/part"
 	"github.com/redmap/redmap/internal/rdb"
 	"github.com/redmap/redmap/internal/wire"
@@ -19,6 +20,7 @@ import (
 // queue's history, in shard 0.
 type historyStore interface {
 	RecordBatches(ctx context.Context, mid string, recs []wire.BatchRecord, limit int, age time.Duration, ended int64) error
+	CountFailures(ctx context.Context, wid string, groups []wire.FailureGroup) (added, malformed int64, err error)
 }
 
 // history writes each batch's final record into the queue's history when
@@ -47,7 +49,10 @@ type historyParams struct {
 	// unsaid is told, with each write, of the elements ended since the
 	// last publish, for the throughput counters (the keeper shares it).
 	unsaid *unsaid
-	log    *slog.Logger
+	// failures holds what failed on the manager's side: written with the
+	// records, so that redmap failures counts it by the time Map returns.
+	failures *failure.Log
+	log      *slog.Logger
 	// budget bounds one write and its retries: a batch's readers wait for
 	// it, so a Redis that is away delays their return by this at most.
 	budget time.Duration
@@ -86,6 +91,22 @@ func (h *history) record(rec wire.BatchRecord, written chan struct{}) {
 	case h.wake <- struct{}{}:
 	default:
 	}
+}
+
+// writeFailures adds the failures log counted on manager mid's side to the
+// queue's failure groups, as a worker does (failures.lua; the group names
+// "manager <mid>" among who saw it), and counts them again if the write
+// fails.
+func writeFailures(ctx context.Context, store historyStore, mid string, log *failure.Log) error {
+	gs := log.Take()
+	if len(gs) == 0 {
+		return nil
+	}
+	if _, _, err := store.CountFailures(ctx, "manager "+mid, gs); err != nil {
+		log.PutBack(gs)
+		return err
+	}
+	return nil
 }
 
 // run writes what waits, in turns, until ctx ends; then what still waits.
@@ -130,6 +151,9 @@ func (h *history) write(batch []pendingRecord) {
 	err := h.store.RecordBatches(ctx, h.mid, recs, h.limit, h.age, ended)
 	for err != nil && rdb.Transient(err) && bo.Wait(ctx) {
 		err = h.store.RecordBatches(ctx, h.mid, recs, h.limit, h.age, ended)
+	}
+	if err == nil && h.failures != nil {
+		err = writeFailures(ctx, h.store, h.mid, h.failures)
 	}
 	cancel()
 	if err != nil {

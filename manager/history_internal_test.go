@@ -19,6 +19,10 @@ type blockingStore struct {
 	release chan struct{}
 }
 
+func (s *blockingStore) CountFailures(context.Context, string, []wire.FailureGroup) (int64, int64, error) {
+	return 0, 0, nil
+}
+
 func (s *blockingStore) RecordBatches(_ context.Context, _ string, recs []wire.BatchRecord, _ int, _ time.Duration, _ int64) error {
 	s.mu.Lock()
 	first := len(s.calls) == 0

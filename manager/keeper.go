@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/redmap/redmap/internal/failure"
 	"github.com/redmap/redmap/internal/part"
 	"github.com/redmap/redmap/internal/rdb"
 	"github.com/redmap/redmap/internal/wire"
@@ -63,8 +64,11 @@ type keeperParams struct {
 	holds   *holds
 	batches *registry
 	ended   *unsaid // elements ended, for the throughput counters
-	faults  *faults
-	due     time.Duration // the next publish is due within this (lostAfter)
+	// failures holds what failed on the manager's side, written every Poll
+	// (and with each batch's record: history).
+	failures *failure.Log
+	faults   *faults
+	due      time.Duration // the next publish is due within this (lostAfter)
 	// claim renews a durable batch's claim (an owner's: Manager.renewClaim);
 	// nil for a manager.
 	claim   func(ctx context.Context)
@@ -89,6 +93,11 @@ func (k *keeper) tick(ctx context.Context) {
 	k.renewKeys(ctx)
 	k.holds.renew(ctx)
 	k.publishBatches(ctx)
+	if k.failures != nil {
+		if err := writeFailures(ctx, k.router.queue(), k.mid, k.failures); err != nil && ctx.Err() == nil {
+			k.log.Warn("counting the manager's failures in the queue's failure groups failed; the next Poll tries again", "err", err)
+		}
+	}
 	k.faults.keep(ctx, k.router.first(), "publishing the queue's shard names", quietOutage, func() error { return k.router.publish(ctx) })
 }
 

@@ -18,6 +18,7 @@ import (
 
 	"github.com/redmap/redmap"
 	"github.com/redmap/redmap/cache"
+	"github.com/redmap/redmap/internal/failure"
 	"github.com/redmap/redmap/internal/id"
 	"github.com/redmap/redmap/internal/part"
 	"github.com/redmap/redmap/internal/rdb"
@@ -63,6 +64,7 @@ type Manager struct {
 	probed   atomic.Bool // Redis allowed every command redmap needs (see ready)
 	typed    sync.Map    // signatures whose types are published (see publishTypes)
 	stats    counters
+	failures failure.Log  // what failed on the manager's side, for the queue's failure groups
 	history  *history     // writes each batch's final record
 	addr     string       // where the client connects, for errors (rdb.Addr)
 	tracer   trace.Tracer // from Options.TracerProvider or the global one (which delegates to a provider installed later)
@@ -152,9 +154,10 @@ func assemble(r seams, opts Options, mid string, o *owned) *Manager {
 	m.holds = newHolds(r.store, mid, opts.KeyTTL, m.log)
 	ended := &unsaid{ended: &m.stats.ended}
 	m.history = newHistory(historyParams{mid: mid, store: r.queue, limit: opts.History, age: opts.HistoryAge,
-		budget: min(opts.RedisTimeout, historyBudget), unsaid: ended, log: m.log})
+		budget: min(opts.RedisTimeout, historyBudget), unsaid: ended, failures: &m.failures, log: m.log})
 	m.env = batchEnv{mid: mid, tracer: m.tracer, log: m.log, ended: &m.stats.ended, costs: &m.costs, batches: m.batches,
-		history: m.history, tasks: &withdrawal{mid: mid, pending: m.pending, router: m.router, log: m.log}, durable: o != nil}
+		history: m.history, tasks: &withdrawal{mid: mid, pending: m.pending, router: m.router, log: m.log}, durable: o != nil,
+		failures: &m.failures}
 	m.feeding = feederParams{mid: mid, opts: opts, router: m.router, pending: m.pending, batches: m.batches,
 		costs: &m.costs, faults: m.faults, running: &m.feeders, publishTypes: m.publishTypes}
 	if o != nil {
@@ -164,7 +167,7 @@ func assemble(r seams, opts Options, mid string, o *owned) *Manager {
 		}
 	}
 	keeping := keeperParams{mid: mid, ttl: opts.KeyTTL, router: m.router, holds: m.holds, batches: m.batches,
-		ended: ended, faults: m.faults, due: lostAfter(opts.Poll, opts.KeyTTL), log: m.log}
+		ended: ended, failures: &m.failures, faults: m.faults, due: lostAfter(opts.Poll, opts.KeyTTL), log: m.log}
 	if o != nil {
 		keeping.claim, keeping.durable, keeping.renewEvery = m.renewClaim, o.name, opts.Poll
 	}

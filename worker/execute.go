@@ -75,7 +75,7 @@ func (w *Worker) execute(ctx context.Context, t wire.Taken) (done wire.Done) {
 		// result will be discarded.
 	case len(res.Fails) > 0:
 		w.counters.failed.Add(1)
-		w.failures.note(c.task.Func, t.ID, res.Fails)
+		w.failures.Note(c.task.Func, t.ID, res.Fails)
 	default:
 		w.counters.succeeded.Add(1)
 	}

@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/redmap/redmap/internal/failure"
 	"github.com/redmap/redmap/internal/part"
 	"github.com/redmap/redmap/internal/wire"
 )
@@ -24,7 +25,7 @@ type maintainerParams struct {
 	lease    time.Duration // Options.Lease
 	source   *source
 	held     *held
-	failures *failureLog
+	failures *failure.Log
 	counters *counters
 	info     func() wire.WorkerInfo // what the worker publishes for operators
 	problem  *problem
@@ -145,14 +146,14 @@ func (m *maintainer) recordFailures(ctx context.Context) bool {
 // failure groups, and puts them back in the log if the write fails.
 // A malformed group found in Redis is replaced, and said here once: the
 // replacement leaves nothing to say again.
-func countFailures(ctx context.Context, q queueRedis, wid string, log *failureLog, logger *slog.Logger) error {
-	gs := log.take()
+func countFailures(ctx context.Context, q queueRedis, wid string, log *failure.Log, logger *slog.Logger) error {
+	gs := log.Take()
 	if len(gs) == 0 {
 		return nil
 	}
 	_, malformed, err := q.CountFailures(ctx, wid, gs)
 	if err != nil {
-		log.putBack(gs)
+		log.PutBack(gs)
 		return err
 	}
 	if malformed > 0 {

@@ -15,6 +15,7 @@ import (
 	"github.com/redmap/redmap/cache"
 	"github.com/redmap/redmap/codec"
 	"github.com/redmap/redmap/internal/await"
+	"github.com/redmap/redmap/internal/failure"
 	"github.com/redmap/redmap/internal/memo"
 	"github.com/redmap/redmap/internal/redistest"
 	"github.com/redmap/redmap/internal/wire"
@@ -383,8 +384,8 @@ func TestMaintainer(t *testing.T) {
 	s.unwanted["running"] = true
 	s.drain = true
 	s.reaped = wire.Reaped{Workers: 1, Requeued: 4}
-	var fl failureLog
-	fl.note("negate", "t1", []codec.Failure{{Index: 0, Kind: codec.KindError, Msg: "boom 1"}, {Index: 1, Kind: codec.KindError, Msg: "boom 2"}})
+	var fl failure.Log
+	fl.Note("negate", "t1", []codec.Failure{{Index: 0, Kind: codec.KindError, Msg: "boom 1"}, {Index: 1, Kind: codec.KindError, Msg: "boom 2"}})
 	var drains atomic.Int32
 	var draining atomic.Bool
 	var beats []bool

@@ -23,6 +23,7 @@ import (
 	"github.com/redmap/redmap/cache"
 	"github.com/redmap/redmap/codec"
 	"github.com/redmap/redmap/internal/engine"
+	"github.com/redmap/redmap/internal/failure"
 	"github.com/redmap/redmap/internal/memo"
 	"github.com/redmap/redmap/internal/part"
 	"github.com/redmap/redmap/internal/rdb"
@@ -52,7 +53,7 @@ type Worker struct {
 	running  atomic.Bool
 
 	held      *held
-	failures  failureLog
+	failures  failure.Log
 	counters  counters
 	started   time.Time
 	duration  prometheus.Histogram // seconds per task run

@@ -398,9 +398,9 @@ func (c *cli) failures(ctx context.Context) error {
 		rows = append(rows, []string{g.Queue, g.Func, g.Kind, strconv.FormatInt(g.Count, 10),
 			ago(now, g.First), ago(now, g.Last), strconv.Itoa(len(g.Workers)), g.Group})
 	}
-	c.table("QUEUE\tFUNC\tKIND\tCOUNT\tFIRST\tLAST\tWORKERS\tGROUP", rows)
+	c.table("QUEUE\tFUNC\tKIND\tCOUNT\tFIRST\tLAST\tSEEN BY\tGROUP", rows)
 	for _, g := range groups {
-		fmt.Fprintf(c.out, "\n%s %s, %d× — %s\n  last: %s (task %s, workers %s)\n", g.Func, g.Kind, g.Count, g.Group,
+		fmt.Fprintf(c.out, "\n%s %s, %d× — %s\n  last: %s (task %s, seen by %s)\n", g.Func, g.Kind, g.Count, g.Group,
 			g.Error, g.SampleTask, strings.Join(g.Workers, ", "))
 		if g.SampleStack != "" {
 			fmt.Fprintf(c.out, "  a stack:\n%s\n", indent(firstLines(g.SampleStack, 12)))

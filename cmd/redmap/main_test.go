@@ -286,6 +286,27 @@ func TestFailures(t *testing.T) {
 	t.Logf("redmap failures:\n%s", out)
 }
 
+// redmap failures lists what failed on the manager's side too, grouped as
+// a worker's failures are: here a batch whose function no worker serves,
+// failed with ErrNoWorker, counted by the time Map returns.
+func TestFailuresIncludeManagerSide(t *testing.T) {
+	e := harness.Setup(t)
+	m := e.Manager(t, manager.Options{NoWorkerTimeout: 500 * time.Millisecond, Poll: 100 * time.Millisecond})
+	_, err := manager.Map(context.Background(), m, square, make([]int, 30), manager.ChunkSize(10))
+	var be *redmap.BatchError
+	if !errors.As(err, &be) || len(be.Failed) != 30 || !errors.Is(be.Failed[0].Err, redmap.ErrNoWorker) {
+		t.Fatalf("a batch with no worker: %v; want 30 elements failed with ErrNoWorker", err)
+	}
+	var groups []inspect.FailureGroup
+	cliJSONAt(t, e.URL, &groups, "failures", "-queue", e.Queue)
+	if len(groups) != 1 || groups[0].Kind != "no worker" || groups[0].Count != 30 || groups[0].Func != "square" ||
+		len(groups[0].Workers) != 1 || groups[0].Workers[0] != "manager "+m.ID() {
+		t.Fatalf("failure groups %+v; want one of 30 elements, kind no worker, seen by the manager", groups)
+	}
+	out, _, _ := runCLIAt(t, e.URL, "failures", "-queue", e.Queue)
+	t.Logf("redmap failures:\n%s", out)
+}
+
 // Every failed element is counted, however many a heartbeat sees, and those
 // counted in a worker's last moments are written before it exits; messages
 // that differ only in a path and a number fall in one group, shown with one
