@@ -21,8 +21,9 @@ test-cluster: redis-server ## the manager, worker and cache suites again, on a l
 	REDMAP_TEST_REDIS=cluster REDMAP_TEST_SHARDS=3 $(GO) test -race -count=1 ./manager ./worker
 	REDMAP_TEST_SHARDS=3 $(GO) test -race -count=1 ./cmd/redmap
 
-screenshot: redis-server ## regenerate docs/dashboard.png, docs/dashboard-phone.png, docs/dashboard-history.png (the browser tests' screenshots of a live fleet) and docs/tracing.png (one traced batch of the squares example)
+screenshot: redis-server ## regenerate docs/dashboard.png, docs/dashboard-phone.png, docs/dashboard-history.png, docs/dashboard-busy.png (the browser tests' screenshots of a live fleet) and docs/tracing.png (one traced batch of the squares example)
 	REDMAP_SCREENSHOT=$(CURDIR)/docs/dashboard.png $(GO) test -count=1 -run '^TestDashboardInBrowser$$' -v ./dashboard
+	REDMAP_SCREENSHOT_LAYOUT=$(CURDIR)/docs/dashboard-busy.png $(GO) test -count=1 -run '^TestDashboardLayoutInBrowser$$' -v ./dashboard
 	REDMAP_SCREENSHOT_HISTORY=$(CURDIR)/docs/dashboard-history.png $(GO) test -count=1 -run '^TestDashboardHistoryInBrowser$$' -v ./dashboard
 	REDMAP_SCREENSHOT_TRACE=$(CURDIR)/docs/tracing.png $(GO) test -count=1 -run '^TestExamplesExportOverOTLP$$' -v ./otlp
 

@@ -227,7 +227,7 @@ func TestDashboardHistoryInBrowser(t *testing.T) {
 	var wants []want
 	ended := func(b *manager.Batch[int], outcome string) {
 		p := b.Progress()
-		wants = append(wants, want{outcome, "", p.Done, p.Failed, p.Total})
+		wants = append(wants, want{outcome, "", p.Done - p.Failed, p.Failed, p.Total})
 	}
 	done, err := manager.Submit(bg, m, slow, ints(40), manager.ChunkSize(4))
 	if err != nil {
@@ -289,6 +289,75 @@ func TestDashboardHistoryInBrowser(t *testing.T) {
 	t.Logf("manager lost: page %d/5000 done (its last published progress)", lostDone)
 	if path := os.Getenv(historyShotEnv); path != "" {
 		png, err := chromedp.Run(ctx, chromedp.FullScreenshot(100))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Clean(path), png, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("screenshot written to %s", path)
+	}
+}
+
+// layoutShotEnv names the variable that, set to a path, makes
+// TestDashboardLayoutInBrowser save its screenshot there.
+const layoutShotEnv = "REDMAP_SCREENSHOT_LAYOUT"
+
+// A busy queue at 1280×900: 20 ended batches (kept on the page for
+// Options.Keep), one running, two workers and failure groups. The newest
+// ended batches show as cards and the others fold into one line, so that
+// Workers and Failures stay in view; the workers table fits without
+// scrolling sideways, and so does the page.
+func TestDashboardLayoutInBrowser(t *testing.T) {
+	ctx := browser(t, 1280, 900)
+	e := harness.Setup(t)
+	ws := startWorkers(t, e, 2)
+	m := e.Manager(t, manager.Options{Poll: 250 * time.Millisecond})
+	harness.WaitLive(t, m, ws[0].ID, ws[1].ID)
+	bg := context.Background()
+	for i := range 20 {
+		n := 40
+		if i == 7 {
+			n = 200 // two of its elements fail: a failure group
+		}
+		if _, err := manager.Map(bg, m, slow, ints(n), manager.ChunkSize(4)); (err != nil) != (i == 7) {
+			t.Fatalf("batch %d: %v", i, err)
+		}
+	}
+	running, err := manager.Submit(bg, m, slow, ints(50_000), manager.ChunkSize(2))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer running.Cancel()
+	base := startDashboard(t, e, nil)
+	if err := chromedp.Do(ctx, chromedp.EmulateViewport(1280, 900)); err != nil {
+		t.Fatal(err)
+	}
+	if err := chromedp.Do(ctx, chromedp.Navigate(base+"/")); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, ctx, "20 ended batches, 17 folded", `document.querySelectorAll('.batch.finished').length === 20 && document.querySelectorAll('details.older .batch').length === 17 && !!document.querySelector('.batch[data-outcome="running"]') && document.querySelectorAll('#workers tr[data-worker]').length === 2 && !!document.querySelector('#failures tr.fail')`)
+	got, err := chromedp.Run(ctx, chromedp.Evaluate[[]float64](`(() => {
+		const top = (id) => document.getElementById(id).closest('section').querySelector('h2').getBoundingClientRect().top;
+		const row = (sel) => document.querySelector(sel).getBoundingClientRect().bottom;
+		const scroll = document.getElementById('workers').closest('.scroll');
+		return [innerHeight, top('workers'), row('#workers tr[data-worker]:last-of-type'), top('failures'), row('#failures tr.fail'),
+			scroll.scrollWidth - scroll.clientWidth, document.documentElement.scrollWidth - innerWidth];
+	})()`))
+	if err != nil || len(got) != 7 {
+		t.Fatalf("measuring the page: %v %v", got, err)
+	}
+	h, workersTop, workersBottom, failuresTop, failuresBottom, tableOver, pageOver := got[0], got[1], got[2], got[3], got[4], got[5], got[6]
+	t.Logf("at 1280×900: Workers from %.0f to %.0f px, Failures from %.0f to %.0f px; the workers table %.0f px wider than its box, the page %.0f px wider than the window",
+		workersTop, workersBottom, failuresTop, failuresBottom, tableOver, pageOver)
+	if workersBottom > h || failuresBottom > h {
+		t.Errorf("Workers (to %.0f px) or Failures (to %.0f px) below the %.0f px window", workersBottom, failuresBottom, h)
+	}
+	if tableOver > 0 || pageOver > 0 {
+		t.Errorf("the workers table (%.0f px) or the page (%.0f px) scrolls sideways at 1280 px", tableOver, pageOver)
+	}
+	if path := os.Getenv(layoutShotEnv); path != "" {
+		png, err := chromedp.Run(ctx, chromedp.CaptureScreenshot())
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -107,9 +107,9 @@ type Batch struct {
 	Func     string  `json:"func"`
 	Priority int     `json:"priority"`
 	Total    int     `json:"total"`
-	Done     int     `json:"done"` // failed ones included
-	Failed   int     `json:"failed"`
-	Rate     float64 `json:"rate"`        // elements a second
+	Done     int     `json:"done"`   // elements with a value: failed ones are not done
+	Failed   int     `json:"failed"` // elements that failed; Total - Done - Failed have no outcome yet
+	Rate     float64 `json:"rate"`   // elements ended (done or failed) a second: recent, or over the whole batch once it ended
 	ETA      float64 `json:"eta_seconds"` // 0 when unknown or done
 	Worker   string  `json:"worker,omitempty"`
 	// Waiting says why a running batch does not advance, as its manager
@@ -271,7 +271,7 @@ func (i *Inspector) Batches(ctx context.Context, queue string) ([]Batch, error) 
 			p.Waiting = "unreadable progress: " + b.Malformed.Error()
 		}
 		out = append(out, Batch{Queue: queue, Manager: b.Manager, ID: b.ID, Func: p.Func,
-			Priority: cmp.Or(p.Priority, keys.DefaultPriority), Total: p.Total, Done: p.Done, Failed: p.Failed,
+			Priority: cmp.Or(p.Priority, keys.DefaultPriority), Total: p.Total, Done: succeeded(p.Done, p.Failed), Failed: p.Failed,
 			Rate: p.Rate, ETA: p.ETA.Seconds(), Worker: p.Worker, Waiting: p.Waiting, Outcome: "running",
 			Started: p.Started, Durable: p.Durable})
 	}
@@ -323,6 +323,10 @@ func (i *Inspector) durableStates(ctx context.Context, queue string, bs []Batch)
 	return nil
 }
 
+// succeeded returns the elements with a value, of ended (a record's
+// "done": elements with an outcome, failed ones included) and failed.
+func succeeded(ended, failed int) int { return max(ended-failed, 0) }
+
 // HistoryShown is how many ended batches of a queue Snapshot reads.
 const HistoryShown = 100
 
@@ -337,7 +341,7 @@ func (i *Inspector) History(ctx context.Context, queue string, n int) ([]Batch, 
 	out := make([]Batch, len(recs))
 	for j, r := range recs {
 		out[j] = Batch{Queue: queue, Manager: r.Manager, ID: r.ID, Func: r.Func,
-			Priority: cmp.Or(r.Priority, keys.DefaultPriority), Total: r.Total, Done: r.Done, Failed: r.Failed,
+			Priority: cmp.Or(r.Priority, keys.DefaultPriority), Total: r.Total, Done: succeeded(r.Done, r.Failed), Failed: r.Failed,
 			Worker: r.Worker, Outcome: r.Outcome, FailedBy: r.FailedBy, Reason: r.Reason,
 			Started: time.UnixMilli(r.Started), Ended: time.UnixMilli(r.Ended)}
 		if r.Started == 0 {

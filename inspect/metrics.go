@@ -88,7 +88,7 @@ func (i *Inspector) Metrics(ctx context.Context, queue string) (Metrics, error) 
 	}
 	m.RunningBatches = len(bs)
 	for _, b := range bs {
-		m.Backlog += int64(max(b.Total-b.Done, 0))
+		m.Backlog += int64(max(b.Total-b.Done-b.Failed, 0))
 		if b.Durable != "" {
 			m.Durable[b.Outcome]++
 		}

@@ -46,11 +46,12 @@ type Batch[Out any] struct {
 	seq      uint64              // n: the batch's number, and its lane's
 	types    map[string][]string // the structure of each handle it calls, by name
 	started  time.Time
-	in       input       // the elements, to encode (again)
-	span     trace.Span  // the batch's span (tracing.go); a no-op one if not traced
-	stream   bool        // the input is a sequence (SubmitSeq): results are read once, as they come
-	stop     func() bool // detaches the batch from its submit context
-	onEnd    func()      // releases what the batch holds (its constant); runs once
+	samples  []rateSample // for Progress's recent rate; under mu
+	in       input        // the elements, to encode (again)
+	span     trace.Span   // the batch's span (tracing.go); a no-op one if not traced
+	stream   bool         // the input is a sequence (SubmitSeq): results are read once, as they come
+	stop     func() bool  // detaches the batch from its submit context
+	onEnd    func()       // releases what the batch holds (its constant); runs once
 	ending   sync.Once
 
 	mu       sync.Mutex

@@ -73,7 +73,7 @@ func TestHistoryRecordsHowBatchesEnded(t *testing.T) {
 		}
 	}
 	b := last(t)
-	if b.Outcome != "failed" || b.Total != 20 || b.Done != 20 || b.Failed != len(be.Failed) ||
+	if b.Outcome != "failed" || b.Total != 20 || b.Done != 20-len(be.Failed) || b.Failed != len(be.Failed) ||
 		b.FailedBy["panic"] != panics || b.FailedBy["error"] != len(be.Failed)-panics {
 		t.Fatalf("a failed batch recorded as %+v; the manager counted %d failed, %d panics", b, len(be.Failed), panics)
 	}

@@ -8,7 +8,7 @@ type Progress struct {
 	Total    int           `json:"total"`              // elements
 	Done     int           `json:"done"`               // elements with a result, failed ones included
 	Failed   int           `json:"failed"`             // elements that failed
-	Rate     float64       `json:"rate"`               // elements per second since the batch started
+	Rate     float64       `json:"rate"`               // elements per second over about the last rateWindow (since the start, if younger)
 	ETA      time.Duration `json:"eta"`                // at that rate; 0 when done or unknown
 	Started  time.Time     `json:"started"`            // when Submit was called
 	Worker   string        `json:"worker,omitempty"`   // the private queue's worker, or "" for the public queue
@@ -16,14 +16,43 @@ type Progress struct {
 	Priority int           `json:"priority,omitempty"` // its tasks' priority (Priority), 1 to 5
 }
 
+// rateWindow is about how far back Progress's rate looks: recent enough
+// that a slow start (workers starting, a constant fetched) does not skew
+// the ETA for long, long enough to smooth one Poll's steps.
+const rateWindow = 10 * time.Second
+
+// rateSample is how many elements had ended at a moment.
+type rateSample struct {
+	at   time.Time
+	done int
+}
+
+// recentRate returns the elements a second over about the last rateWindow
+// (since the start if the batch is younger), and keeps the samples it
+// needs: b.mu must be held.
+func (b *Batch[Out]) recentRate(now time.Time, done int) float64 {
+	b.samples = append(b.samples, rateSample{now, done})
+	// Keep one sample at least rateWindow old, as the base, and those after it.
+	for len(b.samples) > 2 && now.Sub(b.samples[1].at) >= rateWindow {
+		b.samples = b.samples[1:]
+	}
+	base := rateSample{b.started, 0}
+	if now.Sub(b.samples[0].at) >= rateWindow {
+		base = b.samples[0]
+	}
+	if secs := now.Sub(base.at).Seconds(); secs > 0 {
+		return float64(done-base.done) / secs
+	}
+	return 0
+}
+
 // Progress returns how far the batch has got. It costs no round trip.
 func (b *Batch[Out]) Progress() Progress {
+	now := time.Now()
 	b.mu.Lock()
 	p := Progress{Func: b.fn, Total: b.feed.n, Done: b.feed.n - b.feed.left, Failed: len(b.outs.errs), Started: b.started, Worker: b.worker, Waiting: b.state.waiting, Priority: b.priority}
+	p.Rate = b.recentRate(now, p.Done)
 	b.mu.Unlock()
-	if secs := time.Since(p.Started).Seconds(); secs > 0 {
-		p.Rate = float64(p.Done) / secs
-	}
 	if p.Rate > 0 && p.Done < p.Total {
 		p.ETA = time.Duration(float64(p.Total-p.Done) / p.Rate * float64(time.Second))
 	}

@@ -16,6 +16,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"slices"
 	"sort"
@@ -194,9 +195,9 @@ func (c *cli) workers(ctx context.Context) error {
 	}
 	var rows [][]string
 	for _, w := range ws {
-		rows = append(rows, []string{w.Queue, w.ID, w.State, (time.Duration(w.Since*1000) * time.Millisecond).Round(100 * time.Millisecond).String(),
+		rows = append(rows, []string{w.Queue, w.ID, w.State, dur(time.Duration(w.Since * float64(time.Second))),
 			w.Host, strconv.Itoa(w.PID),
-			fmt.Sprintf("%.1fs", w.HeartbeatAge), fmt.Sprintf("%d/%d", w.Running, w.Concurrency),
+			dur(time.Duration(w.HeartbeatAge * float64(time.Second))), fmt.Sprintf("%d/%d", w.Running, w.Concurrency),
 			strconv.FormatInt(w.Held, 10), strconv.FormatInt(w.Taken, 10), strconv.FormatInt(w.Delivered, 10),
 			strconv.FormatInt(w.Failed, 10), strings.Join(w.Functions, ","), w.Error})
 	}
@@ -277,26 +278,56 @@ func historyRows(bs []inspect.Batch, now time.Time) [][]string {
 		sort.Strings(causes)
 		took := "-"
 		if !b.Started.IsZero() {
-			took = b.Ended.Sub(b.Started).Round(time.Millisecond).String()
+			took = dur(b.Ended.Sub(b.Started))
 		}
 		rows = append(rows, []string{b.Queue, b.ID, b.Func, b.Outcome, strconv.Itoa(b.Done), strconv.Itoa(b.Failed),
-			strconv.Itoa(b.Total), strings.Join(causes, ", "), now.Sub(b.Ended).Round(time.Second).String() + " ago", took, b.Reason})
+			strconv.Itoa(b.Total), strings.Join(causes, ", "), ago(now, b.Ended), took, b.Reason})
 	}
 	return rows
 }
 
-// eta shows a batch's ETA to the second; under a second, as such, not "0s".
+// eta shows a batch's ETA; under a second, as such, not "0s".
 func eta(b inspect.Batch) string {
 	d := time.Duration(b.ETA * float64(time.Second))
 	switch {
-	case b.Done >= b.Total:
+	case b.Done+b.Failed >= b.Total:
 		return "-"
 	case d <= 0:
 		return "?"
 	case d < time.Second:
 		return "<1s"
 	}
-	return d.Round(time.Second).String()
+	return dur(d)
+}
+
+// dur is the one format of a duration in every command, as the dashboard
+// writes it: 4.2s, 42s, 2m32s, 1h05m.
+func dur(d time.Duration) string {
+	s := d.Seconds()
+	switch {
+	case d < 0:
+		return "-"
+	case s < 10:
+		return fmt.Sprintf("%.1fs", s)
+	case s < 60:
+		return fmt.Sprintf("%.0fs", math.Floor(s))
+	case s < 3600:
+		return fmt.Sprintf("%dm%02ds", int(s)/60, int(s)%60)
+	}
+	return fmt.Sprintf("%dh%02dm", int(s)/3600, int(s)%3600/60)
+}
+
+// rate shows elements a second with a sensible precision: 0.7/s is not 1.
+func rate(r float64) string {
+	switch {
+	case r == 0:
+		return "0"
+	case r < 1:
+		return fmt.Sprintf("%.2f", r)
+	case r < 10:
+		return fmt.Sprintf("%.1f", r)
+	}
+	return fmt.Sprintf("%.0f", r)
 }
 
 func batchRows(bs []inspect.Batch, now time.Time) [][]string {
@@ -304,10 +335,10 @@ func batchRows(bs []inspect.Batch, now time.Time) [][]string {
 	for _, b := range bs {
 		pct := 0.0
 		if b.Total > 0 {
-			pct = 100 * float64(b.Done) / float64(b.Total)
+			pct = 100 * float64(b.Done+b.Failed) / float64(b.Total)
 		}
 		rows = append(rows, []string{b.Queue, b.ID, cmp.Or(b.Durable, "-"), b.Outcome, b.Func, strconv.Itoa(b.Done), strconv.Itoa(b.Failed), strconv.Itoa(b.Total),
-			fmt.Sprintf("%.0f%%", pct), fmt.Sprintf("%.0f", b.Rate), eta(b), age(b, now), b.Waiting})
+			fmt.Sprintf("%.0f%%", pct), rate(b.Rate), eta(b), age(b, now), b.Waiting})
 	}
 	return rows
 }
@@ -317,7 +348,7 @@ func age(b inspect.Batch, now time.Time) string {
 	if b.Started.IsZero() {
 		return "-"
 	}
-	return now.Sub(b.Started).Round(time.Second).String()
+	return dur(now.Sub(b.Started))
 }
 
 // queueStatus is a queue as status shows it: the queue, its live workers
@@ -362,7 +393,7 @@ func (c *cli) status(ctx context.Context) error {
 	fmt.Fprintln(c.out)
 	var wrows [][]string
 	for _, w := range live {
-		wrows = append(wrows, []string{w.Queue, w.ID, fmt.Sprintf("%.1fs", w.HeartbeatAge),
+		wrows = append(wrows, []string{w.Queue, w.ID, dur(time.Duration(w.HeartbeatAge * float64(time.Second))),
 			fmt.Sprintf("%d/%d", w.Running, w.Concurrency), strings.Join(w.Functions, ",")})
 	}
 	c.table("QUEUE\tWORKER\tHEARTBEAT\tRUNNING\tFUNCTIONS", wrows)
@@ -410,7 +441,7 @@ func (c *cli) failures(ctx context.Context) error {
 }
 
 // ago says how long before now t was, to the second.
-func ago(now, t time.Time) string { return now.Sub(t).Round(time.Second).String() + " ago" }
+func ago(now, t time.Time) string { return dur(now.Sub(t)) + " ago" }
 
 // drain drains the worker whose id is wid or begins with it, if only one
 // does.

@@ -19,6 +19,14 @@ function num(n) {
   return String(Math.round(n));
 }
 
+// rate shows elements a second with a sensible precision: 0.7/s is not 1/s.
+function rate(n) {
+  if (!n) return "0";
+  if (n < 1) return n.toFixed(2);
+  if (n < 10) return n.toFixed(1);
+  return num(n);
+}
+
 function bytes(n) {
   if (n >= 1 << 30) return (n / (1 << 30)).toFixed(1) + " GiB";
   if (n >= 1 << 20) return (n / (1 << 20)).toFixed(1) + " MiB";
@@ -59,7 +67,7 @@ function renderQueues(s) {
       <div class="nums"><span>depth <b data-field="depth">${num(q.depth)}</b></span>
         <span>workers <b data-field="workers">${q.workers}</b></span>
         <span>batches <b data-field="batches">${q.batches}</b></span>
-        <span><b data-field="rate">${num(q.rate)}</b>/s</span></div>
+        <span><b data-field="rate">${rate(q.rate)}</b>/s</span></div>
       ${chart(q.series)}</div>`;
   }).join("");
 }
@@ -72,13 +80,24 @@ function sizes(el) {
   el.querySelectorAll("[data-left]").forEach((e) => { e.style.left = e.dataset.left + "%"; });
 }
 
+// endedShown is how many ended batches show as cards; olderOpen, whether
+// the operator unfolded the others.
+const endedShown = 3;
+let olderOpen = false;
+document.addEventListener("toggle", (ev) => {
+  if (ev.target.classList && ev.target.classList.contains("older")) olderOpen = ev.target.open;
+}, true);
+
 function renderBatches(s) {
   if (!s.batches.length) {
     $("batches").innerHTML = `<div class="empty">No batch running or ended lately.</div>`;
     return;
   }
-  $("batches").innerHTML = s.batches.map((b) => {
-    const ok = b.total ? ((b.done - b.failed) / b.total) * 100 : 100;
+  // Running batches, then the newest ended ones as cards; older ended ones
+  // fold into one line, so that a busy queue's history (ended batches stay
+  // for Options.Keep) does not push Workers and Failures off the screen.
+  const card = (b) => {
+    const ok = b.total ? (b.done / b.total) * 100 : 100; // done: with a value; failed apart
     const bad = b.total ? (b.failed / b.total) * 100 : 0;
     const running = !b.ended; // running, or a durable batch no manager holds (orphaned, done)
     const cancel = s.actions && running ? `<button class="danger" data-action="cancel" data-queue="${esc(b.queue)}" data-manager="${esc(b.manager)}" data-batch="${esc(b.id)}">cancel</button>` : "";
@@ -88,17 +107,22 @@ function renderBatches(s) {
     return `<div class="batch ${running ? "" : "finished"}" data-batch="${esc(b.id)}" data-done="${b.done}" data-failed="${b.failed}" data-total="${b.total}" data-outcome="${esc(b.outcome)}">
       <div class="head"><span><b>${esc(b.func)}</b> <span class="muted">${esc(b.queue)} · priority ${b.priority}${where} · ${esc(b.id.slice(0, 8))}…${esc(b.id.slice(b.id.indexOf(":")))}</span></span>
         <span><span class="badge ${esc(b.outcome.replace(" ", "-"))}">${esc(b.outcome)}</span> ${cancel}</span></div>
-      <div class="bar" title="${b.done} of ${b.total} done, ${b.failed} failed"><div class="ok" data-width="${ok}"></div><div class="bad" data-left="${ok}" data-width="${bad}"></div></div>
-      <div class="nums"><span><b>${num(b.done)}</b> / ${num(b.total)} done</span><span><b>${num(b.failed)}</b> failed${causes ? ` (${causes})` : ""}</span>
-        <span><b>${num(b.rate)}</b>/s</span>${b.outcome === "running" ? `<span>ETA <b>${dur(b.eta_seconds)}</b></span>` : running ? "" : ago}
+      <div class="bar" title="${b.done} done, ${b.failed} failed, of ${b.total}"><div class="ok" data-width="${ok}"></div><div class="bad" data-left="${ok}" data-width="${bad}"></div></div>
+      <div class="nums"><span><b>${num(b.done)}</b> done</span><span><b>${num(b.failed)}</b> failed${causes ? ` (${causes})` : ""}</span><span>of <b>${num(b.total)}</b></span>
+        <span><b>${rate(b.rate)}</b>/s</span>${b.outcome === "running" ? `<span>ETA <b>${dur(b.eta_seconds)}</b></span>` : running ? "" : ago}
         ${b.waiting ? `<span class="err">${esc(b.waiting)}</span>` : ""}${b.reason ? `<span class="muted">${esc(b.reason)}</span>` : ""}</div></div>`;
-  }).join("");
+  };
+  const ended = s.batches.filter((b) => b.ended);
+  const older = ended.slice(endedShown);
+  const folded = new Set(older);
+  $("batches").innerHTML = s.batches.filter((b) => !folded.has(b)).map(card).join("") +
+    (older.length ? `<details class="older"${olderOpen ? " open" : ""}><summary>${older.length} more ended batch${older.length > 1 ? "es" : ""}</summary>${older.map(card).join("")}</details>` : "");
 }
 
 function renderWorkers(s) {
-  const head = `<tr><th>queue</th><th>worker</th><th>state</th><th>host</th><th>pid</th><th>heartbeat</th><th>slots</th><th>held</th><th>taken</th><th>delivered</th><th>failed</th><th>functions</th><th>cache hits</th><th>cache fetched</th>${s.actions ? "<th></th>" : ""}</tr>`;
+  const head = `<tr><th>queue</th><th>worker</th><th>state</th><th>host · pid</th><th>heartbeat</th><th>slots</th><th>held</th><th>taken</th><th>delivered</th><th>failed</th><th>functions</th><th>cache</th>${s.actions ? "<th></th>" : ""}</tr>`;
   if (!s.workers.length) {
-    $("workers").innerHTML = head + `<tr><td colspan="15" class="empty">No worker.</td></tr>`;
+    $("workers").innerHTML = head + `<tr><td colspan="13" class="empty">No worker.</td></tr>`;
     return;
   }
   $("workers").innerHTML = head + s.workers.map((w) => {
@@ -106,15 +130,15 @@ function renderWorkers(s) {
     const drain = s.actions ? `<td>${w.live && w.state !== "draining" ? `<button data-action="drain" data-queue="${esc(w.queue)}" data-worker="${esc(w.id)}">drain</button>` : ""}</td>` : "";
     return `<tr class="${w.live ? "" : "dead"}" data-worker="${esc(w.id)}" data-state="${esc(w.state)}" title="${esc(w.error || "")}">
       <td>${esc(w.queue)}</td><td>${esc(w.id.slice(0, 12))}</td><td><span class="badge ${esc(w.state)}">${esc(w.state)}</span>${w.live ? "" : ` <span class="muted">${dur(w.since_seconds)} ago</span>`}</td>
-      <td>${esc(w.host)}</td><td>${w.pid}</td><td>${dur(w.heartbeat_age_seconds)}</td>
+      <td class="wrap">${esc(w.host)} · ${w.pid}</td><td>${dur(w.heartbeat_age_seconds)}</td>
       <td><span class="slots"><span data-width="${pct}"></span></span>${w.running}/${w.concurrency}</td>
       <td>${num(w.held)}</td><td>${num(w.taken)}</td><td>${num(w.delivered)}</td><td>${num(w.failed)}</td>
-      <td>${esc(w.functions.join(", "))}</td><td>${num(w.cache_hits)}</td><td>${bytes(w.cache_bytes)}</td>${drain}</tr>`;
+      <td class="wrap">${esc(w.functions.join(", "))}</td><td title="constant cache: hits, bytes fetched">${num(w.cache_hits)} · ${bytes(w.cache_bytes)}</td>${drain}</tr>`;
   }).join("");
 }
 
 function renderFailures(s) {
-  const head = `<tr><th>queue</th><th>function</th><th>kind</th><th>group</th><th>count</th><th>first seen</th><th>last seen</th><th>workers</th></tr>`;
+  const head = `<tr><th>queue</th><th>function</th><th>kind</th><th>group</th><th>count</th><th>first seen</th><th>last seen</th><th>seen by</th></tr>`;
   if (!s.failures.length) {
     $("failures").innerHTML = head + `<tr><td colspan="8" class="empty">No failure recorded.</td></tr>`;
     return;
