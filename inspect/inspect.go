@@ -107,9 +107,9 @@ type Batch struct {
 	Func     string  `json:"func"`
 	Priority int     `json:"priority"`
 	Total    int     `json:"total"`
-	Done     int     `json:"done"`   // elements with a value: failed ones are not done
-	Failed   int     `json:"failed"` // elements that failed; Total - Done - Failed have no outcome yet
-	Rate     float64 `json:"rate"`   // elements ended (done or failed) a second: recent, or over the whole batch once it ended
+	Done     int     `json:"done"`        // elements with a value: failed ones are not done
+	Failed   int     `json:"failed"`      // elements that failed; Total - Done - Failed have no outcome yet
+	Rate     float64 `json:"rate"`        // elements ended (done or failed) a second: recent, or over the whole batch once it ended
 	ETA      float64 `json:"eta_seconds"` // 0 when unknown or done
 	Worker   string  `json:"worker,omitempty"`
 	// Waiting says why a running batch does not advance, as its manager
