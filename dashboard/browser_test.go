@@ -329,14 +329,22 @@ func TestDashboardLayoutInBrowser(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer running.Cancel()
-	base := startDashboard(t, e, nil)
+	base := startDashboard(t, e, nil, "-queue", e.Queue) // the other tests' queues share the server
 	if err := chromedp.Do(ctx, chromedp.EmulateViewport(1280, 900)); err != nil {
 		t.Fatal(err)
 	}
 	if err := chromedp.Do(ctx, chromedp.Navigate(base+"/")); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, ctx, "20 ended batches, 17 folded", `document.querySelectorAll('.batch.finished').length === 20 && document.querySelectorAll('details.older .batch').length === 17 && !!document.querySelector('.batch[data-outcome="running"]') && document.querySelectorAll('#workers tr[data-worker]').length === 2 && !!document.querySelector('#failures tr.fail')`)
+	const shown = `[document.querySelectorAll('.batch.finished').length, document.querySelectorAll('details.older .batch').length,
+		document.querySelectorAll('.batch[data-outcome="running"]').length, document.querySelectorAll('#workers tr[data-worker]').length,
+		document.querySelectorAll('#failures tr.fail').length]`
+	if _, err := chromedp.Run(ctx, chromedp.Poll[bool](`(() => { const [ended, folded, running, workers, fails] = `+shown+`;
+		return ended === 20 && folded === 17 && running === 1 && workers === 2 && fails > 0 })()`,
+		chromedp.WithPollingInterval(100*time.Millisecond), chromedp.WithPollingTimeout(60*time.Second))); err != nil {
+		got, _ := chromedp.Run(ctx, chromedp.Evaluate[[]int](shown))
+		t.Fatalf("the page shows [ended, folded, running, workers, failure groups] %v, want [20 17 1 2 >0]: %v", got, err)
+	}
 	got, err := chromedp.Run(ctx, chromedp.Evaluate[[]float64](`(() => {
 		const top = (id) => document.getElementById(id).closest('section').querySelector('h2').getBoundingClientRect().top;
 		const row = (sel) => document.querySelector(sel).getBoundingClientRect().bottom;
