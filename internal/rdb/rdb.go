@@ -892,10 +892,7 @@ func loseManagers(ctx context.Context, c redis.UniversalClient, prefix, queue st
 	if len(got) == 1 {
 		return int(n), nil
 	}
-	args := []any{""}
-	for _, mid := range got[1:] {
-		args = append(args, mid)
-	}
+	args := append([]any{""}, got[1:]...) // the shard's base, then the managers
 	shards, err := c.LRange(ctx, keys.ShardNames(prefix, queue), 0, -1).Result()
 	if err != nil {
 		return int(n), wrap("lose managers: list the shards", nil, "LRANGE", err)
