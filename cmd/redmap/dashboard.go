@@ -55,14 +55,7 @@ func serveDashboard(client redis.UniversalClient, f dashboardFlags, out io.Write
 		return 1, fmt.Errorf("dashboard: %w", err)
 	}
 	srv := dashboardServer(d)
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	go func() {
-		<-ctx.Done()
-		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		_ = srv.Shutdown(sctx)
-	}()
+	defer shutdownOnSignal(srv)()
 	if made {
 		fmt.Fprintf(out, "operator token %s\n", token)
 	}
@@ -83,6 +76,19 @@ func serveDashboard(client redis.UniversalClient, f dashboardFlags, out io.Write
 		return 1, fmt.Errorf("dashboard: %w", err)
 	}
 	return 0, nil
+}
+
+// shutdownOnSignal shuts srv down (its Serve then returns) at SIGINT or
+// SIGTERM; stop stops listening for them.
+func shutdownOnSignal(srv *http.Server) (stop func()) {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	go func() {
+		<-ctx.Done()
+		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = srv.Shutdown(sctx)
+	}()
+	return stop
 }
 
 // dashboardServer returns the server of the dashboard d, with timeouts, so
