@@ -152,15 +152,19 @@ func (h *history) write(batch []pendingRecord) {
 	for err != nil && rdb.Transient(err) && bo.Wait(ctx) {
 		err = h.store.RecordBatches(ctx, h.mid, recs, h.limit, h.age, ended)
 	}
-	if err == nil && h.failures != nil {
-		err = writeFailures(ctx, h.store, h.mid, h.failures)
-	}
-	cancel()
 	if err != nil {
 		h.unsaid.giveBack(ended)
 		h.log.Warn("writing batches' records into the queue's history failed; operators will not see how they ended",
 			"batches", len(recs), "first", recs[0].ID, "err", err)
+	} else if h.failures != nil {
+		// Apart from the records: they are written, and their elements
+		// counted, whether or not this write goes through (the failures
+		// are counted again with the next Poll's if it does not).
+		if err := writeFailures(ctx, h.store, h.mid, h.failures); err != nil {
+			h.log.Warn("counting the manager's failures in the queue's failure groups failed; the next Poll tries again", "err", err)
+		}
 	}
+	cancel()
 	for _, p := range batch {
 		close(p.written)
 	}

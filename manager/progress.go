@@ -31,7 +31,11 @@ type rateSample struct {
 // (since the start if the batch is younger), and keeps the samples it
 // needs: b.mu must be held.
 func (b *Batch[Out]) recentRate(now time.Time, done int) float64 {
-	b.samples = append(b.samples, rateSample{now, done})
+	// A sample a hundredth of the window at most: a caller that asks in a
+	// tight loop does not grow the list.
+	if n := len(b.samples); n == 0 || now.Sub(b.samples[n-1].at) >= rateWindow/100 {
+		b.samples = append(b.samples, rateSample{now, done})
+	}
 	// Keep one sample at least rateWindow old, as the base, and those after it.
 	for len(b.samples) > 2 && now.Sub(b.samples[1].at) >= rateWindow {
 		b.samples = b.samples[1:]

@@ -22,4 +22,10 @@ func TestRecentRate(t *testing.T) {
 	if r := b.recentRate(at(200), 1200); r != 0 { // stalled for longer than the window
 		t.Fatalf("rate %v after a stall, want 0", r)
 	}
+	for i := range 100_000 { // asked in a tight loop: the samples stay few
+		b.recentRate(at(200+float64(i)/1e6), 1200+i)
+	}
+	if len(b.samples) > 5 {
+		t.Fatalf("%d samples kept after 100,000 calls within 0.1 s, want a few", len(b.samples))
+	}
 }
