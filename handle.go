@@ -29,14 +29,16 @@ type Handle[In, Out any] struct {
 	sig   string
 	types []string // the structure of In and Out, one line per leaf
 	fn    func(context.Context, In) (Out, error)
+	opts  handleOptions
 }
 
-// Func returns a handle for fn under name. It does not validate: an empty name
-// or a nil fn is reported by worker.Register and by manager.Map, as an error.
-func Func[In, Out any](name string, fn func(context.Context, In) (Out, error)) *Handle[In, Out] {
+// Func returns a handle for fn under name, with options opts (a Limit). It
+// does not validate: an empty name, a nil fn or a bad limit is reported by
+// worker.Register and by manager.Map, as an error.
+func Func[In, Out any](name string, fn func(context.Context, In) (Out, error), opts ...Option) *Handle[In, Out] {
 	sig, types := signature(fmt.Sprintf("func(%v) %v", reflect.TypeFor[In](), reflect.TypeFor[Out]()),
 		map[string]reflect.Type{"In": reflect.TypeFor[In](), "Out": reflect.TypeFor[Out]()})
-	h := &Handle[In, Out]{name: name, sig: sig, types: types, fn: fn}
+	h := &Handle[In, Out]{name: name, sig: sig, types: types, fn: fn, opts: options(opts)}
 	engine.Register(h, engine.Map(name, sig, types, fn))
 	return h
 }
@@ -51,12 +53,20 @@ func (h *Handle[In, Out]) Name() string { return h.name }
 // inputs into the wrong types.
 func (h *Handle[In, Out]) Signature() string { return h.sig }
 
-// Validate reports an empty name, a nil function, or an input or output type
-// that cannot travel: an interface with methods, which MessagePack cannot
-// decode into (it has no way to know the concrete type).
+// Limit returns the fleet-wide limit declared with the function (the zero
+// Limit if none). What an operator set in Redis wins over it.
+func (h *Handle[In, Out]) Limit() Limit { return h.opts.limit }
+
+// Validate reports an empty name, a nil function, a limit that cannot be
+// enforced, or an input or output type that cannot travel: an interface
+// with methods, which MessagePack cannot decode into (it has no way to know
+// the concrete type).
 func (h *Handle[In, Out]) Validate() error {
 	if h == nil {
 		return errors.New("redmap: nil handle")
+	}
+	if err := h.opts.limit.Validate(); err != nil {
+		return fmt.Errorf("%w (handle %q)", err, h.name)
 	}
 	return validate(h.name, h.sig, h.fn == nil, reflect.TypeFor[In](), reflect.TypeFor[Out]())
 }
@@ -126,6 +136,9 @@ type AnyHandle interface {
 	Signature() string
 	// Validate reports a handle that cannot be registered or called.
 	Validate() error
+	// Limit returns the fleet-wide limit declared with the function (the
+	// zero Limit if none, and for a reducer).
+	Limit() Limit
 	// handle seals the interface: only this package's handles implement
 	// it, each registered with the engine when it is made.
 	handle()

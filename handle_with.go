@@ -18,13 +18,15 @@ type HandleWith[C, In, Out any] struct {
 	sig   string
 	types []string
 	fn    func(context.Context, C, In) (Out, error)
+	opts  handleOptions
 }
 
-// FuncWith returns a handle for fn under name; see Func.
-func FuncWith[C, In, Out any](name string, fn func(context.Context, C, In) (Out, error)) *HandleWith[C, In, Out] {
+// FuncWith returns a handle for fn under name, with options opts (a
+// Limit); see Func.
+func FuncWith[C, In, Out any](name string, fn func(context.Context, C, In) (Out, error), opts ...Option) *HandleWith[C, In, Out] {
 	sig, types := signature(fmt.Sprintf("func(%v, %v) %v", reflect.TypeFor[C](), reflect.TypeFor[In](), reflect.TypeFor[Out]()),
 		map[string]reflect.Type{"C": reflect.TypeFor[C](), "In": reflect.TypeFor[In](), "Out": reflect.TypeFor[Out]()})
-	h := &HandleWith[C, In, Out]{name: name, sig: sig, types: types, fn: fn}
+	h := &HandleWith[C, In, Out]{name: name, sig: sig, types: types, fn: fn, opts: options(opts)}
 	engine.Register(h, engine.MapWith(name, sig, types, fn))
 	return h
 }
@@ -42,7 +44,14 @@ func (h *HandleWith[C, In, Out]) Validate() error {
 	if h == nil {
 		return errors.New("redmap: nil handle")
 	}
+	if err := h.opts.limit.Validate(); err != nil {
+		return fmt.Errorf("%w (handle %q)", err, h.name)
+	}
 	return validate(h.name, h.sig, h.fn == nil, reflect.TypeFor[C](), reflect.TypeFor[In](), reflect.TypeFor[Out]())
 }
+
+// Limit returns the fleet-wide limit declared with the function; see
+// Handle.Limit.
+func (h *HandleWith[C, In, Out]) Limit() Limit { return h.opts.limit }
 
 func (h *HandleWith[C, In, Out]) handle() {}

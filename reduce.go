@@ -55,4 +55,8 @@ func (r *Reducer[T]) Validate() error {
 
 func (r *Reducer[T]) handle() {}
 
+// Limit returns the zero Limit: a limit belongs to the function a batch
+// maps, not to its reducer.
+func (r *Reducer[T]) Limit() Limit { return Limit{} }
+
 var _ AnyHandle = (*Reducer[int])(nil)

@@ -18,11 +18,12 @@ const (
 	KindLost                         // the task was lost more often than its attempt budget allows
 	KindTimeout                      // the function ran past the task's timeout
 	KindReduce                       // the reducer failed to fold the element's output in
+	KindThrottled                    // the function kept answering RetryAfter past the batch's bound
 	maxKind
 )
 
 var kindNames = [...]string{"", "error", "panic", "unknown function", "type mismatch", "decode",
-	"encode", "too large", "constant missing", "constant corrupt", "lost", "timeout", "reduce"}
+	"encode", "too large", "constant missing", "constant corrupt", "lost", "timeout", "reduce", "throttled"}
 
 // String returns the kind's name, as operators see it.
 func (k Kind) String() string {

@@ -39,6 +39,10 @@ type Task struct {
 	// fields 15 and 16 (see EncodeTask).
 	Trace map[string]string
 	Sent  int64
+	// Waits bounds the RetryAfter waits of each element (see
+	// redmap.RetryAfter); 0 means the worker's default. It travels as
+	// optional field 17 (with 15 and 16, empty if the batch is untraced).
+	Waits int
 }
 
 // MaxTraceFields caps the entries of a task's trace context: a W3C
@@ -50,15 +54,19 @@ const MaxTraceFields = 16
 const (
 	taskFields   = 14
 	tracedFields = 16
+	waitsFields  = 17
 )
 
 // EncodeTask returns the wire form of t: one MessagePack array.
 func EncodeTask(t *Task) ([]byte, error) {
 	w := newWriter(len(t.Func) + len(t.Sig) + len(t.Input) + len(t.Const) + 32)
-	traced := len(t.Trace) > 0
-	if traced {
+	traced := len(t.Trace) > 0 || t.Waits != 0
+	switch {
+	case t.Waits != 0:
+		w.arrayLen(waitsFields)
+	case traced:
 		w.arrayLen(tracedFields)
-	} else {
+	default:
 		w.arrayLen(taskFields)
 	}
 	w.int(version)
@@ -84,13 +92,17 @@ func EncodeTask(t *Task) ([]byte, error) {
 		}
 		w.int(int(t.Sent))
 	}
+	if t.Waits != 0 {
+		w.int(t.Waits)
+	}
 	return w.result()
 }
 
 // DecodeTask parses a task envelope of at most limit bytes (DefaultMaxFrame if
 // limit <= 0). Fields past the 14 every version-2 task has are optional: it
-// reads the trace context (15) and the time sent (16) if they are there, and
-// skips any later ones, so a manager of a later release may add more.
+// reads the trace context (15), the time sent (16) and the RetryAfter bound
+// (17) if they are there, and skips any later ones, so a manager of a later
+// release may add more.
 func DecodeTask(b []byte, limit int) (*Task, error) {
 	if err := checkSize("task", b, limit); err != nil {
 		return nil, err
@@ -112,13 +124,16 @@ func DecodeTask(b []byte, limit int) (*Task, error) {
 	if fields > taskFields+1 {
 		t.Sent = int64(d.int())
 	}
-	for range fields - tracedFields {
+	if fields > tracedFields {
+		t.Waits = d.int()
+	}
+	for range fields - waitsFields {
 		d.skip()
 	}
 	if err := d.end("task"); err != nil {
 		return nil, err
 	}
-	if t.Count < 0 || t.Count > len(t.Input) || t.ConstSize < 0 || t.Attempts < 0 || t.Timeout < 0 || t.Start < 0 {
+	if t.Count < 0 || t.Count > len(t.Input) || t.ConstSize < 0 || t.Attempts < 0 || t.Timeout < 0 || t.Start < 0 || t.Waits < 0 {
 		return nil, corrupt("task: count or size out of range", nil)
 	}
 	return t, nil

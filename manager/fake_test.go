@@ -321,6 +321,19 @@ func (f *fakeShard) PublishTypes(context.Context, string, []string) error {
 	return f.call("types")
 }
 
+// DeclareLimit and ReadLimit: the fake queue limits nothing.
+func (f *fakeShard) DeclareLimit(context.Context, string, wire.LimitRecord) (wire.Limit, string, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return wire.Limit{}, "", f.call("limit")
+}
+
+func (f *fakeShard) ReadLimit(context.Context, string) (wire.Limit, string, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return wire.Limit{}, "", f.call("limit")
+}
+
 func (f *fakeShard) AdoptShards(_ context.Context, proposals []string) ([]string, error) {
 	return f.publishShards(true, proposals)
 }

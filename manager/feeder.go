@@ -45,6 +45,11 @@ type feeder[Out any] struct {
 	pos      int // elements handled so far: submitted, or failed at encoding
 	fixed    int // the caller's ChunkSize, or 0 to adapt
 	priority int
+	sp       spec // what the batch runs
+	// limited: the function has a limit in force, so its tasks go to
+	// shard 0, where it is enforced; burst, if not 0, caps its chunks.
+	limited bool
+	burst   int
 }
 
 // feederParams is what every feeder of a manager is built from.
@@ -60,6 +65,9 @@ type feederParams struct {
 	// publishTypes stores the structure of a handle's types (see
 	// Manager.publishTypes).
 	publishTypes func(ctx context.Context, sig string, types []string) error
+	// limitOf returns the limit in force of a spec's function
+	// (Manager.limitOf).
+	limitOf func(ctx context.Context, sp spec) (wire.Limit, error)
 
 	// A durable batch's owner's (durable.go); nil for a manager: owned is
 	// its batch, resume reads what Redis has of it before the first
@@ -104,11 +112,13 @@ func (f *feeder[Out]) window() (window, error) {
 	from := f.pos
 	add := func(end int, payload []byte) error {
 		var tid string
-		if f.b.worker != "" {
-			tid = id.TaskAt(f.mid, f.router.nextPrivateSeq(), f.priority, DefaultPriority)
-		} else {
-			tid = id.TaskIn(f.mid, f.router.nextSeq(), f.b.seq, end-f.pos, f.priority, DefaultPriority)
+		seq := f.router.nextSeq
+		if f.b.worker != "" || f.limited {
+			// A private batch's tasks, and a limited function's (its limit
+			// is enforced where it lives), go to shard 0.
+			seq = f.router.nextPrivateSeq
 		}
+		tid = id.TaskIn(f.mid, seq(), f.b.seq, end-f.pos, f.priority, DefaultPriority)
 		c := chunk{start: f.pos, count: end - f.pos, size: len(payload), tid: tid}
 		send := true
 		if f.owned != nil {
@@ -142,6 +152,9 @@ func (f *feeder[Out]) window() (window, error) {
 				n = math.MaxInt / 2 // a sequence: size by cost alone
 			}
 			size = f.costs.chunkSize(b.fn, n)
+		}
+		if f.burst > 0 {
+			size = min(size, f.burst) // a task takes its elements' tokens at once
 		}
 		end := f.in.next(f.pos, size)
 		if end == f.pos {
@@ -319,6 +332,9 @@ func (f *feeder[Out]) run(ctx context.Context) {
 			<-progress
 			continue
 		}
+		if lim, err := f.limitOf(ctx, f.sp); err == nil {
+			f.limit(lim) // else the last known stands: the submit meets the outage
+		}
 		w, err := f.window()
 		if err == nil {
 			err = f.sendRetrying(ctx, &w)
@@ -335,6 +351,16 @@ func (f *feeder[Out]) run(ctx context.Context) {
 		}
 	}
 	b.exhaust(nil)
+}
+
+// limit applies lim, the limit in force of the batch's function, to the
+// windows to come.
+func (f *feeder[Out]) limit(lim wire.Limit) {
+	f.limited = lim.Rate > 0 || lim.Concurrency > 0
+	f.burst = 0
+	if lim.Rate > 0 {
+		f.burst = lim.Burst
+	}
 }
 
 // allRead reports whether every element of the input has its chunk.
@@ -427,6 +453,13 @@ func (f *feeder[Out]) first(ctx context.Context, sp spec, red *redmap.Reducer[Ou
 		// element fails so, and the batch ends, deleting its keys.
 		f.cancelled(fmt.Errorf("%w: %s", redmap.ErrCancelled, f.owned.found.cancelled))
 		return nil
+	}
+	if err == nil {
+		var lim wire.Limit
+		if lim, err = f.limitOf(ctx, sp); err == nil {
+			f.sp = sp
+			f.limit(lim)
+		}
 	}
 	if err == nil {
 		w, err = f.window()

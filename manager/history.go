@@ -189,6 +189,7 @@ func causeOf(err error) string {
 		{redmap.ErrLost, codec.KindLost.String()},
 		{redmap.ErrTimeout, codec.KindTimeout.String()},
 		{redmap.ErrReduce, codec.KindReduce.String()},
+		{redmap.ErrThrottled, codec.KindThrottled.String()},
 		{redmap.ErrNoWorker, "no worker"},
 		{redmap.ErrUnavailable, "redis unavailable"},
 		{redmap.ErrRedisFull, "redis full"},

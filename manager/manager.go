@@ -50,6 +50,7 @@ type Manager struct {
 	holds   *holds
 	faults  *faults
 	costs   costs
+	limits  limits
 	feeding feederParams // what every batch's feeder is built from
 	env     batchEnv     // what every batch is built with
 	feeders part.Set     // one feeder per batch still submitting
@@ -159,7 +160,7 @@ func assemble(r seams, opts Options, mid string, o *owned) *Manager {
 		history: m.history, tasks: &withdrawal{mid: mid, pending: m.pending, router: m.router, log: m.log}, durable: o != nil,
 		failures: &m.failures}
 	m.feeding = feederParams{mid: mid, opts: opts, router: m.router, pending: m.pending, batches: m.batches,
-		costs: &m.costs, faults: m.faults, running: &m.feeders, publishTypes: m.publishTypes}
+		costs: &m.costs, faults: m.faults, running: &m.feeders, publishTypes: m.publishTypes, limitOf: m.limitOf}
 	if o != nil {
 		m.feeding.owned, m.feeding.resume = o, m.resume
 		m.feeding.redeliver = func(entries []string) {

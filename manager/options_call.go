@@ -5,6 +5,7 @@ import (
 	"math/rand/v2"
 	"time"
 
+	"github.com/redmap/redmap/internal/engine"
 	"github.com/redmap/redmap/internal/keys"
 )
 
@@ -27,6 +28,7 @@ type callOptions struct {
 	seed     uint64
 	seeded   bool
 	priority int
+	waits    int    // MaxRetryAfter
 	durable  string // the batch's name, if durable (Durable)
 	// durableWait is how long a durable call waits for the batch's holder
 	// to let it go (DurableWait).
@@ -58,6 +60,16 @@ func Timeout(d time.Duration) CallOption { return func(o *callOptions) { o.timeo
 // attempts to retry while the budget lasts. Without it, only errors wrapped
 // with redmap.Retryable are retried.
 func RetryErrors() CallOption { return func(o *callOptions) { o.retry = true } }
+
+// DefaultMaxRetryAfter is how many times an element of a batch without
+// MaxRetryAfter may wait for a redmap.RetryAfter.
+const DefaultMaxRetryAfter = engine.DefaultWaits
+
+// MaxRetryAfter bounds how many times each element may wait and run again
+// when its function returns redmap.RetryAfter (a rationed service's "come
+// back in d"): those runs spend no attempt; past n, the element fails with
+// redmap.ErrThrottled. n is at least 1; default DefaultMaxRetryAfter.
+func MaxRetryAfter(n int) CallOption { return func(o *callOptions) { o.waits = n } }
 
 // OnWorker sends the batch to the private queue of worker id (see
 // Manager.Workers) instead of the public queue: only that worker runs it.
@@ -123,6 +135,8 @@ func callOptionsOf(opts []CallOption) (callOptions, error) {
 		return co, fmt.Errorf("manager: Attempts %d is negative", co.attempts)
 	case co.timeout < 0:
 		return co, fmt.Errorf("manager: Timeout %v is negative", co.timeout)
+	case co.waits < 0 || co.waits > 1<<20:
+		return co, fmt.Errorf("manager: MaxRetryAfter %d is not in 1..%d", co.waits, 1<<20)
 	case co.durableWait < 0:
 		return co, fmt.Errorf("manager: DurableWait %v is negative", co.durableWait)
 	case co.durable != "" && keys.CheckDurable(co.durable) != nil:

@@ -59,6 +59,10 @@ type queueRedis interface {
 	Served(ctx context.Context, calls []string) ([]wire.Serving, error)
 	Types(ctx context.Context, sig string) ([]string, error)
 	PublishTypes(ctx context.Context, sig string, types []string) error
+	// DeclareLimit and ReadLimit return a function's limit in force (see
+	// limits.go).
+	DeclareLimit(ctx context.Context, fn string, rec wire.LimitRecord) (wire.Limit, string, error)
+	ReadLimit(ctx context.Context, fn string) (wire.Limit, string, error)
 	AdoptShards(ctx context.Context, proposals []string) ([]string, error)
 	AddShards(ctx context.Context, names []string) ([]string, error)
 	PublishBatches(ctx context.Context, mid string, batches map[string]wire.BatchProgress, ttl, due time.Duration, ended int64) (cancels []string, err error)

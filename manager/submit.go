@@ -55,7 +55,7 @@ func Submit[In, Out any](ctx context.Context, m *Manager, fn *redmap.Handle[In, 
 	if err != nil {
 		return nil, err
 	}
-	return submit(ctx, m, spec{name: fn.Name(), sig: fn.Signature(), types: types(fn)}, elements[In]{xs: xs}, co, (*redmap.Reducer[Out])(nil))
+	return submit(ctx, m, spec{name: fn.Name(), sig: fn.Signature(), types: types(fn), limit: fn.Limit()}, elements[In]{xs: xs}, co, (*redmap.Reducer[Out])(nil))
 }
 
 // MapWith is Map for a function that takes constant data: constant is
@@ -120,7 +120,7 @@ func holdConstant[C any](ctx context.Context, m *Manager, fn redmap.AnyHandle, c
 	if err != nil {
 		return spec{}, err
 	}
-	return spec{name: fn.Name(), sig: fn.Signature(), types: types(fn), constant: &ref, holder: holder}, nil
+	return spec{name: fn.Name(), sig: fn.Signature(), types: types(fn), limit: fn.Limit(), constant: &ref, holder: holder}, nil
 }
 
 // releaseUnused releases the hold of sp's constant, whose batch was not
@@ -149,6 +149,7 @@ func types(h redmap.AnyHandle) []string {
 // constant and the batch's hold on it.
 type spec struct {
 	name, sig string
+	limit     redmap.Limit // declared with its handle
 	types     []string // the structure the signature fingerprints
 	constant  *cache.Ref
 	holder    string
@@ -243,7 +244,7 @@ func prepare[In, Out any](ctx context.Context, m *Manager, sp spec, els elements
 			b.outs.order = make([]int, 0, room)
 		}
 	}
-	task := codec.Task{Func: sp.name, Sig: sp.sig, Attempts: co.attempts, Timeout: co.timeout.Milliseconds(), Retry: co.retry, Seed: co.seed}
+	task := codec.Task{Func: sp.name, Sig: sp.sig, Attempts: co.attempts, Timeout: co.timeout.Milliseconds(), Retry: co.retry, Seed: co.seed, Waits: co.waits}
 	if red != nil {
 		task.Reduce, task.ReduceSig = red.Name(), red.Signature()
 	}
@@ -301,5 +302,5 @@ func SubmitSeq[In, Out any](ctx context.Context, m *Manager, fn *redmap.Handle[I
 	if err != nil {
 		return nil, err
 	}
-	return submit(ctx, m, spec{name: fn.Name(), sig: fn.Signature(), types: types(fn)}, elements[In]{seq: seq}, co, (*redmap.Reducer[Out])(nil))
+	return submit(ctx, m, spec{name: fn.Name(), sig: fn.Signature(), types: types(fn), limit: fn.Limit()}, elements[In]{seq: seq}, co, (*redmap.Reducer[Out])(nil))
 }

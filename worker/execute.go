@@ -1,6 +1,7 @@
 package worker
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -60,6 +61,7 @@ func (w *Worker) execute(ctx context.Context, t wire.Taken) (done wire.Done) {
 	} else {
 		if span.IsRecording() {
 			c.policy.OnRetry = retryEvent(span, c.policy.OnRetry)
+			c.policy.OnWait = waitEvent(span, c.policy.OnWait)
 		}
 		stage = codec.KindPanic
 		res.Values, res.Fails = c.h.Run(ctx, c.constant, c.task.Count, c.task.Input, c.policy, c.reducer)
@@ -118,6 +120,20 @@ func (w *Worker) decode(t wire.Taken) (*codec.Task, *codec.Failure) {
 	return task, nil
 }
 
+// maxRetryAfter caps one wait an element makes for a redmap.RetryAfter.
+const maxRetryAfter = 10 * time.Minute
+
+// throttle tells fn's limit that its service asked for d of quiet (see
+// redmap.RetryAfter): if it has a rate, no worker starts an element of it
+// for d. One script call on shard 0; a failure is logged.
+func (w *Worker) throttle(ctx context.Context, fn string, d time.Duration) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	if _, err := w.source.first.Throttle(ctx, fn, d); err != nil {
+		w.failed("pause the rate of "+fn, err)
+	}
+}
+
 // maxStack caps the stack a failure carries.
 const maxStack = 16 << 10
 
@@ -174,6 +190,13 @@ func (w *Worker) resolve(ctx context.Context, t wire.Taken, c *resolved) (fail *
 		OnRetry:  func(int, int, *codec.Failure) { w.counters.retried.Add(1) },
 		Seed:     task.Seed,
 		Start:    task.Start,
+		Waits:    cmp.Or(task.Waits, engine.DefaultWaits),
+		OnWait: func(_ int, d time.Duration) time.Duration {
+			d = min(d, maxRetryAfter)
+			w.counters.throttled.Add(1)
+			w.throttle(ctx, task.Func, d)
+			return d
+		},
 	}
 	return nil
 }

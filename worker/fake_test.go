@@ -83,7 +83,7 @@ func (f *fakeShard) heldNow() []string {
 func (f *fakeShard) Shard() int   { return f.i }
 func (f *fakeShard) Name() string { return f.name }
 
-func (f *fakeShard) Take(_ context.Context, _ string, n int, _ time.Duration, holding, known int, _ []string) ([]wire.Taken, wire.TakeEnd, error) {
+func (f *fakeShard) Take(_ context.Context, _ string, n, _ int, _ time.Duration, holding, known int, _ []string) ([]wire.Taken, wire.TakeEnd, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if err := f.call("take"); err != nil {
@@ -112,11 +112,11 @@ func (f *fakeShard) Take(_ context.Context, _ string, n int, _ time.Duration, ho
 	return taken, end, nil
 }
 
-func (f *fakeShard) WaitTake(ctx context.Context, wid string, n int, lease, timeout time.Duration, holding, known int, serves []string) ([]wire.Taken, wire.TakeEnd, error) {
+func (f *fakeShard) WaitTake(ctx context.Context, wid string, n, room int, lease, timeout time.Duration, holding, known int, serves []string) ([]wire.Taken, wire.TakeEnd, error) {
 	if _, err := f.WaitBell(ctx, wid, timeout); err != nil {
 		return nil, wire.TakeEnd{}, err
 	}
-	return f.Take(ctx, wid, n, lease, holding, known, serves)
+	return f.Take(ctx, wid, n, room, lease, holding, known, serves)
 }
 
 func (f *fakeShard) WaitBell(ctx context.Context, _ string, timeout time.Duration) (bool, error) {
@@ -277,6 +277,13 @@ func (f *fakeShard) ShardNames(context.Context) ([]string, error) {
 }
 
 func (f *fakeShard) PublishTypes(context.Context, string, []string) error { return nil }
+
+// DeclareLimit and Throttle: the fake queue limits nothing.
+func (f *fakeShard) DeclareLimit(context.Context, string, wire.LimitRecord) (wire.Limit, string, error) {
+	return wire.Limit{}, "", nil
+}
+
+func (f *fakeShard) Throttle(context.Context, string, time.Duration) (bool, error) { return false, nil }
 
 func (f *fakeShard) Types(context.Context, string) ([]string, error) {
 	f.mu.Lock()

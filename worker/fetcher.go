@@ -24,14 +24,15 @@ type fetcher struct {
 
 // fetcherParams is what a fetcher is built from.
 type fetcherParams struct {
-	wid       string
-	heartbeat time.Duration // Options.Heartbeat: how often to look for orphans
-	jobs      chan<- job    // to the executors; the fetcher closes it when it stops
-	source    *source
-	held      *held
-	slots     *slots
-	counters  *counters
-	failed    func(op string, err error)
+	wid         string
+	heartbeat   time.Duration // Options.Heartbeat: how often to look for orphans
+	concurrency int           // Options.Concurrency
+	jobs        chan<- job    // to the executors; the fetcher closes it when it stops
+	source      *source
+	held        *held
+	slots       *slots
+	counters    *counters
+	failed      func(op string, err error)
 	// stopping is called once the fetcher is told to stop, before it has:
 	// the worker drains.
 	stopping func()
@@ -80,7 +81,7 @@ func (f *fetcher) fetch(ctx context.Context) {
 		if free == 0 {
 			return
 		}
-		r := f.source.take(ctx, free, f.held.size)
+		r := f.source.take(ctx, free, f.room, f.held.size)
 		f.slots.release(free - len(r.taken))
 		if r.err != nil {
 			if ctx.Err() != nil {
@@ -97,12 +98,27 @@ func (f *fetcher) fetch(ctx context.Context) {
 		if !f.handOut(ctx, r) {
 			return
 		}
+		if r.room && len(r.taken) == 0 {
+			// A limited task waits for room to start: take again once one
+			// of the worker's tasks ends (a prefetch slot free now would
+			// bring the same refusal at once, in a loop).
+			select {
+			case <-f.held.released():
+			case <-ctx.Done():
+				return
+			}
+		}
 		if time.Now().After(checkAt) || r.suspectWaits {
 			f.giveBackOrphans(ctx)
 			checkAt = time.Now().Add(f.heartbeat)
 		}
 	}
 }
+
+// room returns how many tasks of limited functions the worker could start
+// now: Concurrency less what it holds. A limited task is never taken ahead
+// to wait in the prefetch, where it would hold its limit's room unrun.
+func (f *fetcher) room() int { return max(0, f.concurrency-f.held.size()) }
 
 // handOut hands a round's tasks to the executors; it reports false if ctx
 // ended.

@@ -19,6 +19,9 @@ type held struct {
 	// empty is closed while the ledger holds nothing (see emptied).
 	empty  chan struct{}
 	closed bool // empty is closed
+	// freed has a token when a task was released since the last receive
+	// (see released).
+	freed chan struct{}
 }
 
 // hold is one task in the ledger: the shard it came from, and the cancel of
@@ -29,7 +32,7 @@ type hold struct {
 }
 
 func newHeld() *held {
-	h := &held{tasks: make(map[string]hold), empty: make(chan struct{}), closed: true}
+	h := &held{tasks: make(map[string]hold), empty: make(chan struct{}), closed: true, freed: make(chan struct{}, 1)}
 	close(h.empty)
 	return h
 }
@@ -85,7 +88,15 @@ func (h *held) release(tids ...string) {
 		h.closed = true
 	}
 	h.mu.Unlock()
+	select {
+	case h.freed <- struct{}{}:
+	default:
+	}
 }
+
+// released returns a channel that receives once a task was released since
+// the last receive.
+func (h *held) released() <-chan struct{} { return h.freed }
 
 // running returns the ids of the tasks running now, by shard.
 func (h *held) running() map[int][]string { return h.byState(true) }

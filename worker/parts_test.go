@@ -155,7 +155,7 @@ func TestSourceTakesInTurn(t *testing.T) {
 		if !src.await(ctx) {
 			t.Fatal("await ended")
 		}
-		r := src.take(ctx, 1, func() int { return 0 })
+		r := src.take(ctx, 1, func() int { return 1 }, func() int { return 0 })
 		if r.err != nil || len(r.taken) != 1 {
 			t.Fatalf("take: %v, %v", r.taken, r.err)
 		}
@@ -183,14 +183,14 @@ func TestSourceSuspectWaitsOnItsShard(t *testing.T) {
 	src := q.source(func(op string, err error) { t.Errorf("%s: %v", op, err) })
 	ctx := context.Background()
 	src.grow(ctx, 3)
-	r := src.take(ctx, 4, func() int { return 1 }) // holding a task
+	r := src.take(ctx, 4, func() int { return 4 }, func() int { return 1 }) // holding a task
 	if r.err != nil || len(r.taken) != 0 || !r.suspectWaits {
 		t.Fatalf("a take holding a task: %v, %v, suspect waits %v; want nothing taken and the suspect waiting", r.taken, r.err, r.suspectWaits)
 	}
 	if !src.await(ctx) {
 		t.Fatal("await ended")
 	}
-	r = src.take(ctx, 4, func() int { return 0 }) // emptied
+	r = src.take(ctx, 4, func() int { return 4 }, func() int { return 0 }) // emptied
 	if r.err != nil || len(r.taken) != 1 || r.taken[0].ID != "suspect" {
 		t.Fatalf("the take once empty: %v, %v; want the suspect alone", r.taken, r.err)
 	}
@@ -204,11 +204,11 @@ func TestSourceTakesPastAFailedShard(t *testing.T) {
 	q.shards[0].setFail("take", errors.New("connection refused"))
 	src := q.source(func(string, error) {})
 	src.grow(context.Background(), 2)
-	r := src.take(context.Background(), 1, func() int { return 0 })
+	r := src.take(context.Background(), 1, func() int { return 1 }, func() int { return 0 })
 	if r.err != nil || len(r.taken) != 1 || r.taken[0].ID != "a" {
 		t.Fatalf("take: %v, %v; want task a of shard 1", r.taken, r.err)
 	}
-	r = src.take(context.Background(), 1, func() int { return 0 })
+	r = src.take(context.Background(), 1, func() int { return 1 }, func() int { return 0 })
 	if r.err == nil {
 		t.Fatal("a take that found shard 1 empty and shard 0 failing said no error")
 	}

@@ -19,8 +19,8 @@ type shardRedis interface {
 	Shard() int
 	Name() string
 
-	Take(ctx context.Context, wid string, n int, lease time.Duration, holding, known int, serves []string) ([]wire.Taken, wire.TakeEnd, error)
-	WaitTake(ctx context.Context, wid string, n int, lease, timeout time.Duration, holding, known int, serves []string) ([]wire.Taken, wire.TakeEnd, error)
+	Take(ctx context.Context, wid string, n, room int, lease time.Duration, holding, known int, serves []string) ([]wire.Taken, wire.TakeEnd, error)
+	WaitTake(ctx context.Context, wid string, n, room int, lease, timeout time.Duration, holding, known int, serves []string) ([]wire.Taken, wire.TakeEnd, error)
 	WaitBell(ctx context.Context, wid string, timeout time.Duration) (bool, error)
 	RingStop(ctx context.Context, wid string) error
 
@@ -50,6 +50,10 @@ type queueRedis interface {
 	ShardNames(ctx context.Context) ([]string, error)
 	Types(ctx context.Context, sig string) ([]string, error)
 	PublishTypes(ctx context.Context, sig string, types []string) error
+	// DeclareLimit records the limit declared with a handle; Throttle
+	// pauses a function's rate after a RetryAfter.
+	DeclareLimit(ctx context.Context, fn string, rec wire.LimitRecord) (wire.Limit, string, error)
+	Throttle(ctx context.Context, fn string, d time.Duration) (bool, error)
 }
 
 var _ queueRedis = (*rdb.RDB)(nil)

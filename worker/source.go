@@ -35,8 +35,9 @@ type source struct {
 	// waiting[i]: the last take of shard i left it empty and registered the
 	// worker idle there; the next take of it waits for its bell first.
 	waiting   []bool
-	next      int // the shard to try first
-	listening int // shards with a listener
+	due       time.Time // when a limit's next token is due, if a take waits on one (shard 0's: limited tasks are all there)
+	next      int       // the shard to try first
+	listening int       // shards with a listener
 
 	wake      chan struct{} // a listener heard a bell ring
 	rungMu    sync.Mutex
@@ -107,6 +108,9 @@ type round struct {
 	err          error // the first take that failed, if none gave tasks
 	suspectWaits bool  // a take left a suspect for when the worker holds nothing
 	holding      int   // what the worker held by its ledger at the last take
+	// room: a task of a limited function waits for the worker to have room
+	// to start it (end.Room); the fetcher takes again once a task ends.
+	room bool
 }
 
 // await waits, on a queue of several shards, while the worker waits on
@@ -136,9 +140,10 @@ func (s *source) await(ctx context.Context) bool {
 // take takes up to free tasks from the first shard that gives some,
 // starting at the one after the shard that gave tasks last, skipping those
 // the worker waits on; holding says what the worker holds by its ledger
-// (see take.lua's suspect rule). A take of shard 0 says when managers use
-// more shards: the source grows after it.
-func (s *source) take(ctx context.Context, free int, holding func() int) (r round) {
+// (see take.lua's suspect rule), room how many tasks of limited functions
+// it could start now. A take of shard 0 says when managers use more shards:
+// the source grows after it.
+func (s *source) take(ctx context.Context, free int, room func() int, holding func() int) (r round) {
 	shards := s.shards()
 	for len(s.waiting) < len(shards) {
 		s.waiting = append(s.waiting, false)
@@ -154,9 +159,9 @@ func (s *source) take(ctx context.Context, free int, holding func() int) (r roun
 		var err error
 		r.holding = holding()
 		if s.waiting[i] {
-			r.taken, end, err = shards[i].WaitTake(ctx, s.wid, free, s.lease, s.idleWait, r.holding, known, s.serves())
+			r.taken, end, err = shards[i].WaitTake(ctx, s.wid, free, room(), s.lease, s.wait(), r.holding, known, s.serves())
 		} else {
-			r.taken, end, err = shards[i].Take(ctx, s.wid, free, s.lease, r.holding, known, s.serves())
+			r.taken, end, err = shards[i].Take(ctx, s.wid, free, room(), s.lease, r.holding, known, s.serves())
 		}
 		if err != nil {
 			// Try the other shards (on a Cluster, another master may
@@ -169,6 +174,15 @@ func (s *source) take(ctx context.Context, free int, holding func() int) (r roun
 		// there: the next take of it waits for its bell (a take now would
 		// find nothing).
 		s.waiting[i] = end.Drained
+		if i == 0 {
+			// A limit refused a task: the wait for the bell ends when its
+			// token is due, the next take takes it.
+			s.due = time.Time{}
+			if end.Wait > 0 {
+				s.due = time.Now().Add(end.Wait)
+			}
+		}
+		r.room = r.room || end.Room
 		if len(r.taken) > 0 {
 			s.next, r.err = (i+1)%len(shards), nil
 		}
@@ -235,10 +249,20 @@ func (s *source) heard() bool {
 	return rang
 }
 
+// wait returns how long the worker waits for a bell: IdleWait, or less if
+// a limit's next token is due sooner.
+func (s *source) wait() time.Duration {
+	if s.due.IsZero() {
+		return s.idleWait
+	}
+	return max(min(time.Until(s.due), s.idleWait), time.Millisecond)
+}
+
 // sleep waits, while the worker waits on every shard, for a bell to ring or
-// IdleWait to pass; it reports false if ctx ended.
+// IdleWait to pass (less if a limit's token is due sooner); it reports
+// false if ctx ended.
 func (s *source) sleep(ctx context.Context) bool {
-	t := time.NewTimer(s.idleWait)
+	t := time.NewTimer(s.wait())
 	defer t.Stop()
 	select {
 	case <-s.wake:

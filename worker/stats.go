@@ -17,6 +17,8 @@ type Stats struct {
 	Succeeded int64 // tasks run with every element successful
 	Failed    int64 // tasks run with at least one element failed
 	Retried   int64 // element runs retried (timeouts, retryable errors)
+	Throttled int64 // element runs that answered redmap.RetryAfter and waited
+	HeldBack  int64 // tasks taken after their function's limit held them back
 	Running   int64 // tasks running now
 	// Cache counts the worker's memo of constants: hits, misses, fetches,
 	// bytes fetched, decodes, evictions.
@@ -26,6 +28,7 @@ type Stats struct {
 type counters struct {
 	taken, delivered, discarded, givenBack, reaped, requeued atomic.Int64
 	succeeded, failed, retried                               atomic.Int64
+	throttled, heldBack                                      atomic.Int64
 }
 
 // Stats returns the worker's counters.
@@ -35,6 +38,7 @@ func (w *Worker) Stats() Stats {
 		Taken: c.taken.Load(), Delivered: c.delivered.Load(), Discarded: c.discarded.Load(),
 		GivenBack: c.givenBack.Load(), Reaped: c.reaped.Load(), Requeued: c.requeued.Load(),
 		Succeeded: c.succeeded.Load(), Failed: c.failed.Load(), Retried: c.retried.Load(),
+		Throttled: c.throttled.Load(), HeldBack: c.heldBack.Load(),
 		Running: int64(w.runningCount()), Cache: w.memo.Stats(),
 	}
 }

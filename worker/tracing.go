@@ -53,6 +53,11 @@ func (w *Worker) startSpan(ctx context.Context, t wire.Taken, task *codec.Task) 
 	ctx, span := tracer.Start(parent, "process "+w.opts.Queue, trace.WithSpanKind(trace.SpanKindConsumer),
 		trace.WithAttributes(append(attrs,
 			tracing.MessagingOperationType.String("process"), tracing.MessagingOperationName.String("run"))...))
+	if t.HeldBack > 0 {
+		span.AddEvent("limit wait", trace.WithTimestamp(taken.Add(-t.HeldBack)), trace.WithAttributes(
+			tracing.LimitWait.Float64(float64(t.HeldBack.Microseconds())/1000),
+			tracing.Reason.String("its function's fleet-wide limit (rate or concurrency) held it back at the head of its queue")))
+	}
 	if t.Attempt > 0 {
 		span.AddEvent("requeued", trace.WithAttributes(tracing.Attempt.Int(t.Attempt+1),
 			tracing.Reason.String("an earlier attempt was lost: its worker died or stalled past its lease")))
@@ -67,6 +72,18 @@ func retryEvent(span trace.Span, count func(int, int, *codec.Failure)) func(int,
 		count(i, attempt, f)
 		span.AddEvent("retry", trace.WithAttributes(tracing.Index.Int(i), tracing.Attempt.Int(attempt),
 			tracing.Kind.String(f.Kind.String()), tracing.Reason.String(f.Msg)))
+	}
+}
+
+// waitEvent returns wait (Policy.OnWait) that also adds a "retry after"
+// event to span.
+func waitEvent(span trace.Span, wait func(int, time.Duration) time.Duration) func(int, time.Duration) time.Duration {
+	return func(i int, d time.Duration) time.Duration {
+		d = wait(i, d)
+		span.AddEvent("retry after", trace.WithAttributes(tracing.Index.Int(i),
+			tracing.LimitWait.Float64(float64(d.Microseconds())/1000),
+			tracing.Reason.String("the function returned redmap.RetryAfter: its service asked for a pause")))
+		return d
 	}
 }
 

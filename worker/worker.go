@@ -49,6 +49,7 @@ type Worker struct {
 
 	mu       sync.RWMutex
 	runtimes map[string]*engine.Runtime // registered name → its runtime
+	limits   map[string]redmap.Limit    // registered name → the limit declared with its handle, if any
 	served   []string                   // what it registered, "<name>\t<signature>" each, set by Run
 	running  atomic.Bool
 
@@ -114,6 +115,7 @@ func assemble(opts Options, first queueRedis, open func(name string, i int) shar
 		memo:     memo,
 		log:      slog.New(tracing.LogHandler(opts.Logger.Handler())).With("worker", opts.ID, "queue", opts.Queue),
 		runtimes: make(map[string]*engine.Runtime),
+		limits:   make(map[string]redmap.Limit),
 		held:     newHeld(),
 		duration: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name: "redmap_worker_task_duration_seconds", Help: "Time spent running one task (all its elements).",
@@ -153,6 +155,9 @@ func (w *Worker) Register(hs ...redmap.AnyHandle) error {
 	for _, h := range hs {
 		rt, _ := engine.Lookup(h)
 		w.runtimes[h.Name()] = rt
+		if l := h.Limit(); !l.IsZero() {
+			w.limits[h.Name()] = l
+		}
 	}
 	return nil
 }
@@ -209,6 +214,7 @@ func (w *Worker) Run(ctx context.Context) error {
 	}
 
 	w.publishTypes(ctx)
+	w.declareLimits(ctx)
 	p.fed().Start(bg)
 	// The fetcher runs under ctx itself, not stopped by a callback when ctx
 	// ends: a callback runs on a goroutine of its own, and in the moment
@@ -311,7 +317,7 @@ func (w *Worker) parts() workerParts {
 		counters: &w.counters, failed: w.failed})
 	exec := newExecutors(executorsParams{n: w.opts.Concurrency, jobs: jobs, results: finish.results, slots: s, held: w.held,
 		source: w.source, execute: w.execute, ran: w.taskTimes.observe, counters: &w.counters, stale: staleAfter})
-	fetch := newFetcher(fetcherParams{wid: w.opts.ID, heartbeat: w.opts.Heartbeat, jobs: jobs,
+	fetch := newFetcher(fetcherParams{wid: w.opts.ID, heartbeat: w.opts.Heartbeat, concurrency: w.opts.Concurrency, jobs: jobs,
 		source: w.source, held: w.held, slots: s, counters: &w.counters, failed: w.failed,
 		stopping: func() {
 			w.draining.Store(true)
@@ -413,6 +419,26 @@ func (w *Worker) publishTypes(ctx context.Context) {
 	for _, rt := range rts {
 		if err := w.source.first.PublishTypes(ctx, rt.Signature(), rt.Types()); err != nil {
 			w.log.Warn("publishing the types of a function failed; a manager of other types cannot say what differs", "func", rt.Name(), "err", err)
+			return
+		}
+	}
+}
+
+// declareLimits records in Redis the limits declared with the worker's
+// handles (see redmap.Limit), so that operators see them (redmap limit)
+// and takes enforce them before any manager of the function submits. One
+// script call per limited handle; a failure is logged (managers declare
+// them too).
+func (w *Worker) declareLimits(ctx context.Context) {
+	w.mu.RLock()
+	limits := maps.Clone(w.limits)
+	w.mu.RUnlock()
+	host, _ := os.Hostname()
+	for name, l := range limits {
+		l = l.Normal()
+		rec := wire.NewLimitRecord(l.Rate, l.Per, l.Burst, l.Concurrency, "worker "+w.opts.ID+" on "+host, time.Now())
+		if _, _, err := w.source.first.DeclareLimit(ctx, name, rec); err != nil {
+			w.log.Warn("declaring the limit of a function failed; its managers declare it too", "func", name, "err", err)
 			return
 		}
 	}

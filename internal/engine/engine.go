@@ -25,7 +25,19 @@ type Policy struct {
 	OnRetry func(index, attempt int, f *codec.Failure)
 	Seed    uint64 // the batch's seed for redmap.Rand
 	Start   int    // the batch index of the task's first element
+	// Waits is how many times an element may wait for a RetryAfter and
+	// run again without spending an attempt; past it, it fails with
+	// codec.KindThrottled.
+	Waits int
+	// OnWait, if not nil, is called before each such wait, with the
+	// element's batch index and the wait; it returns the wait to make
+	// (the worker caps it, and tells the function's limit).
+	OnWait func(index int, d time.Duration) time.Duration
 }
+
+// DefaultWaits is Policy.Waits for a task that does not say
+// (manager.DefaultMaxRetryAfter).
+const DefaultWaits = 10
 
 // registry holds the Runtime of every handle package redmap made: handle
 // (a *redmap.Handle, *redmap.HandleWith or *redmap.Reducer) → Runtime.

@@ -140,11 +140,32 @@ func each[In, Out any](ctx context.Context, count int, input []byte, p Policy, f
 // failure. index is x's batch index; start is called before each attempt.
 func runElement[In, Out any](ctx context.Context, p Policy, fn func(context.Context, In) (Out, error), x In, index int, start func()) (Out, *codec.Failure) {
 	bo := backoff.Backoff{Min: 20 * time.Millisecond, Max: time.Second}
+	waits := 0
 	for attempt := 1; ; attempt++ {
 		start()
-		y, f, retryable := runOnce(ctx, p.Timeout, fn, x)
+		y, f, retryable, after := runOnce(ctx, p.Timeout, fn, x)
 		if f == nil {
 			return y, nil
+		}
+		if after >= 0 {
+			// A rationed service said when to come back: wait, and run
+			// again without spending the attempt.
+			if waits >= p.Waits || ctx.Err() != nil {
+				f.Kind = codec.KindThrottled
+				f.Msg = fmt.Sprintf("still refused after %d waits (RetryAfter): %s", waits, f.Msg)
+				return y, f
+			}
+			waits++
+			if p.OnWait != nil {
+				after = p.OnWait(index, after)
+			}
+			if !sleep(ctx, max(after, time.Millisecond)) {
+				f.Kind = codec.KindThrottled
+				f.Msg = fmt.Sprintf("cancelled while waiting after a RetryAfter: %s", f.Msg)
+				return y, f
+			}
+			attempt--
+			continue
 		}
 		again := f.Kind == codec.KindTimeout || retryable || (p.Retry && (f.Kind == codec.KindError || f.Kind == codec.KindPanic))
 		if !again || attempt >= p.Attempts || ctx.Err() != nil {
@@ -160,9 +181,23 @@ func runElement[In, Out any](ctx context.Context, p Policy, fn func(context.Cont
 	}
 }
 
+// sleep waits d or until ctx ends; it reports whether d passed.
+func sleep(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
+
 // runOnce runs fn once, turning a returned error, a panic or a run past the
-// timeout into a failure, and saying whether the error was marked Retryable.
-func runOnce[In, Out any](ctx context.Context, timeout time.Duration, fn func(context.Context, In) (Out, error), x In) (y Out, f *codec.Failure, retryable bool) {
+// timeout into a failure, and saying whether the error was marked Retryable,
+// and the wait it asked for if it was marked RetryAfter (else -1).
+func runOnce[In, Out any](ctx context.Context, timeout time.Duration, fn func(context.Context, In) (Out, error), x In) (y Out, f *codec.Failure, retryable bool, after time.Duration) {
+	after = -1
 	if timeout > 0 {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, timeout)
@@ -176,11 +211,14 @@ func runOnce[In, Out any](ctx context.Context, timeout time.Duration, fn func(co
 	y, err := fn(ctx, x)
 	switch {
 	case err == nil:
-		return y, nil, false
+		return y, nil, false, after
 	case timeout > 0 && errors.Is(ctx.Err(), context.DeadlineExceeded):
-		return y, &codec.Failure{Kind: codec.KindTimeout, Msg: fmt.Sprintf("ran past its timeout of %v: %v", timeout, err)}, false
+		return y, &codec.Failure{Kind: codec.KindTimeout, Msg: fmt.Sprintf("ran past its timeout of %v: %v", timeout, err)}, false, after
 	}
-	return y, &codec.Failure{Kind: codec.KindError, Msg: err.Error()}, IsRetryable(err)
+	if d, ok := RetryAfterOf(err); ok {
+		after = max(d, 0)
+	}
+	return y, &codec.Failure{Kind: codec.KindError, Msg: err.Error()}, IsRetryable(err), after
 }
 
 // Retryable marks err as worth another attempt (redmap.Retryable).
@@ -200,4 +238,31 @@ func (r *retryable) Unwrap() error { return r.err }
 func IsRetryable(err error) bool {
 	var r *retryable
 	return errors.As(err, &r)
+}
+
+// RetryAfter marks err as a refusal that asks to be retried after d
+// (redmap.RetryAfter).
+func RetryAfter(d time.Duration, err error) error {
+	if err == nil {
+		err = errors.New("retry after " + d.String())
+	}
+	return &retryAfter{err: err, d: d}
+}
+
+type retryAfter struct {
+	err error
+	d   time.Duration
+}
+
+func (r *retryAfter) Error() string { return r.err.Error() }
+func (r *retryAfter) Unwrap() error { return r.err }
+
+// RetryAfterOf reports whether err was marked with RetryAfter, and its
+// wait.
+func RetryAfterOf(err error) (time.Duration, bool) {
+	var r *retryAfter
+	if !errors.As(err, &r) {
+		return 0, false
+	}
+	return r.d, true
 }

@@ -22,6 +22,7 @@ var causes = map[codec.Kind]error{
 	codec.KindLost:         redmap.ErrLost,
 	codec.KindTimeout:      redmap.ErrTimeout,
 	codec.KindReduce:       redmap.ErrReduce,
+	codec.KindThrottled:    redmap.ErrThrottled,
 }
 
 // Cause turns a worker's report of a failure into the error a TaskError

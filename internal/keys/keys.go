@@ -7,6 +7,8 @@
 package keys
 
 import (
+	"crypto/sha1"
+	"encoding/hex"
 	"strconv"
 	"strings"
 	"time"
@@ -292,6 +294,40 @@ func Gone(prefix, queue string) string { return Base(prefix, queue) + "gone" }
 // → JSON of the group: count, first and last seen, workers, one sample), so
 // every failure is counted even when its record is dropped.
 func FailureGroups(prefix, queue string) string { return Base(prefix, queue) + "failgroups" }
+
+// Limits holds the queue's fleet-wide limits, in shard 0 (HASH): "<func>"
+// → the limit in force, "<rate> <per ms> <burst> <concurrency>" (what
+// take.lua reads), "op\t<func>" → the JSON record an operator set (redmap
+// limit), "code\t<func>" → the JSON record declared with the function's
+// handle (its managers and workers write it). The operator's wins. Kept
+// until cleared.
+func Limits(prefix, queue string) string { return Base(prefix, queue) + "limits" }
+
+// LimitState holds the limits' state (HASH "<func>" → the rate's
+// theoretical arrival time of the next element, Redis ms, GCRA;
+// "w\t<func>" → how many takes found a task of it waiting on its limit).
+func LimitState(prefix, queue string) string { return Base(prefix, queue) + "lim:state" }
+
+// LimitHeld maps each task of a limited function a worker holds to its
+// function (HASH task id → func), so that the scripts that end a hold
+// (finish, give back, reap) find the limit to return it to.
+func LimitHeld(prefix, queue string) string { return Base(prefix, queue) + "lim:held" }
+
+// LimitRunning holds the tasks of function fn that count against its
+// concurrency cap (HASH task id → the worker holding it). The key names the
+// function by the first 16 hex digits of its name's SHA-1, as take.lua
+// does (redis.sha1hex), since a name may hold any printable character.
+func LimitRunning(prefix, queue, fn string) string { return limitKey(prefix, queue, fn) + ":run" }
+
+// LimitWaiting holds the workers a take refused a task of fn for want of
+// concurrency (SET of worker id): the script that returns a slot rings
+// them.
+func LimitWaiting(prefix, queue, fn string) string { return limitKey(prefix, queue, fn) + ":wait" }
+
+func limitKey(prefix, queue, fn string) string {
+	sum := sha1.Sum([]byte(fn))
+	return Base(prefix, queue) + "lim:" + hex.EncodeToString(sum[:])[:16]
+}
 
 // The bounds of the operators' records.
 const (

@@ -49,10 +49,10 @@ func TestBacklogCountsElementsThroughEveryMove(t *testing.T) {
 	}
 	want("submitted", 10, 55)
 	// w1 takes the first three (1+2+3), w2 the next two (4+5).
-	if got, _, err := f.r.Take(ctx, "w1", 3, time.Minute, 0, 0, serves); err != nil || len(got) != 3 {
+	if got, _, err := f.r.Take(ctx, "w1", 3, 3, time.Minute, 0, 0, serves); err != nil || len(got) != 3 {
 		t.Fatalf("w1 took %d tasks (%v), want 3", len(got), err)
 	}
-	taken, _, err := f.r.Take(ctx, "w2", 2, time.Minute, 0, 0, serves)
+	taken, _, err := f.r.Take(ctx, "w2", 2, 2, time.Minute, 0, 0, serves)
 	if err != nil || len(taken) != 2 {
 		t.Fatalf("w2 took %d tasks (%v), want 2", len(taken), err)
 	}
@@ -73,7 +73,7 @@ func TestBacklogCountsElementsThroughEveryMove(t *testing.T) {
 	// to a worker that holds nothing): the lane empties, and what is
 	// beside it goes.
 	for n, i := 0, 0; n < 10; i++ {
-		got, _, err := f.r.Take(ctx, fmt.Sprintf("w3-%d", i), 10, time.Minute, 0, 0, serves)
+		got, _, err := f.r.Take(ctx, fmt.Sprintf("w3-%d", i), 10, 10, time.Minute, 0, 0, serves)
 		if err != nil || len(got) == 0 || i > 10 {
 			t.Fatalf("take %d took %d tasks (%v), after %d", i, len(got), err, n)
 		}

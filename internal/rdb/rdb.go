@@ -78,7 +78,7 @@ func (r *RDB) Submit(ctx context.Context, mid, wid string, lane wire.Lane, tasks
 	}
 	list := keys.Lane(r.prefix, r.queue, lane.Name)
 	if wid != "" {
-		list, lane = keys.Private(r.prefix, r.queue, wid), wire.Lane{}
+		list = keys.Private(r.prefix, r.queue, wid)
 	}
 	ks := []string{keys.Tasks(r.prefix, r.queue, mid), list, keys.Idle(r.prefix, r.queue), ring, keys.Lanes(r.prefix, r.queue, mid)}
 	intact = true
@@ -183,10 +183,12 @@ var ErrChanged = errors.New("redis data changed during the check")
 // shard, by its own count: a suspect goes only to a worker that holds none.
 // shards is the queue's shard count as the worker knows it: a take of shard
 // 0 says the count in end.Shards if it is above. serves is what the worker registered ("<func>\t<signature>" per handle):
-// a take passes lanes that call anything else.
-func (r *RDB) Take(ctx context.Context, wid string, n int, lease time.Duration, holding, shards int, serves []string) (taken []wire.Taken, end wire.TakeEnd, err error) {
+// a take passes lanes that call anything else. room is how many tasks of
+// limited functions the worker could start now: a take takes no more of
+// them (see take.lua's limits, and end.Room and end.Wait).
+func (r *RDB) Take(ctx context.Context, wid string, n, room int, lease time.Duration, holding, shards int, serves []string) (taken []wire.Taken, end wire.TakeEnd, err error) {
 	ks := r.takeKeys(wid)
-	vals, err := takeScript.run(ctx, r.c, ks, takeArgs(r, n, wid, lease, holding, shards, serves)...).Slice()
+	vals, err := takeScript.run(ctx, r.c, ks, takeArgs(r, n, room, wid, lease, holding, shards, serves)...).Slice()
 	if err != nil {
 		return nil, end, wrap("take", takeScript, "", err)
 	}
@@ -198,20 +200,20 @@ func (r *RDB) Take(ctx context.Context, wid string, n int, lease time.Duration, 
 // as soon as a submit rings the bell, and its tasks come back with the
 // wake-up. After the timeout the take runs all the same. A wait longer than
 // the client's read timeout allows is made in two round trips instead.
-func (r *RDB) WaitTake(ctx context.Context, wid string, n int, lease, timeout time.Duration, holding, shards int, serves []string) (taken []wire.Taken, end wire.TakeEnd, err error) {
-	wait := blocking(timeout)
+func (r *RDB) WaitTake(ctx context.Context, wid string, n, room int, lease, timeout time.Duration, holding, shards int, serves []string) (taken []wire.Taken, end wire.TakeEnd, err error) {
+	wait := max(timeout, time.Millisecond)
 	if rt := readTimeout(r.c); rt > 0 && wait > rt/2 {
 		if _, err := r.WaitBell(ctx, wid, timeout); err != nil {
 			return nil, end, err
 		}
-		return r.Take(ctx, wid, n, lease, holding, shards, serves)
+		return r.Take(ctx, wid, n, room, lease, holding, shards, serves)
 	}
 	ks := r.takeKeys(wid)
 	var pop *redis.StringSliceCmd
 	var take *redis.Cmd
 	_, _ = r.c.Pipelined(ctx, func(p redis.Pipeliner) error {
-		pop = p.BLPop(ctx, wait, ks[3])
-		take = takeScript.evalSha(ctx, p, ks, takeArgs(r, n, wid, lease, holding, shards, serves)...)
+		pop = blpop(ctx, p, ks[3], wait)
+		take = takeScript.evalSha(ctx, p, ks, takeArgs(r, n, room, wid, lease, holding, shards, serves)...)
 		return nil
 	})
 	if err := pop.Err(); err != nil && !errors.Is(err, redis.Nil) {
@@ -219,7 +221,7 @@ func (r *RDB) WaitTake(ctx context.Context, wid string, n int, lease, timeout ti
 	}
 	vals, err := take.Slice()
 	if err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
-		return r.Take(ctx, wid, n, lease, holding, shards, serves) // loads the script
+		return r.Take(ctx, wid, n, room, lease, holding, shards, serves) // loads the script
 	}
 	if err != nil {
 		return nil, end, wrap("take", takeScript, "", err)
@@ -246,9 +248,9 @@ func readTimeout(c redis.UniversalClient) time.Duration {
 }
 
 // takeArgs returns the ARGV of take.lua.
-func takeArgs(r *RDB, n int, wid string, lease time.Duration, holding, shards int, serves []string) []any {
-	args := make([]any, 0, 6+len(serves))
-	args = append(args, r.base, n, wid, lease.Milliseconds(), shards, holding)
+func takeArgs(r *RDB, n, room int, wid string, lease time.Duration, holding, shards int, serves []string) []any {
+	args := make([]any, 0, 7+len(serves))
+	args = append(args, r.base, n, wid, lease.Milliseconds(), shards, holding, room)
 	for _, s := range serves {
 		args = append(args, s)
 	}
@@ -268,19 +270,37 @@ func (r *RDB) takeKeys(wid string) []string {
 // every list empty or left a suspect; it records the shard count if the
 // reply gives it.
 func (r *RDB) parseTaken(vals []any) (taken []wire.Taken, end wire.TakeEnd, err error) {
-	// The flags come last; a task's last value is its mark, "!" or "", so
-	// they cannot be mistaken for one.
-	if len(vals) > 0 && vals[len(vals)-1] == "drained" {
-		vals, end.Drained = vals[:len(vals)-1], true
-	}
-	if len(vals) > 0 && vals[len(vals)-1] == "suspect" {
-		vals, end.Suspect = vals[:len(vals)-1], true
-	}
-	if len(vals)%4 == 2 && vals[len(vals)-2] == "shards" {
-		if n, ok := vals[len(vals)-1].(int64); ok {
-			end.Shards = int(n)
+	// The flags come last; a task's last value is its mark, "!" or "", a
+	// string, so neither a flag nor a flag and its number (an integer) can
+	// be mistaken for a task's end.
+	for len(vals) > 0 {
+		last := len(vals) - 1
+		if n, ok := vals[last].(int64); ok && last > 0 {
+			switch vals[last-1] {
+			case "shards":
+				end.Shards = int(n)
+			case "wait":
+				end.Wait = time.Duration(n) * time.Millisecond
+			default:
+				return nil, end, fmt.Errorf("take: script returned %v %v", vals[last-1], n)
+			}
+			vals = vals[:last-1]
+			continue
 		}
-		vals = vals[:len(vals)-2]
+		switch vals[last] {
+		case "drained":
+			end.Drained = true
+		case "suspect":
+			end.Suspect = true
+		case "room":
+			end.Room = true
+		default:
+			last = -1
+		}
+		if last < 0 {
+			break
+		}
+		vals = vals[:last]
 	}
 	if len(vals)%4 != 0 {
 		return nil, end, fmt.Errorf("take: script returned %d values, not quadruples", len(vals))
@@ -295,7 +315,13 @@ func (r *RDB) parseTaken(vals []any) (taken []wire.Taken, end wire.TakeEnd, err 
 		if !ok1 || err != nil || !ok2 || !ok3 {
 			return nil, end, fmt.Errorf("take: script returned %T %v %T %T, not a task id, attempt, payload and mark", vals[i], vals[i+1], vals[i+2], vals[i+3])
 		}
-		taken = append(taken, wire.Taken{ID: id, Attempt: attempt, Payload: []byte(payload), Private: mark == "!", Shard: r.shard, At: now})
+		t := wire.Taken{ID: id, Attempt: attempt, Payload: []byte(payload), Shard: r.shard, At: now}
+		mark, since, limited := strings.Cut(mark, "@")
+		t.Private = mark == "!"
+		if ms, err := strconv.ParseInt(since, 10, 64); limited && err == nil && ms >= 0 {
+			t.HeldBack = time.Duration(ms) * time.Millisecond
+		}
+		taken = append(taken, t)
 	}
 	return taken, end, nil
 }
@@ -311,6 +337,20 @@ func (r *RDB) WaitBell(ctx context.Context, wid string, timeout time.Duration) (
 		return false, wrap("wait", nil, "BLPOP", err)
 	}
 	return true, nil
+}
+
+// blpop queues on p a BLPOP of key for timeout. go-redis's BLPop rounds a
+// timeout below a second up to one (it sends whole seconds); Redis takes a
+// decimal one (6.0 and later), which a worker waiting for a limit's next
+// token needs: it sends that itself. The connection's read timeout covers
+// a wait below a second.
+func blpop(ctx context.Context, p redis.Pipeliner, key string, timeout time.Duration) *redis.StringSliceCmd {
+	if timeout >= time.Second {
+		return p.BLPop(ctx, timeout, key)
+	}
+	cmd := redis.NewStringSliceCmd(ctx, "blpop", key, strconv.FormatFloat(timeout.Seconds(), 'f', 3, 64))
+	_ = p.Process(ctx, cmd)
+	return cmd
 }
 
 // blocking returns the timeout to give a blocking command: at least a second,

@@ -177,7 +177,7 @@ func TestMalformedRepliesAreErrors(t *testing.T) {
 	swap(&heartbeatScript, "return {1}")
 	swap(&submitScript, "return {1}")
 	checks := map[string]func() error{
-		"take: script returned 3 values, not quadruples": func() error { _, _, err := r.Take(ctx, "w", 1, time.Second, 0, 0, serves); return err },
+		"take: script returned 3 values, not quadruples": func() error { _, _, err := r.Take(ctx, "w", 1, 1, time.Second, 0, 0, serves); return err },
 		"reap: script returned [1 2], not 3 integers":    func() error { _, err := r.Reap(ctx); return err },
 		"heartbeat: script returned [1], not 3 integers": func() error { _, err := r.Heartbeat(ctx, "w", time.Second, nil); return err },
 		"submit: script returned [1], not 2 integers": func() error {
@@ -191,7 +191,7 @@ func TestMalformedRepliesAreErrors(t *testing.T) {
 		}
 	}
 	swap(&takeScript, "return {'id', 'x', 'payload', ''}")
-	if _, _, err := r.Take(ctx, "w", 1, time.Second, 0, 0, serves); err == nil || strings.Contains(err.Error(), "%!") {
+	if _, _, err := r.Take(ctx, "w", 1, 1, time.Second, 0, 0, serves); err == nil || strings.Contains(err.Error(), "%!") {
 		t.Errorf("a take with a malformed attempt: %v", err)
 	}
 }
@@ -218,7 +218,7 @@ func TestPriorityLists(t *testing.T) {
 	}
 	var got []string
 	for range 3 {
-		taken, _, err := f.r.Take(ctx, "dying", 1, time.Minute, 0, 0, serves)
+		taken, _, err := f.r.Take(ctx, "dying", 1, 1, time.Minute, 0, 0, serves)
 		if err != nil || len(taken) != 1 {
 			t.Fatalf("Take: %v, %v", taken, err)
 		}

@@ -43,6 +43,8 @@ var (
 	claimScript     = load("claim.lua")
 	resumeScript    = load("resume.lua")
 	cancelScript    = load("cancel.lua")
+	limitScript     = load("limit.lua")
+	throttleScript  = load("throttle.lua")
 )
 
 // ScriptNames maps each script's SHA-1 to its file name, for tools that read

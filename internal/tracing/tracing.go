@@ -80,6 +80,7 @@ const (
 	Attempt   = attribute.Key("redmap.attempt")
 	Worker    = attribute.Key("redmap.worker.id")
 	QueueWait = attribute.Key("redmap.queue_wait_ms")
+	LimitWait = attribute.Key("redmap.limit_wait_ms")
 	Kind      = attribute.Key("redmap.error.kind")
 	Index     = attribute.Key("redmap.element.index")
 	Reason    = attribute.Key("redmap.reason")

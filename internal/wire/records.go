@@ -431,3 +431,78 @@ func DecodeEntry(s string, limit int) (Entry, error) {
 	}
 	return e, err
 }
+
+// LimitRecord is one source's record of a function's fleet-wide limit (the
+// queue's limits hash, keys.Limits): declared with the function's handle
+// by its managers and workers, or set by an operator.
+type LimitRecord struct {
+	// Limit is the limit as take.lua reads it: "<rate> <per ms> <burst>
+	// <concurrency>" (LimitString).
+	Limit       string  `json:"limit"`
+	Rate        float64 `json:"rate,omitempty"`
+	PerMS       int64   `json:"per_ms,omitempty"`
+	Burst       int     `json:"burst,omitempty"`
+	Concurrency int     `json:"concurrency,omitempty"`
+	By          string  `json:"by,omitempty"`    // who wrote it: "manager <id> on <host>", "operator on <host>"
+	AtMS        int64   `json:"at_ms,omitempty"` // when, Unix ms by the writer's clock
+}
+
+// NewLimitRecord returns the record of a limit (its defaults filled in),
+// written by by at at.
+func NewLimitRecord(rate float64, per time.Duration, burst, concurrency int, by string, at time.Time) LimitRecord {
+	r := LimitRecord{Rate: rate, PerMS: per.Milliseconds(), Burst: burst, Concurrency: concurrency, By: by, AtMS: at.UnixMilli()}
+	if rate == 0 {
+		r.PerMS, r.Burst = 0, 0
+	}
+	r.Limit = LimitString(r.Rate, r.PerMS, r.Burst, r.Concurrency)
+	return r
+}
+
+// LimitString returns a limit as take.lua reads it.
+func LimitString(rate float64, perMS int64, burst, concurrency int) string {
+	return strconv.FormatFloat(rate, 'g', -1, 64) + " " + strconv.FormatInt(perMS, 10) + " " +
+		strconv.Itoa(burst) + " " + strconv.Itoa(concurrency)
+}
+
+// DecodeLimitRecord decodes a LimitRecord; a record that does not decode,
+// or whose limit does not parse, is an error.
+func DecodeLimitRecord(b []byte) (LimitRecord, error) {
+	var r LimitRecord
+	if err := json.Unmarshal(b, &r); err != nil {
+		return r, fmt.Errorf("limit record: %v", err)
+	}
+	if _, err := ParseLimit(r.Limit); err != nil {
+		return r, err
+	}
+	return r, nil
+}
+
+// Limit is a limit in force, parsed from take.lua's form (ParseLimit).
+type Limit struct {
+	Rate        float64
+	Per         time.Duration
+	Burst       int
+	Concurrency int
+}
+
+// ParseLimit parses a limit in take.lua's form; it refuses what take.lua
+// would not read as a limit (a field not a finite number ≥ 0).
+func ParseLimit(s string) (Limit, error) {
+	f := strings.Fields(s)
+	if len(f) != 4 {
+		return Limit{}, fmt.Errorf("limit %q: want 4 fields", s)
+	}
+	var v [4]float64
+	for i, x := range f {
+		n, err := strconv.ParseFloat(x, 64)
+		if err != nil || n != n || n < 0 || n > 1e15 {
+			return Limit{}, fmt.Errorf("limit %q: field %d is not a finite number ≥ 0", s, i+1)
+		}
+		v[i] = n
+	}
+	l := Limit{Rate: v[0], Per: time.Duration(v[1] * float64(time.Millisecond)), Burst: max(1, int(v[2])), Concurrency: int(v[3])}
+	if l.Rate == 0 || l.Per == 0 {
+		l.Rate, l.Per, l.Burst = 0, 0, 0
+	}
+	return l, nil
+}

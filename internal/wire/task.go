@@ -49,6 +49,9 @@ type Taken struct {
 	Private bool      // from the worker's private list
 	Shard   int       // the shard it was taken from (see NewShard)
 	At      time.Time // when the take's reply came
+	// HeldBack is how long its function's limit held it back at the head
+	// of its list (0 if it did not).
+	HeldBack time.Duration
 }
 
 // Member returns the task's member in the worker's held set: its id,
@@ -73,6 +76,14 @@ type TakeEnd struct {
 	// names), said by a take of shard 0 when it is above what the worker
 	// said it knows; 0 otherwise.
 	Shards int
+	// Room: a task of a limited function waits for the worker to have room
+	// to start it (it takes none ahead); the worker takes again when one
+	// of its tasks ends. The take did not register it idle.
+	Room bool
+	// Wait, if not 0: a rate refused a task of a limited function; its
+	// next token is due in Wait. A drained worker waits on its bell that
+	// long at most.
+	Wait time.Duration
 }
 
 // HeldID returns the task id of a held-set member.

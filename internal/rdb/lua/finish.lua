@@ -7,6 +7,8 @@
 -- half-way (Redis out of memory) leaves the tasks outstanding, not lost. Work
 -- is grouped by manager: one check per task, then one push and one delete per
 -- manager; a task finished twice in one call is delivered once.
+-- Each task reported returns its slot to its function's concurrency cap,
+-- if it holds one (unhold_limited).
 -- An empty result only releases the hold: the worker skipped the task as no
 -- longer wanted. It must not be delivered even if the task is wanted again by
 -- now (its manager submitted it again after Redis lost it), or the manager
@@ -43,6 +45,11 @@ for i = 2, #ARGV, 2 do
 end
 for i = 1, #members, CHUNK do
   redis.call('SREM', KEYS[1], unpack(members, i, math.min(i + CHUNK - 1, #members)))
+end
+if redis.call('EXISTS', base .. 'lim:held') == 1 then
+  for i = 2, #ARGV, 2 do
+    unhold_limited(base, ARGV[i])
+  end
 end
 for _, m in ipairs(order) do
   local g = groups[m]

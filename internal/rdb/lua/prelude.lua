@@ -32,12 +32,18 @@ local function wanted(base, tid)
   return m ~= nil and redis.call('HEXISTS', m .. ':tasks', tid) == 1
 end
 
+-- lane_parts returns the manager id and the lane number in task id tid
+-- ("<manager id>-<seq>,<n>.<lane>[~<p>]"), or nil.
+local function lane_parts(tid)
+  return string.match(tid, '^([^-]+)-[^.~]+%.([^~]+)')
+end
+
 -- lane_of returns the lane of task tid ("<manager id>.<lane>", from an id
 -- "<manager id>-<seq>.<lane>[~<p>]": see id.TaskIn) and the ring of its
 -- priority ("<base>ring", or "<base>ring:<p>": see keys.Ring); nil for a
 -- task of no lane.
 local function lane_of(base, tid)
-  local mid, lane = string.match(tid, '^([^-]+)-[^.~]+%.([^~]+)')
+  local mid, lane = lane_parts(tid)
   if not mid then
     return nil
   end
@@ -279,4 +285,68 @@ local function lose_managers(base, managers, hist, index, limit, age)
     trim_history(hist, index, limit, age)
   end
   return n, withdrawn
+end
+
+-- Limits (keys.Limits): a function's fleet-wide rate and concurrency cap,
+-- enforced by take.lua. A limited function's tasks that count against its
+-- cap are listed in "<base>lim:held" (task id -> function) and in the
+-- function's running hash (limit_key .. ':run', task id -> worker); the
+-- workers a take refused for want of a slot wait in limit_key .. ':wait'.
+
+-- limit_key returns the prefix of function fn's limit keys (see
+-- keys.LimitRunning): its name is any printable string, so it goes by its
+-- hash.
+local function limit_key(base, fn)
+  return base .. 'lim:' .. string.sub(redis.sha1hex(fn), 1, 16)
+end
+
+-- unhold_limited returns task tid's slot to its function's concurrency
+-- cap, if it holds one, and rings the workers waiting for a slot. Every
+-- script that ends a hold calls it: finish, give back, reap.
+local function unhold_limited(base, tid)
+  local held = base .. 'lim:held'
+  local fn = redis.call('HGET', held, tid)
+  if not fn then
+    return
+  end
+  redis.call('HDEL', held, tid)
+  local k = limit_key(base, fn)
+  redis.call('HDEL', k .. ':run', tid)
+  local waiting = redis.call('SMEMBERS', k .. ':wait')
+  if #waiting > 0 then
+    for _, w in ipairs(waiting) do
+      ring_worker(base, w)
+    end
+    redis.call('DEL', k .. ':wait')
+  end
+end
+
+-- finite returns s as a number if it is one, finite and at least 0; else
+-- nil. What a limit's fields read from Redis go through it: a crafted value
+-- must not make a script fail or wait for ever.
+local function finite(s)
+  local x = tonumber(s)
+  if x and x == x and x >= 0 and x < math.huge then
+    return x
+  end
+  return nil
+end
+
+-- parse_limit returns the limit in force v (keys.Limits: "<rate> <per ms>
+-- <burst> <concurrency>") as a table {rate, per, burst, conc}, rate 0 for
+-- none, conc 0 for none; nil if it limits nothing or does not parse.
+local function parse_limit(v)
+  local a, b, c, d = string.match(v or '', '^(%S+) (%S+) (%S+) (%S+)$')
+  local rate, per, burst, conc = finite(a), finite(b), finite(c), finite(d)
+  if not (rate and per and burst and conc) then
+    return nil
+  end
+  conc = math.floor(conc)
+  if rate <= 0 or per <= 0 then
+    rate = 0
+  end
+  if rate == 0 and conc == 0 then
+    return nil
+  end
+  return {rate = rate, per = per, burst = math.max(1, math.floor(burst)), conc = conc}
 end

@@ -5,7 +5,9 @@
 -- lane back in its ring) with its lost-attempt count raised (the worker that takes it next checks the
 -- count against the batch's budget). A private task, held or still queued,
 -- cannot run elsewhere: its manager gets a "lost <task id> <worker id>" entry
--- in place of a result.
+-- in place of a result. Each returns its slot of its function's
+-- concurrency cap (unhold_limited): a dead worker's slots come back within
+-- its lease.
 -- A reaped worker that has an info hash here (shard 0) is listed gone for
 -- operators, with its last info: "stopped" if it retired itself (see
 -- heartbeat.lua), else "dead" (its lease lapsed).
@@ -30,6 +32,7 @@ end
 for _, wid in ipairs(dead) do
   local w = base .. 'w:' .. wid
   for _, member in ipairs(redis.call('SMEMBERS', w .. ':held')) do
+    unhold_limited(base, (string.gsub(member, '^!', '')))
     if string.sub(member, 1, 1) == '!' then
       lose(string.sub(member, 2), wid)
     else

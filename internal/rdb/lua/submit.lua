@@ -22,7 +22,8 @@
 -- ARGV[4] the count the manager expects at least (0: no check)
 -- ARGV[5] the epoch the manager expects; set if the set has none
 -- ARGV[6] a new epoch to install (recovery), or ""
--- ARGV[7] the lane ("<manager id>.<lane>"), or "" for a private list
+-- ARGV[7] the batch's lane ("<manager id>.<lane>"; a private batch's tasks
+--         carry one too, for what they call, but queue in KEYS[2])
 -- ARGV[8] what the lane's tasks call ("<func>\t<signature>", and
 --         "\n<reducer>\t<signature>"): a take passes a lane whose function
 --         its worker has not registered with that signature
@@ -51,6 +52,15 @@ if #ids == 0 then
   return {after, intact and 1 or 0}
 end
 local lane = ARGV[7]
+if lane ~= '' then
+  -- What the lane's tasks call, for a take (and its limit): kept as long
+  -- as the task set.
+  redis.call('HSET', KEYS[5], string.match(lane, '%.(.+)$'), ARGV[8])
+  redis.call('PEXPIRE', KEYS[5], ttl)
+end
+if wid ~= '' then
+  lane = '' -- a private batch's tasks queue in the worker's list
+end
 if lane ~= '' and redis.call('LLEN', KEYS[2]) == 0 then
   unlane(KEYS[2]) -- what is beside an empty lane counts nothing
 end
@@ -71,8 +81,6 @@ if lane ~= '' then
   redis.call('PEXPIRE', KEYS[2] .. ':e', ttl)
   redis.call('PEXPIRE', KEYS[2] .. ':t', ttl)
   redis.call('PEXPIRE', KEYS[2], ttl)
-  redis.call('HSET', KEYS[5], string.match(lane, '%.(.+)$'), ARGV[8])
-  redis.call('PEXPIRE', KEYS[5], ttl)
   enlist(KEYS[4], lane)
 end
 if wid == '' then

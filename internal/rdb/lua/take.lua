@@ -42,6 +42,21 @@
 -- cleared) in this same step, so no submit can slip unseen between "found
 -- no more" and "waiting for the bell"; the reply then ends with "drained",
 -- and the worker's next take waits for its bell first.
+-- A task of a limited function (keys.Limits; its lane's function, found
+-- from its id, private tasks too) is taken only if its limit has room: the
+-- worker has room to start it now (ARGV[7]: no limited task waits in a
+-- worker's prefetch), fewer of the function's tasks are held than its
+-- concurrency cap, and its rate's bucket (GCRA: a theoretical arrival time
+-- per function in lim:state) holds its elements (a task of more elements
+-- than the burst, once the bucket is full). Else it stays at the head of
+-- its list, which the take leaves for the next (a private list waits
+-- there), and the reply says when to come back: "wait" and the ms until
+-- the first token a refused task needs is due; the worker sleeps on its
+-- bell until then. A take refused for want of a slot leaves the worker in
+-- the function's waiting set, rung when a slot returns; one refused for
+-- want of room to start says "room", and the worker takes again when one
+-- of its own tasks ends. Each refusal counts in lim:state ("w\t<func>"),
+-- once a take.
 -- KEYS[1] private list of the worker   KEYS[2] held set of the worker
 -- KEYS[3] idle set   KEYS[4] bell of the worker
 -- KEYS[5] workers sorted set (wid -> lease deadline, ms)
@@ -51,14 +66,18 @@
 -- ARGV[1] key base "<prefix>:{<queue>}:"   ARGV[2] n, at least 1   ARGV[3] worker id
 -- ARGV[4] the worker's lease, ms   ARGV[5] the shard count the worker knows
 -- ARGV[6] how many tasks the worker holds, by its own count, on every shard
--- ARGV[7], ...: what the worker serves: "<func>\t<signature>" per handle it
+-- ARGV[7] how many tasks of limited functions the worker could start now
+-- ARGV[8], ...: what the worker serves: "<func>\t<signature>" per handle it
 -- registered
 -- Returns a flat array of quadruples: task id, attempt, payload, and "!" for a
--- task of the private list or "" for the public one; then "shards" and the
+-- task of the private list or "" for the public one (followed by "@<ms>" if
+-- its limit held it back that long: lim:since keeps when it first did); then "shards" and the
 -- queue's shard count (1 + the names in the list) if it is above the one
 -- the worker knows, so that a worker learns of new shards with its next
 -- take; then "suspect" if a suspect was left for when the worker holds nothing,
--- or "drained" if the take left every list empty.
+-- or "drained" if the take left every list empty (or what is left waits on
+-- a limit), or "room" if a limited task waits for the worker to have room;
+-- then "wait" and ms, if a rate refused a task.
 local base, n, wid = ARGV[1], tonumber(ARGV[2]), ARGV[3]
 local out = {}
 local taken = 0
@@ -88,6 +107,129 @@ end
 -- the end.
 local gave = {}
 
+-- Limits: see the header. Most queues have none: one EXISTS a take.
+local limited = redis.call('EXISTS', base .. 'limits') == 1
+local room = tonumber(ARGV[7]) or 0
+local roomless = false -- a limited task waits for the worker to have room
+local due = nil -- ms until the first token a refused task needs
+local clock = nil
+local fns = {} -- lane -> its function's name, or false
+local limits = {} -- function -> its limit (parse_limit, with state), or false
+local mine = {} -- tasks this take counted against a cap: not yet in the held set
+local held_back = {} -- task id -> ms its limit held it back, for its mark
+local since_on = redis.call('EXISTS', base .. 'lim:since') == 1
+
+-- fn_of returns the function task tid calls, from its lane, or nil.
+local function fn_of(tid)
+  local mid, l = lane_parts(tid)
+  if not mid then
+    return nil
+  end
+  local lane = mid .. '.' .. l
+  local fn = fns[lane]
+  if fn == nil then
+    local calls = redis.call('HGET', base .. 'm:' .. mid .. ':lanes', l)
+    fn = calls and string.match(calls, '^([^\t\n]*)') or false
+    fns[lane] = fn
+  end
+  return fn or nil
+end
+
+-- limit_of returns the limit in force of function fn, or nil.
+local function limit_of(fn)
+  local lim = limits[fn]
+  if lim == nil then
+    lim = parse_limit(redis.call('HGET', base .. 'limits', fn)) or false
+    if lim then
+      lim.key = limit_key(base, fn)
+      if lim.rate > 0 then
+        lim.T = lim.per / lim.rate -- ms per element
+        clock = clock or now()
+        -- A crafted arrival time waits a day at most.
+        lim.tat = math.min(finite(redis.call('HGET', base .. 'lim:state', fn)) or 0, clock + lim.burst * lim.T + 86400000)
+      end
+    end
+    limits[fn] = lim
+  end
+  return lim or nil
+end
+
+-- running returns how many tasks hold a slot of lim's cap. Once at the cap
+-- it drops slots whose worker no longer holds their task (a path that ended
+-- a hold without unhold_limited, or writes Redis lost), so the cap cannot
+-- leak.
+local function running(lim)
+  if lim.n then
+    return lim.n
+  end
+  local run = lim.key .. ':run'
+  local n = redis.call('HLEN', run)
+  if n >= lim.conc then
+    local all = redis.call('HGETALL', run)
+    for i = 1, #all, 2 do
+      local tid, w = all[i], all[i + 1]
+      local held = base .. 'w:' .. w .. ':held'
+      if not mine[tid] and redis.call('SISMEMBER', held, tid) == 0 and redis.call('SISMEMBER', held, '!' .. tid) == 0 then
+        redis.call('HDEL', run, tid)
+        redis.call('HDEL', base .. 'lim:held', tid)
+        n = n - 1
+      end
+    end
+  end
+  lim.n = n
+  return n
+end
+
+-- admit says whether task tid may be taken now, by its function's limit,
+-- and if so counts it there.
+local function admit(tid)
+  local fn = limited and fn_of(tid)
+  local lim = fn and limit_of(fn)
+  if not lim then
+    return true
+  end
+  local ok = true
+  if room <= 0 then
+    roomless, ok = true, false
+  elseif lim.conc > 0 and running(lim) >= lim.conc then
+    redis.call('SADD', lim.key .. ':wait', wid)
+    redis.call('PEXPIRE', lim.key .. ':wait', BELL_TTL)
+    ok = false
+  elseif lim.rate > 0 then
+    local size = math.max(size_of(tid), 1)
+    local tat = math.max(lim.tat, clock)
+    local over = tat - clock
+    if size <= lim.burst then
+      over = over - (lim.burst - size) * lim.T
+    end
+    if over > 0 then
+      due = math.min(due or over, over)
+      ok = false
+    else
+      lim.tat, lim.dirty = tat + size * lim.T, true
+    end
+  end
+  if not ok then
+    -- When the limit first held it back, for its trace (see the mark).
+    if redis.call('HSETNX', base .. 'lim:since', tid, clock or now()) == 1 then
+      redis.call('PEXPIRE', base .. 'lim:since', 86400000)
+    end
+    if not lim.counted then
+      redis.call('HINCRBY', base .. 'lim:state', 'w\t' .. fn, 1)
+      lim.counted = true
+    end
+    return false
+  end
+  room = room - 1
+  if lim.conc > 0 then
+    redis.call('HSET', lim.key .. ':run', tid, wid)
+    redis.call('HSET', base .. 'lim:held', tid, fn)
+    lim.n = lim.n + 1
+    mine[tid] = true
+  end
+  return true
+end
+
 -- take pops from list until the take has limit tasks.
 local function take(list, mark, limit)
   while taken < limit and not alone do
@@ -113,11 +255,29 @@ local function take(list, mark, limit)
           alone, suspect = true, true
           return
         end
+        if not admit(tid) then
+          -- Its limit has no room: it and the ids after it go back, in
+          -- order, and the take goes on with the next list.
+          for j = #ids, i, -1 do
+            redis.call('LPUSH', list, ids[j])
+            if mark == '' then
+              gave[list] = gave[list] - size_of(ids[j])
+            end
+          end
+          return
+        end
+        if since_on then
+          local since = finite(redis.call('HGET', base .. 'lim:since', tid))
+          if since then
+            redis.call('HDEL', base .. 'lim:since', tid)
+            held_back[tid] = math.max(0, (clock or now()) - since)
+          end
+        end
         held[#held + 1] = mark .. tid
         out[#out + 1] = tid
         out[#out + 1] = attempt
         out[#out + 1] = payload
-        out[#out + 1] = mark
+        out[#out + 1] = held_back[tid] and mark .. '@' .. math.floor(held_back[tid]) or mark
         taken = taken + 1
         if attempt ~= '0' then
           for j = #ids, i + 1, -1 do
@@ -134,7 +294,7 @@ local function take(list, mark, limit)
   end
 end
 local served = {}
-for i = 7, #ARGV do
+for i = 8, #ARGV do
   served[ARGV[i]] = true
 end
 -- serves says whether the worker registered what lane's tasks call.
@@ -218,6 +378,11 @@ for list, n in pairs(gave) do
     redis.call('INCRBY', list .. ':e', -n)
   end
 end
+for fn, lim in pairs(limits) do
+  if lim and lim.dirty then
+    redis.call('HSET', base .. 'lim:state', fn, string.format('%.3f', lim.tat))
+  end
+end
 local shards = 1 + redis.call('LLEN', KEYS[6])
 if shards > tonumber(ARGV[5]) then
   out[#out + 1] = 'shards'
@@ -226,11 +391,19 @@ end
 if suspect then
   out[#out + 1] = 'suspect'
 end
-if taken < n and not alone then
+if taken < n and not alone and roomless then
+  -- The worker takes again when one of its tasks ends, bell or not.
+  redis.call('SREM', KEYS[3], wid)
+  out[#out + 1] = 'room'
+elseif taken < n and not alone then
   redis.call('DEL', KEYS[4])
   redis.call('SADD', KEYS[3], wid)
   out[#out + 1] = 'drained'
 else
   redis.call('SREM', KEYS[3], wid)
+end
+if due and taken < n and not alone then
+  out[#out + 1] = 'wait'
+  out[#out + 1] = math.max(1, math.ceil(due))
 end
 return out
