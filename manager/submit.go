@@ -150,7 +150,7 @@ func types(h redmap.AnyHandle) []string {
 type spec struct {
 	name, sig string
 	limit     redmap.Limit // declared with its handle
-	types     []string // the structure the signature fingerprints
+	types     []string     // the structure the signature fingerprints
 	constant  *cache.Ref
 	holder    string
 }
