@@ -29,7 +29,8 @@ func TestTaskRoundTrip(t *testing.T) {
 }
 
 // The trace context is optional: an untraced task is the 14-field array of
-// every version-2 task; a traced one adds fields 15 and 16; fields a later
+// every version-2 task; a traced one adds fields 15 and 16, a bound of
+// RetryAfter waits 17; fields a later
 // release may add past them are skipped; fewer than 14 are refused.
 func TestTaskTraceFieldsOptional(t *testing.T) {
 	frame, _ := EncodeElements([]int{1}, 0)
@@ -49,12 +50,24 @@ func TestTaskTraceFieldsOptional(t *testing.T) {
 	if err != nil || !reflect.DeepEqual(got, &traced) {
 		t.Fatalf("traced round trip: %+v (%v), want %+v", got, err, &traced)
 	}
-	// A later release's task: an 18-field array, two fields this one does not know.
-	later := append([]byte{0xdc, 0, 18}, tb[3:]...)
+	// The RetryAfter bound is field 17, with 15 and 16 (empty if untraced).
+	waits := *plain
+	waits.Waits = 4
+	wb, err := EncodeTask(&waits)
+	if err != nil || !bytes.HasPrefix(wb, []byte{0xdc, 0, 17}) {
+		t.Fatalf("a task with Waits starts %x (%v), want a 17-field array", wb[:3], err)
+	}
+	if got, err := DecodeTask(wb, 0); err != nil || got.Waits != 4 || len(got.Trace) != 0 || got.Sent != 0 {
+		t.Fatalf("Waits round trip: %+v (%v)", got, err)
+	}
+	// A later release's task: a 19-field array, two fields this one does not know.
+	traced.Waits = 2
+	tb, _ = EncodeTask(&traced)
+	later := append([]byte{0xdc, 0, 19}, tb[3:]...)
 	later = append(later, 0xa1, 'x', 0x2a)
 	got, err = DecodeTask(later, 0)
-	if err != nil || got.Trace["tracestate"] != "k=v" || got.Sent != traced.Sent {
-		t.Fatalf("a task with fields past 16: %+v (%v), want them skipped", got, err)
+	if err != nil || got.Trace["tracestate"] != "k=v" || got.Sent != traced.Sent || got.Waits != 2 {
+		t.Fatalf("a task with fields past 17: %+v (%v), want them skipped", got, err)
 	}
 	short := append([]byte{0x90 | 13}, b[1:]...)
 	if _, err := DecodeTask(short, 0); !errors.Is(err, ErrCorrupt) {

@@ -201,6 +201,7 @@ type State struct {
 	Workers  []inspect.Worker       `json:"workers"`
 	Batches  []inspect.Batch        `json:"batches"`
 	Failures []inspect.FailureGroup `json:"failures"`
+	Limits   []inspect.Limit        `json:"limits"` // the functions' fleet-wide limits
 }
 
 // tokenHeader carries the operator token from the page: a header of its
@@ -271,7 +272,7 @@ func (d *Dashboard) shared(ctx context.Context) (State, error) {
 // State reads what the page shows from Redis: the queues, their workers
 // (those that stopped or died within inspect.GoneFor included), their
 // running batches and those that ended within Options.Keep (the queues'
-// history), and their failure groups.
+// history), their failure groups, and their functions' limits.
 func (d *Dashboard) State(ctx context.Context) (State, error) {
 	now, err := d.in.Now(ctx)
 	if err != nil {
@@ -282,7 +283,7 @@ func (d *Dashboard) State(ctx context.Context) (State, error) {
 		return State{}, err
 	}
 	st := State{Time: now, Actions: d.opts.Actions, Queues: []inspect.Queue{}, Workers: []inspect.Worker{},
-		Batches: []inspect.Batch{}, Failures: []inspect.FailureGroup{}}
+		Batches: []inspect.Batch{}, Failures: []inspect.FailureGroup{}, Limits: []inspect.Limit{}}
 	for _, q := range queues {
 		snap, err := d.in.Snapshot(ctx, q)
 		if err != nil {
@@ -297,6 +298,7 @@ func (d *Dashboard) State(ctx context.Context) (State, error) {
 			}
 		}
 		st.Failures = append(st.Failures, snap.Failures...)
+		st.Limits = append(st.Limits, snap.Limits...)
 	}
 	order(&st)
 	return st, nil

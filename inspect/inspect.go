@@ -166,7 +166,8 @@ type Snapshot struct {
 	Batches   []Batch // running
 	History   []Batch // ended, newest first (the last HistoryShown)
 	Failures  []FailureGroup
-	Malformed int // failure groups that could not be read
+	Malformed int     // failure groups that could not be read
+	Limits    []Limit // the functions' fleet-wide limits
 }
 
 // Ping checks that Redis answers. One round trip.
@@ -373,8 +374,8 @@ func (i *Inspector) Failures(ctx context.Context, queue string) ([]FailureGroup,
 	return out, malformed, nil
 }
 
-// Snapshot reads queue: its depth and throughput, workers, batches and
-// failure groups.
+// Snapshot reads queue: its depth and throughput, workers, batches,
+// failure groups and limits.
 func (i *Inspector) Snapshot(ctx context.Context, queue string) (Snapshot, error) {
 	now, err := i.Now(ctx)
 	if err != nil {
@@ -409,7 +410,10 @@ func (i *Inspector) Snapshot(ctx context.Context, queue string) (Snapshot, error
 	if s.History, _, err = i.History(ctx, queue, HistoryShown); err != nil {
 		return s, err
 	}
-	s.Failures, s.Malformed, err = i.Failures(ctx, queue)
+	if s.Failures, s.Malformed, err = i.Failures(ctx, queue); err != nil {
+		return s, err
+	}
+	s.Limits, err = i.Limits(ctx, queue)
 	return s, err
 }
 

@@ -43,6 +43,9 @@ type Metrics struct {
 	// their failed elements, by kind, since the queue's keys were made.
 	Ended          map[string]int64 `json:"ended"`
 	FailedElements map[string]int64 `json:"failed_elements"`
+	// Limits are the queue's functions' fleet-wide limits (Limits), each
+	// with its tasks waiting, its slots held and its refused takes.
+	Limits []Limit `json:"limits"`
 }
 
 // WorkerStates are the states Metrics.Workers always reports, with a zero
@@ -100,6 +103,9 @@ func (i *Inspector) Metrics(ctx context.Context, queue string) (Metrics, error) 
 		wire.OutcomeManagerLost, wire.OutcomeExpired} {
 		m.Ended[o] += 0 // every outcome is reported, none yet or not
 	}
+	if m.Limits, err = i.Limits(ctx, queue); err != nil {
+		return m, err
+	}
 	return m, nil
 }
 
@@ -140,6 +146,11 @@ var (
 	descBacklog         = queueDesc("redmap_queue_backlog_elements", "Elements of the running batches without a result: waiting, running, or in a manager's window.")
 	descEnded           = queueDesc("redmap_batches_ended_total", "Batches ended, by outcome, as the queue's history recorded them.", "outcome")
 	descFailed          = queueDesc("redmap_elements_failed_total", "Failed elements of ended batches, by kind.", "kind")
+	descLimitRate       = queueDesc("redmap_limit_rate_per_second", "A limited function's rate in force, elements a second (0: none).", "func")
+	descLimitConc       = queueDesc("redmap_limit_concurrency", "A limited function's concurrency cap in force (0: none).", "func")
+	descLimitWaiting    = queueDesc("redmap_limit_waiting_tasks", "Tasks of a limited function waiting in the queue's public lanes.", "func")
+	descLimitRunning    = queueDesc("redmap_limit_running_tasks", "Tasks of a limited function holding a slot of its concurrency cap.", "func")
+	descLimitRefused    = queueDesc("redmap_limit_throttled_total", "Takes a limited function's limit refused one of its tasks (throttled waits, one a take).", "func")
 )
 
 func queueDesc(name, help string, labels ...string) *prometheus.Desc {
@@ -149,7 +160,8 @@ func queueDesc(name, help string, labels ...string) *prometheus.Desc {
 // Describe describes the metrics.
 func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descWaitingTasks, descWaitingElements, descOldest, descRunningTasks,
-		descWorkers, descRunningBatches, descDurable, descBacklog, descEnded, descFailed} {
+		descWorkers, descRunningBatches, descDurable, descBacklog, descEnded, descFailed,
+		descLimitRate, descLimitConc, descLimitWaiting, descLimitRunning, descLimitRefused} {
 		ch <- d
 	}
 }
@@ -189,6 +201,17 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 		}
 		for _, k := range sortedKeys(m.FailedElements) {
 			ch <- prometheus.MustNewConstMetric(descFailed, prometheus.CounterValue, float64(m.FailedElements[k]), q, k)
+		}
+		for _, l := range m.Limits {
+			rate := 0.0
+			if l.InForce.Rate > 0 && l.InForce.Per > 0 {
+				rate = l.InForce.Rate / l.InForce.Per.Seconds()
+			}
+			gauge(descLimitRate, rate, l.Func)
+			gauge(descLimitConc, float64(l.InForce.Concurrency), l.Func)
+			gauge(descLimitWaiting, float64(l.Waiting), l.Func)
+			gauge(descLimitRunning, float64(l.Running), l.Func)
+			ch <- prometheus.MustNewConstMetric(descLimitRefused, prometheus.CounterValue, float64(l.Refused), q, l.Func)
 		}
 	}
 }

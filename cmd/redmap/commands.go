@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strconv"
 	"strings"
 
 	"github.com/redmap/redmap/connect"
@@ -17,7 +18,8 @@ import (
 // (commonFlags); the usage is made from this table and the flags' help.
 type command struct {
 	name     string
-	operands []string // the names of its operands, each required
+	operands []string // the names of its operands, each required but the last optional ones
+	optional int      // how many of the last operands may be left out
 	help     string
 	flags    func(fs *flag.FlagSet, c *cli, o *invocation) // its own flags, if any
 	// run runs it with its operands, once Redis answered (nil for
@@ -45,6 +47,14 @@ var commands = []command{
 	{name: "purge", operands: []string{"queue"}, help: "drop the queue's queued tasks; their batches fail with ErrLost", run: oneOperand((*cli).purge), flags: func(fs *flag.FlagSet, c *cli, _ *invocation) {
 		fs.BoolVar(&c.yes, "yes", false, "really purge (without it, purge only says what it would drop)")
 	}},
+	{name: "limit", operands: []string{"queue", "function"}, optional: 1,
+		help: "set a function's fleet-wide limit as an operator (it wins over the one declared with the function's handle; takes enforce it at once), or with -clear drop it; without function, list every function's limit in force, where it comes from, and the tasks running and waiting under it",
+		run: (*cli).limit, flags: func(fs *flag.FlagSet, c *cli, _ *invocation) {
+			fs.StringVar(&c.rate, "rate", "", "elements started per interval across the fleet: `N/s`, N/min, N/h, N/100ms (N alone: a second); 0 for none")
+			fs.IntVar(&c.burst, "burst", 0, "most elements started at once after a quiet spell (default a tenth of a second's rate, at least 1)")
+			fs.IntVar(&c.concurrency, "concurrency", 0, "most elements running at once across the fleet; 0 for no cap")
+			fs.BoolVar(&c.clear, "clear", false, "drop the operator's limit: the one declared with the function's handle, if any, is in force again")
+		}},
 	{name: "backlog", help: "the tasks waiting and running (for scripts: with -queue, the number alone); with -json, every metric of the queue",
 		run: noOperand((*cli).backlog)},
 	{name: "metrics", help: "serve Prometheus metrics of the queues at /metrics, read from Redis at each scrape (they exist with no worker: scale from zero on them), until SIGINT or SIGTERM",
@@ -172,8 +182,12 @@ func parseArgs(args []string, c *cli) (*invocation, error) {
 	if err != nil {
 		return nil, usageError{fmt.Sprintf("%s: %v", cmd.name, err)}
 	}
-	if o.operand = pos[1:]; len(o.operand) != len(cmd.operands) {
-		return nil, usageError{fmt.Sprintf("%s takes %d argument(s), got %d", cmd.name, len(cmd.operands), len(o.operand))}
+	if o.operand = pos[1:]; len(o.operand) > len(cmd.operands) || len(o.operand) < len(cmd.operands)-cmd.optional {
+		want := strconv.Itoa(len(cmd.operands))
+		if cmd.optional > 0 {
+			want = fmt.Sprintf("%d to %d", len(cmd.operands)-cmd.optional, len(cmd.operands))
+		}
+		return nil, usageError{fmt.Sprintf("%s takes %s argument(s), got %d", cmd.name, want, len(o.operand))}
 	}
 	return o, nil
 }
@@ -205,8 +219,12 @@ func usage(w io.Writer, cmd *command) {
 			continue
 		}
 		line := k.name
-		for _, op := range k.operands {
-			line += " <" + op + ">"
+		for j, op := range k.operands {
+			if j >= len(k.operands)-k.optional {
+				line += " [<" + op + ">]"
+			} else {
+				line += " <" + op + ">"
+			}
 		}
 		fmt.Fprintf(w, "  %s\n      %s\n", line, k.help)
 		if k.flags != nil {

@@ -4,6 +4,7 @@
 //	redmap [flags] status|workers|batches|failures|backlog|metrics|dashboard
 //	redmap [flags] drain <worker>
 //	redmap [flags] purge <queue> -yes
+//	redmap [flags] limit <queue> [<function>] [-rate N/s] [-burst B] [-concurrency C] [-clear]
 //
 // redmap help lists the commands and their flags (made from the command
 // table in commands.go); redmap help <command> shows one. Errors are one
@@ -62,6 +63,10 @@ type cli struct {
 	yes   bool
 	all   bool // batches: the history too
 	n     int  // how many rows of a history or of failure groups
+	// limit's flags
+	rate               string
+	burst, concurrency int
+	clear              bool
 }
 
 func run(args []string, out io.Writer) (int, error) {
@@ -357,6 +362,7 @@ type queueStatus struct {
 	inspect.Queue
 	LiveWorkers    []inspect.Worker `json:"live_workers"`
 	RunningBatches []inspect.Batch  `json:"running_batches"`
+	Limits         []inspect.Limit  `json:"limits"`
 }
 
 func (c *cli) status(ctx context.Context) error {
@@ -367,12 +373,14 @@ func (c *cli) status(ctx context.Context) error {
 	var out []queueStatus
 	var live []inspect.Worker
 	var running []inspect.Batch
+	var limits []inspect.Limit
 	for _, q := range qs {
 		snap, err := c.in.Snapshot(ctx, q)
 		if err != nil {
 			return err
 		}
-		s := queueStatus{Queue: snap.Queue, LiveWorkers: []inspect.Worker{}, RunningBatches: snap.Batches}
+		s := queueStatus{Queue: snap.Queue, LiveWorkers: []inspect.Worker{}, RunningBatches: snap.Batches, Limits: orEmpty(snap.Limits)}
+		limits = append(limits, snap.Limits...)
 		for _, w := range snap.Workers {
 			if w.Live {
 				s.LiveWorkers = append(s.LiveWorkers, w)
@@ -399,6 +407,14 @@ func (c *cli) status(ctx context.Context) error {
 	c.table("QUEUE\tWORKER\tHEARTBEAT\tRUNNING\tFUNCTIONS", wrows)
 	fmt.Fprintln(c.out)
 	c.table("QUEUE\tBATCH\tNAME\tSTATE\tFUNC\tDONE\tFAILED\tTOTAL\tPROGRESS\tRATE/S\tETA\tAGE\tWAITING", batchRows(running, time.Now()))
+	if len(limits) > 0 {
+		fmt.Fprintln(c.out)
+		var lrows [][]string
+		for j, r := range limitRows(limits, time.Now()) {
+			lrows = append(lrows, append([]string{limits[j].Queue}, r...))
+		}
+		c.table("QUEUE\tFUNC\tLIMIT\tSOURCE\tRUNNING\tWAITING\tREFUSED", lrows)
+	}
 	return nil
 }
 

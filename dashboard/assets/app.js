@@ -51,6 +51,19 @@ function chart(series) {
     <div class="chart-label"><span>15 min ago</span><span>peak ${num(max)}/s</span><span>now</span></div>`;
 }
 
+// limits lists the fleet-wide limits of queue's functions: each one's
+// limit in force and its source, and the tasks waiting on it, holding its
+// slots, and the takes it refused.
+function limits(s, queue) {
+  const ls = (s.limits || []).filter((l) => l.queue === queue);
+  if (!ls.length) return "";
+  return `<ul class="limits">${ls.map((l) => `<li data-func="${esc(l.func)}" title="${esc(l.source ? "set by " + (l.by || l.source) : "no record")}">
+    <b>${esc(l.func)}</b> <span data-field="limit">${esc(l.limit)}</span> <i>${esc(l.source || "-")}</i>
+    <span>waiting <b data-field="waiting">${num(l.waiting)}</b></span>
+    <span>running <b data-field="running">${num(l.running)}</b></span>
+    <span>throttled <b data-field="refused">${num(l.refused)}</b></span></li>`).join("")}</ul>`;
+}
+
 function renderQueues(s) {
   if (!s.queues.length) {
     $("queues").innerHTML = `<div class="empty">No queue on this Redis yet.</div>`;
@@ -68,7 +81,7 @@ function renderQueues(s) {
         <span>workers <b data-field="workers">${q.workers}</b></span>
         <span>batches <b data-field="batches">${q.batches}</b></span>
         <span><b data-field="rate">${rate(q.rate)}</b>/s</span></div>
-      ${chart(q.series)}</div>`;
+      ${chart(q.series)}${limits(s, q.name)}</div>`;
   }).join("");
 }
 

@@ -29,6 +29,10 @@ func NewAdmin(c redis.UniversalClient, prefix string) *Admin {
 	return &Admin{c: c, prefix: prefix}
 }
 
+// Queue returns the protocol of queue's shard 0, where its queue-wide
+// records live (its limits).
+func (a *Admin) Queue(queue string) *RDB { return New(a.c, a.prefix, queue) }
+
 // Ping checks that Redis answers. One round trip.
 func (a *Admin) Ping(ctx context.Context) error {
 	return wrap("ping", nil, "PING", a.c.Ping(ctx).Err())

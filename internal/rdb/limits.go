@@ -3,6 +3,7 @@ package rdb
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"sort"
 	"strconv"
@@ -94,6 +95,9 @@ type FuncLimit struct {
 	Code     *wire.LimitRecord
 	Running  int64
 	Refused  int64
+	// Waiting counts the tasks of the function queued in the public
+	// lanes (the private lists are not counted).
+	Waiting int64
 	// Bad says why a record in Redis could not be read, if one could not.
 	Bad string
 }
@@ -177,6 +181,57 @@ func (r *RDB) Limits(ctx context.Context) ([]FuncLimit, error) {
 	}
 	for i := range out {
 		out[i].Running = cmds[i].Val()
+	}
+	if len(out) == 0 {
+		return out, nil
+	}
+	waiting, err := r.waitingByFunc(ctx)
+	if err != nil {
+		return nil, err
+	}
+	for i := range out {
+		out[i].Waiting = waiting[out[i].Func]
+	}
+	return out, nil
+}
+
+// waitingByFunc counts the tasks queued in the public lanes by the
+// function they call: the rings' lanes, then per lane what it calls and
+// its length. Three round trips.
+func (r *RDB) waitingByFunc(ctx context.Context) (map[string]int64, error) {
+	rings := make([]*redis.StringSliceCmd, len(r.rings))
+	_, err := r.c.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for i, ring := range r.rings {
+			rings[i] = p.LRange(ctx, ring, 0, -1)
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, wrap("limits", nil, "LRANGE", err)
+	}
+	var lanes []string
+	for _, c := range rings {
+		lanes = append(lanes, c.Val()...)
+	}
+	calls := make([]*redis.StringCmd, len(lanes))
+	lens := make([]*redis.IntCmd, len(lanes))
+	_, err = r.c.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for i, lane := range lanes {
+			mid, l, _ := strings.Cut(lane, ".")
+			calls[i] = p.HGet(ctx, keys.Lanes(r.prefix, r.queue, mid), l)
+			lens[i] = p.LLen(ctx, keys.Lane(r.prefix, r.queue, lane))
+		}
+		return nil
+	})
+	if err != nil && !errors.Is(err, redis.Nil) {
+		return nil, wrap("limits", nil, "HGET", err)
+	}
+	out := map[string]int64{}
+	for i := range lanes {
+		fn, _, _ := strings.Cut(calls[i].Val(), "\t")
+		if fn != "" {
+			out[fn] += lens[i].Val()
+		}
 	}
 	return out, nil
 }
