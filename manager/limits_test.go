@@ -18,9 +18,9 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/redmap/redmap"
+	"github.com/redmap/redmap/inspect"
 	"github.com/redmap/redmap/internal/harness"
 	"github.com/redmap/redmap/internal/redistest"
-	"github.com/redmap/redmap/inspect"
 	"github.com/redmap/redmap/manager"
 	"github.com/redmap/redmap/worker"
 )

@@ -49,7 +49,7 @@ var commands = []command{
 	}},
 	{name: "limit", operands: []string{"queue", "function"}, optional: 1,
 		help: "set a function's fleet-wide limit as an operator (it wins over the one declared with the function's handle; takes enforce it at once), or with -clear drop it; without function, list every function's limit in force, where it comes from, and the tasks running and waiting under it",
-		run: (*cli).limit, flags: func(fs *flag.FlagSet, c *cli, _ *invocation) {
+		run:  (*cli).limit, flags: func(fs *flag.FlagSet, c *cli, _ *invocation) {
 			fs.StringVar(&c.rate, "rate", "", "elements started per interval across the fleet: `N/s`, N/min, N/h, N/100ms (N alone: a second); 0 for none")
 			fs.IntVar(&c.burst, "burst", 0, "most elements started at once after a quiet spell (default a tenth of a second's rate, at least 1)")
 			fs.IntVar(&c.concurrency, "concurrency", 0, "most elements running at once across the fleet; 0 for no cap")
