@@ -125,8 +125,8 @@ func options(opts []Option) handleOptions {
 	return o
 }
 
-// ErrThrottled: the function kept answering RetryAfter for an element past
-// the batch's bound (manager.MaxRetryAfter).
+// ErrThrottled is the cause of an element whose function kept answering
+// RetryAfter past the batch's bound (manager.MaxRetryAfter).
 var ErrThrottled = errors.New("redmap: throttled past the batch's bound")
 
 // RetryAfter marks err as a refusal by a rationed service that says when to
