@@ -426,3 +426,34 @@ func TestHostChecked(t *testing.T) {
 		}
 	}
 }
+
+// The state lists each limited function's limit with the tasks waiting on
+// it, as the queue's records in Redis say.
+func TestStateShowsLimits(t *testing.T) {
+	e := harness.Setup(t)
+	capped := redmap.Func("capped-dash", func(ctx context.Context, x int) (int, error) {
+		<-ctx.Done() // holds its slot until the test ends
+		return x, ctx.Err()
+	}, redmap.Limit{Concurrency: 1})
+	e.Worker(t, worker.Options{Concurrency: 2, Grace: 200 * time.Millisecond}, capped)
+	m := e.Manager(t, manager.Options{})
+	d, err := dashboard.New(e.Client, dashboard.Options{Queue: e.Queue})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(d)
+	defer srv.Close()
+	b, err := manager.Submit(context.Background(), m, capped, ints(5), manager.ChunkSize(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Cancel()
+	var st dashboard.State
+	redistest.Eventually(t, "the limit shown with 4 tasks waiting and 1 running", func() bool {
+		st = getState(t, srv.URL)
+		return len(st.Limits) == 1 && st.Limits[0].Waiting == 4 && st.Limits[0].Running == 1
+	})
+	if l := st.Limits[0]; l.Func != "capped-dash" || l.Text != "1 at once" || l.Source != "code" || l.Queue != e.Queue {
+		t.Fatalf("limit %+v", l)
+	}
+}

@@ -16,6 +16,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
 	"github.com/redmap/redmap"
 	"github.com/redmap/redmap/inspect"
@@ -414,4 +416,47 @@ func newInspector(t *testing.T, b *harness.Env) *inspect.Inspector {
 		t.Fatal(err)
 	}
 	return in
+}
+
+// A traced task held back by its function's limit has a "limit wait" event
+// saying how long; an element answered RetryAfter has a "retry after" one.
+func TestLimitWaitTraced(t *testing.T) {
+	b := setup(t)
+	exp := tracetest.NewInMemoryExporter()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(exp))
+	t.Cleanup(func() { _ = tp.Shutdown(context.Background()) })
+	var once sync.Once
+	fn := redmap.Func("paced-traced", func(_ context.Context, x int) (int, error) {
+		var err error
+		if x == 2 {
+			once.Do(func() { err = redmap.RetryAfter(time.Millisecond, errors.New("429")) })
+		}
+		return x, err
+	}, redmap.Limit{Rate: 20, Per: time.Second, Burst: 1})
+	b.Worker(t, worker.Options{Concurrency: 2, TracerProvider: tp}, fn)
+	m := b.Manager(t, manager.Options{TracerProvider: tp})
+	if _, err := manager.Map(testCtx(t), m, fn, []int{0, 1, 2, 3}, manager.ChunkSize(1)); err != nil {
+		t.Fatal(err)
+	}
+	var held, after int
+	for _, s := range exp.GetSpans() {
+		for _, e := range s.Events {
+			switch e.Name {
+			case "limit wait":
+				held++
+				for _, a := range e.Attributes {
+					if a.Key == "redmap.limit_wait_ms" && a.Value.AsFloat64() <= 0 {
+						t.Errorf("a limit wait of %v ms", a.Value.AsFloat64())
+					}
+				}
+			case "retry after":
+				after++
+			}
+		}
+	}
+	// A burst of 1 at 20/s: the first task goes at once, the others wait
+	// for their tokens at the head of the lane.
+	if held == 0 || after != 1 {
+		t.Errorf("%d limit wait events (want some), %d retry after events (want 1)", held, after)
+	}
 }

@@ -15,6 +15,7 @@ import (
 	"cmp"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"math"
@@ -112,6 +113,9 @@ func run(args []string, out io.Writer) (int, error) {
 		}
 	}
 	if err := o.cmd.run(c, ctx, o.operand); err != nil {
+		if ue := (usageError{}); errors.As(err, &ue) {
+			return 2, err
+		}
 		return 1, err
 	}
 	return 0, nil

@@ -57,7 +57,7 @@ func (r *RDB) limit(ctx context.Context, kind, fn string, rec *wire.LimitRecord)
 		}
 		args[2], args[3] = b, rec.Limit
 	}
-	v, err := limitScript.run(ctx, r.c, []string{keys.Limits(r.prefix, r.queue)}, args...).StringSlice()
+	v, err := limitScript.run(ctx, r.c, []string{keys.Limits(r.prefix, r.queue), keys.LimitState(r.prefix, r.queue)}, args...).StringSlice()
 	if err != nil {
 		return wire.Limit{}, "", wrap("limit", limitScript, "", err)
 	}

@@ -82,18 +82,23 @@ func TestLimitRateInTake(t *testing.T) {
 	if n := f.c.LLen(ctx, keys.Lane("rm", f.queue, f.mid+".1")).Val(); n != 15 {
 		t.Errorf("lane holds %d tasks, want 15", n)
 	}
+	// A new limit starts from a full bucket, not the old one's debt.
+	f.setLimit(t, "f", 2, time.Hour, 3, 0)
+	taken, _, err = f.r.Take(ctx, "w2", 30, 30, time.Minute, 0, 0, servesFG)
+	if err != nil || len(taken) != 3 {
+		t.Fatalf("under a new limit of burst 3: took %d (%v), want 3", len(taken), err)
+	}
+	// The head of the lane was held back, and its mark says for how long.
+	if taken[0].HeldBack <= 0 || taken[1].HeldBack != 0 {
+		t.Errorf("held back %v and %v; want the head's only", taken[0].HeldBack, taken[1].HeldBack)
+	}
 	// Clearing the operator's limit (no code's) lifts it.
 	if l, src, err := f.r.ClearLimit(ctx, "f"); err != nil || src != "" || l.Rate != 0 {
 		t.Fatalf("clear: %+v %q %v", l, src, err)
 	}
 	taken, _, err = f.r.Take(ctx, "w2", 30, 30, time.Minute, 0, 0, servesFG)
-	if err != nil || len(taken) != 15 {
-		t.Fatalf("after clearing: took %d (%v), want 15", len(taken), err)
-	}
-	for _, tk := range taken[:1] {
-		if tk.HeldBack <= 0 {
-			t.Errorf("task %s was held back by its limit, yet its mark says %v", tk.ID, tk.HeldBack)
-		}
+	if err != nil || len(taken) != 12 {
+		t.Fatalf("after clearing: took %d (%v), want the 12 left", len(taken), err)
 	}
 }
 

@@ -318,8 +318,8 @@ func (r *RDB) parseTaken(vals []any) (taken []wire.Taken, end wire.TakeEnd, err 
 		t := wire.Taken{ID: id, Attempt: attempt, Payload: []byte(payload), Shard: r.shard, At: now}
 		mark, since, limited := strings.Cut(mark, "@")
 		t.Private = mark == "!"
-		if ms, err := strconv.ParseInt(since, 10, 64); limited && err == nil && ms >= 0 {
-			t.HeldBack = time.Duration(ms) * time.Millisecond
+		if us, err := strconv.ParseInt(since, 10, 64); limited && err == nil && us > 0 {
+			t.HeldBack = time.Duration(us) * time.Microsecond
 		}
 		taken = append(taken, t)
 	}

@@ -7,7 +7,8 @@
 -- limit as take.lua reads it ("<rate> <per ms> <burst> <concurrency>").
 -- A declaration that says what the code's record says already leaves it
 -- (and who declared it first) as it is.
--- KEYS[1] the queue's limits (HASH, keys.Limits)
+-- KEYS[1] the queue's limits (HASH, keys.Limits)   KEYS[2] their state
+-- (HASH, keys.LimitState): a function's is reset when its limit changes
 -- ARGV[1] "code" (declare), "op" (set), "clear" (drop the operator's), or
 -- "read"   ARGV[2] the function   ARGV[3] the record (code, op)
 -- ARGV[4] its limit (code, op)
@@ -40,11 +41,14 @@ end
 if not v then
   src, v = '', ''
 end
-if kind ~= 'read' then
+if kind ~= 'read' and redis.call('HGET', key, fn) ~= (v ~= '' and v or false) then
   if v == '' then
     redis.call('HDEL', key, fn)
-  elseif redis.call('HGET', key, fn) ~= v then
+  else
     redis.call('HSET', key, fn, v)
   end
+  -- A new limit starts from a full bucket: an arrival time of the old
+  -- one (an hour a token) would hold the new one (100 a second) back.
+  redis.call('HDEL', KEYS[2], fn)
 end
 return {v, src}

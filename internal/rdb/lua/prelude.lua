@@ -18,6 +18,12 @@ local function now()
   return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 end
 
+-- micros returns the time on the Redis clock, µs.
+local function micros()
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000000 + tonumber(t[2])
+end
+
 -- manager returns the key prefix ("<base>m:<manager id>") of the manager that
 -- submitted task tid ("<manager id>-<n>"), or nil if tid is malformed.
 local function manager(base, tid)

@@ -70,7 +70,7 @@
 -- ARGV[8], ...: what the worker serves: "<func>\t<signature>" per handle it
 -- registered
 -- Returns a flat array of quadruples: task id, attempt, payload, and "!" for a
--- task of the private list or "" for the public one (followed by "@<ms>" if
+-- task of the private list or "" for the public one (followed by "@<µs>" if
 -- its limit held it back that long: lim:since keeps when it first did); then "shards" and the
 -- queue's shard count (1 + the names in the list) if it is above the one
 -- the worker knows, so that a worker learns of new shards with its next
@@ -116,7 +116,7 @@ local clock = nil
 local fns = {} -- lane -> its function's name, or false
 local limits = {} -- function -> its limit (parse_limit, with state), or false
 local mine = {} -- tasks this take counted against a cap: not yet in the held set
-local held_back = {} -- task id -> ms its limit held it back, for its mark
+local held_back = {} -- task id -> µs its limit held it back, for its mark
 local since_on = redis.call('EXISTS', base .. 'lim:since') == 1
 
 -- fn_of returns the function task tid calls, from its lane, or nil.
@@ -211,7 +211,7 @@ local function admit(tid)
   end
   if not ok then
     -- When the limit first held it back, for its trace (see the mark).
-    if redis.call('HSETNX', base .. 'lim:since', tid, clock or now()) == 1 then
+    if redis.call('HSETNX', base .. 'lim:since', tid, micros()) == 1 then
       redis.call('PEXPIRE', base .. 'lim:since', 86400000)
     end
     if not lim.counted then
@@ -270,7 +270,7 @@ local function take(list, mark, limit)
           local since = finite(redis.call('HGET', base .. 'lim:since', tid))
           if since then
             redis.call('HDEL', base .. 'lim:since', tid)
-            held_back[tid] = math.max(0, (clock or now()) - since)
+            held_back[tid] = math.max(1, micros() - since)
           end
         end
         held[#held + 1] = mark .. tid
