@@ -14,6 +14,8 @@ import (
 
 	"github.com/chromedp/chromedp"
 
+	"github.com/redmap/redmap"
+	"github.com/redmap/redmap/inspect"
 	"github.com/redmap/redmap/internal/harness"
 	"github.com/redmap/redmap/internal/redistest"
 	"github.com/redmap/redmap/manager"
@@ -80,12 +82,21 @@ func TestDashboardInBrowser(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer batch.Cancel() // if the test fails before the purge ends it
+	// An operator's limit on a function: the queue's card lists it.
+	in, err := inspect.New(e.Client, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := in.SetLimit(context.Background(), e.Queue, "geocode", redmap.Limit{Rate: 50, Burst: 5, Concurrency: 8}); err != nil {
+		t.Fatal(err)
+	}
 	base := startDashboard(t, e, []string{"REDMAP_DASHBOARD_TOKEN=" + operatorToken}, "-actions")
 
 	if err := chromedp.Do(ctx, chromedp.Navigate(base+"/")); err != nil {
 		t.Fatal(err)
 	}
 	waitFor(t, ctx, "the queue", fmt.Sprintf(`!!document.querySelector('.card[data-queue=%q]')`, e.Queue))
+	waitFor(t, ctx, "the limit on its card", fmt.Sprintf(`(() => { const l = document.querySelector('.card[data-queue=%q] .limits li[data-func="geocode"]'); return !!l && l.querySelector('[data-field="limit"]').textContent === "50/1s burst 5, 8 at once" && l.textContent.includes("operator") })()`, e.Queue))
 	for _, w := range ws {
 		waitFor(t, ctx, "worker "+w.ID, fmt.Sprintf(`!!document.querySelector('tr[data-worker=%q][data-state="running"]')`, w.ID))
 	}
