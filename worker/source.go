@@ -163,7 +163,7 @@ func (s *source) take(ctx context.Context, free int, room func() int, holding fu
 			// default), late by up to that much each time, which would
 			// slow a rate of 100/s to 70; a timer here is on time. A bell
 			// that rings meanwhile is heard at the take, that much later.
-			if !sleepUntil(ctx, s.due) {
+			if !backoff.Sleep(ctx, time.Until(s.due)) {
 				r.err = ctx.Err()
 				return r
 			}
@@ -259,18 +259,6 @@ func (s *source) heard() bool {
 	}
 	clear(s.rung)
 	return rang
-}
-
-// sleepUntil waits until t or until ctx ends; it reports whether t came.
-func sleepUntil(ctx context.Context, t time.Time) bool {
-	timer := time.NewTimer(time.Until(t))
-	defer timer.Stop()
-	select {
-	case <-timer.C:
-		return true
-	case <-ctx.Done():
-		return false
-	}
 }
 
 // wait returns how long the worker waits for a bell: IdleWait, or less if

@@ -40,8 +40,11 @@ func (b *Backoff) Next() time.Duration {
 }
 
 // Wait sleeps for the next delay; it returns false if ctx ended first.
-func (b *Backoff) Wait(ctx context.Context) bool {
-	t := time.NewTimer(b.Next())
+func (b *Backoff) Wait(ctx context.Context) bool { return Sleep(ctx, b.Next()) }
+
+// Sleep waits d, or until ctx ends; it reports whether d passed.
+func Sleep(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
 	defer t.Stop()
 	select {
 	case <-t.C:

@@ -159,7 +159,7 @@ func runElement[In, Out any](ctx context.Context, p Policy, fn func(context.Cont
 			if p.OnWait != nil {
 				after = p.OnWait(index, after)
 			}
-			if !sleep(ctx, max(after, time.Millisecond)) {
+			if !backoff.Sleep(ctx, max(after, time.Millisecond)) {
 				f.Kind = codec.KindThrottled
 				f.Msg = fmt.Sprintf("cancelled while waiting after a RetryAfter: %s", f.Msg)
 				return y, f
@@ -178,18 +178,6 @@ func runElement[In, Out any](ctx context.Context, p Policy, fn func(context.Cont
 			p.OnRetry(index, attempt, f)
 		}
 		bo.Wait(ctx)
-	}
-}
-
-// sleep waits d or until ctx ends; it reports whether d passed.
-func sleep(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return true
-	case <-ctx.Done():
-		return false
 	}
 }
 

@@ -230,10 +230,32 @@ local function admit(tid)
   return true
 end
 
+-- put_back pushes ids[from..] back at the front of list, in order, and
+-- takes what they count off what a lane gave.
+local function put_back(list, mark, ids, from)
+  for j = #ids, from, -1 do
+    redis.call('LPUSH', list, ids[j])
+    if mark == '' then
+      gave[list] = gave[list] - size_of(ids[j])
+    end
+  end
+end
+
 -- take pops from list until the take has limit tasks.
 local function take(list, mark, limit)
   while taken < limit and not alone do
-    local ids = redis.call('LPOP', list, limit - taken)
+    local want = limit - taken
+    if limited then
+      -- A limited head is popped alone: a refusal then pushes back one id,
+      -- not the whole pop.
+      local head = redis.call('LINDEX', list, 0)
+      if not head then return end
+      local fn = fn_of(head)
+      if fn and limit_of(fn) then
+        want = 1
+      end
+    end
+    local ids = redis.call('LPOP', list, want)
     if not ids then return end
     for i, tid in ipairs(ids) do
       if mark == '' then
@@ -246,24 +268,14 @@ local function take(list, mark, limit)
         if attempt ~= '0' and (taken > 0 or holding) then
           -- A suspect goes alone, to a worker that holds nothing: put it and
           -- the ids after it back, in order.
-          for j = #ids, i, -1 do
-            redis.call('LPUSH', list, ids[j])
-            if mark == '' then
-              gave[list] = gave[list] - size_of(ids[j])
-            end
-          end
+          put_back(list, mark, ids, i)
           alone, suspect = true, true
           return
         end
         if not admit(tid) then
           -- Its limit has no room: it and the ids after it go back, in
           -- order, and the take goes on with the next list.
-          for j = #ids, i, -1 do
-            redis.call('LPUSH', list, ids[j])
-            if mark == '' then
-              gave[list] = gave[list] - size_of(ids[j])
-            end
-          end
+          put_back(list, mark, ids, i)
           return
         end
         if since_on then
@@ -280,12 +292,7 @@ local function take(list, mark, limit)
         out[#out + 1] = held_back[tid] and mark .. '@' .. math.floor(held_back[tid]) or mark
         taken = taken + 1
         if attempt ~= '0' then
-          for j = #ids, i + 1, -1 do
-            redis.call('LPUSH', list, ids[j])
-            if mark == '' then
-              gave[list] = gave[list] - size_of(ids[j])
-            end
-          end
+          put_back(list, mark, ids, i + 1)
           alone = true
           return
         end
