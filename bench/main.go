@@ -144,7 +144,8 @@ type row struct {
 	elapsed             time.Duration
 	p50, p99            time.Duration   // latency scenarios only
 	allocs              float64         // heap allocations per element, manager and workers together
-	redisCPU            time.Duration   // CPU Redis spent
+	redisCPU            time.Duration   // CPU Redis spent (its process's, INFO cpu: commands, networking, its event loop)
+	redisCmd            time.Duration   // of which running commands (INFO commandstats' usec, scripts' inner commands within their script's)
 	redisCPUs           []time.Duration // on a Cluster, each master's share of it
 	managerCPU          time.Duration   // CPU this process spent (with -inprocess, the workers' too)
 	workerCPU           time.Duration   // CPU the worker processes spent
@@ -295,11 +296,11 @@ func (e *env) measure(scenario, contender string, n int, f func() error) (row, e
 	if logged {
 		commandLog{e}.start(n)
 	}
-	cpu0, self0, kids0 := e.redisCPUTimes(), selfCPU(), e.children.cpu()
+	cpu0, cmd0, self0, kids0 := e.redisCPUTimes(), e.redisCommandTime(), selfCPU(), e.children.cpu()
 	start := time.Now()
 	err := f()
 	elapsed := time.Since(start)
-	self, kids, cpu1 := selfCPU()-self0, workerCPU(kids0, e.children.cpu()), e.redisCPUTimes()
+	self, kids, cpu1, cmd1 := selfCPU()-self0, workerCPU(kids0, e.children.cpu()), e.redisCPUTimes(), e.redisCommandTime()
 	if logged && err == nil {
 		err = commandLog{e}.report(scenario+", "+contender, n)
 	}
@@ -308,7 +309,7 @@ func (e *env) measure(scenario, contender string, n int, f func() error) (row, e
 		scenario: scenario, contender: contender, elements: n, elapsed: elapsed,
 		allocs:     float64(after.Mallocs-before.Mallocs) / float64(n),
 		managerCPU: self, workerCPU: kids, redisCPUs: cpuSince(cpu0, cpu1),
-		redisCPU: sum(cpu1) - sum(cpu0),
+		redisCPU: sum(cpu1) - sum(cpu0), redisCmd: cmd1 - cmd0,
 	}, err
 }
 
@@ -333,12 +334,15 @@ func sum(ds []time.Duration) time.Duration {
 	return t
 }
 
-var cpuLine = regexp.MustCompile(`used_cpu_(sys|user):([0-9.]+)`)
+var (
+	cpuLine     = regexp.MustCompile(`used_cpu_(sys|user):([0-9.]+)`)
+	commandLine = regexp.MustCompile(`(?m)^cmdstat_[^:]+:calls=\d+,usec=(\d+),`)
+)
 
 // redisCPUTimes returns the CPU each Redis server has used: the one server,
 // or a Cluster's masters in address order.
 func (e *env) redisCPUTimes() []time.Duration {
-	of := func(c redis.Cmdable) time.Duration {
+	return e.eachServer(func(c redis.Cmdable) time.Duration {
 		info, err := c.Info(context.Background(), "cpu").Result()
 		if err != nil {
 			return 0
@@ -349,7 +353,38 @@ func (e *env) redisCPUTimes() []time.Duration {
 			total += v
 		}
 		return time.Duration(total * float64(time.Second))
-	}
+	})
+}
+
+// redisCommandTime returns the time the Redis servers spent running
+// commands, all of them together (INFO commandstats): the part of their
+// CPU that is not networking or the event loop. A script's inner commands
+// are counted in their own lines and in the script's, so only EVAL and
+// EVALSHA lines would double them: they are left out, the inner
+// commands standing for them (the script's own Lua time is lost).
+func (e *env) redisCommandTime() time.Duration {
+	return sum(e.eachServer(func(c redis.Cmdable) time.Duration {
+		info, err := c.Info(context.Background(), "commandstats").Result()
+		if err != nil {
+			return 0
+		}
+		var total int64
+		for _, line := range strings.Split(info, "\n") {
+			if strings.HasPrefix(line, "cmdstat_eval") {
+				continue
+			}
+			if m := commandLine.FindStringSubmatch(line); m != nil {
+				v, _ := strconv.ParseInt(m[1], 10, 64)
+				total += v
+			}
+		}
+		return time.Duration(total) * time.Microsecond
+	}))
+}
+
+// eachServer returns of of each Redis server: the one server, or a
+// Cluster's masters in address order.
+func (e *env) eachServer(of func(c redis.Cmdable) time.Duration) []time.Duration {
 	cc, ok := e.rdb.(*redis.ClusterClient)
 	if !ok {
 		return []time.Duration{of(e.rdb)}
@@ -434,6 +469,9 @@ func printTable(rows []row) {
 // master's share (the last run's).
 func redisCPU(r row) string {
 	s := r.redisCPU.Round(time.Millisecond).String()
+	if r.redisCmd > 0 {
+		s += " (commands " + r.redisCmd.Round(time.Millisecond).String() + ")"
+	}
 	if len(r.redisCPUs) > 1 {
 		parts := make([]string, len(r.redisCPUs))
 		for i, d := range r.redisCPUs {
