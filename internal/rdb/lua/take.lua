@@ -117,7 +117,7 @@ local fns = {} -- lane -> its function's name, or false
 local limits = {} -- function -> its limit (parse_limit, with state), or false
 local mine = {} -- tasks this take counted against a cap: not yet in the held set
 local held_back = {} -- task id -> µs its limit held it back, for its mark
-local since_on = redis.call('EXISTS', base .. 'lim:since') == 1
+local since_on = limited and redis.call('EXISTS', base .. 'lim:since') == 1
 
 -- fn_of returns the function task tid calls, from its lane, or nil.
 local function fn_of(tid)
