@@ -102,24 +102,27 @@ func (c *collector) collect(ctx context.Context) {
 			}
 			continue
 		}
-		var entries []string
+		var entries, read []string // read: entries, staged results in place
 		ok := c.faults.keep(ctx, c.shard, "reading results", loudOutage, func() (err error) {
 			if waited {
 				// The last entry came alone, from a wait: the read that trims
 				// it will likely find nothing more, so the next wait goes
 				// behind it in the same round trip.
 				entries, waited, err = r.ReadThenWait(ctx, c.mid, handled, mark, collectMax, c.poll)
-				return err
-			}
-			entries, err = r.ReadResults(ctx, c.mid, handled, mark, collectMax)
-			if err == nil && len(entries) == 0 {
-				// Wait for the next entry; it comes with the wait, and the
-				// next read trims it as handled.
-				var first string
-				if first, err = r.WaitResults(ctx, c.mid, c.poll); first != "" {
-					entries = []string{first}
+			} else {
+				entries, err = r.ReadResults(ctx, c.mid, handled, mark, collectMax)
+				if err == nil && len(entries) == 0 {
+					// Wait for the next entry; it comes with the wait, and the
+					// next read trims it as handled.
+					var first string
+					if first, err = r.WaitResults(ctx, c.mid, c.poll); first != "" {
+						entries = []string{first}
+					}
+					waited = true
 				}
-				waited = true
+			}
+			if err == nil {
+				read, err = r.Unstaged(ctx, c.mid, entries)
 			}
 			return err
 		})
@@ -134,7 +137,7 @@ func (c *collector) collect(ctx context.Context) {
 		}
 		c.shard.outage.up()
 		bo.Reset()
-		c.dispatchAll(entries)
+		c.dispatchAll(read)
 		handled = len(entries)
 		if handled > 0 {
 			mark = rdb.Mark(entries[handled-1])
@@ -192,6 +195,11 @@ func (c *collector) dispatch(entry string) {
 		c.failTask(e.Task, entry, fmt.Errorf("%w: purged from the queue by an operator", redmap.ErrLost))
 		return
 	case wire.EntryWake:
+		return
+	case wire.EntryStaged:
+		// A result too large to pass through a script is stored beside
+		// the list; the read found it gone: Redis lost it.
+		c.failTask(e.Task, entry, fmt.Errorf("%w: its result, delivered, was gone from Redis when read (Redis lost data)", redmap.ErrLost))
 		return
 	}
 	c.bytes.Add(int64(e.Size))

@@ -196,6 +196,11 @@ func (f *fakeShard) ReadResults(_ context.Context, _ string, handled int, mark s
 	return f.trim(handled, mark, limit), nil
 }
 
+// Unstaged: the fake's entries are never staged.
+func (f *fakeShard) Unstaged(_ context.Context, _ string, entries []string) ([]string, error) {
+	return entries, nil
+}
+
 func (f *fakeShard) ReadThenWait(ctx context.Context, mid string, handled int, mark string, limit int, timeout time.Duration) ([]string, bool, error) {
 	entries, err := f.ReadResults(ctx, mid, handled, mark, limit)
 	if err != nil || len(entries) > 0 {

@@ -26,11 +26,12 @@ type shardRedis interface {
 	// Cancel withdraws tasks: workers skip them, their results are dropped.
 	Cancel(ctx context.Context, mid string, tids []string) error
 
-	// ReadResults, ReadThenWait, WaitResults and WakeCollector are the
-	// collector's.
+	// ReadResults, ReadThenWait, WaitResults, Unstaged and WakeCollector
+	// are the collector's.
 	ReadResults(ctx context.Context, mid string, handled int, mark string, limit int) ([]string, error)
 	ReadThenWait(ctx context.Context, mid string, handled int, mark string, limit int, timeout time.Duration) (entries []string, fromWait bool, err error)
 	WaitResults(ctx context.Context, mid string, timeout time.Duration) (string, error)
+	Unstaged(ctx context.Context, mid string, entries []string) ([]string, error)
 	WakeCollector(ctx context.Context, mid string) error
 
 	// Renew and Drop are the keeper's and Close's: the manager's keys live

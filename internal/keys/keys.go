@@ -186,6 +186,16 @@ func Results(prefix, queue, mid string) string { return Base(prefix, queue) + "m
 // id.Durable) has one; it lives and expires with the owner's task set.
 func Kept(prefix, queue, mid string) string { return Base(prefix, queue) + "m:" + mid + ":kept" }
 
+// Staged holds the results over rdb.Inline bytes that manager mid's result
+// list refers to (HASH "<task id> <worker id> <n>" → codec.Result frame):
+// a worker writes one with a plain HSET in the MULTI of its finish, whose
+// script either refers to it from the result list (a "staged <field>"
+// entry) or deletes it (a result no longer wanted), so Redis never copies
+// the result into Lua. The manager reads it with the entry, and the trim
+// of the entry deletes it (a durable batch's owner's is kept with the
+// entry). It lives and expires with the task set.
+func Staged(prefix, queue, mid string) string { return Base(prefix, queue) + "m:" + mid + ":staged" }
+
 // Sums holds the sums of a durable batch's tasks' inputs as first
 // submitted (HASH task id → hex sum), so that a call that takes the batch
 // over with another input is refused; it lives with the owner's task set.

@@ -1010,3 +1010,139 @@ func loadedHash(t *testing.T, name string) string {
 	t.Helper()
 	return redis.NewScript(source("prelude.lua") + source(name)).Hash()
 }
+
+// Payloads over Inline go in with a plain HSET in the submit's MULTI and
+// out with a plain HMGET after the take, never through Lua: each arrives
+// whole, beside inline ones, in order; a SCRIPT FLUSH before a submit
+// loses nothing; a task cancelled between the take and the HMGET is
+// released unrun, not returned.
+func TestLargePayloadsBesideScripts(t *testing.T) {
+	f := setup(t)
+	ctx := context.Background()
+	sizes := []int{10, Inline, Inline + 1, 1 << 20, 3}
+	tasks := make([]wire.Task, len(sizes))
+	for i, n := range sizes {
+		p := make([]byte, n)
+		for j := range p {
+			p[j] = byte('a' + (i+j)%26)
+		}
+		tasks[i] = wire.Task{ID: id.TaskIn(f.mid, uint64(i+1), 1, 1, keys.DefaultPriority, keys.DefaultPriority), Payload: p}
+	}
+	if err := f.c.ScriptFlush(ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
+	count, intact, err := f.r.Submit(ctx, f.mid, "", f.lane(), tasks, time.Minute, wire.Expect{})
+	if err != nil || count != int64(len(tasks)) || !intact {
+		t.Fatalf("submit: count %d, intact %v, %v", count, intact, err)
+	}
+	if n := f.c.LLen(ctx, f.laneKey()).Val(); n != int64(len(tasks)) {
+		t.Fatalf("lane holds %d ids, want %d (once each, after the retried MULTI)", n, len(tasks))
+	}
+	taken, _, err := f.r.Take(ctx, "w1", 2, 2, time.Minute, 0, 0, serves)
+	if err != nil || len(taken) != 2 {
+		t.Fatalf("take: %+v, %v", taken, err)
+	}
+	for i, tk := range taken {
+		if tk.ID != tasks[i].ID || string(tk.Payload) != string(tasks[i].Payload) {
+			t.Fatalf("took %s with %d bytes, want %s with %d", tk.ID, len(tk.Payload), tasks[i].ID, len(tasks[i].Payload))
+		}
+	}
+	// The 1 MiB task is cancelled once the script has taken it, before its
+	// payload is read.
+	vals, err := takeScript.run(ctx, f.c, f.r.takeKeys("w1"), takeArgs(f.r, 3, 3, "w1", time.Minute, 0, 1, serves)...).Slice()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := f.r.Cancel(ctx, f.mid, []string{tasks[3].ID}); err != nil {
+		t.Fatal(err)
+	}
+	taken, _, err = f.r.taken(ctx, "w1", vals)
+	if err != nil || len(taken) != 2 {
+		t.Fatalf("take with one cancelled: %+v, %v", taken, err)
+	}
+	for j, i := range []int{2, 4} {
+		if taken[j].ID != tasks[i].ID || string(taken[j].Payload) != string(tasks[i].Payload) {
+			t.Fatalf("took %s with %d bytes, want %s with %d", taken[j].ID, len(taken[j].Payload), tasks[i].ID, len(tasks[i].Payload))
+		}
+	}
+	held := f.c.SMembers(ctx, keys.Held("rm", f.queue, "w1")).Val()
+	if slices.Contains(held, tasks[3].ID) || len(held) != 4 {
+		t.Fatalf("held %v: want the four returned, not the cancelled one", held)
+	}
+}
+
+// A result over Inline is staged beside the result list with a plain HSET
+// in the finish's MULTI: the list refers to it, the read brings it whole,
+// the trim deletes it; a duplicate's, and one no longer wanted, are
+// deleted by the finish; a durable owner's trim keeps it for Kept.
+func TestLargeResultsStaged(t *testing.T) {
+	f := setup(t)
+	ctx := context.Background()
+	ids := f.submit(t, "", 3)
+	if _, _, err := f.r.Take(ctx, "w1", 3, 3, time.Minute, 0, 0, serves); err != nil {
+		t.Fatal(err)
+	}
+	big := func(c byte) []byte { return []byte(strings.Repeat(string(c), Inline+1)) }
+	staged := keys.Staged("rm", f.queue, f.mid)
+	if err := f.c.ScriptFlush(ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
+	// ids[0] twice in one call, then again in another: delivered once.
+	n, err := f.r.Finish(ctx, "w1", []wire.Done{{ID: ids[0], Result: big('a')}, {ID: ids[0], Result: big('b')}, {ID: ids[1], Result: []byte("small")}})
+	if err != nil || n != 2 {
+		t.Fatalf("finish delivered %d (%v), want 2", n, err)
+	}
+	if n, err := f.r.Finish(ctx, "w1", []wire.Done{{ID: ids[0], Result: big('c')}}); err != nil || n != 0 {
+		t.Fatalf("a second finish delivered %d (%v), want 0", n, err)
+	}
+	if n := f.c.HLen(ctx, staged).Val(); n != 1 {
+		t.Fatalf("staged results hold %d fields, want the delivered one only", n)
+	}
+	if ttl := f.c.PTTL(ctx, staged).Val(); ttl <= 0 {
+		t.Fatalf("staged results' TTL %v, want the task set's", ttl)
+	}
+	entries, err := f.r.ReadResults(ctx, f.mid, 0, "", 10)
+	if err != nil || len(entries) != 2 || !strings.HasPrefix(entries[0], wire.StagedPrefix+ids[0]+" w1 ") || entries[1] != "small" {
+		t.Fatalf("result list %q (%v)", entries, err)
+	}
+	read, err := f.r.Unstaged(ctx, f.mid, entries)
+	if err != nil || read[0] != string(big('a')) || read[1] != "small" || !strings.HasPrefix(entries[0], wire.StagedPrefix) {
+		t.Fatalf("unstaged: %d and %q bytes (%v); entries changed: %v", len(read[0]), read[1], err, entries[0][:20])
+	}
+	if _, err := f.r.ReadResults(ctx, f.mid, 2, Mark(entries[1]), 10); err != nil {
+		t.Fatal(err)
+	}
+	if n := f.c.Exists(ctx, staged).Val(); n != 0 {
+		t.Fatal("the trim left the staged result")
+	}
+	// Gone before the read (Redis lost it): the entry stays, for the
+	// manager to fail the task.
+	if n, err := f.r.Finish(ctx, "w1", []wire.Done{{ID: ids[2], Result: big('d')}}); err != nil || n != 1 {
+		t.Fatalf("finish: %d, %v", n, err)
+	}
+	f.c.Del(ctx, staged)
+	entries, _ = f.r.ReadResults(ctx, f.mid, 0, "", 10)
+	read, err = f.r.Unstaged(ctx, f.mid, entries)
+	if e, derr := wire.DecodeEntry(read[0], 0); err != nil || derr != nil || e.Kind != wire.EntryStaged || e.Task != ids[2] {
+		t.Fatalf("a lost staged result reads %+v (%v, %v)", e, err, derr)
+	}
+
+	// A durable owner's trim keeps the entry, and its staged result.
+	k := f.r.KeepingResults()
+	f.mid = id.New()
+	ids = f.submit(t, "", 1)
+	if _, _, err := k.Take(ctx, "w1", 1, 1, time.Minute, 0, 0, serves); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := k.Finish(ctx, "w1", []wire.Done{{ID: ids[0], Result: big('e')}}); err != nil {
+		t.Fatal(err)
+	}
+	entries, _ = k.ReadResults(ctx, f.mid, 0, "", 10)
+	if _, err := k.ReadResults(ctx, f.mid, 1, Mark(entries[0]), 10); err != nil {
+		t.Fatal(err)
+	}
+	kept, err := k.Kept(ctx, f.mid, 0, 10)
+	if err != nil || len(kept) != 1 || kept[0] != string(big('e')) {
+		t.Fatalf("kept %d entries (%v), want the staged result read back", len(kept), err)
+	}
+}

@@ -372,6 +372,11 @@ const (
 	// EntryWake ends a manager's wait for results and stands for nothing
 	// (WakeCollector).
 	EntryWake
+	// EntryStaged refers to a result stored beside the list (keys.Staged,
+	// field Field) that the manager's read did not find there: Redis lost
+	// it. (A read replaces the entries whose result it finds with the
+	// result: see rdb.RDB.ReadResults.)
+	EntryStaged
 )
 
 // Entry is one entry of a manager's result list, read.
@@ -381,6 +386,7 @@ type Entry struct {
 	Worker string        // EntryLost: the worker that died
 	Result *codec.Result // EntryResult: the result, decoded
 	Size   int           // EntryResult: its encoded size, bytes
+	Field  string        // EntryStaged: its field in the manager's staged results
 }
 
 // The scripts write lost and purged entries with the prelude's lost_entry
@@ -390,7 +396,15 @@ const (
 	lostPrefix   = "lost "
 	purgedPrefix = "purged "
 	wakeEntry    = "wake"
+	// StagedPrefix starts an entry that refers to a staged result
+	// (finish.lua): "staged <task id> <worker id> <n>", the rest its field.
+	StagedPrefix = "staged "
 )
+
+// StagedField returns the field of a staged entry, and whether entry is one.
+func StagedField(entry string) (string, bool) {
+	return strings.CutPrefix(entry, StagedPrefix)
+}
 
 // EncodeEntry returns a lost, purged or wake entry as the scripts write it
 // into a result list (a result entry is codec.EncodeResult's bytes, as a
@@ -403,6 +417,8 @@ func EncodeEntry(e Entry) string {
 		return purgedPrefix + e.Task
 	case EntryWake:
 		return wakeEntry
+	case EntryStaged:
+		return StagedPrefix + e.Field
 	}
 	panic(fmt.Sprintf("wire: EncodeEntry of a kind %d entry", e.Kind))
 }
@@ -423,6 +439,10 @@ func DecodeEntry(s string, limit int) (Entry, error) {
 	}
 	if s == wakeEntry {
 		return Entry{Kind: EntryWake}, nil
+	}
+	if field, ok := StagedField(s); ok {
+		tid, _, _ := strings.Cut(field, " ")
+		return Entry{Kind: EntryStaged, Task: tid, Field: field}, nil
 	}
 	r, err := codec.DecodeResult([]byte(s), limit)
 	e := Entry{Kind: EntryResult, Result: r, Size: len(s)}

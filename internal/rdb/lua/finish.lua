@@ -13,10 +13,17 @@
 -- longer wanted. It must not be delivered even if the task is wanted again by
 -- now (its manager submitted it again after Redis lost it), or the manager
 -- would lose the task to an unreadable result.
+-- A result over INLINE bytes does not pass through Lua: the worker stores it
+-- in its manager's staged results (keys.Staged) with a plain HSET in this
+-- call's MULTI, and passes "=<field>" in its place; a delivered one is
+-- referred to from the result list ("staged <field>", read by the manager
+-- with the entry), one not delivered is deleted here. The fence is the
+-- same: only this script decides, from the task set, whether a result is
+-- delivered, and a field names one worker's one finish of one task.
 -- KEYS[1] held set of the worker
 -- ARGV[1] key base "<prefix>:{<queue>}:"
 -- ARGV[2], ARGV[3], ...: task id, encoded result (or "" for a task skipped
--- unrun), task id, encoded result, ...
+-- unrun, or "=<field>" for a staged one), task id, encoded result, ...
 -- Returns the number of results delivered.
 local base = ARGV[1]
 local delivered = 0
@@ -39,8 +46,18 @@ for i = 2, #ARGV, 2 do
     if redis.call('HEXISTS', g.tasks, tid) == 1 then
       seen[tid] = true
       g.tids[#g.tids + 1] = tid
-      g.results[#g.results + 1] = ARGV[i + 1]
+      local r = ARGV[i + 1]
+      if string.byte(r, 1) == 61 then -- '=': staged
+        r = 'staged ' .. string.sub(r, 2)
+        g.staged = true
+      end
+      g.results[#g.results + 1] = r
+    elseif string.byte(ARGV[i + 1], 1) == 61 then
+      redis.call('HDEL', m .. ':staged', string.sub(ARGV[i + 1], 2))
     end
+  elseif m and string.byte(ARGV[i + 1], 1) == 61 then
+    -- A duplicate in this call: its staged result goes.
+    redis.call('HDEL', m .. ':staged', string.sub(ARGV[i + 1], 2))
   end
 end
 for i = 1, #members, CHUNK do
@@ -69,6 +86,9 @@ for _, m in ipairs(order) do
     local ttl = redis.call('PTTL', g.tasks)
     if ttl > 0 then
       redis.call('PEXPIRE', m .. ':results', ttl)
+      if g.staged then
+        redis.call('PEXPIRE', m .. ':staged', ttl)
+      end
     end
   end
 end

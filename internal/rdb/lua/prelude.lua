@@ -10,6 +10,12 @@ local BELL_TTL = 60000
 -- Most values one command gets at once: unpack puts them all on Lua's stack,
 -- which holds a few thousand at most.
 local CHUNK = 500
+-- The largest payload (a task's, or a result's) a script copies: larger
+-- ones go in and out of Redis with plain commands beside the script (in
+-- the same MULTI, or the next round trip), as copying them into Lua and
+-- back costs Redis about 1.2 ns a byte, several times a plain command's
+-- cost for a payload of 300 KB. rdb.Inline says the same.
+local INLINE = 16384
 
 -- now returns the time on the Redis clock, ms: deadlines compared there do not
 -- depend on the clocks of the machines that wrote them.

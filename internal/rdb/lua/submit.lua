@@ -27,19 +27,28 @@
 -- ARGV[8] what the lane's tasks call ("<func>\t<signature>", and
 --         "\n<reducer>\t<signature>"): a take passes a lane whose function
 --         its worker has not registered with that signature
--- ARGV[9], ARGV[10], ...: task id, payload, task id, payload, ... (may be none)
+-- ARGV[9], ARGV[10], ...: task id, payload, task id, payload, ... (may be
+-- none); an empty payload says the caller stored it already, with a plain
+-- HSET in the same MULTI (RDB.Submit does so for payloads over INLINE: a
+-- payload copied into Lua and out again costs Redis several times what a
+-- plain command does)
 -- Returns {the count after this submit; 1 if the count before it was at
 -- least ARGV[4] and the epoch was ARGV[5] (or none), else 0}.
 local base, ttl, wid, expect, epoch, fresh = ARGV[1], ARGV[2], ARGV[3], tonumber(ARGV[4]), ARGV[5], ARGV[6]
 local before = tonumber(redis.call('HGET', KEYS[1], '_') or '0') or 0
 local had = redis.call('HGET', KEYS[1], '_e')
 local intact = before >= expect and (not had or had == epoch)
-for i = 9, #ARGV, 2 * CHUNK do
-  redis.call('HSET', KEYS[1], unpack(ARGV, i, math.min(i + 2 * CHUNK - 1, #ARGV)))
-end
 local ids = {}
+local inline = {}
 for i = 9, #ARGV, 2 do
   ids[#ids + 1] = ARGV[i]
+  if ARGV[i + 1] ~= '' then
+    inline[#inline + 1] = ARGV[i]
+    inline[#inline + 1] = ARGV[i + 1]
+  end
+end
+for i = 1, #inline, 2 * CHUNK do
+  redis.call('HSET', KEYS[1], unpack(inline, i, math.min(i + 2 * CHUNK - 1, #inline)))
 end
 local after = redis.call('HINCRBY', KEYS[1], '_', #ids)
 if fresh ~= '' then

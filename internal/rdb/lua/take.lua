@@ -69,7 +69,9 @@
 -- ARGV[7] how many tasks of limited functions the worker could start now
 -- ARGV[8], ...: what the worker serves: "<func>\t<signature>" per handle it
 -- registered
--- Returns a flat array of quadruples: task id, attempt, payload, and "!" for a
+-- Returns a flat array of quadruples: task id, attempt, payload ("" if it
+-- is over INLINE: the worker reads it from the task set with a plain HMGET,
+-- see RDB.Take), and "!" for a
 -- task of the private list or "" for the public one (followed by "@<µs>" if
 -- its limit held it back that long: lim:since keeps when it first did); then "shards" and the
 -- queue's shard count (1 + the names in the list) if it is above the one
@@ -262,8 +264,11 @@ local function take(list, mark, limit)
         gave[list] = (gave[list] or 0) + size_of(tid)
       end
       local m = keys_of(tid)
-      local payload = m and redis.call('HGET', m.tasks, tid)
-      if payload then
+      -- Its payload's length (0: not in the set, no longer wanted); one
+      -- over INLINE is not copied but left for the worker's HMGET.
+      local size = m and redis.call('HSTRLEN', m.tasks, tid) or 0
+      if size > 0 then
+        local payload = size <= INLINE and redis.call('HGET', m.tasks, tid) or ''
         local attempt = m.lost and redis.call('HGET', m.attempts, tid) or '0'
         if attempt ~= '0' and (taken > 0 or holding) then
           -- A suspect goes alone, to a worker that holds nothing: put it and

@@ -9,7 +9,8 @@
 -- more is trimmed.
 -- A durable batch's manager keeps what it trims: the entries move to the end
 -- of its kept list (keys.Kept), where a manager that takes the batch over
--- finds them.
+-- finds them. Any other's trim deletes the staged results (keys.Staged,
+-- beside the list) its "staged <field>" entries refer to.
 -- KEYS[1] result list of the manager   KEYS[2] its kept list (only with
 -- ARGV[3] "1": a manager's reads pass none, and KEYS[2] is then the guard)
 -- ARGV[1] n, entries handled (0 for none)   ARGV[2] the SHA-1 (hex) of entry n
@@ -32,6 +33,20 @@ if n > 0 then
       local ttl = redis.call('PTTL', KEYS[1])
       if ttl > 0 then
         redis.call('PEXPIRE', KEYS[2], ttl)
+      end
+    end
+    local staged = string.sub(KEYS[1], 1, -8) .. 'staged' -- "<m>:results"
+    if ARGV[3] ~= '1' and redis.call('EXISTS', staged) == 1 then
+      local fields = {}
+      for i = 0, n - 1, CHUNK do
+        for _, e in ipairs(redis.call('LRANGE', KEYS[1], i, math.min(i + CHUNK, n) - 1)) do
+          if string.sub(e, 1, 7) == 'staged ' then
+            fields[#fields + 1] = string.sub(e, 8)
+          end
+        end
+      end
+      for i = 1, #fields, CHUNK do
+        redis.call('HDEL', staged, unpack(fields, i, math.min(i + CHUNK - 1, #fields)))
       end
     end
     redis.call('LTRIM', KEYS[1], n, -1)
