@@ -58,6 +58,7 @@ func main() {
 	flag.IntVar(&fixedPipeline, "fixed-pipeline", fixedPipeline, "chunks per pipelined push of the chunked baseline, to try its variants")
 	traced := flag.Bool("traced", false, "trace every redmap batch and task (an OpenTelemetry SDK provider whose exporter drops the spans): the cost of tracing on")
 	scrape := flag.Bool("scrape", false, "instead of the scenarios, measure what one scrape of redmap metrics costs (time, Redis CPU, round trips) on a queue of 1,000 running batches and 100,000 waiting tasks, beside the leanest scraper of waiting tasks")
+	plot = flag.String("plot", "", "with the scale scenario: draw its curve (tasks/s and Redis CPU per task against workers) into this SVG file")
 	shardList := flag.String("shards", "", "in the tiny and unchunked scenarios, one redmap contender per shard count in this comma-separated list (manager.Options.Shards), e.g. 1,2,3")
 	flag.Parse()
 	traceEverything(*traced)
@@ -88,6 +89,9 @@ func main() {
 		os.Exit(1)
 	}
 }
+
+// plot is -plot: where the scale scenario's curve is drawn, if anywhere.
+var plot *string
 
 // env is what every scenario works with.
 type env struct {
@@ -179,13 +183,14 @@ func median(xs []float64) float64 {
 }
 
 // merge folds the rows of several runs of one scenario into one row per
-// contender: median elements/s with the spread, median latencies, the last
-// run's note.
+// contender: median elements/s with the spread, median latencies and CPU
+// times, the last run's note and per-master CPU.
 func merge(runs [][]row) []row {
 	var out []row
 	index := map[string]int{}
 	var p50s, p99s = map[string][]time.Duration{}, map[string][]time.Duration{}
 	mcpu, wcpu := map[string][]time.Duration{}, map[string][]time.Duration{}
+	rcpu, rcmd := map[string][]time.Duration{}, map[string][]time.Duration{}
 	for _, rows := range runs {
 		for _, r := range rows {
 			k := r.scenario + "\x00" + r.contender
@@ -198,6 +203,7 @@ func merge(runs [][]row) []row {
 			out[i].rates = append(out[i].rates, float64(r.elements)/r.elapsed.Seconds())
 			out[i].note, out[i].redisCPU, out[i].redisCPUs, out[i].allocs = r.note, r.redisCPU, r.redisCPUs, r.allocs
 			mcpu[k], wcpu[k] = append(mcpu[k], r.managerCPU), append(wcpu[k], r.workerCPU)
+			rcpu[k], rcmd[k] = append(rcpu[k], r.redisCPU), append(rcmd[k], r.redisCmd)
 			if r.p50 > 0 {
 				p50s[k], p99s[k] = append(p50s[k], r.p50), append(p99s[k], r.p99)
 			}
@@ -205,6 +211,7 @@ func merge(runs [][]row) []row {
 	}
 	for k, i := range index {
 		out[i].managerCPU, out[i].workerCPU = medianDur(mcpu[k]), medianDur(wcpu[k])
+		out[i].redisCPU, out[i].redisCmd = medianDur(rcpu[k]), medianDur(rcmd[k])
 		if len(p50s[k]) > 0 {
 			out[i].p50, out[i].p99 = medianDur(p50s[k]), medianDur(p99s[k])
 		}
@@ -283,6 +290,13 @@ func run(quick bool, only string, runs int, inproc, commands bool, cluster int, 
 	}
 	fmt.Println()
 	printSummary(rows)
+	printScale(rows)
+	if *plot != "" {
+		if err := writeScalePlot(*plot, rows); err != nil {
+			return fmt.Errorf("-plot: %w", err)
+		}
+		fmt.Println("scale plot written to", *plot)
+	}
 	return nil
 }
 
@@ -292,7 +306,7 @@ func (e *env) measure(scenario, contender string, n int, f func() error) (row, e
 	runtime.GC()
 	var before, after runtime.MemStats
 	runtime.ReadMemStats(&before)
-	logged := e.commands && strings.HasPrefix(contender, "redmap")
+	logged := e.commands && (strings.HasPrefix(contender, "redmap") || scenario == "scale")
 	if logged {
 		commandLog{e}.start(n)
 	}

@@ -37,6 +37,7 @@ var scenarios = []scenario{
 	{"seq", seq},
 	{"consume", consume},
 	{"compute", compute},
+	{"scale", scale},
 }
 
 // The functions redmap runs, and their baseline twins on raw bytes.

@@ -2,7 +2,6 @@ package worker
 
 import (
 	"context"
-	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -151,37 +150,78 @@ func (e *executors) run(ctx context.Context, j job) {
 }
 
 // wantedCheck asks Redis which of the tasks waiting to run their managers no
-// longer want, for every task waiting at once: one round trip answers for all
-// the tasks a prefetch holds, and tasks that waited past stale together
-// share one check no older than stale.
+// longer want. One round trip answers for every waiting task no check has
+// asked about yet (or not for recheckAfter), so a task is asked about once
+// in the usual wait of a prefetch (about 10 ms of work a slot): asking
+// again about every waiting task whenever one had waited past stale cost
+// Redis ten HEXISTS a task of 1 ms with 80 waiting (issue 42's scale
+// model, where it was two thirds of Redis's time).
 type wantedCheck struct {
 	mu      sync.Mutex
-	at      time.Time       // when the last check began
-	dropped map[string]bool // its answer: the tasks no longer wanted
+	asked   map[string]time.Time // waiting tasks asked about, and when
+	dropped map[string]bool      // those the answer said are no longer wanted
 }
 
-// unwanted reports whether j's manager no longer wants it, by the last
-// check if that began after j was taken and no longer than stale ago,
-// else by a new one. On an error it reports false: the task runs, and its
-// result is discarded if unwanted.
+// recheckAfter is how long an answer that a waiting task is wanted holds:
+// a task that waits longer is asked about again before it runs.
+const recheckAfter = 100 * time.Millisecond
+
+// unwanted reports whether j's manager no longer wants it: by the answer
+// of a check that asked about it after it was taken, no longer than
+// recheckAfter ago, else by a new check, of j and every waiting task not
+// asked about since. On an error it reports false: the task runs, and its
+// result is discarded if unwanted. Each job is looked up once: its entry
+// goes.
 func (c *wantedCheck) unwanted(ctx context.Context, e *executors, j job) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if c.asked == nil {
+		c.asked, c.dropped = make(map[string]time.Time), make(map[string]bool)
+	}
+	defer func() { delete(c.asked, j.ID); delete(c.dropped, j.ID) }()
 	now := time.Now()
-	if !c.at.After(j.takenAt) || now.Sub(c.at) > e.stale {
-		waiting := e.held.waiting()
-		if !slices.Contains(waiting[j.Shard], j.ID) {
-			waiting[j.Shard] = append(waiting[j.Shard], j.ID)
+	if at, ok := c.asked[j.ID]; ok && at.After(j.takenAt) && now.Sub(at) <= recheckAfter {
+		return c.dropped[j.ID]
+	}
+	ask := map[int][]string{j.Shard: {j.ID}}
+	waiting := e.held.waiting()
+	var n int // tasks waiting
+	for shard, ids := range waiting {
+		n += len(ids)
+		for _, tid := range ids {
+			if at, ok := c.asked[tid]; (!ok || now.Sub(at) > recheckAfter) && tid != j.ID {
+				ask[shard] = append(ask[shard], tid)
+			}
 		}
-		unwanted, err := e.source.unwanted(ctx, waiting)
-		if err != nil {
-			return false
+	}
+	unwanted, err := e.source.unwanted(ctx, ask)
+	if err != nil {
+		return false
+	}
+	for _, ids := range ask {
+		for _, tid := range ids {
+			c.asked[tid] = now
+			delete(c.dropped, tid)
 		}
-		dropped := make(map[string]bool, len(unwanted))
-		for _, tid := range unwanted {
-			dropped[tid] = true
+	}
+	for _, tid := range unwanted {
+		c.dropped[tid] = true
+	}
+	// Tasks no longer waiting (run unlooked-up, or given back) leave no
+	// entry behind for long.
+	if len(c.asked) > 2*n+64 {
+		still := make(map[string]bool, n)
+		for _, ids := range waiting {
+			for _, tid := range ids {
+				still[tid] = true
+			}
 		}
-		c.at, c.dropped = now, dropped
+		for tid := range c.asked {
+			if !still[tid] {
+				delete(c.asked, tid)
+				delete(c.dropped, tid)
+			}
+		}
 	}
 	return c.dropped[j.ID]
 }

@@ -25,6 +25,7 @@ type fakeShard struct {
 	held     map[string]wire.Taken // member → task
 	finished []wire.Done
 	unwanted map[string]bool
+	asked    map[string]int // how often Unwanted was asked about each task
 	rec      await.Calls // its calls, and the errors they are to return
 	holdings []int       // the holding argument of each take
 	shards   int         // what takes say of the queue's shard count
@@ -38,7 +39,7 @@ type fakeShard struct {
 
 func newFakeShard(i int, name string) *fakeShard {
 	return &fakeShard{i: i, name: name, bell: make(chan struct{}), held: make(map[string]wire.Taken),
-		unwanted: make(map[string]bool), rec: await.Calls{Activity: &activity}, shards: 1}
+		unwanted: make(map[string]bool), asked: make(map[string]int), rec: await.Calls{Activity: &activity}, shards: 1}
 }
 
 func (f *fakeShard) call(op string) error { return f.rec.Call(op) }
@@ -198,6 +199,7 @@ func (f *fakeShard) Unwanted(_ context.Context, _ string, tids []string) ([]stri
 	}
 	var out []string
 	for _, tid := range tids {
+		f.asked[tid]++
 		if f.unwanted[tid] {
 			out = append(out, tid)
 		}

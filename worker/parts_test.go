@@ -332,6 +332,50 @@ func TestExecutors(t *testing.T) {
 	}
 }
 
+// Jobs that waited past stale are asked about once each: the check one
+// makes covers the others waiting, and its answer holds for them (it
+// asked about all of them again whenever one waited past stale).
+func TestWantedCheckAsksOnce(t *testing.T) {
+	q := newFakeQueue()
+	src := q.source(func(string, error) {})
+	q.shards[0].unwanted["gone"] = true
+	const n = 20
+	jobs := make(chan job, n)
+	results := make(chan wire.Done, n)
+	h := newHeld()
+	var c counters
+	e := newExecutors(executorsParams{n: 1, jobs: jobs, results: results, slots: newSlots(func() int { return n }),
+		held: h, source: src, counters: &c, ran: func(time.Duration) {}, stale: time.Millisecond,
+		execute: func(_ context.Context, tk wire.Taken) wire.Done {
+			time.Sleep(2 * time.Millisecond) // a task longer than stale: the next job's wait passes it
+			return wire.Done{ID: tk.ID}
+		}})
+	taken := make([]wire.Taken, n)
+	for i := range taken {
+		taken[i] = wire.Taken{ID: fmt.Sprint("t", i)}
+	}
+	taken[n/2].ID = "gone"
+	h.add(taken)
+	old := time.Now().Add(-time.Second)
+	for _, tk := range taken {
+		jobs <- job{Taken: tk, takenAt: old}
+	}
+	close(jobs)
+	e.Start(context.Background())
+	e.Wait()
+	if got := len(results); got != n-1 {
+		t.Fatalf("%d results, want %d (all but gone)", got, n-1)
+	}
+	f := q.shards[0]
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for _, tk := range taken {
+		if f.asked[tk.ID] != 1 {
+			t.Errorf("asked about %s %d times, want once", tk.ID, f.asked[tk.ID])
+		}
+	}
+}
+
 // The finisher reports each result to its task's shard, retries a shard
 // that fails without reporting again what another shard took, and releases
 // every task from the ledger.

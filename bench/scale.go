@@ -1,0 +1,289 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"os"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/redmap/redmap"
+	"github.com/redmap/redmap/manager"
+)
+
+// nap is the scale scenario's function: it returns x after x microseconds,
+// a task whose length is a timer, not CPU, so that a 2-core machine can
+// hold 64 workers' worth of slots and the ceiling found is Redis's.
+var nap = redmap.Func("nap", func(ctx context.Context, x int) (int, error) {
+	t := time.NewTimer(time.Duration(x) * time.Microsecond)
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-ctx.Done():
+		return 0, ctx.Err()
+	}
+	return x, nil
+})
+
+// scaleSlots is the concurrency of each of the scale scenario's workers.
+const scaleSlots = 8
+
+// scalePoint names one point of the scale model in its row's contender.
+func scalePoint(length time.Duration, workers, shards int) string {
+	s := fmt.Sprintf("%v tasks, %d workers x %d slots", length, workers, scaleSlots)
+	if shards > 1 {
+		s += fmt.Sprintf(", %d shards", shards)
+	}
+	return s
+}
+
+// scale: the scale model of issue 42. One task per element (ChunkSize(1)),
+// each a timer of 1 ms (and 10 ms in a full run), run by 1, 2, 4, ... 64
+// worker processes of 8 slots on one Redis (or a queue of -shards shards
+// on a -cluster); one manager submits them all. Each point reports
+// tasks/s and the Redis CPU per task; printScale finds where Redis
+// saturates and how many workers one Redis core serves at each task
+// length, and -plot draws the curve.
+func scale(e *env) ([]row, error) {
+	lengths := []time.Duration{time.Millisecond, 10 * time.Millisecond}
+	counts := []int{1, 2, 4, 8, 16, 32, 64}
+	if e.quick {
+		lengths = lengths[:1]
+		counts = []int{1, 4, 16}
+	}
+	shardCounts := e.shards
+	if len(shardCounts) == 0 {
+		shardCounts = []int{1}
+	}
+	var rows []row
+	ctx := context.Background()
+	for _, shards := range shardCounts {
+		for _, k := range counts {
+			m, _, stop, err := e.fleet(k, shards, scaleSlots)
+			if err != nil {
+				return nil, err
+			}
+			if _, err := manager.Map(ctx, m, nap, slices.Repeat([]int{100}, 4*k*scaleSlots), manager.ChunkSize(1)); err != nil { // warm up
+				stop()
+				return nil, err
+			}
+			for _, length := range lengths {
+				// About 2 s of work at the fleet's capacity (0.5 s quick).
+				capacity := float64(k*scaleSlots) / length.Seconds()
+				n := int(min(max(capacity*2, 2000), 60_000))
+				if e.quick {
+					n = int(min(max(capacity/2, 500), 10_000))
+				}
+				xs := slices.Repeat([]int{int(length.Microseconds())}, n)
+				r, err := e.measure("scale", scalePoint(length, k, shards), n, func() error {
+					ys, err := manager.Map(ctx, m, nap, xs, manager.ChunkSize(1))
+					if err == nil && (len(ys) != n || ys[n-1] != xs[0]) {
+						err = fmt.Errorf("nap: %d results, the last %d", len(ys), ys[n-1])
+					}
+					return err
+				})
+				if err != nil {
+					stop()
+					return nil, err
+				}
+				rows = append(rows, r)
+			}
+			stop()
+		}
+	}
+	return rows, nil
+}
+
+// scaleRow is one point of the scale model, read back from its row.
+type scaleRow struct {
+	length          time.Duration
+	workers, shards int
+	rate            float64       // tasks/s, median of the runs
+	spread          string        // slowest–fastest run
+	cpuPerTask      time.Duration // Redis CPU per task (all masters)
+	busy            float64       // Redis CPU per second of the run: cores busy
+}
+
+// scaleRows returns the scale scenario's points, by shards, task length
+// and workers.
+func scaleRows(rows []row) []scaleRow {
+	var out []scaleRow
+	for _, r := range rows {
+		if r.scenario != "scale" {
+			continue
+		}
+		var s scaleRow
+		var ms int
+		if _, err := fmt.Sscanf(r.contender, "%dms tasks, %d workers", &ms, &s.workers); err != nil {
+			continue
+		}
+		s.length = time.Duration(ms) * time.Millisecond
+		s.shards = 1
+		if i := strings.Index(r.contender, "slots, "); i >= 0 {
+			fmt.Sscanf(r.contender[i+len("slots, "):], "%d shards", &s.shards)
+		}
+		s.rate, s.spread = r.rate(), r.spread()
+		s.cpuPerTask = r.redisCPU / time.Duration(r.elements)
+		s.busy = s.cpuPerTask.Seconds() * s.rate
+		out = append(out, s)
+	}
+	slices.SortStableFunc(out, func(a, b scaleRow) int {
+		if a.shards != b.shards {
+			return a.shards - b.shards
+		}
+		if a.length != b.length {
+			return int(a.length - b.length)
+		}
+		return a.workers - b.workers
+	})
+	return out
+}
+
+// printScale prints the scale model: each point with the gain of its
+// doubling, where Redis saturated, and how many workers of 8 slots one
+// Redis core serves at each task length, from the Redis CPU per task
+// measured at the largest fleet.
+func printScale(rows []row) {
+	pts := scaleRows(rows)
+	if len(pts) == 0 {
+		return
+	}
+	fmt.Println("scale model (one task per element; workers of 8 slots; a task is a timer):")
+	fmt.Println()
+	fmt.Println("| shards | task | workers | tasks/s (median) | spread | ideal tasks/s | Redis CPU / task | Redis cores busy | gain on doubling |")
+	fmt.Println("| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+	for i, p := range pts {
+		gain := "-"
+		if i > 0 && pts[i-1].length == p.length && pts[i-1].shards == p.shards {
+			gain = fmt.Sprintf("%.2fx", p.rate/pts[i-1].rate)
+		}
+		ideal := float64(p.workers*scaleSlots) / p.length.Seconds()
+		fmt.Printf("| %d | %v | %d | %.0f | %s | %.0f | %.1f µs | %.2f | %s |\n", p.shards, p.length, p.workers, p.rate, p.spread,
+			ideal, float64(p.cpuPerTask.Nanoseconds())/1000, p.busy, gain)
+	}
+	fmt.Println()
+	for i, p := range pts {
+		last := i == len(pts)-1 || pts[i+1].length != p.length || pts[i+1].shards != p.shards
+		if !last {
+			continue
+		}
+		// The first point whose doubling gained under 10%, or whose Redis
+		// was busy for 80% of a core per shard.
+		sat := "not reached"
+		for j := i; j >= 0 && pts[j].length == p.length && pts[j].shards == p.shards; j-- {
+			q := pts[j]
+			prev := j > 0 && pts[j-1].length == q.length && pts[j-1].shards == q.shards
+			if (prev && q.rate < 1.1*pts[j-1].rate) || q.busy >= 0.8*float64(q.shards) {
+				sat = fmt.Sprintf("at %d workers (%.0f tasks/s, Redis %.2f cores busy)", q.workers, q.rate, q.busy)
+			}
+		}
+		perCore := 1 / p.cpuPerTask.Seconds() // tasks/s one core serves
+		var serves []string
+		for _, l := range []time.Duration{time.Millisecond, 10 * time.Millisecond, 100 * time.Millisecond, time.Second} {
+			serves = append(serves, fmt.Sprintf("%v tasks: %.0f workers", l, perCore*l.Seconds()/scaleSlots))
+		}
+		fmt.Printf("scale, %v tasks, %d shard(s): Redis saturates %s; at %.1f µs of Redis CPU a task one Redis core serves %.0f tasks/s: %s (of 8 slots)\n",
+			p.length, p.shards, sat, float64(p.cpuPerTask.Nanoseconds())/1000, perCore, strings.Join(serves, ", "))
+	}
+	fmt.Println()
+}
+
+// writeScalePlot draws the scale model into an SVG file: tasks/s against
+// workers (log scale), a line per task length and shard count, with the
+// ideal (every slot busy) dashed, and the Redis CPU per task beside it.
+func writeScalePlot(path string, rows []row) error {
+	pts := scaleRows(rows)
+	if len(pts) == 0 {
+		return fmt.Errorf("no scale points to plot (run the scale scenario)")
+	}
+	const w, h, left, top, pw, ph = 960, 420, 70, 40, 360, 300
+	var b strings.Builder
+	fmt.Fprintf(&b, `<svg xmlns="http://www.w3.org/2000/svg" width="%d" height="%d" font-family="sans-serif" font-size="12">`+"\n", w, h)
+	fmt.Fprintf(&b, `<rect width="%d" height="%d" fill="white"/>`+"\n", w, h)
+	maxWorkers, maxRate, maxCPU := 1, 1.0, 1.0
+	for _, p := range pts {
+		maxWorkers = max(maxWorkers, p.workers)
+		maxRate = max(maxRate, p.rate, math.Min(float64(p.workers*scaleSlots)/p.length.Seconds(), 2*p.rate))
+		maxCPU = max(maxCPU, float64(p.cpuPerTask.Nanoseconds())/1000)
+	}
+	maxRate, maxCPU = niceCeil(maxRate), niceCeil(maxCPU)
+	x := func(ox, workers int) float64 {
+		return float64(ox) + pw*math.Log2(float64(workers))/math.Log2(float64(max(maxWorkers, 2)))
+	}
+	colors := []string{"#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b"}
+	panels := []struct {
+		title string
+		ox    int
+		top   float64
+		y     func(scaleRow) float64
+		ideal bool
+	}{
+		{"tasks/s", left, maxRate, func(p scaleRow) float64 { return p.rate }, true},
+		{"Redis CPU per task (µs)", left + pw + 120, maxCPU, func(p scaleRow) float64 { return float64(p.cpuPerTask.Nanoseconds()) / 1000 }, false},
+	}
+	for _, pn := range panels {
+		y := func(v float64) float64 { return top + ph - ph*math.Min(v, pn.top)/pn.top }
+		fmt.Fprintf(&b, `<text x="%d" y="%d" font-size="14">%s against worker processes (8 slots each)</text>`+"\n", pn.ox, top-15, pn.title)
+		fmt.Fprintf(&b, `<rect x="%d" y="%d" width="%d" height="%d" fill="none" stroke="#333"/>`+"\n", pn.ox, top, pw, ph)
+		for i := 0; i <= 4; i++ {
+			v := pn.top * float64(i) / 4
+			fmt.Fprintf(&b, `<line x1="%d" x2="%d" y1="%.1f" y2="%.1f" stroke="#ddd"/><text x="%d" y="%.1f" text-anchor="end">%s</text>`+"\n",
+				pn.ox, pn.ox+pw, y(v), y(v), pn.ox-5, y(v)+4, shortNum(v))
+		}
+		for k := 1; k <= maxWorkers; k *= 2 {
+			fmt.Fprintf(&b, `<text x="%.1f" y="%d" text-anchor="middle">%d</text>`+"\n", x(pn.ox, k), top+ph+16, k)
+		}
+		series := 0
+		for i := 0; i < len(pts); {
+			j := i
+			for j < len(pts) && pts[j].length == pts[i].length && pts[j].shards == pts[i].shards {
+				j++
+			}
+			c := colors[series%len(colors)]
+			var line, ideal []string
+			for _, p := range pts[i:j] {
+				line = append(line, fmt.Sprintf("%.1f,%.1f", x(pn.ox, p.workers), y(pn.y(p))))
+				ideal = append(ideal, fmt.Sprintf("%.1f,%.1f", x(pn.ox, p.workers), y(float64(p.workers*scaleSlots)/p.length.Seconds())))
+				fmt.Fprintf(&b, `<circle cx="%.1f" cy="%.1f" r="3" fill="%s"/>`+"\n", x(pn.ox, p.workers), y(pn.y(p)), c)
+			}
+			fmt.Fprintf(&b, `<polyline points="%s" fill="none" stroke="%s" stroke-width="2"/>`+"\n", strings.Join(line, " "), c)
+			if pn.ideal {
+				fmt.Fprintf(&b, `<polyline points="%s" fill="none" stroke="%s" stroke-dasharray="4 4"/>`+"\n", strings.Join(ideal, " "), c)
+			}
+			label := fmt.Sprintf("%v tasks", pts[i].length)
+			if pts[i].shards > 1 {
+				label += fmt.Sprintf(", %d shards", pts[i].shards)
+			}
+			fmt.Fprintf(&b, `<text x="%d" y="%d" fill="%s">%s</text>`+"\n", pn.ox+10, int(top)+18+16*series, c, label)
+			series++
+			i = j
+		}
+	}
+	fmt.Fprintf(&b, `<text x="%d" y="%d" fill="#555">dashed: every slot busy (workers × 8 / task length). Measured by go run ./bench -scenario scale.</text>`+"\n", left, h-12)
+	b.WriteString("</svg>\n")
+	return os.WriteFile(path, []byte(b.String()), 0o644)
+}
+
+// niceCeil rounds v up to 1, 2 or 5 times a power of ten.
+func niceCeil(v float64) float64 {
+	p := math.Pow(10, math.Floor(math.Log10(v)))
+	for _, m := range []float64{1, 2, 5, 10} {
+		if m*p >= v {
+			return m * p
+		}
+	}
+	return 10 * p
+}
+
+// shortNum writes v briefly: 12k, 1.5k, 40.
+func shortNum(v float64) string {
+	switch {
+	case v >= 10_000:
+		return fmt.Sprintf("%.0fk", v/1000)
+	case v >= 1000:
+		return fmt.Sprintf("%.1fk", v/1000)
+	}
+	return fmt.Sprintf("%.0f", v)
+}
