@@ -26,9 +26,9 @@ type fakeShard struct {
 	finished []wire.Done
 	unwanted map[string]bool
 	asked    map[string]int // how often Unwanted was asked about each task
-	rec      await.Calls // its calls, and the errors they are to return
-	holdings []int       // the holding argument of each take
-	shards   int         // what takes say of the queue's shard count
+	rec      await.Calls    // its calls, and the errors they are to return
+	holdings []int          // the holding argument of each take
+	shards   int            // what takes say of the queue's shard count
 	names    []string
 	drain    bool
 	infos    []wire.WorkerInfo
