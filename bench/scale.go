@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"os"
+	"runtime"
 	"slices"
 	"strings"
 	"time"
@@ -104,6 +105,7 @@ type scaleRow struct {
 	spread          string        // slowest–fastest run
 	cpuPerTask      time.Duration // Redis CPU per task (all masters)
 	busy            float64       // Redis CPU per second of the run: cores busy
+	machine         float64       // Redis's, the manager's and the workers' CPU per second: cores busy
 }
 
 // scaleRows returns the scale scenario's points, by shards, task length
@@ -127,6 +129,7 @@ func scaleRows(rows []row) []scaleRow {
 		s.rate, s.spread = r.rate(), r.spread()
 		s.cpuPerTask = r.redisCPU / time.Duration(r.elements)
 		s.busy = s.cpuPerTask.Seconds() * s.rate
+		s.machine = (r.redisCPU + r.managerCPU + r.workerCPU).Seconds() / float64(r.elements) * s.rate
 		out = append(out, s)
 	}
 	slices.SortStableFunc(out, func(a, b scaleRow) int {
@@ -152,16 +155,16 @@ func printScale(rows []row) {
 	}
 	fmt.Println("scale model (one task per element; workers of 8 slots; a task is a timer):")
 	fmt.Println()
-	fmt.Println("| shards | task | workers | tasks/s (median) | spread | ideal tasks/s | Redis CPU / task | Redis cores busy | gain on doubling |")
-	fmt.Println("| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+	fmt.Printf("| shards | task | workers | tasks/s (median) | spread | ideal tasks/s | Redis CPU / task | Redis cores busy | all processes' cores busy (of %d) | gain on doubling |\n", runtime.NumCPU())
+	fmt.Println("| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
 	for i, p := range pts {
 		gain := "-"
 		if i > 0 && pts[i-1].length == p.length && pts[i-1].shards == p.shards {
 			gain = fmt.Sprintf("%.2fx", p.rate/pts[i-1].rate)
 		}
 		ideal := float64(p.workers*scaleSlots) / p.length.Seconds()
-		fmt.Printf("| %d | %v | %d | %.0f | %s | %.0f | %.1f µs | %.2f | %s |\n", p.shards, p.length, p.workers, p.rate, p.spread,
-			ideal, float64(p.cpuPerTask.Nanoseconds())/1000, p.busy, gain)
+		fmt.Printf("| %d | %v | %d | %.0f | %s | %.0f | %.1f µs | %.2f | %.2f | %s |\n", p.shards, p.length, p.workers, p.rate, p.spread,
+			ideal, float64(p.cpuPerTask.Nanoseconds())/1000, p.busy, p.machine, gain)
 	}
 	fmt.Println()
 	for i, p := range pts {
@@ -170,13 +173,19 @@ func printScale(rows []row) {
 			continue
 		}
 		// The first point whose doubling gained under 10%, or whose Redis
-		// was busy for 80% of a core per shard.
-		sat := "not reached"
+		// was busy for 80% of a core per shard; and which ceiling it met:
+		// Redis's, or the machine's (every core busy with workers, manager
+		// and Redis, Redis itself below 80% of a core a shard).
+		sat := "tasks/s grew with every doubling"
 		for j := i; j >= 0 && pts[j].length == p.length && pts[j].shards == p.shards; j-- {
 			q := pts[j]
 			prev := j > 0 && pts[j-1].length == q.length && pts[j-1].shards == q.shards
 			if (prev && q.rate < 1.1*pts[j-1].rate) || q.busy >= 0.8*float64(q.shards) {
-				sat = fmt.Sprintf("at %d workers (%.0f tasks/s, Redis %.2f cores busy)", q.workers, q.rate, q.busy)
+				what := "Redis saturates"
+				if q.busy < 0.8*float64(q.shards) {
+					what = fmt.Sprintf("the machine saturates first (its %d cores %.2f busy)", runtime.NumCPU(), q.machine)
+				}
+				sat = fmt.Sprintf("%s at %d workers (%.0f tasks/s, Redis %.2f cores busy)", what, q.workers, q.rate, q.busy)
 			}
 		}
 		perCore := 1 / p.cpuPerTask.Seconds() // tasks/s one core serves
@@ -184,7 +193,7 @@ func printScale(rows []row) {
 		for _, l := range []time.Duration{time.Millisecond, 10 * time.Millisecond, 100 * time.Millisecond, time.Second} {
 			serves = append(serves, fmt.Sprintf("%v tasks: %.0f workers", l, perCore*l.Seconds()/scaleSlots))
 		}
-		fmt.Printf("scale, %v tasks, %d shard(s): Redis saturates %s; at %.1f µs of Redis CPU a task one Redis core serves %.0f tasks/s: %s (of 8 slots)\n",
+		fmt.Printf("scale, %v tasks, %d shard(s): %s; at %.1f µs of Redis CPU a task one Redis core serves %.0f tasks/s: %s (of 8 slots)\n",
 			p.length, p.shards, sat, float64(p.cpuPerTask.Nanoseconds())/1000, perCore, strings.Join(serves, ", "))
 	}
 	fmt.Println()

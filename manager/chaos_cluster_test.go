@@ -75,6 +75,13 @@ func TestChaosCluster(t *testing.T) {
 				}, func(i int) byte { return tab[i] }, stuck, probe)
 				return
 			}
+			if i == 2 {
+				// Payloads and results over rdb.Inline: beside the scripts.
+				chaosBatches(ctx, t, &tally, func(ctx context.Context, n int) (*manager.Batch[string], error) {
+					return manager.Submit(ctx, m, bigEcho, bigInput(n), manager.ChunkSize(1+rand.IntN(3)), manager.Attempts(20))
+				}, bigWant, stuck, probe)
+				return
+			}
 			chaosBatches(ctx, t, &tally, func(ctx context.Context, n int) (*manager.Batch[int], error) {
 				return manager.Submit(ctx, m, slowSquare, ints(n), manager.ChunkSize(1+rand.IntN(20)), manager.Attempts(20))
 			}, sq, stuck, probe)

@@ -45,7 +45,7 @@ func TestChaos(t *testing.T) {
 	defer cancel()
 	var tally chaosTally
 	var managers sync.WaitGroup
-	for range 3 {
+	for i := range 3 {
 		managers.Add(1)
 		go func() {
 			defer managers.Done()
@@ -55,6 +55,13 @@ func TestChaos(t *testing.T) {
 				return
 			}
 			defer m.Close()
+			if i == 2 {
+				// Payloads and results over rdb.Inline: beside the scripts.
+				chaosBatches(ctx, t, &tally, func(ctx context.Context, n int) (*manager.Batch[string], error) {
+					return manager.Submit(ctx, m, bigEcho, bigInput(n), manager.ChunkSize(1+rand.IntN(3)), manager.Attempts(20))
+				}, bigWant, func() { dumpChaos(t, st, queue, m.ID()) }, stallProbe(st.Client(t), queue, m.ID))
+				return
+			}
 			chaosBatches(ctx, t, &tally, func(ctx context.Context, n int) (*manager.Batch[int], error) {
 				return manager.Submit(ctx, m, slowSquare, ints(n), manager.ChunkSize(1+rand.IntN(20)), manager.Attempts(20))
 			}, sq, func() { dumpChaos(t, st, queue, m.ID()) }, stallProbe(st.Client(t), queue, m.ID))

@@ -11,6 +11,7 @@ import (
 	"slices"
 	"strconv"
 	"sync"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -67,6 +68,28 @@ var (
 	// reap, once per Poll) does.
 	calmSquare = squareAfter("calmsq", 20*time.Millisecond)
 )
+
+// bigEcho returns s with "#" after it, after about a millisecond: fed
+// bigInput's elements, its payloads and results are over rdb.Inline, so
+// they go beside the scripts (chaos runs use it).
+var bigEcho = redmap.Func("bigecho", func(ctx context.Context, s string) (string, error) {
+	if err := pause(ctx, time.Millisecond); err != nil {
+		return "", err
+	}
+	return s + "#", nil
+})
+
+// bigInput returns n strings of 17,000 bytes or more, each its own.
+func bigInput(n int) []string {
+	xs := make([]string, n)
+	for i := range xs {
+		xs[i] = strings.Repeat(fmt.Sprintf("%08d", i), 2125+i%7)
+	}
+	return xs
+}
+
+// bigWant is what bigEcho returns for bigInput's element i.
+func bigWant(i int) string { return strings.Repeat(fmt.Sprintf("%08d", i), 2125+i%7) + "#" }
 
 // nap takes 50 ms and returns the id of the process that ran it.
 var nap = redmap.Func("nap", func(ctx context.Context, _ int) (int, error) {
@@ -170,7 +193,7 @@ func childWorker(rdb redis.UniversalClient, queue string) error {
 	if err != nil {
 		return err
 	}
-	hs := []redmap.AnyHandle{lookup, square, slowSquare, calmSquare, poison, sum, nap, traced, countedSquare, rated, capped, freeSquare}
+	hs := []redmap.AnyHandle{lookup, square, slowSquare, calmSquare, poison, sum, nap, traced, countedSquare, rated, capped, freeSquare, bigEcho}
 	switch os.Getenv("REDMAP_TYPES") { // a build of the user's tasks package
 	case "v1":
 		hs = append(hs, v1.Count)

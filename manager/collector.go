@@ -197,9 +197,16 @@ func (c *collector) dispatch(entry string) {
 	case wire.EntryWake:
 		return
 	case wire.EntryStaged:
-		// A result too large to pass through a script is stored beside
-		// the list; the read found it gone: Redis lost it.
-		c.failTask(e.Task, entry, fmt.Errorf("%w: its result, delivered, was gone from Redis when read (Redis lost data)", redmap.ErrLost))
+		// A result over rdb.Inline is stored beside the list; the read
+		// found it gone, so Redis lost data since it was delivered (a
+		// FLUSHALL, a restart, a failover between the read of the list
+		// and of the result). The task is still pending and no longer in
+		// the task set: the recoverer's next check submits it again, as
+		// any task Redis lost.
+		c.dropped.Add(1)
+		c.shard.lossSeen.Store(true)
+		c.log.Warn("a delivered result was gone from Redis when read (Redis lost data); its task will be submitted again",
+			"task", e.Task, "shard", c.shard.i)
 		return
 	}
 	c.bytes.Add(int64(e.Size))

@@ -6,11 +6,16 @@ import (
 	"log/slog"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/redmap/redmap"
 	"github.com/redmap/redmap/internal/id"
+	"github.com/redmap/redmap/internal/keys"
+	"github.com/redmap/redmap/internal/rdb"
 	"github.com/redmap/redmap/internal/redistest"
 	"github.com/redmap/redmap/internal/wire"
 	"github.com/redmap/redmap/worker"
@@ -175,4 +180,84 @@ func (c *checkFirst) count() int {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.held
+}
+
+// loseStaged is a manager's seam to Redis that deletes the staged result
+// the first staged entry a read brings refers to, just before it is read:
+// Redis losing it between the read of the list and the read of the result.
+type loseStaged struct {
+	queueRedis
+	c    *redis.Client
+	key  string // the manager's staged results
+	lost atomic.Int32
+}
+
+func (l *loseStaged) Unstaged(ctx context.Context, mid string, entries []string) ([]string, error) {
+	for _, e := range entries {
+		if f, ok := wire.StagedField(e); ok && l.lost.Load() == 0 {
+			if err := l.c.HDel(ctx, l.key, f).Err(); err != nil {
+				return nil, err
+			}
+			l.lost.Add(1)
+		}
+	}
+	return l.queueRedis.Unstaged(ctx, mid, entries)
+}
+
+// bigEcho returns its string with "#" after it; fed strings over
+// rdb.Inline, its results are staged beside the result list.
+var bigEcho = redmap.Func("bigecho", func(_ context.Context, s string) (string, error) { return s + "#", nil })
+
+// A staged result found gone when read (Redis lost it) is no element's
+// error: the manager submits its task again, as any task Redis lost, and
+// the batch ends exact.
+func TestStagedResultLostIsRunAgain(t *testing.T) {
+	srv := redistest.Shared(t)
+	c := srv.Client(t)
+	queue := redistest.Queue(t)
+	logs := &recorder{}
+	opts, err := Options{Queue: queue, Poll: 50 * time.Millisecond, Logger: slog.New(logs)}.withDefaults()
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := clientSeams(c, opts)
+	mid := id.New()
+	seam := &loseStaged{queueRedis: r.queue, c: c, key: keys.Staged(opts.Prefix, queue, mid)}
+	r.queue = seam
+	m := assemble(r, opts, mid, nil)
+	defer m.Close()
+	w, err := worker.New(c, worker.Options{Queue: queue, Concurrency: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.Register(bigEcho)
+	wctx, stop := context.WithCancel(context.Background())
+	defer stop()
+	go w.Run(wctx)
+
+	in := make([]string, 6)
+	for i := range in {
+		in[i] = strings.Repeat(string(rune('a'+i)), rdb.Inline+100)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	ys, err := Map(ctx, m, bigEcho, in, ChunkSize(1))
+	if err != nil {
+		t.Fatalf("Map: %v", err)
+	}
+	for i, y := range ys {
+		if y != in[i]+"#" {
+			t.Fatalf("element %d: %d bytes, want %d", i, len(y), len(in[i])+1)
+		}
+	}
+	if seam.lost.Load() != 1 {
+		t.Fatal("no staged result was lost: the test did not exercise the path")
+	}
+	var warned bool
+	for _, msg := range logs.all() {
+		warned = warned || strings.Contains(msg, "a delivered result was gone from Redis")
+	}
+	if !warned {
+		t.Fatalf("the loss was not logged: %q", logs.all())
+	}
 }

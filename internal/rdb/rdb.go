@@ -590,7 +590,7 @@ func (r *RDB) finishStaged(ctx context.Context, ks []string, staged map[string][
 // Unstaged returns entries, read from manager mid's result list or kept
 // list, with each "staged <field>" entry replaced by the result it refers
 // to (keys.Staged), read with one HMGET; one whose result is gone (Redis
-// lost it) stays as it is, for the manager to fail its task. entries is
+// lost it) stays as it is: the manager then submits its task again. entries is
 // not changed: the trim of the next read needs the entries as they are in
 // the list. No round trip if none is staged.
 func (r *RDB) Unstaged(ctx context.Context, mid string, entries []string) ([]string, error) {

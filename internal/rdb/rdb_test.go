@@ -1116,7 +1116,7 @@ func TestLargeResultsStaged(t *testing.T) {
 		t.Fatal("the trim left the staged result")
 	}
 	// Gone before the read (Redis lost it): the entry stays, for the
-	// manager to fail the task.
+	// manager to submit the task again.
 	if n, err := f.r.Finish(ctx, "w1", []wire.Done{{ID: ids[2], Result: big('d')}}); err != nil || n != 1 {
 		t.Fatalf("finish: %d, %v", n, err)
 	}

@@ -374,8 +374,8 @@ const (
 	EntryWake
 	// EntryStaged refers to a result stored beside the list (keys.Staged,
 	// field Field) that the manager's read did not find there: Redis lost
-	// it. (A read replaces the entries whose result it finds with the
-	// result: see rdb.RDB.ReadResults.)
+	// it, and the manager submits the task again. (A read replaces the
+	// entries whose result it finds with the result: see rdb.RDB.Unstaged.)
 	EntryStaged
 )
 
