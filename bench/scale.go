@@ -230,11 +230,12 @@ func writeScalePlot(path string, rows []row) error {
 		ideal bool
 	}{
 		{"tasks/s", left, maxRate, func(p scaleRow) float64 { return p.rate }, true},
-		{"Redis CPU per task (µs)", left + pw + 120, maxCPU, func(p scaleRow) float64 { return float64(p.cpuPerTask.Nanoseconds()) / 1000 }, false},
+		{"Redis CPU per task, µs", left + pw + 120, maxCPU, func(p scaleRow) float64 { return float64(p.cpuPerTask.Nanoseconds()) / 1000 }, false},
 	}
 	for _, pn := range panels {
 		y := func(v float64) float64 { return top + ph - ph*math.Min(v, pn.top)/pn.top }
-		fmt.Fprintf(&b, `<text x="%d" y="%d" font-size="14">%s against worker processes (8 slots each)</text>`+"\n", pn.ox, top-15, pn.title)
+		fmt.Fprintf(&b, `<text x="%d" y="%d" font-size="14">%s</text>`+"\n", pn.ox, top-15, pn.title)
+		fmt.Fprintf(&b, `<text x="%d" y="%d" text-anchor="middle">worker processes, 8 slots each</text>`+"\n", pn.ox+pw/2, top+ph+34)
 		fmt.Fprintf(&b, `<rect x="%d" y="%d" width="%d" height="%d" fill="none" stroke="#333"/>`+"\n", pn.ox, top, pw, ph)
 		for i := 0; i <= 4; i++ {
 			v := pn.top * float64(i) / 4
@@ -270,7 +271,7 @@ func writeScalePlot(path string, rows []row) error {
 			i = j
 		}
 	}
-	fmt.Fprintf(&b, `<text x="%d" y="%d" fill="#555">dashed: every slot busy (workers × 8 / task length). Measured by go run ./bench -scenario scale.</text>`+"\n", left, h-12)
+	fmt.Fprintf(&b, `<text x="%d" y="%d" fill="#555">dashed: every slot busy (workers × 8 / task length). Drawn by go run ./bench -scenario scale -plot.</text>`+"\n", left, h-8)
 	b.WriteString("</svg>\n")
 	return os.WriteFile(path, []byte(b.String()), 0o644)
 }
