@@ -44,10 +44,16 @@ type executorsParams struct {
 	// stale is how long a prefetched task may wait before the executors
 	// check, before running it, that its batch still wants it (staleAfter).
 	stale time.Duration
+	// recheck is how long an answer that a waiting task is wanted holds
+	// (0: recheckAfter).
+	recheck time.Duration
 }
 
 func newExecutors(p executorsParams) *executors {
 	e := &executors{executorsParams: p}
+	if e.recheck <= 0 {
+		e.recheck = recheckAfter
+	}
 	// Stopped, the executors start no more jobs: those still to come are
 	// set aside; they return once jobs is closed and every job has run or
 	// been set aside.
@@ -168,7 +174,7 @@ const recheckAfter = 100 * time.Millisecond
 
 // unwanted reports whether j's manager no longer wants it: by the answer
 // of a check that asked about it after it was taken, no longer than
-// recheckAfter ago, else by a new check, of j and every waiting task not
+// recheck (recheckAfter) ago, else by a new check, of j and every waiting task not
 // asked about since. On an error it reports false: the task runs, and its
 // result is discarded if unwanted. Each job is looked up once: its entry
 // goes.
@@ -180,7 +186,7 @@ func (c *wantedCheck) unwanted(ctx context.Context, e *executors, j job) bool {
 	}
 	defer func() { delete(c.asked, j.ID); delete(c.dropped, j.ID) }()
 	now := time.Now()
-	if at, ok := c.asked[j.ID]; ok && at.After(j.takenAt) && now.Sub(at) <= recheckAfter {
+	if at, ok := c.asked[j.ID]; ok && at.After(j.takenAt) && now.Sub(at) <= e.recheck {
 		return c.dropped[j.ID]
 	}
 	ask := map[int][]string{j.Shard: {j.ID}}
@@ -189,7 +195,7 @@ func (c *wantedCheck) unwanted(ctx context.Context, e *executors, j job) bool {
 	for shard, ids := range waiting {
 		n += len(ids)
 		for _, tid := range ids {
-			if at, ok := c.asked[tid]; (!ok || now.Sub(at) > recheckAfter) && tid != j.ID {
+			if at, ok := c.asked[tid]; (!ok || now.Sub(at) > e.recheck) && tid != j.ID {
 				ask[shard] = append(ask[shard], tid)
 			}
 		}

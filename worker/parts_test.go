@@ -346,6 +346,7 @@ func TestWantedCheckAsksOnce(t *testing.T) {
 	var c counters
 	e := newExecutors(executorsParams{n: 1, jobs: jobs, results: results, slots: newSlots(func() int { return n }),
 		held: h, source: src, counters: &c, ran: func(time.Duration) {}, stale: time.Millisecond,
+		recheck: time.Hour, // however slow the machine, no answer gets old here
 		execute: func(_ context.Context, tk wire.Taken) wire.Done {
 			time.Sleep(2 * time.Millisecond) // a task longer than stale: the next job's wait passes it
 			return wire.Done{ID: tk.ID}
