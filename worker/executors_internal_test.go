@@ -65,19 +65,21 @@ func TestPrefetchedCancelledTasksAreSkipped(t *testing.T) {
 	// in Concurrency + Prefetch).
 	held := keys.Held("redmap", queue, w.ID())
 	redistest.Eventually(t, "tasks prefetched", func() bool { return c.SCard(ctx, held).Val() == 10 })
-	prefetched := time.Now() // they were all taken before this
 	cancelBatch()
 	if _, err := batch.Wait(ctx); !errors.Is(err, context.Canceled) {
 		t.Fatalf("Wait after cancel: %v, want context.Canceled", err)
 	}
 	tasks := keys.Tasks("redmap", queue, m.ID())
 	redistest.Eventually(t, "tasks withdrawn", func() bool { return c.HLen(ctx, tasks).Val() == 2 }) // the count and the epoch
-	// The executors check a task that waited past staleAfter; one that
-	// waited less runs unchecked (tiny tasks, where a check would cost more
-	// than the run). On a fast machine all the above can take less, so the
-	// test lets the clock pass the threshold: a condition on time itself,
-	// not a wait for another goroutine.
-	time.Sleep(time.Until(prefetched.Add(2 * staleAfter)))
+	withdrawn := time.Now()
+	// The executors check a task that waited past staleAfter (one that
+	// waited less runs unchecked: tiny tasks, where a check would cost more
+	// than the run), on an answer no older than recheckAfter: one asked
+	// before the cancel (a job that waited on a loaded machine asks about
+	// all waiting) must have aged past it. On a fast machine all the above
+	// can take less, so the test lets the clock pass both: a condition on
+	// time itself, not a wait for another goroutine.
+	time.Sleep(time.Until(withdrawn.Add(recheckAfter + staleAfter)))
 	close(release)
 	redistest.Eventually(t, "prefetched tasks skipped and given up", func() bool { return c.SCard(ctx, held).Val() == 0 })
 	if n := runs.Load(); n != 1 {

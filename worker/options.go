@@ -56,8 +56,9 @@ type Options struct {
 	// worker takes ahead only about 10 ms of work per slot, at the average
 	// run time of its tasks so far, and nothing before a task has run: long
 	// tasks are not piled on one worker while others idle. A prefetched task
-	// that waited over a millisecond is checked again before it runs (it is
-	// skipped if its batch was cancelled), and prefetched tasks not started
+	// that waited over a millisecond is checked again before it runs, on an
+	// answer at most 100 ms old (it is skipped if its batch was cancelled
+	// before that answer), and prefetched tasks not started
 	// when the worker stops go back to the queue. -1 for none. Default: 16
 	// per slot of Concurrency.
 	Prefetch int
