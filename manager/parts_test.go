@@ -466,6 +466,25 @@ func TestSubmitRidesOutages(t *testing.T) {
 	if err := <-done; err != nil {
 		t.Fatal(err)
 	}
+	// The read of the function's limit before a first window rides it out
+	// too (it once failed the submit at once: make chaos-cluster).
+	lq := newFakeQueue(1)
+	ls := lq.shards[0]
+	ls.setRun(squares)
+	lm := lq.manager(t, Options{RedisTimeout: time.Hour})
+	ls.setFail("limit", errFakeDown)
+	go func() {
+		ys, err := Map(unitCtx(t), lm, square, count(5))
+		if err == nil && len(ys) != 5 {
+			err = fmt.Errorf("%d results", len(ys))
+		}
+		done <- err
+	}()
+	until(t, "a limit read failed", func() bool { return ls.callsOf("limit") > 1 })
+	ls.setFail("limit", nil)
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
 
 	short := newFakeQueue(1)
 	m2 := short.manager(t, Options{RedisTimeout: 20 * time.Millisecond})
