@@ -60,14 +60,25 @@ func TestTaskTraceFieldsOptional(t *testing.T) {
 	if got, err := DecodeTask(wb, 0); err != nil || got.Waits != 4 || len(got.Trace) != 0 || got.Sent != 0 {
 		t.Fatalf("Waits round trip: %+v (%v)", got, err)
 	}
-	// A later release's task: a 19-field array, two fields this one does not know.
+	// A batch's only task carries its record as field 18, with 15 to 17.
+	solo := *plain
+	solo.Record = `{"record":{"id":"m:1"}}`
+	sb, err := EncodeTask(&solo)
+	if err != nil || !bytes.HasPrefix(sb, []byte{0xdc, 0, 18}) {
+		t.Fatalf("a task with a Record starts %x (%v), want an 18-field array", sb[:3], err)
+	}
+	if got, err := DecodeTask(sb, 0); err != nil || !reflect.DeepEqual(got, &solo) {
+		t.Fatalf("Record round trip: %+v (%v), want %+v", got, err, &solo)
+	}
+	// A later release's task: a 20-field array, two fields this one does not know.
 	traced.Waits = 2
+	traced.Record = "r"
 	tb, _ = EncodeTask(&traced)
-	later := append([]byte{0xdc, 0, 19}, tb[3:]...)
+	later := append([]byte{0xdc, 0, 20}, tb[3:]...)
 	later = append(later, 0xa1, 'x', 0x2a)
 	got, err = DecodeTask(later, 0)
-	if err != nil || got.Trace["tracestate"] != "k=v" || got.Sent != traced.Sent || got.Waits != 2 {
-		t.Fatalf("a task with fields past 17: %+v (%v), want them skipped", got, err)
+	if err != nil || got.Trace["tracestate"] != "k=v" || got.Sent != traced.Sent || got.Waits != 2 || got.Record != "r" {
+		t.Fatalf("a task with fields past 18: %+v (%v), want them skipped", got, err)
 	}
 	short := append([]byte{0x90 | 13}, b[1:]...)
 	if _, err := DecodeTask(short, 0); !errors.Is(err, ErrCorrupt) {
@@ -94,6 +105,26 @@ func TestResultRoundTrip(t *testing.T) {
 	}
 	if !reflect.DeepEqual(in, out) {
 		t.Fatalf("round trip: got %+v, want %+v", out, in)
+	}
+	if b[0] != 0x90|6 {
+		t.Fatalf("a result starts %x, want a 6-field array", b[:1])
+	}
+	// Recorded travels as a seventh field, only when set; a later
+	// release's fields past it are skipped.
+	in.Recorded = true
+	rb, err := EncodeResult(in)
+	if err != nil || rb[0] != 0x90|7 {
+		t.Fatalf("a recorded result starts %x (%v), want a 7-field array", rb[:1], err)
+	}
+	if got, err := DecodeResult(rb, 0); err != nil || !reflect.DeepEqual(got, in) {
+		t.Fatalf("recorded round trip: %+v (%v), want %+v", got, err, in)
+	}
+	later := append(append([]byte{0x90 | 9}, rb[1:]...), 0x01, 0xa1, 'x')
+	if got, err := DecodeResult(later, 0); err != nil || !got.Recorded || got.Task != "m-1" {
+		t.Fatalf("a result with fields past 7: %+v (%v), want them skipped", got, err)
+	}
+	if _, err := DecodeResult(append([]byte{0x90 | 5}, b[1:]...), 0); !errors.Is(err, ErrCorrupt) {
+		t.Fatalf("a 5-field result: %v, want ErrCorrupt", err)
 	}
 	vals := make([]string, 3)
 	if err := DecodeElements(out.Values, vals); err != nil {

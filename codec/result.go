@@ -77,7 +77,19 @@ type Result struct {
 	Nanos   int64     // how long the worker spent running the task's elements
 	Values  []byte    // a MessagePack array of one output per element; zero values where an element failed
 	Fails   []Failure // failed elements, in index order
+	// Recorded says the worker's finish wrote the batch's history record
+	// with this result (Task.Record: the task is its batch's only one).
+	// It travels as an optional seventh field, set only when true.
+	Recorded bool
 }
+
+// resultFields is the length of a result's array without its optional
+// fields; a reader skips fields past the ones it knows, up to
+// maxResultFields, so that a worker of a later release may add some.
+const (
+	resultFields    = 6
+	maxResultFields = 16
+)
 
 // EncodeResult returns the wire form of r: one MessagePack array.
 func EncodeResult(r *Result) ([]byte, error) {
@@ -86,7 +98,11 @@ func EncodeResult(r *Result) ([]byte, error) {
 		size += len(f.Msg) + len(f.Stack) + 16
 	}
 	w := newWriter(size)
-	w.arrayLen(6)
+	if r.Recorded {
+		w.arrayLen(resultFields + 1)
+	} else {
+		w.arrayLen(resultFields)
+	}
 	w.int(version)
 	w.str(r.Task)
 	w.int(r.Attempt)
@@ -107,6 +123,9 @@ func EncodeResult(r *Result) ([]byte, error) {
 			w.int(f.Through)
 		}
 	}
+	if r.Recorded {
+		w.bool(true)
+	}
 	return w.result()
 }
 
@@ -116,8 +135,9 @@ func EncodeResult(r *Result) ([]byte, error) {
 // rather than wait for it forever.
 func DecodeResult(b []byte, limit int) (*Result, error) {
 	d := newReader(b)
-	if d.arrayLen() != 6 {
-		return nil, d.fail("result", "want a 6-field array")
+	fields := d.arrayLen()
+	if fields < resultFields || fields > maxResultFields {
+		return nil, d.fail("result", "want an array of 6 to 16 fields")
 	}
 	if d.int() != version {
 		return nil, d.fail("result", "unknown version")
@@ -150,6 +170,12 @@ func DecodeResult(b []byte, limit int) (*Result, error) {
 		if d.err == nil && (f.Index < -1 || f.Kind == 0 || f.Kind >= maxKind || fields == 5 && (f.Index < 0 || f.Through <= f.Index)) {
 			return &Result{Task: r.Task}, corrupt("result: failure out of range", nil)
 		}
+	}
+	if fields > resultFields {
+		r.Recorded = d.bool()
+	}
+	for range fields - resultFields - 1 {
+		d.skip()
 	}
 	if err := d.end("result"); err != nil {
 		return &Result{Task: r.Task}, err

@@ -43,6 +43,12 @@ type Task struct {
 	// redmap.RetryAfter); 0 means the worker's default. It travels as
 	// optional field 17 (with 15 and 16, empty if the batch is untraced).
 	Waits int
+	// Record is set on a batch's only task (a lone Map): the batch's
+	// history record as far as its manager knows it, for the worker to
+	// complete from the result and its finish to write with it, so that
+	// the manager need not write it before Map returns. Its form is
+	// internal to redmap. It travels as optional field 18.
+	Record string
 }
 
 // MaxTraceFields caps the entries of a task's trace context: a W3C
@@ -55,20 +61,23 @@ const (
 	taskFields   = 14
 	tracedFields = 16
 	waitsFields  = 17
+	recordFields = 18
 )
 
 // EncodeTask returns the wire form of t: one MessagePack array.
 func EncodeTask(t *Task) ([]byte, error) {
 	w := newWriter(len(t.Func) + len(t.Sig) + len(t.Input) + len(t.Const) + 32)
-	traced := len(t.Trace) > 0 || t.Waits != 0
+	fields := taskFields
 	switch {
+	case t.Record != "":
+		fields = recordFields
 	case t.Waits != 0:
-		w.arrayLen(waitsFields)
-	case traced:
-		w.arrayLen(tracedFields)
-	default:
-		w.arrayLen(taskFields)
+		fields = waitsFields
+	case len(t.Trace) > 0:
+		fields = tracedFields
 	}
+	traced := fields > taskFields
+	w.arrayLen(fields)
 	w.int(version)
 	w.str(t.Func)
 	w.str(t.Sig)
@@ -92,16 +101,19 @@ func EncodeTask(t *Task) ([]byte, error) {
 		}
 		w.int(int(t.Sent))
 	}
-	if t.Waits != 0 {
+	if fields >= waitsFields {
 		w.int(t.Waits)
+	}
+	if fields >= recordFields {
+		w.str(t.Record)
 	}
 	return w.result()
 }
 
 // DecodeTask parses a task envelope of at most limit bytes (DefaultMaxFrame if
 // limit <= 0). Fields past the 14 every version-2 task has are optional: it
-// reads the trace context (15), the time sent (16) and the RetryAfter bound
-// (17) if they are there, and skips any later ones, so a manager of a later
+// reads the trace context (15), the time sent (16), the RetryAfter bound
+// (17) and the history record (18) if they are there, and skips any later ones, so a manager of a later
 // release may add more.
 func DecodeTask(b []byte, limit int) (*Task, error) {
 	if err := checkSize("task", b, limit); err != nil {
@@ -127,7 +139,10 @@ func DecodeTask(b []byte, limit int) (*Task, error) {
 	if fields > tracedFields {
 		t.Waits = d.int()
 	}
-	for range fields - waitsFields {
+	if fields > waitsFields {
+		t.Record = d.str()
+	}
+	for range fields - recordFields {
 		d.skip()
 	}
 	if err := d.end("task"); err != nil {

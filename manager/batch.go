@@ -53,6 +53,11 @@ type Batch[Out any] struct {
 	stop     func() bool  // detaches the batch from its submit context
 	onEnd    func()       // releases what the batch holds (its constant); runs once
 	ending   sync.Once
+	// solo, for a batch that is one task (a lone Map), is its history
+	// record as far as the manager knows it at submit: the task carries it
+	// (codec.Task.Record) for the worker's finish to complete and write
+	// with the result. Nil for any other batch.
+	solo *wire.Solo
 
 	mu       sync.Mutex
 	feed     ledger
@@ -64,6 +69,10 @@ type Batch[Out any] struct {
 	// recorded is closed once the batch's final record is in the queue's
 	// history (or its write gave up): Wait returns after it.
 	recorded chan struct{}
+	// soloWritten is the record the finish of a solo batch's task wrote
+	// with its result, as the result says it ended (wire.Complete); nil
+	// if none was.
+	soloWritten *wire.BatchRecord
 	// settled, for a durable batch, is closed once its owner has closed
 	// or detached (Manager.settle): Wait returns after it too.
 	settled <-chan struct{}
@@ -76,6 +85,7 @@ type batchEnv struct {
 	tracer  trace.Tracer
 	log     *slog.Logger
 	ended   *atomic.Int64 // Stats.Ended
+	unsaid  *unsaid       // what of it the throughput counters were told
 	costs   *costs        // what the manager learns of each function's cost
 	batches *registry     // the running batches, which it leaves as it ends
 	history *history      // where its final record goes
@@ -399,7 +409,13 @@ func (b *Batch[Out]) closeChunk(ci int, record func(c chunk) []Out) {
 	c.payload = nil
 	b.outs.keep(ci, *c, b.recordSafely(*c, record))
 	b.feed.settle(*c)
-	b.env.ended.Add(int64(c.count))
+	if b.soloWritten != nil {
+		// The finish that wrote the record counted the elements in the
+		// queue's throughput.
+		b.env.unsaid.endSaid(int64(c.count))
+	} else {
+		b.env.ended.Add(int64(c.count))
+	}
 	b.progressed()
 }
 
@@ -475,6 +491,10 @@ func (b *Batch[Out]) release() {
 		}
 		r := b.record()
 		b.endSpan(r)
+		if b.writtenAlike(r) {
+			close(b.recorded) // its task's finish wrote it
+			return
+		}
 		b.env.history.record(r, b.recorded)
 	})
 }
@@ -484,6 +504,20 @@ func (b *Batch[Out]) isEmpty() bool {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.feed.n == 0 && b.feed.exhausted
+}
+
+// writtenAlike reports whether the finish of the batch's only task wrote
+// a record in the queue's history that says what r, the manager's, says.
+func (b *Batch[Out]) writtenAlike(r wire.BatchRecord) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.soloWritten != nil && wire.SameEnd(*b.soloWritten, r)
+}
+
+// soloChunk reports whether elements [start, end) are all the batch's,
+// for a solo batch: its only task, which carries its record.
+func (b *Batch[Out]) soloChunk(start, end int) bool {
+	return b.solo != nil && start == 0 && end == b.solo.Record.Total
 }
 
 // record returns the batch's final record for the queue's history.
@@ -531,6 +565,10 @@ func (b *Batch[Out]) deliver(ci int, r *codec.Result, err error) {
 			return nil
 		}
 		b.env.costs.observe(b.fn, r.Nanos, c.count)
+		if r.Recorded && b.soloChunk(c.start, c.start+c.count) {
+			w := wire.Complete(b.solo.Record, c.count, r.Fails, 0)
+			b.soloWritten = &w
+		}
 		return b.outs.record(c, r, vals, decodeErr)
 	})
 }

@@ -113,9 +113,10 @@ func (f *feeder[Out]) window() (window, error) {
 	add := func(end int, payload []byte) error {
 		var tid string
 		seq := f.router.nextSeq
-		if f.b.worker != "" || f.limited {
-			// A private batch's tasks, and a limited function's (its limit
-			// is enforced where it lives), go to shard 0.
+		if f.b.worker != "" || f.limited || f.b.soloChunk(f.pos, end) {
+			// A private batch's tasks, a limited function's (its limit is
+			// enforced where it lives), and a batch's only task (its finish
+			// writes the batch's record: Batch.solo) go to shard 0.
 			seq = f.router.nextPrivateSeq
 		}
 		tid = id.TaskIn(f.mid, seq(), f.b.seq, end-f.pos, f.priority, DefaultPriority)

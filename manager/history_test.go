@@ -6,11 +6,16 @@ import (
 	"fmt"
 	"math"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+	"github.com/vmihailenco/msgpack/v5"
+
 	"github.com/redmap/redmap"
+	"github.com/redmap/redmap/connect"
 	"github.com/redmap/redmap/inspect"
 	"github.com/redmap/redmap/internal/keys"
 	"github.com/redmap/redmap/internal/redistest"
@@ -350,4 +355,129 @@ func TestWorkerStates(t *testing.T) {
 		t.Fatalf("the stopped worker no longer listed as such: %+v", s)
 	}
 	t.Logf("states: stopped %.1fs ago, dead %.1fs ago", states()["stopping"].Since, states()["dying"].Since)
+}
+
+// roundTrips counts a client's round trips to Redis: its commands and its
+// pipelines.
+type roundTrips struct{ n atomic.Int64 }
+
+func (r *roundTrips) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (r *roundTrips) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		r.n.Add(1)
+		return next(ctx, cmd)
+	}
+}
+func (r *roundTrips) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		r.n.Add(1)
+		return next(ctx, cmds)
+	}
+}
+
+// unlucky is an output the manager cannot decode when it is 13.
+type unlucky struct{ N int }
+
+func (u *unlucky) DecodeMsgpack(d *msgpack.Decoder) error {
+	n, err := d.DecodeInt()
+	if err == nil && n == 13 {
+		return errors.New("unlucky thirteen")
+	}
+	u.N = n
+	return err
+}
+
+var unluckyFunc = redmap.Func("unlucky", func(_ context.Context, x int) (unlucky, error) { return unlucky{x}, nil })
+
+// A lone Map's record is written by the finish of its only task, with its
+// result, so Map returns after two round trips of its manager's (its submit,
+// and the read of its result, which trims the last one's): four on its
+// path with its worker's take and finish. The record is in the history
+// when Map returns, done or failed by cause, and the throughput counts
+// its element once.
+func TestLoneMapRecordedByItsFinish(t *testing.T) {
+	e := setup(t)
+	e.Worker(t, worker.Options{}, square, flaky, unluckyFunc)
+	c, err := connect.URL(e.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	var rt roundTrips
+	c.AddHook(&rt)
+	m, err := manager.New(c, manager.Options{Queue: e.Queue, Shards: redistest.Shards()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	in, err := inspect.New(e.Client, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := testCtx(t)
+	for _, fn := range []*redmap.Handle[int, int]{square, flaky} {
+		if _, err := manager.Map(ctx, m, fn, []int{1}); err != nil { // the scripts loaded, the limits read
+			t.Fatal(err)
+		}
+	}
+	const n = 30
+	before := rt.n.Load()
+	for i := range n {
+		fn, x := square, i
+		if i%3 == 1 {
+			fn, x = flaky, 2+6*(i%2) // an error, or a panic
+		}
+		out, err := manager.Map(ctx, m, fn, []int{x})
+		h, malformed, herr := in.History(ctx, e.Queue, 1)
+		if herr != nil || malformed != 0 || len(h) != 1 {
+			t.Fatalf("history after Map %d: %+v, %d malformed, %v", i, h, malformed, herr)
+		}
+		b := h[0]
+		if b.ID != fmt.Sprint(m.ID(), ":", i+3) || b.Total != 1 || b.Manager != m.ID() {
+			t.Fatalf("Map %d returned before its record was written: the last is %+v", i, b)
+		}
+		switch {
+		case fn == square:
+			if err != nil || len(out) != 1 || out[0] != x*x || b.Outcome != "done" || b.Done != 1 || b.Failed != 0 {
+				t.Fatalf("Map %d: %v, %v; recorded as %+v", i, out, err, b)
+			}
+		default:
+			kind := map[int]string{2: "error", 8: "panic"}[x]
+			if err == nil || b.Outcome != "failed" || b.Failed != 1 || b.FailedBy[kind] != 1 || len(b.FailedBy) != 1 {
+				t.Fatalf("Map %d of flaky(%d): %v; recorded as %+v, want failed by %s", i, x, err, b, kind)
+			}
+		}
+	}
+	// Each Map: its submit, and the read of its result with the trim of
+	// the one before. (Writing the record would make it three.) A spare
+	// few for the collector's wait timing out.
+	if got := rt.n.Load() - before; got > 2*n+4 {
+		t.Fatalf("%d lone Maps made %d round trips of their manager's; want at most 2 each", n, got)
+	} else {
+		t.Logf("%d lone Maps: %d round trips of their manager's", n, got)
+	}
+
+	// The worker's finish wrote the batch done; the manager, which could
+	// not read the output, writes its own record over it.
+	if _, err := manager.Map(ctx, m, unluckyFunc, []int{13}); !errors.Is(err, redmap.ErrDecode) {
+		t.Fatalf("a lone Map of an output its manager cannot read: %v, want ErrDecode", err)
+	}
+	h, _, err := in.History(ctx, e.Queue, 1)
+	if err != nil || len(h) != 1 || h[0].ID != fmt.Sprint(m.ID(), ":", n+3) || h[0].Outcome != "failed" || h[0].FailedBy["decode"] != 1 {
+		t.Fatalf("the lone Map its manager could not read recorded as %+v (%v); want failed by decode", h, err)
+	}
+	if err := m.Close(); err != nil {
+		t.Fatal(err)
+	}
+	snap, err := in.Snapshot(ctx, e.Queue)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var counted float64
+	for _, r := range snap.Queue.Series {
+		counted += r * float64(snap.Queue.Bucket)
+	}
+	if math.Round(counted) != n+3 {
+		t.Fatalf("the throughput counted %v elements of %d lone Maps", counted, n+3)
+	}
 }

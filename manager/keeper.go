@@ -49,6 +49,15 @@ func (u *unsaid) take() int64 {
 	return n
 }
 
+// endSaid counts n elements ended and said at once: a finish that wrote
+// their batch's record counted them (see Batch.solo).
+func (u *unsaid) endSaid(n int64) {
+	u.mu.Lock()
+	u.ended.Add(n)
+	u.said += n
+	u.mu.Unlock()
+}
+
 // giveBack counts n taken elements unsaid again: their write failed.
 func (u *unsaid) giveBack(n int64) {
 	u.mu.Lock()

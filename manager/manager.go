@@ -156,7 +156,7 @@ func assemble(r seams, opts Options, mid string, o *owned) *Manager {
 	ended := &unsaid{ended: &m.stats.ended}
 	m.history = newHistory(historyParams{mid: mid, store: r.queue, limit: opts.History, age: opts.HistoryAge,
 		budget: min(opts.RedisTimeout, historyBudget), unsaid: ended, failures: &m.failures, log: m.log})
-	m.env = batchEnv{mid: mid, tracer: m.tracer, log: m.log, ended: &m.stats.ended, costs: &m.costs, batches: m.batches,
+	m.env = batchEnv{mid: mid, tracer: m.tracer, log: m.log, ended: &m.stats.ended, unsaid: ended, costs: &m.costs, batches: m.batches,
 		history: m.history, tasks: &withdrawal{mid: mid, pending: m.pending, router: m.router, log: m.log}, durable: o != nil,
 		failures: &m.failures}
 	m.feeding = feederParams{mid: mid, opts: opts, router: m.router, pending: m.pending, batches: m.batches,

@@ -249,6 +249,18 @@ func prepare[In, Out any](ctx context.Context, m *Manager, sp spec, els elements
 		task.Reduce, task.ReduceSig = red.Name(), red.Signature()
 	}
 	task.Trace = b.startSpan(ctx, m.opts.Queue)
+	if !stream && red == nil && m.owned == nil && m.opts.History >= 0 && len(els.xs) > 0 {
+		// Should the batch be one task, the task's finish writes its
+		// record (Batch.solo). A reduction's is the manager's to write, as
+		// a durable batch's.
+		b.solo = &wire.Solo{Record: wire.BatchRecord{ID: b.id, Manager: m.id, Func: sp.name, Priority: co.priority,
+			Worker: co.worker, Total: len(els.xs), Started: b.started.UnixMilli()},
+			Keep: m.opts.History, AgeMs: m.opts.HistoryAge.Milliseconds()}
+	}
+	var solo string
+	if b.solo != nil {
+		solo = wire.EncodeSolo(*b.solo)
+	}
 	if sp.constant != nil {
 		task.Const, task.ConstSize = sp.constant.Hash, sp.constant.Size
 		b.onEnd = func() { m.holds.release(sp.holder) }
@@ -263,6 +275,9 @@ func prepare[In, Out any](ctx context.Context, m *Manager, sp spec, els elements
 		}
 		t := task
 		t.Count, t.Input, t.Start = len(xs), frame, start
+		if b.soloChunk(start, start+len(xs)) {
+			t.Record = solo
+		}
 		if t.Trace != nil {
 			t.Sent = time.Now().UnixMicro()
 		}

@@ -81,6 +81,8 @@ func (w *Worker) execute(ctx context.Context, t wire.Taken) (done wire.Done) {
 	default:
 		w.counters.succeeded.Add(1)
 	}
+	solo := w.solo(ctx, t, task)
+	res.Recorded = solo != nil
 	b, err := codec.EncodeResult(res)
 	if err == nil && len(b) > w.opts.MaxFrame {
 		err = fmt.Errorf("%w (worker.Options.MaxFrame raises the limit)", &codec.SizeError{What: "result", Size: len(b), Limit: w.opts.MaxFrame})
@@ -90,11 +92,36 @@ func (w *Worker) execute(ctx context.Context, t wire.Taken) (done wire.Done) {
 		if errors.Is(err, codec.ErrTooLarge) {
 			kind = codec.KindTooLarge
 		}
-		res = &codec.Result{Task: t.ID, Attempt: t.Attempt, Fails: []codec.Failure{{Index: -1, Kind: kind, Msg: err.Error()}}}
+		res = &codec.Result{Task: t.ID, Attempt: t.Attempt, Fails: []codec.Failure{{Index: -1, Kind: kind, Msg: err.Error()}},
+			Recorded: solo != nil}
 		b, _ = codec.EncodeResult(res) // small and well-formed: cannot fail
 	}
 	endSpan(span, c.task.Count, res.Fails)
-	return wire.Done{ID: t.ID, Result: b, Shard: t.Shard}
+	done = wire.Done{ID: t.ID, Result: b, Shard: t.Shard}
+	if solo != nil {
+		done.Record = wire.EncodeRecord(wire.Complete(solo.Record, c.task.Count, res.Fails, time.Now().UnixMilli()))
+		done.Keep, done.AgeMs = solo.Keep, solo.AgeMs
+	}
+	return done
+}
+
+// solo returns the history record task (decoded from t, nil if it did not
+// decode) carries for the finish to complete and write, if it is its
+// batch's only task (codec.Task.Record), and nil otherwise: also when the
+// record does not decode, when the task was taken from a shard other than
+// the queue's first, where the history is not, or when its batch was
+// cancelled (its result will be discarded). The manager then writes the
+// record itself.
+func (w *Worker) solo(ctx context.Context, t wire.Taken, task *codec.Task) *wire.Solo {
+	if task == nil || task.Record == "" || t.Shard != 0 || ctx.Err() != nil {
+		return nil
+	}
+	s, err := wire.DecodeSolo(task.Record)
+	if err != nil {
+		w.log.WarnContext(ctx, "a task's history record does not decode; its manager writes it", "task", t.ID, "err", err)
+		return nil
+	}
+	return &s
 }
 
 // resolved is a task resolved, ready to run: its function, reducer (nil for a

@@ -533,9 +533,15 @@ func (r *RDB) Finish(ctx context.Context, wid string, done []wire.Done) (int, er
 				k := keys.Staged(r.prefix, r.queue, mid)
 				staged[k] = append(staged[k], field, d.Result)
 				args = append(args, d.ID, "="+field)
+				if d.Record != "" {
+					args = append(args, soloToken(d), d.Record)
+				}
 				continue
 			}
 			args = append(args, d.ID, d.Result)
+			if d.Record != "" {
+				args = append(args, soloToken(d), d.Record)
+			}
 		}
 		var k int
 		var err error
@@ -551,6 +557,15 @@ func (r *RDB) Finish(ctx context.Context, wid string, done []wire.Done) (int, er
 		done = done[n:]
 	}
 	return delivered, nil
+}
+
+// soloToken is what stands, in finish.lua's arguments, in a task id's
+// place before the history record of d's batch, its only task: "#" and
+// the history's bounds, the throughput counter of now, and its life.
+func soloToken(d wire.Done) string {
+	bucket := time.Now().Unix() / int64(keys.ThroughputBucket/time.Second)
+	return "#" + strconv.Itoa(d.Keep) + "," + strconv.FormatInt(d.AgeMs, 10) + "," +
+		strconv.FormatInt(bucket, 10) + "," + strconv.FormatInt(keys.ThroughputSpan.Milliseconds(), 10)
 }
 
 // stagedSeq numbers this process's staged results, so that no two finishes

@@ -1146,3 +1146,58 @@ func TestLargeResultsStaged(t *testing.T) {
 		t.Fatalf("kept %d entries (%v), want the staged result read back", len(kept), err)
 	}
 }
+
+// A batch's only task may come with its batch's record: the finish writes
+// it into the history (counting its elements in the throughput, and
+// forgetting the batch among its manager's published ones) if and only if
+// it delivers the result, and only a record of the task's own manager.
+func TestFinishWritesSoloRecordWithItsResult(t *testing.T) {
+	f := setup(t)
+	ctx := context.Background()
+	ids := f.submit(t, "", 2)
+	if taken, _, err := f.r.Take(ctx, "w1", 2, 2, time.Minute, 0, 0, serves); err != nil || len(taken) != 2 {
+		t.Fatalf("take: %v, %v", taken, err)
+	}
+	batches := keys.Batches("rm", f.queue, f.mid)
+	f.c.HSet(ctx, batches, f.mid+":1", "{}", f.mid+":9", "{}")
+	rec := func(id, mid string, total int) string {
+		return wire.EncodeRecord(wire.BatchRecord{ID: id, Manager: mid, Func: "f", Total: total, Done: total, Outcome: "done"})
+	}
+	done := []wire.Done{{ID: ids[0], Result: []byte("r0"), Record: rec(f.mid+":1", f.mid, 3), Keep: 10, AgeMs: 60000},
+		{ID: ids[1], Result: []byte("r1"), Record: rec(f.mid+":2", "someone-else", 4), Keep: 10, AgeMs: 60000}}
+	if n, err := f.r.Finish(ctx, "w1", done); err != nil || n != 2 {
+		t.Fatalf("finish delivered %d (%v), want 2", n, err)
+	}
+	hist := keys.History("rm", f.queue)
+	if got := f.c.HGet(ctx, hist, f.mid+":1").Val(); got != done[0].Record {
+		t.Fatalf("history holds %q for the delivered task's batch, want its record", got)
+	}
+	if f.c.HExists(ctx, hist, f.mid+":2").Val() {
+		t.Fatal("a record naming another manager was written")
+	}
+	if f.c.ZScore(ctx, keys.HistoryIndex("rm", f.queue), f.mid+":1").Val() == 0 {
+		t.Fatal("the record is not in the history's index")
+	}
+	if got := f.c.HKeys(ctx, batches).Val(); !slices.Equal(got, []string{f.mid + ":9"}) {
+		t.Fatalf("the manager's published batches are %v, want the recorded one forgotten", got)
+	}
+	var counted int64
+	for _, k := range f.c.Keys(ctx, keys.Base("rm", f.queue)+"tp:*").Val() {
+		n, _ := f.c.Get(ctx, k).Int64()
+		counted += n
+		if f.c.PTTL(ctx, k).Val() <= 0 {
+			t.Fatalf("throughput counter %s does not expire", k)
+		}
+	}
+	if counted != 3 {
+		t.Fatalf("the throughput counted %d elements, want the recorded batch's 3", counted)
+	}
+	// Not delivered again: its record is not written either.
+	again := []wire.Done{{ID: ids[0], Result: []byte("r0 again"), Record: rec(f.mid+":7", f.mid, 1), Keep: 10, AgeMs: 60000}}
+	if n, err := f.r.Finish(ctx, "w1", again); err != nil || n != 0 {
+		t.Fatalf("a second finish delivered %d (%v), want 0", n, err)
+	}
+	if f.c.HExists(ctx, hist, f.mid+":7").Val() {
+		t.Fatal("the record of a result not delivered was written")
+	}
+}

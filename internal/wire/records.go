@@ -3,6 +3,7 @@ package wire
 import (
 	"encoding/json"
 	"fmt"
+	"maps"
 	"regexp"
 	"strconv"
 	"strings"
@@ -525,4 +526,73 @@ func ParseLimit(s string) (Limit, error) {
 		l.Rate, l.Per, l.Burst = 0, 0, 0
 	}
 	return l, nil
+}
+
+// Solo is what a manager puts in the task of a batch that is one task (a
+// lone Map: codec.Task.Record), so that the worker's finish writes the
+// batch's history record with the result, and Map returns without a round
+// trip of its own for it: the record as far as the manager knows it
+// (Done, Failed, FailedBy, Outcome and Ended are the worker's to fill in),
+// and the history's bounds.
+type Solo struct {
+	Record BatchRecord `json:"record"`
+	Keep   int         `json:"keep"`   // most batches the history keeps
+	AgeMs  int64       `json:"age_ms"` // the oldest it keeps, ms
+}
+
+// EncodeSolo returns s as a task's Record field.
+func EncodeSolo(s Solo) string { return encodeJSON(s) }
+
+// DecodeSolo reads a task's Record field, refusing one whose record or
+// bounds cannot be a manager's: the task's worker then writes no record,
+// and the manager writes its own.
+func DecodeSolo(s string) (Solo, error) {
+	v, err := decodeJSON[Solo](s, "solo record")
+	if err != nil {
+		return Solo{}, err
+	}
+	r := v.Record
+	if r.ID == "" || r.Manager == "" || r.Total <= 0 || v.Keep <= 0 || v.AgeMs <= 0 || r.Outcome != "" {
+		return Solo{}, fmt.Errorf("solo record: id, manager, total or bounds out of range")
+	}
+	return v, nil
+}
+
+// Complete returns rec, the record of a batch whose only task ended with
+// fails among its count elements (a result's failures, in index order), as
+// the task's result says it ended at ended (Unix ms): every element done,
+// the failed ones counted by kind. The worker writes it with the result;
+// the manager, reading the result, knows what was written, and writes its
+// own record only if it ended the batch otherwise.
+func Complete(rec BatchRecord, count int, fails []codec.Failure, ended int64) BatchRecord {
+	rec.Done, rec.Failed, rec.FailedBy, rec.Outcome, rec.Reason, rec.Ended = rec.Total, 0, nil, OutcomeDone, "", ended
+	for _, f := range fails {
+		n := 1
+		switch {
+		case f.Index < 0:
+			n = count
+		case f.Through > f.Index:
+			n = f.Through - f.Index + 1
+		}
+		n = min(n, count-rec.Failed)
+		if n <= 0 {
+			continue
+		}
+		if rec.FailedBy == nil {
+			rec.FailedBy = make(map[string]int)
+		}
+		rec.Failed += n
+		rec.FailedBy[f.Kind.String()] += n
+	}
+	if rec.Failed > 0 {
+		rec.Outcome = OutcomeFailed
+	}
+	return rec
+}
+
+// SameEnd reports whether records a and b say a batch ended alike: the
+// same counts, failures by cause, outcome and reason (not when).
+func SameEnd(a, b BatchRecord) bool {
+	return a.Total == b.Total && a.Done == b.Done && a.Failed == b.Failed && a.Outcome == b.Outcome &&
+		a.Reason == b.Reason && maps.Equal(a.FailedBy, b.FailedBy)
 }

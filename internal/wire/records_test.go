@@ -1,6 +1,11 @@
 package wire
 
-import "testing"
+import (
+	"maps"
+	"testing"
+
+	"github.com/redmap/redmap/codec"
+)
 
 // A malformed field is named, and the rest still decodes.
 func TestDecodeWorkerInfoNamesMalformed(t *testing.T) {
@@ -30,6 +35,51 @@ func TestFingerprint(t *testing.T) {
 	} {
 		if got := Fingerprint(c.msg); got != c.want {
 			t.Errorf("Fingerprint(%q) = %q, want %q", c.msg, got, c.want)
+		}
+	}
+}
+
+// The record a solo task's worker writes counts every element done, the
+// failed ones by kind (a run, a whole-task failure), and says failed if
+// any did; a manager's record that ended alike is the same end, one
+// that failed otherwise is not. A Solo field that is not a manager's is
+// refused.
+func TestCompleteSoloRecord(t *testing.T) {
+	tmpl := BatchRecord{ID: "m:1", Manager: "m", Func: "f", Total: 10, Started: 5}
+	done := Complete(tmpl, 10, nil, 9)
+	if done.Done != 10 || done.Failed != 0 || done.Outcome != OutcomeDone || done.Ended != 9 || done.Func != "f" {
+		t.Fatalf("a task with no failure: %+v", done)
+	}
+	fails := []codec.Failure{{Index: 1, Kind: codec.KindPanic}, {Index: 3, Through: 6, Kind: codec.KindError}}
+	failed := Complete(tmpl, 10, fails, 9)
+	if failed.Failed != 5 || failed.Outcome != OutcomeFailed || !maps.Equal(failed.FailedBy, map[string]int{"panic": 1, "error": 4}) {
+		t.Fatalf("a task with a panic and a run of 4 errors: %+v", failed)
+	}
+	whole := Complete(tmpl, 10, []codec.Failure{{Index: -1, Kind: codec.KindUnknownFunc}}, 9)
+	if whole.Failed != 10 || whole.FailedBy["unknown function"] != 10 {
+		t.Fatalf("a task failed whole: %+v", whole)
+	}
+	mine := failed
+	mine.Ended = 12
+	if !SameEnd(failed, mine) {
+		t.Fatal("records that differ only in when they ended are not the same end")
+	}
+	mine.FailedBy = map[string]int{"panic": 1, "decode": 4}
+	if SameEnd(failed, mine) {
+		t.Fatal("records of other causes are the same end")
+	}
+	if !SameEnd(done, BatchRecord{Total: 10, Done: 10, Outcome: OutcomeDone, FailedBy: map[string]int{}}) {
+		t.Fatal("no failures, nil or empty, are not the same end")
+	}
+	good := EncodeSolo(Solo{Record: tmpl, Keep: 1000, AgeMs: 1})
+	if s, err := DecodeSolo(good); err != nil || s.Record.ID != "m:1" || s.Keep != 1000 {
+		t.Fatalf("a manager's solo record: %+v, %v", s, err)
+	}
+	for _, bad := range []string{"", "{", `{"record":{"id":"m:1","manager":"m","total":0},"keep":1,"age_ms":1}`,
+		`{"record":{"id":"m:1","manager":"m","total":1},"keep":0,"age_ms":1}`,
+		`{"record":{"id":"m:1","manager":"m","total":1,"outcome":"done"},"keep":1,"age_ms":1}`} {
+		if _, err := DecodeSolo(bad); err == nil {
+			t.Fatalf("solo record %q decoded", bad)
 		}
 	}
 }

@@ -95,6 +95,12 @@ type Done struct {
 	ID     string
 	Result []byte
 	Shard  int
+	// Record, for a batch's only task whose result says so
+	// (codec.Result.Recorded), is the batch's history record (JSON) to
+	// write with the result, bounded by Keep and AgeMs (see Solo).
+	Record string
+	Keep   int
+	AgeMs  int64
 }
 
 // Beat is what a heartbeat learns: whether an operator asked the worker to

@@ -20,10 +20,18 @@
 -- with the entry), one not delivered is deleted here. The fence is the
 -- same: only this script decides, from the task set, whether a result is
 -- delivered, and a field names one worker's one finish of one task.
+-- The task of a batch that is one task (a lone Map) may come with the
+-- batch's history record, completed by the worker from its result: it is
+-- written (record_solo) if and only if the result is delivered, in the same
+-- step, so the record is in Redis by the time the manager reads the result,
+-- and the manager need not write it before Map returns. The records are
+-- written after the results are pushed.
 -- KEYS[1] held set of the worker
 -- ARGV[1] key base "<prefix>:{<queue>}:"
 -- ARGV[2], ARGV[3], ...: task id, encoded result (or "" for a task skipped
--- unrun, or "=<field>" for a staged one), task id, encoded result, ...
+-- unrun, or "=<field>" for a staged one), task id, encoded result, ...;
+-- a pair may follow a task's: "#<bounds>" (see record_solo), the history
+-- record of the task's batch.
 -- Returns the number of results delivered.
 local base = ARGV[1]
 local delivered = 0
@@ -31,7 +39,10 @@ local members = {}
 local seen = {}
 local groups = {} -- manager key prefix -> {m = it, tasks = task set, tids, results}
 local order = {}
-for i = 2, #ARGV, 2 do
+local solos = {} -- manager key prefix, bounds, record, ...: records to write
+-- consider takes in the pair at ARGV[i] (a task id and its result), and
+-- returns the task's manager key prefix if its result is to be delivered.
+local function consider(i)
   local tid = ARGV[i]
   members[#members + 1] = tid
   members[#members + 1] = '!' .. tid
@@ -52,6 +63,7 @@ for i = 2, #ARGV, 2 do
         g.staged = true
       end
       g.results[#g.results + 1] = r
+      return m
     elseif string.byte(ARGV[i + 1], 1) == 61 then
       redis.call('HDEL', m .. ':staged', string.sub(ARGV[i + 1], 2))
     end
@@ -59,13 +71,29 @@ for i = 2, #ARGV, 2 do
     -- A duplicate in this call: its staged result goes.
     redis.call('HDEL', m .. ':staged', string.sub(ARGV[i + 1], 2))
   end
+  return nil
+end
+local last -- the manager key prefix of the pair before, if its result is delivered
+for i = 2, #ARGV, 2 do
+  if string.byte(ARGV[i], 1) == 35 then -- '#': the record of the task before
+    if last then
+      solos[#solos + 1] = last
+      solos[#solos + 1] = ARGV[i]
+      solos[#solos + 1] = ARGV[i + 1]
+    end
+    last = nil
+  else
+    last = consider(i)
+  end
 end
 for i = 1, #members, CHUNK do
   redis.call('SREM', KEYS[1], unpack(members, i, math.min(i + CHUNK - 1, #members)))
 end
 if redis.call('EXISTS', base .. 'lim:held') == 1 then
   for i = 2, #ARGV, 2 do
-    unhold_limited(base, ARGV[i])
+    if string.byte(ARGV[i], 1) ~= 35 then
+      unhold_limited(base, ARGV[i])
+    end
   end
 end
 for _, m in ipairs(order) do
@@ -90,6 +118,12 @@ for _, m in ipairs(order) do
         redis.call('PEXPIRE', m .. ':staged', ttl)
       end
     end
+  end
+end
+if #solos > 0 then
+  local t = now()
+  for i = 1, #solos, 3 do
+    record_solo(base, solos[i], solos[i + 1], solos[i + 2], t)
   end
 end
 return delivered

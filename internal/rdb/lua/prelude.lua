@@ -209,14 +209,41 @@ end
 -- write_history writes record rec (JSON) of batch id into the queue's
 -- history at time t, and counts it in its totals (tally), taking back the
 -- record it overwrites.
-local function write_history(base, hist, index, id, rec, t)
+-- (dec, if given, is rec decoded.)
+local function write_history(base, hist, index, id, rec, t, dec)
   local old = redis.call('HGET', hist, id)
   if old then
     tally(base, decoded(old), -1)
   end
   redis.call('HSET', hist, id, rec)
   redis.call('ZADD', index, t, id)
-  tally(base, decoded(rec), 1)
+  tally(base, dec or decoded(rec), 1)
+end
+
+-- record_solo writes rec (JSON), the history record of a batch whose only
+-- task finish.lua delivered (of manager key prefix m), into the queue's
+-- history at base, as record.lua does for a manager: bounded as spec says
+-- ("#<most kept>,<oldest kept, ms>,<throughput bucket>,<its life, ms>"),
+-- forgotten among the manager's published batches, and its elements
+-- counted in the throughput counter of that bucket. A record that does
+-- not parse, or names another manager, is not written (its manager writes
+-- its own).
+local function record_solo(base, m, spec, rec, t)
+  local keep, age, bucket, life = string.match(spec, '^#(%d+),(%d+),(%d+),(%d+)$')
+  local r = decoded(rec)
+  if not keep or type(r) ~= 'table' or type(r.id) ~= 'string' or type(r.total) ~= 'number'
+      or base .. 'm:' .. tostring(r.manager) ~= m then
+    return
+  end
+  local hist, index = base .. 'history', base .. 'history:at'
+  write_history(base, hist, index, r.id, rec, t, r)
+  trim_history(hist, index, tonumber(keep), tonumber(age))
+  redis.call('HDEL', m .. ':batches', r.id)
+  if r.total > 0 then
+    local tp = base .. 'tp:' .. bucket
+    redis.call('INCRBY', tp, r.total)
+    redis.call('PEXPIRE', tp, tonumber(life))
+  end
 end
 
 -- with_progress copies into rec, a batch's history record, the counts of
