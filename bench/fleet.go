@@ -26,7 +26,7 @@ var sleepy = redmap.Func("sleepy", func(ctx context.Context, x int) (int, error)
 })
 
 // fanout: 2,000 Maps of 10 tiny elements, 16 at a time, as many services
-// calling one fleet would; against a per-task list queue, where each call
+// calling one fleet would (p50 and p99: of one call); against a per-task list queue, where each call
 // pushes its 10 elements (one LPUSH) and a dispatcher routes results back by
 // index (one reply list per client process, read by one BRPOP loop).
 func fanout(e *env) ([]row, error) {
@@ -41,14 +41,17 @@ func fanout(e *env) ([]row, error) {
 	for i := range 50 { // warm up connections, learn the cost
 		manager.Map(ctx, m, square, ints(size+i%2))
 	}
+	lat := newLatencies(calls)
 	r, err := e.measure("fanout", "redmap", calls*size, func() error {
 		var next atomic.Int64
 		return parallel(k, func(int) error {
 			for next.Add(1) <= int64(calls) {
+				start := time.Now()
 				ys, err := manager.Map(ctx, m, square, ints(size))
 				if err != nil || ys[size-1] != (size-1)*(size-1) {
 					return fmt.Errorf("map: %v %v", ys, err)
 				}
+				lat.add(time.Since(start))
 			}
 			return nil
 		})
@@ -56,23 +59,46 @@ func fanout(e *env) ([]row, error) {
 	if err != nil {
 		return nil, err
 	}
+	r.p50, r.p99 = lat.percentiles()
 	f, err := e.startBaseline(perTask, "square", "")
 	if err != nil {
 		return nil, err
 	}
 	defer f.stop()
+	blat := newLatencies(calls)
 	b, err := e.measure("fanout", "per-task baseline", calls*size, func() error {
-		return fanoutBaseline(e, f, calls, size, k)
+		return fanoutBaseline(e, f, calls, size, k, blat)
 	})
 	if err != nil {
 		return nil, err
 	}
+	b.p50, b.p99 = blat.percentiles()
 	return []row{r, b}, nil
+}
+
+// latencies collects the durations of calls made at once.
+type latencies struct {
+	mu sync.Mutex
+	d  []time.Duration
+}
+
+func newLatencies(n int) *latencies { return &latencies{d: make([]time.Duration, 0, n)} }
+
+func (l *latencies) add(d time.Duration) {
+	l.mu.Lock()
+	l.d = append(l.d, d)
+	l.mu.Unlock()
+}
+
+func (l *latencies) percentiles() (p50, p99 time.Duration) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return percentiles(l.d)
 }
 
 // fanoutBaseline runs calls calls of size elements, k at a time, through
 // a per-task list queue.
-func fanoutBaseline(e *env, f *baselineFleet, calls, size, k int) error {
+func fanoutBaseline(e *env, f *baselineFleet, calls, size, k int, lat *latencies) error {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	var mu sync.Mutex
@@ -100,6 +126,7 @@ func fanoutBaseline(e *env, f *baselineFleet, calls, size, k int) error {
 	return parallel(k, func(int) error {
 		reply := make(chan []byte, size)
 		for next.Add(1) <= int64(calls) {
+			start := time.Now()
 			msgs := make([]any, size)
 			base := int(idx.Add(int64(size))) - size
 			mu.Lock()
@@ -121,6 +148,7 @@ func fanoutBaseline(e *env, f *baselineFleet, calls, size, k int) error {
 					return fmt.Errorf("no result within 10 s")
 				}
 			}
+			lat.add(time.Since(start))
 		}
 		return nil
 	})

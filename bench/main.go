@@ -520,7 +520,7 @@ func printSummary(rows []row) {
 				rm = r
 			case r.contender == "chunked baseline" && sc != "unchunked" && sc != "latency",
 				r.contender == "batched baseline" && sc == "unchunked",
-				r.contender == "per-task baseline" && sc == "latency",
+				r.contender == "per-task baseline" && (sc == "latency" || sc == "fanout"),
 				r.contender == "local goroutine pool, own process":
 				base = r
 			}
@@ -538,6 +538,11 @@ func printSummary(rows []row) {
 		}
 		if base == nil {
 			fmt.Printf("%s: redmap %.0f elements/s\n", sc, rm.rate())
+			continue
+		}
+		if sc == "fanout" {
+			fmt.Printf("%s: redmap %.0f elements/s = %.2fx %s; a call's p50 %s, p99 %s (%s)\n", sc, rm.rate(), rm.rate()/base.rate(),
+				base.contender, fmtDur(rm.p50), fmtDur(rm.p99), fmtDur(base.p99))
 			continue
 		}
 		fmt.Printf("%s: redmap %.0f elements/s = %.2fx %s", sc, rm.rate(), rm.rate()/base.rate(), base.contender)
