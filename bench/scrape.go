@@ -9,7 +9,6 @@ import (
 	"os"
 	"slices"
 	"strings"
-	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -19,6 +18,7 @@ import (
 	"github.com/redmap/redmap/inspect"
 	"github.com/redmap/redmap/internal/config"
 	"github.com/redmap/redmap/internal/keys"
+	"github.com/redmap/redmap/internal/redistest"
 	"github.com/redmap/redmap/manager"
 )
 
@@ -46,23 +46,6 @@ const (
 var scrapeOnly bool
 
 var idle = redmap.Func("bench-scrape-idle", func(_ context.Context, x int) (int, error) { return x, nil })
-
-// roundTrips counts the client's round trips: commands and pipelines.
-type roundTrips struct{ n atomic.Int64 }
-
-func (r *roundTrips) DialHook(next redis.DialHook) redis.DialHook { return next }
-func (r *roundTrips) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
-	return func(ctx context.Context, cmd redis.Cmder) error {
-		r.n.Add(1)
-		return next(ctx, cmd)
-	}
-}
-func (r *roundTrips) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return func(ctx context.Context, cmds []redis.Cmder) error {
-		r.n.Add(1)
-		return next(ctx, cmds)
-	}
-}
 
 func runScrape(e *env) error {
 	ctx := context.Background()
@@ -107,12 +90,12 @@ func runScrape(e *env) error {
 	}
 
 	// A client of its own per contender, to count its round trips.
-	counted := func() (redis.UniversalClient, *roundTrips, error) {
+	counted := func() (redis.UniversalClient, *redistest.RoundTrips, error) {
 		c, err := connect.URL(e.url)
 		if err != nil {
 			return nil, nil, err
 		}
-		rt := &roundTrips{}
+		rt := &redistest.RoundTrips{}
 		c.AddHook(rt)
 		return c, rt, nil
 	}
@@ -135,7 +118,7 @@ func runScrape(e *env) error {
 
 	type contender struct {
 		name   string
-		rt     *roundTrips
+		rt     *redistest.RoundTrips
 		scrape func() (float64, error) // the waiting tasks it read
 	}
 	contenders := []contender{
@@ -180,7 +163,7 @@ func runScrape(e *env) error {
 	trips := make([]int64, len(contenders))
 	for range scrapeRuns {
 		for i, c := range contenders { // interleaved
-			before, tripsBefore := sum(e.redisCPUTimes()), c.rt.n.Load()
+			before, tripsBefore := sum(e.redisCPUTimes()), c.rt.N()
 			start := time.Now()
 			got, err := c.scrape()
 			elapsed := time.Since(start)
@@ -190,7 +173,7 @@ func runScrape(e *env) error {
 			if got != scrapeTasks {
 				return fmt.Errorf("%s read %v waiting tasks, want %d", c.name, got, scrapeTasks)
 			}
-			trips[i] += c.rt.n.Load() - tripsBefore
+			trips[i] += c.rt.N() - tripsBefore
 			cpu[i] += sum(e.redisCPUTimes()) - before
 			times[i] = append(times[i], elapsed)
 		}
