@@ -1004,11 +1004,50 @@ func TestScriptNamesEveryScript(t *testing.T) {
 	}
 }
 
-// loadedHash returns the SHA-1 of script name as it is loaded: the prelude,
-// then the script.
+// loadedHash returns the SHA-1 of script name as it is loaded: what it
+// uses of the prelude, then the script.
 func loadedHash(t *testing.T, name string) string {
 	t.Helper()
-	return redis.NewScript(source("prelude.lua") + source(name)).Hash()
+	return redis.NewScript(preludeFor(source(name)) + source(name)).Hash()
+}
+
+// A script carries the prelude's definitions it names, and those they
+// name, in the prelude's order; not those only its comments name.
+func TestPreludeForTakesWhatAScriptNames(t *testing.T) {
+	header, defs := splitPrelude(`-- the header
+
+-- A value.
+local LIMIT = 5
+-- double is used by quadruple.
+local function double(x)
+  return 2 * x
+end
+local function quadruple(x)
+  return double(double(x)) + LIMIT
+end
+-- unused names double in its comment only
+local function unused()
+  return 0
+end
+`)
+	if header != "-- the header\n\n" || len(defs) != 4 {
+		t.Fatalf("header %q, %d definitions", header, len(defs))
+	}
+	saved, savedHeader := preludeDefs, preludeHeader
+	preludeDefs, preludeHeader = defs, header
+	defer func() { preludeDefs, preludeHeader = saved, savedHeader }()
+	got := preludeFor("return quadruple(1) -- not unused()")
+	for _, want := range []string{"local LIMIT = 5", "local function double", "local function quadruple", "-- the header"} {
+		if !strings.Contains(got, want) {
+			t.Errorf("prelude for a script of quadruple lacks %q:\n%s", want, got)
+		}
+	}
+	if strings.Contains(got, "unused") || strings.Index(got, "double(x)") > strings.Index(got, "quadruple(x)") {
+		t.Errorf("prelude for a script of quadruple:\n%s", got)
+	}
+	if got := preludeFor("return 1"); got != header {
+		t.Errorf("prelude for a script that names nothing: %q", got)
+	}
 }
 
 // Payloads over Inline go in with a plain HSET in the submit's MULTI and

@@ -91,12 +91,118 @@ type script struct {
 	lines []string
 }
 
-// load returns script lua/name with prelude.lua in front of it.
+// load returns script lua/name with what it uses of prelude.lua in front
+// of it.
 func load(name string) *script {
-	src := source("prelude.lua") + source(name)
+	body := source(name)
+	src := preludeFor(body) + body
 	s := &script{Script: redis.NewScript(src), name: name, lines: strings.Split(src, "\n")}
 	loaded = append(loaded, s)
 	return s
+}
+
+// preludeDef is one top-level definition of prelude.lua ("local NAME = ..."
+// or "local function NAME(...) ... end"), with the comment above it.
+type preludeDef struct {
+	name, text string
+	uses       []string // the other definitions its text names
+}
+
+// preludeDefs are prelude.lua's definitions in order, after its header.
+var preludeHeader, preludeDefs = splitPrelude(source("prelude.lua"))
+
+// splitPrelude cuts prelude src into its header (the comment before the
+// first definition) and its definitions. A definition runs from the comment
+// above it to its line (a value) or to the first line "end" after it (a
+// function).
+func splitPrelude(src string) (header string, defs []preludeDef) {
+	lines := strings.SplitAfter(src, "\n")
+	start, inFunc := 0, false
+	var name string
+	for i, l := range lines {
+		switch {
+		case inFunc && strings.TrimRight(l, "\n") == "end":
+			defs = append(defs, preludeDef{name: name, text: strings.Join(lines[start:i+1], "")})
+			start, inFunc = i+1, false
+		case !inFunc && strings.HasPrefix(l, "local function "):
+			name = strings.TrimPrefix(l, "local function ")
+			name, inFunc = name[:strings.IndexByte(name, '(')], true
+		case !inFunc && strings.HasPrefix(l, "local "):
+			name = strings.Fields(l)[1]
+			defs = append(defs, preludeDef{name: name, text: strings.Join(lines[start:i+1], "")})
+			start = i + 1
+		case !inFunc && len(defs) == 0 && strings.TrimSpace(l) == "":
+			header, start = strings.Join(lines[:i+1], ""), i+1
+		}
+	}
+	for i := range defs {
+		code := uncommented(defs[i].text)
+		for _, d := range defs[:i] {
+			if names(code, d.name) {
+				defs[i].uses = append(defs[i].uses, d.name)
+			}
+		}
+	}
+	return header, defs
+}
+
+// uncommented returns Lua source src without its comments ("--" to the end
+// of a line: no script has "--" inside a string, nor a long comment).
+func uncommented(src string) string {
+	lines := strings.Split(src, "\n")
+	for i, l := range lines {
+		if j := strings.Index(l, "--"); j >= 0 {
+			lines[i] = l[:j]
+		}
+	}
+	return strings.Join(lines, "\n")
+}
+
+// names reports whether Lua source src names identifier id.
+func names(src, id string) bool {
+	for i := 0; ; {
+		j := strings.Index(src[i:], id)
+		if j < 0 {
+			return false
+		}
+		j += i
+		end := j + len(id)
+		if (j == 0 || !identByte(src[j-1])) && (end == len(src) || !identByte(src[end])) {
+			return true
+		}
+		i = end
+	}
+}
+
+func identByte(c byte) bool {
+	return c == '_' || c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9'
+}
+
+// preludeFor returns the prelude a script of body needs: its header and
+// the definitions body names, with those they name, in the prelude's order.
+// Each definition is a closure made at every call of the script, so a
+// script that carried all 40-odd of them paid some 4.6 µs of Redis CPU a
+// call for functions it never called.
+func preludeFor(body string) string {
+	need := map[string]bool{}
+	code := uncommented(body)
+	for i := len(preludeDefs) - 1; i >= 0; i-- {
+		d := preludeDefs[i]
+		if need[d.name] || names(code, d.name) {
+			need[d.name] = true
+			for _, u := range d.uses {
+				need[u] = true
+			}
+		}
+	}
+	var b strings.Builder
+	b.WriteString(preludeHeader)
+	for _, d := range preludeDefs {
+		if need[d.name] {
+			b.WriteString(d.text)
+		}
+	}
+	return b.String()
 }
 
 // loaded is every script load made, in the order of the var block above
