@@ -1,6 +1,8 @@
--- prelude.lua: what the scripts share. scripts.go puts it in front of every
--- script as it embeds it, so that each script reads as its own logic only. It
--- defines names and calls nothing. Every script's last key in KEYS is its
+-- prelude.lua: what the scripts share. scripts.go puts what each script
+-- names of it in front of the script as it embeds it (preludeFor), so that
+-- each script reads as its own logic only. It defines names and calls
+-- nothing: each a top-level "local NAME = ..." line, or a "local function
+-- NAME(...)" ending at a line "end", naming only those above it. Every script's last key in KEYS is its
 -- migration guard (scripts.go): a key that never exists, which no script
 -- reads or writes.
 
