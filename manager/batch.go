@@ -86,6 +86,7 @@ type batchEnv struct {
 	log     *slog.Logger
 	ended   *atomic.Int64 // Stats.Ended
 	unsaid  *unsaid       // what of it the throughput counters were told
+	lanes   *endedLanes   // where its lane goes when it ends, for the keeper to forget
 	costs   *costs        // what the manager learns of each function's cost
 	batches *registry     // the running batches, which it leaves as it ends
 	history *history      // where its final record goes
@@ -473,6 +474,11 @@ func (b *Batch[Out]) release() {
 	b.ending.Do(func() {
 		b.env.batches.unlist(b.id)
 		b.stop()
+		if b.env.lanes != nil && !b.env.durable {
+			// Nothing of it is wanted any more: its lane's entry and keys
+			// go with the keeper's next tick.
+			b.env.lanes.add(strconv.FormatUint(b.seq, 36))
+		}
 		// A durable batch left in Redis keeps its constant held there.
 		if b.onEnd != nil && !b.leftInRedis() {
 			b.onEnd()

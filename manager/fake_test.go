@@ -244,6 +244,12 @@ func (f *fakeShard) WakeCollector(context.Context, string) error {
 	return nil
 }
 
+func (f *fakeShard) ForgetLanes(context.Context, string, []string) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.call("forget lanes")
+}
+
 func (f *fakeShard) Renew(context.Context, string, time.Duration) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()

@@ -463,3 +463,39 @@ func TestLoneMapRecordedByItsFinish(t *testing.T) {
 		t.Fatalf("the throughput counted %v elements of %d lone Maps", counted, n+3)
 	}
 }
+
+// A batch's lane (its entry in the manager's lanes hash, its list and the
+// keys beside it) goes soon after the batch ends, not when the manager
+// does: a manager running lone Maps for a week would otherwise keep one
+// entry per Map in Redis, and renew each every KeyTTL/3. A running
+// batch's lane stays.
+func TestEndedBatchesLanesForgotten(t *testing.T) {
+	e := setup(t)
+	e.Worker(t, worker.Options{Concurrency: 2}, square, waitCtx)
+	m := e.Manager(t, manager.Options{Poll: 50 * time.Millisecond})
+	ctx := testCtx(t)
+	running, err := manager.Submit(ctx, m, waitCtx, ints(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 20 {
+		if _, err := manager.Map(ctx, m, square, ints(1+i%3*40)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	lanes := keys.Lanes(manager.DefaultPrefix, e.Queue, m.ID())
+	eventually(t, "the ended batches' lanes forgotten, the running one's kept", func() bool {
+		got := e.Client.HKeys(ctx, lanes).Val()
+		return len(got) == 1 && got[0] == "1" // the first batch: lane 1
+	})
+	if left := e.Keys(t, keys.Lane(manager.DefaultPrefix, e.Queue, m.ID()+".")+"*"); len(left) != 0 {
+		t.Fatalf("lane keys of ended batches left: %v", left)
+	}
+	running.Cancel()
+	if _, err := running.Wait(ctx); !errors.Is(err, context.Canceled) {
+		t.Fatalf("the running batch, cancelled: %v", err)
+	}
+	eventually(t, "the cancelled batch's lane forgotten", func() bool {
+		return e.Client.HLen(ctx, lanes).Val() == 0
+	})
+}

@@ -65,6 +65,31 @@ func (u *unsaid) giveBack(n int64) {
 	u.mu.Unlock()
 }
 
+// endedLanes holds the lanes of the manager's batches that ended since the
+// keeper last forgot them (rdb.ForgetLanes): each batch has a lane, and its
+// entry in the manager's lanes hash would otherwise live, renewed, as long
+// as the manager does.
+type endedLanes struct {
+	mu    sync.Mutex
+	lanes []string // the lanes' numbers (wire.Lane.Name after its '.')
+}
+
+// add notes the lane of a batch that ended.
+func (e *endedLanes) add(lane string) {
+	e.mu.Lock()
+	e.lanes = append(e.lanes, lane)
+	e.mu.Unlock()
+}
+
+// take returns the lanes noted, and forgets them.
+func (e *endedLanes) take() []string {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	out := e.lanes
+	e.lanes = nil
+	return out
+}
+
 // keeperParams is what a keeper is built from.
 type keeperParams struct {
 	mid     string
@@ -73,6 +98,7 @@ type keeperParams struct {
 	holds   *holds
 	batches *registry
 	ended   *unsaid // elements ended, for the throughput counters
+	lanes   *endedLanes
 	// failures holds what failed on the manager's side, written every Poll
 	// (and with each batch's record: history).
 	failures *failure.Log
@@ -100,6 +126,7 @@ func (k *keeper) tick(ctx context.Context) {
 		k.claim(ctx)
 	}
 	k.renewKeys(ctx)
+	k.forgetLanes(ctx)
 	k.holds.renew(ctx)
 	k.publishBatches(ctx)
 	if k.failures != nil {
@@ -125,6 +152,37 @@ func (k *keeper) renewKeys(ctx context.Context) {
 		k.faults.keep(ctx, s, "renewing keys", quietOutage, func() error { return s.rdb.Renew(ctx, k.mid, k.ttl) })
 		return nil
 	})
+}
+
+// forgetLanes deletes, on every shard, what Redis keeps of the lanes of
+// the batches that ended since the last tick; a shard that cannot be
+// reached has them again at the next.
+func (k *keeper) forgetLanes(ctx context.Context) {
+	if k.lanes == nil {
+		return
+	}
+	lanes := k.lanes.take()
+	if len(lanes) == 0 {
+		return
+	}
+	var mu sync.Mutex
+	failed := false
+	_ = eachShard(everyShard[struct{}](k.router), func(s *shard, _ struct{}) error {
+		ok := k.faults.keep(ctx, s, "forgetting ended batches' lanes", quietOutage, func() error {
+			return s.rdb.ForgetLanes(ctx, k.mid, lanes)
+		})
+		if !ok {
+			mu.Lock()
+			failed = true
+			mu.Unlock()
+		}
+		return nil
+	})
+	if failed {
+		for _, l := range lanes {
+			k.lanes.add(l)
+		}
+	}
 }
 
 // publishBatches writes the progress of the manager's running batches to

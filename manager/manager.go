@@ -154,9 +154,10 @@ func assemble(r seams, opts Options, mid string, o *owned) *Manager {
 	m.faults = &faults{router: m.router, pending: m.pending, queue: opts.Queue, timeout: opts.RedisTimeout, log: m.log}
 	m.holds = newHolds(r.store, mid, opts.KeyTTL, m.log)
 	ended := &unsaid{ended: &m.stats.ended}
+	lanes := &endedLanes{}
 	m.history = newHistory(historyParams{mid: mid, store: r.queue, limit: opts.History, age: opts.HistoryAge,
 		budget: min(opts.RedisTimeout, historyBudget), unsaid: ended, failures: &m.failures, log: m.log})
-	m.env = batchEnv{mid: mid, tracer: m.tracer, log: m.log, ended: &m.stats.ended, unsaid: ended, costs: &m.costs, batches: m.batches,
+	m.env = batchEnv{mid: mid, tracer: m.tracer, log: m.log, ended: &m.stats.ended, unsaid: ended, lanes: lanes, costs: &m.costs, batches: m.batches,
 		history: m.history, tasks: &withdrawal{mid: mid, pending: m.pending, router: m.router, log: m.log}, durable: o != nil,
 		failures: &m.failures}
 	m.feeding = feederParams{mid: mid, opts: opts, router: m.router, pending: m.pending, batches: m.batches,
@@ -168,7 +169,7 @@ func assemble(r seams, opts Options, mid string, o *owned) *Manager {
 		}
 	}
 	keeping := keeperParams{mid: mid, ttl: opts.KeyTTL, router: m.router, holds: m.holds, batches: m.batches,
-		ended: ended, failures: &m.failures, faults: m.faults, due: lostAfter(opts.Poll, opts.KeyTTL), log: m.log}
+		ended: ended, lanes: lanes, failures: &m.failures, faults: m.faults, due: lostAfter(opts.Poll, opts.KeyTTL), log: m.log}
 	if o != nil {
 		keeping.claim, keeping.durable, keeping.renewEvery = m.renewClaim, o.name, opts.Poll
 	}

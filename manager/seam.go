@@ -38,6 +38,8 @@ type shardRedis interface {
 	// while it does.
 	Renew(ctx context.Context, mid string, ttl time.Duration) error
 	Drop(ctx context.Context, mid string) error
+	// ForgetLanes is the keeper's too: the lanes of batches that ended.
+	ForgetLanes(ctx context.Context, mid string, lanes []string) error
 
 	// Reap is the reaper's.
 	Reap(ctx context.Context) (wire.Reaped, error)

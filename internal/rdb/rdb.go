@@ -936,6 +936,27 @@ func (r *RDB) Renew(ctx context.Context, mid string, ttl time.Duration) error {
 	return wrap("renew", renewScript, "", err)
 }
 
+// ForgetLanes deletes what manager mid keeps of its batches' lanes that
+// ended (lanes: the lanes' numbers, the part of a lane's name after the
+// '.'): their entries in its lanes hash, which renew.lua would otherwise
+// keep alive, one per batch the manager ever ran, for as long as it lives;
+// and their lists and the keys beside them, which hold no task still
+// wanted. One round trip (a MULTI), at most one per Poll.
+func (r *RDB) ForgetLanes(ctx context.Context, mid string, lanes []string) error {
+	if len(lanes) == 0 {
+		return nil
+	}
+	_, err := r.c.TxPipelined(ctx, func(p redis.Pipeliner) error {
+		p.HDel(ctx, keys.Lanes(r.prefix, r.queue, mid), lanes...)
+		for _, l := range lanes {
+			name := mid + "." + l
+			p.Del(ctx, keys.Lane(r.prefix, r.queue, name), keys.LaneElements(r.prefix, r.queue, name), keys.LaneTimes(r.prefix, r.queue, name))
+		}
+		return nil
+	})
+	return wrap("forget lanes", nil, "HDEL, DEL, MULTI or EXEC", err)
+}
+
 // managerKeys returns the KEYS of renew.lua for manager mid.
 func (r *RDB) managerKeys(mid string) []string {
 	return []string{keys.Tasks(r.prefix, r.queue, mid), keys.Attempts(r.prefix, r.queue, mid),
