@@ -448,42 +448,27 @@ func TestCloseWithdrawsAndDrops(t *testing.T) {
 // Submit rides out an outage shorter than RedisTimeout, and fails with
 // ErrUnavailable once it is longer.
 func TestSubmitRidesOutages(t *testing.T) {
-	q := newFakeQueue(1)
-	s := q.shards[0]
-	s.setRun(squares)
-	m := q.manager(t, Options{RedisTimeout: time.Hour})
-	s.setFail("submit", errFakeDown)
-	done := make(chan error, 1)
-	go func() {
-		ys, err := Map(unitCtx(t), m, square, count(5))
-		if err == nil && len(ys) != 5 {
-			err = fmt.Errorf("%d results", len(ys))
+	// The submit, and the read of the function's limit before a first
+	// window (it once failed the submit at once: make chaos-cluster).
+	for _, call := range []string{"submit", "limit"} {
+		q := newFakeQueue(1)
+		s := q.shards[0]
+		s.setRun(squares)
+		m := q.manager(t, Options{RedisTimeout: time.Hour})
+		s.setFail(call, errFakeDown)
+		done := make(chan error, 1)
+		go func() {
+			ys, err := Map(unitCtx(t), m, square, count(5))
+			if err == nil && len(ys) != 5 {
+				err = fmt.Errorf("%d results", len(ys))
+			}
+			done <- err
+		}()
+		until(t, "a "+call+" call failed", func() bool { return s.callsOf(call) > 1 })
+		s.setFail(call, nil)
+		if err := <-done; err != nil {
+			t.Fatalf("%s: %v", call, err)
 		}
-		done <- err
-	}()
-	until(t, "a submit failed", func() bool { return s.callsOf("submit") > 1 })
-	s.setFail("submit", nil)
-	if err := <-done; err != nil {
-		t.Fatal(err)
-	}
-	// The read of the function's limit before a first window rides it out
-	// too (it once failed the submit at once: make chaos-cluster).
-	lq := newFakeQueue(1)
-	ls := lq.shards[0]
-	ls.setRun(squares)
-	lm := lq.manager(t, Options{RedisTimeout: time.Hour})
-	ls.setFail("limit", errFakeDown)
-	go func() {
-		ys, err := Map(unitCtx(t), lm, square, count(5))
-		if err == nil && len(ys) != 5 {
-			err = fmt.Errorf("%d results", len(ys))
-		}
-		done <- err
-	}()
-	until(t, "a limit read failed", func() bool { return ls.callsOf("limit") > 1 })
-	ls.setFail("limit", nil)
-	if err := <-done; err != nil {
-		t.Fatal(err)
 	}
 
 	short := newFakeQueue(1)
