@@ -172,7 +172,7 @@ func parseFlags(args []string, stdout io.Writer, hs []redmap.AnyHandle) (*flags,
 	fs.StringVar(&f.queue, "queue", env("REDMAP_QUEUE", "default"), "queue to serve (env REDMAP_QUEUE)")
 	fs.StringVar(&f.id, "id", env("REDMAP_WORKER_ID", ""), "worker id, default random (env REDMAP_WORKER_ID)")
 	fs.IntVar(&f.concurrency, "concurrency", int(envInt("REDMAP_CONCURRENCY")), "tasks run at once, 0 for GOMAXPROCS (env REDMAP_CONCURRENCY)")
-	fs.IntVar(&f.prefetch, "prefetch", int(envInt("REDMAP_PREFETCH")), "tasks taken beyond the free slots, 0 for 16 per slot, -1 for none: lower it for long tasks, so workers share them evenly (env REDMAP_PREFETCH)")
+	fs.IntVar(&f.prefetch, "prefetch", int(envInt("REDMAP_PREFETCH")), "tasks taken beyond the free slots, 0 for 64 per slot, -1 for none: lower it for long tasks, so workers share them evenly (env REDMAP_PREFETCH)")
 	fs.Int64Var(&f.cacheBytes, "cache-bytes", envInt("REDMAP_CACHE_BYTES"), "bound of the constant cache in bytes, 0 for 512 MiB (env REDMAP_CACHE_BYTES)")
 	grace := env("REDMAP_GRACE", DefaultGrace.String())
 	fs.StringVar(&grace, "grace", grace, "how long running tasks may finish once the worker is told to stop (SIGTERM, drain); those still running then go back to the queue at once, for another worker; -1s waits for ever (env REDMAP_GRACE)")

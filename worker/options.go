@@ -30,8 +30,11 @@ const (
 )
 
 // defaultPrefetch is the number of tasks a worker takes ahead of its free
-// slots when Options.Prefetch is zero: 16 per slot.
-func defaultPrefetch(concurrency int) int { return 16 * concurrency }
+// slots when Options.Prefetch is zero: 64 per slot. Within it the worker
+// takes ahead only about prefetchBound of work per slot, so the cap binds
+// only tasks under about 150 µs, where a take of many is what keeps Redis's
+// scripts per task down.
+func defaultPrefetch(concurrency int) int { return 64 * concurrency }
 
 // DefaultConcurrency is the number of tasks a worker runs at once when
 // Options.Concurrency is zero: GOMAXPROCS.
@@ -59,7 +62,7 @@ type Options struct {
 	// that waited over a millisecond is checked again before it runs, on an
 	// answer at most 100 ms old (it is skipped if its batch was cancelled
 	// before that answer), and prefetched tasks not started
-	// when the worker stops go back to the queue. -1 for none. Default: 16
+	// when the worker stops go back to the queue. -1 for none. Default: 64
 	// per slot of Concurrency.
 	Prefetch int
 	// Heartbeat is how often the worker renews its lease. Default DefaultHeartbeat.
