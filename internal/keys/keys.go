@@ -196,6 +196,14 @@ func Kept(prefix, queue, mid string) string { return Base(prefix, queue) + "m:" 
 // entry). It lives and expires with the task set.
 func Staged(prefix, queue, mid string) string { return Base(prefix, queue) + "m:" + mid + ":staged" }
 
+// Widest holds the length of the largest payload ever stored in manager
+// mid's task set (STRING, a decimal; rdb.Inline+1 for one stored by a plain
+// HSET beside submit.lua), so that a take or a finish of its tasks may read
+// or check them all with one HMGET when none is large, instead of a check
+// per task that copies nothing. Absent, it is unknown: scripts then check
+// each task apart. It lives and expires with the task set.
+func Widest(prefix, queue, mid string) string { return Base(prefix, queue) + "m:" + mid + ":widest" }
+
 // Sums holds the sums of a durable batch's tasks' inputs as first
 // submitted (HASH task id → hex sum), so that a call that takes the batch
 // over with another input is refused; it lives with the owner's task set.

@@ -88,7 +88,7 @@ func (r *RDB) Submit(ctx context.Context, mid, wid string, lane wire.Lane, tasks
 	if wid != "" {
 		list = keys.Private(r.prefix, r.queue, wid)
 	}
-	ks := []string{keys.Tasks(r.prefix, r.queue, mid), list, keys.Idle(r.prefix, r.queue), ring, keys.Lanes(r.prefix, r.queue, mid)}
+	ks := []string{keys.Tasks(r.prefix, r.queue, mid), list, keys.Idle(r.prefix, r.queue), ring, keys.Lanes(r.prefix, r.queue, mid), keys.Widest(r.prefix, r.queue, mid)}
 	intact = true
 	for first := true; first || len(tasks) > 0; first = false {
 		n, size := 0, 0
@@ -961,7 +961,7 @@ func (r *RDB) ForgetLanes(ctx context.Context, mid string, lanes []string) error
 func (r *RDB) managerKeys(mid string) []string {
 	return []string{keys.Tasks(r.prefix, r.queue, mid), keys.Attempts(r.prefix, r.queue, mid),
 		keys.Results(r.prefix, r.queue, mid), keys.Lanes(r.prefix, r.queue, mid), keys.Kept(r.prefix, r.queue, mid), keys.Sums(r.prefix, r.queue, mid),
-		keys.Staged(r.prefix, r.queue, mid)}
+		keys.Staged(r.prefix, r.queue, mid), keys.Widest(r.prefix, r.queue, mid)}
 }
 
 // Claim takes, renews or (a Lease of 0) releases c.Holder's claim on

@@ -1,6 +1,7 @@
 package rdb
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -99,7 +100,7 @@ func TestScriptsUseKeysLayout(t *testing.T) {
 	all := f.c.Keys(ctx, keys.Base("rm", f.queue)+"*").Val()
 	named := []string{tasks, keys.Results("rm", f.queue, f.mid),
 		f.laneKey(), keys.LaneElements("rm", f.queue, f.lane().Name), keys.LaneTimes("rm", f.queue, f.lane().Name), keys.Idle("rm", f.queue), keys.Held("rm", f.queue, "w1"), keys.Bell("rm", f.queue, "w1"),
-		keys.Workers("rm", f.queue), keys.Ring("rm", f.queue, keys.DefaultPriority), keys.Lanes("rm", f.queue, f.mid)}
+		keys.Workers("rm", f.queue), keys.Ring("rm", f.queue, keys.DefaultPriority), keys.Lanes("rm", f.queue, f.mid), keys.Widest("rm", f.queue, f.mid)}
 	for _, k := range all {
 		if !slices.Contains(named, k) {
 			t.Errorf("scripts created %s, which package keys does not name", k)
@@ -1238,5 +1239,89 @@ func TestFinishWritesSoloRecordWithItsResult(t *testing.T) {
 	}
 	if f.c.HExists(ctx, hist, f.mid+":7").Val() {
 		t.Fatal("the record of a result not delivered was written")
+	}
+}
+
+// A submit keeps the length of the manager's widest payload (keys.Widest),
+// which only grows; a take and a finish read and check the tasks of a
+// manager of small payloads with one HMGET, and any other's one by one.
+// Whichever path, a take gives exactly the wanted tasks with their payloads
+// and a finish delivers exactly the wanted results, once.
+func TestWidestPayloadChoosesTheCheck(t *testing.T) {
+	ctx := context.Background()
+	for _, tc := range []struct {
+		name   string
+		size   int    // of each payload
+		widest string // what to leave in keys.Widest before the take ("" as the submit left it, "-" none)
+		want   string // keys.Widest after the submit
+	}{
+		{"small", 20, "", "20"},
+		{"over NARROW", 2000, "", "2000"},
+		{"unknown", 20, "-", "20"},
+		{"not a length", 20, "x", "20"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := setup(t)
+			tasks := make([]wire.Task, 6)
+			ids := make([]string, len(tasks))
+			for i := range tasks {
+				ids[i] = id.TaskIn(f.mid, uint64(i+1), 1, 1, keys.DefaultPriority, keys.DefaultPriority)
+				tasks[i] = wire.Task{ID: ids[i], Payload: []byte(fmt.Sprintf("%d%s", i, strings.Repeat("p", tc.size-1)))}
+			}
+			if _, _, err := f.r.Submit(ctx, f.mid, "", f.lane(), tasks, time.Minute, wire.Expect{}); err != nil {
+				t.Fatal(err)
+			}
+			widest := keys.Widest("rm", f.queue, f.mid)
+			if got := f.c.Get(ctx, widest).Val(); got != tc.want {
+				t.Fatalf("widest after the submit %q, want %q", got, tc.want)
+			}
+			switch tc.widest {
+			case "-":
+				f.c.Del(ctx, widest)
+			case "":
+			default:
+				f.c.Set(ctx, widest, tc.widest, time.Minute)
+			}
+			if err := f.r.Cancel(ctx, f.mid, []string{ids[1], ids[4]}); err != nil {
+				t.Fatal(err)
+			}
+			taken, _, err := f.r.Take(ctx, "w1", 10, 10, time.Minute, 0, 0, serves)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var got []string
+			for _, tk := range taken {
+				got = append(got, tk.ID)
+				if i := slices.Index(ids, tk.ID); i < 0 || !bytes.Equal(tk.Payload, tasks[i].Payload) {
+					t.Errorf("task %s came with a payload of %d bytes, not its own", tk.ID, len(tk.Payload))
+				}
+			}
+			if want := []string{ids[0], ids[2], ids[3], ids[5]}; !slices.Equal(got, want) {
+				t.Fatalf("took %v, want %v", got, want)
+			}
+			// Results of every wanted task, one twice, and one of a cancelled task.
+			done := []wire.Done{{ID: ids[0], Result: []byte("r0")}, {ID: ids[1], Result: []byte("r1")}, {ID: ids[2], Result: []byte("r2")},
+				{ID: ids[0], Result: []byte("r0 again")}, {ID: ids[3], Result: []byte("r3")}, {ID: ids[5], Result: []byte("r5")}}
+			n, err := f.r.Finish(ctx, "w1", done)
+			if err != nil || n != 4 {
+				t.Fatalf("finish delivered %d (%v), want 4", n, err)
+			}
+			if got, _ := f.r.ReadResults(ctx, f.mid, 0, "", 10); !slices.Equal(got, []string{"r0", "r2", "r3", "r5"}) {
+				t.Fatalf("results %q, want r0 r2 r3 r5", got)
+			}
+		})
+	}
+	// A wider submit raises it, a narrower one leaves it; a payload stored
+	// beside the script counts as over Inline.
+	f := setup(t)
+	widest := keys.Widest("rm", f.queue, f.mid)
+	for i, tc := range []struct{ size, want int }{{30, 30}, {10, 30}, {Inline + 5, Inline + 1}, {100, Inline + 1}} {
+		tid := id.TaskIn(f.mid, uint64(i+1), 1, 1, keys.DefaultPriority, keys.DefaultPriority)
+		if _, _, err := f.r.Submit(ctx, f.mid, "", f.lane(), []wire.Task{{ID: tid, Payload: bytes.Repeat([]byte("q"), tc.size)}}, time.Minute, wire.Expect{}); err != nil {
+			t.Fatal(err)
+		}
+		if got, _ := f.c.Get(ctx, widest).Int(); got != tc.want {
+			t.Fatalf("after a payload of %d bytes, widest %d, want %d", tc.size, got, tc.want)
+		}
 	}
 }

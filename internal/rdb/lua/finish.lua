@@ -5,8 +5,10 @@
 -- is discarded: a manager never sees a stale or duplicate result.
 -- Results are pushed before their tasks leave the set, so a write refused
 -- half-way (Redis out of memory) leaves the tasks outstanding, not lost. Work
--- is grouped by manager: one check per task, then one push and one delete per
--- manager; a task finished twice in one call is delivered once.
+-- is grouped by manager: one check of its tasks (an HMGET of them all if its
+-- payloads are known to be at most NARROW bytes, keys.Widest; else an
+-- HEXISTS per task), then one push and one delete per manager; a task
+-- finished twice in one call is delivered once.
 -- Each task reported returns its slot to its function's concurrency cap,
 -- if it holds one (unhold_limited).
 -- An empty result only releases the hold: the worker skipped the task as no
@@ -37,53 +39,79 @@ local base = ARGV[1]
 local delivered = 0
 local members = {}
 local seen = {}
-local groups = {} -- manager key prefix -> {m = it, tasks = task set, tids, results}
+local groups = {} -- manager key prefix -> {m = it, tasks = task set, at, tids, results}
 local order = {}
 local solos = {} -- manager key prefix, bounds, record, ...: records to write
--- consider takes in the pair at ARGV[i] (a task id and its result), and
--- returns the task's manager key prefix if its result is to be delivered.
-local function consider(i)
+-- Each task reported with a result, by its manager, to be checked.
+for i = 2, #ARGV, 2 do
   local tid = ARGV[i]
-  members[#members + 1] = tid
-  members[#members + 1] = '!' .. tid
-  local m = manager(base, tid)
-  if m and not seen[tid] and ARGV[i + 1] ~= '' then
-    local g = groups[m]
-    if not g then
-      g = {m = m, tasks = m .. ':tasks', tids = {}, results = {}}
-      groups[m] = g
-      order[#order + 1] = m
+  if string.byte(tid, 1) ~= 35 then -- not '#': a task and its result
+    members[#members + 1] = tid
+    members[#members + 1] = '!' .. tid
+    local m = manager(base, tid)
+    if m and ARGV[i + 1] ~= '' then
+      local g = groups[m]
+      if not g then
+        g = {m = m, tasks = m .. ':tasks', at = {}, tids = {}, results = {}}
+        groups[m] = g
+        order[#order + 1] = m
+      end
+      g.at[#g.at + 1] = i
     end
-    if redis.call('HEXISTS', g.tasks, tid) == 1 then
+  end
+end
+-- in_set returns which of the tasks at ARGV indexes at are in task set
+-- tasks: one HMGET if the manager's payloads are known to be small
+-- (keys.Widest: the copy costs less than a check per task), else an
+-- HEXISTS each.
+local function in_set(m, tasks, at)
+  local found = {}
+  local widest = tonumber(redis.call('GET', m .. ':widest') or '')
+  if widest and widest <= NARROW then
+    for j = 1, #at, CHUNK do
+      local tids = {}
+      for k = j, math.min(j + CHUNK - 1, #at) do
+        tids[#tids + 1] = ARGV[at[k]]
+      end
+      local vals = redis.call('HMGET', tasks, unpack(tids))
+      for k = 1, #vals do
+        found[j + k - 1] = vals[k] ~= false
+      end
+    end
+  else
+    for k, i in ipairs(at) do
+      found[k] = redis.call('HEXISTS', tasks, ARGV[i]) == 1
+    end
+  end
+  return found
+end
+local ok = {} -- ARGV index of a task -> true if its result is delivered
+for _, m in ipairs(order) do
+  local g = groups[m]
+  local found = in_set(m, g.tasks, g.at)
+  for k, i in ipairs(g.at) do
+    local tid, r = ARGV[i], ARGV[i + 1]
+    local staged = string.byte(r, 1) == 61 -- '='
+    if found[k] and not seen[tid] then
       seen[tid] = true
+      ok[i] = true
       g.tids[#g.tids + 1] = tid
-      local r = ARGV[i + 1]
-      if string.byte(r, 1) == 61 then -- '=': staged
+      if staged then
         r = 'staged ' .. string.sub(r, 2)
         g.staged = true
       end
       g.results[#g.results + 1] = r
-      return m
-    elseif string.byte(ARGV[i + 1], 1) == 61 then
-      redis.call('HDEL', m .. ':staged', string.sub(ARGV[i + 1], 2))
+    elseif staged then
+      -- Not wanted, or a duplicate in this call: its staged result goes.
+      redis.call('HDEL', m .. ':staged', string.sub(r, 2))
     end
-  elseif m and string.byte(ARGV[i + 1], 1) == 61 then
-    -- A duplicate in this call: its staged result goes.
-    redis.call('HDEL', m .. ':staged', string.sub(ARGV[i + 1], 2))
   end
-  return nil
 end
-local last -- the manager key prefix of the pair before, if its result is delivered
-for i = 2, #ARGV, 2 do
-  if string.byte(ARGV[i], 1) == 35 then -- '#': the record of the task before
-    if last then
-      solos[#solos + 1] = last
-      solos[#solos + 1] = ARGV[i]
-      solos[#solos + 1] = ARGV[i + 1]
-    end
-    last = nil
-  else
-    last = consider(i)
+for i = 4, #ARGV, 2 do
+  if string.byte(ARGV[i], 1) == 35 and ok[i - 2] then -- the record of a task delivered
+    solos[#solos + 1] = manager(base, ARGV[i - 2])
+    solos[#solos + 1] = ARGV[i]
+    solos[#solos + 1] = ARGV[i + 1]
   end
 end
 for i = 1, #members, CHUNK do

@@ -18,6 +18,10 @@ local CHUNK = 500
 -- back costs Redis about 1.2 ns a byte, several times a plain command's
 -- cost for a payload of 300 KB. rdb.Inline says the same.
 local INLINE = 16384
+-- The widest payload a finish copies into Lua to check at once that tasks
+-- are still wanted (one HMGET), rather than an HEXISTS per task: below it
+-- the copy costs Redis less than the calls.
+local NARROW = 512
 
 -- now returns the time on the Redis clock, ms: deadlines compared there do not
 -- depend on the clocks of the machines that wrote them.

@@ -4,11 +4,12 @@
 -- KEYS[4] lanes of the manager (HASH lane -> what it calls)
 -- KEYS[5] kept results, KEYS[6] sums of inputs (a durable batch's owner
 -- only: keys.Kept, keys.Sums)   KEYS[7] staged results (keys.Staged)
+-- KEYS[8] the length of its widest payload (keys.Widest)
 -- ARGV[1] key base "<prefix>:{<queue>}:"   ARGV[2] the manager's id
 -- ARGV[3] the TTL, ms; 0 deletes the keys instead
 -- Returns nothing.
 local base, mid, ttl = ARGV[1], ARGV[2], tonumber(ARGV[3])
-local ks = {KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7]}
+local ks = {KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[8]}
 for _, lane in ipairs(redis.call('HKEYS', KEYS[4])) do
   local list = base .. 'l:' .. mid .. '.' .. lane
   ks[#ks + 1] = list

@@ -16,6 +16,10 @@
 -- KEYS[4] ring of the tasks' priority (a lane is added to it, unless it is
 --         there); with a private list, a key that never exists
 -- KEYS[5] lanes of the manager (HASH lane -> what its tasks call)
+-- KEYS[6] the length of the widest payload in the task set (keys.Widest):
+--         raised to this submit's widest (INLINE + 1 for one the caller
+--         stored), so a take or finish knows it may read its tasks' payloads
+--         with one HMGET
 -- ARGV[1] key base "<prefix>:{<queue>}:"
 -- ARGV[2] TTL of the manager's keys, ms
 -- ARGV[3] the worker id of the private list, or "" for the public list
@@ -40,11 +44,16 @@ local had = redis.call('HGET', KEYS[1], '_e')
 local intact = before >= expect and (not had or had == epoch)
 local ids = {}
 local inline = {}
+local widest = 0
 for i = 9, #ARGV, 2 do
   ids[#ids + 1] = ARGV[i]
-  if ARGV[i + 1] ~= '' then
+  local p = ARGV[i + 1]
+  if p ~= '' then
     inline[#inline + 1] = ARGV[i]
-    inline[#inline + 1] = ARGV[i + 1]
+    inline[#inline + 1] = p
+    widest = math.max(widest, #p)
+  else
+    widest = INLINE + 1
   end
 end
 for i = 1, #inline, 2 * CHUNK do
@@ -57,6 +66,15 @@ elseif not had then
   redis.call('HSET', KEYS[1], '_e', epoch)
 end
 redis.call('PEXPIRE', KEYS[1], ttl)
+local was = redis.call('GET', KEYS[6])
+if was and not tonumber(was) then
+  widest = INLINE + 1 -- not a length: what the set holds is unknown
+end
+if #ids > 0 and widest > (tonumber(was) or -1) then
+  redis.call('SET', KEYS[6], widest, 'PX', ttl)
+else
+  redis.call('PEXPIRE', KEYS[6], ttl)
+end
 if #ids == 0 then
   return {after, intact and 1 or 0}
 end

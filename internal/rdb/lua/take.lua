@@ -100,6 +100,8 @@ local function keys_of(tid)
   if not m then
     m = {tasks = k .. ':tasks', attempts = k .. ':attempts'}
     m.lost = redis.call('EXISTS', m.attempts) == 1
+    -- Its widest payload (keys.Widest), nil if unknown.
+    m.widest = tonumber(redis.call('GET', k .. ':widest') or '')
     managers[k] = m
   end
   return m
@@ -243,6 +245,47 @@ local function put_back(list, mark, ids, from)
   end
 end
 
+-- payloads_of returns the payloads of the ids popped, by index: one over
+-- INLINE as "" (the worker reads it with a plain HMGET), none for a task no
+-- longer wanted (not in its manager's task set). The ids of a manager whose
+-- widest payload is known to be at most INLINE are read with one HMGET;
+-- any other's are checked one by one first (HSTRLEN), so that a large
+-- payload is never copied into Lua.
+local function payloads_of(ids)
+  local got, groups, order = {}, {}, {}
+  for i, tid in ipairs(ids) do
+    local m = keys_of(tid)
+    if m and m.widest and m.widest <= INLINE then
+      local g = groups[m]
+      if not g then
+        g = {at = {}, tids = {}}
+        groups[m] = g
+        order[#order + 1] = m
+      end
+      g.at[#g.at + 1] = i
+      g.tids[#g.tids + 1] = tid
+    elseif m then
+      local size = redis.call('HSTRLEN', m.tasks, tid)
+      if size > 0 then
+        got[i] = size <= INLINE and redis.call('HGET', m.tasks, tid) or ''
+      end
+    end
+  end
+  for _, m in ipairs(order) do
+    local g = groups[m]
+    for j = 1, #g.tids, CHUNK do
+      local vals = redis.call('HMGET', m.tasks, unpack(g.tids, j, math.min(j + CHUNK - 1, #g.tids)))
+      for k = 1, #vals do
+        local v = vals[k]
+        if v and v ~= '' then
+          got[g.at[j + k - 1]] = v
+        end
+      end
+    end
+  end
+  return got
+end
+
 -- take pops from list until the take has limit tasks.
 local function take(list, mark, limit)
   while taken < limit and not alone do
@@ -259,16 +302,14 @@ local function take(list, mark, limit)
     end
     local ids = redis.call('LPOP', list, want)
     if not ids then return end
+    local payloads = payloads_of(ids)
     for i, tid in ipairs(ids) do
       if mark == '' then
         gave[list] = (gave[list] or 0) + size_of(tid)
       end
       local m = keys_of(tid)
-      -- Its payload's length (0: not in the set, no longer wanted); one
-      -- over INLINE is not copied but left for the worker's HMGET.
-      local size = m and redis.call('HSTRLEN', m.tasks, tid) or 0
-      if size > 0 then
-        local payload = size <= INLINE and redis.call('HGET', m.tasks, tid) or ''
+      local payload = payloads[i]
+      if payload then
         local attempt = m.lost and redis.call('HGET', m.attempts, tid) or '0'
         if attempt ~= '0' and (taken > 0 or holding) then
           -- A suspect goes alone, to a worker that holds nothing: put it and
