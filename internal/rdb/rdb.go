@@ -394,6 +394,18 @@ func (r *RDB) takeKeys(wid string) []string {
 	}, r.rings...)
 }
 
+// attemptOf reads a task's attempt as take.lua returns it: a string, or an
+// integer from a script of another version.
+func attemptOf(v any) (int, error) {
+	switch v := v.(type) {
+	case string:
+		return strconv.Atoi(v)
+	case int64:
+		return int(v), nil
+	}
+	return 0, fmt.Errorf("attempt %v is %T", v, v)
+}
+
 // parseTaken reads take.lua's reply: the tasks, and whether the take left
 // every list empty or left a suspect; it records the shard count if the
 // reply gives it.
@@ -437,7 +449,7 @@ func (r *RDB) parseTaken(vals []any) (taken []wire.Taken, end wire.TakeEnd, err 
 	now := time.Now()
 	for i := 0; i < len(vals); i += 4 {
 		id, ok1 := vals[i].(string)
-		attempt, err := strconv.Atoi(fmt.Sprint(vals[i+1]))
+		attempt, err := attemptOf(vals[i+1])
 		payload, ok2 := vals[i+2].(string)
 		mark, ok3 := vals[i+3].(string)
 		if !ok1 || err != nil || !ok2 || !ok3 {
