@@ -62,7 +62,8 @@
 -- KEYS[5] workers sorted set (wid -> lease deadline, ms)
 -- KEYS[6] the queue's list of shard names (see shards.lua; in shard 0, else
 -- a key that never exists)
--- KEYS[7], ...: the rings, highest priority first
+-- KEYS[7], ...: the rings, highest priority first (up to the last key, the
+-- migration guard that scripts.go appends, which is no ring)
 -- ARGV[1] key base "<prefix>:{<queue>}:"   ARGV[2] n, at least 1   ARGV[3] worker id
 -- ARGV[4] the worker's lease, ms   ARGV[5] the shard count the worker knows
 -- ARGV[6] how many tasks the worker holds, by its own count, on every shard
@@ -398,7 +399,7 @@ end
 -- Only managers that lost tasks have suspects: a lane of any other costs
 -- one LINDEX and one EXISTS.
 local function suspect_first()
-  for i = 7, #KEYS do
+  for i = 7, #KEYS - 1 do
     for _, lane in ipairs(redis.call('LRANGE', KEYS[i], 0, -1)) do
       local list = base .. 'l:' .. lane
       local head = redis.call('LINDEX', list, 0)
@@ -415,7 +416,7 @@ take(KEYS[1], '!', n)
 if taken == 0 and not alone and not holding then
   suspect_first()
 end
-for i = 7, #KEYS do
+for i = 7, #KEYS - 1 do
   local lanes = redis.call('LLEN', KEYS[i])
   if taken < n and not alone and lanes > 0 and round(KEYS[i], math.ceil((n - taken) / lanes)) then
     round(KEYS[i], n - taken)
