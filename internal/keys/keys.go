@@ -197,8 +197,7 @@ func Kept(prefix, queue, mid string) string { return Base(prefix, queue) + "m:" 
 func Staged(prefix, queue, mid string) string { return Base(prefix, queue) + "m:" + mid + ":staged" }
 
 // Widest holds the length of the largest payload ever stored in manager
-// mid's task set (STRING, a decimal; rdb.Inline+1 for one stored by a plain
-// HSET beside submit.lua), so that a take or a finish of its tasks may read
+// mid's task set (STRING, a decimal), so that a take or a finish of its tasks may read
 // or check them all with one HMGET when none is large, instead of a check
 // per task that copies nothing. Absent, it is unknown: scripts then check
 // each task apart. It lives and expires with the task set.

@@ -70,9 +70,10 @@ func (r *RDB) Shard() int { return r.shard }
 // Submit stores tasks of manager mid and queues them on their batch's lane
 // (lane, whose ring it joins), or on worker wid's private list if wid is not
 // empty, then wakes idle workers.
-// It costs one script call per group of up to 1,000 tasks or 8 MiB (one call
-// if there are none: it then only checks, and installs a new epoch). The
-// manager's task set gets the given TTL.
+// It costs one script call per group of up to 1,000 tasks or 8 MiB, in a
+// MULTI behind a plain HSET of the group's payloads (one call if there are
+// none: it then only checks, and installs a new epoch). The manager's task
+// set gets the given TTL.
 //
 // The task set counts the tasks ever submitted to it and names its history
 // with an epoch. Submit returns the count after its last group, and whether
@@ -96,20 +97,21 @@ func (r *RDB) Submit(ctx context.Context, mid, wid string, lane wire.Lane, tasks
 			size += len(tasks[n].Payload)
 			n++
 		}
-		args := make([]any, 0, 8+2*n)
-		args = append(args, r.base, ttl.Milliseconds(), wid, exp.Count, exp.Epoch, exp.NewEpoch, lane.Name, lane.Calls)
-		var stored []any // id, payload, ...: those over Inline, for a plain HSET
+		// The payloads go in with a plain HSET in the script's MULTI: Redis
+		// never copies them into Lua (see submit.lua).
+		args := make([]any, 9, 9+n)
+		copy(args, []any{r.base, ttl.Milliseconds(), wid, exp.Count, exp.Epoch, exp.NewEpoch, lane.Name, lane.Calls})
+		stored := make([]any, 0, 2*n) // id, payload, ...
+		widest := 0
 		for _, t := range tasks[:n] {
-			if len(t.Payload) > Inline {
-				stored = append(stored, t.ID, t.Payload)
-				args = append(args, t.ID, "")
-				continue
-			}
-			args = append(args, t.ID, t.Payload)
+			stored = append(stored, t.ID, t.Payload)
+			args = append(args, t.ID)
+			widest = max(widest, len(t.Payload))
 		}
+		args[8] = widest
 		var reply []int64
 		var err error
-		if stored == nil {
+		if n == 0 {
 			reply, err = submitScript.run(ctx, r.c, ks, args...).Int64Slice()
 		} else {
 			reply, err = r.submitStored(ctx, ks, stored, args)

@@ -1311,11 +1311,10 @@ func TestWidestPayloadChoosesTheCheck(t *testing.T) {
 			}
 		})
 	}
-	// A wider submit raises it, a narrower one leaves it; a payload stored
-	// beside the script counts as over Inline.
+	// A wider submit raises it, a narrower one leaves it.
 	f := setup(t)
 	widest := keys.Widest("rm", f.queue, f.mid)
-	for i, tc := range []struct{ size, want int }{{30, 30}, {10, 30}, {Inline + 5, Inline + 1}, {100, Inline + 1}} {
+	for i, tc := range []struct{ size, want int }{{30, 30}, {10, 30}, {Inline + 5, Inline + 5}, {100, Inline + 5}} {
 		tid := id.TaskIn(f.mid, uint64(i+1), 1, 1, keys.DefaultPriority, keys.DefaultPriority)
 		if _, _, err := f.r.Submit(ctx, f.mid, "", f.lane(), []wire.Task{{ID: tid, Payload: bytes.Repeat([]byte("q"), tc.size)}}, time.Minute, wire.Expect{}); err != nil {
 			t.Fatal(err)

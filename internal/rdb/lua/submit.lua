@@ -1,7 +1,8 @@
--- submit.lua: store task payloads in the manager's task set, queue their ids,
--- then wake idle workers.
--- The payloads are written before the ids are queued, so a worker that pops an
--- id always finds its payload. The task set's field "_" counts the tasks ever
+-- submit.lua: queue task ids whose payloads the caller has just stored in the
+-- manager's task set, then wake idle workers.
+-- The payloads are written before the ids are queued (the caller's HSET runs
+-- first in the same MULTI), so a worker that pops an id always finds its
+-- payload. The task set's field "_" counts the tasks ever
 -- submitted to it, and "_e" names its history (an epoch the manager picks;
 -- a new one after each recovery). While Redis keeps its data the count only
 -- grows and the epoch stays: a lower count than the manager was acknowledged,
@@ -17,9 +18,8 @@
 --         there); with a private list, a key that never exists
 -- KEYS[5] lanes of the manager (HASH lane -> what its tasks call)
 -- KEYS[6] the length of the widest payload in the task set (keys.Widest):
---         raised to this submit's widest (INLINE + 1 for one the caller
---         stored), so a take or finish knows it may read its tasks' payloads
---         with one HMGET
+--         raised to this submit's widest (ARGV[9]), so a take or finish
+--         knows whether it may read its tasks' payloads with one HMGET
 -- ARGV[1] key base "<prefix>:{<queue>}:"
 -- ARGV[2] TTL of the manager's keys, ms
 -- ARGV[3] the worker id of the private list, or "" for the public list
@@ -31,11 +31,12 @@
 -- ARGV[8] what the lane's tasks call ("<func>\t<signature>", and
 --         "\n<reducer>\t<signature>"): a take passes a lane whose function
 --         its worker has not registered with that signature
--- ARGV[9], ARGV[10], ...: task id, payload, task id, payload, ... (may be
--- none); an empty payload says the caller stored it already, with a plain
--- HSET in the same MULTI (RDB.Submit does so for payloads over INLINE: a
--- payload copied into Lua and out again costs Redis several times what a
--- plain command does)
+-- ARGV[9] the length of the widest of the tasks' payloads
+-- ARGV[10], ARGV[11], ...: the task ids (may be none). Their payloads are not
+-- here: the caller stores them in the task set with a plain HSET in the same
+-- MULTI, before this script (RDB.Submit), as a payload copied into Lua and
+-- out again costs Redis more than a plain command does, several times more
+-- for a large one
 -- Returns {the count after this submit; 1 if the count before it was at
 -- least ARGV[4] and the epoch was ARGV[5] (or none), else 0}.
 local base, ttl, wid, expect, epoch, fresh = ARGV[1], ARGV[2], ARGV[3], tonumber(ARGV[4]), ARGV[5], ARGV[6]
@@ -43,22 +44,10 @@ local before = tonumber(redis.call('HGET', KEYS[1], '_') or '0') or 0
 local had = redis.call('HGET', KEYS[1], '_e')
 local intact = before >= expect and (not had or had == epoch)
 local ids = {}
-local inline = {}
-local widest = 0
-for i = 9, #ARGV, 2 do
+for i = 10, #ARGV do
   ids[#ids + 1] = ARGV[i]
-  local p = ARGV[i + 1]
-  if p ~= '' then
-    inline[#inline + 1] = ARGV[i]
-    inline[#inline + 1] = p
-    widest = math.max(widest, #p)
-  else
-    widest = INLINE + 1
-  end
 end
-for i = 1, #inline, 2 * CHUNK do
-  redis.call('HSET', KEYS[1], unpack(inline, i, math.min(i + 2 * CHUNK - 1, #inline)))
-end
+local widest = tonumber(ARGV[9]) or INLINE + 1
 local after = redis.call('HINCRBY', KEYS[1], '_', #ids)
 if fresh ~= '' then
   redis.call('HSET', KEYS[1], '_e', fresh)
