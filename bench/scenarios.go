@@ -27,6 +27,7 @@ var scenarios = []scenario{
 	{"unchunked", unchunked},
 	{"medium", medium},
 	{"large", large},
+	{"midsize", midsize},
 	{"constant", constant},
 	{"latency", latency},
 	{"fanout", fanout},
@@ -326,6 +327,39 @@ func large(e *env) ([]row, error) {
 		return nil, err
 	}
 	return e.baselines("large", []row{r}, xs, "mirror")
+}
+
+// midsize: 4 KiB in and out an element, one element per task
+// (manager.ChunkSize(1)): payloads and results of the size a slow function's
+// or a small Map's tasks carry, below a chunk's and above a number's.
+func midsize(e *env) ([]row, error) {
+	const size = 4 << 10
+	n := e.pick(20000, 2000)
+	xs := make([][]byte, n)
+	for i := range xs {
+		xs[i] = make([]byte, size)
+		binary.BigEndian.PutUint32(xs[i][size-4:], uint32(i)) // mirror reverses it
+	}
+	m, stop, err := e.redmapFleet(mirror)
+	if err != nil {
+		return nil, err
+	}
+	defer stop()
+	ctx := context.Background()
+	if _, err := manager.Map(ctx, m, mirror, xs[:200], manager.ChunkSize(1)); err != nil {
+		return nil, err
+	}
+	r, err := e.measure("midsize", "redmap", n, func() error {
+		ys, err := manager.Map(ctx, m, mirror, xs, manager.ChunkSize(1))
+		if err == nil && (len(ys) != n || binary.LittleEndian.Uint32(ys[n-1]) != uint32(n-1) || len(ys[n-1]) != size) {
+			err = fmt.Errorf("wrong results")
+		}
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	return e.baselines("midsize", []row{r}, xs, "mirror")
 }
 
 // constant: MapWith of a large constant, one element per task; the per-task
