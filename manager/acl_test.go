@@ -93,6 +93,22 @@ func TestACLLeastPrivilege(t *testing.T) {
 	if err != nil || ys[999] != tab[999] {
 		t.Fatalf("MapWith as the ACL user: %v", err)
 	}
+	// Payloads and results over rdb.Inline go in and out beside the
+	// scripts, in a MULTI with them; with the script cache flushed, that
+	// MULTI meets NOSCRIPT and is sent again with the whole script, not
+	// after a SCRIPT LOAD, which the rule does not grant.
+	if err := admin.ScriptFlush(ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
+	big, err := manager.Map(ctx, m, bigEcho, bigInput(20), manager.ChunkSize(1))
+	if err != nil {
+		t.Fatalf("Map of payloads over rdb.Inline as the ACL user, the script cache flushed: %v", err)
+	}
+	for i, y := range big {
+		if y != bigWant(i) {
+			t.Fatalf("bigecho of element %d: %d bytes, want %d", i, len(y), len(bigWant(i)))
+		}
+	}
 	batch, err := manager.Submit(ctx, m, slowSquare, ints(3000), manager.ChunkSize(5))
 	if err != nil {
 		t.Fatal(err)

@@ -138,20 +138,17 @@ func (r *RDB) Submit(ctx context.Context, mid, wid string, lane wire.Lane, tasks
 // Redis never copies those payloads into Lua, and the tasks are queued in
 // the step that stores them: no take finds an id before its payload, and a
 // failure leaves neither (but NOSCRIPT, raised as EXEC runs: the HSET then
-// went through alone, and is made again, with the script loaded).
+// went through alone, and is made again, with the whole script: inTx).
 func (r *RDB) submitStored(ctx context.Context, ks []string, stored, args []any) ([]int64, error) {
-	for loaded := false; ; loaded = true {
+	for whole := false; ; whole = true {
 		var run *redis.Cmd
 		cmds, err := r.c.TxPipelined(ctx, func(p redis.Pipeliner) error {
 			p.HSet(ctx, ks[0], stored...)
-			run = submitScript.evalSha(ctx, p, ks, args...)
+			run = submitScript.inTx(ctx, p, ks, whole, args...)
 			return nil
 		})
 		err = txErr(cmds, err)
-		if err != nil && redis.HasErrorPrefix(run.Err(), "NOSCRIPT") && !loaded {
-			if err := submitScript.Load(ctx, r.c).Err(); err != nil {
-				return nil, err
-			}
+		if err != nil && redis.HasErrorPrefix(run.Err(), "NOSCRIPT") && !whole {
 			continue
 		}
 		if err != nil {
@@ -590,23 +587,20 @@ var stagedSeq atomic.Uint64
 // HSETs of the staged results (keys.Staged key -> field, result, ...), so
 // that Redis never copies them into Lua; the script refers to each from
 // its result list, or deletes it, in the same step. On NOSCRIPT (raised as
-// EXEC runs, after the HSETs) the script is loaded and all made again:
-// the fields it did not refer to were left, and are overwritten.
+// EXEC runs, after the HSETs) all is made again with the whole script
+// (inTx): the fields it did not refer to were left, and are overwritten.
 func (r *RDB) finishStaged(ctx context.Context, ks []string, staged map[string][]any, args []any) (int, error) {
-	for loaded := false; ; loaded = true {
+	for whole := false; ; whole = true {
 		var run *redis.Cmd
 		cmds, err := r.c.TxPipelined(ctx, func(p redis.Pipeliner) error {
 			for k, fvs := range staged {
 				p.HSet(ctx, k, fvs...)
 			}
-			run = finishScript.evalSha(ctx, p, ks, args...)
+			run = finishScript.inTx(ctx, p, ks, whole, args...)
 			return nil
 		})
 		err = txErr(cmds, err)
-		if err != nil && redis.HasErrorPrefix(run.Err(), "NOSCRIPT") && !loaded {
-			if err := finishScript.Load(ctx, r.c).Err(); err != nil {
-				return 0, err
-			}
+		if err != nil && redis.HasErrorPrefix(run.Err(), "NOSCRIPT") && !whole {
 			continue
 		}
 		if err != nil {

@@ -1324,3 +1324,15 @@ func TestWidestPayloadChoosesTheCheck(t *testing.T) {
 		}
 	}
 }
+
+// prelude.lua's INLINE is rdb.Inline: a take and the worker, a finish and
+// the collector agree on which payloads go beside the scripts.
+func TestInlineAgrees(t *testing.T) {
+	m := regexp.MustCompile(`(?m)^local INLINE = (\d+)$`).FindStringSubmatch(source("prelude.lua"))
+	if m == nil {
+		t.Fatal("prelude.lua defines no INLINE")
+	}
+	if n, _ := strconv.Atoi(m[1]); n != Inline {
+		t.Fatalf("prelude.lua's INLINE is %d, rdb.Inline %d", n, Inline)
+	}
+}

@@ -83,6 +83,17 @@ func (s *script) evalSha(ctx context.Context, c redis.Scripter, ks []string, arg
 	return s.EvalSha(ctx, c, guarded(ks), args...)
 }
 
+// inTx queues the script in a MULTI on p with ks (and its migration guard)
+// as its KEYS: by SHA, or, if whole, as its source (EVAL, which also caches
+// it). A MULTI whose EVALSHA met NOSCRIPT is sent again whole: a user whom
+// the ACL lets run scripts may still not run SCRIPT LOAD (docs/connecting.md).
+func (s *script) inTx(ctx context.Context, p redis.Pipeliner, ks []string, whole bool, args ...any) *redis.Cmd {
+	if whole {
+		return s.Eval(ctx, p, guarded(ks), args...)
+	}
+	return s.EvalSha(ctx, p, guarded(ks), args...)
+}
+
 // script is a Lua script with its name and source, so that an error raised on
 // one of its lines can name the Redis command of that line.
 type script struct {
