@@ -12,12 +12,12 @@ local BELL_TTL = 60000
 -- Most values one command gets at once: unpack puts them all on Lua's stack,
 -- which holds a few thousand at most.
 local CHUNK = 500
--- The largest payload (a task's, or a result's) a script copies: larger
--- ones go in and out of Redis with plain commands beside the script (in
--- the same MULTI, or the next round trip), as copying them into Lua and
--- back costs Redis about 1.2 ns a byte, several times a plain command's
--- cost for a payload of 300 KB. rdb.Inline says the same.
-local INLINE = 16384
+-- The largest payload a take returns, or result a finish takes, through
+-- the script: larger ones go out and in with plain commands beside it (in
+-- the same MULTI, or the next round trip), as copying a string into Lua and
+-- out again costs Redis about 1 ns a byte, and a plain command a µs or two
+-- whatever its size. rdb.Inline says the same (TestInlineAgrees).
+local INLINE = 2048
 -- The widest payload a finish copies into Lua to check at once that tasks
 -- are still wanted (one HMGET), rather than an HEXISTS per task: below it
 -- the copy costs Redis less than the calls.
