@@ -303,6 +303,8 @@ local function take(list, mark, limit)
     end
     local ids = redis.call('LPOP', list, want)
     if not ids then return end
+    -- Fewer than asked for: the list is empty now, no need to pop again.
+    local last = #ids < want
     local payloads = payloads_of(ids)
     for i, tid in ipairs(ids) do
       if mark == '' then
@@ -345,6 +347,9 @@ local function take(list, mark, limit)
         end
       end
     end
+    if last then
+      return
+    end
   end
 end
 local served = {}
@@ -362,11 +367,12 @@ local function serves(lane)
   return served[fn] == true and (red == '' or served[red] == true)
 end
 
--- round goes round ring once, taking from each lane the worker serves up to
--- share tasks; it reports whether some lane gave its whole share.
-local function round(ring, share)
+-- round goes round ring once (lanes: its length, if known), taking from each
+-- lane the worker serves up to share tasks; it reports whether some lane gave
+-- its whole share.
+local function round(ring, share, lanes)
   local full = false
-  for _ = 1, redis.call('LLEN', ring) do
+  for _ = 1, lanes or redis.call('LLEN', ring) do
     if taken >= n or alone then
       break
     end
@@ -418,7 +424,7 @@ if taken == 0 and not alone and not holding then
 end
 for i = 7, #KEYS - 1 do
   local lanes = redis.call('LLEN', KEYS[i])
-  if taken < n and not alone and lanes > 0 and round(KEYS[i], math.ceil((n - taken) / lanes)) then
+  if taken < n and not alone and lanes > 0 and round(KEYS[i], math.ceil((n - taken) / lanes), lanes) then
     round(KEYS[i], n - taken)
   end
 end
