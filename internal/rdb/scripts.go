@@ -91,7 +91,7 @@ func (s *script) inTx(ctx context.Context, p redis.Pipeliner, ks []string, whole
 	if whole {
 		return s.Eval(ctx, p, guarded(ks), args...)
 	}
-	return s.EvalSha(ctx, p, guarded(ks), args...)
+	return s.evalSha(ctx, p, ks, args...)
 }
 
 // script is a Lua script with its name and source, so that an error raised on

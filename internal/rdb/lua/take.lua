@@ -248,14 +248,16 @@ end
 
 -- payloads_of returns the payloads of the ids popped, by index: one over
 -- INLINE as "" (the worker reads it with a plain HMGET), none for a task no
--- longer wanted (not in its manager's task set). The ids of a manager whose
+-- longer wanted (not in its manager's task set); and each id's manager
+-- (keys_of), so that the id is parsed once. The ids of a manager whose
 -- widest payload is known to be at most INLINE are read with one HMGET;
 -- any other's are checked one by one first (HSTRLEN), so that a large
 -- payload is never copied into Lua.
 local function payloads_of(ids)
-  local got, groups, order = {}, {}, {}
+  local got, ms, groups, order = {}, {}, {}, {}
   for i, tid in ipairs(ids) do
     local m = keys_of(tid)
+    ms[i] = m
     if m and m.widest and m.widest <= INLINE then
       local g = groups[m]
       if not g then
@@ -284,7 +286,7 @@ local function payloads_of(ids)
       end
     end
   end
-  return got
+  return got, ms
 end
 
 -- take pops from list until the take has limit tasks.
@@ -305,12 +307,12 @@ local function take(list, mark, limit)
     if not ids then return end
     -- Fewer than asked for: the list is empty now, no need to pop again.
     local last = #ids < want
-    local payloads = payloads_of(ids)
+    local payloads, ms = payloads_of(ids)
     for i, tid in ipairs(ids) do
       if mark == '' then
         gave[list] = (gave[list] or 0) + size_of(tid)
       end
-      local m = keys_of(tid)
+      local m = ms[i]
       local payload = payloads[i]
       if payload then
         local attempt = m.lost and redis.call('HGET', m.attempts, tid) or '0'
