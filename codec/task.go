@@ -49,6 +49,10 @@ type Task struct {
 	// the manager need not write it before Map returns. Its form is
 	// internal to redmap. It travels as optional field 18.
 	Record string
+	// Shuffle is set on the tasks of a map/reduce by key
+	// (manager.ReduceByKey): which phase, and where its partitions live.
+	// Its form is internal to redmap. It travels as optional field 19.
+	Shuffle []byte
 }
 
 // MaxTraceFields caps the entries of a task's trace context: a W3C
@@ -61,7 +65,8 @@ const (
 	taskFields   = 14
 	tracedFields = 16
 	waitsFields  = 17
-	recordFields = 18
+	recordFields  = 18
+	shuffleFields = 19
 )
 
 // EncodeTask returns the wire form of t: one MessagePack array.
@@ -69,6 +74,8 @@ func EncodeTask(t *Task) ([]byte, error) {
 	w := newWriter(len(t.Func) + len(t.Sig) + len(t.Input) + len(t.Const) + 32)
 	fields := taskFields
 	switch {
+	case len(t.Shuffle) > 0:
+		fields = shuffleFields
 	case t.Record != "":
 		fields = recordFields
 	case t.Waits != 0:
@@ -107,13 +114,16 @@ func EncodeTask(t *Task) ([]byte, error) {
 	if fields >= recordFields {
 		w.str(t.Record)
 	}
+	if fields >= shuffleFields {
+		w.bytes(t.Shuffle)
+	}
 	return w.result()
 }
 
 // DecodeTask parses a task envelope of at most limit bytes (DefaultMaxFrame if
 // limit <= 0). Fields past the 14 every version-2 task has are optional: it
 // reads the trace context (15), the time sent (16), the RetryAfter bound
-// (17) and the history record (18) if they are there, and skips any later ones, so a manager of a later
+// (17), the history record (18) and the shuffle (19) if they are there, and skips any later ones, so a manager of a later
 // release may add more.
 func DecodeTask(b []byte, limit int) (*Task, error) {
 	if err := checkSize("task", b, limit); err != nil {
@@ -142,7 +152,10 @@ func DecodeTask(b []byte, limit int) (*Task, error) {
 	if fields > waitsFields {
 		t.Record = d.str()
 	}
-	for range fields - recordFields {
+	if fields > recordFields {
+		t.Shuffle = d.bytes()
+	}
+	for range fields - shuffleFields {
 		d.skip()
 	}
 	if err := d.end("task"); err != nil {

@@ -64,7 +64,11 @@ func (w *Worker) execute(ctx context.Context, t wire.Taken) (done wire.Done) {
 			c.policy.OnWait = waitEvent(span, c.policy.OnWait)
 		}
 		stage = codec.KindPanic
-		res.Values, res.Fails = c.h.Run(ctx, c.constant, c.task.Count, c.task.Input, c.policy, c.reducer)
+		if len(c.task.Shuffle) > 0 {
+			res.Values, res.Fails = w.shuffle(ctx, &c)
+		} else {
+			res.Values, res.Fails = c.h.Run(ctx, c.constant, c.task.Count, c.task.Input, c.policy, c.reducer)
+		}
 	}
 	stage = codec.KindEncode
 	elapsed := time.Since(start)

@@ -42,6 +42,7 @@ import (
 // the ledger of held tasks (held) is what they share.
 type Worker struct {
 	source *source
+	spill  shuffleRedis // the partitions of a map/reduce by key; nil in unit tests
 	opts   Options
 	memo   *memo.Memo
 	log    *slog.Logger
@@ -121,6 +122,9 @@ func assemble(opts Options, first queueRedis, open func(name string, i int) shar
 			Name: "redmap_worker_task_duration_seconds", Help: "Time spent running one task (all its elements).",
 			Buckets: prometheus.ExponentialBuckets(0.0001, 4, 10),
 		}),
+	}
+	if s, ok := first.(shuffleRedis); ok {
+		w.spill = s
 	}
 	w.source = newSource(sourceParams{wid: opts.ID, lease: opts.Lease, idleWait: opts.IdleWait,
 		first: first, open: open, serves: w.serves, failed: w.failed, log: w.log})

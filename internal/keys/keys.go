@@ -361,3 +361,34 @@ const (
 	// last failure.
 	FailureGroupsFor = 7 * 24 * time.Hour
 )
+
+// Partition is the hash of partition p of map/reduce by key job on queue
+// (HASH "<start>:<count>" of a map task's range of elements → that task's
+// encoded pairs of the partition, engine.Pairs). Each partition is its own
+// hash tag, "{<queue>%<job>.<p>}" (".<salt>" appended for a salt > 0, the
+// candidate whose slot is on the Cluster master the manager chose), so on
+// a Cluster a shuffle's partitions spread over slots as a sharded queue's
+// shards do. Its reduce task deletes it.
+func Partition(prefix, queue, job string, p, salt int) string {
+	return partitionBase(prefix, queue, job, p, salt) + "part"
+}
+
+// PartitionOut is the reduced output of partition p of job (LIST of pages,
+// each an encoded engine.Pairs), written by the partition's reduce task and
+// deleted by the manager once it read it. Same hash tag as Partition.
+func PartitionOut(prefix, queue, job string, p, salt int) string {
+	return partitionBase(prefix, queue, job, p, salt) + "out"
+}
+
+// PartitionTag is the hash tag of Partition and PartitionOut.
+func PartitionTag(queue, job string, p, salt int) string {
+	tag := queue + "%" + job + "." + strconv.Itoa(p)
+	if salt > 0 {
+		tag += "." + strconv.Itoa(salt)
+	}
+	return tag
+}
+
+func partitionBase(prefix, queue, job string, p, salt int) string {
+	return prefix + ":{" + PartitionTag(queue, job, p, salt) + "}:"
+}

@@ -1,0 +1,261 @@
+package engine
+
+import (
+	"context"
+	"fmt"
+	"hash/fnv"
+	"math"
+	"reflect"
+
+	"github.com/vmihailenco/msgpack/v5"
+
+	"github.com/redmap/redmap/codec"
+)
+
+// Shuffler is an emitter as a worker runs it in a map/reduce by key
+// (manager.ReduceByKey): the map side combines and partitions a task's
+// pairs, the reduce side folds one partition's partials.
+type Shuffler interface {
+	// Combine runs the emitter over a frame of count inputs under policy
+	// p, folds the pairs of each key with red, and returns one partial per
+	// partition (an encoded Pairs, empty ones included) and the number of
+	// distinct keys in all; nil partials if no element succeeded. An
+	// element whose emitter failed contributes no pair. If red fails to
+	// fold, every element fails (codec.KindReduce): the task's partials
+	// would otherwise hold part of an element.
+	Combine(ctx context.Context, count int, input []byte, p Policy, red *Runtime, parts int) (partials [][]byte, keys int, fails []codec.Failure)
+	// Merge folds partials (encoded Pairs of one partition) per key with
+	// red and returns the result as pages of encoded Pairs, each about
+	// page bytes, and the number of keys. A partial that does not decode,
+	// or a fold that fails, is a failure saying which.
+	Merge(ctx context.Context, partials [][]byte, red *Runtime, page int) (pages [][]byte, keys int, f *codec.Failure)
+}
+
+// Shuffler returns the runtime's Shuffler if it is an emitter's.
+func (rt *Runtime) Shuffler() (Shuffler, bool) {
+	s, ok := rt.shuffle.(Shuffler)
+	return s, ok
+}
+
+// Pairs is a run of key/value pairs as they travel: a partial of a
+// partition, or a page of a reduced partition. K[i] goes with V[i].
+type Pairs[K comparable, V any] struct {
+	K []K `msgpack:"k"`
+	V []V `msgpack:"v"`
+}
+
+// DecodePairs decodes an encoded Pairs, with codec's checks (it never
+// panics, and allocates in proportion to b), refusing one whose keys and
+// values do not pair up.
+func DecodePairs[K comparable, V any](b []byte) (Pairs[K, V], error) {
+	ps, err := codec.DecodeValue[Pairs[K, V]](b)
+	if err == nil && len(ps.K) != len(ps.V) {
+		err = fmt.Errorf("%w: pairs: %d keys for %d values", codec.ErrCorrupt, len(ps.K), len(ps.V))
+	}
+	return ps, err
+}
+
+// PartitionOf returns the partition of key k among parts: a hash of its
+// value that every process computes alike (FNV-1a of its bytes for strings
+// and integers, of its MessagePack encoding otherwise), so that the pairs
+// of one key from every map task meet in one partition.
+func PartitionOf[K comparable](k K, parts int) int {
+	if parts <= 1 {
+		return 0
+	}
+	h := fnv.New64a()
+	var b [8]byte
+	putInt := func(u uint64) {
+		for i := range b {
+			b[i] = byte(u >> (8 * i))
+		}
+		h.Write(b[:])
+	}
+	switch v := any(k).(type) {
+	case string:
+		h.Write([]byte(v))
+	case int:
+		putInt(uint64(v))
+	case int64:
+		putInt(uint64(v))
+	case int32:
+		putInt(uint64(v))
+	case uint64:
+		putInt(v)
+	case uint32:
+		putInt(uint64(v))
+	case uint:
+		putInt(uint64(v))
+	default:
+		enc, err := msgpack.Marshal(k)
+		if err != nil {
+			return 0 // a key that cannot be encoded fails where it is encoded, with its reason
+		}
+		h.Write(enc)
+	}
+	return int(h.Sum64() % uint64(parts))
+}
+
+// Emit returns the runtime of an emitter of pairs of K and V for each input
+// of In. As a plain function it runs nothing: a task must say it is a
+// map/reduce by key's (codec.Task.Shuffle).
+func Emit[In any, K comparable, V any](name, sig string, types []string, fn func(context.Context, In, func(K, V)) error) *Runtime {
+	return &Runtime{name: name, sig: sig, types: types, shuffle: emitter[In, K, V]{fn: fn},
+		run: func(context.Context, any, int, []byte, Policy, *Runtime) ([]byte, []codec.Failure) {
+			return nil, []codec.Failure{{Index: -1, Kind: codec.KindUnknownFunc,
+				Msg: fmt.Sprintf("%q is an emitter: it runs in a map/reduce by key (manager.ReduceByKey), not a map", name)}}
+		}}
+}
+
+// emitter is the Shuffler of an emitter's function.
+type emitter[In any, K comparable, V any] struct {
+	fn func(context.Context, In, func(K, V)) error
+}
+
+// pair is one emitted pair, kept until its element's run succeeds.
+type pair[K comparable, V any] struct {
+	k K
+	v V
+}
+
+func (e emitter[In, K, V]) Combine(ctx context.Context, count int, input []byte, p Policy, red *Runtime, parts int) ([][]byte, int, []codec.Failure) {
+	fold, ok := FolderOf[V](red)
+	if !ok {
+		return nil, 0, []codec.Failure{{Index: -1, Kind: codec.KindTypeMismatch,
+			Msg: fmt.Sprintf("reducer %q (%s) does not fold the emitter's value type %v", red.Name(), red.Signature(), reflect.TypeFor[V]())}}
+	}
+	parts = max(parts, 1)
+	combined := make([]map[K]V, parts)
+	for i := range combined {
+		combined[i] = make(map[K]V)
+	}
+	// run calls the emitter on one input and returns its pairs: a run that
+	// fails (or is retried) leaves none behind.
+	run := func(ctx context.Context, x In) ([]pair[K, V], error) {
+		var out []pair[K, V]
+		err := e.fn(ctx, x, func(k K, v V) { out = append(out, pair[K, V]{k, v}) })
+		return out, err
+	}
+	var foldFail *codec.Failure
+	succeeded := 0
+	fails := each(ctx, count, input, p, run, func(_ int, ps []pair[K, V]) *codec.Failure {
+		succeeded++
+		for _, pr := range ps {
+			m := combined[PartitionOf(pr.k, parts)]
+			old, seen := m[pr.k]
+			if !seen {
+				m[pr.k] = pr.v
+				continue
+			}
+			z, f := fold.FoldTask(ctx, old, pr.v)
+			if f != nil {
+				foldFail = f
+				return f
+			}
+			m[pr.k] = z
+		}
+		return nil
+	})
+	if foldFail != nil {
+		return nil, 0, []codec.Failure{{Index: 0, Through: count - 1, Kind: codec.KindReduce,
+			Msg: "combining the task's pairs: " + foldFail.Msg, Stack: foldFail.Stack}}
+	}
+	if succeeded == 0 {
+		return nil, 0, fails
+	}
+	partials := make([][]byte, parts)
+	keys := 0
+	for i, m := range combined {
+		b, err := encodePairs(m)
+		if err != nil {
+			return nil, 0, []codec.Failure{{Index: 0, Through: count - 1, Kind: codec.KindEncode,
+				Msg: fmt.Sprintf("pairs as (%v, %v): %v", reflect.TypeFor[K](), reflect.TypeFor[V](), err)}}
+		}
+		partials[i] = b
+		keys += len(m)
+	}
+	return partials, keys, fails
+}
+
+func (e emitter[In, K, V]) Merge(ctx context.Context, partials [][]byte, red *Runtime, page int) ([][]byte, int, *codec.Failure) {
+	fold, ok := FolderOf[V](red)
+	if !ok {
+		return nil, 0, &codec.Failure{Index: -1, Kind: codec.KindTypeMismatch,
+			Msg: fmt.Sprintf("reducer %q (%s) does not fold the emitter's value type %v", red.Name(), red.Signature(), reflect.TypeFor[V]())}
+	}
+	acc := make(map[K]V)
+	for i, b := range partials {
+		ps, err := DecodePairs[K, V](b)
+		if err != nil {
+			return nil, 0, &codec.Failure{Index: -1, Kind: codec.KindDecode, Msg: fmt.Sprintf("partial %d as (%v, %v): %v", i, reflect.TypeFor[K](), reflect.TypeFor[V](), err)}
+		}
+		for j, k := range ps.K {
+			old, seen := acc[k]
+			if !seen {
+				acc[k] = ps.V[j]
+				continue
+			}
+			z, f := fold.FoldTask(ctx, old, ps.V[j])
+			if f != nil {
+				f.Index = -1
+				f.Msg = fmt.Sprintf("folding key %v: %s", k, f.Msg)
+				return nil, 0, f
+			}
+			acc[k] = z
+		}
+	}
+	pages, err := paginate(acc, page)
+	if err != nil {
+		return nil, 0, &codec.Failure{Index: -1, Kind: codec.KindEncode, Msg: fmt.Sprintf("pairs as (%v, %v): %v", reflect.TypeFor[K](), reflect.TypeFor[V](), err)}
+	}
+	return pages, len(acc), nil
+}
+
+// encodePairs encodes the pairs of m as one Pairs.
+func encodePairs[K comparable, V any](m map[K]V) ([]byte, error) {
+	ps := Pairs[K, V]{K: make([]K, 0, len(m)), V: make([]V, 0, len(m))}
+	for k, v := range m {
+		ps.K = append(ps.K, k)
+		ps.V = append(ps.V, v)
+	}
+	return codec.EncodeValue(&ps)
+}
+
+// paginate encodes the pairs of m as pages of about page bytes each (one at
+// least, empty if m is): it sizes each page from the bytes a pair took on
+// the page before.
+func paginate[K comparable, V any](m map[K]V, page int) ([][]byte, error) {
+	if len(m) == 0 {
+		b, err := codec.EncodeValue(&Pairs[K, V]{})
+		return [][]byte{b}, err
+	}
+	var pages [][]byte
+	per := 64 // pairs on the first page, to measure them
+	ps := Pairs[K, V]{}
+	flush := func() error {
+		b, err := codec.EncodeValue(&ps)
+		if err != nil {
+			return err
+		}
+		pages = append(pages, b)
+		perPair := max(float64(len(b))/float64(len(ps.K)), 1)
+		per = int(min(max(float64(page)/perPair, 1), math.MaxInt32))
+		ps.K, ps.V = ps.K[:0], ps.V[:0]
+		return nil
+	}
+	for k, v := range m {
+		ps.K = append(ps.K, k)
+		ps.V = append(ps.V, v)
+		if len(ps.K) >= per {
+			if err := flush(); err != nil {
+				return nil, err
+			}
+		}
+	}
+	if len(ps.K) > 0 {
+		if err := flush(); err != nil {
+			return nil, err
+		}
+	}
+	return pages, nil
+}

@@ -1,0 +1,178 @@
+package worker
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/redmap/redmap/codec"
+	"github.com/redmap/redmap/internal/backoff"
+	"github.com/redmap/redmap/internal/engine"
+	"github.com/redmap/redmap/internal/rdb"
+	"github.com/redmap/redmap/internal/wire"
+)
+
+// The tasks of a map/reduce by key (manager.ReduceByKey; wire.Shuffle): a
+// map task combines and partitions its elements' pairs and stores the
+// partials in Redis; a reduce task folds a partition's partials and stores
+// its output. Both then finish as any task does, with a small output the
+// manager counts (wire.MapSummary, wire.ReduceOutput).
+
+// shuffleRedis is where a worker keeps the partitions of a map/reduce by
+// key: internal/rdb on the queue's first shard.
+type shuffleRedis interface {
+	StorePartials(ctx context.Context, sh *wire.Shuffle, field string, partials [][]byte) error
+	Partials(ctx context.Context, sh *wire.Shuffle, p int, fields []string) ([][]byte, error)
+	StoreOutput(ctx context.Context, sh *wire.Shuffle, p int, pages [][]byte) error
+}
+
+var _ shuffleRedis = (*rdb.RDB)(nil)
+
+// partitionWait bounds how long a task tries to reach its partitions while
+// Redis cannot be reached (a failover, a restart): past it the task fails,
+// and its manager learns why.
+const partitionWait = 30 * time.Second
+
+// defaultPage is the size of an output page when the task does not say.
+const defaultPage = 1 << 20
+
+// shuffle runs task c of a map/reduce by key and returns its output frame
+// and failures.
+func (w *Worker) shuffle(ctx context.Context, c *resolved) ([]byte, []codec.Failure) {
+	sh, err := wire.DecodeShuffle(c.task.Shuffle)
+	if err != nil {
+		return nil, whole1(codec.KindDecode, "task: %v", err)
+	}
+	s, ok := c.h.Shuffler()
+	switch {
+	case !ok:
+		return nil, whole1(codec.KindTypeMismatch, "%q is not an emitter (redmap.Emit): it cannot run in a map/reduce by key", c.task.Func)
+	case c.reducer == nil:
+		return nil, whole1(codec.KindDecode, "task: a map/reduce by key's task names no reducer")
+	case w.spill == nil:
+		return nil, whole1(codec.KindError, "worker %s cannot reach the partitions of a map/reduce by key", w.opts.ID)
+	}
+	if sh.Phase == wire.PhaseMap {
+		return w.combine(ctx, c, s, sh)
+	}
+	return w.reduceParts(ctx, c, s, sh)
+}
+
+// combine runs a map task: the emitter over its elements, their pairs
+// combined per key and cut into partitions, each stored under the task's
+// range of the call's elements.
+func (w *Worker) combine(ctx context.Context, c *resolved, s engine.Shuffler, sh *wire.Shuffle) ([]byte, []codec.Failure) {
+	partials, keys, fails := s.Combine(ctx, c.task.Count, c.task.Input, c.policy, c.reducer, sh.Parts)
+	if partials == nil {
+		return codec.NewOutputEncoder(0).Bytes(), fails
+	}
+	start := sh.Base + c.task.Start
+	field := wire.Range(start, c.task.Count)
+	if err := w.retryRedis(ctx, "store a map task's partials", func(ctx context.Context) error {
+		return w.spill.StorePartials(ctx, sh, field, partials)
+	}); err != nil {
+		return codec.NewOutputEncoder(0).Bytes(), []codec.Failure{{Index: 0, Through: c.task.Count - 1, Kind: codec.KindError,
+			Msg: fmt.Sprintf("storing the task's partials in Redis: %v", err)}}
+	}
+	sum := wire.MapSummary{Ranges: []int{start, c.task.Count}, Keys: keys}
+	for _, p := range partials {
+		sum.Bytes += int64(len(p))
+	}
+	out := codec.NewOutputEncoder(1)
+	if err := out.Add(&sum); err != nil {
+		return nil, whole1(codec.KindEncode, "summary: %v", err)
+	}
+	return out.Bytes(), fails
+}
+
+// reduceParts runs a reduce task: for each of its elements (a partition and
+// the ranges whose partials it must hold), the partials folded per key and
+// stored as the partition's output in their place. A partition missing
+// some partials says which, and stores nothing.
+func (w *Worker) reduceParts(ctx context.Context, c *resolved, s engine.Shuffler, sh *wire.Shuffle) ([]byte, []codec.Failure) {
+	ins := make([]wire.ReduceInput, c.task.Count)
+	if err := codec.DecodeElements(c.task.Input, ins); err != nil {
+		return nil, whole1(codec.KindDecode, "reduce task's input: %v", err)
+	}
+	page := sh.Page
+	if page <= 0 {
+		page = defaultPage
+	}
+	out := codec.NewOutputEncoder(len(ins))
+	var fails []codec.Failure
+	fail := func(i int, kind codec.Kind, msg string) {
+		fails = append(fails, codec.Failure{Index: i, Kind: kind, Msg: msg})
+		out.AddNil()
+	}
+	for i, in := range ins {
+		if in.Part < 0 || in.Part >= sh.Parts || len(in.Ranges)%2 != 0 {
+			fail(i, codec.KindDecode, fmt.Sprintf("reduce input: partition %d of %d, %d range numbers", in.Part, sh.Parts, len(in.Ranges)))
+			continue
+		}
+		fields := make([]string, len(in.Ranges)/2)
+		for j := range fields {
+			fields[j] = wire.Range(in.Ranges[2*j], in.Ranges[2*j+1])
+		}
+		var partials [][]byte
+		err := w.retryRedis(ctx, "read a partition's partials", func(ctx context.Context) (err error) {
+			partials, err = w.spill.Partials(ctx, sh, in.Part, fields)
+			return err
+		})
+		if err != nil {
+			fail(i, codec.KindError, fmt.Sprintf("reading partition %d's partials from Redis: %v", in.Part, err))
+			continue
+		}
+		var res wire.ReduceOutput
+		for j, p := range partials {
+			if p == nil {
+				res.Missing = append(res.Missing, j)
+			}
+		}
+		if len(res.Missing) == 0 {
+			pages, keys, f := s.Merge(ctx, partials, c.reducer, page)
+			if f != nil {
+				fail(i, f.Kind, fmt.Sprintf("partition %d: %s", in.Part, f.Msg))
+				continue
+			}
+			if err := w.retryRedis(ctx, "store a partition's output", func(ctx context.Context) error {
+				return w.spill.StoreOutput(ctx, sh, in.Part, pages)
+			}); err != nil {
+				fail(i, codec.KindError, fmt.Sprintf("storing partition %d's output in Redis: %v", in.Part, err))
+				continue
+			}
+			res.Keys, res.Pages = keys, len(pages)
+			for _, pg := range pages {
+				res.Bytes += int64(len(pg))
+			}
+		}
+		if err := out.Add(&res); err != nil {
+			fail(i, codec.KindEncode, err.Error())
+		}
+	}
+	return out.Bytes(), fails
+}
+
+// whole1 is a whole task's failure, as a list.
+func whole1(kind codec.Kind, format string, args ...any) []codec.Failure {
+	return []codec.Failure{*wholeFailure(kind, format, args...)}
+}
+
+// retryRedis calls f until it succeeds, fails other than transiently, ctx
+// ends or partitionWait passes.
+func (w *Worker) retryRedis(ctx context.Context, what string, f func(context.Context) error) error {
+	var bo backoff.Backoff
+	deadline := time.Now().Add(partitionWait)
+	for logged := false; ; {
+		err := f(ctx)
+		if err == nil || !rdb.Transient(err) || ctx.Err() != nil || time.Now().After(deadline) {
+			return err
+		}
+		if !logged {
+			w.log.WarnContext(ctx, "cannot "+what+"; trying again", "err", err, "for", partitionWait)
+			logged = true
+		}
+		if !bo.Wait(ctx) {
+			return err
+		}
+	}
+}
