@@ -62,9 +62,9 @@ const MaxTraceFields = 16
 // taskFields is the length of a task's array without its optional fields;
 // tracedFields with them.
 const (
-	taskFields   = 14
-	tracedFields = 16
-	waitsFields  = 17
+	taskFields    = 14
+	tracedFields  = 16
+	waitsFields   = 17
 	recordFields  = 18
 	shuffleFields = 19
 )

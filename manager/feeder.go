@@ -481,7 +481,10 @@ func (f *feeder[Out]) first(ctx context.Context, sp spec, red *redmap.Reducer[Ou
 		// nothing in Redis.
 		err = f.faults.riding(ctx, func() error { return f.publishTypes(ctx, sp.sig, sp.types) })
 	}
-	if err == nil && red != nil {
+	switch {
+	case err == nil && sp.red != nil:
+		err = f.faults.riding(ctx, func() error { return f.publishTypes(ctx, sp.red.sig, sp.red.types) })
+	case err == nil && red != nil:
 		err = f.faults.riding(ctx, func() error { return f.publishTypes(ctx, red.Signature(), types(red)) })
 	}
 	if err == nil {

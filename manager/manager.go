@@ -56,6 +56,7 @@ type Manager struct {
 	feeders part.Set     // one feeder per batch still submitting
 
 	ctx        context.Context // the parts'
+	spill      shuffleStore    // a map/reduce by key's partitions (shuffle.go); nil in unit tests
 	cancel     context.CancelFunc
 	partsMu    sync.Mutex
 	collectors []*collector // one per open shard
@@ -149,6 +150,9 @@ func assemble(r seams, opts Options, mid string, o *owned) *Manager {
 		costs:   costs{m: make(map[string]float64)},
 	}
 	m.ctx, m.cancel = context.WithCancel(context.Background())
+	if s, ok := r.queue.(shuffleStore); ok {
+		m.spill = s
+	}
 	m.router = newRouter(routerParams{queue: opts.Queue, shards: opts.Shards, first: r.queue, open: r.shard,
 		masters: r.masters, opened: m.startCollector, log: m.log})
 	m.faults = &faults{router: m.router, pending: m.pending, queue: opts.Queue, timeout: opts.RedisTimeout, log: m.log}

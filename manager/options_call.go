@@ -33,6 +33,7 @@ type callOptions struct {
 	// durableWait is how long a durable call waits for the batch's holder
 	// to let it go (DurableWait).
 	durableWait time.Duration
+	partitions  int // a map/reduce by key's (Partitions); 0 for the default
 }
 
 // Priority sets the batch's priority, from MinPriority (1) to MaxPriority

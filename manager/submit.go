@@ -153,6 +153,11 @@ type spec struct {
 	types     []string     // the structure the signature fingerprints
 	constant  *cache.Ref
 	holder    string
+	// red, if not nil, is the reducer the tasks name instead of the one
+	// the manager folds their outputs with; shuffle is what they carry as
+	// a map/reduce by key's (codec.Task.Shuffle). See shuffle.go.
+	red     *reducerRef
+	shuffle []byte
 }
 
 // elements is a batch's input: a slice xs, or a sequence seq if it is not
@@ -228,6 +233,10 @@ func prepare[In, Out any](ctx context.Context, m *Manager, sp spec, els elements
 		calls = wire.Calls(sp.name, sp.sig, red.Name(), red.Signature())
 		b.types[red.Name()] = types(red)
 	}
+	if sp.red != nil {
+		calls = wire.Calls(sp.name, sp.sig, sp.red.name, sp.red.sig)
+		b.types[sp.red.name] = sp.red.types
+	}
 	b.lane = wire.Lane{Name: m.id + "." + strconv.FormatUint(b.seq, 36), Calls: calls}
 	if !stream {
 		// Room for the batch's chunks (and their completion order) at the
@@ -248,8 +257,12 @@ func prepare[In, Out any](ctx context.Context, m *Manager, sp spec, els elements
 	if red != nil {
 		task.Reduce, task.ReduceSig = red.Name(), red.Signature()
 	}
+	if sp.red != nil {
+		task.Reduce, task.ReduceSig = sp.red.name, sp.red.sig
+	}
+	task.Shuffle = sp.shuffle
 	task.Trace = b.startSpan(ctx, m.opts.Queue)
-	if !stream && red == nil && m.owned == nil && m.opts.History >= 0 && len(els.xs) > 0 {
+	if !stream && red == nil && sp.shuffle == nil && m.owned == nil && m.opts.History >= 0 && len(els.xs) > 0 {
 		// Should the batch be one task, the task's finish writes its
 		// record (Batch.solo). A reduction's is the manager's to write, as
 		// a durable batch's.

@@ -20,7 +20,7 @@ type Runtime struct {
 	constant func(b []byte) (any, error)
 	// run runs the function over a task's elements, folding the outputs
 	// with red if it is not nil.
-	run  func(ctx context.Context, constant any, count int, input []byte, p Policy, red *Runtime) ([]byte, []codec.Failure)
+	run     func(ctx context.Context, constant any, count int, input []byte, p Policy, red *Runtime) ([]byte, []codec.Failure)
 	fold    any // a reducer's Folder[T]; nil for a function
 	shuffle any // an emitter's Shuffler; nil for anything else
 }

@@ -51,6 +51,9 @@ func (r *RDB) StorePartials(ctx context.Context, sh *wire.Shuffle, field string,
 // Partials returns partition p's partials of fields, nil for each one
 // Redis does not have. One HMGET.
 func (r *RDB) Partials(ctx context.Context, sh *wire.Shuffle, p int, fields []string) ([][]byte, error) {
+	if len(fields) == 0 {
+		return nil, nil
+	}
 	part, _ := r.partitionKeys(sh, p)
 	vals, err := r.c.HMGet(ctx, part, fields...).Result()
 	if err != nil {
@@ -136,4 +139,20 @@ func (r *RDB) PartitionMemory(ctx context.Context, sh *wire.Shuffle, p int) (int
 		total += n
 	}
 	return total, nil
+}
+
+// RenewPartitions sets the TTL of partitions ps of sh again (sh.TTL), so
+// that they outlive a long call. One pipeline (on a Cluster, one per
+// master).
+func (r *RDB) RenewPartitions(ctx context.Context, sh *wire.Shuffle, ps []int) error {
+	ttl := time.Duration(sh.TTL) * time.Millisecond
+	_, err := r.c.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for _, i := range ps {
+			part, out := r.partitionKeys(sh, i)
+			p.PExpire(ctx, part, ttl)
+			p.PExpire(ctx, out, ttl)
+		}
+		return nil
+	})
+	return err
 }

@@ -37,7 +37,7 @@ type Shuffle struct {
 	// a map task's partials are stored under the range of the call's
 	// elements it ran (Range), whichever batch ran it.
 	Base int   `msgpack:"b,omitempty"`
-	TTL  int64 `msgpack:"t"` // ms: the partitions' keys expire after it
+	TTL  int64 `msgpack:"t"`           // ms: the partitions' keys expire after it
 	Page int   `msgpack:"g,omitempty"` // reduce: bytes per page of output
 }
 
