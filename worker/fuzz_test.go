@@ -47,8 +47,22 @@ var (
 		}
 		return 0, errors.New("no such key")
 	})
-	fuzzSum = redmap.Reduce("fuzz-sum", func(_ context.Context, a, b int) (int, error) { return a + b, nil })
+	fuzzSum   = redmap.Reduce("fuzz-sum", func(_ context.Context, a, b int) (int, error) { return a + b, nil })
+	fuzzWords = redmap.Emit("fuzz-words", func(_ context.Context, s string, emit func(string, int)) error {
+		for _, w := range strings.Fields(s) {
+			emit(w, 1)
+		}
+		return nil
+	})
 )
+
+// fuzzShuffle sets a task of fuzzWords as a map/reduce by key's, of phase.
+func fuzzShuffle(phase int) func(*codec.Task) {
+	return func(t *codec.Task) {
+		t.Reduce, t.ReduceSig = fuzzSum.Name(), fuzzSum.Signature()
+		t.Shuffle, _ = wire.EncodeShuffle(&wire.Shuffle{Job: "fuzz", Parts: 3, Phase: phase, TTL: 60_000})
+	}
+}
 
 // fuzzHarness is one worker over a real redis-server, made once per fuzzing
 // process.
@@ -74,7 +88,7 @@ func harness(t *testing.T) *fuzzHarness {
 			fuzzErr = err
 			return
 		}
-		if err := w.Register(fuzzSquare, fuzzDocs, fuzzNarrow, fuzzAny, fuzzLookup, fuzzSum); err != nil {
+		if err := w.Register(fuzzSquare, fuzzDocs, fuzzNarrow, fuzzAny, fuzzLookup, fuzzSum, fuzzWords); err != nil {
 			fuzzErr = err
 			return
 		}
@@ -129,6 +143,9 @@ func FuzzTaskPath(f *testing.F) {
 	big := append([]byte{0xdd, 0x00, 0x0f, 0x42, 0x40, 0xa1, 'x'}, make([]byte, 999_999)...)
 	f.Add(fuzzTask(fuzzSquare, []int{1}, func(t *codec.Task) { t.Input, t.Count = big, 1_000_000 }), []byte{})
 	f.Add([]byte{0x9e, 0x02, 0xdb, 0xff, 0xff, 0xff, 0xff}, []byte{})
+	// A map/reduce by key's map task and reduce task.
+	f.Add(fuzzTask(fuzzWords, []string{"a b a", "c"}, fuzzShuffle(wire.PhaseMap)), []byte{})
+	f.Add(fuzzTask(fuzzWords, []wire.ReduceInput{{Part: 1, Ranges: []int{0, 2}}}, fuzzShuffle(wire.PhaseReduce)), []byte{})
 	f.Fuzz(func(t *testing.T, payload, constant []byte) {
 		h := harness(t)
 		ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
@@ -246,5 +263,85 @@ func TestTaskPathPanicFailsTheTask(t *testing.T) {
 	done = w.execute(context.Background(), wire.Taken{ID: "t-10", Payload: fuzzTask(fuzzSquare, []int{3}, nil)})
 	if r, err := codec.DecodeResult(done.Result, 0); err != nil || len(r.Fails) != 0 {
 		t.Fatalf("the next task: %+v (%v)", r, err)
+	}
+}
+
+// A partial forged in Redis (bytes that are not pairs, keys and values that
+// do not pair up, a value of another type) fails its partition's reduce
+// with the reason, and the worker goes on; a partition whose partials are
+// all there and well formed is reduced exactly.
+func TestForgedPartial(t *testing.T) {
+	h := harness(t)
+	ctx := context.Background()
+	client := redistest.Shared(t).Client(t)
+	sh := &wire.Shuffle{Job: "forged", Parts: 4, Phase: wire.PhaseReduce, TTL: 60_000}
+	part := func(p int) string { return keys.Partition(h.w.opts.Prefix, "fuzz", sh.Job, p, 0) }
+	good, _ := codec.EncodeValue(&struct {
+		K []string `msgpack:"k"`
+		V []int    `msgpack:"v"`
+	}{K: []string{"a", "b"}, V: []int{2, 3}})
+	unpaired, _ := codec.EncodeValue(&struct {
+		K []string `msgpack:"k"`
+		V []int    `msgpack:"v"`
+	}{K: []string{"a", "b"}, V: []int{2}})
+	mistyped, _ := codec.EncodeValue(&struct {
+		K []string `msgpack:"k"`
+		V []string `msgpack:"v"`
+	}{K: []string{"a"}, V: []string{"x"}})
+	for p, b := range [][]byte{good, {0xdd, 0xff, 0xff, 0xff, 0xff}, unpaired, mistyped} {
+		if err := client.HSet(ctx, part(p), "0:1", b, "1:1", good).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Cleanup(func() {
+		for p := range 4 {
+			client.Del(ctx, part(p), keys.PartitionOut(h.w.opts.Prefix, "fuzz", sh.Job, p, 0))
+		}
+	})
+	ins := []wire.ReduceInput{{Part: 0, Ranges: []int{0, 1, 1, 1}}, {Part: 1, Ranges: []int{0, 1, 1, 1}},
+		{Part: 2, Ranges: []int{0, 1, 1, 1}}, {Part: 3, Ranges: []int{0, 1, 1, 1}}}
+	payload := fuzzTask(fuzzWords, ins, func(t *codec.Task) {
+		t.Reduce, t.ReduceSig = fuzzSum.Name(), fuzzSum.Signature()
+		t.Shuffle, _ = wire.EncodeShuffle(sh)
+	})
+	done := h.w.execute(ctx, wire.Taken{ID: "t-4", Payload: payload})
+	r, err := codec.DecodeResult(done.Result, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(r.Fails) != 3 {
+		t.Fatalf("failures %+v, want partitions 1 to 3's", r.Fails)
+	}
+	for i, f := range r.Fails {
+		if f.Index != i+1 || f.Kind != codec.KindDecode {
+			t.Fatalf("failure %d: %+v, want partition %d's, a decode failure", i, f, i+1)
+		}
+	}
+	outs := make([]*wire.ReduceOutput, 4)
+	if err := codec.DecodeElements(r.Values, outs); err != nil || outs[0] == nil || outs[0].Keys != 2 || outs[0].Pages != 1 {
+		t.Fatalf("partition 0's output %+v (%v), want 2 keys on a page", outs[0], err)
+	}
+	page, err := client.LIndex(ctx, keys.PartitionOut(h.w.opts.Prefix, "fuzz", sh.Job, 0, 0), 0).Bytes()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got struct {
+		K []string `msgpack:"k"`
+		V []int    `msgpack:"v"`
+	}
+	got, err = codec.DecodeValue[struct {
+		K []string `msgpack:"k"`
+		V []int    `msgpack:"v"`
+	}](page)
+	if err != nil || len(got.K) != 2 {
+		t.Fatalf("partition 0's page: %+v, %v", got, err)
+	}
+	for i, k := range got.K {
+		if want := map[string]int{"a": 4, "b": 6}[k]; got.V[i] != want {
+			t.Fatalf("partition 0: %q reduced to %d, want %d", k, got.V[i], want)
+		}
+	}
+	if n, _ := client.Exists(ctx, part(0)).Result(); n != 0 {
+		t.Fatal("partition 0's partials are still in Redis after its reduce")
 	}
 }

@@ -118,6 +118,7 @@ type pair[K comparable, V any] struct {
 	v V
 }
 
+// Combine implements Shuffler.
 func (e emitter[In, K, V]) Combine(ctx context.Context, count int, input []byte, p Policy, red *Runtime, parts int) ([][]byte, int, []codec.Failure) {
 	fold, ok := FolderOf[V](red)
 	if !ok {
@@ -177,6 +178,7 @@ func (e emitter[In, K, V]) Combine(ctx context.Context, count int, input []byte,
 	return partials, keys, fails
 }
 
+// Merge implements Shuffler.
 func (e emitter[In, K, V]) Merge(ctx context.Context, partials [][]byte, red *Runtime, page int) ([][]byte, int, *codec.Failure) {
 	fold, ok := FolderOf[V](red)
 	if !ok {
