@@ -7,6 +7,8 @@ import (
 	"log/slog"
 	"maps"
 	"math/rand/v2"
+	"os"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -39,6 +41,18 @@ var (
 	slowWords = redmap.Emit("slowwords", func(ctx context.Context, doc string, emit func(string, int)) error {
 		if err := pause(ctx, 2*time.Millisecond); err != nil {
 			return err
+		}
+		for _, w := range strings.Fields(doc) {
+			emit(w, 1)
+		}
+		return nil
+	})
+	// poisonWords is words, but kills the process that runs it on a
+	// document "poison": a poison pill.
+	poisonWords = redmap.Emit("poisonwords", func(_ context.Context, doc string, emit func(string, int)) error {
+		if doc == "poison" {
+			syscall.Kill(os.Getpid(), syscall.SIGKILL)
+			select {}
 		}
 		for _, w := range strings.Fields(doc) {
 			emit(w, 1)
@@ -329,4 +343,27 @@ func (s *syncBuffer) String() string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.b.String()
+}
+
+// A document that kills every worker process that runs it fails after its
+// attempt budget with ErrLost, contributing nothing; every other document
+// counts exactly.
+func TestReduceByKeyPoisonPill(t *testing.T) {
+	b := setup(t)
+	_, stop := supervise(t, 2, childEnv(b, "REDMAP_CONCURRENCY=2")...)
+	defer stop()
+	m := b.Manager(t, manager.Options{})
+	eventually(t, "two workers live", func() bool {
+		live, _ := m.Workers(context.Background())
+		return len(live) == 2
+	})
+	docs := documents(200, 300)
+	docs[57] = "poison"
+	got, err := manager.ReduceByKey(testCtx(t), m, poisonWords, sum, docs, manager.ChunkSize(1), manager.Attempts(2))
+	var be *redmap.BatchError
+	if !errors.As(err, &be) || fmt.Sprint(be.Indexes()) != "[57]" || !errors.Is(err, redmap.ErrLost) {
+		t.Fatalf("got %v, want element 57 failing with ErrLost", err)
+	}
+	sameCounts(t, "ReduceByKey with a poison pill", got, counts(slices.Delete(slices.Clone(docs), 57, 58)))
+	noPartitionsLeft(t, b)
 }
