@@ -35,6 +35,7 @@ var scenarios = []scenario{
 	{"managers", managers},
 	{"stream", stream},
 	{"reduce", reduce},
+	{"shuffle", shuffle},
 	{"seq", seq},
 	{"consume", consume},
 	{"compute", compute},

@@ -319,7 +319,7 @@ func startShuffle[In any, K comparable, V any](ctx context.Context, m *Manager, 
 		j.drop()
 		return nil, err
 	}
-	j.ranges = sum.Ranges
+	j.ranges = sortRanges(sum.Ranges)
 	if err := j.redo(ctx, slices.Collect(func(yield func(int) bool) {
 		for p := range j.parts {
 			if !yield(p) {
@@ -331,6 +331,23 @@ func startShuffle[In any, K comparable, V any](ctx context.Context, m *Manager, 
 		return nil, err
 	}
 	return j, nil
+}
+
+// sortRanges sorts a list of ranges (start, count, ...) by start, so that
+// a reduce folds the partials of each partition in the order of the
+// elements: a reducer that appends (a list of files, say) then finds its
+// arguments in order.
+func sortRanges(rs []int) []int {
+	pairs := make([][2]int, len(rs)/2)
+	for i := range pairs {
+		pairs[i] = [2]int{rs[2*i], rs[2*i+1]}
+	}
+	slices.SortFunc(pairs, func(a, b [2]int) int { return a[0] - b[0] })
+	out := make([]int, 0, len(rs))
+	for _, p := range pairs {
+		out = append(out, p[0], p[1])
+	}
+	return out
 }
 
 // reducerRef is the reducer a batch's tasks name (codec.Task.Reduce) when
