@@ -17,6 +17,7 @@ import (
 	"github.com/redmap/redmap"
 	"github.com/redmap/redmap/cache"
 	"github.com/redmap/redmap/codec"
+	"github.com/redmap/redmap/internal/engine"
 	"github.com/redmap/redmap/internal/keys"
 	"github.com/redmap/redmap/internal/redistest"
 	"github.com/redmap/redmap/internal/wire"
@@ -276,18 +277,16 @@ func TestForgedPartial(t *testing.T) {
 	client := redistest.Shared(t).Client(t)
 	sh := &wire.Shuffle{Job: "forged", Parts: 4, Phase: wire.PhaseReduce, TTL: 60_000}
 	part := func(p int) string { return keys.Partition(h.w.opts.Prefix, "fuzz", sh.Job, p, 0) }
-	good, _ := codec.EncodeValue(&struct {
-		K []string `msgpack:"k"`
-		V []int    `msgpack:"v"`
-	}{K: []string{"a", "b"}, V: []int{2, 3}})
+	good, _ := engine.EncodePairs(&engine.Pairs[string, int]{K: []string{"a", "b"}, V: []int{2, 3}})
+	// Two keys, one value: the count says two.
+	k2, _ := codec.EncodeElements([]string{"a", "b"}, 0)
+	v1, _ := codec.EncodeElements([]int{2}, 0)
 	unpaired, _ := codec.EncodeValue(&struct {
-		K []string `msgpack:"k"`
-		V []int    `msgpack:"v"`
-	}{K: []string{"a", "b"}, V: []int{2}})
-	mistyped, _ := codec.EncodeValue(&struct {
-		K []string `msgpack:"k"`
-		V []string `msgpack:"v"`
-	}{K: []string{"a"}, V: []string{"x"}})
+		N int    `msgpack:"n"`
+		K []byte `msgpack:"k"`
+		V []byte `msgpack:"v"`
+	}{N: 2, K: k2, V: v1})
+	mistyped, _ := engine.EncodePairs(&engine.Pairs[string, string]{K: []string{"a"}, V: []string{"x"}})
 	for p, b := range [][]byte{good, {0xdd, 0xff, 0xff, 0xff, 0xff}, unpaired, mistyped} {
 		if err := client.HSet(ctx, part(p), "0:1", b, "1:1", good).Err(); err != nil {
 			t.Fatal(err)
@@ -325,14 +324,7 @@ func TestForgedPartial(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var got struct {
-		K []string `msgpack:"k"`
-		V []int    `msgpack:"v"`
-	}
-	got, err = codec.DecodeValue[struct {
-		K []string `msgpack:"k"`
-		V []int    `msgpack:"v"`
-	}](page)
+	got, err := engine.DecodePairs[string, int](page)
 	if err != nil || len(got.K) != 2 {
 		t.Fatalf("partition 0's page: %+v, %v", got, err)
 	}

@@ -37,22 +37,57 @@ func (rt *Runtime) Shuffler() (Shuffler, bool) {
 	return s, ok
 }
 
-// Pairs is a run of key/value pairs as they travel: a partial of a
-// partition, or a page of a reduced partition. K[i] goes with V[i].
+// Pairs is a run of key/value pairs: a partial of a partition, or a page
+// of a reduced partition. K[i] goes with V[i]. It travels as a pairsFrame
+// (EncodePairs, DecodePairs).
 type Pairs[K comparable, V any] struct {
-	K []K `msgpack:"k"`
-	V []V `msgpack:"v"`
+	K []K
+	V []V
 }
 
-// DecodePairs decodes an encoded Pairs, with codec's checks (it never
-// panics, and allocates in proportion to b), refusing one whose keys and
-// values do not pair up.
-func DecodePairs[K comparable, V any](b []byte) (Pairs[K, V], error) {
-	ps, err := codec.DecodeValue[Pairs[K, V]](b)
-	if err == nil && len(ps.K) != len(ps.V) {
-		err = fmt.Errorf("%w: pairs: %d keys for %d values", codec.ErrCorrupt, len(ps.K), len(ps.V))
+// pairsFrame is Pairs as it travels: its length, and its keys and its
+// values each as a codec element frame, so that keys and values of the
+// types codec has fast paths for (integers, strings, floats) are written
+// and read without reflection.
+type pairsFrame struct {
+	N int    `msgpack:"n"`
+	K []byte `msgpack:"k"`
+	V []byte `msgpack:"v"`
+}
+
+// EncodePairs returns the wire form of ps.
+func EncodePairs[K comparable, V any](ps *Pairs[K, V]) ([]byte, error) {
+	k, err := codec.EncodeElements(ps.K, 0)
+	if err != nil {
+		return nil, err
 	}
-	return ps, err
+	v, err := codec.EncodeElements(ps.V, 0)
+	if err != nil {
+		return nil, err
+	}
+	return codec.EncodeValue(&pairsFrame{N: len(ps.K), K: k, V: v})
+}
+
+// DecodePairs decodes what EncodePairs wrote, with codec's checks (it
+// never panics, and allocates in proportion to b).
+func DecodePairs[K comparable, V any](b []byte) (Pairs[K, V], error) {
+	f, err := codec.DecodeValue[pairsFrame](b)
+	if err != nil {
+		return Pairs[K, V]{}, err
+	}
+	// Every element takes a byte at least: a count above the bytes is a
+	// lie, refused before anything is allocated for it.
+	if f.N < 0 || f.N > len(f.K) || f.N > len(f.V) {
+		return Pairs[K, V]{}, fmt.Errorf("%w: pairs: %d pairs in %d and %d bytes", codec.ErrCorrupt, f.N, len(f.K), len(f.V))
+	}
+	ps := Pairs[K, V]{K: make([]K, f.N), V: make([]V, f.N)}
+	if err := codec.DecodeElements(f.K, ps.K); err != nil {
+		return Pairs[K, V]{}, fmt.Errorf("keys: %w", err)
+	}
+	if err := codec.DecodeElements(f.V, ps.V); err != nil {
+		return Pairs[K, V]{}, fmt.Errorf("values: %w", err)
+	}
+	return ps, nil
 }
 
 // PartitionOf returns the partition of key k among parts: a hash of its
@@ -126,15 +161,16 @@ func (e emitter[In, K, V]) Combine(ctx context.Context, count int, input []byte,
 			Msg: fmt.Sprintf("reducer %q (%s) does not fold the emitter's value type %v", red.Name(), red.Signature(), reflect.TypeFor[V]())}}
 	}
 	parts = max(parts, 1)
-	combined := make([]map[K]V, parts)
-	for i := range combined {
-		combined[i] = make(map[K]V)
-	}
-	// run calls the emitter on one input and returns its pairs: a run that
-	// fails (or is retried) leaves none behind.
+	// One map for the task: a pair costs one lookup, and a key is hashed
+	// to its partition once, when the partials are cut.
+	acc := make(map[K]V)
+	// buf holds one element's pairs until its run succeeds; the sink
+	// folds them in before the next element runs, so it is reused.
+	var buf []pair[K, V]
 	run := func(ctx context.Context, x In) ([]pair[K, V], error) {
-		var out []pair[K, V]
+		out := buf[:0]
 		err := e.fn(ctx, x, func(k K, v V) { out = append(out, pair[K, V]{k, v}) })
+		buf = out
 		return out, err
 	}
 	var foldFail *codec.Failure
@@ -142,10 +178,9 @@ func (e emitter[In, K, V]) Combine(ctx context.Context, count int, input []byte,
 	fails := each(ctx, count, input, p, run, func(_ int, ps []pair[K, V]) *codec.Failure {
 		succeeded++
 		for _, pr := range ps {
-			m := combined[PartitionOf(pr.k, parts)]
-			old, seen := m[pr.k]
+			old, seen := acc[pr.k]
 			if !seen {
-				m[pr.k] = pr.v
+				acc[pr.k] = pr.v
 				continue
 			}
 			z, f := fold.FoldTask(ctx, old, pr.v)
@@ -153,7 +188,7 @@ func (e emitter[In, K, V]) Combine(ctx context.Context, count int, input []byte,
 				foldFail = f
 				return f
 			}
-			m[pr.k] = z
+			acc[pr.k] = z
 		}
 		return nil
 	})
@@ -164,18 +199,22 @@ func (e emitter[In, K, V]) Combine(ctx context.Context, count int, input []byte,
 	if succeeded == 0 {
 		return nil, 0, fails
 	}
+	cut := make([]Pairs[K, V], parts)
+	for k, v := range acc {
+		c := &cut[PartitionOf(k, parts)]
+		c.K = append(c.K, k)
+		c.V = append(c.V, v)
+	}
 	partials := make([][]byte, parts)
-	keys := 0
-	for i, m := range combined {
-		b, err := encodePairs(m)
+	for i := range cut {
+		b, err := EncodePairs(&cut[i])
 		if err != nil {
 			return nil, 0, []codec.Failure{{Index: 0, Through: count - 1, Kind: codec.KindEncode,
 				Msg: fmt.Sprintf("pairs as (%v, %v): %v", reflect.TypeFor[K](), reflect.TypeFor[V](), err)}}
 		}
 		partials[i] = b
-		keys += len(m)
 	}
-	return partials, keys, fails
+	return partials, len(acc), fails
 }
 
 // Merge implements Shuffler.
@@ -213,29 +252,19 @@ func (e emitter[In, K, V]) Merge(ctx context.Context, partials [][]byte, red *Ru
 	return pages, len(acc), nil
 }
 
-// encodePairs encodes the pairs of m as one Pairs.
-func encodePairs[K comparable, V any](m map[K]V) ([]byte, error) {
-	ps := Pairs[K, V]{K: make([]K, 0, len(m)), V: make([]V, 0, len(m))}
-	for k, v := range m {
-		ps.K = append(ps.K, k)
-		ps.V = append(ps.V, v)
-	}
-	return codec.EncodeValue(&ps)
-}
-
 // paginate encodes the pairs of m as pages of about page bytes each (one at
 // least, empty if m is): it sizes each page from the bytes a pair took on
 // the page before.
 func paginate[K comparable, V any](m map[K]V, page int) ([][]byte, error) {
 	if len(m) == 0 {
-		b, err := codec.EncodeValue(&Pairs[K, V]{})
+		b, err := EncodePairs(&Pairs[K, V]{})
 		return [][]byte{b}, err
 	}
 	var pages [][]byte
 	per := 64 // pairs on the first page, to measure them
 	ps := Pairs[K, V]{}
 	flush := func() error {
-		b, err := codec.EncodeValue(&ps)
+		b, err := EncodePairs(&ps)
 		if err != nil {
 			return err
 		}
