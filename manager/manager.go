@@ -95,6 +95,10 @@ type counters struct {
 	dropped     atomic.Int64 // results discarded as stale, duplicate or unreadable
 	ended       atomic.Int64 // elements that ended (a value or an error), all batches
 	resultBytes atomic.Int64 // bytes of results read
+	// partialBytes and outputBytes: of map/reduce by key calls, the
+	// partials their map tasks stored and the outputs their reduce tasks
+	// stored (as the tasks' results said).
+	partialBytes, outputBytes atomic.Int64
 }
 
 // New returns a manager of client for opts.Queue and starts its result
@@ -244,6 +248,12 @@ type Stats struct {
 	Pending int
 	// Shards is how many shards of the queue the manager uses now.
 	Shards int
+	// PartialBytes and OutputBytes count the bytes of partials the map
+	// tasks of its map/reduce by key calls (ReduceByKey) stored in Redis,
+	// and of outputs their reduce tasks stored, runs again included: what
+	// its shuffles put in Redis at most, all at once if nothing was
+	// reduced before the last map task ended.
+	PartialBytes, OutputBytes int64
 }
 
 // Stats returns the manager's diagnostics, its durable batches' (Durable) included
@@ -254,6 +264,7 @@ func (m *Manager) Stats() Stats {
 		Dropped: m.stats.dropped.Load(), ResultBytes: m.stats.resultBytes.Load(),
 		ConstantUploads: n, ConstantBytes: bytes, Elements: m.stats.ended.Load(),
 		Pending: m.pending.count(), Shards: len(m.router.list()),
+		PartialBytes: m.stats.partialBytes.Load(), OutputBytes: m.stats.outputBytes.Load(),
 	}
 	// Its durable batches run on owners of their own (durable.go), whose
 	// counts are the manager's too, while they run.

@@ -290,7 +290,9 @@ func startShuffle[In any, K comparable, V any](ctx context.Context, m *Manager, 
 		if err != nil {
 			return wire.MapSummary{}, err
 		}
-		return b.reduced(ctx)
+		sum, err := b.reduced(ctx)
+		m.stats.partialBytes.Add(sum.Bytes)
+		return sum, err
 	}
 	j.reduce = func(ctx context.Context, ps []int) ([]wire.ReduceOutput, error) {
 		sh := j.sh
@@ -424,6 +426,7 @@ func (j *shuffleJob) redo(ctx context.Context, ps []int, all bool) error {
 				continue
 			}
 			if len(outs[i].Missing) == 0 {
+				j.m.stats.outputBytes.Add(outs[i].Bytes)
 				j.outputs[p] = outs[i]
 				delete(j.failedParts, p)
 				continue

@@ -212,15 +212,7 @@ func TestReduceByKeyWorkerKilled(t *testing.T) {
 	b := setup(t)
 	a, c, m := twoWorkers(t, b)
 	docs := documents(3000, 2000)
-	type out struct {
-		got map[string]int
-		err error
-	}
-	ch := make(chan out, 1)
-	go func() {
-		got, err := manager.ReduceByKey(testCtx(t), m, slowWords, slowSum, docs, manager.ChunkSize(20), manager.Partitions(32))
-		ch <- out{got, err}
-	}()
+	ch := slowCount(t, m, docs, 32)
 	// The map phase: kill a once a tenth of the map tasks stored partials.
 	eventually(t, "a tenth of the map tasks done", func() bool {
 		return len(partialFields(t, b)) >= 15*32
@@ -247,6 +239,23 @@ func TestReduceByKeyWorkerKilled(t *testing.T) {
 	noPartitionsLeft(t, b)
 }
 
+// counted is what a ReduceByKey returned.
+type counted struct {
+	got map[string]int
+	err error
+}
+
+// slowCount runs a ReduceByKey of slowWords and slowSum over docs, in
+// parts partitions, and sends what it returns on the channel.
+func slowCount(t *testing.T, m *manager.Manager, docs []string, parts int) <-chan counted {
+	ch := make(chan counted, 1)
+	go func() {
+		got, err := manager.ReduceByKey(testCtx(t), m, slowWords, slowSum, docs, manager.ChunkSize(20), manager.Partitions(parts))
+		ch <- counted{got, err}
+	}()
+	return ch
+}
+
 // partialFields returns the fields of every partition's partials in
 // Redis.
 func partialFields(t *testing.T, b *harness.Env) []string {
@@ -267,15 +276,7 @@ func TestReduceByKeyFlushAll(t *testing.T) {
 	var logs syncBuffer
 	m := b.Manager(t, manager.Options{Logger: slog.New(slog.NewTextHandler(&logs, nil))})
 	docs := documents(2000, 1000)
-	type out struct {
-		got map[string]int
-		err error
-	}
-	ch := make(chan out, 1)
-	go func() {
-		got, err := manager.ReduceByKey(testCtx(t), m, slowWords, slowSum, docs, manager.ChunkSize(20), manager.Partitions(16))
-		ch <- out{got, err}
-	}()
+	ch := slowCount(t, m, docs, 16)
 	eventually(t, "a partition reduced", func() bool {
 		return len(b.Keys(t, "redmap:{"+b.Queue+"%*}:out")) > 0
 	})

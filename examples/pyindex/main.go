@@ -90,11 +90,12 @@ func run(args []string) error {
 	defer stop()
 	start := time.Now()
 	var d digest
+	var st manager.Stats
 	switch *how {
 	case "sequential":
 		err = sequential(*job, files, &d)
 	case "shuffle", "fold":
-		err = distributed(ctx, *queue, *job, *how, *parts, files, &d)
+		st, err = distributed(ctx, *queue, *job, *how, *parts, files, &d)
 	default:
 		err = fmt.Errorf("unknown -how %q", *how)
 	}
@@ -103,8 +104,8 @@ func run(args []string) error {
 	}
 	var ru syscall.Rusage
 	syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
-	fmt.Printf("result job=%s how=%s files=%d keys=%d digest=%016x wall=%.3f rss=%d\n",
-		*job, *how, len(files), d.keys, d.sum, time.Since(start).Seconds(), ru.Maxrss*1024)
+	fmt.Printf("result job=%s how=%s files=%d keys=%d digest=%016x wall=%.3f rss=%d partials=%d outputs=%d\n",
+		*job, *how, len(files), d.keys, d.sum, time.Since(start).Seconds(), ru.Maxrss*1024, st.PartialBytes, st.OutputBytes)
 	return nil
 }
 
@@ -167,18 +168,24 @@ func sequential(job string, files []idents.File, d *digest) error {
 }
 
 // distributed runs the job on the queue's workers (REDIS_URL), by key or
-// as a fold.
-func distributed(ctx context.Context, queue, job, how string, parts int, files []idents.File, d *digest) error {
+// as a fold, and returns the manager's counters.
+func distributed(ctx context.Context, queue, job, how string, parts int, files []idents.File, d *digest) (manager.Stats, error) {
 	rdb, err := connect.URL(os.Getenv("REDIS_URL"))
 	if err != nil {
-		return fmt.Errorf("REDIS_URL: %w", err)
+		return manager.Stats{}, fmt.Errorf("REDIS_URL: %w", err)
 	}
 	defer rdb.Close()
 	m, err := manager.New(rdb, manager.Options{Queue: queue})
 	if err != nil {
-		return err
+		return manager.Stats{}, err
 	}
 	defer m.Close()
+	err = job1(ctx, m, job, how, parts, files, d)
+	return m.Stats(), err
+}
+
+// job1 runs one job one way on m.
+func job1(ctx context.Context, m *manager.Manager, job, how string, parts int, files []idents.File, d *digest) error {
 	switch job + " " + how {
 	case "counts shuffle":
 		seq, errOf := manager.ReduceByKeySeq(ctx, m, idents.Counts, idents.SumCounts, files, manager.Partitions(parts))

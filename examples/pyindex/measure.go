@@ -68,6 +68,7 @@ func measure(args []string) error {
 	}
 	type row struct {
 		wall, rss, peak []float64
+		partials        []float64
 		keys            int
 		digest          string
 	}
@@ -103,6 +104,8 @@ func measure(args []string) error {
 				x.wall = append(x.wall, wall)
 				x.rss = append(x.rss, rss/(1<<20))
 				x.peak = append(x.peak, float64(peak-before)/(1<<20))
+				partials, _ := strconv.ParseFloat(f["partials"], 64)
+				x.partials = append(x.partials, partials/(1<<20))
 				x.keys, _ = strconv.Atoi(f["keys"])
 				if x.digest != "" && x.digest != f["digest"] {
 					x.digest = "differs between runs"
@@ -114,8 +117,8 @@ func measure(args []string) error {
 		}
 	}
 	fmt.Printf(".py files under %s; 2 worker processes; %d runs each: median (min–max)\n\n", *dir, *runs)
-	fmt.Println("| job | how | wall s | manager peak RSS MiB | Redis peak above start MiB | keys | exact |")
-	fmt.Println("| --- | --- | ---: | ---: | ---: | ---: | --- |")
+	fmt.Println("| job | how | wall s | manager peak RSS MiB | Redis peak above start MiB | partials stored MiB | keys | exact |")
+	fmt.Println("| --- | --- | ---: | ---: | ---: | ---: | ---: | --- |")
 	for _, key := range order {
 		x := results[key]
 		job, _, _ := strings.Cut(key, " ")
@@ -123,7 +126,7 @@ func measure(args []string) error {
 		if x.digest != results[job+" sequential"].digest {
 			exact = "**no**"
 		}
-		fmt.Printf("| %s | %s | %s | %s | %s | %d | %s |\n", job, strings.TrimPrefix(key, job+" "), spread(x.wall, 2), spread(x.rss, 0), spread(x.peak, 1), x.keys, exact)
+		fmt.Printf("| %s | %s | %s | %s | %s | %s | %d | %s |\n", job, strings.TrimPrefix(key, job+" "), spread(x.wall, 2), spread(x.rss, 0), spread(x.peak, 1), spread(x.partials, 1), x.keys, exact)
 	}
 	return nil
 }
