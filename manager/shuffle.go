@@ -10,6 +10,8 @@ import (
 	"slices"
 	"time"
 
+	"github.com/zeebo/blake3"
+
 	"github.com/redmap/redmap"
 	"github.com/redmap/redmap/internal/engine"
 	"github.com/redmap/redmap/internal/keys"
@@ -61,8 +63,13 @@ const outputPage = 1 << 20
 // returns nil and ctx.Err().
 //
 // Call options apply as for Map: ChunkSize, Attempts, Timeout and the
-// others to the map tasks, and to the reduce tasks but ChunkSize. Durable
-// and OnWorker are not supported yet.
+// others to the map tasks, and to the reduce tasks but ChunkSize. With
+// Durable(name), the call outlives its manager: its phases are durable
+// batches named "<name>/map", "<name>/reduce@<round>" (and
+// "<name>/map@<start>+<count>" for map tasks run again), its partitions
+// are named for name and kept DurableTTL, and the same call again takes it
+// over where it was (a phase that had ended runs again, which changes
+// nothing in the result). OnWorker is refused.
 //
 // Memory: Redis holds the combined partials of the map tasks done and not
 // yet reduced, then each partition's output until the manager read it; the
@@ -249,8 +256,6 @@ func startShuffle[In any, K comparable, V any](ctx context.Context, m *Manager, 
 	switch {
 	case err != nil:
 		return nil, err
-	case co.durable != "":
-		return nil, errors.New("manager: ReduceByKey: Durable is not supported yet")
 	case co.worker != "":
 		return nil, errors.New("manager: ReduceByKey: OnWorker is not supported")
 	case co.partitions < 0 || co.partitions > wire.MaxPartitions:
@@ -265,10 +270,27 @@ func startShuffle[In any, K comparable, V any](ctx context.Context, m *Manager, 
 	if err := m.ready(ctx); err != nil {
 		return nil, err
 	}
+	// A durable call's job is named for the call, so that the call that
+	// takes it over finds its partitions; each phase is a durable batch of
+	// its own, named after it.
+	durable := co.durable
+	co.durable = ""
 	var jid [8]byte
 	_, _ = rand.Read(jid[:])
+	ttl := 10 * m.opts.KeyTTL
+	if durable != "" {
+		sum := blake3.Sum256([]byte("redmap shuffle\x00" + durable))
+		copy(jid[:], sum[:])
+		ttl = m.opts.DurableTTL
+	}
+	phaseOn := func(ctx context.Context, phase string) (*Manager, error) {
+		if durable == "" {
+			return m, nil
+		}
+		return m.owner(ctx, durable+"/"+phase, co.durableWait)
+	}
 	j := &shuffleJob{m: m, store: m.spill, parts: co.partitions, total: len(xs), outputs: make(map[int]wire.ReduceOutput), failedParts: make(map[int]error)}
-	j.sh = wire.Shuffle{Job: hex.EncodeToString(jid[:]), Parts: co.partitions, TTL: (10 * m.opts.KeyTTL).Milliseconds(), Page: outputPage}
+	j.sh = wire.Shuffle{Job: hex.EncodeToString(jid[:]), Parts: co.partitions, TTL: ttl.Milliseconds(), Page: outputPage}
 	j.sh.Salts = j.salts(ctx)
 	redRef := &reducerRef{name: red.Name(), sig: red.Signature(), types: types(red)}
 	base := spec{name: em.Name(), sig: em.Signature(), types: types(em), limit: em.Limit(), red: redRef}
@@ -286,7 +308,15 @@ func startShuffle[In any, K comparable, V any](ctx context.Context, m *Manager, 
 			return wire.MapSummary{}, err
 		}
 		sp.shuffle = enc
-		b, err := submit(ctx, m, sp, elements[In]{xs: in}, mco, summaries)
+		phase := "map"
+		if count >= 0 {
+			phase = fmt.Sprintf("map@%d+%d", start, count)
+		}
+		on, err := phaseOn(ctx, phase)
+		if err != nil {
+			return wire.MapSummary{}, err
+		}
+		b, err := submit(ctx, on, sp, elements[In]{xs: in}, mco, summaries)
 		if err != nil {
 			return wire.MapSummary{}, err
 		}
@@ -294,6 +324,7 @@ func startShuffle[In any, K comparable, V any](ctx context.Context, m *Manager, 
 		m.stats.partialBytes.Add(sum.Bytes)
 		return sum, err
 	}
+	round := 0 // of reduce batches: a durable call names each after its round
 	j.reduce = func(ctx context.Context, ps []int) ([]wire.ReduceOutput, error) {
 		sh := j.sh
 		sh.Phase = wire.PhaseReduce
@@ -309,7 +340,12 @@ func startShuffle[In any, K comparable, V any](ctx context.Context, m *Manager, 
 		for i, p := range ps {
 			ins[i] = wire.ReduceInput{Part: p, Ranges: j.ranges}
 		}
-		b, err := submit(ctx, m, sp, elements[wire.ReduceInput]{xs: ins}, rco, (*redmap.Reducer[wire.ReduceOutput])(nil))
+		on, err := phaseOn(ctx, fmt.Sprintf("reduce@%d", round))
+		if err != nil {
+			return nil, err
+		}
+		round++
+		b, err := submit(ctx, on, sp, elements[wire.ReduceInput]{xs: ins}, rco, (*redmap.Reducer[wire.ReduceOutput])(nil))
 		if err != nil {
 			return nil, err
 		}

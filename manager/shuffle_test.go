@@ -17,6 +17,8 @@ import (
 
 	"github.com/redmap/redmap"
 	"github.com/redmap/redmap/internal/harness"
+	"github.com/redmap/redmap/internal/id"
+	"github.com/redmap/redmap/internal/keys"
 	"github.com/redmap/redmap/internal/redistest"
 	"github.com/redmap/redmap/manager"
 	"github.com/redmap/redmap/worker"
@@ -366,5 +368,34 @@ func TestReduceByKeyPoisonPill(t *testing.T) {
 		t.Fatalf("got %v, want element 57 failing with ErrLost", err)
 	}
 	sameCounts(t, "ReduceByKey with a poison pill", got, counts(slices.Delete(slices.Clone(docs), 57, 58)))
+	noPartitionsLeft(t, b)
+}
+
+// A durable map/reduce by key whose manager process is SIGKILLed in the
+// map phase is taken over by the same call from another process, which
+// returns the exact counts.
+func TestReduceByKeyDurableManagerKilled(t *testing.T) {
+	b := setup(t)
+	for range 2 {
+		w := startChild(t, "worker", childEnv(b, "REDMAP_CONCURRENCY=4")...)
+		w.Expect(t, "worker ")
+	}
+	name := "shuffle-" + b.Queue
+	env := []string{"REDMAP_URL=" + b.URL, "REDMAP_QUEUE=" + b.Queue, "REDMAP_N=4000",
+		"REDMAP_DURABLE=" + name, "REDMAP_MODE=shuffle"}
+	first := startChild(t, "manager-durable", env...)
+	first.Expect(t, "submitted")
+	// 200 map tasks of 20 documents, 16 partitions each: kill it with a
+	// fifth of them done.
+	eventually(t, "a fifth of the map tasks done", func() bool { return len(partialFields(t, b)) >= 40*16 })
+	first.Kill()
+	if n, err := b.Client.HExists(context.Background(), keys.Durables("redmap", b.Queue), id.Durable(name+"/map")).Result(); err != nil || !n {
+		t.Fatalf("no durable batch %q in Redis after the kill (%v): nothing to take over", name+"/map", err)
+	}
+	second := startChild(t, "manager-durable", env...)
+	second.Expect(t, "exact")
+	if <-second.Exited(); second.Err() != nil {
+		t.Fatalf("the restarted manager exited with %v", second.Err())
+	}
 	noPartitionsLeft(t, b)
 }
