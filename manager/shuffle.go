@@ -336,9 +336,10 @@ func startShuffle[In any, K comparable, V any](ctx context.Context, m *Manager, 
 			return nil, err
 		}
 		sp.shuffle = enc
+		runs := wire.CompressRanges(j.ranges)
 		ins := make([]wire.ReduceInput, len(ps))
 		for i, p := range ps {
-			ins[i] = wire.ReduceInput{Part: p, Ranges: j.ranges}
+			ins[i] = wire.ReduceInput{Part: p, Runs: runs}
 		}
 		on, err := phaseOn(ctx, fmt.Sprintf("reduce@%d", round))
 		if err != nil {

@@ -146,7 +146,7 @@ func FuzzTaskPath(f *testing.F) {
 	f.Add([]byte{0x9e, 0x02, 0xdb, 0xff, 0xff, 0xff, 0xff}, []byte{})
 	// A map/reduce by key's map task and reduce task.
 	f.Add(fuzzTask(fuzzWords, []string{"a b a", "c"}, fuzzShuffle(wire.PhaseMap)), []byte{})
-	f.Add(fuzzTask(fuzzWords, []wire.ReduceInput{{Part: 1, Ranges: []int{0, 2}}}, fuzzShuffle(wire.PhaseReduce)), []byte{})
+	f.Add(fuzzTask(fuzzWords, []wire.ReduceInput{{Part: 1, Runs: []int{0, 2, 1}}}, fuzzShuffle(wire.PhaseReduce)), []byte{})
 	f.Fuzz(func(t *testing.T, payload, constant []byte) {
 		h := harness(t)
 		ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
@@ -297,8 +297,8 @@ func TestForgedPartial(t *testing.T) {
 			client.Del(ctx, part(p), keys.PartitionOut(h.w.opts.Prefix, "fuzz", sh.Job, p, 0))
 		}
 	})
-	ins := []wire.ReduceInput{{Part: 0, Ranges: []int{0, 1, 1, 1}}, {Part: 1, Ranges: []int{0, 1, 1, 1}},
-		{Part: 2, Ranges: []int{0, 1, 1, 1}}, {Part: 3, Ranges: []int{0, 1, 1, 1}}}
+	ins := []wire.ReduceInput{{Part: 0, Runs: []int{0, 1, 2}}, {Part: 1, Runs: []int{0, 1, 2}},
+		{Part: 2, Runs: []int{0, 1, 2}}, {Part: 3, Runs: []int{0, 1, 2}}}
 	payload := fuzzTask(fuzzWords, ins, func(t *codec.Task) {
 		t.Reduce, t.ReduceSig = fuzzSum.Name(), fuzzSum.Signature()
 		t.Shuffle, _ = wire.EncodeShuffle(sh)

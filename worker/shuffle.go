@@ -105,16 +105,20 @@ func (w *Worker) reduceParts(ctx context.Context, c *resolved, s engine.Shuffler
 		out.AddNil()
 	}
 	for i, in := range ins {
-		if in.Part < 0 || in.Part >= sh.Parts || len(in.Ranges)%2 != 0 {
-			fail(i, codec.KindDecode, fmt.Sprintf("reduce input: partition %d of %d, %d range numbers", in.Part, sh.Parts, len(in.Ranges)))
+		ranges, err := wire.ExpandRanges(in.Runs)
+		if err == nil && (in.Part < 0 || in.Part >= sh.Parts) {
+			err = fmt.Errorf("worker: partition %d of %d", in.Part, sh.Parts)
+		}
+		if err != nil {
+			fail(i, codec.KindDecode, fmt.Sprintf("reduce input: %v", err))
 			continue
 		}
-		fields := make([]string, len(in.Ranges)/2)
+		fields := make([]string, len(ranges)/2)
 		for j := range fields {
-			fields[j] = wire.Range(in.Ranges[2*j], in.Ranges[2*j+1])
+			fields[j] = wire.Range(ranges[2*j], ranges[2*j+1])
 		}
 		var partials [][]byte
-		err := w.retryRedis(ctx, "read a partition's partials", func(ctx context.Context) (err error) {
+		err = w.retryRedis(ctx, "read a partition's partials", func(ctx context.Context) (err error) {
 			partials, err = w.spill.Partials(ctx, sh, in.Part, fields)
 			return err
 		})

@@ -3,6 +3,7 @@ package wire
 import (
 	"errors"
 	"fmt"
+	"math"
 	"strconv"
 
 	"github.com/redmap/redmap/codec"
@@ -95,16 +96,64 @@ type MapSummary struct {
 }
 
 // ReduceInput is the element of a reduce task: the partition to fold, and
-// the ranges (start, count, ...) whose partials it must find there.
+// the ranges whose partials it must find there, as runs (CompressRanges).
 type ReduceInput struct {
-	Part   int   `msgpack:"p"`
-	Ranges []int `msgpack:"r"`
+	Part int   `msgpack:"p"`
+	Runs []int `msgpack:"r"`
+}
+
+// MaxRanges caps the ranges a reduce task reads: the map tasks of one call.
+const MaxRanges = 1 << 22
+
+// CompressRanges writes a list of ranges (start, count, ...) sorted by
+// start as runs (start, count, times, ...): times ranges of count elements
+// each, one after the other from start. A call's map tasks tile its input
+// in a few sizes, so a reduce task's input is a few numbers, not two a map
+// task.
+func CompressRanges(rs []int) []int {
+	var runs []int
+	for i := 0; i+1 < len(rs); i += 2 {
+		start, count := rs[i], rs[i+1]
+		if n := len(runs); n > 0 {
+			s, c, t := runs[n-3], runs[n-2], runs[n-1]
+			if c == count && s+c*t == start {
+				runs[n-1]++
+				continue
+			}
+		}
+		runs = append(runs, start, count, 1)
+	}
+	return runs
+}
+
+// ExpandRanges is the inverse of CompressRanges. It refuses runs that are
+// not triples, that are out of range, or that expand past MaxRanges ranges.
+func ExpandRanges(runs []int) ([]int, error) {
+	if len(runs)%3 != 0 {
+		return nil, fmt.Errorf("ranges: %d numbers, not triples", len(runs))
+	}
+	total := 0
+	for i := 0; i < len(runs); i += 3 {
+		start, count, times := runs[i], runs[i+1], runs[i+2]
+		if start < 0 || count < 1 || times < 1 || times > MaxRanges-total || count > (math.MaxInt-start)/times {
+			return nil, fmt.Errorf("ranges: run %d (%d, %d, %d) out of range", i/3, start, count, times)
+		}
+		total += times
+	}
+	rs := make([]int, 0, 2*total)
+	for i := 0; i < len(runs); i += 3 {
+		for k := range runs[i+2] {
+			rs = append(rs, runs[i]+k*runs[i+1], runs[i+1])
+		}
+	}
+	return rs, nil
 }
 
 // ReduceOutput is what a reduce task returns for its partition: the keys
 // and pages of its output, stored in the partition's output list; or, if
-// some partials were not in Redis (lost with their data), the indexes in
-// ReduceInput.Ranges (of pairs) of those missing, and no output.
+// some partials were not in Redis (lost with their data), the indexes of
+// those missing among the ranges of ReduceInput.Runs, expanded, and no
+// output.
 type ReduceOutput struct {
 	Keys    int   `msgpack:"k"`
 	Pages   int   `msgpack:"n"`
