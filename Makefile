@@ -4,7 +4,7 @@ FUZZTIME  ?= 5s
 CHAOS     ?= 10m
 STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 REVIVE      := github.com/mgechev/revive@v1.11.0
-FUZZ_TARGETS := codec:FuzzDecodeTask codec:FuzzDecodeResult codec:FuzzDecodeElements codec:FuzzDecodeValue codec:FuzzIntsMatchMsgpack worker:FuzzTaskPath manager:FuzzResultPath internal/rdb:FuzzDecodeRecords
+FUZZ_TARGETS := codec:FuzzDecodeTask codec:FuzzDecodeResult codec:FuzzDecodeElements codec:FuzzDecodeValue codec:FuzzIntsMatchMsgpack worker:FuzzTaskPath manager:FuzzResultPath internal/rdb:FuzzDecodeRecords internal/wire:FuzzExpandRanges
 
 .PHONY: help test test-cluster fuzz lint bench demo chaos chaos-cluster redis-server screenshot
 
