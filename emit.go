@@ -63,7 +63,31 @@ func (e *Emitter[In, K, V]) Validate() error {
 	if err := e.opts.limit.Validate(); err != nil {
 		return fmt.Errorf("%w (emitter %q)", err, e.name)
 	}
+	if bad := byIdentity(reflect.TypeFor[K](), nil); bad != nil {
+		return fmt.Errorf("%w: emitter %q has key type %v, which holds a %v: keys compare by value once decoded, a %v does not (two equal keys from two tasks would stay two)",
+			ErrTypeMismatch, e.name, reflect.TypeFor[K](), bad, bad)
+	}
 	return validate(e.name, e.sig, e.fn == nil, reflect.TypeFor[In](), reflect.TypeFor[K](), reflect.TypeFor[V]())
+}
+
+// byIdentity returns a type inside key type t that Go compares by identity
+// or by dynamic type (a pointer, a channel, an interface), or nil: a key
+// decoded from a partial is a new value, so only keys compared by value
+// meet their equals from other tasks.
+func byIdentity(t reflect.Type, seen []reflect.Type) reflect.Type {
+	switch t.Kind() {
+	case reflect.Pointer, reflect.Chan, reflect.Interface, reflect.UnsafePointer:
+		return t
+	case reflect.Array:
+		return byIdentity(t.Elem(), seen)
+	case reflect.Struct:
+		for i := range t.NumField() {
+			if bad := byIdentity(t.Field(i).Type, seen); bad != nil {
+				return bad
+			}
+		}
+	}
+	return nil
 }
 
 func (e *Emitter[In, K, V]) handle() {}

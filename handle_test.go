@@ -211,3 +211,35 @@ func TestValidateRefusesUntravelledTypes(t *testing.T) {
 		}
 	}
 }
+
+// An emitter whose key type compares by identity (a pointer, an interface,
+// inside a struct or an array too) is refused: decoded keys would not meet
+// their equals. Keys compared by value pass.
+func TestEmitterKeyTypes(t *testing.T) {
+	type point struct{ X, Y int }
+	type holder struct {
+		Name string
+		P    *int
+	}
+	fine := []redmap.AnyHandle{
+		redmap.Emit("k-string", func(context.Context, int, func(string, int)) error { return nil }),
+		redmap.Emit("k-struct", func(context.Context, int, func(point, int)) error { return nil }),
+		redmap.Emit("k-array", func(context.Context, int, func([2]string, int)) error { return nil }),
+	}
+	for _, h := range fine {
+		if err := h.Validate(); err != nil {
+			t.Fatalf("%s: %v", h.Name(), err)
+		}
+	}
+	bad := []redmap.AnyHandle{
+		redmap.Emit("k-pointer", func(context.Context, int, func(*int, int)) error { return nil }),
+		redmap.Emit("k-any", func(context.Context, int, func(any, int)) error { return nil }),
+		redmap.Emit("k-held", func(context.Context, int, func(holder, int)) error { return nil }),
+		redmap.Emit("k-array-any", func(context.Context, int, func([1]any, int)) error { return nil }),
+	}
+	for _, h := range bad {
+		if err := h.Validate(); !errors.Is(err, redmap.ErrTypeMismatch) {
+			t.Fatalf("%s: %v, want ErrTypeMismatch", h.Name(), err)
+		}
+	}
+}
