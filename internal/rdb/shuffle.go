@@ -126,21 +126,6 @@ func (r *RDB) DropPartitions(ctx context.Context, sh *wire.Shuffle, ps []int) er
 	return err
 }
 
-// PartitionMemory returns the bytes Redis uses for partition p's keys
-// (MEMORY USAGE of its partials and its output), for measurements.
-func (r *RDB) PartitionMemory(ctx context.Context, sh *wire.Shuffle, p int) (int64, error) {
-	part, out := r.partitionKeys(sh, p)
-	var total int64
-	for _, k := range []string{part, out} {
-		n, err := r.c.MemoryUsage(ctx, k, 0).Result()
-		if err != nil && !errors.Is(err, redis.Nil) {
-			return 0, err
-		}
-		total += n
-	}
-	return total, nil
-}
-
 // RenewPartitions sets the TTL of partitions ps of sh again (sh.TTL), so
 // that they outlive a long call. One pipeline (on a Cluster, one per
 // master).
