@@ -214,10 +214,18 @@ func TestLimitRateHeldAcrossFleet(t *testing.T) {
 	}
 	most := maxInWindow(ts, time.Second)
 	span := time.Duration(ts[len(ts)-1] - ts[0])
-	t.Logf("3,000 elements at 100/s burst 10 on 4 workers × 4: most starts in any 1 s window %d (bound 110); first to last start %v (the limit's 29.9 s; issue's target 30 s ± 10%%); an unlimited batch of 3,000 took %v beside it (%d limited elements done by then), %v alone just before",
+	t.Logf("3,000 elements at 100/s burst 10 on 4 workers × 4: most starts in any 1 s window %d (bound 115); first to last start %v (the limit's 29.9 s; issue's target 30 s ± 10%%); an unlimited batch of 3,000 took %v beside it (%d limited elements done by then), %v alone just before",
 		most, span.Round(time.Millisecond), freeTook.Round(time.Millisecond), lp.Done, aloneTook.Round(time.Millisecond))
-	if most > 110 {
-		t.Errorf("%d elements started within one second; the limit allows 110", most)
+	// The limit admits at most 110 in any second (100 and a burst of 10),
+	// by Redis's clock, in the take; the starts are the worker processes'
+	// clocks when the function began, after the take's reply was decoded
+	// and the task handed to a slot. A lag of up to 50 ms between the two,
+	// which a loaded 2-core machine running other tests beside this one
+	// shows, moves up to 5 more starts into a window than were admitted in
+	// it. A limit not held across the fleet would let 4 workers start up to
+	// 400 a second.
+	if most > 115 {
+		t.Errorf("%d elements started within one second; the limit allows 110, and 5 more for the lag between admission and start", most)
 	}
 	if span < 29*time.Second {
 		t.Errorf("3,000 elements started within %v: faster than 100/s allows (29.9 s)", span)
