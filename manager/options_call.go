@@ -77,8 +77,8 @@ func MaxRetryAfter(n int) CallOption { return func(o *callOptions) { o.waits = n
 func OnWorker(id string) CallOption { return func(o *callOptions) { o.worker = id } }
 
 // ChunkSize fixes how many elements travel in one task. Without it, the size
-// adapts to the function's cost as workers measure it, aiming at about 2 ms of
-// work per task (at most 32,768 elements, and at least 16 tasks per batch that
+// adapts to the function's cost as workers measure it, aiming at about 4 ms of
+// work per task (at most 65,536 elements, and at least 16 tasks per batch that
 // has the elements); while the cost is unknown, tasks carry up to 8.
 func ChunkSize(n int) CallOption { return func(o *callOptions) { o.chunk = n } }
 
