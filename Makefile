@@ -13,7 +13,9 @@ help: ## list the targets
 
 test: redis-server ## go test -race ./..., deploy/'s manifests and image (a module of its own), then each fuzz target for FUZZTIME (5s)
 	$(GO) test -race -count=1 -parallel 4 ./...
+	@echo "== $$(date -u +%T) deploy"
 	cd deploy && $(GO) test -count=1 ./...
+	@echo "== $$(date -u +%T) fuzz"
 	@$(MAKE) --no-print-directory fuzz FUZZTIME=$(FUZZTIME)
 
 test-cluster: redis-server ## the manager, worker and cache suites again, on a local 3-master Redis Cluster, then with every queue over 3 shards
