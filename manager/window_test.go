@@ -65,8 +65,8 @@ func TestLateElementTooLarge(t *testing.T) {
 // The sizes come from measured time, so the test compares the batches with
 // each other rather than with a count this machine's speed would set: once
 // the cost is known, a batch takes at most half the tasks of the first (the
-// one that learned it, which starts a task per element) and at least ten
-// elements a task on average.
+// one that learned it, which starts with tasks of a few elements) and at
+// least ten elements a task on average.
 func TestChunksAdapt(t *testing.T) {
 	b := setup(t)
 	w := b.Worker(t, worker.Options{Concurrency: 2}, square)
