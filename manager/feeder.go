@@ -180,6 +180,9 @@ func (f *feeder[Out]) window() (window, error) {
 			f.pos = w.bad.Index + 1
 			break
 		}
+		if f.fixed == 0 {
+			f.costs.observeSize(b.fn, len(payload), end-f.pos)
+		}
 		if err := add(end, payload); err != nil {
 			// Nothing of the window is registered: the feeder fails its
 			// elements and the rest with err (giveUp).

@@ -151,7 +151,7 @@ func assemble(r seams, opts Options, mid string, o *owned) *Manager {
 		log:     opts.Logger.With("manager", mid, "queue", opts.Queue),
 		pending: newPendingTasks(),
 		batches: newRegistry(),
-		costs:   costs{m: make(map[string]float64)},
+		costs:   newCosts(),
 	}
 	m.ctx, m.cancel = context.WithCancel(context.Background())
 	if s, ok := r.queue.(shuffleStore); ok {

@@ -78,8 +78,9 @@ func OnWorker(id string) CallOption { return func(o *callOptions) { o.worker = i
 
 // ChunkSize fixes how many elements travel in one task. Without it, the size
 // adapts to the function's cost as workers measure it, aiming at about 4 ms of
-// work per task (at most 65,536 elements, and at least 16 tasks per batch that
-// has the elements); while the cost is unknown, tasks carry up to 8.
+// work per task (at most 65,536 elements, about 4 MiB of encoded input, and
+// at least 16 tasks per batch that has the elements); while the cost is
+// unknown, tasks carry up to 8.
 func ChunkSize(n int) CallOption { return func(o *callOptions) { o.chunk = n } }
 
 // Seed sets the batch's seed for redmap.Rand: each element's random source
