@@ -55,29 +55,26 @@ func (c *costs) chunkSize(fn string, n int) int {
 
 // observe records that a task of fn ran count elements in nanos.
 func (c *costs) observe(fn string, nanos int64, count int) {
-	if nanos <= 0 || count <= 0 {
-		return
-	}
-	per := float64(nanos) / float64(count)
-	c.mu.Lock()
-	if old, ok := c.m[fn]; ok {
-		per = 0.8*old + 0.2*per
-	}
-	c.m[fn] = per
-	c.mu.Unlock()
+	c.learn(c.m, fn, float64(nanos), count)
 }
 
 // observeSize records that count elements of fn were encoded into size
 // bytes.
 func (c *costs) observeSize(fn string, size, count int) {
-	if size <= 0 || count <= 0 {
+	c.learn(c.bytes, fn, float64(size), count)
+}
+
+// learn folds total/count, a measure per element of fn, into m[fn]:
+// smoothed, so that one odd task moves it a fifth of the way.
+func (c *costs) learn(m map[string]float64, fn string, total float64, count int) {
+	if total <= 0 || count <= 0 {
 		return
 	}
-	per := float64(size) / float64(count)
+	per := total / float64(count)
 	c.mu.Lock()
-	if old, ok := c.bytes[fn]; ok {
+	if old, ok := m[fn]; ok {
 		per = 0.8*old + 0.2*per
 	}
-	c.bytes[fn] = per
+	m[fn] = per
 	c.mu.Unlock()
 }
