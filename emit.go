@@ -63,7 +63,7 @@ func (e *Emitter[In, K, V]) Validate() error {
 	if err := e.opts.limit.Validate(); err != nil {
 		return fmt.Errorf("%w (emitter %q)", err, e.name)
 	}
-	if bad := byIdentity(reflect.TypeFor[K](), nil); bad != nil {
+	if bad := byIdentity(reflect.TypeFor[K]()); bad != nil {
 		return fmt.Errorf("%w: emitter %q has key type %v, which holds a %v: keys compare by value once decoded, a %v does not (two equal keys from two tasks would stay two)",
 			ErrTypeMismatch, e.name, reflect.TypeFor[K](), bad, bad)
 	}
@@ -74,15 +74,15 @@ func (e *Emitter[In, K, V]) Validate() error {
 // or by dynamic type (a pointer, a channel, an interface), or nil: a key
 // decoded from a partial is a new value, so only keys compared by value
 // meet their equals from other tasks.
-func byIdentity(t reflect.Type, seen []reflect.Type) reflect.Type {
+func byIdentity(t reflect.Type) reflect.Type {
 	switch t.Kind() {
 	case reflect.Pointer, reflect.Chan, reflect.Interface, reflect.UnsafePointer:
 		return t
 	case reflect.Array:
-		return byIdentity(t.Elem(), seen)
+		return byIdentity(t.Elem())
 	case reflect.Struct:
 		for i := range t.NumField() {
-			if bad := byIdentity(t.Field(i).Type, seen); bad != nil {
+			if bad := byIdentity(t.Field(i).Type); bad != nil {
 				return bad
 			}
 		}
