@@ -42,10 +42,14 @@ local seen = {}
 local groups = {} -- manager key prefix -> {m = it, tasks = task set, at, tids, results}
 local order = {}
 local solos = {} -- manager key prefix, bounds, record, ...: records to write
+local records = false -- some pair is a history record ("#<bounds>")
+local byte = string.byte -- a local: it runs for every task
 -- Each task reported with a result, by its manager, to be checked.
 for i = 2, #ARGV, 2 do
   local tid = ARGV[i]
-  if string.byte(tid, 1) ~= 35 then -- not '#': a task and its result
+  if byte(tid, 1) == 35 then -- '#': a history record, not a task
+    records = true
+  else
     members[#members + 1] = tid
     members[#members + 1] = '!' .. tid
     local m = manager(base, tid)
@@ -91,7 +95,7 @@ for _, m in ipairs(order) do
   local found = in_set(m, g.tasks, g.at)
   for k, i in ipairs(g.at) do
     local tid, r = ARGV[i], ARGV[i + 1]
-    local staged = string.byte(r, 1) == 61 -- '='
+    local staged = byte(r, 1) == 61 -- '='
     if found[k] and not seen[tid] then
       seen[tid] = true
       ok[i] = true
@@ -107,8 +111,8 @@ for _, m in ipairs(order) do
     end
   end
 end
-for i = 4, #ARGV, 2 do
-  if string.byte(ARGV[i], 1) == 35 and ok[i - 2] then -- the record of a task delivered
+for i = 4, records and #ARGV or 0, 2 do
+  if byte(ARGV[i], 1) == 35 and ok[i - 2] then -- the record of a task delivered
     solos[#solos + 1] = manager(base, ARGV[i - 2])
     solos[#solos + 1] = ARGV[i]
     solos[#solos + 1] = ARGV[i + 1]
@@ -119,7 +123,7 @@ for i = 1, #members, CHUNK do
 end
 if redis.call('EXISTS', base .. 'lim:held') == 1 then
   for i = 2, #ARGV, 2 do
-    if string.byte(ARGV[i], 1) ~= 35 then
+    if byte(ARGV[i], 1) ~= 35 then
       unhold_limited(base, ARGV[i])
     end
   end
@@ -130,10 +134,15 @@ for _, m in ipairs(order) do
     for i = 1, #g.results, CHUNK do
       redis.call('RPUSH', m .. ':results', unpack(g.results, i, math.min(i + CHUNK - 1, #g.results)))
     end
+    -- Most managers have lost no attempts: one EXISTS spares the copy of
+    -- every id into a delete that finds nothing.
+    local attempts = redis.call('EXISTS', m .. ':attempts') == 1
     for i = 1, #g.tids, CHUNK do
       local j = math.min(i + CHUNK - 1, #g.tids)
       redis.call('HDEL', g.tasks, unpack(g.tids, i, j))
-      redis.call('HDEL', m .. ':attempts', unpack(g.tids, i, j))
+      if attempts then
+        redis.call('HDEL', m .. ':attempts', unpack(g.tids, i, j))
+      end
     end
     delivered = delivered + #g.tids
     -- A result list lives as long as its manager's task set, which the

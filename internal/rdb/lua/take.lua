@@ -336,7 +336,7 @@ local function take(list, mark, limit)
             held_back[tid] = math.max(1, micros() - since)
           end
         end
-        held[#held + 1] = mark .. tid
+        held[#held + 1] = mark == '' and tid or mark .. tid
         out[#out + 1] = tid
         out[#out + 1] = attempt
         out[#out + 1] = payload
