@@ -34,6 +34,7 @@ func DecodeValue[T any](b []byte) (T, error) {
 		return v, corrupt("value", err)
 	}
 	d := newReader(b)
+	defer d.release()
 	if err := decodeOne(d.dec, &v); err != nil {
 		return v, corrupt("value", err)
 	}
@@ -163,6 +164,7 @@ func DecodeElements[T any](frame []byte, dst []T) error {
 		return nil
 	}
 	d := newReader(frame)
+	defer d.release()
 	d.arrayLen()
 	if fixedFast(dst) {
 		// Floats and bools: each read checks its code, allocates nothing,

@@ -15,10 +15,13 @@ type writer struct {
 	err error
 }
 
+// newWriter returns a writer whose encoder comes from msgpack's pool (a
+// worker encodes a result per task); result gives it back.
 func newWriter(size int) *writer {
 	w := &writer{}
 	w.buf.Grow(size)
-	w.enc = msgpack.NewEncoder(&w.buf)
+	w.enc = msgpack.GetEncoder()
+	w.enc.Reset(&w.buf)
 	return w
 }
 
@@ -34,7 +37,11 @@ func (w *writer) str(s string)   { w.do(w.enc.EncodeString(s)) }
 func (w *writer) bytes(b []byte) { w.do(w.enc.EncodeBytes(b)) }
 func (w *writer) bool(v bool)    { w.do(w.enc.EncodeBool(v)) }
 
+// result returns what w encoded, and gives its encoder back to the pool: w
+// writes nothing after it.
 func (w *writer) result() ([]byte, error) {
+	msgpack.PutEncoder(w.enc)
+	w.enc = nil
 	if w.err != nil {
 		return nil, w.err
 	}
@@ -45,14 +52,27 @@ func (w *writer) result() ([]byte, error) {
 // after an error every read returns a zero value.
 type reader struct {
 	b   []byte
-	r   *bytes.Reader
+	r   bytes.Reader
 	dec *msgpack.Decoder
 	err error
 }
 
+// newReader returns a reader of b whose decoder comes from msgpack's pool
+// (a worker decodes a task, and a manager a result, per task); the caller
+// gives it back with release once it has read all it reads. Nothing decoded
+// refers to the decoder's buffers: strings and byte slices are copies.
 func newReader(b []byte) *reader {
-	r := bytes.NewReader(b)
-	return &reader{b: b, r: r, dec: msgpack.NewDecoder(r)}
+	d := &reader{b: b}
+	d.r.Reset(b)
+	d.dec = msgpack.GetDecoder()
+	d.dec.Reset(&d.r)
+	return d
+}
+
+// release gives d's decoder back to the pool; d reads nothing after it.
+func (d *reader) release() {
+	msgpack.PutDecoder(d.dec)
+	d.dec = nil
 }
 
 // checkNext walks the next value before msgpack reads it, so a string's or a

@@ -135,6 +135,7 @@ func EncodeResult(r *Result) ([]byte, error) {
 // rather than wait for it forever.
 func DecodeResult(b []byte, limit int) (*Result, error) {
 	d := newReader(b)
+	defer d.release()
 	fields := d.arrayLen()
 	if fields < resultFields || fields > maxResultFields {
 		return nil, d.fail("result", "want an array of 6 to 16 fields")

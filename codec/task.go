@@ -130,6 +130,7 @@ func DecodeTask(b []byte, limit int) (*Task, error) {
 		return nil, err
 	}
 	d := newReader(b)
+	defer d.release()
 	fields := d.arrayLen()
 	if fields < taskFields {
 		return nil, d.fail("task", "want an array of at least 14 fields")

@@ -16,6 +16,9 @@ func Rand(ctx context.Context) *rand.Rand {
 		e.src.Seed(e.seed, mix(e.seed^mix(e.index)))
 		e.seeded = true
 	}
+	if e.r == nil {
+		e.r = rand.New(&e.src) // made once a task, by the first that asks
+	}
 	return e.r
 }
 
@@ -35,7 +38,6 @@ type element struct {
 // sets the element and attempt about to run.
 func withElements(ctx context.Context, seed uint64) (context.Context, *element) {
 	e := &element{seed: seed}
-	e.r = rand.New(&e.src)
 	return context.WithValue(ctx, elementKey{}, e), e
 }
 

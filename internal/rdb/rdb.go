@@ -463,8 +463,10 @@ func (r *RDB) parseTaken(vals []any) (taken []wire.Taken, end wire.TakeEnd, err 
 		}
 		mark, since, limited := strings.Cut(mark, "@")
 		t.Private = mark == "!"
-		if us, err := strconv.ParseInt(since, 10, 64); limited && err == nil && us > 0 {
-			t.HeldBack = time.Duration(us) * time.Microsecond
+		if limited {
+			if us, err := strconv.ParseInt(since, 10, 64); err == nil && us > 0 {
+				t.HeldBack = time.Duration(us) * time.Microsecond
+			}
 		}
 		taken = append(taken, t)
 	}
