@@ -302,6 +302,43 @@ func TestTakeReturnsPayloadsInOrderPrivateFirst(t *testing.T) {
 	}
 }
 
+// A finish takes its tasks out of the worker's held set whichever list
+// they came from, in one call with both kinds or with one only: the held
+// set keeps a private task as "!<id>", which the finish looks for only
+// when the plain ids did not all go.
+func TestFinishEmptiesHeldSet(t *testing.T) {
+	f := setup(t)
+	ctx := context.Background()
+	held := keys.Held("rm", f.queue, "w1")
+	pub := f.submit(t, "", 3)
+	f.mid = id.New()
+	priv := f.submit(t, "w1", 3)
+	if taken, _, err := f.r.Take(ctx, "w1", 6, 6, time.Minute, 0, 0, serves); err != nil || len(taken) != 6 {
+		t.Fatalf("took %d tasks (%v), want 6", len(taken), err)
+	}
+	for _, c := range []struct {
+		name  string
+		ids   []string
+		after int64
+	}{
+		{"public only", pub[:1], 5},
+		{"private only", priv[:1], 4},
+		{"both, and one twice", []string{pub[1], priv[1], pub[1]}, 2},
+		{"both", []string{priv[2], pub[2]}, 0},
+	} {
+		var done []wire.Done
+		for _, tid := range c.ids {
+			done = append(done, wire.Done{ID: tid, Result: []byte("r " + tid)})
+		}
+		if _, err := f.r.Finish(ctx, "w1", done); err != nil {
+			t.Fatal(err)
+		}
+		if n := f.c.SCard(ctx, held).Val(); n != c.after {
+			t.Fatalf("after finishing %s: %d held (%v), want %d", c.name, n, f.c.SMembers(ctx, held).Val(), c.after)
+		}
+	}
+}
+
 // The first result of a task is delivered; a second one, from a duplicate or a
 // zombie, is discarded.
 func TestFinishDeliversOnce(t *testing.T) {

@@ -43,6 +43,7 @@ local groups = {} -- manager key prefix -> {m = it, tasks = task set, at, tids, 
 local order = {}
 local solos = {} -- manager key prefix, bounds, record, ...: records to write
 local records = false -- some pair is a history record ("#<bounds>")
+local nm = 0 -- the length of members (a # is a search)
 local byte = string.byte -- a local: it runs for every task
 -- Each task reported with a result, by its manager, to be checked.
 for i = 2, #ARGV, 2 do
@@ -50,17 +51,18 @@ for i = 2, #ARGV, 2 do
   if byte(tid, 1) == 35 then -- '#': a history record, not a task
     records = true
   else
-    members[#members + 1] = tid
-    members[#members + 1] = '!' .. tid
+    nm = nm + 1
+    members[nm] = tid
     local m = manager(base, tid)
     if m and ARGV[i + 1] ~= '' then
       local g = groups[m]
       if not g then
-        g = {m = m, tasks = m .. ':tasks', at = {}, tids = {}, results = {}}
+        g = {m = m, tasks = m .. ':tasks', at = {}, n = 0, tids = {}, results = {}, d = 0}
         groups[m] = g
         order[#order + 1] = m
       end
-      g.at[#g.at + 1] = i
+      g.n = g.n + 1
+      g.at[g.n] = i
     end
   end
 end
@@ -75,7 +77,7 @@ local function in_set(m, tasks, at)
     for j = 1, #at, CHUNK do
       local tids = {}
       for k = j, math.min(j + CHUNK - 1, #at) do
-        tids[#tids + 1] = ARGV[at[k]]
+        tids[k - j + 1] = ARGV[at[k]]
       end
       local vals = redis.call('HMGET', tasks, unpack(tids))
       for k = 1, #vals do
@@ -83,28 +85,33 @@ local function in_set(m, tasks, at)
       end
     end
   else
-    for k, i in ipairs(at) do
+    for k = 1, #at do
+      local i = at[k]
       found[k] = redis.call('HEXISTS', tasks, ARGV[i]) == 1
     end
   end
   return found
 end
-local ok = {} -- ARGV index of a task -> true if its result is delivered
+local ok = {} -- ARGV index of a task -> true if its result is delivered (kept only for the records)
 for _, m in ipairs(order) do
   local g = groups[m]
   local found = in_set(m, g.tasks, g.at)
-  for k, i in ipairs(g.at) do
+  for k = 1, g.n do -- not ipairs: an iterator is a call per task
+    local i = g.at[k]
     local tid, r = ARGV[i], ARGV[i + 1]
     local staged = byte(r, 1) == 61 -- '='
     if found[k] and not seen[tid] then
       seen[tid] = true
-      ok[i] = true
-      g.tids[#g.tids + 1] = tid
+      if records then
+        ok[i] = true
+      end
+      local d = g.d + 1 -- results delivered so far (a # is a search)
+      g.d, g.tids[d] = d, tid
       if staged then
         r = 'staged ' .. string.sub(r, 2)
         g.staged = true
       end
-      g.results[#g.results + 1] = r
+      g.results[d] = r
     elseif staged then
       -- Not wanted, or a duplicate in this call: its staged result goes.
       redis.call('HDEL', m .. ':staged', string.sub(r, 2))
@@ -118,8 +125,21 @@ for i = 4, records and #ARGV or 0, 2 do
     solos[#solos + 1] = ARGV[i + 1]
   end
 end
-for i = 1, #members, CHUNK do
-  redis.call('SREM', KEYS[1], unpack(members, i, math.min(i + CHUNK - 1, #members)))
+-- A task is held as its id, or "!<id>" if it came from the worker's
+-- private list. Most come from lanes: the "!" forms are looked for only if
+-- the ids did not all go (some were private, not held, or repeated).
+local removed = 0
+for i = 1, nm, CHUNK do
+  removed = removed + redis.call('SREM', KEYS[1], unpack(members, i, math.min(i + CHUNK - 1, nm)))
+end
+if removed < nm then
+  local bang = {}
+  for i = 1, nm do
+    bang[i] = '!' .. members[i]
+  end
+  for i = 1, nm, CHUNK do
+    redis.call('SREM', KEYS[1], unpack(bang, i, math.min(i + CHUNK - 1, nm)))
+  end
 end
 if redis.call('EXISTS', base .. 'lim:held') == 1 then
   for i = 2, #ARGV, 2 do

@@ -88,8 +88,8 @@ if lane ~= '' then
   -- unlane); its entry in the manager's lanes too. A take drops a lane it
   -- finds empty from the ring.
   local elements = 0
-  for _, tid in ipairs(ids) do
-    elements = elements + size_of(tid)
+  for i = 1, #ids do
+    elements = elements + size_of(ids[i])
   end
   redis.call('INCRBY', KEYS[2] .. ':e', elements)
   local first = seq_of(ids[1]) or 0

@@ -255,18 +255,19 @@ end
 -- payload is never copied into Lua.
 local function payloads_of(ids)
   local got, ms, groups, order = {}, {}, {}, {}
-  for i, tid in ipairs(ids) do
+  for i = 1, #ids do -- not ipairs: an iterator is a call per task
+    local tid = ids[i]
     local m = keys_of(tid)
     ms[i] = m
     if m and m.widest and m.widest <= INLINE then
       local g = groups[m]
       if not g then
-        g = {at = {}, tids = {}}
+        g = {at = {}, tids = {}, n = 0}
         groups[m] = g
         order[#order + 1] = m
       end
-      g.at[#g.at + 1] = i
-      g.tids[#g.tids + 1] = tid
+      local k = g.n + 1
+      g.n, g.at[k], g.tids[k] = k, i, tid
     elseif m then
       local size = redis.call('HSTRLEN', m.tasks, tid)
       if size > 0 then
@@ -308,7 +309,8 @@ local function take(list, mark, limit)
     -- Fewer than asked for: the list is empty now, no need to pop again.
     local last = #ids < want
     local payloads, ms = payloads_of(ids)
-    for i, tid in ipairs(ids) do
+    for i = 1, #ids do -- not ipairs: an iterator is a call per task
+      local tid = ids[i]
       if mark == '' then
         gave[list] = (gave[list] or 0) + size_of(tid)
       end
@@ -323,7 +325,7 @@ local function take(list, mark, limit)
           alone, suspect = true, true
           return
         end
-        if not admit(tid) then
+        if limited and not admit(tid) then
           -- Its limit has no room: it and the ids after it go back, in
           -- order, and the take goes on with the next list.
           put_back(list, mark, ids, i)
@@ -336,11 +338,13 @@ local function take(list, mark, limit)
             held_back[tid] = math.max(1, micros() - since)
           end
         end
-        held[#held + 1] = mark == '' and tid or mark .. tid
-        out[#out + 1] = tid
-        out[#out + 1] = attempt
-        out[#out + 1] = payload
-        out[#out + 1] = held_back[tid] and mark .. '@' .. math.floor(held_back[tid]) or mark
+        -- taken counts the tasks in held and out: a length (#) is a search.
+        held[taken + 1] = mark == '' and tid or mark .. tid
+        local at = 4 * taken
+        out[at + 1] = tid
+        out[at + 2] = attempt
+        out[at + 3] = payload
+        out[at + 4] = since_on and held_back[tid] and mark .. '@' .. math.floor(held_back[tid]) or mark
         taken = taken + 1
         if attempt ~= '0' then
           put_back(list, mark, ids, i + 1)
