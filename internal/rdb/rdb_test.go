@@ -364,18 +364,28 @@ func TestFinishDeliversOnce(t *testing.T) {
 
 // Take drops tasks whose manager no longer wants them, and their payloads.
 func TestTakeDropsWithdrawn(t *testing.T) {
-	f := setup(t)
-	ctx := context.Background()
-	ids := f.submit(t, "", 4)
-	if err := f.r.Cancel(ctx, f.mid, ids[:3]); err != nil {
-		t.Fatal(err)
-	}
-	taken, _, err := f.r.Take(ctx, "w1", 4, 4, time.Minute, 0, 0, serves)
-	if err != nil || len(taken) != 1 || taken[0].ID != ids[3] {
-		t.Fatalf("took %+v (%v), want only %s", taken, err, ids[3])
-	}
-	if n := f.c.LLen(ctx, f.laneKey()).Val(); n != 0 {
-		t.Fatalf("public list holds %d ids", n)
+	// A take of a few tasks and of many (one pop of 40 ids, as a worker
+	// with a deep prefetch makes): only the wanted are returned, and only
+	// they stay held.
+	for _, n := range []int{4, 40} {
+		t.Run(strconv.Itoa(n), func(t *testing.T) {
+			f := setup(t)
+			ctx := context.Background()
+			ids := f.submit(t, "", n)
+			if err := f.r.Cancel(ctx, f.mid, ids[:n-1]); err != nil {
+				t.Fatal(err)
+			}
+			taken, _, err := f.r.Take(ctx, "w1", n, n, time.Minute, 0, 0, serves)
+			if err != nil || len(taken) != 1 || taken[0].ID != ids[n-1] || len(taken[0].Payload) == 0 {
+				t.Fatalf("took %+v (%v), want only %s, with its payload", taken, err, ids[n-1])
+			}
+			if n := f.c.LLen(ctx, f.laneKey()).Val(); n != 0 {
+				t.Fatalf("public list holds %d ids", n)
+			}
+			if held := f.c.SMembers(ctx, keys.Held("rm", f.queue, "w1")).Val(); !slices.Equal(held, []string{ids[n-1]}) {
+				t.Fatalf("held %v, want only %s", held, ids[n-1])
+			}
+		})
 	}
 }
 
