@@ -174,10 +174,18 @@ func TestFaultClusterLostWrites(t *testing.T) {
 				t.Logf("killed %s's master %s with submits %v since its replica's last sync; the promoted replica lacked them: %v",
 					shard, killed.Addr(), counts, lost)
 			})
-			found := logs.logged("Redis lost writes")
-			t.Logf("%d elements exact; the manager found lost writes: %v", n, found)
-			if lost && !found {
-				t.Fatal("the master died with writes its replica lacked, yet the manager found none lost")
+			t.Logf("%d elements exact; the manager found lost writes: %v", n, logs.logged("Redis lost writes"))
+			if lost {
+				// The recoverer logs once its resubmit is in, and the
+				// tasks it put back may all be done before that line
+				// runs (a CI run, under load, checked in between): the
+				// log is awaited, not read once.
+				eventuallyWithin(t, 30*time.Second, "the manager's log that Redis lost writes (the master died with writes its replica lacked)", func() bool {
+					return logs.logged("Redis lost writes")
+				})
+				if t.Failed() {
+					t.Logf("the manager's warnings: %q", logs.above(slog.LevelInfo))
+				}
 			}
 		})
 	}
