@@ -379,8 +379,8 @@ func TestTakeDropsWithdrawn(t *testing.T) {
 			if err != nil || len(taken) != 1 || taken[0].ID != ids[n-1] || len(taken[0].Payload) == 0 {
 				t.Fatalf("took %+v (%v), want only %s, with its payload", taken, err, ids[n-1])
 			}
-			if n := f.c.LLen(ctx, f.laneKey()).Val(); n != 0 {
-				t.Fatalf("public list holds %d ids", n)
+			if left := f.c.LLen(ctx, f.laneKey()).Val(); left != 0 {
+				t.Fatalf("public list holds %d ids", left)
 			}
 			if held := f.c.SMembers(ctx, keys.Held("rm", f.queue, "w1")).Val(); !slices.Equal(held, []string{ids[n-1]}) {
 				t.Fatalf("held %v, want only %s", held, ids[n-1])
