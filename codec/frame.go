@@ -3,6 +3,7 @@ package codec
 import (
 	"bytes"
 	"fmt"
+	"sync"
 
 	"github.com/vmihailenco/msgpack/v5"
 )
@@ -15,10 +16,18 @@ type writer struct {
 	err error
 }
 
-// newWriter returns a writer whose encoder comes from msgpack's pool (a
-// worker encodes a result per task); result gives it back.
+// writers and readers are pooled with their msgpack encoders and decoders:
+// a worker encodes a result and decodes a task per task, a manager the
+// reverse.
+var (
+	writers = sync.Pool{New: func() any { return new(writer) }}
+	readers = sync.Pool{New: func() any { return new(reader) }}
+)
+
+// newWriter returns a writer from the pool, with an encoder from msgpack's;
+// result gives both back.
 func newWriter(size int) *writer {
-	w := &writer{}
+	w := writers.Get().(*writer)
 	w.buf.Grow(size)
 	w.enc = msgpack.GetEncoder()
 	w.enc.Reset(&w.buf)
@@ -41,11 +50,13 @@ func (w *writer) bool(v bool)    { w.do(w.enc.EncodeBool(v)) }
 // writes nothing after it.
 func (w *writer) result() ([]byte, error) {
 	msgpack.PutEncoder(w.enc)
-	w.enc = nil
-	if w.err != nil {
-		return nil, w.err
+	b, err := w.buf.Bytes(), w.err
+	*w = writer{} // the bytes are the caller's now
+	writers.Put(w)
+	if err != nil {
+		return nil, err
 	}
-	return w.buf.Bytes(), nil
+	return b, nil
 }
 
 // reader decodes MessagePack fields from a frame and keeps the first error;
@@ -62,17 +73,20 @@ type reader struct {
 // gives it back with release once it has read all it reads. Nothing decoded
 // refers to the decoder's buffers: strings and byte slices are copies.
 func newReader(b []byte) *reader {
-	d := &reader{b: b}
+	d := readers.Get().(*reader)
+	d.b = b
 	d.r.Reset(b)
 	d.dec = msgpack.GetDecoder()
 	d.dec.Reset(&d.r)
 	return d
 }
 
-// release gives d's decoder back to the pool; d reads nothing after it.
+// release gives d and its decoder back to their pools; d reads nothing
+// after it.
 func (d *reader) release() {
 	msgpack.PutDecoder(d.dec)
-	d.dec = nil
+	*d = reader{}
+	readers.Put(d)
 }
 
 // checkNext walks the next value before msgpack reads it, so a string's or a

@@ -46,7 +46,9 @@ func (w *Worker) execute(ctx context.Context, t wire.Taken) (done wire.Done) {
 	}()
 	res := &codec.Result{Task: t.ID, Attempt: t.Attempt}
 	start := time.Now()
-	ctx = engine.WithLogger(ctx, w.log) // for redmap.Logger
+	if engine.Logger(ctx) != w.log { // the executors' context carries it already
+		ctx = engine.WithLogger(ctx, w.log) // for redmap.Logger
+	}
 	var c resolved
 	task, fail := w.decode(t)
 	if fail == nil {
@@ -214,6 +216,7 @@ func (w *Worker) resolve(ctx context.Context, t wire.Taken, c *resolved) (fail *
 			return whole(codec.KindConstMissing, "fetching constant %s: %v", ref, err)
 		}
 	}
+	fn := task.Func // not task: c would escape, a few hundred bytes a task
 	c.policy = engine.Policy{
 		Attempts: task.Attempts - t.Attempt,
 		Timeout:  time.Duration(task.Timeout) * time.Millisecond,
@@ -225,7 +228,7 @@ func (w *Worker) resolve(ctx context.Context, t wire.Taken, c *resolved) (fail *
 		OnWait: func(_ int, d time.Duration) time.Duration {
 			d = min(d, maxRetryAfter)
 			w.counters.throttled.Add(1)
-			w.throttle(ctx, task.Func, d)
+			w.throttle(ctx, fn, d)
 			return d
 		},
 	}

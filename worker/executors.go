@@ -2,10 +2,12 @@ package worker
 
 import (
 	"context"
+	"log/slog"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	"github.com/redmap/redmap/internal/engine"
 	"github.com/redmap/redmap/internal/part"
 	"github.com/redmap/redmap/internal/wire"
 )
@@ -47,6 +49,9 @@ type executorsParams struct {
 	// recheck is how long an answer that a waiting task is wanted holds
 	// (0: recheckAfter).
 	recheck time.Duration
+	// log, if set, is put in the context the jobs run under once, for
+	// redmap.Logger, rather than in each job's.
+	log *slog.Logger
 }
 
 func newExecutors(p executorsParams) *executors {
@@ -63,6 +68,9 @@ func newExecutors(p executorsParams) *executors {
 
 // serve runs the jobs, n at a time, under ctx, until jobs is closed.
 func (e *executors) serve(ctx context.Context) {
+	if e.log != nil {
+		ctx = engine.WithLogger(ctx, e.log)
+	}
 	var wg sync.WaitGroup
 	for range e.n {
 		wg.Go(func() {

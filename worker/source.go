@@ -315,6 +315,9 @@ func (s *source) finish(ctx context.Context, done []wire.Done) (delivered int, f
 
 // byShard groups xs by shard, in one group if there is one shard.
 func byShard[T any](xs []T, shardOf func(T) int) map[int][]T {
+	if len(xs) > 0 && !slices.ContainsFunc(xs[1:], func(x T) bool { return shardOf(x) != shardOf(xs[0]) }) {
+		return map[int][]T{shardOf(xs[0]): xs} // no copy, grown one by one, of a batch of results
+	}
 	out := make(map[int][]T)
 	for _, x := range xs {
 		i := shardOf(x)

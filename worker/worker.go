@@ -320,7 +320,7 @@ func (w *Worker) parts() workerParts {
 	finish := newFinisher(finisherParams{capacity: capacity, source: w.source, held: w.held,
 		counters: &w.counters, failed: w.failed})
 	exec := newExecutors(executorsParams{n: w.opts.Concurrency, jobs: jobs, results: finish.results, slots: s, held: w.held,
-		source: w.source, execute: w.execute, ran: w.taskTimes.observe, counters: &w.counters, stale: staleAfter})
+		source: w.source, execute: w.execute, ran: w.taskTimes.observe, counters: &w.counters, stale: staleAfter, log: w.log})
 	fetch := newFetcher(fetcherParams{wid: w.opts.ID, heartbeat: w.opts.Heartbeat, concurrency: w.opts.Concurrency, jobs: jobs,
 		source: w.source, held: w.held, slots: s, counters: &w.counters, failed: w.failed,
 		stopping: func() {
