@@ -3,6 +3,7 @@ package worker
 import (
 	"context"
 	"log/slog"
+	"runtime"
 	"time"
 
 	"github.com/redmap/redmap/internal/backoff"
@@ -97,6 +98,13 @@ func (f *fetcher) fetch(ctx context.Context) {
 		f.counters.taken.Add(int64(len(r.taken)))
 		if !f.handOut(ctx, r) {
 			return
+		}
+		if r.drained {
+			// The next take waits for a bell: let the executors start the
+			// tasks just handed out first, on this processor, rather than
+			// after the wait is sent (a lone task's result then leaves a
+			// round trip's writing sooner).
+			runtime.Gosched()
 		}
 		if r.room && len(r.taken) == 0 {
 			// A limited task waits for room to start: take again once one

@@ -111,6 +111,9 @@ type round struct {
 	// room: a task of a limited function waits for the worker to have room
 	// to start it (end.Room); the fetcher takes again once a task ends.
 	room bool
+	// drained: the take that gave tasks left its shard empty, so the next
+	// take of it waits for its bell.
+	drained bool
 }
 
 // await waits, on a queue of several shards, while the worker waits on
@@ -196,7 +199,7 @@ func (s *source) take(ctx context.Context, free int, room func() int, holding fu
 		}
 		r.room = r.room || end.Room
 		if len(r.taken) > 0 {
-			s.next, r.err = (i+1)%len(shards), nil
+			s.next, r.err, r.drained = (i+1)%len(shards), nil, end.Drained
 		}
 		said = max(said, end.Shards)
 		if end.Suspect {
