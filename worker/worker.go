@@ -24,6 +24,7 @@ import (
 	"github.com/redmap/redmap/codec"
 	"github.com/redmap/redmap/internal/engine"
 	"github.com/redmap/redmap/internal/failure"
+	"github.com/redmap/redmap/internal/gcfloor"
 	"github.com/redmap/redmap/internal/memo"
 	"github.com/redmap/redmap/internal/part"
 	"github.com/redmap/redmap/internal/rdb"
@@ -199,6 +200,7 @@ func (w *Worker) Run(ctx context.Context) error {
 	}
 	w.started = time.Now()
 	w.served = w.registered()
+	defer gcfloor.Hold(w.gcHeadroom())()
 	// Tasks run, and results are reported, detached from ctx: when ctx ends,
 	// the worker drains what it holds instead of abandoning it.
 	bg := context.WithoutCancel(ctx)
@@ -458,3 +460,6 @@ func (w *Worker) names() []string {
 	slices.Sort(names)
 	return names
 }
+
+// gcHeadroom is Options.GCHeadroom, or none if -1.
+func (w *Worker) gcHeadroom() int64 { return max(w.opts.GCHeadroom, 0) }

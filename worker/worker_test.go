@@ -3,6 +3,9 @@ package worker_test
 import (
 	"context"
 	"errors"
+	"os"
+	"runtime"
+	"runtime/metrics"
 	"strings"
 	"testing"
 	"time"
@@ -112,4 +115,39 @@ func TestStopFailsPrivateTasksLeft(t *testing.T) {
 	if ys[0] != 0 || be.Failed[0].Index != 1 {
 		t.Fatalf("ys %v, failed %v", ys, be.Indexes())
 	}
+}
+
+// A running worker keeps its process's collector from running every few
+// MiB (Options.GCHeadroom): with a headroom far above this test's live
+// heap, the percent rises while Run runs, and falls once Run returns. (The
+// tests run in parallel: other workers may hold the default headroom
+// meanwhile, which asks for at most 800%; internal/gcfloor's tests show
+// the process's own percent restored.)
+func TestRunHoldsGCHeadroom(t *testing.T) {
+	if os.Getenv("GOGC") != "" || os.Getenv("GOMEMLIMIT") != "" {
+		t.Skip("GOGC or GOMEMLIMIT set: workers leave the collector alone")
+	}
+	gogc := func() int {
+		s := []metrics.Sample{{Name: "/gc/gogc:percent"}}
+		metrics.Read(s)
+		return int(s[0].Value.Uint64())
+	}
+	// await runs collections until cond holds: the percent is set after
+	// each one (and when Run starts or returns).
+	await := func(what string, cond func(int) bool) {
+		t.Helper()
+		for deadline := time.Now().Add(10 * time.Second); !cond(gogc()); runtime.GC() {
+			if time.Now().After(deadline) {
+				t.Fatalf("GOGC %d: want it %s", gogc(), what)
+			}
+		}
+	}
+	e := harness.Setup(t)
+	_, stop, ran := e.StartWorker(t, worker.Options{GCHeadroom: 4 << 30}, redmap.Func("id", func(_ context.Context, x int) (int, error) { return x, nil }))
+	await("raised while a worker with 4 GiB of headroom runs", func(p int) bool { return p >= 1000 })
+	stop()
+	if err := <-ran; err != nil {
+		t.Fatal(err)
+	}
+	await("back under 1000 once Run returned", func(p int) bool { return p < 1000 })
 }
