@@ -111,8 +111,13 @@ func Percent(live, headroom uint64, floor int) int {
 }
 
 // sentinel is garbage the collector finds in every cycle: its finalizer
-// retunes, then arms the next.
-type sentinel struct{ gen uint64 }
+// retunes, then arms the next. It is 16 bytes or more: the runtime packs
+// smaller objects without pointers into shared blocks, and a finalizer on
+// one may wait as long as its neighbours live.
+type sentinel struct {
+	gen uint64
+	_   [8]byte
+}
 
 func arm(g uint64) {
 	runtime.SetFinalizer(&sentinel{gen: g}, onCycle)
