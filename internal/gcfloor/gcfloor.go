@@ -10,7 +10,10 @@
 // process's CPU. While held, this package sets the collector's percent
 // after each collection so that the next one comes after at least the
 // headroom's worth of growth (live × percent/100 ≥ headroom), never below
-// the percent the process had; a large live heap keeps that percent.
+// the percent the process had; a large live heap keeps that percent. (The
+// runtime's 4 MiB floor scales with the percent, so a live heap under
+// 4 MiB gets more growth than the headroom: Percent counts it as at least
+// 1 MiB, which bounds the floor at 4 MiB × headroom / 1 MiB.)
 //
 // It leaves the collector alone when the environment sets GOGC or
 // GOMEMLIMIT, when the program set a memory limit, and from the moment the
