@@ -243,6 +243,51 @@ func TestPriorityLists(t *testing.T) {
 	}
 }
 
+// A take that empties a lane takes it out of its ring at once, with the
+// keys beside it, so that the next take does not walk it; one that leaves
+// tasks in it keeps it there; a submit to it puts it back.
+func TestTakeDropsLaneItEmptied(t *testing.T) {
+	f := setup(t)
+	ctx := context.Background()
+	ring := keys.Ring("rm", f.queue, keys.DefaultPriority)
+	list := keys.Lane("rm", f.queue, f.lane().Name)
+	submit := func(seq uint64, n int) {
+		t.Helper()
+		var ts []wire.Task
+		for i := range n {
+			ts = append(ts, wire.Task{ID: id.TaskIn(f.mid, seq+uint64(i), 1, 1, keys.DefaultPriority, keys.DefaultPriority), Payload: []byte("p")})
+		}
+		if _, _, err := f.r.Submit(ctx, f.mid, "", f.lane(), ts, time.Minute, wire.Expect{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	inRing := func() []string { return f.c.LRange(ctx, ring, 0, -1).Val() }
+	beside := func() int64 { return f.c.Exists(ctx, list+":e", list+":t").Val() }
+	submit(1, 3)
+	if taken, _, err := f.r.Take(ctx, "w", 2, 2, time.Minute, 0, 0, serves); err != nil || len(taken) != 2 {
+		t.Fatalf("Take: %v, %v", taken, err)
+	}
+	if got := inRing(); !reflect.DeepEqual(got, []string{f.lane().Name}) || beside() != 2 {
+		t.Fatalf("a lane left with a task: ring %q, %d keys beside it; want it in the ring, 2 keys", got, beside())
+	}
+	if taken, _, err := f.r.Take(ctx, "w", 5, 5, time.Minute, 0, 0, serves); err != nil || len(taken) != 1 {
+		t.Fatalf("Take: %v, %v", taken, err)
+	}
+	if got := inRing(); len(got) != 0 || beside() != 0 {
+		t.Fatalf("a lane the take emptied: ring %q, %d keys beside it; want neither", got, beside())
+	}
+	submit(4, 1)
+	if got := inRing(); !reflect.DeepEqual(got, []string{f.lane().Name}) {
+		t.Fatalf("after a submit to the emptied lane the ring holds %q", got)
+	}
+	if taken, _, err := f.r.Take(ctx, "w", 1, 1, time.Minute, 0, 0, serves); err != nil || len(taken) != 1 {
+		t.Fatalf("Take: %v, %v", taken, err)
+	}
+	if got := inRing(); len(got) != 0 {
+		t.Fatalf("a lane emptied by a take of exactly its tasks: ring %q", got)
+	}
+}
+
 // A manager's record of a batch that ended reaches the history and leaves
 // its published running batches; the history keeps its last limit batches.
 // A manager whose publish is overdue is lost: its batches go to the
@@ -313,6 +358,75 @@ func TestHistory(t *testing.T) {
 	}
 	if bs, _ := a.Batches(ctx, f.queue); len(bs) != 0 {
 		t.Fatalf("running batches of a lost manager still listed: %+v", bs)
+	}
+}
+
+// Several records in one call are written as one at a time would write
+// them: a record that overwrites one takes back what the old one counted in
+// the totals, and a batch named twice in one call counts once, by its last
+// record.
+func TestHistoryManyInOneCall(t *testing.T) {
+	f := setup(t)
+	ctx := context.Background()
+	a := NewAdmin(f.c, "rm")
+	rec := func(id, outcome string, failedBy map[string]int) wire.BatchRecord {
+		failed := 0
+		if failedBy == nil {
+			failedBy = map[string]int{} // as History reads it back
+		}
+		for _, n := range failedBy {
+			failed += n
+		}
+		return wire.BatchRecord{ID: id, Manager: f.mid, Func: "f", Total: 10, Done: 10, Failed: failed,
+			FailedBy: failedBy, Outcome: outcome, Started: 1, Ended: 2}
+	}
+	first := []wire.BatchRecord{
+		rec("a", wire.OutcomeDone, nil),
+		rec("b", wire.OutcomeFailed, map[string]int{"panic": 2}),
+	}
+	if err := f.r.RecordBatches(ctx, f.mid, first, 100, time.Hour, 0); err != nil {
+		t.Fatal(err)
+	}
+	second := []wire.BatchRecord{
+		rec("b", wire.OutcomeFailed, map[string]int{"panic": 1, "error": 3}), // overwrites b
+		rec("c", wire.OutcomeDone, nil),
+		rec("d", wire.OutcomeFailed, map[string]int{"error": 1}), // named twice: the last counts
+		rec("e", wire.OutcomeDone, nil),
+		rec("d", wire.OutcomeDone, nil),
+	}
+	if err := f.r.RecordBatches(ctx, f.mid, second, 100, time.Hour, 0); err != nil {
+		t.Fatal(err)
+	}
+	hist, malformed, err := a.History(ctx, f.queue, 0)
+	if err != nil || malformed != 0 {
+		t.Fatalf("history: %d malformed, %v", malformed, err)
+	}
+	byID := map[string]wire.BatchRecord{}
+	for _, r := range hist {
+		byID[r.ID] = r
+	}
+	want := map[string]wire.BatchRecord{"a": first[0], "b": second[0], "c": second[1], "d": second[4], "e": second[3]}
+	if !reflect.DeepEqual(byID, want) {
+		t.Fatalf("history %+v; want %+v", byID, want)
+	}
+	outcomes, kinds, err := a.Ended(ctx, f.queue)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantOutcomes := map[string]int64{wire.OutcomeDone: 4, wire.OutcomeFailed: 1}
+	wantKinds := map[string]int64{"panic": 1, "error": 3}
+	for k, v := range outcomes {
+		if v == 0 && wantOutcomes[k] == 0 {
+			delete(outcomes, k)
+		}
+	}
+	for k, v := range kinds {
+		if v == 0 && wantKinds[k] == 0 {
+			delete(kinds, k)
+		}
+	}
+	if !reflect.DeepEqual(outcomes, wantOutcomes) || !reflect.DeepEqual(kinds, wantKinds) {
+		t.Fatalf("totals %v %v; want %v %v", outcomes, kinds, wantOutcomes, wantKinds)
 	}
 }
 

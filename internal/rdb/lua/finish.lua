@@ -24,7 +24,7 @@
 -- delivered, and a field names one worker's one finish of one task.
 -- The task of a batch that is one task (a lone Map) may come with the
 -- batch's history record, completed by the worker from its result: it is
--- written (record_solo) if and only if the result is delivered, in the same
+-- written (record_solos) if and only if the result is delivered, in the same
 -- step, so the record is in Redis by the time the manager reads the result,
 -- and the manager need not write it before Map returns. The records are
 -- written after the results are pushed.
@@ -32,7 +32,7 @@
 -- ARGV[1] key base "<prefix>:{<queue>}:"
 -- ARGV[2], ARGV[3], ...: task id, encoded result (or "" for a task skipped
 -- unrun, or "=<field>" for a staged one), task id, encoded result, ...;
--- a pair may follow a task's: "#<bounds>" (see record_solo), the history
+-- a pair may follow a task's: "#<bounds>" (see record_solos), the history
 -- record of the task's batch.
 -- Returns the number of results delivered.
 local base = ARGV[1]
@@ -178,9 +178,6 @@ for _, m in ipairs(order) do
   end
 end
 if #solos > 0 then
-  local t = now()
-  for i = 1, #solos, 3 do
-    record_solo(base, solos[i], solos[i + 1], solos[i + 2], t)
-  end
+  record_solos(base, solos, now())
 end
 return delivered

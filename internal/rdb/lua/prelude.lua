@@ -189,9 +189,10 @@ end
 -- trim_history keeps the queue's history (hash hist, ordered by the sorted
 -- set index) to its last limit batches (give or take 1%: the excess is
 -- trimmed at once when it reaches it), none older than age ms, and makes
--- both keys live age ms past the last record.
-local function trim_history(hist, index, limit, age)
-  local old = redis.call('ZRANGEBYSCORE', index, '-inf', now() - age, 'LIMIT', 0, CHUNK)
+-- both keys live age ms past the last record. t is the time now (Redis
+-- ms), if the caller has it.
+local function trim_history(hist, index, limit, age, t)
+  local old = redis.call('ZRANGEBYSCORE', index, '-inf', (t or now()) - age, 'LIMIT', 0, CHUNK)
   local over = redis.call('ZCARD', index) - #old - limit
   if over > 0 and over < math.ceil(limit / 100) and #old == 0 then
     -- a few over: trimmed together once 1% over, not one at every write
@@ -253,29 +254,137 @@ local function write_history(base, hist, index, id, rec, t, dec)
   tally(base, dec or decoded(rec), 1)
 end
 
--- record_solo writes rec (JSON), the history record of a batch whose only
--- task finish.lua delivered (of manager key prefix m), into the queue's
--- history at base, as record.lua does for a manager: bounded as spec says
--- ("#<most kept>,<oldest kept, ms>,<throughput bucket>,<its life, ms>"),
--- forgotten among the manager's published batches, and its elements
--- counted in the throughput counter of that bucket. A record that does
--- not parse, or names another manager, is not written (its manager writes
--- its own).
-local function record_solo(base, m, spec, rec, t)
-  local keep, age, bucket, life = string.match(spec, '^#(%d+),(%d+),(%d+),(%d+)$')
-  local r = decoded(rec)
-  if not keep or type(r) ~= 'table' or type(r.id) ~= 'string' or type(r.total) ~= 'number'
-      or base .. 'm:' .. tostring(r.manager) ~= m then
+-- write_histories writes records recs[i] (JSON; decs[i] is it decoded,
+-- or nil) of batches ids[i] into the queue's history at time t, as
+-- write_history does each, in a few calls for them all: one read of the
+-- records they overwrite, one write of the records, one of the index, and
+-- one increment per total they change. A batch named twice is written
+-- once, with its last record.
+local function write_histories(base, hist, index, ids, recs, decs, t)
+  local last, keep = {}, {}
+  for i = 1, #ids do
+    last[ids[i]] = i
+  end
+  for i = 1, #ids do
+    if last[ids[i]] == i then
+      keep[#keep + 1] = i
+    end
+  end
+  local change, fields = {}, {} -- a field of "<base>ended" -> its change
+  local function add(f, n)
+    if not change[f] then
+      change[f] = 0
+      fields[#fields + 1] = f
+    end
+    change[f] = change[f] + n
+  end
+  -- count counts record r (decoded) with sign, as tally does.
+  local function count(r, sign)
+    if type(r) ~= 'table' then
+      return
+    end
+    if type(r.outcome) == 'string' then
+      add('outcome:' .. r.outcome, sign)
+    end
+    if type(r.failed_by) == 'table' then
+      for kind, n in pairs(r.failed_by) do
+        if type(n) == 'number' then
+          add('kind:' .. tostring(kind), sign * n)
+        end
+      end
+    end
+  end
+  for j = 1, #keep, CHUNK do
+    local these, pairs_, scored = {}, {}, {}
+    for k = j, math.min(j + CHUNK - 1, #keep) do
+      local i = keep[k]
+      these[#these + 1] = ids[i]
+      pairs_[#pairs_ + 1] = ids[i]
+      pairs_[#pairs_ + 1] = recs[i]
+      scored[#scored + 1] = t
+      scored[#scored + 1] = ids[i]
+    end
+    local olds = redis.call('HMGET', hist, unpack(these))
+    for k = 1, #olds do
+      if olds[k] then
+        count(decoded(olds[k]), -1)
+      end
+    end
+    redis.call('HSET', hist, unpack(pairs_))
+    redis.call('ZADD', index, unpack(scored))
+  end
+  for k = 1, #keep do
+    local i = keep[k]
+    count(decs[i] or decoded(recs[i]), 1)
+  end
+  for _, f in ipairs(fields) do
+    if change[f] ~= 0 then
+      redis.call('HINCRBY', base .. 'ended', f, change[f])
+    end
+  end
+end
+
+-- record_solos writes the history records of batches whose only task
+-- finish.lua delivered, into the queue's history at base, at time t, as
+-- record.lua does for a manager: solos holds, for each, its manager's key
+-- prefix, its bounds ("#<most kept>,<oldest kept, ms>,<throughput
+-- bucket>,<its life, ms>") and its record (JSON). Each is bounded as it
+-- says, forgotten among its manager's published batches, and its elements
+-- counted in the throughput counter of its bucket. A record that does not
+-- parse, or names another manager, is not written (its manager writes its
+-- own).
+local function record_solos(base, solos, t)
+  local ids, recs, decs = {}, {}, {}
+  local bounds, bounds_order = {}, {} -- "<keep>,<age>" -> {keep, age}
+  local batches, batches_order = {}, {} -- manager prefix -> its batch ids
+  local tps, tps_order = {}, {} -- throughput key -> {elements, life}
+  for i = 1, #solos, 3 do
+    local m, spec, rec = solos[i], solos[i + 1], solos[i + 2]
+    local keep, age, bucket, life = string.match(spec, '^#(%d+),(%d+),(%d+),(%d+)$')
+    local r = decoded(rec)
+    if keep and type(r) == 'table' and type(r.id) == 'string' and type(r.total) == 'number'
+        and base .. 'm:' .. tostring(r.manager) == m then
+      local n = #ids + 1
+      ids[n], recs[n], decs[n] = r.id, rec, r
+      local b = keep .. ',' .. age
+      if not bounds[b] then
+        bounds[b] = {tonumber(keep), tonumber(age)}
+        bounds_order[#bounds_order + 1] = b
+      end
+      if not batches[m] then
+        batches[m] = {}
+        batches_order[#batches_order + 1] = m
+      end
+      local mine = batches[m]
+      mine[#mine + 1] = r.id
+      if r.total > 0 then
+        local tp = base .. 'tp:' .. bucket
+        if not tps[tp] then
+          tps[tp] = {0, tonumber(life)}
+          tps_order[#tps_order + 1] = tp
+        end
+        tps[tp][1] = tps[tp][1] + r.total
+        tps[tp][2] = tonumber(life)
+      end
+    end
+  end
+  if #ids == 0 then
     return
   end
   local hist, index = base .. 'history', base .. 'history:at'
-  write_history(base, hist, index, r.id, rec, t, r)
-  trim_history(hist, index, tonumber(keep), tonumber(age))
-  redis.call('HDEL', m .. ':batches', r.id)
-  if r.total > 0 then
-    local tp = base .. 'tp:' .. bucket
-    redis.call('INCRBY', tp, r.total)
-    redis.call('PEXPIRE', tp, tonumber(life))
+  write_histories(base, hist, index, ids, recs, decs, t)
+  for _, b in ipairs(bounds_order) do
+    trim_history(hist, index, bounds[b][1], bounds[b][2], t)
+  end
+  for _, m in ipairs(batches_order) do
+    local mine = batches[m]
+    for j = 1, #mine, CHUNK do
+      redis.call('HDEL', m .. ':batches', unpack(mine, j, math.min(j + CHUNK - 1, #mine)))
+    end
+  end
+  for _, tp in ipairs(tps_order) do
+    redis.call('INCRBY', tp, tps[tp][1])
+    redis.call('PEXPIRE', tp, tps[tp][2])
   end
 end
 

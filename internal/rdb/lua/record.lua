@@ -11,14 +11,20 @@
 -- ARGV[6], ARGV[7], ...: batch id, its JSON record, ...
 -- Returns the number of batches written.
 local t = now()
+local ids, recs = {}, {}
 for i = 6, #ARGV, 2 do
-  write_history(ARGV[3], KEYS[1], KEYS[2], ARGV[i], ARGV[i + 1], t)
-  redis.call('HDEL', KEYS[3], ARGV[i])
+  ids[#ids + 1], recs[#recs + 1] = ARGV[i], ARGV[i + 1]
+end
+if #ids > 0 then
+  write_histories(ARGV[3], KEYS[1], KEYS[2], ids, recs, {}, t)
+  for j = 1, #ids, CHUNK do
+    redis.call('HDEL', KEYS[3], unpack(ids, j, math.min(j + CHUNK - 1, #ids)))
+  end
 end
 local ended = tonumber(ARGV[4])
 if ended > 0 then
   redis.call('INCRBY', KEYS[4], ended)
   redis.call('PEXPIRE', KEYS[4], tonumber(ARGV[5]))
 end
-trim_history(KEYS[1], KEYS[2], tonumber(ARGV[1]), tonumber(ARGV[2]))
+trim_history(KEYS[1], KEYS[2], tonumber(ARGV[1]), tonumber(ARGV[2]), t)
 return (#ARGV - 5) / 2

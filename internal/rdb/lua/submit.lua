@@ -40,8 +40,9 @@
 -- Returns {the count after this submit; 1 if the count before it was at
 -- least ARGV[4] and the epoch was ARGV[5] (or none), else 0}.
 local base, ttl, wid, expect, epoch, fresh = ARGV[1], ARGV[2], ARGV[3], tonumber(ARGV[4]), ARGV[5], ARGV[6]
-local before = tonumber(redis.call('HGET', KEYS[1], '_') or '0') or 0
-local had = redis.call('HGET', KEYS[1], '_e')
+local head = redis.call('HMGET', KEYS[1], '_', '_e')
+local before = tonumber(head[1] or '0') or 0
+local had = head[2]
 local intact = before >= expect and (not had or had == epoch)
 local ids = {}
 for i = 10, #ARGV do

@@ -290,7 +290,8 @@ local function payloads_of(ids)
   return got, ms
 end
 
--- take pops from list until the take has limit tasks.
+-- take pops from list until the take has limit tasks. It returns true if
+-- it found list empty, or emptied it and put nothing back.
 local function take(list, mark, limit)
   while taken < limit and not alone do
     local want = limit - taken
@@ -298,14 +299,14 @@ local function take(list, mark, limit)
       -- A limited head is popped alone: a refusal then pushes back one id,
       -- not the whole pop.
       local head = redis.call('LINDEX', list, 0)
-      if not head then return end
+      if not head then return true end
       local fn = fn_of(head)
       if fn and limit_of(fn) then
         want = 1
       end
     end
     local ids = redis.call('LPOP', list, want)
-    if not ids then return end
+    if not ids then return true end
     -- Fewer than asked for: the list is empty now, no need to pop again.
     local last = #ids < want
     local payloads, ms = payloads_of(ids)
@@ -354,9 +355,10 @@ local function take(list, mark, limit)
       end
     end
     if last then
-      return
+      return true
     end
   end
+  return false
 end
 local served = {}
 for i = 8, #ARGV do
@@ -373,9 +375,24 @@ local function serves(lane)
   return served[fn] == true and (red == '' or served[red] == true)
 end
 
+-- The lanes this take found empty, or emptied: they left their ring (a
+-- submit or a requeue puts a lane back), and the keys beside them went.
+local emptied = {}
+-- The ring and name of each lane a round took from, by its list: one left
+-- empty leaves its ring at the end.
+local rounds = {}
+
+-- drop takes lane (list: its list), found empty, out of ring.
+local function drop(ring, lane, list)
+  redis.call('LREM', ring, -1, lane)
+  unlane(list)
+  emptied[list] = true
+end
+
 -- round goes round ring once (lanes: its length, if known), taking from each
 -- lane the worker serves up to share tasks; it reports whether some lane gave
--- its whole share.
+-- its whole share. A lane found empty, or emptied, leaves the ring at once,
+-- so the next take does not walk it.
 local function round(ring, share, lanes)
   local full = false
   for _ = 1, lanes or redis.call('LLEN', ring) do
@@ -384,13 +401,16 @@ local function round(ring, share, lanes)
     end
     local lane = redis.call('LMOVE', ring, ring, 'LEFT', 'RIGHT')
     local list = base .. 'l:' .. lane
-    if redis.call('LLEN', list) == 0 then
-      redis.call('LREM', ring, -1, lane)
-      unlane(list)
-    elseif serves(lane) then
+    if serves(lane) then
       local before = taken
-      take(list, '', math.min(n, taken + share))
+      if take(list, '', math.min(n, taken + share)) then
+        drop(ring, lane, list)
+      else
+        rounds[list] = {ring, lane}
+      end
       full = full or taken - before == share
+    elseif redis.call('LLEN', list) == 0 then
+      drop(ring, lane, list)
     end
   end
   return full
@@ -425,21 +445,36 @@ local function suspect_first()
 end
 
 take(KEYS[1], '!', n)
-if taken == 0 and not alone and not holding then
+-- The rings that have lanes (an empty list does not exist): one EXISTS
+-- spares a look at each ring below the last of them, or at all.
+local rings = #KEYS > 7 and redis.call('EXISTS', unpack(KEYS, 7, #KEYS - 1)) or 0
+if taken == 0 and not alone and not holding and rings > 0 then
   suspect_first()
 end
 for i = 7, #KEYS - 1 do
+  if taken >= n or alone or rings == 0 then
+    break
+  end
   local lanes = redis.call('LLEN', KEYS[i])
-  if taken < n and not alone and lanes > 0 and round(KEYS[i], math.ceil((n - taken) / lanes), lanes) then
-    round(KEYS[i], n - taken)
+  if lanes > 0 then
+    rings = rings - 1
+    if round(KEYS[i], math.ceil((n - taken) / lanes), lanes) then
+      round(KEYS[i], n - taken)
+    end
   end
 end
 for i = 1, #held, CHUNK do
   redis.call('SADD', KEYS[2], unpack(held, i, math.min(i + CHUNK - 1, #held)))
 end
 for list, n in pairs(gave) do
-  if redis.call('LLEN', list) == 0 then
-    unlane(list)
+  if emptied[list] then -- its keys went with it
+  elseif redis.call('LLEN', list) == 0 then
+    local r = rounds[list]
+    if r then
+      drop(r[1], r[2], list)
+    else
+      unlane(list)
+    end
   elseif n ~= 0 then
     redis.call('INCRBY', list .. ':e', -n)
   end
