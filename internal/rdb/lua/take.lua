@@ -11,8 +11,8 @@
 -- left room, goes round once more without the share. So the lanes of a
 -- priority share the workers, in turns, whatever their sizes; a lane whose
 -- function the worker does not serve is passed over, its tasks left for a
--- worker that does; a lane found empty leaves the ring. A higher priority is
--- emptied first.
+-- worker that does; a lane found empty, or emptied by the take, leaves the
+-- ring at once. A higher priority is emptied first.
 -- A task its manager no longer wants (not in the manager's task set: cancelled,
 -- finished, or the manager's keys expired) is dropped and never returned, so
 -- it is never run.
