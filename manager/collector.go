@@ -138,12 +138,6 @@ func (c *collector) collect(ctx context.Context) {
 		c.shard.outage.up()
 		bo.Reset()
 		c.dispatchAll(read)
-		if waited && len(read) > 0 {
-			// What came from a wait likely readied a caller (a lone Map's):
-			// let it run on this processor before the next round trip is
-			// written, so its next submit leaves first.
-			runtime.Gosched()
-		}
 		handled = len(entries)
 		if handled > 0 {
 			mark = rdb.Mark(entries[handled-1])
