@@ -630,8 +630,9 @@ func (a *Admin) Backlog(ctx context.Context, queue string) (Backlog, error) {
 }
 
 // Ended returns the totals the queue's history counted as batches ended
-// (see tally in prelude.lua): batches by outcome, and failed elements by
-// kind. They only grow: a trim of the history keeps them. One round trip.
+// (see write_histories in prelude.lua): batches by outcome, and failed
+// elements by kind. They only grow: a trim of the history keeps them. One
+// round trip.
 func (a *Admin) Ended(ctx context.Context, queue string) (outcomes, kinds map[string]int64, err error) {
 	if err := keys.CheckQueue(queue); err != nil {
 		return nil, nil, err

@@ -17,6 +17,7 @@ local base, limit, age = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
 local n, withdrawn = lose_managers(base, KEYS[1], KEYS[2], KEYS[3], limit, age)
 local t = now()
 local expired = 0
+local ids, recs = {}, {}
 -- HKEYS, then an HGET each: the least-privilege ACL user has no HGETALL.
 for _, owner in ipairs(redis.call('HKEYS', KEYS[4])) do
   local ok, e = pcall(cjson.decode, redis.call('HGET', KEYS[4], owner) or '')
@@ -28,14 +29,15 @@ for _, owner in ipairs(redis.call('HKEYS', KEYS[4])) do
       reason = 'durable batch ' .. tostring(e.name) .. ': no manager took it over before it expired (DurableTTL)',
       ended_ms = t}
     with_progress(rec, redis.call('HGET', base .. 'm:' .. owner .. ':batches', id))
-    write_history(base, KEYS[2], KEYS[3], id, cjson.encode(rec), t)
+    ids[#ids + 1], recs[#recs + 1] = id, cjson.encode(rec)
     redis.call('HDEL', KEYS[4], owner)
     redis.call('DEL', base .. 'm:' .. owner .. ':batches')
     expired = expired + 1
   end
 end
 if expired > 0 then
-  trim_history(KEYS[2], KEYS[3], limit, age)
+  write_histories(base, KEYS[2], KEYS[3], ids, recs, {}, t)
+  trim_history(KEYS[2], KEYS[3], limit, age, t)
 end
 local out = {n + expired}
 for _, mid in ipairs(withdrawn) do

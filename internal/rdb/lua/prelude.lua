@@ -212,53 +212,20 @@ local function trim_history(hist, index, limit, age, t)
   redis.call('PEXPIRE', index, age)
 end
 
--- tally counts a batch's history record r (decoded) in the queue's totals
--- (hash "<base>ended": "outcome:<outcome>" batches, "kind:<kind>" failed
--- elements, by its failed_by), with sign 1, or -1 to take back a record
--- that is overwritten. The totals only grow otherwise: a trim of the
--- history keeps them.
-local function tally(base, r, sign)
-  if type(r) ~= 'table' then
-    return
-  end
-  local key = base .. 'ended'
-  if type(r.outcome) == 'string' then
-    redis.call('HINCRBY', key, 'outcome:' .. r.outcome, sign)
-  end
-  if type(r.failed_by) == 'table' then
-    for kind, n in pairs(r.failed_by) do
-      if type(n) == 'number' then
-        redis.call('HINCRBY', key, 'kind:' .. tostring(kind), sign * n)
-      end
-    end
-  end
-end
-
 -- decoded returns JSON s decoded, or nil.
 local function decoded(s)
   local ok, r = pcall(cjson.decode, s or '')
   return ok and r or nil
 end
 
--- write_history writes record rec (JSON) of batch id into the queue's
--- history at time t, and counts it in its totals (tally), taking back the
--- record it overwrites.
--- (dec, if given, is rec decoded.)
-local function write_history(base, hist, index, id, rec, t, dec)
-  local old = redis.call('HGET', hist, id)
-  if old then
-    tally(base, decoded(old), -1)
-  end
-  redis.call('HSET', hist, id, rec)
-  redis.call('ZADD', index, t, id)
-  tally(base, dec or decoded(rec), 1)
-end
-
 -- write_histories writes records recs[i] (JSON; decs[i] is it decoded,
--- or nil) of batches ids[i] into the queue's history at time t, as
--- write_history does each, in a few calls for them all: one read of the
--- records they overwrite, one write of the records, one of the index, and
--- one increment per total they change. A batch named twice is written
+-- or nil) of batches ids[i] into the queue's history at time t, and counts
+-- each in the queue's totals (hash "<base>ended": "outcome:<outcome>"
+-- batches, "kind:<kind>" failed elements, by its failed_by), taking back
+-- what a record it overwrites counted. The totals only grow otherwise: a
+-- trim of the history keeps them. A few calls for all the records: one
+-- read of those they overwrite, one write of the records, one of the index,
+-- and one increment per total they change. A batch named twice is written
 -- once, with its last record.
 local function write_histories(base, hist, index, ids, recs, decs, t)
   local last, keep = {}, {}
@@ -278,7 +245,8 @@ local function write_histories(base, hist, index, ids, recs, decs, t)
     end
     change[f] = change[f] + n
   end
-  -- count counts record r (decoded) with sign, as tally does.
+  -- count counts record r (decoded) in the totals with sign: 1, or -1 to
+  -- take back a record that is overwritten.
   local function count(r, sign)
     if type(r) ~= 'table' then
       return
@@ -364,7 +332,6 @@ local function record_solos(base, solos, t)
           tps_order[#tps_order + 1] = tp
         end
         tps[tp][1] = tps[tp][1] + r.total
-        tps[tp][2] = tonumber(life)
       end
     end
   end

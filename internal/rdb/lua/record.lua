@@ -5,7 +5,7 @@
 -- KEYS[1] history hash   KEYS[2] history index (batch id -> ended, Redis ms)
 -- KEYS[3] the manager's batches hash   KEYS[4] the throughput counter of now
 -- ARGV[1] most batches kept   ARGV[2] oldest kept, ms
--- ARGV[3] key base "<prefix>:{<queue>}:" (the totals: see tally)
+-- ARGV[3] key base "<prefix>:{<queue>}:" (the totals: see write_histories)
 -- ARGV[4] elements the manager saw end since it last said (publish.lua)
 -- ARGV[5] the throughput counter's life, ms
 -- ARGV[6], ARGV[7], ...: batch id, its JSON record, ...
