@@ -116,6 +116,29 @@ func Manager(tid string) string {
 	return mid
 }
 
+// Size returns the element count in task id tid (see TaskIn), or 0 for an
+// id that has none (a private task's), as the prelude's size_of reads it.
+func Size(tid string) int {
+	mid, rest, ok := strings.Cut(tid, "-")
+	if !ok || mid == "" {
+		return 0
+	}
+	i := strings.IndexAny(rest, ",.~")
+	if i <= 0 || rest[i] != ',' {
+		return 0
+	}
+	rest = rest[i+1:]
+	j := strings.IndexByte(rest, '.')
+	if j <= 0 {
+		return 0
+	}
+	n, err := strconv.ParseUint(rest[:j], 36, 31)
+	if err != nil {
+		return 0
+	}
+	return int(n)
+}
+
 // Seq returns the sequence number in task id tid (see Task), and whether it
 // has one.
 func Seq(tid string) (uint64, bool) {

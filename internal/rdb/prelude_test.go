@@ -1,6 +1,7 @@
 package rdb
 
 import (
+	"math"
 	"math/rand/v2"
 	"strconv"
 	"strings"
@@ -62,5 +63,32 @@ return out`
 	}
 	for _, o := range out[:len(out)-1] {
 		t.Error(o)
+	}
+	// id.Size, with which a submit counts its tasks' elements for the
+	// scripts, reads the same count as size_of, which the scripts that move
+	// tasks out of a lane count them by: else a lane's count drifts.
+	sizes := `
+local out = {}
+for i = 1, #ARGV do
+  out[i] = tostring(size_of(ARGV[i]))
+end
+return out`
+	got, err := f.c.Eval(t.Context(), preludeFor(sizes)+sizes, nil, args...).StringSlice()
+	if err != nil {
+		t.Fatal(err)
+	}
+	checked := 0
+	for i, tid := range ids {
+		lua, err := strconv.ParseFloat(got[i], 64)
+		if err != nil || lua > math.MaxInt32 {
+			continue // a count no manager makes (ids carry at most a chunk's)
+		}
+		checked++
+		if n := id.Size(tid); float64(n) != lua {
+			t.Errorf("id.Size(%q) = %d, size_of says %s", tid, n, got[i])
+		}
+	}
+	if checked < len(ids)/2 {
+		t.Fatalf("compared id.Size on %d ids of %d", checked, len(ids))
 	}
 }

@@ -102,16 +102,17 @@ func (r *RDB) Submit(ctx context.Context, mid, wid string, lane wire.Lane, tasks
 		}
 		// The payloads go in with a plain HSET in the script's MULTI: Redis
 		// never copies them into Lua (see submit.lua).
-		args := make([]any, 9, 9+n)
+		args := make([]any, 10, 10+n)
 		copy(args, []any{r.base, ttl.Milliseconds(), wid, exp.Count, exp.Epoch, exp.NewEpoch, lane.Name, lane.Calls})
 		stored := make([]any, 0, 2*n) // id, payload, ...
-		widest := 0
+		widest, elements := 0, 0
 		for _, t := range tasks[:n] {
 			stored = append(stored, t.ID, t.Payload)
 			args = append(args, t.ID)
 			widest = max(widest, len(t.Payload))
+			elements += id.Size(t.ID)
 		}
-		args[8] = widest
+		args[8], args[9] = widest, elements
 		var reply []int64
 		var err error
 		if n == 0 {

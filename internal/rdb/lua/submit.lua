@@ -32,7 +32,10 @@
 --         "\n<reducer>\t<signature>"): a take passes a lane whose function
 --         its worker has not registered with that signature
 -- ARGV[9] the length of the widest of the tasks' payloads
--- ARGV[10], ARGV[11], ...: the task ids (may be none). Their payloads are not
+-- ARGV[10] the elements of the tasks (the sum of their ids' counts, see
+--         size_of), for the lane's count: a submit of thousands of ids
+--         parses none of them
+-- ARGV[11], ARGV[12], ...: the task ids (may be none). Their payloads are not
 -- here: the caller stores them in the task set with a plain HSET in the same
 -- MULTI, before this script (RDB.Submit), as a payload copied into Lua and
 -- out again costs Redis more than a plain command does, several times more
@@ -44,12 +47,12 @@ local head = redis.call('HMGET', KEYS[1], '_', '_e')
 local before = tonumber(head[1] or '0') or 0
 local had = head[2]
 local intact = before >= expect and (not had or had == epoch)
-local ids = {}
-for i = 10, #ARGV do
-  ids[#ids + 1] = ARGV[i]
-end
+-- The ids are ARGV[FIRST..#ARGV], used in place: copying them into a
+-- table of their own cost a table write a task.
+local FIRST = 11
+local nids = #ARGV - FIRST + 1
 local widest = tonumber(ARGV[9]) or INLINE + 1
-local after = redis.call('HINCRBY', KEYS[1], '_', #ids)
+local after = redis.call('HINCRBY', KEYS[1], '_', nids)
 if fresh ~= '' then
   redis.call('HSET', KEYS[1], '_e', fresh)
 elseif not had then
@@ -60,12 +63,12 @@ local was = redis.call('GET', KEYS[6])
 if was and not tonumber(was) then
   widest = INLINE + 1 -- not a length: what the set holds is unknown
 end
-if #ids > 0 and widest > (tonumber(was) or -1) then
+if nids > 0 and widest > (tonumber(was) or -1) then
   redis.call('SET', KEYS[6], widest, 'PX', ttl)
 else
   redis.call('PEXPIRE', KEYS[6], ttl)
 end
-if #ids == 0 then
+if nids == 0 then
   return {after, intact and 1 or 0}
 end
 local lane = ARGV[7]
@@ -81,19 +84,15 @@ end
 if lane ~= '' and redis.call('LLEN', KEYS[2]) == 0 then
   unlane(KEYS[2]) -- what is beside an empty lane counts nothing
 end
-for i = 1, #ids, CHUNK do
-  redis.call('RPUSH', KEYS[2], unpack(ids, i, math.min(i + CHUNK - 1, #ids)))
+for i = FIRST, #ARGV, CHUNK do
+  redis.call('RPUSH', KEYS[2], unpack(ARGV, i, math.min(i + CHUNK - 1, #ARGV)))
 end
 if lane ~= '' then
   -- The lane lives as long as the task set, and the keys beside it (see
   -- unlane); its entry in the manager's lanes too. A take drops a lane it
   -- finds empty from the ring.
-  local elements = 0
-  for i = 1, #ids do
-    elements = elements + size_of(ids[i])
-  end
-  redis.call('INCRBY', KEYS[2] .. ':e', elements)
-  local first = seq_of(ids[1]) or 0
+  redis.call('INCRBY', KEYS[2] .. ':e', tonumber(ARGV[10]) or 0)
+  local first = seq_of(ARGV[FIRST]) or 0
   redis.call('ZADD', KEYS[2] .. ':t', first, first .. ':' .. now())
   redis.call('PEXPIRE', KEYS[2] .. ':e', ttl)
   redis.call('PEXPIRE', KEYS[2] .. ':t', ttl)
@@ -101,7 +100,7 @@ if lane ~= '' then
   enlist(KEYS[4], lane)
 end
 if wid == '' then
-  for _, w in ipairs(redis.call('SPOP', KEYS[3], #ids)) do
+  for _, w in ipairs(redis.call('SPOP', KEYS[3], nids)) do
     ring_worker(base, w)
   end
 else
