@@ -411,67 +411,101 @@ func attemptOf(v any) (int, error) {
 
 // parseTaken reads take.lua's reply: the tasks, and whether the take left
 // every list empty or left a suspect; it records the shard count if the
-// reply gives it.
+// reply gives it. The reply is each task's id and payload, with an array
+// {attempt, mark} after a task that is not a first attempt from a lane,
+// and last an array of flags.
 func (r *RDB) parseTaken(vals []any) (taken []wire.Taken, end wire.TakeEnd, err error) {
-	// The flags come last; a task's last value is its mark, "!" or "", a
-	// string, so neither a flag nor a flag and its number (an integer) can
-	// be mistaken for a task's end.
-	for len(vals) > 0 {
-		last := len(vals) - 1
-		if n, ok := vals[last].(int64); ok && last > 0 {
-			switch vals[last-1] {
-			case "shards":
-				end.Shards = int(n)
-			case "wait":
-				end.Wait = time.Duration(n) * time.Millisecond
-			default:
-				return nil, end, fmt.Errorf("take: script returned %v %v", vals[last-1], n)
-			}
-			vals = vals[:last-1]
-			continue
+	if len(vals) == 0 {
+		return nil, end, errors.New("take: script returned nothing, not tasks and flags")
+	}
+	flags, ok := vals[len(vals)-1].([]any)
+	if !ok {
+		return nil, end, fmt.Errorf("take: script returned %T last, not its flags", vals[len(vals)-1])
+	}
+	if end, err = parseTakeEnd(flags); err != nil {
+		return nil, end, err
+	}
+	vals = vals[:len(vals)-1]
+	taken = make([]wire.Taken, 0, len(vals)/2)
+	now := time.Now()
+	for i := 0; i < len(vals); {
+		if i+1 >= len(vals) {
+			return nil, end, fmt.Errorf("take: script returned a task id %v without its payload", vals[i])
 		}
-		switch vals[last] {
+		id, ok1 := vals[i].(string)
+		payload, ok2 := vals[i+1].(string)
+		if !ok1 || !ok2 {
+			return nil, end, fmt.Errorf("take: script returned %T %T, not a task id and payload", vals[i], vals[i+1])
+		}
+		i += 2
+		t := wire.Taken{ID: id, Shard: r.shard, At: now}
+		if payload != "" { // else over Inline: see taken
+			t.Payload = []byte(payload)
+		}
+		if i < len(vals) {
+			if more, ok := vals[i].([]any); ok {
+				i++
+				if err := parseMore(&t, more); err != nil {
+					return nil, end, fmt.Errorf("take: task %s: %w", id, err)
+				}
+			}
+		}
+		taken = append(taken, t)
+	}
+	return taken, end, nil
+}
+
+// parseMore reads the {attempt, mark} that follows a task in take.lua's
+// reply when it is not a first attempt from a lane.
+func parseMore(t *wire.Taken, more []any) error {
+	if len(more) != 2 {
+		return fmt.Errorf("%d values, not an attempt and a mark", len(more))
+	}
+	attempt, err := attemptOf(more[0])
+	mark, ok := more[1].(string)
+	if err != nil || !ok {
+		return fmt.Errorf("%v %T, not an attempt and a mark", more[0], more[1])
+	}
+	t.Attempt = attempt
+	mark, since, limited := strings.Cut(mark, "@")
+	t.Private = mark == "!"
+	if limited {
+		if us, err := strconv.ParseInt(since, 10, 64); err == nil && us > 0 {
+			t.HeldBack = time.Duration(us) * time.Microsecond
+		}
+	}
+	return nil
+}
+
+// parseTakeEnd reads the flags that end take.lua's reply.
+func parseTakeEnd(flags []any) (end wire.TakeEnd, err error) {
+	for i := 0; i < len(flags); i++ {
+		switch flags[i] {
 		case "drained":
 			end.Drained = true
 		case "suspect":
 			end.Suspect = true
 		case "room":
 			end.Room = true
-		default:
-			last = -1
-		}
-		if last < 0 {
-			break
-		}
-		vals = vals[:last]
-	}
-	if len(vals)%4 != 0 {
-		return nil, end, fmt.Errorf("take: script returned %d values, not quadruples", len(vals))
-	}
-	taken = make([]wire.Taken, 0, len(vals)/4)
-	now := time.Now()
-	for i := 0; i < len(vals); i += 4 {
-		id, ok1 := vals[i].(string)
-		attempt, err := attemptOf(vals[i+1])
-		payload, ok2 := vals[i+2].(string)
-		mark, ok3 := vals[i+3].(string)
-		if !ok1 || err != nil || !ok2 || !ok3 {
-			return nil, end, fmt.Errorf("take: script returned %T %v %T %T, not a task id, attempt, payload and mark", vals[i], vals[i+1], vals[i+2], vals[i+3])
-		}
-		t := wire.Taken{ID: id, Attempt: attempt, Shard: r.shard, At: now}
-		if payload != "" { // else over Inline: see taken
-			t.Payload = []byte(payload)
-		}
-		mark, since, limited := strings.Cut(mark, "@")
-		t.Private = mark == "!"
-		if limited {
-			if us, err := strconv.ParseInt(since, 10, 64); err == nil && us > 0 {
-				t.HeldBack = time.Duration(us) * time.Microsecond
+		case "shards", "wait":
+			var n int64
+			if i+1 < len(flags) {
+				n, _ = flags[i+1].(int64)
 			}
+			if n <= 0 {
+				return end, fmt.Errorf("take: script returned %v without a count", flags[i])
+			}
+			if flags[i] == "shards" {
+				end.Shards = int(n)
+			} else {
+				end.Wait = time.Duration(n) * time.Millisecond
+			}
+			i++
+		default:
+			return end, fmt.Errorf("take: script returned the flag %v", flags[i])
 		}
-		taken = append(taken, t)
 	}
-	return taken, end, nil
+	return end, nil
 }
 
 // WaitBell blocks until a submit rings worker wid's bell or timeout passes.

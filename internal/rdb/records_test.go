@@ -172,14 +172,14 @@ func TestMalformedRepliesAreErrors(t *testing.T) {
 		*s = &script{Script: redis.NewScript(body), name: old.name}
 		t.Cleanup(func() { *s = old })
 	}
-	swap(&takeScript, "return {'id', '0', 'payload'}")
+	swap(&takeScript, "return {'id', 'payload', 'id2'}")
 	swap(&reapScript, "return {1, 2}")
 	swap(&heartbeatScript, "return {1}")
 	swap(&submitScript, "return {1}")
 	checks := map[string]func() error{
-		"take: script returned 3 values, not quadruples": func() error { _, _, err := r.Take(ctx, "w", 1, 1, time.Second, 0, 0, serves); return err },
-		"reap: script returned [1 2], not 3 integers":    func() error { _, err := r.Reap(ctx); return err },
-		"heartbeat: script returned [1], not 3 integers": func() error { _, err := r.Heartbeat(ctx, "w", time.Second, nil); return err },
+		"take: script returned string last, not its flags": func() error { _, _, err := r.Take(ctx, "w", 1, 1, time.Second, 0, 0, serves); return err },
+		"reap: script returned [1 2], not 3 integers":      func() error { _, err := r.Reap(ctx); return err },
+		"heartbeat: script returned [1], not 3 integers":   func() error { _, err := r.Heartbeat(ctx, "w", time.Second, nil); return err },
 		"submit: script returned [1], not 2 integers": func() error {
 			_, _, err := r.Submit(ctx, "m", "", wire.Lane{Name: "m.1"}, []wire.Task{{ID: "m-1.1", Payload: []byte("p")}}, time.Minute, wire.Expect{})
 			return err
@@ -190,7 +190,7 @@ func TestMalformedRepliesAreErrors(t *testing.T) {
 			t.Errorf("got %v, want %q", err, want)
 		}
 	}
-	swap(&takeScript, "return {'id', 'x', 'payload', ''}")
+	swap(&takeScript, "return {'id', 'payload', {'x', ''}, {}}")
 	if _, _, err := r.Take(ctx, "w", 1, 1, time.Second, 0, 0, serves); err == nil || strings.Contains(err.Error(), "%!") {
 		t.Errorf("a take with a malformed attempt: %v", err)
 	}

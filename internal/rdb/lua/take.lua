@@ -40,7 +40,7 @@
 -- If the take leaves every list empty (it took fewer than n, and not for a
 -- suspect), the worker joins the idle set (and its stale bell tokens are
 -- cleared) in this same step, so no submit can slip unseen between "found
--- no more" and "waiting for the bell"; the reply then ends with "drained",
+-- no more" and "waiting for the bell"; its flags then say "drained",
 -- and the worker's next take waits for its bell first.
 -- A task of a limited function (keys.Limits; its lane's function, found
 -- from its id, private tasks too) is taken only if its limit has room: the
@@ -70,19 +70,23 @@
 -- ARGV[7] how many tasks of limited functions the worker could start now
 -- ARGV[8], ...: what the worker serves: "<func>\t<signature>" per handle it
 -- registered
--- Returns a flat array of quadruples: task id, attempt, payload ("" if it
--- is over INLINE: the worker reads it from the task set with a plain HMGET,
--- see RDB.Take), and "!" for a
--- task of the private list or "" for the public one (followed by "@<µs>" if
--- its limit held it back that long: lim:since keeps when it first did); then "shards" and the
--- queue's shard count (1 + the names in the list) if it is above the one
--- the worker knows, so that a worker learns of new shards with its next
--- take; then "suspect" if a suspect was left for when the worker holds nothing,
--- or "drained" if the take left every list empty (or what is left waits on
--- a limit), or "room" if a limited task waits for the worker to have room;
--- then "wait" and ms, if a rate refused a task.
+-- Returns a flat array: per task its id and payload ("" if it is over
+-- INLINE: the worker reads it from the task set with a plain HMGET, see
+-- RDB.Take), followed, only if its attempt is not "0" or its mark not "",
+-- by an array {attempt, mark}: the mark is "!" for a task of the private
+-- list or "" for the public one, followed by "@<µs>" if its limit held it
+-- back that long (lim:since keeps when it first did). Most tasks are a
+-- first attempt from a lane: two values each. Last comes an array of
+-- flags, always: "shards" and the queue's shard count (1 + the names in
+-- the list) if it is above the one the worker knows, so that a worker
+-- learns of new shards with its next take; then "suspect" if a suspect was
+-- left for when the worker holds nothing, or "drained" if the take left
+-- every list empty (or what is left waits on a limit), or "room" if a
+-- limited task waits for the worker to have room; then "wait" and ms, if a
+-- rate refused a task.
 local base, n, wid = ARGV[1], tonumber(ARGV[2]), ARGV[3]
 local out = {}
+local nout = 0 -- the length of out (a # is a search)
 local taken = 0
 local alone = false
 local suspect = false -- a suspect was left: the worker must hold nothing first
@@ -341,11 +345,14 @@ local function take(list, mark, limit)
         end
         -- taken counts the tasks in held and out: a length (#) is a search.
         held[taken + 1] = mark == '' and tid or mark .. tid
-        local at = 4 * taken
-        out[at + 1] = tid
-        out[at + 2] = attempt
-        out[at + 3] = payload
-        out[at + 4] = since_on and held_back[tid] and mark .. '@' .. math.floor(held_back[tid]) or mark
+        out[nout + 1] = tid
+        out[nout + 2] = payload
+        nout = nout + 2
+        local tag = since_on and held_back[tid] and mark .. '@' .. math.floor(held_back[tid]) or mark
+        if attempt ~= '0' or tag ~= '' then
+          nout = nout + 1
+          out[nout] = {attempt, tag}
+        end
         taken = taken + 1
         if attempt ~= '0' then
           put_back(list, mark, ids, i + 1)
@@ -417,7 +424,7 @@ local function round(ring, share, lanes)
 end
 
 if redis.call('LPOS', KEYS[4], 'stop') then
-  return out
+  return {{}}
 end
 if not redis.call('ZSCORE', KEYS[5], wid) then
   redis.call('ZADD', KEYS[5], now() + tonumber(ARGV[4]), wid)
@@ -484,27 +491,29 @@ for fn, lim in pairs(limits) do
     redis.call('HSET', base .. 'lim:state', fn, string.format('%.3f', lim.tat))
   end
 end
+local flags = {}
 local shards = 1 + redis.call('LLEN', KEYS[6])
 if shards > tonumber(ARGV[5]) then
-  out[#out + 1] = 'shards'
-  out[#out + 1] = shards
+  flags[#flags + 1] = 'shards'
+  flags[#flags + 1] = shards
 end
 if suspect then
-  out[#out + 1] = 'suspect'
+  flags[#flags + 1] = 'suspect'
 end
 if taken < n and not alone and roomless then
   -- The worker takes again when one of its tasks ends, bell or not.
   redis.call('SREM', KEYS[3], wid)
-  out[#out + 1] = 'room'
+  flags[#flags + 1] = 'room'
 elseif taken < n and not alone then
   redis.call('DEL', KEYS[4])
   redis.call('SADD', KEYS[3], wid)
-  out[#out + 1] = 'drained'
+  flags[#flags + 1] = 'drained'
 else
   redis.call('SREM', KEYS[3], wid)
 end
 if due and taken < n and not alone then
-  out[#out + 1] = 'wait'
-  out[#out + 1] = math.max(1, math.ceil(due))
+  flags[#flags + 1] = 'wait'
+  flags[#flags + 1] = math.max(1, math.ceil(due))
 end
+out[nout + 1] = flags
 return out
