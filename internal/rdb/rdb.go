@@ -572,10 +572,12 @@ func (r *RDB) Finish(ctx context.Context, wid string, done []wire.Done) (int, er
 			size += len(done[n].Result)
 			n++
 		}
-		args := make([]any, 0, 1+2*n)
-		args = append(args, r.base)
+		args := make([]any, 0, 2+2*n)
+		args = append(args, r.base, "")
 		var staged map[string][]any // staged results' key -> field, result, ...
+		records := false
 		for _, d := range done[:n] {
+			records = records || d.Record != ""
 			if mid := id.Manager(d.ID); len(d.Result) > Inline && mid != "" {
 				if staged == nil {
 					staged = make(map[string][]any)
@@ -593,6 +595,17 @@ func (r *RDB) Finish(ctx context.Context, wid string, done []wire.Done) (int, er
 			if d.Record != "" {
 				args = append(args, soloToken(d), d.Record)
 			}
+		}
+		// What finish.lua must look for among the pairs: history records
+		// ("#"), staged results ("="); it spares every other call a look at
+		// each task's.
+		switch {
+		case records && staged != nil:
+			args[1] = "#="
+		case records:
+			args[1] = "#"
+		case staged != nil:
+			args[1] = "="
 		}
 		var k int
 		var err error

@@ -30,12 +30,18 @@
 -- written after the results are pushed.
 -- KEYS[1] held set of the worker
 -- ARGV[1] key base "<prefix>:{<queue>}:"
--- ARGV[2], ARGV[3], ...: task id, encoded result (or "" for a task skipped
+-- ARGV[2] what the pairs may hold besides tasks and their results: "#" if
+-- history records, "=" if staged results, both, or "" (most calls): a
+-- pair is looked at for them only if it says so
+-- ARGV[3], ARGV[4], ...: task id, encoded result (or "" for a task skipped
 -- unrun, or "=<field>" for a staged one), task id, encoded result, ...;
 -- a pair may follow a task's: "#<bounds>" (see record_solos), the history
 -- record of the task's batch.
 -- Returns the number of results delivered.
 local base = ARGV[1]
+local FIRST = 3 -- the first pair's index
+local with_records = string.find(ARGV[2], '#', 1, true) ~= nil
+local with_staged = string.find(ARGV[2], '=', 1, true) ~= nil
 local delivered = 0
 local members = {}
 local seen = {}
@@ -46,9 +52,9 @@ local records = false -- some pair is a history record ("#<bounds>")
 local nm = 0 -- the length of members (a # is a search)
 local byte = string.byte -- a local: it runs for every task
 -- Each task reported with a result, by its manager, to be checked.
-for i = 2, #ARGV, 2 do
+for i = FIRST, #ARGV, 2 do
   local tid = ARGV[i]
-  if byte(tid, 1) == 35 then -- '#': a history record, not a task
+  if with_records and byte(tid, 1) == 35 then -- '#': a history record, not a task
     records = true
   else
     nm = nm + 1
@@ -99,7 +105,7 @@ for _, m in ipairs(order) do
   for k = 1, g.n do -- not ipairs: an iterator is a call per task
     local i = g.at[k]
     local tid, r = ARGV[i], ARGV[i + 1]
-    local staged = byte(r, 1) == 61 -- '='
+    local staged = with_staged and byte(r, 1) == 61 -- '='
     if found[k] and not seen[tid] then
       seen[tid] = true
       if records then
@@ -118,7 +124,7 @@ for _, m in ipairs(order) do
     end
   end
 end
-for i = 4, records and #ARGV or 0, 2 do
+for i = FIRST + 2, records and #ARGV or 0, 2 do
   if byte(ARGV[i], 1) == 35 and ok[i - 2] then -- the record of a task delivered
     solos[#solos + 1] = manager(base, ARGV[i - 2])
     solos[#solos + 1] = ARGV[i]
@@ -142,8 +148,8 @@ if removed < nm then
   end
 end
 if redis.call('EXISTS', base .. 'lim:held') == 1 then
-  for i = 2, #ARGV, 2 do
-    if byte(ARGV[i], 1) ~= 35 then
+  for i = FIRST, #ARGV, 2 do
+    if not (with_records and byte(ARGV[i], 1) == 35) then
       unhold_limited(base, ARGV[i])
     end
   end
