@@ -7,8 +7,12 @@
 -- reads or writes.
 
 -- How long a bell's token lives, ms. A sleeper that misses one wakes at the
--- end of its own wait anyway; the token only has to outlive that wait.
-local BELL_TTL = 60000
+-- end of its own wait anyway; the token only has to outlive that wait. A
+-- string: a Lua number passed to a command is formatted with snprintf
+-- ("%.17g"), some 2,000 instructions of Redis's (7.0) a number, and the
+-- scripts pass a few dozen a lone Map; a literal or an argument passes as
+-- it came.
+local BELL_TTL = '60000'
 -- Most values one command gets at once: unpack puts them all on Lua's stack,
 -- which holds a few thousand at most.
 local CHUNK = 500
@@ -190,9 +194,9 @@ end
 -- set index) to its last limit batches (give or take 1%: the excess is
 -- trimmed at once when it reaches it), none older than age ms, and makes
 -- both keys live age ms past the last record. t is the time now (Redis
--- ms), if the caller has it.
+-- ms), if the caller has it. age may be the string it was read as.
 local function trim_history(hist, index, limit, age, t)
-  local old = redis.call('ZRANGEBYSCORE', index, '-inf', (t or now()) - age, 'LIMIT', 0, CHUNK)
+  local old = redis.call('ZRANGEBYSCORE', index, '-inf', (t or now()) - age, 'LIMIT', '0', '500') -- CHUNK
   local over = redis.call('ZCARD', index) - #old - limit
   if over > 0 and over < math.ceil(limit / 100) and #old == 0 then
     -- a few over: trimmed together once 1% over, not one at every write
@@ -287,7 +291,7 @@ local function write_histories(base, hist, index, ids, recs, decs, t)
   end
   for _, f in ipairs(fields) do
     if change[f] ~= 0 then
-      redis.call('HINCRBY', base .. 'ended', f, change[f])
+      redis.call('HINCRBY', base .. 'ended', f, change[f] == 1 and '1' or change[f])
     end
   end
 end
@@ -316,7 +320,7 @@ local function record_solos(base, solos, t)
       ids[n], recs[n], decs[n] = r.id, rec, r
       local b = keep .. ',' .. age
       if not bounds[b] then
-        bounds[b] = {tonumber(keep), tonumber(age)}
+        bounds[b] = {tonumber(keep), age} -- the age as read: see BELL_TTL
         bounds_order[#bounds_order + 1] = b
       end
       if not batches[m] then
@@ -328,7 +332,7 @@ local function record_solos(base, solos, t)
       if r.total > 0 then
         local tp = base .. 'tp:' .. bucket
         if not tps[tp] then
-          tps[tp] = {0, tonumber(life)}
+          tps[tp] = {0, life}
           tps_order[#tps_order + 1] = tp
         end
         tps[tp][1] = tps[tp][1] + r.total

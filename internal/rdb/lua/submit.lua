@@ -64,7 +64,7 @@ if was and not tonumber(was) then
   widest = INLINE + 1 -- not a length: what the set holds is unknown
 end
 if nids > 0 and widest > (tonumber(was) or -1) then
-  redis.call('SET', KEYS[6], widest, 'PX', ttl)
+  redis.call('SET', KEYS[6], widest == tonumber(ARGV[9]) and ARGV[9] or widest, 'PX', ttl)
 else
   redis.call('PEXPIRE', KEYS[6], ttl)
 end
@@ -91,7 +91,7 @@ if lane ~= '' then
   -- The lane lives as long as the task set, and the keys beside it (see
   -- unlane); its entry in the manager's lanes too. A take drops a lane it
   -- finds empty from the ring.
-  redis.call('INCRBY', KEYS[2] .. ':e', tonumber(ARGV[10]) or 0)
+  redis.call('INCRBY', KEYS[2] .. ':e', tonumber(ARGV[10]) and ARGV[10] or '0')
   local first = seq_of(ARGV[FIRST]) or 0
   redis.call('ZADD', KEYS[2] .. ':t', first, first .. ':' .. now())
   redis.call('PEXPIRE', KEYS[2] .. ':e', ttl)

@@ -391,7 +391,7 @@ local rounds = {}
 
 -- drop takes lane (list: its list), found empty, out of ring.
 local function drop(ring, lane, list)
-  redis.call('LREM', ring, -1, lane)
+  redis.call('LREM', ring, '-1', lane)
   unlane(list)
   emptied[list] = true
 end

@@ -49,7 +49,7 @@ if n > 0 then
         redis.call('HDEL', staged, unpack(fields, i, math.min(i + CHUNK - 1, #fields)))
       end
     end
-    redis.call('LTRIM', KEYS[1], n, -1)
+    redis.call('LTRIM', KEYS[1], ARGV[1], '-1') -- n, as it came: see BELL_TTL
     return 1
   end
 end
