@@ -81,20 +81,31 @@ end
 if wid ~= '' then
   lane = '' -- a private batch's tasks queue in the worker's list
 end
-if lane ~= '' and redis.call('LLEN', KEYS[2]) == 0 then
-  unlane(KEYS[2]) -- what is beside an empty lane counts nothing
-end
+-- empty: whether the list was empty before this submit (its first push
+-- made it as long as that push), as a new batch's lane is
+local empty = false
 for i = FIRST, #ARGV, CHUNK do
-  redis.call('RPUSH', KEYS[2], unpack(ARGV, i, math.min(i + CHUNK - 1, #ARGV)))
+  local last = math.min(i + CHUNK - 1, #ARGV)
+  local len = redis.call('RPUSH', KEYS[2], unpack(ARGV, i, last))
+  if i == FIRST then
+    empty = len == last - i + 1
+  end
 end
 if lane ~= '' then
   -- The lane lives as long as the task set, and the keys beside it (see
   -- unlane); its entry in the manager's lanes too. A take drops a lane it
-  -- finds empty from the ring.
-  redis.call('INCRBY', KEYS[2] .. ':e', tonumber(ARGV[10]) and ARGV[10] or '0')
+  -- finds empty from the ring. What was beside an empty lane counts
+  -- nothing: its count is set, its submit times start again.
+  local elements = tonumber(ARGV[10]) and ARGV[10] or '0'
   local first = seq_of(ARGV[FIRST]) or 0
+  if empty then
+    redis.call('SET', KEYS[2] .. ':e', elements, 'PX', ttl)
+    redis.call('DEL', KEYS[2] .. ':t')
+  else
+    redis.call('INCRBY', KEYS[2] .. ':e', elements)
+    redis.call('PEXPIRE', KEYS[2] .. ':e', ttl)
+  end
   redis.call('ZADD', KEYS[2] .. ':t', first, first .. ':' .. now())
-  redis.call('PEXPIRE', KEYS[2] .. ':e', ttl)
   redis.call('PEXPIRE', KEYS[2] .. ':t', ttl)
   redis.call('PEXPIRE', KEYS[2], ttl)
   enlist(KEYS[4], lane)
