@@ -142,13 +142,6 @@ func (c *collector) collect(ctx context.Context) {
 		if handled > 0 {
 			mark = rdb.Mark(entries[handled-1])
 		}
-		if waited && handled > 0 {
-			// A result that came alone may have ended a batch whose caller
-			// (woken by the dispatch, next to run on this processor) submits
-			// again at once: let it send that submit before this read,
-			// which trims what the submit's tasks do not wait on.
-			runtime.Gosched()
-		}
 	}
 }
 
