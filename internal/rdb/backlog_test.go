@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/redmap/redmap/internal/id"
 	"github.com/redmap/redmap/internal/keys"
 	"github.com/redmap/redmap/internal/wire"
@@ -121,4 +123,64 @@ func TestEndedTotalsCountLastRecord(t *testing.T) {
 		kinds["panic"] != 2 || kinds["lost"] != 1 {
 		t.Fatalf("totals %v, kinds %v; want 1 failed (2 panic, 1 lost), 1 done", outcomes, kinds)
 	}
+}
+
+// A submit to an empty lane counts only its own tasks, whatever was left
+// beside the lane (a count and submit times that outlived it); a submit to a
+// lane that has tasks adds to its count. The lane's first push says it was
+// empty, also when the ids take more than one push.
+func TestSubmitResetsWhatIsBesideAnEmptyLane(t *testing.T) {
+	f := setup(t)
+	ctx := context.Background()
+	admin := NewAdmin(f.c, "rm")
+	name := f.lane().Name
+	elements, times := keys.LaneElements("rm", f.queue, name), keys.LaneTimes("rm", f.queue, name)
+	// Left beside the empty lane: 99 elements, submitted long ago.
+	f.c.Set(ctx, elements, 99, time.Minute)
+	f.c.ZAdd(ctx, times, redis.Z{Score: 0, Member: "0:1000"})
+	task := func(seq uint64, n int) wire.Task {
+		return wire.Task{ID: id.TaskIn(f.mid, seq, 1, n, keys.DefaultPriority, keys.DefaultPriority), Payload: []byte("p")}
+	}
+	want := func(what string, tasks, els int64) {
+		t.Helper()
+		b, err := admin.Backlog(ctx, f.queue)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if b.Tasks != tasks || b.Elements != els {
+			t.Fatalf("%s: backlog %d tasks, %d elements; want %d and %d", what, b.Tasks, b.Elements, tasks, els)
+		}
+		if b.Oldest.UnixMilli() <= 1000 {
+			t.Fatalf("%s: oldest submitted at %v: the stale submit time counted", what, b.Oldest)
+		}
+	}
+	submit := func(ts []wire.Task) {
+		t.Helper()
+		if _, _, err := f.r.Submit(ctx, f.mid, "", f.lane(), ts, time.Minute, wire.Expect{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	submit([]wire.Task{task(1, 2), task(2, 3)})
+	want("first submit", 2, 5)
+	submit([]wire.Task{task(3, 4)})
+	want("added to", 3, 9)
+	// Emptied by takes, left with stale keys again, then refilled by a
+	// submit of more ids than one push carries (CHUNK is 500).
+	for i := 0; ; i++ {
+		got, _, err := f.r.Take(ctx, fmt.Sprintf("w%d", i), 10, 10, time.Minute, 0, 0, serves)
+		if err != nil || i > 3 {
+			t.Fatalf("take %d: %v", i, err)
+		}
+		if len(got) == 0 {
+			break
+		}
+	}
+	f.c.Set(ctx, elements, 99, time.Minute)
+	f.c.ZAdd(ctx, times, redis.Z{Score: 0, Member: "0:1000"})
+	var many []wire.Task
+	for i := range 700 {
+		many = append(many, task(uint64(10+i), 1))
+	}
+	submit(many)
+	want("refilled", 700, 700)
 }
