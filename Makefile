@@ -6,17 +6,18 @@ STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 REVIVE      := github.com/mgechev/revive@v1.11.0
 FUZZ_TARGETS := codec:FuzzDecodeTask codec:FuzzDecodeResult codec:FuzzDecodeElements codec:FuzzDecodeValue codec:FuzzIntsMatchMsgpack worker:FuzzTaskPath manager:FuzzResultPath internal/rdb:FuzzDecodeRecords internal/wire:FuzzExpandRanges
 
-.PHONY: help test test-cluster fuzz lint bench demo chaos chaos-cluster redis-server screenshot
+.PHONY: help test test-unit test-cluster fuzz lint bench demo chaos chaos-cluster redis-server screenshot
 
 help: ## list the targets
 	@awk -F':.*## ' '/^[a-z-]+:.*## /{printf "  %-13s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 
-test: redis-server ## go test -race ./..., deploy/'s manifests and image (a module of its own), then each fuzz target for FUZZTIME (5s)
+test: redis-server ## go test -race ./... (every test: the process-level suites too), then deploy/'s manifests and image (a module of its own); make fuzz fuzzes
 	$(GO) test -race -count=1 -parallel 4 ./...
 	@echo "== $$(date -u +%T) deploy"
 	cd deploy && $(GO) test -count=1 ./...
-	@echo "== $$(date -u +%T) fuzz"
-	@$(MAKE) --no-print-directory fuzz FUZZTIME=$(FUZZTIME)
+
+test-unit: redis-server ## go test -short -race ./...: make test without the tests that start processes (workers, a Cluster, Sentinels) or run a minute of faults, nor deploy/ or fuzz; one package: go test -short -parallel 8 ./manager
+	$(GO) test -short -race -count=1 -parallel 8 ./...
 
 test-cluster: redis-server ## the manager, worker and cache suites again, on a local 3-master Redis Cluster, then with every queue over 3 shards
 	REDMAP_TEST_REDIS=cluster $(GO) test -race -count=1 -parallel 4 ./manager ./worker ./cache

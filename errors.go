@@ -3,11 +3,15 @@ package redmap
 import (
 	"errors"
 	"fmt"
+	"slices"
+	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/redmap/redmap/codec"
 	"github.com/redmap/redmap/internal/engine"
+	"github.com/redmap/redmap/internal/wire"
 )
 
 // Sentinel errors, for errors.Is. A *TaskError wraps one of them (or the
@@ -43,6 +47,10 @@ var (
 	// more often than the batch's attempt budget allows, or it was sent to the
 	// private queue of a worker that died.
 	ErrLost = errors.New("redmap: task lost")
+	// ErrPurged: an operator purged the queue (redmap purge) while the task
+	// waited in it. It is an ErrLost too (errors.Is holds for both), counted
+	// apart ("purged") in the history and the metrics.
+	ErrPurged = fmt.Errorf("%w: purged from the queue by an operator", ErrLost)
 	// ErrTimeout: the function ran past the batch's per-task timeout on every
 	// attempt.
 	ErrTimeout = errors.New("redmap: task timed out")
@@ -109,6 +117,7 @@ type CommandError struct {
 	Command string // the refused Redis command, upper case, such as "TIME"; "" if unknown
 	Reply   string // Redis's error reply
 	Kind    error  // ErrPermission or ErrRefused
+	Key     string // the key Redis could not use (foreign data in it), when known
 }
 
 func (e *CommandError) Error() string {
@@ -121,6 +130,9 @@ func (e *CommandError) Error() string {
 			return fmt.Sprintf("redmap: %s: Redis refused the credentials (check the user and password in the URL): %s", e.Op, e.Reply)
 		}
 		return fmt.Sprintf("redmap: %s: the Redis user may not run %s (grant it: see docs/connecting.md, \"A least-privilege ACL user\"): %s", e.Op, what, e.Reply)
+	}
+	if e.Key != "" {
+		return fmt.Sprintf("redmap: %s: Redis refused %s on key %s: %s", e.Op, what, e.Key, e.Reply)
 	}
 	return fmt.Sprintf("redmap: %s: Redis refused %s: %s", e.Op, what, e.Reply)
 }
@@ -155,18 +167,91 @@ type BatchError struct {
 	Failed []*TaskError // one per failed element, in index order
 }
 
+// Error groups the failures by cause, the most frequent first, each with its
+// count and first indexes: "redmap: 300 of 300 elements failed: 295
+// elements (0, 1, 2, ...): 429 from API; 5 elements (7, ...): task timed
+// out". Messages that differ only in the numbers, ids, paths or quoted
+// strings they name are one cause, shown by its first message ("messages
+// like: ..."). At most 4 causes are shown, each cut at 320 bytes; errors.As
+// gives every failure.
 func (e *BatchError) Error() string {
+	const (
+		shownCauses  = 4
+		shownIndexes = 3
+		causeBytes   = 320
+	)
+	type group struct {
+		cause  string // the first message
+		varied bool   // another message of the group differs from it
+		first  []int  // up to shownIndexes, in index order
+		n      int
+	}
+	var groups []*group
+	byCause := map[string]*group{}
+	for _, f := range e.Failed {
+		c := causeLine(f.Err, causeBytes)
+		key := wire.Fingerprint(c)
+		g := byCause[key]
+		if g == nil {
+			g = &group{cause: c}
+			byCause[key] = g
+			groups = append(groups, g)
+		}
+		g.varied = g.varied || c != g.cause
+		if g.n++; len(g.first) < shownIndexes {
+			g.first = append(g.first, f.Index)
+		}
+	}
+	// Stable: among causes as frequent, the one met first comes first.
+	slices.SortStableFunc(groups, func(a, b *group) int { return b.n - a.n })
 	var b strings.Builder
 	fmt.Fprintf(&b, "redmap: %d of %d elements failed", len(e.Failed), e.Total)
-	const shown = 5
-	for i, f := range e.Failed {
-		if i == shown {
-			fmt.Fprintf(&b, "; and %d more", len(e.Failed)-shown)
+	for i, g := range groups {
+		sep := "; "
+		if i == 0 {
+			sep = ": "
+		}
+		if i == shownCauses {
+			rest := 0
+			for _, g := range groups[i:] {
+				rest += g.n
+			}
+			fmt.Fprintf(&b, "; and %d more causes (%d elements)", len(groups)-i, rest)
 			break
 		}
-		fmt.Fprintf(&b, "; [%d] %v", f.Index, f.Err)
+		if g.n == 1 {
+			fmt.Fprintf(&b, "%selement %d: %s", sep, g.first[0], g.cause)
+			continue
+		}
+		like := ""
+		if g.varied {
+			like = "messages like: "
+		}
+		idx := make([]string, len(g.first))
+		for j, x := range g.first {
+			idx[j] = strconv.Itoa(x)
+		}
+		if g.n > len(g.first) {
+			idx = append(idx, "...")
+		}
+		fmt.Fprintf(&b, "%s%d elements (%s): %s%s", sep, g.n, strings.Join(idx, ", "), like, g.cause)
 	}
 	return b.String()
+}
+
+// causeLine is err's message for a BatchError's: on one line, without the
+// "redmap: " the BatchError's own message begins with, cut at max bytes.
+func causeLine(err error, max int) string {
+	c := strings.TrimPrefix(fmt.Sprint(err), "redmap: ")
+	c = strings.Join(strings.Fields(c), " ")
+	if len(c) > max {
+		cut := max
+		for cut > 0 && !utf8.RuneStart(c[cut]) {
+			cut--
+		}
+		c = c[:cut] + "…"
+	}
+	return c
 }
 
 // Unwrap returns the element errors, so errors.Is and errors.As look into them.

@@ -60,7 +60,7 @@ func runWorkerProcess() bool {
 		w, err = worker.New(c, worker.Options{Queue: queue, Concurrency: concurrency})
 	}
 	if err == nil {
-		err = w.Register(square, spin, mirror, lookup, modSquare, plus, sieve, sleepy, nap, keyCount, add, blockCounts, mergeCounts, keyText, least)
+		err = w.Register(square, spin, mirror, lookup, modSquare, plus, sieve, sleepy, nap, keyCount, add, blockCounts, mergeCounts, keyText, least, manWords, addStats)
 	}
 	if err == nil {
 		if p := os.Getenv(workerProfileEnv); p != "" {

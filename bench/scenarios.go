@@ -36,6 +36,8 @@ var scenarios = []scenario{
 	{"stream", stream},
 	{"reduce", reduce},
 	{"shuffle", shuffle},
+	{"index", index},
+	{"manindex", manindex},
 	{"seq", seq},
 	{"consume", consume},
 	{"compute", compute},

@@ -216,3 +216,28 @@ func TestTamperedValue(t *testing.T) {
 		t.Fatalf("missing part: got %v, want ErrConstantMissing", err)
 	}
 }
+
+// Parts larger than a worker's call may carry (rdb.CallBytes) are fetched
+// one a round trip: the value comes back whole; a part too long is
+// corrupt, a part gone is missing.
+func TestPartsLargerThanACall(t *testing.T) {
+	c, s, prefix := setup(t, 3<<20)
+	ctx := context.Background()
+	v := value(7<<20+5, 7) // parts of 3 MiB, 3 MiB and 1 MiB and 5 bytes
+	ref, _, err := s.Put(ctx, v, "a", time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := s.Get(ctx, ref)
+	if err != nil || !bytes.Equal(got, v) {
+		t.Fatalf("get: %d bytes of %d, %v", len(got), len(v), err)
+	}
+	c.Append(ctx, keys.ObjectPart(prefix, ref.Hash, 0), "more")
+	if _, err := s.Get(ctx, ref); !errors.Is(err, redmap.ErrConstantCorrupt) {
+		t.Fatalf("a part too long: got %v, want ErrConstantCorrupt", err)
+	}
+	c.Del(ctx, keys.ObjectPart(prefix, ref.Hash, 1))
+	if _, err := s.Get(ctx, ref); !errors.Is(err, redmap.ErrConstantMissing) {
+		t.Fatalf("a part gone: got %v, want ErrConstantMissing", err)
+	}
+}

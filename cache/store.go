@@ -8,7 +8,7 @@
 // worker; Store, Ref and Sum, for a program other than redmap's managers
 // and workers that stores or reads objects (a tool that prefills a large
 // constant, or a second implementation of a worker), with DefaultPartSize.
-// The layout of an object in Redis (a metadata hash and 8 MiB parts under
+// The layout of an object in Redis (a metadata hash and 1 MiB parts under
 // "<prefix>:obj:{<hash>}", a holders sorted set of deadlines) is versioned
 // with the module: it changes only with a minor version before 1.0 and a
 // major one after, as CHANGELOG says.
@@ -30,9 +30,11 @@ import (
 )
 
 // DefaultPartSize is the size of the parts a value is stored in: small enough
-// that no single command holds Redis for long, and far below Redis's 512 MB
-// limit on one string, so values of any size fit.
-const DefaultPartSize = 8 << 20
+// that no single command holds Redis for long, nor takes a link of 10 MB/s
+// past go-redis's timeouts (rdb.CallBytes, 1 MiB: an upload sends one
+// pipeline per 1 MiB of parts), and far below Redis's 512 MB limit on one
+// string, so values of any size fit.
+const DefaultPartSize = rdb.CallBytes
 
 // Ref names a stored value by content.
 type Ref struct {
@@ -67,7 +69,7 @@ func NewStore(c redis.UniversalClient, prefix string, partSize int) *Store {
 // Put stores b unless it is already there, and gives holder a hold on it for
 // d by the Redis clock. It checks first, so a value already stored costs one
 // script call and no upload; it reports whether it uploaded. An upload sends
-// one pipeline per 8 parts and one script call.
+// one pipeline per 1 MiB of parts (rdb.CallBytes) and one script call.
 func (s *Store) Put(ctx context.Context, b []byte, holder string, d time.Duration) (Ref, bool, error) {
 	ref := Ref{Hash: Sum(b), Size: int64(len(b))}
 	// A concurrent release can delete an older copy while we upload ours; the

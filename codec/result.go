@@ -19,11 +19,21 @@ const (
 	KindTimeout                      // the function ran past the task's timeout
 	KindReduce                       // the reducer failed to fold the element's output in
 	KindThrottled                    // the function kept answering RetryAfter past the batch's bound
+	KindRedisFull                    // Redis, at maxmemory, refused the task's result each time it was sent
 	maxKind
 )
 
 var kindNames = [...]string{"", "error", "panic", "unknown function", "type mismatch", "decode",
-	"encode", "too large", "constant missing", "constant corrupt", "lost", "timeout", "reduce", "throttled"}
+	"encode", "too large", "constant missing", "constant corrupt", "lost", "timeout", "reduce", "throttled", "redis full"}
+
+// Kinds returns every kind, in order.
+func Kinds() []Kind {
+	out := make([]Kind, 0, maxKind-1)
+	for k := KindError; k < maxKind; k++ {
+		out = append(out, k)
+	}
+	return out
+}
 
 // String returns the kind's name, as operators see it.
 func (k Kind) String() string {

@@ -132,6 +132,7 @@ func New(client redis.UniversalClient, opts Options) (*Dashboard, error) {
 	if err != nil {
 		return nil, err
 	}
+	in = in.WithLogger(opts.Logger)
 	d := &Dashboard{in: in, opts: opts, mux: http.NewServeMux(), token: sha256.Sum256([]byte(opts.Token))}
 	static, _ := fs.Sub(assets, "assets") // embedded: cannot fail
 	d.mux.Handle("GET /", http.FileServerFS(static))
@@ -202,6 +203,9 @@ type State struct {
 	Batches  []inspect.Batch        `json:"batches"`
 	Failures []inspect.FailureGroup `json:"failures"`
 	Limits   []inspect.Limit        `json:"limits"` // the functions' fleet-wide limits
+	// Unreadable says, for each queue whose records could not be read (a
+	// key of it holding another type, say), why; the others are shown.
+	Unreadable map[string]string `json:"unreadable,omitempty"`
 }
 
 // tokenHeader carries the operator token from the page: a header of its
@@ -272,7 +276,9 @@ func (d *Dashboard) shared(ctx context.Context) (State, error) {
 // State reads what the page shows from Redis: the queues, their workers
 // (those that stopped or died within inspect.GoneFor included), their
 // running batches and those that ended within Options.Keep (the queues'
-// history), their failure groups, and their functions' limits.
+// history), their failure groups, and their functions' limits. A queue
+// whose records cannot be read is left out and named in Unreadable (and
+// logged); if none can be, State fails.
 func (d *Dashboard) State(ctx context.Context) (State, error) {
 	now, err := d.in.Now(ctx)
 	if err != nil {
@@ -284,10 +290,19 @@ func (d *Dashboard) State(ctx context.Context) (State, error) {
 	}
 	st := State{Time: now, Actions: d.opts.Actions, Queues: []inspect.Queue{}, Workers: []inspect.Worker{},
 		Batches: []inspect.Batch{}, Failures: []inspect.FailureGroup{}, Limits: []inspect.Limit{}}
-	for _, q := range queues {
-		snap, err := d.in.Snapshot(ctx, q)
+	snaps, errs := d.in.Snapshots(ctx, queues)
+	for j, q := range queues {
+		snap, err := snaps[j], errs[j]
 		if err != nil {
-			return State{}, fmt.Errorf("queue %s: %w", q, err)
+			if len(st.Unreadable)+1 == len(queues) { // none readable: Redis is, or its queues are
+				return State{}, fmt.Errorf("queue %s: %w", q, err)
+			}
+			d.opts.Logger.Warn("a queue's records could not be read; the others are shown", "queue", q, "err", err)
+			if st.Unreadable == nil {
+				st.Unreadable = map[string]string{}
+			}
+			st.Unreadable[q] = err.Error()
+			continue
 		}
 		st.Queues = append(st.Queues, snap.Queue)
 		st.Workers = append(st.Workers, snap.Workers...)
@@ -326,7 +341,8 @@ func (d *Dashboard) queueNames(ctx context.Context) ([]string, error) {
 }
 
 // order sorts what st shows: per queue, live workers before gone ones;
-// running batches before ended ones, the newest ended first.
+// running batches (by queue) before ended ones, the newest ended first
+// across queues.
 func order(st *State) {
 	// Each queue's workers come from inspect live first, then by id: a
 	// stable sort by queue keeps that.
@@ -338,8 +354,8 @@ func order(st *State) {
 		return 1
 	}
 	slices.SortFunc(st.Batches, func(a, b inspect.Batch) int {
-		return cmp.Or(cmp.Compare(ended(a), ended(b)), cmp.Compare(a.Queue, b.Queue),
-			b.Ended.Compare(a.Ended), cmp.Compare(a.Manager, b.Manager), cmp.Compare(a.ID, b.ID))
+		return cmp.Or(cmp.Compare(ended(a), ended(b)), b.Ended.Compare(a.Ended), cmp.Compare(a.Queue, b.Queue),
+			cmp.Compare(a.Manager, b.Manager), cmp.Compare(a.ID, b.ID))
 	})
 }
 

@@ -17,6 +17,7 @@ import (
 	"github.com/redmap/redmap/connect"
 	"github.com/redmap/redmap/dashboard"
 	"github.com/redmap/redmap/internal/harness"
+	"github.com/redmap/redmap/internal/keys"
 	"github.com/redmap/redmap/internal/redistest"
 	"github.com/redmap/redmap/manager"
 	"github.com/redmap/redmap/worker"
@@ -455,5 +456,37 @@ func TestStateShowsLimits(t *testing.T) {
 	})
 	if l := st.Limits[0]; l.Func != "capped-dash" || l.Text != "1 at once" || l.Source != "code" || l.Queue != e.Queue {
 		t.Fatalf("limit %+v", l)
+	}
+}
+
+// A queue whose records cannot be read (another type at one of its keys)
+// is named in the state, and the other queues are shown.
+func TestStateShowsTheOthersPastAnUnreadableQueue(t *testing.T) {
+	srv := redistest.Start(t)
+	good, bad := harness.On(t, srv), harness.On(t, srv)
+	bad.Queue += "-bad"
+	for _, e := range []*harness.Env{good, bad} {
+		m := e.Manager(t, manager.Options{NoWorkerTimeout: -1})
+		b, err := manager.Submit(context.Background(), m, slow, []int{1, 2}, manager.ChunkSize(1))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer b.Cancel()
+	}
+	if err := bad.Client.Set(context.Background(), keys.Workers("redmap", bad.Queue), "not a sorted set", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	d, err := dashboard.New(good.Client, dashboard.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	web := httptest.NewServer(d)
+	defer web.Close()
+	st := getState(t, web.URL)
+	if len(st.Queues) != 1 || st.Queues[0].Name != good.Queue || st.Queues[0].Depth != 2 {
+		t.Errorf("queues shown: %+v; want %s alone, depth 2", st.Queues, good.Queue)
+	}
+	if why := st.Unreadable[bad.Queue]; !strings.Contains(why, "WRONGTYPE") || len(st.Unreadable) != 1 {
+		t.Errorf("unreadable: %v; want %s's WRONGTYPE", st.Unreadable, bad.Queue)
 	}
 }

@@ -6,16 +6,22 @@
 // queue). The redmap CLI, the dashboard and an operator's own tools read
 // through it; nothing it reports comes from what a viewer happened to see.
 //
-// An Inspector sends only reads, except for its actions. It scans keys with
-// SCAN, never KEYS, and reads each queue in a few round trips.
+// An Inspector sends only reads, except for its actions. It lists the
+// queues from their index (what managers and workers name as they publish
+// and heartbeat), each queue's managers and workers from the queue's own
+// records, and reads each queue in a few round trips: what it costs grows
+// with what redmap keeps, never with the rest of the database. Only
+// ScanQueues walks the keyspace (SCAN, never KEYS), when asked.
 package inspect
 
 import (
 	"cmp"
 	"context"
 	"fmt"
+	"log/slog"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -29,6 +35,7 @@ import (
 // Inspector reads the queues under one key prefix.
 type Inspector struct {
 	admin *rdb.Admin
+	log   *slog.Logger
 }
 
 // New returns an inspector of the queues under prefix on client; "" is
@@ -37,7 +44,16 @@ func New(client redis.UniversalClient, prefix string) (*Inspector, error) {
 	if client == nil {
 		return nil, fmt.Errorf("inspect: nil Redis client")
 	}
-	return &Inspector{admin: rdb.NewAdmin(client, cmp.Or(prefix, config.DefaultPrefix))}, nil
+	return &Inspector{admin: rdb.NewAdmin(client, cmp.Or(prefix, config.DefaultPrefix)), log: slog.New(slog.DiscardHandler)}, nil
+}
+
+// WithLogger returns an inspector like i that logs to l what its readers
+// skip: a queue whose records a scrape of MetricsHandler could not read.
+// Without one, nothing is logged.
+func (i *Inspector) WithLogger(l *slog.Logger) *Inspector {
+	c := *i
+	c.log = cmp.Or(l, i.log)
+	return &c
 }
 
 // Queue is one queue.
@@ -62,6 +78,9 @@ type Worker struct {
 	// State is one of:
 	//   - "running": registered, its heartbeat on time, tasks in hand;
 	//   - "idle": the same, holding no task;
+	//   - "alone": the same, running a suspect alone (Alone says which and
+	//     why), its other slots idle: a task lost twice with its workers,
+	//     maybe a poison pill;
 	//   - "draining": it takes no more tasks and exits once its own are
 	//     reported (SIGTERM, redmap drain);
 	//   - "late": registered, but its heartbeat is overdue (more than two
@@ -90,6 +109,15 @@ type Worker struct {
 	Functions    []string `json:"functions"`
 	CacheHits    int64    `json:"cache_hits"`
 	CacheBytes   int64    `json:"cache_bytes"`
+	// Suspects counts the suspects it ran alone; Alone is the one it runs
+	// alone now, and why ("" if none): of a dead worker, the one it ran
+	// when it died, likely the poison pill that killed it.
+	Suspects  int64  `json:"suspects"`
+	Alone     string `json:"alone,omitempty"`
+	AloneTask string `json:"alone_task,omitempty"` // that suspect's task id
+	// Version is its program's build: an image build's stamp, the module's
+	// version or its VCS revision ("" from a worker of an older build).
+	Version string `json:"version,omitempty"`
 	// Error is the worker's last failed Redis call, if it has not
 	// recovered, or why its record could not be read.
 	Error string `json:"error,omitempty"`
@@ -131,6 +159,10 @@ type Batch struct {
 	// FailedBy counts an ended batch's failed elements per cause ("error",
 	// "panic", "lost", "timeout", "no worker", ...).
 	FailedBy map[string]int `json:"failed_by,omitempty"`
+	// Alone says, for each task of a running batch that a live worker
+	// runs alone as a suspect (lost twice with its workers: maybe a poison
+	// pill), which worker and why, as that worker published it.
+	Alone []string `json:"alone,omitempty"`
 	// Reason says why an ended batch ended early, if it did.
 	Reason  string    `json:"reason,omitempty"`
 	Started time.Time `json:"started,omitzero"`
@@ -179,9 +211,28 @@ func (i *Inspector) Now(ctx context.Context) (time.Time, error) {
 	return time.UnixMilli(ms), err
 }
 
-// Queues lists the queues that have workers, queued tasks or managers,
-// sorted; a sharded queue is listed once, under its name.
+// Queues lists the queues whose managers published progress or whose
+// workers heartbeated within the last week (keys.QueueIndexAge), sorted; a
+// sharded queue is listed once, under its name. One round trip, however
+// many keys the database holds besides: it reads the index of queues that
+// managers and workers keep, not the keyspace. A queue only a build older
+// than the index wrote, and none has written since, is found by ScanQueues.
 func (i *Inspector) Queues(ctx context.Context) ([]string, error) { return i.admin.Queues(ctx) }
+
+// ScanQueues lists the queues that have any key under the prefix, by SCAN
+// of the whole keyspace, and adds those it finds to the index of queues,
+// so that Queues lists them from then on: once, after an upgrade from a
+// build that kept no index, for queues no manager or worker of this build
+// has written since (they name their queue within a minute). Its cost
+// grows with every key of the database, redmap's or not. A user that may
+// not write still gets the list (the index is left as it was).
+func (i *Inspector) ScanQueues(ctx context.Context) ([]string, error) {
+	qs, err := i.admin.ScanQueues(ctx)
+	if err != nil && qs != nil && rdb.Refused(err) {
+		return qs, nil
+	}
+	return qs, err
+}
 
 // Workers returns the workers of queue, registered or gone within GoneFor,
 // with their states (see Worker.State) by the Redis clock now: the live
@@ -202,7 +253,7 @@ func (i *Inspector) Workers(ctx context.Context, queue string, now time.Time) ([
 		w := Worker{Queue: queue, ID: r.ID, Live: r.Deadline > nowMs,
 			Host: in.Host, PID: in.PID, Concurrency: in.Concurrency, Running: in.Running, Held: r.Held,
 			Taken: in.Taken, Delivered: in.Delivered, Failed: in.Failed, Functions: in.Functions,
-			CacheHits: in.CacheHits, CacheBytes: in.CacheBytes, Error: in.Error}
+			CacheHits: in.CacheHits, CacheBytes: in.CacheBytes, Suspects: in.Suspects, Alone: in.Alone, AloneTask: in.AloneTask, Version: in.Version, Error: in.Error}
 		if w.Functions == nil {
 			w.Functions = []string{}
 		}
@@ -242,6 +293,8 @@ func stateOf(r rdb.Registered, nowMs int64) (state string, since, age float64) {
 		return "late", secs(nowMs - beat - every), age
 	case in.Running == 0 && r.Held == 0:
 		return "idle", age, age
+	case in.Alone != "":
+		return "alone", age, age
 	}
 	return "running", age, age
 }
@@ -258,6 +311,12 @@ func rank(b bool) int {
 // the batches of managers that stopped publishing as "manager lost" (see
 // Batch.Outcome): a read model that notices a lost manager says so.
 func (i *Inspector) Batches(ctx context.Context, queue string) ([]Batch, error) {
+	return i.batches(ctx, queue, nil)
+}
+
+// batches is Batches with ws, the queue's workers if the caller read them
+// (nil: read them if a batch is running).
+func (i *Inspector) batches(ctx context.Context, queue string, ws []Worker) ([]Batch, error) {
 	if _, err := i.admin.LoseManagers(ctx, queue); err != nil && !rdb.Refused(err) {
 		return nil, err
 	} // refused: a read-only user; the next reader that may write will
@@ -291,7 +350,27 @@ func (i *Inspector) Batches(ctx context.Context, queue string) ([]Batch, error) 
 	}
 	out = slices.DeleteFunc(out, func(b Batch) bool { return ended[b.ID] })
 	slices.SortFunc(out, func(a, b Batch) int { return strings.Compare(a.ID, b.ID) })
+	if len(out) > 0 && ws == nil {
+		if ws, err = i.Workers(ctx, queue, time.Now()); err != nil {
+			return nil, err
+		}
+	}
+	suspects(out, ws)
 	return out, nil
+}
+
+// suspects sets Alone of each of bs (sorted by id) whose task a live
+// worker of ws runs alone, as the workers' records say.
+func suspects(bs []Batch, ws []Worker) {
+	for _, w := range ws {
+		if !w.Live || w.AloneTask == "" {
+			continue
+		}
+		batch := id.BatchOf(w.AloneTask)
+		if j, found := slices.BinarySearchFunc(bs, batch, func(b Batch, want string) int { return strings.Compare(b.ID, want) }); found {
+			bs[j].Alone = append(bs[j].Alone, "worker "+w.ID+": "+w.Alone)
+		}
+	}
 }
 
 // durableStates sets the state of the durable batches among bs: held by a
@@ -381,7 +460,13 @@ func (i *Inspector) Snapshot(ctx context.Context, queue string) (Snapshot, error
 	if err != nil {
 		return Snapshot{}, err
 	}
-	s := Snapshot{Time: now, Queue: Queue{Name: queue, Bucket: int(keys.ThroughputBucket / time.Second)}}
+	return i.snapshot(ctx, queue, now, true)
+}
+
+// snapshot is Snapshot at the Redis clock's now; without full, it reads
+// neither the queue's history nor its failure groups (Statuses).
+func (i *Inspector) snapshot(ctx context.Context, queue string, now time.Time, full bool) (s Snapshot, err error) {
+	s = Snapshot{Time: now, Queue: Queue{Name: queue, Bucket: int(keys.ThroughputBucket / time.Second)}}
 	if s.Queue.Depth, err = i.admin.Depth(ctx, queue); err != nil {
 		return s, err
 	}
@@ -403,38 +488,90 @@ func (i *Inspector) Snapshot(ctx context.Context, queue string) (Snapshot, error
 			s.Queue.Running += w.Running
 		}
 	}
-	if s.Batches, err = i.Batches(ctx, queue); err != nil {
+	if s.Batches, err = i.batches(ctx, queue, s.Workers); err != nil {
 		return s, err
 	}
 	s.Queue.Batches = len(s.Batches)
-	if s.History, _, err = i.History(ctx, queue, HistoryShown); err != nil {
-		return s, err
-	}
-	if s.Failures, s.Malformed, err = i.Failures(ctx, queue); err != nil {
-		return s, err
+	if full {
+		if s.History, _, err = i.History(ctx, queue, HistoryShown); err != nil {
+			return s, err
+		}
+		if s.Failures, s.Malformed, err = i.Failures(ctx, queue); err != nil {
+			return s, err
+		}
 	}
 	s.Limits, err = i.Limits(ctx, queue)
 	return s, err
 }
 
+// readers is how many queues Snapshots and a scrape of Collector read at
+// once: each queue is a few round trips one after another, so a thousand
+// queues read one at a time would take a thousand times that.
+const readers = 8
+
+// eachQueue calls read with each of qs and its index, up to readers at
+// once, and returns when every call has.
+func eachQueue(qs []string, read func(j int, q string)) {
+	var wg sync.WaitGroup
+	turns := make(chan struct{}, readers)
+	for j, q := range qs {
+		wg.Add(1)
+		turns <- struct{}{}
+		go func() {
+			defer wg.Done()
+			defer func() { <-turns }()
+			read(j, q)
+		}()
+	}
+	wg.Wait()
+}
+
+// Snapshots reads each of queues as Snapshot does, up to 8 at once, at one
+// reading of the Redis clock: snaps[j] is queues[j]'s, or errs[j] says why
+// it could not be read.
+func (i *Inspector) Snapshots(ctx context.Context, queues []string) (snaps []Snapshot, errs []error) {
+	return i.snapshots(ctx, queues, true)
+}
+
+// Statuses is Snapshots without each queue's history and failure groups
+// (History, Failures and Malformed are empty): what a status of many
+// queues shows, in two round trips a queue fewer.
+func (i *Inspector) Statuses(ctx context.Context, queues []string) (snaps []Snapshot, errs []error) {
+	return i.snapshots(ctx, queues, false)
+}
+
+func (i *Inspector) snapshots(ctx context.Context, queues []string, full bool) (snaps []Snapshot, errs []error) {
+	snaps, errs = make([]Snapshot, len(queues)), make([]error, len(queues))
+	now, err := i.Now(ctx)
+	if err != nil {
+		for j := range errs {
+			errs[j] = err
+		}
+		return snaps, errs
+	}
+	eachQueue(queues, func(j int, q string) { snaps[j], errs[j] = i.snapshot(ctx, q, now, full) })
+	return snaps, errs
+}
+
 // recentRate returns elements per second over the last minute of the
-// counters tp (the last one is the current bucket, nowMs into it), or over
-// the part of it since the first element ended, if that is shorter: a
-// queue that began 5 s ago shows its rate, not a twelfth of it.
+// counters tp (the last one is the current bucket, nowMs into it), or, for
+// a queue whose first counted element ended within that minute, since
+// then: a queue that began 5 s ago shows its rate, not a twelfth of it,
+// while a burst after a quiet spell counts over the whole minute.
 func recentRate(tp []int64, nowMs int64) float64 {
 	per := int(time.Minute / keys.ThroughputBucket)
 	bucketMs := keys.ThroughputBucket.Milliseconds()
-	recent := tp[max(0, len(tp)-per):]
-	first := slices.IndexFunc(recent, func(n int64) bool { return n > 0 })
+	first := slices.IndexFunc(tp, func(n int64) bool { return n > 0 })
 	if first < 0 {
 		return 0
 	}
+	from := max(first, len(tp)-per)
 	var sum int64
-	for _, n := range recent[first:] {
+	for _, n := range tp[from:] {
 		sum += n
 	}
 	// Whole buckets before the current one, and the current one so far.
-	ms := int64(len(recent)-1-first)*bucketMs + nowMs%bucketMs + 1
+	ms := int64(len(tp)-1-from)*bucketMs + nowMs%bucketMs + 1
 	return float64(sum) / (float64(max(ms, 1000)) / 1000)
 }
 

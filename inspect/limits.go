@@ -44,6 +44,10 @@ type Limit struct {
 	Running int64 `json:"running"`
 	Waiting int64 `json:"waiting"`
 	Refused int64 `json:"refused"`
+	// RetryAfter counts the waits its elements made because the function
+	// answered redmap.RetryAfter (its service refused and said when to
+	// come back), across the fleet.
+	RetryAfter int64 `json:"retry_after"`
 	// Problem says why a record could not be read, if one could not.
 	Problem string `json:"problem,omitempty"`
 }
@@ -61,7 +65,7 @@ func (i *Inspector) Limits(ctx context.Context, queue string) ([]Limit, error) {
 	}
 	out := make([]Limit, 0, len(ls))
 	for _, f := range ls {
-		l := Limit{Queue: queue, Func: f.Func, Running: f.Running, Waiting: f.Waiting, Refused: f.Refused, Problem: f.Bad,
+		l := Limit{Queue: queue, Func: f.Func, Running: f.Running, Waiting: f.Waiting, Refused: f.Refused, RetryAfter: f.RetryAfter, Problem: f.Bad,
 			InForce: redmap.Limit{Rate: f.InForce.Rate, Per: f.InForce.Per, Burst: f.InForce.Burst, Concurrency: f.InForce.Concurrency}}
 		l.Rate, l.Per, l.Burst, l.Concurrency = l.InForce.Rate, l.InForce.Per.Seconds(), l.InForce.Burst, l.InForce.Concurrency
 		l.Text = l.InForce.String()

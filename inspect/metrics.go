@@ -8,8 +8,10 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/redmap/redmap/internal/buildinfo"
 	"github.com/redmap/redmap/internal/wire"
 )
 
@@ -50,14 +52,15 @@ type Metrics struct {
 
 // WorkerStates are the states Metrics.Workers always reports, with a zero
 // where no worker is in one.
-var WorkerStates = []string{"running", "idle", "late", "draining", "stopped", "dead"}
+var WorkerStates = []string{"running", "alone", "idle", "late", "draining", "stopped", "dead"}
 
 // DurableStates are the states Metrics.Durable always reports.
 var DurableStates = []string{"running", "orphaned", "done"}
 
 // Metrics reads queue's metrics. Its cost is bounded per queue, not per
-// task: a script call per shard over the queue's lanes, the workers in one
-// pipeline, the published batches by SCAN and one pipeline, and a few
+// task, and does not grow with the rest of the database: a script call per
+// shard over the queue's lanes, the workers in one pipeline, the published
+// batches in two (the queue's managers, then their progress), and a few
 // reads more (docs/operations.md measures it).
 func (i *Inspector) Metrics(ctx context.Context, queue string) (Metrics, error) {
 	m := Metrics{Queue: queue, Workers: map[string]int{}, Durable: map[string]int{}}
@@ -82,7 +85,7 @@ func (i *Inspector) Metrics(ctx context.Context, queue string) (Metrics, error) 
 			m.RunningTasks += w.Running
 		}
 	}
-	bs, err := i.Batches(ctx, queue)
+	bs, err := i.batches(ctx, queue, ws)
 	if err != nil {
 		return m, err
 	}
@@ -103,6 +106,9 @@ func (i *Inspector) Metrics(ctx context.Context, queue string) (Metrics, error) 
 		wire.OutcomeManagerLost, wire.OutcomeExpired} {
 		m.Ended[o] += 0 // every outcome is reported, none yet or not
 	}
+	for _, k := range wire.FailureCauses() {
+		m.FailedElements[k] += 0 // and every cause
+	}
 	if m.Limits, err = i.Limits(ctx, queue); err != nil {
 		return m, err
 	}
@@ -110,19 +116,26 @@ func (i *Inspector) Metrics(ctx context.Context, queue string) (Metrics, error) 
 }
 
 // Collector returns a Prometheus collector of the metrics of the queues
-// queues names at each scrape (Metrics, one queue after another). A queue
-// whose records cannot be read fails the scrape (promhttp answers 500),
-// rather than reporting zeros an autoscaler would act on.
+// queues names at each scrape (Metrics, up to 8 queues at once). A queue
+// whose records cannot be read (a key of it holding another type, say) is
+// reported as redmap_queue_up 0 with none of its other metrics, rather
+// than zeros an autoscaler would act on, and its error is logged
+// (WithLogger); the other queues are reported as usual. If no queue can be
+// read, or the queues cannot be listed, the errors are collected as
+// invalid metrics, which fail the scrape.
 func (i *Inspector) Collector(queues func(ctx context.Context) ([]string, error)) prometheus.Collector {
 	return &collector{i: i, queues: queues}
 }
 
 // MetricsHandler serves Collector's metrics in Prometheus's text format
-// (GET /metrics of redmap metrics and of the dashboard). A scrape that
-// cannot read Redis answers 500, saying why.
+// (GET /metrics of redmap metrics and of the dashboard), with the Go
+// runtime's and the process's (go_*, process_*). A queue that
+// cannot be read is logged (WithLogger) and left out, its
+// redmap_queue_up 0; a scrape that cannot read Redis at all answers 500,
+// saying why.
 func (i *Inspector) MetricsHandler(queues func(ctx context.Context) ([]string, error)) http.Handler {
 	reg := prometheus.NewRegistry()
-	reg.MustRegister(i.Collector(queues))
+	reg.MustRegister(i.Collector(queues), buildinfo.Collector(), collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return promhttp.HandlerFor(reg, promhttp.HandlerOpts{ErrorHandling: promhttp.HTTPErrorOnError})
 }
 
@@ -136,6 +149,7 @@ type collector struct {
 const scrapeBudget = 10 * time.Second
 
 var (
+	descUp              = queueDesc("redmap_queue_up", "1 if the queue's records were read; 0 if they could not be (its other metrics are then left out, and the error logged).")
 	descWaitingTasks    = queueDesc("redmap_queue_waiting_tasks", "Tasks waiting in the queue's public lanes.")
 	descWaitingElements = queueDesc("redmap_queue_waiting_elements", "Elements of the tasks waiting in the queue's public lanes.")
 	descOldest          = queueDesc("redmap_queue_oldest_waiting_seconds", "How long ago the longest-waiting task was submitted, by the Redis clock; 0 if none waits.")
@@ -151,6 +165,7 @@ var (
 	descLimitWaiting    = queueDesc("redmap_limit_waiting_tasks", "Tasks of a limited function waiting in the queue's public lanes.", "func")
 	descLimitRunning    = queueDesc("redmap_limit_running_tasks", "Tasks of a limited function holding a slot of its concurrency cap.", "func")
 	descLimitRefused    = queueDesc("redmap_limit_throttled_total", "Takes a limited function's limit refused one of its tasks (throttled waits, one a take).", "func")
+	descLimitRetryAfter = queueDesc("redmap_limit_retry_after_waits_total", "Waits a limited function's elements made because it answered redmap.RetryAfter (its service refused and said when to come back).", "func")
 )
 
 func queueDesc(name, help string, labels ...string) *prometheus.Desc {
@@ -159,9 +174,9 @@ func queueDesc(name, help string, labels ...string) *prometheus.Desc {
 
 // Describe describes the metrics.
 func (c *collector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descWaitingTasks, descWaitingElements, descOldest, descRunningTasks,
+	for _, d := range []*prometheus.Desc{descUp, descWaitingTasks, descWaitingElements, descOldest, descRunningTasks,
 		descWorkers, descRunningBatches, descDurable, descBacklog, descEnded, descFailed,
-		descLimitRate, descLimitConc, descLimitWaiting, descLimitRunning, descLimitRefused} {
+		descLimitRate, descLimitConc, descLimitWaiting, descLimitRunning, descLimitRefused, descLimitRetryAfter} {
 		ch <- d
 	}
 }
@@ -175,15 +190,30 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.NewInvalidMetric(descWaitingTasks, fmt.Errorf("inspect: listing the queues: %w", err))
 		return
 	}
-	for _, q := range qs {
-		m, err := c.i.Metrics(ctx, q)
+	ms := make([]Metrics, len(qs))
+	errs := make([]error, len(qs))
+	eachQueue(qs, func(j int, q string) { ms[j], errs[j] = c.i.Metrics(ctx, q) })
+	unread := 0
+	for _, err := range errs {
 		if err != nil {
-			ch <- prometheus.NewInvalidMetric(descWaitingTasks, fmt.Errorf("inspect: queue %q: %w", q, err))
+			unread++
+		}
+	}
+	for j, q := range qs {
+		m, err := ms[j], errs[j]
+		switch {
+		case err != nil && unread == len(qs): // Redis, or every queue, is unreadable: the scrape fails
+			ch <- prometheus.NewInvalidMetric(descUp, fmt.Errorf("inspect: queue %q: %w", q, err))
+			continue
+		case err != nil:
+			c.i.log.Warn("metrics: a queue's records could not be read; the other queues are reported", "queue", q, "err", err)
+			ch <- prometheus.MustNewConstMetric(descUp, prometheus.GaugeValue, 0, q)
 			continue
 		}
 		gauge := func(d *prometheus.Desc, v float64, labels ...string) {
 			ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, append([]string{q}, labels...)...)
 		}
+		gauge(descUp, 1)
 		gauge(descWaitingTasks, float64(m.WaitingTasks))
 		gauge(descWaitingElements, float64(m.WaitingElements))
 		gauge(descOldest, m.OldestWaiting.Seconds())
@@ -212,6 +242,7 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 			gauge(descLimitWaiting, float64(l.Waiting), l.Func)
 			gauge(descLimitRunning, float64(l.Running), l.Func)
 			ch <- prometheus.MustNewConstMetric(descLimitRefused, prometheus.CounterValue, float64(l.Refused), q, l.Func)
+			ch <- prometheus.MustNewConstMetric(descLimitRetryAfter, prometheus.CounterValue, float64(l.RetryAfter), q, l.Func)
 		}
 	}
 }

@@ -19,4 +19,12 @@ func TestRecentRate(t *testing.T) {
 	if r := recentRate(tp, 4999); r != 10 {
 		t.Fatalf("steady: %v, want 10/s", r)
 	}
+	// A burst of 4 s after 10 quiet minutes counts over the whole minute:
+	// 60,000 elements are 1,000/s over it, not 12,000/s over its bucket.
+	clear(tp)
+	tp[0] = 1
+	tp[179] = 60_000
+	if r := recentRate(tp, 4999); r != 1000 {
+		t.Fatalf("a burst after a quiet spell: %v, want 1000/s", r)
+	}
 }

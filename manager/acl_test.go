@@ -224,6 +224,7 @@ func TestACLRevokedMidBatch(t *testing.T) {
 // for COMMAND again and again): a manager and two worker processes, as the
 // user on every node, run a Map and a MapWith.
 func TestACLTopologies(t *testing.T) {
+	redistest.OwnTopology(t)
 	t.Parallel()
 	rule := readmeRule(t, "pw")
 	run := func(t *testing.T, client redis.UniversalClient, url string) {

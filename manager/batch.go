@@ -16,6 +16,7 @@ import (
 	"github.com/redmap/redmap"
 	"github.com/redmap/redmap/codec"
 	"github.com/redmap/redmap/internal/failure"
+	"github.com/redmap/redmap/internal/id"
 	"github.com/redmap/redmap/internal/tracing"
 	"github.com/redmap/redmap/internal/wire"
 )
@@ -39,6 +40,7 @@ type Result[Out any] struct {
 type Batch[Out any] struct {
 	env      batchEnv
 	fn       string
+	costKey  string              // what its tasks' cost is learnt under (sizing.key), or "" for nothing
 	worker   string              // the private queue's worker, or ""
 	priority int                 // its tasks' priority
 	id       string              // for operators: "<manager id>:<n>"
@@ -46,6 +48,7 @@ type Batch[Out any] struct {
 	seq      uint64              // n: the batch's number, and its lane's
 	types    map[string][]string // the structure of each handle it calls, by name
 	started  time.Time
+	origin   time.Time    // a durable batch's first start, if another call made it (b.mu)
 	samples  []rateSample // for Progress's recent rate; under mu
 	in       input        // the elements, to encode (again)
 	span     trace.Span   // the batch's span (tracing.go); a no-op one if not traced
@@ -66,6 +69,9 @@ type Batch[Out any] struct {
 	progress chan struct{} // closed at the next progress, if watched (see watch)
 	watched  bool          // someone took progress since it was made
 	done     chan struct{}
+	// ctx is the context the batch was submitted with: its end ends the
+	// batch.
+	ctx context.Context
 	// recorded is closed once the batch's final record is in the queue's
 	// history (or its write gave up): Wait returns after it.
 	recorded chan struct{}
@@ -113,7 +119,7 @@ func newBatch[Out any](env batchEnv, seq uint64, fn string, n int, red *redmap.R
 		feed:     ledger{n: n, left: n, exhausted: !stream, stream: stream, bounded: stream && red == nil},
 		outs:     outputs[Out]{fn: fn, out: out, red: red, fold: folderOf(red), stream: stream},
 		stream:   stream,
-		id:       env.mid + ":" + strconv.FormatUint(seq, 10),
+		id:       id.Batch(env.mid, seq),
 		started:  time.Now(),
 		progress: make(chan struct{}),
 		done:     make(chan struct{}),
@@ -156,6 +162,16 @@ func wait[T, Out any](ctx context.Context, b *Batch[Out], get func() T) (T, erro
 	select {
 	case <-b.done:
 	case <-ctx.Done():
+		if ctx != b.ctx {
+			return zero, ctx.Err() // a wait of the caller's own: the batch goes on
+		}
+		// The context the batch was submitted with (Map's): the batch ends
+		// with it now, not when its hook runs, so that its record,
+		// cancelled, reaches the history before the call returns, as any
+		// end's does, and a Close right after finds nothing to record as
+		// closed. The write is bounded by the history's budget.
+		b.abort(ctx.Err())
+		<-b.recorded
 		return zero, ctx.Err()
 	}
 	// The batch's record reaches the queue's history before its outcome
@@ -472,7 +488,12 @@ func (b *Batch[Out]) signal() {
 // it runs once, without b.mu held, since releasing talks to Redis.
 func (b *Batch[Out]) release() {
 	b.ending.Do(func() {
-		b.env.batches.unlist(b.id)
+		if !b.leftInRedis() {
+			// A durable batch left in Redis stays listed: its owner, which
+			// stops, publishes it as it was until then, so operators see it
+			// orphaned, never gone.
+			b.env.batches.unlist(b.id)
+		}
 		b.stop()
 		if b.env.lanes != nil && !b.env.durable {
 			// Nothing of it is wanted any more: its lane's entry and keys
@@ -526,13 +547,35 @@ func (b *Batch[Out]) soloChunk(start, end int) bool {
 	return b.solo != nil && start == 0 && end == b.solo.Record.Total
 }
 
+// firstStarted returns when the batch first started: for a durable batch
+// taken over, when the call that first submitted it did (origin), else
+// when this call did; b.mu must be held.
+func (b *Batch[Out]) firstStarted() time.Time {
+	if !b.origin.IsZero() {
+		return b.origin
+	}
+	return b.started
+}
+
+// resumedFrom records ms (Unix ms, as durable sums keep it: startedField),
+// if it parses, as when the batch first started.
+func (b *Batch[Out]) resumedFrom(ms string) {
+	n, err := strconv.ParseInt(ms, 10, 64)
+	if err != nil || n <= 0 {
+		return
+	}
+	b.mu.Lock()
+	b.origin = time.UnixMilli(n)
+	b.mu.Unlock()
+}
+
 // record returns the batch's final record for the queue's history.
 func (b *Batch[Out]) record() wire.BatchRecord {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	r := wire.BatchRecord{ID: b.id, Manager: b.env.mid, Func: b.fn, Priority: b.priority, Worker: b.worker,
 		Total: b.feed.n, Done: b.feed.n - b.feed.left, Failed: len(b.outs.errs), Outcome: outcomeOf(b.state.err, len(b.outs.errs)),
-		Started: b.started.UnixMilli(), Ended: time.Now().UnixMilli()}
+		Started: b.firstStarted().UnixMilli(), Ended: time.Now().UnixMilli()}
 	if len(b.outs.errs) > 0 {
 		r.FailedBy = make(map[string]int)
 		for _, e := range b.outs.errs {
@@ -570,7 +613,7 @@ func (b *Batch[Out]) deliver(ci int, r *codec.Result, err error) {
 			b.noteFailure(c, cause)
 			return nil
 		}
-		b.env.costs.observe(b.fn, r.Nanos, c.count)
+		b.env.costs.observe(b.costKey, r.Nanos, c.count)
 		if r.Recorded && b.soloChunk(c.start, c.start+c.count) {
 			w := wire.Complete(b.solo.Record, c.count, r.Fails, 0)
 			b.soloWritten = &w
@@ -669,6 +712,10 @@ func (b *Batch[Out]) resubmission(ci int) (wire.Task, string, wire.Lane, error) 
 	payload, err := b.in.encode(c.start, c.start+c.count)
 	return wire.Task{ID: c.tid, Payload: payload}, b.worker, b.lane, err
 }
+
+// place returns where the batch's tasks wait: the worker of its private
+// list ("" for the public queue) and its lane.
+func (b *Batch[Out]) place() (string, wire.Lane) { return b.worker, b.lane }
 
 // calls returns what the batch's tasks call (wire.Calls).
 func (b *Batch[Out]) calls() string { return b.lane.Calls }

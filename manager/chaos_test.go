@@ -4,15 +4,21 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"math/rand/v2"
+	"net"
 	"os"
+	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 
 	"github.com/redmap/redmap"
 	"github.com/redmap/redmap/internal/harness"
@@ -25,7 +31,11 @@ import (
 // Sentinel, to four worker processes, while a driver draws a fault every
 // 0.5-2 s: a worker SIGKILLed (and restarted), a worker SIGSTOPped for 0.2-3 s
 // (past its 1 s lease or not), the primary restarted empty, FLUSHALL, every
-// client connection dropped, a planned Sentinel failover. It reports batches,
+// client connection dropped, a planned Sentinel failover, a durable batch's
+// manager SIGKILLed, eviction (the primary's maxmemory set below what it
+// holds, allkeys-lru, for 1-3 s), a foreign write (a string SET over one of
+// the queue's keys, drawn at random), and the link of a fifth worker
+// (through a proxy) throttled to 256 KiB/s or held for 1-3 s. It reports batches,
 // elements, elements failed with an error (allowed: each says why), lost
 // (never ended), duplicated, wrong and silently zero (a zero value with no
 // error), and the longest stall between two results of a batch; lost,
@@ -40,6 +50,9 @@ func TestChaos(t *testing.T) {
 	env := append([]string{"REDMAP_URL=redis-sentinel://" + strings.Join(st.Addrs(), ",") + "/0?master=" + redistest.MasterName, "REDMAP_QUEUE=" + queue, "REDMAP_CONCURRENCY=4"}, fastLease...)
 	pick, started, stopFleet := chaosFleet(t, 4, env)
 	defer stopFleet()
+	link := chaosLink(t, st, queue)
+	_, _, stopSlow := chaosFleet(t, 1, append([]string{"REDMAP_URL=redis://" + link.Addr() + "/0", "REDMAP_QUEUE=" + queue, "REDMAP_CONCURRENCY=4"}, fastLease...))
+	defer stopSlow()
 
 	ctx, cancel := context.WithTimeout(context.Background(), d)
 	defer cancel()
@@ -80,7 +93,7 @@ func TestChaos(t *testing.T) {
 			break
 		}
 		var name string
-		switch rand.IntN(7) {
+		switch rand.IntN(10) {
 		case 0:
 			name = "worker SIGKILL"
 			if c := pick(true); c != nil {
@@ -111,6 +124,27 @@ func TestChaos(t *testing.T) {
 			if !durable.kill() {
 				name += " (none running)"
 			}
+		case 7:
+			name = "eviction"
+			if err := evictFor(st.Primary(t), time.Duration(1000+rand.IntN(2000))*time.Millisecond); err != nil {
+				name += fmt.Sprintf(" (%v)", err)
+			}
+		case 8:
+			name = "foreign write"
+			if k := foreignWrite(st.Primary(t), queue); k != "" {
+				name += " over " + k
+			}
+		case 9:
+			d := time.Duration(1000+rand.IntN(2000)) * time.Millisecond
+			if rand.IntN(2) == 0 {
+				name = "link throttled"
+				link.Throttle(256 << 10)
+				time.AfterFunc(d, func() { link.Throttle(0) })
+			} else {
+				name = "link held"
+				link.Hold()
+				time.AfterFunc(d, link.Release)
+			}
 		}
 		faults[name]++
 		tally.fault(name)
@@ -118,6 +152,101 @@ func TestChaos(t *testing.T) {
 	managers.Wait()
 	durable.wait(t)
 	tally.report(t, d, faults, started())
+}
+
+// chaosLink is a proxy to the primary of st, which follows the primary the
+// sentinels name (checked every 200 ms): a fifth worker's link, which chaos
+// throttles and holds.
+func chaosLink(t *testing.T, st *redistest.Sentinel, queue string) *redistest.Proxy {
+	first := st.Primary(t).Addr()
+	link := redistest.StartProxy(t, first)
+	stop := make(chan struct{})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		cur := first
+		tick := time.NewTicker(200 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			select {
+			case <-stop:
+				return
+			case <-tick.C:
+			}
+			if addr := primaryAddr(st); addr != "" && addr != cur {
+				cur = addr
+				link.Retarget(addr)
+			}
+		}
+	}()
+	t.Cleanup(func() { close(stop); <-done })
+	return link
+}
+
+// primaryAddr is the address the first sentinel that answers names as the
+// primary, or "".
+func primaryAddr(st *redistest.Sentinel) string {
+	for _, a := range st.Addrs() {
+		c := redis.NewSentinelClient(&redis.Options{Addr: a})
+		addr, err := c.GetMasterAddrByName(context.Background(), redistest.MasterName).Result()
+		c.Close()
+		if err == nil && len(addr) == 2 {
+			return net.JoinHostPort(addr[0], addr[1])
+		}
+	}
+	return ""
+}
+
+// evictFor sets s's maxmemory a quarter of its keys' bytes below what it
+// holds, with the allkeys-lru policy, for d, then lifts it: Redis evicts
+// keys the least recently used first, redmap's among them.
+func evictFor(s *redistest.Server, d time.Duration) error {
+	ctx := context.Background()
+	c := redis.NewClient(&redis.Options{Addr: s.Addr()})
+	defer c.Close()
+	info, err := c.InfoMap(ctx, "memory").Result()
+	if err != nil {
+		return err
+	}
+	used, err := strconv.ParseInt(info["Memory"]["used_memory"], 10, 64)
+	if err != nil {
+		return err
+	}
+	dataset, err := strconv.ParseInt(info["Memory"]["used_memory_dataset"], 10, 64)
+	if err != nil {
+		return err
+	}
+	if err := c.ConfigSet(ctx, "maxmemory-policy", "allkeys-lru").Err(); err != nil {
+		return err
+	}
+	if err := c.ConfigSet(ctx, "maxmemory", strconv.FormatInt(used-dataset/4, 10)).Err(); err != nil {
+		return err
+	}
+	time.AfterFunc(d, func() {
+		c := redis.NewClient(&redis.Options{Addr: s.Addr()})
+		defer c.Close()
+		c.ConfigSet(context.Background(), "maxmemory", "0") // the server may have restarted since: then it has none
+	})
+	return nil
+}
+
+// foreignWrite SETs a string over one of queue's keys on s, drawn at
+// random, as an application sharing the database might, and returns the
+// key's name after the queue's hash tag, or "" if it found none.
+func foreignWrite(s *redistest.Server, queue string) string {
+	ctx := context.Background()
+	c := redis.NewClient(&redis.Options{Addr: s.Addr()})
+	defer c.Close()
+	keys, _, err := c.Scan(ctx, 0, "redmap:{"+queue+"}:*", 1000).Result()
+	if err != nil || len(keys) == 0 {
+		return ""
+	}
+	k := keys[rand.IntN(len(keys))]
+	if c.Set(ctx, k, "foreign", 0).Err() != nil {
+		return ""
+	}
+	_, name, _ := strings.Cut(k, "}:")
+	return name
 }
 
 // durableChaos runs durable batches in manager processes, one after
@@ -244,6 +373,25 @@ type chaosTally struct {
 	stallEnd                                                 time.Time    // when the longest stall ended
 	stallProbes                                              []string     // what the longest stall's batch waited on, each second
 	faults                                                   []chaosFault // every fault drawn, in order
+	causes                                                   map[string]int
+}
+
+// digits are what cause blanks out of an error's message, so that the
+// same cause of many elements (tasks, ids, counts) is counted once.
+var digits = regexp.MustCompile(`[0-9a-f]{6,}|[0-9]+`)
+
+// cause counts an element's error by its message, numbers and ids blanked.
+func (c *chaosTally) cause(err error) { c.causeN(err, 1) }
+
+// causeN counts n elements' error, as cause does.
+func (c *chaosTally) causeN(err error, n int) {
+	msg := digits.ReplaceAllString(err.Error(), "#")
+	c.mu.Lock()
+	if c.causes == nil {
+		c.causes = map[string]int{}
+	}
+	c.causes[msg] += n
+	c.mu.Unlock()
 }
 
 // chaosFault is a fault a chaos run drew, and when.
@@ -291,6 +439,13 @@ func (c *chaosTally) report(t *testing.T, d time.Duration, faults map[string]int
 	t.Logf("chaos for %v: faults %v; %d workers started", d, faults, workers)
 	t.Logf("%d batches, %d elements: %d failed with an error, %d lost, %d duplicated, %d wrong, %d silently zero; longest stall %v",
 		c.batches.Load(), c.elements.Load(), c.failed.Load(), c.lost.Load(), c.duplicated.Load(), c.wrong.Load(), c.zero.Load(), c.stall.Round(time.Millisecond))
+	c.mu.Lock()
+	causes := slices.Collect(maps.Keys(c.causes))
+	slices.SortFunc(causes, func(a, b string) int { return c.causes[b] - c.causes[a] })
+	for _, k := range causes {
+		t.Logf("%d elements failed with: %s", c.causes[k], k)
+	}
+	c.mu.Unlock()
 	t.Logf("faults from 5 s before the longest stall (from %s) to its end (time from its start): %s",
 		c.stallEnd.Add(-c.stall).Format("15:04:05.000"), c.aroundStall())
 	if len(c.stallProbes) > 0 {
@@ -321,21 +476,35 @@ const maxStall = 15 * time.Second
 func chaosBatches[T comparable](ctx context.Context, t *testing.T, c *chaosTally,
 	submit func(context.Context, int) (*manager.Batch[T], error), want func(int) T, stuck func(), probe func() string) {
 	var zero T
+	spoiled := false // the last submit was refused for a spoiled task set
 	for ctx.Err() == nil {
 		n := 500 + rand.IntN(3000)
 		bctx, bcancel := context.WithTimeout(context.Background(), 3*time.Minute)
 		batch, err := submit(bctx, n)
 		if err != nil {
 			bcancel()
-			if errors.Is(err, redmap.ErrUnavailable) { // Redis is restarting or failing over
-				t.Logf("submit: %v", err)
+			// Redis is restarting or failing over, or is at maxmemory (an
+			// eviction drawn below what it can free): a typed error, counted.
+			if errors.Is(err, redmap.ErrUnavailable) || errors.Is(err, redmap.ErrRedisFull) {
 				c.failed.Add(int64(n))
+				c.causeN(fmt.Errorf("submit: %w", err), n)
 				time.Sleep(100 * time.Millisecond)
+				continue
+			}
+			// A foreign write over the manager's task set refuses the
+			// submit that meets it, naming the key; the set is set aside
+			// then, so the next submit must not be refused so.
+			var ce *redmap.CommandError
+			if errors.As(err, &ce) && strings.HasSuffix(ce.Key, ":tasks") && !spoiled {
+				c.failed.Add(int64(n))
+				c.causeN(fmt.Errorf("submit: %w", err), n)
+				spoiled = true
 				continue
 			}
 			t.Errorf("submit: %v", err)
 			return
 		}
+		spoiled = false
 		seen := make([]int, n)
 		w := watchStall(probe)
 		for r := range batch.Results() {
@@ -344,7 +513,7 @@ func chaosBatches[T comparable](ctx context.Context, t *testing.T, c *chaosTally
 			switch w := want(r.Index); {
 			case r.Err != nil:
 				c.failed.Add(1)
-				t.Logf("element %d failed: %v", r.Index, r.Err)
+				c.cause(r.Err)
 			case r.Value == zero && w != zero:
 				c.zero.Add(1)
 				t.Errorf("element %d: zero with no error", r.Index)

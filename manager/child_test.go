@@ -100,6 +100,21 @@ var nap = redmap.Func("nap", func(ctx context.Context, _ int) (int, error) {
 	return os.Getpid(), nil
 })
 
+// runSpan is when a run of spanned began and ended (Unix ns), and which
+// process ran it.
+type runSpan struct {
+	Pid        int
+	Start, End int64
+}
+
+// spanned sleeps x ms and returns the span of its run.
+var spanned = redmap.Func("spanned", func(ctx context.Context, x int) (runSpan, error) {
+	s := runSpan{Pid: os.Getpid(), Start: time.Now().UnixNano()}
+	err := pause(ctx, time.Duration(x)*time.Millisecond)
+	s.End = time.Now().UnixNano()
+	return s, err
+})
+
 // poison kills the process that runs it on 13, and returns -x otherwise: a
 // poison pill.
 var poison = redmap.Func("poison", func(_ context.Context, x int) (int, error) {
@@ -194,7 +209,7 @@ func childWorker(rdb redis.UniversalClient, queue string) error {
 	if err != nil {
 		return err
 	}
-	hs := []redmap.AnyHandle{lookup, square, slowSquare, calmSquare, poison, sum, nap, traced, countedSquare, rated, capped, freeSquare, bigEcho, words, slowWords, slowSum, poisonWords}
+	hs := []redmap.AnyHandle{lookup, square, slowSquare, calmSquare, poison, sum, nap, traced, countedSquare, rated, capped, freeSquare, bigEcho, words, slowWords, slowSum, poisonWords, wide, spanned}
 	switch os.Getenv("REDMAP_TYPES") { // a build of the user's tasks package
 	case "v1":
 		hs = append(hs, v1.Count)
@@ -336,6 +351,7 @@ func supervise(t *testing.T, n int, env ...string) (started func() int, stop fun
 // superviseWith is supervise, calling onStart with each child it starts.
 func superviseWith(t *testing.T, n int, env []string, onStart func(*harness.Proc)) (started func() int, stop func()) {
 	t.Helper()
+	redistest.Slow(t) // here, not in harness.Start: the children start in goroutines, which cannot skip t
 	var mu sync.Mutex
 	count := 0
 	quit := make(chan struct{})

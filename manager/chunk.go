@@ -15,12 +15,45 @@ import "sync"
 // encoded to, so that a cheap function of large elements does not make
 // tasks of tens of MiB: Redis copies each in one step, in which it serves
 // no other client.
+//
+// A map task of a map/reduce by key costs far more than its elements'
+// run: it stores a partial per partition for every distinct key of its
+// elements, and the reduce phase reads and folds each of them again. The
+// larger the task, the more of its pairs combine before they travel (an
+// index of 21,180 man pages stored 42.5 MiB of partials in tasks of 8
+// files, 7.4 MiB in tasks of 512), so such a task aims at mapTarget of
+// work, and the spread a batch keeps (chunkSpread tasks) sizes a small
+// job's tasks.
+//
+// While a function's cost is unknown, a batch's first window is
+// measureTasks tasks of up to chunkUnknown elements; the feeder cuts the
+// rest only once one of them has reported its cost (feeder.measuring), so
+// that a batch of 30,000 elements is not all cut blind.
 const (
-	chunkTarget  = 4e6 // ns of work per task to aim at
+	chunkTarget  = 4e6   // ns of work per task to aim at
+	mapTarget    = 500e6 // ns of work per map task of a map/reduce by key
 	chunkMax     = 65536
 	chunkBytes   = 4 << 20 // encoded input bytes per task to stay near
 	chunkUnknown = 8       // elements per task while a function's cost is unknown
+	chunkSpread  = 16      // tasks a batch keeps, if it has the elements for them
+	measureTasks = 4       // tasks of a window cut while the cost is unknown
 )
+
+// sizing is how a batch's chunks are sized: the name its cost is learnt
+// under and the work a task aims at. A map/reduce by key's map phase
+// learns apart from plain calls of its emitter (mapSizing), and its
+// reduce phase (one partition a task) learns nothing.
+type sizing struct {
+	key    string
+	target float64 // ns of work a task
+}
+
+// plainSizing is the sizing of a batch of fn's tasks.
+func plainSizing(fn string) sizing { return sizing{key: fn, target: chunkTarget} }
+
+// mapSizing is the sizing of the map phase of a map/reduce by key of
+// emitter fn.
+func mapSizing(fn string) sizing { return sizing{key: fn + "\x00map", target: mapTarget} }
 
 // costs are what the manager has learnt of its functions: for each function
 // name, nanoseconds of work and encoded input bytes per element, smoothed.
@@ -34,26 +67,35 @@ func newCosts() costs {
 	return costs{m: make(map[string]float64), bytes: make(map[string]float64)}
 }
 
-// chunkSize returns how many elements of fn to put in the next task of a
-// batch of n elements.
-func (c *costs) chunkSize(fn string, n int) int {
+// chunkSize returns how many elements to put in the next task of a batch
+// of n elements sized by s.
+func (c *costs) chunkSize(s sizing, n int) int {
 	c.mu.Lock()
-	cost, known := c.m[fn]
-	per := c.bytes[fn]
+	cost, known := c.m[s.key]
+	per := c.bytes[s.key]
 	c.mu.Unlock()
 	if !known {
 		// Small first tasks measure the cost soon; a small batch is spread.
 		return min(max(n/64, 1), chunkUnknown)
 	}
-	size := int(chunkTarget / max(cost, 1))
+	size := int(min(s.target/max(cost, 1), chunkMax))
 	if per > 0 {
 		size = min(size, int(chunkBytes/per))
 	}
-	// Keep at least 16 tasks in a batch that has the elements for them.
-	return max(1, min(size, chunkMax, (n+15)/16))
+	// Keep chunkSpread tasks in a batch that has the elements for them.
+	return max(1, min(size, chunkMax, (n+chunkSpread-1)/chunkSpread))
 }
 
-// observe records that a task of fn ran count elements in nanos.
+// known reports whether the cost of tasks sized by s has been measured.
+func (c *costs) known(s sizing) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	_, ok := c.m[s.key]
+	return ok
+}
+
+// observe records that a task of fn (a sizing's key) ran count elements
+// in nanos.
 func (c *costs) observe(fn string, nanos int64, count int) {
 	c.learn(c.m, fn, float64(nanos), count)
 }
@@ -67,7 +109,7 @@ func (c *costs) observeSize(fn string, size, count int) {
 // learn folds total/count, a measure per element of fn, into m[fn]:
 // smoothed, so that one odd task moves it a fifth of the way.
 func (c *costs) learn(m map[string]float64, fn string, total float64, count int) {
-	if total <= 0 || count <= 0 {
+	if total <= 0 || count <= 0 || fn == "" {
 		return
 	}
 	per := total / float64(count)

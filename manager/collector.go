@@ -2,6 +2,7 @@ package manager
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"runtime"
@@ -26,6 +27,10 @@ const collectMax = 1024
 type collector struct {
 	collectorParams
 	*part.Runner
+	// budget is the bytes of staged results read in one call: rdb.CallBytes,
+	// halved after each call that timed out while Redis answered (a link
+	// slower than CallBytes assumes), doubled back after each that did not.
+	budget int
 }
 
 // collectorParams is what a collector is built from.
@@ -50,22 +55,18 @@ type collectorParams struct {
 }
 
 func newCollector(p collectorParams) *collector {
-	c := &collector{collectorParams: p}
+	c := &collector{collectorParams: p, budget: rdb.CallBytes}
 	c.Runner = part.New(c.collect)
 	return c
 }
 
 // Stop stops reading, and wakes the collector from its wait for a result
-// rather than let it wait out its timeout: one round trip (none for a
-// durable batch's owner).
+// rather than let it wait out its timeout: one round trip. (A durable
+// batch's owner's wake leaves its result list's TTL as it was, and is
+// refused once another manager took the batch: that owner's wait ends
+// within a Poll.)
 func (c *collector) Stop() {
 	c.Runner.Stop()
-	if c.after != nil {
-		// A durable batch's owner: a wake entry would give the batch's
-		// result list, which may hold results for the next holder, a
-		// minute to live. Its wait ends within a Poll.
-		return
-	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	_ = c.shard.rdb.WakeCollector(ctx, c.mid)
@@ -102,7 +103,7 @@ func (c *collector) collect(ctx context.Context) {
 			}
 			continue
 		}
-		var entries, read []string // read: entries, staged results in place
+		var entries []string
 		ok := c.faults.keep(ctx, c.shard, "reading results", loudOutage, func() (err error) {
 			if waited {
 				// The last entry came alone, from a wait: the read that trims
@@ -121,9 +122,6 @@ func (c *collector) collect(ctx context.Context) {
 					waited = true
 				}
 			}
-			if err == nil {
-				read, err = r.Unstaged(ctx, c.mid, entries)
-			}
 			return err
 		})
 		if !ok {
@@ -137,12 +135,57 @@ func (c *collector) collect(ctx context.Context) {
 		}
 		c.shard.outage.up()
 		bo.Reset()
-		c.dispatchAll(read)
-		handled = len(entries)
+		// The read trimmed what was handled before: from here on, handled
+		// counts the entries of this read.
+		handled = c.handOut(ctx, entries)
 		if handled > 0 {
 			mark = rdb.Mark(entries[handled-1])
 		}
+		if handled < len(entries) {
+			// A read of staged results failed: the next read trims what
+			// was handled and reads the rest again.
+			waited = false
+			if !bo.Wait(ctx) {
+				return
+			}
+		}
 	}
+}
+
+// handOut dispatches entries, read from the result list, in order, reading
+// the staged results they refer to in calls of at most rdb.CallBytes (a slow
+// link slows each call, and none times out), and returns how many it
+// dispatched: all of them, unless a call failed.
+func (c *collector) handOut(ctx context.Context, entries []string) int {
+	r := c.shard.rdb
+	var sizes []int
+	ok := c.faults.keep(ctx, c.shard, "reading results", loudOutage, func() (err error) {
+		sizes, err = r.StagedSizes(ctx, c.mid, entries)
+		return err
+	})
+	if !ok {
+		return 0
+	}
+	for done := 0; done < len(entries); {
+		n := rdb.Within(sizes[done:], c.budget)
+		var read []string // the entries, staged results in place
+		err := c.faults.call(c.shard, "reading results", func() (err error) {
+			read, err = r.Unstaged(ctx, c.mid, entries[done:done+n])
+			return err
+		})
+		if err != nil {
+			if errors.Is(err, errSlow) {
+				c.budget = max(c.budget/2, 1)
+			}
+			c.faults.handle(ctx, c.shard, "reading results", err, loudOutage)
+			return done
+		}
+		c.budget = min(2*c.budget, rdb.CallBytes)
+		c.shard.outage.up()
+		c.dispatchAll(read)
+		done += n
+	}
+	return len(entries)
 }
 
 // dispatchAll dispatches entries, decoding them on up to GOMAXPROCS
@@ -192,7 +235,7 @@ func (c *collector) dispatch(entry string) {
 		c.failTask(e.Task, entry, fmt.Errorf("%w: worker %s died, and the batch was sent to its private queue", redmap.ErrLost, e.Worker))
 		return
 	case wire.EntryPurged:
-		c.failTask(e.Task, entry, fmt.Errorf("%w: purged from the queue by an operator", redmap.ErrLost))
+		c.failTask(e.Task, entry, redmap.ErrPurged)
 		return
 	case wire.EntryWake:
 		return

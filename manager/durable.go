@@ -69,6 +69,7 @@ type durables struct {
 	mu     sync.Mutex
 	owners map[string]*Manager
 	closed bool
+	ended  Stats          // the counts of the owners removed, which Stats adds
 	ending sync.WaitGroup // owners closing or detaching
 }
 
@@ -80,6 +81,11 @@ type owned struct {
 	resumed chan struct{} // closed once resume ran: the collectors start then
 	once    sync.Once     // closes resumed
 	found   *resumeState  // what resume found; nil before
+	// fence is the claim it holds, which its writes carry: a script refuses
+	// one once another manager took the batch (see rdb.Fence), and the
+	// owner then lets the batch go (lose).
+	fence *rdb.Fence
+	lost  sync.Once // lose's
 	// held is until when, by this process's clock, its claim is surely
 	// still its own (Unix ns): a renewal that began at t holds it until at
 	// least t plus the lease. Past it, its collectors trim nothing (see
@@ -111,6 +117,20 @@ func (m *Manager) owner(ctx context.Context, name string, wait time.Duration) (*
 
 // tryOwner is owner's one try.
 func (m *Manager) tryOwner(ctx context.Context, name string) (*Manager, error) {
+	o, err := m.newOwner(ctx, name)
+	if err != nil {
+		return nil, err
+	}
+	if err := o.claim(ctx); err != nil {
+		o.detach(err)
+		return nil, err
+	}
+	return o, nil
+}
+
+// newOwner returns the owner of durable batch name for m, listed as such,
+// its keeper started; it has yet to take the batch's claim.
+func (m *Manager) newOwner(ctx context.Context, name string) (*Manager, error) {
 	if m.client == nil {
 		return nil, errors.New("manager: Durable needs a manager made by New")
 	}
@@ -130,8 +150,10 @@ func (m *Manager) tryOwner(ctx context.Context, name string) (*Manager, error) {
 	}
 	opts := m.opts
 	opts.KeyTTL = opts.DurableTTL
-	o := assemble(durableSeams(m.client, opts), opts, id.Durable(name),
-		&owned{name: name, holder: holder, parent: &m.durables, resumed: make(chan struct{})})
+	fence := rdb.NewFence(id.Durable(name))
+	o := assemble(durableSeams(m.client, opts, fence), opts, id.Durable(name),
+		&owned{name: name, holder: holder, parent: &m.durables, resumed: make(chan struct{}), fence: fence})
+	o.faults.durable, o.faults.lose = name, o.lose
 	o.addr = m.addr
 	o.probed.Store(true)
 	if m.durables.owners == nil {
@@ -139,20 +161,16 @@ func (m *Manager) tryOwner(ctx context.Context, name string) (*Manager, error) {
 	}
 	m.durables.owners[name] = o
 	m.durables.mu.Unlock()
-	if err := o.claim(ctx); err != nil {
-		o.detach(err)
-		return nil, err
-	}
 	return o, nil
 }
 
 // durableSeams are an owner's seams: those of a manager, whose shards keep
-// the results they read.
-func durableSeams(client redis.UniversalClient, opts Options) seams {
+// the results they read, and whose writes carry fence.
+func durableSeams(client redis.UniversalClient, opts Options, fence *rdb.Fence) seams {
 	s := clientSeams(client, opts)
 	open := s.shard
-	s.shard = func(name string, i int) shardRedis { return open(name, i).(*rdb.RDB).KeepingResults() }
-	s.queue = s.queue.(*rdb.RDB).KeepingResults()
+	s.shard = func(name string, i int) shardRedis { return open(name, i).(*rdb.RDB).KeepingResults().Fenced(fence) }
+	s.queue = s.queue.(*rdb.RDB).KeepingResults().Fenced(fence)
 	return s
 }
 
@@ -163,14 +181,15 @@ func claimLease(poll time.Duration) time.Duration { return lostAfter(poll, time.
 // claim takes the batch's claim for the owner's parent, or renews it. A
 // claim held by another manager is refused with a *redmap.HeldError, unless
 // its holder was a process of this host that is gone (a program restarted
-// after a crash): that one is taken over at once.
+// after a crash): that one is taken over at once. A claim taken becomes
+// the owner's fence; a renewal once another manager took the batch is
+// refused with the *redmap.HeldError naming it, and stops the owner (lose).
 func (m *Manager) claim(ctx context.Context) error {
 	q := m.router.queue()
-	var other wire.Holder
-	var ok bool
+	var got wire.Claimed
 	call := func(steal string) error {
 		return m.faults.callQueue("claiming durable batch "+strconv.Quote(m.owned.name), func() (err error) {
-			other, ok, err = q.Claim(ctx, m.claimOf(claimLease(m.opts.Poll), steal))
+			got, err = q.Claim(ctx, m.claimOf(claimLease(m.opts.Poll), steal))
 			return err
 		})
 	}
@@ -178,37 +197,58 @@ func (m *Manager) claim(ctx context.Context) error {
 	if err := call(""); err != nil {
 		return err
 	}
-	if !ok && other.Host == m.owned.holder.Host && other.PIDs == m.owned.holder.PIDs && other.PID != os.Getpid() && !processAlive(other.PID) {
+	other := got.Holder
+	if !got.Held && other.Host == m.owned.holder.Host && other.PIDs == m.owned.holder.PIDs && other.PID != os.Getpid() && !processAlive(other.PID) {
 		m.log.Warn("taking over a durable batch whose holder, on this host, is gone",
 			"batch", m.owned.name, "holder", other.Manager, "pid", other.PID)
-		if err := call(wire.EncodeHolder(other)); err != nil {
+		if err := call(got.Record); err != nil {
 			return err
 		}
 	}
-	if !ok {
-		return heldError(m.owned.name, other)
+	if !got.Held {
+		return heldError(m.owned.name, got.Holder)
+	}
+	if m.owned.fence.Record() == "" {
+		m.owned.fence.Set(got.Record)
 	}
 	m.owned.held.Store(began.Add(claimLease(m.opts.Poll) - m.opts.Poll).UnixNano())
 	return nil
+}
+
+// lose stops an owner that lost its batch to another manager (err, the
+// *redmap.HeldError naming it, from a write its fence refused): its batches
+// end with err, leaving what Redis has of the batch to the holder. It
+// returns at once (the part that found err is among those the owner stops).
+func (m *Manager) lose(err error) {
+	m.owned.lost.Do(func() {
+		var held *redmap.HeldError
+		if errors.As(err, &held) {
+			m.log.Error("another manager took this durable batch over; this one lets it go", "batch", m.owned.name, "holder", held.Manager, "host", held.Host)
+		}
+		go m.detach(err)
+	})
 }
 
 // stillHolds reports whether the owner's claim is surely still its own (see
 // owned.held).
 func (m *Manager) stillHolds() bool { return time.Now().UnixNano() < m.owned.held.Load() }
 
-// unclaim releases the batch's claim, if the owner still holds it.
+// unclaim releases the batch's claim, if the owner still holds it: one
+// another manager took since is left alone.
 func (m *Manager) unclaim() {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	if _, _, err := m.router.queue().Claim(ctx, m.claimOf(0, "")); err != nil {
+	if _, err := m.router.queue().Claim(ctx, m.claimOf(0, "")); err != nil && !rdb.IsFenced(err) {
 		m.log.Warn("releasing a durable batch's claim failed; it lapses by itself", "batch", m.owned.name, "err", err)
 	}
 }
 
 // claimOf is the owner's claim for lease (0 releases it), taking over
-// holder record steal if it is not "".
+// holder record steal if it is not "": a renewal or release of the one it
+// holds, once it took one.
 func (m *Manager) claimOf(lease time.Duration, steal string) wire.Claim {
-	return wire.Claim{Owner: m.id, Name: m.owned.name, Holder: m.owned.holder, Lease: lease, TTL: m.opts.DurableTTL, Steal: steal}
+	return wire.Claim{Owner: m.id, Name: m.owned.name, Holder: m.owned.holder, Lease: lease, TTL: m.opts.DurableTTL, Steal: steal,
+		Fence: m.owned.fence.Record()}
 }
 
 func heldError(name string, h wire.Holder) error {
@@ -275,7 +315,7 @@ func (m *Manager) resume(ctx context.Context) error {
 	for _, s := range m.router.list() {
 		var res wire.Resumed
 		err := m.faults.call(s, "resuming durable batch "+strconv.Quote(m.owned.name), func() (err error) {
-			res, err = s.rdb.Resume(ctx, m.id)
+			res, err = s.rdb.Resume(ctx, m.id, m.opts.KeyTTL)
 			return err
 		})
 		if err != nil {
@@ -355,6 +395,11 @@ func durableSum(payload []byte, limit int) (sum, constant string, err error) {
 // another constant releases its own hold on that one (releaseUnused).
 const constField = "_const"
 
+// startedField is the field of a durable batch's sums that holds when the
+// call that first submitted it started (Unix ms): its history record and
+// progress say so, whichever call ends it.
+const startedField = "_started"
+
 // shardsField is the field of a durable batch's sums that holds how many
 // shards it was submitted over: a call that takes it over must use as many.
 const shardsField = "_shards"
@@ -427,12 +472,17 @@ func (m *Manager) settle(done, recorded <-chan struct{}, left func() bool) <-cha
 	return settled
 }
 
-// remove forgets owner o of name, if it is still the one listed.
+// remove forgets owner o of name, if it is still the one listed, keeping
+// its counts for the parent's Stats. o has stopped (halt): its counts no
+// longer change.
 func (d *durables) remove(name string, o *Manager) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if d.owners[name] == o {
 		delete(d.owners, name)
+		st := o.ownStats()
+		st.Pending = 0 // what it had pending ended with it
+		d.ended.add(st)
 	}
 }
 
@@ -455,13 +505,19 @@ func (m *Manager) detachDurables() {
 // renewClaim renews the owner's claim (the keeper's, every Poll). A claim
 // another manager took (the owner stalled past its lease) stops the owner:
 // two managers never collect one batch.
+//
+// Until the owner's first claim has returned (tryOwner) there is nothing
+// to renew: a claim taken meanwhile would be a second one, with the next
+// token, while the owner's fence could keep the first, and every write of
+// the owner would then be refused as fenced.
 func (m *Manager) renewClaim(ctx context.Context) {
+	if m.owned.fence.Record() == "" {
+		return
+	}
 	err := m.claim(ctx)
-	var held *redmap.HeldError
 	switch {
-	case errors.As(err, &held):
-		m.log.Error("another manager took this durable batch over; this one lets it go", "batch", m.owned.name, "holder", held.Manager, "host", held.Host)
-		go m.detach(err)
+	case errors.Is(err, redmap.ErrDurableHeld):
+		m.lose(err)
 	case err != nil && ctx.Err() == nil:
 		m.log.Warn("renewing a durable batch's claim failed", "batch", m.owned.name, "err", err)
 	}

@@ -148,6 +148,7 @@ func TestDurableTakeOver(t *testing.T) {
 			xs := span(3000)
 			ctx, cancel := context.WithCancel(testCtx(t))
 			defer cancel()
+			submitted := time.Now()
 			batch, err := manager.Submit(ctx, m1, durableSquare, xs, manager.Durable(how), manager.ChunkSize(10))
 			if err != nil {
 				t.Fatal(err)
@@ -161,6 +162,7 @@ func TestDurableTakeOver(t *testing.T) {
 			if st := m1.Stats(); st.Elements < 500 {
 				t.Fatalf("m1.Stats() counts %d elements ended after 500 results were read", st.Elements)
 			}
+			interrupted := time.Now()
 			if how == "context" {
 				cancel()
 			} else if err := m1.Close(); err != nil {
@@ -176,6 +178,15 @@ func TestDurableTakeOver(t *testing.T) {
 			checkSquaresOf(t, xs, ys)
 			if more, never := durableRuns.again(xs); more != 0 || never != 0 {
 				t.Fatalf("%d elements ran more than once, %d never; want 0 and 0", more, never)
+			}
+			// Its record says when the first call started it, not the one
+			// that took it over.
+			hist, _, err := newInspector(t, b).History(context.Background(), b.Queue, 0)
+			if err != nil || len(hist) == 0 {
+				t.Fatalf("history %v, %v", hist, err)
+			}
+			if h := hist[0]; h.Outcome != "done" || h.Started.Before(submitted.Truncate(time.Millisecond)) || h.Started.After(interrupted) {
+				t.Fatalf("the taken-over batch's record: %s, started %v; want done, started by the first call (between %v and %v)", h.Outcome, h.Started, submitted, interrupted)
 			}
 			if ks := ownerKeys(t, b, how); len(ks) != 0 {
 				t.Fatalf("the ended durable batch left %q in Redis", ks)
@@ -485,6 +496,11 @@ func TestDurableCancelledByName(t *testing.T) {
 	if !errors.As(err, &be) || len(be.Failed) != 50 || !errors.Is(err, redmap.ErrCancelled) || len(ys) != 50 {
 		t.Fatalf("taking the cancelled orphan over: %d outputs, %v; want all 50 failed with ErrCancelled", len(ys), err)
 	}
+	// One cause, said once: not 5 times and "and 45 more", nor "cancelled
+	// by an operator: cancelled by an operator".
+	if want := "redmap: 50 of 50 elements failed: 50 elements (0, 1, 2, ...): batch cancelled by an operator"; err.Error() != want {
+		t.Fatalf("the cancelled orphan's error:\n%s\nwant\n%s", err, want)
+	}
 	if more, _ := durableRuns.again(xs); more != 0 {
 		t.Fatalf("%d elements of the cancelled batch ran twice", more)
 	}
@@ -517,6 +533,7 @@ func TestDurableOrphanExpires(t *testing.T) {
 // the call that takes it over finds nothing, submits it all again, and
 // returns it exact.
 func TestDurableAfterFlushAll(t *testing.T) {
+	t.Parallel() // a server of its own
 	srv := redistest.Start(t)
 	b := harness.On(t, srv)
 	b.Worker(t, worker.Options{Concurrency: 4}, durableSquare)
@@ -634,6 +651,7 @@ func TestDurableWaitForHolder(t *testing.T) {
 // queued stays: once Redis has room, the same call takes the batch over and
 // returns it exact. Nothing is lost.
 func TestDurableRedisFull(t *testing.T) {
+	t.Parallel() // a server of its own
 	srv := redistest.Start(t, "--maxmemory", "4mb", "--maxmemory-policy", "noeviction")
 	b := harness.On(t, srv)
 	b.Worker(t, worker.Options{}, echo)

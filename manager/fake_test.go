@@ -26,6 +26,9 @@ import (
 type fakeShard struct {
 	i   int
 	run func(t *codec.Task) ([]byte, error) // a worker: the outputs of a task's elements
+	// nanos, with run, is the time each element took, as results report it
+	// (codec.Result.Nanos); 0 reports none.
+	nanos int64
 	// entry, if set with run, is the raw result entry of task tid instead
 	// (any bytes, as a broken or hostile worker could write).
 	entry func(tid string) []byte
@@ -107,10 +110,12 @@ func (f *fakeShard) result(tid string, payload []byte) []byte {
 	if f.entry != nil {
 		return f.entry(tid)
 	}
-	return mustResult(tid, payload, f.run)
+	return mustResult(tid, payload, f.run, f.nanos)
 }
 
-func mustResult(tid string, payload []byte, run func(*codec.Task) ([]byte, error)) []byte {
+// mustResult is the result of run over the task payload encodes, as a
+// worker reports it, each element having taken nanos.
+func mustResult(tid string, payload []byte, run func(*codec.Task) ([]byte, error), nanos int64) []byte {
 	t, err := codec.DecodeTask(payload, 0)
 	if err != nil {
 		panic(err)
@@ -119,7 +124,7 @@ func mustResult(tid string, payload []byte, run func(*codec.Task) ([]byte, error
 	if err != nil {
 		panic(err)
 	}
-	r, err := codec.EncodeResult(&codec.Result{Task: tid, Values: values})
+	r, err := codec.EncodeResult(&codec.Result{Task: tid, Values: values, Nanos: nanos * int64(t.Count)})
 	if err != nil {
 		panic(err)
 	}
@@ -201,6 +206,16 @@ func (f *fakeShard) Unstaged(_ context.Context, _ string, entries []string) ([]s
 	return entries, nil
 }
 
+func (f *fakeShard) Ping(context.Context) error { return f.call("ping") }
+
+func (f *fakeShard) StagedSizes(_ context.Context, _ string, entries []string) ([]int, error) {
+	sizes := make([]int, len(entries))
+	for i, e := range entries {
+		sizes[i] = len(e)
+	}
+	return sizes, nil
+}
+
 func (f *fakeShard) ReadThenWait(ctx context.Context, mid string, handled int, mark string, limit int, timeout time.Duration) ([]string, bool, error) {
 	entries, err := f.ReadResults(ctx, mid, handled, mark, limit)
 	if err != nil || len(entries) > 0 {
@@ -275,10 +290,18 @@ func (f *fakeShard) Reap(context.Context) (wire.Reaped, error) {
 	return r, f.call("reap")
 }
 
+func (f *fakeShard) SetAsideTasks(context.Context, string, error) bool { return false }
+
 func (f *fakeShard) Submitted(context.Context, string) (int64, string, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return f.count, f.epoch, f.call("submitted")
+}
+
+func (f *fakeShard) Audit(context.Context, string, []wire.Placed, time.Duration) (wire.Audited, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return wire.Audited{}, f.call("audit")
 }
 
 func (f *fakeShard) Missing(_ context.Context, _ string, tids []string) ([]string, int64, string, error) {
@@ -405,14 +428,14 @@ func (f *fakeShard) RecordBatches(_ context.Context, _ string, recs []wire.Batch
 // calls.
 var errNotFaked = errors.New("fake: durable batches are not faked")
 
-func (f *fakeShard) Resume(context.Context, string) (wire.Resumed, error) {
+func (f *fakeShard) Resume(context.Context, string, time.Duration) (wire.Resumed, error) {
 	return wire.Resumed{}, errNotFaked
 }
 func (f *fakeShard) Kept(context.Context, string, int64, int64) ([]string, error) {
 	return nil, errNotFaked
 }
-func (f *fakeShard) Claim(context.Context, wire.Claim) (wire.Holder, bool, error) {
-	return wire.Holder{}, false, errNotFaked
+func (f *fakeShard) Claim(context.Context, wire.Claim) (wire.Claimed, error) {
+	return wire.Claimed{}, errNotFaked
 }
 func (f *fakeShard) Sums(context.Context, string) (map[string]string, error) { return nil, errNotFaked }
 func (f *fakeShard) AddSums(context.Context, string, map[string]string, time.Duration) error {

@@ -8,6 +8,8 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/redmap/redmap"
 	"github.com/redmap/redmap/internal/backoff"
 	"github.com/redmap/redmap/internal/rdb"
@@ -19,11 +21,17 @@ import (
 // outstanding task at once; an outage fails a shard's once it has lasted
 // RedisTimeout.
 type faults struct {
+	mid     string
 	router  *router
 	pending *pendingTasks
 	queue   string
 	timeout time.Duration // Options.RedisTimeout
 	log     *slog.Logger
+	// A durable batch's owner's: the batch's name, and what stops the
+	// owner once a write of it was refused because another manager took
+	// the batch over (see rdb.Fence); nil for a manager.
+	durable string
+	lose    func(error)
 }
 
 // call makes one call to shard s's Redis, op saying what it does for the
@@ -69,22 +77,74 @@ func (f *faults) keep(ctx context.Context, s *shard, op string, l outageLog, do 
 // of says what a call to shard s begun at started that failed means for a
 // caller: a *redmap.CommandError if Redis refused it for good,
 // ErrUnavailable if Redis could not be reached (the shard's outage clock
-// starts at started), ErrRedisFull at maxmemory.
+// starts at started), ErrRedisFull at maxmemory; for a durable batch's
+// owner whose write was fenced off, the *redmap.HeldError naming the
+// manager that took the batch over, and the owner stops (lose).
 func (f *faults) of(s *shard, op string, started time.Time, err error) error {
 	if f.router.sharded() {
 		op += " (shard " + strconv.Itoa(s.i) + ")"
 	}
+	var fenced *rdb.FencedError
 	switch {
+	case errors.As(err, &fenced) && f.lose != nil:
+		held := fmt.Errorf("%w: it took the batch over while this manager could not reach Redis for longer than its claim's lease (%s refused)",
+			heldError(f.durable, fenced.Holder), op)
+		f.lose(held)
+		return held
 	case rdb.Refused(err):
+		f.taskSetForeign(s, err)
 		return err
 	case rdb.OutOfMemory(err):
 		return fmt.Errorf("%w: %s: %w", redmap.ErrRedisFull, op, err)
+	case rdb.Slow(err) && f.answers(s, started, err):
+		s.outage.slow(started)
+		return fmt.Errorf("%w: %s: %w: %w", redmap.ErrUnavailable, op, errSlow, err)
 	case rdb.Transient(err):
 		s.outage.down(started)
 		return fmt.Errorf("%w: %s: %w", redmap.ErrUnavailable, op, err)
 	}
 	return fmt.Errorf("manager: %s: %w", op, err)
 }
+
+// taskSetForeign acts on err, a refusal from shard s: if it says the
+// manager's task set there holds foreign data, the tasks it held fail with
+// err (their payloads and the record of what is outstanding went with the
+// write), then the set is set aside, so that the manager's next batches run:
+// their submit finds no count, and the recoverer starts the set's new
+// history. Without it one foreign write would refuse every later submit.
+func (f *faults) taskSetForeign(s *shard, err error) {
+	var ce *redmap.CommandError
+	if !errors.As(err, &ce) || ce.Key == "" {
+		return
+	}
+	n := f.failShard(s, err)
+	ctx, cancel := context.WithTimeout(context.Background(), pingTimeout)
+	defer cancel()
+	if s.rdb.SetAsideTasks(ctx, f.mid, err) {
+		f.log.Error("the manager's task set held foreign data: its tasks failed, and the set was deleted", "key", ce.Key, "tasks", n, "err", err)
+	}
+}
+
+// errSlow marks a call that did not end in time while Redis answered: not
+// an outage, but the shard's stall (outage.slow), retried until a call
+// completes or it has lasted RedisTimeout.
+var errSlow = errors.New("manager: Redis answers, but the call did not end in time")
+
+// answers reports whether shard s's Redis answers although a call begun at
+// started failed with err, a timeout: a pool timeout (every pooled
+// connection busy with a call in flight, which will end one way or the
+// other), a call of the shard that completed since, or a PING that does.
+func (f *faults) answers(s *shard, started time.Time, err error) bool {
+	if errors.Is(err, redis.ErrPoolTimeout) || s.outage.answeredSince(started) {
+		return true
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), pingTimeout)
+	defer cancel()
+	return s.rdb.Ping(ctx) == nil
+}
+
+// pingTimeout bounds the PING that tells a slow Redis from a gone one.
+const pingTimeout = 2 * time.Second
 
 // handle acts on err, what call made of a failed call of a background
 // part to shard s: a refusal fails every outstanding task with the error that
@@ -99,17 +159,26 @@ func (f *faults) handle(ctx context.Context, s *shard, op string, err error, l o
 	}
 	var ce *redmap.CommandError
 	switch {
+	case errors.Is(err, redmap.ErrDurableHeld):
+		f.log.Debug("stopped while "+op+": another manager took the durable batch over", "err", err)
 	case errors.As(err, &ce):
 		f.log.Error("Redis refused a command the manager needs; failing its outstanding tasks", "op", op, "err", err)
 		f.failAll(err)
 	case errors.Is(err, redmap.ErrUnavailable):
 		length := s.outage.length()
+		if errors.Is(err, errSlow) {
+			length = s.outage.stall()
+		}
 		if length < f.timeout {
 			level := slog.LevelDebug
 			if l == loudOutage {
 				level = slog.LevelWarn
 			}
-			f.log.Log(ctx, level, "Redis unreachable; retrying", "op", op, "err", err, "for", length.Round(time.Millisecond))
+			msg := "Redis unreachable; retrying"
+			if errors.Is(err, errSlow) {
+				msg = "Redis slow; retrying"
+			}
+			f.log.Log(ctx, level, msg, "op", op, "err", err, "for", length.Round(time.Millisecond))
 			return
 		}
 		if n := f.failShard(s, fmt.Errorf("%w (for %v, RedisTimeout %v)", err, length.Round(time.Second), f.timeout)); n > 0 {

@@ -1,6 +1,7 @@
 package manager_test
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -9,11 +10,14 @@ import (
 	"sync"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/redmap/redmap"
+	"github.com/redmap/redmap/inspect"
 	"github.com/redmap/redmap/internal/harness"
 	"github.com/redmap/redmap/internal/keys"
 	"github.com/redmap/redmap/internal/redistest"
+	"github.com/redmap/redmap/internal/wire"
 	"github.com/redmap/redmap/manager"
 	"github.com/redmap/redmap/worker"
 )
@@ -197,6 +201,54 @@ func TestFaultPoisonPill(t *testing.T) {
 	}
 }
 
+// The tasks of a worker SIGKILLed while it held several are lost once each:
+// they run again side by side on the survivor, not one at a time as
+// suspects (issue 59: four lost tasks of 30 s took 120 s more, each
+// holding a whole worker). Two workers of 4 slots, no prefetch, hold 4 of 8
+// tasks of 3 s each; one is killed; the 4 lost tasks' runs, all on the
+// survivor after its own, overlap.
+func TestFaultLostTasksRunSideBySide(t *testing.T) {
+	b := setup(t)
+	a, c, m := twoWorkers(t, b, "REDMAP_CONCURRENCY=4", "REDMAP_PREFETCH=-1")
+	const d = 3000 // ms a task runs
+	in := []int{d, d, d, d, d, d, d, d}
+	batch, err := manager.Submit(testCtx(t), m, spanned, in, manager.ChunkSize(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "each worker holds 4 tasks", func() bool {
+		return len(heldBy(t, b, a.ID)) == 4 && len(heldBy(t, b, c.ID)) == 4
+	})
+	a.Cmd.Process.Signal(syscall.SIGKILL)
+	killed := time.Now().UnixNano()
+	<-a.Exited()
+	spans, err := batch.Wait(testCtx(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, s := range spans {
+		if s.Pid != c.Cmd.Process.Pid {
+			t.Fatalf("element %d ran on process %d, want the survivor (%d): the victim finished a task before the kill", i, s.Pid, c.Cmd.Process.Pid)
+		}
+	}
+	// The survivor's own 4 started first (a task may start a moment after
+	// its take, so after the kill); the lost ones came back a lease later,
+	// once its slots were free.
+	slices.SortFunc(spans, func(x, y runSpan) int { return cmp.Compare(x.Start, y.Start) })
+	again := spans[4:] // the runs of the lost tasks
+	latestStart, firstEnd := again[0].Start, again[0].End
+	for _, s := range again {
+		latestStart, firstEnd = max(latestStart, s.Start), min(firstEnd, s.End)
+	}
+	t.Logf("the 4 lost tasks ran again from %v after the kill; all 4 ran together for %v",
+		time.Duration(again[0].Start-killed),
+		time.Duration(firstEnd-latestStart))
+	if latestStart >= firstEnd {
+		t.Fatalf("the lost tasks ran one after another (the last began %v after the first ended): they were run alone, as suspects",
+			time.Duration(latestStart-firstEnd))
+	}
+}
+
 // A batch sent to the private queue of a worker that dies fails with ErrLost
 // naming the worker; it does not run elsewhere.
 func TestFaultPrivateWorkerDies(t *testing.T) {
@@ -257,13 +309,14 @@ func TestFaultManagerKilled(t *testing.T) {
 	}
 }
 
-// Tasks lost with a SIGKILLed worker (suspects: each runs alone, on a worker
-// that holds nothing) are run while another batch keeps every worker busy,
+// Tasks lost twice (suspects: each runs alone, on a worker that holds
+// nothing) are run while another batch keeps every worker busy,
 // not after it (issue 36: a take went round the lanes in the ring's order,
 // filled itself from the busy batch's lane and was refused the suspect, so
 // the suspects waited until the busy batch ended: a minute in make
 // chaos-cluster). The busy batch has twenty times the work of the other:
-// the other must end first.
+// the other must end first. The small batch's tasks count as lost once
+// already, so those of a SIGKILLed worker come back lost twice: suspects.
 func TestFaultSuspectsNotStarved(t *testing.T) {
 	b := setup(t)
 	var mu sync.Mutex
@@ -288,6 +341,14 @@ func TestFaultSuspectsNotStarved(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	ctx := context.Background()
+	for _, name := range shardNames(t, b.Client, b.Queue) {
+		for _, tid := range b.Client.HKeys(ctx, keys.Tasks("redmap", name, small.ID())).Val() {
+			if !strings.HasPrefix(tid, "_") { // the set's count and epoch
+				b.Client.HSet(ctx, keys.Attempts("redmap", name, small.ID()), tid, wire.SuspectAfter-1)
+			}
+		}
+	}
 	// Kill a worker while it holds tasks of the small batch: they come back
 	// as suspects.
 	mu.Lock()
@@ -309,6 +370,23 @@ func TestFaultSuspectsNotStarved(t *testing.T) {
 	default:
 	}
 	t.Logf("busy batch: %d at the kill, %d at the end", atKill, long.Progress().Done)
+	// The lost tasks ran as suspects, and the workers' records say so.
+	in, err := inspect.New(b.Client, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "workers' records count the suspects they ran alone", func() bool {
+		now, err := in.Now(ctx)
+		if err != nil {
+			return false
+		}
+		ws, err := in.Workers(ctx, b.Queue, now)
+		n := int64(0)
+		for _, w := range ws {
+			n += w.Suspects
+		}
+		return err == nil && n > 0
+	})
 	if p := long.Progress(); p.Done == p.Total {
 		t.Fatalf("the busy batch was done (%d of %d) when the small one ended", p.Done, p.Total)
 	}

@@ -105,6 +105,7 @@ func TestFaultScriptFlush(t *testing.T) {
 
 // clusterBundle is a bundle on a 3-master Cluster of the test's own.
 func clusterBundle(t *testing.T) (*harness.Env, *redistest.Cluster) {
+	redistest.OwnTopology(t)
 	t.Helper()
 	t.Parallel()
 	cl := redistest.StartCluster(t, 3)

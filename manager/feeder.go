@@ -8,6 +8,7 @@ import (
 	"maps"
 	"math"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -16,6 +17,7 @@ import (
 	"github.com/redmap/redmap/internal/backoff"
 	"github.com/redmap/redmap/internal/id"
 	"github.com/redmap/redmap/internal/part"
+	"github.com/redmap/redmap/internal/rdb"
 	"github.com/redmap/redmap/internal/wire"
 )
 
@@ -42,8 +44,9 @@ type feeder[Out any] struct {
 	feederParams
 	b        *Batch[Out]
 	in       input
-	pos      int // elements handled so far: submitted, or failed at encoding
-	fixed    int // the caller's ChunkSize, or 0 to adapt
+	pos      int    // elements handled so far: submitted, or failed at encoding
+	fixed    int    // the caller's ChunkSize, or 0 to adapt
+	sizing   sizing // how chunks adapt, if they do
 	priority int
 	sp       spec // what the batch runs
 	// limited: the function has a limit in force, so its tasks go to
@@ -116,7 +119,7 @@ func (f *feeder[Out]) window() (window, error) {
 		// one-element tasks allocated.
 		size := f.fixed
 		if size == 0 {
-			size = f.costs.chunkSize(b.fn, n)
+			size = f.costs.chunkSize(f.sizing, n)
 		}
 		est := min(windowTasks-inflight, (n-f.pos)/max(size, 1)+1)
 		if est > 0 {
@@ -128,6 +131,9 @@ func (f *feeder[Out]) window() (window, error) {
 		}
 	}
 	from := f.pos
+	// Cut blind, a window is a few tasks that measure the cost; the rest
+	// waits for it (run).
+	cut, blind := 0, f.blind()
 	add := func(end int, payload []byte) error {
 		var tid string
 		seq := f.router.nextSeq
@@ -160,7 +166,8 @@ func (f *feeder[Out]) window() (window, error) {
 		f.pos = end
 		return nil
 	}
-	for inflight < windowTasks && bytes < windowBytes && elems < maxElems {
+	for inflight < windowTasks && bytes < windowBytes && elems < maxElems && (!blind || cut < measureTasks) {
+		cut++
 		n, known := f.in.length()
 		if known && f.pos >= n {
 			break
@@ -170,7 +177,7 @@ func (f *feeder[Out]) window() (window, error) {
 			if !known {
 				n = math.MaxInt / 2 // a sequence: size by cost alone
 			}
-			size = f.costs.chunkSize(b.fn, n)
+			size = f.costs.chunkSize(f.sizing, n)
 		}
 		if f.burst > 0 {
 			size = min(size, f.burst) // a task takes its elements' tokens at once
@@ -199,7 +206,7 @@ func (f *feeder[Out]) window() (window, error) {
 			break
 		}
 		if f.fixed == 0 {
-			f.costs.observeSize(b.fn, len(payload), end-f.pos)
+			f.costs.observeSize(f.sizing.key, len(payload), end-f.pos)
 		}
 		if err := add(end, payload); err != nil {
 			// Nothing of the window is registered: the feeder fails its
@@ -245,6 +252,9 @@ func (f *feeder[Out]) taken(w *window, c chunk, payload []byte) (send bool, err 
 		}
 		w.sums[key] = sum
 		w.sums[shardsField] = strconv.Itoa(len(f.router.list()))
+		if _, had := found.sums[startedField]; !had {
+			w.sums[startedField] = strconv.FormatInt(f.b.started.UnixMilli(), 10)
+		}
 		if constant != "" {
 			w.sums[constField] = constant
 		}
@@ -306,6 +316,7 @@ func (f *feeder[Out]) send(ctx context.Context, w *window) error {
 	}
 	var mu sync.Mutex
 	var sent []*shard
+	rest := make(map[*shard][]wire.Task) // of a shard's submit that made progress, what it did not queue
 	err := eachShard(maps.Clone(w.unsent), func(s *shard, tasks []wire.Task) error {
 		s.sendMu.RLock()
 		defer s.sendMu.RUnlock()
@@ -315,6 +326,15 @@ func (f *feeder[Out]) send(ctx context.Context, w *window) error {
 			count, intact, err = s.rdb.Submit(ctx, f.mid, f.b.worker, f.b.lane, tasks, f.opts.KeyTTL, wire.Expect{Count: s.acked.Load(), Epoch: *s.epoch.Load()})
 			return err
 		})
+		if part := (*rdb.PartlySubmitted)(nil); errors.As(err, &part) {
+			// A call that made progress: Redis answers, and what it
+			// queued is not sent again.
+			s.outage.up()
+			s.submitted(part.Count, part.Intact)
+			mu.Lock()
+			rest[s] = tasks[part.Queued:]
+			mu.Unlock()
+		}
 		if err != nil {
 			return err
 		}
@@ -328,6 +348,7 @@ func (f *feeder[Out]) send(ctx context.Context, w *window) error {
 	for _, s := range sent {
 		delete(w.unsent, s)
 	}
+	maps.Copy(w.unsent, rest)
 	return err
 }
 
@@ -350,7 +371,7 @@ func (f *feeder[Out]) run(ctx context.Context) {
 			f.giveUp(stopped)
 			return
 		}
-		if !room {
+		if !room || f.measuring() {
 			<-progress
 			continue
 		}
@@ -373,6 +394,24 @@ func (f *feeder[Out]) run(ctx context.Context) {
 		}
 	}
 	b.exhaust(nil)
+}
+
+// blind reports whether the feeder sizes chunks by a cost not yet
+// measured.
+func (f *feeder[Out]) blind() bool {
+	return f.fixed == 0 && f.sizing.key != "" && !f.costs.known(f.sizing)
+}
+
+// measuring reports whether the feeder waits for the cost its tasks out
+// will measure before it cuts more: tasks cut blind are few and small, so
+// that the rest of the batch is cut to the cost. With none out (all lost,
+// say, or failed before they ran) it cuts a few more blind.
+func (f *feeder[Out]) measuring() bool {
+	if !f.blind() {
+		return false
+	}
+	inflight, _, _, _ := f.b.inFlight()
+	return inflight > 0
 }
 
 // limit applies lim, the limit in force of the batch's function, to the
@@ -459,6 +498,7 @@ func inputError(fn string, start int, err error) error {
 // is set first, so that ending ctx at any point withdraws what was queued.
 func (f *feeder[Out]) first(ctx context.Context, sp spec, red *redmap.Reducer[Out]) error {
 	b := f.b
+	b.ctx = ctx
 	b.stop = context.AfterFunc(ctx, func() { b.abort(ctx.Err()) })
 	var w window
 	var err error
@@ -470,10 +510,13 @@ func (f *feeder[Out]) first(ctx context.Context, sp spec, red *redmap.Reducer[Ou
 			err = f.faults.riding(ctx, func() error { return f.resume(ctx) })
 		}
 	}
+	if err == nil && f.owned != nil {
+		b.resumedFrom(f.owned.found.sums[startedField])
+	}
 	if err == nil && f.owned != nil && f.owned.found.cancelled != "" {
 		// An operator cancelled the batch while no manager held it: every
 		// element fails so, and the batch ends, deleting its keys.
-		f.cancelled(fmt.Errorf("%w: %s", redmap.ErrCancelled, f.owned.found.cancelled))
+		f.cancelled(cancelledFor(f.owned.found.cancelled))
 		return nil
 	}
 	if err == nil {
@@ -565,4 +608,15 @@ func (f *feeder[Out]) openShards(ctx context.Context) error {
 		return nil
 	})
 	return cmp.Or(err, other)
+}
+
+// cancelledFor is the cause of the elements of a durable batch an operator
+// cancelled for reason while no manager held it: ErrCancelled, with the
+// reason if it says more ("redmap cancel" gives none: its reason is
+// ErrCancelled's own words).
+func cancelledFor(reason string) error {
+	if strings.Contains(redmap.ErrCancelled.Error(), reason) {
+		return redmap.ErrCancelled
+	}
+	return fmt.Errorf("%w: %s", redmap.ErrCancelled, reason)
 }

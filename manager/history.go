@@ -186,13 +186,14 @@ func causeOf(err error) string {
 		{redmap.ErrTooLarge, codec.KindTooLarge.String()},
 		{redmap.ErrConstantMissing, codec.KindConstMissing.String()},
 		{redmap.ErrConstantCorrupt, codec.KindConstCorrupt.String()},
+		{redmap.ErrPurged, wire.CausePurged}, // before ErrLost, which it is too
 		{redmap.ErrLost, codec.KindLost.String()},
 		{redmap.ErrTimeout, codec.KindTimeout.String()},
 		{redmap.ErrReduce, codec.KindReduce.String()},
 		{redmap.ErrThrottled, codec.KindThrottled.String()},
-		{redmap.ErrNoWorker, "no worker"},
-		{redmap.ErrUnavailable, "redis unavailable"},
-		{redmap.ErrRedisFull, "redis full"},
+		{redmap.ErrNoWorker, wire.CauseNoWorker},
+		{redmap.ErrUnavailable, wire.CauseUnavailable},
+		{redmap.ErrRedisFull, codec.KindRedisFull.String()},
 		{redmap.ErrClosed, wire.OutcomeClosed},
 		{context.Canceled, wire.OutcomeCancelled},
 		{context.DeadlineExceeded, wire.OutcomeCancelled},
@@ -205,7 +206,7 @@ func causeOf(err error) string {
 	if errors.As(err, &remote) {
 		return codec.KindError.String()
 	}
-	return "other"
+	return wire.CauseOther
 }
 
 // outcomeOf names how a batch ended: early with err, or with failed

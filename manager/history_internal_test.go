@@ -2,12 +2,15 @@ package manager
 
 import (
 	"context"
+	"errors"
 	"log/slog"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/redmap/redmap"
 	"github.com/redmap/redmap/internal/wire"
 )
 
@@ -82,5 +85,21 @@ func TestHistoryWritesWaitingRecordsTogether(t *testing.T) {
 	<-done
 	if len(s.calls) != 3 {
 		t.Fatalf("History -1 wrote %v", s.calls[3:])
+	}
+}
+
+// Every cause a record counts failed elements by is one the metrics export
+// from the start (wire.FailureCauses).
+func TestCausesAreExported(t *testing.T) {
+	causes := wire.FailureCauses()
+	for _, err := range []error{
+		redmap.ErrPanic, redmap.ErrUnknownFunc, redmap.ErrTypeMismatch, redmap.ErrDecode, redmap.ErrEncode,
+		redmap.ErrTooLarge, redmap.ErrConstantMissing, redmap.ErrConstantCorrupt, redmap.ErrPurged, redmap.ErrLost, redmap.ErrTimeout,
+		redmap.ErrReduce, redmap.ErrThrottled, redmap.ErrNoWorker, redmap.ErrUnavailable, redmap.ErrRedisFull,
+		redmap.ErrClosed, context.Canceled, context.DeadlineExceeded, &redmap.RemoteError{Msg: "429"}, errors.New("odd"),
+	} {
+		if c := causeOf(err); !slices.Contains(causes, c) {
+			t.Errorf("causeOf(%v) = %q, not among the causes exported: %q", err, c, causes)
+		}
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -504,4 +505,42 @@ func TestEndedBatchesLanesForgotten(t *testing.T) {
 	eventually(t, "the cancelled batch's lane forgotten", func() bool {
 		return e.Client.HLen(ctx, lanes).Val() == 0
 	})
+}
+
+// Maps ended by their context's deadline, no worker running, each have
+// one record, "cancelled", even when the manager closes right after.
+func TestHistoryDeadlineMapsRecorded(t *testing.T) {
+	b := setup(t)
+	m, err := manager.New(b.Client, manager.Options{Queue: b.Queue})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const n = 12
+	var wg sync.WaitGroup
+	for range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
+			defer cancel()
+			if _, err := manager.Map(ctx, m, square, []int{1, 2, 3}); !errors.Is(err, context.DeadlineExceeded) {
+				t.Errorf("Map: %v, want its deadline", err)
+			}
+		}()
+	}
+	wg.Wait()
+	if err := m.Close(); err != nil {
+		t.Fatal(err)
+	}
+	hist, _, err := newInspector(t, b).History(context.Background(), b.Queue, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	outcomes := map[string]int{}
+	for _, h := range hist {
+		outcomes[h.Outcome]++
+	}
+	if len(hist) != n || outcomes["cancelled"] != n {
+		t.Fatalf("%d records, by outcome %v; want %d, all cancelled", len(hist), outcomes, n)
+	}
 }

@@ -392,7 +392,8 @@ func commandsPerSecond(t *testing.T, c redis.UniversalClient, d time.Duration) f
 
 // redmap.RetryAfter: the element waits and runs again without spending an
 // attempt (the batch allows one), and past MaxRetryAfter it fails with
-// ErrThrottled, the other elements completing.
+// ErrThrottled, the other elements completing; the worker and the
+// function's limit count the waits.
 func TestRetryAfterSpendsNoAttempt(t *testing.T) {
 	b := setup(t)
 	var mu sync.Mutex
@@ -424,6 +425,11 @@ func TestRetryAfterSpendsNoAttempt(t *testing.T) {
 	}
 	if st := w.Stats(); st.Throttled != 9*2+4 {
 		t.Errorf("worker counted %d waits, want %d", st.Throttled, 9*2+4)
+	}
+	// The fleet's count, in the limits view (and its metric).
+	ls, err := newInspector(t, b).Limits(context.Background(), b.Queue)
+	if err != nil || len(ls) != 1 || ls[0].RetryAfter != 9*2+4 {
+		t.Errorf("limits %+v (%v): want busy-api's %d RetryAfter waits counted", ls, err, 9*2+4)
 	}
 }
 

@@ -159,7 +159,7 @@ func assemble(r seams, opts Options, mid string, o *owned) *Manager {
 	}
 	m.router = newRouter(routerParams{queue: opts.Queue, shards: opts.Shards, first: r.queue, open: r.shard,
 		masters: r.masters, opened: m.startCollector, log: m.log})
-	m.faults = &faults{router: m.router, pending: m.pending, queue: opts.Queue, timeout: opts.RedisTimeout, log: m.log}
+	m.faults = &faults{mid: mid, router: m.router, pending: m.pending, queue: opts.Queue, timeout: opts.RedisTimeout, log: m.log}
 	m.holds = newHolds(r.store, mid, opts.KeyTTL, m.log)
 	ended := &unsaid{ended: &m.stats.ended}
 	lanes := &endedLanes{}
@@ -256,30 +256,45 @@ type Stats struct {
 	PartialBytes, OutputBytes int64
 }
 
-// Stats returns the manager's diagnostics, its durable batches' (Durable) included
-// while they run in it. It costs no round trip.
+// Stats returns the manager's diagnostics, its durable batches' (Durable)
+// included, running or ended. It costs no round trip.
 func (m *Manager) Stats() Stats {
-	n, bytes := m.holds.store.Uploads()
-	st := Stats{
-		Dropped: m.stats.dropped.Load(), ResultBytes: m.stats.resultBytes.Load(),
-		ConstantUploads: n, ConstantBytes: bytes, Elements: m.stats.ended.Load(),
-		Pending: m.pending.count(), Shards: len(m.router.list()),
-		PartialBytes: m.stats.partialBytes.Load(), OutputBytes: m.stats.outputBytes.Load(),
-	}
+	st := m.ownStats()
+	st.Shards = len(m.router.list())
 	// Its durable batches run on owners of their own (durable.go), whose
-	// counts are the manager's too, while they run.
+	// counts are the manager's too: those of the owners running, and those
+	// the owners that ended left (durables.remove).
 	m.durables.mu.Lock()
 	defer m.durables.mu.Unlock()
+	st.add(m.durables.ended)
 	for _, o := range m.durables.owners {
-		n, bytes := o.holds.store.Uploads()
-		st.ConstantUploads += n
-		st.ConstantBytes += bytes
-		st.Dropped += o.stats.dropped.Load()
-		st.ResultBytes += o.stats.resultBytes.Load()
-		st.Elements += o.stats.ended.Load()
-		st.Pending += o.pending.count()
+		st.add(o.ownStats())
 	}
 	return st
+}
+
+// ownStats returns the manager's own counts, none of its owners', and no
+// Shards.
+func (m *Manager) ownStats() Stats {
+	n, bytes := m.holds.store.Uploads()
+	return Stats{
+		Dropped: m.stats.dropped.Load(), ResultBytes: m.stats.resultBytes.Load(),
+		ConstantUploads: n, ConstantBytes: bytes, Elements: m.stats.ended.Load(),
+		Pending:      m.pending.count(),
+		PartialBytes: m.stats.partialBytes.Load(), OutputBytes: m.stats.outputBytes.Load(),
+	}
+}
+
+// add adds o's counts to s's, all but Shards.
+func (s *Stats) add(o Stats) {
+	s.Dropped += o.Dropped
+	s.ResultBytes += o.ResultBytes
+	s.ConstantUploads += o.ConstantUploads
+	s.ConstantBytes += o.ConstantBytes
+	s.Elements += o.Elements
+	s.Pending += o.Pending
+	s.PartialBytes += o.PartialBytes
+	s.OutputBytes += o.OutputBytes
 }
 
 // Close ends every batch still running with ErrClosed, withdraws their tasks,

@@ -358,7 +358,7 @@ func TestBatchErrorMessage(t *testing.T) {
 		be.Failed = append(be.Failed, &redmap.TaskError{Index: i, Func: "f", Err: redmap.ErrPanic})
 	}
 	sort.Slice(be.Failed, func(i, j int) bool { return be.Failed[i].Index < be.Failed[j].Index })
-	if got := be.Error(); !strings.HasPrefix(got, "redmap: 3 of 10 elements failed; [1]") {
+	if got := be.Error(); got != "redmap: 3 of 10 elements failed: 3 elements (1, 2, 3): function panicked" {
 		t.Fatalf("message %q", got)
 	}
 }

@@ -1,6 +1,7 @@
 package manager
 
 import (
+	"context"
 	"fmt"
 	"log/slog"
 	"time"
@@ -65,7 +66,7 @@ type Options struct {
 	// warn, but wait for ever. Default DefaultNoWorkerTimeout.
 	NoWorkerTimeout time.Duration
 	// PartSize is the size of the parts constant data is stored in, in
-	// bytes. Default cache.DefaultPartSize (8 MiB).
+	// bytes. Default cache.DefaultPartSize (1 MiB).
 	PartSize int
 	// Shards spreads the manager's tasks over that many shards of the
 	// queue, each a queue of its own in Redis under its own hash tag
@@ -89,7 +90,12 @@ type Options struct {
 	// HistoryAge is the age past which a batch leaves the history. Default
 	// DefaultHistoryAge.
 	HistoryAge time.Duration
-	// Logger receives the manager's logs. Default: none.
+	// Logger receives the manager's logs. Default: slog.Default() as it is
+	// when New is called, at LevelWarn and above only, so that what needs
+	// a person reaches stderr with no setup: a batch that waits for a
+	// worker and why, workers lost and their tasks requeued, Redis calls
+	// retried, a refused type. To silence the manager, set
+	// Logger: slog.New(slog.DiscardHandler).
 	Logger *slog.Logger
 	// TracerProvider traces batches with OpenTelemetry: each batch gets a
 	// span, and its tasks carry the span's trace context to the workers,
@@ -140,6 +146,24 @@ func (o Options) withDefaults() (Options, error) {
 	config.Or(&o.NoWorkerTimeout, DefaultNoWorkerTimeout)
 	config.Or(&o.History, DefaultHistory)
 	config.Or(&o.HistoryAge, DefaultHistoryAge)
-	config.Or(&o.Logger, slog.New(slog.DiscardHandler))
+	config.Or(&o.Logger, slog.New(warnings{slog.Default().Handler()}))
 	return o, nil
 }
+
+// warnings is a slog.Handler that passes on to h the records at LevelWarn
+// and above: the default Logger, which speaks only when a person should act.
+type warnings struct{ h slog.Handler }
+
+// Enabled reports whether h takes l, and l is LevelWarn or above.
+func (w warnings) Enabled(ctx context.Context, l slog.Level) bool {
+	return l >= slog.LevelWarn && w.h.Enabled(ctx, l)
+}
+
+// Handle passes r on to h.
+func (w warnings) Handle(ctx context.Context, r slog.Record) error { return w.h.Handle(ctx, r) }
+
+// WithAttrs is h's, filtered the same way.
+func (w warnings) WithAttrs(as []slog.Attr) slog.Handler { return warnings{w.h.WithAttrs(as)} }
+
+// WithGroup is h's, filtered the same way.
+func (w warnings) WithGroup(name string) slog.Handler { return warnings{w.h.WithGroup(name)} }

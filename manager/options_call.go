@@ -48,13 +48,18 @@ func Priority(p int) CallOption { return func(o *callOptions) { o.priority = p }
 // run, counting the runs lost when its worker died or stalled past its lease,
 // timed-out runs, and retried errors. An element that uses it up fails with
 // ErrLost (or its last error). A task that kills every worker that runs it
-// (a poison pill) so fails after n worker deaths. Default DefaultAttempts.
+// (a poison pill) so fails after n worker deaths — 3 if n is 2: a task lost
+// twice is a suspect, run alone, and none fails as lost before it ran alone
+// once, so that no element beside a pill fails with it. Default
+// DefaultAttempts.
 func Attempts(n int) CallOption { return func(o *callOptions) { o.attempts = n } }
 
 // Timeout sets how long the function may run on one element: its context ends
 // then, and the run fails with ErrTimeout (and is retried while the attempt
-// budget lasts). Go cannot stop a goroutine, so a function that ignores its
-// context keeps its worker slot until it returns. Default: no timeout.
+// budget lasts). Go cannot stop a goroutine: a function that ignores its
+// context and has not returned worker.Options.AbandonGrace (1 s) after the
+// timeout is abandoned by its worker, left running, and the element fails
+// with ErrTimeout then, not retried. Default: no timeout.
 func Timeout(d time.Duration) CallOption { return func(o *callOptions) { o.timeout = d } }
 
 // RetryErrors makes errors and panics of the function count as failed
@@ -78,9 +83,10 @@ func OnWorker(id string) CallOption { return func(o *callOptions) { o.worker = i
 
 // ChunkSize fixes how many elements travel in one task. Without it, the size
 // adapts to the function's cost as workers measure it, aiming at about 4 ms of
-// work per task (at most 65,536 elements, about 4 MiB of encoded input, and
-// at least 16 tasks per batch that has the elements); while the cost is
-// unknown, tasks carry up to 8.
+// work per task (500 ms for a map task of ReduceByKey, whose partials cost
+// per task; at most 65,536 elements, about 4 MiB of encoded input, and at
+// least 16 tasks per batch that has the elements); while the cost is
+// unknown, 4 tasks of up to 8 elements measure it before the rest is cut.
 func ChunkSize(n int) CallOption { return func(o *callOptions) { o.chunk = n } }
 
 // Seed sets the batch's seed for redmap.Rand: each element's random source

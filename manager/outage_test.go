@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -209,12 +210,49 @@ func TestSubmitChecksRedis(t *testing.T) {
 	}
 }
 
+// A manager given no Logger, as README shows one, with no worker running:
+// it warns through slog.Default() within a few Polls, saying what to do,
+// and passes on nothing below LevelWarn. Not parallel: it sets
+// slog.Default().
+func TestDefaultLoggerWarns(t *testing.T) {
+	if redistest.SharedCluster() != nil {
+		t.Skip("about logging; the shared server is enough")
+	}
+	logs := &logRecorder{}
+	was := slog.Default()
+	slog.SetDefault(slog.New(logs))
+	t.Cleanup(func() { slog.SetDefault(was) })
+	b := harness.On(t, redistest.Shared(t)) // not setup(t), which marks t parallel
+	m := b.Manager(t, manager.Options{Poll: 50 * time.Millisecond})
+	ctx, cancel := context.WithCancel(testCtx(t))
+	defer cancel()
+	if _, err := manager.Submit(ctx, m, square, ints(3)); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the manager warns through slog.Default() that the batch waits", func() bool {
+		return logs.logged("a batch waits")
+	})
+	said := logs.above(slog.LevelDebug - 1)
+	for _, l := range said {
+		if !strings.HasPrefix(l, "WARN") && !strings.HasPrefix(l, "ERROR") {
+			t.Errorf("logged below LevelWarn: %s", l)
+		}
+	}
+	if !slices.ContainsFunc(said, func(l string) bool { return strings.Contains(l, "start one") }) {
+		t.Errorf("the warning does not say what to do: %q", said)
+	}
+	t.Logf("%q", said)
+}
+
 // A batch no live worker serves (workers started with another -queue) says
 // so at once, in the log and in its Progress, and fails with ErrNoWorker
 // once the wait has lasted NoWorkerTimeout, the unsubmitted part of the batch
 // included. (With a live worker of the queue that lacks the function, it
 // fails with ErrUnknownFunc as well: see TestUnknownFunctionAndTypeMismatch.)
 func TestNoWorkerServes(t *testing.T) {
+	if testing.Short() {
+		t.Skip("10,000 tasks failing one by one")
+	}
 	b := setup(t)
 	elsewhere := *b
 	elsewhere.Queue += ".typo"
@@ -245,6 +283,7 @@ func TestNoWorkerServes(t *testing.T) {
 // A manager whose Redis is not there fails its first Submit with one error
 // that names the address and the cause, not a deadline.
 func TestSubmitNamesAddressAndCause(t *testing.T) {
+	t.Parallel() // its own client, to a port nobody listens on: nothing shared
 	c := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"})
 	defer c.Close()
 	m, err := manager.New(c, manager.Options{Queue: "nowhere"})

@@ -179,8 +179,8 @@ func TestCollectorDropsDuplicatesAndStrangers(t *testing.T) {
 	if !s.complete(tids[0]) {
 		t.Fatal("task 0 not in the task set")
 	}
-	s.push(string(mustResult(tids[0], payload, squares)))                                // a duplicate
-	s.push(string(mustResult(strings.Replace(tids[0], ":", ":x", 1), payload, squares))) // a stranger
+	s.push(string(mustResult(tids[0], payload, squares, 0)))                                // a duplicate
+	s.push(string(mustResult(strings.Replace(tids[0], ":", ":x", 1), payload, squares, 0))) // a stranger
 	s.push("not a result")
 	s.complete(tids[1])
 	ys, err := b.Wait(unitCtx(t))

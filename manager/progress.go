@@ -10,7 +10,7 @@ type Progress struct {
 	Failed   int           `json:"failed"`             // elements that failed
 	Rate     float64       `json:"rate"`               // elements per second over about the last rateWindow (since the start, if younger)
 	ETA      time.Duration `json:"eta"`                // at that rate; 0 when done or unknown
-	Started  time.Time     `json:"started"`            // when Submit was called
+	Started  time.Time     `json:"started"`            // when Submit was called (a durable batch taken over: the call that first submitted it)
 	Worker   string        `json:"worker,omitempty"`   // the private queue's worker, or "" for the public queue
 	Waiting  string        `json:"waiting,omitempty"`  // why the batch is not advancing, if the manager knows: no live worker serves its function
 	Priority int           `json:"priority,omitempty"` // its tasks' priority (Priority), 1 to 5
@@ -54,7 +54,7 @@ func (b *Batch[Out]) recentRate(now time.Time, done int) float64 {
 func (b *Batch[Out]) Progress() Progress {
 	now := time.Now()
 	b.mu.Lock()
-	p := Progress{Func: b.fn, Total: b.feed.n, Done: b.feed.n - b.feed.left, Failed: len(b.outs.errs), Started: b.started, Worker: b.worker, Waiting: b.state.waiting, Priority: b.priority}
+	p := Progress{Func: b.fn, Total: b.feed.n, Done: b.feed.n - b.feed.left, Failed: len(b.outs.errs), Started: b.firstStarted(), Worker: b.worker, Waiting: b.state.waiting, Priority: b.priority}
 	p.Rate = b.recentRate(now, p.Done)
 	b.mu.Unlock()
 	if p.Rate > 0 && p.Done < p.Total {

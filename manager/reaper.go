@@ -43,8 +43,8 @@ func (r *reaper) tick(ctx context.Context) {
 		if r.faults.keep(ctx, s, "reaping dead workers", quietOutage, func() (err error) {
 			reaped, err = s.rdb.Reap(ctx)
 			return err
-		}) && reaped.Workers > 0 {
-			r.log.Info("reaped dead workers", "workers", reaped.Workers, "requeued", reaped.Requeued, "lost", reaped.Lost, "shard", s.i)
+		}) && reaped != (wire.Reaped{}) { // tasks given back, or workers reaped (see rdb.RDB.Reap)
+			r.log.Warn("reaped dead workers: their tasks were queued again", "workers", reaped.Workers, "requeued", reaped.Requeued, "lost", reaped.Lost, "shard", s.i)
 		}
 		return nil
 	})
@@ -88,7 +88,7 @@ func (r *reaper) checkServed(ctx context.Context) {
 		why, kind := r.why(ctx, b, sv)
 		began, expired := b.served(sv.Code == wire.ServedBy, now, r.noWorkerTimeout, why)
 		if began {
-			r.log.Warn("a batch waits: "+why, "batch", b.Progress().Func, "fails_after", r.noWorkerTimeout)
+			r.log.Warn("a batch waits: "+why, "func", b.Progress().Func, "fails_after", r.noWorkerTimeout)
 		}
 		if expired {
 			r.log.Error("failing a batch no live worker can run: "+why, "for", r.noWorkerTimeout)
@@ -109,7 +109,7 @@ func (r *reaper) why(ctx context.Context, b batch, sv wire.Serving) (string, err
 	case wire.ServedBy:
 		return "", nil
 	case wire.Unregistered:
-		return fmt.Sprintf("no live worker of queue %q registered %q", r.queue, sv.Name), redmap.ErrUnknownFunc
+		return fmt.Sprintf("no live worker of queue %q registered %q: register it in a worker (w.Register; README \"In code\")", r.queue, sv.Name), redmap.ErrUnknownFunc
 	case wire.OtherSignature:
 		why := fmt.Sprintf("the live workers of queue %q registered %q with other types (%s)", r.queue, sv.Name, sv.Signature)
 		theirs, err := r.router.queue().Types(ctx, sv.Signature)
@@ -118,5 +118,5 @@ func (r *reaper) why(ctx context.Context, b batch, sv wire.Serving) (string, err
 		}
 		return why + " (a rolling deploy? its tasks wait for a worker of this build)", redmap.ErrTypeMismatch
 	}
-	return fmt.Sprintf("no live worker of queue %q serves %q (is one running with that queue and function?)", r.queue, name), nil
+	return fmt.Sprintf("no live worker of queue %q serves %q: start one with that queue and function (worker.New, Register, Run, or worker.Main; README \"In code\")", r.queue, name), nil
 }

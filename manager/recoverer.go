@@ -12,10 +12,13 @@ import (
 
 // recoverer checks, once per Poll while tasks are outstanding, with one
 // HMGET per shard, that Redis still has every task the manager submitted
-// there, and puts back what it lost (see recover).
+// there, and puts back what it lost (see recover); every auditEvery Polls it
+// also checks that each outstanding task waits somewhere a worker can reach
+// it, and queues again those that do not (see audit).
 type recoverer struct {
 	recovererParams
 	*part.Runner
+	ticks int // Polls so far, for the audit (auditEvery)
 }
 
 // recovererParams is what a recoverer is built from.
@@ -36,8 +39,13 @@ func newRecoverer(p recovererParams, poll time.Duration) *recoverer {
 }
 
 func (r *recoverer) tick(ctx context.Context) {
+	r.ticks++
+	auditing := r.ticks%auditEvery == 0
 	_ = eachShard(everyShard[struct{}](r.router), func(s *shard, _ struct{}) error {
 		r.check(ctx, s)
+		if auditing {
+			r.audit(ctx, s)
+		}
 		return nil
 	})
 }

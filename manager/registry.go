@@ -18,6 +18,7 @@ type batch interface {
 	abort(err error)
 	cancel(err error)
 	resubmission(chunk int) (t wire.Task, wid string, lane wire.Lane, err error)
+	place() (wid string, lane wire.Lane)
 	Progress() Progress
 	function() (name string, public bool)
 	calls() string

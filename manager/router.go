@@ -155,11 +155,12 @@ func eachShard[T any](groups map[*shard]T, f func(*shard, T) error) error {
 	return errors.Join(errs...)
 }
 
-// outageLength returns the longest outage of any shard's Redis.
+// outageLength returns the longest outage of any shard's Redis, or stall
+// (calls that time out while Redis answers, none completing).
 func (r *router) outageLength() time.Duration {
 	var d time.Duration
 	for _, s := range r.list() {
-		d = max(d, s.outage.length())
+		d = max(d, s.outage.length(), s.outage.stall())
 	}
 	return d
 }

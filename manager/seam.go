@@ -25,13 +25,17 @@ type shardRedis interface {
 	Submit(ctx context.Context, mid, wid string, lane wire.Lane, tasks []wire.Task, ttl time.Duration, exp wire.Expect) (count int64, intact bool, err error)
 	// Cancel withdraws tasks: workers skip them, their results are dropped.
 	Cancel(ctx context.Context, mid string, tids []string) error
+	// Ping checks that Redis answers: faults tell a slow call from an
+	// outage with it.
+	Ping(ctx context.Context) error
 
-	// ReadResults, ReadThenWait, WaitResults, Unstaged and WakeCollector
+	// ReadResults, ReadThenWait, WaitResults, StagedSizes, Unstaged and WakeCollector
 	// are the collector's.
 	ReadResults(ctx context.Context, mid string, handled int, mark string, limit int) ([]string, error)
 	ReadThenWait(ctx context.Context, mid string, handled int, mark string, limit int, timeout time.Duration) (entries []string, fromWait bool, err error)
 	WaitResults(ctx context.Context, mid string, timeout time.Duration) (string, error)
 	Unstaged(ctx context.Context, mid string, entries []string) ([]string, error)
+	StagedSizes(ctx context.Context, mid string, entries []string) ([]int, error)
 	WakeCollector(ctx context.Context, mid string) error
 
 	// Renew and Drop are the keeper's and Close's: the manager's keys live
@@ -46,12 +50,16 @@ type shardRedis interface {
 
 	// Resume and Kept are a durable batch's owner's, before its first
 	// submit (see durable.go).
-	Resume(ctx context.Context, owner string) (wire.Resumed, error)
+	Resume(ctx context.Context, owner string, ttl time.Duration) (wire.Resumed, error)
 	Kept(ctx context.Context, owner string, from, n int64) ([]string, error)
 
-	// Submitted and Missing are the recoverer's.
+	// Submitted, Missing and Audit are the recoverer's.
 	Submitted(ctx context.Context, mid string) (int64, string, error)
 	Missing(ctx context.Context, mid string, tids []string) (missing []string, count int64, epoch string, err error)
+	Audit(ctx context.Context, mid string, groups []wire.Placed, ttl time.Duration) (wire.Audited, error)
+	// SetAsideTasks deletes the task set if err, a refusal, says it holds
+	// foreign data (faults.of, which has failed its tasks first).
+	SetAsideTasks(ctx context.Context, mid string, err error) bool
 }
 
 // queueRedis is shard 0, where the queue-wide records live as well.
@@ -70,7 +78,7 @@ type queueRedis interface {
 	AddShards(ctx context.Context, names []string) ([]string, error)
 	PublishBatches(ctx context.Context, mid string, batches map[string]wire.BatchProgress, ttl, due time.Duration, ended int64) (cancels []string, err error)
 	// Claim, Sums and AddSums are a durable batch's owner's.
-	Claim(ctx context.Context, c wire.Claim) (wire.Holder, bool, error)
+	Claim(ctx context.Context, c wire.Claim) (wire.Claimed, error)
 	Sums(ctx context.Context, owner string) (map[string]string, error)
 	AddSums(ctx context.Context, owner string, sums map[string]string, ttl time.Duration) error
 	historyStore

@@ -21,6 +21,7 @@ import (
 // primary killed before its last writes reached the replica. Every result
 // must still be exact: the manager finds what it lost and submits it again.
 func TestFaultSentinel(t *testing.T) {
+	redistest.OwnTopology(t)
 	for _, c := range []struct {
 		name  string
 		fault func(*redistest.Sentinel, testing.TB)

@@ -34,6 +34,10 @@ type shard struct {
 	// outage is how long the shard's Redis has been unreachable: on a
 	// Cluster one master may be down while the others answer.
 	outage outage
+	// absent counts, for each outstanding task the last audit found
+	// missing from the task set, the audits in a row that did (see
+	// recoverer.audit); only the recoverer's goroutine reads and writes it.
+	absent map[string]int
 }
 
 func newShard(r shardRedis) *shard {

@@ -124,6 +124,7 @@ func TestShardedRedisRestartedEmpty(t *testing.T) {
 // name's slot, by keys.Slot and by CLUSTER KEYSLOT, on its own master), and
 // a second manager of the queue uses the same names.
 func TestShardedOnThreeMasters(t *testing.T) {
+	redistest.OwnTopology(t)
 	t.Parallel()
 	cl := redistest.StartCluster(t, 3)
 	b := &harness.Env{Client: cl.Client(t), URL: cl.URL(), Queue: "spread"}

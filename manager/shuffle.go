@@ -307,7 +307,7 @@ func startShuffle[In any, K comparable, V any](ctx context.Context, m *Manager, 
 		if err != nil {
 			return wire.MapSummary{}, err
 		}
-		sp.shuffle = enc
+		sp.shuffle, sp.phase = enc, "map"
 		phase := "map"
 		if count >= 0 {
 			phase = fmt.Sprintf("map@%d+%d", start, count)
@@ -335,7 +335,7 @@ func startShuffle[In any, K comparable, V any](ctx context.Context, m *Manager, 
 		if err != nil {
 			return nil, err
 		}
-		sp.shuffle = enc
+		sp.shuffle, sp.phase = enc, "reduce"
 		runs := wire.CompressRanges(j.ranges)
 		ins := make([]wire.ReduceInput, len(ps))
 		for i, p := range ps {

@@ -10,7 +10,6 @@ import (
 	"os"
 	"slices"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -273,9 +272,12 @@ func partialFields(t *testing.T, b *harness.Env) []string {
 // Redis losing every key mid-shuffle (FLUSHALL) loses nothing: the lost
 // partials' map tasks run again, and the counts are exact.
 func TestReduceByKeyFlushAll(t *testing.T) {
+	if testing.Short() {
+		t.Skip("10 s of slow map tasks around a FLUSHALL")
+	}
 	b := harness.On(t, redistest.Start(t))
 	b.Worker(t, worker.Options{Concurrency: 4}, slowWords, slowSum)
-	var logs syncBuffer
+	var logs harness.LogBuffer
 	m := b.Manager(t, manager.Options{Logger: slog.New(slog.NewTextHandler(&logs, nil))})
 	docs := documents(2000, 1000)
 	ch := slowCount(t, m, docs, 16)
@@ -299,6 +301,7 @@ func TestReduceByKeyFlushAll(t *testing.T) {
 // On a Cluster of three masters, the partitions spread over all three, and
 // the counts are exact.
 func TestReduceByKeyClusterSpread(t *testing.T) {
+	redistest.OwnTopology(t)
 	t.Parallel()
 	cl := redistest.StartCluster(t, 3)
 	b := &harness.Env{Client: cl.Client(t), URL: cl.URL(), Queue: "shuffle"}
@@ -328,24 +331,6 @@ func TestReduceByKeyClusterSpread(t *testing.T) {
 	}
 	sameCounts(t, "ReduceByKey on a Cluster", got, counts(docs))
 	noPartitionsLeft(t, b)
-}
-
-// syncBuffer is a log's destination that goroutines share.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
 
 // A document that kills every worker process that runs it fails after its
@@ -398,4 +383,28 @@ func TestReduceByKeyDurableManagerKilled(t *testing.T) {
 		t.Fatalf("the restarted manager exited with %v", second.Err())
 	}
 	noPartitionsLeft(t, b)
+}
+
+// A map/reduce by key cuts few, large map tasks, on its first call and
+// after: the reduce phase's tasks (a partition each, slow) do not teach
+// the emitter a cost that would cut the next call's map tasks small.
+func TestReduceByKeyMapTasksFollowCost(t *testing.T) {
+	b := setup(t)
+	w := b.Worker(t, worker.Options{Concurrency: 2}, words, sum)
+	m := b.Manager(t, manager.Options{})
+	docs := documents(3000, 5000)
+	want := counts(docs)
+	for i := range 2 {
+		before := w.Stats().Taken
+		got, err := manager.ReduceByKey(testCtx(t), m, words, sum, docs)
+		if err != nil {
+			t.Fatalf("call %d: %v", i, err)
+		}
+		sameCounts(t, fmt.Sprintf("call %d", i), got, want)
+		// At most 4 blind map tasks, 17 to the cost (the spread), and a
+		// reduce task per partition; in tasks of 8, 375 map tasks.
+		if n := w.Stats().Taken - before; n > 4+17+manager.DefaultPartitions {
+			t.Fatalf("call %d: %d tasks, want at most %d", i, n, 4+17+manager.DefaultPartitions)
+		}
+	}
 }

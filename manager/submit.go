@@ -65,7 +65,7 @@ func Submit[In, Out any](ctx context.Context, m *Manager, fn *redmap.Handle[In, 
 // and releases it when it ends; the value is deleted when no batch holds it.
 //
 // Cost, on top of Map's: one script call to find the value stored; if it is
-// not, one upload of its bytes (one pipeline per 8 MiB part, then one script
+// not, one upload of its bytes (one pipeline per 1 MiB of parts, then one script
 // call); one script call to release it; and, per worker process, one fetch
 // of its bytes.
 func MapWith[C, In, Out any](ctx context.Context, m *Manager, fn *redmap.HandleWith[C, In, Out], constant C, xs []In, opts ...CallOption) ([]Out, error) {
@@ -158,6 +158,22 @@ type spec struct {
 	// a map/reduce by key's (codec.Task.Shuffle). See shuffle.go.
 	red     *reducerRef
 	shuffle []byte
+	// phase is a map/reduce by key's phase the batch runs ("map",
+	// "reduce"), or "" for any other batch: it says how its chunks are
+	// sized (sizingOf).
+	phase string
+}
+
+// sizingOf is how the chunks of a batch running sp are sized: a reduce
+// phase's (one partition a task, fixed) learn nothing.
+func sizingOf(sp spec) sizing {
+	switch sp.phase {
+	case "map":
+		return mapSizing(sp.name)
+	case "reduce":
+		return sizing{}
+	}
+	return plainSizing(sp.name)
 }
 
 // elements is a batch's input: a slice xs, or a sequence seq if it is not
@@ -225,6 +241,7 @@ func prepare[In, Out any](ctx context.Context, m *Manager, sp spec, els elements
 		co.chunk = durableChunk(len(els.xs), stream) // the same chunks for every call that takes it over
 	}
 	b := newBatch[Out](m.env, m.batchSeq.Add(1), sp.name, len(els.xs), red, stream)
+	b.costKey = sizingOf(sp).key
 	b.worker = co.worker
 	b.priority = co.priority
 	b.types = map[string][]string{sp.name: sp.types}
@@ -245,7 +262,7 @@ func prepare[In, Out any](ctx context.Context, m *Manager, sp spec, els elements
 		// a tenth of its manager's CPU growing the slices.
 		size := co.chunk
 		if size == 0 {
-			size = m.costs.chunkSize(sp.name, len(els.xs))
+			size = m.costs.chunkSize(sizingOf(sp), len(els.xs))
 		}
 		room := min(len(els.xs)/size+1, 1<<20)
 		b.feed.chunks = make([]chunk, 0, room)
@@ -305,7 +322,7 @@ func prepare[In, Out any](ctx context.Context, m *Manager, sp spec, els elements
 	} else {
 		b.in = &sliceInput[In]{xs: els.xs, enc: enc}
 	}
-	return b, &feeder[Out]{feederParams: m.feeding, b: b, in: b.in, fixed: co.chunk, priority: co.priority}
+	return b, &feeder[Out]{feederParams: m.feeding, b: b, in: b.in, fixed: co.chunk, sizing: sizingOf(sp), priority: co.priority}
 }
 
 // SubmitSeq submits fn over the elements of seq, a sequence of any length,

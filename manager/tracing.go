@@ -8,6 +8,7 @@ import (
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/redmap/redmap/internal/id"
 	"github.com/redmap/redmap/internal/tracing"
 	"github.com/redmap/redmap/internal/wire"
 )
@@ -85,7 +86,7 @@ func (b *Batch[Out]) event(name string, attrs ...attribute.KeyValue) {
 // public task's id names its batch (its lane); a batch that ended has no
 // span to note it on.
 func (m *Manager) staleResult(tid string, attempt int) {
-	if b, ok := m.batches.get(tracing.BatchOf(tid)); ok {
+	if b, ok := m.batches.get(id.BatchOf(tid)); ok {
 		b.event("stale result discarded", tracing.MessagingMessageID.String(tid), tracing.Attempt.Int(attempt))
 	}
 }

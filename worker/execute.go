@@ -183,6 +183,20 @@ func wholeFailure(kind codec.Kind, format string, args ...any) *codec.Failure {
 	return &codec.Failure{Index: -1, Kind: kind, Msg: fmt.Sprintf(format, args...)}
 }
 
+// lostBudget is how many lost runs fail a task of attempt budget n (0: no
+// limit) with ErrLost: n, but never before the task ran once alone, as a
+// suspect (wire.SuspectAfter losses), unless n is 1. A poison pill's
+// neighbour may lose two attempts beside it before the pill is a suspect;
+// with a budget of 2 it would then fail without ever running alone, so a
+// budget of 2 allows a third run, alone: a pill then costs three worker
+// deaths, and its neighbours nothing.
+func lostBudget(n int) int {
+	if n >= 2 {
+		return max(n, wire.SuspectAfter+1)
+	}
+	return n
+}
+
 // resolve finds what task c.task (decoded from t) calls: the registered
 // function of the same signature, and its constant data (memoized), and
 // fills in c. A task that cannot be resolved fails whole, with the reason.
@@ -190,9 +204,14 @@ func (w *Worker) resolve(ctx context.Context, t wire.Taken, c *resolved) (fail *
 	whole := wholeFailure
 	task := &c.task
 	var err error
-	if task.Attempts > 0 && t.Attempt >= task.Attempts {
-		return whole(codec.KindLost, "lost %d times (each worker running it died or stalled past its lease); the attempt budget is %d",
-			t.Attempt, task.Attempts)
+	budget := lostBudget(task.Attempts)
+	if budget > 0 && t.Attempt >= budget {
+		why := ""
+		if budget != task.Attempts {
+			why = fmt.Sprintf(", raised to %d so that it ran alone, as a suspect, before it failed", budget)
+		}
+		return whole(codec.KindLost, "lost %d times (each worker running it died or stalled past its lease); the attempt budget is %d%s",
+			t.Attempt, task.Attempts, why)
 	}
 	if c.h, fail = w.runtime(ctx, "function", task.Func, task.Sig); fail != nil {
 		return fail
@@ -216,9 +235,15 @@ func (w *Worker) resolve(ctx context.Context, t wire.Taken, c *resolved) (fail *
 			return whole(codec.KindConstMissing, "fetching constant %s: %v", ref, err)
 		}
 	}
+	// What is left of the budget for this run and its retries; a run
+	// lostBudget allows past the budget runs once, not retried.
+	runs := task.Attempts - t.Attempt
+	if task.Attempts > 0 {
+		runs = max(runs, 1)
+	}
 	fn := task.Func // not task: c would escape, a few hundred bytes a task
 	c.policy = engine.Policy{
-		Attempts: task.Attempts - t.Attempt,
+		Attempts: runs,
 		Timeout:  time.Duration(task.Timeout) * time.Millisecond,
 		Retry:    task.Retry,
 		OnRetry:  func(int, int, *codec.Failure) { w.counters.retried.Add(1) },
@@ -231,6 +256,13 @@ func (w *Worker) resolve(ctx context.Context, t wire.Taken, c *resolved) (fail *
 			w.throttle(ctx, fn, d)
 			return d
 		},
+	}
+	if grace := w.opts.AbandonGrace; grace > 0 && c.policy.Timeout > 0 {
+		tid, timeout := t.ID, c.policy.Timeout
+		c.policy.Abandon = grace
+		c.policy.OnAbandon = func(index int) func() {
+			return w.abandon(ctx, tid, "func", fn, "element", index, "after", "its timeout", "timeout", timeout, "abandon_grace", grace)
+		}
 	}
 	return nil
 }

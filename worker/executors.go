@@ -2,6 +2,7 @@ package worker
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"sync"
 	"sync/atomic"
@@ -28,6 +29,10 @@ type executors struct {
 
 	mu        sync.Mutex
 	unstarted map[int][]string // held members of jobs set aside, by shard
+
+	// serving counts the executor goroutines; one whose job was abandoned
+	// hands its count to the goroutine that replaces it.
+	serving sync.WaitGroup
 }
 
 // executorsParams is what the executors are built from.
@@ -52,6 +57,12 @@ type executorsParams struct {
 	// log, if set, is put in the context the jobs run under once, for
 	// redmap.Logger, rather than in each job's.
 	log *slog.Logger
+	// abandonAfter is how long a job whose context was cancelled may run
+	// on before the executors abandon it (Options.AbandonGrace); 0 never.
+	abandonAfter time.Duration
+	// abandon is told of each job abandoned; it returns what to call if
+	// the job returns at last (Worker.abandonTask).
+	abandon func(ctx context.Context, t wire.Taken) (returned func())
 }
 
 func newExecutors(p executorsParams) *executors {
@@ -71,15 +82,27 @@ func (e *executors) serve(ctx context.Context) {
 	if e.log != nil {
 		ctx = engine.WithLogger(ctx, e.log)
 	}
-	var wg sync.WaitGroup
+	e.serving.Add(e.n)
 	for range e.n {
-		wg.Go(func() {
-			for j := range e.jobs {
-				e.run(ctx, j)
-			}
-		})
+		e.serve1(ctx)
 	}
-	wg.Wait()
+	e.serving.Wait()
+}
+
+// serve1 starts one executor goroutine, counted in e.serving (which the
+// caller added to): it runs jobs until jobs is closed, or until one of
+// them is abandoned, when the goroutine that replaces it takes its count.
+// An abandoned goroutine is left running, counted nowhere: Go cannot stop
+// it, and the worker must not wait for it.
+func (e *executors) serve1(ctx context.Context) {
+	go func() {
+		for j := range e.jobs {
+			if !e.run(ctx, j) {
+				return
+			}
+		}
+		e.serving.Done()
+	}()
 }
 
 // setAside returns the held members of the jobs set aside not started, by
@@ -124,43 +147,137 @@ const staleAfter = time.Millisecond
 // stopped; dropped unrun if it waited past stale and is no longer wanted;
 // else executed (alone, if a suspect) under a context the maintainer
 // cancels if its batch no longer wants it, and its result passed on unless
-// it was cancelled so.
+// it was cancelled so. It reports false if the job was abandoned (see
+// watch): the goroutine must then serve no more.
 //
 // A task dropped, or cancelled, is released from the ledger, but Redis still
 // has it held: the fetcher's sweep of orphans settles it in one script on one
 // server, putting it back if its manager wants it after all (the check may
 // have read a server that lost data, during a failover), dropping it if not.
-// A task lost before (attempt above 0) may be a poison pill: it runs holding
-// alone for writing, so that it takes no other task down with it.
-func (e *executors) run(ctx context.Context, j job) {
-	defer e.slots.release(1)
+// A suspect (a task lost wire.SuspectAfter times) may be a poison pill: it
+// runs holding alone for writing, so that it takes no other task down with
+// it.
+func (e *executors) run(ctx context.Context, j job) bool {
 	if e.stopped.Load() {
 		e.aside(j)
-		return
+		e.slots.release(1)
+		return true
 	}
 	if time.Since(j.takenAt) > e.stale && e.check.unwanted(ctx, e, j) {
 		e.drop(j)
-		return
+		e.slots.release(1)
+		return true
 	}
-	if j.Attempt > 0 {
+	unlock := e.alone.RUnlock
+	if j.Suspect() {
 		e.alone.Lock()
-		defer e.alone.Unlock()
+		// Said for operators (redmap workers, the dashboard, metrics):
+		// why the worker's other slots idle.
+		run := &aloneRun{task: j.ID, why: fmt.Sprintf("task %s runs alone: lost %d times with its workers, maybe a poison pill", j.ID, j.Attempt)}
+		e.counters.suspects.Add(1)
+		e.counters.alone.Store(run)
+		unlock = func() {
+			e.counters.alone.CompareAndSwap(run, nil)
+			e.alone.Unlock()
+		}
 	} else {
 		e.alone.RLock()
-		defer e.alone.RUnlock()
 	}
 	tctx, cancel := context.WithCancel(ctx)
-	defer cancel()
+	// end is the end of the job's run, done once: by this goroutine when
+	// the job returns, or by the watch when it abandons the job.
+	end := func() {
+		cancel()
+		unlock()
+		e.slots.release(1)
+	}
+	c := &running{returned: make(chan struct{})}
+	stopWatch := func() bool { return false }
+	if e.abandonAfter > 0 {
+		stopWatch = context.AfterFunc(tctx, func() { e.watch(ctx, j, c, end) })
+	}
 	e.held.start(j.ID, cancel)
 	began := time.Now()
 	d := e.execute(tctx, j.Taken)
+	stopWatch()
+	if returned, ok := c.end(); !ok {
+		if returned != nil {
+			returned()
+		}
+		return false
+	}
 	e.ran(time.Since(began))
 	e.held.stop(j.ID)
 	if tctx.Err() != nil { // cancelled by the maintainer
+		end()
 		e.drop(j)
-		return
+		return true
 	}
 	e.results <- d
+	end()
+	return true
+}
+
+// watch abandons job j, whose context was just cancelled, if it has not
+// returned e.abandonAfter later (c says whether it did): a function that
+// ignores its context must not hold a slot, nor a task, for ever. It drops
+// the job (its result, if it comes, is not reported), ends its run (end),
+// and starts a goroutine to serve in its place.
+func (e *executors) watch(ctx context.Context, j job, c *running, end func()) {
+	t := time.NewTimer(e.abandonAfter)
+	defer t.Stop()
+	select {
+	case <-c.returned:
+		return
+	case <-t.C:
+	}
+	ok := c.abandon(func() func() {
+		e.held.stop(j.ID)
+		e.drop(j)
+		return e.abandon(ctx, j.Taken)
+	})
+	if !ok {
+		return // it returned as the timer fired
+	}
+	end()
+	e.serve1(ctx)
+}
+
+// running is a job's run, which ends once: it returns, or it is abandoned.
+type running struct {
+	mu        sync.Mutex
+	returned  chan struct{} // closed once it returned, unless abandoned first
+	abandoned bool
+	// late is called when an abandoned run returns at last.
+	late func()
+}
+
+// end records that the run returned; false if it had been abandoned, with
+// what to call now that it returned.
+func (c *running) end() (late func(), ok bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.abandoned {
+		return c.late, false
+	}
+	close(c.returned)
+	return nil, true
+}
+
+// abandon abandons the run, unless it returned, calling how (under c's
+// lock, so that a return waits for late) for what to call if it returns at
+// last; it reports whether it abandoned it.
+func (c *running) abandon(how func() (late func())) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	select {
+	case <-c.returned:
+		return false
+	default:
+	}
+	c.abandoned = true
+	c.late = how()
+	return true
 }
 
 // wantedCheck asks Redis which of the tasks waiting to run their managers no

@@ -10,6 +10,7 @@ import (
 	"github.com/redmap/redmap"
 	"github.com/redmap/redmap/internal/keys"
 	"github.com/redmap/redmap/internal/redistest"
+	"github.com/redmap/redmap/internal/wire"
 	"github.com/redmap/redmap/manager"
 )
 
@@ -91,5 +92,15 @@ func TestPrefetchedCancelledTasksAreSkipped(t *testing.T) {
 	stop()
 	if err := <-ran; err != nil {
 		t.Fatal(err)
+	}
+}
+
+// A task is failed as lost after its budget of lost runs, but never before
+// it ran alone once as a suspect, unless its budget is 1 (or 0: no limit).
+func TestLostBudget(t *testing.T) {
+	for n, want := range map[int]int{0: 0, 1: 1, 2: wire.SuspectAfter + 1, 3: 3, 5: 5} {
+		if got := lostBudget(n); got != want {
+			t.Errorf("lostBudget(%d) = %d, want %d", n, got, want)
+		}
 	}
 }

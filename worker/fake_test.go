@@ -2,6 +2,7 @@ package worker
 
 import (
 	"context"
+	"github.com/redmap/redmap/internal/rdb"
 	"log/slog"
 	"slices"
 	"sync"
@@ -35,7 +36,16 @@ type fakeShard struct {
 	groups   []wire.FailureGroup // what CountFailures was given
 	reaped   wire.Reaped
 	retired  bool
+	// maxResult, if set, is the largest result Finish takes: a call with a
+	// larger one fails as Redis at maxmemory refuses staged results.
+	maxResult int
 }
+
+// oom is the error reply of Redis at maxmemory.
+type oom string
+
+func (e oom) Error() string { return string(e) }
+func (oom) RedisError()     {}
 
 func newFakeShard(i int, name string) *fakeShard {
 	return &fakeShard{i: i, name: name, bell: make(chan struct{}), held: make(map[string]wire.Taken),
@@ -95,14 +105,14 @@ func (f *fakeShard) Take(_ context.Context, _ string, n, _ int, _ time.Duration,
 	end := wire.TakeEnd{}
 	for len(taken) < n && len(f.queue) > 0 {
 		t := f.queue[0]
-		if t.Attempt > 0 && (len(taken) > 0 || holding > 0 || len(f.held) > 0) {
+		if t.Suspect() && (len(taken) > 0 || holding > 0 || len(f.held) > 0) {
 			end.Suspect = true // a suspect goes only to a worker holding nothing
 			break
 		}
 		f.queue = f.queue[1:]
 		taken = append(taken, t)
 		f.held[t.Member()] = t
-		if t.Attempt > 0 {
+		if t.Suspect() {
 			break // alone
 		}
 	}
@@ -147,24 +157,35 @@ func (f *fakeShard) RingStop(context.Context, string) error {
 	return f.call("ringstop")
 }
 
-func (f *fakeShard) Finish(_ context.Context, _ string, done []wire.Done) (int, error) {
+func (f *fakeShard) Finish(_ context.Context, _ string, done []wire.Done) (wire.Finished, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if err := f.call("finish"); err != nil {
-		return 0, err
+		if rdb.OutOfMemory(err) {
+			return wire.Finished{Full: done}, err
+		}
+		return wire.Finished{Failed: done}, err
 	}
-	n := 0
+	var got wire.Finished
+	var err error
 	for _, d := range done {
+		if f.maxResult > 0 && len(d.Result) > f.maxResult {
+			// As Redis at maxmemory refuses a staged result, apart.
+			got.Full = append(got.Full, d)
+			err = oom("OOM command not allowed when used memory > 'maxmemory'.")
+			continue
+		}
+		got.Sent++
 		if _, ok := f.held[d.ID]; ok {
 			delete(f.held, d.ID)
 			f.finished = append(f.finished, d)
-			n++
+			got.Delivered++
 		}
 	}
-	return n, nil
+	return got, err
 }
 
-func (f *fakeShard) GiveBack(_ context.Context, _ string, members []string) (int, error) {
+func (f *fakeShard) GiveBack(_ context.Context, _ string, members []string, ran bool) (int, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if err := f.call("giveback"); err != nil {
@@ -174,6 +195,9 @@ func (f *fakeShard) GiveBack(_ context.Context, _ string, members []string) (int
 	for _, m := range members {
 		if t, ok := f.held[m]; ok {
 			delete(f.held, m)
+			if ran {
+				t.Attempt++
+			}
 			f.queue = append([]wire.Taken{t}, f.queue...)
 			n++
 		}

@@ -131,11 +131,12 @@ func (f *fetcher) room() int { return max(0, f.concurrency-f.held.size()) }
 // handOut hands a round's tasks to the executors; it reports false if ctx
 // ended.
 //
-// A suspect (a task lost before: maybe a poison pill) comes alone in its
-// take, to a worker that holds nothing else (take.lua). Nothing more is
-// taken until it is reported, so nothing else the worker holds dies with
-// it: a poison pill costs an innocent task at most the one attempt it lost
-// when it first shared a worker with the pill. A round that left a suspect
+// A suspect (a task lost wire.SuspectAfter times: maybe a poison pill)
+// comes alone in its take, to a worker that holds nothing else (take.lua).
+// Nothing more is taken until it is reported, so nothing else the worker
+// holds dies with it: a poison pill costs an innocent task at most the
+// attempts it lost when it shared a worker with the pill in the pill's
+// runs before it was a suspect (two). A round that left a suspect
 // for want of an empty worker is followed by a wait until it holds nothing
 // (and, by fetch, a give-back of orphans), then another take.
 func (f *fetcher) handOut(ctx context.Context, r round) bool {
@@ -173,7 +174,7 @@ func (f *fetcher) handOut(ctx context.Context, r round) bool {
 func (f *fetcher) hand(ctx context.Context, taken []wire.Taken) (suspect bool) {
 	f.held.add(taken)
 	for _, t := range taken {
-		suspect = suspect || t.Attempt > 0
+		suspect = suspect || t.Suspect()
 	}
 	if suspect && len(f.source.shards()) > 1 {
 		f.giveBackOrphans(ctx)
@@ -203,7 +204,7 @@ func (f *fetcher) giveBackOrphans(ctx context.Context) {
 	if len(orphans) == 0 {
 		return
 	}
-	n, err := f.source.giveBack(ctx, orphans)
+	n, err := f.source.giveBack(ctx, orphans, false)
 	f.counters.givenBack.Add(int64(n))
 	if err != nil {
 		f.failed("give back orphaned tasks", err)

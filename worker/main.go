@@ -19,9 +19,11 @@ import (
 	"github.com/redmap/redmap/connect"
 
 	"github.com/prometheus/client_golang/prometheus"
+	promcollectors "github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/redmap/redmap"
+	"github.com/redmap/redmap/internal/buildinfo"
 	"github.com/redmap/redmap/internal/tracing"
 	"github.com/redmap/redmap/otlp"
 )
@@ -39,7 +41,14 @@ import (
 // (REDIS_URL, default redis://127.0.0.1:6379/0), -queue (REDMAP_QUEUE, default
 // "default"), -id (REDMAP_WORKER_ID), -concurrency (REDMAP_CONCURRENCY), -prefetch (REDMAP_PREFETCH),
 // -cache-bytes (REDMAP_CACHE_BYTES), -grace (REDMAP_GRACE: how long running
-// tasks may finish at a stop, default 20s; see Options.Grace), -metrics
+// tasks may finish at a stop, default 20s; see Options.Grace),
+// -abandon-grace (REDMAP_ABANDON_GRACE, default 1s: how long past its
+// timeout, or its task's cancellation, a function that ignores its context
+// is waited for before the call is abandoned; see Options.AbandonGrace),
+// -max-abandoned (REDMAP_MAX_ABANDONED, default 3: how many abandoned calls
+// may be running before the worker drains and Main returns an error
+// wrapping ErrAbandoned, so that the program exits 1 for its supervisor to
+// restart it; see Options.MaxAbandoned), -metrics
 // (REDMAP_METRICS: an address to serve Prometheus metrics on at /metrics,
 // and the probes /healthz (Worker.Healthy) and /readyz (Worker.Ready); off if
 // empty), -log-level
@@ -87,7 +96,8 @@ func mainWith(args []string, stdout, stderr io.Writer, hs ...redmap.AnyHandle) e
 		return fmt.Errorf("worker: -redis: %w", err)
 	}
 	defer client.Close()
-	w, err := New(client, Options{Queue: f.queue, ID: f.id, Concurrency: f.concurrency, Prefetch: f.prefetch, CacheBytes: f.cacheBytes, Grace: f.grace, Logger: log})
+	w, err := New(client, Options{Queue: f.queue, ID: f.id, Concurrency: f.concurrency, Prefetch: f.prefetch, CacheBytes: f.cacheBytes, Grace: f.grace,
+		AbandonGrace: f.abandonGrace, MaxAbandoned: f.maxAbandoned, Logger: log})
 	if err != nil {
 		return err
 	}
@@ -115,12 +125,13 @@ func mainWith(args []string, stdout, stderr io.Writer, hs ...redmap.AnyHandle) e
 	return w.Run(ctx)
 }
 
-// announce logs where the worker serves: its id, queue, concurrency and the
-// Redis it connected to (redacted), with a warning for each of the Redis
+// announce logs where the worker serves: its id, queue, concurrency, the
+// Redis it connected to (redacted) and its program's version, with a warning for each of the Redis
 // and the queue that is the built-in default rather than one the operator
 // named: a newcomer's worker must not serve someone else's Redis unseen.
 func (f *flags) announce(log *slog.Logger, id string, concurrency int) {
-	log.Info("worker started", "id", id, "queue", f.queue, "concurrency", concurrency, "redis", f.url.String())
+	log.Info("worker started", "id", id, "queue", f.queue, "concurrency", concurrency, "redis", f.url.String(),
+		"version", buildinfo.Version())
 	if f.redisDefault {
 		log.Warn("no -redis and no REDIS_URL: serving the built-in default " + f.url.String() + "; set REDIS_URL to the Redis your managers use")
 	}
@@ -135,7 +146,8 @@ type flags struct {
 	queue, id, metrics    string
 	concurrency, prefetch int
 	cacheBytes            int64
-	grace                 time.Duration
+	grace, abandonGrace   time.Duration
+	maxAbandoned          int
 	level                 slog.Level
 	queueDefault          bool // neither -queue nor REDMAP_QUEUE named the queue
 	redisDefault          bool // neither -redis nor REDIS_URL named the Redis
@@ -176,6 +188,9 @@ func parseFlags(args []string, stdout io.Writer, hs []redmap.AnyHandle) (*flags,
 	fs.Int64Var(&f.cacheBytes, "cache-bytes", envInt("REDMAP_CACHE_BYTES"), "bound of the constant cache in bytes, 0 for 512 MiB (env REDMAP_CACHE_BYTES)")
 	grace := env("REDMAP_GRACE", DefaultGrace.String())
 	fs.StringVar(&grace, "grace", grace, "how long running tasks may finish once the worker is told to stop (SIGTERM, drain); those still running then go back to the queue at once, for another worker; -1s waits for ever (env REDMAP_GRACE)")
+	abandon := env("REDMAP_ABANDON_GRACE", DefaultAbandonGrace.String())
+	fs.StringVar(&abandon, "abandon-grace", abandon, "how long past its timeout, or its task's cancellation, a function that ignores its context is waited for; then the call is abandoned (left running, its result dropped) and its element fails with ErrTimeout, or its slot goes to the next task; -1s never abandons (env REDMAP_ABANDON_GRACE)")
+	fs.IntVar(&f.maxAbandoned, "max-abandoned", int(envInt("REDMAP_MAX_ABANDONED")), "abandoned calls that may be running before the worker drains and exits with status 1 for its supervisor to restart it, 0 for 3, -1 for no limit (env REDMAP_MAX_ABANDONED)")
 	fs.StringVar(&f.metrics, "metrics", env("REDMAP_METRICS", ""), "address to serve Prometheus metrics on (/metrics) and the probes /healthz and /readyz, empty for none (env REDMAP_METRICS)")
 	logLevel := fs.String("log-level", env("REDMAP_LOG_LEVEL", "info"), "debug, info, warn or error (env REDMAP_LOG_LEVEL)")
 	if envErr != nil {
@@ -202,6 +217,12 @@ func parseFlags(args []string, stdout io.Writer, hs []redmap.AnyHandle) (*flags,
 	} else if f.grace == 0 {
 		f.grace = time.Nanosecond // no grace: give back at once; 0 would mean the default
 	}
+	if f.abandonGrace, err = time.ParseDuration(abandon); err != nil || f.abandonGrace <= 0 && f.abandonGrace != -time.Second {
+		return nil, fmt.Errorf("worker: -abandon-grace %q: want a positive duration such as 1s (-1s never abandons)", abandon)
+	}
+	if f.abandonGrace < 0 {
+		f.abandonGrace = -1
+	}
 	if err := f.level.UnmarshalText([]byte(*logLevel)); err != nil {
 		return nil, fmt.Errorf("worker: -log-level %q: want debug, info, warn or error", *logLevel)
 	}
@@ -222,7 +243,7 @@ func serveMetrics(addr string, w *Worker, stdout io.Writer, log *slog.Logger) (s
 		return nil, fmt.Errorf("worker: -metrics: %w", err)
 	}
 	reg := prometheus.NewRegistry()
-	reg.MustRegister(w.Collector())
+	reg.MustRegister(w.Collector(), buildinfo.Collector(), promcollectors.NewGoCollector(), promcollectors.NewProcessCollector(promcollectors.ProcessCollectorOpts{}))
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
 	mux.Handle("/healthz", probe(w.Healthy))

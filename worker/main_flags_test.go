@@ -33,6 +33,10 @@ func TestMainFlags(t *testing.T) {
 		{args: []string{"-h"}, stdout: "-prefetch"},
 		{env: "REDMAP_PREFETCH=lots", wantErr: `REDMAP_PREFETCH="lots": want an integer`},
 		{args: []string{"-prefetch", "-2"}, wantErr: "Options.Prefetch -2 is below -1"},
+		{args: []string{"-h"}, stdout: "-max-abandoned"},
+		{args: []string{"-abandon-grace", "0s"}, wantErr: `-abandon-grace "0s": want a positive duration`},
+		{env: "REDMAP_ABANDON_GRACE=soon", wantErr: `-abandon-grace "soon"`},
+		{args: []string{"-max-abandoned", "-2"}, wantErr: "Options.MaxAbandoned -2 is below -1"},
 		// The default from REDIS_URL shows without its password (issue 35).
 		{args: []string{"-h"}, env: "REDIS_URL=redis://u:TOP/SECRET@h:1/0", stdout: "(default redis://xxxxx@h:1/0)"},
 		{args: []string{"-h"}, env: "REDIS_URL=redis://u:TOPSECRET@h:1/0", stdout: "(default redis://u:xxxxx@h:1/0)"},

@@ -35,7 +35,10 @@ type maintainerParams struct {
 	// beat is told of each heartbeat, and whether Redis took it (the
 	// worker's probes: Worker.Healthy, Worker.Ready).
 	beat func(ok bool)
-	log  *slog.Logger
+	// leaving reports that the worker cannot report its results and
+	// leaves: it renews its lease no more, so that its tasks are reaped.
+	leaving func() bool
+	log     *slog.Logger
 }
 
 func newMaintainer(p maintainerParams, heartbeat time.Duration) *maintainer {
@@ -48,6 +51,9 @@ func newMaintainer(p maintainerParams, heartbeat time.Duration) *maintainer {
 // that fails is logged (at error level if Redis refuses it for good) and
 // published with the next heartbeat for operators.
 func (m *maintainer) tick(ctx context.Context) error {
+	if m.leaving != nil && m.leaving() {
+		return nil
+	}
 	if err := m.heartbeat(ctx); err != nil {
 		return err
 	}
@@ -86,7 +92,9 @@ func (m *maintainer) heartbeat(ctx context.Context) error {
 // on every shard.
 func (m *maintainer) reap(ctx context.Context) bool {
 	r, err := m.source.reap(ctx) // what the shards before a failed one reaped counts
-	if r.Workers > 0 {
+	// A reap can give back tasks and reap no worker: another reaper's call
+	// emptied the worker last, or it had more than one Reap does.
+	if r != (wire.Reaped{}) {
 		m.counters.reaped.Add(int64(r.Workers))
 		m.counters.requeued.Add(int64(r.Requeued))
 		m.log.Info("reaped dead workers", "workers", r.Workers, "requeued", r.Requeued, "lost", r.Lost)

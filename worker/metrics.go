@@ -8,8 +8,10 @@ import (
 )
 
 // Collector returns the worker's Prometheus metrics, labelled with its queue
-// and id: tasks taken, succeeded, failed, retried and re-queued, the duration
-// of tasks (a histogram), the running tasks, the depth of the public queue
+// and id: tasks taken, succeeded, failed, retried and re-queued, suspects
+// run alone (in all, and whether one runs now), calls
+// abandoned (in all, and still running), the duration of tasks (a
+// histogram), the running tasks, the depth of the public queue
 // (read from Redis at each scrape), and the constant cache's hits, misses,
 // bytes fetched and decodes. Register it with a prometheus.Registry.
 func (w *Worker) Collector() prometheus.Collector {
@@ -34,7 +36,19 @@ func (w *Worker) Collector() prometheus.Collector {
 		counter("cache_misses_total", "Constant lookups that waited for a fetch.", func() int64 { return w.memo.Stats().Misses }),
 		counter("cache_fetched_bytes_total", "Bytes of constants fetched from Redis.", func() int64 { return w.memo.Stats().BytesFetched }),
 		counter("cache_decodes_total", "Constants decoded.", func() int64 { return w.memo.Stats().Decodes }),
+		counter("calls_abandoned_total", "Calls of functions that ignored their context past their timeout or cancellation, abandoned running.", w.abandoned.total.Load),
+		counter("retry_after_waits_total", "Waits element runs made because their function answered redmap.RetryAfter.", c.throttled.Load),
+		counter("suspects_total", "Suspects run alone: tasks lost twice with their workers, maybe poison pills.", c.suspects.Load),
 		gauge("tasks_running", "Tasks running now.", func() float64 { return float64(w.runningCount()) }),
+		gauge("suspect_running", "1 while a suspect runs alone on the worker (its other slots idle), else 0.", func() float64 {
+			if c.alone.Load() != nil {
+				return 1
+			}
+			return 0
+		}),
+		gauge("calls_abandoned_running", "Abandoned calls that have not returned yet (at Options.MaxAbandoned the worker exits).", func() float64 {
+			return float64(w.abandoned.running.Load())
+		}),
 		gauge("queue_depth", "Task ids waiting in the public queue, all shards (-1 if Redis did not answer).", func() float64 {
 			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 			defer cancel()

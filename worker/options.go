@@ -31,6 +31,14 @@ const (
 	// process's garbage collector allow at least between collections:
 	// 4 MiB (see Options.GCHeadroom).
 	DefaultGCHeadroom = 4 << 20
+	// DefaultAbandonGrace is how long past an element's timeout, or past
+	// the cancellation of its task, the worker waits for a function that
+	// ignores its context before it abandons the call (see
+	// Options.AbandonGrace).
+	DefaultAbandonGrace = time.Second
+	// DefaultMaxAbandoned is how many abandoned calls may still be running
+	// in a worker before it drains and Run fails (see Options.MaxAbandoned).
+	DefaultMaxAbandoned = 3
 )
 
 // defaultPrefetch is the number of tasks a worker takes ahead of its free
@@ -91,6 +99,29 @@ type Options struct {
 	// runs them, drops their results, and returns. -1 waits for ever.
 	// Default DefaultGrace.
 	Grace time.Duration
+	// AbandonGrace bounds how long a function that ignores its context
+	// holds its element and its slot. Go cannot stop a goroutine: the
+	// worker abandons the call instead, leaves it running, and never
+	// reports what it returns. An element run with a timeout
+	// (manager.Timeout) that has not returned AbandonGrace after it fails
+	// with redmap.ErrTimeout at once, not retried, and the task goes on
+	// with its other elements; a task whose context was cancelled (its
+	// batch cancelled or its manager gone, seen within a Heartbeat; or the
+	// worker's Grace over at a stop) that has not returned AbandonGrace
+	// after is dropped, and its slot goes to the next task. Each abandoned
+	// call is logged at error level and counted (Stats.Abandoned, the
+	// metrics redmap_worker_calls_abandoned_total and
+	// redmap_worker_calls_abandoned_running). -1 never abandons a call.
+	// Default DefaultAbandonGrace.
+	AbandonGrace time.Duration
+	// MaxAbandoned is how many abandoned calls (see AbandonGrace) may be
+	// running at once before the worker gives up on its process: it drains
+	// as when Run's context ends, and Run returns an error wrapping
+	// ErrAbandoned, so that worker.Main returns it and the program exits
+	// non-zero, for its supervisor to start a fresh one. The calls still
+	// count once abandoned; one that returns at last counts no more. -1
+	// for no limit. Default DefaultMaxAbandoned.
+	MaxAbandoned int
 	// GCHeadroom is how much the heap may grow at least between two
 	// garbage collections while Run runs: at Go's default a process whose
 	// live heap is a few MiB collects every few MiB allocated, dozens of
@@ -143,6 +174,10 @@ func (o Options) withDefaults() (Options, error) {
 		return o, fmt.Errorf("worker: Options.Grace %v is negative (-1 waits for ever)", o.Grace)
 	case o.CacheBytes < 0:
 		return o, fmt.Errorf("worker: Options.CacheBytes %d is negative", o.CacheBytes)
+	case o.AbandonGrace < -1:
+		return o, fmt.Errorf("worker: Options.AbandonGrace %v is negative (-1 never abandons a call)", o.AbandonGrace)
+	case o.MaxAbandoned < -1:
+		return o, fmt.Errorf("worker: Options.MaxAbandoned %d is below -1", o.MaxAbandoned)
 	case o.GCHeadroom < -1:
 		return o, fmt.Errorf("worker: Options.GCHeadroom %d is below -1", o.GCHeadroom)
 	}
@@ -165,6 +200,8 @@ func (o Options) withDefaults() (Options, error) {
 	config.Or(&o.CacheBytes, DefaultCacheBytes)
 	config.Or(&o.GCHeadroom, DefaultGCHeadroom)
 	config.Or(&o.Grace, DefaultGrace)
+	config.Or(&o.AbandonGrace, DefaultAbandonGrace)
+	config.Or(&o.MaxAbandoned, DefaultMaxAbandoned)
 	config.Or(&o.Logger, slog.New(slog.DiscardHandler))
 	return o, nil
 }

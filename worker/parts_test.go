@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -15,6 +16,7 @@ import (
 	"github.com/redmap/redmap/cache"
 	"github.com/redmap/redmap/codec"
 	"github.com/redmap/redmap/internal/await"
+	"github.com/redmap/redmap/internal/backoff"
 	"github.com/redmap/redmap/internal/failure"
 	"github.com/redmap/redmap/internal/memo"
 	"github.com/redmap/redmap/internal/redistest"
@@ -174,7 +176,7 @@ func TestSourceTakesInTurn(t *testing.T) {
 // chaos-cluster).
 func TestSourceSuspectWaitsOnItsShard(t *testing.T) {
 	q := newFakeQueue("q#1", "q#2")
-	q.shards[0].add(wire.Taken{ID: "suspect", Attempt: 1}, wire.Taken{ID: "0-a"})
+	q.shards[0].add(wire.Taken{ID: "suspect", Attempt: wire.SuspectAfter}, wire.Taken{ID: "0-a"})
 	for i, s := range q.shards[1:] {
 		for j := range 5 {
 			s.add(wire.Taken{ID: fmt.Sprintf("%d-%d", i+1, j)})
@@ -214,24 +216,28 @@ func TestSourceTakesPastAFailedShard(t *testing.T) {
 	}
 }
 
-// A suspect (a task lost before) runs with nothing else held: after taking
+// A suspect (a task lost wire.SuspectAfter times) runs with nothing else held: after taking
 // it, the fetcher takes nothing more until its result is reported, and the
 // take that left one for want of an empty worker is followed by one that
-// holds nothing.
+// holds nothing. While it runs, the worker's info says so, and why.
 func TestFetcherTakesSuspectAlone(t *testing.T) {
 	q := newFakeQueue()
 	s := q.shards[0]
 	// The suspect's function sees what the worker holds as it starts.
 	var w *Worker
 	var running, most atomic.Int32
+	var alone, aloneTask atomic.Value // the worker's info's Alone and AloneTask as the suspect runs
 	seen := redmap.Func("seeheld", func(_ context.Context, x int) (int, error) {
 		if n := int32(w.held.size()); n > most.Load() {
 			most.Store(n)
 		}
+		info := w.info()
+		alone.Store(info.Alone)
+		aloneTask.Store(info.AloneTask)
 		running.Add(1)
 		return -x, nil
 	})
-	s.add(task(t, "a", 0, 1), taskOf(t, seen, "suspect", 1, 2), task(t, "b", 0, 3))
+	s.add(task(t, "a", 0, 1), taskOf(t, seen, "suspect", wire.SuspectAfter, 2), task(t, "b", 0, 3))
 	w = fakeWorker(t, q, Options{Concurrency: 4, Heartbeat: 10 * time.Millisecond})
 	if err := w.Register(seen); err != nil {
 		t.Fatal(err)
@@ -244,6 +250,15 @@ func TestFetcherTakesSuspectAlone(t *testing.T) {
 	}
 	if most.Load() != 1 {
 		t.Fatalf("the worker held %d tasks when the suspect started, want it alone", most.Load())
+	}
+	if got, _ := alone.Load().(string); !strings.Contains(got, "suspect runs alone: lost 2 times") {
+		t.Fatalf("the worker's info said %q as the suspect ran, want why it runs alone", got)
+	}
+	if got, _ := aloneTask.Load().(string); got != "suspect" {
+		t.Fatalf("the worker's info named task %q as the suspect ran, want suspect", got)
+	}
+	if st := w.Stats(); st.Suspects != 1 || w.info().Alone != "" || w.info().AloneTask != "" {
+		t.Fatalf("after the run: %d suspects, alone %q; want 1 and none", st.Suspects, w.info().Alone)
 	}
 	s.mu.Lock()
 	holdings := slices.Clone(s.holdings)
@@ -414,6 +429,159 @@ func TestFinisherRetriesAFailedShard(t *testing.T) {
 	}
 }
 
+// A result Redis refuses for want of memory waits apart while the others
+// are delivered; after fullTries refusals a record of its failure with
+// ErrRedisFull takes its place, and its task leaves the ledger.
+func TestFinisherFailsWhatRedisRefuses(t *testing.T) {
+	saved := fullWait
+	fullWait = backoff.Backoff{Min: time.Millisecond, Max: time.Millisecond}
+	t.Cleanup(func() { fullWait = saved })
+	q := newFakeQueue()
+	q.shards[0].maxResult = 1 << 10
+	src := q.source(func(string, error) {})
+	h := newHeld()
+	taken := []wire.Taken{{ID: "big"}, {ID: "small"}}
+	h.add(taken)
+	for _, tk := range taken {
+		q.shards[0].held[tk.ID] = tk
+	}
+	big, err := codec.EncodeResult(&codec.Result{Task: "big", Attempt: 1, Values: make([]byte, 4<<10)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var c counters
+	f := newFinisher(finisherParams{capacity: 2, source: src, held: h, counters: &c, failed: func(string, error) {},
+		renewed: time.Now, stuckAfter: time.Hour, stuck: func(err error) { t.Errorf("stuck: %v", err) }})
+	f.Start(context.Background())
+	f.results <- wire.Done{ID: "big", Result: big}
+	f.results <- wire.Done{ID: "small", Result: []byte("r")}
+	f.Stop()
+	f.Wait()
+	got := q.shards[0].results()
+	if len(got) != 2 || got[0].ID != "small" || got[1].ID != "big" {
+		t.Fatalf("reported %v, want small, then big's failure", got)
+	}
+	res, err := codec.DecodeResult(got[1].Result, 1<<20)
+	if err != nil || res.Task != "big" || res.Attempt != 1 || len(res.Fails) != 1 || res.Fails[0].Kind != codec.KindRedisFull || res.Fails[0].Index != -1 {
+		t.Fatalf("big's report: %+v (%v), want every element failed with KindRedisFull", res, err)
+	}
+	if !errors.Is(failure.Cause(res.Fails[0]), redmap.ErrRedisFull) {
+		t.Fatalf("its cause %v, want ErrRedisFull", failure.Cause(res.Fails[0]))
+	}
+	if n := q.shards[0].callsOf("finish"); n != fullTries+1 {
+		t.Errorf("%d finish calls, want %d (refused %d times, then its failure)", n, fullTries+1, fullTries)
+	}
+	if h.size() != 0 || c.delivered.Load() != 2 {
+		t.Fatalf("ledger holds %d, delivered %d; want 0 and 2", h.size(), c.delivered.Load())
+	}
+}
+
+// A finisher that can report nothing while the worker's heartbeats are
+// taken says so once stuckAfter has passed, and then tries each result
+// once: one that lands still counts, one that does not is left to be
+// reaped.
+func TestFinisherStuck(t *testing.T) {
+	q := newFakeQueue()
+	src := q.source(func(string, error) {})
+	h := newHeld()
+	h.add([]wire.Taken{{ID: "a"}, {ID: "b"}})
+	q.shards[0].held["a"] = wire.Taken{ID: "a"}
+	q.shards[0].held["b"] = wire.Taken{ID: "b"}
+	q.shards[0].setFail("finish", errors.New("i/o timeout"))
+	stuck := make(chan error, 2)
+	var c counters
+	f := newFinisher(finisherParams{capacity: 1, source: src, held: h, counters: &c, failed: func(string, error) {},
+		renewed: time.Now, stuckAfter: 100 * time.Millisecond, stuck: func(err error) { stuck <- err }})
+	f.Start(context.Background())
+	f.results <- wire.Done{ID: "a", Result: []byte("r")}
+	select {
+	case err := <-stuck:
+		if !strings.Contains(err.Error(), "i/o timeout") {
+			t.Errorf("stuck with %v, want the finish's error", err)
+		}
+	case <-time.After(time.Minute):
+		t.Fatal("never stuck")
+	}
+	q.shards[0].setFail("finish", nil)
+	f.results <- wire.Done{ID: "b", Result: []byte("r")}
+	f.Stop()
+	f.Wait()
+	if len(stuck) != 0 {
+		t.Error("stuck said twice")
+	}
+	if got := q.shards[0].results(); len(got) != 1 || got[0].ID != "b" || h.size() != 0 {
+		t.Fatalf("delivered %v, ledger holds %d; want b alone, and 0", got, h.size())
+	}
+	if held := q.shards[0].heldNow(); !slices.Equal(held, []string{"a"}) {
+		t.Fatalf("held in Redis %v, want a, for a reap", held)
+	}
+}
+
+// A finisher whose call failed once (a timeout), then whose result Redis
+// refuses for want of memory for longer than stuckAfter, is not stuck:
+// Redis answers each call, and the result ends as a record of its failure
+// with ErrRedisFull. Were the worker to leave, its tasks would end with
+// ErrNoWorker, not ErrRedisFull.
+func TestFinisherNotStuckAtMaxmemory(t *testing.T) {
+	saved := fullWait
+	fullWait = backoff.Backoff{Min: 5 * time.Millisecond, Max: 5 * time.Millisecond}
+	t.Cleanup(func() { fullWait = saved })
+	q := newFakeQueue()
+	q.shards[0].maxResult = 1 << 10
+	q.shards[0].held["big"] = wire.Taken{ID: "big"}
+	q.shards[0].setFail("finish", errors.New("i/o timeout"))
+	src := q.source(func(string, error) {})
+	h := newHeld()
+	h.add([]wire.Taken{{ID: "big"}})
+	big, err := codec.EncodeResult(&codec.Result{Task: "big", Values: make([]byte, 4<<10)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var c counters
+	f := newFinisher(finisherParams{capacity: 1, source: src, held: h, counters: &c,
+		failed:  func(string, error) { q.shards[0].setFail("finish", nil) },
+		renewed: time.Now, stuckAfter: time.Millisecond, stuck: func(err error) { t.Errorf("stuck: %v", err) }})
+	f.Start(context.Background())
+	f.results <- wire.Done{ID: "big", Result: big}
+	f.Stop()
+	f.Wait()
+	got := q.shards[0].results()
+	if len(got) != 1 {
+		t.Fatalf("reported %v, want big's failure", got)
+	}
+	if res, err := codec.DecodeResult(got[0].Result, 1<<20); err != nil || len(res.Fails) != 1 || res.Fails[0].Kind != codec.KindRedisFull {
+		t.Fatalf("big's report: %+v (%v), want its elements failed with KindRedisFull", res, err)
+	}
+}
+
+// A finisher whose finishes fail while the heartbeats fail too (Redis
+// gone) is not stuck: the lease lapses by itself.
+func TestFinisherNotStuckWhileRedisIsGone(t *testing.T) {
+	q := newFakeQueue()
+	src := q.source(func(string, error) {})
+	h := newHeld()
+	h.add([]wire.Taken{{ID: "a"}})
+	q.shards[0].held["a"] = wire.Taken{ID: "a"}
+	q.shards[0].setFail("finish", errors.New("connection refused"))
+	started := time.Now()
+	var fails atomic.Int32
+	var c counters
+	f := newFinisher(finisherParams{capacity: 1, source: src, held: h, counters: &c,
+		failed: func(string, error) {
+			if fails.Add(1) == 6 {
+				q.shards[0].setFail("finish", nil)
+			}
+		},
+		renewed: func() time.Time { return started }, stuckAfter: time.Millisecond, stuck: func(err error) { t.Errorf("stuck: %v", err) }})
+	f.Start(context.Background())
+	f.results <- wire.Done{ID: "a", Result: []byte("r")}
+	f.Stop()
+	f.Wait()
+	if c.delivered.Load() != 1 {
+		t.Fatalf("delivered %d, want 1", c.delivered.Load())
+	}
+}
+
 // The maintainer publishes the worker's info, starts a drain an operator
 // asked for once, cancels running tasks whose batch is gone, writes failure
 // records, and says a failed step for operators until one tick succeeds.
@@ -474,5 +642,70 @@ func TestMaintainer(t *testing.T) {
 	_ = m.tick(ctx)
 	if got := p.get(); got != "" {
 		t.Fatalf("problem %q after a clean tick, want none", got)
+	}
+}
+
+// A running job whose context was cancelled and whose function ignores it
+// is abandoned abandonAfter later: its slot and the lock a suspect holds
+// (lost wire.SuspectAfter times) are freed, another goroutine serves the next job, the
+// executors stop without waiting for it, and when it returns at last its
+// result is not passed on, and abandon's returned function is called.
+func TestExecutorsAbandonJobIgnoringCancel(t *testing.T) {
+	q := newFakeQueue()
+	src := q.source(func(string, error) {})
+	jobs := make(chan job, 2)
+	results := make(chan wire.Done, 2)
+	h := newHeld()
+	var c counters
+	running := make(chan struct{})
+	release := make(chan struct{})
+	var abandoned []string
+	var mu sync.Mutex
+	returned := make(chan struct{})
+	e := newExecutors(executorsParams{n: 1, jobs: jobs, results: results, slots: newSlots(func() int { return 2 }),
+		held: h, source: src, counters: &c, ran: func(time.Duration) {}, stale: time.Hour,
+		abandonAfter: 10 * time.Millisecond,
+		abandon: func(_ context.Context, tk wire.Taken) func() {
+			mu.Lock()
+			abandoned = append(abandoned, tk.ID)
+			mu.Unlock()
+			return func() { close(returned) }
+		},
+		execute: func(_ context.Context, tk wire.Taken) wire.Done {
+			if tk.ID == "stuck" {
+				close(running)
+				<-release // ignores its context
+			}
+			return wire.Done{ID: tk.ID}
+		}})
+	taken := []wire.Taken{{ID: "stuck", Attempt: wire.SuspectAfter}, {ID: "next"}}
+	h.add(taken)
+	jobs <- job{Taken: taken[0], takenAt: time.Now()}
+	jobs <- job{Taken: taken[1], takenAt: time.Now()}
+	e.Start(context.Background())
+	<-running
+	h.cancel([]string{"stuck"}) // as the maintainer does when its batch is cancelled
+	if d := <-results; d.ID != "next" {
+		t.Fatalf("result of %s, want next", d.ID)
+	}
+	close(jobs)
+	e.Stop()
+	e.Wait() // returns with stuck still running
+	mu.Lock()
+	if !slices.Equal(abandoned, []string{"stuck"}) {
+		t.Fatalf("abandoned %v, want [stuck]", abandoned)
+	}
+	mu.Unlock()
+	// stuck is dropped from the ledger; next stays until the finisher
+	// (none here) reports it.
+	if w := h.waiting(); h.size() != 1 || !slices.Equal(w[0], []string{"next"}) || c.discarded.Load() != 1 {
+		t.Fatalf("ledger %v (%d), discarded %d; want only next left, stuck dropped", w, h.size(), c.discarded.Load())
+	}
+	close(release)
+	<-returned
+	select {
+	case d := <-results:
+		t.Fatalf("the abandoned job's result (%s) was passed on", d.ID)
+	default:
 	}
 }

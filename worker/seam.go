@@ -24,8 +24,8 @@ type shardRedis interface {
 	WaitBell(ctx context.Context, wid string, timeout time.Duration) (bool, error)
 	RingStop(ctx context.Context, wid string) error
 
-	Finish(ctx context.Context, wid string, done []wire.Done) (int, error)
-	GiveBack(ctx context.Context, wid string, members []string) (int, error)
+	Finish(ctx context.Context, wid string, done []wire.Done) (wire.Finished, error)
+	GiveBack(ctx context.Context, wid string, members []string, ran bool) (int, error)
 	Held(ctx context.Context, wid string) ([]string, error)
 	Unwanted(ctx context.Context, wid string, tids []string) ([]string, error)
 

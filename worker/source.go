@@ -300,20 +300,21 @@ func (s *source) stopped(ctx context.Context) {
 	s.listeners.Wait()
 }
 
-// finish reports results, one call per shard they came from, and returns
-// how many were delivered, and those whose shard's call failed, with the
-// first error.
-func (s *source) finish(ctx context.Context, done []wire.Done) (delivered int, failed []wire.Done, err error) {
+// finish reports results, one call per shard they came from (each cut in
+// calls of at most rdb.CallBytes), and returns what they came to, with
+// the first error.
+func (s *source) finish(ctx context.Context, done []wire.Done) (wire.Finished, error) {
+	var out wire.Finished
+	var err error
 	for i, group := range byShard(done, func(d wire.Done) int { return d.Shard }) {
-		n, ferr := s.shard(i).Finish(ctx, s.wid, group)
-		if ferr != nil {
-			failed = append(failed, group...)
-			err = cmp.Or(err, ferr)
-			continue
-		}
-		delivered += n
+		got, ferr := s.shard(i).Finish(ctx, s.wid, group)
+		out.Sent += got.Sent
+		out.Delivered += got.Delivered
+		out.Full = append(out.Full, got.Full...)
+		out.Failed = append(out.Failed, got.Failed...)
+		err = cmp.Or(err, ferr)
 	}
-	return delivered, failed, err
+	return out, err
 }
 
 // byShard groups xs by shard, in one group if there is one shard.
@@ -329,13 +330,13 @@ func byShard[T any](xs []T, shardOf func(T) int) map[int][]T {
 	return out
 }
 
-// giveBack puts held members back in their shards' queues, and returns
-// how many went back.
-func (s *source) giveBack(ctx context.Context, members map[int][]string) (int, error) {
+// giveBack puts held members back in their shards' queues, their attempt
+// counted if they ran, and returns how many went back.
+func (s *source) giveBack(ctx context.Context, members map[int][]string, ran bool) (int, error) {
 	var given int
 	var err error
 	for i, ms := range members {
-		n, gerr := s.shard(i).GiveBack(ctx, s.wid, ms)
+		n, gerr := s.shard(i).GiveBack(ctx, s.wid, ms, ran)
 		given += n
 		err = cmp.Or(err, gerr)
 	}

@@ -20,6 +20,13 @@ type Stats struct {
 	Throttled int64 // element runs that answered redmap.RetryAfter and waited
 	HeldBack  int64 // tasks taken after their function's limit held them back
 	Running   int64 // tasks running now
+	// Suspects counts the suspects the worker ran alone: tasks lost
+	// wire.SuspectAfter times with their workers, maybe poison pills.
+	Suspects int64
+	// Abandoned counts the calls of functions that ignored their context
+	// that the worker abandoned (Options.AbandonGrace); AbandonedRunning,
+	// those of them that have not returned yet.
+	Abandoned, AbandonedRunning int64
 	// Cache counts the worker's memo of constants: hits, misses, fetches,
 	// bytes fetched, decodes, evictions.
 	Cache cache.Stats
@@ -28,8 +35,14 @@ type Stats struct {
 type counters struct {
 	taken, delivered, discarded, givenBack, reaped, requeued atomic.Int64
 	succeeded, failed, retried                               atomic.Int64
-	throttled, heldBack                                      atomic.Int64
+	throttled, heldBack, suspects                            atomic.Int64
+	// alone is the suspect running alone now, and why (WorkerInfo.Alone,
+	// AloneTask); nil if none.
+	alone atomic.Pointer[aloneRun]
 }
+
+// aloneRun is a suspect's task running alone, and why.
+type aloneRun struct{ task, why string }
 
 // Stats returns the worker's counters.
 func (w *Worker) Stats() Stats {
@@ -38,10 +51,20 @@ func (w *Worker) Stats() Stats {
 		Taken: c.taken.Load(), Delivered: c.delivered.Load(), Discarded: c.discarded.Load(),
 		GivenBack: c.givenBack.Load(), Reaped: c.reaped.Load(), Requeued: c.requeued.Load(),
 		Succeeded: c.succeeded.Load(), Failed: c.failed.Load(), Retried: c.retried.Load(),
-		Throttled: c.throttled.Load(), HeldBack: c.heldBack.Load(),
+		Throttled: c.throttled.Load(), HeldBack: c.heldBack.Load(), Suspects: c.suspects.Load(),
 		Running: int64(w.runningCount()), Cache: w.memo.Stats(),
+		Abandoned: w.abandoned.total.Load(), AbandonedRunning: w.abandoned.running.Load(),
 	}
 }
 
 // runningCount returns how many tasks are running now.
 func (w *Worker) runningCount() int { return w.held.count() }
+
+// aloneNow returns the suspect running alone now, and why; "" and "" if
+// none.
+func (c *counters) aloneNow() (task, why string) {
+	if a := c.alone.Load(); a != nil {
+		return a.task, a.why
+	}
+	return "", ""
+}

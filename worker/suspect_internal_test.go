@@ -20,7 +20,7 @@ import (
 // The schedule that cost an innocent task its attempts beside a poison pill
 // (TestFaultPoisonPill failed about once in 30-60 runs), made deterministic
 // in the worker's seam: the test wraps the worker's Redis. Two suspects are
-// at the front of the queue: X, an innocent task lost once beside the pill,
+// at the front of the queue: X, an innocent task lost beside the pill,
 // and P, the pill. A worker of concurrency 2 takes X alone and runs it; its
 // result then waits to be reported, as results do for a moment. Formerly
 // the worker took P as soon as X had run, and P ran "alone" while X's
@@ -77,7 +77,7 @@ func TestSuspectRunsWithNothingElseHeld(t *testing.T) {
 	x, p := ids[0], ids[1]
 	seam.x = x
 	for _, tid := range ids {
-		c.HSet(ctx, keys.Attempts("redmap", queue, m.ID()), tid, 1) // both lost once
+		c.HSet(ctx, keys.Attempts("redmap", queue, m.ID()), tid, wire.SuspectAfter) // both suspects
 	}
 
 	wctx, stop := context.WithCancel(ctx)
@@ -125,12 +125,12 @@ func (h *holdingBack) WaitTake(ctx context.Context, wid string, n, room int, lea
 
 // saw closes waits if a take brought a suspect or left one waiting.
 func (h *holdingBack) saw(taken []wire.Taken, end wire.TakeEnd) {
-	if end.Suspect || slices.ContainsFunc(taken, func(t wire.Taken) bool { return t.Attempt > 0 }) {
+	if end.Suspect || slices.ContainsFunc(taken, func(t wire.Taken) bool { return t.Suspect() }) {
 		h.once.Do(func() { close(h.waits) })
 	}
 }
 
-func (h *holdingBack) Finish(ctx context.Context, wid string, done []wire.Done) (int, error) {
+func (h *holdingBack) Finish(ctx context.Context, wid string, done []wire.Done) (wire.Finished, error) {
 	if slices.ContainsFunc(done, func(d wire.Done) bool { return d.ID == h.x }) {
 		select { // hold X's report back as long as the worker allows
 		case <-h.waits:

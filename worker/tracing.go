@@ -9,6 +9,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/redmap/redmap/codec"
+	"github.com/redmap/redmap/internal/id"
 	"github.com/redmap/redmap/internal/tracing"
 	"github.com/redmap/redmap/internal/wire"
 )
@@ -34,7 +35,7 @@ func (w *Worker) startSpan(ctx context.Context, t wire.Taken, task *codec.Task) 
 		tracing.Elements.Int(task.Count),
 		tracing.Attempt.Int(t.Attempt + 1), // the take's count is 0 at the first
 	}
-	if b := tracing.BatchOf(t.ID); b != "" {
+	if b := id.BatchOf(t.ID); b != "" {
 		attrs = append(attrs, tracing.Batch.String(b))
 	}
 	taken := t.At

@@ -22,6 +22,7 @@ import (
 	"github.com/redmap/redmap"
 	"github.com/redmap/redmap/cache"
 	"github.com/redmap/redmap/codec"
+	"github.com/redmap/redmap/internal/buildinfo"
 	"github.com/redmap/redmap/internal/engine"
 	"github.com/redmap/redmap/internal/failure"
 	"github.com/redmap/redmap/internal/gcfloor"
@@ -58,7 +59,9 @@ type Worker struct {
 	held      *held
 	failures  failure.Log
 	counters  counters
+	abandoned abandoned // calls of functions that ignored their context, left running
 	started   time.Time
+	version   string               // its program's build (buildinfo.Version), read once
 	duration  prometheus.Histogram // seconds per task run
 	draining  atomic.Bool          // the fetcher stopped: the worker takes no more tasks
 	taskTimes taskTimes            // how long tasks run, for prefetch
@@ -72,6 +75,9 @@ type Worker struct {
 	// renewed the lease, in Unix ns; whether Run returned.
 	ticked, renewed atomic.Int64
 	ended           atomic.Bool
+	// stuck is why the worker leaves: its results could not be reported
+	// (see finisher); nil while it serves.
+	stuck atomic.Pointer[error]
 }
 
 // problem is the last failed Redis call of a worker's parts, for
@@ -186,10 +192,16 @@ func (w *Worker) runtime(ctx context.Context, what, name, sig string) (*engine.R
 // Run serves the queue until ctx ends, then stops taking tasks, finishes and
 // reports the ones it runs, gives prefetched ones back to the queue, retires
 // (tasks left in its private queue fail with ErrLost: no other worker may run
-// them), and returns nil. Redis errors are logged and retried with backoff;
+// them), and returns nil. It stops so too, and returns an error wrapping
+// ErrAbandoned, once Options.MaxAbandoned calls it abandoned (functions
+// that ignore their context) are running. Redis errors are logged and retried with backoff;
 // they do not end Run, except that if Redis refuses a command the worker
 // needs at the start (an ACL without it), Run returns that
-// *redmap.CommandError having taken nothing. A worker runs once.
+// *redmap.CommandError having taken nothing; and if no result could be
+// reported for 3 leases while Redis took its heartbeats (a link too slow
+// for any finish, a finish Redis refuses), the worker stops renewing its
+// lease, so that its tasks are reaped (their attempt counted), leaves as
+// above, and returns an error saying why. A worker runs once.
 //
 // Every Heartbeat it renews its lease, reaps workers whose lease expired
 // (their tasks go back to the queue), and cancels the context of running
@@ -198,7 +210,7 @@ func (w *Worker) Run(ctx context.Context) error {
 	if !w.running.CompareAndSwap(false, true) {
 		return errors.New("worker: Run called twice")
 	}
-	w.started = time.Now()
+	w.started, w.version = time.Now(), buildinfo.Version()
 	w.served = w.registered()
 	defer gcfloor.Hold(w.gcHeadroom())()
 	// Tasks run, and results are reported, detached from ctx: when ctx ends,
@@ -242,8 +254,20 @@ func (w *Worker) Run(ctx context.Context) error {
 	w.finishWithin(bg, stopped)
 	w.leave(bg, p.exec.setAside())
 	w.ended.Store(true)
+	if w.abandoned.over.Load() {
+		return fmt.Errorf("%w: %d running (worker.Options.MaxAbandoned is %d); a fresh process frees them",
+			ErrAbandoned, w.abandoned.running.Load(), w.opts.MaxAbandoned)
+	}
+	if err := w.stuck.Load(); err != nil {
+		return *err
+	}
 	return nil
 }
+
+// stuckLeases is how many leases a worker may go without reporting a
+// result, while Redis takes its heartbeats, before it leaves (finisher):
+// 30 s with the default lease.
+const stuckLeases = 3
 
 // finishWithin waits until the parts stopped (stopped closes): the tasks
 // running when the worker was told to stop have finished and their results
@@ -278,7 +302,7 @@ func (w *Worker) finishWithin(ctx context.Context, stopped <-chan struct{}) {
 		}
 	}
 	gctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-	n, err := w.source.giveBack(gctx, members)
+	n, err := w.source.giveBack(gctx, members, true) // they ran: their attempt counts
 	cancel()
 	w.counters.givenBack.Add(int64(n))
 	if err != nil {
@@ -286,15 +310,19 @@ func (w *Worker) finishWithin(ctx context.Context, stopped <-chan struct{}) {
 	} else {
 		w.log.Warn("grace ended with tasks still running: they were given back to the queue, for another worker", "grace", w.opts.Grace, "tasks", len(tids), "given_back", n)
 	}
+	// The executors abandon the calls that ignore their cancelled context
+	// after AbandonGrace; then the results of the others are reported.
+	wait := abandonWait + max(w.opts.AbandonGrace, 0)
 	select {
 	case <-stopped:
-	case <-time.After(abandonWait):
-		w.log.Warn("functions still running after their context was cancelled; leaving them", "wait", abandonWait)
+	case <-time.After(wait):
+		w.log.Warn("functions still running after their context was cancelled; leaving them", "wait", wait)
 	}
 }
 
-// abandonWait is how long a worker whose grace ended waits for the
-// functions it cancelled to return before it retires anyway.
+// abandonWait is how long a worker whose grace ended waits, beyond
+// Options.AbandonGrace, for the functions it cancelled to return or be
+// abandoned before it retires anyway.
 const abandonWait = time.Second
 
 // workerParts are the worker's parts.
@@ -319,11 +347,21 @@ func (w *Worker) parts() workerParts {
 	capacity := w.opts.Concurrency + w.opts.Prefetch
 	jobs := make(chan job, capacity)
 	s := newSlots(func() int { return w.opts.Concurrency + w.prefetch() })
+	var fetch *fetcher
 	finish := newFinisher(finisherParams{capacity: capacity, source: w.source, held: w.held,
-		counters: &w.counters, failed: w.failed})
+		counters: &w.counters, failed: w.failed,
+		renewed:    func() time.Time { return time.Unix(0, w.renewed.Load()) },
+		stuckAfter: stuckLeases * w.opts.Lease,
+		stuck: func(err error) {
+			w.stuck.Store(&err)
+			w.log.Error("results cannot be reported: the worker stops renewing its lease and leaves, so that its tasks are reaped", "err", err)
+			w.problem.set(err.Error())
+			fetch.Stop()
+		}})
 	exec := newExecutors(executorsParams{n: w.opts.Concurrency, jobs: jobs, results: finish.results, slots: s, held: w.held,
-		source: w.source, execute: w.execute, ran: w.taskTimes.observe, counters: &w.counters, stale: staleAfter, log: w.log})
-	fetch := newFetcher(fetcherParams{wid: w.opts.ID, heartbeat: w.opts.Heartbeat, concurrency: w.opts.Concurrency, jobs: jobs,
+		source: w.source, execute: w.execute, ran: w.taskTimes.observe, counters: &w.counters, stale: staleAfter, log: w.log,
+		abandonAfter: max(w.opts.AbandonGrace, 0), abandon: w.abandonTask})
+	fetch = newFetcher(fetcherParams{wid: w.opts.ID, heartbeat: w.opts.Heartbeat, concurrency: w.opts.Concurrency, jobs: jobs,
 		source: w.source, held: w.held, slots: s, counters: &w.counters, failed: w.failed,
 		stopping: func() {
 			w.draining.Store(true)
@@ -332,7 +370,9 @@ func (w *Worker) parts() workerParts {
 		log: w.log})
 	upkeep := newMaintainer(maintainerParams{wid: w.opts.ID, lease: w.opts.Lease, source: w.source, held: w.held,
 		failures: &w.failures, counters: &w.counters, info: w.info, problem: &w.problem, failed: w.failed,
-		drain: fetch.Stop, draining: w.draining.Load, beat: w.beat, log: w.log}, w.opts.Heartbeat)
+		drain: fetch.Stop, draining: w.draining.Load, beat: w.beat, leaving: func() bool { return w.stuck.Load() != nil },
+		log: w.log}, w.opts.Heartbeat)
+	w.abandoned.drain = fetch.Stop
 	return workerParts{fetch: fetch, exec: exec, finish: finish, upkeep: upkeep}
 }
 
@@ -358,7 +398,7 @@ func (w *Worker) giveBack(ctx context.Context, unstarted map[int][]string) {
 		return
 	}
 	gctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-	n, err := w.source.giveBack(gctx, unstarted)
+	n, err := w.source.giveBack(gctx, unstarted, false)
 	cancel()
 	w.counters.givenBack.Add(int64(n))
 	if err != nil {
@@ -374,12 +414,14 @@ func (w *Worker) info() wire.WorkerInfo {
 	if w.draining.Load() {
 		state = "draining"
 	}
+	aloneTask, alone := w.counters.aloneNow()
 	return wire.WorkerInfo{
 		Host: host, PID: os.Getpid(), Concurrency: w.opts.Concurrency, Lease: w.opts.Lease, Every: w.opts.Heartbeat,
 		Started: w.started, Heartbeat: time.Now(),
 		Running: st.Running, Taken: st.Taken, Delivered: st.Delivered, Failed: st.Failed,
 		Functions: w.names(), Serves: w.served, State: state, Error: w.problem.get(),
 		CacheHits: w.memo.Stats().Hits, CacheBytes: w.memo.Stats().BytesFetched,
+		Suspects: st.Suspects, Alone: alone, AloneTask: aloneTask, Version: w.version,
 	}
 }
 

@@ -17,7 +17,7 @@ import (
 	"github.com/redmap/redmap/worker"
 )
 
-func TestMain(m *testing.M) { redistest.Main(m) }
+func TestMain(m *testing.M) { runChild(); redistest.Main(m) }
 
 // Stopping a worker stops it taking tasks, but Run returns only after the
 // tasks it holds have finished and their results are delivered.

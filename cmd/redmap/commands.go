@@ -57,7 +57,7 @@ var commands = []command{
 		}},
 	{name: "backlog", help: "the tasks waiting and running (for scripts: with -queue, the number alone); with -json, every metric of the queue",
 		run: noOperand((*cli).backlog)},
-	{name: "metrics", help: "serve Prometheus metrics of the queues at /metrics, read from Redis at each scrape (they exist with no worker: scale from zero on them), until SIGINT or SIGTERM",
+	{name: "metrics", help: "serve Prometheus metrics of the queues at /metrics, read from Redis at each scrape (they exist with no worker: scale from zero on them), and the probes /healthz (liveness, never Redis) and /readyz (Redis answers), until SIGINT or SIGTERM",
 		flags: func(fs *flag.FlagSet, _ *cli, o *invocation) {
 			fs.StringVar(&o.addr, "addr", ":9121", "the address to serve on")
 		}},
@@ -99,6 +99,7 @@ func commonFlags(fs *flag.FlagSet, c *cli, o *invocation) {
 	fs.StringVar(&o.prefix, "prefix", "redmap", "the key prefix managers and workers use")
 	fs.StringVar(&c.queue, "queue", "", "only this queue")
 	fs.BoolVar(&c.json, "json", false, "machine-readable output")
+	fs.BoolVar(&o.scan, "scan", false, "first find the queues by walking the whole keyspace (SCAN, slow beside many other keys) and add them to the index of queues the commands read: once, after upgrading from a build that kept no index")
 }
 
 // lookup returns the command named name, or nil.
@@ -144,6 +145,7 @@ type invocation struct {
 	tokenFile, tlsCert, tlsKey string
 	operand                    []string
 	actions, private           bool
+	scan                       bool // index the queues found by SCAN first
 	help                       bool // print the usage (of cmd, if set)
 }
 
@@ -175,13 +177,16 @@ func parseArgs(args []string, c *cli) (*invocation, error) {
 	}
 	// Then read the line again with the command's flags only.
 	o := &invocation{cmd: cmd}
-	pos, err = parse(flagSet(cmd, c, o), args)
+	fs := flagSet(cmd, c, o)
+	pos, err = parse(fs, args)
 	if errors.Is(err, flag.ErrHelp) {
 		return &invocation{help: true, cmd: cmd}, nil
 	}
 	if err != nil {
 		return nil, usageError{fmt.Sprintf("%s: %v", cmd.name, err)}
 	}
+	c.given = map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { c.given[f.Name] = true })
 	if o.operand = pos[1:]; len(o.operand) > len(cmd.operands) || len(o.operand) < len(cmd.operands)-cmd.optional {
 		want := strconv.Itoa(len(cmd.operands))
 		if cmd.optional > 0 {

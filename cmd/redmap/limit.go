@@ -19,8 +19,9 @@ func (c *cli) limit(ctx context.Context, operand []string) error {
 	if err := keys.CheckQueue(q); err != nil {
 		return usageError{err.Error()}
 	}
+	changes := c.given["rate"] || c.given["burst"] || c.given["concurrency"]
 	if len(operand) == 1 {
-		if c.rate != "" || c.burst != 0 || c.concurrency != 0 || c.clear {
+		if changes || c.clear {
 			return usageError{"limit: -rate, -burst, -concurrency and -clear need a function"}
 		}
 		ls, err := c.in.Limits(ctx, q)
@@ -30,30 +31,23 @@ func (c *cli) limit(ctx context.Context, operand []string) error {
 		if c.json {
 			return c.emit(orEmpty(ls))
 		}
-		c.table("FUNC\tLIMIT\tSOURCE\tRUNNING\tWAITING\tREFUSED", limitRows(ls, time.Now()))
+		c.table("FUNC\tLIMIT\tSOURCE\tRUNNING\tWAITING\tREFUSED\tRETRY-AFTER", limitRows(ls, time.Now()))
 		return nil
 	}
 	fn := operand[1]
 	var l inspect.Limit
 	var err error
 	switch {
-	case c.clear && (c.rate != "" || c.burst != 0 || c.concurrency != 0):
+	case c.clear && changes:
 		return usageError{"limit: -clear takes no -rate, -burst or -concurrency"}
 	case c.clear:
 		l, err = c.in.ClearLimit(ctx, q, fn)
-	case c.rate == "" && c.concurrency == 0:
-		return usageError{"limit: say -rate, -concurrency (0 for none) or -clear"}
+	case !changes:
+		return usageError{"limit: say -rate, -burst, -concurrency (0 for none) or -clear"}
 	default:
 		var lim redmap.Limit
-		if lim.Rate, lim.Per, err = parseRate(c.rate); err != nil {
-			return usageError{err.Error()}
-		}
-		lim.Burst, lim.Concurrency = c.burst, c.concurrency
-		if lim.Rate == 0 {
-			lim.Per = 0
-			if lim.Burst != 0 {
-				return usageError{"limit: -burst needs a -rate"}
-			}
+		if lim, err = c.changedLimit(ctx, q, fn); err != nil {
+			return err
 		}
 		l, err = c.in.SetLimit(ctx, q, fn, lim)
 	}
@@ -72,6 +66,40 @@ func (c *cli) limit(ctx context.Context, operand []string) error {
 	}
 	fmt.Fprintf(c.out, "%s on queue %s: %s (%s)\n", fn, q, l.InForce, from)
 	return nil
+}
+
+// changedLimit returns function fn's limit in force on queue q (the
+// operator's, or the one declared with its handle) with the fields the
+// command line gave changed, and the others as they are.
+func (c *cli) changedLimit(ctx context.Context, q, fn string) (redmap.Limit, error) {
+	ls, err := c.in.Limits(ctx, q)
+	if err != nil {
+		return redmap.Limit{}, err
+	}
+	var lim redmap.Limit
+	for _, l := range ls {
+		if l.Func == fn {
+			lim = l.InForce
+		}
+	}
+	if c.given["rate"] {
+		if lim.Rate, lim.Per, err = parseRate(c.rate); err != nil {
+			return lim, usageError{err.Error()}
+		}
+	}
+	if c.given["burst"] {
+		lim.Burst = c.burst
+	}
+	if c.given["concurrency"] {
+		lim.Concurrency = c.concurrency
+	}
+	if lim.Rate == 0 {
+		if c.given["burst"] && c.burst != 0 {
+			return lim, usageError{"limit: -burst needs a -rate"}
+		}
+		lim.Per, lim.Burst = 0, 0 // a burst is of a rate: none without one
+	}
+	return lim, nil
 }
 
 // parseRate reads a rate: "N/s", "N/min", "N/h", "N/<duration>", or "N" (a
@@ -121,7 +149,7 @@ func limitRows(ls []inspect.Limit, now time.Time) [][]string {
 		if l.Problem != "" {
 			lim = "unreadable: " + l.Problem
 		}
-		rows = append(rows, []string{l.Func, lim, src, strconv.FormatInt(l.Running, 10), strconv.FormatInt(l.Waiting, 10), strconv.FormatInt(l.Refused, 10)})
+		rows = append(rows, []string{l.Func, lim, src, strconv.FormatInt(l.Running, 10), strconv.FormatInt(l.Waiting, 10), strconv.FormatInt(l.Refused, 10), strconv.FormatInt(l.RetryAfter, 10)})
 	}
 	return rows
 }

@@ -91,6 +91,26 @@ func TestLimitCommand(t *testing.T) {
 	if code != 0 || !strings.Contains(out, "1/1h0m0s burst 2 (declared with its handle)") {
 		t.Fatalf("redmap limit -clear: exit %d: %s", code, out)
 	}
+	// A change sets the fields given and keeps the others of the limit in
+	// force: the code's burst stays through a new rate, a cap through both.
+	for _, step := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"-concurrency", "3"}, "1/1h0m0s burst 2, 3 at once"},
+		{[]string{"-rate", "20/s"}, "20/1s burst 2, 3 at once"},
+		{[]string{"-burst", "4"}, "20/1s burst 4, 3 at once"},
+		{[]string{"-concurrency", "0"}, "20/1s burst 4"},
+		{[]string{"-rate", "0", "-concurrency", "5"}, "5 at once"},
+	} {
+		out, errs, code := runCLI(t, srv, append([]string{"limit", queue, "geo"}, step.args...)...)
+		if code != 0 || !strings.Contains(out, ": "+step.want+" (set by an operator)") {
+			t.Fatalf("redmap limit geo %v: exit %d: %s%s; want %q", step.args, code, out, errs, step.want)
+		}
+	}
+	if _, _, code := runCLI(t, srv, "limit", queue, "geo", "-clear"); code != 0 {
+		t.Fatalf("redmap limit -clear: exit %d", code)
+	}
 
 	for _, args := range [][]string{
 		{"limit", queue, "geo"},                              // nothing to set

@@ -68,6 +68,7 @@ type cli struct {
 	rate               string
 	burst, concurrency int
 	clear              bool
+	given              map[string]bool // the flags the command line set
 }
 
 func run(args []string, out io.Writer) (int, error) {
@@ -92,6 +93,11 @@ func run(args []string, out io.Writer) (int, error) {
 	}
 	if err := c.in.Ping(ctx); err != nil {
 		return 1, fmt.Errorf("cannot reach Redis at %s: %v", o.url.String(), err)
+	}
+	if o.scan {
+		if _, err := c.in.ScanQueues(ctx); err != nil {
+			return 1, err
+		}
 	}
 	if o.cmd.name == "metrics" {
 		cancel()
@@ -141,7 +147,7 @@ func (c *cli) mustQueue(ctx context.Context, q string) error {
 		return err
 	}
 	if !slices.Contains(qs, q) {
-		return fmt.Errorf("no queue %q (no workers, tasks or batches of it in Redis)", q)
+		return fmt.Errorf("no queue %q (no manager or worker of it named it in Redis within a week; -scan finds one an earlier build left)", q)
 	}
 	return nil
 }
@@ -205,12 +211,12 @@ func (c *cli) workers(ctx context.Context) error {
 	var rows [][]string
 	for _, w := range ws {
 		rows = append(rows, []string{w.Queue, w.ID, w.State, dur(time.Duration(w.Since * float64(time.Second))),
-			w.Host, strconv.Itoa(w.PID),
+			w.Host, strconv.Itoa(w.PID), cmp.Or(w.Version, "-"),
 			dur(time.Duration(w.HeartbeatAge * float64(time.Second))), fmt.Sprintf("%d/%d", w.Running, w.Concurrency),
 			strconv.FormatInt(w.Held, 10), strconv.FormatInt(w.Taken, 10), strconv.FormatInt(w.Delivered, 10),
-			strconv.FormatInt(w.Failed, 10), strings.Join(w.Functions, ","), w.Error})
+			strconv.FormatInt(w.Failed, 10), strings.Join(w.Functions, ","), cmp.Or(w.Alone, "-"), w.Error})
 	}
-	c.table("QUEUE\tWORKER\tSTATE\tFOR\tHOST\tPID\tHEARTBEAT\tRUNNING\tHELD\tTAKEN\tDELIVERED\tFAILED\tFUNCTIONS\tERROR", rows)
+	c.table("QUEUE\tWORKER\tSTATE\tFOR\tHOST\tPID\tVERSION\tHEARTBEAT\tRUNNING\tHELD\tTAKEN\tDELIVERED\tFAILED\tFUNCTIONS\tALONE\tERROR", rows)
 	return nil
 }
 
@@ -347,9 +353,19 @@ func batchRows(bs []inspect.Batch, now time.Time) [][]string {
 			pct = 100 * float64(b.Done+b.Failed) / float64(b.Total)
 		}
 		rows = append(rows, []string{b.Queue, b.ID, cmp.Or(b.Durable, "-"), b.Outcome, b.Func, strconv.Itoa(b.Done), strconv.Itoa(b.Failed), strconv.Itoa(b.Total),
-			fmt.Sprintf("%.0f%%", pct), rate(b.Rate), eta(b), age(b, now), b.Waiting})
+			fmt.Sprintf("%.0f%%", pct), rate(b.Rate), eta(b), age(b, now), waiting(b)})
 	}
 	return rows
+}
+
+// waiting is why a batch does not advance, and the suspects of it that
+// workers run alone.
+func waiting(b inspect.Batch) string {
+	notes := b.Alone
+	if b.Waiting != "" {
+		notes = append([]string{b.Waiting}, b.Alone...)
+	}
+	return strings.Join(notes, "; ")
 }
 
 // age is how long ago a batch started, by its manager's clock, or "-".
@@ -369,6 +385,9 @@ type queueStatus struct {
 	Limits         []inspect.Limit  `json:"limits"`
 }
 
+// status prints each queue's depth, live workers, running batches and
+// limits. A queue whose records cannot be read is left out, and its error
+// returned once the others are printed.
 func (c *cli) status(ctx context.Context) error {
 	qs, err := c.queues(ctx)
 	if err != nil {
@@ -378,10 +397,13 @@ func (c *cli) status(ctx context.Context) error {
 	var live []inspect.Worker
 	var running []inspect.Batch
 	var limits []inspect.Limit
-	for _, q := range qs {
-		snap, err := c.in.Snapshot(ctx, q)
+	var unread []error // queues whose records could not be read: the others are shown
+	snaps, errs := c.in.Statuses(ctx, qs)
+	for j, q := range qs {
+		snap, err := snaps[j], errs[j]
 		if err != nil {
-			return err
+			unread = append(unread, fmt.Errorf("queue %q: %w", q, err))
+			continue
 		}
 		s := queueStatus{Queue: snap.Queue, LiveWorkers: []inspect.Worker{}, RunningBatches: snap.Batches, Limits: orEmpty(snap.Limits)}
 		limits = append(limits, snap.Limits...)
@@ -395,7 +417,10 @@ func (c *cli) status(ctx context.Context) error {
 		out = append(out, s)
 	}
 	if c.json {
-		return c.emit(orEmpty(out))
+		if err := c.emit(orEmpty(out)); err != nil {
+			return err
+		}
+		return errors.Join(unread...)
 	}
 	var rows [][]string
 	for _, q := range out {
@@ -417,9 +442,9 @@ func (c *cli) status(ctx context.Context) error {
 		for j, r := range limitRows(limits, time.Now()) {
 			lrows = append(lrows, append([]string{limits[j].Queue}, r...))
 		}
-		c.table("QUEUE\tFUNC\tLIMIT\tSOURCE\tRUNNING\tWAITING\tREFUSED", lrows)
+		c.table("QUEUE\tFUNC\tLIMIT\tSOURCE\tRUNNING\tWAITING\tREFUSED\tRETRY-AFTER", lrows)
 	}
-	return nil
+	return errors.Join(unread...)
 }
 
 func (c *cli) failures(ctx context.Context) error {

@@ -21,11 +21,14 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/redmap/redmap"
 	"github.com/redmap/redmap/inspect"
 	"github.com/redmap/redmap/internal/harness"
 	"github.com/redmap/redmap/internal/keys"
 	"github.com/redmap/redmap/internal/redistest"
+	"github.com/redmap/redmap/internal/wire"
 	"github.com/redmap/redmap/manager"
 	"github.com/redmap/redmap/worker"
 )
@@ -52,6 +55,18 @@ var (
 		return 0, fmt.Errorf("open /data/%d.csv: no such file (id %016x, try 1)", x, uint64(x+1)*0x9e3779b97f4a7c15)
 	})
 	block = redmap.Func("block", func(context.Context, int) (int, error) { select {} })
+	// held returns elements under 2,000 at once and runs the others until
+	// their batch is cancelled: a batch of 3,000 seen running, with
+	// results, for as long as a test needs (each shard's lane is taken in
+	// order, so its first elements end before its held ones fill the
+	// slots).
+	held = redmap.Func("held", func(ctx context.Context, x int) (int, error) {
+		if x < 2000 {
+			return x, nil
+		}
+		<-ctx.Done()
+		return 0, ctx.Err()
+	})
 	// waitCtx runs until its batch is cancelled.
 	waitCtx = redmap.Func("waitctx", func(ctx context.Context, _ int) (int, error) { <-ctx.Done(); return 0, ctx.Err() })
 	// five takes 5 s, heedless of its context as many functions are, and
@@ -74,7 +89,7 @@ var (
 func TestMain(m *testing.M) {
 	// As a child, the test binary is a worker program made with worker.Main.
 	if os.Getenv(harness.ChildEnv) == "worker" {
-		if err := worker.Main(harness.ChildArgs(), square, slow, flaky, missing, block, waitCtx, five, paced, geo); err != nil {
+		if err := worker.Main(harness.ChildArgs(), square, slow, held, flaky, missing, block, waitCtx, five, paced, geo); err != nil {
 			fmt.Fprintln(os.Stderr, err)
 			os.Exit(1)
 		}
@@ -155,7 +170,10 @@ func TestStatusWorkersBatches(t *testing.T) {
 	w2 := startWorker(t, srv, queue, "-concurrency", "2")
 	m := e.Manager(t, manager.Options{})
 	ctx := context.Background()
-	batch, err := manager.Submit(ctx, m, slow, make([]int, 3000), manager.ChunkSize(1))
+	// Elements under 2,000 end; the others run until the batch is
+	// cancelled, so the batch is running whenever the CLI reads it, however
+	// slow the machine.
+	batch, err := manager.Submit(ctx, m, held, ints(3000), manager.ChunkSize(1))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -165,7 +183,7 @@ func TestStatusWorkersBatches(t *testing.T) {
 		cliJSON(t, srv, &batches, "batches", "-queue", queue)
 		return len(batches) == 1 && batches[0].Total == 3000 && batches[0].Done > 0
 	})
-	if batches[0].Func != "slow" || batches[0].Done > batches[0].Total {
+	if batches[0].Func != "held" || batches[0].Done > batches[0].Total {
 		t.Fatalf("batch %+v", batches[0])
 	}
 	var workers []inspect.Worker
@@ -173,7 +191,7 @@ func TestStatusWorkersBatches(t *testing.T) {
 	var ids []string
 	for _, w := range workers {
 		ids = append(ids, w.ID)
-		if !w.Live || w.Concurrency != 2 || !slices.Contains(w.Functions, "slow") || w.PID == 0 || w.HeartbeatAge > 5 {
+		if !w.Live || w.Concurrency != 2 || !slices.Contains(w.Functions, "held") || w.PID == 0 || w.HeartbeatAge > 5 || w.Version == "" {
 			t.Errorf("worker %+v", w)
 		}
 	}
@@ -181,18 +199,66 @@ func TestStatusWorkersBatches(t *testing.T) {
 		t.Fatalf("workers %v, want %s and %s", ids, w1.ID, w2.ID)
 	}
 	out, _, code := runCLI(t, srv, "status", "-queue", queue)
-	for _, want := range []string{"QUEUE", "DEPTH", queue, w1.ID, w2.ID, "slow", "3000"} {
+	for _, want := range []string{"QUEUE", "DEPTH", queue, w1.ID, w2.ID, "held", "3000"} {
 		if code != 0 || !strings.Contains(out, want) {
 			t.Fatalf("status (exit %d) lacks %q:\n%s", code, want, out)
 		}
 	}
 	t.Logf("redmap status:\n%s", out)
-	if _, err := batch.Wait(ctx); err != nil {
-		t.Fatal(err)
+	batch.Cancel()
+	if _, err := batch.Wait(ctx); !errors.Is(err, context.Canceled) {
+		t.Fatalf("the batch, cancelled: %v", err)
 	}
 }
 
 func sorted(xs ...string) []string { slices.Sort(xs); return xs }
+
+// A task lost twice with its workers (a suspect) runs alone, and redmap
+// batches says so on its batch, naming the worker and why, from that
+// worker's record.
+func TestBatchesShowSuspects(t *testing.T) {
+	e := harness.Setup(t)
+	srv, queue := e.Srv, e.Queue
+	m := e.Manager(t, manager.Options{NoWorkerTimeout: time.Minute})
+	ctx := context.Background()
+	batch, err := manager.Submit(ctx, m, held, []int{2000}) // runs until cancelled
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Its task counts as lost twice already, as after two SIGKILLed
+	// holders.
+	names := append([]string{queue}, e.Client.LRange(ctx, keys.ShardNames("redmap", queue), 0, -1).Val()...)
+	marked := 0
+	for _, name := range names {
+		for _, tid := range e.Client.HKeys(ctx, keys.Tasks("redmap", name, m.ID())).Val() {
+			if !strings.HasPrefix(tid, "_") { // the set's count and epoch
+				e.Client.HSet(ctx, keys.Attempts("redmap", name, m.ID()), tid, wire.SuspectAfter)
+				marked++
+			}
+		}
+	}
+	if marked != 1 {
+		t.Fatalf("%d tasks in the batch's task sets, want 1", marked)
+	}
+	w := startWorker(t, srv, queue)
+	var batches []inspect.Batch
+	redistest.Eventually(t, "the batch listed with its suspect", func() bool {
+		cliJSON(t, srv, &batches, "batches", "-queue", queue)
+		return len(batches) == 1 && len(batches[0].Alone) > 0
+	})
+	if a := batches[0].Alone; len(a) != 1 || !strings.Contains(a[0], w.ID) || !strings.Contains(a[0], "runs alone: lost 2 times") {
+		t.Fatalf("batches says %q; want the worker %s running its task alone, and why", a, w.ID)
+	}
+	out, _, code := runCLI(t, srv, "batches", "-queue", queue)
+	if code != 0 || !strings.Contains(out, "runs alone") {
+		t.Fatalf("redmap batches (exit %d) does not say a task runs alone:\n%s", code, out)
+	}
+	t.Logf("redmap batches:\n%s", out)
+	batch.Cancel()
+	if _, err := batch.Wait(ctx); !errors.Is(err, context.Canceled) {
+		t.Fatalf("cancelled batch: %v", err)
+	}
+}
 
 // A batch whose function only workers of other types serve waits, and
 // redmap batches says so, naming the field that differs, from the progress
@@ -398,8 +464,24 @@ func TestPurge(t *testing.T) {
 	}
 	_, err = batch.Wait(context.Background())
 	var be *redmap.BatchError
-	if !errors.As(err, &be) || len(be.Failed) != 10 || !errors.Is(err, redmap.ErrLost) || !strings.Contains(err.Error(), "purged") {
+	if !errors.As(err, &be) || len(be.Failed) != 10 || !errors.Is(err, redmap.ErrLost) || !errors.Is(err, redmap.ErrPurged) || !strings.Contains(err.Error(), "purged") {
 		t.Fatalf("batch after purge: %v", err)
+	}
+	// Its record counts them as purged, apart from lost.
+	var hist []inspect.Batch
+	redistest.Eventually(t, "the purged batch in the history", func() bool {
+		cliJSON(t, srv, &hist, "batches", "-all", "-queue", queue)
+		for _, b := range hist {
+			if b.Outcome == "failed" && b.Total == 10 {
+				return true
+			}
+		}
+		return false
+	})
+	for _, b := range hist {
+		if b.Total == 10 && (b.FailedBy["purged"] != 10 || b.FailedBy["lost"] != 0) {
+			t.Fatalf("the purged batch's record counts %v, want 10 purged", b.FailedBy)
+		}
 	}
 }
 
@@ -460,9 +542,14 @@ func TestMetricsScrape(t *testing.T) {
 		got["redmap_worker_tasks_taken_total"] < 100 {
 		t.Fatalf("metrics %v; want 100 tasks or more taken, succeeded and timed", got)
 	}
-	for _, name := range []string{"redmap_worker_queue_depth", "redmap_worker_tasks_failed_total", "redmap_worker_cache_hits_total", "redmap_worker_tasks_running"} {
+	for _, name := range []string{"redmap_worker_queue_depth", "redmap_worker_tasks_failed_total", "redmap_worker_cache_hits_total", "redmap_worker_tasks_running", "redmap_worker_retry_after_waits_total"} {
 		if _, ok := got[name]; !ok {
 			t.Errorf("no %s in the scrape", name)
+		}
+	}
+	for _, line := range []string{"\ngo_goroutines ", "\nprocess_cpu_seconds_total ", "\nredmap_build_info{goversion=\"go"} {
+		if !strings.Contains(string(body), line) {
+			t.Errorf("no %q in the worker's scrape: the Go and process collectors", strings.TrimSpace(line))
 		}
 	}
 }
@@ -592,9 +679,13 @@ func TestGlobQueueNames(t *testing.T) {
 			t.Fatal(err)
 		}
 		batches[q] = b
-		// A private list of a worker w1 of each queue: purge of another
-		// queue must leave it alone.
+		// A private list of a worker w1 of each queue, reaped as a private
+		// batch was submitted to it (so listed as gone, its record
+		// expired): purge of another queue must leave it alone.
 		if err := client.RPush(ctx, keys.Private("redmap", q, "w1"), "not-a-task-"+q).Err(); err != nil {
+			t.Fatal(err)
+		}
+		if err := client.ZAdd(ctx, keys.Gone("redmap", q), redis.Z{Score: float64(time.Now().UnixMilli()), Member: "w1"}).Err(); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -5,15 +5,19 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
+	"os"
 	"time"
 )
 
 // serveMetrics serves Prometheus metrics of the queues (-queue, or every
 // queue) at /metrics on addr until SIGINT or SIGTERM, read through the
 // inspector from the records in Redis at each scrape: they exist with no
-// worker running, which is what scaling from zero needs. It prints
+// worker running, which is what scaling from zero needs. It serves the
+// probes /healthz (the process serves: liveness, never Redis) and /readyz
+// (Redis answers a PING within 2 s: readiness) beside it. It prints
 // "metrics http://<address>/metrics" once it listens.
 func serveMetrics(c *cli, addr string, out io.Writer) (int, error) {
 	ln, err := net.Listen("tcp", addr)
@@ -21,8 +25,17 @@ func serveMetrics(c *cli, addr string, out io.Writer) (int, error) {
 		return 1, fmt.Errorf("metrics: %w", err)
 	}
 	mux := http.NewServeMux()
-	mux.Handle("GET /metrics", c.in.MetricsHandler(c.queues))
-	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
+	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
+	mux.Handle("GET /metrics", c.in.WithLogger(log).MetricsHandler(c.queues))
+	// Alive is only "this process serves HTTP": a Redis that is down does
+	// not make it unhealthy, since a restart would not bring Redis back and
+	// would only lose the scrapes in between. Ready is "it can read Redis".
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Cache-Control", "no-store")
+		fmt.Fprintln(w, "ok")
+	})
+	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Cache-Control", "no-store")
 		ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
 		defer cancel()
 		if err := c.in.Ping(ctx); err != nil {

@@ -115,6 +115,10 @@ func TestMetricsWithNoWorker(t *testing.T) {
 		"redmap_queue_workers{state=running}":      0,
 		"redmap_queue_workers{state=idle}":         0,
 		"redmap_batches_ended_total{outcome=done}": 0,
+		// Every cause of failure is there from the start, at 0.
+		"redmap_elements_failed_total{kind=timeout}":    0,
+		"redmap_elements_failed_total{kind=no worker}":  0,
+		"redmap_elements_failed_total{kind=redis full}": 0,
 	} {
 		if v, ok := got[name]; !ok || v != want {
 			t.Errorf("%s = %v (reported: %v), want %v", name, v, ok, want)

@@ -53,7 +53,7 @@ function chart(series) {
 
 // limits lists the fleet-wide limits of queue's functions: each one's
 // limit in force and its source, and the tasks waiting on it, holding its
-// slots, and the takes it refused.
+// slots, the takes it refused, and the waits its RetryAfter answers made.
 function limits(s, queue) {
   const ls = (s.limits || []).filter((l) => l.queue === queue);
   if (!ls.length) return "";
@@ -61,7 +61,8 @@ function limits(s, queue) {
     <b>${esc(l.func)}</b> <span data-field="limit">${esc(l.limit)}</span> <i>${esc(l.source || "-")}</i>
     <span>waiting <b data-field="waiting">${num(l.waiting)}</b></span>
     <span>running <b data-field="running">${num(l.running)}</b></span>
-    <span>throttled <b data-field="refused">${num(l.refused)}</b></span></li>`).join("")}</ul>`;
+    <span>throttled <b data-field="refused">${num(l.refused)}</b></span>
+    <span title="waits its elements made because the function answered RetryAfter">retry-after <b data-field="retry_after">${num(l.retry_after)}</b></span></li>`).join("")}</ul>`;
 }
 
 function renderQueues(s) {
@@ -80,7 +81,7 @@ function renderQueues(s) {
       <div class="nums"><span>depth <b data-field="depth">${num(q.depth)}</b></span>
         <span>workers <b data-field="workers">${q.workers}</b></span>
         <span>batches <b data-field="batches">${q.batches}</b></span>
-        <span><b data-field="rate">${rate(q.rate)}</b>/s</span></div>
+        <span title="elements ended a second over the last minute (since its first, for a queue younger than that)"><b data-field="rate">${rate(q.rate)}</b>/s over 1 min</span></div>
       ${chart(q.series)}${limits(s, q.name)}</div>`;
   }).join("");
 }
@@ -123,7 +124,7 @@ function renderBatches(s) {
       <div class="bar" title="${b.done} done, ${b.failed} failed, of ${b.total}"><div class="ok" data-width="${ok}"></div><div class="bad" data-left="${ok}" data-width="${bad}"></div></div>
       <div class="nums"><span><b>${num(b.done)}</b> done</span><span><b>${num(b.failed)}</b> failed${causes ? ` (${causes})` : ""}</span><span>of <b>${num(b.total)}</b></span>
         <span><b>${rate(b.rate)}</b>/s</span>${b.outcome === "running" ? `<span>ETA <b>${dur(b.eta_seconds)}</b></span>` : running ? "" : ago}
-        ${b.waiting ? `<span class="err">${esc(b.waiting)}</span>` : ""}${b.reason ? `<span class="muted">${esc(b.reason)}</span>` : ""}</div></div>`;
+        ${b.waiting ? `<span class="err">${esc(b.waiting)}</span>` : ""}${(b.alone || []).map(a => `<span class="err">${esc(a)}</span>`).join("")}${b.reason ? `<span class="muted">${esc(b.reason)}</span>` : ""}</div></div>`;
   };
   const ended = s.batches.filter((b) => b.ended);
   const older = ended.slice(endedShown);
@@ -133,7 +134,7 @@ function renderBatches(s) {
 }
 
 function renderWorkers(s) {
-  const head = `<tr><th>queue</th><th>worker</th><th>state</th><th>host · pid</th><th>heartbeat</th><th>slots</th><th>held</th><th>taken</th><th>delivered</th><th>failed</th><th>functions</th><th>cache</th>${s.actions ? "<th></th>" : ""}</tr>`;
+  const head = `<tr><th>queue</th><th>worker</th><th>state</th><th>host · pid · version</th><th>heartbeat</th><th>slots</th><th>held</th><th>taken</th><th>delivered</th><th>failed</th><th>functions</th><th>cache</th>${s.actions ? "<th></th>" : ""}</tr>`;
   if (!s.workers.length) {
     $("workers").innerHTML = head + `<tr><td colspan="13" class="empty">No worker.</td></tr>`;
     return;
@@ -141,9 +142,9 @@ function renderWorkers(s) {
   $("workers").innerHTML = head + s.workers.map((w) => {
     const pct = w.concurrency ? Math.min(100, (w.running / w.concurrency) * 100) : 0;
     const drain = s.actions ? `<td>${w.live && w.state !== "draining" ? `<button data-action="drain" data-queue="${esc(w.queue)}" data-worker="${esc(w.id)}">drain</button>` : ""}</td>` : "";
-    return `<tr class="${w.live ? "" : "dead"}" data-worker="${esc(w.id)}" data-state="${esc(w.state)}" title="${esc(w.error || "")}">
+    return `<tr class="${w.live ? "" : "dead"}" data-worker="${esc(w.id)}" data-state="${esc(w.state)}" title="${esc([w.alone, w.error].filter(Boolean).join("\n"))}">
       <td>${esc(w.queue)}</td><td>${esc(w.id.slice(0, 12))}</td><td><span class="badge ${esc(w.state)}">${esc(w.state)}</span>${w.live ? "" : ` <span class="muted">${dur(w.since_seconds)} ago</span>`}</td>
-      <td class="wrap">${esc(w.host)} · ${w.pid}</td><td>${dur(w.heartbeat_age_seconds)}</td>
+      <td class="wrap">${esc(w.host)} · ${w.pid}${w.version ? ` <span class="muted">${esc(w.version)}</span>` : ""}</td><td>${dur(w.heartbeat_age_seconds)}</td>
       <td><span class="slots"><span data-width="${pct}"></span></span>${w.running}/${w.concurrency}</td>
       <td>${num(w.held)}</td><td>${num(w.taken)}</td><td>${num(w.delivered)}</td><td>${num(w.failed)}</td>
       <td class="wrap">${esc(w.functions.join(", "))}</td><td title="constant cache: hits, bytes fetched">${num(w.cache_hits)} · ${bytes(w.cache_bytes)}</td>${drain}</tr>`;

@@ -33,6 +33,19 @@ type Policy struct {
 	// element's batch index and the wait; it returns the wait to make
 	// (the worker caps it, and tells the function's limit).
 	OnWait func(index int, d time.Duration) time.Duration
+	// Abandon, with a Timeout, is how long past its timeout a run that
+	// has not returned (its function ignores its context) is waited for:
+	// then it is abandoned, left running on its goroutine, and its element
+	// fails with codec.KindTimeout at once, not retried. 0 waits for ever.
+	// With it, the runs of a task under a timeout are made on a goroutine
+	// of their own, one a task until a run is abandoned: two hand-offs a
+	// run.
+	Abandon time.Duration
+	// OnAbandon, if not nil, is called when a run is abandoned, with its
+	// element's batch index; the function it returns, if not nil, is
+	// called when the abandoned run returns at last, if ever. It must not
+	// block.
+	OnAbandon func(index int) (returned func())
 }
 
 // DefaultWaits is Policy.Waits for a task that does not say

@@ -113,8 +113,13 @@ func each[In, Out any](ctx context.Context, count int, input []byte, p Policy, f
 		}
 	}
 	ctx, e := withElements(ctx, p.Seed)
+	var c *callers[In, Out]
+	if p.Timeout > 0 && p.Abandon > 0 {
+		c = &callers[In, Out]{ctx: ctx, fn: fn}
+		defer c.close()
+	}
 	for i := range decoded {
-		y, f := runElement(ctx, p, fn, xs[i], p.Start+i, func() { e.at(p.Start + i) })
+		y, f := runElement(ctx, p, fn, xs[i], p.Start+i, func() { e.at(p.Start + i) }, c)
 		if f == nil {
 			f = sink(i, y)
 		}
@@ -136,16 +141,26 @@ func each[In, Out any](ctx context.Context, count int, input []byte, p Policy, f
 
 // runElement runs fn on one input under policy p: a timed-out run, a
 // Retryable error, or with p.Retry any error or panic, runs again while
-// attempts are left, after a short pause. What still fails becomes a
-// failure. index is x's batch index; start is called before each attempt.
-func runElement[In, Out any](ctx context.Context, p Policy, fn func(context.Context, In) (Out, error), x In, index int, start func()) (Out, *codec.Failure) {
+// attempts are left, after a short pause; an abandoned run does not. What
+// still fails becomes a failure. index is x's batch index; start is called
+// before each attempt; c, if not nil, makes the calls (see callers).
+func runElement[In, Out any](ctx context.Context, p Policy, fn func(context.Context, In) (Out, error), x In, index int, start func(), c *callers[In, Out]) (Out, *codec.Failure) {
 	bo := backoff.Backoff{Min: 20 * time.Millisecond, Max: time.Second}
 	waits := 0
 	for attempt := 1; ; attempt++ {
 		start()
-		y, f, retryable, after := runOnce(ctx, p.Timeout, fn, x)
+		o := runOnce(ctx, p, index, fn, x, c)
+		y, f, retryable, after := o.y, o.f, o.retryable, o.after
 		if f == nil {
 			return y, nil
+		}
+		if o.abandoned {
+			// Its function ignores its context: another run would most
+			// likely be abandoned too, each one left running.
+			if attempt > 1 {
+				f.Msg = fmt.Sprintf("attempt %d: %s", attempt, f.Msg)
+			}
+			return y, f
 		}
 		if after >= 0 {
 			// A rationed service said when to come back: wait, and run
@@ -181,32 +196,57 @@ func runElement[In, Out any](ctx context.Context, p Policy, fn func(context.Cont
 	}
 }
 
-// runOnce runs fn once, turning a returned error, a panic or a run past the
-// timeout into a failure, and saying whether the error was marked Retryable,
-// and the wait it asked for if it was marked RetryAfter (else -1).
-func runOnce[In, Out any](ctx context.Context, timeout time.Duration, fn func(context.Context, In) (Out, error), x In) (y Out, f *codec.Failure, retryable bool, after time.Duration) {
-	after = -1
-	if timeout > 0 {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, timeout)
-		defer cancel()
+// outcome is what one run of a function came to.
+type outcome[Out any] struct {
+	y         Out
+	f         *codec.Failure // nil if it succeeded
+	retryable bool           // its error was marked Retryable
+	after     time.Duration  // the wait its error asked for if marked RetryAfter, else -1
+	abandoned bool           // it did not return within p.Abandon of its timeout
+}
+
+// runOnce runs fn once on x, the element of batch index index, under p's
+// timeout: a returned error, a panic or a run past the timeout becomes a
+// failure. With a timeout and c (p.Abandon), it runs on c's goroutine, and
+// is abandoned if it has not returned p.Abandon after its timeout.
+func runOnce[In, Out any](ctx context.Context, p Policy, index int, fn func(context.Context, In) (Out, error), x In, c *callers[In, Out]) outcome[Out] {
+	if p.Timeout <= 0 {
+		return call(ctx, 0, fn, x)
 	}
+	if c != nil {
+		return c.call(p, index, x)
+	}
+	ctx, cancel := context.WithTimeout(ctx, p.Timeout)
+	defer cancel()
+	return call(ctx, p.Timeout, fn, x)
+}
+
+// call runs fn once under ctx, whose deadline, if any, is the run's
+// timeout, turning a returned error, a panic or a run past the timeout
+// into a failure, and saying whether the error was marked Retryable, and
+// the wait it asked for if it was marked RetryAfter.
+func call[In, Out any](ctx context.Context, timeout time.Duration, fn func(context.Context, In) (Out, error), x In) (o outcome[Out]) {
+	o.after = -1
 	defer func() {
 		if p := recover(); p != nil {
-			f = &codec.Failure{Kind: codec.KindPanic, Msg: fmt.Sprint(p), Stack: string(debug.Stack())}
+			o.f = &codec.Failure{Kind: codec.KindPanic, Msg: fmt.Sprint(p), Stack: string(debug.Stack())}
 		}
 	}()
 	y, err := fn(ctx, x)
+	o.y = y
 	switch {
 	case err == nil:
-		return y, nil, false, after
+		return o
 	case timeout > 0 && errors.Is(ctx.Err(), context.DeadlineExceeded):
-		return y, &codec.Failure{Kind: codec.KindTimeout, Msg: fmt.Sprintf("ran past its timeout of %v: %v", timeout, err)}, false, after
+		o.f = &codec.Failure{Kind: codec.KindTimeout, Msg: fmt.Sprintf("ran past its timeout of %v: %v", timeout, err)}
+		return o
 	}
 	if d, ok := RetryAfterOf(err); ok {
-		after = max(d, 0)
+		o.after = max(d, 0)
 	}
-	return y, &codec.Failure{Kind: codec.KindError, Msg: err.Error()}, IsRetryable(err), after
+	o.f = &codec.Failure{Kind: codec.KindError, Msg: err.Error()}
+	o.retryable = IsRetryable(err)
+	return o
 }
 
 // Retryable marks err as worth another attempt (redmap.Retryable).

@@ -165,12 +165,20 @@ func (e emitter[In, K, V]) Combine(ctx context.Context, count int, input []byte,
 	// to its partition once, when the partials are cut.
 	acc := make(map[K]V)
 	// buf holds one element's pairs until its run succeeds; the sink
-	// folds them in before the next element runs, so it is reused.
+	// folds them in before the next element runs, so it is reused; but
+	// not where a run may be abandoned (Policy.Abandon): one left running
+	// may emit on, and must own what it appends to.
 	var buf []pair[K, V]
+	reuse := p.Timeout <= 0 || p.Abandon <= 0
 	run := func(ctx context.Context, x In) ([]pair[K, V], error) {
-		out := buf[:0]
+		var out []pair[K, V]
+		if reuse {
+			out = buf[:0]
+		}
 		err := e.fn(ctx, x, func(k K, v V) { out = append(out, pair[K, V]{k, v}) })
-		buf = out
+		if reuse {
+			buf = out
+		}
 		return out, err
 	}
 	var foldFail *codec.Failure

@@ -23,6 +23,7 @@ var causes = map[codec.Kind]error{
 	codec.KindTimeout:      redmap.ErrTimeout,
 	codec.KindReduce:       redmap.ErrReduce,
 	codec.KindThrottled:    redmap.ErrThrottled,
+	codec.KindRedisFull:    redmap.ErrRedisFull,
 }
 
 // Cause turns a worker's report of a failure into the error a TaskError

@@ -34,9 +34,11 @@ type Proc struct {
 // tailLines is how many of its last stderr lines a Proc keeps.
 const tailLines = 50
 
-// Start starts cmd for t (dying with the test process if it dies).
+// Start starts cmd for t (dying with the test process if it dies); under
+// go test -short it skips t instead (see redistest.Slow).
 func Start(t testing.TB, cmd *exec.Cmd) *Proc {
 	t.Helper()
+	redistest.Slow(t)
 	redistest.DieWithParent(cmd)
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {

@@ -77,6 +77,20 @@ func Unsized(tid string) string {
 	return tid[:i] + tid[i+j:]
 }
 
+// Batch returns the id of manager mid's seq-th batch, "<mid>:<seq>", as
+// operators see it (redmap batches, the dashboard).
+func Batch(mid string, seq uint64) string { return mid + ":" + strconv.FormatUint(seq, 10) }
+
+// BatchOf returns the id of the batch task id tid belongs to, from its
+// manager and its lane (see TaskIn), or "" for a task of no lane.
+func BatchOf(tid string) string {
+	seq, err := strconv.ParseUint(Lane(tid), 36, 64)
+	if err != nil {
+		return ""
+	}
+	return Batch(Manager(tid), seq)
+}
+
 // Lane returns the lane in task id tid ("" for a task of no lane: a private
 // one).
 func Lane(tid string) string {

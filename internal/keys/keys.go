@@ -19,6 +19,11 @@ import (
 // may not contain it.
 const ShardSep = "#"
 
+// PartitionSep ends a queue's name in the hash tag of a map/reduce by
+// key's partition (PartitionTag): no queue's name holds it, so a partition
+// is never taken for a queue.
+const PartitionSep = "%"
+
 // MaxShards caps the shards of a queue.
 const MaxShards = 256
 
@@ -227,6 +232,22 @@ func Cancelled(prefix, queue, owner string) string {
 // manager that finds it is refused the batch, naming the holder.
 func Claim(prefix, queue, owner string) string { return Base(prefix, queue) + "m:" + owner + ":claim" }
 
+// Fence is the claim of durable batch owner that its last holder took
+// (STRING: JSON wire.Holder with its token), on every shard the batch uses:
+// every write of the batch's owner carries the claim it holds, and a script
+// that finds another here refuses it, so that a holder that lost the batch
+// to another manager writes nothing more of it. It outlives the claim's
+// lease and the batch's end, for DurableTTL, so that a holder cut off for
+// longer still learns who took the batch; it is outside the batch's own
+// keys (m:<owner>:*), which its end deletes.
+func Fence(prefix, queue, owner string) string { return Base(prefix, queue) + "fence:" + owner }
+
+// Aside holds, within the MULTI of a submit that a durable batch's fence
+// refuses, what its owner's task set held of the tasks submitted (HASH task
+// id → payload; "_ttl" → the set's TTL, ms), so that the set is put back
+// as it was: it never outlives the MULTI.
+func Aside(prefix, queue, owner string) string { return Base(prefix, queue) + "m:" + owner + ":aside" }
+
 // Object is the metadata of a cached object with BLAKE3 hash h, hex-encoded
 // (HASH size → bytes, parts → number of parts). It exists only once every part
 // is stored. Objects are keyed by content, not by queue, and each carries its
@@ -263,6 +284,20 @@ func Failures(prefix, queue string) string { return Base(prefix, queue) + "failu
 // Batches describes manager mid's running batches for operators (HASH batch
 // id → JSON progress), refreshed every Poll and expiring with the manager.
 func Batches(prefix, queue, mid string) string { return Base(prefix, queue) + "m:" + mid + ":batches" }
+
+// BatchesNext is where a manager publishing more batches than one script
+// call takes (rdb.ScriptBudget) builds its next Batches, slice by slice,
+// before it replaces Batches at once (HASH, as Batches).
+func BatchesNext(prefix, queue, mid string) string { return Batches(prefix, queue, mid) + ":next" }
+
+// LostBatches holds the batches manager mid last published, once it was
+// found lost, until they are all recorded in the history, a slice a call
+// (HASH, as Batches; see lost.lua).
+func LostBatches(prefix, queue, mid string) string { return Base(prefix, queue) + "m:" + mid + ":lost" }
+
+// Losing lists the managers found lost whose LostBatches are not yet all
+// recorded (SET of manager id; see lost.lua). It lives in shard 0.
+func Losing(prefix, queue string) string { return Base(prefix, queue) + "losing" }
 
 // Throughput counts the elements the queue's managers saw end (a value or
 // an error) in the ThroughputBucket-long interval that starts at second
@@ -301,6 +336,23 @@ func HistoryIndex(prefix, queue string) string { return Base(prefix, queue) + "h
 // id → when their next publish is due, Redis ms): a manager whose publish
 // is overdue is lost, and its batches go to the history as "manager lost".
 func Managers(prefix, queue string) string { return Base(prefix, queue) + "managers" }
+
+// QueueIndex lists the queues under prefix (ZSET queue name → when a
+// manager's publish or a worker's heartbeat last named it, Redis ms), so
+// that operators' reads (redmap status, /metrics, the dashboard) list the
+// queues without walking the keyspace. Each manager and worker names its
+// queue at its first publish or heartbeat and then at most every
+// QueueIndexEvery; a name not renewed for QueueIndexAge is dropped. Its
+// hash tag, "{#}", is no queue's ('#' is refused in a queue name): on a
+// Cluster the index is one slot of its own (5121), apart from every queue.
+func QueueIndex(prefix string) string { return prefix + ":{#}:queues" }
+
+// How often a writer renews its queue's name in QueueIndex, and how long a
+// name stays there unrenewed.
+const (
+	QueueIndexEvery = time.Minute
+	QueueIndexAge   = 7 * 24 * time.Hour
+)
 
 // Gone lists the workers that stopped or died lately (ZSET worker id →
 // when, Redis ms), kept GoneFor; each one's info hash (WorkerInfo) is kept as
@@ -382,7 +434,7 @@ func PartitionOut(prefix, queue, job string, p, salt int) string {
 
 // PartitionTag is the hash tag of Partition and PartitionOut.
 func PartitionTag(queue, job string, p, salt int) string {
-	tag := queue + "%" + job + "." + strconv.Itoa(p)
+	tag := queue + PartitionSep + job + "." + strconv.Itoa(p)
 	if salt > 0 {
 		tag += "." + strconv.Itoa(salt)
 	}

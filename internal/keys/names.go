@@ -26,6 +26,8 @@ func CheckQueue(queue string) error {
 		return fmt.Errorf("queue name %q contains '{' or '}', which delimit its Cluster hash tag", queue)
 	case strings.Contains(queue, ShardSep):
 		return fmt.Errorf("queue name %q contains '#', which names the shards of a queue", queue)
+	case strings.Contains(queue, PartitionSep):
+		return fmt.Errorf("queue name %q contains '%%', which names the partitions of a map/reduce by key", queue)
 	}
 	return nil
 }
@@ -84,11 +86,6 @@ func Glob(s string) string {
 	return b.String()
 }
 
-// QueuesPattern matches a key of every queue under prefix.
+// QueuesPattern matches a key of every queue under prefix (and the index
+// of queues, QueueIndex).
 func QueuesPattern(prefix string) string { return Glob(prefix) + ":{*}:*" }
-
-// PrivatePattern matches the private list of every worker of queue.
-func PrivatePattern(prefix, queue string) string { return Glob(Base(prefix, queue)) + "w:*:private" }
-
-// BatchesPattern matches the running-batches hash of every manager of queue.
-func BatchesPattern(prefix, queue string) string { return Glob(Base(prefix, queue)) + "m:*:batches" }

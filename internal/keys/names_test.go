@@ -17,6 +17,7 @@ func TestCheckNames(t *testing.T) {
 		{CheckQueue, "", false},
 		{CheckQueue, "a{b", false},
 		{CheckQueue, "a#2", false},
+		{CheckQueue, "a%job.3", false}, // a partition's hash tag
 		{CheckQueue, "a\nb", false},
 		{CheckQueue, "a\x00", false},
 		{CheckQueue, "\xff", false},
@@ -41,7 +42,7 @@ func TestGlob(t *testing.T) {
 			t.Errorf("Glob(%q) = %q, want %q", in, got, want)
 		}
 	}
-	if got := PrivatePattern("redmap", "a*"); got != `redmap:{a\*}:w:*:private` {
-		t.Errorf("PrivatePattern: %q", got)
+	if got := QueuesPattern("a*"); got != `a\*:{*}:*` {
+		t.Errorf("QueuesPattern: %q", got)
 	}
 }

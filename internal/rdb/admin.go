@@ -38,16 +38,51 @@ func (a *Admin) Ping(ctx context.Context) error {
 	return wrap("ping", nil, "PING", a.c.Ping(ctx).Err())
 }
 
-// Queues lists the queues that have workers, queued tasks or managers, found
-// by SCAN (it does not block Redis). The shards of a sharded queue are
-// listed once, under the queue's name.
+// Queues lists the queues the index of queues names (keys.QueueIndex):
+// those whose managers published or workers heartbeated within
+// keys.QueueIndexAge, sorted. One round trip, whatever else the database
+// holds.
 func (a *Admin) Queues(ctx context.Context) ([]string, error) {
+	var now *redis.TimeCmd
+	var zs *redis.ZSliceCmd
+	_, err := a.c.Pipelined(ctx, func(p redis.Pipeliner) error {
+		now = p.Time(ctx)
+		zs = p.ZRangeWithScores(ctx, keys.QueueIndex(a.prefix), 0, -1)
+		return nil
+	})
+	if err != nil {
+		return nil, wrap("queues", nil, "TIME or ZRANGE", err)
+	}
+	// Writers drop the names too old as they write; with none writing, the
+	// reader does not list them either.
+	oldest := float64(now.Val().Add(-keys.QueueIndexAge).UnixMilli())
+	qs := make([]string, 0, len(zs.Val()))
+	for _, z := range zs.Val() {
+		q, _ := z.Member.(string)
+		if z.Score >= oldest && keys.CheckQueue(q) == nil {
+			qs = append(qs, q)
+		}
+	}
+	slices.Sort(qs)
+	return qs, nil
+}
+
+// ScanQueues lists the queues that have any key under the prefix, found by
+// SCAN of the whole keyspace (on a Cluster, of every master): what an
+// earlier build, which kept no index of queues, left is found too. Its cost
+// grows with every key of the database, redmap's or not; it names each
+// queue it finds in the index (IndexQueues), so that Queues finds them from
+// then on. The shards of a sharded queue are listed once, under the
+// queue's name.
+func (a *Admin) ScanQueues(ctx context.Context) ([]string, error) {
 	seen := map[string]bool{}
 	err := a.scan(ctx, keys.QueuesPattern(a.prefix), func(k string) error {
 		k = strings.TrimPrefix(k, a.prefix+":{")
 		if q, _, ok := strings.Cut(k, "}:"); ok {
 			q, _ = keys.SplitShard(q)
-			seen[q] = true
+			if keys.CheckQueue(q) == nil { // not the index's own tag
+				seen[q] = true
+			}
 		}
 		return nil
 	})
@@ -59,7 +94,22 @@ func (a *Admin) Queues(ctx context.Context) ([]string, error) {
 		qs = append(qs, q)
 	}
 	slices.Sort(qs)
-	return qs, nil
+	return qs, a.IndexQueues(ctx, qs)
+}
+
+// IndexQueues names queues in the index of queues, as their managers and
+// workers do. One script call a queue.
+func (a *Admin) IndexQueues(ctx context.Context, queues []string) error {
+	r := New(a.c, a.prefix, "")
+	for _, q := range queues {
+		if err := keys.CheckQueue(q); err != nil {
+			return err
+		}
+		if err := indexQueue(ctx, r, q); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // Registered is one registered worker of a queue.
@@ -197,34 +247,40 @@ type PublishedBatch struct {
 	Malformed          error // the progress record did not decode
 }
 
-// Batches returns the published progress of running batches of queue.
+// Batches returns the published progress of running batches of queue: of
+// the managers that publish (keys.Managers) and of the durable batches'
+// owners (keys.Durables), which are all the managers whose progress hash
+// exists. Two round trips, whatever else the database holds.
 func (a *Admin) Batches(ctx context.Context, queue string) ([]PublishedBatch, error) {
 	if err := keys.CheckQueue(queue); err != nil {
 		return nil, err
 	}
-	var found []string
-	err := a.scan(ctx, keys.BatchesPattern(a.prefix, queue), func(k string) error {
-		found = append(found, k)
+	var managers, owners *redis.StringSliceCmd
+	_, err := a.c.Pipelined(ctx, func(p redis.Pipeliner) error {
+		managers = p.ZRange(ctx, keys.Managers(a.prefix, queue), 0, -1)
+		owners = p.HKeys(ctx, keys.Durables(a.prefix, queue))
 		return nil
 	})
 	if err != nil {
-		return nil, fmt.Errorf("batches: %w", err)
+		return nil, wrap("batches", nil, "ZRANGE or HKEYS", err)
 	}
+	mids := append(managers.Val(), owners.Val()...)
+	slices.Sort(mids)
+	mids = slices.Compact(mids)
 	// One pipeline for every manager's hash: a thousand managers cost one
 	// round trip, not a thousand.
-	cmds := make([]*redis.MapStringStringCmd, len(found))
+	cmds := make([]*redis.MapStringStringCmd, len(mids))
 	_, err = a.c.Pipelined(ctx, func(p redis.Pipeliner) error {
-		for i, k := range found {
-			cmds[i] = p.HGetAll(ctx, k)
+		for i, mid := range mids {
+			cmds[i] = p.HGetAll(ctx, keys.Batches(a.prefix, queue, mid))
 		}
 		return nil
 	})
 	if err != nil && err != redis.Nil {
-		return nil, fmt.Errorf("batches: %w", err)
+		return nil, wrap("batches", nil, "HGETALL", err)
 	}
 	var out []PublishedBatch
-	for i, k := range found {
-		mid := strings.TrimSuffix(strings.TrimPrefix(k, keys.Base(a.prefix, queue)+"m:"), ":batches")
+	for i, mid := range mids {
 		for bid, s := range cmds[i].Val() {
 			p, err := wire.DecodeProgress(s)
 			out = append(out, PublishedBatch{Queue: queue, Manager: mid, ID: bid, Progress: p, Malformed: err})
@@ -306,7 +362,8 @@ func (a *Admin) CancelBatch(ctx context.Context, queue, mid, bid string) error {
 // manager holds it, asks the manager to (within its Poll), else withdraws
 // its tasks and marks it cancelled for the call that takes it over (see
 // cancel.lua). It returns "asked", "cancelled", or "unknown" if Redis has
-// nothing of the batch. One script call.
+// nothing of the batch. One script call, then, once cancelled, two
+// commands per ScriptBudget tasks withdrawn.
 func (a *Admin) CancelDurable(ctx context.Context, queue, name, reason string) (string, error) {
 	if err := keys.CheckDurable(name); err != nil {
 		return "", err
@@ -329,28 +386,40 @@ func (a *Admin) CancelOwner(ctx context.Context, queue, o, reason string) (strin
 	if s != "cancelled" {
 		return s, nil
 	}
-	// cancel.lua withdrew shard 0's tasks; a sharded queue's others go too,
-	// so that workers skip them (the set's count and epoch stay).
+	// Its tasks are withdrawn from every shard, so that workers skip them
+	// (the set's count and epoch stay): ScriptBudget at a time, each a
+	// bounded command however many tasks the batch has.
 	shards, err := a.Shards(ctx, queue)
 	if err != nil {
 		return s, err
 	}
-	for _, sh := range shards[1:] {
-		k := keys.Tasks(a.prefix, sh, o)
-		tids, err := a.c.HKeys(ctx, k).Result()
-		if err != nil {
-			return s, wrap("cancel a durable batch", nil, "HKEYS", err)
-		}
-		tids = slices.DeleteFunc(tids, func(f string) bool { return f == "_" || f == "_e" })
-		for len(tids) > 0 {
-			n := min(len(tids), maxGroup)
-			if err := a.c.HDel(ctx, k, tids[:n]...).Err(); err != nil {
-				return s, wrap("cancel a durable batch", nil, "HDEL", err)
-			}
-			tids = tids[n:]
+	for _, sh := range shards {
+		if err := a.withdrawTasks(ctx, keys.Tasks(a.prefix, sh, o)); err != nil {
+			return s, err
 		}
 	}
 	return s, nil
+}
+
+// withdrawTasks deletes the tasks of task set k, keeping its count and
+// epoch: an HRANDFIELD and an HDEL per ScriptBudget tasks. A field deleted
+// meanwhile (its task finished) is deleted twice, which does nothing.
+func (a *Admin) withdrawTasks(ctx context.Context, k string) error {
+	for {
+		fields, err := a.c.HRandField(ctx, k, ScriptBudget).Result()
+		if err != nil {
+			return wrap("cancel a durable batch", nil, "HRANDFIELD", err)
+		}
+		// With more than ScriptBudget fields, HRANDFIELD returns as many
+		// distinct ones, not only the two kept.
+		fields = slices.DeleteFunc(fields, func(f string) bool { return f == "_" || f == "_e" })
+		if len(fields) == 0 {
+			return nil
+		}
+		if err := a.c.HDel(ctx, k, fields...).Err(); err != nil {
+			return wrap("cancel a durable batch", nil, "HDEL", err)
+		}
+	}
 }
 
 // DurableStates returns, for each durable batch owner of queue among
@@ -456,7 +525,8 @@ func (a *Admin) Purge(ctx context.Context, queue string) (purged, dropped int, e
 	return purged, dropped, nil
 }
 
-// purge purges one shard.
+// purge purges one shard: a script call per ScriptBudget ids, until its
+// lists are empty (tasks submitted meanwhile are purged too).
 func (a *Admin) purge(ctx context.Context, queue string) (purged, dropped int, err error) {
 	rings := keys.Rings(a.prefix, queue)
 	def := keys.Ring(a.prefix, queue, keys.DefaultPriority)
@@ -473,25 +543,41 @@ func (a *Admin) purge(ctx context.Context, queue string) (purged, dropped int, e
 	for _, l := range privates {
 		args = append(args, l)
 	}
-	n, err := purgeScript.run(ctx, a.c, []string{def}, args...).Int64Slice()
-	if err != nil {
-		return 0, 0, wrap("purge", purgeScript, "", err)
+	for {
+		n, err := purgeScript.run(ctx, a.c, []string{def}, args...).Int64Slice()
+		if err != nil {
+			return purged, dropped, wrap("purge", purgeScript, "", err)
+		}
+		if len(n) != 3 {
+			return purged, dropped, fmt.Errorf("purge: script returned %v, not 3 integers", n)
+		}
+		purged, dropped = purged+int(n[0]), dropped+int(n[1])
+		if n[2] == 1 {
+			return purged, dropped, nil
+		}
 	}
-	if len(n) != 2 {
-		return 0, 0, fmt.Errorf("purge: script returned %v, not 2 integers", n)
-	}
-	return int(n[0]), int(n[1]), nil
 }
 
-// privates returns queue's workers' private lists.
+// privates returns the private lists of queue's workers: of those
+// registered (keys.Workers) or gone lately (keys.Gone). A private batch is
+// submitted only to a live worker, and reap.lua empties a reaped worker's
+// list, so no other worker has one. One round trip.
 func (a *Admin) privates(ctx context.Context, queue string) ([]string, error) {
-	var lists []string
-	err := a.scan(ctx, keys.PrivatePattern(a.prefix, queue), func(k string) error {
-		lists = append(lists, k)
+	var live, gone *redis.StringSliceCmd
+	_, err := a.c.Pipelined(ctx, func(p redis.Pipeliner) error {
+		live = p.ZRange(ctx, keys.Workers(a.prefix, queue), 0, -1)
+		gone = p.ZRange(ctx, keys.Gone(a.prefix, queue), 0, -1)
 		return nil
 	})
 	if err != nil {
-		return nil, fmt.Errorf("scan: %w", err)
+		return nil, wrap("private lists", nil, "ZRANGE", err)
+	}
+	wids := append(live.Val(), gone.Val()...)
+	slices.Sort(wids)
+	wids = slices.Compact(wids)
+	lists := make([]string, len(wids))
+	for i, wid := range wids {
+		lists[i] = keys.Private(a.prefix, queue, wid)
 	}
 	return lists, nil
 }
@@ -530,12 +616,13 @@ func (a *Admin) scan(ctx context.Context, pattern string, f func(key string) err
 }
 
 // LoseManagers records the batches of queue's managers whose publish of
-// progress is overdue as "manager lost" (see RDB.LoseManagers).
+// progress is overdue as "manager lost" (see RDB.LoseManagers): all of
+// them, a script call per ScriptBudget.
 func (a *Admin) LoseManagers(ctx context.Context, queue string) (int, error) {
 	if err := keys.CheckQueue(queue); err != nil {
 		return 0, err
 	}
-	return loseManagers(ctx, a.c, a.prefix, queue)
+	return loseManagers(ctx, a.c, a.prefix, queue, 0)
 }
 
 // History returns queue's ended batches, newest first, at most n (all if n

@@ -60,7 +60,7 @@ func TestBacklogCountsElementsThroughEveryMove(t *testing.T) {
 	}
 	want("taken", 5, 55-15)
 	// w2 gives its two back; then w1's lease ends and a reap puts its three back.
-	if n, err := f.r.GiveBack(ctx, "w2", []string{taken[0].Member(), taken[1].Member()}); err != nil || n != 2 {
+	if n, err := f.r.GiveBack(ctx, "w2", []string{taken[0].Member(), taken[1].Member()}, false); err != nil || n != 2 {
 		t.Fatalf("gave back %d (%v), want 2", n, err)
 	}
 	want("given back", 7, 55-6)

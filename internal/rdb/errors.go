@@ -11,6 +11,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/redmap/redmap"
+	"github.com/redmap/redmap/internal/keys"
 )
 
 var (
@@ -45,9 +46,9 @@ func (s *script) command(reply string) string {
 // keeps the reply as text, not as a redis.Error) is a reply too: were it
 // taken for an outage, a refused call would be retried for as long as an
 // outage is (a batch's history record waited out its 2 s budget on a
-// revoked TIME before Wait returned).
+// revoked TIME before Wait returned). So is a *FencedError.
 func Unreachable(err error) bool {
-	if err == nil || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) || Refused(err) {
+	if err == nil || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) || Refused(err) || IsFenced(err) {
 		return false
 	}
 	var reply redis.Error
@@ -63,7 +64,7 @@ var transientReplies = []string{"LOADING", "READONLY", "MASTERDOWN", "TRYAGAIN",
 // Transient reports whether err may heal by itself: Redis unreachable, or
 // busy with a restart or failover. Callers retry those for a bounded time.
 func Transient(err error) bool {
-	if Unreachable(err) {
+	if Unreachable(err) || errors.Is(err, errSetAside) {
 		return true
 	}
 	var reply redis.Error
@@ -141,10 +142,24 @@ func wrap(op string, s *script, cmd string, err error) error {
 	if err == nil {
 		return nil
 	}
+	if fe := fenced(op, err); fe != nil {
+		return fe
+	}
 	if ce := refused(op, s, cmd, err); ce != nil {
 		return ce
 	}
 	return fmt.Errorf("%s: %w", op, err)
+}
+
+// onKey names key in err if it is a refusal for data of the wrong type: a
+// call whose every other key is set aside when it holds foreign data (see
+// set_aside in lua/prelude.lua) says which key stopped it.
+func onKey(err error, key string) error {
+	var ce *redmap.CommandError
+	if errors.As(err, &ce) && strings.HasPrefix(ce.Reply, "WRONGTYPE") {
+		ce.Key = key
+	}
+	return err
 }
 
 // Refused reports whether err is a refusal (a *redmap.CommandError):
@@ -167,4 +182,66 @@ func Addr(c redis.UniversalClient) string {
 		return "the ring " + fmt.Sprint(c.Options().Addrs)
 	}
 	return fmt.Sprintf("%T", c)
+}
+
+// errSetAside marks a read that met foreign data in one of its manager's
+// own keys, which were then set aside (setAside): the read, made again,
+// finds them absent.
+var errSetAside = errors.New("foreign data set aside")
+
+// setAside answers err, the error of a read of manager mid's results: if
+// Redis refused it for data of the wrong type, the manager's result list,
+// staged results and kept list are set aside where they hold another type
+// (aside.lua), and the error says so and is Transient (also when none does
+// any more: another client set it aside first); otherwise err. A refusal
+// that keeps coming is bounded as every Transient error is, by the
+// manager's outage bound.
+func (r *RDB) setAside(ctx context.Context, mid string, err error) error {
+	var ce *redmap.CommandError
+	if !errors.As(err, &ce) || !strings.HasPrefix(ce.Reply, "WRONGTYPE") {
+		return err
+	}
+	n, aerr := asideScript.run(ctx, r.c, []string{keys.Results(r.prefix, r.queue, mid), keys.Staged(r.prefix, r.queue, mid),
+		keys.Kept(r.prefix, r.queue, mid)}, "list", "hash", "list").Int()
+	if aerr != nil {
+		return err
+	}
+	// n is 0 when another client (a worker's publish, another read of
+	// this manager) set the key aside between the refusal and aside.lua:
+	// the read, made again, finds it absent all the same.
+	return fmt.Errorf("%w: %d of the manager's keys held another type (%v)", errSetAside, n, err)
+}
+
+// asideOnce runs do, a plain command (or pipeline) on key; if Redis refused
+// it because key holds foreign data (another type), it sets key aside
+// (aside.lua; typ is the type key must have: "list", "hash", "set" or
+// "zset"), logged in Redis's log, and runs do once more on the key, now
+// absent. For keys a script would set aside too (guarded in
+// lua/prelude.lua): a record, a lease, a counter, a bell, what is rebuilt.
+func (r *RDB) asideOnce(ctx context.Context, key, typ string, do func() error) error {
+	err := do()
+	if err == nil || !redis.HasErrorPrefix(err, "WRONGTYPE") {
+		return err
+	}
+	if _, aerr := asideScript.run(ctx, r.c, []string{key}, typ).Result(); aerr != nil {
+		return err
+	}
+	return do()
+}
+
+// SetAsideTasks answers err, what a call on manager mid's behalf met: if
+// Redis refused it because mid's task set holds foreign data (a
+// *redmap.CommandError naming the key), the set is set aside (aside.lua)
+// and SetAsideTasks reports true. The caller has failed every task the set
+// held first: its payloads and the truth of what is outstanding went with
+// the foreign write. The manager's next submit finds no count, and its
+// recoverer starts a new history (epoch) for the set.
+func (r *RDB) SetAsideTasks(ctx context.Context, mid string, err error) bool {
+	var ce *redmap.CommandError
+	k := keys.Tasks(r.prefix, r.queue, mid)
+	if !errors.As(err, &ce) || ce.Key != k || !strings.HasPrefix(ce.Reply, "WRONGTYPE") {
+		return false
+	}
+	_, aerr := asideScript.run(ctx, r.c, []string{k}, "hash").Result()
+	return aerr == nil
 }

@@ -95,6 +95,9 @@ type FuncLimit struct {
 	Code     *wire.LimitRecord
 	Running  int64
 	Refused  int64
+	// RetryAfter counts the waits its elements made because it answered
+	// redmap.RetryAfter (throttle.lua).
+	RetryAfter int64
 	// Waiting counts the tasks of the function queued in the public
 	// lanes (the private lists are not counted).
 	Waiting int64
@@ -155,6 +158,11 @@ func (r *RDB) Limits(ctx context.Context) ([]FuncLimit, error) {
 		if fn, ok := strings.CutPrefix(field, "w\t"); ok {
 			if f := byFunc[fn]; f != nil {
 				f.Refused, _ = strconv.ParseInt(v, 10, 64)
+			}
+		}
+		if fn, ok := strings.CutPrefix(field, "r\t"); ok {
+			if f := byFunc[fn]; f != nil {
+				f.RetryAfter, _ = strconv.ParseInt(v, 10, 64)
 			}
 		}
 	}

@@ -43,15 +43,22 @@ func (o *Objects) Hold(ctx context.Context, h, holder string, d time.Duration) (
 // Upload stores the parts of object h, each expiring after d unless a commit
 // holds them, then commits the object and gives holder a hold for d. It
 // reports false if a part vanished before the commit (upload again). One
-// pipeline per 8 parts, then one script call.
+// pipeline per CallBytes of parts (a larger part alone), then one script
+// call.
 func (o *Objects) Upload(ctx context.Context, h string, parts [][]byte, size int64, holder string, d time.Duration) (bool, error) {
-	for start := 0; start < len(parts); start += partsPerTrip {
+	sizes := make([]int, len(parts))
+	for i, p := range parts {
+		sizes[i] = len(p)
+	}
+	for start := 0; start < len(parts); {
+		end := start + Within(sizes[start:], CallBytes)
 		_, err := o.c.Pipelined(ctx, func(p redis.Pipeliner) error {
-			for i := start; i < min(start+partsPerTrip, len(parts)); i++ {
+			for i := start; i < end; i++ {
 				p.Set(ctx, keys.ObjectPart(o.prefix, h, i), parts[i], d)
 			}
 			return nil
 		})
+		start = end
 		if err != nil {
 			return false, wrap("upload object", nil, "SET", err)
 		}
@@ -83,7 +90,9 @@ var ErrNoObject = errors.New("no such object")
 var ErrBadObject = errors.New("malformed object")
 
 // Fetch returns the parts of object h and its recorded size: one round trip
-// for the metadata, then one pipeline per 8 parts.
+// for the metadata, then round trips of as many parts as fit in CallBytes,
+// or of one part if they are larger (an upload's part size, at most
+// cache.DefaultPartSize by default).
 func (o *Objects) Fetch(ctx context.Context, h string) ([]string, int64, error) {
 	meta, err := o.c.HMGet(ctx, keys.Object(o.prefix, h), "size", "parts").Result()
 	if err != nil {
@@ -105,9 +114,20 @@ func (o *Objects) Fetch(ctx context.Context, h string) ([]string, int64, error) 
 	}
 	parts := make([]string, 0, min(n, partsPerTrip))
 	var got int64
-	for start := 0; start < n; start += partsPerTrip {
+	keep := func(part string) error {
+		if got += int64(len(part)); got > size {
+			return fmt.Errorf("%w: object %s: its parts hold more than its recorded size of %d bytes", ErrBadObject, h, size)
+		}
+		parts = append(parts, part)
+		return nil
+	}
+	// The parts of one upload are all of one size but the last: as many as
+	// fit in CallBytes, or one, go in a round trip.
+	each := (size + int64(n) - 1) / int64(n)
+	perTrip := int(min(partsPerTrip, max(1, CallBytes/max(each, 1))))
+	for start := 0; start < n; start += perTrip {
 		cmds, err := o.c.Pipelined(ctx, func(p redis.Pipeliner) error {
-			for i := start; i < min(start+partsPerTrip, n); i++ {
+			for i := start; i < min(start+perTrip, n); i++ {
 				p.Get(ctx, keys.ObjectPart(o.prefix, h, i))
 			}
 			return nil
@@ -119,11 +139,9 @@ func (o *Objects) Fetch(ctx context.Context, h string) ([]string, int64, error) 
 			return nil, 0, wrap("fetch object", nil, "HMGET or GET", err)
 		}
 		for _, c := range cmds {
-			part := c.(*redis.StringCmd).Val()
-			if got += int64(len(part)); got > size {
-				return nil, 0, fmt.Errorf("%w: object %s: its parts hold more than its recorded size of %d bytes", ErrBadObject, h, size)
+			if err := keep(c.(*redis.StringCmd).Val()); err != nil {
+				return nil, 0, err
 			}
-			parts = append(parts, part)
 		}
 	}
 	return parts, size, nil

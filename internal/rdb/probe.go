@@ -193,7 +193,8 @@ func badTLS(err error) bool {
 // A Redis that answers PING but whose probe fails with a transient error (a
 // Cluster whose nodes do not yet agree, CLUSTERDOWN while a master's replica
 // is promoted, a node of the queue's slot unreachable, LOADING) is an outage
-// being healed: it is retried for up to heal instead (if longer).
+// being healed: it is retried for up to heal instead (if longer). Once it
+// passes, it names the queue in the index of queues (see Heartbeat).
 func (r *RDB) Preflight(ctx context.Context, budget, heal time.Duration, log *slog.Logger) error {
 	start := time.Now()
 	deadline := start.Add(budget)
@@ -246,10 +247,17 @@ func (r *RDB) Preflight(ctx context.Context, budget, heal time.Duration, log *sl
 		log.Debug("cannot read the server's version and maxmemory-policy; not checked", "err", err)
 	case TooOld(s.Version):
 		return &redmap.CommandError{Op: "checking Redis", Reply: "Redis " + s.Version + " is older than " + MinVersion + ", which redmap needs", Kind: redmap.ErrRefused}
+	case s.Policy == "":
+		// The server's INFO has no policy (miniredis, some proxies): there
+		// is nothing to warn of.
+		log.Debug("the server reports no maxmemory-policy; not checked")
 	case s.Policy != "noeviction":
 		log.Warn("Redis's maxmemory-policy may evict redmap's keys when memory is full, and work would be lost and redone; set maxmemory-policy noeviction",
 			"maxmemory_policy", s.Policy)
 	}
+	// Named before the first task is queued: operators find the queue
+	// from then on.
+	r.nameQueue(ctx)
 	return nil
 }
 

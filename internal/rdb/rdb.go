@@ -5,6 +5,7 @@
 package rdb
 
 import (
+	"cmp"
 	"context"
 	"crypto/sha1"
 	"encoding/hex"
@@ -29,6 +30,14 @@ import (
 const (
 	maxGroup      = 1000
 	maxGroupBytes = 8 << 20
+	// ScriptBudget is the most units of work one call of a script that
+	// works in slices does (prelude.lua's BUDGET): a batch published or
+	// recorded, a lane or a task withdrawn, a task purged or reaped, each a
+	// few commands. Its caller calls again until the work is done, so no
+	// call holds Redis for long (a few ms) whatever the sizes: publishing
+	// 100,000 batches, recording them lost, purging 100,000 tasks, reaping
+	// a dead worker's 100,000 private tasks.
+	ScriptBudget = 500
 	// Inline is the largest payload a take returns, or result a finish
 	// takes, through its script (prelude.lua's INLINE): larger ones go out
 	// and in with plain commands beside the script (a submit's payloads
@@ -49,8 +58,11 @@ type RDB struct {
 	queue  string // the shard's name
 	shard  int
 	base   string
-	rings  []string // the rings of lanes, highest priority first
-	keep   bool     // a durable batch's: results trimmed are kept (KeepingResults)
+	rings  []string    // the rings of lanes, highest priority first
+	keep   bool        // a durable batch's: results trimmed are kept (KeepingResults)
+	index  *indexClock // when the queue's name is due in the index of queues
+	fence  *Fence      // a durable batch's owner's: the claim its writes carry (Fenced)
+	wait   *waiter     // c's: bounds its blocking reads (WaitResults)
 }
 
 // New returns the protocol of queue under prefix on c.
@@ -61,7 +73,8 @@ func New(c redis.UniversalClient, prefix, queue string) *RDB { return NewShard(c
 // (Taken.Shard).
 func NewShard(c redis.UniversalClient, prefix, name string, i int) *RDB {
 	followFailovers(c)
-	return &RDB{c: c, prefix: prefix, queue: name, shard: i, base: keys.Base(prefix, name), rings: keys.Rings(prefix, name)}
+	return &RDB{c: c, prefix: prefix, queue: name, shard: i, base: keys.Base(prefix, name), rings: keys.Rings(prefix, name),
+		index: &indexClock{}, wait: waiterOf(c)}
 }
 
 // Name returns the name of r's shard (the queue's, for shard 0).
@@ -73,7 +86,7 @@ func (r *RDB) Shard() int { return r.shard }
 // Submit stores tasks of manager mid and queues them on their batch's lane
 // (lane, whose ring it joins), or on worker wid's private list if wid is not
 // empty, then wakes idle workers.
-// It costs one script call per group of up to 1,000 tasks or 8 MiB, in a
+// It costs one script call per group of up to 1,000 tasks or CallBytes, in a
 // MULTI behind a plain HSET of the group's payloads (one call if there are
 // none: it then only checks, and installs a new epoch). The manager's task
 // set gets the given TTL.
@@ -82,7 +95,8 @@ func (r *RDB) Shard() int { return r.shard }
 // with an epoch. Submit returns the count after its last group, and whether
 // each group found the set as expected (the first as exp says, the others as
 // the group before left it): if not, Redis lost writes of this manager (see
-// Submitted).
+// Submitted). A group that fails after others were queued returns a
+// *PartlySubmitted saying what was: the caller sends only the rest again.
 func (r *RDB) Submit(ctx context.Context, mid, wid string, lane wire.Lane, tasks []wire.Task, ttl time.Duration, exp wire.Expect) (count int64, intact bool, err error) {
 	ring := keys.Ring(r.prefix, r.queue, keys.DefaultPriority)
 	if len(tasks) > 0 {
@@ -93,17 +107,23 @@ func (r *RDB) Submit(ctx context.Context, mid, wid string, lane wire.Lane, tasks
 		list = keys.Private(r.prefix, r.queue, wid)
 	}
 	ks := []string{keys.Tasks(r.prefix, r.queue, mid), list, keys.Idle(r.prefix, r.queue), ring, keys.Lanes(r.prefix, r.queue, mid), keys.Widest(r.prefix, r.queue, mid)}
+	fence, held := r.fenceOf(mid)
+	if fence != "" {
+		ks = append(ks, fence, keys.Aside(r.prefix, r.queue, mid))
+	}
 	intact = true
+	queued := 0 // tasks of the groups done
 	for first := true; first || len(tasks) > 0; first = false {
 		n, size := 0, 0
-		for n < len(tasks) && n < maxGroup && (n == 0 || size+len(tasks[n].Payload) <= maxGroupBytes) {
+		for n < len(tasks) && n < maxGroup && (n == 0 || size+len(tasks[n].Payload) <= CallBytes) {
 			size += len(tasks[n].Payload)
 			n++
 		}
 		// The payloads go in with a plain HSET in the script's MULTI: Redis
 		// never copies them into Lua (see submit.lua).
-		args := make([]any, 10, 10+n)
+		args := make([]any, 11, 11+n)
 		copy(args, []any{r.base, ttl.Milliseconds(), wid, exp.Count, exp.Epoch, exp.NewEpoch, lane.Name, lane.Calls})
+		args[10] = held
 		stored := make([]any, 0, 2*n) // id, payload, ...
 		widest, elements := 0, 0
 		for _, t := range tasks[:n] {
@@ -121,7 +141,11 @@ func (r *RDB) Submit(ctx context.Context, mid, wid string, lane wire.Lane, tasks
 			reply, err = r.submitStored(ctx, ks, stored, args)
 		}
 		if err != nil {
-			return count, false, wrap("submit", submitScript, "", err)
+			err = onKey(wrap("submit", submitScript, "", err), ks[0])
+			if queued > 0 {
+				err = &PartlySubmitted{Queued: queued, Count: count, Intact: intact, Err: err}
+			}
+			return count, false, err
 		}
 		if len(reply) != 2 {
 			return count, false, fmt.Errorf("submit: script returned %v, not 2 integers", reply)
@@ -133,6 +157,7 @@ func (r *RDB) Submit(ctx context.Context, mid, wid string, lane wire.Lane, tasks
 			exp.Epoch, exp.NewEpoch = exp.NewEpoch, ""
 		}
 		tasks = tasks[n:]
+		queued += n
 	}
 	return count, intact, nil
 }
@@ -142,11 +167,21 @@ func (r *RDB) Submit(ctx context.Context, mid, wid string, lane wire.Lane, tasks
 // Redis never copies those payloads into Lua, and the tasks are queued in
 // the step that stores them: no take finds an id before its payload, and a
 // failure leaves neither (but NOSCRIPT, raised as EXEC runs: the HSET then
-// went through alone, and is made again, with the whole script: inTx).
+// went through alone, and is made again, with the whole script: inTx). A
+// durable batch's owner's MULTI (ks holds its fence and aside keys) begins
+// with fence.lua, so that a submit its fence refuses stores nothing.
 func (r *RDB) submitStored(ctx context.Context, ks []string, stored, args []any) ([]int64, error) {
 	for whole := false; ; whole = true {
 		var run *redis.Cmd
 		cmds, err := r.c.TxPipelined(ctx, func(p redis.Pipeliner) error {
+			if len(ks) == 8 { // a fenced owner's: Submit appended the fence and aside keys
+				fenceArgs := make([]any, 0, 1+len(stored)/2)
+				fenceArgs = append(fenceArgs, args[10])
+				for i := 0; i < len(stored); i += 2 {
+					fenceArgs = append(fenceArgs, stored[i])
+				}
+				fenceScript.inTx(ctx, p, []string{ks[6], ks[0], ks[7]}, true, fenceArgs...)
+			}
 			p.HSet(ctx, ks[0], stored...)
 			run = submitScript.inTx(ctx, p, ks, whole, args...)
 			return nil
@@ -183,7 +218,7 @@ func txErr(cmds []redis.Cmder, err error) error {
 func (r *RDB) Submitted(ctx context.Context, mid string) (int64, string, error) {
 	v, err := r.c.HMGet(ctx, keys.Tasks(r.prefix, r.queue, mid), "_", "_e").Result()
 	if err != nil {
-		return 0, "", wrap("check data", nil, "HMGET", err)
+		return 0, "", onKey(wrap("check data", nil, "HMGET", err), keys.Tasks(r.prefix, r.queue, mid))
 	}
 	cs, _ := v[0].(string)
 	epoch, _ := v[1].(string)
@@ -214,7 +249,7 @@ func (r *RDB) Missing(ctx context.Context, mid string, tids []string) (missing [
 		}
 		got, err := missingScript.run(ctx, r.c, ks, args...).Slice()
 		if err != nil {
-			return missing, 0, "", wrap("check data", missingScript, "", err)
+			return missing, 0, "", onKey(wrap("check data", missingScript, "", err), ks[0])
 		}
 		c, ok1 := got[0].(int64)
 		e, ok2 := got[1].(string)
@@ -261,55 +296,66 @@ func (r *RDB) Take(ctx context.Context, wid string, n, room int, lease time.Dura
 	return r.taken(ctx, wid, vals)
 }
 
-// taken reads take.lua's reply (parseTaken) and reads, with one plain
-// HMGET per manager in one round trip, the payloads over Inline the script
-// left in their task sets. A task whose payload is gone by then (its
-// manager cancelled it, or has its result) is released unrun, as a worker
-// releases a task it finds unwanted, and not returned.
+// taken reads take.lua's reply (parseTaken) and reads the payloads over
+// Inline the script left in their task sets: their lengths in one round
+// trip, then the payloads with plain HGETs, pipelined in round trips of at
+// most CallBytes (a larger payload alone), so that no reply of a take takes
+// longer than CallBytes does on a slow link. A task whose payload is gone
+// by then (its manager cancelled it, or has its result) is released unrun,
+// as a worker releases a task it finds unwanted, and not returned.
 func (r *RDB) taken(ctx context.Context, wid string, vals []any) ([]wire.Taken, wire.TakeEnd, error) {
 	taken, end, err := r.parseTaken(vals)
 	if err != nil {
 		return taken, end, err
 	}
-	var fetch map[string][]int // task set -> indexes in taken
+	var fetch []int // indexes in taken
 	for i, t := range taken {
 		if t.Payload == nil {
-			if fetch == nil {
-				fetch = make(map[string][]int)
-			}
-			k := keys.Tasks(r.prefix, r.queue, id.Manager(t.ID))
-			fetch[k] = append(fetch[k], i)
+			fetch = append(fetch, i)
 		}
 	}
 	if fetch == nil {
 		return taken, end, nil
 	}
-	reads := make(map[string]*redis.SliceCmd, len(fetch))
-	_, err = r.c.Pipelined(ctx, func(p redis.Pipeliner) error {
-		for k, is := range fetch {
-			fields := make([]string, len(is))
-			for j, i := range is {
-				fields[j] = taken[i].ID
-			}
-			reads[k] = p.HMGet(ctx, k, fields...)
+	key := func(i int) string { return keys.Tasks(r.prefix, r.queue, id.Manager(taken[i].ID)) }
+	// The tasks are held as those of a take whose reply was lost if a read
+	// fails: the worker gives them back as orphans.
+	lens := make([]*redis.IntCmd, len(fetch))
+	if _, err := r.c.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for j, i := range fetch {
+			lens[j] = p.HStrLen(ctx, key(i), taken[i].ID)
 		}
 		return nil
-	})
-	if err != nil {
-		// The tasks are held as those of a take whose reply was lost: the
-		// worker gives them back as orphans.
-		return nil, end, wrap("take", nil, "HMGET", err)
+	}); err != nil {
+		return nil, end, wrap("take", nil, "HSTRLEN", err)
 	}
 	var gone []wire.Done
-	for k, is := range fetch {
-		for j, v := range reads[k].Val() {
-			t := &taken[is[j]]
-			if p, ok := v.(string); ok && p != "" {
-				t.Payload = []byte(p)
-			} else {
-				gone = append(gone, wire.Done{ID: t.ID})
+	for j := 0; j < len(fetch); {
+		n, size := 0, int64(0)
+		for j+n < len(fetch) && (n == 0 || size+lens[j+n].Val() <= CallBytes) {
+			size += lens[j+n].Val()
+			n++
+		}
+		reads := make([]*redis.StringCmd, n)
+		_, _ = r.c.Pipelined(ctx, func(p redis.Pipeliner) error {
+			for k, i := range fetch[j : j+n] {
+				reads[k] = p.HGet(ctx, key(i), taken[i].ID)
+			}
+			return nil
+		})
+		for _, c := range reads {
+			if err := c.Err(); err != nil && !errors.Is(err, redis.Nil) {
+				return nil, end, wrap("take", nil, "HGET", err)
 			}
 		}
+		for k, i := range fetch[j : j+n] {
+			if p := reads[k].Val(); p != "" {
+				taken[i].Payload = []byte(p)
+			} else {
+				gone = append(gone, wire.Done{ID: taken[i].ID})
+			}
+		}
+		j += n
 	}
 	if gone == nil {
 		return taken, end, nil
@@ -347,7 +393,10 @@ func (r *RDB) WaitTake(ctx context.Context, wid string, n, room int, lease, time
 		take = takeScript.evalSha(ctx, p, ks, takeArgs(r, n, room, wid, lease, holding, shards, serves)...)
 		return nil
 	})
-	if err := pop.Err(); err != nil && !errors.Is(err, redis.Nil) {
+	// A bell holding foreign data fails the BLPOP alone: take.lua, next in
+	// the pipeline, set it aside (guarded), and the tasks it took are the
+	// worker's.
+	if err := pop.Err(); err != nil && !errors.Is(err, redis.Nil) && !redis.HasErrorPrefix(err, "WRONGTYPE") {
 		return nil, end, wrap("wait", nil, "BLPOP", err)
 	}
 	vals, err := take.Slice()
@@ -511,7 +560,8 @@ func parseTakeEnd(flags []any) (end wire.TakeEnd, err error) {
 // WaitBell blocks until a submit rings worker wid's bell or timeout passes.
 // It reports whether the bell rang.
 func (r *RDB) WaitBell(ctx context.Context, wid string, timeout time.Duration) (bool, error) {
-	err := r.c.BLPop(ctx, blocking(timeout), keys.Bell(r.prefix, r.queue, wid)).Err()
+	bell := keys.Bell(r.prefix, r.queue, wid)
+	err := r.asideOnce(ctx, bell, "list", func() error { return r.c.BLPop(ctx, blocking(timeout), bell).Err() })
 	if errors.Is(err, redis.Nil) {
 		return false, nil
 	}
@@ -551,76 +601,131 @@ func (r *RDB) RingStop(ctx context.Context, wid string) error {
 // push appends vs to list key and gives the list a minute to live, so a
 // wake-up nobody pops leaks nothing.
 func (r *RDB) push(ctx context.Context, what, key string, vs ...any) error {
-	_, err := r.c.TxPipelined(ctx, func(p redis.Pipeliner) error {
-		p.RPush(ctx, key, vs...)
-		p.PExpire(ctx, key, time.Minute)
-		return nil
+	err := r.asideOnce(ctx, key, "list", func() error {
+		_, err := r.c.TxPipelined(ctx, func(p redis.Pipeliner) error {
+			p.RPush(ctx, key, vs...)
+			p.PExpire(ctx, key, time.Minute)
+			return nil
+		})
+		return err
 	})
 	return wrap(what, nil, "RPUSH, PEXPIRE, MULTI or EXEC", err)
 }
 
 // Finish delivers the results of worker wid's finished tasks whose managers
 // still want them and drops the rest, releasing the worker's hold on all of
-// them; one script call per group of up to 1,000 results or 8 MiB. It returns
-// how many were delivered. Finishing a task twice delivers it once.
-func (r *RDB) Finish(ctx context.Context, wid string, done []wire.Done) (int, error) {
+// them. Finishing a task twice delivers it once.
+//
+// It sends one script call per group of up to 1,000 results or CallBytes,
+// the results under Inline bytes first and the staged ones (a plain HSET
+// each, in the call's MULTI) in calls of their own: at maxmemory Redis
+// refuses the HSETs of a staged group whole, and its refusal must not hold
+// back the small results of other batches. A group refused for want of
+// memory goes in Full and the next groups are sent; a group that fails
+// otherwise (Redis unreachable) and every group after it go in Failed, and
+// the error is returned with what was reported before it. The error is the
+// first one met.
+func (r *RDB) Finish(ctx context.Context, wid string, done []wire.Done) (wire.Finished, error) {
 	ks := []string{keys.Held(r.prefix, r.queue, wid)}
-	delivered := 0
-	for len(done) > 0 {
-		n, size := 0, 0
-		for n < len(done) && n < maxGroup && (n == 0 || size+len(done[n].Result) <= maxGroupBytes) {
-			size += len(done[n].Result)
+	var out wire.Finished
+	var first error
+	small, staged := r.byStaging(done)
+	for i, part := range [2][]wire.Done{small, staged} {
+		for len(part) > 0 {
+			n, size := 0, 0
+			for n < len(part) && n < maxGroup && (n == 0 || size+len(part[n].Result)+len(part[n].Record) <= CallBytes) {
+				size += len(part[n].Result) + len(part[n].Record)
+				n++
+			}
+			k, err := r.finishGroup(ctx, ks, wid, part[:n])
+			switch {
+			case err == nil:
+				out.Sent += n
+				out.Delivered += k
+			case OutOfMemory(err):
+				out.Full = append(out.Full, part[:n]...)
+				first = cmp.Or(first, err)
+			default:
+				out.Failed = append(out.Failed, part...)
+				if i == 0 {
+					out.Failed = append(out.Failed, staged...)
+				}
+				return out, wrap("finish", finishScript, "", cmp.Or(first, err))
+			}
+			part = part[n:]
+		}
+	}
+	return out, wrap("finish", finishScript, "", first)
+}
+
+// byStaging splits done into the results sent through finish.lua and
+// those staged beside it (over Inline bytes, of a task that names its
+// manager), each in the order given; no copy if all are of one kind.
+func (r *RDB) byStaging(done []wire.Done) (small, staged []wire.Done) {
+	isStaged := func(d wire.Done) bool { return len(d.Result) > Inline && id.Manager(d.ID) != "" }
+	n := 0
+	for _, d := range done {
+		if isStaged(d) {
 			n++
 		}
-		args := make([]any, 0, 2+2*n)
-		args = append(args, r.base, "")
-		var staged map[string][]any // staged results' key -> field, result, ...
-		records := false
-		for _, d := range done[:n] {
-			records = records || d.Record != ""
-			if mid := id.Manager(d.ID); len(d.Result) > Inline && mid != "" {
-				if staged == nil {
-					staged = make(map[string][]any)
-				}
-				field := d.ID + " " + wid + " " + strconv.FormatUint(stagedSeq.Add(1), 36)
-				k := keys.Staged(r.prefix, r.queue, mid)
-				staged[k] = append(staged[k], field, d.Result)
-				args = append(args, d.ID, "="+field)
-				if d.Record != "" {
-					args = append(args, soloToken(d), d.Record)
-				}
-				continue
-			}
-			args = append(args, d.ID, d.Result)
-			if d.Record != "" {
-				args = append(args, soloToken(d), d.Record)
-			}
-		}
-		// What finish.lua must look for among the pairs: history records
-		// ("#"), staged results ("="); it spares every other call a look at
-		// each task's.
-		switch {
-		case records && staged != nil:
-			args[1] = "#="
-		case records:
-			args[1] = "#"
-		case staged != nil:
-			args[1] = "="
-		}
-		var k int
-		var err error
-		if staged == nil {
-			k, err = finishScript.run(ctx, r.c, ks, args...).Int()
-		} else {
-			k, err = r.finishStaged(ctx, ks, staged, args)
-		}
-		if err != nil {
-			return delivered, wrap("finish", finishScript, "", err)
-		}
-		delivered += k
-		done = done[n:]
 	}
-	return delivered, nil
+	switch n {
+	case 0:
+		return done, nil
+	case len(done):
+		return nil, done
+	}
+	small, staged = make([]wire.Done, 0, len(done)-n), make([]wire.Done, 0, n)
+	for _, d := range done {
+		if isStaged(d) {
+			staged = append(staged, d)
+		} else {
+			small = append(small, d)
+		}
+	}
+	return small, staged
+}
+
+// finishGroup runs finish.lua once for done (at most maxGroup results),
+// staging the large results beside it, and returns how many were
+// delivered; the error is Redis's, unwrapped.
+func (r *RDB) finishGroup(ctx context.Context, ks []string, wid string, done []wire.Done) (int, error) {
+	args := make([]any, 0, 2+2*len(done))
+	args = append(args, r.base, "")
+	var staged map[string][]any // staged results' key -> field, result, ...
+	records := false
+	for _, d := range done {
+		records = records || d.Record != ""
+		if mid := id.Manager(d.ID); len(d.Result) > Inline && mid != "" {
+			if staged == nil {
+				staged = make(map[string][]any)
+			}
+			field := d.ID + " " + wid + " " + strconv.FormatUint(stagedSeq.Add(1), 36)
+			k := keys.Staged(r.prefix, r.queue, mid)
+			staged[k] = append(staged[k], field, d.Result)
+			args = append(args, d.ID, "="+field)
+		} else {
+			args = append(args, d.ID, d.Result)
+		}
+		if d.Record != "" {
+			args = append(args, soloToken(d), d.Record)
+		}
+	}
+	// What finish.lua must look for among the pairs: history records
+	// ("#"), staged results ("="); it spares every other call a look at
+	// each task's.
+	switch {
+	case records && staged != nil:
+		args[1] = "#="
+	case records:
+		args[1] = "#"
+	case staged != nil:
+		args[1] = "="
+	}
+	if staged == nil {
+		return finishScript.run(ctx, r.c, ks, args...).Int()
+	}
+	return r.finishStaged(ctx, ks, staged, args)
 }
 
 // soloToken is what stands, in finish.lua's arguments, in a task id's
@@ -669,15 +774,13 @@ func (r *RDB) finishStaged(ctx context.Context, ks []string, staged map[string][
 // lost it) stays as it is: the manager then submits its task again. entries is
 // not changed: the trim of the next read needs the entries as they are in
 // the list. No round trip if none is staged.
-func (r *RDB) Unstaged(ctx context.Context, mid string, entries []string) ([]string, error) {
-	var at []int
-	var fields []string
-	for i, e := range entries {
-		if f, ok := wire.StagedField(e); ok {
-			at = append(at, i)
-			fields = append(fields, f)
+func (r *RDB) Unstaged(ctx context.Context, mid string, entries []string) (out []string, err error) {
+	defer func() {
+		if err != nil {
+			err = r.setAside(ctx, mid, err)
 		}
-	}
+	}()
+	at, fields := stagedFields(entries)
 	if at == nil {
 		return entries, nil
 	}
@@ -685,7 +788,7 @@ func (r *RDB) Unstaged(ctx context.Context, mid string, entries []string) ([]str
 	if err != nil {
 		return nil, wrap("read staged results", nil, "HMGET", err)
 	}
-	out := slices.Clone(entries)
+	out = slices.Clone(entries)
 	for j, i := range at {
 		if v, ok := vals[j].(string); ok {
 			out[i] = v
@@ -695,7 +798,9 @@ func (r *RDB) Unstaged(ctx context.Context, mid string, entries []string) ([]str
 }
 
 // Heartbeat registers worker wid, or renews its lease, for lease from now by
-// the Redis clock, and publishes info for operators (nil: none).
+// the Redis clock, and publishes info for operators (nil: none). One script
+// call; on shard 0, at the first call and then every keys.QueueIndexEvery,
+// one more to name the queue in the index of queues.
 func (r *RDB) Heartbeat(ctx context.Context, wid string, lease time.Duration, info *wire.WorkerInfo) (wire.Beat, error) {
 	ks := []string{keys.Workers(r.prefix, r.queue), keys.WorkerInfo(r.prefix, r.queue, wid), keys.Drain(r.prefix, r.queue, wid),
 		keys.ShardNames(r.prefix, r.queue)}
@@ -707,6 +812,7 @@ func (r *RDB) Heartbeat(ctx context.Context, wid string, lease time.Duration, in
 	if err != nil {
 		return wire.Beat{}, wrap("heartbeat", heartbeatScript, "", err)
 	}
+	r.nameQueue(ctx)
 	if len(n) != 3 {
 		return wire.Beat{}, fmt.Errorf("heartbeat: script returned %v, not 3 integers", n)
 	}
@@ -745,7 +851,12 @@ func (r *RDB) publishShards(ctx context.Context, mode string, names []string) ([
 // ShardNames returns the queue's list of shard names (see AdoptShards).
 // One LRANGE.
 func (r *RDB) ShardNames(ctx context.Context) ([]string, error) {
-	names, err := r.c.LRange(ctx, keys.ShardNames(r.prefix, r.queue), 0, keys.MaxShards).Result()
+	var names []string
+	key := keys.ShardNames(r.prefix, r.queue)
+	err := r.asideOnce(ctx, key, "list", func() (err error) {
+		names, err = r.c.LRange(ctx, key, 0, keys.MaxShards).Result()
+		return err
+	})
 	if err != nil {
 		return nil, wrap("shard names", nil, "LRANGE", err)
 	}
@@ -779,7 +890,8 @@ func (r *RDB) CountFailures(ctx context.Context, wid string, groups []wire.Failu
 // it still holds goes back to the queue, and tasks left in its private list
 // are reported lost to their managers, who would otherwise wait for them for
 // ever. With info (shard 0), the worker is listed "stopped" for operators
-// with that last info, for keys.GoneFor. Two script calls.
+// with that last info, for keys.GoneFor. A heartbeat's script call, then
+// Reap's calls (one per ScriptBudget tasks left).
 func (r *RDB) Retire(ctx context.Context, wid string, info *wire.WorkerInfo) (wire.Reaped, error) {
 	if info != nil {
 		stopped := *info
@@ -813,7 +925,12 @@ func (r *RDB) LiveWorkers(ctx context.Context) ([]string, error) {
 // consume, and the trim happens once however often the call is retried: a
 // reply lost on the way loses no result, and the manager discards entries it
 // sees twice.
-func (r *RDB) ReadResults(ctx context.Context, mid string, handled int, mark string, limit int) ([]string, error) {
+func (r *RDB) ReadResults(ctx context.Context, mid string, handled int, mark string, limit int) (out []string, err error) {
+	defer func() {
+		if err != nil {
+			err = r.setAside(ctx, mid, err)
+		}
+	}()
 	l := keys.Results(r.prefix, r.queue, mid)
 	if handled == 0 {
 		entries, err := r.c.LRange(ctx, l, 0, int64(limit)-1).Result()
@@ -822,24 +939,25 @@ func (r *RDB) ReadResults(ctx context.Context, mid string, handled int, mark str
 		}
 		return entries, nil
 	}
-	tk := r.trimKeys(l, mid)
+	tk, ta := r.trimOf(l, mid, handled, mark)
 	var trim *redis.Cmd
 	var read *redis.StringSliceCmd
 	_, _ = r.c.Pipelined(ctx, func(p redis.Pipeliner) error {
-		trim = trimScript.evalSha(ctx, p, tk, handled, mark, r.keepFlag())
+		trim = trimScript.evalSha(ctx, p, tk, ta...)
 		read = p.LRange(ctx, l, 0, int64(limit)-1)
 		return nil
 	})
-	return r.trimmedRead(ctx, tk, handled, mark, limit, trim, read)
+	return r.trimmedRead(ctx, tk, ta, limit, trim, read)
 }
 
-// trimmedRead returns what a pipelined trim.lua and LRANGE read. If Redis
+// trimmedRead returns what a pipelined trim.lua (KEYS tk, ARGV ta) and
+// LRANGE read. If Redis
 // did not know the script (restarted, flushed), the LRANGE read the list
 // untrimmed: it loads the script, trims and reads again.
-func (r *RDB) trimmedRead(ctx context.Context, tk []string, handled int, mark string, limit int, trim *redis.Cmd, read *redis.StringSliceCmd) ([]string, error) {
+func (r *RDB) trimmedRead(ctx context.Context, tk []string, ta []any, limit int, trim *redis.Cmd, read *redis.StringSliceCmd) ([]string, error) {
 	err := trim.Err()
 	if err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
-		err = trimScript.run(ctx, r.c, tk, handled, mark, r.keepFlag()).Err()
+		err = trimScript.run(ctx, r.c, tk, ta...).Err()
 		if err == nil {
 			read = r.c.LRange(ctx, tk[0], 0, int64(limit)-1)
 		}
@@ -854,23 +972,20 @@ func (r *RDB) trimmedRead(ctx context.Context, tk []string, handled int, mark st
 	return entries, nil
 }
 
-// trimKeys returns the KEYS of trim.lua for manager mid: its result list
-// (results),
-// and, for a durable batch's owner, its kept list (a manager's reads pay
-// for no second key).
-func (r *RDB) trimKeys(results, mid string) []string {
+// trimOf returns the KEYS and ARGV of trim.lua for manager mid, n entries
+// handled, the last with mark: its result list (results); for a durable
+// batch's owner, its kept list (a manager's reads pay for no second key),
+// with the flag that keeps the entries trimmed, and, once it holds the
+// batch's claim, its fence and that claim.
+func (r *RDB) trimOf(results, mid string, n int, mark string) ([]string, []any) {
 	if !r.keep {
-		return []string{results}
+		return []string{results}, []any{n, mark, ""}
 	}
-	return []string{results, keys.Kept(r.prefix, r.queue, mid)}
-}
-
-// keepFlag is trim.lua's ARGV[3]: whether the entries trimmed are kept.
-func (r *RDB) keepFlag() string {
-	if r.keep {
-		return "1"
+	kept := keys.Kept(r.prefix, r.queue, mid)
+	if fence, held := r.fenceOf(mid); fence != "" {
+		return []string{results, kept, fence}, []any{n, mark, "1", held}
 	}
-	return ""
+	return []string{results, kept}, []any{n, mark, "1"}
 }
 
 // KeepingResults returns r for a durable batch's manager: the results its
@@ -915,15 +1030,22 @@ const (
 // itself), so a lone result reaches the manager in one. ReadResults trims it
 // once handled. The timeout must be positive: a dead connection must not
 // block the manager forever.
-func (r *RDB) WaitResults(ctx context.Context, mid string, timeout time.Duration) (string, error) {
+//
+// The blocking reads of one client take at most a quarter of its pool: a
+// wait beyond that (many managers on one client) is made by the client's one
+// waiter, which reads the first entry of each list so waited on with one
+// pipeline every 10 ms (see waiter).
+func (r *RDB) WaitResults(ctx context.Context, mid string, timeout time.Duration) (out string, err error) {
+	defer func() {
+		if err != nil {
+			err = r.setAside(ctx, mid, err)
+		}
+	}()
 	if timeout <= 0 {
 		return "", errors.New("wait results: timeout must be positive")
 	}
 	l := keys.Results(r.prefix, r.queue, mid)
-	e, err := r.c.BLMove(ctx, l, l, "LEFT", "LEFT", blocking(timeout)).Result()
-	if errors.Is(err, redis.Nil) {
-		return "", nil
-	}
+	e, err := r.wait.first(ctx, l, timeout)
 	if err != nil {
 		return "", wrap("wait results", nil, "BLMOVE", err)
 	}
@@ -938,8 +1060,20 @@ func (r *RDB) WaitResults(ctx context.Context, mid string, timeout time.Duration
 // wait. A wait longer than the client's read timeout allows is made after
 // the read instead.
 func (r *RDB) ReadThenWait(ctx context.Context, mid string, handled int, mark string, limit int, timeout time.Duration) (entries []string, fromWait bool, err error) {
+	defer func() {
+		if err != nil {
+			err = r.setAside(ctx, mid, err)
+		}
+	}()
 	wait := blocking(timeout)
-	if rt := readTimeout(r.c); timeout <= 0 || rt > 0 && wait > rt/2 {
+	release, free := func() {}, false
+	if timeout > 0 {
+		release, free = r.wait.block()
+	}
+	if rt := readTimeout(r.c); !free || rt > 0 && wait > rt/2 {
+		if free {
+			release()
+		}
 		if entries, err = r.ReadResults(ctx, mid, handled, mark, limit); err != nil || len(entries) > 0 || timeout <= 0 {
 			return entries, false, err
 		}
@@ -950,13 +1084,14 @@ func (r *RDB) ReadThenWait(ctx context.Context, mid string, handled int, mark st
 		return []string{first}, true, err
 	}
 	l := keys.Results(r.prefix, r.queue, mid)
-	tk := r.trimKeys(l, mid)
+	tk, ta := r.trimOf(l, mid, handled, mark)
 	var trim *redis.Cmd
 	var read *redis.StringSliceCmd
 	var move *redis.StringCmd
+	defer release()
 	_, _ = r.c.Pipelined(ctx, func(p redis.Pipeliner) error {
 		if handled > 0 {
-			trim = trimScript.evalSha(ctx, p, tk, handled, mark, r.keepFlag())
+			trim = trimScript.evalSha(ctx, p, tk, ta...)
 		}
 		read = p.LRange(ctx, l, 0, int64(limit)-1)
 		move = p.BLMove(ctx, l, l, "LEFT", "LEFT", wait)
@@ -965,7 +1100,7 @@ func (r *RDB) ReadThenWait(ctx context.Context, mid string, handled int, mark st
 	if trim != nil && trim.Err() != nil {
 		// NOSCRIPT (the read and the wait saw the list untrimmed) or a
 		// failed trim: trimmedRead loads the script, or says the error.
-		entries, err = r.trimmedRead(ctx, tk, handled, mark, limit, trim, read)
+		entries, err = r.trimmedRead(ctx, tk, ta, limit, trim, read)
 		return entries, false, err
 	}
 	if entries, err = read.Result(); err != nil || len(entries) > 0 {
@@ -985,15 +1120,29 @@ func (r *RDB) ReadThenWait(ctx context.Context, mid string, handled int, mark st
 }
 
 // WakeCollector makes manager mid's blocked WaitResults return at once: it
-// pushes a wake entry (EntryWake) onto the result list.
+// pushes a wake entry (EntryWake) onto the result list, which then lives a
+// minute. A durable batch's owner's list (KeepingResults) keeps its TTL, as
+// it may hold results for the batch's next holder, and its wake is refused
+// once another claim was taken (*FencedError; wake.lua); an owner that holds
+// no claim yet has no collector reading, and pushes nothing. One round trip.
 func (r *RDB) WakeCollector(ctx context.Context, mid string) error {
-	return r.push(ctx, "wake", keys.Results(r.prefix, r.queue, mid), wire.EncodeEntry(wire.Entry{Kind: wire.EntryWake}))
+	l, wake := keys.Results(r.prefix, r.queue, mid), wire.EncodeEntry(wire.Entry{Kind: wire.EntryWake})
+	if !r.keep {
+		return r.push(ctx, "wake", l, wake)
+	}
+	fence, held := r.fenceOf(mid)
+	if fence == "" {
+		return nil
+	}
+	err := wakeScript.run(ctx, r.c, []string{l, fence}, held, wake).Err()
+	return wrap("wake", wakeScript, "", err)
 }
 
 // Renew extends the TTL of manager mid's task set, attempt counts, result
 // list and lanes. One script call.
 func (r *RDB) Renew(ctx context.Context, mid string, ttl time.Duration) error {
-	err := renewScript.run(ctx, r.c, r.managerKeys(mid), r.base, mid, max(ttl.Milliseconds(), 1)).Err()
+	ks, held := r.managerKeys(mid)
+	err := renewScript.run(ctx, r.c, ks, r.base, mid, max(ttl.Milliseconds(), 1), held).Err()
 	return wrap("renew", renewScript, "", err)
 }
 
@@ -1007,7 +1156,9 @@ func (r *RDB) ForgetLanes(ctx context.Context, mid string, lanes []string) error
 	if len(lanes) == 0 {
 		return nil
 	}
-	_, err := r.c.TxPipelined(ctx, func(p redis.Pipeliner) error {
+	// A pipeline, not a MULTI: deletes each idempotent, which Redis at
+	// maxmemory takes but refuses whole in a MULTI (EXECABORT).
+	_, err := r.c.Pipelined(ctx, func(p redis.Pipeliner) error {
 		p.HDel(ctx, keys.Lanes(r.prefix, r.queue, mid), lanes...)
 		for _, l := range lanes {
 			name := mid + "." + l
@@ -1015,58 +1166,75 @@ func (r *RDB) ForgetLanes(ctx context.Context, mid string, lanes []string) error
 		}
 		return nil
 	})
-	return wrap("forget lanes", nil, "HDEL, DEL, MULTI or EXEC", err)
+	return wrap("forget lanes", nil, "HDEL or DEL", err)
 }
 
-// managerKeys returns the KEYS of renew.lua for manager mid.
-func (r *RDB) managerKeys(mid string) []string {
-	return []string{keys.Tasks(r.prefix, r.queue, mid), keys.Attempts(r.prefix, r.queue, mid),
+// managerKeys returns the KEYS of renew.lua for manager mid, and the
+// claim its writes carry (its ARGV[4]: see fenceOf).
+func (r *RDB) managerKeys(mid string) ([]string, string) {
+	ks := []string{keys.Tasks(r.prefix, r.queue, mid), keys.Attempts(r.prefix, r.queue, mid),
 		keys.Results(r.prefix, r.queue, mid), keys.Lanes(r.prefix, r.queue, mid), keys.Kept(r.prefix, r.queue, mid), keys.Sums(r.prefix, r.queue, mid),
 		keys.Staged(r.prefix, r.queue, mid), keys.Widest(r.prefix, r.queue, mid)}
+	fence, held := r.fenceOf(mid)
+	if fence != "" {
+		ks = append(ks, fence)
+	}
+	return ks, held
 }
 
 // Claim takes, renews or (a Lease of 0) releases c.Holder's claim on
 // durable batch c.Owner: a claim whose record is exactly c.Steal (not "")
-// is taken over. Taken or renewed, the batch's entry in the queue's list of
-// durable batches expires c.TTL from now. It returns whether c.Holder holds
-// the claim now and, if another manager does, that one's record. One script
-// call.
-func (r *RDB) Claim(ctx context.Context, c wire.Claim) (wire.Holder, bool, error) {
+// is taken over. A claim taken gets the next token of the batch and becomes
+// its fence (keys.Fence); one renewed or released is c.Fence, the record a
+// Claim that took it returned, and is refused with a *FencedError once
+// another claim was taken since. Taken or renewed, the batch's entry in the
+// queue's list of durable batches expires c.TTL from now. It returns
+// whether c.Holder holds the claim now and the claim's record: its own, or
+// another holder's. One script call.
+func (r *RDB) Claim(ctx context.Context, c wire.Claim) (wire.Claimed, error) {
 	ms := c.Lease.Milliseconds()
 	if c.Lease > 0 {
 		ms = max(ms, 1)
 	}
-	ks := []string{keys.Claim(r.prefix, r.queue, c.Owner), keys.Durables(r.prefix, r.queue)}
+	ks := []string{keys.Claim(r.prefix, r.queue, c.Owner), keys.Durables(r.prefix, r.queue), keys.Fence(r.prefix, r.queue, c.Owner)}
 	vals, err := claimScript.run(ctx, r.c, ks, c.Holder.Manager, wire.EncodeHolder(c.Holder), ms, c.Steal,
-		c.Owner, max(c.TTL.Milliseconds(), 1), c.Name).Slice()
+		c.Owner, max(c.TTL.Milliseconds(), 1), c.Name, c.Fence).Slice()
 	if err != nil {
-		return wire.Holder{}, false, wrap("claim a durable batch", claimScript, "", err)
+		return wire.Claimed{}, wrap("claim a durable batch", claimScript, "", err)
 	}
 	if len(vals) != 2 {
-		return wire.Holder{}, false, fmt.Errorf("claim a durable batch: %d values in the reply, want 2", len(vals))
+		return wire.Claimed{}, fmt.Errorf("claim a durable batch: %d values in the reply, want 2", len(vals))
 	}
-	if n, _ := vals[0].(int64); n == 1 {
-		return c.Holder, true, nil
-	}
+	n, _ := vals[0].(int64)
 	s, _ := vals[1].(string)
-	other, err := wire.DecodeHolder(s)
-	if err != nil {
-		return wire.Holder{}, false, fmt.Errorf("claim a durable batch: %w", err)
+	got := wire.Claimed{Held: n == 1, Record: s}
+	if s == "" { // released
+		return got, nil
 	}
-	return other, false, nil
+	if got.Holder, err = wire.DecodeHolder(s); err != nil {
+		return wire.Claimed{}, fmt.Errorf("claim a durable batch: %w", err)
+	}
+	return got, nil
 }
 
 // Resume returns what a manager taking over durable batch owner finds of it
 // on r's shard (see resume.lua): the task set's count and epoch, the length
 // of the kept list, which now holds every result delivered so far, and the
-// tasks outstanding (queued, or held by a worker). One script call; read the
-// kept results with Kept.
-func (r *RDB) Resume(ctx context.Context, owner string) (wire.Resumed, error) {
+// tasks outstanding (queued, or held by a worker). The claim r's fence
+// holds, if any, becomes the shard's fence, living ttl: a holder before it
+// writes nothing more of the batch there. One script call; read the kept
+// results with Kept.
+func (r *RDB) Resume(ctx context.Context, owner string, ttl time.Duration) (wire.Resumed, error) {
 	ks := []string{keys.Tasks(r.prefix, r.queue, owner), keys.Results(r.prefix, r.queue, owner), keys.Kept(r.prefix, r.queue, owner),
 		keys.Cancelled(r.prefix, r.queue, owner)}
-	vals, err := resumeScript.run(ctx, r.c, ks).Slice()
+	fence, held := r.fenceOf(owner)
+	if fence != "" {
+		ks = append(ks, fence)
+	}
+	vals, err := resumeScript.run(ctx, r.c, ks, held, max(ttl.Milliseconds(), 1)).Slice()
 	if err != nil {
-		return wire.Resumed{}, wrap("resume a durable batch", resumeScript, "", err)
+		// Every key but the task set is set aside if it holds foreign data.
+		return wire.Resumed{}, onKey(wrap("resume a durable batch", resumeScript, "", err), ks[0])
 	}
 	if len(vals) < 4 {
 		return wire.Resumed{}, fmt.Errorf("resume a durable batch: %d values in the reply, want 4 or more", len(vals))
@@ -1085,27 +1253,57 @@ func (r *RDB) Resume(ctx context.Context, owner string) (wire.Resumed, error) {
 }
 
 // Kept returns up to n of durable batch owner's kept results from index
-// from. One LRANGE.
+// from, staged results in place: one LRANGE (its entries are at most
+// Inline bytes each), then the staged results in reads of at most
+// CallBytes (StagedSizes, Unstaged), as the collector reads them.
 func (r *RDB) Kept(ctx context.Context, owner string, from, n int64) ([]string, error) {
 	es, err := r.c.LRange(ctx, keys.Kept(r.prefix, r.queue, owner), from, from+n-1).Result()
 	if err != nil {
 		return nil, wrap("read kept results", nil, "LRANGE", err)
 	}
-	return r.Unstaged(ctx, owner, es)
+	sizes, err := r.StagedSizes(ctx, owner, es)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]string, 0, len(es))
+	for done := 0; done < len(es); {
+		k := Within(sizes[done:], CallBytes)
+		read, err := r.Unstaged(ctx, owner, es[done:done+k])
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, read...)
+		done += k
+	}
+	return out, nil
 }
 
 // AddSums records the sums of durable batch owner's tasks' inputs (task id
 // → sum), as they are first submitted, so that a call that takes the batch
-// over can tell its input from another. One HSET.
+// over can tell its input from another. One HSET; for an owner that holds
+// the batch's claim, one script call (sums.lua), refused with a
+// *FencedError once another claim was taken.
 func (r *RDB) AddSums(ctx context.Context, owner string, sums map[string]string, ttl time.Duration) error {
 	if len(sums) == 0 {
 		return nil
 	}
 	k := keys.Sums(r.prefix, r.queue, owner)
-	_, err := r.c.TxPipelined(ctx, func(p redis.Pipeliner) error {
-		p.HSet(ctx, k, sums)
-		p.PExpire(ctx, k, ttl)
-		return nil
+	if fence, held := r.fenceOf(owner); fence != "" {
+		args := make([]any, 0, 2+2*len(sums))
+		args = append(args, held, max(ttl.Milliseconds(), 1))
+		for tid, sum := range sums {
+			args = append(args, tid, sum)
+		}
+		err := sumsScript.run(ctx, r.c, []string{k, fence}, args...).Err()
+		return wrap("record a durable batch's inputs", sumsScript, "", err)
+	}
+	err := r.asideOnce(ctx, k, "hash", func() error {
+		_, err := r.c.TxPipelined(ctx, func(p redis.Pipeliner) error {
+			p.HSet(ctx, k, sums)
+			p.PExpire(ctx, k, ttl)
+			return nil
+		})
+		return err
 	})
 	return wrap("record a durable batch's inputs", nil, "HSET", err)
 }
@@ -1116,7 +1314,11 @@ func (r *RDB) AddSums(ctx context.Context, owner string, sums map[string]string,
 // manager.Durable).
 func (r *RDB) Sums(ctx context.Context, owner string) (map[string]string, error) {
 	k := keys.Sums(r.prefix, r.queue, owner)
-	tids, err := r.c.HKeys(ctx, k).Result()
+	var tids []string
+	err := r.asideOnce(ctx, k, "hash", func() (err error) {
+		tids, err = r.c.HKeys(ctx, k).Result()
+		return err
+	})
 	if err != nil {
 		return nil, wrap("read a durable batch's inputs", nil, "HKEYS", err)
 	}
@@ -1143,11 +1345,26 @@ func (r *RDB) Sums(ctx context.Context, owner string) (map[string]string, error)
 
 // Cancel withdraws tasks of manager mid: removes them and their payloads from
 // its task set. Their ids may stay queued; a worker that pops one drops it (see
-// Take), and a result of one already running is discarded (see Finish).
+// Take), and a result of one already running is discarded (see Finish). A
+// durable batch's owner that holds its claim withdraws with retract.lua,
+// refused with a *FencedError once another claim was taken.
 func (r *RDB) Cancel(ctx context.Context, mid string, tids []string) error {
 	tasks, attempts := keys.Tasks(r.prefix, r.queue, mid), keys.Attempts(r.prefix, r.queue, mid)
+	fence, held := r.fenceOf(mid)
 	for len(tids) > 0 {
 		n := min(len(tids), maxGroup)
+		if fence != "" {
+			args := make([]any, 0, 1+n)
+			args = append(args, held)
+			for _, tid := range tids[:n] {
+				args = append(args, tid)
+			}
+			if err := retractScript.run(ctx, r.c, []string{tasks, attempts, fence}, args...).Err(); err != nil {
+				return wrap("cancel", retractScript, "", err)
+			}
+			tids = tids[n:]
+			continue
+		}
 		_, err := r.c.TxPipelined(ctx, func(p redis.Pipeliner) error {
 			p.HDel(ctx, tasks, tids[:n]...)
 			p.HDel(ctx, attempts, tids[:n]...)
@@ -1161,18 +1378,36 @@ func (r *RDB) Cancel(ctx context.Context, mid string, tids []string) error {
 	return nil
 }
 
-// Drop deletes every key of manager mid, its lanes included.
+// Drop deletes every key of manager mid, its lanes included; a durable
+// batch's owner whose fence another claim replaced deletes none
+// (*FencedError).
 func (r *RDB) Drop(ctx context.Context, mid string) error {
-	if err := renewScript.run(ctx, r.c, r.managerKeys(mid), r.base, mid, 0).Err(); err != nil {
+	ks, held := r.managerKeys(mid)
+	if err := renewScript.run(ctx, r.c, ks, r.base, mid, 0, held).Err(); err != nil {
 		return wrap("drop", renewScript, "", err)
 	}
-	_, err := r.c.TxPipelined(ctx, func(p redis.Pipeliner) error {
-		p.Del(ctx, keys.Batches(r.prefix, r.queue, mid), keys.Cancelled(r.prefix, r.queue, mid))
+	// A pipeline, not a MULTI: at maxmemory Redis refuses every command
+	// queued in a MULTI (EXECABORT), deletes included, and these free
+	// memory; each is idempotent, and what one leaves expires.
+	cmds, err := r.c.Pipelined(ctx, func(p redis.Pipeliner) error {
+		// UNLINK: a manager may have published 100,000 batches
+		p.Unlink(ctx, keys.Batches(r.prefix, r.queue, mid), keys.BatchesNext(r.prefix, r.queue, mid), keys.Cancelled(r.prefix, r.queue, mid))
 		p.ZRem(ctx, keys.Managers(r.prefix, r.queue), mid)
 		p.HDel(ctx, keys.Durables(r.prefix, r.queue), mid) // a durable batch's owner's entry
 		return nil
 	})
-	return wrap("drop", nil, "DEL, ZREM or HDEL", err)
+	if err != nil {
+		// An entry in a queue's key that holds foreign data went with it:
+		// the next script to use the key sets it aside (lua/prelude.lua).
+		err = nil
+		for _, c := range cmds {
+			if e := c.Err(); e != nil && !redis.HasErrorPrefix(e, "WRONGTYPE") {
+				err = e
+				break
+			}
+		}
+	}
+	return wrap("drop", nil, "UNLINK, ZREM or HDEL", err)
 }
 
 // PublishBatches replaces manager mid's published batch progress with
@@ -1180,81 +1415,156 @@ func (r *RDB) Drop(ctx context.Context, mid string) error {
 // manager's next publish is due within due (past it, the manager is lost:
 // see LoseManagers), adds ended (elements ended since the last call) to the
 // queue's throughput counter of now, and takes the batch ids an operator
-// asked the manager to cancel. One script call.
+// asked the manager to cancel. One script call per ScriptBudget batches:
+// past that, the slices build the next hash beside the published one, and
+// the last call puts it in place; on shard 0, at the first call and then
+// every keys.QueueIndexEvery, one more to name the queue in the index of
+// queues.
 func (r *RDB) PublishBatches(ctx context.Context, mid string, batches map[string]wire.BatchProgress, ttl, due time.Duration, ended int64) (cancels []string, err error) {
 	ks := []string{keys.Batches(r.prefix, r.queue, mid), keys.Cancels(r.prefix, r.queue, mid),
 		keys.Managers(r.prefix, r.queue),
-		keys.Throughput(r.prefix, r.queue, time.Now().Unix()/int64(keys.ThroughputBucket/time.Second))}
-	args := make([]any, 0, 5+2*len(batches))
-	args = append(args, mid, ttl.Milliseconds(), due.Milliseconds(), ended, keys.ThroughputSpan.Milliseconds())
+		keys.Throughput(r.prefix, r.queue, time.Now().Unix()/int64(keys.ThroughputBucket/time.Second)),
+		keys.BatchesNext(r.prefix, r.queue, mid)}
+	fence, held := r.fenceOf(mid)
+	if fence != "" {
+		ks = append(ks, fence)
+	}
+	head := []any{mid, ttl.Milliseconds(), due.Milliseconds(), ended, keys.ThroughputSpan.Milliseconds()}
+	pairs := make([]any, 0, 2*len(batches))
 	for id, b := range batches {
-		args = append(args, id, wire.EncodeProgress(b))
+		pairs = append(pairs, id, wire.EncodeProgress(b))
 	}
-	cancels, err = publishScript.run(ctx, r.c, ks, args...).StringSlice()
-	if err != nil {
-		return nil, wrap("publish batches", publishScript, "", err)
+	mode := "whole"
+	if len(pairs) > 2*ScriptBudget {
+		mode = "first"
 	}
-	return cancels, nil
+	for {
+		n := min(len(pairs), 2*ScriptBudget)
+		if mode != "whole" && n == len(pairs) {
+			mode = "last"
+		}
+		args := append(append(append(make([]any, 0, len(head)+2+n), head...), mode, held), pairs[:n]...)
+		cmd := publishScript.run(ctx, r.c, ks, args...)
+		if mode == "whole" || mode == "last" {
+			cancels, err = cmd.StringSlice()
+			if err != nil {
+				return nil, wrap("publish batches", publishScript, "", err)
+			}
+			r.nameQueue(ctx)
+			return cancels, nil
+		}
+		if err := cmd.Err(); err != nil {
+			return nil, wrap("publish batches", publishScript, "", err)
+		}
+		pairs, mode = pairs[n:], "more"
+	}
 }
 
 // RecordBatches writes recs, batches of manager mid that ended, into the
 // queue's history, keeping its last limit batches and none older than age,
 // forgets them among mid's published running ones, and adds ended
 // (elements ended since the manager last said) to the queue's throughput
-// counter of now. One script call.
+// counter of now. One script call per ScriptBudget records.
 func (r *RDB) RecordBatches(ctx context.Context, mid string, recs []wire.BatchRecord, limit int, age time.Duration, ended int64) error {
 	ks := []string{keys.History(r.prefix, r.queue), keys.HistoryIndex(r.prefix, r.queue), keys.Batches(r.prefix, r.queue, mid),
 		keys.Throughput(r.prefix, r.queue, time.Now().Unix()/int64(keys.ThroughputBucket/time.Second))}
-	args := make([]any, 0, 5+2*len(recs))
-	args = append(args, limit, age.Milliseconds(), keys.Base(r.prefix, r.queue), ended, keys.ThroughputSpan.Milliseconds())
-	for _, rec := range recs {
-		args = append(args, rec.ID, wire.EncodeRecord(rec))
+	fence, held := r.fenceOf(mid)
+	if fence != "" {
+		ks = append(ks, fence)
 	}
-	err := recordScript.run(ctx, r.c, ks, args...).Err()
-	return wrap("record batches", recordScript, "", err)
+	for first := true; first || len(recs) > 0; first = false {
+		n := min(len(recs), ScriptBudget)
+		args := make([]any, 0, 6+2*n)
+		args = append(args, limit, age.Milliseconds(), keys.Base(r.prefix, r.queue), ended, keys.ThroughputSpan.Milliseconds(), held)
+		for _, rec := range recs[:n] {
+			args = append(args, rec.ID, wire.EncodeRecord(rec))
+		}
+		if err := recordScript.run(ctx, r.c, ks, args...).Err(); err != nil {
+			return wrap("record batches", recordScript, "", err)
+		}
+		recs, ended = recs[n:], 0
+	}
+	return nil
 }
+
+// LoseSlices is the most lost.lua calls one RDB.LoseManagers makes:
+// 10,000 batches recorded (ScriptBudget a call). A worker calls it every
+// heartbeat, which it must not delay for long; what is left, the next
+// call records.
+const LoseSlices = 20
 
 // LoseManagers records the batches of the queue's managers whose publish
 // of progress is overdue as ended with outcome "manager lost" (see
-// lua/lost.lua), and returns how many it recorded. One script call.
+// lua/lost.lua), and returns how many it recorded. A script call per
+// ScriptBudget batches recorded, LoseSlices calls at most: the next call
+// records what is left (Admin.LoseManagers records them all).
 func (r *RDB) LoseManagers(ctx context.Context) (int, error) {
-	return loseManagers(ctx, r.c, r.prefix, r.queue)
+	return loseManagers(ctx, r.c, r.prefix, r.queue, LoseSlices)
 }
 
 // loseManagers is LoseManagers for queue at prefix on c, with the default
-// bounds of the history.
+// bounds of the history, in at most slices calls of lost.lua (0: as many
+// as it takes).
 //
 // The managers found lost have their tasks withdrawn: from the queue's
-// first shard in the script that records them, then from each of its other
-// shards (one script call each), so that workers run none of them.
-func loseManagers(ctx context.Context, c redis.UniversalClient, prefix, queue string) (int, error) {
-	ks := []string{keys.Managers(prefix, queue), keys.History(prefix, queue), keys.HistoryIndex(prefix, queue), keys.Durables(prefix, queue)}
+// first shard in the script call that finds them, then from each of its
+// other shards (withdraw.lua), so that workers run none of them. lost.lua
+// is called until it says no work is left: each call records a slice of
+// their batches.
+func loseManagers(ctx context.Context, c redis.UniversalClient, prefix, queue string, slices int) (int, error) {
+	total := 0
+	for i := 1; ; i++ {
+		n, more, mids, err := loseSlice(ctx, c, prefix, queue)
+		total += n
+		if err != nil {
+			return total, err
+		}
+		if len(mids) > 0 {
+			if err := withdrawShards(ctx, c, prefix, queue, mids); err != nil {
+				return total, err
+			}
+		}
+		if !more || i == slices {
+			return total, nil
+		}
+	}
+}
+
+// loseSlice is one call of lost.lua: the batches it recorded, whether work
+// is left, and the managers it found lost.
+func loseSlice(ctx context.Context, c redis.UniversalClient, prefix, queue string) (n int, more bool, mids []any, err error) {
+	ks := []string{keys.Managers(prefix, queue), keys.History(prefix, queue), keys.HistoryIndex(prefix, queue),
+		keys.Durables(prefix, queue), keys.Losing(prefix, queue)}
 	got, err := lostScript.run(ctx, c, ks, keys.Base(prefix, queue), keys.DefaultHistory, keys.DefaultHistoryAge.Milliseconds()).Slice()
 	if err != nil {
-		return 0, wrap("lose managers", lostScript, "", err)
+		return 0, false, nil, wrap("lose managers", lostScript, "", err)
 	}
-	var n int64
-	if len(got) > 0 {
-		n, _ = got[0].(int64)
+	var count, left int64
+	if len(got) >= 2 {
+		count, _ = got[0].(int64)
+		left, _ = got[1].(int64)
 	}
-	if len(got) == 0 || n < 0 {
-		return 0, fmt.Errorf("lose managers: script returned %v, not a count", got)
+	if len(got) < 2 || count < 0 {
+		return 0, false, nil, fmt.Errorf("lose managers: script returned %v, not a count and a flag", got)
 	}
-	if len(got) == 1 {
-		return int(n), nil
-	}
-	args := append([]any{""}, got[1:]...) // the shard's base, then the managers
+	return int(count), left == 1, got[2:], nil
+}
+
+// withdrawShards withdraws the tasks of managers mids, found lost, from
+// the queue's shards other than the first: one withdraw.lua call each.
+func withdrawShards(ctx context.Context, c redis.UniversalClient, prefix, queue string, mids []any) error {
 	shards, err := c.LRange(ctx, keys.ShardNames(prefix, queue), 0, -1).Result()
 	if err != nil {
-		return int(n), wrap("lose managers: list the shards", nil, "LRANGE", err)
+		return wrap("lose managers: list the shards", nil, "LRANGE", err)
 	}
+	args := append([]any{""}, mids...) // the shard's base, then the managers
 	for _, sh := range shards {
 		args[0] = keys.Base(prefix, sh)
 		if err := withdrawScript.run(ctx, c, []string{keys.Workers(prefix, sh)}, args...).Err(); err != nil {
-			return int(n), wrap("withdraw lost managers' tasks", withdrawScript, "", err)
+			return wrap("withdraw lost managers' tasks", withdrawScript, "", err)
 		}
 	}
-	return int(n), nil
+	return nil
 }
 
 // Depth returns the number of task ids waiting in the shard's lanes.
@@ -1273,17 +1583,25 @@ func depth(ctx context.Context, c redis.UniversalClient, base string, rings []st
 // signature, for workers that refuse its tasks to compare with. One pipeline.
 func (r *RDB) PublishTypes(ctx context.Context, sig string, types []string) error {
 	key := keys.Types(r.prefix, r.queue)
-	_, err := r.c.Pipelined(ctx, func(p redis.Pipeliner) error {
-		p.HSet(ctx, key, sig, strings.Join(types, "\n"))
-		p.PExpire(ctx, key, 7*24*time.Hour)
-		return nil
+	err := r.asideOnce(ctx, key, "hash", func() error {
+		_, err := r.c.Pipelined(ctx, func(p redis.Pipeliner) error {
+			p.HSet(ctx, key, sig, strings.Join(types, "\n"))
+			p.PExpire(ctx, key, 7*24*time.Hour)
+			return nil
+		})
+		return err
 	})
 	return wrap("publish types", nil, "HSET or PEXPIRE", err)
 }
 
 // Types returns the structure published for sig, or nil if there is none.
 func (r *RDB) Types(ctx context.Context, sig string) ([]string, error) {
-	s, err := r.c.HGet(ctx, keys.Types(r.prefix, r.queue), sig).Result()
+	var s string
+	key := keys.Types(r.prefix, r.queue)
+	err := r.asideOnce(ctx, key, "hash", func() (err error) {
+		s, err = r.c.HGet(ctx, key, sig).Result()
+		return err
+	})
 	if errors.Is(err, redis.Nil) {
 		return nil, nil
 	}

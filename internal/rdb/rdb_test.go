@@ -121,7 +121,7 @@ func TestReadResultsTrimsOnce(t *testing.T) {
 	for i, id := range ids {
 		done = append(done, wire.Done{ID: id, Result: []byte(fmt.Sprint("r", i))})
 	}
-	if n, err := f.r.Finish(ctx, "w", done); err != nil || n != 4 {
+	if n, err := delivered(f.r.Finish(ctx, "w", done)); err != nil || n != 4 {
 		t.Fatalf("finish: %d, %v", n, err)
 	}
 	first, _ := f.r.ReadResults(ctx, f.mid, 0, "", 2)
@@ -151,7 +151,7 @@ func (f *fixture) finishFirst(t *testing.T, r *RDB, n int) {
 	for i, tk := range taken {
 		done = append(done, wire.Done{ID: tk.ID, Result: []byte(fmt.Sprint("r", i))})
 	}
-	if got, err := r.Finish(ctx, "w", done); err != nil || got != n {
+	if got, err := delivered(r.Finish(ctx, "w", done)); err != nil || got != n {
 		t.Fatalf("finish: %d, %v", got, err)
 	}
 }
@@ -204,38 +204,62 @@ func TestKeepingResultsKeepsWhatItTrims(t *testing.T) {
 // One manager at a time holds a durable batch: a second is refused and told
 // who holds it, the holder renews and releases its claim, a lapsed claim
 // goes to whoever asks next, and a claim that does not decode is taken
-// over.
+// over. Each claim taken numbers itself one more than the last.
 func TestClaimDurableBatch(t *testing.T) {
 	f := setup(t)
 	ctx := context.Background()
 	owner := id.Durable("nightly")
 	a := wire.Holder{Manager: id.New(), Host: "a", PID: 1, Since: 100}
 	b := wire.Holder{Manager: id.New(), Host: "b", PID: 2, Since: 200}
+	fences := map[string]string{} // host -> the claim it took
+	token := int64(0)
 	claim := func(h wire.Holder, lease time.Duration, wantOK bool, wantHolder wire.Holder) {
 		t.Helper()
-		got, ok, err := f.r.Claim(ctx, wire.Claim{Owner: owner, Name: "nightly", Holder: h, Lease: lease, TTL: time.Hour})
-		if err != nil || ok != wantOK || (!ok && got != wantHolder) {
-			t.Fatalf("%s claims: %+v, %v, %v; want ok %v, holder %+v", h.Host, got, ok, err, wantOK, wantHolder)
+		got, err := f.r.Claim(ctx, wire.Claim{Owner: owner, Name: "nightly", Holder: h, Lease: lease, TTL: time.Hour, Fence: fences[h.Host]})
+		switch {
+		case err != nil || got.Held != wantOK:
+			t.Fatalf("%s claims: %+v, %v; want ok %v", h.Host, got, err, wantOK)
+		case !got.Held && (got.Holder.Manager != wantHolder.Manager || got.Holder.Token != token):
+			t.Fatalf("%s claims: %+v; want holder %+v with token %d", h.Host, got, wantHolder, token)
+		case got.Held && lease > 0 && fences[h.Host] == "":
+			if token++; got.Holder.Token != token || got.Holder.Manager != h.Manager {
+				t.Fatalf("%s took the claim as %+v; want token %d", h.Host, got.Holder, token)
+			}
+			fences[h.Host] = got.Record
+		case got.Held && lease == 0:
+			delete(fences, h.Host)
 		}
 	}
 	claim(a, time.Minute, true, a)
 	claim(b, time.Minute, false, a)
 	claim(a, time.Minute, true, a) // renewed
 	claim(b, 0, false, a)          // b cannot release a's claim
-	claim(a, 0, true, a)           // released
+	if f.c.Get(ctx, keys.Claim("rm", f.queue, owner)).Val() != fences["a"] {
+		t.Fatal("b's release released a's claim")
+	}
+	claim(a, 0, true, a) // released
 	claim(b, 50*time.Millisecond, true, b)
 	redistest.Eventually(t, "b's claim lapses", func() bool {
 		return f.c.Exists(ctx, keys.Claim("rm", f.queue, owner)).Val() == 0
 	})
 	claim(a, time.Minute, true, a)
 	f.c.Set(ctx, keys.Claim("rm", f.queue, owner), "\xff{not json", 0)
+	delete(fences, "b")
 	claim(b, time.Minute, true, b)
 	// a's record, found gone, is taken over; another one is not.
-	if _, ok, err := f.r.Claim(ctx, wire.Claim{Owner: owner, Holder: a, Lease: time.Minute, TTL: time.Hour, Steal: wire.EncodeHolder(a)}); err != nil || ok {
-		t.Fatalf("a stole with a record not b's: %v, %v", ok, err)
+	if got, err := f.r.Claim(ctx, wire.Claim{Owner: owner, Holder: a, Lease: time.Minute, TTL: time.Hour, Steal: fences["a"]}); err != nil || got.Held {
+		t.Fatalf("a stole with a record not b's: %+v, %v", got, err)
 	}
-	if got, ok, err := f.r.Claim(ctx, wire.Claim{Owner: owner, Holder: a, Lease: time.Minute, TTL: time.Hour, Steal: wire.EncodeHolder(b)}); err != nil || !ok || got != a {
-		t.Fatalf("a took b's record over: %+v, %v, %v", got, ok, err)
+	if got, err := f.r.Claim(ctx, wire.Claim{Owner: owner, Holder: a, Lease: time.Minute, TTL: time.Hour, Steal: fences["b"]}); err != nil || !got.Held || got.Holder.Manager != a.Manager || got.Holder.Token != token+1 {
+		t.Fatalf("a took b's record over: %+v, %v; want a's claim, token %d", got, err, token+1)
+	}
+	// b, renewing or releasing the claim it took, is fenced off.
+	for _, lease := range []time.Duration{time.Minute, 0} {
+		_, err := f.r.Claim(ctx, wire.Claim{Owner: owner, Holder: b, Lease: lease, TTL: time.Hour, Fence: fences["b"]})
+		var fe *FencedError
+		if !errors.As(err, &fe) || fe.Holder.Manager != a.Manager || Unreachable(err) || Transient(err) {
+			t.Fatalf("b renews (lease %v) the claim a took over: %v; want a *FencedError naming a", lease, err)
+		}
 	}
 }
 
@@ -253,7 +277,7 @@ func TestResumeFindsResultsAndOutstandingTasks(t *testing.T) {
 	if _, err := r.ReadResults(ctx, f.mid, 1, Mark(first[0]), 10); err != nil { // r0 kept; r1, r2 unread
 		t.Fatal(err)
 	}
-	res, err := r.Resume(ctx, f.mid)
+	res, err := r.Resume(ctx, f.mid, time.Hour)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -270,7 +294,7 @@ func TestResumeFindsResultsAndOutstandingTasks(t *testing.T) {
 		t.Fatalf("%d results left unread after the resume, want 0: they are kept", n)
 	}
 	// A durable batch Redis knows nothing of: nothing found.
-	if res, err := r.Resume(ctx, id.Durable("other")); err != nil || res.Count != 0 || res.Kept != 0 || len(res.Outstanding) != 0 {
+	if res, err := r.Resume(ctx, id.Durable("other"), time.Hour); err != nil || res.Count != 0 || res.Kept != 0 || len(res.Outstanding) != 0 {
 		t.Fatalf("an unknown batch resumed as %+v, %v", res, err)
 	}
 }
@@ -349,7 +373,7 @@ func TestFinishDeliversOnce(t *testing.T) {
 		t.Fatal(err)
 	}
 	for i, want := range []int{1, 0} {
-		n, err := f.r.Finish(ctx, "w1", []wire.Done{{ID: ids[0], Result: []byte(fmt.Sprint("r", i))}})
+		n, err := delivered(f.r.Finish(ctx, "w1", []wire.Done{{ID: ids[0], Result: []byte(fmt.Sprint("r", i))}}))
 		if err != nil || n != want {
 			t.Fatalf("finish #%d delivered %d (%v), want %d", i+1, n, err, want)
 		}
@@ -612,7 +636,7 @@ func TestFinishSkippedReleasesOnly(t *testing.T) {
 	if _, _, err := f.r.Take(ctx, "w1", 1, 1, time.Minute, 0, 0, serves); err != nil {
 		t.Fatal(err)
 	}
-	n, err := f.r.Finish(ctx, "w1", []wire.Done{{ID: ids[0]}, {ID: ids[0], Result: []byte("real")}})
+	n, err := delivered(f.r.Finish(ctx, "w1", []wire.Done{{ID: ids[0]}, {ID: ids[0], Result: []byte("real")}}))
 	if err != nil || n != 1 {
 		t.Fatalf("finish delivered %d (%v), want the real result only", n, err)
 	}
@@ -623,7 +647,7 @@ func TestFinishSkippedReleasesOnly(t *testing.T) {
 	if _, _, err := f.r.Take(ctx, "w1", 1, 1, time.Minute, 0, 0, serves); err != nil {
 		t.Fatal(err)
 	}
-	if n, err := f.r.Finish(ctx, "w1", []wire.Done{{ID: ids[0]}}); err != nil || n != 0 {
+	if n, err := delivered(f.r.Finish(ctx, "w1", []wire.Done{{ID: ids[0]}})); err != nil || n != 0 {
 		t.Fatalf("a skipped task delivered %d (%v)", n, err)
 	}
 	if !f.c.HExists(ctx, keys.Tasks("rm", f.queue, f.mid), ids[0]).Val() {
@@ -721,7 +745,9 @@ func TestRefusalNamesCommand(t *testing.T) {
 
 // The probe tries every command the scripts run.
 func TestProbeCoversScripts(t *testing.T) {
-	call := regexp.MustCompile(`redis\.call\('([A-Z]+)'`)
+	// Also the calls through the prelude's guards, which run the command
+	// they are given.
+	call := regexp.MustCompile(`(?:redis\.call|redis\.pcall|guarded|unless_foreign)\('([A-Z]+)'`)
 	files, _ := filepath.Glob("lua/*.lua")
 	for _, f := range files {
 		src, _ := os.ReadFile(f)
@@ -878,7 +904,22 @@ func TestShardCountLearned(t *testing.T) {
 	}
 }
 
-// A suspect (a task lost before) goes only to a worker that holds nothing:
+// A task lost once is no suspect (issue 59: the tasks of a worker that died
+// holding several ran one at a time, each holding a whole worker): a
+// worker that holds tasks takes it, with the tasks after it, in one take.
+// Lost twice, it is one.
+func TestLostOnceNotSuspect(t *testing.T) {
+	f := setup(t)
+	ctx := context.Background()
+	ids := f.submit(t, "", 4)
+	f.c.HSet(ctx, keys.Attempts("rm", f.queue, f.mid), ids[0], 1, ids[2], wire.SuspectAfter)
+	taken, end, err := f.r.Take(ctx, "w1", 4, 4, time.Minute, 3, 0, serves)
+	if err != nil || len(taken) != 2 || taken[0].ID != ids[0] || taken[0].Attempt != 1 || taken[0].Suspect() || taken[1].ID != ids[1] || !end.Suspect {
+		t.Fatalf("a take while holding tasks: %v, %+v, %v; want %s (lost once) and %s, and told the suspect %s waits", taken, end, err, ids[0], ids[1], ids[2])
+	}
+}
+
+// A suspect (a task lost wire.SuspectAfter times) goes only to a worker that holds nothing:
 // one holding a task, in Redis's held set or by its own count on other
 // shards, is told a suspect waits and takes nothing at or after it; once it
 // has reported what it held, it gets the suspect, alone.
@@ -891,7 +932,7 @@ func TestSuspectOnlyToEmptyWorker(t *testing.T) {
 		t.Fatalf("first take: %v, %+v, %v", taken, end, err)
 	}
 	// ids[1] is now a suspect.
-	f.c.HSet(ctx, keys.Attempts("rm", f.queue, f.mid), ids[1], 1)
+	f.c.HSet(ctx, keys.Attempts("rm", f.queue, f.mid), ids[1], wire.SuspectAfter)
 	taken, end, err = f.r.Take(ctx, "w1", 4, 4, time.Minute, 1, 0, serves)
 	if err != nil || len(taken) != 0 || !end.Suspect || end.Drained {
 		t.Fatalf("a take while holding a task: %v, %+v, %v; want nothing, and told a suspect waits", taken, end, err)
@@ -908,7 +949,7 @@ func TestSuspectOnlyToEmptyWorker(t *testing.T) {
 		t.Fatal(err)
 	}
 	taken, end, err = f.r.Take(ctx, "w1", 4, 4, time.Minute, 0, 0, serves)
-	if err != nil || len(taken) != 1 || taken[0].ID != ids[1] || taken[0].Attempt != 1 || end.Suspect || end.Drained {
+	if err != nil || len(taken) != 1 || taken[0].ID != ids[1] || !taken[0].Suspect() || end.Suspect || end.Drained {
 		t.Fatalf("a take holding nothing: %v, %+v, %v; want the suspect alone", taken, end, err)
 	}
 	taken, end, err = f.r.Take(ctx, "w2", 4, 4, time.Minute, 0, 0, serves)
@@ -928,7 +969,7 @@ func TestSuspectNotStarvedBehindOtherLanes(t *testing.T) {
 	ctx := context.Background()
 	other := f.submitLane(t, 1, keys.DefaultPriority, 50, "f\tsig")
 	lost := f.submitLane(t, 2, keys.DefaultPriority, 3, "f\tsig")
-	f.c.HSet(ctx, keys.Attempts("rm", f.queue, f.mid), lost[0], 1)
+	f.c.HSet(ctx, keys.Attempts("rm", f.queue, f.mid), lost[0], wire.SuspectAfter)
 	// A busy worker goes round: it takes from the first lane and is told
 	// a suspect waits; the suspect's lane ends at the back of the ring.
 	taken, end, err := f.r.Take(ctx, "w1", 4, 4, time.Minute, 1, 0, serves)
@@ -937,7 +978,7 @@ func TestSuspectNotStarvedBehindOtherLanes(t *testing.T) {
 	}
 	for range 3 {
 		taken, end, err = f.r.Take(ctx, "w2", 4, 4, time.Minute, 0, 0, serves)
-		if err != nil || len(taken) != 1 || taken[0].ID != lost[0] || taken[0].Attempt != 1 || end.Suspect {
+		if err != nil || len(taken) != 1 || taken[0].ID != lost[0] || !taken[0].Suspect() || end.Suspect {
 			t.Fatalf("an empty worker's take: %v, %+v, %v; want the suspect %s alone", taken, end, err, lost[0])
 		}
 		if _, err := f.r.Finish(ctx, "w2", []wire.Done{{ID: lost[0], Result: []byte("r")}}); err != nil {
@@ -948,7 +989,7 @@ func TestSuspectNotStarvedBehindOtherLanes(t *testing.T) {
 		if len(lost) == 0 {
 			break
 		}
-		f.c.HSet(ctx, keys.Attempts("rm", f.queue, f.mid), lost[0], 1)
+		f.c.HSet(ctx, keys.Attempts("rm", f.queue, f.mid), lost[0], wire.SuspectAfter)
 	}
 	// With no suspect left, an empty worker takes in the ring's turns.
 	taken, _, err = f.r.Take(ctx, "w2", 2, 2, time.Minute, 0, 0, serves)
@@ -1175,11 +1216,11 @@ func TestLargeResultsStaged(t *testing.T) {
 		t.Fatal(err)
 	}
 	// ids[0] twice in one call, then again in another: delivered once.
-	n, err := f.r.Finish(ctx, "w1", []wire.Done{{ID: ids[0], Result: big('a')}, {ID: ids[0], Result: big('b')}, {ID: ids[1], Result: []byte("small")}})
+	n, err := delivered(f.r.Finish(ctx, "w1", []wire.Done{{ID: ids[0], Result: big('a')}, {ID: ids[0], Result: big('b')}, {ID: ids[1], Result: []byte("small")}}))
 	if err != nil || n != 2 {
 		t.Fatalf("finish delivered %d (%v), want 2", n, err)
 	}
-	if n, err := f.r.Finish(ctx, "w1", []wire.Done{{ID: ids[0], Result: big('c')}}); err != nil || n != 0 {
+	if n, err := delivered(f.r.Finish(ctx, "w1", []wire.Done{{ID: ids[0], Result: big('c')}})); err != nil || n != 0 {
 		t.Fatalf("a second finish delivered %d (%v), want 0", n, err)
 	}
 	if n := f.c.HLen(ctx, staged).Val(); n != 1 {
@@ -1189,12 +1230,13 @@ func TestLargeResultsStaged(t *testing.T) {
 		t.Fatalf("staged results' TTL %v, want the task set's", ttl)
 	}
 	entries, err := f.r.ReadResults(ctx, f.mid, 0, "", 10)
-	if err != nil || len(entries) != 2 || !strings.HasPrefix(entries[0], wire.StagedPrefix+ids[0]+" w1 ") || entries[1] != "small" {
+	// The small result goes first: staged ones are sent in calls of their own.
+	if err != nil || len(entries) != 2 || !strings.HasPrefix(entries[1], wire.StagedPrefix+ids[0]+" w1 ") || entries[0] != "small" {
 		t.Fatalf("result list %q (%v)", entries, err)
 	}
 	read, err := f.r.Unstaged(ctx, f.mid, entries)
-	if err != nil || read[0] != string(big('a')) || read[1] != "small" || !strings.HasPrefix(entries[0], wire.StagedPrefix) {
-		t.Fatalf("unstaged: %d and %q bytes (%v); entries changed: %v", len(read[0]), read[1], err, entries[0][:20])
+	if err != nil || read[1] != string(big('a')) || read[0] != "small" || !strings.HasPrefix(entries[1], wire.StagedPrefix) {
+		t.Fatalf("unstaged: %d and %q bytes (%v); entries changed: %v", len(read[1]), read[0], err, entries[1][:20])
 	}
 	if _, err := f.r.ReadResults(ctx, f.mid, 2, Mark(entries[1]), 10); err != nil {
 		t.Fatal(err)
@@ -1204,7 +1246,7 @@ func TestLargeResultsStaged(t *testing.T) {
 	}
 	// Gone before the read (Redis lost it): the entry stays, for the
 	// manager to submit the task again.
-	if n, err := f.r.Finish(ctx, "w1", []wire.Done{{ID: ids[2], Result: big('d')}}); err != nil || n != 1 {
+	if n, err := delivered(f.r.Finish(ctx, "w1", []wire.Done{{ID: ids[2], Result: big('d')}})); err != nil || n != 1 {
 		t.Fatalf("finish: %d, %v", n, err)
 	}
 	f.c.Del(ctx, staged)
@@ -1234,6 +1276,80 @@ func TestLargeResultsStaged(t *testing.T) {
 	}
 }
 
+// A durable owner's kept staged results are read back in calls of at most
+// CallBytes, as the collector reads them: three results of 700 KiB take
+// three reads, not one of 2 MiB.
+func TestKeptReadInBoundedCalls(t *testing.T) {
+	f := setup(t)
+	ctx := context.Background()
+	k := f.r.KeepingResults()
+	ids := f.submit(t, "", 3)
+	if _, _, err := k.Take(ctx, "w1", 3, 3, time.Minute, 0, 0, serves); err != nil {
+		t.Fatal(err)
+	}
+	big := func(i int) []byte { return []byte(strings.Repeat(strconv.Itoa(i), 700<<10)) }
+	var done []wire.Done
+	for i, tid := range ids {
+		done = append(done, wire.Done{ID: tid, Result: big(i)})
+	}
+	if _, err := k.Finish(ctx, "w1", done); err != nil {
+		t.Fatal(err)
+	}
+	entries, _ := k.ReadResults(ctx, f.mid, 0, "", 10)
+	if _, err := k.ReadResults(ctx, f.mid, len(entries), Mark(entries[len(entries)-1]), 10); err != nil {
+		t.Fatal(err)
+	}
+	var hmgets []int // the fields of each HMGET
+	f.c.AddHook(fieldsOf("hmget", &hmgets))
+	kept, err := k.Kept(ctx, f.mid, 0, 10)
+	if err != nil || len(kept) != 3 {
+		t.Fatalf("kept %d entries (%v), want 3", len(kept), err)
+	}
+	want := map[string]bool{string(big(0)): true, string(big(1)): true, string(big(2)): true}
+	for i, e := range kept {
+		if !want[e] {
+			t.Fatalf("kept entry %d: %d bytes, not one of the results, or read twice", i, len(e))
+		}
+		delete(want, e)
+	}
+	if !slices.Equal(hmgets, []int{1, 1, 1}) {
+		t.Fatalf("Kept read the staged results with HMGETs of %v fields, want one each", hmgets)
+	}
+}
+
+// fieldsOf is a hook that appends to n the number of fields of each call
+// of command cmd (its arguments after the key), alone or pipelined.
+func fieldsOf(cmd string, n *[]int) redis.Hook { return countHook{cmd: cmd, n: n} }
+
+type countHook struct {
+	cmd string
+	n   *[]int
+}
+
+func (h countHook) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (h countHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, c redis.Cmder) error {
+		h.note(c)
+		return next(ctx, c)
+	}
+}
+
+func (h countHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cs []redis.Cmder) error {
+		for _, c := range cs {
+			h.note(c)
+		}
+		return next(ctx, cs)
+	}
+}
+
+func (h countHook) note(c redis.Cmder) {
+	if c.Name() == h.cmd {
+		*h.n = append(*h.n, len(c.Args())-2)
+	}
+}
+
 // A batch's only task may come with its batch's record: the finish writes
 // it into the history (counting its elements in the throughput, and
 // forgetting the batch among its manager's published ones) if and only if
@@ -1252,7 +1368,7 @@ func TestFinishWritesSoloRecordWithItsResult(t *testing.T) {
 	}
 	done := []wire.Done{{ID: ids[0], Result: []byte("r0"), Record: rec(f.mid+":1", f.mid, 3), Keep: 10, AgeMs: 60000},
 		{ID: ids[1], Result: []byte("r1"), Record: rec(f.mid+":2", "someone-else", 4), Keep: 10, AgeMs: 60000}}
-	if n, err := f.r.Finish(ctx, "w1", done); err != nil || n != 2 {
+	if n, err := delivered(f.r.Finish(ctx, "w1", done)); err != nil || n != 2 {
 		t.Fatalf("finish delivered %d (%v), want 2", n, err)
 	}
 	hist := keys.History("rm", f.queue)
@@ -1281,7 +1397,7 @@ func TestFinishWritesSoloRecordWithItsResult(t *testing.T) {
 	}
 	// Not delivered again: its record is not written either.
 	again := []wire.Done{{ID: ids[0], Result: []byte("r0 again"), Record: rec(f.mid+":7", f.mid, 1), Keep: 10, AgeMs: 60000}}
-	if n, err := f.r.Finish(ctx, "w1", again); err != nil || n != 0 {
+	if n, err := delivered(f.r.Finish(ctx, "w1", again)); err != nil || n != 0 {
 		t.Fatalf("a second finish delivered %d (%v), want 0", n, err)
 	}
 	if f.c.HExists(ctx, hist, f.mid+":7").Val() {
@@ -1349,7 +1465,7 @@ func TestWidestPayloadChoosesTheCheck(t *testing.T) {
 			// Results of every wanted task, one twice, and one of a cancelled task.
 			done := []wire.Done{{ID: ids[0], Result: []byte("r0")}, {ID: ids[1], Result: []byte("r1")}, {ID: ids[2], Result: []byte("r2")},
 				{ID: ids[0], Result: []byte("r0 again")}, {ID: ids[3], Result: []byte("r3")}, {ID: ids[5], Result: []byte("r5")}}
-			n, err := f.r.Finish(ctx, "w1", done)
+			n, err := delivered(f.r.Finish(ctx, "w1", done))
 			if err != nil || n != 4 {
 				t.Fatalf("finish delivered %d (%v), want 4", n, err)
 			}
@@ -1381,5 +1497,105 @@ func TestInlineAgrees(t *testing.T) {
 	}
 	if n, _ := strconv.Atoi(m[1]); n != Inline {
 		t.Fatalf("prelude.lua's INLINE is %d, rdb.Inline %d", n, Inline)
+	}
+}
+
+// prelude.lua's SUSPECT is wire.SuspectAfter: a worker runs alone what a
+// take handed it alone.
+func TestSuspectAgrees(t *testing.T) {
+	m := regexp.MustCompile(`(?m)^local SUSPECT = (\d+)$`).FindStringSubmatch(source("prelude.lua"))
+	if m == nil {
+		t.Fatal("prelude.lua defines no SUSPECT")
+	}
+	if n, _ := strconv.Atoi(m[1]); n != wire.SuspectAfter {
+		t.Fatalf("prelude.lua's SUSPECT is %d, wire.SuspectAfter %d", n, wire.SuspectAfter)
+	}
+}
+
+// delivered is what a Finish delivered, and its error.
+func delivered(f wire.Finished, err error) (int, error) { return f.Delivered, err }
+
+// At maxmemory, Redis refuses a finish's staged results (their HSETs) but
+// not its small ones, which go in calls of their own: the small results
+// are delivered, the staged one comes back in Full, with the OOM error,
+// and nothing of it stays in Redis.
+func TestFinishAtMaxmemory(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t, "--maxmemory", "4mb", "--maxmemory-policy", "noeviction")
+	c := srv.Client(t)
+	q := redistest.Queue(t)
+	f := &fixture{c: c, r: New(c, "rm", q), queue: q, mid: id.New()}
+	ctx := context.Background()
+	ids := f.submit(t, "", 3)
+	if _, _, err := f.r.Take(ctx, "w1", 3, 3, time.Minute, 0, 0, serves); err != nil {
+		t.Fatal(err)
+	}
+	filler := strings.Repeat("x", 256<<10)
+	for i := 0; ; i++ {
+		err := c.Set(ctx, fmt.Sprint("filler:", i), filler, 0).Err()
+		if OutOfMemory(err) {
+			break
+		}
+		if err != nil || i > 100 {
+			t.Fatalf("filling Redis: %v after %d", err, i)
+		}
+	}
+	big := []byte(strings.Repeat("b", 64<<10))
+	got, err := f.r.Finish(ctx, "w1", []wire.Done{{ID: ids[0], Result: []byte("r0")}, {ID: ids[1], Result: big}, {ID: ids[2], Result: []byte("r2")}})
+	if !OutOfMemory(err) {
+		t.Fatalf("finish at maxmemory: %v, want OOM", err)
+	}
+	if got.Sent != 2 || got.Delivered != 2 || len(got.Full) != 1 || got.Full[0].ID != ids[1] || len(got.Failed) != 0 {
+		t.Fatalf("finish at maxmemory: sent %d, delivered %d, full %d, failed %d; want 2, 2, [%s], 0", got.Sent, got.Delivered, len(got.Full), len(got.Failed), ids[1])
+	}
+	if n := c.Exists(ctx, keys.Staged("rm", q, f.mid)).Val(); n != 0 {
+		t.Fatal("a refused staged result stayed in Redis")
+	}
+	entries, err := f.r.ReadResults(ctx, f.mid, 0, "", 10)
+	if err != nil || !slices.Equal(entries, []string{"r0", "r2"}) {
+		t.Fatalf("result list %q (%v), want [r0 r2]", entries, err)
+	}
+	if held := c.SMembers(ctx, keys.Held("rm", q, "w1")).Val(); !slices.Equal(held, []string{ids[1]}) {
+		t.Fatalf("held %v, want the refused task's alone", held)
+	}
+}
+
+// A task given back after it ran (a stopping worker's grace ended) comes
+// back with its attempt counted, as after a reap, so that the batch's
+// budget bounds its runs; one given back unrun (an orphan of a lost reply,
+// a task taken ahead) does not.
+func TestGiveBackCountsARun(t *testing.T) {
+	f := setup(t)
+	ctx := context.Background()
+	f.submit(t, "", 2)
+	taken, _, err := f.r.Take(ctx, "w1", 2, 2, time.Minute, 0, 0, serves)
+	if err != nil || len(taken) != 2 {
+		t.Fatalf("take: %d, %v", len(taken), err)
+	}
+	if n, err := f.r.GiveBack(ctx, "w1", []string{taken[0].Member()}, false); err != nil || n != 1 {
+		t.Fatalf("give back unrun: %d, %v", n, err)
+	}
+	if n, err := f.r.GiveBack(ctx, "w1", []string{taken[1].Member()}, true); err != nil || n != 1 {
+		t.Fatalf("give back run: %d, %v", n, err)
+	}
+	attempts := map[string]int{}
+	for range 2 {
+		// A suspect comes alone, to a worker that holds nothing: one a take.
+		again, _, err := f.r.Take(ctx, "w2", 2, 2, time.Minute, 0, 0, serves)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, tk := range again {
+			attempts[tk.ID] = tk.Attempt
+			if _, err := f.r.Finish(ctx, "w2", []wire.Done{{ID: tk.ID, Result: []byte("r")}}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if a, ok := attempts[taken[0].ID]; !ok || a != 0 {
+		t.Errorf("the task given back unrun: attempt %d (taken %v), want 0", a, ok)
+	}
+	if a, ok := attempts[taken[1].ID]; !ok || a != 1 {
+		t.Errorf("the task given back after it ran: attempt %d (taken %v), want 1", a, ok)
 	}
 }

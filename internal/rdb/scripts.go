@@ -17,12 +17,17 @@ var lua embed.FS
 // The scripts, each loaded once with the prelude in front of it and run by SHA.
 var (
 	submitScript    = load("submit.lua")
+	fenceScript     = load("fence.lua")
+	sumsScript      = load("sums.lua")
+	retractScript   = load("retract.lua")
 	takeScript      = load("take.lua")
 	finishScript    = load("finish.lua")
 	heartbeatScript = load("heartbeat.lua")
 	liveScript      = load("live.lua")
 	trimScript      = load("trim.lua")
 	missingScript   = load("missing.lua")
+	auditScript     = load("audit.lua")
+	asideScript     = load("aside.lua")
 	reapScript      = load("reap.lua")
 	givebackScript  = load("giveback.lua")
 	unwantedScript  = load("unwanted.lua")
@@ -45,6 +50,8 @@ var (
 	cancelScript    = load("cancel.lua")
 	limitScript     = load("limit.lua")
 	throttleScript  = load("throttle.lua")
+	indexScript     = load("index.lua")
+	wakeScript      = load("wake.lua")
 )
 
 // ScriptNames maps each script's SHA-1 to its file name, for tools that read

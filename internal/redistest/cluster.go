@@ -26,6 +26,7 @@ type Cluster struct {
 // when tb ends.
 func StartCluster(tb testing.TB, n int) *Cluster {
 	tb.Helper()
+	Slow(tb)
 	cl, err := startCluster(n, false)
 	if err != nil {
 		tb.Fatal(err)
@@ -40,6 +41,7 @@ func StartCluster(tb testing.TB, n int) *Cluster {
 // replica has finished its first sync: a Cluster that can fail over.
 func StartClusterReplicas(tb testing.TB, n int) *Cluster {
 	tb.Helper()
+	Slow(tb)
 	cl, err := startCluster(n, true)
 	if err != nil {
 		tb.Fatal(err)

@@ -365,3 +365,26 @@ func WaitLimit(tb testing.TB) time.Duration {
 // DieWithParent makes cmd, a process a test starts (a worker, say), die when
 // the test process dies, where the platform allows it.
 func DieWithParent(cmd *exec.Cmd) { cmd.SysProcAttr = procAttr() }
+
+// Slow skips tb under go test -short (make test-unit), as harness.Start,
+// StartCluster, StartClusterReplicas, StartSentinel and StartProxy do: a
+// test that starts processes of its own (workers, a manager, a Cluster,
+// Sentinels) or faults the network runs in make test only. Tests on the
+// shared server stay in the short set: they are the fast real-Redis tests.
+func Slow(tb testing.TB) {
+	tb.Helper()
+	if testing.Short() {
+		tb.Skip("starts processes or faults the network: make test runs it")
+	}
+}
+
+// OwnTopology skips tb on the shared Cluster of make test-cluster when no
+// ShardsEnv is set: a test that starts its own Cluster or Sentinel runs
+// there exactly as in make test, which has run it. With ShardsEnv it runs,
+// its managers then sharded.
+func OwnTopology(tb testing.TB) {
+	tb.Helper()
+	if os.Getenv(ClusterEnv) != "" && Shards() == 0 {
+		tb.Skip("starts its own topology, as in make test, which runs it")
+	}
+}

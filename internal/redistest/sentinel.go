@@ -30,6 +30,7 @@ type Sentinel struct {
 // and every sentinel knows the replica and the other sentinels.
 func StartSentinel(tb testing.TB) *Sentinel {
 	tb.Helper()
+	Slow(tb)
 	primary := Start(tb)
 	replica := Start(tb, "--replicaof", "127.0.0.1", strconv.Itoa(primary.Port))
 	st := &Sentinel{Servers: []*Server{primary, replica}}

@@ -8,15 +8,12 @@ package tracing
 import (
 	"context"
 	"log/slog"
-	"strconv"
 
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
 	"go.opentelemetry.io/otel/trace/noop"
-
-	"github.com/redmap/redmap/internal/id"
 )
 
 // Scope is the instrumentation scope of redmap's spans.
@@ -89,21 +86,6 @@ const (
 // System is messaging.system's value: redmap is not one the conventions
 // name, so it names itself, as they allow.
 var System = MessagingSystem.String("redmap")
-
-// BatchOf returns the id of the batch ("<manager id>:<n>") a public task of
-// id tid belongs to, read from its lane; "" for a private task, whose id
-// does not name its batch.
-func BatchOf(tid string) string {
-	lane := id.Lane(tid)
-	if lane == "" {
-		return ""
-	}
-	n, err := strconv.ParseUint(lane, 36, 64)
-	if err != nil {
-		return ""
-	}
-	return id.Manager(tid) + ":" + strconv.FormatUint(n, 10)
-}
 
 // LogHandler wraps h so that a record logged with a context that carries a
 // span (slog's ...Context methods, as the worker logs while a task runs)

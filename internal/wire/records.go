@@ -39,6 +39,10 @@ type WorkerInfo struct {
 	Error       string        // its last failed Redis call, "" once all is well
 	CacheHits   int64         // constant lookups its memo served
 	CacheBytes  int64         // bytes of constants it fetched
+	Suspects    int64         // suspects it ran alone (tasks lost SuspectAfter times: maybe poison pills)
+	Alone       string        // the suspect it runs alone now, and why; "" if none
+	AloneTask   string        // that suspect's task id, "" if none: its batch shows it (id.Batch)
+	Version     string        // its program's build (buildinfo.Version)
 }
 
 // The fields of a worker's info hash that something other than
@@ -70,6 +74,10 @@ func EncodeWorkerInfo(i WorkerInfo) []any {
 		"cache_hits", i.CacheHits,
 		"cache_bytes", i.CacheBytes,
 		"every", i.Every.Milliseconds(),
+		"suspects", i.Suspects,
+		"alone", i.Alone,
+		"alone_task", i.AloneTask,
+		"version", i.Version,
 	}
 }
 
@@ -105,6 +113,10 @@ func DecodeWorkerInfo(h map[string]string) (WorkerInfo, error) {
 		CacheHits:   num("cache_hits"),
 		CacheBytes:  num("cache_bytes"),
 		Every:       time.Duration(num("every")) * time.Millisecond,
+		Suspects:    num("suspects"),
+		Alone:       h["alone"],
+		AloneTask:   h["alone_task"],
+		Version:     h["version"],
 	}
 	if g := num("gone"); g > 0 {
 		i.Gone = time.UnixMilli(g)
@@ -219,7 +231,10 @@ var (
 // trackers fingerprint: its first line, without a retry's "attempt N: "
 // prefix, with quoted strings ("…"), paths (<path>), UUIDs and hex ids
 // (<id>) and numbers (<n>) masked, so that messages that differ only in
-// what they name fall in one group.
+// what they name fall in one group. A whole number from 400 to 599 is
+// kept: an HTTP error status says what went wrong ("429 from API" and
+// "500 from API" are two causes), and is rarely what differs between
+// messages of one cause.
 func Fingerprint(msg string) string {
 	msg, _, _ = strings.Cut(msg, "\n")
 	if rest, ok := strings.CutPrefix(msg, "attempt "); ok {
@@ -235,7 +250,34 @@ func Fingerprint(msg string) string {
 		}
 		return "<id>"
 	})
-	return strings.TrimSpace(numRe.ReplaceAllString(msg, "<n>"))
+	msg = numRe.ReplaceAllStringFunc(msg, func(n string) string {
+		if len(n) == 3 && n >= "400" && n <= "599" {
+			return n
+		}
+		return "<n>"
+	})
+	return strings.TrimSpace(msg)
+}
+
+// The causes of failure a batch's record counts that no worker reports
+// (BatchRecord.FailedBy): the manager's own.
+const (
+	CausePurged      = "purged"
+	CauseNoWorker    = "no worker"
+	CauseUnavailable = "redis unavailable"
+	CauseOther       = "other"
+)
+
+// FailureCauses returns every cause a batch's record may count failed
+// elements by (BatchRecord.FailedBy): the workers' kinds (codec.Kind), the
+// manager's own, and the ends of a batch cut short (cancelled, closed).
+// The metrics export each from the start, at 0.
+func FailureCauses() []string {
+	var out []string
+	for _, k := range codec.Kinds() {
+		out = append(out, k.String())
+	}
+	return append(out, CausePurged, CauseNoWorker, CauseUnavailable, OutcomeClosed, OutcomeCancelled, CauseOther)
 }
 
 // BatchProgress is how far a running batch has got, as its manager publishes
@@ -296,6 +338,10 @@ type Holder struct {
 	PID     int    `json:"pid"`
 	PIDs    string `json:"pid_ns,omitempty"` // its PID namespace (Linux), where its pid means something
 	Since   int64  `json:"since_ms"`         // Unix ms, the holder's clock
+	// Token numbers the claims of the batch, each one more than the last
+	// (claim.lua sets it): 0 in a claim not taken yet. It must stay the
+	// last field: claim.lua appends it to the record the manager encodes.
+	Token int64 `json:"token,omitempty"`
 }
 
 // Resumed is what a manager taking over a durable batch finds of it on one
@@ -328,6 +374,16 @@ type Claim struct {
 	Lease  time.Duration // how long the claim lives; 0 releases it
 	TTL    time.Duration // how long the batch lives after it (DurableTTL)
 	Steal  string        // another holder's record to take over, or ""
+	// Fence is the claim's record as its holder took it (Claimed.Record),
+	// to renew or release it; "" to take the claim.
+	Fence string
+}
+
+// Claimed is what a claim.lua call found (rdb.Claim).
+type Claimed struct {
+	Held   bool   // the caller holds the claim (or, releasing, no longer does)
+	Record string // the claim's record now: the caller's, or the holder's
+	Holder Holder // Record decoded
 }
 
 // EncodeHolder returns h as the value of a durable batch's claim.

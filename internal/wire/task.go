@@ -41,6 +41,14 @@ func Calls(fn, sig, red, redSig string) string {
 	return fn + "\t" + sig + "\n" + red + "\t" + redSig
 }
 
+// SuspectAfter is how many times a task must have been lost (its worker
+// died, stalled past its lease, or stopped with it running) to be a
+// suspect: maybe a poison pill, handed only to a worker that holds nothing
+// and run alone there. A task lost once was most likely lost beside what
+// killed its worker, or with a worker killed from outside: it runs side by
+// side again. prelude.lua's SUSPECT says the same (TestSuspectAgrees).
+const SuspectAfter = 2
+
 // Taken is a task a worker has taken and now holds.
 type Taken struct {
 	ID      string
@@ -53,6 +61,10 @@ type Taken struct {
 	// of its list (0 if it did not).
 	HeldBack time.Duration
 }
+
+// Suspect reports whether t is a suspect (see SuspectAfter): it came alone,
+// to a worker that held nothing, and must run alone.
+func (t Taken) Suspect() bool { return t.Attempt >= SuspectAfter }
 
 // Member returns the task's member in the worker's held set: its id,
 // "!"-prefixed if private.
@@ -68,7 +80,7 @@ type TakeEnd struct {
 	// Drained: the take left every list empty and registered the worker
 	// idle; its next take should wait for its bell.
 	Drained bool
-	// Suspect: a suspect (a task lost before) is next in a list, and was
+	// Suspect: a suspect (a task lost SuspectAfter times) is next in a list, and was
 	// left there because the worker holds tasks: it gets it once it holds
 	// none (see take.lua).
 	Suspect bool
@@ -101,6 +113,16 @@ type Done struct {
 	Record string
 	Keep   int
 	AgeMs  int64
+}
+
+// Finished is what a report of results came to: how many Redis took
+// (Sent), how many of those were delivered (the rest were discarded: no
+// longer wanted, or reported twice), and the results not reported: those
+// Redis refused for want of memory (Full: a later call may land them),
+// and those of calls that failed otherwise (Failed: Redis unreachable).
+type Finished struct {
+	Sent, Delivered int
+	Full, Failed    []Done
 }
 
 // Beat is what a heartbeat learns: whether an operator asked the worker to

@@ -13,6 +13,7 @@
 -- -> JSON group, see rdb.FailureGroup)
 -- ARGV[1] most groups   ARGV[2] how long the hash outlives its last write, ms
 -- ARGV[3] the worker's id   ARGV[4], ARGV[5], ...: field, JSON group, ...
+-- A hash holding foreign data is set aside (set_aside).
 -- Returns {the number of failures added, the number of malformed groups replaced}.
 local MAX_WORKERS = 10
 local added, malformed = 0, 0
@@ -29,7 +30,7 @@ end
 
 for i = 4, #ARGV, 2 do
   local field, d = ARGV[i], cjson.decode(ARGV[i + 1])
-  local raw = redis.call('HGET', KEYS[1], field)
+  local raw = guarded('HGET', KEYS[1], field)
   if not raw and redis.call('HLEN', KEYS[1]) >= tonumber(ARGV[1]) then
     d.func, d.fingerprint = '(other)', '(other)'
     field = '(other)\t' .. d.kind .. '\t(other)'

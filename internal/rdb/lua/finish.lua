@@ -37,6 +37,8 @@
 -- unrun, or "=<field>" for a staged one), task id, encoded result, ...;
 -- a pair may follow a task's: "#<bounds>" (see record_solos), the history
 -- record of the task's batch.
+-- A key holding foreign data is set aside (set_aside), but a task set:
+-- its results are not delivered (in_set), and its manager fails its tasks.
 -- Returns the number of results delivered.
 local base = ARGV[1]
 local FIRST = 3 -- the first pair's index
@@ -75,17 +77,24 @@ end
 -- in_set returns which of the tasks at ARGV indexes at are in task set
 -- tasks: one HMGET if the manager's payloads are known to be small
 -- (keys.Widest: the copy costs less than a check per task), else an
--- HEXISTS each.
+-- HEXISTS each. A task set (or its widest) holding foreign data wants
+-- nothing: none of its results is delivered, and the call goes on with
+-- the other managers' (its manager's check fails its batches naming the
+-- key).
 local function in_set(m, tasks, at)
   local found = {}
-  local widest = tonumber(redis.call('GET', m .. ':widest') or '')
+  local w = redis.pcall('GET', m .. ':widest')
+  local widest = type(w) == 'string' and tonumber(w) or nil
   if widest and widest <= NARROW then
     for j = 1, #at, CHUNK do
       local tids = {}
       for k = j, math.min(j + CHUNK - 1, #at) do
         tids[k - j + 1] = ARGV[at[k]]
       end
-      local vals = redis.call('HMGET', tasks, unpack(tids))
+      local vals = unless_foreign('HMGET', tasks, unpack(tids))
+      if vals == nil then
+        return {}
+      end
       for k = 1, #vals do
         found[j + k - 1] = vals[k] ~= false
       end
@@ -93,7 +102,11 @@ local function in_set(m, tasks, at)
   else
     for k = 1, #at do
       local i = at[k]
-      found[k] = redis.call('HEXISTS', tasks, ARGV[i]) == 1
+      local r = unless_foreign('HEXISTS', tasks, ARGV[i])
+      if r == nil then
+        return {}
+      end
+      found[k] = r == 1
     end
   end
   return found
@@ -120,7 +133,7 @@ for _, m in ipairs(order) do
       g.results[d] = r
     elseif staged then
       -- Not wanted, or a duplicate in this call: its staged result goes.
-      redis.call('HDEL', m .. ':staged', string.sub(r, 2))
+      guarded('HDEL', m .. ':staged', string.sub(r, 2))
     end
   end
 end
@@ -136,7 +149,7 @@ end
 -- the ids did not all go (some were private, not held, or repeated).
 local removed = 0
 for i = 1, nm, CHUNK do
-  removed = removed + redis.call('SREM', KEYS[1], unpack(members, i, math.min(i + CHUNK - 1, nm)))
+  removed = removed + guarded('SREM', KEYS[1], unpack(members, i, math.min(i + CHUNK - 1, nm)))
 end
 if removed < nm then
   local bang = {}
@@ -158,7 +171,7 @@ for _, m in ipairs(order) do
   local g = groups[m]
   if #g.tids > 0 then
     for i = 1, #g.results, CHUNK do
-      redis.call('RPUSH', m .. ':results', unpack(g.results, i, math.min(i + CHUNK - 1, #g.results)))
+      guarded('RPUSH', m .. ':results', unpack(g.results, i, math.min(i + CHUNK - 1, #g.results)))
     end
     -- Most managers have lost no attempts: one EXISTS spares the copy of
     -- every id into a delete that finds nothing.
@@ -167,7 +180,7 @@ for _, m in ipairs(order) do
       local j = math.min(i + CHUNK - 1, #g.tids)
       redis.call('HDEL', g.tasks, unpack(g.tids, i, j))
       if attempts then
-        redis.call('HDEL', m .. ':attempts', unpack(g.tids, i, j))
+        guarded('HDEL', m .. ':attempts', unpack(g.tids, i, j))
       end
     end
     delivered = delivered + #g.tids

@@ -10,13 +10,16 @@
 -- ARGV[1] worker id   ARGV[2] lease length, ms
 -- ARGV[3] how long a gone worker stays listed, ms (keys.GoneFor)
 -- ARGV[4], ARGV[5], ...: info field, value, field, value, ... (may be none)
+-- The workers set, the info hash and the list of shard names are set aside
+-- if they hold foreign data (guarded): the heartbeats of the queue's workers
+-- write the first two again, its managers the list.
 -- Returns {the new deadline, ms; 1 if an operator asked the worker to drain;
 -- the number of names in the queue's list of shard names}.
 local lease = tonumber(ARGV[2])
 local deadline = now() + lease
-redis.call('ZADD', KEYS[1], deadline, ARGV[1])
+guarded('ZADD', KEYS[1], deadline, ARGV[1])
 if #ARGV > 3 then
-  redis.call('HSET', KEYS[2], unpack(ARGV, 4))
+  guarded('HSET', KEYS[2], unpack(ARGV, 4))
   if lease > 0 then
     -- past the lease too: a worker that dies is listed with it until
     -- reaped, and for as long as a gone worker is then; a worker reaped
@@ -27,4 +30,4 @@ if #ARGV > 3 then
     redis.call('PEXPIRE', KEYS[2], tonumber(ARGV[3]))
   end
 end
-return {deadline, redis.call('EXISTS', KEYS[3]), redis.call('LLEN', KEYS[4])}
+return {deadline, redis.call('EXISTS', KEYS[3]), guarded('LLEN', KEYS[4])}

@@ -10,6 +10,8 @@
 -- KEYS[1] object metadata (HASH size, parts)   KEYS[2] holders (ZSET holder -> deadline, ms)
 -- ARGV[1] holder   ARGV[2] length of the hold, ms
 -- ARGV[3] size in bytes, ARGV[4] number of parts: given only to commit
+-- A key holding foreign data is set aside (set_aside): an object whose
+-- metadata is foreign is not there.
 -- Returns 1 if the object is there and now held, 0 if it is not there.
 if ARGV[4] then
   local parts = tonumber(ARGV[4])
@@ -18,11 +20,11 @@ if ARGV[4] then
       return 0
     end
   end
-  redis.call('HSET', KEYS[1], 'size', ARGV[3], 'parts', parts)
-elseif redis.call('EXISTS', KEYS[1]) == 0 then
-  return 0
+  guarded('HSET', KEYS[1], 'size', ARGV[3], 'parts', parts)
+elseif not tonumber(guarded('HGET', KEYS[1], 'parts')) then
+  return 0 -- not there, or set aside: the caller uploads it again
 end
-redis.call('ZADD', KEYS[2], now() + tonumber(ARGV[2]), ARGV[1])
+guarded('ZADD', KEYS[2], now() + tonumber(ARGV[2]), ARGV[1])
 local last = tonumber(redis.call('ZRANGE', KEYS[2], -1, -1, 'WITHSCORES')[2])
 expire_object(KEYS[1], KEYS[2], tonumber(redis.call('HGET', KEYS[1], 'parts')) or 0, last)
 return 1

@@ -12,6 +12,8 @@
 -- ARGV[1] "code" (declare), "op" (set), "clear" (drop the operator's), or
 -- "read"   ARGV[2] the function   ARGV[3] the record (code, op)
 -- ARGV[4] its limit (code, op)
+-- A key holding foreign data is set aside (set_aside): the code's limits
+-- are declared again by its managers and workers, an operator's is lost.
 -- Returns the limit in force afterwards ("" if none) and the source it
 -- comes from ("op", "code" or "").
 local key, kind, fn = KEYS[1], ARGV[1], ARGV[2]
@@ -26,15 +28,15 @@ local function limit_in(v)
 end
 
 if kind == 'code' then
-  if limit_in(redis.call('HGET', key, 'code\t' .. fn)) ~= ARGV[4] then
+  if limit_in(guarded('HGET', key, 'code\t' .. fn)) ~= ARGV[4] then
     redis.call('HSET', key, 'code\t' .. fn, ARGV[3])
   end
 elseif kind == 'op' then
-  redis.call('HSET', key, 'op\t' .. fn, ARGV[3])
+  guarded('HSET', key, 'op\t' .. fn, ARGV[3])
 elseif kind == 'clear' then
-  redis.call('HDEL', key, 'op\t' .. fn)
+  guarded('HDEL', key, 'op\t' .. fn)
 end
-local src, v = 'op', limit_in(redis.call('HGET', key, 'op\t' .. fn))
+local src, v = 'op', limit_in(guarded('HGET', key, 'op\t' .. fn))
 if not v then
   src, v = 'code', limit_in(redis.call('HGET', key, 'code\t' .. fn))
 end
@@ -49,6 +51,6 @@ if kind ~= 'read' and redis.call('HGET', key, fn) ~= (v ~= '' and v or false) th
   end
   -- A new limit starts from a full bucket: an arrival time of the old
   -- one (an hour a token) would hold the new one (100 a second) back.
-  redis.call('HDEL', KEYS[2], fn)
+  guarded('HDEL', KEYS[2], fn)
 end
 return {v, src}

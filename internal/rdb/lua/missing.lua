@@ -4,6 +4,8 @@
 -- server even while a failover moves clients from one to another.
 -- KEYS[1] task set of the manager
 -- ARGV[1], ...: task ids
+-- A task set holding foreign data fails the call (rdb names the key): its
+-- manager fails its tasks and sets it aside.
 -- Returns {the count ("_", 0 if none), the epoch ("_e", "" if none), the task
 -- ids not in the set...}.
 local out = {tonumber(redis.call('HGET', KEYS[1], '_') or '0') or 0, redis.call('HGET', KEYS[1], '_e') or ''}

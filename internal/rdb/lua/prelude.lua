@@ -16,12 +16,29 @@ local BELL_TTL = '60000'
 -- Most values one command gets at once: unpack puts them all on Lua's stack,
 -- which holds a few thousand at most.
 local CHUNK = 500
+-- Most units of work one call of a script that works in slices does
+-- (rdb.ScriptBudget): a batch recorded or published, a lane or a task
+-- withdrawn, a task purged or reaped, each a few commands. Its caller calls again
+-- until the script says it is done: no call holds Redis for long, however
+-- many batches or tasks there are, and each call leaves a consistent state.
+local BUDGET = 500
 -- The largest payload a take returns, or result a finish takes, through
 -- the script: larger ones go out and in with plain commands beside it (in
 -- the same MULTI, or the next round trip), as copying a string into Lua and
 -- out again costs Redis about 1 ns a byte, and a plain command a µs or two
 -- whatever its size. rdb.Inline says the same (TestInlineAgrees).
 local INLINE = 2048
+-- How many times a task must have been lost (its worker died, or stalled
+-- past its lease, or stopped with it running) to be a suspect: handed only
+-- to a worker that holds nothing, and alone (see take.lua). A task lost
+-- once was most likely lost beside whatever killed its worker: it runs
+-- side by side again. wire.SuspectAfter says the same (TestSuspectAgrees).
+local SUSPECT = 2
+-- suspect says whether a task of lost-attempt count attempt (a string, as
+-- HGET gives it, or nil) is a suspect.
+local function suspect_at(attempt)
+  return (tonumber(attempt) or 0) >= SUSPECT
+end
 -- The widest payload a finish copies into Lua to check at once that tasks
 -- are still wanted (one HMGET), rather than an HEXISTS per task: below it
 -- the copy costs Redis less than the calls.
@@ -69,11 +86,93 @@ local function manager(base, tid)
   return key
 end
 
+-- set_aside deletes key, found holding data redmap did not write there (a
+-- wrong type, a counter that is not a number: err is Redis's reply), and
+-- says so in Redis's log: foreign data in one of a queue's keys must not
+-- stop the queue. What the key held for redmap is rebuilt from the task
+-- sets, the truth (audit.lua puts back each outstanding task found in no
+-- list and no held set, its lane in its ring, its lane's entry).
+local function set_aside(key, err)
+  redis.log(redis.LOG_WARNING, 'redmap: deleted ' .. key .. ', which held foreign data: ' .. tostring(err))
+  redis.call('DEL', key)
+end
+
+-- foreign says whether pcall's reply r is an error that the data in the key
+-- caused (not a refusal, an out-of-memory, ...).
+local function foreign(r)
+  if type(r) ~= 'table' or not r.err then
+    return false
+  end
+  local e = r.err
+  return str_find(e, 'WRONGTYPE', 1, true) == 1 or str_find(e, 'not an integer', 1, true) ~= nil or str_find(e, 'not a valid float', 1, true) ~= nil
+end
+
+-- fence_read returns a durable batch's fence (keys.Fence: the JSON record
+-- of the last claim taken), or nil if there is none. A fence that is not a
+-- claim's record (foreign data: another type, a value that does not decode)
+-- is set aside: a fence lost refuses nothing, and its holder's keeper sets
+-- it again, so a foreign write cannot stop the batch's holder for ever.
+local function fence_read(key)
+  local r = redis.pcall('GET', key)
+  if type(r) == 'table' and r.err then
+    if not foreign(r) then
+      error(r)
+    end
+    set_aside(key, r.err)
+    return nil
+  end
+  if not r then
+    return nil
+  end
+  local ok, h = pcall(cjson.decode, r)
+  if not ok or type(h) ~= 'table' then
+    set_aside(key, 'not a claim')
+    return nil
+  end
+  return r
+end
+
+-- unless_foreign runs command cmd on key (its first key) with the rest of
+-- its arguments and returns the reply, or nil if the key holds foreign
+-- data (left as it is: a task set, whose manager's check fails its batches
+-- naming the key). Any other error is raised as it came.
+local function unless_foreign(cmd, key, ...)
+  local r = redis.pcall(cmd, key, ...)
+  if type(r) == 'table' and r.err then
+    if not foreign(r) then
+      error(r)
+    end
+    return nil
+  end
+  return r
+end
+
+-- guarded runs command cmd on key (its first key) with the rest of its
+-- arguments, and returns the reply; if key held foreign data it is set
+-- aside and the command runs again on the key, now absent. Any other error
+-- is raised as it came.
+local function guarded(cmd, key, ...)
+  local r = redis.pcall(cmd, key, ...)
+  if type(r) == 'table' and r.err then
+    if not foreign(r) then
+      error(r)
+    end
+    set_aside(key, r.err)
+    return redis.call(cmd, key, ...)
+  end
+  return r
+end
+
 -- wanted says whether task tid's manager still wants it: it is in the
 -- manager's task set (not finished, cancelled, purged, or expired with it).
+-- A task set holding foreign data wants nothing: its manager, whose check
+-- reads the set, fails its batches naming the key.
 local function wanted(base, tid)
   local m = manager(base, tid)
-  return m ~= nil and redis.call('HEXISTS', m .. ':tasks', tid) == 1
+  if m == nil then
+    return false
+  end
+  return unless_foreign('HEXISTS', m .. ':tasks', tid) == 1
 end
 
 -- lane_parts returns the manager id and the lane number in task id tid
@@ -97,7 +196,7 @@ end
 
 -- enlist puts lane back in ring, at its end, unless it is there.
 local function enlist(ring, lane)
-  if not redis.call('LPOS', ring, lane) then
+  if not guarded('LPOS', ring, lane) then
     redis.call('RPUSH', ring, lane)
   end
 end
@@ -133,14 +232,27 @@ local function unlane(list)
   redis.call('DEL', list .. ':e', list .. ':t')
 end
 
+-- count_elements adds n to the elements counted beside lane key list. A
+-- counter holding foreign data is set aside, not counted again from n: it
+-- is for operators only, and a take never fails for it.
+local function count_elements(list, n)
+  local r = redis.pcall('INCRBY', list .. ':e', n)
+  if type(r) == 'table' and r.err then
+    if not foreign(r) then
+      error(r)
+    end
+    set_aside(list .. ':e', r.err)
+  end
+end
+
 -- requeue puts task tid back at the front of its lane, and the lane in its
 -- ring if it had left it (a take drops a lane it finds empty).
 local function requeue(base, tid)
   local lane, ring = lane_of(base, tid)
   if lane then
     local list = base .. 'l:' .. lane
-    redis.call('LPUSH', list, tid)
-    redis.call('INCRBY', list .. ':e', size_of(tid))
+    guarded('LPUSH', list, tid)
+    count_elements(list, size_of(tid))
     redis.call('PEXPIRE', list .. ':e', math.max(redis.call('PTTL', list), 1000))
     enlist(ring, lane)
   end
@@ -149,7 +261,7 @@ end
 -- ring wakes a worker that blocks on bell (a list, BLPOP): it leaves one
 -- token there, unless one already waits.
 local function ring(bell)
-  if redis.call('LLEN', bell) == 0 then
+  if guarded('LLEN', bell) == 0 then
     redis.call('RPUSH', bell, '1')
     redis.call('PEXPIRE', bell, BELL_TTL)
   end
@@ -172,11 +284,13 @@ end
 -- fail ends task tid of manager m (a key prefix) with entry in place of a
 -- result: it pushes the entry (which wakes the manager, blocked on the
 -- list) and forgets the task. The result list lives as long as the task set.
+-- A task set holding foreign data is left to its manager (unless_foreign),
+-- the other keys set aside.
 local function fail(m, tid, entry)
-  redis.call('RPUSH', m .. ':results', entry)
+  guarded('RPUSH', m .. ':results', entry)
   redis.call('PEXPIRE', m .. ':results', math.max(redis.call('PTTL', m .. ':tasks'), 1000))
-  redis.call('HDEL', m .. ':tasks', tid)
-  redis.call('HDEL', m .. ':attempts', tid)
+  unless_foreign('HDEL', m .. ':tasks', tid)
+  guarded('HDEL', m .. ':attempts', tid)
 end
 
 -- expire_object makes a cached object (metadata key meta, parts parts) live
@@ -194,23 +308,27 @@ end
 -- set index) to its last limit batches (give or take 1%: the excess is
 -- trimmed at once when it reaches it), none older than age ms, and makes
 -- both keys live age ms past the last record. t is the time now (Redis
--- ms), if the caller has it. age may be the string it was read as.
+-- ms), if the caller has it. age may be the string it was read as. It
+-- trims at most 2 * BUDGET records a call: every writer writes at most
+-- BUDGET a call, so a history past its bounds shrinks at every write.
 local function trim_history(hist, index, limit, age, t)
-  local old = redis.call('ZRANGEBYSCORE', index, '-inf', (t or now()) - age, 'LIMIT', '0', '500') -- CHUNK
+  local most = 2 * BUDGET
+  local old = guarded('ZRANGEBYSCORE', index, '-inf', (t or now()) - age, 'LIMIT', '0', most)
   local over = redis.call('ZCARD', index) - #old - limit
   if over > 0 and over < math.ceil(limit / 100) and #old == 0 then
     -- a few over: trimmed together once 1% over, not one at every write
     over = 0
   end
-  if over > 0 then
-    local more = redis.call('ZRANGE', index, #old, #old + math.min(over, CHUNK) - 1)
+  if over > 0 and #old < most then
+    local more = redis.call('ZRANGE', index, #old, #old + math.min(over, most - #old) - 1)
     for _, id in ipairs(more) do
       old[#old + 1] = id
     end
   end
-  if #old > 0 then
-    redis.call('HDEL', hist, unpack(old))
-    redis.call('ZREM', index, unpack(old))
+  for i = 1, #old, CHUNK do
+    local j = math.min(i + CHUNK - 1, #old)
+    guarded('HDEL', hist, unpack(old, i, j))
+    redis.call('ZREM', index, unpack(old, i, j))
   end
   redis.call('PEXPIRE', hist, age)
   redis.call('PEXPIRE', index, age)
@@ -276,14 +394,14 @@ local function write_histories(base, hist, index, ids, recs, decs, t)
       scored[#scored + 1] = t
       scored[#scored + 1] = ids[i]
     end
-    local olds = redis.call('HMGET', hist, unpack(these))
+    local olds = guarded('HMGET', hist, unpack(these))
     for k = 1, #olds do
       if olds[k] then
         count(decoded(olds[k]), -1)
       end
     end
     redis.call('HSET', hist, unpack(pairs_))
-    redis.call('ZADD', index, unpack(scored))
+    guarded('ZADD', index, unpack(scored))
   end
   for k = 1, #keep do
     local i = keep[k]
@@ -291,7 +409,7 @@ local function write_histories(base, hist, index, ids, recs, decs, t)
   end
   for _, f in ipairs(fields) do
     if change[f] ~= 0 then
-      redis.call('HINCRBY', base .. 'ended', f, change[f] == 1 and '1' or change[f])
+      guarded('HINCRBY', base .. 'ended', f, change[f] == 1 and '1' or change[f])
     end
   end
 end
@@ -350,11 +468,11 @@ local function record_solos(base, solos, t)
   for _, m in ipairs(batches_order) do
     local mine = batches[m]
     for j = 1, #mine, CHUNK do
-      redis.call('HDEL', m .. ':batches', unpack(mine, j, math.min(j + CHUNK - 1, #mine)))
+      guarded('HDEL', m .. ':batches', unpack(mine, j, math.min(j + CHUNK - 1, #mine)))
     end
   end
   for _, tp in ipairs(tps_order) do
-    redis.call('INCRBY', tp, tps[tp][1])
+    guarded('INCRBY', tp, tps[tp][1])
     redis.call('PEXPIRE', tp, tps[tp][2])
   end
 end
@@ -371,72 +489,129 @@ local function with_progress(rec, p)
   return rec
 end
 
+-- How long the batches of a lost manager are kept for the calls that
+-- record them a slice at a time (keys.LostBatches, keys.Losing), ms: a day.
+local LOST_TTL = '86400000'
+
 -- withdraw_manager withdraws every task of manager mid of the queue at
--- base, in the step that records it lost: its lanes and their keys go, and
--- its task set, so that no worker takes another of its tasks (a take drops
--- an id whose task is not in its set, and a result of a task that was
--- running is discarded). A manager that was only cut off finds its task
--- set gone when it comes back, as after Redis lost its writes, and submits
--- again what has no result.
+-- base from one shard, in one step (for shard 0, the step that finds it
+-- lost): its lanes and their keys go, and its task set, so that no worker
+-- takes another of its tasks (a take drops an id whose task is not in its
+-- set, and a result of a task that was running is discarded). A manager
+-- that was only cut off finds its task set gone when it comes back, as
+-- after Redis lost its writes, and submits again what has no result. Its
+-- cost is a few commands a lane: the lanes are its batches with tasks
+-- queued, which every take walks anyway; the keys go with UNLINK, freed
+-- beside Redis's thread however many tasks they hold.
 local function withdraw_manager(base, mid)
   local m = base .. 'm:' .. mid
-  for _, lane in ipairs(redis.call('HKEYS', m .. ':lanes')) do
+  for _, lane in ipairs(guarded('HKEYS', m .. ':lanes')) do
     local list = base .. 'l:' .. mid .. '.' .. lane
-    redis.call('DEL', list)
+    redis.call('UNLINK', list)
     unlane(list)
   end
-  redis.call('DEL', m .. ':lanes', m .. ':tasks', m .. ':attempts')
+  redis.call('UNLINK', m .. ':lanes', m .. ':tasks', m .. ':attempts')
 end
 
--- lose_managers records, for each manager of the queue at base whose
--- publish of progress is overdue by the Redis clock (in the sorted set
--- managers), each batch it last published as ended with outcome "manager
--- lost" and its last published progress, and withdraws its tasks of this
--- shard (withdraw_manager; the caller withdraws those of the others,
--- withdraw.lua); it forgets the manager's published batches. A
--- durable batch's owner is only forgotten: its batch runs on without a
--- manager. The history is bounded by limit and age (ms). At most 10
--- managers a call. Returns how many batches it recorded, and the ids of
--- the managers whose tasks it withdrew.
-local function lose_managers(base, managers, hist, index, limit, age)
-  local t = now()
-  local lost = redis.call('ZRANGEBYSCORE', managers, '-inf', t, 'LIMIT', 0, 10)
+-- record_lost records up to budget of the batches manager mid published
+-- last, set aside when it was found lost (keys.LostBatches), in the
+-- queue's history as ended with outcome "manager lost" at time t, with
+-- their last published progress; a batch the history already holds (its
+-- manager came back and recorded it) is only forgotten. Returns the budget
+-- left (above 0 only if none is left) and the number recorded.
+local function record_lost(base, mid, hist, index, budget, t)
+  if budget <= 0 then
+    return budget, 0
+  end
+  local key = base .. 'm:' .. mid .. ':lost'
+  local ids = guarded('HRANDFIELD', key, budget)
   local n = 0
+  for _, id in ipairs(ids) do
+    local ok, p = pcall(cjson.decode, redis.call('HGET', key, id) or '')
+    if ok and type(p) == 'table' and guarded('HEXISTS', hist, id) == 0 then
+      local rec = {id = id, manager = mid, func = p.func, priority = p.priority,
+        worker = p.worker, total = p.total, done = p.done, failed = p.failed,
+        outcome = 'manager lost', reason = 'its manager stopped publishing progress; its queued tasks were withdrawn',
+        started_ms = p.started_ms, ended_ms = t}
+      redis.call('HSET', hist, id, cjson.encode(rec))
+      guarded('ZADD', index, t, id)
+      n = n + 1
+    end
+  end
+  for i = 1, #ids, CHUNK do
+    redis.call('HDEL', key, unpack(ids, i, math.min(i + CHUNK - 1, #ids)))
+  end
+  return budget - #ids, n
+end
+
+-- lose_managers finds the managers of the queue at base whose publish of
+-- progress is overdue by the Redis clock (in the sorted set managers) and,
+-- in the step that finds each, withdraws its tasks of this shard
+-- (withdraw_manager; the caller withdraws those of the others,
+-- withdraw.lua) and sets its published batches aside (keys.LostBatches),
+-- adding it to the set losing. Then, a slice a call, it records each
+-- batch set aside as ended with outcome "manager lost" and its last
+-- published progress (record_lost); a manager leaves losing when none is
+-- left. A durable batch's owner is only forgotten: its batch runs on
+-- without a manager. The history is bounded by limit and age (ms). At most
+-- BUDGET batches recorded a call, and 10 managers found. Returns how many
+-- batches it recorded, the ids of the managers it found lost, and whether
+-- work is left for another call.
+local function lose_managers(base, managers, losing, hist, index, limit, age)
+  local t = now()
+  local budget, n = BUDGET, 0
   local withdrawn = {}
-  for _, mid in ipairs(lost) do
-    local key = base .. 'm:' .. mid .. ':batches'
-    if string.sub(mid, 1, 1) == 'D' then
-      -- A durable batch's owner (id.Durable): its batch is not lost but
-      -- waits, running, for the next call to take it over; its last
-      -- progress stays for operators until it expires.
-      redis.call('ZREM', managers, mid)
-    else
-      -- An HGET a batch, not one HMGET of them all: unpack takes about 8,000
-      -- values at most, and a manager may have published 100,000 batches.
-      for _, id in ipairs(redis.call('HKEYS', key)) do
-        local ok, p = pcall(cjson.decode, redis.call('HGET', key, id) or '')
-        if ok and type(p) == 'table' and redis.call('HEXISTS', hist, id) == 0 then
-          local rec = {id = id, manager = mid, func = p.func, priority = p.priority,
-            worker = p.worker, total = p.total, done = p.done, failed = p.failed,
-            outcome = 'manager lost', reason = 'its manager stopped publishing progress; its queued tasks were withdrawn',
-            started_ms = p.started_ms, ended_ms = t}
-          redis.call('HSET', hist, id, cjson.encode(rec))
-          redis.call('ZADD', index, t, id)
-          n = n + 1
-        end
+  local function drain(mid)
+    local k
+    budget, k = record_lost(base, mid, hist, index, budget, t)
+    n = n + k
+    if budget > 0 then
+      redis.call('SREM', losing, mid)
+    end
+  end
+  -- the managers found lost before, a few at most: a call empties them
+  -- as long as it has budget
+  for _, mid in ipairs(guarded('SMEMBERS', losing)) do
+    if budget <= 0 then
+      break
+    end
+    drain(mid)
+  end
+  if budget > 0 then
+    for _, mid in ipairs(guarded('ZRANGEBYSCORE', managers, '-inf', t, 'LIMIT', 0, 10)) do
+      if budget <= 0 then
+        break
       end
-      redis.call('DEL', key)
-      redis.call('ZREM', managers, mid)
-      withdraw_manager(base, mid)
-      withdrawn[#withdrawn + 1] = mid
+      if string.sub(mid, 1, 1) == 'D' then
+        -- A durable batch's owner (id.Durable): its batch is not lost but
+        -- waits, running, for the next call to take it over; its last
+        -- progress stays for operators until it expires.
+        redis.call('ZREM', managers, mid)
+      elseif redis.call('SISMEMBER', losing, mid) == 0 then
+        -- (a manager still in losing, lost again, is found again once
+        -- its earlier batches are recorded)
+        withdraw_manager(base, mid)
+        local m = base .. 'm:' .. mid
+        if redis.call('EXISTS', m .. ':batches') == 1 then
+          redis.call('RENAME', m .. ':batches', m .. ':lost')
+          redis.call('PEXPIRE', m .. ':lost', LOST_TTL)
+        end
+        redis.call('ZREM', managers, mid)
+        redis.call('SADD', losing, mid)
+        redis.call('PEXPIRE', losing, LOST_TTL)
+        withdrawn[#withdrawn + 1] = mid
+        drain(mid)
+      end
     end
   end
   if n > 0 then
     -- Each was new (HEXISTS): counted at once, one increment for all.
-    redis.call('HINCRBY', base .. 'ended', 'outcome:manager lost', n)
-    trim_history(hist, index, limit, age)
+    guarded('HINCRBY', base .. 'ended', 'outcome:manager lost', n)
+    trim_history(hist, index, limit, age, t)
   end
-  return n, withdrawn
+  local more = redis.call('SCARD', losing) > 0 or
+    #redis.call('ZRANGEBYSCORE', managers, '-inf', t, 'LIMIT', 0, 1) > 0
+  return n, withdrawn, more
 end
 
 -- Limits (keys.Limits): a function's fleet-wide rate and concurrency cap,
@@ -457,14 +632,14 @@ end
 -- script that ends a hold calls it: finish, give back, reap.
 local function unhold_limited(base, tid)
   local held = base .. 'lim:held'
-  local fn = redis.call('HGET', held, tid)
+  local fn = guarded('HGET', held, tid)
   if not fn then
     return
   end
   redis.call('HDEL', held, tid)
   local k = limit_key(base, fn)
-  redis.call('HDEL', k .. ':run', tid)
-  local waiting = redis.call('SMEMBERS', k .. ':wait')
+  guarded('HDEL', k .. ':run', tid)
+  local waiting = guarded('SMEMBERS', k .. ':wait')
   if #waiting > 0 then
     for _, w in ipairs(waiting) do
       ring_worker(base, w)

@@ -56,5 +56,9 @@ try('EXISTS', k)
 try('PEXPIREAT', k, 4102444800000)
 try('PEXPIRE', k, 60000)
 try('PTTL', k)
+try('HRANDFIELD', h, 2)
+redis.pcall('HSET', h, 'r', '1') -- RENAME's source exists: only an ACL refuses it
+try('RENAME', h, h .. ':r')
+try('UNLINK', h .. ':r', h)
 try('DEL', k, h, l, s, z)
 return out

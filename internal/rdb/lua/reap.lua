@@ -8,19 +8,34 @@
 -- in place of a result. Each returns its slot of its function's
 -- concurrency cap (unhold_limited): a dead worker's slots come back within
 -- its lease.
+-- A call handles at most BUDGET task ids, a few commands each, popped from
+-- the dead workers' held sets (SPOP) and private lists (LPOP), and looks at
+-- most at ARGV[2] dead workers: a popped id is gone from its worker, so a
+-- call that runs after (another reaper's) never handles it again. Only a
+-- worker whose held set and private list are both empty is reaped: its keys
+-- deleted, itself out of the workers set; one left part-way stays there,
+-- its lease lapsed, for the next call. Its caller calls again until the
+-- script says no work is left.
 -- A reaped worker that has an info hash here (shard 0) is listed gone for
 -- operators, with its last info: "stopped" if it retired itself (see
 -- heartbeat.lua), else "dead" (its lease lapsed).
 -- KEYS[1] workers sorted set (wid -> lease deadline, ms)
 -- KEYS[2] ring of the default priority (names the slot)
 -- KEYS[3] idle set   KEYS[4] gone sorted set (wid -> when, ms)
--- ARGV[1] key base "<prefix>:{<queue>}:"   ARGV[2] most workers to reap in one call
+-- ARGV[1] key base "<prefix>:{<queue>}:"   ARGV[2] most workers to look at in one call
 -- ARGV[3] how long a gone worker stays listed, ms
--- Returns {workers reaped, tasks re-queued, private tasks lost}.
+-- A key holding foreign data is set aside (set_aside): a reap never fails
+-- for it.
+-- Returns {workers reaped, tasks re-queued, private tasks lost, 1 if work
+-- may be left (a dead worker it looked at still holds tasks, or it looked
+-- at ARGV[2] of them), else 0}.
 local base, gone_for = ARGV[1], tonumber(ARGV[3])
 local t = now()
-local dead = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', t, 'LIMIT', 0, tonumber(ARGV[2]))
-local requeued, lost = 0, 0
+local most = tonumber(ARGV[2])
+local dead = guarded('ZRANGEBYSCORE', KEYS[1], '-inf', t, 'LIMIT', 0, most)
+local budget = BUDGET
+local reaped, requeued, lost = 0, 0, 0
+local more = #dead == most and 1 or 0
 
 local function lose(tid, wid)
   if wanted(base, tid) then
@@ -29,47 +44,63 @@ local function lose(tid, wid)
   end
 end
 
+-- release gives back a member of worker wid's held set, popped from it.
+local function release(member, wid)
+  unhold_limited(base, (string.gsub(member, '^!', '')))
+  if string.sub(member, 1, 1) == '!' then
+    lose(string.sub(member, 2), wid)
+  elseif wanted(base, member) then
+    local m = manager(base, member)
+    guarded('HINCRBY', m .. ':attempts', member, 1)
+    redis.call('PEXPIRE', m .. ':attempts', math.max(redis.call('PTTL', m .. ':tasks'), 1000))
+    requeue(base, member)
+    requeued = requeued + 1
+  end
+end
+
 for _, wid in ipairs(dead) do
   local w = base .. 'w:' .. wid
-  for _, member in ipairs(redis.call('SMEMBERS', w .. ':held')) do
-    unhold_limited(base, (string.gsub(member, '^!', '')))
-    if string.sub(member, 1, 1) == '!' then
-      lose(string.sub(member, 2), wid)
-    else
-      if wanted(base, member) then
-        local m = manager(base, member)
-        redis.call('HINCRBY', m .. ':attempts', member, 1)
-        redis.call('PEXPIRE', m .. ':attempts', math.max(redis.call('PTTL', m .. ':tasks'), 1000))
-        requeue(base, member)
-        requeued = requeued + 1
-      end
+  if budget > 0 then
+    local members = guarded('SPOP', w .. ':held', budget)
+    budget = budget - #members
+    for _, member in ipairs(members) do
+      release(member, wid)
     end
   end
-  for _, tid in ipairs(redis.call('LRANGE', w .. ':private', 0, -1)) do
-    lose(tid, wid)
+  if budget > 0 then
+    local tids = guarded('LPOP', w .. ':private', budget) or {} -- nil: no list
+    budget = budget - #tids
+    for _, tid in ipairs(tids) do
+      lose(tid, wid)
+    end
+  end
+  if guarded('SCARD', w .. ':held') > 0 or guarded('LLEN', w .. ':private') > 0 then
+    more = 1
+    break
   end
   redis.call('DEL', w .. ':held', w .. ':private', w .. ':bell', w .. ':drain')
-  local state = redis.call('HGET', w .. ':info', 'state')
+  local state = guarded('HGET', w .. ':info', 'state')
   if state then
     if state ~= 'stopped' then
       redis.call('HSET', w .. ':info', 'state', 'dead')
     end
     redis.call('HSET', w .. ':info', 'gone', t)
     redis.call('PEXPIRE', w .. ':info', gone_for)
-    redis.call('ZADD', KEYS[4], t, wid)
+    guarded('ZADD', KEYS[4], t, wid)
   end
   redis.call('ZREM', KEYS[1], wid)
-  redis.call('SREM', KEYS[3], wid)
+  guarded('SREM', KEYS[3], wid)
+  reaped = reaped + 1
 end
 
-if #dead > 0 then
-  redis.call('ZREMRANGEBYSCORE', KEYS[4], '-inf', t - gone_for)
+if reaped > 0 then
+  guarded('ZREMRANGEBYSCORE', KEYS[4], '-inf', t - gone_for)
   redis.call('PEXPIRE', KEYS[4], gone_for)
 end
 
 if requeued > 0 then
-  for _, w in ipairs(redis.call('SPOP', KEYS[3], requeued)) do
+  for _, w in ipairs(guarded('SPOP', KEYS[3], requeued)) do
     ring_worker(base, w)
   end
 end
-return {#dead, requeued, lost}
+return {reaped, requeued, lost, more}

@@ -5,10 +5,11 @@
 -- object is never deleted.
 -- KEYS[1] object metadata (HASH size, parts)   KEYS[2] holders (ZSET holder -> deadline, ms)
 -- ARGV[1] holder
+-- A key holding foreign data is set aside (set_aside).
 -- Returns 1 if the object was deleted, 0 if other holders keep it.
-redis.call('ZREM', KEYS[2], ARGV[1])
+guarded('ZREM', KEYS[2], ARGV[1])
 redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', now())
-local parts = tonumber(redis.call('HGET', KEYS[1], 'parts')) or 0
+local parts = tonumber(guarded('HGET', KEYS[1], 'parts')) or 0
 if redis.call('ZCARD', KEYS[2]) > 0 then
   local last = tonumber(redis.call('ZRANGE', KEYS[2], -1, -1, 'WITHSCORES')[2])
   expire_object(KEYS[1], KEYS[2], parts, last)

@@ -9,13 +9,16 @@
 -- all it calls with the same signatures; 0 and "" if no worker is live;
 -- else, for the first handle no live worker registered so: 2 and
 -- "<name>\t<the other signature>" if one registered the name with another
--- signature, or 1 and "<name>" if none registered it at all.
+-- signature, or 1 and "<name>" if none registered it at all. A workers set
+-- holding foreign data is read as empty (the heartbeats write it again).
 local base = ARGV[1]
 local workers = {} -- per live worker: its set of "<name>\t<signature>"
 local names = {}   -- name -> a signature some live worker registered it with
-for _, wid in ipairs(redis.call('ZRANGEBYSCORE', KEYS[1], '(' .. now(), '+inf')) do
+for _, wid in ipairs(unless_foreign('ZRANGEBYSCORE', KEYS[1], '(' .. now(), '+inf') or {}) do
   local set = {}
-  local serves = redis.call('HGET', base .. 'w:' .. wid .. ':info', 'serves')
+  -- an info hash holding foreign data says nothing: that worker's next
+  -- heartbeat sets it aside and writes it again
+  local serves = unless_foreign('HGET', base .. 'w:' .. wid .. ':info', 'serves')
   if serves then
     for entry in string.gmatch(serves, '[^\n]+') do
       set[entry] = true

@@ -8,11 +8,13 @@
 -- takes the list's i-th name where it has one, and the list grows by the
 -- proposals past its end. add (every Poll after): the names the list lacks
 -- are appended (Redis may have lost it).
+-- A list holding foreign data is set aside (set_aside): managers name their
+-- shards again (a manager that adopted names keeps them).
 -- Returns, for adopt, the names the manager is to use; for add, the list.
 local list = KEYS[1]
 local out = {}
 if ARGV[1] == 'adopt' then
-  local have = redis.call('LRANGE', list, 0, #ARGV - 2)
+  local have = guarded('LRANGE', list, 0, #ARGV - 2)
   for i = 2, #ARGV do
     local name = have[i - 1]
     if not name then
@@ -23,7 +25,7 @@ if ARGV[1] == 'adopt' then
   end
 else
   for i = 2, #ARGV do
-    if not redis.call('LPOS', list, ARGV[i]) then
+    if not guarded('LPOS', list, ARGV[i]) then
       redis.call('RPUSH', list, ARGV[i])
     end
   end

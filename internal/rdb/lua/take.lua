@@ -16,15 +16,21 @@
 -- A task its manager no longer wants (not in the manager's task set: cancelled,
 -- finished, or the manager's keys expired) is dropped and never returned, so
 -- it is never run.
--- A task lost before (its attempt count is above 0) is a suspect: it may be a
+-- A task lost SUSPECT times (2; its attempt count) is a suspect: it may be a
 -- poison pill that kills its worker, taking along whatever else that worker
--- holds (running, waiting to run, or run and not yet reported). It is handed
--- out only to a worker that holds nothing: its held set here is empty (which
--- counts tasks of a take whose reply never reached it) and it says it holds
--- nothing on other shards (ARGV[6]); and alone, in a take of its own. The
--- worker then takes nothing more until the suspect's result is reported. So
--- a task can die beside a poison pill only on the pill's first run, before
--- anyone knew: it loses one attempt at most. A worker that holds something
+-- holds (running, waiting to run, or run and not yet reported). A task lost
+-- once is not: a worker that died holding k tasks was killed by one of them
+-- at most, or by none (a SIGKILL, the OOM killer, a lost machine), and
+-- running all k alone cost a whole worker each, one after another. So a
+-- pill runs side by side twice, and each innocent beside it loses an
+-- attempt each time; one lost twice (beside it both times) is a suspect
+-- too. A suspect is handed out only to a worker that holds nothing: its
+-- held set here is empty (which counts tasks of a take whose reply never
+-- reached it) and it says it holds nothing on other shards (ARGV[6]); and
+-- alone, in a take of its own. The worker then takes nothing more until
+-- the suspect's result is reported. So a task dies beside a poison pill on
+-- the pill's first two runs at most: it loses two attempts at most, and,
+-- with a budget of 3 or more, then runs alone. A worker that holds something
 -- leaves the suspect where it is, takes nothing after it, and is told
 -- "suspect": it then waits until it holds nothing (reports all it holds,
 -- gives back what it was never given) and takes again. A worker that holds
@@ -34,6 +40,11 @@
 -- a failover, since its last heartbeat) is added back, with a deadline of one
 -- lease from now, in the same step: else, killed before its next heartbeat,
 -- it would hold tasks no reap ever finds.
+-- Foreign data (a key of the wrong type, a counter that is not a number)
+-- in a key a take reads never fails the take: the key is set aside
+-- (set_aside) and the take goes on; a manager's task set holding it wants
+-- nothing (its manager fails its batches); the lane counters for operators
+-- are never on the take's path (count_elements).
 -- A worker that is stopping leaves a "stop" token on its bell (RingStop): a
 -- take then takes nothing, as it may run pipelined after the wait that token
 -- ended.
@@ -93,7 +104,7 @@ local suspect = false -- a suspect was left: the worker must hold nothing first
 local held = {}
 -- Whether the worker holds anything, here or elsewhere: then it may take no
 -- suspect.
-local holding = tonumber(ARGV[6]) > 0 or redis.call('SCARD', KEYS[2]) > 0
+local holding = tonumber(ARGV[6]) > 0 or guarded('SCARD', KEYS[2]) > 0
 
 -- Per manager, its key prefix and whether it has lost attempts at all (most
 -- have none, which saves a lookup per task).
@@ -106,7 +117,7 @@ local function keys_of(tid)
     m = {tasks = k .. ':tasks', attempts = k .. ':attempts'}
     m.lost = redis.call('EXISTS', m.attempts) == 1
     -- Its widest payload (keys.Widest), nil if unknown.
-    m.widest = tonumber(redis.call('GET', k .. ':widest') or '')
+    m.widest = tonumber(guarded('GET', k .. ':widest') or '')
     managers[k] = m
   end
   return m
@@ -137,7 +148,7 @@ local function fn_of(tid)
   local lane = mid .. '.' .. l
   local fn = fns[lane]
   if fn == nil then
-    local calls = redis.call('HGET', base .. 'm:' .. mid .. ':lanes', l)
+    local calls = guarded('HGET', base .. 'm:' .. mid .. ':lanes', l)
     fn = calls and string.match(calls, '^([^\t\n]*)') or false
     fns[lane] = fn
   end
@@ -148,14 +159,14 @@ end
 local function limit_of(fn)
   local lim = limits[fn]
   if lim == nil then
-    lim = parse_limit(redis.call('HGET', base .. 'limits', fn)) or false
+    lim = parse_limit(guarded('HGET', base .. 'limits', fn)) or false
     if lim then
       lim.key = limit_key(base, fn)
       if lim.rate > 0 then
         lim.T = lim.per / lim.rate -- ms per element
         clock = clock or now()
         -- A crafted arrival time waits a day at most.
-        lim.tat = math.min(finite(redis.call('HGET', base .. 'lim:state', fn)) or 0, clock + lim.burst * lim.T + 86400000)
+        lim.tat = math.min(finite(guarded('HGET', base .. 'lim:state', fn)) or 0, clock + lim.burst * lim.T + 86400000)
       end
     end
     limits[fn] = lim
@@ -172,15 +183,15 @@ local function running(lim)
     return lim.n
   end
   local run = lim.key .. ':run'
-  local n = redis.call('HLEN', run)
+  local n = guarded('HLEN', run)
   if n >= lim.conc then
     local all = redis.call('HGETALL', run)
     for i = 1, #all, 2 do
       local tid, w = all[i], all[i + 1]
       local held = base .. 'w:' .. w .. ':held'
-      if not mine[tid] and redis.call('SISMEMBER', held, tid) == 0 and redis.call('SISMEMBER', held, '!' .. tid) == 0 then
+      if not mine[tid] and guarded('SISMEMBER', held, tid) == 0 and redis.call('SISMEMBER', held, '!' .. tid) == 0 then
         redis.call('HDEL', run, tid)
-        redis.call('HDEL', base .. 'lim:held', tid)
+        guarded('HDEL', base .. 'lim:held', tid)
         n = n - 1
       end
     end
@@ -201,7 +212,7 @@ local function admit(tid)
   if room <= 0 then
     roomless, ok = true, false
   elseif lim.conc > 0 and running(lim) >= lim.conc then
-    redis.call('SADD', lim.key .. ':wait', wid)
+    guarded('SADD', lim.key .. ':wait', wid)
     redis.call('PEXPIRE', lim.key .. ':wait', BELL_TTL)
     ok = false
   elseif lim.rate > 0 then
@@ -220,19 +231,19 @@ local function admit(tid)
   end
   if not ok then
     -- When the limit first held it back, for its trace (see the mark).
-    if redis.call('HSETNX', base .. 'lim:since', tid, micros()) == 1 then
+    if guarded('HSETNX', base .. 'lim:since', tid, micros()) == 1 then
       redis.call('PEXPIRE', base .. 'lim:since', 86400000)
     end
     if not lim.counted then
-      redis.call('HINCRBY', base .. 'lim:state', 'w\t' .. fn, 1)
+      guarded('HINCRBY', base .. 'lim:state', 'w\t' .. fn, 1)
       lim.counted = true
     end
     return false
   end
   room = room - 1
   if lim.conc > 0 then
-    redis.call('HSET', lim.key .. ':run', tid, wid)
-    redis.call('HSET', base .. 'lim:held', tid, fn)
+    guarded('HSET', lim.key .. ':run', tid, wid)
+    guarded('HSET', base .. 'lim:held', tid, fn)
     lim.n = lim.n + 1
     mine[tid] = true
   end
@@ -248,6 +259,13 @@ local function put_back(list, mark, ids, from)
       gave[list] = gave[list] - size_of(ids[j])
     end
   end
+end
+
+-- from_tasks runs cmd on manager m's task set; a set holding foreign data
+-- answers nil and wants nothing: its manager's check, which reads the set,
+-- fails its batches naming the key, and the take goes on with the others.
+local function from_tasks(m, cmd, ...)
+  return unless_foreign(cmd, m.tasks, ...)
 end
 
 -- payloads_of returns the payloads of the ids popped, by index: one over
@@ -273,16 +291,16 @@ local function payloads_of(ids)
       local k = g.n + 1
       g.n, g.at[k], g.tids[k] = k, i, tid
     elseif m then
-      local size = redis.call('HSTRLEN', m.tasks, tid)
+      local size = from_tasks(m, 'HSTRLEN', tid) or 0
       if size > 0 then
-        got[i] = size <= INLINE and redis.call('HGET', m.tasks, tid) or ''
+        got[i] = size <= INLINE and from_tasks(m, 'HGET', tid) or ''
       end
     end
   end
   for _, m in ipairs(order) do
     local g = groups[m]
     for j = 1, #g.tids, CHUNK do
-      local vals = redis.call('HMGET', m.tasks, unpack(g.tids, j, math.min(j + CHUNK - 1, #g.tids)))
+      local vals = from_tasks(m, 'HMGET', unpack(g.tids, j, math.min(j + CHUNK - 1, #g.tids))) or {}
       for k = 1, #vals do
         local v = vals[k]
         if v and v ~= '' then
@@ -302,14 +320,14 @@ local function take(list, mark, limit)
     if limited then
       -- A limited head is popped alone: a refusal then pushes back one id,
       -- not the whole pop.
-      local head = redis.call('LINDEX', list, 0)
+      local head = guarded('LINDEX', list, 0)
       if not head then return true end
       local fn = fn_of(head)
       if fn and limit_of(fn) then
         want = 1
       end
     end
-    local ids = redis.call('LPOP', list, want)
+    local ids = guarded('LPOP', list, want)
     if not ids then return true end
     -- Fewer than asked for: the list is empty now, no need to pop again.
     local last = #ids < want
@@ -322,8 +340,9 @@ local function take(list, mark, limit)
       local m = ms[i]
       local payload = payloads[i]
       if payload then
-        local attempt = m.lost and redis.call('HGET', m.attempts, tid) or '0'
-        if attempt ~= '0' and (taken > 0 or holding) then
+        local attempt = m.lost and guarded('HGET', m.attempts, tid) or '0'
+        local is_suspect = suspect_at(attempt)
+        if is_suspect and (taken > 0 or holding) then
           -- A suspect goes alone, to a worker that holds nothing: put it and
           -- the ids after it back, in order.
           put_back(list, mark, ids, i)
@@ -337,7 +356,7 @@ local function take(list, mark, limit)
           return
         end
         if since_on then
-          local since = finite(redis.call('HGET', base .. 'lim:since', tid))
+          local since = finite(guarded('HGET', base .. 'lim:since', tid))
           if since then
             redis.call('HDEL', base .. 'lim:since', tid)
             held_back[tid] = math.max(1, micros() - since)
@@ -354,7 +373,7 @@ local function take(list, mark, limit)
           out[nout] = {attempt, tag}
         end
         taken = taken + 1
-        if attempt ~= '0' then
+        if is_suspect then
           put_back(list, mark, ids, i + 1)
           alone = true
           return
@@ -374,7 +393,7 @@ end
 -- serves says whether the worker registered what lane's tasks call.
 local function serves(lane)
   local mid, l = string.match(lane, '^([^.]+)%.(.+)$')
-  local calls = mid and redis.call('HGET', base .. 'm:' .. mid .. ':lanes', l)
+  local calls = mid and guarded('HGET', base .. 'm:' .. mid .. ':lanes', l)
   if not calls then
     return false
   end
@@ -391,7 +410,7 @@ local rounds = {}
 
 -- drop takes lane (list: its list), found empty, out of ring.
 local function drop(ring, lane, list)
-  redis.call('LREM', ring, '-1', lane)
+  guarded('LREM', ring, '-1', lane)
   unlane(list)
   emptied[list] = true
 end
@@ -402,7 +421,7 @@ end
 -- so the next take does not walk it.
 local function round(ring, share, lanes)
   local full = false
-  for _ = 1, lanes or redis.call('LLEN', ring) do
+  for _ = 1, lanes or guarded('LLEN', ring) do
     if taken >= n or alone then
       break
     end
@@ -416,17 +435,17 @@ local function round(ring, share, lanes)
         rounds[list] = {ring, lane}
       end
       full = full or taken - before == share
-    elseif redis.call('LLEN', list) == 0 then
+    elseif guarded('LLEN', list) == 0 then
       drop(ring, lane, list)
     end
   end
   return full
 end
 
-if redis.call('LPOS', KEYS[4], 'stop') then
+if guarded('LPOS', KEYS[4], 'stop') then
   return {{}}
 end
-if not redis.call('ZSCORE', KEYS[5], wid) then
+if not guarded('ZSCORE', KEYS[5], wid) then
   redis.call('ZADD', KEYS[5], now() + tonumber(ARGV[4]), wid)
 end
 -- suspect_first gives a worker that holds nothing the first suspect at the
@@ -439,11 +458,11 @@ end
 -- one LINDEX and one EXISTS.
 local function suspect_first()
   for i = 7, #KEYS - 1 do
-    for _, lane in ipairs(redis.call('LRANGE', KEYS[i], 0, -1)) do
+    for _, lane in ipairs(guarded('LRANGE', KEYS[i], 0, -1)) do
       local list = base .. 'l:' .. lane
-      local head = redis.call('LINDEX', list, 0)
+      local head = guarded('LINDEX', list, 0)
       local m = head and keys_of(head)
-      if m and m.lost and (redis.call('HGET', m.attempts, head) or '0') ~= '0' and serves(lane) then
+      if m and m.lost and suspect_at(guarded('HGET', m.attempts, head)) and serves(lane) then
         take(list, '', n)
         return
       end
@@ -462,7 +481,7 @@ for i = 7, #KEYS - 1 do
   if taken >= n or alone or rings == 0 then
     break
   end
-  local lanes = redis.call('LLEN', KEYS[i])
+  local lanes = guarded('LLEN', KEYS[i])
   if lanes > 0 then
     rings = rings - 1
     if round(KEYS[i], math.ceil((n - taken) / lanes), lanes) then
@@ -471,11 +490,11 @@ for i = 7, #KEYS - 1 do
   end
 end
 for i = 1, #held, CHUNK do
-  redis.call('SADD', KEYS[2], unpack(held, i, math.min(i + CHUNK - 1, #held)))
+  guarded('SADD', KEYS[2], unpack(held, i, math.min(i + CHUNK - 1, #held)))
 end
 for list, n in pairs(gave) do
   if emptied[list] then -- its keys went with it
-  elseif redis.call('LLEN', list) == 0 then
+  elseif guarded('LLEN', list) == 0 then
     local r = rounds[list]
     if r then
       drop(r[1], r[2], list)
@@ -483,16 +502,16 @@ for list, n in pairs(gave) do
       unlane(list)
     end
   elseif n ~= 0 then
-    redis.call('INCRBY', list .. ':e', -n)
+    count_elements(list, -n)
   end
 end
 for fn, lim in pairs(limits) do
   if lim and lim.dirty then
-    redis.call('HSET', base .. 'lim:state', fn, string.format('%.3f', lim.tat))
+    guarded('HSET', base .. 'lim:state', fn, string.format('%.3f', lim.tat))
   end
 end
 local flags = {}
-local shards = 1 + redis.call('LLEN', KEYS[6])
+local shards = 1 + guarded('LLEN', KEYS[6])
 if shards > tonumber(ARGV[5]) then
   flags[#flags + 1] = 'shards'
   flags[#flags + 1] = shards
@@ -502,14 +521,14 @@ if suspect then
 end
 if taken < n and not alone and roomless then
   -- The worker takes again when one of its tasks ends, bell or not.
-  redis.call('SREM', KEYS[3], wid)
+  guarded('SREM', KEYS[3], wid)
   flags[#flags + 1] = 'room'
 elseif taken < n and not alone then
   redis.call('DEL', KEYS[4])
-  redis.call('SADD', KEYS[3], wid)
+  guarded('SADD', KEYS[3], wid)
   flags[#flags + 1] = 'drained'
 else
-  redis.call('SREM', KEYS[3], wid)
+  guarded('SREM', KEYS[3], wid)
 end
 if due and taken < n and not alone then
   flags[#flags + 1] = 'wait'

@@ -13,22 +13,34 @@
 -- beside the list) its "staged <field>" entries refer to.
 -- KEYS[1] result list of the manager   KEYS[2] its kept list (only with
 -- ARGV[3] "1": a manager's reads pass none, and KEYS[2] is then the guard)
+-- KEYS[3] the durable batch's fence (keys.Fence; only with ARGV[4])
 -- ARGV[1] n, entries handled (0 for none)   ARGV[2] the SHA-1 (hex) of entry n
 -- ARGV[3] "1" to keep the entries trimmed, "" to drop them
--- Returns 1 if it trimmed, 0 if not.
+-- ARGV[4] the claim the durable batch's owner holds (rdb.Fence), if it
+-- holds one: an owner whose claim is no longer the fence trims nothing
+-- A key holding foreign data is set aside (set_aside): the manager's audit
+-- submits again the tasks whose results it held.
+-- Returns 1 if it trimmed, 0 if not; the error "FENCED <the fence>" if
+-- fenced.
 local function mark(e)
   if #e <= 1024 then
     return redis.sha1hex(e)
   end
   return redis.sha1hex(#e .. ':' .. string.sub(e, 1, 512) .. string.sub(e, -512))
 end
+if ARGV[4] then
+  local fence = fence_read(KEYS[3])
+  if fence and fence ~= ARGV[4] then
+    return redis.error_reply('FENCED ' .. fence)
+  end
+end
 local n = tonumber(ARGV[1])
 if n > 0 then
-  local last = redis.call('LINDEX', KEYS[1], n - 1)
+  local last = guarded('LINDEX', KEYS[1], n - 1)
   if last and mark(last) == ARGV[2] then
     if ARGV[3] == '1' then
       for i = 0, n - 1, CHUNK do
-        redis.call('RPUSH', KEYS[2], unpack(redis.call('LRANGE', KEYS[1], i, math.min(i + CHUNK, n) - 1)))
+        guarded('RPUSH', KEYS[2], unpack(redis.call('LRANGE', KEYS[1], i, math.min(i + CHUNK, n) - 1)))
       end
       local ttl = redis.call('PTTL', KEYS[1])
       if ttl > 0 then
@@ -46,7 +58,7 @@ if n > 0 then
         end
       end
       for i = 1, #fields, CHUNK do
-        redis.call('HDEL', staged, unpack(fields, i, math.min(i + CHUNK - 1, #fields)))
+        guarded('HDEL', staged, unpack(fields, i, math.min(i + CHUNK - 1, #fields)))
       end
     end
     redis.call('LTRIM', KEYS[1], ARGV[1], '-1') -- n, as it came: see BELL_TTL

@@ -1,0 +1,19 @@
+-- wake.lua: end a durable batch's owner's wait for a result (WaitResults, a
+-- blocking BLMOVE of its result list) as the owner stops: a wake entry at
+-- the end of the list, which every collector drops; unless the owner's claim
+-- is no longer the batch's fence. The list keeps its TTL: it may hold
+-- results that the batch's next holder reads (a manager's wake gives its
+-- list a minute, as rdb.push does); a list the wake makes lives a minute.
+-- KEYS[1] the owner's result list   KEYS[2] the batch's fence (keys.Fence)
+-- ARGV[1] the claim the owner holds (rdb.Fence)   ARGV[2] the wake entry
+-- A list holding foreign data is set aside (guarded).
+-- Returns 1; the error "FENCED <the fence>" if fenced.
+local fence = fence_read(KEYS[2])
+if fence and fence ~= ARGV[1] then
+  return redis.error_reply('FENCED ' .. fence)
+end
+guarded('RPUSH', KEYS[1], ARGV[2])
+if redis.call('PTTL', KEYS[1]) == -1 then
+  redis.call('PEXPIRE', KEYS[1], BELL_TTL)
+end
+return 1

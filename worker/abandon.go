@@ -1,0 +1,56 @@
+package worker
+
+import (
+	"context"
+	"errors"
+	"sync/atomic"
+
+	"github.com/redmap/redmap/internal/wire"
+)
+
+// ErrAbandoned is what Run's error wraps when the worker stopped because
+// Options.MaxAbandoned calls it abandoned were still running: functions
+// that ignore their context, which only a fresh process frees.
+var ErrAbandoned = errors.New("worker: too many abandoned calls still running")
+
+// abandoned counts the calls the worker abandoned (see
+// Options.AbandonGrace), and those of them still running.
+type abandoned struct {
+	total, running atomic.Int64
+	over           atomic.Bool // running reached Options.MaxAbandoned: the worker drains, and Run fails
+	// drain stops the fetcher (set by Run before any task runs).
+	drain func()
+}
+
+// abandon records that the worker abandoned a call on task tid (attrs say
+// which and why), logs it, and drains the worker once
+// Options.MaxAbandoned abandoned calls are running; it returns what to
+// call when the call returns at last. It does not block.
+func (w *Worker) abandon(ctx context.Context, tid string, attrs ...any) (returned func()) {
+	a := &w.abandoned
+	a.total.Add(1)
+	n := a.running.Add(1)
+	w.log.ErrorContext(ctx, "a function ignored its context past its bound: the call was abandoned and runs on; its result, if it ever returns, is dropped",
+		append([]any{"task", tid, "abandoned_running", n, "abandoned_limit", w.opts.MaxAbandoned, "abandoned_total", a.total.Load()}, attrs...)...)
+	if limit := int64(w.opts.MaxAbandoned); limit > 0 && n >= limit && a.over.CompareAndSwap(false, true) {
+		w.log.ErrorContext(ctx, "too many abandoned calls still running: draining, then exiting with an error for a supervisor to start a fresh process",
+			"abandoned_running", n, "abandoned_limit", limit)
+		if a.drain != nil {
+			a.drain()
+		}
+	}
+	var once atomic.Bool
+	return func() {
+		if once.CompareAndSwap(false, true) {
+			left := a.running.Add(-1)
+			w.log.Warn("an abandoned call returned at last; its result was dropped", "task", tid, "abandoned_running", left)
+		}
+	}
+}
+
+// abandonTask is abandon for task t, abandoned by the executors: its context
+// was cancelled (its batch no longer wants it, or the worker's Grace is
+// over) and it had not returned Options.AbandonGrace later.
+func (w *Worker) abandonTask(ctx context.Context, t wire.Taken) (returned func()) {
+	return w.abandon(ctx, t.ID, "after", "its task's context was cancelled", "abandon_grace", w.opts.AbandonGrace)
+}
