@@ -63,8 +63,8 @@ type costs struct {
 	bytes map[string]float64
 }
 
-func newCosts() costs {
-	return costs{m: make(map[string]float64), bytes: make(map[string]float64)}
+func newCosts() *costs {
+	return &costs{m: make(map[string]float64), bytes: make(map[string]float64)}
 }
 
 // chunkSize returns how many elements to put in the next task of a batch

@@ -35,26 +35,17 @@ import (
 // ended otherwise (its context, the parent's Close) it detaches, leaving
 // them for the next call to take over.
 
-// durableTasks is how many tasks a durable batch without ChunkSize is cut
-// into, at most: its chunks are a fixed share of its input, so that a
-// resumed call cuts the same ones, and all of them fit in one window (a
-// batch under 64 MiB is all in Redis at once, and runs to its end with no
-// manager).
+// durableTasks is how many tasks a durable batch of a slice without
+// ChunkSize is cut into, at most (see cutPlan): all of them fit in one
+// window, so that a batch under 64 MiB is all in Redis at once once its
+// cost is measured, and runs to its end with no manager.
 const durableTasks = windowTasks
 
-// durableChunk is the chunk size of a durable batch without ChunkSize: of
-// n elements of a slice, or of a sequence (stream), whose length is not
-// known, durableSeqChunk.
-func durableChunk(n int, stream bool) int {
-	if stream {
-		return durableSeqChunk
-	}
+// durableChunk is the least chunk size of a durable batch of n elements of
+// a slice without ChunkSize.
+func durableChunk(n int) int {
 	return max(1, (n+durableTasks-1)/durableTasks)
 }
-
-// durableSeqChunk is the chunk size of a durable sequence without
-// ChunkSize.
-const durableSeqChunk = 128
 
 // durableSeed is the seed of a durable batch without Seed: the same for
 // every call that takes it over.
@@ -93,6 +84,9 @@ type owned struct {
 	// its lease, and lost the batch to another manager, does not move onto
 	// the kept list results the other waits for.
 	held atomic.Int64
+	// costs are what the parent has learnt of its functions' costs, which
+	// the owner shares.
+	costs *costs
 }
 
 // owner returns a manager of its own for durable batch name, holding the
@@ -152,7 +146,7 @@ func (m *Manager) newOwner(ctx context.Context, name string) (*Manager, error) {
 	opts.KeyTTL = opts.DurableTTL
 	fence := rdb.NewFence(id.Durable(name))
 	o := assemble(durableSeams(m.client, opts, fence), opts, id.Durable(name),
-		&owned{name: name, holder: holder, parent: &m.durables, resumed: make(chan struct{}), fence: fence})
+		&owned{name: name, holder: holder, parent: &m.durables, resumed: make(chan struct{}), fence: fence, costs: m.costs})
 	o.faults.durable, o.faults.lose = name, o.lose
 	o.addr = m.addr
 	o.probed.Store(true)

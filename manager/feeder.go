@@ -46,6 +46,10 @@ type feeder[Out any] struct {
 	in       input
 	pos      int    // elements handled so far: submitted, or failed at encoding
 	fixed    int    // the caller's ChunkSize, or 0 to adapt
+	// planned: a durable batch without ChunkSize, cut by plan, its cut
+	// plan (cutplan.go), which first reads from what the resume found.
+	planned bool
+	plan    *cutPlan
 	sizing   sizing // how chunks adapt, if they do
 	priority int
 	sp       spec // what the batch runs
@@ -172,11 +176,14 @@ func (f *feeder[Out]) window() (window, error) {
 		if known && f.pos >= n {
 			break
 		}
+		if !known {
+			n = math.MaxInt / 2 // a sequence: size by cost alone
+		}
 		size := f.fixed
-		if size == 0 {
-			if !known {
-				n = math.MaxInt / 2 // a sequence: size by cost alone
-			}
+		switch {
+		case f.plan != nil:
+			size = f.plan.next(f.costs, f.sizing, n)
+		case size == 0:
 			size = f.costs.chunkSize(f.sizing, n)
 		}
 		if f.burst > 0 {
@@ -214,6 +221,13 @@ func (f *feeder[Out]) window() (window, error) {
 			f.pos = from
 			return window{}, err
 		}
+	}
+	if f.plan != nil && f.plan.changed {
+		if w.sums == nil {
+			w.sums = make(map[string]string)
+		}
+		w.sums[cutField] = f.plan.String() // with the tasks cut by it
+		f.plan.changed = false
 	}
 	w.first = b.addChunks(chunks...)
 	f.in.submitted(f.pos)
@@ -399,6 +413,9 @@ func (f *feeder[Out]) run(ctx context.Context) {
 // blind reports whether the feeder sizes chunks by a cost not yet
 // measured.
 func (f *feeder[Out]) blind() bool {
+	if f.plan != nil && f.plan.decided() {
+		return false
+	}
 	return f.fixed == 0 && f.sizing.key != "" && !f.costs.known(f.sizing)
 }
 
@@ -512,6 +529,12 @@ func (f *feeder[Out]) first(ctx context.Context, sp spec, red *redmap.Reducer[Ou
 	}
 	if err == nil && f.owned != nil {
 		b.resumedFrom(f.owned.found.sums[startedField])
+	}
+	if err == nil && f.planned {
+		n, known := f.in.length()
+		if f.plan, err = newCutPlan(f.owned.found.sums[cutField], n, !known); err != nil {
+			err = fmt.Errorf("%w: durable batch %q: %v", redmap.ErrDurableMismatch, f.owned.name, err)
+		}
 	}
 	if err == nil && f.owned != nil && f.owned.found.cancelled != "" {
 		// An operator cancelled the batch while no manager held it: every

@@ -49,7 +49,7 @@ type Manager struct {
 	batches *registry
 	holds   *holds
 	faults  *faults
-	costs   costs
+	costs   *costs // shared by a manager and its durable batches' owners
 	limits  limits
 	feeding feederParams // what every batch's feeder is built from
 	env     batchEnv     // what every batch is built with
@@ -153,6 +153,9 @@ func assemble(r seams, opts Options, mid string, o *owned) *Manager {
 		batches: newRegistry(),
 		costs:   newCosts(),
 	}
+	if o != nil && o.costs != nil {
+		m.costs = o.costs
+	}
 	m.ctx, m.cancel = context.WithCancel(context.Background())
 	if s, ok := r.queue.(shuffleStore); ok {
 		m.spill = s
@@ -165,11 +168,11 @@ func assemble(r seams, opts Options, mid string, o *owned) *Manager {
 	lanes := &endedLanes{}
 	m.history = newHistory(historyParams{mid: mid, store: r.queue, limit: opts.History, age: opts.HistoryAge,
 		budget: min(opts.RedisTimeout, historyBudget), unsaid: ended, failures: &m.failures, log: m.log})
-	m.env = batchEnv{mid: mid, tracer: m.tracer, log: m.log, ended: &m.stats.ended, unsaid: ended, lanes: lanes, costs: &m.costs, batches: m.batches,
+	m.env = batchEnv{mid: mid, tracer: m.tracer, log: m.log, ended: &m.stats.ended, unsaid: ended, lanes: lanes, costs: m.costs, batches: m.batches,
 		history: m.history, tasks: &withdrawal{mid: mid, pending: m.pending, router: m.router, log: m.log}, durable: o != nil,
 		failures: &m.failures}
 	m.feeding = feederParams{mid: mid, opts: opts, router: m.router, pending: m.pending, batches: m.batches,
-		costs: &m.costs, faults: m.faults, running: &m.feeders, publishTypes: m.publishTypes, limitOf: m.limitOf}
+		costs: m.costs, faults: m.faults, running: &m.feeders, publishTypes: m.publishTypes, limitOf: m.limitOf}
 	if o != nil {
 		m.feeding.owned, m.feeding.resume = o, m.resume
 		m.feeding.redeliver = func(entries []string) {

@@ -237,9 +237,6 @@ func submitOn[In, Out any](ctx context.Context, m *Manager, sp spec, els element
 // from.
 func prepare[In, Out any](ctx context.Context, m *Manager, sp spec, els elements[In], co callOptions, red *redmap.Reducer[Out]) (*Batch[Out], *feeder[Out]) {
 	stream := els.seq != nil
-	if m.owned != nil && co.chunk == 0 {
-		co.chunk = durableChunk(len(els.xs), stream) // the same chunks for every call that takes it over
-	}
 	b := newBatch[Out](m.env, m.batchSeq.Add(1), sp.name, len(els.xs), red, stream)
 	b.costKey = sizingOf(sp).key
 	b.worker = co.worker
@@ -322,7 +319,9 @@ func prepare[In, Out any](ctx context.Context, m *Manager, sp spec, els elements
 	} else {
 		b.in = &sliceInput[In]{xs: els.xs, enc: enc}
 	}
-	return b, &feeder[Out]{feederParams: m.feeding, b: b, in: b.in, fixed: co.chunk, sizing: sizingOf(sp), priority: co.priority}
+	f := &feeder[Out]{feederParams: m.feeding, b: b, in: b.in, fixed: co.chunk, sizing: sizingOf(sp), priority: co.priority}
+	f.planned = m.owned != nil && co.chunk == 0 // cut by its plan, read at the resume (first)
+	return b, f
 }
 
 // SubmitSeq submits fn over the elements of seq, a sequence of any length,
