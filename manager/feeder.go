@@ -42,14 +42,14 @@ const maxUnread = 1 << 18
 // batch's input is all submitted or the batch ends.
 type feeder[Out any] struct {
 	feederParams
-	b        *Batch[Out]
-	in       input
-	pos      int    // elements handled so far: submitted, or failed at encoding
-	fixed    int    // the caller's ChunkSize, or 0 to adapt
+	b     *Batch[Out]
+	in    input
+	pos   int // elements handled so far: submitted, or failed at encoding
+	fixed int // the caller's ChunkSize, or 0 to adapt
 	// planned: a durable batch without ChunkSize, cut by plan, its cut
 	// plan (cutplan.go), which first reads from what the resume found.
-	planned bool
-	plan    *cutPlan
+	planned  bool
+	plan     *cutPlan
 	sizing   sizing // how chunks adapt, if they do
 	priority int
 	sp       spec // what the batch runs
