@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -230,6 +231,35 @@ func (m *Manager) Workers(ctx context.Context) ([]string, error) {
 		return err
 	})
 	return ids, err
+}
+
+// workerWait is how long a batch for a worker's private queue (OnWorker)
+// waits for that worker to be live: a program that starts a worker's Run
+// on a goroutine and submits to it at once is not refused for the moment
+// Run takes to register it.
+const workerWait = 2 * time.Second
+
+// awaitWorker returns once worker wid is live, or fails with
+// redmap.ErrNoWorker if it is not within workerWait.
+func (m *Manager) awaitWorker(ctx context.Context, wid string) error {
+	deadline := time.Now().Add(workerWait)
+	for {
+		live, err := m.Workers(ctx)
+		if err != nil {
+			return err
+		}
+		if slices.Contains(live, wid) {
+			return nil
+		}
+		if !time.Now().Before(deadline) {
+			return fmt.Errorf("%w: %q on queue %q (not live within %v)", redmap.ErrNoWorker, wid, m.opts.Queue, workerWait)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
 }
 
 // Stats are a manager's diagnostics, counted since New.

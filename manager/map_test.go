@@ -400,3 +400,31 @@ func TestTypeMismatchOfSameNamedTypes(t *testing.T) {
 		t.Fatalf("output %+v alongside the error, want the zero value", out[0])
 	}
 }
+
+// A private batch sent the moment its worker's Run starts, as a one-process
+// program does (go w.Run(ctx); Map(..., OnWorker(w.ID()))), waits for the
+// worker to register rather than failing with ErrNoWorker.
+func TestPrivateBatchRightAfterRun(t *testing.T) {
+	b := setup(t)
+	w, err := worker.New(b.Client, worker.Options{Queue: b.Queue, Concurrency: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Register(square); err != nil {
+		t.Fatal(err)
+	}
+	m := b.Manager(t, manager.Options{})
+	ctx, stop := context.WithCancel(context.Background())
+	ran := make(chan error, 1)
+	go func() { ran <- w.Run(ctx) }()
+	t.Cleanup(func() {
+		stop()
+		if err := <-ran; err != nil {
+			t.Errorf("worker run: %v", err)
+		}
+	})
+	ys, err := manager.Map(testCtx(t), m, square, ints(10), manager.OnWorker(w.ID()))
+	if err != nil || ys[9] != 81 {
+		t.Fatalf("Map on a worker whose Run just started: %v, %v", ys, err)
+	}
+}

@@ -79,6 +79,8 @@ func MaxRetryAfter(n int) CallOption { return func(o *callOptions) { o.waits = n
 
 // OnWorker sends the batch to the private queue of worker id (see
 // Manager.Workers) instead of the public queue: only that worker runs it.
+// A worker not live yet is waited for up to 2 s (its Run may have just
+// started), then the call fails with redmap.ErrNoWorker.
 func OnWorker(id string) CallOption { return func(o *callOptions) { o.worker = id } }
 
 // ChunkSize fixes how many elements travel in one task. Without it, the size

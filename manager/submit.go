@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"iter"
-	"slices"
 	"strconv"
 	"time"
 
@@ -209,12 +208,8 @@ func submitOn[In, Out any](ctx context.Context, m *Manager, sp spec, els element
 		if err := keys.CheckWorker(co.worker); err != nil {
 			return nil, fmt.Errorf("manager: OnWorker: %w", err)
 		}
-		live, err := m.Workers(ctx)
-		if err != nil {
+		if err := m.awaitWorker(ctx, co.worker); err != nil {
 			return nil, err
-		}
-		if !slices.Contains(live, co.worker) {
-			return nil, fmt.Errorf("%w: %q on queue %q", redmap.ErrNoWorker, co.worker, m.opts.Queue)
 		}
 	}
 	b, f := prepare(ctx, m, sp, els, co, red)
