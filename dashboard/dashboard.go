@@ -196,13 +196,28 @@ func (d *Dashboard) hostAllowed(host string) bool {
 // through the inspector (package inspect) from the records their writers
 // keep in Redis; nothing comes from what the dashboard saw before.
 type State struct {
-	Time     time.Time              `json:"time"`    // the Redis clock
-	Actions  bool                   `json:"actions"` // the actions are allowed (with the operator token)
-	Queues   []inspect.Queue        `json:"queues"`
-	Workers  []inspect.Worker       `json:"workers"`
-	Batches  []inspect.Batch        `json:"batches"`
-	Failures []inspect.FailureGroup `json:"failures"`
-	Limits   []inspect.Limit        `json:"limits"` // the functions' fleet-wide limits
+	Time    time.Time `json:"time"`    // the Redis clock
+	Actions bool      `json:"actions"` // the actions are allowed (with the operator token)
+	// Queues are the busy queues (see Idle), busiest first: by depth, then
+	// tasks running, then elements ended a second, then name.
+	Queues []inspect.Queue `json:"queues"`
+	// Idle names, sorted, the queues with nothing queued, running or ended
+	// within the last 15 minutes (a flat chart): the page folds them into
+	// one line, so that 200 queues neither bury the busy ones nor weigh
+	// 200 cards. Their live idle workers are counted in IdleWorkers, not
+	// listed in Workers; their limits are left out. Their workers in any
+	// other state (late, draining, dead, stopped), ended batches and
+	// failure groups are kept.
+	Idle        []string         `json:"idle"`
+	IdleWorkers int              `json:"idle_workers"`
+	Workers     []inspect.Worker `json:"workers"`
+	Batches     []inspect.Batch  `json:"batches"`
+	// Failures are the failure groups, most recently seen first, at most
+	// FailuresShown of them (FailuresLeft says how many more there are:
+	// redmap failures lists them all).
+	Failures     []inspect.FailureGroup `json:"failures"`
+	FailuresLeft int                    `json:"failures_left,omitempty"`
+	Limits       []inspect.Limit        `json:"limits"` // the functions' fleet-wide limits
 	// Unreadable says, for each queue whose records could not be read (a
 	// key of it holding another type, say), why; the others are shown.
 	Unreadable map[string]string `json:"unreadable,omitempty"`
@@ -288,7 +303,7 @@ func (d *Dashboard) State(ctx context.Context) (State, error) {
 	if err != nil {
 		return State{}, err
 	}
-	st := State{Time: now, Actions: d.opts.Actions, Queues: []inspect.Queue{}, Workers: []inspect.Worker{},
+	st := State{Time: now, Actions: d.opts.Actions, Queues: []inspect.Queue{}, Idle: []string{}, Workers: []inspect.Worker{},
 		Batches: []inspect.Batch{}, Failures: []inspect.FailureGroup{}, Limits: []inspect.Limit{}}
 	snaps, errs := d.in.Snapshots(ctx, queues)
 	for j, q := range queues {
@@ -304,8 +319,20 @@ func (d *Dashboard) State(ctx context.Context) (State, error) {
 			st.Unreadable[q] = err.Error()
 			continue
 		}
-		st.Queues = append(st.Queues, snap.Queue)
-		st.Workers = append(st.Workers, snap.Workers...)
+		idle := isIdle(snap.Queue)
+		if idle {
+			st.Idle = append(st.Idle, q)
+		} else {
+			st.Queues = append(st.Queues, snap.Queue)
+			st.Limits = append(st.Limits, snap.Limits...)
+		}
+		for _, w := range snap.Workers {
+			if idle && w.Live && w.State == "idle" {
+				st.IdleWorkers++
+				continue
+			}
+			st.Workers = append(st.Workers, w)
+		}
 		st.Batches = append(st.Batches, snap.Batches...)
 		for _, b := range snap.History {
 			if now.Sub(b.Ended) <= d.opts.Keep {
@@ -313,10 +340,24 @@ func (d *Dashboard) State(ctx context.Context) (State, error) {
 			}
 		}
 		st.Failures = append(st.Failures, snap.Failures...)
-		st.Limits = append(st.Limits, snap.Limits...)
 	}
 	order(&st)
+	if len(st.Failures) > FailuresShown {
+		st.Failures, st.FailuresLeft = st.Failures[:FailuresShown], len(st.Failures)-FailuresShown
+	}
 	return st, nil
+}
+
+// FailuresShown caps the failure groups State returns: each queue keeps
+// up to a thousand for a week, each with a message and a stack, which
+// across 200 queues would make every poll of the page megabytes.
+const FailuresShown = 50
+
+// isIdle reports whether q has nothing to show but its name: no task
+// queued or running, no batch running, no element ended within the last
+// 15 minutes.
+func isIdle(q inspect.Queue) bool {
+	return q.Depth == 0 && q.Running == 0 && q.Batches == 0 && !slices.ContainsFunc(q.Series, func(v float64) bool { return v > 0 })
 }
 
 // queueNames returns the queues to show, scanning Redis at most every 5 s.
@@ -340,10 +381,15 @@ func (d *Dashboard) queueNames(ctx context.Context) ([]string, error) {
 	return qs, nil
 }
 
-// order sorts what st shows: per queue, live workers before gone ones;
-// running batches (by queue) before ended ones, the newest ended first
-// across queues.
+// order sorts what st shows: the busiest queues first (see State.Queues);
+// per queue, live workers before gone ones; running batches (by queue)
+// before ended ones, the newest ended first across queues; the failure
+// groups seen last first.
 func order(st *State) {
+	slices.SortFunc(st.Queues, func(a, b inspect.Queue) int {
+		return cmp.Or(cmp.Compare(b.Depth, a.Depth), cmp.Compare(b.Running, a.Running), cmp.Compare(b.Rate, a.Rate), cmp.Compare(a.Name, b.Name))
+	})
+	slices.SortStableFunc(st.Failures, func(a, b inspect.FailureGroup) int { return b.Last.Compare(a.Last) })
 	// Each queue's workers come from inspect live first, then by id: a
 	// stable sort by queue keeps that.
 	slices.SortStableFunc(st.Workers, func(a, b inspect.Worker) int { return cmp.Compare(a.Queue, b.Queue) })

@@ -1,0 +1,142 @@
+package dashboard_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"log/slog"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/redmap/redmap/dashboard"
+	"github.com/redmap/redmap/inspect"
+	"github.com/redmap/redmap/internal/harness"
+	"github.com/redmap/redmap/internal/keys"
+	"github.com/redmap/redmap/internal/redistest"
+	"github.com/redmap/redmap/manager"
+	"github.com/redmap/redmap/worker"
+)
+
+// many sets up 200 queues on a Redis of their own (issue 60: with 170 the
+// page showed 170 cards, idle first, and api/state weighed 214 KB): three
+// busy, with 2, 6 and 4 tasks waiting; 197 idle, as the index of queues
+// names them, 10 of them with a live idle worker; and the partitions of a
+// map/reduce by key on the first busy one, which are no queue. It returns
+// the Env of the first busy queue and the busy queues' names.
+func many(t *testing.T) (*harness.Env, []string) {
+	t.Helper()
+	srv := redistest.Start(t)
+	ctx := context.Background()
+	var first *harness.Env
+	var busy []string
+	for j, n := range []int{2, 6, 4} {
+		e := harness.On(t, srv)
+		e.Queue = fmt.Sprintf("%s-busy%d", e.Queue, j)
+		m := e.Manager(t, manager.Options{NoWorkerTimeout: -1, Logger: slog.New(slog.DiscardHandler)})
+		b, err := manager.Submit(ctx, m, slow, ints(n), manager.ChunkSize(1))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(b.Cancel)
+		busy = append(busy, e.Queue)
+		if first == nil {
+			first = e
+		}
+	}
+	var idle []redis.Z
+	for j := range 197 {
+		idle = append(idle, redis.Z{Score: float64(time.Now().UnixMilli()), Member: fmt.Sprintf("idle-%03d", j)})
+	}
+	if err := first.Client.ZAdd(ctx, keys.QueueIndex("redmap"), idle...).Err(); err != nil {
+		t.Fatal(err)
+	}
+	for j := range 10 {
+		e := harness.On(t, srv)
+		e.Queue = fmt.Sprintf("idle-%03d", j*19)
+		e.Worker(t, worker.Options{Concurrency: 1}, slow)
+	}
+	if err := first.Client.HSet(ctx, keys.Partition("redmap", first.Queue, "job", 3, 0), "0:1", "x").Err(); err != nil {
+		t.Fatal(err)
+	}
+	in, err := inspect.New(first.Client, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := in.ScanQueues(ctx); err != nil { // indexes what it finds: the partition must not be taken for a queue
+		t.Fatal(err)
+	}
+	redistest.Eventually(t, "10 idle workers registered", func() bool {
+		n := 0
+		for j := range 10 {
+			ws, err := in.Workers(ctx, fmt.Sprintf("idle-%03d", j*19), time.Now())
+			if err != nil {
+				t.Fatal(err)
+			}
+			n += len(ws)
+		}
+		return n == 10
+	})
+	return first, busy
+}
+
+// rawState returns api/state's body.
+func rawState(t *testing.T, base string) []byte {
+	t.Helper()
+	resp, err := http.Get(base + "/api/state")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("GET api/state: %s %v", resp.Status, err)
+	}
+	return body
+}
+
+// With 200 queues, api/state stays under 50 KB: the busy queues come
+// first, busiest first; the idle ones are named only, their idle workers
+// counted, not listed; a partition of a map/reduce by key is no queue.
+func TestStateOf200Queues(t *testing.T) {
+	e, busy := many(t)
+	d, err := dashboard.New(e.Client, dashboard.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	web := httptest.NewServer(d)
+	defer web.Close()
+	body := rawState(t, web.URL)
+	t.Logf("api/state with 200 queues: %d bytes", len(body))
+	var st dashboard.State
+	if err := json.Unmarshal(body, &st); err != nil {
+		t.Fatal(err)
+	}
+	if len(body) > 50<<10 {
+		t.Errorf("api/state is %d bytes with 200 queues; want at most 50 KB", len(body))
+	}
+	var shown []string
+	for _, q := range st.Queues {
+		shown = append(shown, q.Name)
+	}
+	if want := []string{busy[1], busy[2], busy[0]}; !slices.Equal(shown, want) {
+		t.Errorf("queues shown as cards: %v; want the busy ones, the deepest first: %v", shown, want)
+	}
+	if len(st.Idle) != 197 || !slices.IsSorted(st.Idle) || st.Idle[0] != "idle-000" {
+		t.Errorf("%d idle queues folded (first %q); want the 197, by name", len(st.Idle), st.Idle[:min(1, len(st.Idle))])
+	}
+	for _, q := range append(shown, st.Idle...) {
+		if strings.Contains(q, keys.PartitionSep) {
+			t.Errorf("queue %q shown: a partition of a map/reduce by key is no queue", q)
+		}
+	}
+	if len(st.Workers) != 0 || st.IdleWorkers != 10 {
+		t.Errorf("%d workers listed, %d idle ones counted; want the idle queues' 10 counted, none listed", len(st.Workers), st.IdleWorkers)
+	}
+}
