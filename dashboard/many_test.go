@@ -5,14 +5,15 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
-	"log/slog"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/chromedp/chromedp"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/redmap/redmap/dashboard"
@@ -139,4 +140,41 @@ func TestStateOf200Queues(t *testing.T) {
 	if len(st.Workers) != 0 || st.IdleWorkers != 10 {
 		t.Errorf("%d workers listed, %d idle ones counted; want the idle queues' 10 counted, none listed", len(st.Workers), st.IdleWorkers)
 	}
+}
+
+// The page of 200 queues: the three busy ones as cards, the busiest
+// first; the 197 idle ones folded into one line that unfolds into their
+// names; the filter box narrows both to the names that hold what it says.
+func TestDashboard200QueuesInBrowser(t *testing.T) {
+	ctx := browser(t, 1280, 900)
+	e, busy := many(t)
+	d, err := dashboard.New(e.Client, dashboard.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	web := httptest.NewServer(d)
+	defer web.Close()
+	if _, err := chromedp.Run(ctx, chromedp.Navigate(web.URL+"/")); err != nil {
+		t.Fatal(err)
+	}
+	cards := `[...document.querySelectorAll('#queues .card')].map((c) => c.dataset.queue).join(' ')`
+	waitFor(t, ctx, "the busy queues, deepest first, and 197 idle ones folded", fmt.Sprintf(`%s === %q &&
+		document.querySelector('details.idle summary').textContent.startsWith('197 idle queues · their 10 idle workers') &&
+		!document.querySelector('details.idle').open`, cards, strings.Join([]string{busy[1], busy[2], busy[0]}, " ")))
+	click(t, ctx, "details.idle summary")
+	waitFor(t, ctx, "the idle queues' names", `document.querySelector('details.idle').open && document.querySelectorAll('[data-idle]').length === 197`)
+	if _, err := chromedp.Run(ctx, chromedp.SendKeys("#filter", "IDLE-01")); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, ctx, "only idle-010 to idle-019, no card", `document.querySelectorAll('[data-idle]').length === 10 &&
+		document.querySelectorAll('#queues .card').length === 0 && document.querySelector('#queues .empty') !== null`)
+	if _, err := chromedp.Run(ctx, chromedp.Evaluate[bool](`(() => { const f = document.getElementById('filter'); f.value = '';
+		f.dispatchEvent(new Event('input')); return true })()`)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := chromedp.Run(ctx, chromedp.SendKeys("#filter", busy[2][len(busy[2])-6:])); err != nil { // "-busy2"
+		t.Fatal(err)
+	}
+	waitFor(t, ctx, "one card, the filtered queue's, and no idle queue", fmt.Sprintf(`%s === %q && document.querySelector('details.idle') === null`,
+		cards, busy[2]))
 }

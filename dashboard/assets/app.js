@@ -65,9 +65,38 @@ function limits(s, queue) {
     <span title="waits its elements made because the function answered RetryAfter">retry-after <b data-field="retry_after">${num(l.retry_after)}</b></span></li>`).join("")}</ul>`;
 }
 
+// filter is the queue-name substring the operator typed (lower case): the
+// page shows only those queues, and their batches, workers and failures.
+let filter = "";
+let idleOpen = false; // whether the operator unfolded the idle queues
+$("filter").addEventListener("input", (ev) => { filter = ev.target.value.trim().toLowerCase(); render(); });
+document.addEventListener("toggle", (ev) => {
+  if (ev.target.classList && ev.target.classList.contains("idle")) idleOpen = ev.target.open;
+}, true);
+
+// view returns s with only what concerns the queues the filter matches.
+function view(s) {
+  if (!filter) return s;
+  const match = (o) => (o.queue ?? o.name ?? o).toLowerCase().includes(filter);
+  return Object.assign({}, s, {
+    queues: s.queues.filter(match), idle: (s.idle || []).filter(match), batches: s.batches.filter(match),
+    workers: s.workers.filter(match), failures: s.failures.filter(match), limits: (s.limits || []).filter(match),
+  });
+}
+
+// renderIdle folds the idle queues (nothing queued, running or ended in
+// 15 minutes) into one line that unfolds into their names.
+function renderIdle(s) {
+  const idle = s.idle || [];
+  const workers = s.idle_workers ? ` · their ${s.idle_workers} idle worker${s.idle_workers > 1 ? "s" : ""} not listed` : "";
+  $("idle").innerHTML = idle.length ? `<details class="idle"${idleOpen ? " open" : ""}><summary>${idle.length} idle queue${idle.length > 1 ? "s" : ""}${workers}</summary>
+    <div class="idle-names">${idle.map((q) => `<span data-idle="${esc(q)}">${esc(q)}</span>`).join("")}</div></details>` : "";
+}
+
 function renderQueues(s) {
   if (!s.queues.length) {
-    $("queues").innerHTML = `<div class="empty">No queue on this Redis yet.</div>`;
+    const none = filter ? `No busy queue matches “${esc(filter)}”.` : (s.idle || []).length ? "No busy queue." : "No queue on this Redis yet.";
+    $("queues").innerHTML = `<div class="empty">${none}</div>`;
     return;
   }
   $("queues").innerHTML = s.queues.map((q) => {
@@ -167,15 +196,17 @@ function renderFailures(s) {
       row += `<tr class="stack"><td colspan="8"><pre class="stack">last: ${esc(f.error)} (task ${esc(f.sample_task)}; workers ${esc((f.workers || []).join(", "))})\n\n${esc(f.sample_stack || "(no stack recorded)")}</pre></td></tr>`;
     }
     return row;
-  }).join("");
+  }).join("") + (s.failures_left ? `<tr><td colspan="8" class="muted">${num(s.failures_left)} more failure group${s.failures_left > 1 ? "s" : ""}, seen less lately: redmap failures lists them all</td></tr>` : "");
 }
 
 function render() {
   if (!state) return;
-  renderQueues(state);
-  renderBatches(state);
-  renderWorkers(state);
-  renderFailures(state);
+  const v = view(state);
+  renderQueues(v);
+  renderIdle(v);
+  renderBatches(v);
+  renderWorkers(v);
+  renderFailures(v);
   sizes(document.body);
 }
 
