@@ -202,7 +202,7 @@ type State struct {
 	// tasks running, then elements ended a second, then name.
 	Queues []inspect.Queue `json:"queues"`
 	// Idle names, sorted, the queues with nothing queued, running or ended
-	// within the last 15 minutes (a flat chart): the page folds them into
+	// within the last 15 minutes (inspect.Queue.Idle: a flat chart): the page folds them into
 	// one line, so that 200 queues neither bury the busy ones nor weigh
 	// 200 cards. Their live idle workers are counted in IdleWorkers, not
 	// listed in Workers; their limits are left out. Their workers in any
@@ -319,7 +319,7 @@ func (d *Dashboard) State(ctx context.Context) (State, error) {
 			st.Unreadable[q] = err.Error()
 			continue
 		}
-		idle := isIdle(snap.Queue)
+		idle := snap.Queue.Idle()
 		if idle {
 			st.Idle = append(st.Idle, q)
 		} else {
@@ -353,13 +353,6 @@ func (d *Dashboard) State(ctx context.Context) (State, error) {
 // across 200 queues would make every poll of the page megabytes.
 const FailuresShown = 50
 
-// isIdle reports whether q has nothing to show but its name: no task
-// queued or running, no batch running, no element ended within the last
-// 15 minutes.
-func isIdle(q inspect.Queue) bool {
-	return q.Depth == 0 && q.Running == 0 && q.Batches == 0 && !slices.ContainsFunc(q.Series, func(v float64) bool { return v > 0 })
-}
-
 // queueNames returns the queues to show, scanning Redis at most every 5 s.
 func (d *Dashboard) queueNames(ctx context.Context) ([]string, error) {
 	if d.opts.Queue != "" {
@@ -386,9 +379,7 @@ func (d *Dashboard) queueNames(ctx context.Context) ([]string, error) {
 // before ended ones, the newest ended first across queues; the failure
 // groups seen last first.
 func order(st *State) {
-	slices.SortFunc(st.Queues, func(a, b inspect.Queue) int {
-		return cmp.Or(cmp.Compare(b.Depth, a.Depth), cmp.Compare(b.Running, a.Running), cmp.Compare(b.Rate, a.Rate), cmp.Compare(a.Name, b.Name))
-	})
+	slices.SortFunc(st.Queues, inspect.Busiest)
 	slices.SortStableFunc(st.Failures, func(a, b inspect.FailureGroup) int { return b.Last.Compare(a.Last) })
 	// Each queue's workers come from inspect live first, then by id: a
 	// stable sort by queue keeps that.

@@ -70,6 +70,20 @@ type Queue struct {
 	Bucket int       `json:"bucket_seconds"`
 }
 
+// Idle reports whether the queue has nothing to show but its name: no task
+// queued or running, no batch running, and no element ended within the
+// last 15 minutes (its Series is flat). The dashboard and redmap status
+// fold such queues into one line.
+func (q Queue) Idle() bool {
+	return q.Depth == 0 && q.Running == 0 && q.Batches == 0 && !slices.ContainsFunc(q.Series, func(v float64) bool { return v > 0 })
+}
+
+// Busiest orders queues the busiest first: by depth, then tasks running,
+// then elements ended a second, then by name.
+func Busiest(a, b Queue) int {
+	return cmp.Or(cmp.Compare(b.Depth, a.Depth), cmp.Compare(b.Running, a.Running), cmp.Compare(b.Rate, a.Rate), strings.Compare(a.Name, b.Name))
+}
+
 // Worker is one worker, registered or gone lately, as its last heartbeat
 // published it.
 type Worker struct {
