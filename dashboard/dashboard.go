@@ -137,6 +137,7 @@ func New(client redis.UniversalClient, opts Options) (*Dashboard, error) {
 	static, _ := fs.Sub(assets, "assets") // embedded: cannot fail
 	d.mux.Handle("GET /", http.FileServerFS(static))
 	d.mux.HandleFunc("GET /api/state", d.serveState)
+	d.mux.HandleFunc("GET /api/failure", d.serveFailure)
 	d.mux.HandleFunc("POST /api/drain", d.action(d.drain))
 	d.mux.HandleFunc("POST /api/cancel", d.action(d.cancel))
 	d.mux.HandleFunc("POST /api/purge", d.action(d.purge))
@@ -214,7 +215,8 @@ type State struct {
 	Batches     []inspect.Batch  `json:"batches"`
 	// Failures are the failure groups, most recently seen first, at most
 	// FailuresShown of them (FailuresLeft says how many more there are:
-	// redmap failures lists them all).
+	// redmap failures lists them all), each without its stack and with its
+	// last message cut to 512 bytes: GET api/failure gives one group whole.
 	Failures     []inspect.FailureGroup `json:"failures"`
 	FailuresLeft int                    `json:"failures_left,omitempty"`
 	Limits       []inspect.Limit        `json:"limits"` // the functions' fleet-wide limits
@@ -345,6 +347,15 @@ func (d *Dashboard) State(ctx context.Context) (State, error) {
 	if len(st.Failures) > FailuresShown {
 		st.Failures, st.FailuresLeft = st.Failures[:FailuresShown], len(st.Failures)-FailuresShown
 	}
+	for j := range st.Failures {
+		// A stack is up to 16 KiB: 50 of them in every poll would be most
+		// of the state. The page asks for one when an operator opens it.
+		f := &st.Failures[j]
+		f.SampleStack = ""
+		if len(f.Error) > errorShown {
+			f.Error = strings.ToValidUTF8(f.Error[:errorShown], "") + "…"
+		}
+	}
 	return st, nil
 }
 
@@ -352,6 +363,43 @@ func (d *Dashboard) State(ctx context.Context) (State, error) {
 // up to a thousand for a week, each with a message and a stack, which
 // across 200 queues would make every poll of the page megabytes.
 const FailuresShown = 50
+
+// errorShown caps the message of a failure group in State.
+const errorShown = 512
+
+// serveFailure answers GET api/failure?queue=Q&func=F&kind=K&group=G with
+// that failure group whole (inspect.FailureGroup: its last message in
+// full, its stack), read from Redis: what the page shows when an operator
+// opens a group; 404 if the queue has no such group (any more).
+func (d *Dashboard) serveFailure(w http.ResponseWriter, r *http.Request) {
+	if d.opts.Private && !d.authorized(r) {
+		unauthorized(w, r, "reading a failure")
+		return
+	}
+	q := r.URL.Query()
+	queue := q.Get("queue")
+	if d.opts.Queue != "" && queue != d.opts.Queue {
+		http.Error(w, "dashboard: no queue "+strconv.Quote(queue)+" here", http.StatusNotFound)
+		return
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), 5*time.Second)
+	defer cancel()
+	gs, _, err := d.in.Failures(ctx, queue)
+	if err != nil {
+		http.Error(w, "dashboard: reading Redis: "+err.Error(), http.StatusBadGateway)
+		return
+	}
+	i := slices.IndexFunc(gs, func(g inspect.FailureGroup) bool {
+		return g.Func == q.Get("func") && g.Kind == q.Get("kind") && g.Group == q.Get("group")
+	})
+	if i < 0 {
+		http.Error(w, "dashboard: no such failure group in queue "+strconv.Quote(queue), http.StatusNotFound)
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Cache-Control", "no-store")
+	_ = json.NewEncoder(w).Encode(gs[i])
+}
 
 // queueNames returns the queues to show, scanning Redis at most every 5 s.
 func (d *Dashboard) queueNames(ctx context.Context) ([]string, error) {

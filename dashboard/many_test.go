@@ -16,6 +16,7 @@ import (
 	"github.com/chromedp/chromedp"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/redmap/redmap"
 	"github.com/redmap/redmap/dashboard"
 	"github.com/redmap/redmap/inspect"
 	"github.com/redmap/redmap/internal/harness"
@@ -107,6 +108,26 @@ func rawState(t *testing.T, base string) []byte {
 // counted, not listed; a partition of a map/reduce by key is no queue.
 func TestStateOf200Queues(t *testing.T) {
 	e, busy := many(t)
+	// And a queue whose batch ended, its 60 elements panicking each its own
+	// way: 60 failure groups, each with a stack.
+	f := harness.On(t, e.Srv)
+	f.Queue += "-failing"
+	panics := redmap.Func("panics", func(_ context.Context, x int) (int, error) {
+		panic("no " + string(rune('a'+x/26)) + string(rune('a'+x%26)) + " here")
+	})
+	f.Worker(t, worker.Options{}, panics)
+	if _, err := manager.Map(context.Background(), f.Manager(t, manager.Options{Logger: slog.New(slog.DiscardHandler)}), panics, ints(60)); err == nil {
+		t.Fatal("want 60 elements failed")
+	}
+	busy = append(busy, f.Queue)
+	in, err := inspect.New(e.Client, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	redistest.Eventually(t, "the 60 failures recorded (at the worker's heartbeat)", func() bool {
+		gs, _, err := in.Failures(context.Background(), f.Queue)
+		return err == nil && len(gs) == 60
+	})
 	d, err := dashboard.New(e.Client, dashboard.Options{})
 	if err != nil {
 		t.Fatal(err)
@@ -126,8 +147,16 @@ func TestStateOf200Queues(t *testing.T) {
 	for _, q := range st.Queues {
 		shown = append(shown, q.Name)
 	}
-	if want := []string{busy[1], busy[2], busy[0]}; !slices.Equal(shown, want) {
+	if want := []string{busy[1], busy[2], busy[0], busy[3]}; !slices.Equal(shown, want) {
 		t.Errorf("queues shown as cards: %v; want the busy ones, the deepest first: %v", shown, want)
+	}
+	stacks := 0
+	for _, g := range st.Failures {
+		stacks += len(g.SampleStack)
+	}
+	if len(st.Failures) != dashboard.FailuresShown || st.FailuresLeft != 10 || stacks != 0 {
+		t.Errorf("%d failure groups shown, %d left, with %d bytes of stacks; want %d, 10 and none (api/failure gives them)",
+			len(st.Failures), st.FailuresLeft, stacks, dashboard.FailuresShown)
 	}
 	if len(st.Idle) != 197 || !slices.IsSorted(st.Idle) || st.Idle[0] != "idle-000" {
 		t.Errorf("%d idle queues folded (first %q); want the 197, by name", len(st.Idle), st.Idle[:min(1, len(st.Idle))])
@@ -137,8 +166,8 @@ func TestStateOf200Queues(t *testing.T) {
 			t.Errorf("queue %q shown: a partition of a map/reduce by key is no queue", q)
 		}
 	}
-	if len(st.Workers) != 0 || st.IdleWorkers != 10 {
-		t.Errorf("%d workers listed, %d idle ones counted; want the idle queues' 10 counted, none listed", len(st.Workers), st.IdleWorkers)
+	if len(st.Workers) != 1 || st.Workers[0].Queue != f.Queue || st.IdleWorkers != 10 {
+		t.Errorf("%d workers listed, %d idle ones counted; want the failing queue's listed, the idle queues' 10 counted", len(st.Workers), st.IdleWorkers)
 	}
 }
 

@@ -4,6 +4,7 @@
 
 const $ = (id) => document.getElementById(id);
 const expanded = new Set(); // failure groups whose stack is shown
+const details = new Map(); // failure group → its whole record (api/failure), once asked for
 let confirmPurge = { queue: "", until: 0 }; // a purge waits for a second click
 let state = null;
 let notice = { text: "", error: false, until: 0 }; // an action's outcome, shown for 15 s
@@ -193,7 +194,9 @@ function renderFailures(s) {
     let row = `<tr class="fail" data-key="${esc(key)}" data-count="${f.count}" title="click for its last message and a stack"><td>${esc(f.queue)}</td><td>${esc(f.func)}</td><td>${esc(f.kind)}</td>
       <td class="err">${esc(f.group)}</td><td>${num(f.count)}</td><td>${ago(f.first)}</td><td>${ago(f.last)}</td><td title="${esc((f.workers || []).join(", "))}">${(f.workers || []).length}</td></tr>`;
     if (open) {
-      row += `<tr class="stack"><td colspan="8"><pre class="stack">last: ${esc(f.error)} (task ${esc(f.sample_task)}; workers ${esc((f.workers || []).join(", "))})\n\n${esc(f.sample_stack || "(no stack recorded)")}</pre></td></tr>`;
+      const d = details.get(key);
+      row += `<tr class="stack"><td colspan="8">${!d ? `<span class="muted">loading…</span>` : d.failed ? `<span class="err">${esc(d.failed)}</span>` :
+        `<pre class="stack">last: ${esc(d.error)} (task ${esc(d.sample_task)}; workers ${esc((d.workers || []).join(", "))})\n\n${esc(d.sample_stack || "(no stack recorded)")}</pre>`}</td></tr>`;
     }
     return row;
   }).join("") + (s.failures_left ? `<tr><td colspan="8" class="muted">${num(s.failures_left)} more failure group${s.failures_left > 1 ? "s" : ""}, seen less lately: redmap failures lists them all</td></tr>` : "");
@@ -248,6 +251,19 @@ async function poll() {
   }
 }
 
+// detail fetches failure group key's whole record (its stack, its last
+// message in full): the state carries neither, to stay small.
+async function detail(key) {
+  const [queue, func, kind, group] = JSON.parse(key);
+  try {
+    const r = await fetch("api/failure?" + new URLSearchParams({ queue, func, kind, group }), { cache: "no-store", headers: headers() });
+    details.set(key, r.ok ? await r.json() : { failed: (await r.text()).trim() });
+  } catch (e) {
+    details.set(key, { failed: "cannot read the failure: " + e.message });
+  }
+  render();
+}
+
 let retry = null; // the action to send again once signed in
 
 async function act(path, body) {
@@ -297,7 +313,7 @@ document.addEventListener("click", (ev) => {
   const row = ev.target.closest("tr.fail");
   if (row) {
     const k = row.dataset.key;
-    if (expanded.has(k)) expanded.delete(k); else expanded.add(k);
+    if (expanded.has(k)) { expanded.delete(k); details.delete(k); } else { expanded.add(k); detail(k); }
     render();
   }
 });
