@@ -203,12 +203,13 @@ type State struct {
 	// tasks running, then elements ended a second, then name.
 	Queues []inspect.Queue `json:"queues"`
 	// Idle names, sorted, the queues with nothing queued, running or ended
-	// within the last 15 minutes (inspect.Queue.Idle: a flat chart): the page folds them into
+	// within the last 15 minutes (inspect.Queue.Idle: a flat chart), and no
+	// batch ended within Options.Keep: the page folds them into
 	// one line, so that 200 queues neither bury the busy ones nor weigh
 	// 200 cards. Their live idle workers are counted in IdleWorkers, not
-	// listed in Workers; their limits are left out. Their workers in any
-	// other state (late, draining, dead, stopped), ended batches and
-	// failure groups are kept.
+	// listed in Workers; their limits and failure groups are left out (the
+	// failure groups are not even read: redmap failures lists them); their
+	// workers in any other state (late, draining, dead, stopped) are kept.
 	Idle        []string         `json:"idle"`
 	IdleWorkers int              `json:"idle_workers"`
 	Workers     []inspect.Worker `json:"workers"`
@@ -293,7 +294,8 @@ func (d *Dashboard) shared(ctx context.Context) (State, error) {
 // State reads what the page shows from Redis: the queues, their workers
 // (those that stopped or died within inspect.GoneFor included), their
 // running batches and those that ended within Options.Keep (the queues'
-// history), their failure groups, and their functions' limits. A queue
+// history), their failure groups, and their functions' limits; of an idle
+// queue, only what State.Idle says. A queue
 // whose records cannot be read is left out and named in Unreadable (and
 // logged); if none can be, State fails.
 func (d *Dashboard) State(ctx context.Context) (State, error) {
@@ -307,7 +309,7 @@ func (d *Dashboard) State(ctx context.Context) (State, error) {
 	}
 	st := State{Time: now, Actions: d.opts.Actions, Queues: []inspect.Queue{}, Idle: []string{}, Workers: []inspect.Worker{},
 		Batches: []inspect.Batch{}, Failures: []inspect.FailureGroup{}, Limits: []inspect.Limit{}}
-	snaps, errs := d.in.Snapshots(ctx, queues)
+	snaps, errs := d.in.Busy(ctx, queues) // an idle queue's failure groups are not read
 	for j, q := range queues {
 		snap, err := snaps[j], errs[j]
 		if err != nil {
@@ -321,7 +323,15 @@ func (d *Dashboard) State(ctx context.Context) (State, error) {
 			st.Unreadable[q] = err.Error()
 			continue
 		}
-		idle := snap.Queue.Idle()
+		var ended []inspect.Batch
+		for _, b := range snap.History {
+			if now.Sub(b.Ended) <= d.opts.Keep {
+				ended = append(ended, b)
+			}
+		}
+		// A batch that ended with no element counted (its manager lost
+		// before any ended, say) keeps its queue in view as long as it is.
+		idle := snap.Queue.Idle() && len(ended) == 0
 		if idle {
 			st.Idle = append(st.Idle, q)
 		} else {
@@ -336,11 +346,7 @@ func (d *Dashboard) State(ctx context.Context) (State, error) {
 			st.Workers = append(st.Workers, w)
 		}
 		st.Batches = append(st.Batches, snap.Batches...)
-		for _, b := range snap.History {
-			if now.Sub(b.Ended) <= d.opts.Keep {
-				st.Batches = append(st.Batches, b)
-			}
-		}
+		st.Batches = append(st.Batches, ended...)
 		st.Failures = append(st.Failures, snap.Failures...)
 	}
 	order(&st)

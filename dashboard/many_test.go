@@ -169,6 +169,26 @@ func TestStateOf200Queues(t *testing.T) {
 	if len(st.Workers) != 1 || st.Workers[0].Queue != f.Queue || st.IdleWorkers != 10 {
 		t.Errorf("%d workers listed, %d idle ones counted; want the failing queue's listed, the idle queues' 10 counted", len(st.Workers), st.IdleWorkers)
 	}
+
+	// 15 minutes later, as far as the failing queue's records say (its
+	// throughput counters and history gone), it is idle: folded, its
+	// failure groups no longer read.
+	ctx := context.Background()
+	gone := []string{keys.History("redmap", f.Queue), keys.HistoryIndex("redmap", f.Queue)}
+	step := int64(keys.ThroughputBucket / time.Second)
+	for b := time.Now().Unix()/step - 200; b <= time.Now().Unix()/step+1; b++ {
+		gone = append(gone, keys.Throughput("redmap", f.Queue, b))
+	}
+	if err := e.Client.Del(ctx, gone...).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if st, err = d.State(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Contains(st.Idle, f.Queue) || len(st.Failures) != 0 || st.FailuresLeft != 0 || st.IdleWorkers != 11 {
+		t.Errorf("the failing queue, idle: folded %v, %d failure groups shown (%d left), %d idle workers; want folded, none, 11",
+			slices.Contains(st.Idle, f.Queue), len(st.Failures), st.FailuresLeft, st.IdleWorkers)
+	}
 }
 
 // The page of 200 queues: the three busy ones as cards, the busiest
