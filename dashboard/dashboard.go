@@ -44,6 +44,7 @@ import (
 
 	"github.com/redmap/redmap/inspect"
 	"github.com/redmap/redmap/internal/config"
+	"github.com/redmap/redmap/internal/keys"
 )
 
 // Options configure a Dashboard. The zero value of each field means its
@@ -384,6 +385,10 @@ func (d *Dashboard) serveFailure(w http.ResponseWriter, r *http.Request) {
 	}
 	q := r.URL.Query()
 	queue := q.Get("queue")
+	if err := keys.CheckQueue(queue); err != nil {
+		http.Error(w, "dashboard: "+err.Error(), http.StatusBadRequest)
+		return
+	}
 	if d.opts.Queue != "" && queue != d.opts.Queue {
 		http.Error(w, "dashboard: no queue "+strconv.Quote(queue)+" here", http.StatusNotFound)
 		return

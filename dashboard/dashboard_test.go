@@ -395,6 +395,7 @@ func TestPrivateState(t *testing.T) {
 		{"/api/state", "Bearer " + operatorToken, http.StatusOK},
 		{"/api/failure?queue=" + e.Queue + "&func=f&kind=error&group=g", "", http.StatusUnauthorized},
 		{"/api/failure?queue=" + e.Queue + "&func=f&kind=error&group=g", "Bearer " + operatorToken, http.StatusNotFound},
+		{"/api/failure?queue=a%7Bb&func=f&kind=error&group=g", "Bearer " + operatorToken, http.StatusBadRequest},
 		{"/metrics", "", http.StatusUnauthorized},
 		{"/metrics", "Bearer " + operatorToken, http.StatusOK},
 		{"/", "", http.StatusOK},
