@@ -44,6 +44,7 @@ import (
 
 	"github.com/redmap/redmap/inspect"
 	"github.com/redmap/redmap/internal/config"
+	"github.com/redmap/redmap/internal/keys"
 )
 
 // Options configure a Dashboard. The zero value of each field means its
@@ -137,6 +138,7 @@ func New(client redis.UniversalClient, opts Options) (*Dashboard, error) {
 	static, _ := fs.Sub(assets, "assets") // embedded: cannot fail
 	d.mux.Handle("GET /", http.FileServerFS(static))
 	d.mux.HandleFunc("GET /api/state", d.serveState)
+	d.mux.HandleFunc("GET /api/failure", d.serveFailure)
 	d.mux.HandleFunc("POST /api/drain", d.action(d.drain))
 	d.mux.HandleFunc("POST /api/cancel", d.action(d.cancel))
 	d.mux.HandleFunc("POST /api/purge", d.action(d.purge))
@@ -196,13 +198,30 @@ func (d *Dashboard) hostAllowed(host string) bool {
 // through the inspector (package inspect) from the records their writers
 // keep in Redis; nothing comes from what the dashboard saw before.
 type State struct {
-	Time     time.Time              `json:"time"`    // the Redis clock
-	Actions  bool                   `json:"actions"` // the actions are allowed (with the operator token)
-	Queues   []inspect.Queue        `json:"queues"`
-	Workers  []inspect.Worker       `json:"workers"`
-	Batches  []inspect.Batch        `json:"batches"`
-	Failures []inspect.FailureGroup `json:"failures"`
-	Limits   []inspect.Limit        `json:"limits"` // the functions' fleet-wide limits
+	Time    time.Time `json:"time"`    // the Redis clock
+	Actions bool      `json:"actions"` // the actions are allowed (with the operator token)
+	// Queues are the busy queues (see Idle), busiest first: by depth, then
+	// tasks running, then elements ended a second, then name.
+	Queues []inspect.Queue `json:"queues"`
+	// Idle names, sorted, the queues with nothing queued, running or ended
+	// within the last 15 minutes (inspect.Queue.Idle: a flat chart), and no
+	// batch ended within Options.Keep: the page folds them into
+	// one line, so that 200 queues neither bury the busy ones nor weigh
+	// 200 cards. Their live idle workers are counted in IdleWorkers, not
+	// listed in Workers; their limits and failure groups are left out (the
+	// failure groups are not even read: redmap failures lists them); their
+	// workers in any other state (late, draining, dead, stopped) are kept.
+	Idle        []string         `json:"idle"`
+	IdleWorkers int              `json:"idle_workers"`
+	Workers     []inspect.Worker `json:"workers"`
+	Batches     []inspect.Batch  `json:"batches"`
+	// Failures are the failure groups, most recently seen first, at most
+	// FailuresShown of them (FailuresLeft says how many more there are:
+	// redmap failures lists them all), each without its stack and with its
+	// last message cut to 512 bytes: GET api/failure gives one group whole.
+	Failures     []inspect.FailureGroup `json:"failures"`
+	FailuresLeft int                    `json:"failures_left,omitempty"`
+	Limits       []inspect.Limit        `json:"limits"` // the functions' fleet-wide limits
 	// Unreadable says, for each queue whose records could not be read (a
 	// key of it holding another type, say), why; the others are shown.
 	Unreadable map[string]string `json:"unreadable,omitempty"`
@@ -276,7 +295,8 @@ func (d *Dashboard) shared(ctx context.Context) (State, error) {
 // State reads what the page shows from Redis: the queues, their workers
 // (those that stopped or died within inspect.GoneFor included), their
 // running batches and those that ended within Options.Keep (the queues'
-// history), their failure groups, and their functions' limits. A queue
+// history), their failure groups, and their functions' limits; of an idle
+// queue, only what State.Idle says. A queue
 // whose records cannot be read is left out and named in Unreadable (and
 // logged); if none can be, State fails.
 func (d *Dashboard) State(ctx context.Context) (State, error) {
@@ -288,9 +308,9 @@ func (d *Dashboard) State(ctx context.Context) (State, error) {
 	if err != nil {
 		return State{}, err
 	}
-	st := State{Time: now, Actions: d.opts.Actions, Queues: []inspect.Queue{}, Workers: []inspect.Worker{},
+	st := State{Time: now, Actions: d.opts.Actions, Queues: []inspect.Queue{}, Idle: []string{}, Workers: []inspect.Worker{},
 		Batches: []inspect.Batch{}, Failures: []inspect.FailureGroup{}, Limits: []inspect.Limit{}}
-	snaps, errs := d.in.Snapshots(ctx, queues)
+	snaps, errs := d.in.Busy(ctx, queues) // an idle queue's failure groups are not read
 	for j, q := range queues {
 		snap, err := snaps[j], errs[j]
 		if err != nil {
@@ -304,19 +324,92 @@ func (d *Dashboard) State(ctx context.Context) (State, error) {
 			st.Unreadable[q] = err.Error()
 			continue
 		}
-		st.Queues = append(st.Queues, snap.Queue)
-		st.Workers = append(st.Workers, snap.Workers...)
-		st.Batches = append(st.Batches, snap.Batches...)
+		var ended []inspect.Batch
 		for _, b := range snap.History {
 			if now.Sub(b.Ended) <= d.opts.Keep {
-				st.Batches = append(st.Batches, b)
+				ended = append(ended, b)
 			}
 		}
+		// A batch that ended with no element counted (its manager lost
+		// before any ended, say) keeps its queue in view as long as it is.
+		idle := snap.Queue.Idle() && len(ended) == 0
+		if idle {
+			st.Idle = append(st.Idle, q)
+		} else {
+			st.Queues = append(st.Queues, snap.Queue)
+			st.Limits = append(st.Limits, snap.Limits...)
+		}
+		for _, w := range snap.Workers {
+			if idle && w.Live && w.State == "idle" {
+				st.IdleWorkers++
+				continue
+			}
+			st.Workers = append(st.Workers, w)
+		}
+		st.Batches = append(st.Batches, snap.Batches...)
+		st.Batches = append(st.Batches, ended...)
 		st.Failures = append(st.Failures, snap.Failures...)
-		st.Limits = append(st.Limits, snap.Limits...)
 	}
 	order(&st)
+	if len(st.Failures) > FailuresShown {
+		st.Failures, st.FailuresLeft = st.Failures[:FailuresShown], len(st.Failures)-FailuresShown
+	}
+	for j := range st.Failures {
+		// A stack is up to 16 KiB: 50 of them in every poll would be most
+		// of the state. The page asks for one when an operator opens it.
+		f := &st.Failures[j]
+		f.SampleStack = ""
+		if len(f.Error) > errorShown {
+			f.Error = strings.ToValidUTF8(f.Error[:errorShown], "") + "…"
+		}
+	}
 	return st, nil
+}
+
+// FailuresShown caps the failure groups State returns: each queue keeps
+// up to a thousand for a week, each with a message and a stack, which
+// across 200 queues would make every poll of the page megabytes.
+const FailuresShown = 50
+
+// errorShown caps the message of a failure group in State.
+const errorShown = 512
+
+// serveFailure answers GET api/failure?queue=Q&func=F&kind=K&group=G with
+// that failure group whole (inspect.FailureGroup: its last message in
+// full, its stack), read from Redis: what the page shows when an operator
+// opens a group; 404 if the queue has no such group (any more).
+func (d *Dashboard) serveFailure(w http.ResponseWriter, r *http.Request) {
+	if d.opts.Private && !d.authorized(r) {
+		unauthorized(w, r, "reading a failure")
+		return
+	}
+	q := r.URL.Query()
+	queue := q.Get("queue")
+	if err := keys.CheckQueue(queue); err != nil {
+		http.Error(w, "dashboard: "+err.Error(), http.StatusBadRequest)
+		return
+	}
+	if d.opts.Queue != "" && queue != d.opts.Queue {
+		http.Error(w, "dashboard: no queue "+strconv.Quote(queue)+" here", http.StatusNotFound)
+		return
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), 5*time.Second)
+	defer cancel()
+	gs, _, err := d.in.Failures(ctx, queue)
+	if err != nil {
+		http.Error(w, "dashboard: reading Redis: "+err.Error(), http.StatusBadGateway)
+		return
+	}
+	i := slices.IndexFunc(gs, func(g inspect.FailureGroup) bool {
+		return g.Func == q.Get("func") && g.Kind == q.Get("kind") && g.Group == q.Get("group")
+	})
+	if i < 0 {
+		http.Error(w, "dashboard: no such failure group in queue "+strconv.Quote(queue), http.StatusNotFound)
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Cache-Control", "no-store")
+	_ = json.NewEncoder(w).Encode(gs[i])
 }
 
 // queueNames returns the queues to show, scanning Redis at most every 5 s.
@@ -340,10 +433,13 @@ func (d *Dashboard) queueNames(ctx context.Context) ([]string, error) {
 	return qs, nil
 }
 
-// order sorts what st shows: per queue, live workers before gone ones;
-// running batches (by queue) before ended ones, the newest ended first
-// across queues.
+// order sorts what st shows: the busiest queues first (see State.Queues);
+// per queue, live workers before gone ones; running batches (by queue)
+// before ended ones, the newest ended first across queues; the failure
+// groups seen last first.
 func order(st *State) {
+	slices.SortFunc(st.Queues, inspect.Busiest)
+	slices.SortStableFunc(st.Failures, func(a, b inspect.FailureGroup) int { return b.Last.Compare(a.Last) })
 	// Each queue's workers come from inspect live first, then by id: a
 	// stable sort by queue keeps that.
 	slices.SortStableFunc(st.Workers, func(a, b inspect.Worker) int { return cmp.Compare(a.Queue, b.Queue) })

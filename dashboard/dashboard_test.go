@@ -8,6 +8,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"os"
 	"strings"
 	"testing"
@@ -16,6 +17,7 @@ import (
 	"github.com/redmap/redmap"
 	"github.com/redmap/redmap/connect"
 	"github.com/redmap/redmap/dashboard"
+	"github.com/redmap/redmap/inspect"
 	"github.com/redmap/redmap/internal/harness"
 	"github.com/redmap/redmap/internal/keys"
 	"github.com/redmap/redmap/internal/redistest"
@@ -175,6 +177,28 @@ func TestStateAPI(t *testing.T) {
 	}
 	if b := st.Batches[0]; b.FailedBy["error"] != 4 || b.Ended.IsZero() {
 		t.Fatalf("the ended batch %+v; want its 4 failures by cause and when it ended", b)
+	}
+	// The page reads one group whole when an operator opens it.
+	f := st.Failures[0]
+	q := url.Values{"queue": {f.Queue}, "func": {f.Func}, "kind": {f.Kind}, "group": {f.Group}}
+	resp, err := http.Get(srv.URL + "/api/failure?" + q.Encode())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var whole inspect.FailureGroup
+	err = json.NewDecoder(resp.Body).Decode(&whole)
+	resp.Body.Close()
+	if err != nil || resp.StatusCode != http.StatusOK || whole.Count != 4 || whole.Group != f.Group || !strings.Contains(whole.Error, "no such thing") || whole.SampleTask == "" {
+		t.Fatalf("api/failure: %s %v %+v", resp.Status, err, whole)
+	}
+	q.Set("group", "no such group")
+	resp, err = http.Get(srv.URL + "/api/failure?" + q.Encode())
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusNotFound {
+		t.Fatalf("api/failure of no group: %s; want 404", resp.Status)
 	}
 }
 
@@ -369,6 +393,9 @@ func TestPrivateState(t *testing.T) {
 		{"/api/state", "Bearer wrong", http.StatusForbidden},
 		{"/api/state?token=" + operatorToken, "", http.StatusUnauthorized},
 		{"/api/state", "Bearer " + operatorToken, http.StatusOK},
+		{"/api/failure?queue=" + e.Queue + "&func=f&kind=error&group=g", "", http.StatusUnauthorized},
+		{"/api/failure?queue=" + e.Queue + "&func=f&kind=error&group=g", "Bearer " + operatorToken, http.StatusNotFound},
+		{"/api/failure?queue=a%7Bb&func=f&kind=error&group=g", "Bearer " + operatorToken, http.StatusBadRequest},
 		{"/metrics", "", http.StatusUnauthorized},
 		{"/metrics", "Bearer " + operatorToken, http.StatusOK},
 		{"/", "", http.StatusOK},

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/http"
 	"slices"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -123,8 +124,22 @@ func (i *Inspector) Metrics(ctx context.Context, queue string) (Metrics, error) 
 // (WithLogger); the other queues are reported as usual. If no queue can be
 // read, or the queues cannot be listed, the errors are collected as
 // invalid metrics, which fail the scrape.
+//
+// Its counters (the *_total metrics) never go down, though the records
+// they come from may: a batch first recorded "manager lost" and then by
+// its returning manager is taken back from the first outcome, and a
+// record that expires, is reset by an operator or is lost with Redis
+// (FLUSHALL, a failover to a replica that had not caught up) starts again
+// from zero. Prometheus takes any decrease of a counter for a restart of
+// its process and counts the whole new value as an increase, so such a
+// drop would show as a burst of batches that never ended. The collector
+// keeps, per series, the last value it read and the value it exported, and
+// adds only increases: a drop adds nothing (what was counted stays
+// counted), and what the record counts from there is added as it grows.
+// A series gone from Redis for an hour is forgotten. The collector's
+// process is the counters' process: a new one starts from the records.
 func (i *Inspector) Collector(queues func(ctx context.Context) ([]string, error)) prometheus.Collector {
-	return &collector{i: i, queues: queues}
+	return &collector{i: i, queues: queues, counters: map[counterKey]*counterSeries{}}
 }
 
 // MetricsHandler serves Collector's metrics in Prometheus's text format
@@ -143,6 +158,56 @@ func (i *Inspector) MetricsHandler(queues func(ctx context.Context) ([]string, e
 type collector struct {
 	i      *Inspector
 	queues func(ctx context.Context) ([]string, error)
+
+	mu       sync.Mutex
+	counters map[counterKey]*counterSeries // see Collector: counters that never go down
+}
+
+// counterKey names one series of a counter: its metric, queue and label.
+type counterKey struct {
+	desc         *prometheus.Desc
+	queue, label string
+}
+
+// counterSeries is a counter's series as the collector last read and
+// exported it.
+type counterSeries struct {
+	read, exported float64
+	seen           time.Time
+}
+
+// forgetAfter is how long a counter's series may be missing from Redis
+// before the collector forgets it: longer than Prometheus's staleness (5
+// minutes), after which the series starts anew anyway.
+const forgetAfter = time.Hour
+
+// counter returns the value to export for series k of a counter that reads
+// v from Redis now: the exported value so far plus what v grew by since
+// the last read; nothing added if v went down (see Collector).
+func (c *collector) counter(k counterKey, v float64, now time.Time) float64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	s := c.counters[k]
+	switch {
+	case s == nil:
+		s = &counterSeries{exported: v}
+		c.counters[k] = s
+	case v > s.read:
+		s.exported += v - s.read
+	}
+	s.read, s.seen = v, now
+	return s.exported
+}
+
+// forget drops the series not read since before.
+func (c *collector) forget(before time.Time) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for k, s := range c.counters {
+		if s.seen.Before(before) {
+			delete(c.counters, k)
+		}
+	}
 }
 
 // scrapeBudget bounds one scrape's reads of Redis.
@@ -190,6 +255,11 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.NewInvalidMetric(descWaitingTasks, fmt.Errorf("inspect: listing the queues: %w", err))
 		return
 	}
+	now := time.Now()
+	defer c.forget(now.Add(-forgetAfter))
+	counter := func(d *prometheus.Desc, v float64, q, label string) {
+		ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, c.counter(counterKey{d, q, label}, v, now), q, label)
+	}
 	ms := make([]Metrics, len(qs))
 	errs := make([]error, len(qs))
 	eachQueue(qs, func(j int, q string) { ms[j], errs[j] = c.i.Metrics(ctx, q) })
@@ -227,10 +297,10 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 		}
 		gauge(descBacklog, float64(m.Backlog))
 		for _, o := range sortedKeys(m.Ended) {
-			ch <- prometheus.MustNewConstMetric(descEnded, prometheus.CounterValue, float64(m.Ended[o]), q, o)
+			counter(descEnded, float64(m.Ended[o]), q, o)
 		}
 		for _, k := range sortedKeys(m.FailedElements) {
-			ch <- prometheus.MustNewConstMetric(descFailed, prometheus.CounterValue, float64(m.FailedElements[k]), q, k)
+			counter(descFailed, float64(m.FailedElements[k]), q, k)
 		}
 		for _, l := range m.Limits {
 			rate := 0.0
@@ -241,8 +311,8 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 			gauge(descLimitConc, float64(l.InForce.Concurrency), l.Func)
 			gauge(descLimitWaiting, float64(l.Waiting), l.Func)
 			gauge(descLimitRunning, float64(l.Running), l.Func)
-			ch <- prometheus.MustNewConstMetric(descLimitRefused, prometheus.CounterValue, float64(l.Refused), q, l.Func)
-			ch <- prometheus.MustNewConstMetric(descLimitRetryAfter, prometheus.CounterValue, float64(l.RetryAfter), q, l.Func)
+			counter(descLimitRefused, float64(l.Refused), q, l.Func)
+			counter(descLimitRetryAfter, float64(l.RetryAfter), q, l.Func)
 		}
 	}
 }

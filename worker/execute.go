@@ -32,11 +32,13 @@ import (
 func (w *Worker) execute(ctx context.Context, t wire.Taken) (done wire.Done) {
 	stage := codec.KindDecode
 	span := tracing.NoSpan
+	var c resolved
 	defer func() {
 		if p := recover(); p != nil {
 			stack := string(debug.Stack())
 			w.log.ErrorContext(ctx, "a task's path panicked outside its function; the task fails", "task", t.ID, "while", stage.String(), "panic", p, "stack", stack)
 			w.counters.failed.Add(1)
+			w.perFunc.ran(w.metricName(c.task.Func), c.task.Count, []codec.Failure{{Index: -1}})
 			res := &codec.Result{Task: t.ID, Attempt: t.Attempt, Fails: []codec.Failure{{Index: -1, Kind: stage,
 				Msg: fmt.Sprintf("worker %s panicked in its %s step: %v", w.opts.ID, stage, p), Stack: truncate(stack, maxStack)}}}
 			b, _ := codec.EncodeResult(res) // small and well-formed: cannot fail
@@ -49,7 +51,6 @@ func (w *Worker) execute(ctx context.Context, t wire.Taken) (done wire.Done) {
 	if engine.Logger(ctx) != w.log { // the executors' context carries it already
 		ctx = engine.WithLogger(ctx, w.log) // for redmap.Logger
 	}
-	var c resolved
 	task, fail := w.decode(t)
 	if fail == nil {
 		c.task = *task
@@ -75,7 +76,8 @@ func (w *Worker) execute(ctx context.Context, t wire.Taken) (done wire.Done) {
 	stage = codec.KindEncode
 	elapsed := time.Since(start)
 	res.Nanos = elapsed.Nanoseconds()
-	w.duration.Observe(elapsed.Seconds())
+	fn := w.metricName(c.task.Func)
+	w.perFunc.duration.WithLabelValues(fn).Observe(elapsed.Seconds())
 	switch {
 	case ctx.Err() != nil:
 		// Its batch was cancelled (or its manager is gone): the function
@@ -84,8 +86,10 @@ func (w *Worker) execute(ctx context.Context, t wire.Taken) (done wire.Done) {
 	case len(res.Fails) > 0:
 		w.counters.failed.Add(1)
 		w.failures.Note(c.task.Func, t.ID, res.Fails)
+		w.perFunc.ran(fn, c.task.Count, res.Fails)
 	default:
 		w.counters.succeeded.Add(1)
+		w.perFunc.ran(fn, c.task.Count, nil)
 	}
 	solo := w.solo(ctx, t, task)
 	res.Recorded = solo != nil

@@ -39,7 +39,8 @@ import (
 //
 // Flags (each also read from the environment variable named): -redis
 // (REDIS_URL, default redis://127.0.0.1:6379/0), -queue (REDMAP_QUEUE, default
-// "default"), -id (REDMAP_WORKER_ID), -concurrency (REDMAP_CONCURRENCY), -prefetch (REDMAP_PREFETCH),
+// "default"), -id (REDMAP_WORKER_ID), -name (REDMAP_WORKER_NAME, else
+// POD_NAME: the worker label of its metrics; default the host name), -concurrency (REDMAP_CONCURRENCY), -prefetch (REDMAP_PREFETCH),
 // -cache-bytes (REDMAP_CACHE_BYTES), -grace (REDMAP_GRACE: how long running
 // tasks may finish at a stop, default 20s; see Options.Grace),
 // -abandon-grace (REDMAP_ABANDON_GRACE, default 1s: how long past its
@@ -96,7 +97,7 @@ func mainWith(args []string, stdout, stderr io.Writer, hs ...redmap.AnyHandle) e
 		return fmt.Errorf("worker: -redis: %w", err)
 	}
 	defer client.Close()
-	w, err := New(client, Options{Queue: f.queue, ID: f.id, Concurrency: f.concurrency, Prefetch: f.prefetch, CacheBytes: f.cacheBytes, Grace: f.grace,
+	w, err := New(client, Options{Queue: f.queue, ID: f.id, Name: f.name, Concurrency: f.concurrency, Prefetch: f.prefetch, CacheBytes: f.cacheBytes, Grace: f.grace,
 		AbandonGrace: f.abandonGrace, MaxAbandoned: f.maxAbandoned, Logger: log})
 	if err != nil {
 		return err
@@ -142,15 +143,15 @@ func (f *flags) announce(log *slog.Logger, id string, concurrency int) {
 
 // flags are a worker program's settings, from its flags and environment.
 type flags struct {
-	url                   connect.URLFlag // -h shows it without its password
-	queue, id, metrics    string
-	concurrency, prefetch int
-	cacheBytes            int64
-	grace, abandonGrace   time.Duration
-	maxAbandoned          int
-	level                 slog.Level
-	queueDefault          bool // neither -queue nor REDMAP_QUEUE named the queue
-	redisDefault          bool // neither -redis nor REDIS_URL named the Redis
+	url                      connect.URLFlag // -h shows it without its password
+	queue, id, name, metrics string
+	concurrency, prefetch    int
+	cacheBytes               int64
+	grace, abandonGrace      time.Duration
+	maxAbandoned             int
+	level                    slog.Level
+	queueDefault             bool // neither -queue nor REDMAP_QUEUE named the queue
+	redisDefault             bool // neither -redis nor REDIS_URL named the Redis
 }
 
 // parseFlags reads args and the environment; with -h it prints the usage
@@ -183,6 +184,7 @@ func parseFlags(args []string, stdout io.Writer, hs []redmap.AnyHandle) (*flags,
 	fs.Var(&f.url, "redis", "Redis URL: one server, a Cluster, Sentinel, TLS, ACL users; see connect.URL (env REDIS_URL)")
 	fs.StringVar(&f.queue, "queue", env("REDMAP_QUEUE", "default"), "queue to serve (env REDMAP_QUEUE)")
 	fs.StringVar(&f.id, "id", env("REDMAP_WORKER_ID", ""), "worker id, default random (env REDMAP_WORKER_ID)")
+	fs.StringVar(&f.name, "name", env("REDMAP_WORKER_NAME", env("POD_NAME", "")), "the worker's stable name, the worker label of its metrics, default the host name (env REDMAP_WORKER_NAME, else POD_NAME)")
 	fs.IntVar(&f.concurrency, "concurrency", int(envInt("REDMAP_CONCURRENCY")), "tasks run at once, 0 for GOMAXPROCS (env REDMAP_CONCURRENCY)")
 	fs.IntVar(&f.prefetch, "prefetch", int(envInt("REDMAP_PREFETCH")), "tasks taken beyond the free slots, 0 for 64 per slot, -1 for none: lower it for long tasks, so workers share them evenly (env REDMAP_PREFETCH)")
 	fs.Int64Var(&f.cacheBytes, "cache-bytes", envInt("REDMAP_CACHE_BYTES"), "bound of the constant cache in bytes, 0 for 512 MiB (env REDMAP_CACHE_BYTES)")

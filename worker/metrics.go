@@ -2,20 +2,33 @@ package worker
 
 import (
 	"context"
+	"os"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/redmap/redmap/codec"
+	"github.com/redmap/redmap/internal/buildinfo"
 )
 
 // Collector returns the worker's Prometheus metrics, labelled with its queue
-// and id: tasks taken, succeeded, failed, retried and re-queued, suspects
-// run alone (in all, and whether one runs now), calls
-// abandoned (in all, and still running), the duration of tasks (a
-// histogram), the running tasks, the depth of the public queue
+// and its stable name (Options.Name, label "worker"; redmap_worker_info
+// gives its id, host and version): tasks taken, succeeded and failed, the
+// duration of tasks (a histogram) and the elements run and failed, these
+// by function as well (label "function": a registered name, or "(other)"
+// for a task of a function the worker does not serve, so the series are
+// bounded by what it registered); elements retried, tasks re-queued,
+// suspects run alone (in all, and whether one runs now), calls
+// abandoned (in all, and still running), the running tasks, the depth of the public queue
 // (read from Redis at each scrape), and the constant cache's hits, misses,
 // bytes fetched and decodes. Register it with a prometheus.Registry.
 func (w *Worker) Collector() prometheus.Collector {
-	labels := prometheus.Labels{"queue": w.opts.Queue, "worker": w.opts.ID}
+	labels := prometheus.Labels{"queue": w.opts.Queue, "worker": w.opts.Name}
+	host, _ := os.Hostname()
+	info := prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "redmap_worker_info",
+		Help:        "1, labelled with the worker's id (random at each start unless set), host and version: what maps its stable name to the worker redmap workers lists.",
+		ConstLabels: prometheus.Labels{"queue": w.opts.Queue, "worker": w.opts.Name, "id": w.opts.ID, "host": host, "version": buildinfo.Version()},
+	}, func() float64 { return 1 })
 	counter := func(name, help string, f func() int64) prometheus.Collector {
 		return prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "redmap_worker_" + name, Help: help, ConstLabels: labels},
 			func() float64 { return float64(f()) })
@@ -26,8 +39,6 @@ func (w *Worker) Collector() prometheus.Collector {
 	c := &w.counters
 	return collectors{
 		counter("tasks_taken_total", "Tasks taken from the queue.", c.taken.Load),
-		counter("tasks_succeeded_total", "Tasks run with every element successful.", c.succeeded.Load),
-		counter("tasks_failed_total", "Tasks run with at least one element failed.", c.failed.Load),
 		counter("element_retries_total", "Element runs retried (timeouts, retryable errors).", c.retried.Load),
 		counter("tasks_requeued_total", "Tasks of dead workers this worker put back in the queue.", c.requeued.Load),
 		counter("tasks_given_back_total", "Held tasks put back (never received, or prefetched at stop).", c.givenBack.Load),
@@ -58,13 +69,84 @@ func (w *Worker) Collector() prometheus.Collector {
 			}
 			return float64(n)
 		}),
-		w.durationWithLabels(labels),
+		info,
+		prometheus.WrapCollectorWith(labels, w.perFunc.tasks),
+		prometheus.WrapCollectorWith(labels, w.perFunc.failed),
+		prometheus.WrapCollectorWith(labels, w.perFunc.elements),
+		prometheus.WrapCollectorWith(labels, w.perFunc.elementsFailed),
+		prometheus.WrapCollectorWith(labels, w.perFunc.duration),
 	}
 }
 
-// durationWithLabels wraps the duration histogram with the worker's labels.
-func (w *Worker) durationWithLabels(labels prometheus.Labels) prometheus.Collector {
-	return prometheus.WrapCollectorWith(labels, w.duration)
+// otherFunc is the function label of a task whose function the worker
+// does not serve: the manager names it, so it could be anything.
+const otherFunc = "(other)"
+
+// metricName returns fn as the function label of a metric: itself if the
+// worker registered it, else otherFunc.
+func (w *Worker) metricName(fn string) string {
+	w.mu.RLock()
+	_, ok := w.runtimes[fn]
+	w.mu.RUnlock()
+	if !ok {
+		return otherFunc
+	}
+	return fn
+}
+
+// perFunc counts the tasks and elements a worker ran, by function.
+type perFunc struct {
+	tasks, failed            *prometheus.CounterVec // tasks with every element successful; with one failed at least
+	elements, elementsFailed *prometheus.CounterVec
+	duration                 *prometheus.HistogramVec // seconds per task run
+}
+
+func newPerFunc() perFunc {
+	vec := func(name, help string) *prometheus.CounterVec {
+		return prometheus.NewCounterVec(prometheus.CounterOpts{Name: "redmap_worker_" + name, Help: help}, []string{"function"})
+	}
+	return perFunc{
+		tasks:          vec("tasks_succeeded_total", "Tasks run with every element successful."),
+		failed:         vec("tasks_failed_total", "Tasks run with at least one element failed."),
+		elements:       vec("elements_total", "Elements run, of the tasks counted in tasks_succeeded_total and tasks_failed_total."),
+		elementsFailed: vec("elements_failed_total", "Elements that failed (after their retries), of the tasks counted in tasks_failed_total."),
+		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: "redmap_worker_task_duration_seconds", Help: "Time spent running one task (all its elements).",
+			Buckets: prometheus.ExponentialBuckets(0.0001, 4, 10),
+		}, []string{"function"}),
+	}
+}
+
+// init makes fn's series, at zero: a function that never failed has its
+// failed series all the same, for rate() and alerts to find.
+func (p perFunc) init(fn string) {
+	for _, v := range []*prometheus.CounterVec{p.tasks, p.failed, p.elements, p.elementsFailed} {
+		v.WithLabelValues(fn)
+	}
+	p.duration.WithLabelValues(fn)
+}
+
+// ran counts a task of function fn (a metric label, see metricName) of n
+// elements that ran with fails.
+func (p perFunc) ran(fn string, n int, fails []codec.Failure) {
+	p.elements.WithLabelValues(fn).Add(float64(n))
+	if len(fails) == 0 {
+		p.tasks.WithLabelValues(fn).Inc()
+		return
+	}
+	p.failed.WithLabelValues(fn).Inc()
+	failed := 0
+	for _, f := range fails {
+		switch {
+		case f.Index < 0: // the whole task
+			failed = n
+		case f.Through > f.Index:
+			failed += f.Through - f.Index + 1
+		default:
+			failed++
+		}
+	}
+	p.elementsFailed.WithLabelValues(fn).Add(float64(min(failed, n)))
 }
 
 // collectors is a set of collectors that registers as one.

@@ -1,8 +1,10 @@
 package worker
 
 import (
+	"cmp"
 	"fmt"
 	"log/slog"
+	"os"
 	"runtime"
 	"time"
 
@@ -64,6 +66,13 @@ type Options struct {
 	// private queue. Letters, digits, '_', '.' and '-', at most 64. Default: a
 	// random 128-bit id.
 	ID string
+	// Name is the worker's stable name: the "worker" label of its metrics
+	// (Collector). Unlike ID, new at every start unless set, it stays the
+	// same across restarts on one host or pod, so that a dashboard's series
+	// do not churn; the metric redmap_worker_info maps it to the ID.
+	// Printable UTF-8, at most 256 bytes. Default: the host name (worker.Main:
+	// -name, else $REDMAP_WORKER_NAME, else $POD_NAME).
+	Name string
 	// Concurrency is how many tasks run at once. Default DefaultConcurrency().
 	Concurrency int
 	// Prefetch caps how many tasks the worker takes beyond its free slots,
@@ -164,6 +173,8 @@ func (o Options) withDefaults() (Options, error) {
 	switch {
 	case o.ID != "" && keys.CheckWorker(o.ID) != nil:
 		return o, fmt.Errorf("worker: Options.ID %q: want letters, digits, '_', '.' or '-', at most 64", o.ID)
+	case o.Name != "" && keys.CheckFunc(o.Name) != nil:
+		return o, fmt.Errorf("worker: Options.Name %q: want 1 to %d bytes of printable UTF-8", o.Name, keys.MaxName)
 	case o.Concurrency < 0:
 		return o, fmt.Errorf("worker: Options.Concurrency %d is negative", o.Concurrency)
 	case o.Prefetch < -1:
@@ -183,6 +194,10 @@ func (o Options) withDefaults() (Options, error) {
 	}
 	if o.ID == "" {
 		o.ID = id.New()
+	}
+	if o.Name == "" {
+		host, _ := os.Hostname()
+		o.Name = cmp.Or(host, o.ID)
 	}
 	config.Or(&o.Concurrency, DefaultConcurrency())
 	switch o.Prefetch {

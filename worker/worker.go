@@ -15,7 +15,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 	"go.opentelemetry.io/otel/trace"
 
@@ -61,10 +60,10 @@ type Worker struct {
 	counters  counters
 	abandoned abandoned // calls of functions that ignored their context, left running
 	started   time.Time
-	version   string               // its program's build (buildinfo.Version), read once
-	duration  prometheus.Histogram // seconds per task run
-	draining  atomic.Bool          // the fetcher stopped: the worker takes no more tasks
-	taskTimes taskTimes            // how long tasks run, for prefetch
+	version   string      // its program's build (buildinfo.Version), read once
+	perFunc   perFunc     // tasks and elements run, by function
+	draining  atomic.Bool // the fetcher stopped: the worker takes no more tasks
+	taskTimes taskTimes   // how long tasks run, for prefetch
 	problem   problem
 
 	mismatches sync.Map // manager signature -> how it differs from the worker's handle
@@ -125,10 +124,7 @@ func assemble(opts Options, first queueRedis, open func(name string, i int) shar
 		runtimes: make(map[string]*engine.Runtime),
 		limits:   make(map[string]redmap.Limit),
 		held:     newHeld(),
-		duration: prometheus.NewHistogram(prometheus.HistogramOpts{
-			Name: "redmap_worker_task_duration_seconds", Help: "Time spent running one task (all its elements).",
-			Buckets: prometheus.ExponentialBuckets(0.0001, 4, 10),
-		}),
+		perFunc:  newPerFunc(),
 	}
 	if s, ok := first.(shuffleRedis); ok {
 		w.spill = s
@@ -166,6 +162,7 @@ func (w *Worker) Register(hs ...redmap.AnyHandle) error {
 	for _, h := range hs {
 		rt, _ := engine.Lookup(h)
 		w.runtimes[h.Name()] = rt
+		w.perFunc.init(h.Name())
 		if l := h.Limit(); !l.IsZero() {
 			w.limits[h.Name()] = l
 		}

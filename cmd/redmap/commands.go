@@ -29,7 +29,10 @@ type command struct {
 
 // commands lists the CLI's commands, in the order the usage shows them.
 var commands = []command{
-	{name: "status", help: "queues with depth, workers, running batches", run: noOperand((*cli).status)},
+	{name: "status", help: "queues with depth, workers, running batches, the busiest first; idle queues (nothing queued, running or ended in 15 minutes) counted in one line",
+		run: noOperand((*cli).status), flags: func(fs *flag.FlagSet, c *cli, _ *invocation) {
+			fs.BoolVar(&c.all, "all", false, "list the idle queues too, with their workers and limits")
+		}},
 	{name: "workers", help: "workers with their state (running, idle, draining, late; dead or stopped for 10 minutes after), heartbeat age and what they run",
 		run: noOperand((*cli).workers)},
 	{name: "batches", help: "running batches with progress; durable ones with their name and state (running, orphaned: no manager holds it, done: every result waits for the call that takes it over)", run: noOperand((*cli).batches), flags: func(fs *flag.FlagSet, c *cli, _ *invocation) {

@@ -386,7 +386,9 @@ type queueStatus struct {
 }
 
 // status prints each queue's depth, live workers, running batches and
-// limits. A queue whose records cannot be read is left out, and its error
+// limits, the busiest queues first; without -all, the idle ones
+// (inspect.Queue.Idle) are counted in one line, their idle workers and
+// limits left out. -json lists every queue, by name. A queue whose records cannot be read is left out, and its error
 // returned once the others are printed.
 func (c *cli) status(ctx context.Context) error {
 	qs, err := c.queues(ctx)
@@ -422,11 +424,37 @@ func (c *cli) status(ctx context.Context) error {
 		}
 		return errors.Join(unread...)
 	}
+	// The busiest first; without -all, the idle ones (nothing queued,
+	// running or ended in 15 minutes) fold into one line, their idle
+	// workers and limits left out: 200 queues must not bury the few busy.
+	slices.SortStableFunc(out, func(a, b queueStatus) int { return inspect.Busiest(a.Queue, b.Queue) })
 	var rows [][]string
+	idle, idleWorkers := 0, 0
+	folded := map[string]bool{}
 	for _, q := range out {
+		if q.Idle() && !c.all {
+			idle++
+			folded[q.Name] = true
+			continue
+		}
 		rows = append(rows, []string{q.Name, strconv.FormatInt(q.Depth, 10), strconv.Itoa(q.Workers), strconv.FormatInt(q.Running, 10), strconv.Itoa(q.Batches)})
 	}
 	c.table("QUEUE\tDEPTH\tWORKERS\tRUNNING\tBATCHES", rows)
+	live = slices.DeleteFunc(live, func(w inspect.Worker) bool {
+		if folded[w.Queue] && w.State == "idle" {
+			idleWorkers++
+			return true
+		}
+		return false
+	})
+	limits = slices.DeleteFunc(limits, func(l inspect.Limit) bool { return folded[l.Queue] })
+	if idle > 0 {
+		fmt.Fprintf(c.out, "%d idle queue(s), nothing queued, running or ended in 15 minutes", idle)
+		if idleWorkers > 0 {
+			fmt.Fprintf(c.out, ", with %d idle worker(s)", idleWorkers)
+		}
+		fmt.Fprintln(c.out, " (-all lists them)")
+	}
 	fmt.Fprintln(c.out)
 	var wrows [][]string
 	for _, w := range live {

@@ -522,7 +522,7 @@ var metricLine = regexp.MustCompile(`(?m)^(redmap_worker_\w+)\{[^}]*\} (\S+)$`)
 func TestMetricsScrape(t *testing.T) {
 	e := harness.Setup(t)
 	srv, queue := e.Srv, e.Queue
-	w := startWorker(t, srv, queue)
+	w := startWorker(t, srv, queue, "-name", "pod-7")
 	m := e.Manager(t, manager.Options{})
 	if _, err := manager.Map(context.Background(), m, square, make([]int, 1000), manager.ChunkSize(10)); err != nil {
 		t.Fatal(err)
@@ -536,7 +536,7 @@ func TestMetricsScrape(t *testing.T) {
 	got := map[string]float64{}
 	for _, mm := range metricLine.FindAllStringSubmatch(string(body), -1) {
 		v, _ := strconv.ParseFloat(mm[2], 64)
-		got[mm[1]] = v
+		got[mm[1]] += v // summed over its series: by function, say
 	}
 	if got["redmap_worker_tasks_succeeded_total"] < 100 || got["redmap_worker_task_duration_seconds_count"] < 100 ||
 		got["redmap_worker_tasks_taken_total"] < 100 {
@@ -546,6 +546,22 @@ func TestMetricsScrape(t *testing.T) {
 		if _, ok := got[name]; !ok {
 			t.Errorf("no %s in the scrape", name)
 		}
+	}
+	// By function, under the worker's stable name; its id in the info
+	// metric alone.
+	for _, line := range []string{
+		`redmap_worker_elements_total{function="square",queue="` + queue + `",worker="pod-7"} 1000`,
+		`redmap_worker_elements_failed_total{function="square",queue="` + queue + `",worker="pod-7"} 0`,
+		`redmap_worker_tasks_failed_total{function="flaky",queue="` + queue + `",worker="pod-7"} 0`,
+		`redmap_worker_task_duration_seconds_count{function="square",queue="` + queue + `",worker="pod-7"} 100`,
+		`redmap_worker_info{host="`, `id="` + w.ID + `",queue="` + queue + `",version="`,
+	} {
+		if !strings.Contains(string(body), line) {
+			t.Errorf("no %q in the worker's scrape", line)
+		}
+	}
+	if n := strings.Count(string(body), w.ID); n != 1 {
+		t.Errorf("the worker's id in %d lines of its scrape; want it in redmap_worker_info alone", n)
 	}
 	for _, line := range []string{"\ngo_goroutines ", "\nprocess_cpu_seconds_total ", "\nredmap_build_info{goversion=\"go"} {
 		if !strings.Contains(string(body), line) {

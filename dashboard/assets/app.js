@@ -4,6 +4,7 @@
 
 const $ = (id) => document.getElementById(id);
 const expanded = new Set(); // failure groups whose stack is shown
+const details = new Map(); // failure group → its whole record (api/failure), once asked for
 let confirmPurge = { queue: "", until: 0 }; // a purge waits for a second click
 let state = null;
 let notice = { text: "", error: false, until: 0 }; // an action's outcome, shown for 15 s
@@ -65,9 +66,38 @@ function limits(s, queue) {
     <span title="waits its elements made because the function answered RetryAfter">retry-after <b data-field="retry_after">${num(l.retry_after)}</b></span></li>`).join("")}</ul>`;
 }
 
+// filter is the queue-name substring the operator typed (lower case): the
+// page shows only those queues, and their batches, workers and failures.
+let filter = "";
+let idleOpen = false; // whether the operator unfolded the idle queues
+$("filter").addEventListener("input", (ev) => { filter = ev.target.value.trim().toLowerCase(); render(); });
+document.addEventListener("toggle", (ev) => {
+  if (ev.target.classList && ev.target.classList.contains("idle")) idleOpen = ev.target.open;
+}, true);
+
+// view returns s with only what concerns the queues the filter matches.
+function view(s) {
+  if (!filter) return s;
+  const match = (o) => (o.queue ?? o.name ?? o).toLowerCase().includes(filter);
+  return Object.assign({}, s, {
+    queues: s.queues.filter(match), idle: (s.idle || []).filter(match), batches: s.batches.filter(match),
+    workers: s.workers.filter(match), failures: s.failures.filter(match), limits: (s.limits || []).filter(match),
+  });
+}
+
+// renderIdle folds the idle queues (nothing queued, running or ended in
+// 15 minutes) into one line that unfolds into their names.
+function renderIdle(s) {
+  const idle = s.idle || [];
+  const workers = s.idle_workers ? ` · their ${s.idle_workers} idle worker${s.idle_workers > 1 ? "s" : ""} not listed` : "";
+  $("idle").innerHTML = idle.length ? `<details class="idle"${idleOpen ? " open" : ""}><summary>${idle.length} idle queue${idle.length > 1 ? "s" : ""}${workers}</summary>
+    <div class="idle-names">${idle.map((q) => `<span data-idle="${esc(q)}">${esc(q)}</span>`).join("")}</div></details>` : "";
+}
+
 function renderQueues(s) {
   if (!s.queues.length) {
-    $("queues").innerHTML = `<div class="empty">No queue on this Redis yet.</div>`;
+    const none = filter ? `No busy queue matches “${esc(filter)}”.` : (s.idle || []).length ? "No busy queue." : "No queue on this Redis yet.";
+    $("queues").innerHTML = `<div class="empty">${none}</div>`;
     return;
   }
   $("queues").innerHTML = s.queues.map((q) => {
@@ -164,18 +194,22 @@ function renderFailures(s) {
     let row = `<tr class="fail" data-key="${esc(key)}" data-count="${f.count}" title="click for its last message and a stack"><td>${esc(f.queue)}</td><td>${esc(f.func)}</td><td>${esc(f.kind)}</td>
       <td class="err">${esc(f.group)}</td><td>${num(f.count)}</td><td>${ago(f.first)}</td><td>${ago(f.last)}</td><td title="${esc((f.workers || []).join(", "))}">${(f.workers || []).length}</td></tr>`;
     if (open) {
-      row += `<tr class="stack"><td colspan="8"><pre class="stack">last: ${esc(f.error)} (task ${esc(f.sample_task)}; workers ${esc((f.workers || []).join(", "))})\n\n${esc(f.sample_stack || "(no stack recorded)")}</pre></td></tr>`;
+      const d = details.get(key);
+      row += `<tr class="stack"><td colspan="8">${!d ? `<span class="muted">loading…</span>` : d.failed ? `<span class="err">${esc(d.failed)}</span>` :
+        `<pre class="stack">last: ${esc(d.error)} (task ${esc(d.sample_task)}; workers ${esc((d.workers || []).join(", "))})\n\n${esc(d.sample_stack || "(no stack recorded)")}</pre>`}</td></tr>`;
     }
     return row;
-  }).join("");
+  }).join("") + (s.failures_left ? `<tr><td colspan="8" class="muted">${num(s.failures_left)} more failure group${s.failures_left > 1 ? "s" : ""}, seen less lately: redmap failures lists them all</td></tr>` : "");
 }
 
 function render() {
   if (!state) return;
-  renderQueues(state);
-  renderBatches(state);
-  renderWorkers(state);
-  renderFailures(state);
+  const v = view(state);
+  renderQueues(v);
+  renderIdle(v);
+  renderBatches(v);
+  renderWorkers(v);
+  renderFailures(v);
   sizes(document.body);
 }
 
@@ -215,6 +249,19 @@ async function poll() {
     $("status").textContent = "cannot read the state: " + e.message;
     $("status").classList.add("error");
   }
+}
+
+// detail fetches failure group key's whole record (its stack, its last
+// message in full): the state carries neither, to stay small.
+async function detail(key) {
+  const [queue, func, kind, group] = JSON.parse(key);
+  try {
+    const r = await fetch("api/failure?" + new URLSearchParams({ queue, func, kind, group }), { cache: "no-store", headers: headers() });
+    details.set(key, r.ok ? await r.json() : { failed: (await r.text()).trim() });
+  } catch (e) {
+    details.set(key, { failed: "cannot read the failure: " + e.message });
+  }
+  render();
 }
 
 let retry = null; // the action to send again once signed in
@@ -266,7 +313,7 @@ document.addEventListener("click", (ev) => {
   const row = ev.target.closest("tr.fail");
   if (row) {
     const k = row.dataset.key;
-    if (expanded.has(k)) expanded.delete(k); else expanded.add(k);
+    if (expanded.has(k)) { expanded.delete(k); details.delete(k); } else { expanded.add(k); detail(k); }
     render();
   }
 });
