@@ -64,6 +64,7 @@ type cli struct {
 	yes   bool
 	all   bool // batches: the history too
 	n     int  // how many rows of a history or of failure groups
+	batch string // failures: list this batch's failed elements
 	// limit's flags
 	rate               string
 	burst, concurrency int
@@ -448,6 +449,9 @@ func (c *cli) status(ctx context.Context) error {
 }
 
 func (c *cli) failures(ctx context.Context) error {
+	if c.batch != "" {
+		return c.failedElements(ctx)
+	}
 	qs, err := c.queues(ctx)
 	if err != nil {
 		return err
