@@ -62,8 +62,8 @@ type cli struct {
 	json  bool
 	queue string
 	yes   bool
-	all   bool // batches: the history too
-	n     int  // how many rows of a history or of failure groups
+	all   bool   // batches: the history too
+	n     int    // how many rows of a history or of failure groups
 	batch string // failures: list this batch's failed elements
 	// limit's flags
 	rate               string
