@@ -322,7 +322,8 @@ func prepare[In, Out any](ctx context.Context, m *Manager, sp spec, els elements
 	} else {
 		b.in = &sliceInput[In]{xs: els.xs, enc: enc}
 	}
-	return b, &feeder[Out]{feederParams: m.feeding, b: b, in: b.in, fixed: co.chunk, sizing: sizingOf(sp), priority: co.priority}
+	return b, &feeder[Out]{feederParams: m.feeding, b: b, in: b.in, fixed: co.chunk, sizing: sizingOf(sp), priority: co.priority,
+		retryFailed: co.retryFailed}
 }
 
 // SubmitSeq submits fn over the elements of seq, a sequence of any length,
