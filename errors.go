@@ -147,6 +147,10 @@ type TaskError struct {
 	Attempt int    // the attempt that failed: 0 for the first run of its task
 	Err     error  // the cause: the function's error, or one of the sentinels above
 	Stack   string // the stack of a recovered panic, else empty
+	// Worker is the id of the worker whose attempt failed, or "" for a
+	// failure on the manager's side (lost, no worker, ...) or a worker of
+	// an earlier release. It is not part of Error's message.
+	Worker string
 }
 
 func (e *TaskError) Error() string {

@@ -119,9 +119,18 @@ func TestResultRoundTrip(t *testing.T) {
 	if got, err := DecodeResult(rb, 0); err != nil || !reflect.DeepEqual(got, in) {
 		t.Fatalf("recorded round trip: %+v (%v), want %+v", got, err, in)
 	}
-	later := append(append([]byte{0x90 | 9}, rb[1:]...), 0x01, 0xa1, 'x')
-	if got, err := DecodeResult(later, 0); err != nil || !got.Recorded || got.Task != "m-1" {
-		t.Fatalf("a result with fields past 7: %+v (%v), want them skipped", got, err)
+	// Worker travels as an eighth field, after Recorded (false or not).
+	in.Recorded, in.Worker = false, "w-7"
+	wb, err := EncodeResult(in)
+	if err != nil || wb[0] != 0x90|8 {
+		t.Fatalf("a result with its worker starts %x (%v), want an 8-field array", wb[:1], err)
+	}
+	if got, err := DecodeResult(wb, 0); err != nil || !reflect.DeepEqual(got, in) {
+		t.Fatalf("worker round trip: %+v (%v), want %+v", got, err, in)
+	}
+	later := append(append([]byte{0x90 | 9}, rb[1:]...), 0xa1, 'x', 0x01)
+	if got, err := DecodeResult(later, 0); err != nil || !got.Recorded || got.Task != "m-1" || got.Worker != "x" {
+		t.Fatalf("a result with fields past 8: %+v (%v), want them skipped", got, err)
 	}
 	if _, err := DecodeResult(append([]byte{0x90 | 5}, b[1:]...), 0); !errors.Is(err, ErrCorrupt) {
 		t.Fatalf("a 5-field result: %v, want ErrCorrupt", err)

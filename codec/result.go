@@ -89,8 +89,14 @@ type Result struct {
 	Fails   []Failure // failed elements, in index order
 	// Recorded says the worker's finish wrote the batch's history record
 	// with this result (Task.Record: the task is its batch's only one).
-	// It travels as an optional seventh field, set only when true.
+	// It travels as an optional seventh field, set only when true (or
+	// when Worker is set).
 	Recorded bool
+	// Worker is the id of the worker that ran the task, set by a worker
+	// only on a result with failures, so that operators can see who
+	// failed an element (redmap failures -batch). It travels as an
+	// optional eighth field, which a reader of an earlier release skips.
+	Worker string
 }
 
 // resultFields is the length of a result's array without its optional
@@ -107,10 +113,14 @@ func EncodeResult(r *Result) ([]byte, error) {
 	for _, f := range r.Fails {
 		size += len(f.Msg) + len(f.Stack) + 16
 	}
+	size += len(r.Worker)
 	w := newWriter(size)
-	if r.Recorded {
+	switch {
+	case r.Worker != "":
+		w.arrayLen(resultFields + 2)
+	case r.Recorded:
 		w.arrayLen(resultFields + 1)
-	} else {
+	default:
 		w.arrayLen(resultFields)
 	}
 	w.int(version)
@@ -133,8 +143,11 @@ func EncodeResult(r *Result) ([]byte, error) {
 			w.int(f.Through)
 		}
 	}
-	if r.Recorded {
-		w.bool(true)
+	if r.Recorded || r.Worker != "" {
+		w.bool(r.Recorded)
+	}
+	if r.Worker != "" {
+		w.str(r.Worker)
 	}
 	return w.result()
 }
@@ -185,7 +198,10 @@ func DecodeResult(b []byte, limit int) (*Result, error) {
 	if fields > resultFields {
 		r.Recorded = d.bool()
 	}
-	for range fields - resultFields - 1 {
+	if fields > resultFields+1 {
+		r.Worker = d.str()
+	}
+	for range fields - resultFields - 2 {
 		d.skip()
 	}
 	if err := d.end("result"); err != nil {

@@ -139,6 +139,7 @@ func New(client redis.UniversalClient, opts Options) (*Dashboard, error) {
 	d.mux.Handle("GET /", http.FileServerFS(static))
 	d.mux.HandleFunc("GET /api/state", d.serveState)
 	d.mux.HandleFunc("GET /api/failure", d.serveFailure)
+	d.mux.HandleFunc("GET /api/failed", d.serveFailed)
 	d.mux.HandleFunc("POST /api/drain", d.action(d.drain))
 	d.mux.HandleFunc("POST /api/cancel", d.action(d.cancel))
 	d.mux.HandleFunc("POST /api/purge", d.action(d.purge))

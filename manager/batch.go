@@ -6,6 +6,7 @@ import (
 	"iter"
 	"log/slog"
 	"runtime/debug"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -518,11 +519,17 @@ func (b *Batch[Out]) release() {
 		}
 		r := b.record()
 		b.endSpan(r)
+		failed := b.failedElements()
 		if b.writtenAlike(r) {
-			close(b.recorded) // its task's finish wrote it
+			// Its task's finish wrote the record; not its failed elements.
+			if len(failed.Elements) == 0 {
+				close(b.recorded)
+			} else {
+				b.env.history.recordFailed(r, failed, b.recorded)
+			}
 			return
 		}
-		b.env.history.record(r, b.recorded)
+		b.env.history.record(r, failed, b.recorded)
 	})
 }
 
@@ -586,6 +593,35 @@ func (b *Batch[Out]) record() wire.BatchRecord {
 		r.Reason = b.state.err.Error()
 	}
 	return r
+}
+
+// failedElements returns the batch's failed elements for operators, the
+// first wire.MaxFailedElements by index and how many more failed; none for
+// a batch cancelled or closed, whose elements did not fail in the fleet.
+func (b *Batch[Out]) failedElements() wire.FailedElements {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	var out wire.FailedElements
+	if len(b.outs.errs) == 0 {
+		return out
+	}
+	idx := make([]int, 0, len(b.outs.errs))
+	for i, e := range b.outs.errs {
+		if k := causeOf(e.Err); k != wire.OutcomeCancelled && k != wire.OutcomeClosed {
+			idx = append(idx, i)
+		}
+	}
+	slices.Sort(idx)
+	if len(idx) > wire.MaxFailedElements {
+		out.Omitted = len(idx) - wire.MaxFailedElements
+		idx = idx[:wire.MaxFailedElements]
+	}
+	out.Elements = make([]wire.FailedElement, len(idx))
+	for j, i := range idx {
+		e := b.outs.errs[i]
+		out.Elements[j] = wire.FailedElement{Index: i, Kind: causeOf(e.Err), Error: e.Err.Error(), Attempts: e.Attempt + 1, Worker: e.Worker}
+	}
+	return out
 }
 
 // deliver records the result of chunk ci; err is set if the result could not

@@ -263,6 +263,37 @@ type resumeState struct {
 	cancelled   string              // why an operator cancelled the batch while no manager held it, or ""
 }
 
+// dropFailed forgets the results found of tasks whose last one holds a
+// failed element, so that the feeder submits those tasks again
+// (RetryFailed), and keeps only the last result of the others: an earlier
+// failure of a task run again must not be the one delivered. It returns
+// how many tasks will run again. limit bounds a result's decoding
+// (Options.MaxFrame).
+func (r *resumeState) dropFailed(limit int) int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	n := 0
+	for tid, entries := range r.delivered {
+		last := -1
+		for i, e := range entries {
+			if d, err := wire.DecodeEntry(e, limit); err == nil && d.Result != nil {
+				last = i
+			}
+		}
+		if last < 0 {
+			continue // notices only: the collector handles them as usual
+		}
+		d, _ := wire.DecodeEntry(entries[last], limit)
+		if len(d.Result.Fails) > 0 {
+			delete(r.delivered, tid)
+			n++
+			continue
+		}
+		r.delivered[tid] = entries[last : last+1]
+	}
+	return n
+}
+
 // known reports whether task tid of the batch needs no submit: its result
 // was delivered, or it is outstanding.
 func (r *resumeState) known(tid string) bool {

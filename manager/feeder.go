@@ -52,7 +52,10 @@ type feeder[Out any] struct {
 	plan     *cutPlan
 	sizing   sizing // how chunks adapt, if they do
 	priority int
-	sp       spec // what the batch runs
+	// retryFailed: a durable batch taken over runs again its tasks found
+	// failed (RetryFailed).
+	retryFailed bool
+	sp          spec // what the batch runs
 	// limited: the function has a limit in force, so its tasks go to
 	// shard 0, where it is enforced; burst, if not 0, caps its chunks.
 	limited bool
@@ -529,6 +532,12 @@ func (f *feeder[Out]) first(ctx context.Context, sp spec, red *redmap.Reducer[Ou
 	}
 	if err == nil && f.owned != nil {
 		b.resumedFrom(f.owned.found.sums[startedField])
+		if f.retryFailed {
+			if n := f.owned.found.dropFailed(f.opts.MaxFrame); n > 0 {
+				b.env.log.Info("running again the tasks of a durable batch that failed while no call held it (RetryFailed)",
+					"batch", f.owned.name, "tasks", n)
+			}
+		}
 	}
 	if err == nil && f.planned {
 		n, known := f.in.length()

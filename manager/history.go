@@ -23,6 +23,13 @@ type historyStore interface {
 	CountFailures(ctx context.Context, wid string, groups []wire.FailureGroup) (added, malformed int64, err error)
 }
 
+// failedStore is a historyStore that records batches' failed elements
+// for operators (redmap failures -batch): Redis's; a store without it
+// (a test's) records none.
+type failedStore interface {
+	RecordFailed(ctx context.Context, bid string, fs []wire.FailedElement, omitted int, age time.Duration) error
+}
+
 // history writes each batch's final record into the queue's history when
 // the batch ends, off the path that delivers results, and lets the batch's
 // readers (Wait, Map) wait for the write. It is a part: its writer runs from
@@ -60,7 +67,12 @@ type historyParams struct {
 
 // pendingRecord is a record to write, and the channel closed once it is.
 type pendingRecord struct {
-	rec     wire.BatchRecord
+	rec wire.BatchRecord
+	// failed are the batch's failed elements, written beside its record.
+	failed wire.FailedElements
+	// only says the record is written already (its task's finish wrote
+	// it): only its failed elements are to write.
+	only    bool
 	written chan struct{}
 }
 
@@ -74,18 +86,29 @@ func newHistory(p historyParams) *history {
 // record writes rec in the background and closes written when it is in
 // Redis or the write gave up (a warning says so). Once the writer has
 // ended, it writes rec itself.
-func (h *history) record(rec wire.BatchRecord, written chan struct{}) {
+func (h *history) record(rec wire.BatchRecord, failed wire.FailedElements, written chan struct{}) {
+	h.add(pendingRecord{rec: rec, failed: failed, written: written})
+}
+
+// recordFailed writes, in the background, the failed elements of batch
+// rec, whose record is in the history already, and closes written then.
+func (h *history) recordFailed(rec wire.BatchRecord, failed wire.FailedElements, written chan struct{}) {
+	h.add(pendingRecord{rec: rec, failed: failed, only: true, written: written})
+}
+
+// add has p written, by the writer or, once it has ended, at once.
+func (h *history) add(p pendingRecord) {
 	if h.limit < 0 {
-		close(written)
+		close(p.written)
 		return
 	}
 	h.mu.Lock()
 	if h.ended {
 		h.mu.Unlock()
-		h.write([]pendingRecord{{rec, written}})
+		h.write([]pendingRecord{p})
 		return
 	}
-	h.waiting = append(h.waiting, pendingRecord{rec, written})
+	h.waiting = append(h.waiting, p)
 	h.mu.Unlock()
 	select {
 	case h.wake <- struct{}{}:
@@ -138,9 +161,11 @@ func (h *history) write(batch []pendingRecord) {
 	if len(batch) == 0 {
 		return
 	}
-	recs := make([]wire.BatchRecord, len(batch))
-	for i, p := range batch {
-		recs[i] = p.rec
+	recs := make([]wire.BatchRecord, 0, len(batch))
+	for _, p := range batch {
+		if !p.only {
+			recs = append(recs, p.rec)
+		}
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), h.budget)
 	bo := backoff.Backoff{Min: 20 * time.Millisecond, Max: 500 * time.Millisecond}
@@ -148,14 +173,20 @@ func (h *history) write(batch []pendingRecord) {
 	// a batch shorter than a Poll, or a manager closed right after, is
 	// counted whole.
 	ended := h.unsaid.take()
-	err := h.store.RecordBatches(ctx, h.mid, recs, h.limit, h.age, ended)
-	for err != nil && rdb.Transient(err) && bo.Wait(ctx) {
+	var err error
+	if len(recs) > 0 || ended > 0 {
 		err = h.store.RecordBatches(ctx, h.mid, recs, h.limit, h.age, ended)
+		for err != nil && rdb.Transient(err) && bo.Wait(ctx) {
+			err = h.store.RecordBatches(ctx, h.mid, recs, h.limit, h.age, ended)
+		}
+	}
+	if err == nil {
+		h.writeFailed(ctx, batch)
 	}
 	if err != nil {
 		h.unsaid.giveBack(ended)
 		h.log.Warn("writing batches' records into the queue's history failed; operators will not see how they ended",
-			"batches", len(recs), "first", recs[0].ID, "err", err)
+			"batches", len(recs), "first", batch[0].rec.ID, "err", err)
 	} else if h.failures != nil {
 		// Apart from the records: they are written, and their elements
 		// counted, whether or not this write goes through (the failures
@@ -167,6 +198,30 @@ func (h *history) write(batch []pendingRecord) {
 	cancel()
 	for _, p := range batch {
 		close(p.written)
+	}
+}
+
+// writeFailed writes the failed elements of the batches of batch that
+// have any, after their records: a failed element listed is one of a batch
+// in the history (and the record's trim deletes the list).
+func (h *history) writeFailed(ctx context.Context, batch []pendingRecord) {
+	fs, ok := h.store.(failedStore)
+	if !ok {
+		return
+	}
+	for _, p := range batch {
+		if len(p.failed.Elements) == 0 && p.failed.Omitted == 0 {
+			continue
+		}
+		bo := backoff.Backoff{Min: 20 * time.Millisecond, Max: 500 * time.Millisecond}
+		err := fs.RecordFailed(ctx, p.rec.ID, p.failed.Elements, p.failed.Omitted, h.age)
+		for err != nil && rdb.Transient(err) && bo.Wait(ctx) {
+			err = fs.RecordFailed(ctx, p.rec.ID, p.failed.Elements, p.failed.Omitted, h.age)
+		}
+		if err != nil {
+			h.log.Warn("writing a batch's failed elements failed; redmap failures -batch will not list them",
+				"batch", p.rec.ID, "failed", len(p.failed.Elements), "err", err)
+		}
 	}
 }
 

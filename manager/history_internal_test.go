@@ -53,10 +53,10 @@ func TestHistoryWritesWaitingRecordsTogether(t *testing.T) {
 	for i := range written {
 		written[i] = make(chan struct{})
 	}
-	h.record(wire.BatchRecord{ID: "a"}, written[0])
+	h.record(wire.BatchRecord{ID: "a"}, wire.FailedElements{}, written[0])
 	<-s.started // the first write is under way, and held
 	for i, id := range []string{"b", "c", "d"} {
-		h.record(wire.BatchRecord{ID: id}, written[i+1])
+		h.record(wire.BatchRecord{ID: id}, wire.FailedElements{}, written[i+1])
 	}
 	select {
 	case <-written[1]:
@@ -73,7 +73,7 @@ func TestHistoryWritesWaitingRecordsTogether(t *testing.T) {
 		t.Fatalf("writes %v; want [a] then [b c d] together", s.calls)
 	}
 	late := make(chan struct{})
-	h.record(wire.BatchRecord{ID: "late"}, late)
+	h.record(wire.BatchRecord{ID: "late"}, wire.FailedElements{}, late)
 	<-late
 	if len(s.calls) != 3 || s.calls[2][0] != "late" {
 		t.Fatalf("writes %v; want the record after Stop written at once", s.calls)
@@ -81,7 +81,7 @@ func TestHistoryWritesWaitingRecordsTogether(t *testing.T) {
 	// A manager with History -1 writes nothing, and says so at once.
 	off := newHistory(historyParams{mid: "m", store: s, limit: -1, age: time.Hour, budget: time.Second, unsaid: &unsaid{ended: new(atomic.Int64)}, log: slog.New(slog.DiscardHandler)})
 	done := make(chan struct{})
-	off.record(wire.BatchRecord{ID: "e"}, done)
+	off.record(wire.BatchRecord{ID: "e"}, wire.FailedElements{}, done)
 	<-done
 	if len(s.calls) != 3 {
 		t.Fatalf("History -1 wrote %v", s.calls[3:])

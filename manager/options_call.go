@@ -30,6 +30,9 @@ type callOptions struct {
 	priority int
 	waits    int    // MaxRetryAfter
 	durable  string // the batch's name, if durable (Durable)
+	// retryFailed: a durable call that takes the batch over runs again its
+	// tasks whose results found in Redis hold a failed element.
+	retryFailed bool
 	// durableWait is how long a durable call waits for the batch's holder
 	// to let it go (DurableWait).
 	durableWait time.Duration
@@ -123,6 +126,20 @@ func Seed(s uint64) CallOption { return func(o *callOptions) { o.seed, o.seeded 
 // what was submitted is not submitted again. Every function that submits
 // takes it.
 func Durable(name string) CallOption { return func(o *callOptions) { o.durable = name } }
+
+// RetryFailed makes a durable call (Durable) that takes the batch over run
+// again the tasks whose results it finds in Redis with a failed element,
+// rather than return those failures: the other results found are kept, and
+// the tasks neither done nor queued are submitted as usual. Each element
+// still ends once in the call, with its value or the error of its new run.
+// A task is the unit run again: with ChunkSize(1), exactly the failed
+// elements run again; with larger chunks, the other elements of a chunk
+// with a failure run again too. It looks at results of runs made while no
+// call held the batch (the call that held it ended, or its process
+// died); a batch whose call returned has ended, and its keys are gone:
+// run again the elements of its *redmap.BatchError instead. Without
+// Durable it has no effect.
+func RetryFailed() CallOption { return func(o *callOptions) { o.retryFailed = true } }
 
 // DurableWait makes a durable call (Durable) that finds the batch held by
 // another live manager wait up to d for it to let the batch go (its call

@@ -91,8 +91,14 @@ func (o *outputs[Out]) batchError(n int, cut error) error {
 	return err
 }
 
-// failElement records element i's failure.
+// failElement records element i's failure, on the manager's side or by a
+// worker of an earlier release.
 func (o *outputs[Out]) failElement(i, attempt int, cause error, stack string) {
+	o.failElementBy(i, attempt, cause, stack, "")
+}
+
+// failElementBy records element i's failure in an attempt of worker wid.
+func (o *outputs[Out]) failElementBy(i, attempt int, cause error, stack, wid string) {
 	if o.errs == nil {
 		o.errs = make(map[int]*redmap.TaskError)
 	}
@@ -100,7 +106,7 @@ func (o *outputs[Out]) failElement(i, attempt int, cause error, stack string) {
 		var zero Out
 		o.out[i] = zero
 	}
-	o.errs[i] = &redmap.TaskError{Index: i, Func: o.fn, Attempt: attempt, Err: cause, Stack: stack}
+	o.errs[i] = &redmap.TaskError{Index: i, Func: o.fn, Attempt: attempt, Err: cause, Stack: stack, Worker: wid}
 }
 
 // failElements fails every element of c.
@@ -116,7 +122,9 @@ func (o *outputs[Out]) failElements(c chunk, attempt int, cause error) {
 func (o *outputs[Out]) record(c chunk, r *codec.Result, vals []Out, decodeErr error) []Out {
 	for _, f := range r.Fails {
 		if f.Index == -1 {
-			o.failElements(c, r.Attempt, failure.Cause(f))
+			for i := c.start; i < c.start+c.count; i++ {
+				o.failElementBy(i, r.Attempt, failure.Cause(f), "", r.Worker)
+			}
 			return nil
 		}
 	}
@@ -145,7 +153,7 @@ func (o *outputs[Out]) record(c chunk, r *codec.Result, vals []Out, decodeErr er
 	for _, f := range r.Fails {
 		cause := failure.Cause(f)
 		for i := f.Index; i <= min(f.Last(), c.count-1); i++ {
-			o.failElement(c.start+i, r.Attempt, cause, f.Stack)
+			o.failElementBy(c.start+i, r.Attempt, cause, f.Stack, r.Worker)
 		}
 	}
 	return vals
@@ -161,7 +169,7 @@ func (o *outputs[Out]) foldPartial(c chunk, r *codec.Result) {
 		cause := failure.Cause(f)
 		for i := max(f.Index, 0); i <= min(f.Last(), c.count-1); i++ {
 			failed[i] = true
-			o.failElement(c.start+i, r.Attempt, cause, f.Stack)
+			o.failElementBy(c.start+i, r.Attempt, cause, f.Stack, r.Worker)
 		}
 	}
 	if len(failed) == c.count {

@@ -314,7 +314,8 @@ func prepare[In, Out any](ctx context.Context, m *Manager, sp spec, els elements
 	} else {
 		b.in = &sliceInput[In]{xs: els.xs, enc: enc}
 	}
-	f := &feeder[Out]{feederParams: m.feeding, b: b, in: b.in, fixed: co.chunk, sizing: sizingOf(sp), priority: co.priority}
+	f := &feeder[Out]{feederParams: m.feeding, b: b, in: b.in, fixed: co.chunk, sizing: sizingOf(sp), priority: co.priority,
+		retryFailed: co.retryFailed}
 	f.planned = m.owned != nil && co.chunk == 0 // cut by its plan, read at the resume (first)
 	return b, f
 }

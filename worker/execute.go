@@ -40,7 +40,8 @@ func (w *Worker) execute(ctx context.Context, t wire.Taken) (done wire.Done) {
 			w.counters.failed.Add(1)
 			w.perFunc.ran(w.metricName(c.task.Func), c.task.Count, []codec.Failure{{Index: -1}})
 			res := &codec.Result{Task: t.ID, Attempt: t.Attempt, Fails: []codec.Failure{{Index: -1, Kind: stage,
-				Msg: fmt.Sprintf("worker %s panicked in its %s step: %v", w.opts.ID, stage, p), Stack: truncate(stack, maxStack)}}}
+				Msg: fmt.Sprintf("worker %s panicked in its %s step: %v", w.opts.ID, stage, p), Stack: truncate(stack, maxStack)}},
+				Worker: w.opts.ID}
 			b, _ := codec.EncodeResult(res) // small and well-formed: cannot fail
 			span.End()
 			done = wire.Done{ID: t.ID, Result: b, Shard: t.Shard}
@@ -93,6 +94,9 @@ func (w *Worker) execute(ctx context.Context, t wire.Taken) (done wire.Done) {
 	}
 	solo := w.solo(ctx, t, task)
 	res.Recorded = solo != nil
+	if len(res.Fails) > 0 {
+		res.Worker = w.opts.ID // for operators: who failed its elements
+	}
 	b, err := codec.EncodeResult(res)
 	if err == nil && len(b) > w.opts.MaxFrame {
 		err = fmt.Errorf("%w (worker.Options.MaxFrame raises the limit)", &codec.SizeError{What: "result", Size: len(b), Limit: w.opts.MaxFrame})
@@ -103,7 +107,7 @@ func (w *Worker) execute(ctx context.Context, t wire.Taken) (done wire.Done) {
 			kind = codec.KindTooLarge
 		}
 		res = &codec.Result{Task: t.ID, Attempt: t.Attempt, Fails: []codec.Failure{{Index: -1, Kind: kind, Msg: err.Error()}},
-			Recorded: solo != nil}
+			Recorded: solo != nil, Worker: w.opts.ID}
 		b, _ = codec.EncodeResult(res) // small and well-formed: cannot fail
 	}
 	endSpan(span, c.task.Count, res.Fails)

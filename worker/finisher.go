@@ -318,14 +318,14 @@ func (f *finisher) checkStuck(err error) {
 // record itself.
 func redisFull(d wire.Done, refusals int, err error) wire.Done {
 	res, derr := codec.DecodeResult(d.Result, len(d.Result))
-	var tid string
+	var tid, wid string
 	var attempt int
 	if derr == nil {
-		tid, attempt = res.Task, res.Attempt
+		tid, attempt, wid = res.Task, res.Attempt, res.Worker
 	} else {
 		tid = d.ID
 	}
 	fail := wholeFailure(codec.KindRedisFull, "result of %d bytes refused by Redis at maxmemory (tries: %d): %v", len(d.Result), refusals, err)
-	b, _ := codec.EncodeResult(&codec.Result{Task: tid, Attempt: attempt, Fails: []codec.Failure{*fail}}) // small and well-formed: cannot fail
+	b, _ := codec.EncodeResult(&codec.Result{Task: tid, Attempt: attempt, Fails: []codec.Failure{*fail}, Worker: wid}) // small and well-formed: cannot fail
 	return wire.Done{ID: d.ID, Result: b, Shard: d.Shard}
 }

@@ -39,9 +39,10 @@ var commands = []command{
 		fs.BoolVar(&c.all, "all", false, "the queue's history of ended batches too, newest first")
 		fs.IntVar(&c.n, "n", 50, "with -all, how many ended batches")
 	}},
-	{name: "failures", help: "failed elements counted by function, kind and group (the message with numbers, ids and paths masked), largest first",
+	{name: "failures", help: "failed elements counted by function, kind and group (the message with numbers, ids and paths masked), largest first; with -batch, that ended batch's failed elements",
 		run: noOperand((*cli).failures), flags: func(fs *flag.FlagSet, c *cli, _ *invocation) {
 			fs.IntVar(&c.n, "n", 50, "how many groups")
+			fs.StringVar(&c.batch, "batch", "", "list the failed elements of this ended batch (its id, as batches -all shows it): index, kind, attempts, worker, error")
 		}},
 	{name: "drain", operands: []string{"worker"}, help: "the worker (its id, or a unique prefix of it) takes no more tasks and exits when idle",
 		run: oneOperand((*cli).drain)},

@@ -62,8 +62,9 @@ type cli struct {
 	json  bool
 	queue string
 	yes   bool
-	all   bool // batches: the history too
-	n     int  // how many rows of a history or of failure groups
+	all   bool   // batches: the history too
+	n     int    // how many rows of a history or of failure groups
+	batch string // failures: list this batch's failed elements
 	// limit's flags
 	rate               string
 	burst, concurrency int
@@ -476,6 +477,9 @@ func (c *cli) status(ctx context.Context) error {
 }
 
 func (c *cli) failures(ctx context.Context) error {
+	if c.batch != "" {
+		return c.failedElements(ctx)
+	}
 	qs, err := c.queues(ctx)
 	if err != nil {
 		return err

@@ -323,6 +323,16 @@ func Cancels(prefix, queue, mid string) string { return Base(prefix, queue) + "m
 // It lives in shard 0, bounded by HistoryIndex.
 func History(prefix, queue string) string { return Base(prefix, queue) + "history" }
 
+// FailedElements holds the failed elements of ended batch bid, for
+// operators (HASH "<index>" → JSON wire.FailedElement, at most
+// wire.MaxFailedElements of them; "omitted" → how many more failed). Its
+// batch's manager writes it with the batch's history record; it lives as
+// long as the history (HistoryAge), and trim_history deletes it with the
+// batch's record. It lives in shard 0, beside History.
+func FailedElements(prefix, queue, bid string) string {
+	return Base(prefix, queue) + "failed:" + bid
+}
+
 // Ended is queue's totals of ended batches (HASH "outcome:<outcome>" ->
 // batches, "kind:<kind>" -> failed elements), counted as the history is
 // written.

@@ -45,6 +45,7 @@ var (
 	lostScript      = load("lost.lua")
 	withdrawScript  = load("withdraw.lua")
 	failuresScript  = load("failures.lua")
+	failedScript    = load("failed.lua")
 	claimScript     = load("claim.lua")
 	resumeScript    = load("resume.lua")
 	cancelScript    = load("cancel.lua")

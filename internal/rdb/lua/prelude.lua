@@ -305,7 +305,7 @@ end
 
 
 -- trim_history keeps the queue's history (hash hist, ordered by the sorted
--- set index) to its last limit batches (give or take 1%: the excess is
+-- set index, and each batch's failed elements) to its last limit batches (give or take 1%: the excess is
 -- trimmed at once when it reaches it), none older than age ms, and makes
 -- both keys live age ms past the last record. t is the time now (Redis
 -- ms), if the caller has it. age may be the string it was read as. It
@@ -325,10 +325,16 @@ local function trim_history(hist, index, limit, age, t)
       old[#old + 1] = id
     end
   end
+  -- Each batch's failed elements (keys.FailedElements, beside hist) go
+  -- with its record.
+  local failed = string.sub(hist, 1, -8) .. 'failed:' -- "<base>history"
   for i = 1, #old, CHUNK do
     local j = math.min(i + CHUNK - 1, #old)
     guarded('HDEL', hist, unpack(old, i, j))
     redis.call('ZREM', index, unpack(old, i, j))
+    for k = i, j do
+      redis.call('UNLINK', failed .. old[k])
+    end
   end
   redis.call('PEXPIRE', hist, age)
   redis.call('PEXPIRE', index, age)
