@@ -51,7 +51,7 @@ func newCutPlan(rec string, n int, stream bool) (*cutPlan, error) {
 		ok = err == nil && vals[i] >= 0
 	}
 	if !ok || vals[0] < 1 {
-		return nil, fmt.Errorf("its cut plan %q does not parse", rec)
+		return nil, fmt.Errorf("manager: its cut plan %q does not parse", rec)
 	}
 	p.blind, p.blindTasks, p.size = vals[0], vals[1], vals[2]
 	return p, nil

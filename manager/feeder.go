@@ -542,7 +542,7 @@ func (f *feeder[Out]) first(ctx context.Context, sp spec, red *redmap.Reducer[Ou
 	if err == nil && f.planned {
 		n, known := f.in.length()
 		if f.plan, err = newCutPlan(f.owned.found.sums[cutField], n, !known); err != nil {
-			err = fmt.Errorf("%w: durable batch %q: %v", redmap.ErrDurableMismatch, f.owned.name, err)
+			err = fmt.Errorf("%w: durable batch %q: %v", redmap.ErrDurableMismatch, f.owned.name, strings.TrimPrefix(err.Error(), "manager: "))
 		}
 	}
 	if err == nil && f.owned != nil && f.owned.found.cancelled != "" {
