@@ -430,7 +430,9 @@ func TestLoneMapRecordedByItsFinish(t *testing.T) {
 		}
 	}
 	// Each Map: its submit, and the read of its result with the trim of
-	// the one before. (Writing the record would make it three.) A spare
+	// the one before. (Writing the record would make it three.) A Map that
+	// failed makes one more: its failed element listed for operators
+	// (failed.lua), before it returns. A spare
 	// few for the manager's upkeep, every Poll (a second) while they ran:
 	// its publish, reaper and recoverer, and its collector's wait timing out,
 	// on each of its shards (make test-cluster's second pass spreads the
@@ -440,8 +442,9 @@ func TestLoneMapRecordedByItsFinish(t *testing.T) {
 	// 17 in about a second, so 8 more are spared than the per-second
 	// allowance. A third round trip per Map (60 more) is still caught.
 	spare := 8 + 10*int64(max(1, redistest.Shards()))*int64(math.Ceil(time.Since(start).Seconds()))
-	if got := rt.N() - before; got > 2*n+spare {
-		t.Fatalf("%d lone Maps made %d round trips of their manager's; want at most 2 each, and %d for its upkeep", n, got, spare)
+	const failing = n / 3 // i%3 == 1: flaky's
+	if got := rt.N() - before; got > 2*n+failing+spare {
+		t.Fatalf("%d lone Maps made %d round trips of their manager's; want at most 2 each, 3 for each of the %d that failed, and %d for its upkeep", n, got, failing, spare)
 	} else {
 		t.Logf("%d lone Maps in %v: %d round trips of their manager's", n, time.Since(start), got)
 	}

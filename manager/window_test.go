@@ -97,8 +97,11 @@ func TestFirstBatchMeasuresItsCost(t *testing.T) {
 	if err != nil || ys[29_999] != 29_999*29_999 {
 		t.Fatalf("Map: %v", err)
 	}
-	// 4 tasks of 8 measure; then 16 or so of about 1,900 (the spread).
-	if n := w.Stats().Taken; n > 64 {
-		t.Fatalf("30,000 tiny elements took %d tasks, want at most 64", n)
+	// 4 tasks of 8 measure; then 16 or so of about 1,900 (the spread). On
+	// a loaded machine a first task of 8 can measure 20 µs an element, its
+	// fixed cost, and the rest is cut to about 200 (132 tasks in a CI run);
+	// cut blind, it would be 3,750.
+	if n := w.Stats().Taken; n > 400 {
+		t.Fatalf("30,000 tiny elements took %d tasks, want at most 400 (blind: 3,750)", n)
 	}
 }
