@@ -650,6 +650,7 @@ func (b *Batch[Out]) deliver(ci int, r *codec.Result, err error) {
 			return nil
 		}
 		b.env.costs.observe(b.costKey, r.Nanos, c.count)
+		b.env.costs.observeOut(b.costKey, len(r.Values), c.count)
 		if r.Recorded && b.soloChunk(c.start, c.start+c.count) {
 			w := wire.Complete(b.solo.Record, c.count, r.Fails, 0)
 			b.soloWritten = &w

@@ -14,7 +14,10 @@ import "sync"
 // payload is also kept near chunkBytes, from the sizes its elements were
 // encoded to, so that a cheap function of large elements does not make
 // tasks of tens of MiB: Redis copies each in one step, in which it serves
-// no other client.
+// no other client; and its results near chunkOut, from the sizes of the
+// outputs tasks returned, so that a finish stays small beside maxmemory
+// (2,000 outputs of 64 KiB in tasks of 125 were 8 MiB finishes, refused
+// whole by a Redis of 20 MB).
 //
 // A map task of a map/reduce by key costs far more than its elements'
 // run: it stores a partial per partition for every distinct key of its
@@ -33,10 +36,11 @@ const (
 	chunkTarget  = 4e6   // ns of work per task to aim at
 	mapTarget    = 500e6 // ns of work per map task of a map/reduce by key
 	chunkMax     = 65536
-	chunkBytes   = 4 << 20 // encoded input bytes per task to stay near
-	chunkUnknown = 8       // elements per task while a function's cost is unknown
-	chunkSpread  = 16      // tasks a batch keeps, if it has the elements for them
-	measureTasks = 4       // tasks of a window cut while the cost is unknown
+	chunkBytes   = 4 << 20   // encoded input bytes per task to stay near
+	chunkOut     = 256 << 10 // encoded output bytes per task to stay near
+	chunkUnknown = 8         // elements per task while a function's cost is unknown
+	chunkSpread  = 16        // tasks a batch keeps, if it has the elements for them
+	measureTasks = 4         // tasks of a window cut while the cost is unknown
 )
 
 // sizing is how a batch's chunks are sized: the name its cost is learnt
@@ -61,10 +65,11 @@ type costs struct {
 	mu    sync.Mutex
 	m     map[string]float64
 	bytes map[string]float64
+	out   map[string]float64 // encoded output bytes per element
 }
 
 func newCosts() *costs {
-	return &costs{m: make(map[string]float64), bytes: make(map[string]float64)}
+	return &costs{m: make(map[string]float64), bytes: make(map[string]float64), out: make(map[string]float64)}
 }
 
 // chunkSize returns how many elements to put in the next task of a batch
@@ -73,6 +78,7 @@ func (c *costs) chunkSize(s sizing, n int) int {
 	c.mu.Lock()
 	cost, known := c.m[s.key]
 	per := c.bytes[s.key]
+	out := c.out[s.key]
 	c.mu.Unlock()
 	if !known {
 		// Small first tasks measure the cost soon; a small batch is spread.
@@ -81,6 +87,11 @@ func (c *costs) chunkSize(s sizing, n int) int {
 	size := int(min(s.target/max(cost, 1), chunkMax))
 	if per > 0 {
 		size = min(size, int(chunkBytes/per))
+	}
+	if out > 0 {
+		// A task's results travel in one finish, which Redis holds whole
+		// (at maxmemory, refuses whole).
+		size = min(size, int(chunkOut/out))
 	}
 	// Keep chunkSpread tasks in a batch that has the elements for them.
 	return max(1, min(size, chunkMax, (n+chunkSpread-1)/chunkSpread))
@@ -98,6 +109,12 @@ func (c *costs) known(s sizing) bool {
 // in nanos.
 func (c *costs) observe(fn string, nanos int64, count int) {
 	c.learn(c.m, fn, float64(nanos), count)
+}
+
+// observeOut records that count elements of fn gave size bytes of
+// encoded outputs.
+func (c *costs) observeOut(fn string, size, count int) {
+	c.learn(c.out, fn, float64(max(size, 1)), count)
 }
 
 // observeSize records that count elements of fn were encoded into size
