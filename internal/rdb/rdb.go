@@ -1158,7 +1158,7 @@ func (r *RDB) ForgetLanes(ctx context.Context, mid string, lanes []string) error
 	}
 	// A pipeline, not a MULTI: deletes each idempotent, which Redis at
 	// maxmemory takes but refuses whole in a MULTI (EXECABORT).
-	_, err := r.c.Pipelined(ctx, func(p redis.Pipeliner) error {
+	cmds, err := r.c.Pipelined(ctx, func(p redis.Pipeliner) error {
 		p.HDel(ctx, keys.Lanes(r.prefix, r.queue, mid), lanes...)
 		for _, l := range lanes {
 			name := mid + "." + l
@@ -1166,6 +1166,17 @@ func (r *RDB) ForgetLanes(ctx context.Context, mid string, lanes []string) error
 		}
 		return nil
 	})
+	if err != nil && len(cmds) > 0 && redis.HasErrorPrefix(cmds[0].Err(), "WRONGTYPE") {
+		// Foreign data over the lanes hash: there is nothing of it to
+		// forget (renew.lua sets the key aside); the deletes stand alone.
+		err = nil
+		for _, c := range cmds[1:] {
+			if c.Err() != nil {
+				err = c.Err()
+				break
+			}
+		}
+	}
 	return wrap("forget lanes", nil, "HDEL or DEL", err)
 }
 
