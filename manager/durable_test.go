@@ -353,6 +353,9 @@ func watched(t *testing.T, b *harness.Env, opts manager.Options) (*inspect.Inspe
 		t.Fatal(err)
 	}
 	opts.Queue, opts.Poll, opts.NoWorkerTimeout = b.Queue, 100*time.Millisecond, -1
+	if opts.Shards == 0 {
+		opts.Shards = redistest.Shards() // as b.Manager's, which takes its batches over
+	}
 	m, err := manager.New(b.Client, opts)
 	if err != nil {
 		t.Fatal(err)
@@ -611,7 +614,7 @@ func TestDurableWaitForHolder(t *testing.T) {
 	b := setup(t)
 	_, m1 := watched(t, b, manager.Options{})
 	defer m1.Close()
-	m2 := b.Manager(t, manager.Options{Shards: 1})
+	m2 := b.Manager(t, manager.Options{})
 	xs := span(300)
 	ctx, cancel := context.WithCancel(testCtx(t))
 	held, err := manager.Submit(ctx, m1, durableSquare, xs, manager.Durable("wait"))

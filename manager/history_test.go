@@ -444,7 +444,7 @@ func TestLoneMapRecordedByItsFinish(t *testing.T) {
 	spare := 8 + 10*int64(max(1, redistest.Shards()))*int64(math.Ceil(time.Since(start).Seconds()))
 	const failing = n / 3 // i%3 == 1: flaky's
 	if got := rt.N() - before; got > 2*n+failing+spare {
-		t.Fatalf("%d lone Maps made %d round trips of their manager's; want at most 2 each, 3 for each of the %d that failed, and %d for its upkeep", n, got, failing, spare)
+		t.Fatalf("%d lone Maps made %d round trips of their manager's; want at most 2 each, 3 for each of the %d that failed, and %d for its upkeep; all of its round trips: %v", n, got, failing, spare, &rt)
 	} else {
 		t.Logf("%d lone Maps in %v: %d round trips of their manager's", n, time.Since(start), got)
 	}

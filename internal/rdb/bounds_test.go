@@ -89,7 +89,7 @@ func TestWaitsLeaveThePool(t *testing.T) {
 		w := rs[0].wait
 		w.mu.Lock()
 		defer w.mu.Unlock()
-		return len(w.slots) == 1 && len(w.waits) == waits-1
+		return len(w.nodes[""]) == 1 && len(w.waits) == waits-1
 	})
 	for range 3 {
 		if err := c.Ping(ctx).Err(); err != nil {
@@ -109,7 +109,7 @@ func TestWaitsLeaveThePool(t *testing.T) {
 		}
 	}
 	// A wait beyond the share ends at its timeout with nothing.
-	release, _ := rs[0].wait.block() // the share's one slot
+	release, _ := rs[0].wait.block(ctx, "") // the share's one slot
 	defer release()
 	e, err := New(c, "rm", q).WaitResults(ctx, id.New(), time.Second)
 	if err != nil || e != "" {
@@ -144,4 +144,60 @@ func TestSubmitSaysWhatItQueued(t *testing.T) {
 		t.Fatalf("the lane holds %d, the count says %d (intact %v); want both %d", n, part.Count, part.Intact, part.Queued)
 	}
 	t.Logf("at maxmemory: %d of %d tasks queued, then %v", part.Queued, len(tasks), part.Err)
+}
+
+// A Cluster's pools are its nodes': the share of blocking reads is each
+// node's. With a pool of 4 connections a node (a share of one), waits for
+// lists on two masters both block (BLMOVE), none on the waiter's polling,
+// and each brings its entry.
+func TestWaitsShareEachNode(t *testing.T) {
+	t.Parallel()
+	cl := redistest.StartCluster(t, 3)
+	c := redis.NewClusterClient(&redis.ClusterOptions{Addrs: cl.Addrs(), PoolSize: 4})
+	t.Cleanup(func() { c.Close() })
+	ctx := context.Background()
+	// Two queues whose results lists lie on two different masters.
+	var rs []*RDB
+	var mids []string
+	seen := map[string]bool{}
+	for len(rs) < 2 {
+		q, mid := redistest.Queue(t), id.New()
+		m := cl.MasterOf(t, keys.Results("rm", q, mid)).Addr()
+		if seen[m] {
+			continue
+		}
+		seen[m] = true
+		rs, mids = append(rs, New(c, "rm", q)), append(mids, mid)
+	}
+	got := make([]string, len(rs))
+	errs := make([]error, len(rs))
+	var wg sync.WaitGroup
+	for i := range rs {
+		wg.Go(func() { got[i], errs[i] = rs[i].WaitResults(ctx, mids[i], 10*time.Second) })
+	}
+	w := rs[0].wait
+	redistest.Eventually(t, "a blocking read on each master", func() bool {
+		w.mu.Lock()
+		defer w.mu.Unlock()
+		held := 0
+		for _, s := range w.nodes {
+			held += len(s)
+		}
+		return held == 2
+	})
+	w.mu.Lock()
+	polled := len(w.waits)
+	w.mu.Unlock()
+	if polled != 0 {
+		t.Fatalf("%d waits on the waiter's polling; want each node's share to hold its own", polled)
+	}
+	for i, r := range rs {
+		c.RPush(ctx, keys.Results("rm", r.queue, mids[i]), "entry "+mids[i])
+	}
+	wg.Wait()
+	for i, mid := range mids {
+		if errs[i] != nil || got[i] != "entry "+mid {
+			t.Errorf("wait %d: %q, %v; want %q", i, got[i], errs[i], "entry "+mid)
+		}
+	}
 }

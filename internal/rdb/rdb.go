@@ -1031,7 +1031,8 @@ const (
 // once handled. The timeout must be positive: a dead connection must not
 // block the manager forever.
 //
-// The blocking reads of one client take at most a quarter of its pool: a
+// The blocking reads of one client take at most a quarter of its pool (of
+// each node's, in a Cluster): a
 // wait beyond that (many managers on one client) is made by the client's one
 // waiter, which reads the first entry of each list so waited on with one
 // pipeline every 10 ms (see waiter).
@@ -1068,7 +1069,7 @@ func (r *RDB) ReadThenWait(ctx context.Context, mid string, handled int, mark st
 	wait := blocking(timeout)
 	release, free := func() {}, false
 	if timeout > 0 {
-		release, free = r.wait.block()
+		release, free = r.wait.block(ctx, keys.Results(r.prefix, r.queue, mid))
 	}
 	if rt := readTimeout(r.c); !free || rt > 0 && wait > rt/2 {
 		if free {

@@ -29,7 +29,9 @@ const (
 
 // blockingShare returns how many blocking reads of c may be in flight at
 // once: a quarter of its pool (go-redis's default pool is 10 connections a
-// core), at least one.
+// core, a Cluster's 5 a core on each node), at least one. A Cluster's pools
+// are its nodes', so the share is each node's: a manager whose shards lie
+// on three masters waits on each with a blocking read.
 func blockingShare(c redis.UniversalClient) int {
 	size := 0
 	switch c := c.(type) {
@@ -56,7 +58,7 @@ func waiterOf(c redis.UniversalClient) *waiter {
 	if w, ok := waiters.Load(key); ok {
 		return w.(*waiter)
 	}
-	w, had := waiters.LoadOrStore(key, &waiter{c: c, slots: make(chan struct{}, blockingShare(c)), waits: make(map[string][]chan string)})
+	w, had := waiters.LoadOrStore(key, &waiter{c: c, share: blockingShare(c), nodes: make(map[string]chan struct{}), waits: make(map[string][]chan string)})
 	if !had && cleanup != nil {
 		cleanup()
 	}
@@ -85,22 +87,46 @@ func weakKey(c redis.UniversalClient) (any, func()) {
 // of those beyond its share.
 type waiter struct {
 	c     redis.UniversalClient
-	slots chan struct{} // a token per blocking read in flight
+	share int // blockingShare(c)
 
 	mu      sync.Mutex
+	nodes   map[string]chan struct{} // node ("" but for a Cluster) → a token per blocking read in flight
 	waits   map[string][]chan string // list → the waits for its first entry
 	running bool                     // whether the polling goroutine runs
 }
 
-// block takes a slot for a blocking read if one is free, and returns the
-// function that gives it back; ok is false if none is free.
-func (w *waiter) block() (release func(), ok bool) {
+// block takes a slot for a blocking read of list if one is free on the
+// node that holds it, and returns the function that gives it back; ok is
+// false if none is free.
+func (w *waiter) block(ctx context.Context, list string) (release func(), ok bool) {
+	slots := w.slots(ctx, list)
 	select {
-	case w.slots <- struct{}{}:
-		return func() { <-w.slots }, true
+	case slots <- struct{}{}:
+		return func() { <-slots }, true
 	default:
 		return nil, false
 	}
+}
+
+// slots returns the tokens of the node that holds list: a Cluster's
+// master for its slot, as the client's map of slots says (no call to
+// Redis); the one set of every other client's, or of a Cluster whose map
+// is not known.
+func (w *waiter) slots(ctx context.Context, list string) chan struct{} {
+	node := ""
+	if cc, ok := w.c.(*redis.ClusterClient); ok {
+		if n, err := cc.MasterForKey(ctx, list); err == nil {
+			node = n.Options().Addr
+		}
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	s, ok := w.nodes[node]
+	if !ok {
+		s = make(chan struct{}, w.share)
+		w.nodes[node] = s
+	}
+	return s
 }
 
 // first waits until list holds an entry, or timeout passes, and returns its
@@ -108,7 +134,7 @@ func (w *waiter) block() (release func(), ok bool) {
 // list onto itself would: a blocking read if the client's share allows
 // one, else a wait on the waiter's polling.
 func (w *waiter) first(ctx context.Context, list string, timeout time.Duration) (string, error) {
-	if release, ok := w.block(); ok {
+	if release, ok := w.block(ctx, list); ok {
 		defer release()
 		e, err := w.c.BLMove(ctx, list, list, "LEFT", "LEFT", blocking(timeout)).Result()
 		if errors.Is(err, redis.Nil) {
