@@ -619,21 +619,96 @@ func (i *Inspector) CancelBatch(ctx context.Context, queue, mid, bid string) err
 	if !id.IsDurable(mid) {
 		return i.admin.CancelBatch(ctx, queue, mid, bid)
 	}
-	did, err := i.admin.CancelOwner(ctx, queue, mid, "cancelled by an operator")
-	if err == nil && did == "unknown" {
+	did, err := i.admin.CancelOwner(ctx, queue, mid, "cancelled by an operator", false)
+	switch {
+	case err == nil && did == "unknown":
 		err = fmt.Errorf("inspect: queue %q has no durable batch of owner %s", queue, mid)
+	case err == nil && did == "ended":
+		err = fmt.Errorf("inspect: durable batch of owner %s of queue %q has ended: its results wait for the call that takes it over; cancelling would discard them (CancelJob with discard)", mid, queue)
 	}
 	return err
 }
 
-// CancelDurable cancels durable batch name of queue (manager.Durable): a
-// manager holding it cancels it at its next publish of progress (within its
-// Poll); one that no manager holds is cancelled at once, its tasks
-// withdrawn, and the call that takes it over fails its elements with
-// redmap.ErrCancelled. It returns what it did: "asked" its holder,
-// "cancelled", or "unknown" if Redis has nothing of the batch.
+// CancelDurable cancels durable batch name of queue (manager.Durable): it
+// is marked cancelled and its outstanding tasks are withdrawn at once
+// (workers skip them), whoever holds it; a manager holding it is asked to
+// end its call too, which it does at its next publish of progress (within
+// its Poll); the call that takes it over fails its elements with
+// redmap.ErrCancelled. It returns what it did: "asked" its holder (and
+// withdrew its tasks), "cancelled", "ended" (none holds it and every task
+// has ended: its results wait for the call that takes it over, so nothing
+// is done; CancelJob with discard drops them), or "unknown" if Redis has
+// nothing of the batch.
 func (i *Inspector) CancelDurable(ctx context.Context, queue, name string) (string, error) {
-	return i.admin.CancelDurable(ctx, queue, name, "cancelled by an operator")
+	return i.admin.CancelDurable(ctx, queue, name, "cancelled by an operator", false)
+}
+
+// JobCancel is what CancelJob did.
+type JobCancel struct {
+	// Batches are the durable batches of the job, by name (the job's own,
+	// or a phase's: "<name>/map", "<name>/reduce@0"), and what was done to
+	// each, as CancelDurable says it.
+	Batches map[string]string `json:"batches"`
+	// PartitionKeys counts the keys of a map/reduce by key's partitions
+	// deleted.
+	PartitionKeys int64 `json:"partition_keys"`
+}
+
+// CancelJob cancels the durable work named name on queue: the durable
+// batch of that name and every phase of a durable map/reduce by key of
+// that name ("<name>/…"), as CancelDurable does each, and deletes the
+// job's partitions. A job none of whose batches has anything outstanding
+// and none holds has ended: its results wait for the call that takes it
+// over, and nothing is done unless discard, which cancels it all the
+// same, its results dropped. A name Redis has nothing of returns no
+// batches and no keys.
+func (i *Inspector) CancelJob(ctx context.Context, queue, name string, discard bool) (JobCancel, error) {
+	out := JobCancel{Batches: make(map[string]string)}
+	if err := keys.CheckDurable(name); err != nil {
+		return out, err
+	}
+	names, err := i.admin.DurableNames(ctx, queue)
+	if err != nil {
+		return out, err
+	}
+	owners := map[string]string{id.Durable(name): name} // the name itself, even if its entry expired
+	for o, n := range names {
+		if n == name || strings.HasPrefix(n, name+"/") {
+			owners[o] = n
+		}
+	}
+	// The job has ended only if every batch of it has: a phase still
+	// running cancels them all, the ended ones' results with them.
+	ended := 0
+	for o, n := range owners {
+		did, err := i.admin.CancelOwner(ctx, queue, o, "cancelled by an operator", discard)
+		if err != nil {
+			return out, err
+		}
+		if did == "unknown" {
+			continue
+		}
+		out.Batches[n] = did
+		if did == "ended" {
+			ended++
+		}
+	}
+	if ended > 0 && ended < len(out.Batches) {
+		for o, n := range owners {
+			if out.Batches[n] != "ended" {
+				continue
+			}
+			if out.Batches[n], err = i.admin.CancelOwner(ctx, queue, o, "cancelled by an operator", true); err != nil {
+				return out, err
+			}
+		}
+		ended = 0
+	}
+	if ended > 0 {
+		return out, nil // nothing done: the results wait
+	}
+	out.PartitionKeys, err = i.admin.DropShuffle(ctx, queue, id.DurableJob(name))
+	return out, err
 }
 
 // Purge removes every task waiting in queue's public lists, all shards;

@@ -592,6 +592,11 @@ func (b *Batch[Out]) record() wire.BatchRecord {
 	if b.state.err != nil {
 		r.Reason = b.state.err.Error()
 	}
+	if r.Outcome == wire.OutcomeFailed && b.state.err == nil && r.FailedBy[wire.OutcomeCancelled] == r.Failed {
+		// An operator's cancel of a durable batch no call held: every
+		// element failed with ErrCancelled when the next call took it over.
+		r.Outcome, r.Reason = wire.OutcomeCancelled, b.outs.errs[0].Err.Error()
+	}
 	return r
 }
 

@@ -250,6 +250,7 @@ func causeOf(err error) string {
 		{redmap.ErrUnavailable, wire.CauseUnavailable},
 		{redmap.ErrRedisFull, codec.KindRedisFull.String()},
 		{redmap.ErrClosed, wire.OutcomeClosed},
+		{redmap.ErrCancelled, wire.OutcomeCancelled},
 		{context.Canceled, wire.OutcomeCancelled},
 		{context.DeadlineExceeded, wire.OutcomeCancelled},
 	} {

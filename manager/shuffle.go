@@ -10,10 +10,9 @@ import (
 	"slices"
 	"time"
 
-	"github.com/zeebo/blake3"
-
 	"github.com/redmap/redmap"
 	"github.com/redmap/redmap/internal/engine"
+	"github.com/redmap/redmap/internal/id"
 	"github.com/redmap/redmap/internal/keys"
 	"github.com/redmap/redmap/internal/rdb"
 	"github.com/redmap/redmap/internal/wire"
@@ -232,6 +231,7 @@ type shuffleStore interface {
 	OutputPage(ctx context.Context, sh *wire.Shuffle, p, i int) ([]byte, error)
 	DropPartitions(ctx context.Context, sh *wire.Shuffle, ps []int) error
 	RenewPartitions(ctx context.Context, sh *wire.Shuffle, ps []int) error
+	RecordShuffle(ctx context.Context, sh *wire.Shuffle) error
 }
 
 var _ shuffleStore = (*rdb.RDB)(nil)
@@ -277,11 +277,10 @@ func startShuffle[In any, K comparable, V any](ctx context.Context, m *Manager, 
 	co.durable = ""
 	var jid [8]byte
 	_, _ = rand.Read(jid[:])
+	job := hex.EncodeToString(jid[:])
 	ttl := 10 * m.opts.KeyTTL
 	if durable != "" {
-		sum := blake3.Sum256([]byte("redmap shuffle\x00" + durable))
-		copy(jid[:], sum[:])
-		ttl = m.opts.DurableTTL
+		job, ttl = id.DurableJob(durable), m.opts.DurableTTL
 	}
 	phaseOn := func(ctx context.Context, phase string) (*Manager, error) {
 		if durable == "" {
@@ -290,8 +289,16 @@ func startShuffle[In any, K comparable, V any](ctx context.Context, m *Manager, 
 		return m.owner(ctx, durable+"/"+phase, co.durableWait)
 	}
 	j := &shuffleJob{m: m, store: m.spill, parts: co.partitions, total: len(xs), outputs: make(map[int]wire.ReduceOutput), failedParts: make(map[int]error)}
-	j.sh = wire.Shuffle{Job: hex.EncodeToString(jid[:]), Parts: co.partitions, TTL: ttl.Milliseconds(), Page: outputPage}
+	j.sh = wire.Shuffle{Job: job, Parts: co.partitions, TTL: ttl.Milliseconds(), Page: outputPage}
 	j.sh.Salts = j.salts(ctx)
+	if durable != "" {
+		// Where its partitions are, for an operator's cancel of the job by
+		// its name (redmap cancel), which deletes them.
+		// Without it they still expire after DurableTTL.
+		if err := j.store.RecordShuffle(ctx, &j.sh); err != nil {
+			m.log.Warn("could not record where a durable map/reduce by key's partitions are; a cancel by its name leaves them to expire", "job", durable, "err", err)
+		}
+	}
 	redRef := &reducerRef{name: red.Name(), sig: red.Signature(), types: types(red)}
 	base := spec{name: em.Name(), sig: em.Signature(), types: types(em), limit: em.Limit(), red: redRef}
 	j.mapRun = func(ctx context.Context, start, count int) (wire.MapSummary, error) {

@@ -46,8 +46,10 @@ var commands = []command{
 		}},
 	{name: "drain", operands: []string{"worker"}, help: "the worker (its id, or a unique prefix of it) takes no more tasks and exits when idle",
 		run: oneOperand((*cli).drain)},
-	{name: "cancel", operands: []string{"queue", "name"}, help: "cancel durable batch name (manager.Durable): its holder ends it within its Poll; one no manager holds is cancelled at once, its elements failing with ErrCancelled for the call that takes it over",
-		run: (*cli).cancel},
+	{name: "cancel", operands: []string{"queue", "name"}, help: "cancel durable batch or job name (manager.Durable; a ReduceByKey's every phase, name/map, name/reduce@N, and its partitions): its tasks are withdrawn at once, whoever holds it, and a manager holding it ends its call within its Poll; the call that takes it over fails its elements with ErrCancelled. One that has ended is left alone: its results wait for that call",
+		run: (*cli).cancel, flags: func(fs *flag.FlagSet, c *cli, _ *invocation) {
+			fs.BoolVar(&c.discard, "discard", false, "cancel it even if it has ended, dropping the results that wait for the call that takes it over")
+		}},
 	{name: "purge", operands: []string{"queue"}, help: "drop the queue's queued tasks; their batches fail with ErrLost", run: oneOperand((*cli).purge), flags: func(fs *flag.FlagSet, c *cli, _ *invocation) {
 		fs.BoolVar(&c.yes, "yes", false, "really purge (without it, purge only says what it would drop)")
 	}},

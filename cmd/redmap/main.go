@@ -4,6 +4,7 @@
 //	redmap [flags] status|workers|batches|failures|backlog|metrics|dashboard
 //	redmap [flags] drain <worker>
 //	redmap [flags] purge <queue> -yes
+//	redmap [flags] cancel <queue> <name> [-discard]
 //	redmap [flags] limit <queue> [<function>] [-rate N/s] [-burst B] [-concurrency C] [-clear]
 //
 // redmap help lists the commands and their flags (made from the command
@@ -18,6 +19,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"math"
 	"os"
 	"slices"
@@ -62,9 +64,11 @@ type cli struct {
 	json  bool
 	queue string
 	yes   bool
-	all   bool   // batches: the history too
-	n     int    // how many rows of a history or of failure groups
-	batch string // failures: list this batch's failed elements
+	// cancel: cancel an ended durable batch too, dropping its results
+	discard bool
+	all     bool   // batches: the history too
+	n       int    // how many rows of a history or of failure groups
+	batch   string // failures: list this batch's failed elements
 	// limit's flags
 	rate               string
 	burst, concurrency int
@@ -581,26 +585,40 @@ func (c *cli) purge(ctx context.Context, q string) error {
 	return nil
 }
 
-// cancel cancels durable batch name of queue q (manager.Durable).
+// cancel cancels durable batch or job name of queue q (manager.Durable).
 func (c *cli) cancel(ctx context.Context, operand []string) error {
 	q, name := operand[0], operand[1]
 	if err := c.mustQueue(ctx, q); err != nil {
 		return err
 	}
-	did, err := c.in.CancelDurable(ctx, q, name)
+	jc, err := c.in.CancelJob(ctx, q, name, c.discard)
 	if err != nil {
 		return err
 	}
-	if c.json {
-		return c.emit(map[string]any{"queue": q, "name": name, "did": did})
+	if len(jc.Batches) == 0 && jc.PartitionKeys == 0 {
+		return fmt.Errorf("queue %q has no durable batch or job %q", q, name)
 	}
-	switch did {
-	case "asked":
-		fmt.Fprintf(c.out, "asked the manager holding durable batch %q of queue %s to cancel it (within its Poll)\n", name, q)
-	case "cancelled":
-		fmt.Fprintf(c.out, "cancelled durable batch %q of queue %s: its tasks are withdrawn, and the call that takes it over fails its elements with ErrCancelled\n", name, q)
-	default:
-		return fmt.Errorf("queue %q has no durable batch %q", q, name)
+	if c.json {
+		return c.emit(map[string]any{"queue": q, "name": name, "batches": jc.Batches, "partition_keys": jc.PartitionKeys})
+	}
+	names := slices.Sorted(maps.Keys(jc.Batches))
+	ended := 0
+	for _, n := range names {
+		switch jc.Batches[n] {
+		case "asked":
+			fmt.Fprintf(c.out, "cancelled durable batch %q of queue %s: its tasks are withdrawn; the manager holding it ends its call within its Poll\n", n, q)
+		case "cancelled":
+			fmt.Fprintf(c.out, "cancelled durable batch %q of queue %s: its tasks are withdrawn, and the call that takes it over fails its elements with ErrCancelled\n", n, q)
+		case "ended":
+			ended++
+			fmt.Fprintf(c.out, "durable batch %q of queue %s has ended: its results wait in Redis for the call that takes it over (the same call, manager.Durable(%q))\n", n, q, n)
+		}
+	}
+	if jc.PartitionKeys > 0 {
+		fmt.Fprintf(c.out, "deleted %d key(s) of the partitions of map/reduce by key %q\n", jc.PartitionKeys, name)
+	}
+	if ended > 0 {
+		return fmt.Errorf("nothing cancelled: %q has ended, and cancelling would discard its results; run again with -discard to", name)
 	}
 	return nil
 }

@@ -227,6 +227,12 @@ func Cancelled(prefix, queue, owner string) string {
 	return Base(prefix, queue) + "m:" + owner + ":cancelled"
 }
 
+// ShuffleJob says where the partitions of durable map/reduce by key job
+// (id.DurableJob) are (STRING: the job's wire.Shuffle, living its
+// DurableTTL), written as the job starts, so that an operator's cancel of
+// the job by its name deletes them.
+func ShuffleJob(prefix, queue, job string) string { return Base(prefix, queue) + "shuffle:" + job }
+
 // Claim says which manager holds durable batch owner now (STRING: JSON
 // wire.Holder), living a lease its holder renews every Poll: a second
 // manager that finds it is refused the batch, naming the holder.

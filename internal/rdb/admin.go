@@ -3,6 +3,7 @@ package rdb
 import (
 	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strconv"
@@ -358,47 +359,115 @@ func (a *Admin) CancelBatch(ctx context.Context, queue, mid, bid string) error {
 	return nil
 }
 
-// CancelDurable cancels durable batch name of queue for an operator: if a
-// manager holds it, asks the manager to (within its Poll), else withdraws
-// its tasks and marks it cancelled for the call that takes it over (see
-// cancel.lua). It returns "asked", "cancelled", or "unknown" if Redis has
-// nothing of the batch. One script call, then, once cancelled, two
-// commands per ScriptBudget tasks withdrawn.
-func (a *Admin) CancelDurable(ctx context.Context, queue, name, reason string) (string, error) {
+// CancelDurable cancels durable batch name of queue for an operator (see
+// cancel.lua): it marks the batch cancelled and withdraws its outstanding
+// tasks from every shard, whoever holds it; a manager holding it is asked
+// to end its call too (within its Poll). It returns "asked" (a manager
+// holds it), "cancelled", "ended" (none holds it and every task has ended:
+// its results wait for the call that takes it over, and nothing is done
+// unless discard), or "unknown" if Redis has nothing of the batch. A
+// pipeline and one script call, then two commands per ScriptBudget tasks
+// withdrawn on each shard.
+func (a *Admin) CancelDurable(ctx context.Context, queue, name, reason string, discard bool) (string, error) {
 	if err := keys.CheckDurable(name); err != nil {
 		return "", err
 	}
-	return a.CancelOwner(ctx, queue, id.Durable(name), reason)
+	return a.CancelOwner(ctx, queue, id.Durable(name), reason, discard)
 }
 
 // CancelOwner is CancelDurable of the durable batch whose owner id is o.
-func (a *Admin) CancelOwner(ctx context.Context, queue, o, reason string) (string, error) {
+func (a *Admin) CancelOwner(ctx context.Context, queue, o, reason string, discard bool) (string, error) {
 	if err := keys.CheckQueue(queue); err != nil {
 		return "", err
+	}
+	shards, err := a.Shards(ctx, queue)
+	if err != nil {
+		return "", err
+	}
+	ended := "0"
+	if !discard {
+		submitted, outstanding, err := a.taskCounts(ctx, shards, o)
+		if err != nil {
+			return "", err
+		}
+		if submitted > 0 && outstanding == 0 {
+			ended = "1"
+		}
 	}
 	ks := []string{keys.Claim(a.prefix, queue, o), keys.Cancels(a.prefix, queue, o), keys.Tasks(a.prefix, queue, o),
 		keys.Attempts(a.prefix, queue, o), keys.Cancelled(a.prefix, queue, o), keys.Durables(a.prefix, queue),
 		keys.History(a.prefix, queue), keys.HistoryIndex(a.prefix, queue), keys.Batches(a.prefix, queue, o)}
-	s, err := cancelScript.run(ctx, a.c, ks, o, reason, keys.DefaultHistory, keys.DefaultHistoryAge.Milliseconds(), time.Minute.Milliseconds()).Text()
+	s, err := cancelScript.run(ctx, a.c, ks, o, reason, keys.DefaultHistory, keys.DefaultHistoryAge.Milliseconds(), time.Minute.Milliseconds(), ended).Text()
 	if err != nil {
 		return "", wrap("cancel a durable batch", cancelScript, "", err)
 	}
-	if s != "cancelled" {
+	if s != "cancelled" && s != "asked" {
 		return s, nil
 	}
 	// Its tasks are withdrawn from every shard, so that workers skip them
-	// (the set's count and epoch stay): ScriptBudget at a time, each a
-	// bounded command however many tasks the batch has.
-	shards, err := a.Shards(ctx, queue)
-	if err != nil {
-		return s, err
-	}
+	// (the set's count and epoch stay), even if its holder was killed
+	// before it read the ask: ScriptBudget at a time, each a bounded
+	// command however many tasks the batch has.
 	for _, sh := range shards {
 		if err := a.withdrawTasks(ctx, keys.Tasks(a.prefix, sh, o)); err != nil {
 			return s, err
 		}
 	}
 	return s, nil
+}
+
+// DurableNames returns the names of queue's durable batches, by their
+// owners' ids, as their entries in the queue's list say (an entry that does
+// not decode is left out). An HKEYS and an HMGET.
+func (a *Admin) DurableNames(ctx context.Context, queue string) (map[string]string, error) {
+	if err := keys.CheckQueue(queue); err != nil {
+		return nil, err
+	}
+	k := keys.Durables(a.prefix, queue)
+	owners, err := a.c.HKeys(ctx, k).Result()
+	if err != nil {
+		return nil, wrap("durable batches", nil, "HKEYS", err)
+	}
+	out := make(map[string]string, len(owners))
+	if len(owners) == 0 {
+		return out, nil
+	}
+	vs, err := a.c.HMGet(ctx, k, owners...).Result()
+	if err != nil {
+		return nil, wrap("durable batches", nil, "HMGET", err)
+	}
+	for i, v := range vs {
+		if s, ok := v.(string); ok {
+			if e, err := wire.DecodeDurable(s); err == nil && e.Name != "" {
+				out[owners[i]] = e.Name
+			}
+		}
+	}
+	return out, nil
+}
+
+// taskCounts returns how many tasks durable batch owner o submitted and
+// how many are outstanding, over the queue's shards: one pipeline of an
+// HGET and an HLEN a shard.
+func (a *Admin) taskCounts(ctx context.Context, shards []string, o string) (submitted, outstanding int64, err error) {
+	counts := make([]*redis.StringCmd, len(shards))
+	sizes := make([]*redis.IntCmd, len(shards))
+	_, err = a.c.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for i, sh := range shards {
+			k := keys.Tasks(a.prefix, sh, o)
+			counts[i], sizes[i] = p.HGet(ctx, k, "_"), p.HLen(ctx, k)
+		}
+		return nil
+	})
+	if err != nil && !errors.Is(err, redis.Nil) {
+		return 0, 0, wrap("cancel a durable batch", nil, "HGET or HLEN", err)
+	}
+	for i := range shards {
+		n, _ := strconv.ParseInt(counts[i].Val(), 10, 64)
+		submitted += n
+		outstanding += max(sizes[i].Val()-2, 0) // "_" and "_e" are no tasks
+	}
+	return submitted, outstanding, nil
 }
 
 // withdrawTasks deletes the tasks of task set k, keeping its count and

@@ -3,6 +3,7 @@ package rdb
 import (
 	"context"
 	"errors"
+	"fmt"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -124,6 +125,63 @@ func (r *RDB) DropPartitions(ctx context.Context, sh *wire.Shuffle, ps []int) er
 		return nil
 	})
 	return err
+}
+
+// RecordShuffle writes where durable job sh's partitions are, for an
+// operator's cancel of the job by its name (Admin.DropShuffle), living
+// sh.TTL. One SET.
+func (r *RDB) RecordShuffle(ctx context.Context, sh *wire.Shuffle) error {
+	rec := *sh
+	rec.Phase = wire.PhaseMap // what it starts with; any phase would do
+	enc, err := wire.EncodeShuffle(&rec)
+	if err != nil {
+		return err
+	}
+	if err := r.c.Set(ctx, keys.ShuffleJob(r.prefix, r.queue, sh.Job), enc, time.Duration(sh.TTL)*time.Millisecond).Err(); err != nil {
+		return wrap("record a shuffle", nil, "SET", err)
+	}
+	return nil
+}
+
+// DropShuffle deletes the partitions of durable map/reduce by key job of
+// queue, and the record that says where they are (RecordShuffle); it
+// returns how many keys it deleted. A job with no record (none, or it
+// expired) deletes nothing. A GET, then UNLINKs in pipelines of 1,000
+// keys (on a Cluster, one per master each).
+func (a *Admin) DropShuffle(ctx context.Context, queue, job string) (int64, error) {
+	k := keys.ShuffleJob(a.prefix, queue, job)
+	b, err := a.c.Get(ctx, k).Bytes()
+	if errors.Is(err, redis.Nil) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, wrap("drop a shuffle's partitions", nil, "GET", err)
+	}
+	sh, err := wire.DecodeShuffle(b)
+	if err != nil || sh.Job != job {
+		// Not a record of ours: nothing of it can be trusted to name keys.
+		return 0, fmt.Errorf("drop a shuffle's partitions: %s does not hold a job's record (%v): left alone", k, err)
+	}
+	var n int64
+	const batch = 500 // partitions, two keys each
+	for from := 0; from < sh.Parts; from += batch {
+		cmds, err := a.c.Pipelined(ctx, func(p redis.Pipeliner) error {
+			for i := from; i < min(from+batch, sh.Parts); i++ {
+				p.Unlink(ctx, keys.Partition(a.prefix, queue, job, i, sh.Salt(i)), keys.PartitionOut(a.prefix, queue, job, i, sh.Salt(i)))
+			}
+			return nil
+		})
+		if err != nil {
+			return n, wrap("drop a shuffle's partitions", nil, "UNLINK", err)
+		}
+		for _, c := range cmds {
+			n += c.(*redis.IntCmd).Val()
+		}
+	}
+	if err := a.c.Unlink(ctx, k).Err(); err != nil {
+		return n, wrap("drop a shuffle's partitions", nil, "UNLINK", err)
+	}
+	return n, nil
 }
 
 // RenewPartitions sets the TTL of partitions ps of sh again (sh.TTL), so

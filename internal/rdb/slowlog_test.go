@@ -189,7 +189,7 @@ func TestScriptsStayShort(t *testing.T) {
 	owner := id.Durable("big")
 	submitMany(t, r2, owner, many)
 	reset()
-	if s, err := a.CancelOwner(ctx, q, owner, "too big"); err != nil || s != "cancelled" {
+	if s, err := a.CancelOwner(ctx, q, owner, "too big", false); err != nil || s != "cancelled" {
 		t.Fatalf("CancelOwner: %q, %v", s, err)
 	}
 	got := read()

@@ -1,0 +1,172 @@
+package manager_test
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redmap/redmap"
+	"github.com/redmap/redmap/inspect"
+	"github.com/redmap/redmap/internal/id"
+	"github.com/redmap/redmap/internal/keys"
+	"github.com/redmap/redmap/internal/redistest"
+	"github.com/redmap/redmap/manager"
+	"github.com/redmap/redmap/worker"
+)
+
+// An operator cancels a durable batch right after its holder, a manager
+// process, was SIGKILLed: its claim still lives, so the holder is asked,
+// and no one will read the ask. The cancel reaches the workers anyway:
+// they run nothing more of it (a worker process counts its runs), the call
+// that takes it over fails every element with ErrCancelled, and the history
+// records it cancelled.
+func TestCancelReachesWorkersWhenHolderKilled(t *testing.T) {
+	b := setup(t)
+	dir := t.TempDir()
+	w := startChild(t, "worker", childEnv(b, "REDMAP_CONCURRENCY=8", "REDMAP_RUNS_FILE="+filepath.Join(dir, "runs"))...)
+	w.Expect(t, "worker ")
+	const n = 100_000
+	holder := startChild(t, "manager-durable", "REDMAP_URL="+b.URL, "REDMAP_QUEUE="+b.Queue, "REDMAP_N="+strconv.Itoa(n), "REDMAP_DURABLE=killed")
+	holder.Expect(t, "results "+strconv.Itoa(n/10))
+	holder.Kill()
+	<-holder.Exited()
+
+	in, err := inspect.New(b.Client, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := testCtx(t)
+	jc, err := in.CancelJob(ctx, b.Queue, "killed", false)
+	if err != nil || jc.Batches["killed"] != "asked" {
+		t.Fatalf("the cancel: %+v, %v; want its dead holder asked (its claim lives)", jc, err)
+	}
+	redistest.Eventually(t, "nothing of the batch queued or running", func() bool {
+		q, err := in.Queued(ctx, b.Queue)
+		if err != nil || q != 0 {
+			return false
+		}
+		ws, err := in.Workers(ctx, b.Queue, time.Now())
+		return err == nil && len(ws) == 1 && ws[0].State == "idle"
+	})
+	if err := w.Stop(t); err != nil {
+		t.Fatalf("the worker exited with %v", err)
+	}
+	data, err := os.ReadFile(filepath.Join(dir, "runs"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ran := 0
+	for _, line := range strings.Split(strings.TrimSpace(string(data)), "\n") {
+		var x, k int
+		if _, err := fmt.Sscan(line, &x, &k); err != nil {
+			t.Fatalf("runs file line %q: %v", line, err)
+		}
+		if k != 1 {
+			t.Fatalf("element %d ran %d times", x, k)
+		}
+		ran += k
+	}
+	t.Logf("%d of %d elements ran: %d before the kill, the rest in flight at the cancel", ran, n, n/10)
+	if ran >= n/2 {
+		t.Fatalf("%d of %d elements ran after a cancel at %d; want the workers to stop running it", ran, n, n/10)
+	}
+
+	m := b.Manager(t, manager.Options{})
+	_, err = manager.Map(ctx, m, countedSquare, span(n), manager.Durable("killed"), manager.DurableWait(time.Minute))
+	var be *redmap.BatchError
+	if !errors.As(err, &be) || len(be.Failed) != n || !errors.Is(be.Failed[0].Err, redmap.ErrCancelled) {
+		t.Fatalf("the call that takes the cancelled batch over: %v; want its %d elements failed with ErrCancelled", err, n)
+	}
+	h, _, err := in.History(ctx, b.Queue, 1)
+	if err != nil || len(h) != 1 || h[0].Outcome != "cancelled" {
+		t.Fatalf("the history after the takeover: %+v, %v; want the batch cancelled", h, err)
+	}
+}
+
+// A durable batch none holds whose tasks have all ended is not cancelled:
+// its results wait for the call that takes it over, and the cancel says
+// so; with discard it is, and the takeover's elements fail with
+// ErrCancelled, recorded as cancelled.
+func TestCancelEndedDurableNeedsDiscard(t *testing.T) {
+	b := setup(t)
+	in, m1 := watched(t, b, manager.Options{})
+	xs := span(40)
+	if _, err := manager.Submit(testCtx(t), m1, durableSquare, xs, manager.Durable("finished")); err != nil {
+		t.Fatal(err)
+	}
+	redistest.Eventually(t, "the batch listed running", func() bool {
+		bt, ok := batchOf(t, in, b.Queue, "finished")
+		return ok && bt.Outcome == "running" && bt.Total == len(xs)
+	})
+	if err := m1.Close(); err != nil {
+		t.Fatal(err)
+	}
+	b.Worker(t, worker.Options{Concurrency: 2}, durableSquare)
+	redistest.Eventually(t, "the orphan's tasks all done", func() bool {
+		bt, ok := batchOf(t, in, b.Queue, "finished")
+		return ok && bt.Outcome == "done"
+	})
+	ctx := testCtx(t)
+	if did, err := in.CancelDurable(ctx, b.Queue, "finished"); err != nil || did != "ended" {
+		t.Fatalf("cancel of an ended batch: %q, %v; want ended, nothing done", did, err)
+	}
+	if jc, err := in.CancelJob(ctx, b.Queue, "finished", false); err != nil || jc.Batches["finished"] != "ended" {
+		t.Fatalf("CancelJob of an ended batch: %+v, %v; want ended, nothing done", jc, err)
+	}
+	if bt, ok := batchOf(t, in, b.Queue, "finished"); !ok || bt.Outcome != "done" {
+		t.Fatalf("after the refused cancel: %+v, %v; want the batch still done, its results waiting", bt, ok)
+	}
+	if jc, err := in.CancelJob(ctx, b.Queue, "finished", true); err != nil || jc.Batches["finished"] != "cancelled" {
+		t.Fatalf("CancelJob with discard: %+v, %v; want cancelled", jc, err)
+	}
+	m2 := b.Manager(t, manager.Options{})
+	_, err := manager.Map(ctx, m2, durableSquare, xs, manager.Durable("finished"))
+	var be *redmap.BatchError
+	if !errors.As(err, &be) || len(be.Failed) != len(xs) || !errors.Is(be.Failed[0].Err, redmap.ErrCancelled) {
+		t.Fatalf("the takeover of the discarded batch: %v; want every element failed with ErrCancelled", err)
+	}
+	h, _, err := in.History(ctx, b.Queue, 1)
+	if err != nil || len(h) != 1 || h[0].Outcome != "cancelled" {
+		t.Fatalf("the history: %+v, %v; want the takeover recorded cancelled", h, err)
+	}
+}
+
+// A durable map/reduce by key is cancelled by the name the user gave it:
+// every phase of it, and its partitions deleted.
+func TestCancelDurableShuffleByName(t *testing.T) {
+	b := setup(t)
+	w := startChild(t, "worker", childEnv(b, "REDMAP_CONCURRENCY=4")...)
+	w.Expect(t, "worker ")
+	holder := startChild(t, "manager-durable", "REDMAP_URL="+b.URL, "REDMAP_QUEUE="+b.Queue, "REDMAP_N=20000",
+		"REDMAP_DURABLE=wc", "REDMAP_MODE=shuffle")
+	holder.Expect(t, "submitted")
+	job := id.DurableJob("wc")
+	parts := func() []string { return b.Keys(t, "*{"+keys.Glob(b.Queue+keys.PartitionSep+job)+".*}:*") }
+	redistest.Eventually(t, "partials stored", func() bool { return len(parts()) > 0 })
+	holder.Kill()
+	<-holder.Exited()
+	in, err := inspect.New(b.Client, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := testCtx(t)
+	jc, err := in.CancelJob(ctx, b.Queue, "wc", false)
+	if err != nil || jc.Batches["wc/map"] == "" || jc.PartitionKeys == 0 {
+		t.Fatalf("cancel by the job's name: %+v, %v; want its map phase cancelled and its partitions deleted", jc, err)
+	}
+	redistest.Eventually(t, "the worker idle", func() bool {
+		ws, err := in.Workers(ctx, b.Queue, time.Now())
+		return err == nil && len(ws) == 1 && ws[0].State == "idle"
+	})
+	// A map task in flight at the cancel may store its partials after it:
+	// one key a partition (16) at most, which expire with the job.
+	if left := parts(); len(left) > 16 {
+		t.Fatalf("%d keys of the job's partitions left after the cancel (%d deleted): %q", len(left), jc.PartitionKeys, left)
+	}
+	t.Logf("the cancel: %+v", jc)
+}
