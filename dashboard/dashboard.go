@@ -9,7 +9,8 @@
 // program can mount one in its own server (see the example). The page polls
 // GET <mount>/api/state once a second; the JSON it gets is State.
 //
-// Actions (drain a worker, cancel a batch, purge a queue) are off unless
+// Actions (drain a worker, cancel a batch, pause, resume or purge a queue)
+// are off unless
 // Options.Actions is set, which needs Options.Token, the operator's secret:
 // an action is a POST that must carry it (X-Redmap-Token, or Authorization:
 // Bearer from a script),
@@ -143,6 +144,8 @@ func New(client redis.UniversalClient, opts Options) (*Dashboard, error) {
 	d.mux.HandleFunc("POST /api/drain", d.action(d.drain))
 	d.mux.HandleFunc("POST /api/cancel", d.action(d.cancel))
 	d.mux.HandleFunc("POST /api/purge", d.action(d.purge))
+	d.mux.HandleFunc("POST /api/pause", d.action(d.pause))
+	d.mux.HandleFunc("POST /api/resume", d.action(d.resume))
 	metrics := in.MetricsHandler(d.queueNames)
 	d.mux.HandleFunc("GET /metrics", func(w http.ResponseWriter, r *http.Request) {
 		if d.opts.Private && !d.authorized(r) {
@@ -527,6 +530,34 @@ func (d *Dashboard) cancel(ctx context.Context, req actionRequest) (string, erro
 		return "", err
 	}
 	return "cancelling batch " + req.Batch + " at its manager's next poll", nil
+}
+
+func (d *Dashboard) pause(ctx context.Context, req actionRequest) (string, error) {
+	if req.Queue == "" {
+		return "", errors.New("pause needs a queue")
+	}
+	did, err := d.in.Pause(ctx, req.Queue, "the dashboard")
+	if err != nil {
+		return "", err
+	}
+	if !did {
+		return "queue " + req.Queue + " was paused already", nil
+	}
+	return "paused queue " + req.Queue + ": its workers take nothing more until it is resumed", nil
+}
+
+func (d *Dashboard) resume(ctx context.Context, req actionRequest) (string, error) {
+	if req.Queue == "" {
+		return "", errors.New("resume needs a queue")
+	}
+	did, rung, err := d.in.Resume(ctx, req.Queue)
+	if err != nil {
+		return "", err
+	}
+	if !did {
+		return "queue " + req.Queue + " was not paused", nil
+	}
+	return fmt.Sprintf("resumed queue %s: %d idle worker(s) woken", req.Queue, rung), nil
 }
 
 func (d *Dashboard) purge(ctx context.Context, req actionRequest) (string, error) {

@@ -68,14 +68,23 @@ type Queue struct {
 	Rate   float64   `json:"rate"`
 	Series []float64 `json:"series"`
 	Bucket int       `json:"bucket_seconds"`
+	// Paused says since when an operator paused the queue (redmap pause):
+	// its workers take nothing until it is resumed. Nil if it runs.
+	Paused *Pause `json:"paused,omitempty"`
 }
 
-// Idle reports whether the queue has nothing to show but its name: no task
-// queued or running, no batch running, and no element ended within the
-// last 15 minutes (its Series is flat). The dashboard and redmap status
+// Pause is an operator's pause of a queue.
+type Pause struct {
+	Since time.Time `json:"since"` // zero if its mark does not say
+	By    string    `json:"by,omitempty"`
+}
+
+// Idle reports whether the queue has nothing to show but its name: not
+// paused, no task queued or running, no batch running, and no element
+// ended within the last 15 minutes (its Series is flat). The dashboard and redmap status
 // fold such queues into one line.
 func (q Queue) Idle() bool {
-	return q.Depth == 0 && q.Running == 0 && q.Batches == 0 && !slices.ContainsFunc(q.Series, func(v float64) bool { return v > 0 })
+	return q.Paused == nil && q.Depth == 0 && q.Running == 0 && q.Batches == 0 && !slices.ContainsFunc(q.Series, func(v float64) bool { return v > 0 })
 }
 
 // Busiest orders queues the busiest first: by depth, then tasks running,
@@ -489,6 +498,16 @@ func (i *Inspector) snapshot(ctx context.Context, queue string, now time.Time, h
 	if s.Queue.Depth, err = i.admin.Depth(ctx, queue); err != nil {
 		return s, err
 	}
+	p, err := i.admin.Paused(ctx, queue)
+	if err != nil {
+		return s, err
+	}
+	if p != nil {
+		s.Queue.Paused = &Pause{By: p.By}
+		if p.Since > 0 {
+			s.Queue.Paused.Since = time.UnixMilli(p.Since)
+		}
+	}
 	tp, err := i.admin.Throughput(ctx, queue, now, 15*time.Minute)
 	if err != nil {
 		return s, err
@@ -709,6 +728,21 @@ func (i *Inspector) CancelJob(ctx context.Context, queue, name string, discard b
 	}
 	out.PartitionKeys, err = i.admin.DropShuffle(ctx, queue, id.DurableJob(name))
 	return out, err
+}
+
+// Pause stops the taking of queue's tasks (redmap pause): its workers
+// finish what they hold and take nothing more, idle, until Resume; its
+// batches wait, and their managers say so. by says who paused it, for the
+// record. It reports whether the queue was running until now.
+func (i *Inspector) Pause(ctx context.Context, queue, by string) (bool, error) {
+	return i.admin.Pause(ctx, queue, by)
+}
+
+// Resume lets queue's workers take its tasks again (redmap resume), at
+// once. It reports whether the queue was paused, and how many idle workers
+// it woke.
+func (i *Inspector) Resume(ctx context.Context, queue string) (bool, int64, error) {
+	return i.admin.Resume(ctx, queue)
 }
 
 // Purge removes every task waiting in queue's public lists, all shards;

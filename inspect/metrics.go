@@ -30,6 +30,9 @@ type Metrics struct {
 	OldestWaiting   time.Duration `json:"oldest_waiting"`
 	// RunningTasks run on live workers, by their last heartbeats.
 	RunningTasks int64 `json:"running_tasks"`
+	// Paused: an operator paused the queue (redmap pause); its workers
+	// take nothing until it is resumed.
+	Paused bool `json:"paused"`
 	// Workers counts the queue's workers by state (see Worker.State),
 	// the stopped and dead ones of the last GoneFor included.
 	Workers map[string]int `json:"workers"`
@@ -70,6 +73,11 @@ func (i *Inspector) Metrics(ctx context.Context, queue string) (Metrics, error) 
 		return m, err
 	}
 	m.WaitingTasks, m.WaitingElements = b.Tasks, b.Elements
+	p, err := i.admin.Paused(ctx, queue)
+	if err != nil {
+		return m, err
+	}
+	m.Paused = p != nil
 	if !b.Oldest.IsZero() {
 		m.OldestWaiting = max(b.Now.Sub(b.Oldest), 0)
 	}
@@ -219,6 +227,7 @@ var (
 	descWaitingElements = queueDesc("redmap_queue_waiting_elements", "Elements of the tasks waiting in the queue's public lanes.")
 	descOldest          = queueDesc("redmap_queue_oldest_waiting_seconds", "How long ago the longest-waiting task was submitted, by the Redis clock; 0 if none waits.")
 	descRunningTasks    = queueDesc("redmap_queue_running_tasks", "Tasks running on live workers, by their last heartbeats.")
+	descPaused          = queueDesc("redmap_queue_paused", "1 while an operator has paused the queue (redmap pause): its workers take nothing; else 0.")
 	descWorkers         = queueDesc("redmap_queue_workers", "Workers by state (stopped and dead: of the last minutes).", "state")
 	descRunningBatches  = queueDesc("redmap_queue_running_batches", "Batches running: published by their managers, or durable and held by none.")
 	descDurable         = queueDesc("redmap_queue_durable_batches", "Durable batches by state.", "state")
@@ -240,7 +249,7 @@ func queueDesc(name, help string, labels ...string) *prometheus.Desc {
 // Describe describes the metrics.
 func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descUp, descWaitingTasks, descWaitingElements, descOldest, descRunningTasks,
-		descWorkers, descRunningBatches, descDurable, descBacklog, descEnded, descFailed,
+		descPaused, descWorkers, descRunningBatches, descDurable, descBacklog, descEnded, descFailed,
 		descLimitRate, descLimitConc, descLimitWaiting, descLimitRunning, descLimitRefused, descLimitRetryAfter} {
 		ch <- d
 	}
@@ -288,6 +297,7 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 		gauge(descWaitingElements, float64(m.WaitingElements))
 		gauge(descOldest, m.OldestWaiting.Seconds())
 		gauge(descRunningTasks, float64(m.RunningTasks))
+		gauge(descPaused, map[bool]float64{true: 1}[m.Paused])
 		for _, s := range sortedKeys(m.Workers) {
 			gauge(descWorkers, float64(m.Workers[s]), s)
 		}

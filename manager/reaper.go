@@ -19,6 +19,7 @@ import (
 type reaper struct {
 	reaperParams
 	*part.Runner
+	paused bool // the queue was paused at the last check (the Runner's goroutine's)
 }
 
 // reaperParams is what a reaper is built from.
@@ -81,6 +82,18 @@ func (r *reaper) checkServed(ctx context.Context) {
 		return err
 	}) {
 		return
+	}
+	switch paused := len(served) > 0 && served[0].Paused; {
+	case paused && !r.paused:
+		since := "a time its mark does not say"
+		if s := served[0].PausedSince; s > 0 {
+			since = time.UnixMilli(s).UTC().Format(time.RFC3339)
+		}
+		r.log.Warn("the queue is paused by an operator (redmap pause): its batches wait, their tasks queued, until redmap resume", "queue", r.queue, "since", since)
+		r.paused = true
+	case !paused && r.paused:
+		r.log.Info("the queue was resumed: its workers take its tasks again", "queue", r.queue)
+		r.paused = false
 	}
 	now := time.Now()
 	for _, b := range bs {

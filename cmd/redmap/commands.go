@@ -50,6 +50,12 @@ var commands = []command{
 		run: (*cli).cancel, flags: func(fs *flag.FlagSet, c *cli, _ *invocation) {
 			fs.BoolVar(&c.discard, "discard", false, "cancel it even if it has ended, dropping the results that wait for the call that takes it over")
 		}},
+	{name: "pause", operands: []string{"queue"}, help: "stop the taking of the queue's tasks: its workers finish what they hold and take nothing more; its batches wait, their managers warning, until resume",
+		run: oneOperand((*cli).pause), flags: func(fs *flag.FlagSet, c *cli, _ *invocation) {
+			fs.StringVar(&c.by, "by", "", "who pauses it, for the record status shows (default $USER)")
+		}},
+	{name: "resume", operands: []string{"queue"}, help: "let the queue's workers take its tasks again, at once",
+		run: oneOperand((*cli).resume)},
 	{name: "purge", operands: []string{"queue"}, help: "drop the queue's queued tasks; their batches fail with ErrLost", run: oneOperand((*cli).purge), flags: func(fs *flag.FlagSet, c *cli, _ *invocation) {
 		fs.BoolVar(&c.yes, "yes", false, "really purge (without it, purge only says what it would drop)")
 	}},

@@ -5,6 +5,7 @@
 //	redmap [flags] drain <worker>
 //	redmap [flags] purge <queue> -yes
 //	redmap [flags] cancel <queue> <name> [-discard]
+//	redmap [flags] pause|resume <queue>
 //	redmap [flags] limit <queue> [<function>] [-rate N/s] [-burst B] [-concurrency C] [-clear]
 //
 // redmap help lists the commands and their flags (made from the command
@@ -66,6 +67,7 @@ type cli struct {
 	yes   bool
 	// cancel: cancel an ended durable batch too, dropping its results
 	discard bool
+	by      string // pause: who pauses, for the record
 	all     bool   // batches: the history too
 	n       int    // how many rows of a history or of failure groups
 	batch   string // failures: list this batch's failed elements
@@ -442,9 +444,19 @@ func (c *cli) status(ctx context.Context) error {
 			folded[q.Name] = true
 			continue
 		}
-		rows = append(rows, []string{q.Name, strconv.FormatInt(q.Depth, 10), strconv.Itoa(q.Workers), strconv.FormatInt(q.Running, 10), strconv.Itoa(q.Batches)})
+		state := "running"
+		if q.Paused != nil {
+			state = "paused"
+			if !q.Paused.Since.IsZero() {
+				state += " " + q.Paused.Since.UTC().Format(time.RFC3339)
+			}
+			if q.Paused.By != "" {
+				state += " by " + q.Paused.By
+			}
+		}
+		rows = append(rows, []string{q.Name, strconv.FormatInt(q.Depth, 10), strconv.Itoa(q.Workers), strconv.FormatInt(q.Running, 10), strconv.Itoa(q.Batches), state})
 	}
-	c.table("QUEUE\tDEPTH\tWORKERS\tRUNNING\tBATCHES", rows)
+	c.table("QUEUE\tDEPTH\tWORKERS\tRUNNING\tBATCHES\tSTATE", rows)
 	live = slices.DeleteFunc(live, func(w inspect.Worker) bool {
 		if folded[w.Queue] && w.State == "idle" {
 			idleWorkers++
@@ -582,6 +594,50 @@ func (c *cli) purge(ctx context.Context, q string) error {
 		return c.emit(map[string]any{"queue": q, "purged": n, "dropped": dropped})
 	}
 	fmt.Fprintf(c.out, "dropped %d queued task id(s) from queue %s: %d task(s) failed in their batches, %d no manager wanted any more\n", dropped, q, n, dropped-n)
+	return nil
+}
+
+// pause stops the taking of queue q's tasks (Inspector.Pause).
+func (c *cli) pause(ctx context.Context, q string) error {
+	if err := c.mustQueue(ctx, q); err != nil {
+		return err
+	}
+	by := c.by
+	if by == "" {
+		by = os.Getenv("USER")
+	}
+	did, err := c.in.Pause(ctx, q, by)
+	if err != nil {
+		return err
+	}
+	if c.json {
+		return c.emit(map[string]any{"queue": q, "paused": true, "was_running": did})
+	}
+	if !did {
+		fmt.Fprintf(c.out, "queue %s was paused already\n", q)
+		return nil
+	}
+	fmt.Fprintf(c.out, "paused queue %s: its workers finish what they hold and take nothing more; its batches wait, their managers warn, until redmap resume %s\n", q, q)
+	return nil
+}
+
+// resume lets queue q's workers take its tasks again (Inspector.Resume).
+func (c *cli) resume(ctx context.Context, q string) error {
+	if err := c.mustQueue(ctx, q); err != nil {
+		return err
+	}
+	did, rung, err := c.in.Resume(ctx, q)
+	if err != nil {
+		return err
+	}
+	if c.json {
+		return c.emit(map[string]any{"queue": q, "paused": false, "was_paused": did, "woken": rung})
+	}
+	if !did {
+		fmt.Fprintf(c.out, "queue %s was not paused\n", q)
+		return nil
+	}
+	fmt.Fprintf(c.out, "resumed queue %s: %d idle worker(s) woken to take its tasks\n", q, rung)
 	return nil
 }
 

@@ -807,3 +807,45 @@ func TestCancelDurable(t *testing.T) {
 		t.Fatalf("after the cancel, batches -all lists %+v; want the one batch, cancelled", batches)
 	}
 }
+
+// `redmap pause` stops the taking of a queue's tasks, and status, backlog
+// -json and the dashboard's state say so; `redmap resume` undoes it. Each
+// says when it had nothing to do.
+func TestPauseResume(t *testing.T) {
+	e := harness.Setup(t)
+	srv, queue := e.Srv, e.Queue
+	e.Worker(t, worker.Options{}, redmap.Func("noop", func(_ context.Context, x int) (int, error) { return x, nil }))
+	redistest.Eventually(t, "the queue known", func() bool {
+		_, _, code := runCLI(t, srv, "backlog", "-queue", queue)
+		return code == 0
+	})
+	out, errs, code := runCLI(t, srv, "pause", queue, "-by", "ops")
+	if code != 0 || !strings.Contains(out, "paused queue "+queue) {
+		t.Fatalf("redmap pause: exit %d %q %q", code, out, errs)
+	}
+	if out, _, code := runCLI(t, srv, "pause", queue); code != 0 || !strings.Contains(out, "paused already") {
+		t.Fatalf("a second pause: exit %d %q", code, out)
+	}
+	out, _, code = runCLI(t, srv, "status")
+	if code != 0 || !strings.Contains(out, "STATE") || !strings.Contains(out, "by ops") {
+		t.Fatalf("redmap status of a paused queue (exit %d):\n%s", code, out)
+	}
+	var m []struct {
+		Paused bool `json:"paused"`
+	}
+	cliJSON(t, srv, &m, "backlog", "-json", "-queue", queue)
+	if len(m) != 1 || !m[0].Paused {
+		t.Fatal("backlog -json of a paused queue says it is not paused")
+	}
+	out, errs, code = runCLI(t, srv, "resume", queue)
+	if code != 0 || !strings.Contains(out, "resumed queue "+queue) {
+		t.Fatalf("redmap resume: exit %d %q %q", code, out, errs)
+	}
+	if out, _, code := runCLI(t, srv, "resume", queue); code != 0 || !strings.Contains(out, "was not paused") {
+		t.Fatalf("a second resume: exit %d %q", code, out)
+	}
+	cliJSON(t, srv, &m, "backlog", "-json", "-queue", queue)
+	if len(m) != 1 || m[0].Paused {
+		t.Fatal("backlog -json after the resume says the queue is paused")
+	}
+}

@@ -104,10 +104,13 @@ function renderQueues(s) {
     let purge = "";
     if (s.actions) {
       const armed = confirmPurge.queue === q.name && Date.now() < confirmPurge.until;
-      purge = `<button class="danger ${armed ? "confirm" : ""}" data-action="purge" data-queue="${esc(q.name)}">${armed ? "confirm purge" : "purge"}</button>`;
+      const toggle = q.paused ? "resume" : "pause";
+      purge = `<button data-action="${toggle}" data-queue="${esc(q.name)}">${toggle}</button>` +
+        `<button class="danger ${armed ? "confirm" : ""}" data-action="purge" data-queue="${esc(q.name)}">${armed ? "confirm purge" : "purge"}</button>`;
     }
+    const paused = q.paused ? `<span class="paused" title="paused${q.paused.by ? " by " + esc(q.paused.by) : ""}${q.paused.since && !q.paused.since.startsWith("0001") ? " since " + esc(q.paused.since) : ""}: its workers take nothing until it is resumed">paused</span>` : "";
     return `<div class="card" data-queue="${esc(q.name)}">
-      <h3><span>${esc(q.name)}</span>${purge}</h3>
+      <h3><span>${esc(q.name)}</span>${paused}${purge}</h3>
       <div class="nums"><span>depth <b data-field="depth">${num(q.depth)}</b></span>
         <span>workers <b data-field="workers">${q.workers}</b></span>
         <span>batches <b data-field="batches">${q.batches}</b></span>
@@ -299,6 +302,8 @@ document.addEventListener("click", (ev) => {
     const d = btn.dataset;
     if (d.action === "drain") act("api/drain", { queue: d.queue, worker: d.worker });
     if (d.action === "cancel") act("api/cancel", { queue: d.queue, manager: d.manager, batch: d.batch });
+    if (d.action === "pause") act("api/pause", { queue: d.queue });
+    if (d.action === "resume") act("api/resume", { queue: d.queue });
     if (d.action === "purge") {
       if (confirmPurge.queue === d.queue && Date.now() < confirmPurge.until) {
         confirmPurge = { queue: "", until: 0 };

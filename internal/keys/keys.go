@@ -227,6 +227,12 @@ func Cancelled(prefix, queue, owner string) string {
 	return Base(prefix, queue) + "m:" + owner + ":cancelled"
 }
 
+// Paused marks a shard of a queue paused by an operator (STRING: JSON
+// wire.Pause): while it exists, a take of the shard takes nothing and
+// leaves the worker idle (take.lua). redmap pause writes it on every shard
+// of the queue; redmap resume deletes them and rings the idle workers.
+func Paused(prefix, queue string) string { return Base(prefix, queue) + "paused" }
+
 // ShuffleJob says where the partitions of durable map/reduce by key job
 // (id.DurableJob) are (STRING: the job's wire.Shuffle, living its
 // DurableTTL), written as the job starts, so that an operator's cancel of

@@ -3,6 +3,7 @@ package rdb
 import (
 	"cmp"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
@@ -810,4 +811,74 @@ func (a *Admin) Ended(ctx context.Context, queue string) (outcomes, kinds map[st
 		}
 	}
 	return outcomes, kinds, nil
+}
+
+// Pause stops the taking of queue's tasks, on every shard, for an
+// operator (by says who, for the record): workers finish what they hold
+// and take nothing more until Resume. It reports whether the queue was
+// running until now. A script call a shard.
+func (a *Admin) Pause(ctx context.Context, queue, by string) (bool, error) {
+	shards, err := a.Shards(ctx, queue)
+	if err != nil {
+		return false, err
+	}
+	now, err := a.Now(ctx)
+	if err != nil {
+		return false, err
+	}
+	mark, err := json.Marshal(wire.Pause{Since: now, By: by})
+	if err != nil {
+		return false, err
+	}
+	paused := false
+	for _, sh := range shards {
+		v, err := pauseScript.run(ctx, a.c, []string{keys.Paused(a.prefix, sh), keys.Idle(a.prefix, sh)}, "pause", string(mark), keys.Base(a.prefix, sh), 0).Int64Slice()
+		if err != nil {
+			return paused, wrap("pause", pauseScript, "", err)
+		}
+		paused = paused || len(v) > 0 && v[0] == 1
+	}
+	return paused, nil
+}
+
+// Resume lets the workers of queue take its tasks again, on every shard,
+// and rings its idle workers. It reports whether the queue was paused, and
+// how many idle workers it rang. A script call a shard.
+func (a *Admin) Resume(ctx context.Context, queue string) (bool, int64, error) {
+	shards, err := a.Shards(ctx, queue)
+	if err != nil {
+		return false, 0, err
+	}
+	resumed, rung := false, int64(0)
+	for _, sh := range shards {
+		v, err := pauseScript.run(ctx, a.c, []string{keys.Paused(a.prefix, sh), keys.Idle(a.prefix, sh)}, "resume", "", keys.Base(a.prefix, sh), 0).Int64Slice()
+		if err != nil {
+			return resumed, rung, wrap("resume", pauseScript, "", err)
+		}
+		if len(v) == 2 {
+			resumed, rung = resumed || v[0] == 1, rung+v[1]
+		}
+	}
+	return resumed, rung, nil
+}
+
+// Paused returns queue's pause mark (on its first shard), or nil if it is
+// not paused. A mark that does not decode says the queue is paused, since
+// an unknown time. One GET.
+func (a *Admin) Paused(ctx context.Context, queue string) (*wire.Pause, error) {
+	if err := keys.CheckQueue(queue); err != nil {
+		return nil, err
+	}
+	s, err := a.c.Get(ctx, keys.Paused(a.prefix, queue)).Result()
+	if errors.Is(err, redis.Nil) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, wrap("paused", nil, "GET", err)
+	}
+	p, err := wire.DecodePause(s)
+	if err != nil {
+		return &wire.Pause{}, nil
+	}
+	return &p, nil
 }

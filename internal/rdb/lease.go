@@ -112,15 +112,22 @@ func (r *RDB) Served(ctx context.Context, calls []string) ([]wire.Serving, error
 	if err != nil {
 		return nil, wrap("served", servedScript, "", err)
 	}
-	if len(v) != 2*len(calls) {
+	if len(v) != 2*len(calls)+1 {
 		return nil, fmt.Errorf("served: script returned %d values for %d batches", len(v), len(calls))
+	}
+	mark, paused := v[len(v)-1].(string)
+	var since int64
+	if paused {
+		if p, err := wire.DecodePause(mark); err == nil {
+			since = p.Since
+		}
 	}
 	out := make([]wire.Serving, len(calls))
 	for i := range out {
 		code, _ := v[2*i].(int64)
 		detail, _ := v[2*i+1].(string)
 		name, sig, _ := strings.Cut(detail, "\t")
-		out[i] = wire.Serving{Code: int(code), Name: name, Signature: sig}
+		out[i] = wire.Serving{Code: int(code), Name: name, Signature: sig, Paused: paused, PausedSince: since}
 	}
 	return out, nil
 }

@@ -536,6 +536,8 @@ func parseTakeEnd(flags []any) (end wire.TakeEnd, err error) {
 			end.Suspect = true
 		case "room":
 			end.Room = true
+		case "paused":
+			end.Paused = true
 		case "shards", "wait":
 			var n int64
 			if i+1 < len(flags) {
@@ -841,11 +843,43 @@ func (r *RDB) publishShards(ctx context.Context, mode string, names []string) ([
 	for _, n := range names[:min(len(names), keys.MaxShards-1)] {
 		args = append(args, n)
 	}
-	got, err := shardsScript.run(ctx, r.c, []string{keys.ShardNames(r.prefix, r.queue)}, args...).StringSlice()
+	got, err := shardsScript.run(ctx, r.c, []string{keys.ShardNames(r.prefix, r.queue), keys.Paused(r.prefix, r.queue)}, args...).StringSlice()
 	if err != nil {
 		return nil, wrap("publish shards", shardsScript, "", err)
 	}
+	if n := len(got); n > 0 && strings.HasPrefix(got[n-1], pausedEntry) {
+		mark := strings.TrimPrefix(got[n-1], pausedEntry)
+		got = got[:n-1]
+		if err := r.followPause(ctx, got, mark); err != nil {
+			return nil, err
+		}
+	}
 	return got, nil
+}
+
+// pausedEntry starts the last entry of shards.lua's reply when an
+// operator paused the queue; the mark follows it.
+const pausedEntry = "\npaused\n"
+
+// followedPause is how long a shard's copy of a paused queue's mark lives
+// (pause.lua, follow): renewed every Poll while the queue stays paused, it
+// outlives a resume by that long at most.
+const followedPause = 10 * time.Second
+
+// followPause gives the queue's other shards, names, the pause mark of
+// shard 0 (pause.lua, follow): a shard a manager adds to a paused queue is
+// paused too. A script call a shard, only while the queue is paused.
+func (r *RDB) followPause(ctx context.Context, names []string, mark string) error {
+	for _, sh := range names {
+		if sh == r.queue {
+			continue
+		}
+		err := pauseScript.run(ctx, r.c, []string{keys.Paused(r.prefix, sh), keys.Idle(r.prefix, sh)}, "follow", mark, keys.Base(r.prefix, sh), followedPause.Milliseconds()).Err()
+		if err != nil {
+			return wrap("pause a new shard", pauseScript, "", err)
+		}
+	}
+	return nil
 }
 
 // ShardNames returns the queue's list of shard names (see AdoptShards).

@@ -32,6 +32,7 @@ var (
 	givebackScript  = load("giveback.lua")
 	unwantedScript  = load("unwanted.lua")
 	servedScript    = load("served.lua")
+	pauseScript     = load("pause.lua")
 	holdScript      = load("hold.lua")
 	releaseScript   = load("release.lua")
 	purgeScript     = load("purge.lua")

@@ -361,6 +361,15 @@ type DurableEntry struct {
 	Expires int64  `json:"expires_ms"` // Redis ms: past it, with no holder, the batch is gone
 }
 
+// Pause is an operator's pause of a queue (keys.Paused).
+type Pause struct {
+	Since int64  `json:"since_ms"`     // Redis ms
+	By    string `json:"by,omitempty"` // who paused it, as the operator said
+}
+
+// DecodePause reads a queue's pause mark.
+func DecodePause(s string) (Pause, error) { return decodeJSON[Pause](s, "pause mark") }
+
 // DecodeDurable reads an entry of the queue's list of durable batches.
 func DecodeDurable(s string) (DurableEntry, error) {
 	return decodeJSON[DurableEntry](s, "durable batch entry")

@@ -92,6 +92,9 @@ type TakeEnd struct {
 	// to start it (it takes none ahead); the worker takes again when one
 	// of its tasks ends. The take did not register it idle.
 	Room bool
+	// Paused: an operator paused the queue (redmap pause); the take took
+	// nothing, and Drained is set too.
+	Paused bool
 	// Wait, if not 0: a rate refused a task of a limited function; its
 	// next token is due in Wait. A drained worker waits on its bell that
 	// long at most.
@@ -148,6 +151,11 @@ type Serving struct {
 	Code      int
 	Name      string
 	Signature string
+	// Paused: an operator paused the queue (redmap pause), since the
+	// Redis ms it says (0 if its mark does not): its batches wait until it
+	// is resumed. The same in every Serving of one reply.
+	Paused      bool
+	PausedSince int64
 }
 
 // The codes of Serving.

@@ -11,6 +11,8 @@
 -- "<name>\t<the other signature>" if one registered the name with another
 -- signature, or 1 and "<name>" if none registered it at all. A workers set
 -- holding foreign data is read as empty (the heartbeats write it again).
+-- Last comes the shard's pause mark (keys.Paused: an operator paused the
+-- queue), or false if it runs.
 local base = ARGV[1]
 local workers = {} -- per live worker: its set of "<name>\t<signature>"
 local names = {}   -- name -> a signature some live worker registered it with
@@ -73,4 +75,5 @@ for i = 2, #ARGV do
   out[#out + 1] = code
   out[#out + 1] = detail
 end
+out[#out + 1] = redis.call('GET', base .. 'paused')
 return out

@@ -3,6 +3,7 @@
 -- shard names; workers serve every shard it names. It lives a week after
 -- the last manager that published to it.
 -- KEYS[1] the queue's list of shard names (in shard 0)
+-- KEYS[2] shard 0's pause mark (keys.Paused)
 -- ARGV[1] "adopt" or "add"   ARGV[2], ...: the manager's names, shard 1 first
 -- adopt (before a manager's first submit): the names are proposals; shard i
 -- takes the list's i-th name where it has one, and the list grows by the
@@ -10,7 +11,9 @@
 -- are appended (Redis may have lost it).
 -- A list holding foreign data is set aside (set_aside): managers name their
 -- shards again (a manager that adopted names keeps them).
--- Returns, for adopt, the names the manager is to use; for add, the list.
+-- Returns, for adopt, the names the manager is to use; for add, the list;
+-- then, if an operator paused the queue, "\npaused\n" and the mark, which
+-- the caller gives the other shards (pause.lua, follow).
 local list = KEYS[1]
 local out = {}
 if ARGV[1] == 'adopt' then
@@ -32,4 +35,8 @@ else
   out = redis.call('LRANGE', list, 0, -1)
 end
 redis.call('PEXPIRE', list, 604800000)
+local mark = redis.call('GET', KEYS[2])
+if mark then
+  out[#out + 1] = '\npaused\n' .. mark
+end
 return out

@@ -45,6 +45,8 @@
 -- (set_aside) and the take goes on; a manager's task set holding it wants
 -- nothing (its manager fails its batches); the lane counters for operators
 -- are never on the take's path (count_elements).
+-- A take of a shard an operator paused (keys.Paused) takes nothing; the
+-- worker joins the idle set and its flags say "drained" and "paused".
 -- A worker that is stopping leaves a "stop" token on its bell (RingStop): a
 -- take then takes nothing, as it may run pipelined after the wait that token
 -- ended.
@@ -447,6 +449,13 @@ if guarded('LPOS', KEYS[4], 'stop') then
 end
 if not guarded('ZSCORE', KEYS[5], wid) then
   redis.call('ZADD', KEYS[5], now() + tonumber(ARGV[4]), wid)
+end
+-- An operator paused the queue (redmap pause): nothing is taken, and the
+-- worker waits on its bell, idle, until a resume rings it.
+if redis.call('EXISTS', base .. 'paused') == 1 then
+  redis.call('DEL', KEYS[4])
+  guarded('SADD', KEYS[3], wid)
+  return {{'drained', 'paused'}}
 end
 -- suspect_first gives a worker that holds nothing the first suspect at the
 -- head of a lane it serves, alone, before any other task: a worker that was
