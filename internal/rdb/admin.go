@@ -348,8 +348,22 @@ func (a *Admin) CancelBatch(ctx context.Context, queue, mid, bid string) error {
 	if err := keys.CheckQueue(queue); err != nil {
 		return err
 	}
+	// A manager that no longer publishes would never read the ask: say so
+	// rather than ask. Its batches are recorded lost, and their tasks
+	// withdrawn, by the next look at the queue (lost.lua).
+	due, err := a.c.ZScore(ctx, keys.Managers(a.prefix, queue), mid).Result()
+	if err != nil && !errors.Is(err, redis.Nil) {
+		return fmt.Errorf("cancel: %w", err)
+	}
+	now, nerr := a.Now(ctx)
+	if nerr != nil {
+		return nerr
+	}
+	if errors.Is(err, redis.Nil) || int64(due) < now {
+		return fmt.Errorf("cancel: manager %s of queue %q no longer publishes its progress (stopped, killed or cut off): none would read the cancel; its batches are recorded \"manager lost\" and their tasks withdrawn when it is found lost", mid, queue)
+	}
 	key := keys.Cancels(a.prefix, queue, mid)
-	_, err := a.c.TxPipelined(ctx, func(p redis.Pipeliner) error {
+	_, err = a.c.TxPipelined(ctx, func(p redis.Pipeliner) error {
 		p.SAdd(ctx, key, bid)
 		p.PExpire(ctx, key, time.Minute)
 		return nil

@@ -86,6 +86,10 @@ func TestFailuresAndProgressRoundTrip(t *testing.T) {
 	if err := a.CancelBatch(ctx, f.queue, f.mid, "b1"); err != nil {
 		t.Fatal(err)
 	}
+	// One of a manager that does not publish (gone) is refused, saying why.
+	if err := a.CancelBatch(ctx, f.queue, "0123456789abcdef", "b1"); err == nil || !strings.Contains(err.Error(), "no longer publishes") {
+		t.Fatalf("cancel of a batch of a manager that does not publish: %v; want it refused", err)
+	}
 	for _, want := range [][]string{{"b1"}, nil} {
 		cancels, err := f.r.PublishBatches(ctx, f.mid, map[string]wire.BatchProgress{"b1": p}, time.Minute, time.Minute, 7)
 		if err != nil || !reflect.DeepEqual(cancels, want) && len(cancels)+len(want) > 0 {
