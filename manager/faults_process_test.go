@@ -133,6 +133,13 @@ func TestFaultWorkerStoppedPastLease(t *testing.T) {
 			// (Errorf, not Fatalf: this goroutine is not the test's.)
 			requeued := map[string]string{} // task id → its shard's name
 			eventuallyWithin(t, redistest.WaitLimit(t), "stopped worker reaped and its tasks taken by the other", func() bool {
+				// The attempts first, at every look: the reap, the other's
+				// take and its results may all come between two looks.
+				for _, name := range names {
+					for _, id := range b.Client.HKeys(ctx, keys.Attempts("redmap", name, m.ID())).Val() {
+						requeued[id] = name
+					}
+				}
 				live, _ := m.Workers(ctx)
 				if slices.Contains(live, ida) {
 					return false
@@ -140,9 +147,6 @@ func TestFaultWorkerStoppedPastLease(t *testing.T) {
 				for _, name := range names {
 					if b.Client.Exists(ctx, keys.Held("redmap", name, ida)).Val() != 0 {
 						return false
-					}
-					for _, id := range b.Client.HKeys(ctx, keys.Attempts("redmap", name, m.ID())).Val() {
-						requeued[id] = name
 					}
 				}
 				for id, name := range requeued {
