@@ -406,16 +406,19 @@ func (i *Inspector) durableStates(ctx context.Context, queue string, bs []Batch)
 			owners = append(owners, b.Manager)
 		}
 	}
-	held, outstanding, err := i.admin.DurableStates(ctx, queue, owners)
+	held, outstanding, cancelled, err := i.admin.DurableStates(ctx, queue, owners)
 	if err != nil {
 		return err
 	}
 	for j, b := range bs {
-		if b.Durable == "" || held[b.Manager] {
+		if b.Durable == "" || held[b.Manager] && !cancelled[b.Manager] {
 			continue
 		}
 		bs[j].Rate, bs[j].ETA = 0, 0
-		if n := outstanding[b.Manager]; n > 0 {
+		if cancelled[b.Manager] {
+			bs[j].Outcome = "cancelled"
+			bs[j].Waiting = "cancelled by an operator: its tasks are withdrawn; the call that takes it over fails its elements with ErrCancelled"
+		} else if n := outstanding[b.Manager]; n > 0 {
 			bs[j].Outcome = "orphaned"
 			bs[j].Waiting = fmt.Sprintf("no manager holds it; workers run its %d outstanding task(s) and keep their results; the same call takes it over", n)
 		} else {
@@ -654,7 +657,8 @@ func (i *Inspector) CancelBatch(ctx context.Context, queue, mid, bid string) err
 // end its call too, which it does at its next publish of progress (within
 // its Poll); the call that takes it over fails its elements with
 // redmap.ErrCancelled. It returns what it did: "asked" its holder (and
-// withdrew its tasks), "cancelled", "ended" (none holds it and every task
+// withdrew its tasks), "cancelled", "already" (it was cancelled before,
+// and none holds it), "ended" (none holds it and every task
 // has ended: its results wait for the call that takes it over, so nothing
 // is done; CancelJob with discard drops them), or "unknown" if Redis has
 // nothing of the batch.

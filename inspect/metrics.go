@@ -38,7 +38,7 @@ type Metrics struct {
 	Workers map[string]int `json:"workers"`
 	// RunningBatches are the batches whose managers publish progress (and
 	// the durable ones no manager holds); Durable counts the durable ones
-	// by state: running, orphaned or done.
+	// by state: running, orphaned, done or cancelled.
 	RunningBatches int            `json:"running_batches"`
 	Durable        map[string]int `json:"durable"`
 	// Backlog is every element of the running batches without a result:
@@ -59,7 +59,7 @@ type Metrics struct {
 var WorkerStates = []string{"running", "alone", "idle", "late", "draining", "stopped", "dead"}
 
 // DurableStates are the states Metrics.Durable always reports.
-var DurableStates = []string{"running", "orphaned", "done"}
+var DurableStates = []string{"running", "orphaned", "done", "cancelled"}
 
 // Metrics reads queue's metrics. Its cost is bounded per queue, not per
 // task, and does not grow with the rest of the database: a script call per

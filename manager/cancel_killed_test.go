@@ -45,6 +45,9 @@ func TestCancelReachesWorkersWhenHolderKilled(t *testing.T) {
 	if err != nil || jc.Batches["killed"] != "asked" {
 		t.Fatalf("the cancel: %+v, %v; want its dead holder asked (its claim lives)", jc, err)
 	}
+	if bt, ok := batchOf(t, in, b.Queue, "killed"); ok && bt.Outcome != "cancelled" {
+		t.Fatalf("the cancelled batch listed %+v; want cancelled", bt)
+	}
 	redistest.Eventually(t, "nothing of the batch queued or running", func() bool {
 		q, err := in.Queued(ctx, b.Queue)
 		if err != nil || q != 0 {
@@ -124,6 +127,14 @@ func TestCancelEndedDurableNeedsDiscard(t *testing.T) {
 	if jc, err := in.CancelJob(ctx, b.Queue, "finished", true); err != nil || jc.Batches["finished"] != "cancelled" {
 		t.Fatalf("CancelJob with discard: %+v, %v; want cancelled", jc, err)
 	}
+	// Until a call takes it over, it is listed cancelled, and a second
+	// cancel says it was.
+	if bt, ok := batchOf(t, in, b.Queue, "finished"); ok && bt.Outcome != "cancelled" {
+		t.Fatalf("the cancelled batch listed %+v; want cancelled (or gone)", bt)
+	}
+	if did, err := in.CancelDurable(ctx, b.Queue, "finished"); err != nil || did != "already" {
+		t.Fatalf("a second cancel: %q, %v; want already", did, err)
+	}
 	m2 := b.Manager(t, manager.Options{})
 	_, err := manager.Map(ctx, m2, durableSquare, xs, manager.Durable("finished"))
 	var be *redmap.BatchError
@@ -165,8 +176,9 @@ func TestCancelDurableShuffleByName(t *testing.T) {
 	})
 	// A map task in flight at the cancel may store its partials after it:
 	// one key a partition (16) at most, which expire with the job.
-	if left := parts(); len(left) > 16 {
+	left := parts()
+	if len(left) > 16 {
 		t.Fatalf("%d keys of the job's partitions left after the cancel (%d deleted): %q", len(left), jc.PartitionKeys, left)
 	}
-	t.Logf("the cancel: %+v", jc)
+	t.Logf("the cancel: %+v; %d partition keys left once the worker was idle", jc, len(left))
 }

@@ -89,10 +89,10 @@ func (r *reaper) checkServed(ctx context.Context) {
 		if s := served[0].PausedSince; s > 0 {
 			since = time.UnixMilli(s).UTC().Format(time.RFC3339)
 		}
-		r.log.Warn("the queue is paused by an operator (redmap pause): its batches wait, their tasks queued, until redmap resume", "queue", r.queue, "since", since)
+		r.log.Warn("the queue is paused by an operator (redmap pause): its batches wait, their tasks queued, until redmap resume", "since", since)
 		r.paused = true
 	case !paused && r.paused:
-		r.log.Info("the queue was resumed: its workers take its tasks again", "queue", r.queue)
+		r.log.Info("the queue was resumed: its workers take its tasks again")
 		r.paused = false
 	}
 	now := time.Now()

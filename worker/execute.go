@@ -69,7 +69,7 @@ func (w *Worker) execute(ctx context.Context, t wire.Taken) (done wire.Done) {
 		}
 		stage = codec.KindPanic
 		if len(c.task.Shuffle) > 0 {
-			res.Values, res.Fails = w.shuffle(ctx, &c)
+			res.Values, res.Fails = w.shuffle(ctx, &c, t)
 		} else {
 			res.Values, res.Fails = c.h.Run(ctx, c.constant, c.task.Count, c.task.Input, c.policy, c.reducer)
 		}

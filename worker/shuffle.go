@@ -38,7 +38,7 @@ const defaultPage = 1 << 20
 
 // shuffle runs task c of a map/reduce by key and returns its output frame
 // and failures.
-func (w *Worker) shuffle(ctx context.Context, c *resolved) ([]byte, []codec.Failure) {
+func (w *Worker) shuffle(ctx context.Context, c *resolved, t wire.Taken) ([]byte, []codec.Failure) {
 	sh, err := wire.DecodeShuffle(c.task.Shuffle)
 	if err != nil {
 		return nil, whole1(codec.KindDecode, "task: %v", err)
@@ -53,7 +53,7 @@ func (w *Worker) shuffle(ctx context.Context, c *resolved) ([]byte, []codec.Fail
 		return nil, whole1(codec.KindError, "worker %s cannot reach the partitions of a map/reduce by key", w.opts.ID)
 	}
 	if sh.Phase == wire.PhaseMap {
-		return w.combine(ctx, c, s, sh)
+		return w.combine(ctx, c, s, sh, t)
 	}
 	return w.reduceParts(ctx, c, s, sh)
 }
@@ -61,10 +61,17 @@ func (w *Worker) shuffle(ctx context.Context, c *resolved) ([]byte, []codec.Fail
 // combine runs a map task: the emitter over its elements, their pairs
 // combined per key and cut into partitions, each stored under the task's
 // range of the call's elements.
-func (w *Worker) combine(ctx context.Context, c *resolved, s engine.Shuffler, sh *wire.Shuffle) ([]byte, []codec.Failure) {
+func (w *Worker) combine(ctx context.Context, c *resolved, s engine.Shuffler, sh *wire.Shuffle, t wire.Taken) ([]byte, []codec.Failure) {
 	partials, keys, fails := s.Combine(ctx, c.task.Count, c.task.Input, c.policy, c.reducer, sh.Parts)
 	if partials == nil {
 		return codec.NewOutputEncoder(0).Bytes(), fails
+	}
+	// A task withdrawn while it ran (its job cancelled, its partitions
+	// deleted) stores nothing: its partials would outlive the job by its
+	// TTL. One call a map task; on an error it stores them, as before.
+	if gone, err := w.source.unwanted(ctx, map[int][]string{t.Shard: {t.ID}}); err == nil && len(gone) > 0 {
+		return codec.NewOutputEncoder(0).Bytes(), []codec.Failure{{Index: 0, Through: c.task.Count - 1, Kind: codec.KindError,
+			Msg: "the task was withdrawn while it ran: its partials are not stored"}}
 	}
 	start := sh.Base + c.task.Start
 	field := wire.Range(start, c.task.Count)

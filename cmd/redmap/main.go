@@ -662,9 +662,11 @@ func (c *cli) cancel(ctx context.Context, operand []string) error {
 	for _, n := range names {
 		switch jc.Batches[n] {
 		case "asked":
-			fmt.Fprintf(c.out, "cancelled durable batch %q of queue %s: its tasks are withdrawn; the manager holding it ends its call within its Poll\n", n, q)
+			fmt.Fprintf(c.out, "cancelled durable batch %q of queue %s: its tasks are withdrawn; the manager holding it, if still alive, ends its call within its Poll\n", n, q)
 		case "cancelled":
 			fmt.Fprintf(c.out, "cancelled durable batch %q of queue %s: its tasks are withdrawn, and the call that takes it over fails its elements with ErrCancelled\n", n, q)
+		case "already":
+			fmt.Fprintf(c.out, "durable batch %q of queue %s was cancelled already: the call that takes it over fails its elements with ErrCancelled\n", n, q)
 		case "ended":
 			ended++
 			fmt.Fprintf(c.out, "durable batch %q of queue %s has ended: its results wait in Redis for the call that takes it over (the same call, manager.Durable(%q))\n", n, q, n)
@@ -674,7 +676,7 @@ func (c *cli) cancel(ctx context.Context, operand []string) error {
 		fmt.Fprintf(c.out, "deleted %d key(s) of the partitions of map/reduce by key %q\n", jc.PartitionKeys, name)
 	}
 	if ended > 0 {
-		return fmt.Errorf("nothing cancelled: %q has ended, and cancelling would discard its results; run again with -discard to", name)
+		return fmt.Errorf("nothing cancelled: %q has ended, and cancelling would discard its results; run again with -discard to cancel it anyway, dropping its results", name)
 	}
 	return nil
 }

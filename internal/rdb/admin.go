@@ -378,7 +378,8 @@ func (a *Admin) CancelBatch(ctx context.Context, queue, mid, bid string) error {
 // cancel.lua): it marks the batch cancelled and withdraws its outstanding
 // tasks from every shard, whoever holds it; a manager holding it is asked
 // to end its call too (within its Poll). It returns "asked" (a manager
-// holds it), "cancelled", "ended" (none holds it and every task has ended:
+// holds it), "cancelled", "already" (cancelled before, none holds it),
+// "ended" (none holds it and every task has ended:
 // its results wait for the call that takes it over, and nothing is done
 // unless discard), or "unknown" if Redis has nothing of the batch. A
 // pipeline and one script call, then two commands per ScriptBudget tasks
@@ -507,22 +508,25 @@ func (a *Admin) withdrawTasks(ctx context.Context, k string) error {
 }
 
 // DurableStates returns, for each durable batch owner of queue among
-// owners, whether a manager holds it and how many of its tasks are
-// outstanding, in every shard's task set. One pipeline.
-func (a *Admin) DurableStates(ctx context.Context, queue string, owners []string) (held map[string]bool, outstanding map[string]int64, err error) {
-	held, outstanding = make(map[string]bool), make(map[string]int64)
+// owners, whether a manager holds it, how many of its tasks are
+// outstanding, in every shard's task set, and whether an operator
+// cancelled it (its mark, keys.Cancelled). One pipeline.
+func (a *Admin) DurableStates(ctx context.Context, queue string, owners []string) (held map[string]bool, outstanding map[string]int64, cancelled map[string]bool, err error) {
+	held, outstanding, cancelled = make(map[string]bool), make(map[string]int64), make(map[string]bool)
 	if len(owners) == 0 {
-		return held, outstanding, nil
+		return held, outstanding, cancelled, nil
 	}
 	shards, err := a.Shards(ctx, queue)
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
+	marks := make([]*redis.IntCmd, len(owners))
 	claims := make([]*redis.IntCmd, len(owners))
 	sizes := make([][]*redis.IntCmd, len(owners))
 	_, err = a.c.Pipelined(ctx, func(p redis.Pipeliner) error {
 		for i, o := range owners {
 			claims[i] = p.Exists(ctx, keys.Claim(a.prefix, queue, o))
+			marks[i] = p.Exists(ctx, keys.Cancelled(a.prefix, queue, o))
 			for _, sh := range shards {
 				sizes[i] = append(sizes[i], p.HLen(ctx, keys.Tasks(a.prefix, sh, o)))
 			}
@@ -530,15 +534,16 @@ func (a *Admin) DurableStates(ctx context.Context, queue string, owners []string
 		return nil
 	})
 	if err != nil {
-		return nil, nil, wrap("durable batches", nil, "EXISTS or HLEN", err)
+		return nil, nil, nil, wrap("durable batches", nil, "EXISTS or HLEN", err)
 	}
 	for i, o := range owners {
 		held[o] = claims[i].Val() == 1
+		cancelled[o] = marks[i].Val() == 1
 		for _, n := range sizes[i] {
 			outstanding[o] += max(n.Val()-2, 0) // "_" and "_e" are no tasks
 		}
 	}
-	return held, outstanding, nil
+	return held, outstanding, cancelled, nil
 }
 
 // Drain asks worker wid of queue to take no more tasks and exit when idle.

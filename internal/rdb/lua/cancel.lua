@@ -21,13 +21,17 @@
 -- discarded), else "0"
 -- A key holding foreign data is set aside (set_aside).
 -- Returns "asked" (a manager holds it: marked, and asked), "cancelled",
--- "ended" (none holds it and it has ended: nothing done), or "unknown"
--- (Redis has nothing of it).
+-- "already" (none holds it, and it was cancelled before), "ended" (none
+-- holds it and it has ended: nothing done), or "unknown" (Redis has
+-- nothing of it).
 local owner, id = ARGV[1], ARGV[1] .. ':1'
 local held = redis.call('EXISTS', KEYS[1]) == 1
 local entry = guarded('HGET', KEYS[6], owner)
 if not held and not entry and redis.call('EXISTS', KEYS[3]) == 0 then
   return 'unknown'
+end
+if not held and redis.call('EXISTS', KEYS[5]) == 1 then
+  return 'already'
 end
 if not held and ARGV[6] == '1' then
   return 'ended'
