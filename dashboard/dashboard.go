@@ -225,6 +225,13 @@ type State struct {
 	// last message cut to 512 bytes: GET api/failure gives one group whole.
 	Failures     []inspect.FailureGroup `json:"failures"`
 	FailuresLeft int                    `json:"failures_left,omitempty"`
+	// EndedLeft counts the ended batches beyond the EndedShown newest,
+	// GoneLeft the workers that stopped or died beyond the GoneShown
+	// newest: left out (redmap batches -all and redmap workers list them),
+	// so that a burst across 200 queues does not make every poll of the
+	// page hundreds of kilobytes.
+	EndedLeft int `json:"ended_left,omitempty"`
+	GoneLeft  int `json:"gone_left,omitempty"`
 	Limits       []inspect.Limit        `json:"limits"` // the functions' fleet-wide limits
 	// Unreadable says, for each queue whose records could not be read (a
 	// key of it holding another type, say), why; the others are shown.
@@ -355,6 +362,7 @@ func (d *Dashboard) State(ctx context.Context) (State, error) {
 		st.Failures = append(st.Failures, snap.Failures...)
 	}
 	order(&st)
+	trim(&st)
 	if len(st.Failures) > FailuresShown {
 		st.Failures, st.FailuresLeft = st.Failures[:FailuresShown], len(st.Failures)-FailuresShown
 	}
@@ -368,6 +376,52 @@ func (d *Dashboard) State(ctx context.Context) (State, error) {
 		}
 	}
 	return st, nil
+}
+
+// ChartsShown, EndedShown and GoneShown cap what State carries beyond
+// the busy queues' numbers: the 15-minute charts of the busiest queues
+// (the others' Series are left out: their cards show their numbers), the
+// newest ended batches, and the newest workers that stopped or died.
+const (
+	ChartsShown = 20
+	EndedShown  = 20
+	GoneShown   = 20
+)
+
+// trim applies ChartsShown, EndedShown and GoneShown to st, in its order.
+func trim(st *State) {
+	for j := range st.Queues {
+		if j >= ChartsShown {
+			st.Queues[j].Series = nil
+		}
+	}
+	ended := 0
+	st.Batches = slices.DeleteFunc(st.Batches, func(b inspect.Batch) bool {
+		if b.Ended.IsZero() {
+			return false
+		}
+		ended++
+		return ended > EndedShown
+	})
+	st.EndedLeft = max(ended-EndedShown, 0)
+	var gone []float64 // heartbeat ages: the newest are the smallest
+	for _, w := range st.Workers {
+		if !w.Live {
+			gone = append(gone, w.HeartbeatAge)
+		}
+	}
+	if len(gone) <= GoneShown {
+		return
+	}
+	slices.Sort(gone)
+	oldest := gone[GoneShown-1] // the newest GoneShown are kept (ties: all of them)
+	st.Workers = slices.DeleteFunc(st.Workers, func(w inspect.Worker) bool {
+		if !w.Live && w.HeartbeatAge > oldest {
+			st.GoneLeft++
+			return true
+		}
+		return false
+	})
 }
 
 // FailuresShown caps the failure groups State returns: each queue keeps

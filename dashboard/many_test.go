@@ -227,3 +227,59 @@ func TestDashboard200QueuesInBrowser(t *testing.T) {
 	waitFor(t, ctx, "one card, the filtered queue's, and no idle queue", fmt.Sprintf(`%s === %q && document.querySelector('details.idle') === null`,
 		cards, busy[2]))
 }
+
+// 170 queues that each ran a batch a moment ago, on a worker that then
+// stopped: none is idle (each ended a batch within 15 minutes), so each
+// has a card, and api/state still stays under 50 KB: charts for the
+// ChartsShown busiest, the EndedShown newest ended batches and the
+// GoneShown newest gone workers, the rest counted.
+func TestStateOfManyRecentQueues(t *testing.T) {
+	redistest.Slow(t) // 170 workers started and stopped
+	srv := redistest.Start(t)
+	ctx := context.Background()
+	const n = 170
+	var first *harness.Env
+	for j := range n {
+		e := harness.On(t, srv)
+		e.Queue = fmt.Sprintf("recent-%03d", j)
+		if first == nil {
+			first = e
+		}
+		_, stop, ran := e.StartWorker(t, worker.Options{Concurrency: 1}, slow)
+		m := e.Manager(t, manager.Options{Logger: slog.New(slog.DiscardHandler)})
+		if _, err := manager.Map(ctx, m, slow, ints(3)); err != nil {
+			t.Fatal(err)
+		}
+		stop()
+		if err := <-ran; err != nil {
+			t.Fatal(err)
+		}
+	}
+	d, err := dashboard.New(first.Client, dashboard.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	web := httptest.NewServer(d)
+	defer web.Close()
+	body := rawState(t, web.URL)
+	var st dashboard.State
+	if err := json.Unmarshal(body, &st); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("api/state with %d recent queues: %d bytes; %d cards, %d ended batches shown (%d more), %d workers shown (%d more)",
+		n, len(body), len(st.Queues), len(st.Batches), st.EndedLeft, len(st.Workers), st.GoneLeft)
+	if len(body) > 50<<10 {
+		t.Errorf("api/state is %d bytes with %d recently busy queues; want at most 50 KB", len(body), n)
+	}
+	charts := 0
+	for _, q := range st.Queues {
+		if q.Series != nil {
+			charts++
+		}
+	}
+	if len(st.Queues) != n || charts != dashboard.ChartsShown || len(st.Batches) != dashboard.EndedShown || st.EndedLeft != n-dashboard.EndedShown ||
+		len(st.Workers) < dashboard.GoneShown || len(st.Workers)+st.GoneLeft != n {
+		t.Errorf("%d cards (%d charts), %d batches (+%d), %d workers (+%d); want %d cards, %d charts, %d batches (+%d), the %d newest gone workers of %d",
+			len(st.Queues), charts, len(st.Batches), st.EndedLeft, len(st.Workers), st.GoneLeft, n, dashboard.ChartsShown, dashboard.EndedShown, n-dashboard.EndedShown, dashboard.GoneShown, n)
+	}
+}

@@ -115,7 +115,7 @@ function renderQueues(s) {
         <span>workers <b data-field="workers">${q.workers}</b></span>
         <span>batches <b data-field="batches">${q.batches}</b></span>
         <span title="elements ended a second over the last minute (since its first, for a queue younger than that)"><b data-field="rate">${rate(q.rate)}</b>/s over 1 min</span></div>
-      ${chart(q.series)}${limits(s, q.name)}</div>`;
+      ${q.series ? chart(q.series) : ""}${limits(s, q.name)}</div>`;
   }).join("");
 }
 
@@ -162,8 +162,9 @@ function renderBatches(s) {
   const ended = s.batches.filter((b) => b.ended);
   const older = ended.slice(endedShown);
   const folded = new Set(older);
+  const left = s.ended_left ? `<div class="muted">${num(s.ended_left)} older ended batch${s.ended_left > 1 ? "es" : ""} not shown: <code>redmap batches -all</code> lists them</div>` : "";
   $("batches").innerHTML = s.batches.filter((b) => !folded.has(b)).map(card).join("") +
-    (older.length ? `<details class="older"${olderOpen ? " open" : ""}><summary>${older.length} more ended batch${older.length > 1 ? "es" : ""}</summary>${older.map(card).join("")}</details>` : "");
+    (older.length ? `<details class="older"${olderOpen ? " open" : ""}><summary>${older.length} more ended batch${older.length > 1 ? "es" : ""}</summary>${older.map(card).join("")}${left}</details>` : left);
 }
 
 function renderWorkers(s) {
@@ -181,7 +182,7 @@ function renderWorkers(s) {
       <td><span class="slots"><span data-width="${pct}"></span></span>${w.running}/${w.concurrency}</td>
       <td>${num(w.held)}</td><td>${num(w.taken)}</td><td>${num(w.delivered)}</td><td>${num(w.failed)}</td>
       <td class="wrap">${esc(w.functions.join(", "))}</td><td title="constant cache: hits, bytes fetched">${num(w.cache_hits)} · ${bytes(w.cache_bytes)}</td>${drain}</tr>`;
-  }).join("");
+  }).join("") + (s.gone_left ? `<tr><td colspan="13" class="muted">${num(s.gone_left)} more worker${s.gone_left > 1 ? "s" : ""} stopped or died lately, not shown: <code>redmap workers</code> lists them</td></tr>` : "");
 }
 
 function renderFailures(s) {
