@@ -62,7 +62,9 @@ func (m *maintainer) tick(ctx context.Context) error {
 	ok = m.cancelUnwanted(ctx) && ok
 	ok = m.recordFailures(ctx) && ok
 	if ok {
-		m.problem.set("")
+		if was := m.problem.set(""); was != "" {
+			m.log.Info("Redis answers the worker's calls again", "after", was)
+		}
 	}
 	return nil
 }

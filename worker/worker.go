@@ -11,6 +11,7 @@ import (
 	"maps"
 	"os"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -86,10 +87,13 @@ type problem struct {
 	text string
 }
 
-func (p *problem) set(text string) {
+// set records text as the worker's problem ("" for none), and returns the
+// one it replaces.
+func (p *problem) set(text string) (was string) {
 	p.mu.Lock()
-	p.text = text
+	was, p.text = p.text, text
 	p.mu.Unlock()
+	return was
 }
 
 func (p *problem) get() string {
@@ -433,7 +437,11 @@ func (w *Worker) failed(op string, err error) {
 	} else {
 		w.log.Warn("Redis call failed; retrying", "op", op, "err", err)
 	}
-	w.problem.set(op + ": " + err.Error())
+	msg := err.Error()
+	if !strings.HasPrefix(msg, op+": ") { // rdb's errors name their call already
+		msg = op + ": " + msg
+	}
+	w.problem.set(msg)
 }
 
 // serves returns what the worker registered, "<name>\t<signature>" each:
