@@ -182,3 +182,24 @@ func TestCancelDurableShuffleByName(t *testing.T) {
 	}
 	t.Logf("the cancel: %+v; %d partition keys left once the worker was idle", jc, len(left))
 }
+
+// A durable batch whose manager closes before its first Poll (its first
+// publish of progress) is listed all the same, orphaned, for operators.
+func TestDurableLeftBeforeFirstPollListed(t *testing.T) {
+	b := setup(t)
+	in, err := inspect.New(b.Client, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := b.Manager(t, manager.Options{Poll: time.Minute, NoWorkerTimeout: -1})
+	if _, err := manager.Submit(testCtx(t), m, durableSquare, span(30), manager.Durable("early")); err != nil {
+		t.Fatal(err)
+	}
+	if err := m.Close(); err != nil {
+		t.Fatal(err)
+	}
+	bt, ok := batchOf(t, in, b.Queue, "early")
+	if !ok || bt.Outcome != "orphaned" || bt.Total != 30 {
+		t.Fatalf("the durable batch left before its first Poll: %+v, listed %v; want it orphaned, of 30", bt, ok)
+	}
+}

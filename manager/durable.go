@@ -462,6 +462,14 @@ func (m *Manager) failed(err error) {
 // detach stops an owner, leaving its batch's keys in Redis, and releases
 // its claim: the batch waits there for the next call.
 func (m *Manager) detach(cause error) {
+	// Its progress, published once more: a batch left before its first
+	// Poll would be in no operator's list (redmap batches) until a call
+	// took it over.
+	if k, ok := m.background[0].(*keeper); ok && m.ctx.Err() == nil {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		k.publishBatches(ctx)
+		cancel()
+	}
 	if _, _, first := m.halt(cause); first {
 		m.unclaim()
 	}
