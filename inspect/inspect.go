@@ -605,25 +605,36 @@ func (i *Inspector) snapshots(ctx context.Context, queues []string, history bool
 }
 
 // recentRate returns elements per second over the last minute of the
-// counters tp (the last one is the current bucket, nowMs into it), or, for
-// a queue whose first counted element ended within that minute, since
-// then: a queue that began 5 s ago shows its rate, not a twelfth of it,
-// while a burst after a quiet spell counts over the whole minute.
+// counters tp (the last one is the current bucket, nowMs into it): the
+// current bucket so far, the whole ones before it, and of the bucket the
+// minute began in, the share of its count the minute covers, over exactly
+// 60 s. For a queue whose first counted element ended within that minute,
+// it is the rate since the start of that element's bucket: a queue that
+// began 5 s ago shows its rate, not a twelfth of it, while a burst after a
+// quiet spell counts over the whole minute.
 func recentRate(tp []int64, nowMs int64) float64 {
-	per := int(time.Minute / keys.ThroughputBucket)
 	bucketMs := keys.ThroughputBucket.Milliseconds()
+	per := int(time.Minute.Milliseconds() / bucketMs) // buckets a minute spans, the current one's share aside
 	first := slices.IndexFunc(tp, func(n int64) bool { return n > 0 })
 	if first < 0 {
 		return 0
 	}
-	from := max(first, len(tp)-per)
-	var sum int64
-	for _, n := range tp[from:] {
-		sum += n
+	cur := len(tp) - 1
+	into := nowMs%bucketMs + 1 // ms of the current bucket so far
+	if first > cur-per {       // a young queue: since its first bucket
+		var sum int64
+		for _, n := range tp[first:] {
+			sum += n
+		}
+		ms := int64(cur-first)*bucketMs + into
+		return float64(sum) / (float64(max(ms, 1000)) / 1000)
 	}
-	// Whole buckets before the current one, and the current one so far.
-	ms := int64(len(tp)-1-from)*bucketMs + nowMs%bucketMs + 1
-	return float64(sum) / (float64(max(ms, 1000)) / 1000)
+	sum := 0.0
+	for _, n := range tp[cur-per+1:] {
+		sum += float64(n)
+	}
+	sum += float64(tp[cur-per]) * float64(bucketMs-into) / float64(bucketMs)
+	return sum / time.Minute.Seconds()
 }
 
 // Drain asks worker wid of queue to take no more tasks, finish what it

@@ -27,4 +27,17 @@ func TestRecentRate(t *testing.T) {
 	if r := recentRate(tp, 4999); r != 1000 {
 		t.Fatalf("a burst after a quiet spell: %v, want 1000/s", r)
 	}
+	// Over exactly 60 s, whenever in its bucket the minute ends: 6,000
+	// elements 20 s ago, 1 s into the current bucket, are 100/s (the
+	// minute's first 11 whole buckets and the current second made 56 s:
+	// 107/s). The bucket the minute began in counts for its share.
+	clear(tp)
+	tp[0], tp[175] = 1, 6_000
+	if r := recentRate(tp, 999); r != 100 {
+		t.Fatalf("a burst 20 s ago, 1 s into the bucket: %v, want 100/s", r)
+	}
+	tp[167] = 600 // the bucket the minute began in: 4 of its 5 s are in it
+	if r := recentRate(tp, 999); r != 108 {
+		t.Fatalf("with 600 in the bucket the minute began in: %v, want 108/s", r)
+	}
 }
