@@ -314,12 +314,21 @@ func stateOf(r rdb.Registered, nowMs int64) (state string, since, age float64) {
 		return "draining", age, age
 	case nowMs-beat > 2*every:
 		return "late", secs(nowMs - beat - every), age
-	case in.Running == 0 && r.Held == 0:
-		return "idle", age, age
-	case in.Alone != "":
-		return "alone", age, age
 	}
-	return "running", age, age
+	// How long it has been idle, or running: by its own count up to its
+	// last heartbeat (BusyFor), and the heartbeat's age; an older build's
+	// says nothing, and its heartbeat's age stands.
+	since = age
+	if busy := in.Running > 0; in.BusyFor > 0 && busy == (in.Running > 0 || r.Held > 0) {
+		since = age + in.BusyFor.Seconds()
+	}
+	switch {
+	case in.Running == 0 && r.Held == 0:
+		return "idle", since, age
+	case in.Alone != "":
+		return "alone", since, age
+	}
+	return "running", since, age
 }
 
 // rank orders false before true.

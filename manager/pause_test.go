@@ -77,3 +77,23 @@ func TestPauseAndResume(t *testing.T) {
 		t.Fatalf("a second resume: %v, %v; want nothing done", resumed, err)
 	}
 }
+
+// An idle worker's state says for how long it has been idle, not how old
+// its last heartbeat is (redmap workers, FOR).
+func TestIdleWorkerSince(t *testing.T) {
+	b := setup(t)
+	b.Worker(t, worker.Options{Heartbeat: 100 * time.Millisecond}, square)
+	in, err := inspect.New(b.Client, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := testCtx(t)
+	redistest.Eventually(t, "the worker idle for over a second, its heartbeat fresh", func() bool {
+		ws, err := in.Workers(ctx, b.Queue, time.Now())
+		if err != nil || len(ws) != 1 {
+			return false
+		}
+		w := ws[0]
+		return w.State == "idle" && w.Since > 1 && w.HeartbeatAge < 0.5
+	})
+}

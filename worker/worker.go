@@ -55,6 +55,13 @@ type Worker struct {
 	limits   map[string]redmap.Limit    // registered name → the limit declared with its handle, if any
 	served   []string                   // what it registered, "<name>\t<signature>" each, set by Run
 	running  atomic.Bool
+	// busy is whether the worker ran tasks at its last published info,
+	// and since when (info: its state's age for operators).
+	busy struct {
+		mu    sync.Mutex
+		now   bool
+		since time.Time
+	}
 
 	held      *held
 	failures  failure.Log
@@ -416,7 +423,15 @@ func (w *Worker) info() wire.WorkerInfo {
 		state = "draining"
 	}
 	aloneTask, alone := w.counters.aloneNow()
+	now := time.Now()
+	w.busy.mu.Lock()
+	if busy := st.Running > 0; w.busy.since.IsZero() || busy != w.busy.now {
+		w.busy.now, w.busy.since = busy, now
+	}
+	busyFor := now.Sub(w.busy.since)
+	w.busy.mu.Unlock()
 	return wire.WorkerInfo{
+		BusyFor: busyFor,
 		Host: host, PID: os.Getpid(), Concurrency: w.opts.Concurrency, Lease: w.opts.Lease, Every: w.opts.Heartbeat,
 		Started: w.started, Heartbeat: time.Now(),
 		Running: st.Running, Taken: st.Taken, Delivered: st.Delivered, Failed: st.Failed,

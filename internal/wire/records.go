@@ -43,6 +43,10 @@ type WorkerInfo struct {
 	Alone       string        // the suspect it runs alone now, and why; "" if none
 	AloneTask   string        // that suspect's task id, "" if none: its batch shows it (id.Batch)
 	Version     string        // its program's build (buildinfo.Version)
+	// BusyFor is how long, by the worker's clock at Heartbeat, it has run
+	// tasks (Running > 0) or none, whichever it does now: how long an
+	// idle or running worker has been so (0 if unknown: an older build).
+	BusyFor time.Duration
 }
 
 // The fields of a worker's info hash that something other than
@@ -78,6 +82,7 @@ func EncodeWorkerInfo(i WorkerInfo) []any {
 		"alone", i.Alone,
 		"alone_task", i.AloneTask,
 		"version", i.Version,
+		"busy_for", i.BusyFor.Milliseconds(),
 	}
 }
 
@@ -117,6 +122,7 @@ func DecodeWorkerInfo(h map[string]string) (WorkerInfo, error) {
 		Alone:       h["alone"],
 		AloneTask:   h["alone_task"],
 		Version:     h["version"],
+		BusyFor:     time.Duration(num("busy_for")) * time.Millisecond,
 	}
 	if g := num("gone"); g > 0 {
 		i.Gone = time.UnixMilli(g)
