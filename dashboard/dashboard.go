@@ -230,9 +230,9 @@ type State struct {
 	// newest: left out (redmap batches -all and redmap workers list them),
 	// so that a burst across 200 queues does not make every poll of the
 	// page hundreds of kilobytes.
-	EndedLeft int `json:"ended_left,omitempty"`
-	GoneLeft  int `json:"gone_left,omitempty"`
-	Limits       []inspect.Limit        `json:"limits"` // the functions' fleet-wide limits
+	EndedLeft int             `json:"ended_left,omitempty"`
+	GoneLeft  int             `json:"gone_left,omitempty"`
+	Limits    []inspect.Limit `json:"limits"` // the functions' fleet-wide limits
 	// Unreadable says, for each queue whose records could not be read (a
 	// key of it holding another type, say), why; the others are shown.
 	Unreadable map[string]string `json:"unreadable,omitempty"`

@@ -431,13 +431,12 @@ func (w *Worker) info() wire.WorkerInfo {
 	busyFor := now.Sub(w.busy.since)
 	w.busy.mu.Unlock()
 	return wire.WorkerInfo{
-		BusyFor: busyFor,
 		Host: host, PID: os.Getpid(), Concurrency: w.opts.Concurrency, Lease: w.opts.Lease, Every: w.opts.Heartbeat,
 		Started: w.started, Heartbeat: time.Now(),
 		Running: st.Running, Taken: st.Taken, Delivered: st.Delivered, Failed: st.Failed,
 		Functions: w.names(), Serves: w.served, State: state, Error: w.problem.get(),
 		CacheHits: w.memo.Stats().Hits, CacheBytes: w.memo.Stats().BytesFetched,
-		Suspects: st.Suspects, Alone: alone, AloneTask: aloneTask, Version: w.version,
+		Suspects: st.Suspects, Alone: alone, AloneTask: aloneTask, Version: w.version, BusyFor: busyFor,
 	}
 }
 
