@@ -63,13 +63,14 @@ func mapSizing(fn string) sizing { return sizing{key: fn + "\x00map", target: ma
 // name, nanoseconds of work and encoded input bytes per element, smoothed.
 type costs struct {
 	mu    sync.Mutex
+	seen  map[string]int // tasks observed, by key (observe)
 	m     map[string]float64
 	bytes map[string]float64
 	out   map[string]float64 // encoded output bytes per element
 }
 
 func newCosts() *costs {
-	return &costs{m: make(map[string]float64), bytes: make(map[string]float64), out: make(map[string]float64)}
+	return &costs{seen: make(map[string]int), m: make(map[string]float64), bytes: make(map[string]float64), out: make(map[string]float64)}
 }
 
 // chunkSize returns how many elements to put in the next task of a batch
@@ -107,7 +108,25 @@ func (c *costs) known(s sizing) bool {
 
 // observe records that a task of fn (a sizing's key) ran count elements
 // in nanos.
+//
+// Of the first measureTasks tasks, the cheapest per element is kept: a
+// task's time only grows with what disturbs it (a cold start, a starved
+// core), and the first ones decide how the rest of a batch is cut.
 func (c *costs) observe(fn string, nanos int64, count int) {
+	if nanos <= 0 || count <= 0 || fn == "" {
+		return
+	}
+	c.mu.Lock()
+	n := c.seen[fn]
+	c.seen[fn]++
+	old, ok := c.m[fn]
+	c.mu.Unlock()
+	if ok && n < measureTasks {
+		c.mu.Lock()
+		c.m[fn] = min(old, float64(nanos)/float64(count))
+		c.mu.Unlock()
+		return
+	}
 	c.learn(c.m, fn, float64(nanos), count)
 }
 

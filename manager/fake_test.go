@@ -48,6 +48,7 @@ type fakeShard struct {
 
 	// queue-wide (shard 0)
 	served      map[string]bool
+	noWorker    bool // Served says no worker is live at all
 	published   []map[string]wire.BatchProgress
 	history     []wire.BatchRecord
 	failures    []wire.FailureGroup // the failure groups the manager counted on its side
@@ -340,6 +341,9 @@ func (f *fakeShard) Served(_ context.Context, calls []string) ([]wire.Serving, e
 	for i, c := range calls {
 		name, _, _ := strings.Cut(c, "\t")
 		out[i] = wire.Serving{Code: wire.Unregistered, Name: name}
+		if f.noWorker {
+			out[i].Code = wire.NoWorker
+		}
 		if f.served[name] {
 			out[i].Code = wire.ServedBy
 		}

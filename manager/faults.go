@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"strconv"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -32,6 +33,18 @@ type faults struct {
 	// the batch over (see rdb.Fence); nil for a manager.
 	durable string
 	lose    func(error)
+	// lastFull is when Redis last refused a call of this manager for want
+	// of memory (Unix ns; 0 if never): a batch whose workers fall silent
+	// then is failed as ErrRedisFull too (reaper), since their reports
+	// were refused as well.
+	lastFull atomic.Int64
+}
+
+// fullSince reports whether Redis refused a call of the manager for want
+// of memory at t or later.
+func (f *faults) fullSince(t time.Time) bool {
+	last := f.lastFull.Load()
+	return last != 0 && !time.Unix(0, last).Before(t)
 }
 
 // call makes one call to shard s's Redis, op saying what it does for the
@@ -95,6 +108,7 @@ func (f *faults) of(s *shard, op string, started time.Time, err error) error {
 		f.taskSetForeign(s, err)
 		return err
 	case rdb.OutOfMemory(err):
+		f.lastFull.Store(time.Now().UnixNano())
 		return fmt.Errorf("%w: %s: %w", redmap.ErrRedisFull, op, err)
 	case rdb.Slow(err) && f.answers(s, started, err):
 		s.outage.slow(started)

@@ -343,6 +343,48 @@ func TestReaperChecksServed(t *testing.T) {
 	}
 }
 
+// A batch no live worker serves while Redis refuses the manager's writes
+// for want of memory fails with ErrRedisFull as well as ErrNoWorker: its
+// workers' reports were refused too, so they left or look dead.
+func TestReaperNoWorkerWhileFull(t *testing.T) {
+	q := newFakeQueue(1)
+	q.shards[0].noWorker = true
+	m := q.manager(t, Options{Poll: 5 * time.Millisecond, NoWorkerTimeout: 50 * time.Millisecond})
+	// Redis refuses the manager's calls all along (as at maxmemory, where
+	// its renewals and reads are refused every Poll).
+	refusing, stopped := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(stopped)
+		for {
+			m.faults.lastFull.Store(time.Now().UnixNano())
+			select {
+			case <-refusing:
+				return
+			case <-time.After(time.Millisecond):
+			}
+		}
+	}()
+	b, err := Submit(unitCtx(t), m, square, count(2), ChunkSize(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = b.Wait(unitCtx(t))
+	close(refusing)
+	<-stopped
+	if !errors.Is(err, redmap.ErrNoWorker) || !errors.Is(err, redmap.ErrRedisFull) {
+		t.Fatalf("err = %v, want ErrNoWorker and ErrRedisFull", err)
+	}
+	// Without a refusal, no live worker is ErrNoWorker alone.
+	m.faults.lastFull.Store(0)
+	b, err = Submit(unitCtx(t), m, square, count(2), ChunkSize(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err = b.Wait(unitCtx(t)); !errors.Is(err, redmap.ErrNoWorker) || errors.Is(err, redmap.ErrRedisFull) {
+		t.Fatalf("err = %v, want ErrNoWorker alone", err)
+	}
+}
+
 // A served batch never waits: its elements end with their values.
 func TestReaperLeavesServedBatch(t *testing.T) {
 	q := newFakeQueue(1)

@@ -106,8 +106,13 @@ func (r *reaper) checkServed(ctx context.Context) {
 		if expired {
 			r.log.Error("failing a batch no live worker can run: "+why, "for", r.noWorkerTimeout)
 			cause := fmt.Errorf("%w: %s, for %v (manager.Options.NoWorkerTimeout)", redmap.ErrNoWorker, why, r.noWorkerTimeout)
-			if kind != nil {
+			switch {
+			case kind != nil:
 				cause = fmt.Errorf("%w: %w: %s, for %v (manager.Options.NoWorkerTimeout)", redmap.ErrNoWorker, kind, why, r.noWorkerTimeout)
+			case r.faults.fullSince(now.Add(-r.noWorkerTimeout)):
+				// Its workers' reports were refused too: they left, or
+				// look dead, for want of memory, not of workers.
+				cause = fmt.Errorf("%w: %w: %s, for %v, while Redis refused writes for want of memory (maxmemory): its workers could not report", redmap.ErrRedisFull, redmap.ErrNoWorker, why, r.noWorkerTimeout)
 			}
 			b.failWaiting(cause)
 		}
