@@ -79,7 +79,7 @@ func TestCancelReachesWorkersWhenHolderKilled(t *testing.T) {
 		t.Fatalf("%d of %d elements ran after a cancel at %d; want the workers to stop running it", ran, n, n/10)
 	}
 
-	m := b.Manager(t, manager.Options{})
+	m := b.Manager(t, manager.Options{Shards: 1}) // as the child's
 	_, err = manager.Map(ctx, m, countedSquare, span(n), manager.Durable("killed"), manager.DurableWait(time.Minute))
 	var be *redmap.BatchError
 	if !errors.As(err, &be) || len(be.Failed) != n || !errors.Is(be.Failed[0].Err, redmap.ErrCancelled) {

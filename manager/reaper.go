@@ -109,9 +109,11 @@ func (r *reaper) checkServed(ctx context.Context) {
 			switch {
 			case kind != nil:
 				cause = fmt.Errorf("%w: %w: %s, for %v (manager.Options.NoWorkerTimeout)", redmap.ErrNoWorker, kind, why, r.noWorkerTimeout)
-			case r.faults.fullSince(now.Add(-r.noWorkerTimeout)):
-				// Its workers' reports were refused too: they left, or
-				// look dead, for want of memory, not of workers.
+			case r.faults.fullSince(b.Progress().Started):
+				// Redis refused the manager's writes for want of memory
+				// while the batch ran: its workers' reports were refused
+				// too, so they left, or look dead, for want of memory,
+				// not of workers.
 				cause = fmt.Errorf("%w: %w: %s, for %v, while Redis refused writes for want of memory (maxmemory): its workers could not report", redmap.ErrRedisFull, redmap.ErrNoWorker, why, r.noWorkerTimeout)
 			}
 			b.failWaiting(cause)
