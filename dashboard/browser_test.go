@@ -281,7 +281,7 @@ func TestDashboardHistoryInBrowser(t *testing.T) {
 	child.Kill()
 	<-child.Exited()
 
-	base := startDashboard(t, e, nil) // only now: it saw none of these end
+	base := startDashboard(t, e, nil, "-queue", e.Queue) // only now: it saw none of these end; its queue alone, as the newest ended batches of the other tests' queues would fill State's EndedShown
 	if err := chromedp.Do(ctx, chromedp.Navigate(base+"/")); err != nil {
 		t.Fatal(err)
 	}
