@@ -25,6 +25,7 @@ import (
 // twice (its worker died), each partition keeps the pairs of one of its
 // runs.
 type Emitter[In any, K comparable, V any] struct {
+	rt    *engine.Runtime // what runs it on a worker, and folds it on a manager
 	name  string
 	sig   string
 	types []string
@@ -39,7 +40,7 @@ func Emit[In any, K comparable, V any](name string, fn func(ctx context.Context,
 	in, k, v := reflect.TypeFor[In](), reflect.TypeFor[K](), reflect.TypeFor[V]()
 	sig, types := signature(fmt.Sprintf("emit(%v) (%v, %v)", in, k, v), map[string]reflect.Type{"In": in, "K": k, "V": v})
 	e := &Emitter[In, K, V]{name: name, sig: sig, types: types, fn: fn, opts: options(opts)}
-	engine.Register(e, engine.Emit(name, sig, types, fn))
+	e.rt = engine.Emit(name, sig, types, fn)
 	return e
 }
 
@@ -90,6 +91,14 @@ func byIdentity(t reflect.Type) reflect.Type {
 	return nil
 }
 
-func (e *Emitter[In, K, V]) handle() {}
+// Runtime is the handle's side in redmap's engine, which the manager and
+// worker packages run it by; it seals AnyHandle, since no package outside
+// redmap can name its type. nil for a nil handle.
+func (e *Emitter[In, K, V]) Runtime() *engine.Runtime {
+	if e == nil {
+		return nil
+	}
+	return e.rt
+}
 
 var _ AnyHandle = (*Emitter[int, string, int])(nil)

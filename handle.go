@@ -25,6 +25,7 @@ import (
 // inputs of type In and decode outputs of type Out; the worker uses it to run
 // the function. Build one with Func, once, in a package both sides import.
 type Handle[In, Out any] struct {
+	rt    *engine.Runtime // what runs it on a worker, and folds it on a manager
 	name  string
 	sig   string
 	types []string // the structure of In and Out, one line per leaf
@@ -39,7 +40,7 @@ func Func[In, Out any](name string, fn func(context.Context, In) (Out, error), o
 	sig, types := signature(fmt.Sprintf("func(%v) %v", reflect.TypeFor[In](), reflect.TypeFor[Out]()),
 		map[string]reflect.Type{"In": reflect.TypeFor[In](), "Out": reflect.TypeFor[Out]()})
 	h := &Handle[In, Out]{name: name, sig: sig, types: types, fn: fn, opts: options(opts)}
-	engine.Register(h, engine.Map(name, sig, types, fn))
+	h.rt = engine.Map(name, sig, types, fn)
 	return h
 }
 
@@ -124,7 +125,15 @@ func untravelled(t reflect.Type, seen []reflect.Type) reflect.Type {
 	return nil
 }
 
-func (h *Handle[In, Out]) handle() {}
+// Runtime is the handle's side in redmap's engine, which the manager and
+// worker packages run it by; it seals AnyHandle, since no package outside
+// redmap can name its type. nil for a nil handle.
+func (h *Handle[In, Out]) Runtime() *engine.Runtime {
+	if h == nil {
+		return nil
+	}
+	return h.rt
+}
 
 // AnyHandle is any handle, *Handle or *HandleWith, as a worker registers it
 // (worker.Worker.Register, worker.Main). Only this package's handles implement
@@ -139,9 +148,11 @@ type AnyHandle interface {
 	// Limit returns the fleet-wide limit declared with the function (the
 	// zero Limit if none, and for a reducer).
 	Limit() Limit
-	// handle seals the interface: only this package's handles implement
-	// it, each registered with the engine when it is made.
-	handle()
+	// Runtime is the handle's side in redmap's engine, made with the
+	// handle: what the worker runs and the manager folds by. Its type is
+	// internal, which seals the interface: only this package's handles
+	// implement it.
+	Runtime() *engine.Runtime
 }
 
 var (

@@ -190,8 +190,7 @@ func TestPolicyRetriesAndTimeouts(t *testing.T) {
 
 // rt returns the worker's side of a handle.
 func rt(h redmap.AnyHandle) *engine.Runtime {
-	r, _ := engine.Lookup(h)
-	return r
+	return h.Runtime()
 }
 
 // Types that cannot travel through Redis are refused when the handle is

@@ -14,6 +14,7 @@ import (
 // manager stores the constant once in the object cache (manager.MapWith);
 // each worker process fetches and decodes it once. Build one with FuncWith.
 type HandleWith[C, In, Out any] struct {
+	rt    *engine.Runtime // what runs it on a worker, and folds it on a manager
 	name  string
 	sig   string
 	types []string
@@ -27,7 +28,7 @@ func FuncWith[C, In, Out any](name string, fn func(context.Context, C, In) (Out,
 	sig, types := signature(fmt.Sprintf("func(%v, %v) %v", reflect.TypeFor[C](), reflect.TypeFor[In](), reflect.TypeFor[Out]()),
 		map[string]reflect.Type{"C": reflect.TypeFor[C](), "In": reflect.TypeFor[In](), "Out": reflect.TypeFor[Out]()})
 	h := &HandleWith[C, In, Out]{name: name, sig: sig, types: types, fn: fn, opts: options(opts)}
-	engine.Register(h, engine.MapWith(name, sig, types, fn))
+	h.rt = engine.MapWith(name, sig, types, fn)
 	return h
 }
 
@@ -54,4 +55,12 @@ func (h *HandleWith[C, In, Out]) Validate() error {
 // Handle.Limit.
 func (h *HandleWith[C, In, Out]) Limit() Limit { return h.opts.limit }
 
-func (h *HandleWith[C, In, Out]) handle() {}
+// Runtime is the handle's side in redmap's engine, which the manager and
+// worker packages run it by; it seals AnyHandle, since no package outside
+// redmap can name its type. nil for a nil handle.
+func (h *HandleWith[C, In, Out]) Runtime() *engine.Runtime {
+	if h == nil {
+		return nil
+	}
+	return h.rt
+}

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/redmap/redmap/internal/engine"
+	"github.com/redmap/redmap/internal/failure"
 )
 
 // Limit is a fleet-wide limit on a function, for one that calls a service
@@ -127,7 +128,7 @@ func options(opts []Option) handleOptions {
 
 // ErrThrottled is the cause of an element whose function kept answering
 // RetryAfter past the batch's bound (manager.MaxRetryAfter).
-var ErrThrottled = errors.New("redmap: throttled past the batch's bound")
+var ErrThrottled = failure.ErrThrottled
 
 // RetryAfter marks err as a refusal by a rationed service that says when to
 // come back (an HTTP 429 or 503 with its Retry-After): returned by a

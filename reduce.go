@@ -21,6 +21,7 @@ import (
 // results arrive, so a reducer that is not commutative (concatenating
 // strings, say) gets an unspecified order, which may differ from run to run.
 type Reducer[T any] struct {
+	rt    *engine.Runtime // what runs it on a worker, and folds it on a manager
 	name  string
 	sig   string
 	types []string
@@ -34,7 +35,7 @@ func Reduce[T any](name string, fn func(ctx context.Context, a, b T) (T, error))
 	t := reflect.TypeFor[T]()
 	sig, types := signature(fmt.Sprintf("reduce(%v, %v) %v", t, t, t), map[string]reflect.Type{"T": t})
 	r := &Reducer[T]{name: name, sig: sig, types: types, fn: fn}
-	engine.Register(r, engine.Fold(name, sig, types, fn, ErrReduce))
+	r.rt = engine.Fold(name, sig, types, fn, ErrReduce)
 	return r
 }
 
@@ -53,7 +54,15 @@ func (r *Reducer[T]) Validate() error {
 	return validate(r.name, r.sig, r.fn == nil, reflect.TypeFor[T]())
 }
 
-func (r *Reducer[T]) handle() {}
+// Runtime is the handle's side in redmap's engine, which the manager and
+// worker packages run it by; it seals AnyHandle, since no package outside
+// redmap can name its type. nil for a nil handle.
+func (r *Reducer[T]) Runtime() *engine.Runtime {
+	if r == nil {
+		return nil
+	}
+	return r.rt
+}
 
 // Limit returns the zero Limit: a limit belongs to the function a batch
 // maps, not to its reducer.

@@ -4,6 +4,7 @@ import (
 	"go/ast"
 	"go/parser"
 	"go/token"
+	"io/fs"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -53,5 +54,44 @@ func TestErrorStyle(t *testing.T) {
 				return true
 			})
 		}
+	}
+}
+
+// The packages redmap is built on never import it: the error vocabulary
+// lives in internal/failure, which this package re-exports, and a handle
+// holds its runtime itself. Only the test helpers (internal/harness and the
+// typetest handles) may: they build managers and workers as users do.
+func TestNoArrowUp(t *testing.T) {
+	helpers := map[string]bool{"internal/harness": true, "internal/typetest": true}
+	checked := 0
+	for _, root := range []string{"internal", "cache", "codec"} {
+		err := filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
+			if err != nil {
+				return err
+			}
+			if d.IsDir() && helpers[filepath.ToSlash(path)] {
+				return filepath.SkipDir
+			}
+			if d.IsDir() || !strings.HasSuffix(path, ".go") || strings.HasSuffix(path, "_test.go") {
+				return nil
+			}
+			file, err := parser.ParseFile(token.NewFileSet(), path, nil, parser.ImportsOnly)
+			if err != nil {
+				return err
+			}
+			checked++
+			for _, imp := range file.Imports {
+				if p, _ := strconv.Unquote(imp.Path.Value); p == "github.com/redmap/redmap" {
+					t.Errorf("%s imports the root package %s", path, p)
+				}
+			}
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	if checked < 50 {
+		t.Fatalf("checked %d files, want the whole of internal/, cache/ and codec/", checked)
 	}
 }

@@ -11,8 +11,8 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/redmap/redmap"
 	"github.com/redmap/redmap/cache"
+	"github.com/redmap/redmap/internal/failure"
 	"github.com/redmap/redmap/internal/harness"
 	"github.com/redmap/redmap/internal/keys"
 	"github.com/redmap/redmap/internal/redistest"
@@ -81,7 +81,7 @@ func TestPutGetParts(t *testing.T) {
 	if ks := objectKeys(t, c, prefix); len(ks) != 0 {
 		t.Fatalf("keys left after the last release: %v", ks)
 	}
-	if _, err := s.Get(ctx, ref); !errors.Is(err, redmap.ErrConstantMissing) {
+	if _, err := s.Get(ctx, ref); !errors.Is(err, failure.ErrConstantMissing) {
 		t.Fatalf("get after delete: got %v, want ErrConstantMissing", err)
 	}
 }
@@ -202,17 +202,17 @@ func TestTamperedValue(t *testing.T) {
 	ref, _, _ := s.Put(ctx, v, "a", time.Minute)
 	// Same length, other bytes.
 	c.Set(ctx, keys.ObjectPart(prefix, ref.Hash, 1), bytes.Repeat([]byte{'x'}, 100), time.Minute)
-	if _, err := s.Get(ctx, ref); !errors.Is(err, redmap.ErrConstantCorrupt) {
+	if _, err := s.Get(ctx, ref); !errors.Is(err, failure.ErrConstantCorrupt) {
 		t.Fatalf("tampered part: got %v, want ErrConstantCorrupt", err)
 	}
 	// Another length.
 	c.Set(ctx, keys.ObjectPart(prefix, ref.Hash, 1), "short", time.Minute)
-	if _, err := s.Get(ctx, ref); !errors.Is(err, redmap.ErrConstantCorrupt) {
+	if _, err := s.Get(ctx, ref); !errors.Is(err, failure.ErrConstantCorrupt) {
 		t.Fatalf("truncated part: got %v, want ErrConstantCorrupt", err)
 	}
 	// A part gone.
 	c.Del(ctx, keys.ObjectPart(prefix, ref.Hash, 2))
-	if _, err := s.Get(ctx, ref); !errors.Is(err, redmap.ErrConstantMissing) {
+	if _, err := s.Get(ctx, ref); !errors.Is(err, failure.ErrConstantMissing) {
 		t.Fatalf("missing part: got %v, want ErrConstantMissing", err)
 	}
 }
@@ -233,11 +233,11 @@ func TestPartsLargerThanACall(t *testing.T) {
 		t.Fatalf("get: %d bytes of %d, %v", len(got), len(v), err)
 	}
 	c.Append(ctx, keys.ObjectPart(prefix, ref.Hash, 0), "more")
-	if _, err := s.Get(ctx, ref); !errors.Is(err, redmap.ErrConstantCorrupt) {
+	if _, err := s.Get(ctx, ref); !errors.Is(err, failure.ErrConstantCorrupt) {
 		t.Fatalf("a part too long: got %v, want ErrConstantCorrupt", err)
 	}
 	c.Del(ctx, keys.ObjectPart(prefix, ref.Hash, 1))
-	if _, err := s.Get(ctx, ref); !errors.Is(err, redmap.ErrConstantMissing) {
+	if _, err := s.Get(ctx, ref); !errors.Is(err, failure.ErrConstantMissing) {
 		t.Fatalf("a part gone: got %v, want ErrConstantMissing", err)
 	}
 }

@@ -25,7 +25,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/zeebo/blake3"
 
-	"github.com/redmap/redmap"
+	"github.com/redmap/redmap/internal/failure"
 	"github.com/redmap/redmap/internal/rdb"
 )
 
@@ -109,15 +109,15 @@ func (s *Store) Release(ctx context.Context, ref Ref, holder string) (bool, erro
 }
 
 // Get fetches ref's bytes and checks them against its hash: a value no
-// longer in Redis gives redmap.ErrConstantMissing, bytes that do not match
-// redmap.ErrConstantCorrupt. Parts are fetched pipelined, 8 per round trip.
+// longer in Redis gives failure.ErrConstantMissing, bytes that do not match
+// failure.ErrConstantCorrupt. Parts are fetched pipelined, 8 per round trip.
 func (s *Store) Get(ctx context.Context, ref Ref) ([]byte, error) {
 	parts, size, err := s.objs.Fetch(ctx, ref.Hash)
 	if errors.Is(err, rdb.ErrNoObject) {
-		return nil, fmt.Errorf("%w: %s", redmap.ErrConstantMissing, ref)
+		return nil, fmt.Errorf("%w: %s", failure.ErrConstantMissing, ref)
 	}
 	if errors.Is(err, rdb.ErrBadObject) {
-		return nil, fmt.Errorf("%w: %s: %v", redmap.ErrConstantCorrupt, ref, err)
+		return nil, fmt.Errorf("%w: %s: %v", failure.ErrConstantCorrupt, ref, err)
 	}
 	if err != nil {
 		return nil, err
@@ -127,14 +127,14 @@ func (s *Store) Get(ctx context.Context, ref Ref) ([]byte, error) {
 		got += int64(len(p))
 	}
 	if got != size || size != ref.Size {
-		return nil, fmt.Errorf("%w: %s: got %d bytes in %d parts", redmap.ErrConstantCorrupt, ref, got, len(parts))
+		return nil, fmt.Errorf("%w: %s: got %d bytes in %d parts", failure.ErrConstantCorrupt, ref, got, len(parts))
 	}
 	b := make([]byte, 0, size)
 	for _, p := range parts {
 		b = append(b, p...)
 	}
 	if Sum(b) != ref.Hash {
-		return nil, fmt.Errorf("%w: %s", redmap.ErrConstantCorrupt, ref)
+		return nil, fmt.Errorf("%w: %s", failure.ErrConstantCorrupt, ref)
 	}
 	return b, nil
 }

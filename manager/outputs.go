@@ -35,8 +35,7 @@ func folderOf[Out any](red *redmap.Reducer[Out]) engine.Folder[Out] {
 	if red == nil {
 		return nil
 	}
-	rt, _ := engine.Lookup(red)
-	f, _ := engine.FolderOf[Out](rt) // a Reducer[Out]'s runtime is one
+	f, _ := engine.FolderOf[Out](red.Runtime()) // a Reducer[Out]'s runtime is one
 	return f
 }
 

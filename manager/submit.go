@@ -12,7 +12,6 @@ import (
 	"github.com/redmap/redmap"
 	"github.com/redmap/redmap/cache"
 	"github.com/redmap/redmap/codec"
-	"github.com/redmap/redmap/internal/engine"
 	"github.com/redmap/redmap/internal/keys"
 	"github.com/redmap/redmap/internal/wire"
 )
@@ -140,8 +139,7 @@ func (m *Manager) releaseUnused(sp spec) {
 
 // types returns the structure of h's types that its signature fingerprints.
 func types(h redmap.AnyHandle) []string {
-	rt, _ := engine.Lookup(h)
-	return rt.Types()
+	return h.Runtime().Types()
 }
 
 // spec says what a batch runs: the function and, if it takes one, the

@@ -171,8 +171,7 @@ func (w *Worker) Register(hs ...redmap.AnyHandle) error {
 		seen[h.Name()] = true
 	}
 	for _, h := range hs {
-		rt, _ := engine.Lookup(h)
-		w.runtimes[h.Name()] = rt
+		w.runtimes[h.Name()] = h.Runtime()
 		w.perFunc.init(h.Name())
 		if l := h.Limit(); !l.IsZero() {
 			w.limits[h.Name()] = l

@@ -1,15 +1,14 @@
 // Package engine is the execution engine behind redmap's handles: what a
 // worker calls to run a task's elements (Run, Reduce) under a policy
-// (attempts, timeout, retries, the batch's seed), and the registry of each
-// handle's Runtime. Package redmap registers a Runtime for every handle it
-// makes (Register); a worker looks them up (Lookup). User code never needs
-// this package.
+// (attempts, timeout, retries, the batch's seed), and each handle's Runtime.
+// Package redmap makes a Runtime with every handle it makes, which holds it
+// (AnyHandle.Runtime); the manager and the worker reach it there. User code
+// never needs this package.
 package engine
 
 import (
 	"fmt"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/redmap/redmap/codec"
@@ -51,25 +50,6 @@ type Policy struct {
 // DefaultWaits is Policy.Waits for a task that does not say
 // (manager.DefaultMaxRetryAfter).
 const DefaultWaits = 10
-
-// registry holds the Runtime of every handle package redmap made: handle
-// (a *redmap.Handle, *redmap.HandleWith or *redmap.Reducer) → Runtime.
-// Handles are made once, at package level, and live as long as the program.
-var registry sync.Map
-
-// Register records rt as the runtime of handle. Package redmap calls it
-// when it makes a handle.
-func Register(handle any, rt *Runtime) { registry.Store(handle, rt) }
-
-// Lookup returns the runtime of handle, a handle package redmap made; false
-// for anything else.
-func Lookup(handle any) (*Runtime, bool) {
-	rt, ok := registry.Load(handle)
-	if !ok {
-		return nil, false
-	}
-	return rt.(*Runtime), true
-}
 
 // Difference describes the first difference between two handles' structures
 // (the lines of Runtime.Types): what one side has and the other lacks, or a

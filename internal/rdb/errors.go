@@ -10,7 +10,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/redmap/redmap"
+	"github.com/redmap/redmap/internal/failure"
 	"github.com/redmap/redmap/internal/keys"
 )
 
@@ -42,7 +42,7 @@ func (s *script) command(reply string) string {
 // Unreachable reports whether err means Redis could not be reached (a
 // refused, dropped or timed-out connection), as opposed to an error reply
 // from a server that is there (out of memory, a script error) or the
-// caller's own context ending. A refusal (a *redmap.CommandError, which
+// caller's own context ending. A refusal (a *failure.CommandError, which
 // keeps the reply as text, not as a redis.Error) is a reply too: were it
 // taken for an outage, a refused call would be retried for as long as an
 // outage is (a batch's history record waited out its 2 s budget on a
@@ -105,21 +105,21 @@ func OutOfMemory(err error) bool {
 	return errors.As(err, &reply) && strings.HasPrefix(reply.Error(), "OOM ")
 }
 
-// refused returns err as a *redmap.CommandError if it is an error reply that
+// refused returns err as a *failure.CommandError if it is an error reply that
 // retrying does not heal: neither transient nor out of memory. op says what
 // redmap was doing; s is the script that ran (nil for a plain command) and
 // cmd the command sent, used when the reply does not name one.
-func refused(op string, s *script, cmd string, err error) *redmap.CommandError {
+func refused(op string, s *script, cmd string, err error) *failure.CommandError {
 	var reply redis.Error
 	if err == nil || !errors.As(err, &reply) || Transient(err) || OutOfMemory(err) {
 		return nil
 	}
 	msg := reply.Error()
-	ce := &redmap.CommandError{Op: op, Reply: msg, Kind: redmap.ErrRefused}
+	ce := &failure.CommandError{Op: op, Reply: msg, Kind: failure.ErrRefused}
 	switch first, _, _ := strings.Cut(msg, " "); {
 	case first == "NOPERM" || first == "NOAUTH" || first == "WRONGPASS",
 		strings.Contains(msg, "can't run this command"), strings.Contains(msg, "can't access at least one of the keys"):
-		ce.Kind = redmap.ErrPermission
+		ce.Kind = failure.ErrPermission
 	}
 	if m := quotedCmd.FindStringSubmatch(msg); m != nil {
 		ce.Command = strings.ToUpper(m[1])
@@ -136,7 +136,7 @@ func refused(op string, s *script, cmd string, err error) *redmap.CommandError {
 	return ce
 }
 
-// wrap says what failed: a *redmap.CommandError for a refusal, else err
+// wrap says what failed: a *failure.CommandError for a refusal, else err
 // prefixed with op.
 func wrap(op string, s *script, cmd string, err error) error {
 	if err == nil {
@@ -155,17 +155,17 @@ func wrap(op string, s *script, cmd string, err error) error {
 // call whose every other key is set aside when it holds foreign data (see
 // set_aside in lua/prelude.lua) says which key stopped it.
 func onKey(err error, key string) error {
-	var ce *redmap.CommandError
+	var ce *failure.CommandError
 	if errors.As(err, &ce) && strings.HasPrefix(ce.Reply, "WRONGTYPE") {
 		ce.Key = key
 	}
 	return err
 }
 
-// Refused reports whether err is a refusal (a *redmap.CommandError):
+// Refused reports whether err is a refusal (a *failure.CommandError):
 // retrying the same call will fail the same way.
 func Refused(err error) bool {
-	var ce *redmap.CommandError
+	var ce *failure.CommandError
 	return errors.As(err, &ce)
 }
 
@@ -197,7 +197,7 @@ var errSetAside = errors.New("foreign data set aside")
 // that keeps coming is bounded as every Transient error is, by the
 // manager's outage bound.
 func (r *RDB) setAside(ctx context.Context, mid string, err error) error {
-	var ce *redmap.CommandError
+	var ce *failure.CommandError
 	if !errors.As(err, &ce) || !strings.HasPrefix(ce.Reply, "WRONGTYPE") {
 		return err
 	}
@@ -231,13 +231,13 @@ func (r *RDB) asideOnce(ctx context.Context, key, typ string, do func() error) e
 
 // SetAsideTasks answers err, what a call on manager mid's behalf met: if
 // Redis refused it because mid's task set holds foreign data (a
-// *redmap.CommandError naming the key), the set is set aside (aside.lua)
+// *failure.CommandError naming the key), the set is set aside (aside.lua)
 // and SetAsideTasks reports true. The caller has failed every task the set
 // held first: its payloads and the truth of what is outstanding went with
 // the foreign write. The manager's next submit finds no count, and its
 // recoverer starts a new history (epoch) for the set.
 func (r *RDB) SetAsideTasks(ctx context.Context, mid string, err error) bool {
-	var ce *redmap.CommandError
+	var ce *failure.CommandError
 	k := keys.Tasks(r.prefix, r.queue, mid)
 	if !errors.As(err, &ce) || ce.Key != k || !strings.HasPrefix(ce.Reply, "WRONGTYPE") {
 		return false

@@ -14,8 +14,8 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/redmap/redmap"
 	"github.com/redmap/redmap/internal/backoff"
+	"github.com/redmap/redmap/internal/failure"
 	"github.com/redmap/redmap/internal/id"
 	"github.com/redmap/redmap/internal/keys"
 	"github.com/redmap/redmap/internal/wire"
@@ -23,7 +23,7 @@ import (
 
 // Probe checks that Redis lets this connection run every command redmap
 // needs, on throwaway keys in the queue's slot and in the object cache's key
-// space, and returns a *redmap.CommandError naming each refused command; nil
+// space, and returns a *failure.CommandError naming each refused command; nil
 // if all are allowed. Four round trips: EVAL and EVALSHA of probe.lua, a
 // pipeline of the commands redmap sends outside scripts (RPUSH, BLMOVE and
 // BLPOP on a list that is not empty, HMGET), and an empty MULTI/EXEC. Errors that are
@@ -92,13 +92,13 @@ func (r *RDB) Probe(ctx context.Context) error {
 	if len(refusedCmds) == 0 {
 		return nil
 	}
-	kind := redmap.ErrRefused
+	kind := failure.ErrRefused
 	for _, rep := range replies {
 		if strings.Contains(rep, "NOPERM") || strings.Contains(rep, "can't run") || strings.Contains(rep, "can't access") || strings.Contains(rep, "no permissions") {
-			kind = redmap.ErrPermission
+			kind = failure.ErrPermission
 		}
 	}
-	return &redmap.CommandError{Op: "checking Redis permissions", Command: strings.Join(dedupe(refusedCmds), ", "),
+	return &failure.CommandError{Op: "checking Redis permissions", Command: strings.Join(dedupe(refusedCmds), ", "),
 		Reply: strings.Join(replies, "; "), Kind: kind}
 }
 
@@ -141,7 +141,7 @@ type ServerInfo struct {
 const MinVersion = "6.2"
 
 // Server reads the server's version and maxmemory policy with INFO; a user
-// without INFO (it is in @dangerous) gets a *redmap.CommandError, which
+// without INFO (it is in @dangerous) gets a *failure.CommandError, which
 // callers may ignore: the check is advice. One round trip.
 func (r *RDB) Server(ctx context.Context) (ServerInfo, error) {
 	var s ServerInfo
@@ -189,7 +189,7 @@ func badTLS(err error) bool {
 // it allows every command redmap needs (Probe), that it is recent enough, and
 // that its maxmemory-policy cannot evict redmap's keys (a warning on log if
 // it can). A refusal (a bad DB index, a missing permission) is returned at
-// once as a *redmap.CommandError; an unreachable Redis, once budget is spent.
+// once as a *failure.CommandError; an unreachable Redis, once budget is spent.
 // A Redis that answers PING but whose probe fails with a transient error (a
 // Cluster whose nodes do not yet agree, CLUSTERDOWN while a master's replica
 // is promoted, a node of the queue's slot unreachable, LOADING) is an outage
@@ -246,7 +246,7 @@ func (r *RDB) Preflight(ctx context.Context, budget, heal time.Duration, log *sl
 	case err != nil:
 		log.Debug("cannot read the server's version and maxmemory-policy; not checked", "err", err)
 	case TooOld(s.Version):
-		return &redmap.CommandError{Op: "checking Redis", Reply: "Redis " + s.Version + " is older than " + MinVersion + ", which redmap needs", Kind: redmap.ErrRefused}
+		return &failure.CommandError{Op: "checking Redis", Reply: "Redis " + s.Version + " is older than " + MinVersion + ", which redmap needs", Kind: failure.ErrRefused}
 	case s.Policy == "":
 		// The server's INFO has no policy (miniredis, some proxies): there
 		// is nothing to warn of.

@@ -19,7 +19,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/redmap/redmap"
+	"github.com/redmap/redmap/internal/failure"
 	"github.com/redmap/redmap/internal/keys"
 	"github.com/redmap/redmap/internal/redistest"
 )
@@ -713,8 +713,8 @@ func TestRefusalNamesCommand(t *testing.T) {
 	defer c.Close()
 	r := New(c, "rm", f.queue)
 	_, err := r.Reap(ctx)
-	var ce *redmap.CommandError
-	if !errors.As(err, &ce) || !errors.Is(err, redmap.ErrPermission) || ce.Command != "TIME (in reap.lua)" {
+	var ce *failure.CommandError
+	if !errors.As(err, &ce) || !errors.Is(err, failure.ErrPermission) || ce.Command != "TIME (in reap.lua)" {
 		t.Fatalf("reap without TIME: %v (%+v)", err, ce)
 	}
 	_, err = r.WaitResults(ctx, "m", time.Second)
@@ -725,7 +725,7 @@ func TestRefusalNamesCommand(t *testing.T) {
 		t.Fatalf("a refusal (%v) taken for an outage: callers would retry it", err)
 	}
 	err = r.Probe(ctx)
-	if !errors.As(err, &ce) || ce.Command != "TIME, BLMOVE" || !errors.Is(err, redmap.ErrPermission) {
+	if !errors.As(err, &ce) || ce.Command != "TIME, BLMOVE" || !errors.Is(err, failure.ErrPermission) {
 		t.Fatalf("probe: %v, want TIME and BLMOVE named", err)
 	}
 	if err := f.r.Probe(ctx); err != nil {
@@ -733,7 +733,7 @@ func TestRefusalNamesCommand(t *testing.T) {
 	}
 	f.c.Set(ctx, keys.Held("rm", f.queue, "w"), "not a set", 0)
 	_, err = f.r.Held(ctx, "w")
-	if !errors.As(err, &ce) || !errors.Is(err, redmap.ErrRefused) || ce.Command != "SMEMBERS" {
+	if !errors.As(err, &ce) || !errors.Is(err, failure.ErrRefused) || ce.Command != "SMEMBERS" {
 		t.Fatalf("WRONGTYPE: %v", err)
 	}
 	for _, reply := range []replyError{"LOADING Redis is loading", "READONLY You can't write against a read only replica.", "MASTERDOWN Link with MASTER is down"} {
