@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"runtime/pprof"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -219,7 +220,17 @@ func (m *Manager) lose(err error) {
 		if errors.As(err, &held) {
 			m.log.Error("another manager took this durable batch over; this one lets it go", "batch", m.owned.name, "holder", held.Manager, "host", held.Host)
 		}
-		go m.detach(err)
+		// Not on the part that found err: detach stops it. The parent's
+		// Close waits for it.
+		d := m.owned.parent
+		d.mu.Lock()
+		d.ending.Add(1)
+		d.mu.Unlock()
+		go func() {
+			defer d.ending.Done()
+			pprof.SetGoroutineLabels(m.ctx)
+			m.detach(err)
+		}()
 	})
 }
 
@@ -491,6 +502,7 @@ func (m *Manager) settle(done, recorded <-chan struct{}, left func() bool) <-cha
 	go func() {
 		defer d.ending.Done()
 		defer close(settled)
+		pprof.SetGoroutineLabels(m.ctx)
 		<-done
 		<-recorded
 		if left() {

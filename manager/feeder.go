@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"maps"
 	"math"
+	"runtime/pprof"
 	"strconv"
 	"strings"
 	"sync"
@@ -68,6 +69,7 @@ type feeder[Out any] struct {
 
 // feederParams is what every feeder of a manager is built from.
 type feederParams struct {
+	label   string // the manager's ProfileLabel value
 	mid     string
 	opts    Options
 	router  *router
@@ -643,7 +645,7 @@ func (f *feeder[Out]) first(ctx context.Context, sp spec, red *redmap.Reducer[Ou
 		b.exhaust(nil)
 		return nil
 	}
-	if !f.running.Go(ctx, func(ctx context.Context) {
+	if !f.running.Go(pprof.WithLabels(ctx, pprof.Labels(ProfileLabel, f.label)), func(ctx context.Context) {
 		defer f.in.stop()
 		f.run(ctx)
 	}) { // Close came first

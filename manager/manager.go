@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"runtime/pprof"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -55,6 +56,8 @@ type Manager struct {
 	feeding feederParams // what every batch's feeder is built from
 	env     batchEnv     // what every batch is built with
 	feeders part.Set     // one feeder per batch still submitting
+	beside  part.Set     // what a call runs beside itself (a shuffle's renewal and reruns)
+	label   string       // the value of ProfileLabel on its goroutines
 
 	ctx        context.Context // the parts'
 	spill      shuffleStore    // a map/reduce by key's partitions (shuffle.go); nil in unit tests
@@ -101,6 +104,12 @@ type counters struct {
 	// stored (as the tasks' results said).
 	partialBytes, outputBytes atomic.Int64
 }
+
+// ProfileLabel is the profiler label (runtime/pprof) on the goroutines of a
+// manager's parts, its value the manager's id (<id>/<name> for those
+// running its durable batch name): a goroutine profile of a program running
+// several says whose each is.
+const ProfileLabel = "redmap.manager"
 
 // New returns a manager of client for opts.Queue and starts its result
 // collector. It validates opts and returns an error naming the first bad
@@ -157,7 +166,15 @@ func assemble(r seams, opts Options, mid string, o *owned) *Manager {
 	if o != nil && o.costs != nil {
 		m.costs = o.costs
 	}
-	m.ctx, m.cancel = context.WithCancel(context.Background())
+	// Its parts' goroutines carry the label redmap.manager=<id> in a
+	// goroutine profile (internal/part).
+	// An owner's say whose durable batch it runs: <parent's id>/<name>.
+	label := mid
+	if o != nil {
+		label = o.holder.Manager + "/" + o.name
+	}
+	m.label = label
+	m.ctx, m.cancel = context.WithCancel(pprof.WithLabels(context.Background(), pprof.Labels(ProfileLabel, label)))
 	if s, ok := r.queue.(shuffleStore); ok {
 		m.spill = s
 	}
@@ -172,7 +189,7 @@ func assemble(r seams, opts Options, mid string, o *owned) *Manager {
 	m.env = batchEnv{mid: mid, tracer: m.tracer, log: m.log, ended: &m.stats.ended, unsaid: ended, lanes: lanes, costs: m.costs, batches: m.batches,
 		history: m.history, tasks: &withdrawal{mid: mid, pending: m.pending, router: m.router, log: m.log}, durable: o != nil,
 		failures: &m.failures}
-	m.feeding = feederParams{mid: mid, opts: opts, router: m.router, pending: m.pending, batches: m.batches,
+	m.feeding = feederParams{mid: mid, label: label, opts: opts, router: m.router, pending: m.pending, batches: m.batches,
 		costs: m.costs, faults: m.faults, running: &m.feeders, publishTypes: m.publishTypes, limitOf: m.limitOf}
 	if o != nil {
 		m.feeding.owned, m.feeding.resume = o, m.resume
@@ -387,7 +404,7 @@ func (m *Manager) halt(cause error) (tids []string, shards []*shard, first bool)
 	part.List{m.history, &m.feeders}.Stop()
 	shards = m.router.close()
 	m.partsMu.Lock()
-	parts := append(part.List{}, m.background...)
+	parts := append(part.List{&m.beside}, m.background...)
 	for _, c := range m.collectors {
 		parts = append(parts, c)
 	}

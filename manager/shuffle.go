@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"iter"
+	"runtime/pprof"
 	"slices"
 	"time"
 
@@ -503,7 +504,7 @@ func (j *shuffleJob) redo(ctx context.Context, ps []int, all bool) error {
 }
 
 // rerun runs the map tasks of ranges rs (indexes of j.ranges' pairs) again,
-// each as a batch of its own, all at once.
+// each as a batch of its own, all at once, each on a part of the manager's.
 func (j *shuffleJob) rerun(ctx context.Context, rs []int) error {
 	type done struct {
 		start int
@@ -512,10 +513,12 @@ func (j *shuffleJob) rerun(ctx context.Context, rs []int) error {
 	ch := make(chan done, len(rs))
 	for _, r := range rs {
 		start, count := j.ranges[2*r], j.ranges[2*r+1]
-		go func() {
+		if !j.m.beside.Go(pprof.WithLabels(ctx, pprof.Labels(ProfileLabel, j.m.label)), func(ctx context.Context) {
 			_, err := j.mapRun(ctx, start, count)
 			ch <- done{start, err}
-		}()
+		}) {
+			ch <- done{start, redmap.ErrClosed}
+		}
 	}
 	var first error
 	for range rs {
@@ -549,11 +552,12 @@ func (j *shuffleJob) salts(ctx context.Context) []int {
 }
 
 // renew keeps the job's partitions from expiring while it runs: every
-// KeyTTL, their TTL is set again. It returns the function that stops it.
+// KeyTTL, their TTL is set again, on a part of the manager's (Close stops
+// it). It returns the function that stops it.
 func (j *shuffleJob) renew() func() {
 	ctx, cancel := context.WithCancel(j.m.ctx)
 	done := make(chan struct{})
-	go func() {
+	if !j.m.beside.Go(ctx, func(ctx context.Context) {
 		defer close(done)
 		t := time.NewTicker(j.m.opts.KeyTTL)
 		defer t.Stop()
@@ -568,7 +572,9 @@ func (j *shuffleJob) renew() func() {
 				}
 			}
 		}
-	}()
+	}) {
+		close(done) // the manager is closing: the job ends with it
+	}
 	return func() { cancel(); <-done }
 }
 

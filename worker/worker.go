@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"maps"
 	"os"
+	"runtime/pprof"
 	"slices"
 	"strings"
 	"sync"
@@ -145,6 +146,11 @@ func assemble(opts Options, first queueRedis, open func(name string, i int) shar
 	return w
 }
 
+// ProfileLabel is the profiler label (runtime/pprof) on the goroutines of a
+// worker's parts, its value the worker's id: a goroutine profile of a
+// process running several says whose each is.
+const ProfileLabel = "redmap.worker"
+
 // ID returns the worker's id, which managers pass to manager.OnWorker.
 func (w *Worker) ID() string { return w.opts.ID }
 
@@ -222,6 +228,9 @@ func (w *Worker) Run(ctx context.Context) error {
 	defer gcfloor.Hold(w.gcHeadroom())()
 	// Tasks run, and results are reported, detached from ctx: when ctx ends,
 	// the worker drains what it holds instead of abandoning it.
+	// Its parts' goroutines carry the label redmap.worker=<id> in a
+	// goroutine profile (internal/part).
+	ctx = pprof.WithLabels(ctx, pprof.Labels(ProfileLabel, w.opts.ID))
 	bg := context.WithoutCancel(ctx)
 	p := w.parts()
 

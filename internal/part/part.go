@@ -7,6 +7,7 @@ package part
 
 import (
 	"context"
+	"runtime/pprof"
 	"sync"
 	"time"
 )
@@ -100,7 +101,8 @@ func Every(every time.Duration, tick func(ctx context.Context)) *Runner {
 	})
 }
 
-// Start starts the function under a context of ctx.
+// Start starts the function under a context of ctx, on a goroutine
+// labelled with ctx's profiler labels.
 func (r *Runner) Start(ctx context.Context) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -110,6 +112,11 @@ func (r *Runner) Start(ctx context.Context) {
 	ctx, r.cancel = context.WithCancel(ctx)
 	go func() {
 		defer r.finish()
+		// The owner's profiler labels (a manager's or worker's id, set on
+		// ctx with pprof.WithLabels), so that a goroutine profile says
+		// whose part each goroutine is; the goroutines it starts inherit
+		// them.
+		pprof.SetGoroutineLabels(ctx)
 		r.run(ctx)
 	}()
 }

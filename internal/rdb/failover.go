@@ -5,6 +5,7 @@ import (
 	"errors"
 	"runtime"
 	"sync"
+	"sync/atomic"
 	"time"
 	"weak"
 
@@ -27,8 +28,9 @@ import (
 // the dead master, and a slot the program then leaves alone for a while (a
 // constant's, held every Poll) would keep the stale map until a command to
 // it fails again. So after such an error the hook goes on reloading every
-// followEvery until followFor has passed without one: about 30 CLUSTER
-// SLOTS per failover, none while the Cluster is well.
+// followEvery, on the program's next command, until followFor has passed
+// without one: about 30 CLUSTER SLOTS per failover, none while the Cluster
+// is well, and no goroutine of the hook's own.
 const (
 	followEvery = time.Second
 	followFor   = 30 * time.Second
@@ -57,37 +59,35 @@ func followFailovers(c redis.UniversalClient) {
 }
 
 type reloadHook struct {
-	c         *redis.ClusterClient
-	mu        sync.Mutex
-	until     time.Time // reload every followEvery until then
-	following bool      // a goroutine is reloading
+	c     *redis.ClusterClient
+	until atomic.Int64 // Unix ns: reload every followEvery until then
+	last  atomic.Int64 // Unix ns of the last reload asked for
 }
 
-// stale reloads the map now, and every followEvery until followFor after
-// the last call.
+// stale reloads the map now, and has follow reload it every followEvery
+// until followFor after the last call.
 func (h *reloadHook) stale(ctx context.Context) {
+	now := time.Now()
+	h.until.Store(now.Add(followFor).UnixNano())
+	h.last.Store(now.UnixNano())
 	h.c.ReloadState(ctx)
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	h.until = time.Now().Add(followFor)
-	if h.following {
+}
+
+// follow reloads the map if a stale one was met within followFor and the
+// last reload is followEvery old. It runs on the program's own commands
+// (a manager's or a worker's run every Poll or Heartbeat at most), so the
+// hook has no goroutine of its own to outlive the client; one atomic load
+// a command while the Cluster is well.
+func (h *reloadHook) follow(ctx context.Context) {
+	now := time.Now().UnixNano()
+	if now > h.until.Load() {
 		return
 	}
-	h.following = true
-	go func() {
-		t := time.NewTicker(followEvery)
-		defer t.Stop()
-		for range t.C {
-			h.mu.Lock()
-			done := time.Now().After(h.until)
-			h.following = !done
-			h.mu.Unlock()
-			if done {
-				return
-			}
-			h.c.ReloadState(context.Background())
-		}
-	}()
+	last := h.last.Load()
+	if now-last < int64(followEvery) || !h.last.CompareAndSwap(last, now) {
+		return
+	}
+	h.c.ReloadState(ctx)
 }
 
 // DialHook leaves dialling as it is.
@@ -99,6 +99,8 @@ func (h *reloadHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 		err := next(ctx, cmd)
 		if staleMap(err) {
 			h.stale(ctx)
+		} else {
+			h.follow(ctx)
 		}
 		return err
 	}
@@ -115,6 +117,8 @@ func (h *reloadHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.P
 		}
 		if stale {
 			h.stale(ctx)
+		} else {
+			h.follow(ctx)
 		}
 		return err
 	}
