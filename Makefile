@@ -12,7 +12,7 @@ help: ## list the targets
 	@awk -F':.*## ' '/^[a-z-]+:.*## /{printf "  %-13s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 
 test: redis-server ## go test -race ./... (every test: the process-level suites too), then deploy/'s manifests and image (a module of its own); make fuzz fuzzes
-	$(GO) test -race -count=1 -parallel 4 ./...
+	$(GO) test -race -count=1 -timeout 45m -parallel 4 ./...
 	@echo "== $$(date -u +%T) deploy"
 	cd deploy && $(GO) test -count=1 ./...
 
@@ -20,9 +20,9 @@ test-unit: redis-server ## go test -short -race ./...: make test without the tes
 	$(GO) test -short -race -count=1 -parallel 8 ./...
 
 test-cluster: redis-server ## the manager, worker and cache suites again, on a local 3-master Redis Cluster, then with every queue over 3 shards
-	REDMAP_TEST_REDIS=cluster $(GO) test -race -count=1 -parallel 4 ./manager ./worker ./cache
-	REDMAP_TEST_REDIS=cluster REDMAP_TEST_SHARDS=3 $(GO) test -race -count=1 -parallel 4 ./manager ./worker
-	REDMAP_TEST_SHARDS=3 $(GO) test -race -count=1 -parallel 4 ./cmd/redmap
+	REDMAP_TEST_REDIS=cluster $(GO) test -race -count=1 -timeout 45m -parallel 4 ./manager ./worker ./cache
+	REDMAP_TEST_REDIS=cluster REDMAP_TEST_SHARDS=3 $(GO) test -race -count=1 -timeout 45m -parallel 4 ./manager ./worker
+	REDMAP_TEST_SHARDS=3 $(GO) test -race -count=1 -timeout 45m -parallel 4 ./cmd/redmap
 
 screenshot: redis-server ## regenerate docs/dashboard.png, docs/dashboard-phone.png, docs/dashboard-history.png, docs/dashboard-busy.png (the browser tests' screenshots of a live fleet) and docs/tracing.png (one traced batch of the squares example)
 	REDMAP_SCREENSHOT=$(CURDIR)/docs/dashboard.png $(GO) test -count=1 -run '^TestDashboardInBrowser$$' -v ./dashboard

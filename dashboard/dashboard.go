@@ -80,6 +80,11 @@ type Options struct {
 	// other name is refused (421), so that a web page whose name was made
 	// to resolve to the dashboard's address (DNS rebinding) reads nothing.
 	Hosts []string
+	// ReadTimeout bounds one read of what a page asks for (api/state, a
+	// batch's failures): a queue not read within it is left out and named
+	// in State.Unreadable. Default 5 s; raise it for a Redis behind a slow
+	// link or with thousands of queues.
+	ReadTimeout time.Duration
 	// Logger receives the dashboard's logs. Default: none.
 	Logger *slog.Logger
 }
@@ -129,6 +134,7 @@ func New(client redis.UniversalClient, opts Options) (*Dashboard, error) {
 	}
 	config.Or(&opts.Prefix, config.DefaultPrefix)
 	config.Or(&opts.Keep, 10*time.Minute)
+	config.Or(&opts.ReadTimeout, 5*time.Second)
 	config.Or(&opts.Logger, slog.New(slog.DiscardHandler))
 	in, err := inspect.New(client, opts.Prefix)
 	if err != nil {
@@ -275,7 +281,7 @@ func (d *Dashboard) serveState(w http.ResponseWriter, r *http.Request) {
 		unauthorized(w, r, "reading the state")
 		return
 	}
-	ctx, cancel := context.WithTimeout(r.Context(), 5*time.Second)
+	ctx, cancel := context.WithTimeout(r.Context(), d.opts.ReadTimeout)
 	defer cancel()
 	st, err := d.shared(ctx)
 	if err != nil {
@@ -451,7 +457,7 @@ func (d *Dashboard) serveFailure(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "dashboard: no queue "+strconv.Quote(queue)+" here", http.StatusNotFound)
 		return
 	}
-	ctx, cancel := context.WithTimeout(r.Context(), 5*time.Second)
+	ctx, cancel := context.WithTimeout(r.Context(), d.opts.ReadTimeout)
 	defer cancel()
 	gs, _, err := d.in.Failures(ctx, queue)
 	if err != nil {

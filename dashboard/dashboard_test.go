@@ -305,8 +305,11 @@ func TestActionsGuarded(t *testing.T) {
 // the reason its manager published.
 func TestStateSaysWhyABatchWaits(t *testing.T) {
 	e := harness.Setup(t)
-	e.Worker(t, worker.Options{}, slow) // slow: int → int
+	w := e.Worker(t, worker.Options{}, slow) // slow: int → int
 	m := e.Manager(t, manager.Options{Poll: 100 * time.Millisecond})
+	// Live first: a batch submitted before its first heartbeat is
+	// rightly said to have no live worker at all.
+	harness.WaitLive(t, m, w.ID())
 	d, err := dashboard.New(e.Client, dashboard.Options{Queue: e.Queue})
 	if err != nil {
 		t.Fatal(err)

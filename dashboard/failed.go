@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"net/http"
-	"time"
 )
 
 // maxBatchID bounds the batch id api/failed takes: every key name built
@@ -27,7 +26,7 @@ func (d *Dashboard) serveFailed(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "dashboard: api/failed takes ?queue=Q&batch=ID", http.StatusBadRequest)
 		return
 	}
-	ctx, cancel := context.WithTimeout(r.Context(), 5*time.Second)
+	ctx, cancel := context.WithTimeout(r.Context(), d.opts.ReadTimeout)
 	defer cancel()
 	fs, err := d.in.FailedElements(ctx, queue, batch)
 	if err != nil {

@@ -341,7 +341,14 @@ func TestFaultSuspectsNotStarved(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer long.Cancel()
-	short, err := manager.Submit(testCtx(t), small, nap, make([]int, 200), manager.ChunkSize(1))
+	// 48 tasks of 300 ms: a task of it is held long enough to be seen
+	// held, whatever the machine's load (with 200 of 50 ms, a loaded run
+	// once saw none held before the batch had ended).
+	naps := make([]int, 48)
+	for i := range naps {
+		naps[i] = 300
+	}
+	short, err := manager.Submit(testCtx(t), small, spanned, naps, manager.ChunkSize(1))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -359,6 +366,11 @@ func TestFaultSuspectsNotStarved(t *testing.T) {
 	victim := procs[0]
 	mu.Unlock()
 	eventually(t, "the victim holds a task of the small batch", func() bool {
+		select {
+		case <-short.Done():
+			t.Fatal("the small batch ended before the victim was seen holding a task of it")
+		default:
+		}
 		return slices.ContainsFunc(heldBy(t, b, victim.ID), func(tid string) bool {
 			return strings.HasPrefix(strings.TrimPrefix(tid, "!"), small.ID()+"-")
 		})
