@@ -6,7 +6,7 @@ STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 REVIVE      := github.com/mgechev/revive@v1.11.0
 FUZZ_TARGETS := codec:FuzzDecodeTask codec:FuzzDecodeResult codec:FuzzDecodeElements codec:FuzzDecodeValue codec:FuzzIntsMatchMsgpack worker:FuzzTaskPath manager:FuzzResultPath internal/rdb:FuzzDecodeRecords internal/wire:FuzzExpandRanges
 
-.PHONY: help test test-unit test-cluster fuzz lint bench demo chaos chaos-cluster redis-server screenshot
+.PHONY: help docs test test-unit test-cluster fuzz lint bench demo chaos chaos-cluster redis-server screenshot
 
 help: ## list the targets
 	@awk -F':.*## ' '/^[a-z-]+:.*## /{printf "  %-13s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -23,6 +23,9 @@ test-cluster: redis-server ## the manager, worker and cache suites again, on a l
 	REDMAP_TEST_REDIS=cluster $(GO) test -race -count=1 -timeout 45m -parallel 4 ./manager ./worker ./cache
 	REDMAP_TEST_REDIS=cluster REDMAP_TEST_SHARDS=3 $(GO) test -race -count=1 -timeout 45m -parallel 4 ./manager ./worker
 	REDMAP_TEST_SHARDS=3 $(GO) test -race -count=1 -timeout 45m -parallel 4 ./cmd/redmap
+
+docs: ## draw docs/architecture.svg again from internal/picture (TestPicture checks it is up to date)
+	REDMAP_WRITE_DOCS=1 $(GO) test -count=1 -run '^TestPicture$$' .
 
 screenshot: redis-server ## regenerate docs/dashboard.png, docs/dashboard-phone.png, docs/dashboard-history.png, docs/dashboard-busy.png (the browser tests' screenshots of a live fleet) and docs/tracing.png (one traced batch of the squares example)
 	REDMAP_SCREENSHOT=$(CURDIR)/docs/dashboard.png $(GO) test -count=1 -run '^TestDashboardInBrowser$$' -v ./dashboard

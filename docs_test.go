@@ -1,6 +1,7 @@
 package redmap
 
 import (
+	"bytes"
 	"go/ast"
 	"go/parser"
 	"go/token"
@@ -10,6 +11,8 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/redmap/redmap/internal/picture"
 )
 
 // README is the user's guide, short; the reference lives in docs/, and
@@ -27,6 +30,15 @@ func TestDocs(t *testing.T) {
 		!strings.Contains(string(readme), "make test") {
 		t.Error("README.md must begin with what redmap is and the two commands a newcomer runs")
 	}
+	arch, err := os.ReadFile("docs/ARCHITECTURE.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := strings.Count(string(arch), "\n"); n > 300 {
+		t.Errorf("docs/ARCHITECTURE.md has %d lines; the map stays under 300 (the reference goes to docs/protocol.md)", n)
+	}
+	// Docs say what is; how it came to be goes to CHANGELOG.
+	diary := regexp.MustCompile(`(?i)\b(stop|issue)s? #?\d+\b`)
 	docs, _ := filepath.Glob("docs/*.md")
 	link := regexp.MustCompile(`\]\(([^)#:]+)(#[^)]*)?\)`)
 	for _, f := range append(docs, "README.md", "CHANGELOG.md") {
@@ -37,6 +49,13 @@ func TestDocs(t *testing.T) {
 		for _, m := range link.FindAllStringSubmatch(string(b), -1) {
 			if _, err := os.Stat(filepath.Join(filepath.Dir(f), m[1])); err != nil {
 				t.Errorf("%s links to %s, which does not exist", f, m[1])
+			}
+		}
+		if f != "CHANGELOG.md" {
+			for _, m := range diary.FindAllString(string(b), -1) {
+				if !strings.Contains(string(b), "go-redis "+m) { // an upstream issue is a reference, not a diary
+					t.Errorf("%s says %q: a diary entry, which belongs in CHANGELOG", f, m)
+				}
 			}
 		}
 		for _, old := range []string{"Cluster is not tested", "not tested yet", "see README, \"Redis settings\""} {
@@ -142,4 +161,22 @@ func declaredIn(file string) (map[string]bool, error) {
 		out[name] = true
 	}
 	return out, nil
+}
+
+// docs/architecture.svg is what internal/picture draws: a change to the
+// picture's description shows in the file (make docs writes it).
+func TestPicture(t *testing.T) {
+	want := picture.Architecture()
+	if os.Getenv("REDMAP_WRITE_DOCS") != "" {
+		if err := os.WriteFile("docs/architecture.svg", want, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got, err := os.ReadFile("docs/architecture.svg")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(got, want) {
+		t.Error("docs/architecture.svg is not what internal/picture draws: run make docs")
+	}
 }
