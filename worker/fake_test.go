@@ -94,7 +94,8 @@ func (f *fakeShard) heldNow() []string {
 func (f *fakeShard) Shard() int   { return f.i }
 func (f *fakeShard) Name() string { return f.name }
 
-func (f *fakeShard) Take(_ context.Context, _ string, n, _ int, _ time.Duration, holding, known int, _ []string) ([]wire.Taken, wire.TakeEnd, error) {
+func (f *fakeShard) Take(_ context.Context, p *rdb.TakeParams) ([]wire.Taken, wire.TakeEnd, error) {
+	n, holding, known := p.Max, p.Holding, p.Shards
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if err := f.call("take"); err != nil {
@@ -123,11 +124,11 @@ func (f *fakeShard) Take(_ context.Context, _ string, n, _ int, _ time.Duration,
 	return taken, end, nil
 }
 
-func (f *fakeShard) WaitTake(ctx context.Context, wid string, n, room int, lease, timeout time.Duration, holding, known int, serves []string) ([]wire.Taken, wire.TakeEnd, error) {
-	if _, err := f.WaitBell(ctx, wid, timeout); err != nil {
+func (f *fakeShard) WaitTake(ctx context.Context, p *rdb.TakeParams) ([]wire.Taken, wire.TakeEnd, error) {
+	if _, err := f.WaitBell(ctx, p.Worker, p.Wait); err != nil {
 		return nil, wire.TakeEnd{}, err
 	}
-	return f.Take(ctx, wid, n, room, lease, holding, known, serves)
+	return f.Take(ctx, p)
 }
 
 func (f *fakeShard) WaitBell(ctx context.Context, _ string, timeout time.Duration) (bool, error) {

@@ -19,8 +19,8 @@ type shardRedis interface {
 	Shard() int
 	Name() string
 
-	Take(ctx context.Context, wid string, n, room int, lease time.Duration, holding, known int, serves []string) ([]wire.Taken, wire.TakeEnd, error)
-	WaitTake(ctx context.Context, wid string, n, room int, lease, timeout time.Duration, holding, known int, serves []string) ([]wire.Taken, wire.TakeEnd, error)
+	Take(ctx context.Context, p *rdb.TakeParams) ([]wire.Taken, wire.TakeEnd, error)
+	WaitTake(ctx context.Context, p *rdb.TakeParams) ([]wire.Taken, wire.TakeEnd, error)
 	WaitBell(ctx context.Context, wid string, timeout time.Duration) (bool, error)
 	RingStop(ctx context.Context, wid string) error
 

@@ -3,6 +3,7 @@ package worker
 import (
 	"cmp"
 	"context"
+	"github.com/redmap/redmap/internal/rdb"
 	"log/slog"
 	"slices"
 	"sync"
@@ -174,9 +175,9 @@ func (s *source) take(ctx context.Context, free int, room func() int, holding fu
 		}
 		r.holding = holding()
 		if s.waiting[i] {
-			r.taken, end, err = shards[i].WaitTake(ctx, s.wid, free, room(), s.lease, s.wait(), r.holding, known, s.serves())
+			r.taken, end, err = shards[i].WaitTake(ctx, &rdb.TakeParams{Worker: s.wid, Max: free, Room: room(), Lease: s.lease, Wait: s.wait(), Holding: r.holding, Shards: known, Serves: s.serves()})
 		} else {
-			r.taken, end, err = shards[i].Take(ctx, s.wid, free, room(), s.lease, r.holding, known, s.serves())
+			r.taken, end, err = shards[i].Take(ctx, &rdb.TakeParams{Worker: s.wid, Max: free, Room: room(), Lease: s.lease, Holding: r.holding, Shards: known, Serves: s.serves()})
 		}
 		if err != nil {
 			// Try the other shards (on a Cluster, another master may

@@ -5,7 +5,6 @@ import (
 	"slices"
 	"sync"
 	"testing"
-	"time"
 
 	"github.com/redmap/redmap"
 	"github.com/redmap/redmap/cache"
@@ -111,14 +110,14 @@ type holdingBack struct {
 	once     sync.Once
 }
 
-func (h *holdingBack) Take(ctx context.Context, wid string, n, room int, lease time.Duration, holding, known int, serves []string) ([]wire.Taken, wire.TakeEnd, error) {
-	taken, end, err := h.queueRedis.Take(ctx, wid, n, room, lease, holding, known, serves)
+func (h *holdingBack) Take(ctx context.Context, p *rdb.TakeParams) ([]wire.Taken, wire.TakeEnd, error) {
+	taken, end, err := h.queueRedis.Take(ctx, p)
 	h.saw(taken, end)
 	return taken, end, err
 }
 
-func (h *holdingBack) WaitTake(ctx context.Context, wid string, n, room int, lease, timeout time.Duration, holding, known int, serves []string) ([]wire.Taken, wire.TakeEnd, error) {
-	taken, end, err := h.queueRedis.WaitTake(ctx, wid, n, room, lease, timeout, holding, known, serves)
+func (h *holdingBack) WaitTake(ctx context.Context, p *rdb.TakeParams) ([]wire.Taken, wire.TakeEnd, error) {
+	taken, end, err := h.queueRedis.WaitTake(ctx, p)
 	h.saw(taken, end)
 	return taken, end, err
 }

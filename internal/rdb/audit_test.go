@@ -29,7 +29,7 @@ func TestAuditQueuesAgainWhatLostKeysTook(t *testing.T) {
 	f := setup(t)
 	ctx := context.Background()
 	tids := f.submit(t, "", 10)
-	taken, _, err := f.r.Take(ctx, "w1", 4, 4, time.Minute, 0, 0, serves)
+	taken, _, err := f.r.Take(ctx, &TakeParams{Worker: "w1", Max: 4, Room: 4, Lease: time.Minute, Serves: serves})
 	if err != nil || len(taken) != 4 {
 		t.Fatalf("take: %d, %v", len(taken), err)
 	}
@@ -55,7 +55,7 @@ func TestAuditQueuesAgainWhatLostKeysTook(t *testing.T) {
 	if got := f.audit(t, tids); got.Requeued != 0 || got.Healed != 2 {
 		t.Fatalf("ring and lanes lost: %+v, want 2 healed", got)
 	}
-	taken, _, err = f.r.Take(ctx, "w2", 20, 20, time.Minute, 0, 0, serves)
+	taken, _, err = f.r.Take(ctx, &TakeParams{Worker: "w2", Max: 20, Room: 20, Lease: time.Minute, Serves: serves})
 	if err != nil || len(taken) != 10 {
 		t.Fatalf("take after the audit: %d, %v; want 10", len(taken), err)
 	}
@@ -91,7 +91,7 @@ func takeWithForeign(t *testing.T, key func(f *fixture) string) {
 	tids := f.submit(t, "", 10)
 	k := key(f)
 	f.c.Set(ctx, k, "foreign", 0)
-	if _, _, err := f.r.Take(ctx, "w1", 2, 2, time.Minute, 0, 0, serves); err != nil {
+	if _, _, err := f.r.Take(ctx, &TakeParams{Worker: "w1", Max: 2, Room: 2, Lease: time.Minute, Serves: serves}); err != nil {
 		t.Fatalf("take with foreign data in %s: %v", k, err)
 	}
 	f.audit(t, tids)
@@ -102,7 +102,7 @@ func takeWithForeign(t *testing.T, key func(f *fixture) string) {
 		t.Fatalf("submit with foreign data in %s: %v", k, err)
 	}
 	f.audit(t, append(tids, more))
-	taken, _, err := f.r.Take(ctx, "w2", 20, 20, time.Minute, 0, 0, serves)
+	taken, _, err := f.r.Take(ctx, &TakeParams{Worker: "w2", Max: 20, Room: 20, Lease: time.Minute, Serves: serves})
 	if err != nil {
 		t.Fatalf("take after: %v", err)
 	}

@@ -51,10 +51,10 @@ func TestBacklogCountsElementsThroughEveryMove(t *testing.T) {
 	}
 	want("submitted", 10, 55)
 	// w1 takes the first three (1+2+3), w2 the next two (4+5).
-	if got, _, err := f.r.Take(ctx, "w1", 3, 3, time.Minute, 0, 0, serves); err != nil || len(got) != 3 {
+	if got, _, err := f.r.Take(ctx, &TakeParams{Worker: "w1", Max: 3, Room: 3, Lease: time.Minute, Serves: serves}); err != nil || len(got) != 3 {
 		t.Fatalf("w1 took %d tasks (%v), want 3", len(got), err)
 	}
-	taken, _, err := f.r.Take(ctx, "w2", 2, 2, time.Minute, 0, 0, serves)
+	taken, _, err := f.r.Take(ctx, &TakeParams{Worker: "w2", Max: 2, Room: 2, Lease: time.Minute, Serves: serves})
 	if err != nil || len(taken) != 2 {
 		t.Fatalf("w2 took %d tasks (%v), want 2", len(taken), err)
 	}
@@ -75,7 +75,7 @@ func TestBacklogCountsElementsThroughEveryMove(t *testing.T) {
 	// to a worker that holds nothing): the lane empties, and what is
 	// beside it goes.
 	for n, i := 0, 0; n < 10; i++ {
-		got, _, err := f.r.Take(ctx, fmt.Sprintf("w3-%d", i), 10, 10, time.Minute, 0, 0, serves)
+		got, _, err := f.r.Take(ctx, &TakeParams{Worker: fmt.Sprintf("w3-%d", i), Max: 10, Room: 10, Lease: time.Minute, Serves: serves})
 		if err != nil || len(got) == 0 || i > 10 {
 			t.Fatalf("take %d took %d tasks (%v), after %d", i, len(got), err, n)
 		}
@@ -167,7 +167,7 @@ func TestSubmitResetsWhatIsBesideAnEmptyLane(t *testing.T) {
 	// Emptied by takes, left with stale keys again, then refilled by a
 	// submit of more ids than one push carries (CHUNK is 500).
 	for i := 0; ; i++ {
-		got, _, err := f.r.Take(ctx, fmt.Sprintf("w%d", i), 10, 10, time.Minute, 0, 0, serves)
+		got, _, err := f.r.Take(ctx, &TakeParams{Worker: fmt.Sprintf("w%d", i), Max: 10, Room: 10, Lease: time.Minute, Serves: serves})
 		if err != nil || i > 3 {
 			t.Fatalf("take %d: %v", i, err)
 		}

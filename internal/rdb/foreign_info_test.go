@@ -56,7 +56,7 @@ func TestBellAndClaimPastForeignData(t *testing.T) {
 	if err := f.c.Set(ctx, bell, "foreign", 0).Err(); err != nil {
 		t.Fatal(err)
 	}
-	taken, _, err := f.r.WaitTake(ctx, "w1", 4, 4, time.Minute, time.Second, 0, 0, serves)
+	taken, _, err := f.r.WaitTake(ctx, &TakeParams{Worker: "w1", Max: 4, Room: 4, Lease: time.Minute, Wait: time.Second, Serves: serves})
 	if err != nil || len(taken) != 2 || taken[0].ID != ids[0] {
 		t.Fatalf("WaitTake on a foreign bell: %+v, %v; want the 2 tasks %v", taken, err, ids)
 	}

@@ -21,7 +21,7 @@ func TestReapersShareADeadWorker(t *testing.T) {
 	const wid = "w"
 	f.submit(t, "", public)
 	for f.c.SCard(ctx, keys.Held("rm", f.queue, wid)).Val() < public {
-		if _, _, err := f.r.Take(ctx, wid, 100, 100, time.Minute, 0, 0, serves); err != nil {
+		if _, _, err := f.r.Take(ctx, &TakeParams{Worker: wid, Max: 100, Room: 100, Lease: time.Minute, Serves: serves}); err != nil {
 			t.Fatal(err)
 		}
 	}

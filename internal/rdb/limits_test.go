@@ -59,7 +59,7 @@ func TestLimitRateInTake(t *testing.T) {
 	f.setLimit(t, "f", 1, time.Hour, 5, 0)
 	f.submitFunc(t, 1, "f", 20, 1, "")
 	f.submitFunc(t, 2, "g", 6, 1, "")
-	taken, end, err := f.r.Take(ctx, "w1", 30, 30, time.Minute, 0, 0, servesFG)
+	taken, end, err := f.r.Take(ctx, &TakeParams{Worker: "w1", Max: 30, Room: 30, Lease: time.Minute, Serves: servesFG})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -72,7 +72,7 @@ func TestLimitRateInTake(t *testing.T) {
 	if !end.Drained || end.Room || end.Wait < 59*time.Minute || end.Wait > time.Hour {
 		t.Errorf("take ended %+v; want drained, and a wait of about an hour for the next token", end)
 	}
-	taken, end, err = f.r.Take(ctx, "w2", 30, 30, time.Minute, 0, 0, servesFG)
+	taken, end, err = f.r.Take(ctx, &TakeParams{Worker: "w2", Max: 30, Room: 30, Lease: time.Minute, Serves: servesFG})
 	if err != nil || len(taken) != 0 || end.Wait < 59*time.Minute {
 		t.Errorf("second take: %d tasks, %+v, %v; want none, waiting an hour", len(taken), end, err)
 	}
@@ -85,7 +85,7 @@ func TestLimitRateInTake(t *testing.T) {
 	}
 	// A new limit starts from a full bucket, not the old one's debt.
 	f.setLimit(t, "f", 2, time.Hour, 3, 0)
-	taken, _, err = f.r.Take(ctx, "w2", 30, 30, time.Minute, 0, 0, servesFG)
+	taken, _, err = f.r.Take(ctx, &TakeParams{Worker: "w2", Max: 30, Room: 30, Lease: time.Minute, Serves: servesFG})
 	if err != nil || len(taken) != 3 {
 		t.Fatalf("under a new limit of burst 3: took %d (%v), want 3", len(taken), err)
 	}
@@ -97,7 +97,7 @@ func TestLimitRateInTake(t *testing.T) {
 	if l, src, err := f.r.ClearLimit(ctx, "f"); err != nil || src != "" || l.Rate != 0 {
 		t.Fatalf("clear: %+v %q %v", l, src, err)
 	}
-	taken, _, err = f.r.Take(ctx, "w2", 30, 30, time.Minute, 0, 0, servesFG)
+	taken, _, err = f.r.Take(ctx, &TakeParams{Worker: "w2", Max: 30, Room: 30, Lease: time.Minute, Serves: servesFG})
 	if err != nil || len(taken) != 12 {
 		t.Fatalf("after clearing: took %d (%v), want the 12 left", len(taken), err)
 	}
@@ -110,14 +110,14 @@ func TestLimitTaskLargerThanBurst(t *testing.T) {
 	ctx := context.Background()
 	f.setLimit(t, "f", 1, time.Hour, 4, 0)
 	f.submitFunc(t, 1, "f", 3, 3, "") // 3 elements each
-	taken, _, err := f.r.Take(ctx, "w1", 10, 10, time.Minute, 0, 0, serves)
+	taken, _, err := f.r.Take(ctx, &TakeParams{Worker: "w1", Max: 10, Room: 10, Lease: time.Minute, Serves: serves})
 	if err != nil || len(taken) != 1 {
 		t.Fatalf("took %d tasks of 3 elements with a burst of 4 (%v), want 1", len(taken), err)
 	}
 	f2 := &fixture{c: f.c, r: New(f.c, "rm", f.queue+"-2"), queue: f.queue + "-2", mid: id.New()}
 	f2.setLimit(t, "f", 1, time.Hour, 2, 0)
 	f2.submitFunc(t, 1, "f", 2, 5, "") // 5 elements each, burst 2
-	taken, end, err := f2.r.Take(ctx, "w1", 10, 10, time.Minute, 0, 0, serves)
+	taken, end, err := f2.r.Take(ctx, &TakeParams{Worker: "w1", Max: 10, Room: 10, Lease: time.Minute, Serves: serves})
 	if err != nil || len(taken) != 1 || end.Wait < 4*time.Hour {
 		t.Fatalf("took %d tasks of 5 elements with a burst of 2, waiting %v (%v); want 1, and ~5 h before the next", len(taken), end.Wait, err)
 	}
@@ -131,7 +131,7 @@ func TestLimitConcurrencySlots(t *testing.T) {
 	ctx := context.Background()
 	f.setLimit(t, "f", 0, 0, 0, 2)
 	f.submitFunc(t, 1, "f", 6, 1, "")
-	taken, _, err := f.r.Take(ctx, "w1", 5, 5, 200*time.Millisecond, 0, 0, serves)
+	taken, _, err := f.r.Take(ctx, &TakeParams{Worker: "w1", Max: 5, Room: 5, Lease: 200 * time.Millisecond, Serves: serves})
 	if err != nil || len(taken) != 2 {
 		t.Fatalf("w1 took %d (%v), want the cap, 2", len(taken), err)
 	}
@@ -139,7 +139,7 @@ func TestLimitConcurrencySlots(t *testing.T) {
 	if n := f.c.HLen(ctx, run).Val(); n != 2 {
 		t.Errorf("running hash holds %d, want 2", n)
 	}
-	got, end, err := f.r.Take(ctx, "w2", 5, 5, time.Minute, 0, 0, serves)
+	got, end, err := f.r.Take(ctx, &TakeParams{Worker: "w2", Max: 5, Room: 5, Lease: time.Minute, Serves: serves})
 	if err != nil || len(got) != 0 || !end.Drained || end.Wait != 0 {
 		t.Fatalf("w2 took %d, %+v (%v); want none, drained, no timed wait", len(got), end, err)
 	}
@@ -153,7 +153,7 @@ func TestLimitConcurrencySlots(t *testing.T) {
 	if n := f.c.LLen(ctx, keys.Bell("rm", f.queue, "w2")).Val(); n != 1 {
 		t.Errorf("w2's bell holds %d tokens after a slot returned, want 1", n)
 	}
-	got, _, err = f.r.Take(ctx, "w2", 5, 5, time.Minute, 0, 0, serves)
+	got, _, err = f.r.Take(ctx, &TakeParams{Worker: "w2", Max: 5, Room: 5, Lease: time.Minute, Serves: serves})
 	if err != nil || len(got) != 1 {
 		t.Fatalf("w2 took %d (%v) once a slot returned, want 1", len(got), err)
 	}
@@ -177,11 +177,11 @@ func TestLimitConcurrencySlots(t *testing.T) {
 	}
 	// w1's task went back lost once (no suspect: it goes side by side),
 	// and both slots are free again: w3 takes it and the other task.
-	got, _, err = f.r.Take(ctx, "w3", 5, 5, time.Minute, 0, 0, serves)
+	got, _, err = f.r.Take(ctx, &TakeParams{Worker: "w3", Max: 5, Room: 5, Lease: time.Minute, Serves: serves})
 	if err != nil || len(got) != 2 || got[0].Attempt != 1 {
 		t.Fatalf("w3 took %v (%v), want w1's task, then the cap's other slot", got, err)
 	}
-	if got, _, err = f.r.Take(ctx, "w4", 5, 5, time.Minute, 0, 0, serves); err != nil || len(got) != 0 {
+	if got, _, err = f.r.Take(ctx, &TakeParams{Worker: "w4", Max: 5, Room: 5, Lease: time.Minute, Serves: serves}); err != nil || len(got) != 0 {
 		t.Fatalf("w4 took %d (%v), want none: the cap of 2 is held", len(got), err)
 	}
 }
@@ -195,7 +195,7 @@ func TestLimitConcurrencyHealsLeakedSlots(t *testing.T) {
 	f.setLimit(t, "f", 0, 0, 0, 1)
 	f.submitFunc(t, 1, "f", 2, 1, "")
 	f.c.HSet(ctx, keys.LimitRunning("rm", f.queue, "f"), "ghost-1,1.1", "nobody")
-	taken, _, err := f.r.Take(ctx, "w1", 5, 5, time.Minute, 0, 0, serves)
+	taken, _, err := f.r.Take(ctx, &TakeParams{Worker: "w1", Max: 5, Room: 5, Lease: time.Minute, Serves: serves})
 	if err != nil || len(taken) != 1 {
 		t.Fatalf("took %d (%v) with a leaked slot in the way, want 1", len(taken), err)
 	}
@@ -208,7 +208,7 @@ func TestLimitRoom(t *testing.T) {
 	ctx := context.Background()
 	f.setLimit(t, "f", 0, 0, 0, 10)
 	f.submitFunc(t, 1, "f", 5, 1, "")
-	taken, end, err := f.r.Take(ctx, "w1", 5, 2, time.Minute, 0, 0, serves)
+	taken, end, err := f.r.Take(ctx, &TakeParams{Worker: "w1", Max: 5, Room: 2, Lease: time.Minute, Serves: serves})
 	if err != nil || len(taken) != 2 || !end.Room || end.Drained {
 		t.Fatalf("took %d, %+v (%v); want 2 (its room), and told room, not drained", len(taken), end, err)
 	}
@@ -224,7 +224,7 @@ func TestLimitPrivate(t *testing.T) {
 	ctx := context.Background()
 	f.setLimit(t, "f", 1, time.Hour, 2, 0)
 	f.submitFunc(t, 1, "f", 4, 1, "w1")
-	taken, end, err := f.r.Take(ctx, "w1", 10, 10, time.Minute, 0, 0, serves)
+	taken, end, err := f.r.Take(ctx, &TakeParams{Worker: "w1", Max: 10, Room: 10, Lease: time.Minute, Serves: serves})
 	if err != nil || len(taken) != 2 || !taken[0].Private || end.Wait == 0 {
 		t.Fatalf("took %d private tasks, %+v (%v); want 2, then a wait", len(taken), end, err)
 	}
@@ -240,7 +240,7 @@ func TestLimitThrottle(t *testing.T) {
 	if ok, err := f.r.Throttle(ctx, "f", time.Hour); err != nil || !ok {
 		t.Fatalf("throttle: %v %v", ok, err)
 	}
-	taken, end, err := f.r.Take(ctx, "w1", 10, 10, time.Minute, 0, 0, serves)
+	taken, end, err := f.r.Take(ctx, &TakeParams{Worker: "w1", Max: 10, Room: 10, Lease: time.Minute, Serves: serves})
 	if err != nil || len(taken) != 0 || end.Wait < 59*time.Minute {
 		t.Fatalf("took %d, %+v (%v) during the pause; want none, waiting about an hour", len(taken), end, err)
 	}
@@ -289,7 +289,7 @@ func TestLimitCraftedRecords(t *testing.T) {
 	lims := keys.Limits("rm", f.queue)
 	for _, v := range []string{"nan nan nan nan", "inf 1000 5 0", "1 1000 x 0", "-1 -1 -1 -1", "", "1 2 3", "\xff\x00"} {
 		f.c.HSet(ctx, lims, "f", v)
-		taken, _, err := f.r.Take(ctx, "w1", 1, 1, time.Minute, 0, 0, serves)
+		taken, _, err := f.r.Take(ctx, &TakeParams{Worker: "w1", Max: 1, Room: 1, Lease: time.Minute, Serves: serves})
 		if err != nil || len(taken) != 1 {
 			t.Fatalf("limit %q: took %d (%v), want 1 (no limit)", v, len(taken), err)
 		}
@@ -299,7 +299,7 @@ func TestLimitCraftedRecords(t *testing.T) {
 	f.c.HSet(ctx, lims, "f", "1 1000 5 0")
 	for _, v := range []string{"1e300", "inf", "nan", "garbage"} {
 		f.c.HSet(ctx, keys.LimitState("rm", f.queue), "f", v)
-		_, end, err := f.r.Take(ctx, "w1", 1, 1, time.Minute, 0, 0, serves)
+		_, end, err := f.r.Take(ctx, &TakeParams{Worker: "w1", Max: 1, Room: 1, Lease: time.Minute, Serves: serves})
 		if err != nil || end.Wait > 25*time.Hour {
 			t.Fatalf("arrival time %q: %+v, %v; want a wait of a day at most", v, end, err)
 		}

@@ -275,25 +275,40 @@ func (r *RDB) Missing(ctx context.Context, mid string, tids []string) (missing [
 // ErrChanged says that Redis's data changed under a check that needs it still.
 var ErrChanged = errors.New("redis data changed during the check")
 
-// Take takes up to n tasks for worker wid, private list first, with their
-// payloads, in one script call; taking and recording the hold are one atomic
-// step, and a worker Redis has lost from its workers set is registered again
-// (for lease) in it. Tasks no longer wanted are dropped, not returned. When it
-// returns none, the worker is registered idle, and the next submit rings its
-// bell (WaitBell). holding is how many tasks the worker holds, on every
-// shard, by its own count: a suspect goes only to a worker that holds none.
-// shards is the queue's shard count as the worker knows it: a take of shard
-// 0 says the count in end.Shards if it is above. serves is what the worker registered ("<func>\t<signature>" per handle):
-// a take passes lanes that call anything else. room is how many tasks of
-// limited functions the worker could start now: a take takes no more of
-// them (see take.lua's limits, and end.Room and end.Wait).
-func (r *RDB) Take(ctx context.Context, wid string, n, room int, lease time.Duration, holding, shards int, serves []string) (taken []wire.Taken, end wire.TakeEnd, err error) {
-	ks := r.takeKeys(wid)
-	vals, err := takeScript.run(ctx, r.c, ks, takeArgs(r, n, room, wid, lease, holding, shards, serves)...).Slice()
+// TakeParams are what a take asks for, by name: take.lua's ARGV (built in
+// one place, takeArgs).
+type TakeParams struct {
+	Worker string        // the worker's id
+	Max    int           // tasks wanted, at least 1
+	Room   int           // tasks of limited functions the worker could start now: a take takes no more of them (take.lua's limits, TakeEnd.Room and .Wait)
+	Lease  time.Duration // the worker's lease, should the take register it again
+	// Holding is how many tasks the worker holds, on every shard, by its
+	// own count: a suspect goes only to a worker that holds none.
+	Holding int
+	// Shards is the queue's shard count as the worker knows it: a take of
+	// shard 0 says the count in TakeEnd.Shards if it is above.
+	Shards int
+	// Serves is what the worker registered ("<func>\t<signature>" per
+	// handle): a take passes lanes that call anything else.
+	Serves []string
+	// Wait is how long WaitTake waits for the worker's bell; Take ignores
+	// it.
+	Wait time.Duration
+}
+
+// Take takes up to p.Max tasks for worker p.Worker, private list first, with
+// their payloads, in one script call; taking and recording the hold are one
+// atomic step, and a worker Redis has lost from its workers set is
+// registered again (for p.Lease) in it. Tasks no longer wanted are dropped,
+// not returned. When it returns none, the worker is registered idle, and
+// the next submit rings its bell (WaitBell).
+func (r *RDB) Take(ctx context.Context, p *TakeParams) (taken []wire.Taken, end wire.TakeEnd, err error) {
+	ks := r.takeKeys(p.Worker)
+	vals, err := takeScript.run(ctx, r.c, ks, r.takeArgs(p)...).Slice()
 	if err != nil {
 		return nil, end, wrap("take", takeScript, "", err)
 	}
-	return r.taken(ctx, wid, vals)
+	return r.taken(ctx, p.Worker, vals)
 }
 
 // taken reads take.lua's reply (parseTaken) and reads the payloads over
@@ -372,25 +387,26 @@ func (r *RDB) taken(ctx context.Context, wid string, vals []any) ([]wire.Taken, 
 	return kept, end, nil
 }
 
-// WaitTake waits for worker wid's bell, as WaitBell, then takes, as Take, in
+// WaitTake waits for worker p.Worker's bell (up to p.Wait), as WaitBell, then takes, as Take, in
 // one round trip: the take follows the wait in one pipeline, so Redis runs it
 // as soon as a submit rings the bell, and its tasks come back with the
 // wake-up. After the timeout the take runs all the same. A wait longer than
 // the client's read timeout allows is made in two round trips instead.
-func (r *RDB) WaitTake(ctx context.Context, wid string, n, room int, lease, timeout time.Duration, holding, shards int, serves []string) (taken []wire.Taken, end wire.TakeEnd, err error) {
+func (r *RDB) WaitTake(ctx context.Context, p *TakeParams) (taken []wire.Taken, end wire.TakeEnd, err error) {
+	wid, timeout := p.Worker, p.Wait
 	wait := max(timeout, time.Millisecond)
 	if rt := readTimeout(r.c); rt > 0 && wait > rt/2 {
 		if _, err := r.WaitBell(ctx, wid, timeout); err != nil {
 			return nil, end, err
 		}
-		return r.Take(ctx, wid, n, room, lease, holding, shards, serves)
+		return r.Take(ctx, p)
 	}
 	ks := r.takeKeys(wid)
 	var pop *redis.StringSliceCmd
 	var take *redis.Cmd
-	_, _ = r.c.Pipelined(ctx, func(p redis.Pipeliner) error {
-		pop = blpop(ctx, p, ks[3], wait)
-		take = takeScript.evalSha(ctx, p, ks, takeArgs(r, n, room, wid, lease, holding, shards, serves)...)
+	_, _ = r.c.Pipelined(ctx, func(pipe redis.Pipeliner) error {
+		pop = blpop(ctx, pipe, ks[3], wait)
+		take = takeScript.evalSha(ctx, pipe, ks, r.takeArgs(p)...)
 		return nil
 	})
 	// A bell holding foreign data fails the BLPOP alone: take.lua, next in
@@ -401,7 +417,7 @@ func (r *RDB) WaitTake(ctx context.Context, wid string, n, room int, lease, time
 	}
 	vals, err := take.Slice()
 	if err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
-		return r.Take(ctx, wid, n, room, lease, holding, shards, serves) // loads the script
+		return r.Take(ctx, p) // loads the script
 	}
 	if err != nil {
 		return nil, end, wrap("take", takeScript, "", err)
@@ -428,10 +444,18 @@ func readTimeout(c redis.UniversalClient) time.Duration {
 }
 
 // takeArgs returns the ARGV of take.lua.
-func takeArgs(r *RDB, n, room int, wid string, lease time.Duration, holding, shards int, serves []string) []any {
-	args := make([]any, 0, 7+len(serves))
-	args = append(args, r.base, n, wid, lease.Milliseconds(), shards, holding, room)
-	for _, s := range serves {
+func (r *RDB) takeArgs(p *TakeParams) []any {
+	args := make([]any, 0, 7+len(p.Serves))
+	args = append(args,
+		r.base,                 // ARGV[1] key base
+		p.Max,                  // ARGV[2] n
+		p.Worker,               // ARGV[3] worker id
+		p.Lease.Milliseconds(), // ARGV[4] lease, ms
+		p.Shards,               // ARGV[5] shard count known
+		p.Holding,              // ARGV[6] tasks held on every shard
+		p.Room,                 // ARGV[7] limited tasks startable now
+	)
+	for _, s := range p.Serves { // ARGV[8], ...
 		args = append(args, s)
 	}
 	return args

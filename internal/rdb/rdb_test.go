@@ -80,7 +80,7 @@ func TestScriptsUseKeysLayout(t *testing.T) {
 	if got := f.c.LRange(ctx, f.laneKey(), 0, -1).Val(); !slices.Equal(got, ids) {
 		t.Errorf("public list holds %v, want %v", got, ids)
 	}
-	taken, _, err := f.r.Take(ctx, "w1", 1, 1, time.Minute, 0, 0, serves)
+	taken, _, err := f.r.Take(ctx, &TakeParams{Worker: "w1", Max: 1, Room: 1, Lease: time.Minute, Serves: serves})
 	if err != nil || len(taken) != 1 || string(taken[0].Payload) != "payload 0" {
 		t.Fatalf("take: %v, %v", taken, err)
 	}
@@ -114,7 +114,7 @@ func TestReadResultsTrimsOnce(t *testing.T) {
 	f := setup(t)
 	ctx := context.Background()
 	ids := f.submit(t, "", 4)
-	if _, _, err := f.r.Take(ctx, "w", 4, 4, time.Minute, 0, 0, serves); err != nil {
+	if _, _, err := f.r.Take(ctx, &TakeParams{Worker: "w", Max: 4, Room: 4, Lease: time.Minute, Serves: serves}); err != nil {
 		t.Fatal(err)
 	}
 	var done []wire.Done
@@ -143,7 +143,7 @@ func TestReadResultsTrimsOnce(t *testing.T) {
 func (f *fixture) finishFirst(t *testing.T, r *RDB, n int) {
 	t.Helper()
 	ctx := context.Background()
-	taken, _, err := r.Take(ctx, "w", n, n, time.Minute, 0, 0, serves)
+	taken, _, err := r.Take(ctx, &TakeParams{Worker: "w", Max: n, Room: n, Lease: time.Minute, Serves: serves})
 	if err != nil || len(taken) != n {
 		t.Fatalf("take: %d, %v; want %d", len(taken), err, n)
 	}
@@ -305,7 +305,7 @@ func TestTakeReturnsPayloadsInOrderPrivateFirst(t *testing.T) {
 	pub := f.submit(t, "", 3)
 	f.mid = id.New()
 	priv := f.submit(t, "w1", 2)
-	taken, _, err := f.r.Take(ctx, "w1", 4, 4, time.Minute, 0, 0, serves)
+	taken, _, err := f.r.Take(ctx, &TakeParams{Worker: "w1", Max: 4, Room: 4, Lease: time.Minute, Serves: serves})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -320,7 +320,7 @@ func TestTakeReturnsPayloadsInOrderPrivateFirst(t *testing.T) {
 		t.Fatalf("took %v, want %v", got, want)
 	}
 	// Another worker cannot see w1's private tasks, only the public one left.
-	taken, _, _ = f.r.Take(ctx, "w2", 10, 10, time.Minute, 0, 0, serves)
+	taken, _, _ = f.r.Take(ctx, &TakeParams{Worker: "w2", Max: 10, Room: 10, Lease: time.Minute, Serves: serves})
 	if len(taken) != 1 || taken[0].ID != pub[2] {
 		t.Fatalf("w2 took %+v, want just %s", taken, pub[2])
 	}
@@ -337,7 +337,7 @@ func TestFinishEmptiesHeldSet(t *testing.T) {
 	pub := f.submit(t, "", 3)
 	f.mid = id.New()
 	priv := f.submit(t, "w1", 3)
-	if taken, _, err := f.r.Take(ctx, "w1", 6, 6, time.Minute, 0, 0, serves); err != nil || len(taken) != 6 {
+	if taken, _, err := f.r.Take(ctx, &TakeParams{Worker: "w1", Max: 6, Room: 6, Lease: time.Minute, Serves: serves}); err != nil || len(taken) != 6 {
 		t.Fatalf("took %d tasks (%v), want 6", len(taken), err)
 	}
 	for _, c := range []struct {
@@ -369,7 +369,7 @@ func TestFinishDeliversOnce(t *testing.T) {
 	f := setup(t)
 	ctx := context.Background()
 	ids := f.submit(t, "", 1)
-	if _, _, err := f.r.Take(ctx, "w1", 1, 1, time.Minute, 0, 0, serves); err != nil {
+	if _, _, err := f.r.Take(ctx, &TakeParams{Worker: "w1", Max: 1, Room: 1, Lease: time.Minute, Serves: serves}); err != nil {
 		t.Fatal(err)
 	}
 	for i, want := range []int{1, 0} {
@@ -399,7 +399,7 @@ func TestTakeDropsWithdrawn(t *testing.T) {
 			if err := f.r.Cancel(ctx, f.mid, ids[:n-1]); err != nil {
 				t.Fatal(err)
 			}
-			taken, _, err := f.r.Take(ctx, "w1", n, n, time.Minute, 0, 0, serves)
+			taken, _, err := f.r.Take(ctx, &TakeParams{Worker: "w1", Max: n, Room: n, Lease: time.Minute, Serves: serves})
 			if err != nil || len(taken) != 1 || taken[0].ID != ids[n-1] || len(taken[0].Payload) == 0 {
 				t.Fatalf("took %+v (%v), want only %s, with its payload", taken, err, ids[n-1])
 			}
@@ -418,7 +418,7 @@ func TestTakeDropsWithdrawn(t *testing.T) {
 func TestIdleWorkerIsRung(t *testing.T) {
 	f := setup(t)
 	ctx := context.Background()
-	if taken, _, err := f.r.Take(ctx, "w1", 1, 1, time.Minute, 0, 0, serves); err != nil || len(taken) != 0 {
+	if taken, _, err := f.r.Take(ctx, &TakeParams{Worker: "w1", Max: 1, Room: 1, Lease: time.Minute, Serves: serves}); err != nil || len(taken) != 0 {
 		t.Fatalf("take from empty: %v, %v", taken, err)
 	}
 	if !f.c.SIsMember(ctx, keys.Idle("rm", f.queue), "w1").Val() {
@@ -439,11 +439,11 @@ func TestIdleWorkerIsRung(t *testing.T) {
 	// A take stopped by its n leaves the worker busy; one that empties the
 	// queue says so and registers it idle in the same step.
 	f.submit(t, "", 2) // with the one the bell rang for: three queued
-	taken, end, err := f.r.Take(ctx, "w1", 2, 2, time.Minute, 0, 0, serves)
+	taken, end, err := f.r.Take(ctx, &TakeParams{Worker: "w1", Max: 2, Room: 2, Lease: time.Minute, Serves: serves})
 	if err != nil || len(taken) != 2 || end.Drained || f.c.SIsMember(ctx, keys.Idle("rm", f.queue), "w1").Val() {
 		t.Fatalf("take of 2 of 3: %d taken, drained %v, %v; want 2, not drained, not idle", len(taken), end.Drained, err)
 	}
-	taken, end, err = f.r.Take(ctx, "w1", 2, 2, time.Minute, 0, 0, serves)
+	taken, end, err = f.r.Take(ctx, &TakeParams{Worker: "w1", Max: 2, Room: 2, Lease: time.Minute, Serves: serves})
 	drained := end.Drained
 	if err != nil || len(taken) != 1 || !drained || !f.c.SIsMember(ctx, keys.Idle("rm", f.queue), "w1").Val() {
 		t.Fatalf("take of the last one: %d taken, drained %v, %v; want 1, drained and idle", len(taken), drained, err)
@@ -455,7 +455,7 @@ func TestIdleWorkerIsRung(t *testing.T) {
 func TestWaitTakeBringsTasks(t *testing.T) {
 	f := setup(t)
 	ctx := context.Background()
-	if taken, _, err := f.r.Take(ctx, "w1", 1, 1, time.Minute, 0, 0, serves); err != nil || len(taken) != 0 {
+	if taken, _, err := f.r.Take(ctx, &TakeParams{Worker: "w1", Max: 1, Room: 1, Lease: time.Minute, Serves: serves}); err != nil || len(taken) != 0 {
 		t.Fatalf("take from empty: %v, %v", taken, err)
 	}
 	type reply struct {
@@ -464,7 +464,7 @@ func TestWaitTakeBringsTasks(t *testing.T) {
 	}
 	got := make(chan reply, 1)
 	go func() {
-		taken, _, err := f.r.WaitTake(ctx, "w1", 4, 4, time.Minute, 2*time.Second, 0, 0, serves)
+		taken, _, err := f.r.WaitTake(ctx, &TakeParams{Worker: "w1", Max: 4, Room: 4, Lease: time.Minute, Wait: 2 * time.Second, Serves: serves})
 		got <- reply{taken, err}
 	}()
 	ids := f.submit(t, "", 3)
@@ -476,11 +476,11 @@ func TestWaitTakeBringsTasks(t *testing.T) {
 		t.Fatalf("%d tasks held, want 3", n)
 	}
 
-	if taken, _, err := f.r.Take(ctx, "w1", 1, 1, time.Minute, 0, 0, serves); err != nil || len(taken) != 0 {
+	if taken, _, err := f.r.Take(ctx, &TakeParams{Worker: "w1", Max: 1, Room: 1, Lease: time.Minute, Serves: serves}); err != nil || len(taken) != 0 {
 		t.Fatalf("take from empty: %v, %v", taken, err)
 	}
 	go func() {
-		taken, _, err := f.r.WaitTake(ctx, "w1", 4, 4, time.Minute, 10*time.Second, 0, 0, serves)
+		taken, _, err := f.r.WaitTake(ctx, &TakeParams{Worker: "w1", Max: 4, Room: 4, Lease: time.Minute, Wait: 10 * time.Second, Serves: serves})
 		got <- reply{taken, err}
 	}()
 	redistest.Eventually(t, "WaitTake blocked", func() bool {
@@ -493,7 +493,7 @@ func TestWaitTakeBringsTasks(t *testing.T) {
 	if r := <-got; r.err != nil || len(r.taken) != 0 {
 		t.Fatalf("WaitTake ended by a stop ring: %+v, %v; want nothing taken", r.taken, r.err)
 	}
-	if taken, _, err := f.r.Take(ctx, "w1", 4, 4, time.Minute, 0, 0, serves); err != nil || len(taken) != 0 {
+	if taken, _, err := f.r.Take(ctx, &TakeParams{Worker: "w1", Max: 4, Room: 4, Lease: time.Minute, Serves: serves}); err != nil || len(taken) != 0 {
 		t.Fatalf("take after a stop ring: %+v, %v; want nothing", taken, err)
 	}
 	if n := f.c.LLen(ctx, f.laneKey()).Val(); n != 1 {
@@ -551,7 +551,7 @@ func TestScriptsSurviveScriptFlush(t *testing.T) {
 	if err := c.ScriptFlush(ctx).Err(); err != nil {
 		t.Fatal(err)
 	}
-	taken, _, err := r.Take(ctx, "w", 1, 1, time.Minute, 0, 0, serves)
+	taken, _, err := r.Take(ctx, &TakeParams{Worker: "w", Max: 1, Room: 1, Lease: time.Minute, Serves: serves})
 	if err != nil || len(taken) != 1 {
 		t.Fatalf("take after SCRIPT FLUSH: %v, %v", taken, err)
 	}
@@ -633,7 +633,7 @@ func TestFinishSkippedReleasesOnly(t *testing.T) {
 	f := setup(t)
 	ctx := context.Background()
 	ids := f.submit(t, "", 1)
-	if _, _, err := f.r.Take(ctx, "w1", 1, 1, time.Minute, 0, 0, serves); err != nil {
+	if _, _, err := f.r.Take(ctx, &TakeParams{Worker: "w1", Max: 1, Room: 1, Lease: time.Minute, Serves: serves}); err != nil {
 		t.Fatal(err)
 	}
 	n, err := delivered(f.r.Finish(ctx, "w1", []wire.Done{{ID: ids[0]}, {ID: ids[0], Result: []byte("real")}}))
@@ -644,7 +644,7 @@ func TestFinishSkippedReleasesOnly(t *testing.T) {
 		t.Fatalf("results %q, want just the real one", got)
 	}
 	ids = f.submit(t, "", 1) // the same id, wanted again
-	if _, _, err := f.r.Take(ctx, "w1", 1, 1, time.Minute, 0, 0, serves); err != nil {
+	if _, _, err := f.r.Take(ctx, &TakeParams{Worker: "w1", Max: 1, Room: 1, Lease: time.Minute, Serves: serves}); err != nil {
 		t.Fatal(err)
 	}
 	if n, err := delivered(f.r.Finish(ctx, "w1", []wire.Done{{ID: ids[0]}})); err != nil || n != 0 {
@@ -804,7 +804,7 @@ func TestTakeRegistersLostWorker(t *testing.T) {
 	ctx := context.Background()
 	f.submit(t, "", 2)
 	workers := keys.Workers("rm", f.queue)
-	if _, _, err := f.r.Take(ctx, "w1", 1, 1, 50*time.Millisecond, 0, 0, serves); err != nil {
+	if _, _, err := f.r.Take(ctx, &TakeParams{Worker: "w1", Max: 1, Room: 1, Lease: 50 * time.Millisecond, Serves: serves}); err != nil {
 		t.Fatal(err)
 	}
 	if f.c.ZScore(ctx, workers, "w1").Err() != nil {
@@ -888,15 +888,15 @@ func TestShardCountLearned(t *testing.T) {
 		t.Fatalf("heartbeat: %+v, %v; want 4 shards", beat, err)
 	}
 	ids := f.submit(t, "", 2)
-	taken, end, err := f.r.Take(ctx, "w1", 1, 1, time.Minute, 0, 1, serves)
+	taken, end, err := f.r.Take(ctx, &TakeParams{Worker: "w1", Max: 1, Room: 1, Lease: time.Minute, Shards: 1, Serves: serves})
 	if err != nil || len(taken) != 1 || taken[0].ID != ids[0] || end.Shards != 4 {
 		t.Fatalf("take knowing 1 shard: %v, %v, %+v; want the first task and 4 shards said", taken, err, end)
 	}
-	if taken, end, err := f.r.Take(ctx, "w1", 1, 1, time.Minute, 0, 4, serves); err != nil || len(taken) != 1 || end.Shards != 0 {
+	if taken, end, err := f.r.Take(ctx, &TakeParams{Worker: "w1", Max: 1, Room: 1, Lease: time.Minute, Shards: 4, Serves: serves}); err != nil || len(taken) != 1 || end.Shards != 0 {
 		t.Fatalf("take knowing 4 shards: %v, %v, %+v; want the next task and the count unsaid", taken, err, end)
 	}
 	other := NewShard(f.c, "rm", q+"#2", 2)
-	if _, end, err := other.Take(ctx, "w1", 1, 1, time.Minute, 0, 1, serves); err != nil || end.Shards != 0 || other.Shard() != 2 {
+	if _, end, err := other.Take(ctx, &TakeParams{Worker: "w1", Max: 1, Room: 1, Lease: time.Minute, Shards: 1, Serves: serves}); err != nil || end.Shards != 0 || other.Shard() != 2 {
 		t.Fatalf("take of shard 2: %v, %+v; want the count unsaid", err, end)
 	}
 	if n, err := f.c.Exists(ctx, keys.Workers("rm", q+"#2")).Result(); err != nil || n != 1 {
@@ -913,7 +913,7 @@ func TestLostOnceNotSuspect(t *testing.T) {
 	ctx := context.Background()
 	ids := f.submit(t, "", 4)
 	f.c.HSet(ctx, keys.Attempts("rm", f.queue, f.mid), ids[0], 1, ids[2], wire.SuspectAfter)
-	taken, end, err := f.r.Take(ctx, "w1", 4, 4, time.Minute, 3, 0, serves)
+	taken, end, err := f.r.Take(ctx, &TakeParams{Worker: "w1", Max: 4, Room: 4, Lease: time.Minute, Holding: 3, Serves: serves})
 	if err != nil || len(taken) != 2 || taken[0].ID != ids[0] || taken[0].Attempt != 1 || taken[0].Suspect() || taken[1].ID != ids[1] || !end.Suspect {
 		t.Fatalf("a take while holding tasks: %v, %+v, %v; want %s (lost once) and %s, and told the suspect %s waits", taken, end, err, ids[0], ids[1], ids[2])
 	}
@@ -927,18 +927,18 @@ func TestSuspectOnlyToEmptyWorker(t *testing.T) {
 	f := setup(t)
 	ctx := context.Background()
 	ids := f.submit(t, "", 3)
-	taken, end, err := f.r.Take(ctx, "w1", 1, 1, time.Minute, 0, 0, serves)
+	taken, end, err := f.r.Take(ctx, &TakeParams{Worker: "w1", Max: 1, Room: 1, Lease: time.Minute, Serves: serves})
 	if err != nil || len(taken) != 1 || taken[0].ID != ids[0] || end.Suspect {
 		t.Fatalf("first take: %v, %+v, %v", taken, end, err)
 	}
 	// ids[1] is now a suspect.
 	f.c.HSet(ctx, keys.Attempts("rm", f.queue, f.mid), ids[1], wire.SuspectAfter)
-	taken, end, err = f.r.Take(ctx, "w1", 4, 4, time.Minute, 1, 0, serves)
+	taken, end, err = f.r.Take(ctx, &TakeParams{Worker: "w1", Max: 4, Room: 4, Lease: time.Minute, Holding: 1, Serves: serves})
 	if err != nil || len(taken) != 0 || !end.Suspect || end.Drained {
 		t.Fatalf("a take while holding a task: %v, %+v, %v; want nothing, and told a suspect waits", taken, end, err)
 	}
 	// Held nothing here, but a task on another shard: still not.
-	taken, end, err = f.r.Take(ctx, "w2", 4, 4, time.Minute, 1, 0, serves)
+	taken, end, err = f.r.Take(ctx, &TakeParams{Worker: "w2", Max: 4, Room: 4, Lease: time.Minute, Holding: 1, Serves: serves})
 	if err != nil || len(taken) != 0 || !end.Suspect {
 		t.Fatalf("a take while holding a task elsewhere: %v, %+v, %v; want nothing, and told a suspect waits", taken, end, err)
 	}
@@ -948,11 +948,11 @@ func TestSuspectOnlyToEmptyWorker(t *testing.T) {
 	if _, err := f.r.Finish(ctx, "w1", []wire.Done{{ID: ids[0], Result: []byte("r")}}); err != nil {
 		t.Fatal(err)
 	}
-	taken, end, err = f.r.Take(ctx, "w1", 4, 4, time.Minute, 0, 0, serves)
+	taken, end, err = f.r.Take(ctx, &TakeParams{Worker: "w1", Max: 4, Room: 4, Lease: time.Minute, Serves: serves})
 	if err != nil || len(taken) != 1 || taken[0].ID != ids[1] || !taken[0].Suspect() || end.Suspect || end.Drained {
 		t.Fatalf("a take holding nothing: %v, %+v, %v; want the suspect alone", taken, end, err)
 	}
-	taken, end, err = f.r.Take(ctx, "w2", 4, 4, time.Minute, 0, 0, serves)
+	taken, end, err = f.r.Take(ctx, &TakeParams{Worker: "w2", Max: 4, Room: 4, Lease: time.Minute, Serves: serves})
 	if err != nil || len(taken) != 1 || taken[0].ID != ids[2] || !end.Drained {
 		t.Fatalf("the other worker's take: %v, %+v, %v; want the last task", taken, end, err)
 	}
@@ -972,12 +972,12 @@ func TestSuspectNotStarvedBehindOtherLanes(t *testing.T) {
 	f.c.HSet(ctx, keys.Attempts("rm", f.queue, f.mid), lost[0], wire.SuspectAfter)
 	// A busy worker goes round: it takes from the first lane and is told
 	// a suspect waits; the suspect's lane ends at the back of the ring.
-	taken, end, err := f.r.Take(ctx, "w1", 4, 4, time.Minute, 1, 0, serves)
+	taken, end, err := f.r.Take(ctx, &TakeParams{Worker: "w1", Max: 4, Room: 4, Lease: time.Minute, Holding: 1, Serves: serves})
 	if err != nil || len(taken) == 0 || taken[0].ID != other[0] || !end.Suspect {
 		t.Fatalf("a busy worker's take: %v, %+v, %v; want the other lane's tasks and a suspect waiting", taken, end, err)
 	}
 	for range 3 {
-		taken, end, err = f.r.Take(ctx, "w2", 4, 4, time.Minute, 0, 0, serves)
+		taken, end, err = f.r.Take(ctx, &TakeParams{Worker: "w2", Max: 4, Room: 4, Lease: time.Minute, Serves: serves})
 		if err != nil || len(taken) != 1 || taken[0].ID != lost[0] || !taken[0].Suspect() || end.Suspect {
 			t.Fatalf("an empty worker's take: %v, %+v, %v; want the suspect %s alone", taken, end, err, lost[0])
 		}
@@ -992,7 +992,7 @@ func TestSuspectNotStarvedBehindOtherLanes(t *testing.T) {
 		f.c.HSet(ctx, keys.Attempts("rm", f.queue, f.mid), lost[0], wire.SuspectAfter)
 	}
 	// With no suspect left, an empty worker takes in the ring's turns.
-	taken, _, err = f.r.Take(ctx, "w2", 2, 2, time.Minute, 0, 0, serves)
+	taken, _, err = f.r.Take(ctx, &TakeParams{Worker: "w2", Max: 2, Room: 2, Lease: time.Minute, Serves: serves})
 	if err != nil || len(taken) != 2 {
 		t.Fatalf("an empty worker's take with no suspect: %v, %v; want 2 tasks", taken, err)
 	}
@@ -1022,7 +1022,7 @@ func TestTakeSharesLanes(t *testing.T) {
 	ctx := context.Background()
 	big := f.submitLane(t, 1, keys.DefaultPriority, 100, "f\tsig")
 	small := f.submitLane(t, 2, keys.DefaultPriority, 3, "f\tsig")
-	taken, _, err := f.r.Take(ctx, "w1", 8, 8, time.Minute, 0, 0, serves)
+	taken, _, err := f.r.Take(ctx, &TakeParams{Worker: "w1", Max: 8, Room: 8, Lease: time.Minute, Serves: serves})
 	if err != nil || len(taken) != 8 {
 		t.Fatalf("Take: %d tasks, %v; want 8", len(taken), err)
 	}
@@ -1039,7 +1039,7 @@ func TestTakeSharesLanes(t *testing.T) {
 		t.Fatalf("took %d of the big batch and %d of the small one; want 5 and all 3", fromBig, fromSmall)
 	}
 	// The small lane, now empty, leaves the ring at the next take.
-	if _, _, err := f.r.Take(ctx, "w1", 2, 2, time.Minute, 0, 0, serves); err != nil {
+	if _, _, err := f.r.Take(ctx, &TakeParams{Worker: "w1", Max: 2, Room: 2, Lease: time.Minute, Serves: serves}); err != nil {
 		t.Fatal(err)
 	}
 	if got := f.c.LRange(ctx, keys.Ring("rm", f.queue, keys.DefaultPriority), 0, -1).Val(); !slices.Equal(got, []string{f.mid + ".1"}) {
@@ -1047,7 +1047,7 @@ func TestTakeSharesLanes(t *testing.T) {
 	}
 	// A higher priority still goes first, whatever the lanes below.
 	high := f.submitLane(t, 3, keys.MaxPriority, 2, "f\tsig")
-	taken, _, err = f.r.Take(ctx, "w2", 2, 2, time.Minute, 0, 0, serves)
+	taken, _, err = f.r.Take(ctx, &TakeParams{Worker: "w2", Max: 2, Room: 2, Lease: time.Minute, Serves: serves})
 	if err != nil || len(taken) != 2 || taken[0].ID != high[0] || taken[1].ID != high[1] {
 		t.Fatalf("Take: %+v, %v; want the two tasks of priority %d", taken, err, keys.MaxPriority)
 	}
@@ -1061,18 +1061,18 @@ func TestTakePassesLanesItCannotRun(t *testing.T) {
 	ctx := context.Background()
 	other := f.submitLane(t, 1, keys.DefaultPriority, 2, "f\tsig-v2")
 	reduce := f.submitLane(t, 2, keys.DefaultPriority, 1, wire.Calls("f", "sig", "sum", "rsig"))
-	taken, end, err := f.r.Take(ctx, "w1", 4, 4, time.Minute, 0, 0, serves)
+	taken, end, err := f.r.Take(ctx, &TakeParams{Worker: "w1", Max: 4, Room: 4, Lease: time.Minute, Serves: serves})
 	if err != nil || len(taken) != 0 || !end.Drained {
 		t.Fatalf("Take by a worker of another signature: %v, %+v, %v; want nothing, and the worker idle", taken, end, err)
 	}
 	if n, _ := f.r.Depth(ctx); n != 3 {
 		t.Fatalf("depth %d after the take, want the 3 tasks still queued", n)
 	}
-	taken, _, err = f.r.Take(ctx, "w2", 4, 4, time.Minute, 0, 0, []string{"f\tsig-v2"})
+	taken, _, err = f.r.Take(ctx, &TakeParams{Worker: "w2", Max: 4, Room: 4, Lease: time.Minute, Serves: []string{"f\tsig-v2"}})
 	if err != nil || len(taken) != 2 || taken[0].ID != other[0] {
 		t.Fatalf("Take by a worker of the signature: %+v, %v; want the 2 tasks", taken, err)
 	}
-	taken, _, err = f.r.Take(ctx, "w3", 4, 4, time.Minute, 0, 0, []string{"f\tsig", "sum\trsig"})
+	taken, _, err = f.r.Take(ctx, &TakeParams{Worker: "w3", Max: 4, Room: 4, Lease: time.Minute, Serves: []string{"f\tsig", "sum\trsig"}})
 	if err != nil || len(taken) != 1 || taken[0].ID != reduce[0] {
 		t.Fatalf("Take by a worker of the function and the reducer: %+v, %v; want the MapReduce task", taken, err)
 	}
@@ -1166,7 +1166,7 @@ func TestLargePayloadsBesideScripts(t *testing.T) {
 	if n := f.c.LLen(ctx, f.laneKey()).Val(); n != int64(len(tasks)) {
 		t.Fatalf("lane holds %d ids, want %d (once each, after the retried MULTI)", n, len(tasks))
 	}
-	taken, _, err := f.r.Take(ctx, "w1", 2, 2, time.Minute, 0, 0, serves)
+	taken, _, err := f.r.Take(ctx, &TakeParams{Worker: "w1", Max: 2, Room: 2, Lease: time.Minute, Serves: serves})
 	if err != nil || len(taken) != 2 {
 		t.Fatalf("take: %+v, %v", taken, err)
 	}
@@ -1177,7 +1177,7 @@ func TestLargePayloadsBesideScripts(t *testing.T) {
 	}
 	// The 1 MiB task is cancelled once the script has taken it, before its
 	// payload is read.
-	vals, err := takeScript.run(ctx, f.c, f.r.takeKeys("w1"), takeArgs(f.r, 3, 3, "w1", time.Minute, 0, 1, serves)...).Slice()
+	vals, err := takeScript.run(ctx, f.c, f.r.takeKeys("w1"), f.r.takeArgs(&TakeParams{Worker: "w1", Max: 3, Room: 3, Lease: time.Minute, Shards: 1, Serves: serves})...).Slice()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -1207,7 +1207,7 @@ func TestLargeResultsStaged(t *testing.T) {
 	f := setup(t)
 	ctx := context.Background()
 	ids := f.submit(t, "", 3)
-	if _, _, err := f.r.Take(ctx, "w1", 3, 3, time.Minute, 0, 0, serves); err != nil {
+	if _, _, err := f.r.Take(ctx, &TakeParams{Worker: "w1", Max: 3, Room: 3, Lease: time.Minute, Serves: serves}); err != nil {
 		t.Fatal(err)
 	}
 	big := func(c byte) []byte { return []byte(strings.Repeat(string(c), Inline+1)) }
@@ -1260,7 +1260,7 @@ func TestLargeResultsStaged(t *testing.T) {
 	k := f.r.KeepingResults()
 	f.mid = id.New()
 	ids = f.submit(t, "", 1)
-	if _, _, err := k.Take(ctx, "w1", 1, 1, time.Minute, 0, 0, serves); err != nil {
+	if _, _, err := k.Take(ctx, &TakeParams{Worker: "w1", Max: 1, Room: 1, Lease: time.Minute, Serves: serves}); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := k.Finish(ctx, "w1", []wire.Done{{ID: ids[0], Result: big('e')}}); err != nil {
@@ -1284,7 +1284,7 @@ func TestKeptReadInBoundedCalls(t *testing.T) {
 	ctx := context.Background()
 	k := f.r.KeepingResults()
 	ids := f.submit(t, "", 3)
-	if _, _, err := k.Take(ctx, "w1", 3, 3, time.Minute, 0, 0, serves); err != nil {
+	if _, _, err := k.Take(ctx, &TakeParams{Worker: "w1", Max: 3, Room: 3, Lease: time.Minute, Serves: serves}); err != nil {
 		t.Fatal(err)
 	}
 	big := func(i int) []byte { return []byte(strings.Repeat(strconv.Itoa(i), 700<<10)) }
@@ -1358,7 +1358,7 @@ func TestFinishWritesSoloRecordWithItsResult(t *testing.T) {
 	f := setup(t)
 	ctx := context.Background()
 	ids := f.submit(t, "", 2)
-	if taken, _, err := f.r.Take(ctx, "w1", 2, 2, time.Minute, 0, 0, serves); err != nil || len(taken) != 2 {
+	if taken, _, err := f.r.Take(ctx, &TakeParams{Worker: "w1", Max: 2, Room: 2, Lease: time.Minute, Serves: serves}); err != nil || len(taken) != 2 {
 		t.Fatalf("take: %v, %v", taken, err)
 	}
 	batches := keys.Batches("rm", f.queue, f.mid)
@@ -1448,7 +1448,7 @@ func TestWidestPayloadChoosesTheCheck(t *testing.T) {
 			if err := f.r.Cancel(ctx, f.mid, []string{ids[1], ids[4]}); err != nil {
 				t.Fatal(err)
 			}
-			taken, _, err := f.r.Take(ctx, "w1", 10, 10, time.Minute, 0, 0, serves)
+			taken, _, err := f.r.Take(ctx, &TakeParams{Worker: "w1", Max: 10, Room: 10, Lease: time.Minute, Serves: serves})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -1527,7 +1527,7 @@ func TestFinishAtMaxmemory(t *testing.T) {
 	f := &fixture{c: c, r: New(c, "rm", q), queue: q, mid: id.New()}
 	ctx := context.Background()
 	ids := f.submit(t, "", 3)
-	if _, _, err := f.r.Take(ctx, "w1", 3, 3, time.Minute, 0, 0, serves); err != nil {
+	if _, _, err := f.r.Take(ctx, &TakeParams{Worker: "w1", Max: 3, Room: 3, Lease: time.Minute, Serves: serves}); err != nil {
 		t.Fatal(err)
 	}
 	filler := strings.Repeat("x", 256<<10)
@@ -1568,7 +1568,7 @@ func TestGiveBackCountsARun(t *testing.T) {
 	f := setup(t)
 	ctx := context.Background()
 	f.submit(t, "", 2)
-	taken, _, err := f.r.Take(ctx, "w1", 2, 2, time.Minute, 0, 0, serves)
+	taken, _, err := f.r.Take(ctx, &TakeParams{Worker: "w1", Max: 2, Room: 2, Lease: time.Minute, Serves: serves})
 	if err != nil || len(taken) != 2 {
 		t.Fatalf("take: %d, %v", len(taken), err)
 	}
@@ -1581,7 +1581,7 @@ func TestGiveBackCountsARun(t *testing.T) {
 	attempts := map[string]int{}
 	for range 2 {
 		// A suspect comes alone, to a worker that holds nothing: one a take.
-		again, _, err := f.r.Take(ctx, "w2", 2, 2, time.Minute, 0, 0, serves)
+		again, _, err := f.r.Take(ctx, &TakeParams{Worker: "w2", Max: 2, Room: 2, Lease: time.Minute, Serves: serves})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -181,9 +181,12 @@ func TestMalformedRepliesAreErrors(t *testing.T) {
 	swap(&heartbeatScript, "return {1}")
 	swap(&submitScript, "return {1}")
 	checks := map[string]func() error{
-		"take: script returned string last, not its flags": func() error { _, _, err := r.Take(ctx, "w", 1, 1, time.Second, 0, 0, serves); return err },
-		"reap: script returned [1 2], not 4 integers":      func() error { _, err := r.Reap(ctx); return err },
-		"heartbeat: script returned [1], not 3 integers":   func() error { _, err := r.Heartbeat(ctx, "w", time.Second, nil); return err },
+		"take: script returned string last, not its flags": func() error {
+			_, _, err := r.Take(ctx, &TakeParams{Worker: "w", Max: 1, Room: 1, Lease: time.Second, Serves: serves})
+			return err
+		},
+		"reap: script returned [1 2], not 4 integers":    func() error { _, err := r.Reap(ctx); return err },
+		"heartbeat: script returned [1], not 3 integers": func() error { _, err := r.Heartbeat(ctx, "w", time.Second, nil); return err },
 		"submit: script returned [1], not 2 integers": func() error {
 			_, _, err := r.Submit(ctx, "m", "", wire.Lane{Name: "m.1"}, []wire.Task{{ID: "m-1.1", Payload: []byte("p")}}, time.Minute, wire.Expect{})
 			return err
@@ -195,7 +198,7 @@ func TestMalformedRepliesAreErrors(t *testing.T) {
 		}
 	}
 	swap(&takeScript, "return {'id', 'payload', {'x', ''}, {}}")
-	if _, _, err := r.Take(ctx, "w", 1, 1, time.Second, 0, 0, serves); err == nil || strings.Contains(err.Error(), "%!") {
+	if _, _, err := r.Take(ctx, &TakeParams{Worker: "w", Max: 1, Room: 1, Lease: time.Second, Serves: serves}); err == nil || strings.Contains(err.Error(), "%!") {
 		t.Errorf("a take with a malformed attempt: %v", err)
 	}
 }
@@ -222,7 +225,7 @@ func TestPriorityLists(t *testing.T) {
 	}
 	var got []string
 	for range 3 {
-		taken, _, err := f.r.Take(ctx, "dying", 1, 1, time.Minute, 0, 0, serves)
+		taken, _, err := f.r.Take(ctx, &TakeParams{Worker: "dying", Max: 1, Room: 1, Lease: time.Minute, Serves: serves})
 		if err != nil || len(taken) != 1 {
 			t.Fatalf("Take: %v, %v", taken, err)
 		}
@@ -268,13 +271,13 @@ func TestTakeDropsLaneItEmptied(t *testing.T) {
 	inRing := func() []string { return f.c.LRange(ctx, ring, 0, -1).Val() }
 	beside := func() int64 { return f.c.Exists(ctx, list+":e", list+":t").Val() }
 	submit(1, 3)
-	if taken, _, err := f.r.Take(ctx, "w", 2, 2, time.Minute, 0, 0, serves); err != nil || len(taken) != 2 {
+	if taken, _, err := f.r.Take(ctx, &TakeParams{Worker: "w", Max: 2, Room: 2, Lease: time.Minute, Serves: serves}); err != nil || len(taken) != 2 {
 		t.Fatalf("Take: %v, %v", taken, err)
 	}
 	if got := inRing(); !reflect.DeepEqual(got, []string{f.lane().Name}) || beside() != 2 {
 		t.Fatalf("a lane left with a task: ring %q, %d keys beside it; want it in the ring, 2 keys", got, beside())
 	}
-	if taken, _, err := f.r.Take(ctx, "w", 5, 5, time.Minute, 0, 0, serves); err != nil || len(taken) != 1 {
+	if taken, _, err := f.r.Take(ctx, &TakeParams{Worker: "w", Max: 5, Room: 5, Lease: time.Minute, Serves: serves}); err != nil || len(taken) != 1 {
 		t.Fatalf("Take: %v, %v", taken, err)
 	}
 	if got := inRing(); len(got) != 0 || beside() != 0 {
@@ -284,7 +287,7 @@ func TestTakeDropsLaneItEmptied(t *testing.T) {
 	if got := inRing(); !reflect.DeepEqual(got, []string{f.lane().Name}) {
 		t.Fatalf("after a submit to the emptied lane the ring holds %q", got)
 	}
-	if taken, _, err := f.r.Take(ctx, "w", 1, 1, time.Minute, 0, 0, serves); err != nil || len(taken) != 1 {
+	if taken, _, err := f.r.Take(ctx, &TakeParams{Worker: "w", Max: 1, Room: 1, Lease: time.Minute, Serves: serves}); err != nil || len(taken) != 1 {
 		t.Fatalf("Take: %v, %v", taken, err)
 	}
 	if got := inRing(); len(got) != 0 {

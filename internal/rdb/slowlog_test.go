@@ -221,7 +221,7 @@ func TestReapStaysShort(t *testing.T) {
 	take := func(n int64) {
 		t.Helper()
 		for c.SCard(ctx, held).Val() < n {
-			if _, _, err := f.r.Take(ctx, wid, 100, 100, time.Minute, 0, 0, serves); err != nil {
+			if _, _, err := f.r.Take(ctx, &TakeParams{Worker: wid, Max: 100, Room: 100, Lease: time.Minute, Serves: serves}); err != nil {
 				t.Fatal(err)
 			}
 		}

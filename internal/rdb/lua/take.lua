@@ -6,7 +6,7 @@
 -- priority lists the lanes that have tasks. A take goes round the ring of a
 -- priority, moving each lane it looks at from the front to the back, and
 -- takes from each lane whose function (and reducer) the worker registered
--- with the same signature (ARGV[7], ...) at most its share of what the take
+-- with the same signature (ARGV[8], ...) at most its share of what the take
 -- still wants (that, divided by the lanes of the ring), then, if the round
 -- left room, goes round once more without the share. So the lanes of a
 -- priority share the workers, in turns, whatever their sizes; a lane whose
