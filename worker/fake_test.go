@@ -2,13 +2,13 @@ package worker
 
 import (
 	"context"
-	"github.com/redmap/redmap/internal/rdb"
 	"log/slog"
 	"slices"
 	"sync"
 	"time"
 
 	"github.com/redmap/redmap/internal/await"
+	"github.com/redmap/redmap/internal/rdb"
 	"github.com/redmap/redmap/internal/wire"
 )
 

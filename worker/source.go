@@ -3,7 +3,6 @@ package worker
 import (
 	"cmp"
 	"context"
-	"github.com/redmap/redmap/internal/rdb"
 	"log/slog"
 	"slices"
 	"sync"
@@ -11,6 +10,7 @@ import (
 	"time"
 
 	"github.com/redmap/redmap/internal/backoff"
+	"github.com/redmap/redmap/internal/rdb"
 	"github.com/redmap/redmap/internal/wire"
 )
 
