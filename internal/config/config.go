@@ -6,6 +6,7 @@ package config
 
 import (
 	"fmt"
+
 	"github.com/redmap/redmap/codec"
 	"github.com/redmap/redmap/internal/keys"
 )
