@@ -181,7 +181,10 @@ func TestTaskTimeout(t *testing.T) {
 		<-ctx.Done()
 		return 0, ctx.Err()
 	})
-	b.Worker(t, worker.Options{Concurrency: 2}, sleepy)
+	// A minute's grace: the function honours its context, and a starved
+	// machine once took over the default second to let it return, so its
+	// run was abandoned (not retried) rather than timed out.
+	b.Worker(t, worker.Options{Concurrency: 2, AbandonGrace: time.Minute}, sleepy)
 	m := b.Manager(t, manager.Options{})
 	ys, err := manager.Map(testCtx(t), m, sleepy, ints(6), manager.Timeout(50*time.Millisecond), manager.Attempts(2))
 	var be *redmap.BatchError

@@ -401,12 +401,12 @@ func TestReduceByKeyMapTasksFollowCost(t *testing.T) {
 			t.Fatalf("call %d: %v", i, err)
 		}
 		sameCounts(t, fmt.Sprintf("call %d", i), got, want)
-		// At most 4 blind map tasks, 17 to the cost (the spread), and a
-		// reduce task per partition; in tasks of 8, 375 map tasks. Under
-		// CI's load (make test-cluster beside other suites) a first call
-		// made 41, its costs measured while starved: twice the spread is
-		// allowed, which still tells cost from a blind cut.
-		if n, most := w.Stats().Taken-before, int64(4+2*17+manager.DefaultPartitions); n > most {
+		// Quiet: at most 4 blind map tasks, 17 to the cost (the spread),
+		// and a reduce task per partition: 37. Costs measured on a starved
+		// machine (two make tests at once on 2 cores) cut up to 81. The
+		// fault this catches, map tasks cut to the reduce phase's cost,
+		// makes 375 map tasks of 8: the bound is well below that.
+		if n, most := w.Stats().Taken-before, int64(150); n > most {
 			t.Fatalf("call %d: %d tasks, want at most %d", i, n, most)
 		}
 	}

@@ -437,7 +437,11 @@ func TestDrain(t *testing.T) {
 func TestPurge(t *testing.T) {
 	e := harness.Setup(t)
 	srv, queue := e.Srv, e.Queue
-	m := e.Manager(t, manager.Options{})
+	// The keeper forgets a cancelled batch's lane at its next tick, every
+	// Poll: a minute here, so that the commands below, each a process,
+	// find it queued (with the default second, a loaded machine found it
+	// gone before the second command).
+	m := e.Manager(t, manager.Options{Poll: time.Minute, KeyTTL: 10 * time.Minute})
 	batch, err := manager.Submit(context.Background(), m, square, make([]int, 10), manager.ChunkSize(1))
 	if err != nil {
 		t.Fatal(err)
