@@ -21,6 +21,21 @@ func (f *fixture) audit(t *testing.T, tids []string) wire.Audited {
 	return got
 }
 
+// The manager lists a batch's tasks as outstanding before its submit: an
+// audit between the two finds them nowhere, and must neither heal the lane
+// (write its entry, warn of lost keys) nor queue anything. Once submitted,
+// the audit finds all in place.
+func TestAuditBeforeTheSubmit(t *testing.T) {
+	f := setup(t)
+	tids := []string{id.TaskIn(f.mid, 1, 1, 1, keys.DefaultPriority, keys.DefaultPriority), id.TaskIn(f.mid, 2, 1, 1, keys.DefaultPriority, keys.DefaultPriority)}
+	if got := f.audit(t, tids); got.Requeued != 0 || got.Healed != 0 || got.Lost != 0 || len(got.Absent) != 2 {
+		t.Fatalf("audit before the submit: %+v, want both absent and nothing healed", got)
+	}
+	if n := f.c.Exists(context.Background(), keys.Lanes("rm", f.queue, f.mid)).Val(); n != 0 {
+		t.Fatalf("the audit wrote the lanes hash of a batch not yet submitted")
+	}
+}
+
 // An audit queues again what a lost lane or held set took along, puts a
 // lane back in its lost ring and its lost entry back in the manager's
 // lanes hash, and names tasks answered; one of a healthy queue does

@@ -85,9 +85,13 @@ for _, g in ipairs(groups) do
     end
   end
   if g.wid == '' then
-    -- Its lane's entry first: a take passes a lane it has none for.
+    -- Its lane's entry first: a take passes a lane it has none for. Only
+    -- for a lane with tasks in Redis (to queue again, or queued): the
+    -- manager lists its tasks as outstanding before its submit writes the
+    -- entry with them, and an audit between the two must not heal what
+    -- was never lost.
     local l = string.match(g.lane, '%.(.+)$')
-    if l and guarded('HEXISTS', KEYS[4], l) == 0 then
+    if l and (#back > 0 or guarded('LLEN', g.list) > 0) and guarded('HEXISTS', KEYS[4], l) == 0 then
       redis.call('HSET', KEYS[4], l, g.calls)
       redis.call('PEXPIRE', KEYS[4], ttl)
       healed = healed + 1
