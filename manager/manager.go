@@ -439,7 +439,9 @@ func (m *Manager) ready(ctx context.Context) error {
 
 // startTimeout bounds how long a manager's first Submit waits for Redis to
 // answer before it fails with ErrUnavailable; a Redis that answers but
-// cannot serve yet (a Cluster failing over) gets RedisTimeout.
+// cannot serve yet (a Cluster failing over), or that takes connections but
+// is slow to answer (a starved machine, a pool shared by many managers),
+// gets RedisTimeout.
 const startTimeout = 2 * time.Second
 
 // publishTypes stores the structure of a handle's types under its signature,

@@ -48,6 +48,9 @@ func (s *script) command(reply string) string {
 // outage is (a batch's history record waited out its 2 s budget on a
 // revoked TIME before Wait returned). So is a *FencedError.
 func Unreachable(err error) bool {
+	if errors.Is(err, ErrNoAnswer) {
+		return true // a Preflight's, whose pings ran out of its own time
+	}
 	if err == nil || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) || Refused(err) || IsFenced(err) {
 		return false
 	}

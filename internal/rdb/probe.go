@@ -230,11 +230,22 @@ func (r *RDB) Preflight(ctx context.Context, budget, heal time.Duration, log *sl
 			// go-redis retries a refused dial until the deadline, so the
 			// error is often only that: say what it means, and why, if one
 			// dial says.
-			if dial := dialCause(ctx, r.c); cause == nil && dial != nil {
+			dialled, dial := dialCause(ctx, r.c)
+			if cause == nil && dial != nil {
 				cause = fmt.Errorf("ping: %w", dial)
 			}
+			// A PING that only ran out of time while Redis takes
+			// connections: Redis is there, slow (a starved machine, a pool
+			// busy with many managers' calls). It gets heal, as an outage
+			// healing does, rather than the budget for one that is gone.
+			timedOut := Slow(err) || errors.Is(err, context.DeadlineExceeded)
+			if timedOut && dialled && dial == nil && deadline.Before(start.Add(heal)) {
+				deadline = start.Add(heal)
+				log.Info("Redis takes connections but did not answer PING in time; waiting for it", "err", err)
+				continue
+			}
 			// The budget that applied: budget, or heal once PING answered.
-			return fmt.Errorf("no answer from Redis within %v: %w", max(deadline.Sub(start), time.Second), cmp.Or(cause, err))
+			return fmt.Errorf("%w within %v: %w", ErrNoAnswer, max(deadline.Sub(start), time.Second), cmp.Or(cause, err))
 		}
 		log.Info("Redis does not answer yet; trying again", "err", err)
 		if !bo.Wait(ctx) {
@@ -263,12 +274,12 @@ func (r *RDB) Preflight(ctx context.Context, budget, heal time.Duration, log *sl
 
 // dialCause dials a single server's client's address once, for why its
 // pings ran out of time (go-redis retries a refused dial until the ping's
-// deadline, which leaves only that to say): the dial's error, or nil if it
-// connects or c is not a single server's client.
-func dialCause(ctx context.Context, c redis.UniversalClient) error {
+// deadline, which leaves only that to say): whether it dialled (c is a
+// single server's client), and the dial's error, nil if it connected.
+func dialCause(ctx context.Context, c redis.UniversalClient) (dialled bool, err error) {
 	cl, ok := c.(*redis.Client)
 	if !ok {
-		return nil
+		return false, nil
 	}
 	o := cl.Options()
 	ctx, cancel := context.WithTimeout(ctx, time.Second)
@@ -280,8 +291,12 @@ func dialCause(ctx context.Context, c redis.UniversalClient) error {
 	}
 	conn, err := dial(ctx, cmp.Or(o.Network, "tcp"), o.Addr)
 	if err != nil {
-		return err
+		return true, err
 	}
 	conn.Close()
-	return nil
+	return true, nil
 }
+
+// ErrNoAnswer is the error of a Preflight that had no answer from Redis
+// within its budget: Redis is unreachable (Unreachable says so).
+var ErrNoAnswer = errors.New("no answer from Redis")

@@ -612,12 +612,12 @@ func TestUnreachable(t *testing.T) {
 	}
 	// A ping that ran out of time says why through one dial: nothing to
 	// say of a server that is there, the refusal of one that is not.
-	if err := dialCause(context.Background(), c); err != nil {
+	if dialled, err := dialCause(context.Background(), c); !dialled || err != nil {
 		t.Fatalf("dialCause of a live server: %v", err)
 	}
 	gone := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"})
 	defer gone.Close()
-	if err := dialCause(context.Background(), gone); err == nil || !strings.Contains(err.Error(), "connection refused") {
+	if _, err := dialCause(context.Background(), gone); err == nil || !strings.Contains(err.Error(), "connection refused") {
 		t.Fatalf("dialCause of no server: %v, want the refused dial", err)
 	}
 	srv.Kill(t)
