@@ -106,8 +106,11 @@ type keeperParams struct {
 	due      time.Duration // the next publish is due within this (lostAfter)
 	// claim renews a durable batch's claim (an owner's: Manager.renewClaim);
 	// nil for a manager.
-	claim   func(ctx context.Context)
-	durable string // an owner's: its batch's name, published with its progress
+	claim func(ctx context.Context)
+	// withdrawals are the tasks whose withdrawal failed, tried again
+	// every Poll.
+	withdrawals *withdrawal
+	durable     string // an owner's: its batch's name, published with its progress
 	// renewEvery is how often the keys are renewed: ttl/3 if 0. An owner
 	// renews every Poll, so that its batch lives DurableTTL past the last
 	// time it was held, not up to a third of it less.
@@ -126,6 +129,9 @@ func (k *keeper) tick(ctx context.Context) {
 		k.claim(ctx)
 	}
 	k.renewKeys(ctx)
+	if k.withdrawals != nil {
+		k.withdrawals.retry(ctx)
+	}
 	k.forgetLanes(ctx)
 	k.holds.renew(ctx)
 	k.publishBatches(ctx)

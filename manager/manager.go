@@ -186,8 +186,9 @@ func assemble(r seams, opts Options, mid string, o *owned) *Manager {
 	lanes := &endedLanes{}
 	m.history = newHistory(historyParams{mid: mid, store: r.queue, limit: opts.History, age: opts.HistoryAge,
 		budget: min(opts.RedisTimeout, historyBudget), unsaid: ended, failures: &m.failures, log: m.log})
+	withdrawals := &withdrawal{mid: mid, pending: m.pending, router: m.router, log: m.log}
 	m.env = batchEnv{mid: mid, tracer: m.tracer, log: m.log, ended: &m.stats.ended, unsaid: ended, lanes: lanes, costs: m.costs, batches: m.batches,
-		history: m.history, tasks: &withdrawal{mid: mid, pending: m.pending, router: m.router, log: m.log}, durable: o != nil,
+		history: m.history, tasks: withdrawals, durable: o != nil,
 		failures: &m.failures}
 	m.feeding = feederParams{mid: mid, label: label, opts: opts, router: m.router, pending: m.pending, batches: m.batches,
 		costs: m.costs, faults: m.faults, running: &m.feeders, publishTypes: m.publishTypes, limitOf: m.limitOf}
@@ -197,7 +198,7 @@ func assemble(r seams, opts Options, mid string, o *owned) *Manager {
 			(&collector{collectorParams: m.collecting(m.router.first())}).dispatchAll(entries)
 		}
 	}
-	keeping := keeperParams{mid: mid, ttl: opts.KeyTTL, router: m.router, holds: m.holds, batches: m.batches,
+	keeping := keeperParams{mid: mid, ttl: opts.KeyTTL, router: m.router, holds: m.holds, batches: m.batches, withdrawals: withdrawals,
 		ended: ended, lanes: lanes, failures: &m.failures, faults: m.faults, due: lostAfter(opts.Poll, opts.KeyTTL), log: m.log}
 	if o != nil {
 		keeping.claim, keeping.durable, keeping.renewEvery = m.renewClaim, o.name, opts.Poll

@@ -525,3 +525,32 @@ func TestSubmitRidesOutages(t *testing.T) {
 }
 
 func discard() *slog.Logger { return slog.New(slog.DiscardHandler) }
+
+// A withdrawal whose cancel fails is tried again at every retry (the
+// keeper's, every Poll) until it passes, then no more: a task left in the
+// task set would stay there, renewed, as long as the manager lives.
+func TestWithdrawalRetriedUntilItPasses(t *testing.T) {
+	f := newFakeShard(0)
+	r := newRouter(routerParams{queue: "q", shards: 1, first: f,
+		open:    func(name string, i int) shardRedis { return newFakeShard(i) },
+		masters: func(context.Context) (rdb.Masters, bool, error) { return rdb.Masters{}, false, nil },
+		opened:  func(*shard) {}, log: discard()})
+	p := newPendingTasks()
+	tids := []string{"m-1", "m-2"}
+	if err := p.add(nil, tids, 0); err != nil {
+		t.Fatal(err)
+	}
+	w := &withdrawal{mid: "m", pending: p, router: r, log: discard()}
+	f.setFail("cancel", errors.New("i/o timeout"))
+	w.withdraw(tids)
+	w.retry(context.Background()) // fails again: kept
+	if f.callsOf("cancel") != 2 || len(f.cancels) != 0 {
+		t.Fatalf("%d cancels, %v withdrawn; want 2 tries, none through", f.callsOf("cancel"), f.cancels)
+	}
+	f.setFail("cancel", nil)
+	w.retry(context.Background())
+	w.retry(context.Background()) // nothing left
+	if f.callsOf("cancel") != 3 || !slices.Equal(f.cancels, tids) {
+		t.Fatalf("%d cancels, %v withdrawn; want the third through, and no fourth", f.callsOf("cancel"), f.cancels)
+	}
+}

@@ -137,26 +137,61 @@ func (p *pendingTasks) close() (map[string]pending, bool) {
 
 // withdrawal takes a batch's outstanding tasks back: out of the pending
 // set, and cancelled in Redis, so that workers skip them and their results
-// are dropped.
+// are dropped. A cancel that fails is tried again every Poll (retry, the
+// keeper's) until it passes: a task left in the task set would otherwise
+// stay there, renewed, as long as the manager lives.
 type withdrawal struct {
 	mid     string
 	pending *pendingTasks
 	router  *router
 	log     *slog.Logger
+
+	mu   sync.Mutex
+	left []string // tasks whose cancel failed, for retry
 }
 
+// withdrawBudget bounds one try at cancelling tasks in Redis.
+const withdrawBudget = 5 * time.Second
+
 // withdraw withdraws tids: those still pending are cancelled on their
-// shards, one call per shard, within 5 s; a failure is logged (workers then
-// run them, and their results are discarded).
+// shards, one call per shard, within withdrawBudget; those a failure left
+// are tried again every Poll (workers may run them meanwhile, and their
+// results are discarded).
 func (w *withdrawal) withdraw(tids []string) {
 	still := w.pending.forget(tids)
 	if len(still) == 0 {
 		return
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	err := eachShard(w.router.byShard(still), func(s *shard, tids []string) error { return s.rdb.Cancel(ctx, w.mid, tids) })
-	if err != nil {
-		w.log.Warn("withdrawing tasks failed; workers run them and their results are discarded", "tasks", len(still), "err", err)
+	if err := w.cancel(context.Background(), still); err != nil {
+		w.mu.Lock()
+		w.left = append(w.left, still...)
+		w.mu.Unlock()
+		w.log.Warn("withdrawing tasks failed; trying again every Poll (workers may run them meanwhile, and their results are discarded)", "tasks", len(still), "err", err)
 	}
+}
+
+// retry cancels again the tasks a withdrawal could not (the keeper's,
+// every Poll).
+func (w *withdrawal) retry(ctx context.Context) {
+	w.mu.Lock()
+	left := w.left
+	w.left = nil
+	w.mu.Unlock()
+	if len(left) == 0 {
+		return
+	}
+	if err := w.cancel(ctx, left); err != nil {
+		w.mu.Lock()
+		w.left = append(left, w.left...)
+		w.mu.Unlock()
+		return
+	}
+	w.log.Info("withdrew the tasks an earlier withdrawal could not", "tasks", len(left))
+}
+
+// cancel cancels tids on their shards, within withdrawBudget.
+func (w *withdrawal) cancel(ctx context.Context, tids []string) error {
+	ctx, cancel := context.WithTimeout(ctx, withdrawBudget)
+	defer cancel()
+	return eachShard(w.router.byShard(tids), func(s *shard, tids []string) error { return s.rdb.Cancel(ctx, w.mid, tids) })
 }
