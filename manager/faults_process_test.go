@@ -154,7 +154,19 @@ func TestFaultWorkerStoppedPastLease(t *testing.T) {
 						return false // still queued
 					}
 				}
-				return len(requeued) > 0
+				if len(requeued) > 0 {
+					return true
+				}
+				// On a starved machine the reap, the other's take and its
+				// results can all fall between two looks, which then never
+				// see an attempt counted: the reap's record (gone) and
+				// nothing of the stopped worker's left queued say the same.
+				for _, name := range names {
+					if b.Client.ZScore(ctx, keys.Gone("redmap", name), ida).Err() == nil {
+						return len(harness.Queued(t, b.Client, name)) == 0
+					}
+				}
+				return false
 			})
 			a.Cmd.Process.Signal(syscall.SIGCONT)
 		}()
@@ -168,8 +180,12 @@ func TestFaultWorkerStoppedPastLease(t *testing.T) {
 	if sa.Taken+sc.Taken <= 400 || sa.Discarded+sc.Discarded == 0 {
 		t.Fatalf("no task ran twice or no result was discarded: the stop did not take effect mid-task")
 	}
-	if got := sa.Delivered + sc.Delivered; got != 400 {
-		t.Fatalf("delivered %d results in all, want one per task (400)", got)
+	// One delivery per task (exactlyOnce saw each element once). A finish
+	// of the stopped worker that Redis ran but whose reply came after its
+	// read deadline passed (the process was stopped) counts, when sent
+	// again, as discarded: it cannot be told from one another worker won.
+	if got := sa.Delivered + sc.Delivered; got > 400 || got < 400-sa.Discarded {
+		t.Fatalf("delivered %d results in all (the stopped worker's discarded %d), want one per task (400)", got, sa.Discarded)
 	}
 }
 
