@@ -12,16 +12,23 @@ import (
 	"github.com/redmap/redmap/worker"
 )
 
+// goroutineProfile returns the process's goroutines, one entry each (debug
+// 2: every goroutine with its stack) or per stack and labels (debug 1).
+func goroutineProfile(t *testing.T, debug int) []string {
+	t.Helper()
+	var b strings.Builder
+	if err := pprof.Lookup("goroutine").WriteTo(&b, debug); err != nil {
+		t.Fatal(err)
+	}
+	return strings.Split(b.String(), "\n\n")
+}
+
 // managerGoroutines returns the stacks of the goroutines running code of
 // package manager (the test's own, in manager_test, aside), whoever's.
 func managerGoroutines(t *testing.T) []string {
 	t.Helper()
-	var b strings.Builder
-	if err := pprof.Lookup("goroutine").WriteTo(&b, 2); err != nil {
-		t.Fatal(err)
-	}
 	var found []string
-	for _, g := range strings.Split(b.String(), "\n\n") {
+	for _, g := range goroutineProfile(t, 2) {
 		if strings.Contains(g, "github.com/redmap/redmap/manager.") {
 			found = append(found, g)
 		}
@@ -34,12 +41,8 @@ func managerGoroutines(t *testing.T) []string {
 // mid/<name> for its durable batches).
 func goroutinesOf(t *testing.T, mid string) []string {
 	t.Helper()
-	var b strings.Builder
-	if err := pprof.Lookup("goroutine").WriteTo(&b, 1); err != nil {
-		t.Fatal(err)
-	}
 	var found []string
-	for _, g := range strings.Split(b.String(), "\n\n") {
+	for _, g := range goroutineProfile(t, 1) {
 		_, labels, ok := strings.Cut(g, "# labels: ")
 		if !ok || !strings.Contains(g, "github.com/redmap/redmap/") {
 			continue
