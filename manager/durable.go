@@ -221,9 +221,14 @@ func (m *Manager) lose(err error) {
 			m.log.Error("another manager took this durable batch over; this one lets it go", "batch", m.owned.name, "holder", held.Manager, "host", held.Host)
 		}
 		// Not on the part that found err: detach stops it. The parent's
-		// Close waits for it.
+		// Close waits for it; once that Close has begun, it detaches the
+		// owner itself (and no Add may race its Wait).
 		d := m.owned.parent
 		d.mu.Lock()
+		if d.closed {
+			d.mu.Unlock()
+			return
+		}
 		d.ending.Add(1)
 		d.mu.Unlock()
 		go func() {
