@@ -199,9 +199,16 @@ func (e *BatchError) Error() string {
 	}
 	var groups []*group
 	byCause := map[string]*group{}
+	// A fingerprint costs microseconds (regular expressions): each distinct
+	// line is fingerprinted once, not each of a batch's 10,000 failures.
+	prints := map[string]string{}
 	for _, f := range e.Failed {
 		c := causeLine(f.Err, causeBytes)
-		key := wire.Fingerprint(c)
+		key, ok := prints[c]
+		if !ok {
+			key = wire.Fingerprint(c)
+			prints[c] = key
+		}
 		g := byCause[key]
 		if g == nil {
 			g = &group{cause: c}

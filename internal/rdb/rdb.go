@@ -1193,7 +1193,7 @@ func (r *RDB) WakeCollector(ctx context.Context, mid string) error {
 	if fence == "" {
 		return nil
 	}
-	err := wakeScript.run(ctx, r.c, []string{l, fence}, held, wake).Err()
+	err := wakeScript.run(ctx, r.c, []string{l, fence, keys.Tasks(r.prefix, r.queue, mid)}, held, wake).Err()
 	return wrap("wake", wakeScript, "", err)
 }
 
