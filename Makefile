@@ -4,6 +4,9 @@ FUZZTIME  ?= 5s
 CHAOS     ?= 10m
 STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 REVIVE      := github.com/mgechev/revive@v1.11.0
+# The packages whose tests take longest, named first so that go test starts
+# them first and the quick ones fill the other core around them.
+SLOWEST := ./manager ./worker ./cmd/redmap
 FUZZ_TARGETS := codec:FuzzDecodeTask codec:FuzzDecodeResult codec:FuzzDecodeElements codec:FuzzDecodeValue codec:FuzzIntsMatchMsgpack worker:FuzzTaskPath manager:FuzzResultPath internal/rdb:FuzzDecodeRecords internal/wire:FuzzExpandRanges
 
 .PHONY: help docs test test-unit test-cluster fuzz lint bench demo chaos chaos-cluster redis-server screenshot
@@ -12,7 +15,7 @@ help: ## list the targets
 	@awk -F':.*## ' '/^[a-z-]+:.*## /{printf "  %-13s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 
 test: redis-server ## go test -race ./... (every test: the process-level suites too), then deploy/'s manifests and image (a module of its own); make fuzz fuzzes
-	$(GO) test -race -count=1 -timeout 45m -parallel 4 ./...
+	$(GO) test -race -count=1 -timeout 45m -parallel 4 $(SLOWEST) ./...
 	@echo "== $$(date -u +%T) deploy"
 	cd deploy && $(GO) test -count=1 ./...
 

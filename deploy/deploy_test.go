@@ -237,6 +237,7 @@ func probes(t *testing.T, c corev1.Container, portName string) []string {
 // checks the rest); started with that environment (on the test's Redis and a
 // free port), it answers the probes' paths; the budget selects its pods.
 func TestWorkerManifestMatchesTheBinary(t *testing.T) {
+	t.Parallel() // each builds and runs processes of its own
 	m := load(t)
 	d := m.deployments["redmap-worker"]
 	spec := d.Spec.Template.Spec
@@ -306,6 +307,7 @@ func TestWorkerManifestMatchesTheBinary(t *testing.T) {
 // redmap metrics serves: its port, its probes' path, and every metric the
 // ScaledObject's query reads, for the queue the workers serve.
 func TestMetricsManifestMatchesTheBinary(t *testing.T) {
+	t.Parallel() // each builds and runs processes of its own
 	m := load(t)
 	d := m.deployments["redmap-metrics"]
 	c := d.Spec.Template.Spec.Containers[0]
@@ -384,6 +386,7 @@ func TestMetricsManifestMatchesTheBinary(t *testing.T) {
 // /readyz, and exits 0 on podman stop (SIGTERM). Without
 // podman, or where podman cannot run a container here, it skips, saying why.
 func TestImageRunsAWorker(t *testing.T) {
+	t.Parallel() // each builds and runs processes of its own
 	if _, err := exec.LookPath("podman"); err != nil {
 		t.Skip("podman is not installed (Debian: apt-get install podman runc): the image is not built here")
 	}

@@ -17,6 +17,7 @@ import (
 // in every file the programs' builds read. The stamp is checked by building
 // with the Dockerfile's own -ldflags and reading the worker's start line.
 func TestDockerfile(t *testing.T) {
+	t.Parallel() // each builds and runs processes of its own
 	b, err := os.ReadFile("Dockerfile")
 	if err != nil {
 		t.Fatal(err)

@@ -151,6 +151,7 @@ func goMemLimit(s string) (int64, error) {
 // and fail their readiness probe: Kubernetes takes them out of service
 // rather than restarting them for an outage a restart cannot mend.
 func TestProbesOnRedisOutage(t *testing.T) {
+	t.Parallel() // each builds and runs processes of its own
 	m := load(t)
 	for _, c := range []struct {
 		name, pkg, port string
@@ -160,6 +161,7 @@ func TestProbesOnRedisOutage(t *testing.T) {
 		{"redmap-metrics", "./cmd/redmap", "http-metrics", "metrics "},
 	} {
 		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
 			ct := m.deployments[c.name].Spec.Template.Spec.Containers[0]
 			srv := redistest.Start(t) // its own: the test stops it
 			addr := freeAddr(t)
