@@ -366,6 +366,7 @@ func TestFaultKeyLostOnCluster(t *testing.T) {
 	cl := redistest.StartCluster(t, 3)
 	for _, kind := range []string{"liveness", "held", "evicted"} {
 		t.Run(kind, func(t *testing.T) {
+			t.Parallel() // a queue of its own on the test's Cluster
 			b := &harness.Env{Client: cl.Client(t), URL: cl.URL(), Queue: redistest.Queue(t)}
 			names := loseKeys(t, b, 3, kind)
 			masters := map[int]bool{}
@@ -388,6 +389,7 @@ func TestFaultKeyLostBehindSentinel(t *testing.T) {
 	url := "redis-sentinel://" + strings.Join(st.Addrs(), ",") + "/0?master=" + redistest.MasterName
 	for _, kind := range []string{"lane", "ring", "lanes", "held"} {
 		t.Run(kind, func(t *testing.T) {
+			t.Parallel() // a queue of its own behind the test's Sentinel
 			b := &harness.Env{Client: st.Client(t), URL: url, Queue: redistest.Queue(t)}
 			loseKeys(t, b, 1, kind)
 		})
