@@ -39,7 +39,11 @@ func withForeignKeys(t *testing.T) (*redistest.Server, *redis.Client) {
 	srv := redistest.Start(t, "--enable-debug-command", "yes")
 	c := srv.Client(t)
 	ctx := context.Background()
-	if err := c.Do(ctx, "DEBUG", "POPULATE", foreignKeys, "app").Err(); err != nil {
+	// A million keys take Redis about a second alone, and more than
+	// go-redis's 3 s read timeout on a machine running another make test.
+	slow := redis.NewClient(&redis.Options{Addr: srv.Addr(), ReadTimeout: redistest.WaitLimit(t)})
+	defer slow.Close()
+	if err := slow.Do(ctx, "DEBUG", "POPULATE", foreignKeys, "app").Err(); err != nil {
 		t.Fatal(err)
 	}
 	if n, err := c.DBSize(ctx).Result(); err != nil || n != foreignKeys {
