@@ -57,9 +57,12 @@ func StartClusterServers(n int) (*Cluster, error) { return startCluster(n, false
 // nodeArgs are every Cluster node's settings: a 2 s node timeout, so a
 // master's death is noticed and its replica promoted in about 3-4 s; a
 // replica's full sync starts at once (diskless syncs wait 5 s by default
-// for more replicas to share them).
+// for more replicas to share them); a replica may be promoted however long
+// its link has been down (a validity factor of 0), as KillMasterLosingWrites
+// needs on a loaded machine: by default, a link down for 20 s (10 node
+// timeouts) before the master died leaves its slots with no master.
 var nodeArgs = []string{"--cluster-enabled", "yes", "--cluster-node-timeout", "2000", "--cluster-require-full-coverage", "yes",
-	"--repl-diskless-sync-delay", "0"}
+	"--repl-diskless-sync-delay", "0", "--cluster-replica-validity-factor", "0"}
 
 func startCluster(n int, replicas bool) (*Cluster, error) {
 	cl := &Cluster{}

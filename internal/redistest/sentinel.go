@@ -197,24 +197,25 @@ func (st *Sentinel) waitNewPrimary(tb testing.TB, old *Server) {
 // longer resync, so the replica cannot reconnect), waits until the primary
 // has taken writes since and until(primary) holds (a test's own sign that
 // the writes it cares about happened), then kills it and waits for the
-// promotion. A client must be writing meanwhile. It reports whether the
-// promoted replica did lack every write since the cut (its replication
-// offset at promotion not past the cut's): if the link was not cut in time,
-// it may not.
+// promotion. A client must be writing meanwhile. It reports whether until
+// held (within writeAheadWindow of the cut, after which the kill comes
+// anyway) and the promoted replica did lack every write since the cut (its
+// replication offset at promotion not past the cut's): if the link was not
+// cut in time, it may not.
 func (st *Sentinel) KillPrimaryLosingWrites(tb testing.TB, until func(primary *redis.Client) bool) (lost bool) {
 	tb.Helper()
 	ctx := context.Background()
 	old := st.Primary(tb)
 	pc := redis.NewClient(&redis.Options{Addr: old.Addr()})
 	defer pc.Close()
-	cut := writeAhead(tb, pc, until)
+	cut, held := writeAhead(tb, pc, until, writeAheadWindow)
 	old.Kill(tb)
 	st.waitNewPrimary(tb, old)
 	nc := redis.NewClient(&redis.Options{Addr: st.Primary(tb).Addr()})
 	defer nc.Close()
 	// second_repl_offset is one past the offset the replica had when it
 	// was promoted.
-	return replOffset(ctx, nc, "second_repl_offset")-1 <= cut
+	return held && replOffset(ctx, nc, "second_repl_offset")-1 <= cut
 }
 
 // RestartPrimaryEmpty kills the primary and starts it again at once, empty
