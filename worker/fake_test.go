@@ -2,6 +2,7 @@ package worker
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"slices"
 	"sync"
@@ -39,6 +40,9 @@ type fakeShard struct {
 	// maxResult, if set, is the largest result Finish takes: a call with a
 	// larger one fails as Redis at maxmemory refuses staged results.
 	maxResult int
+	// maxCall, if set, is the most bytes of results a Finish call carries
+	// in time: a larger call times out, as over a link too slow for it.
+	maxCall int
 }
 
 // oom is the error reply of Redis at maxmemory.
@@ -169,6 +173,9 @@ func (f *fakeShard) Finish(_ context.Context, _ string, done []wire.Done) (wire.
 		}
 		return wire.Finished{Failed: done}, err
 	}
+	if size := bytesOf(done); f.maxCall > 0 && size > f.maxCall {
+		return wire.Finished{Failed: done}, fmt.Errorf("finish of %d bytes: read tcp: i/o timeout", size)
+	}
 	var got wire.Finished
 	var err error
 	for _, d := range done {
@@ -186,6 +193,15 @@ func (f *fakeShard) Finish(_ context.Context, _ string, done []wire.Done) (wire.
 		}
 	}
 	return got, err
+}
+
+// bytesOf returns the bytes of ds' results and records.
+func bytesOf(ds []wire.Done) int {
+	n := 0
+	for _, d := range ds {
+		n += len(d.Result) + len(d.Record)
+	}
+	return n
 }
 
 func (f *fakeShard) GiveBack(_ context.Context, _ string, members []string, ran bool) (int, error) {

@@ -44,7 +44,21 @@ type finisher struct {
 	waiting []refusedDone  // refused results, by when to try again
 	failing time.Time      // since when no result could be reported; zero if the last call did
 	gaveUp  bool           // stuck was told
+	// shrunk bounds the bytes of results sent in one round after calls
+	// failed: halved at each failure (down to one result a call), doubled
+	// after growAfter rounds in a row passed, 0 (no bound but
+	// rdb.CallBytes a call) once back there. On a link slow or starved
+	// enough that a call of CallBytes outlasts the read timeout, every call
+	// would time out again, and the worker leave, stuck, though smaller
+	// ones would pass.
+	shrunk int
+	passed int // rounds in a row that passed since shrunk last changed
 }
+
+// growAfter is how many rounds in a row must pass before a shrunk round
+// doubles: growing at each would fail every other round on a link that
+// carries one size and not the next.
+const growAfter = 8
 
 // refusedDone is a result Redis refused for want of memory, and when to try
 // it again.
@@ -171,11 +185,12 @@ func (f *finisher) due(batch []wire.Done, now time.Time) []wire.Done {
 func (f *finisher) finish(ctx context.Context, batch []wire.Done, closing bool) {
 	var bo backoff.Backoff
 	left := batch
-	for attempt := 1; ; attempt++ {
-		got, err := f.source.finish(ctx, left)
+	for failures := 0; ; {
+		now, later := f.within(left)
+		got, err := f.source.finish(ctx, now)
 		f.counters.delivered.Add(int64(got.Delivered))
 		f.counters.discarded.Add(int64(got.Sent - got.Delivered))
-		f.settle(left, got)
+		f.settle(now, got)
 		// The clock of a worker that cannot report runs while calls fail
 		// and none lands. A call Redis answered, if only to refuse results
 		// for want of memory, stops it: those end with ErrRedisFull
@@ -194,16 +209,54 @@ func (f *finisher) finish(ctx context.Context, batch []wire.Done, closing bool) 
 		if err != nil {
 			f.checkStuck(err)
 		}
+		f.adapt(len(got.Failed) > 0)
 		if len(got.Failed) == 0 {
-			return
+			if len(later) == 0 {
+				return
+			}
+			left = later // the link answers: on at once
+			bo.Reset()
+			continue
 		}
 		f.failed("finish", err)
-		left = got.Failed
+		left = slices.Concat(got.Failed, later)
 		// A worker that leaves, stuck, tries each result once: its tasks
 		// are reaped anyway.
-		if f.gaveUp || closing && attempt >= finishTries || !bo.Wait(ctx) {
+		if failures++; f.gaveUp || closing && failures >= finishTries || !bo.Wait(ctx) {
 			f.drop(left)
 			return
+		}
+	}
+}
+
+// within splits ds into the results the next round sends, within shrunk
+// bytes (one at least; all if shrunk is 0), and the rest.
+func (f *finisher) within(ds []wire.Done) (now, later []wire.Done) {
+	if f.shrunk == 0 {
+		return ds, nil
+	}
+	n, size := 0, 0
+	for n < len(ds) && (n == 0 || size+len(ds[n].Result)+len(ds[n].Record) <= f.shrunk) {
+		size += len(ds[n].Result) + len(ds[n].Record)
+		n++
+	}
+	return ds[:n], ds[n:]
+}
+
+// adapt halves the bytes of a round after one whose calls failed, and
+// doubles them back after growAfter in a row that passed.
+func (f *finisher) adapt(failed bool) {
+	switch {
+	case failed && f.shrunk == 0:
+		f.shrunk, f.passed = rdb.CallBytes/2, 0
+	case failed:
+		f.shrunk, f.passed = max(f.shrunk/2, 1), 0
+	case f.shrunk > 0:
+		if f.passed++; f.passed < growAfter {
+			return
+		}
+		if f.shrunk, f.passed = 2*f.shrunk, 0; f.shrunk >= rdb.CallBytes {
+			f.shrunk = 0
 		}
 	}
 }

@@ -429,6 +429,45 @@ func TestFinisherRetriesAFailedShard(t *testing.T) {
 	}
 }
 
+// Over a link on which a call of more than 100 KiB times out (slow, or
+// starved of CPU), the finisher sends smaller rounds after each timeout,
+// down to one result a call, and delivers every result: not stuck, though
+// every call of rdb.CallBytes would time out again and again.
+func TestFinisherShrinksCallsThatTimeOut(t *testing.T) {
+	q := newFakeQueue()
+	q.shards[0].maxCall = 100 << 10
+	src := q.source(func(string, error) {})
+	h := newHeld()
+	const n = 40
+	taken := make([]wire.Taken, n)
+	for i := range taken {
+		taken[i] = wire.Taken{ID: fmt.Sprint("t", i)}
+		q.shards[0].held[taken[i].ID] = taken[i]
+	}
+	h.add(taken)
+	var c counters
+	var failures atomic.Int32
+	f := newFinisher(finisherParams{capacity: n, source: src, held: h, counters: &c,
+		failed:  func(string, error) { failures.Add(1) },
+		renewed: time.Now, stuckAfter: time.Hour, stuck: func(err error) { t.Errorf("stuck: %v", err) }})
+	for _, tk := range taken {
+		f.results <- wire.Done{ID: tk.ID, Result: make([]byte, 64<<10)} // 2.5 MiB in all: every full call times out
+	}
+	f.Start(context.Background())
+	f.Stop()
+	f.Wait()
+	if got := q.shards[0].results(); len(got) != n || h.size() != 0 || c.delivered.Load() != n {
+		t.Fatalf("delivered %d (counted %d), ledger holds %d; want %d, %d and 0", len(got), c.delivered.Load(), h.size(), n, n)
+	}
+	// All 2.5 MiB, then 512, 256 and 128 KiB time out; 64 KiB passes, and
+	// a round of 128 KiB after 8 that passed times out again: a few
+	// failures, not one a result.
+	if k := failures.Load(); k < 4 || k > n/2 {
+		t.Errorf("%d finish rounds failed, want from 4 (down to 64 KiB) to %d", k, n/2)
+	}
+	t.Logf("%d results of 64 KiB over a link that times out calls over 100 KiB: %d calls, %d failed", n, q.shards[0].callsOf("finish"), failures.Load())
+}
+
 // A result Redis refuses for want of memory waits apart while the others
 // are delivered; after fullTries refusals a record of its failure with
 // ErrRedisFull takes its place, and its task leaves the ledger.
