@@ -72,8 +72,8 @@ func waitFor(t *testing.T, ctx context.Context, what, cond string) {
 // SIGKILL is shown dead; the drain button drains the other, which exits.
 // The page fits a 1280×800 window and a phone's width.
 func TestDashboardInBrowser(t *testing.T) {
-	ctx := browser(t, 1280, 800)
 	e := harness.Setup(t)
+	ctx := browser(t, 1280, 800)
 	ws := startWorkers(t, e, 2)
 	m := e.Manager(t, manager.Options{Poll: 250 * time.Millisecond})
 	harness.WaitLive(t, m, ws[0].ID, ws[1].ID)
@@ -226,8 +226,8 @@ const historyShotEnv = "REDMAP_SCREENSHOT_HISTORY"
 // manager process was SIGKILLed mid-batch ("manager lost"); each shows the
 // counts its manager had.
 func TestDashboardHistoryInBrowser(t *testing.T) {
-	ctx := browser(t, 1280, 900)
 	e := harness.Setup(t)
+	ctx := browser(t, 1280, 900)
 	startWorkers(t, e, 2)
 	m := e.Manager(t, manager.Options{})
 	bg := context.Background()
@@ -320,8 +320,8 @@ const layoutShotEnv = "REDMAP_SCREENSHOT_LAYOUT"
 // Workers and Failures stay in view; the workers table fits without
 // scrolling sideways, and so does the page.
 func TestDashboardLayoutInBrowser(t *testing.T) {
-	ctx := browser(t, 1280, 900)
 	e := harness.Setup(t)
+	ctx := browser(t, 1280, 900)
 	ws := startWorkers(t, e, 2)
 	m := e.Manager(t, manager.Options{Poll: 250 * time.Millisecond})
 	harness.WaitLive(t, m, ws[0].ID, ws[1].ID)

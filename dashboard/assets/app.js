@@ -88,6 +88,10 @@ function view(s) {
 // renderIdle folds the idle queues (nothing queued, running or ended in
 // 15 minutes) into one line that unfolds into their names.
 function renderIdle(s) {
+  // The fold as it is now: a click opens it at once, while its toggle
+  // event comes later, after a render that would close it again.
+  const shown = document.querySelector("details.idle");
+  if (shown) idleOpen = shown.open;
   const idle = s.idle || [];
   const workers = s.idle_workers ? ` · their ${s.idle_workers} idle worker${s.idle_workers > 1 ? "s" : ""} not listed` : "";
   $("idle").innerHTML = idle.length ? `<details class="idle"${idleOpen ? " open" : ""}><summary>${idle.length} idle queue${idle.length > 1 ? "s" : ""}${workers}</summary>
