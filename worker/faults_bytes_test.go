@@ -351,6 +351,9 @@ func TestWorkerThatCannotReportLeaves(t *testing.T) {
 	ran := make(chan error, 1)
 	go func() { ran <- w.Run(wctx) }()
 	m := e.Manager(t, manager.Options{Poll: 200 * time.Millisecond, NoWorkerTimeout: 2 * time.Second})
+	// The Map's 2 s without a worker must count from a worker that serves:
+	// on a loaded machine the worker's start can take longer than that.
+	harness.WaitLive(t, m, w.ID())
 
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
@@ -361,6 +364,8 @@ func TestWorkerThatCannotReportLeaves(t *testing.T) {
 	}()
 	select {
 	case <-started:
+	case err := <-mapped:
+		t.Fatalf("Map ended before any task ran: %v", err)
 	case <-ctx.Done():
 		t.Fatal("no task ran")
 	}
