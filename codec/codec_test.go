@@ -70,15 +70,23 @@ func TestTaskTraceFieldsOptional(t *testing.T) {
 	if got, err := DecodeTask(sb, 0); err != nil || !reflect.DeepEqual(got, &solo) {
 		t.Fatalf("Record round trip: %+v (%v), want %+v", got, err, &solo)
 	}
-	// A later release's task: a 20-field array, two fields this one does not know.
+	// A later release's task: a 21-field array, its field 20 naming a
+	// field this one does not know, and a field 21.
 	traced.Waits = 2
 	traced.Record = "r"
 	tb, _ = EncodeTask(&traced)
-	later := append([]byte{0xdc, 0, 20}, tb[3:]...)
-	later = append(later, 0xa1, 'x', 0x2a)
+	later := append([]byte{0xdc, 0, 21}, tb[3:]...)
+	later = append(later, 0xc4, 0) // an empty shuffle (19)
+	later = append(later, 0x81, 0xa4, 'n', 'e', 'x', 't', 0x2a, 0xa1, 'x')
 	got, err = DecodeTask(later, 0)
-	if err != nil || got.Trace["tracestate"] != "k=v" || got.Sent != traced.Sent || got.Waits != 2 || got.Record != "r" {
-		t.Fatalf("a task with fields past 18: %+v (%v), want them skipped", got, err)
+	if err != nil || got.Trace["tracestate"] != "k=v" || got.Sent != traced.Sent || got.Waits != 2 || got.Record != "r" || !got.Call.IsZero() {
+		t.Fatalf("a task with fields it does not know: %+v (%v), want them skipped", got, err)
+	}
+	// Field 20 is a map, by name; anything else is refused.
+	notMap := append([]byte{0xdc, 0, 20}, tb[3:]...)
+	notMap = append(notMap, 0xc4, 0, 0x2a)
+	if _, err := DecodeTask(notMap, 0); !errors.Is(err, ErrCorrupt) {
+		t.Fatalf("a field 20 that is not a map: %v, want ErrCorrupt", err)
 	}
 	short := append([]byte{0x90 | 13}, b[1:]...)
 	if _, err := DecodeTask(short, 0); !errors.Is(err, ErrCorrupt) {

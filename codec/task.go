@@ -1,8 +1,14 @@
 package codec
 
 import (
+	"fmt"
 	"maps"
+	"reflect"
 	"slices"
+	"strconv"
+	"strings"
+	"unicode"
+	"unicode/utf8"
 )
 
 // version is the first field of every envelope and result; a reader refuses
@@ -53,6 +59,74 @@ type Task struct {
 	// (manager.ReduceByKey): which phase, and where its partitions live.
 	// Its form is internal to redmap. It travels as optional field 19.
 	Shuffle []byte
+
+	// Call is what the call says of its batch by name: optional field 20,
+	// the last. A field added to the envelope goes there, not after it.
+	Call CallInfo
+}
+
+// CallInfo is what a call says of its batch to its workers and to
+// operators, by field name: each task's envelope carries it (a MessagePack
+// map keyed by the msgpack tags, sent only when a field is set), and so do
+// the batch's published progress and its history record (a JSON object
+// keyed by the json tags, which the scripts copy whole). Operators' tools
+// show every field set (String). A reader skips the keys it does not know,
+// so a new per-call option is a field here and its option function
+// (manager/options_call.go): workers and tools of an earlier release ignore
+// it, and nothing in between names it.
+type CallInfo struct{}
+
+// IsZero reports whether no field of c is set: its tasks then carry no
+// field 20, and its records no "call".
+func (c CallInfo) IsZero() bool { return reflect.ValueOf(c).IsZero() }
+
+// MaxCallText is the most bytes a text field of a CallInfo may hold.
+const MaxCallText = 256
+
+// Check returns an error naming the first field of c that a manager may not
+// send: a text over MaxCallText bytes, not UTF-8, or with a control
+// character. A manager refuses such a call, and a worker such a task.
+func (c CallInfo) Check() error {
+	var err error
+	c.each(func(name, _ string, v reflect.Value) {
+		if s, ok := v.Interface().(string); ok && err == nil {
+			switch {
+			case len(s) > MaxCallText:
+				err = fmt.Errorf("%s is %d bytes, over %d", name, len(s), MaxCallText)
+			case !utf8.ValidString(s) || strings.IndexFunc(s, unicode.IsControl) >= 0:
+				err = fmt.Errorf("%s %q is not printable UTF-8", name, s)
+			}
+		}
+	})
+	return err
+}
+
+// String is c as operators read it: each field set as name=value, by its
+// msgpack name, in the order of the fields, a text quoted if it has a space
+// or a quote; "" if none is set.
+func (c CallInfo) String() string {
+	var parts []string
+	c.each(func(_, name string, v reflect.Value) {
+		s := fmt.Sprint(v.Interface())
+		if strings.ContainsAny(s, " \t\"=") {
+			s = strconv.Quote(s)
+		}
+		parts = append(parts, name+"="+s)
+	})
+	return strings.Join(parts, " ")
+}
+
+// each calls f with each field of c that is set: its Go name (the option
+// that sets it is named so), its msgpack name and its value.
+func (c CallInfo) each(f func(field, name string, v reflect.Value)) {
+	v := reflect.ValueOf(c)
+	for i := range v.NumField() {
+		if fv := v.Field(i); !fv.IsZero() {
+			sf := v.Type().Field(i)
+			name, _, _ := strings.Cut(sf.Tag.Get("msgpack"), ",")
+			f(sf.Name, name, fv)
+		}
+	}
 }
 
 // MaxTraceFields caps the entries of a task's trace context: a W3C
@@ -67,6 +141,7 @@ const (
 	waitsFields   = 17
 	recordFields  = 18
 	shuffleFields = 19
+	callFields    = 20
 )
 
 // EncodeTask returns the wire form of t: one MessagePack array.
@@ -74,6 +149,8 @@ func EncodeTask(t *Task) ([]byte, error) {
 	w := newWriter(len(t.Func) + len(t.Sig) + len(t.Input) + len(t.Const) + 32)
 	fields := taskFields
 	switch {
+	case !t.Call.IsZero():
+		fields = callFields
 	case len(t.Shuffle) > 0:
 		fields = shuffleFields
 	case t.Record != "":
@@ -117,14 +194,18 @@ func EncodeTask(t *Task) ([]byte, error) {
 	if fields >= shuffleFields {
 		w.bytes(t.Shuffle)
 	}
+	if fields >= callFields {
+		w.do(w.enc.Encode(t.Call)) // a map, by the msgpack tags
+	}
 	return w.result()
 }
 
 // DecodeTask parses a task envelope of at most limit bytes (DefaultMaxFrame if
 // limit <= 0). Fields past the 14 every version-2 task has are optional: it
 // reads the trace context (15), the time sent (16), the RetryAfter bound
-// (17), the history record (18) and the shuffle (19) if they are there, and skips any later ones, so a manager of a later
-// release may add more.
+// (17), the history record (18), the shuffle (19) and the call's fields by
+// name (20) if they are there, and skips any later ones and any name it does
+// not know, so a manager of a later release may add more.
 func DecodeTask(b []byte, limit int) (*Task, error) {
 	if err := checkSize("task", b, limit); err != nil {
 		return nil, err
@@ -156,11 +237,17 @@ func DecodeTask(b []byte, limit int) (*Task, error) {
 	if fields > recordFields {
 		t.Shuffle = d.bytes()
 	}
-	for range fields - shuffleFields {
+	if fields > shuffleFields && d.checkNext() {
+		d.do(d.dec.Decode(&t.Call))
+	}
+	for range fields - callFields {
 		d.skip()
 	}
 	if err := d.end("task"); err != nil {
 		return nil, err
+	}
+	if err := t.Call.Check(); err != nil {
+		return nil, corrupt("task: call", err)
 	}
 	if t.Count < 0 || t.Count > len(t.Input) || t.ConstSize < 0 || t.Attempts < 0 || t.Timeout < 0 || t.Start < 0 || t.Waits < 0 {
 		return nil, corrupt("task: count or size out of range", nil)

@@ -26,6 +26,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/redmap/redmap/codec"
 	"github.com/redmap/redmap/internal/config"
 	"github.com/redmap/redmap/internal/id"
 	"github.com/redmap/redmap/internal/keys"
@@ -190,6 +191,9 @@ type Batch struct {
 	Reason  string    `json:"reason,omitempty"`
 	Started time.Time `json:"started,omitzero"`
 	Ended   time.Time `json:"ended,omitzero"`
+	// Call is what the call said of its batch by name (manager.Label, ...):
+	// the fields this release knows (a later one's others are skipped).
+	Call codec.CallInfo `json:"call,omitzero"`
 }
 
 // FailureGroup is the failed elements of one function, kind and group: the
@@ -365,7 +369,7 @@ func (i *Inspector) batches(ctx context.Context, queue string, ws []Worker) ([]B
 		out = append(out, Batch{Queue: queue, Manager: b.Manager, ID: b.ID, Func: p.Func,
 			Priority: cmp.Or(p.Priority, keys.DefaultPriority), Total: p.Total, Done: succeeded(p.Done, p.Failed), Failed: p.Failed,
 			Rate: p.Rate, ETA: p.ETA.Seconds(), Worker: p.Worker, Waiting: p.Waiting, Outcome: "running",
-			Started: p.Started, Durable: p.Durable})
+			Started: p.Started, Durable: p.Durable, Call: p.Call})
 	}
 	if err := i.durableStates(ctx, queue, out); err != nil {
 		return nil, err
@@ -458,7 +462,7 @@ func (i *Inspector) History(ctx context.Context, queue string, n int) ([]Batch, 
 		out[j] = Batch{Queue: queue, Manager: r.Manager, ID: r.ID, Func: r.Func,
 			Priority: cmp.Or(r.Priority, keys.DefaultPriority), Total: r.Total, Done: succeeded(r.Done, r.Failed), Failed: r.Failed,
 			Worker: r.Worker, Outcome: r.Outcome, FailedBy: r.FailedBy, Reason: r.Reason,
-			Started: time.UnixMilli(r.Started), Ended: time.UnixMilli(r.Ended)}
+			Started: time.UnixMilli(r.Started), Ended: time.UnixMilli(r.Ended), Call: r.Call}
 		if r.Started == 0 {
 			out[j].Started = time.Time{}
 		}

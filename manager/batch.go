@@ -44,6 +44,7 @@ type Batch[Out any] struct {
 	costKey  string              // what its tasks' cost is learnt under (sizing.key), or "" for nothing
 	worker   string              // the private queue's worker, or ""
 	priority int                 // its tasks' priority
+	call     codec.CallInfo      // what its call says of it by name (published, recorded)
 	id       string              // for operators: "<manager id>:<n>"
 	lane     wire.Lane           // where its public tasks wait: "<manager id>.<n in base 36>"
 	seq      uint64              // n: the batch's number, and its lane's
@@ -578,11 +579,11 @@ func (b *Batch[Out]) resumedFrom(ms string) {
 
 // record returns the batch's final record for the queue's history.
 func (b *Batch[Out]) record() wire.BatchRecord {
+	p := b.published()
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	r := wire.BatchRecord{ID: b.id, Manager: b.env.mid, Func: b.fn, Priority: b.priority, Worker: b.worker,
-		Total: b.feed.n, Done: b.feed.n - b.feed.left, Failed: len(b.outs.errs), Outcome: outcomeOf(b.state.err, len(b.outs.errs)),
-		Started: b.firstStarted().UnixMilli(), Ended: time.Now().UnixMilli()}
+	r := p.Record(b.id, b.env.mid)
+	r.Outcome, r.Ended = outcomeOf(b.state.err, len(b.outs.errs)), time.Now().UnixMilli()
 	if len(b.outs.errs) > 0 {
 		r.FailedBy = make(map[string]int)
 		for _, e := range b.outs.errs {

@@ -199,8 +199,9 @@ func (k *keeper) publishBatches(ctx context.Context) {
 	running := k.batches.batches()
 	published := make(map[string]wire.BatchProgress, len(running))
 	for id, b := range running {
-		published[id] = progressRecord(b.Progress())
-		published[id] = withName(published[id], k.durable)
+		p := b.published()
+		p.Durable = k.durable
+		published[id] = p
 	}
 	// Elements ended since the last publish feed the queue's throughput
 	// counters (redmap dashboard), whatever batch they were of.
@@ -224,16 +225,4 @@ func (k *keeper) publishBatches(ctx context.Context) {
 			b.cancel(fmt.Errorf("%w: by an operator (redmap dashboard)", context.Canceled))
 		}
 	}
-}
-
-// withName is p of durable batch name ("" for another).
-func withName(p wire.BatchProgress, name string) wire.BatchProgress {
-	p.Durable = name
-	return p
-}
-
-// progressRecord is p as operators read it.
-func progressRecord(p Progress) wire.BatchProgress {
-	return wire.BatchProgress{Func: p.Func, Total: p.Total, Done: p.Done, Failed: p.Failed, Rate: p.Rate, ETA: p.ETA,
-		Started: p.Started, Worker: p.Worker, Waiting: p.Waiting, Priority: p.Priority, StartedMs: p.Started.UnixMilli()}
 }

@@ -5,6 +5,7 @@ import (
 	"math/rand/v2"
 	"time"
 
+	"github.com/redmap/redmap/codec"
 	"github.com/redmap/redmap/internal/engine"
 	"github.com/redmap/redmap/internal/keys"
 )
@@ -37,6 +38,9 @@ type callOptions struct {
 	// to let it go (DurableWait).
 	durableWait time.Duration
 	partitions  int // a map/reduce by key's (Partitions); 0 for the default
+	// call is what the call says of its batch by name, to its workers and
+	// operators: an option that sets a field of it needs nothing else.
+	call codec.CallInfo
 }
 
 // Priority sets the batch's priority, from MinPriority (1) to MaxPriority
@@ -168,6 +172,8 @@ func callOptionsOf(opts []CallOption) (callOptions, error) {
 		return co, fmt.Errorf("manager: DurableWait %v is negative", co.durableWait)
 	case co.durable != "" && keys.CheckDurable(co.durable) != nil:
 		return co, fmt.Errorf("manager: Durable: %w", keys.CheckDurable(co.durable))
+	case co.call.Check() != nil:
+		return co, fmt.Errorf("manager: %w", co.call.Check())
 	case co.priority != 0 && (co.priority < MinPriority || co.priority > MaxPriority):
 		return co, fmt.Errorf("manager: Priority %d is outside %d to %d", co.priority, MinPriority, MaxPriority)
 	}

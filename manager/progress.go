@@ -1,6 +1,10 @@
 package manager
 
-import "time"
+import (
+	"time"
+
+	"github.com/redmap/redmap/internal/wire"
+)
 
 // Progress is how far a batch has got.
 type Progress struct {
@@ -61,4 +65,14 @@ func (b *Batch[Out]) Progress() Progress {
 		p.ETA = time.Duration(float64(p.Total-p.Done) / p.Rate * float64(time.Second))
 	}
 	return p
+}
+
+// published is the batch's progress as operators read it (the keeper
+// publishes it), from which its history record is made
+// (wire.BatchProgress.Record).
+func (b *Batch[Out]) published() wire.BatchProgress {
+	p := b.Progress()
+	return wire.BatchProgress{Func: p.Func, Total: p.Total, Done: p.Done, Failed: p.Failed, Rate: p.Rate, ETA: p.ETA,
+		Started: p.Started, Worker: p.Worker, Waiting: p.Waiting, Priority: p.Priority, StartedMs: p.Started.UnixMilli(),
+		Call: b.call}
 }

@@ -20,6 +20,7 @@ type batch interface {
 	resubmission(chunk int) (t wire.Task, wid string, lane wire.Lane, err error)
 	place() (wid string, lane wire.Lane)
 	Progress() Progress
+	published() wire.BatchProgress
 	function() (name string, public bool)
 	calls() string
 	typesOf(name string) []string

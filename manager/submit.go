@@ -234,6 +234,7 @@ func prepare[In, Out any](ctx context.Context, m *Manager, sp spec, els elements
 	b.costKey = sizingOf(sp).key
 	b.worker = co.worker
 	b.priority = co.priority
+	b.call = co.call
 	b.types = map[string][]string{sp.name: sp.types}
 	calls := wire.Calls(sp.name, sp.sig, "", "")
 	if red != nil {
@@ -260,7 +261,7 @@ func prepare[In, Out any](ctx context.Context, m *Manager, sp spec, els elements
 			b.outs.order = make([]int, 0, room)
 		}
 	}
-	task := codec.Task{Func: sp.name, Sig: sp.sig, Attempts: co.attempts, Timeout: co.timeout.Milliseconds(), Retry: co.retry, Seed: co.seed, Waits: co.waits}
+	task := codec.Task{Func: sp.name, Sig: sp.sig, Attempts: co.attempts, Timeout: co.timeout.Milliseconds(), Retry: co.retry, Seed: co.seed, Waits: co.waits, Call: co.call}
 	if red != nil {
 		task.Reduce, task.ReduceSig = red.Name(), red.Signature()
 	}
@@ -273,8 +274,7 @@ func prepare[In, Out any](ctx context.Context, m *Manager, sp spec, els elements
 		// Should the batch be one task, the task's finish writes its
 		// record (Batch.solo). A reduction's is the manager's to write, as
 		// a durable batch's.
-		b.solo = &wire.Solo{Record: wire.BatchRecord{ID: b.id, Manager: m.id, Func: sp.name, Priority: co.priority,
-			Worker: co.worker, Total: len(els.xs), Started: b.started.UnixMilli()},
+		b.solo = &wire.Solo{Record: b.published().Record(b.id, m.id),
 			Keep: m.opts.History, AgeMs: m.opts.HistoryAge.Milliseconds()}
 	}
 	var solo string

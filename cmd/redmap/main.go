@@ -265,10 +265,10 @@ func (c *cli) batches(ctx context.Context) error {
 	if c.json {
 		return c.emit(orEmpty(append(bs, ended...)))
 	}
-	c.table("QUEUE\tBATCH\tNAME\tSTATE\tFUNC\tDONE\tFAILED\tTOTAL\tPROGRESS\tRATE/S\tETA\tAGE\tWAITING", batchRows(bs, time.Now()))
+	c.table(batchHeader, batchRows(bs, time.Now()))
 	if c.all {
 		fmt.Fprintln(c.out)
-		c.table("QUEUE\tBATCH\tFUNC\tOUTCOME\tDONE\tFAILED\tTOTAL\tFAILED BY\tENDED\tTOOK\tREASON", historyRows(ended, time.Now()))
+		c.table(historyHeader, historyRows(ended, time.Now()))
 	}
 	return nil
 }
@@ -290,6 +290,13 @@ func (c *cli) listHistory(ctx context.Context) ([]inspect.Batch, error) {
 	return out[:min(len(out), max(c.n, 0))], nil
 }
 
+// The columns of the running batches and of the ended ones. CALL is what
+// each call said of its batch by name (codec.CallInfo), "-" if nothing.
+const (
+	batchHeader   = "QUEUE\tBATCH\tNAME\tSTATE\tFUNC\tCALL\tDONE\tFAILED\tTOTAL\tPROGRESS\tRATE/S\tETA\tAGE\tWAITING"
+	historyHeader = "QUEUE\tBATCH\tFUNC\tCALL\tOUTCOME\tDONE\tFAILED\tTOTAL\tFAILED BY\tENDED\tTOOK\tREASON"
+)
+
 func historyRows(bs []inspect.Batch, now time.Time) [][]string {
 	var rows [][]string
 	for _, b := range bs {
@@ -302,7 +309,7 @@ func historyRows(bs []inspect.Batch, now time.Time) [][]string {
 		if !b.Started.IsZero() {
 			took = dur(b.Ended.Sub(b.Started))
 		}
-		rows = append(rows, []string{b.Queue, b.ID, b.Func, b.Outcome, strconv.Itoa(b.Done), strconv.Itoa(b.Failed),
+		rows = append(rows, []string{b.Queue, b.ID, b.Func, cmp.Or(b.Call.String(), "-"), b.Outcome, strconv.Itoa(b.Done), strconv.Itoa(b.Failed),
 			strconv.Itoa(b.Total), strings.Join(causes, ", "), ago(now, b.Ended), took, b.Reason})
 	}
 	return rows
@@ -359,7 +366,7 @@ func batchRows(bs []inspect.Batch, now time.Time) [][]string {
 		if b.Total > 0 {
 			pct = 100 * float64(b.Done+b.Failed) / float64(b.Total)
 		}
-		rows = append(rows, []string{b.Queue, b.ID, cmp.Or(b.Durable, "-"), b.Outcome, b.Func, strconv.Itoa(b.Done), strconv.Itoa(b.Failed), strconv.Itoa(b.Total),
+		rows = append(rows, []string{b.Queue, b.ID, cmp.Or(b.Durable, "-"), b.Outcome, b.Func, cmp.Or(b.Call.String(), "-"), strconv.Itoa(b.Done), strconv.Itoa(b.Failed), strconv.Itoa(b.Total),
 			fmt.Sprintf("%.0f%%", pct), rate(b.Rate), eta(b), age(b, now), waiting(b)})
 	}
 	return rows
@@ -480,7 +487,7 @@ func (c *cli) status(ctx context.Context) error {
 	}
 	c.table("QUEUE\tWORKER\tHEARTBEAT\tRUNNING\tFUNCTIONS", wrows)
 	fmt.Fprintln(c.out)
-	c.table("QUEUE\tBATCH\tNAME\tSTATE\tFUNC\tDONE\tFAILED\tTOTAL\tPROGRESS\tRATE/S\tETA\tAGE\tWAITING", batchRows(running, time.Now()))
+	c.table(batchHeader, batchRows(running, time.Now()))
 	if len(limits) > 0 {
 		fmt.Fprintln(c.out)
 		var lrows [][]string

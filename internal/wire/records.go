@@ -304,6 +304,17 @@ type BatchProgress struct {
 	StartedMs int64 `json:"started_ms,omitempty"`
 	// Durable is a durable batch's name (manager.Durable), "" for another.
 	Durable string `json:"durable,omitempty"`
+	// Call is what the call says of its batch by name (codec.CallInfo).
+	Call codec.CallInfo `json:"call,omitzero"`
+}
+
+// Record returns the history record of batch id of manager mid from p, its
+// progress: the one mapping from one to the other, which the scripts'
+// with_progress mirrors (prelude.lua: they copy the decoded progress whole,
+// less what only a running batch has). The caller sets how it ended.
+func (p BatchProgress) Record(id, mid string) BatchRecord {
+	return BatchRecord{ID: id, Manager: mid, Func: p.Func, Priority: p.Priority, Worker: p.Worker,
+		Total: p.Total, Done: p.Done, Failed: p.Failed, Started: p.StartedMs, Call: p.Call}
 }
 
 // The outcomes of a batch in the queue's history.
@@ -334,6 +345,8 @@ type BatchRecord struct {
 	Reason   string         `json:"reason,omitempty"` // why it ended early, if it did
 	Started  int64          `json:"started_ms"`       // Unix ms, the manager's clock
 	Ended    int64          `json:"ended_ms"`         // Unix ms: the manager's clock, or Redis's for "manager lost"
+	// Call is what the call said of its batch by name (codec.CallInfo).
+	Call codec.CallInfo `json:"call,omitzero"`
 }
 
 // Holder is the manager that holds a durable batch (keys.Claim): a second

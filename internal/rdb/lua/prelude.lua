@@ -483,14 +483,35 @@ local function record_solos(base, solos, t)
   end
 end
 
--- with_progress copies into rec, a batch's history record, the counts of
--- its last published progress p (JSON, from a manager's batches hash), if
--- it decodes; it returns rec.
+-- RUNNING_ONLY are the fields of a batch's progress (wire.BatchProgress)
+-- that only a running batch has: its record leaves them out.
+local RUNNING_ONLY = {'rate', 'eta', 'started', 'waiting', 'durable'}
+
+-- copy_progress copies into rec, a batch's history record (wire.BatchRecord,
+-- whose own fields it keeps), its last published progress pr, decoded,
+-- whole but for RUNNING_ONLY: the mirror of wire.BatchProgress.Record, so
+-- that what a manager publishes of a batch reaches its record with no field
+-- named here. It returns rec.
+local function copy_progress(rec, pr)
+  for k, v in pairs(pr) do
+    if type(k) == 'string' and rec[k] == nil then
+      rec[k] = v
+    end
+  end
+  for _, k in ipairs(RUNNING_ONLY) do
+    if pr[k] ~= nil then
+      rec[k] = nil
+    end
+  end
+  return rec
+end
+
+-- with_progress is copy_progress of progress p (JSON, from a manager's
+-- batches hash), if it decodes to an object; it returns rec.
 local function with_progress(rec, p)
   local ok, pr = pcall(cjson.decode, p or '')
   if ok and type(pr) == 'table' then
-    rec.func, rec.priority, rec.worker, rec.total, rec.done, rec.failed, rec.started_ms =
-      pr.func, pr.priority, pr.worker, pr.total, pr.done, pr.failed, pr.started_ms
+    copy_progress(rec, pr)
   end
   return rec
 end
@@ -535,10 +556,8 @@ local function record_lost(base, mid, hist, index, budget, t)
   for _, id in ipairs(ids) do
     local ok, p = pcall(cjson.decode, redis.call('HGET', key, id) or '')
     if ok and type(p) == 'table' and guarded('HEXISTS', hist, id) == 0 then
-      local rec = {id = id, manager = mid, func = p.func, priority = p.priority,
-        worker = p.worker, total = p.total, done = p.done, failed = p.failed,
-        outcome = 'manager lost', reason = 'its manager stopped publishing progress; its queued tasks were withdrawn',
-        started_ms = p.started_ms, ended_ms = t}
+      local rec = copy_progress({id = id, manager = mid, outcome = 'manager lost',
+        reason = 'its manager stopped publishing progress; its queued tasks were withdrawn', ended_ms = t}, p)
       redis.call('HSET', hist, id, cjson.encode(rec))
       guarded('ZADD', index, t, id)
       n = n + 1
