@@ -70,7 +70,9 @@ type Task struct {
 // map keyed by the msgpack tags, sent only when a field is set), and so do
 // the batch's published progress and its history record (a JSON object
 // keyed by the json tags, which the scripts copy whole). Operators' tools
-// show every field set (String). A reader skips the keys it does not know,
+// show every field set (String), and every line the function logs on a
+// worker through redmap.Logger carries them (LogArgs). A reader skips the
+// keys it does not know,
 // so a new per-call option is a field here and its option function
 // (manager/options_call.go): workers and tools of an earlier release ignore
 // it, and nothing in between names it.
@@ -114,6 +116,15 @@ func (c CallInfo) String() string {
 		parts = append(parts, name+"="+s)
 	})
 	return strings.Join(parts, " ")
+}
+
+// LogArgs returns each field of c that is set as a key and a value, by its
+// msgpack name, for slog's With: a worker's logger for the task's function
+// (redmap.Logger) carries them.
+func (c CallInfo) LogArgs() []any {
+	var args []any
+	c.each(func(_, name string, v reflect.Value) { args = append(args, name, v.Interface()) })
+	return args
 }
 
 // each calls f with each field of c that is set: its Go name (the option

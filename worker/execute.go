@@ -55,6 +55,9 @@ func (w *Worker) execute(ctx context.Context, t wire.Taken) (done wire.Done) {
 	task, fail := w.decode(t)
 	if fail == nil {
 		c.task = *task
+		if !task.Call.IsZero() { // what the call says of its batch, on each line the function logs
+			ctx = engine.WithLogger(ctx, engine.Logger(ctx).With(task.Call.LogArgs()...))
+		}
 		if len(task.Trace) > 0 {
 			ctx, span = w.startSpan(ctx, t, task)
 		}
