@@ -94,6 +94,50 @@ func TestTaskTraceFieldsOptional(t *testing.T) {
 	}
 }
 
+// What a call says of its batch travels by name as field 20, after 15 to
+// 19 (empty if unset): a reader of the previous release, which reads 19
+// fields by position and skips each one after them, finds them all where
+// it reads them, and field 20 a single value it can skip. A field 20 that
+// names a field this release does not know is read without it; a label
+// no manager may send is refused.
+func TestTaskCallByName(t *testing.T) {
+	frame, _ := EncodeElements([]int{1}, 0)
+	plain := &Task{Func: "f", Sig: "func(int) int", Count: 1, Input: frame, Seed: 7, Start: 3, Waits: 2, Record: "r", Shuffle: []byte{1}}
+	pb, err := EncodeTask(plain)
+	if err != nil || !bytes.HasPrefix(pb, []byte{0xdc, 0, 19}) {
+		t.Fatalf("a task with a shuffle starts %x (%v), want a 19-field array", pb[:3], err)
+	}
+	called := *plain
+	called.Call = CallInfo{Label: "nightly import"}
+	cb, err := EncodeTask(&called)
+	if err != nil || !bytes.HasPrefix(cb, []byte{0xdc, 0, 20}) {
+		t.Fatalf("a task with a label starts %x (%v), want a 20-field array", cb[:3], err)
+	}
+	if !bytes.Equal(cb[3:len(pb)], pb[3:]) {
+		t.Fatalf("fields 1 to 19 differ with a label:\n%x\n%x", cb[3:len(pb)], pb[3:])
+	}
+	if n, err := checkOne(cb[len(pb):]); err != nil || n != len(cb)-len(pb) {
+		t.Fatalf("field 20 is not one value (%d of %d bytes, %v)", n, len(cb)-len(pb), err)
+	}
+	if got, err := DecodeTask(cb, 0); err != nil || !reflect.DeepEqual(got, &called) {
+		t.Fatalf("round trip: %+v (%v), want %+v", got, err, &called)
+	}
+	if s := called.Call.String(); s != `label="nightly import"` {
+		t.Fatalf("String: %s", s)
+	}
+	later := append(append([]byte{}, pb...), 0x82, 0xa5, 'l', 'a', 'b', 'e', 'l', 0xa1, 'x', 0xa4, 'n', 'e', 'x', 't', 0x2a)
+	later[2] = 20
+	if got, err := DecodeTask(later, 0); err != nil || got.Call.Label != "x" {
+		t.Fatalf("a later release's field 20: %+v (%v), want its label and the rest skipped", got, err)
+	}
+	bad := *plain
+	bad.Call.Label = "two\nlines"
+	bb, _ := EncodeTask(&bad)
+	if _, err := DecodeTask(bb, 0); !errors.Is(err, ErrCorrupt) || !strings.Contains(err.Error(), "Label") {
+		t.Fatalf("a label with a newline: %v, want ErrCorrupt naming Label", err)
+	}
+}
+
 func TestResultRoundTrip(t *testing.T) {
 	enc := NewOutputEncoder(3)
 	for _, v := range []string{"a", "b"} {

@@ -76,7 +76,11 @@ type Task struct {
 // so a new per-call option is a field here and its option function
 // (manager/options_call.go): workers and tools of an earlier release ignore
 // it, and nothing in between names it.
-type CallInfo struct{}
+type CallInfo struct {
+	// Label names the batch for people: the job it is part of
+	// (manager.Label).
+	Label string `msgpack:"label,omitempty" json:"label,omitempty"`
+}
 
 // IsZero reports whether no field of c is set: its tasks then carry no
 // field 20, and its records no "call".

@@ -43,6 +43,13 @@ type callOptions struct {
 	call codec.CallInfo
 }
 
+// Label names the batch for people: the job it is part of, say
+// "nightly-import". Operators see it beside the batch's function (redmap
+// batches, its history, the dashboard's JSON), and each line the function
+// logs on a worker through redmap.Logger carries it as "label". At most
+// 256 bytes of printable UTF-8; default none.
+func Label(s string) CallOption { return func(o *callOptions) { o.call.Label = s } }
+
 // Priority sets the batch's priority, from MinPriority (1) to MaxPriority
 // (5); default DefaultPriority (3). A worker always takes the public tasks
 // of a higher priority first, so a batch submitted while a long batch of

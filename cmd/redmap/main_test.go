@@ -67,6 +67,16 @@ var (
 		<-ctx.Done()
 		return 0, ctx.Err()
 	})
+	// noting logs each element through redmap.Logger and runs element 1
+	// until its batch is cancelled.
+	noting = redmap.Func("noting", func(ctx context.Context, x int) (int, error) {
+		redmap.Logger(ctx).InfoContext(ctx, "noting", "x", x)
+		if x == 1 {
+			<-ctx.Done()
+			return 0, ctx.Err()
+		}
+		return x, nil
+	})
 	// waitCtx runs until its batch is cancelled.
 	waitCtx = redmap.Func("waitctx", func(ctx context.Context, _ int) (int, error) { <-ctx.Done(); return 0, ctx.Err() })
 	// five takes 5 s, heedless of its context as many functions are, and
@@ -89,7 +99,7 @@ var (
 func TestMain(m *testing.M) {
 	// As a child, the test binary is a worker program made with worker.Main.
 	if os.Getenv(harness.ChildEnv) == "worker" {
-		if err := worker.Main(harness.ChildArgs(), square, slow, held, flaky, missing, block, waitCtx, five, paced, geo); err != nil {
+		if err := worker.Main(harness.ChildArgs(), square, slow, held, flaky, missing, block, waitCtx, five, paced, geo, noting); err != nil {
 			fmt.Fprintln(os.Stderr, err)
 			os.Exit(1)
 		}
@@ -263,6 +273,57 @@ func TestBatchesShowSuspects(t *testing.T) {
 // A batch whose function only workers of other types serve waits, and
 // redmap batches says so, naming the field that differs, from the progress
 // its manager published; its element then fails with ErrTypeMismatch.
+// A batch's label (manager.Label) reaches its worker, whose function logs
+// it, and operators, who see it beside the batch's function while it runs
+// and in its record once it ended, written by its manager, by its worker (a
+// lone Map) or by whoever found its manager lost.
+func TestLabelShown(t *testing.T) {
+	e := harness.Setup(t)
+	srv, queue := e.Srv, e.Queue
+	w := startWorker(t, srv, queue)
+	m := e.Manager(t, manager.Options{})
+	ctx := context.Background()
+	batch, err := manager.Submit(ctx, m, noting, []int{0, 1}, manager.ChunkSize(1), manager.Label("nightly-import"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.WaitLog(t, "label=nightly-import")
+	var batches []inspect.Batch
+	redistest.Eventually(t, "the running batch listed", func() bool {
+		cliJSON(t, srv, &batches, "batches", "-queue", queue)
+		return len(batches) == 1 && batches[0].Done == 1
+	})
+	if batches[0].Call.Label != "nightly-import" {
+		t.Fatalf("running batch %+v, want its label", batches[0])
+	}
+	if out, _, code := runCLI(t, srv, "batches", "-queue", queue); code != 0 || !strings.Contains(out, "CALL") || !strings.Contains(out, "label=nightly-import") {
+		t.Fatalf("redmap batches (exit %d) shows no label:\n%s", code, out)
+	}
+	batch.Cancel()
+	if _, err := batch.Wait(ctx); !errors.Is(err, context.Canceled) {
+		t.Fatalf("cancelled batch: %v", err)
+	}
+	// A lone Map, whose worker writes its record.
+	if _, err := manager.Map(ctx, m, noting, []int{2}, manager.Label("one off")); err != nil {
+		t.Fatal(err)
+	}
+	var hist []inspect.Batch
+	redistest.Eventually(t, "both in the history", func() bool {
+		cliJSON(t, srv, &hist, "batches", "-all", "-queue", queue)
+		return len(hist) == 2
+	})
+	labels := []string{hist[0].Call.Label, hist[1].Call.Label}
+	if slices.Sort(labels); !slices.Equal(labels, []string{"nightly-import", "one off"}) {
+		t.Fatalf("history %+v, want each batch's label", hist)
+	}
+	if out, _, _ := runCLI(t, srv, "batches", "-all", "-queue", queue); !strings.Contains(out, `label="one off"`) {
+		t.Fatalf("redmap batches -all shows no label:\n%s", out)
+	}
+	if _, err := manager.Map(ctx, m, noting, []int{3}, manager.Label("bad\nlabel")); err == nil || !strings.Contains(err.Error(), "Label") {
+		t.Fatalf("a label with a newline: %v, want an error naming Label", err)
+	}
+}
+
 func TestBatchesSayWhyABatchWaits(t *testing.T) {
 	e := harness.Setup(t)
 	srv, queue := e.Srv, e.Queue

@@ -303,7 +303,8 @@ func TestHistory(t *testing.T) {
 	f := setup(t)
 	ctx := context.Background()
 	a := NewAdmin(f.c, "rm")
-	p := wire.BatchProgress{Func: "f", Total: 10, Done: 4, Failed: 1, Priority: 2, StartedMs: 1700000000123}
+	p := wire.BatchProgress{Func: "f", Total: 10, Done: 4, Failed: 1, Priority: 2, StartedMs: 1700000000123,
+		Rate: 3, Waiting: "why", Call: codec.CallInfo{Label: "nightly"}}
 	if _, err := f.r.PublishBatches(ctx, f.mid, map[string]wire.BatchProgress{"b1": p, "b2": p}, time.Minute, time.Minute, 0); err != nil {
 		t.Fatal(err)
 	}
@@ -357,11 +358,16 @@ func TestHistory(t *testing.T) {
 	if got == nil {
 		t.Fatalf("lost manager's batch not in the history: %+v", hist)
 	}
-	want := wire.BatchRecord{ID: "b2", Manager: f.mid, Func: "f", Priority: 2, Total: 10, Done: 4, Failed: 1,
-		FailedBy: map[string]int{}, Outcome: wire.OutcomeManagerLost, Reason: "its manager stopped publishing progress; its queued tasks were withdrawn",
-		Started: 1700000000123, Ended: got.Ended}
+	// The script's record is Go's from the same progress (copy_progress
+	// mirrors wire.BatchProgress.Record), the call's label included.
+	want := p.Record("b2", f.mid)
+	want.FailedBy, want.Outcome, want.Reason, want.Ended = map[string]int{}, wire.OutcomeManagerLost,
+		"its manager stopped publishing progress; its queued tasks were withdrawn", got.Ended
 	if !reflect.DeepEqual(*got, want) || got.Ended < time.Now().Add(-time.Minute).UnixMilli() {
 		t.Fatalf("lost manager's batch: %+v; want %+v", *got, want)
+	}
+	if raw := f.c.HGet(ctx, keys.History("rm", f.queue), "b2").Val(); strings.Contains(raw, `"waiting"`) || strings.Contains(raw, `"rate"`) {
+		t.Fatalf("the lost batch's record keeps what only a running batch has: %s", raw)
 	}
 	if bs, _ := a.Batches(ctx, f.queue); len(bs) != 0 {
 		t.Fatalf("running batches of a lost manager still listed: %+v", bs)
