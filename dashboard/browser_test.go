@@ -77,7 +77,7 @@ func TestDashboardInBrowser(t *testing.T) {
 	ws := startWorkers(t, e, 2)
 	m := e.Manager(t, manager.Options{Poll: 250 * time.Millisecond})
 	harness.WaitLive(t, m, ws[0].ID, ws[1].ID)
-	batch, err := manager.Submit(context.Background(), m, slow, ints(20_000), manager.ChunkSize(2))
+	batch, err := manager.Submit(context.Background(), m, slow, ints(20_000), manager.ChunkSize(2), manager.Label("nightly-import"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -100,7 +100,7 @@ func TestDashboardInBrowser(t *testing.T) {
 	for _, w := range ws {
 		waitFor(t, ctx, "worker "+w.ID, fmt.Sprintf(`!!document.querySelector('tr[data-worker=%q][data-state="running"]')`, w.ID))
 	}
-	waitFor(t, ctx, "the batch under way", `(() => { const b = document.querySelector('.batch[data-outcome="running"]'); return !!b && Number(b.dataset.done) > 0 })()`)
+	waitFor(t, ctx, "the batch under way, with its label", `(() => { const b = document.querySelector('.batch[data-outcome="running"]'); return !!b && Number(b.dataset.done) > 0 && b.querySelector('.head').textContent.includes("label nightly-import") })()`)
 	first, err := chromedp.Run(ctx, chromedp.Evaluate[int](`Number(document.querySelector('.batch').dataset.done)`))
 	if err != nil {
 		t.Fatal(err)

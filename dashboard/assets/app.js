@@ -152,7 +152,9 @@ function renderBatches(s) {
     const bad = b.total ? (b.failed / b.total) * 100 : 0;
     const running = !b.ended; // running, or a durable batch no manager holds (orphaned, done)
     const cancel = s.actions && running ? `<button class="danger" data-action="cancel" data-queue="${esc(b.queue)}" data-manager="${esc(b.manager)}" data-batch="${esc(b.id)}">cancel</button>` : "";
-    const where = (b.worker ? ` · on worker ${esc(b.worker.slice(0, 8))}` : "") + (b.durable ? ` · durable <b>${esc(b.durable)}</b>` : "");
+    // what the call says of its batch by name (codec.CallInfo): every field, as it comes
+    const call = Object.entries(b.call || {}).map(([k, v]) => ` · ${esc(k)} <b>${esc(String(v))}</b>`).join("");
+    const where = (b.worker ? ` · on worker ${esc(b.worker.slice(0, 8))}` : "") + (b.durable ? ` · durable <b>${esc(b.durable)}</b>` : "") + call;
     const ago = running ? "" : `<span>ended <b>${dur(Math.max(0.1, (Date.parse(s.time) - Date.parse(b.ended)) / 1000))}</b> ago</span>`;
     const causes = Object.entries(b.failed_by || {}).map(([k, n]) => `${esc(k)} ${num(n)}`).join(", ");
     return `<div class="batch ${running ? "" : "finished"}" data-batch="${esc(b.id)}" data-done="${b.done}" data-failed="${b.failed}" data-total="${b.total}" data-outcome="${esc(b.outcome)}">
