@@ -13,6 +13,8 @@ func FuzzDecodeTask(f *testing.F) {
 	frame, _ := EncodeElements([]int{1, 2, 3}, 0)
 	seed, _ := EncodeTask(&Task{Func: "square", Sig: "func(int) int", Count: 3, Input: frame})
 	f.Add(seed)
+	labelled, _ := EncodeTask(&Task{Func: "square", Sig: "func(int) int", Count: 3, Input: frame, Call: CallInfo{Label: "nightly"}})
+	f.Add(labelled)
 	f.Add([]byte{})
 	f.Add([]byte{0x95, 0x01})
 	f.Fuzz(func(t *testing.T, b []byte) {

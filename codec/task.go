@@ -261,8 +261,10 @@ func DecodeTask(b []byte, limit int) (*Task, error) {
 	if err := d.end("task"); err != nil {
 		return nil, err
 	}
-	if err := t.Call.Check(); err != nil {
-		return nil, corrupt("task: call", err)
+	if fields > shuffleFields {
+		if err := t.Call.Check(); err != nil {
+			return nil, corrupt("task: call", err)
+		}
 	}
 	if t.Count < 0 || t.Count > len(t.Input) || t.ConstSize < 0 || t.Attempts < 0 || t.Timeout < 0 || t.Start < 0 || t.Waits < 0 {
 		return nil, corrupt("task: count or size out of range", nil)
