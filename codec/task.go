@@ -89,22 +89,23 @@ func (c CallInfo) IsZero() bool { return reflect.ValueOf(c).IsZero() }
 // MaxCallText is the most bytes a text field of a CallInfo may hold.
 const MaxCallText = 256
 
-// Check returns an error naming the first field of c that a manager may not
-// send: a text over MaxCallText bytes, not UTF-8, or with a control
-// character. A manager refuses such a call, and a worker such a task.
-func (c CallInfo) Check() error {
-	var err error
+// Problem says what is wrong with the first field of c that a manager may
+// not send: a text over MaxCallText bytes, not UTF-8, or with a control
+// character; "" if there is none. A manager refuses such a call (saying
+// so), and a worker such a task (DecodeTask: ErrCorrupt).
+func (c CallInfo) Problem() string {
+	var why string
 	c.each(func(name, _ string, v reflect.Value) {
-		if s, ok := v.Interface().(string); ok && err == nil {
+		if s, ok := v.Interface().(string); ok && why == "" {
 			switch {
 			case len(s) > MaxCallText:
-				err = fmt.Errorf("%s is %d bytes, over %d", name, len(s), MaxCallText)
+				why = fmt.Sprintf("%s is %d bytes, over %d", name, len(s), MaxCallText)
 			case !utf8.ValidString(s) || strings.IndexFunc(s, unicode.IsControl) >= 0:
-				err = fmt.Errorf("%s %q is not printable UTF-8", name, s)
+				why = fmt.Sprintf("%s %q is not printable UTF-8", name, s)
 			}
 		}
 	})
-	return err
+	return why
 }
 
 // String is c as operators read it: each field set as name=value, by its
@@ -262,8 +263,8 @@ func DecodeTask(b []byte, limit int) (*Task, error) {
 		return nil, err
 	}
 	if fields > shuffleFields {
-		if err := t.Call.Check(); err != nil {
-			return nil, corrupt("task: call", err)
+		if why := t.Call.Problem(); why != "" {
+			return nil, corrupt("task: call: "+why, nil)
 		}
 	}
 	if t.Count < 0 || t.Count > len(t.Input) || t.ConstSize < 0 || t.Attempts < 0 || t.Timeout < 0 || t.Start < 0 || t.Waits < 0 {

@@ -179,8 +179,8 @@ func callOptionsOf(opts []CallOption) (callOptions, error) {
 		return co, fmt.Errorf("manager: DurableWait %v is negative", co.durableWait)
 	case co.durable != "" && keys.CheckDurable(co.durable) != nil:
 		return co, fmt.Errorf("manager: Durable: %w", keys.CheckDurable(co.durable))
-	case co.call.Check() != nil:
-		return co, fmt.Errorf("manager: %w", co.call.Check())
+	case co.call.Problem() != "":
+		return co, fmt.Errorf("manager: %s", co.call.Problem())
 	case co.priority != 0 && (co.priority < MinPriority || co.priority > MaxPriority):
 		return co, fmt.Errorf("manager: Priority %d is outside %d to %d", co.priority, MinPriority, MaxPriority)
 	}

@@ -13,35 +13,47 @@ import (
 	"github.com/redmap/redmap/worker"
 )
 
-// workerGoroutines returns the stacks of the goroutines running code of
-// package worker (the tests' own, in worker_test, aside), whoever's, and
-// how many of them carry worker id's profiler label.
-func workerGoroutines(t *testing.T, id string) (stacks []string, labelled int) {
+// workerGoroutines returns the goroutines running code of package worker
+// (the tests' own, in worker_test, aside), whoever's, by goroutine id, each
+// with its stack.
+func workerGoroutines(t *testing.T) map[string]string {
+	t.Helper()
+	var b strings.Builder
+	if err := pprof.Lookup("goroutine").WriteTo(&b, 2); err != nil {
+		t.Fatal(err)
+	}
+	found := make(map[string]string)
+	for _, g := range strings.Split(b.String(), "\n\n") {
+		if head, _, ok := strings.Cut(g, " ["); ok && strings.Contains(g, "github.com/redmap/redmap/worker.") {
+			found[head] = g
+		}
+	}
+	return found
+}
+
+// labelled counts the goroutines carrying worker id's profiler label.
+func labelled(t *testing.T, id string) int {
 	t.Helper()
 	var b strings.Builder
 	if err := pprof.Lookup("goroutine").WriteTo(&b, 1); err != nil {
 		t.Fatal(err)
 	}
+	n := 0
 	for _, g := range strings.Split(b.String(), "\n\n") {
-		if !strings.Contains(g, "github.com/redmap/redmap/worker.") {
-			continue
-		}
-		stacks = append(stacks, g)
 		if strings.Contains(g, `"`+worker.ProfileLabel+`":"`+id+`"`) {
-			labelled++
+			n++
 		}
 	}
-	return stacks, labelled
+	return n
 }
 
 // Every goroutine of a worker is a part that the end of Run stops and waits
 // for: while it runs they carry its profiler label, and once Run has
-// returned none runs, after plain tasks, a reduction and a cancelled
-// batch. Not parallel, so that no other test's worker runs beside it.
+// returned none of those it started runs, after plain tasks, a reduction
+// and a cancelled batch. Not parallel, so that no other test starts one
+// beside it (what earlier tests' parts left running is told apart by id).
 func TestRunLeavesNoGoroutine(t *testing.T) {
-	if g, _ := workerGoroutines(t, ""); len(g) > 0 {
-		t.Fatalf("before the test, %d goroutines of package worker run (a test left a worker running):\n%s", len(g), strings.Join(g, "\n\n"))
-	}
+	before := workerGoroutines(t)
 	e := harness.On(t, redistest.Shared(t))
 	square := redmap.Func("lifesquare", func(_ context.Context, x int) (int, error) { return x * x, nil })
 	waits := redmap.Func("lifewaits", func(ctx context.Context, _ int) (int, error) { <-ctx.Done(); return 0, ctx.Err() })
@@ -63,14 +75,26 @@ func TestRunLeavesNoGoroutine(t *testing.T) {
 	if _, err := cancelled.Wait(ctx); err == nil {
 		t.Fatal("a cancelled batch ended without an error")
 	}
-	if _, labelled := workerGoroutines(t, w.ID()); labelled == 0 {
-		t.Fatal("no goroutine carries the running worker's label: the check sees nothing")
+	started := 0
+	for id := range workerGoroutines(t) {
+		if _, ok := before[id]; !ok {
+			started++
+		}
+	}
+	if started == 0 || labelled(t, w.ID()) == 0 {
+		t.Fatal("the running worker started no goroutine of package worker, or none carries its label: the check sees nothing")
 	}
 	stop()
 	if err := <-ran; err != nil {
 		t.Fatalf("Run: %v", err)
 	}
-	if g, _ := workerGoroutines(t, w.ID()); len(g) > 0 {
-		t.Fatalf("after Run returned, %d goroutines of package worker still run:\n%s", len(g), strings.Join(g, "\n\n"))
+	var left []string
+	for id, g := range workerGoroutines(t) {
+		if _, ok := before[id]; !ok {
+			left = append(left, g)
+		}
+	}
+	if len(left) > 0 {
+		t.Fatalf("after Run returned, %d goroutines it started still run:\n%s", len(left), strings.Join(left, "\n\n"))
 	}
 }
