@@ -72,10 +72,9 @@ type Task struct {
 // keyed by the json tags, which the scripts copy whole). Operators' tools
 // show every field set (String), and every line the function logs on a
 // worker through redmap.Logger carries them (LogArgs). A reader skips the
-// keys it does not know,
-// so a new per-call option is a field here and its option function
-// (manager/options_call.go): workers and tools of an earlier release ignore
-// it, and nothing in between names it.
+// keys it does not know, so a new per-call option is a field here and its
+// option function (manager/options_call.go): workers and tools of an
+// earlier release ignore it, and nothing in between names it.
 type CallInfo struct {
 	// Label names the batch for people: the job it is part of
 	// (manager.Label).

@@ -60,7 +60,8 @@ func TestRunLeavesNoGoroutine(t *testing.T) {
 	sum := redmap.Reduce("lifesum", func(_ context.Context, a, b int) (int, error) { return a + b, nil })
 	w, stop, ran := e.StartWorker(t, worker.Options{Concurrency: 2}, square, waits, sum)
 	m := e.Manager(t, manager.Options{})
-	ctx := context.Background()
+	ctx, cancel := context.WithTimeout(context.Background(), redistest.WaitLimit(t))
+	defer cancel()
 	if _, err := manager.Map(ctx, m, square, make([]int, 500), manager.ChunkSize(10)); err != nil {
 		t.Fatalf("Map: %v", err)
 	}
