@@ -2,12 +2,15 @@ package redmap
 
 import (
 	"bytes"
+	"cmp"
+	"fmt"
 	"go/ast"
 	"go/parser"
 	"go/token"
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -85,8 +88,14 @@ func TestExamplesImportNoInternal(t *testing.T) {
 }
 
 // One element's path, as docs/ARCHITECTURE.md lists it in its path block,
-// is what the code declares: each function is in the file named, and the
-// count the document states is the block's.
+// is what the code declares and the order it calls in: each function is in
+// the file named; each is called (or referred to: a script by its
+// <name>Script) by a function before it on the path, unless marked » as
+// picked up from a channel or from Redis, or called through a function
+// value made elsewhere; and the counts the document
+// states are the block's. A file is entered when a function in it is
+// reached from another file's, or picked up (unless it follows a function
+// of its own file); the aim is each file entered once.
 func TestPathCounted(t *testing.T) {
 	doc, err := os.ReadFile("docs/ARCHITECTURE.md")
 	if err != nil {
@@ -94,42 +103,150 @@ func TestPathCounted(t *testing.T) {
 	}
 	_, rest, ok := strings.Cut(string(doc), "```path\n")
 	block, _, ok2 := strings.Cut(rest, "```")
-	stated := regexp.MustCompile(`<!-- path: (\d+) functions in (\d+) files -->`).FindStringSubmatch(string(doc))
+	stated := regexp.MustCompile(`<!-- path: (\d+) functions in (\d+) files, (\d+) entries -->`).FindStringSubmatch(string(doc))
 	if !ok || !ok2 || stated == nil {
-		t.Fatal("docs/ARCHITECTURE.md has no path block, or no <!-- path: N functions in M files --> line")
+		t.Fatal("docs/ARCHITECTURE.md has no path block, or no <!-- path: N functions in M files, E entries --> line")
 	}
-	functions, files := 0, 0
+	steps, err := pathSteps(block)
+	if err != nil {
+		t.Fatal(err)
+	}
+	problems, entered := walkPath(steps)
+	for _, p := range problems {
+		t.Error(p)
+	}
+	functions, files := map[string]bool{}, map[string]bool{}
+	for _, s := range steps {
+		files[s.file] = true
+		if s.name != "" {
+			functions[s.file+":"+s.name] = true
+		}
+	}
+	var twice []string
+	entries := 0
+	for f, n := range entered {
+		entries += n
+		if n > 1 {
+			twice = append(twice, f+" ×"+strconv.Itoa(n))
+		}
+	}
+	slices.Sort(twice)
+	t.Logf("one element's path: %d functions in %d files, %d entries; entered more than once: %s", len(functions), len(files), entries, strings.Join(twice, ", "))
+	got := []string{strconv.Itoa(len(functions)), strconv.Itoa(len(files)), strconv.Itoa(entries)}
+	if !slices.Equal(stated[1:], got) {
+		t.Errorf("ARCHITECTURE says %s functions in %s files, %s entries; its path block has %s functions in %s files, %s entries",
+			stated[1], stated[2], stated[3], got[0], got[1], got[2])
+	}
+}
+
+// walkPath checks that each step but the first is called by one before it
+// (or is picked up), and counts the entries into each file.
+func walkPath(steps []pathStep) (problems []string, entered map[string]int) {
+	entered = map[string]int{}
+	for i, s := range steps {
+		caller := -1
+		for j := i - 1; j >= 0 && !s.pickedUp; j-- {
+			if steps[j].refs[s.callee()] {
+				caller = j
+				break
+			}
+		}
+		switch {
+		case caller < 0 && !s.pickedUp && i > 0:
+			problems = append(problems, fmt.Sprintf("%s: no function before it on the path calls %s (mark it » if it is picked up from a channel or from Redis, or called through a function value)", s.file, s))
+		case s.pickedUp && i > 0 && steps[i-1].file == s.file:
+			// called through a function value its file made: no entry
+		case caller < 0 || steps[caller].file != s.file:
+			entered[s.file]++
+		}
+	}
+	return problems, entered
+}
+
+// The path's check fails a block out of call order, and counts a return to
+// a file as no entry.
+func TestPathOrderChecked(t *testing.T) {
+	steps, err := pathSteps("docs_test.go: TestPathCounted pathSteps\ndocs_test.go: declaredIn\n")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if problems, entered := walkPath(steps); len(problems) > 0 || entered["docs_test.go"] != 1 {
+		t.Errorf("in order: problems %q, entries %v; want none, and one entry", problems, entered)
+	}
+	steps, err = pathSteps("docs_test.go: TestPathCounted declaredIn pathSteps\n")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if problems, _ := walkPath(steps); len(problems) != 1 || !strings.Contains(problems[0], "calls declaredIn") {
+		t.Errorf("out of order: problems %q; want one, that nothing before declaredIn calls it", problems)
+	}
+}
+
+// pathStep is one step of the path block: a function (or a script: no
+// name) of a file, what its body refers to, and whether it is picked up
+// (from a channel, from Redis, through a function value) rather than called
+// by name.
+type pathStep struct {
+	file, name string
+	pickedUp   bool
+	refs       map[string]bool
+}
+
+func (s pathStep) String() string { return cmp.Or(s.name, filepath.Base(s.file)) }
+
+// callee is the name a caller refers to the step by: a method's or a
+// function's own name, a script's <name>Script.
+func (s pathStep) callee() string {
+	if s.name == "" {
+		return strings.TrimSuffix(filepath.Base(s.file), ".lua") + "Script"
+	}
+	_, m, _ := strings.Cut(s.name, ".")
+	return cmp.Or(m, s.name)
+}
+
+// pathSteps reads the path block: "file: F G ..." lines in the order of the
+// path, a file on as many lines as the path returns to it.
+func pathSteps(block string) ([]pathStep, error) {
+	var steps []pathStep
+	parsed := map[string]map[string]map[string]bool{}
 	for line := range strings.Lines(block) {
 		file, names, _ := strings.Cut(strings.TrimSpace(line), ":")
 		if file == "" {
 			continue
 		}
-		files++
-		declared, err := declaredIn(file)
-		if err != nil {
-			t.Errorf("%s: %v", file, err)
+		decls, ok := parsed[file]
+		if !ok {
+			var err error
+			if decls, err = declaredIn(file); err != nil {
+				return nil, fmt.Errorf("%s: %v", file, err)
+			}
+			parsed[file] = decls
+		}
+		if filepath.Ext(file) != ".go" {
+			steps = append(steps, pathStep{file: file, pickedUp: strings.HasPrefix(strings.TrimSpace(names), "»")})
 			continue
 		}
 		for _, name := range strings.Fields(names) {
-			functions++
-			if !declared[name] {
-				t.Errorf("%s does not declare %s", file, name)
+			s := pathStep{file: file, name: strings.TrimPrefix(name, "»"), pickedUp: strings.HasPrefix(name, "»")}
+			refs, ok := decls[s.name]
+			if !ok {
+				return nil, fmt.Errorf("%s does not declare %s", file, s.name)
 			}
+			s.refs = refs
+			steps = append(steps, s)
 		}
 	}
-	t.Logf("one element's path: %d functions in %d files", functions, files)
-	if want := stated[1] + " functions in " + stated[2] + " files"; want != strconv.Itoa(functions)+" functions in "+strconv.Itoa(files)+" files" {
-		t.Errorf("ARCHITECTURE says %s; its path block has %d functions in %d files", want, functions, files)
-	}
+	return steps, nil
 }
 
 // declaredIn returns the functions a Go file declares ("Type.Method" for
-// methods); a file of another kind (a Lua script) declares none.
-func declaredIn(file string) (map[string]bool, error) {
+// methods), each with the names its body refers to; a file of another kind
+// (a Lua script) declares none.
+func declaredIn(file string) (map[string]map[string]bool, error) {
 	if _, err := os.Stat(file); err != nil {
 		return nil, err
 	}
-	out := map[string]bool{}
+	out := map[string]map[string]bool{}
 	if filepath.Ext(file) != ".go" {
 		return out, nil
 	}
@@ -158,7 +275,16 @@ func declaredIn(file string) (map[string]bool, error) {
 				name = id.Name + "." + name
 			}
 		}
-		out[name] = true
+		refs := map[string]bool{}
+		if fd.Body != nil {
+			ast.Inspect(fd.Body, func(n ast.Node) bool {
+				if id, ok := n.(*ast.Ident); ok {
+					refs[id.Name] = true
+				}
+				return true
+			})
+		}
+		out[name] = refs
 	}
 	return out, nil
 }

@@ -3,7 +3,9 @@ package worker
 import (
 	"context"
 	"errors"
+	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/redmap/redmap/internal/wire"
 )
@@ -53,4 +55,66 @@ func (w *Worker) abandon(ctx context.Context, tid string, attrs ...any) (returne
 // over) and it had not returned Options.AbandonGrace later.
 func (w *Worker) abandonTask(ctx context.Context, t wire.Taken) (returned func()) {
 	return w.abandon(ctx, t.ID, "after", "its task's context was cancelled", "abandon_grace", w.opts.AbandonGrace)
+}
+
+// watch abandons job j, whose context was just cancelled, if it has not
+// returned e.abandonAfter later (c says whether it did): a function that
+// ignores its context must not hold a slot, nor a task, for ever. It drops
+// the job (its result, if it comes, is not reported), ends its run (end),
+// and starts a goroutine to serve in its place.
+func (e *executors) watch(ctx context.Context, j job, c *running, end func()) {
+	t := time.NewTimer(e.abandonAfter)
+	defer t.Stop()
+	select {
+	case <-c.returned:
+		return
+	case <-t.C:
+	}
+	ok := c.abandon(func() func() {
+		e.held.stop(j.ID)
+		e.drop(j)
+		return e.abandon(ctx, j.Taken)
+	})
+	if !ok {
+		return // it returned as the timer fired
+	}
+	end()
+	e.serve1(ctx)
+}
+
+// running is a job's run, which ends once: it returns, or it is abandoned.
+type running struct {
+	mu        sync.Mutex
+	returned  chan struct{} // closed once it returned, unless abandoned first
+	abandoned bool
+	// late is called when an abandoned run returns at last.
+	late func()
+}
+
+// end records that the run returned; false if it had been abandoned, with
+// what to call now that it returned.
+func (c *running) end() (late func(), ok bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.abandoned {
+		return c.late, false
+	}
+	close(c.returned)
+	return nil, true
+}
+
+// abandon abandons the run, unless it returned, calling how (under c's
+// lock, so that a return waits for late) for what to call if it returns at
+// last; it reports whether it abandoned it.
+func (c *running) abandon(how func() (late func())) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	select {
+	case <-c.returned:
+		return false
+	default:
+	}
+	c.abandoned = true
+	c.late = how()
+	return true
 }

@@ -22,7 +22,6 @@ import (
 
 	"github.com/redmap/redmap"
 	"github.com/redmap/redmap/cache"
-	"github.com/redmap/redmap/codec"
 	"github.com/redmap/redmap/internal/buildinfo"
 	"github.com/redmap/redmap/internal/engine"
 	"github.com/redmap/redmap/internal/failure"
@@ -184,22 +183,6 @@ func (w *Worker) Register(hs ...redmap.AnyHandle) error {
 		}
 	}
 	return nil
-}
-
-// runtime returns the runtime registered as name (a "function" or a
-// "reducer", what says), or the failure of the whole task if there is none
-// or the manager called it with another signature, sig.
-func (w *Worker) runtime(ctx context.Context, what, name, sig string) (*engine.Runtime, *codec.Failure) {
-	w.mu.RLock()
-	rt := w.runtimes[name]
-	w.mu.RUnlock()
-	switch {
-	case rt == nil:
-		return nil, wholeFailure(codec.KindUnknownFunc, "worker %s has no %s %q", w.opts.ID, what, name)
-	case rt.Signature() != sig:
-		return nil, wholeFailure(codec.KindTypeMismatch, "%s", w.mismatch(ctx, rt, name, sig))
-	}
-	return rt, nil
 }
 
 // Run serves the queue until ctx ends, then stops taking tasks, finishes and

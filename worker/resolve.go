@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"runtime/debug"
 	"time"
 
 	"github.com/redmap/redmap"
@@ -14,113 +13,8 @@ import (
 	"github.com/redmap/redmap/internal/backoff"
 	"github.com/redmap/redmap/internal/engine"
 	"github.com/redmap/redmap/internal/rdb"
-	"github.com/redmap/redmap/internal/tracing"
 	"github.com/redmap/redmap/internal/wire"
 )
-
-// execute runs one task and returns its encoded result: it resolves the task
-// (decode, function, constant), runs the function over its elements, and
-// encodes what came out. It never fails: a task that cannot be resolved or
-// run yields a result saying why, so its manager learns of it and the worker
-// carries on.
-//
-// A panic anywhere on that path outside the function (whose own panics
-// fail their element) fails the task whole, with the stage it happened in
-// and the stack, and the worker goes on: bytes in Redis that some check
-// missed must cost one task, not the process, and a poison task must not
-// kill a worker per attempt.
-func (w *Worker) execute(ctx context.Context, t wire.Taken) (done wire.Done) {
-	stage := codec.KindDecode
-	span := tracing.NoSpan
-	var c resolved
-	defer func() {
-		if p := recover(); p != nil {
-			stack := string(debug.Stack())
-			w.log.ErrorContext(ctx, "a task's path panicked outside its function; the task fails", "task", t.ID, "while", stage.String(), "panic", p, "stack", stack)
-			w.counters.failed.Add(1)
-			w.perFunc.ran(w.metricName(c.task.Func), c.task.Count, []codec.Failure{{Index: -1}})
-			res := &codec.Result{Task: t.ID, Attempt: t.Attempt, Fails: []codec.Failure{{Index: -1, Kind: stage,
-				Msg: fmt.Sprintf("worker %s panicked in its %s step: %v", w.opts.ID, stage, p), Stack: truncate(stack, maxStack)}},
-				Worker: w.opts.ID}
-			b, _ := codec.EncodeResult(res) // small and well-formed: cannot fail
-			span.End()
-			done = wire.Done{ID: t.ID, Result: b, Shard: t.Shard}
-		}
-	}()
-	res := &codec.Result{Task: t.ID, Attempt: t.Attempt}
-	start := time.Now()
-	if engine.Logger(ctx) != w.log { // the executors' context carries it already
-		ctx = engine.WithLogger(ctx, w.log) // for redmap.Logger
-	}
-	task, fail := w.decode(t)
-	if fail == nil {
-		c.task = *task
-		if !task.Call.IsZero() { // what the call says of its batch, on each line the function logs
-			ctx = engine.WithLogger(ctx, engine.Logger(ctx).With(task.Call.LogArgs()...))
-		}
-		if len(task.Trace) > 0 {
-			ctx, span = w.startSpan(ctx, t, task)
-		}
-		fail = w.resolve(ctx, t, &c)
-	}
-	if fail != nil {
-		res.Fails = []codec.Failure{*fail}
-	} else {
-		if span.IsRecording() {
-			c.policy.OnRetry = retryEvent(span, c.policy.OnRetry)
-			c.policy.OnWait = waitEvent(span, c.policy.OnWait)
-		}
-		stage = codec.KindPanic
-		if len(c.task.Shuffle) > 0 {
-			res.Values, res.Fails = w.shuffle(ctx, &c, t)
-		} else {
-			res.Values, res.Fails = c.h.Run(ctx, c.constant, c.task.Count, c.task.Input, c.policy, c.reducer)
-		}
-	}
-	stage = codec.KindEncode
-	elapsed := time.Since(start)
-	res.Nanos = elapsed.Nanoseconds()
-	fn := w.metricName(c.task.Func)
-	w.perFunc.duration.WithLabelValues(fn).Observe(elapsed.Seconds())
-	switch {
-	case ctx.Err() != nil:
-		// Its batch was cancelled (or its manager is gone): the function
-		// failing with "context canceled" is not its failure, and the
-		// result will be discarded.
-	case len(res.Fails) > 0:
-		w.counters.failed.Add(1)
-		w.failures.Note(c.task.Func, t.ID, res.Fails)
-		w.perFunc.ran(fn, c.task.Count, res.Fails)
-	default:
-		w.counters.succeeded.Add(1)
-		w.perFunc.ran(fn, c.task.Count, nil)
-	}
-	solo := w.solo(ctx, t, task)
-	res.Recorded = solo != nil
-	if len(res.Fails) > 0 {
-		res.Worker = w.opts.ID // for operators: who failed its elements
-	}
-	b, err := codec.EncodeResult(res)
-	if err == nil && len(b) > w.opts.MaxFrame {
-		err = fmt.Errorf("%w (worker.Options.MaxFrame raises the limit)", &codec.SizeError{What: "result", Size: len(b), Limit: w.opts.MaxFrame})
-	}
-	if err != nil {
-		kind := codec.KindEncode
-		if errors.Is(err, codec.ErrTooLarge) {
-			kind = codec.KindTooLarge
-		}
-		res = &codec.Result{Task: t.ID, Attempt: t.Attempt, Fails: []codec.Failure{{Index: -1, Kind: kind, Msg: err.Error()}},
-			Recorded: solo != nil, Worker: w.opts.ID}
-		b, _ = codec.EncodeResult(res) // small and well-formed: cannot fail
-	}
-	endSpan(span, c.task.Count, res.Fails)
-	done = wire.Done{ID: t.ID, Result: b, Shard: t.Shard}
-	if solo != nil {
-		done.Record = wire.EncodeRecord(wire.Complete(solo.Record, c.task.Count, res.Fails, time.Now().UnixMilli()))
-		done.Keep, done.AgeMs = solo.Keep, solo.AgeMs
-	}
-	return done
-}
 
 // solo returns the history record task (decoded from t, nil if it did not
 // decode) carries for the finish to complete and write, if it is its
@@ -149,19 +43,6 @@ type resolved struct {
 	reducer  *engine.Runtime
 	constant any
 	policy   engine.Policy
-}
-
-// decode decodes task t's envelope; one that does not decode fails whole,
-// with the reason.
-func (w *Worker) decode(t wire.Taken) (*codec.Task, *codec.Failure) {
-	task, err := codec.DecodeTask(t.Payload, w.opts.MaxFrame)
-	if errors.Is(err, codec.ErrTooLarge) {
-		return nil, wholeFailure(codec.KindTooLarge, "task: %v", err)
-	}
-	if err != nil {
-		return nil, wholeFailure(codec.KindDecode, "task: %v", err)
-	}
-	return task, nil
 }
 
 // maxRetryAfter caps one wait an element makes for a redmap.RetryAfter.
@@ -343,3 +224,19 @@ func (w *Worker) constant(ctx context.Context, ref cache.Ref, h *engine.Runtime)
 type decodeError struct{ error }
 
 func (e decodeError) Unwrap() error { return e.error }
+
+// runtime returns the runtime registered as name (a "function" or a
+// "reducer", what says), or the failure of the whole task if there is none
+// or the manager called it with another signature, sig.
+func (w *Worker) runtime(ctx context.Context, what, name, sig string) (*engine.Runtime, *codec.Failure) {
+	w.mu.RLock()
+	rt := w.runtimes[name]
+	w.mu.RUnlock()
+	switch {
+	case rt == nil:
+		return nil, wholeFailure(codec.KindUnknownFunc, "worker %s has no %s %q", w.opts.ID, what, name)
+	case rt.Signature() != sig:
+		return nil, wholeFailure(codec.KindTypeMismatch, "%s", w.mismatch(ctx, rt, name, sig))
+	}
+	return rt, nil
+}
