@@ -3,7 +3,6 @@ package manager
 import (
 	"context"
 	"errors"
-	"log/slog"
 	"slices"
 	"strings"
 	"sync"
@@ -12,6 +11,7 @@ import (
 	"github.com/redmap/redmap/cache"
 	"github.com/redmap/redmap/codec"
 	"github.com/redmap/redmap/internal/await"
+	"github.com/redmap/redmap/internal/broker"
 	"github.com/redmap/redmap/internal/id"
 	"github.com/redmap/redmap/internal/rdb"
 	"github.com/redmap/redmap/internal/wire"
@@ -283,12 +283,15 @@ func (f *fakeShard) Drop(context.Context, string) error {
 	return f.call("drop")
 }
 
-func (f *fakeShard) Reap(context.Context) (wire.Reaped, error) {
+func (f *fakeShard) Reap(context.Context) (*wire.Reaped, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	r := f.reaped
 	f.reaped = wire.Reaped{}
-	return r, f.call("reap")
+	if err := f.call("reap"); err != nil {
+		return nil, err
+	}
+	return &r, nil
 }
 
 func (f *fakeShard) SetAsideTasks(context.Context, string, error) bool { return false }
@@ -320,7 +323,7 @@ func (f *fakeShard) Missing(_ context.Context, _ string, tids []string) ([]strin
 	return missing, f.count, f.epoch, nil
 }
 
-func (f *fakeShard) Preflight(context.Context, time.Duration, time.Duration, *slog.Logger) error {
+func (f *fakeShard) Preflight(context.Context, *broker.PreflightParams) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return f.call("preflight")
@@ -351,19 +354,19 @@ func (f *fakeShard) Served(_ context.Context, calls []string) ([]wire.Serving, e
 	return out, f.call("served")
 }
 
-func (f *fakeShard) Types(context.Context, string) ([]string, error) { return nil, nil }
+func (f *fakeShard) Types(context.Context, *broker.TypesParams) ([]string, error) { return nil, nil }
 
-func (f *fakeShard) PublishTypes(context.Context, string, []string) error {
+func (f *fakeShard) PublishTypes(context.Context, *broker.PublishTypesParams) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return f.call("types")
 }
 
 // DeclareLimit and ReadLimit: the fake queue limits nothing.
-func (f *fakeShard) DeclareLimit(context.Context, string, wire.LimitRecord) (wire.Limit, string, error) {
+func (f *fakeShard) DeclareLimit(context.Context, *broker.DeclareLimitParams) (*broker.DeclareLimitResult, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	return wire.Limit{}, "", f.call("limit")
+	return &broker.DeclareLimitResult{}, f.call("limit")
 }
 
 func (f *fakeShard) ReadLimit(context.Context, string) (wire.Limit, string, error) {
@@ -404,18 +407,18 @@ func (f *fakeShard) PublishBatches(_ context.Context, _ string, batches map[stri
 	return c, nil
 }
 
-func (f *fakeShard) CountFailures(_ context.Context, _ string, groups []wire.FailureGroup) (int64, int64, error) {
+func (f *fakeShard) CountFailures(_ context.Context, p *broker.CountFailuresParams) (*broker.CountFailuresResult, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if err := f.call("failures"); err != nil {
-		return 0, 0, err
+		return nil, err
 	}
 	var n int64
-	for _, g := range groups {
+	for _, g := range p.Groups {
 		f.failures = append(f.failures, g)
 		n += g.Count
 	}
-	return n, 0, nil
+	return &broker.CountFailuresResult{Added: n}, nil
 }
 
 func (f *fakeShard) RecordBatches(_ context.Context, _ string, recs []wire.BatchRecord, _ int, _ time.Duration, _ int64) error {

@@ -10,6 +10,7 @@ import (
 	"github.com/redmap/redmap"
 	"github.com/redmap/redmap/codec"
 	"github.com/redmap/redmap/internal/backoff"
+	"github.com/redmap/redmap/internal/broker"
 	"github.com/redmap/redmap/internal/failure"
 	"github.com/redmap/redmap/internal/part"
 	"github.com/redmap/redmap/internal/rdb"
@@ -20,7 +21,7 @@ import (
 // queue's history, in shard 0.
 type historyStore interface {
 	RecordBatches(ctx context.Context, mid string, recs []wire.BatchRecord, limit int, age time.Duration, ended int64) error
-	CountFailures(ctx context.Context, wid string, groups []wire.FailureGroup) (added, malformed int64, err error)
+	CountFailures(ctx context.Context, p *broker.CountFailuresParams) (*broker.CountFailuresResult, error)
 }
 
 // failedStore is a historyStore that records batches' failed elements
@@ -125,7 +126,7 @@ func writeFailures(ctx context.Context, store historyStore, mid string, log *fai
 	if len(gs) == 0 {
 		return nil
 	}
-	if _, _, err := store.CountFailures(ctx, "manager "+mid, gs); err != nil {
+	if _, err := store.CountFailures(ctx, &broker.CountFailuresParams{Worker: "manager " + mid, Groups: gs}); err != nil {
 		log.PutBack(gs)
 		return err
 	}

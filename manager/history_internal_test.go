@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/redmap/redmap"
+	"github.com/redmap/redmap/internal/broker"
 	"github.com/redmap/redmap/internal/wire"
 )
 
@@ -22,8 +23,8 @@ type blockingStore struct {
 	release chan struct{}
 }
 
-func (s *blockingStore) CountFailures(context.Context, string, []wire.FailureGroup) (int64, int64, error) {
-	return 0, 0, nil
+func (s *blockingStore) CountFailures(context.Context, *broker.CountFailuresParams) (*broker.CountFailuresResult, error) {
+	return &broker.CountFailuresResult{}, nil
 }
 
 func (s *blockingStore) RecordBatches(_ context.Context, _ string, recs []wire.BatchRecord, _ int, _ time.Duration, _ int64) error {

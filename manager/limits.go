@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/redmap/redmap"
+	"github.com/redmap/redmap/internal/broker"
 	"github.com/redmap/redmap/internal/wire"
 )
 
@@ -43,7 +44,10 @@ func (m *Manager) limitOf(ctx context.Context, sp spec) (wire.Limit, error) {
 			lim, _, err = m.router.queue().ReadLimit(ctx, sp.name)
 			return err
 		}
-		lim, _, err = m.router.queue().DeclareLimit(ctx, sp.name, limitRecord(sp.limit, "manager "+m.id))
+		var got *broker.DeclareLimitResult
+		if got, err = m.router.queue().DeclareLimit(ctx, &broker.DeclareLimitParams{Func: sp.name, Record: limitRecord(sp.limit, "manager "+m.id)}); err == nil {
+			lim = got.Limit
+		}
 		return err
 	})
 	if err != nil {

@@ -20,6 +20,7 @@ import (
 
 	"github.com/redmap/redmap"
 	"github.com/redmap/redmap/cache"
+	"github.com/redmap/redmap/internal/broker"
 	"github.com/redmap/redmap/internal/failure"
 	"github.com/redmap/redmap/internal/id"
 	"github.com/redmap/redmap/internal/part"
@@ -426,7 +427,7 @@ func (m *Manager) ready(ctx context.Context) error {
 		return nil
 	}
 	err := m.faults.callQueue("checking Redis at "+m.addr, func() error {
-		return m.router.queue().Preflight(ctx, startTimeout, m.opts.RedisTimeout, m.log)
+		return m.router.queue().Preflight(ctx, &broker.PreflightParams{Budget: startTimeout, Heal: m.opts.RedisTimeout, Log: m.log})
 	})
 	if rdb.Refused(err) { // the credentials, or the ACL: say where
 		return fmt.Errorf("manager: Redis at %s: %w", m.addr, err)
@@ -453,7 +454,7 @@ func (m *Manager) publishTypes(ctx context.Context, sig string, types []string) 
 		return nil
 	}
 	if err := m.faults.callQueue("publishing the types of a function", func() error {
-		return m.router.queue().PublishTypes(ctx, sig, types)
+		return m.router.queue().PublishTypes(ctx, &broker.PublishTypesParams{Sig: sig, Types: types})
 	}); err != nil {
 		return err
 	}

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/redmap/redmap"
+	"github.com/redmap/redmap/internal/broker"
 	"github.com/redmap/redmap/internal/engine"
 	"github.com/redmap/redmap/internal/part"
 	"github.com/redmap/redmap/internal/wire"
@@ -40,11 +41,11 @@ func newReaper(p reaperParams, poll time.Duration) *reaper {
 
 func (r *reaper) tick(ctx context.Context) {
 	_ = eachShard(everyShard[struct{}](r.router), func(s *shard, _ struct{}) error {
-		var reaped wire.Reaped
+		var reaped *wire.Reaped
 		if r.faults.keep(ctx, s, "reaping dead workers", quietOutage, func() (err error) {
 			reaped, err = s.rdb.Reap(ctx)
 			return err
-		}) && reaped != (wire.Reaped{}) { // tasks given back, or workers reaped (see rdb.RDB.Reap)
+		}) && *reaped != (wire.Reaped{}) { // tasks given back, or workers reaped (see rdb.RDB.Reap)
 			r.log.Warn("reaped dead workers: their tasks were queued again", "workers", reaped.Workers, "requeued", reaped.Requeued, "lost", reaped.Lost, "shard", s.i)
 		}
 		return nil
@@ -132,7 +133,7 @@ func (r *reaper) why(ctx context.Context, b batch, sv wire.Serving) (string, err
 		return fmt.Sprintf("no live worker of queue %q registered %q: register it in a worker (w.Register; README \"In code\")", r.queue, sv.Name), redmap.ErrUnknownFunc
 	case wire.OtherSignature:
 		why := fmt.Sprintf("the live workers of queue %q registered %q with other types (%s)", r.queue, sv.Name, sv.Signature)
-		theirs, err := r.router.queue().Types(ctx, sv.Signature)
+		theirs, err := r.router.queue().Types(ctx, &broker.TypesParams{Sig: sv.Signature})
 		if d := engine.Difference(b.typesOf(sv.Name), theirs, "the manager", "the worker"); err == nil && len(theirs) > 0 && d != "" {
 			why += ": " + d
 		}

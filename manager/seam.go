@@ -2,10 +2,10 @@ package manager
 
 import (
 	"context"
-	"log/slog"
 	"time"
 
 	"github.com/redmap/redmap/cache"
+	"github.com/redmap/redmap/internal/broker"
 	"github.com/redmap/redmap/internal/rdb"
 	"github.com/redmap/redmap/internal/wire"
 )
@@ -46,7 +46,7 @@ type shardRedis interface {
 	ForgetLanes(ctx context.Context, mid string, lanes []string) error
 
 	// Reap is the reaper's.
-	Reap(ctx context.Context) (wire.Reaped, error)
+	Reap(ctx context.Context) (*wire.Reaped, error)
 
 	// Resume and Kept are a durable batch's owner's, before its first
 	// submit (see durable.go).
@@ -65,14 +65,14 @@ type shardRedis interface {
 // queueRedis is shard 0, where the queue-wide records live as well.
 type queueRedis interface {
 	shardRedis
-	Preflight(ctx context.Context, budget, heal time.Duration, log *slog.Logger) error
+	Preflight(ctx context.Context, p *broker.PreflightParams) error
 	LiveWorkers(ctx context.Context) ([]string, error)
 	Served(ctx context.Context, calls []string) ([]wire.Serving, error)
-	Types(ctx context.Context, sig string) ([]string, error)
-	PublishTypes(ctx context.Context, sig string, types []string) error
+	Types(ctx context.Context, p *broker.TypesParams) ([]string, error)
+	PublishTypes(ctx context.Context, p *broker.PublishTypesParams) error
 	// DeclareLimit and ReadLimit return a function's limit in force (see
 	// limits.go).
-	DeclareLimit(ctx context.Context, fn string, rec wire.LimitRecord) (wire.Limit, string, error)
+	DeclareLimit(ctx context.Context, p *broker.DeclareLimitParams) (*broker.DeclareLimitResult, error)
 	ReadLimit(ctx context.Context, fn string) (wire.Limit, string, error)
 	AdoptShards(ctx context.Context, proposals []string) ([]string, error)
 	AddShards(ctx context.Context, names []string) ([]string, error)

@@ -23,6 +23,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/redmap/redmap"
+	"github.com/redmap/redmap/internal/broker"
 	"github.com/redmap/redmap/internal/buildinfo"
 	"github.com/redmap/redmap/internal/tracing"
 	"github.com/redmap/redmap/otlp"
@@ -117,7 +118,7 @@ func mainWith(args []string, stdout, stderr io.Writer, hs ...redmap.AnyHandle) e
 	// A Redis that is not there, or that refuses redmap, ends the program
 	// with one line after a few seconds, rather than a worker that retries
 	// for ever having never served.
-	if err := w.source.first.Preflight(ctx, startBudget, healBudget, log); err != nil {
+	if err := w.source.first.Preflight(ctx, &broker.PreflightParams{Budget: startBudget, Heal: healBudget, Log: log}); err != nil {
 		return fmt.Errorf("worker: cannot serve queue %q with Redis at %s: %w", f.queue, f.url.String(), err)
 	}
 	w.checked = true // one start-up check per process

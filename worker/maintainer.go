@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/redmap/redmap/internal/broker"
 	"github.com/redmap/redmap/internal/failure"
 	"github.com/redmap/redmap/internal/part"
 	"github.com/redmap/redmap/internal/wire"
@@ -79,7 +80,7 @@ func (m *maintainer) heartbeat(ctx context.Context) error {
 		if ctx.Err() == nil {
 			m.failed("heartbeat", err)
 			// The lease could not be renewed; say why where operators look.
-			m.source.first.PublishError(ctx, m.wid, m.lease, m.problem.get())
+			m.source.first.PublishError(ctx, &broker.PublishErrorParams{Worker: m.wid, Lease: m.lease, Msg: m.problem.get()})
 		}
 		return err
 	}
@@ -156,18 +157,18 @@ func (m *maintainer) recordFailures(ctx context.Context) bool {
 // failure groups, and puts them back in the log if the write fails.
 // A malformed group found in Redis is replaced, and said here once: the
 // replacement leaves nothing to say again.
-func countFailures(ctx context.Context, q queueRedis, wid string, log *failure.Log, logger *slog.Logger) error {
+func countFailures(ctx context.Context, q broker.Queue, wid string, log *failure.Log, logger *slog.Logger) error {
 	gs := log.Take()
 	if len(gs) == 0 {
 		return nil
 	}
-	_, malformed, err := q.CountFailures(ctx, wid, gs)
+	got, err := q.CountFailures(ctx, &broker.CountFailuresParams{Worker: wid, Groups: gs})
 	if err != nil {
 		log.PutBack(gs)
 		return err
 	}
-	if malformed > 0 {
-		logger.Warn("replaced malformed failure groups in Redis (bytes no worker wrote); their counts are lost", "groups", malformed)
+	if got.Malformed > 0 {
+		logger.Warn("replaced malformed failure groups in Redis (bytes no worker wrote); their counts are lost", "groups", got.Malformed)
 	}
 	return nil
 }

@@ -17,15 +17,27 @@ import (
 	"github.com/redmap/redmap/codec"
 	"github.com/redmap/redmap/internal/await"
 	"github.com/redmap/redmap/internal/backoff"
+	"github.com/redmap/redmap/internal/broker/memory"
 	"github.com/redmap/redmap/internal/failure"
 	"github.com/redmap/redmap/internal/memo"
 	"github.com/redmap/redmap/internal/redistest"
 	"github.com/redmap/redmap/internal/wire"
 )
 
-// Unit tests of the worker's parts, against the fake seam (fake_test.go):
-// no redis-server. The suites against real servers are the package's, the
-// manager's and cmd/redmap's other tests.
+// Unit tests of the worker's parts, against the memory broker
+// (internal/broker/memory, which internal/broker/brokertest holds to the
+// scripts' rules): no redis-server. The suites against real servers are
+// the package's, the manager's and cmd/redmap's other tests.
+
+// activity is notified at every call to the memory broker: what until
+// waits on.
+var activity await.Broadcast
+
+// sourceOf returns a source of worker w1 over q.
+func sourceOf(q *memory.Queue, failed func(string, error)) *source {
+	return newSource(sourceParams{wid: "w1", lease: time.Minute, idleWait: 20 * time.Millisecond, first: q.First(),
+		serves: func() []string { return nil }, open: q.Open, failed: failed, log: slog.New(slog.DiscardHandler)})
+}
 
 func until(t *testing.T, what string, cond func() bool) {
 	t.Helper()
@@ -72,14 +84,14 @@ func outputs(t *testing.T, d wire.Done) []int {
 }
 
 // fakeWorker is a worker over q, with opts; ran tells when it returned.
-func fakeWorker(t *testing.T, q *fakeQueue, opts Options) *Worker {
+func fakeWorker(t *testing.T, q *memory.Queue, opts Options) *Worker {
 	t.Helper()
 	opts.Queue = "q"
 	opts, err := opts.withDefaults()
 	if err != nil {
 		t.Fatal(err)
 	}
-	w := assemble(opts, q.shards[0], q.source(nil).open, memo.New(cache.NewStore(nil, opts.Prefix, 0), 1<<20)) // no constants here
+	w := assemble(opts, q.First(), q.Open, memo.New(cache.NewStore(nil, opts.Prefix, 0), 1<<20)) // no constants here
 	if err := w.Register(negate); err != nil {
 		t.Fatal(err)
 	}
@@ -102,33 +114,30 @@ func run(t *testing.T, w *Worker) (stop func()) {
 // (once a heartbeat says there are three), reports each result to the
 // shard its task came from, and retires from each when it stops.
 func TestWorkerServesEveryShard(t *testing.T) {
-	q := newFakeQueue("q#1", "q#2")
+	q := memory.NewQueue(&activity, "q#1", "q#2")
 	w := fakeWorker(t, q, Options{Concurrency: 2, Heartbeat: 10 * time.Millisecond})
 	stop := run(t, w)
-	for i, s := range q.shards {
+	for i, s := range q.Shards() {
 		for j := range 5 {
-			s.add(task(t, fmt.Sprintf("%d-%d", i, j), 0, i, j))
+			s.Add(task(t, fmt.Sprintf("%d-%d", i, j), 0, i, j))
 		}
 	}
-	for i, s := range q.shards {
-		until(t, fmt.Sprintf("shard %d's 5 tasks are reported", i), func() bool { return len(s.results()) == 5 })
+	for i, s := range q.Shards() {
+		until(t, fmt.Sprintf("shard %d's 5 tasks are reported", i), func() bool { return len(s.Results()) == 5 })
 	}
 	stop()
-	for i, s := range q.shards {
-		for _, d := range s.results() {
+	for i, s := range q.Shards() {
+		for _, d := range s.Results() {
 			var a, b int
 			fmt.Sscanf(d.ID, "%d-%d", &a, &b)
 			if ys := outputs(t, d); !slices.Equal(ys, []int{-a, -b}) || d.Shard != i {
 				t.Fatalf("task %s of shard %d: %v (from shard %d), want [%d %d]", d.ID, i, ys, d.Shard, -a, -b)
 			}
 		}
-		s.mu.Lock()
-		retired := s.retired
-		s.mu.Unlock()
-		if !retired {
+		if !s.Retired(w.ID()) {
 			t.Fatalf("shard %d: the worker did not retire", i)
 		}
-		if held := s.heldNow(); len(held) != 0 {
+		if held := s.HeldBy(w.ID()); len(held) != 0 {
 			t.Fatalf("shard %d still holds %v", i, held)
 		}
 	}
@@ -140,13 +149,13 @@ func TestWorkerServesEveryShard(t *testing.T) {
 // The source takes from its shards in turn: each take starts at the shard
 // after the one that gave tasks last.
 func TestSourceTakesInTurn(t *testing.T) {
-	q := newFakeQueue("q#1", "q#2")
-	for i, s := range q.shards {
+	q := memory.NewQueue(&activity, "q#1", "q#2")
+	for i, s := range q.Shards() {
 		for j := range 3 {
-			s.add(wire.Taken{ID: fmt.Sprintf("%d-%d", i, j)})
+			s.Add(wire.Taken{ID: fmt.Sprintf("%d-%d", i, j)})
 		}
 	}
-	src := q.source(func(op string, err error) { t.Errorf("%s: %v", op, err) })
+	src := sourceOf(q, func(op string, err error) { t.Errorf("%s: %v", op, err) })
 	ctx := context.Background()
 	src.grow(ctx, 3)
 	if n := len(src.shards()); n != 3 {
@@ -175,14 +184,14 @@ func TestSourceTakesInTurn(t *testing.T) {
 // suspect's, and 570 tasks behind a suspect waited for minutes in make
 // chaos-cluster).
 func TestSourceSuspectWaitsOnItsShard(t *testing.T) {
-	q := newFakeQueue("q#1", "q#2")
-	q.shards[0].add(wire.Taken{ID: "suspect", Attempt: wire.SuspectAfter}, wire.Taken{ID: "0-a"})
-	for i, s := range q.shards[1:] {
+	q := memory.NewQueue(&activity, "q#1", "q#2")
+	q.First().Add(wire.Taken{ID: "suspect", Attempt: wire.SuspectAfter}, wire.Taken{ID: "0-a"})
+	for i, s := range q.Shards()[1:] {
 		for j := range 5 {
-			s.add(wire.Taken{ID: fmt.Sprintf("%d-%d", i+1, j)})
+			s.Add(wire.Taken{ID: fmt.Sprintf("%d-%d", i+1, j)})
 		}
 	}
-	src := q.source(func(op string, err error) { t.Errorf("%s: %v", op, err) })
+	src := sourceOf(q, func(op string, err error) { t.Errorf("%s: %v", op, err) })
 	ctx := context.Background()
 	src.grow(ctx, 3)
 	r := src.take(ctx, 4, func() int { return 4 }, func() int { return 1 }) // holding a task
@@ -201,10 +210,10 @@ func TestSourceSuspectWaitsOnItsShard(t *testing.T) {
 // A take that fails on one shard goes on to the next, and says the error
 // only if no shard gave tasks.
 func TestSourceTakesPastAFailedShard(t *testing.T) {
-	q := newFakeQueue("q#1")
-	q.shards[1].add(wire.Taken{ID: "a"})
-	q.shards[0].setFail("take", errors.New("connection refused"))
-	src := q.source(func(string, error) {})
+	q := memory.NewQueue(&activity, "q#1")
+	q.Shard(1).Add(wire.Taken{ID: "a"})
+	q.First().Fail("take", errors.New("connection refused"))
+	src := sourceOf(q, func(string, error) {})
 	src.grow(context.Background(), 2)
 	r := src.take(context.Background(), 1, func() int { return 1 }, func() int { return 0 })
 	if r.err != nil || len(r.taken) != 1 || r.taken[0].ID != "a" {
@@ -221,8 +230,8 @@ func TestSourceTakesPastAFailedShard(t *testing.T) {
 // take that left one for want of an empty worker is followed by one that
 // holds nothing. While it runs, the worker's info says so, and why.
 func TestFetcherTakesSuspectAlone(t *testing.T) {
-	q := newFakeQueue()
-	s := q.shards[0]
+	q := memory.NewQueue(&activity)
+	s := q.First()
 	// The suspect's function sees what the worker holds as it starts.
 	var w *Worker
 	var running, most atomic.Int32
@@ -237,13 +246,13 @@ func TestFetcherTakesSuspectAlone(t *testing.T) {
 		running.Add(1)
 		return -x, nil
 	})
-	s.add(task(t, "a", 0, 1), taskOf(t, seen, "suspect", wire.SuspectAfter, 2), task(t, "b", 0, 3))
+	s.Add(task(t, "a", 0, 1), taskOf(t, seen, "suspect", wire.SuspectAfter, 2), task(t, "b", 0, 3))
 	w = fakeWorker(t, q, Options{Concurrency: 4, Heartbeat: 10 * time.Millisecond})
 	if err := w.Register(seen); err != nil {
 		t.Fatal(err)
 	}
 	stop := run(t, w)
-	until(t, "all three reported", func() bool { return len(s.results()) == 3 })
+	until(t, "all three reported", func() bool { return len(s.Results()) == 3 })
 	stop()
 	if running.Load() != 1 {
 		t.Fatalf("the suspect ran %d times, want 1", running.Load())
@@ -260,9 +269,7 @@ func TestFetcherTakesSuspectAlone(t *testing.T) {
 	if st := w.Stats(); st.Suspects != 1 || w.info().Alone != "" || w.info().AloneTask != "" {
 		t.Fatalf("after the run: %d suspects, alone %q; want 1 and none", st.Suspects, w.info().Alone)
 	}
-	s.mu.Lock()
-	holdings := slices.Clone(s.holdings)
-	s.mu.Unlock()
+	holdings := s.Holdings()
 	if !slices.Contains(holdings, 0) || len(holdings) < 2 {
 		t.Fatalf("holdings at each take %v: want a take holding nothing after the one that left the suspect", holdings)
 	}
@@ -274,10 +281,10 @@ func TestFetcherTakesSuspectAlone(t *testing.T) {
 // while suspects waited behind other work, and every worker ran a task or
 // two every 2 s.
 func TestFetcherNoOrphanWaitAfterTakingTasks(t *testing.T) {
-	q := newFakeQueue()
+	q := memory.NewQueue(&activity)
 	h := newHeld()
 	jobs := make(chan job, 4)
-	f := newFetcher(fetcherParams{wid: "w", heartbeat: time.Second, jobs: jobs, source: q.source(func(string, error) {}),
+	f := newFetcher(fetcherParams{wid: "w", heartbeat: time.Second, jobs: jobs, source: sourceOf(q, func(string, error) {}),
 		held: h, slots: newSlots(func() int { return 4 }), counters: &counters{}, failed: func(string, error) {},
 		stopping: func() {}, log: slog.New(slog.DiscardHandler)})
 	go func() {
@@ -304,9 +311,8 @@ func TestFetcherNoOrphanWaitAfterTakingTasks(t *testing.T) {
 // is no longer wanted is dropped unrun; others run and pass on their
 // result.
 func TestExecutors(t *testing.T) {
-	q := newFakeQueue()
-	src := q.source(func(string, error) {})
-	q.shards[0].unwanted["gone"] = true
+	q := memory.NewQueue(&activity)
+	src := sourceOf(q, func(string, error) {})
 	jobs := make(chan job, 3)
 	results := make(chan wire.Done, 3)
 	h := newHeld()
@@ -324,6 +330,8 @@ func TestExecutors(t *testing.T) {
 	old := time.Now().Add(-time.Hour)
 	taken := []wire.Taken{{ID: "gone"}, {ID: "kept"}}
 	h.add(taken)
+	q.First().Hold("w1", taken...)
+	q.First().Cancel("gone")
 	jobs <- job{Taken: taken[0], takenAt: old}
 	jobs <- job{Taken: taken[1], takenAt: old}
 	e.Start(context.Background())
@@ -351,9 +359,8 @@ func TestExecutors(t *testing.T) {
 // makes covers the others waiting, and its answer holds for them (it
 // asked about all of them again whenever one waited past stale).
 func TestWantedCheckAsksOnce(t *testing.T) {
-	q := newFakeQueue()
-	src := q.source(func(string, error) {})
-	q.shards[0].unwanted["gone"] = true
+	q := memory.NewQueue(&activity)
+	src := sourceOf(q, func(string, error) {})
 	const n = 20
 	jobs := make(chan job, n)
 	results := make(chan wire.Done, n)
@@ -372,6 +379,8 @@ func TestWantedCheckAsksOnce(t *testing.T) {
 	}
 	taken[n/2].ID = "gone"
 	h.add(taken)
+	q.First().Hold("w1", taken...)
+	q.First().Cancel("gone")
 	old := time.Now().Add(-time.Second)
 	for _, tk := range taken {
 		jobs <- job{Taken: tk, takenAt: old}
@@ -382,12 +391,9 @@ func TestWantedCheckAsksOnce(t *testing.T) {
 	if got := len(results); got != n-1 {
 		t.Fatalf("%d results, want %d (all but gone)", got, n-1)
 	}
-	f := q.shards[0]
-	f.mu.Lock()
-	defer f.mu.Unlock()
 	for _, tk := range taken {
-		if f.asked[tk.ID] != 1 {
-			t.Errorf("asked about %s %d times, want once", tk.ID, f.asked[tk.ID])
+		if n := q.First().Asked(tk.ID); n != 1 {
+			t.Errorf("asked about %s %d times, want once", tk.ID, n)
 		}
 	}
 }
@@ -396,32 +402,30 @@ func TestWantedCheckAsksOnce(t *testing.T) {
 // that fails without reporting again what another shard took, and releases
 // every task from the ledger.
 func TestFinisherRetriesAFailedShard(t *testing.T) {
-	q := newFakeQueue("q#1")
-	src := q.source(func(string, error) {})
+	q := memory.NewQueue(&activity, "q#1")
+	src := sourceOf(q, func(string, error) {})
 	src.grow(context.Background(), 2)
 	h := newHeld()
 	taken := []wire.Taken{{ID: "a", Shard: 0}, {ID: "b", Shard: 1}}
 	h.add(taken)
 	for _, tk := range taken {
-		q.shards[tk.Shard].mu.Lock()
-		q.shards[tk.Shard].held[tk.ID] = tk
-		q.shards[tk.Shard].mu.Unlock()
+		q.Shard(tk.Shard).Hold("w1", tk)
 	}
-	q.shards[1].setFail("finish", errors.New("connection refused"))
+	q.Shard(1).Fail("finish", errors.New("connection refused"))
 	var failures atomic.Int32
 	var c counters
 	f := newFinisher(finisherParams{capacity: 2, source: src, held: h, counters: &c,
 		failed: func(string, error) {
 			if failures.Add(1) == 2 {
-				q.shards[1].setFail("finish", nil)
+				q.Shard(1).Fail("finish", nil)
 			}
 		}})
 	f.Start(context.Background())
-	f.results <- wire.Done{ID: "a", Shard: 0}
-	f.results <- wire.Done{ID: "b", Shard: 1}
+	f.results <- wire.Done{ID: "a", Result: []byte("r"), Shard: 0}
+	f.results <- wire.Done{ID: "b", Result: []byte("r"), Shard: 1}
 	f.Stop()
 	f.Wait()
-	if n0, n1 := q.shards[0].callsOf("finish"), q.shards[1].callsOf("finish"); n0 != 1 || n1 != 3 {
+	if n0, n1 := q.First().Calls("finish"), q.Shard(1).Calls("finish"); n0 != 1 || n1 != 3 {
 		t.Fatalf("finish calls: shard 0 %d, shard 1 %d; want 1 and 3 (two failed)", n0, n1)
 	}
 	if c.delivered.Load() != 2 || h.size() != 0 {
@@ -434,15 +438,15 @@ func TestFinisherRetriesAFailedShard(t *testing.T) {
 // down to one result a call, and delivers every result: not stuck, though
 // every call of rdb.CallBytes would time out again and again.
 func TestFinisherShrinksCallsThatTimeOut(t *testing.T) {
-	q := newFakeQueue()
-	q.shards[0].maxCall = 100 << 10
-	src := q.source(func(string, error) {})
+	q := memory.NewQueue(&activity)
+	q.First().SetLimits(0, 100<<10)
+	src := sourceOf(q, func(string, error) {})
 	h := newHeld()
 	const n = 40
 	taken := make([]wire.Taken, n)
 	for i := range taken {
 		taken[i] = wire.Taken{ID: fmt.Sprint("t", i)}
-		q.shards[0].held[taken[i].ID] = taken[i]
+		q.First().Hold("w1", taken[i])
 	}
 	h.add(taken)
 	var c counters
@@ -456,7 +460,7 @@ func TestFinisherShrinksCallsThatTimeOut(t *testing.T) {
 	f.Start(context.Background())
 	f.Stop()
 	f.Wait()
-	if got := q.shards[0].results(); len(got) != n || h.size() != 0 || c.delivered.Load() != n {
+	if got := q.First().Results(); len(got) != n || h.size() != 0 || c.delivered.Load() != n {
 		t.Fatalf("delivered %d (counted %d), ledger holds %d; want %d, %d and 0", len(got), c.delivered.Load(), h.size(), n, n)
 	}
 	// All 2.5 MiB, then 512, 256 and 128 KiB time out; 64 KiB passes, and
@@ -465,7 +469,7 @@ func TestFinisherShrinksCallsThatTimeOut(t *testing.T) {
 	if k := failures.Load(); k < 4 || k > n/2 {
 		t.Errorf("%d finish rounds failed, want from 4 (down to 64 KiB) to %d", k, n/2)
 	}
-	t.Logf("%d results of 64 KiB over a link that times out calls over 100 KiB: %d calls, %d failed", n, q.shards[0].callsOf("finish"), failures.Load())
+	t.Logf("%d results of 64 KiB over a link that times out calls over 100 KiB: %d calls, %d failed", n, q.First().Calls("finish"), failures.Load())
 }
 
 // A result Redis refuses for want of memory waits apart while the others
@@ -475,15 +479,13 @@ func TestFinisherFailsWhatRedisRefuses(t *testing.T) {
 	saved := fullWait
 	fullWait = backoff.Backoff{Min: time.Millisecond, Max: time.Millisecond}
 	t.Cleanup(func() { fullWait = saved })
-	q := newFakeQueue()
-	q.shards[0].maxResult = 1 << 10
-	src := q.source(func(string, error) {})
+	q := memory.NewQueue(&activity)
+	q.First().SetLimits(1<<10, 0)
+	src := sourceOf(q, func(string, error) {})
 	h := newHeld()
 	taken := []wire.Taken{{ID: "big"}, {ID: "small"}}
 	h.add(taken)
-	for _, tk := range taken {
-		q.shards[0].held[tk.ID] = tk
-	}
+	q.First().Hold("w1", taken...)
 	big, err := codec.EncodeResult(&codec.Result{Task: "big", Attempt: 1, Values: make([]byte, 4<<10)})
 	if err != nil {
 		t.Fatal(err)
@@ -496,7 +498,7 @@ func TestFinisherFailsWhatRedisRefuses(t *testing.T) {
 	f.results <- wire.Done{ID: "small", Result: []byte("r")}
 	f.Stop()
 	f.Wait()
-	got := q.shards[0].results()
+	got := q.First().Results()
 	if len(got) != 2 || got[0].ID != "small" || got[1].ID != "big" {
 		t.Fatalf("reported %v, want small, then big's failure", got)
 	}
@@ -507,7 +509,7 @@ func TestFinisherFailsWhatRedisRefuses(t *testing.T) {
 	if !errors.Is(failure.Cause(res.Fails[0]), redmap.ErrRedisFull) {
 		t.Fatalf("its cause %v, want ErrRedisFull", failure.Cause(res.Fails[0]))
 	}
-	if n := q.shards[0].callsOf("finish"); n != fullTries+1 {
+	if n := q.First().Calls("finish"); n != fullTries+1 {
 		t.Errorf("%d finish calls, want %d (refused %d times, then its failure)", n, fullTries+1, fullTries)
 	}
 	if h.size() != 0 || c.delivered.Load() != 2 {
@@ -520,13 +522,12 @@ func TestFinisherFailsWhatRedisRefuses(t *testing.T) {
 // once: one that lands still counts, one that does not is left to be
 // reaped.
 func TestFinisherStuck(t *testing.T) {
-	q := newFakeQueue()
-	src := q.source(func(string, error) {})
+	q := memory.NewQueue(&activity)
+	src := sourceOf(q, func(string, error) {})
 	h := newHeld()
 	h.add([]wire.Taken{{ID: "a"}, {ID: "b"}})
-	q.shards[0].held["a"] = wire.Taken{ID: "a"}
-	q.shards[0].held["b"] = wire.Taken{ID: "b"}
-	q.shards[0].setFail("finish", errors.New("i/o timeout"))
+	q.First().Hold("w1", wire.Taken{ID: "a"}, wire.Taken{ID: "b"})
+	q.First().Fail("finish", errors.New("i/o timeout"))
 	stuck := make(chan error, 2)
 	var c counters
 	f := newFinisher(finisherParams{capacity: 1, source: src, held: h, counters: &c, failed: func(string, error) {},
@@ -541,17 +542,17 @@ func TestFinisherStuck(t *testing.T) {
 	case <-time.After(time.Minute):
 		t.Fatal("never stuck")
 	}
-	q.shards[0].setFail("finish", nil)
+	q.First().Fail("finish", nil)
 	f.results <- wire.Done{ID: "b", Result: []byte("r")}
 	f.Stop()
 	f.Wait()
 	if len(stuck) != 0 {
 		t.Error("stuck said twice")
 	}
-	if got := q.shards[0].results(); len(got) != 1 || got[0].ID != "b" || h.size() != 0 {
+	if got := q.First().Results(); len(got) != 1 || got[0].ID != "b" || h.size() != 0 {
 		t.Fatalf("delivered %v, ledger holds %d; want b alone, and 0", got, h.size())
 	}
-	if held := q.shards[0].heldNow(); !slices.Equal(held, []string{"a"}) {
+	if held := q.First().HeldBy("w1"); !slices.Equal(held, []string{"a"}) {
 		t.Fatalf("held in Redis %v, want a, for a reap", held)
 	}
 }
@@ -565,11 +566,11 @@ func TestFinisherNotStuckAtMaxmemory(t *testing.T) {
 	saved := fullWait
 	fullWait = backoff.Backoff{Min: 5 * time.Millisecond, Max: 5 * time.Millisecond}
 	t.Cleanup(func() { fullWait = saved })
-	q := newFakeQueue()
-	q.shards[0].maxResult = 1 << 10
-	q.shards[0].held["big"] = wire.Taken{ID: "big"}
-	q.shards[0].setFail("finish", errors.New("i/o timeout"))
-	src := q.source(func(string, error) {})
+	q := memory.NewQueue(&activity)
+	q.First().SetLimits(1<<10, 0)
+	q.First().Hold("w1", wire.Taken{ID: "big"})
+	q.First().Fail("finish", errors.New("i/o timeout"))
+	src := sourceOf(q, func(string, error) {})
 	h := newHeld()
 	h.add([]wire.Taken{{ID: "big"}})
 	big, err := codec.EncodeResult(&codec.Result{Task: "big", Values: make([]byte, 4<<10)})
@@ -578,13 +579,13 @@ func TestFinisherNotStuckAtMaxmemory(t *testing.T) {
 	}
 	var c counters
 	f := newFinisher(finisherParams{capacity: 1, source: src, held: h, counters: &c,
-		failed:  func(string, error) { q.shards[0].setFail("finish", nil) },
+		failed:  func(string, error) { q.First().Fail("finish", nil) },
 		renewed: time.Now, stuckAfter: time.Millisecond, stuck: func(err error) { t.Errorf("stuck: %v", err) }})
 	f.Start(context.Background())
 	f.results <- wire.Done{ID: "big", Result: big}
 	f.Stop()
 	f.Wait()
-	got := q.shards[0].results()
+	got := q.First().Results()
 	if len(got) != 1 {
 		t.Fatalf("reported %v, want big's failure", got)
 	}
@@ -596,19 +597,19 @@ func TestFinisherNotStuckAtMaxmemory(t *testing.T) {
 // A finisher whose finishes fail while the heartbeats fail too (Redis
 // gone) is not stuck: the lease lapses by itself.
 func TestFinisherNotStuckWhileRedisIsGone(t *testing.T) {
-	q := newFakeQueue()
-	src := q.source(func(string, error) {})
+	q := memory.NewQueue(&activity)
+	src := sourceOf(q, func(string, error) {})
 	h := newHeld()
 	h.add([]wire.Taken{{ID: "a"}})
-	q.shards[0].held["a"] = wire.Taken{ID: "a"}
-	q.shards[0].setFail("finish", errors.New("connection refused"))
+	q.First().Hold("w1", wire.Taken{ID: "a"})
+	q.First().Fail("finish", errors.New("connection refused"))
 	started := time.Now()
 	var fails atomic.Int32
 	var c counters
 	f := newFinisher(finisherParams{capacity: 1, source: src, held: h, counters: &c,
 		failed: func(string, error) {
 			if fails.Add(1) == 6 {
-				q.shards[0].setFail("finish", nil)
+				q.First().Fail("finish", nil)
 			}
 		},
 		renewed: func() time.Time { return started }, stuckAfter: time.Millisecond, stuck: func(err error) { t.Errorf("stuck: %v", err) }})
@@ -625,17 +626,16 @@ func TestFinisherNotStuckWhileRedisIsGone(t *testing.T) {
 // asked for once, cancels running tasks whose batch is gone, writes failure
 // records, and says a failed step for operators until one tick succeeds.
 func TestMaintainer(t *testing.T) {
-	q := newFakeQueue()
-	s := q.shards[0]
-	src := q.source(func(string, error) {})
+	q := memory.NewQueue(&activity)
+	s := q.First()
+	src := sourceOf(q, func(string, error) {})
 	h := newHeld()
 	h.add([]wire.Taken{{ID: "running"}})
 	cancelled := make(chan struct{})
 	var once sync.Once
 	h.start("running", func() { once.Do(func() { close(cancelled) }) })
-	s.unwanted["running"] = true
-	s.drain = true
-	s.reaped = wire.Reaped{Workers: 1, Requeued: 4}
+	s.SetDrain("w1", true)                                                                                 // "running" is in no task set: unwanted
+	s.Hold("dead", wire.Taken{ID: "d1"}, wire.Taken{ID: "d2"}, wire.Taken{ID: "d3"}, wire.Taken{ID: "d4"}) // a worker with no lease
 	var fl failure.Log
 	fl.Note("negate", "t1", []codec.Failure{{Index: 0, Kind: codec.KindError, Msg: "boom 1"}, {Index: 1, Kind: codec.KindError, Msg: "boom 2"}})
 	var drains atomic.Int32
@@ -668,16 +668,16 @@ func TestMaintainer(t *testing.T) {
 	if c.reaped.Load() != 1 || c.requeued.Load() != 4 {
 		t.Fatalf("reaped %d requeued %d, want 1 and 4", c.reaped.Load(), c.requeued.Load())
 	}
-	if len(s.groups) != 1 || s.groups[0].Count != 2 || s.groups[0].Fingerprint != "boom <n>" || s.groups[0].Sample != "boom 2" ||
-		len(s.infos) != 2 || s.infos[0].Host != "here" {
-		t.Fatalf("failure groups %+v, infos %v", s.groups, s.infos)
+	if gs, infos := s.Groups(), s.Infos(); len(gs) != 1 || gs[0].Count != 2 || gs[0].Fingerprint != "boom <n>" || gs[0].Sample != "boom 2" ||
+		len(infos) != 2 || infos[0].Host != "here" {
+		t.Fatalf("failure groups %+v, infos %v", gs, infos)
 	}
-	s.setFail("reap", errors.New("connection refused"))
+	s.Fail("reap", errors.New("connection refused"))
 	_ = m.tick(ctx)
 	if p.get() == "" {
 		t.Fatal("a failed reap is not said for operators")
 	}
-	s.setFail("reap", nil)
+	s.Fail("reap", nil)
 	_ = m.tick(ctx)
 	if got := p.get(); got != "" {
 		t.Fatalf("problem %q after a clean tick, want none", got)
@@ -690,8 +690,8 @@ func TestMaintainer(t *testing.T) {
 // executors stop without waiting for it, and when it returns at last its
 // result is not passed on, and abandon's returned function is called.
 func TestExecutorsAbandonJobIgnoringCancel(t *testing.T) {
-	q := newFakeQueue()
-	src := q.source(func(string, error) {})
+	q := memory.NewQueue(&activity)
+	src := sourceOf(q, func(string, error) {})
 	jobs := make(chan job, 2)
 	results := make(chan wire.Done, 2)
 	h := newHeld()

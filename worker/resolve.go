@@ -11,6 +11,7 @@ import (
 	"github.com/redmap/redmap/cache"
 	"github.com/redmap/redmap/codec"
 	"github.com/redmap/redmap/internal/backoff"
+	"github.com/redmap/redmap/internal/broker"
 	"github.com/redmap/redmap/internal/engine"
 	"github.com/redmap/redmap/internal/rdb"
 	"github.com/redmap/redmap/internal/wire"
@@ -54,7 +55,7 @@ const maxRetryAfter = 10 * time.Minute
 func (w *Worker) throttle(ctx context.Context, fn string, d time.Duration) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer cancel()
-	if _, err := w.source.first.Throttle(ctx, fn, d); err != nil {
+	if _, err := w.source.first.Throttle(ctx, &broker.ThrottleParams{Func: fn, Quiet: d}); err != nil {
 		w.failed("pause the rate of "+fn, err)
 	}
 }
@@ -168,7 +169,7 @@ func (w *Worker) mismatch(ctx context.Context, h *engine.Runtime, name, sig stri
 	if d, ok := w.mismatches.Load(sig); ok {
 		return msg + d.(string)
 	}
-	theirs, err := w.source.first.Types(ctx, sig)
+	theirs, err := w.source.first.Types(ctx, &broker.TypesParams{Sig: sig})
 	if err != nil || theirs == nil {
 		return msg // not remembered: the manager's types may be published later
 	}

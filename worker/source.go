@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/redmap/redmap/internal/backoff"
-	"github.com/redmap/redmap/internal/rdb"
+	"github.com/redmap/redmap/internal/broker"
 	"github.com/redmap/redmap/internal/wire"
 )
 
@@ -29,8 +29,8 @@ import (
 // shard waits in its take instead (WaitTake).
 type source struct {
 	sourceParams
-	growMu sync.Mutex                   // serialises growth
-	list   atomic.Pointer[[]shardRedis] // the shards served; it only grows
+	growMu sync.Mutex                     // serialises growth
+	list   atomic.Pointer[[]broker.Shard] // the shards served; it only grows
 
 	// Owned by the fetch loop (await, take):
 	// waiting[i]: the last take of shard i left it empty and registered the
@@ -51,28 +51,28 @@ type sourceParams struct {
 	wid      string
 	lease    time.Duration // Options.Lease
 	idleWait time.Duration // Options.IdleWait
-	first    queueRedis
+	first    broker.Queue
 	// serves is what the worker registered, "<name>\t<signature>" each: a
 	// take passes lanes whose tasks call anything else.
 	serves func() []string
 	// open returns shard i of the queue, named name (rdb.NewShard).
-	open   func(name string, i int) shardRedis
+	open   func(name string, i int) broker.Shard
 	failed func(op string, err error) // logs a failed call, for operators
 	log    *slog.Logger
 }
 
 func newSource(p sourceParams) *source {
 	s := &source{sourceParams: p, wake: make(chan struct{}, 1), rung: make(map[int]bool)}
-	s.list.Store(&[]shardRedis{p.first})
+	s.list.Store(&[]broker.Shard{p.first})
 	return s
 }
 
 // shards returns the shards the worker serves: one, until it learns that
 // managers spread the queue over more.
-func (s *source) shards() []shardRedis { return *s.list.Load() }
+func (s *source) shards() []broker.Shard { return *s.list.Load() }
 
 // shard returns shard i, which the worker serves.
-func (s *source) shard(i int) shardRedis { return s.shards()[i] }
+func (s *source) shard(i int) broker.Shard { return s.shards()[i] }
 
 // grow serves every shard the queue's list of shard names names, if the
 // worker knows that there are n shards and serves fewer: one LRANGE.
@@ -93,7 +93,7 @@ func (s *source) grow(ctx context.Context, n int) {
 	}
 	grown := slices.Clip(old)
 	for _, name := range names {
-		if !slices.ContainsFunc(grown, func(r shardRedis) bool { return r.Name() == name }) {
+		if !slices.ContainsFunc(grown, func(r broker.Shard) bool { return r.Name() == name }) {
 			grown = append(grown, s.open(name, len(grown)))
 		}
 	}
@@ -174,10 +174,16 @@ func (s *source) take(ctx context.Context, free int, room func() int, holding fu
 			s.waiting[0] = false
 		}
 		r.holding = holding()
+		p := &broker.TakeParams{Worker: s.wid, Max: free, Room: room(), Lease: s.lease, Holding: r.holding, Shards: known, Serves: s.serves()}
+		var got *broker.TakeResult
 		if s.waiting[i] {
-			r.taken, end, err = shards[i].WaitTake(ctx, &rdb.TakeParams{Worker: s.wid, Max: free, Room: room(), Lease: s.lease, Wait: s.wait(), Holding: r.holding, Shards: known, Serves: s.serves()})
+			p.Wait = s.wait()
+			got, err = shards[i].WaitTake(ctx, p)
 		} else {
-			r.taken, end, err = shards[i].Take(ctx, &rdb.TakeParams{Worker: s.wid, Max: free, Room: room(), Lease: s.lease, Holding: r.holding, Shards: known, Serves: s.serves()})
+			got, err = shards[i].Take(ctx, p)
+		}
+		if err == nil {
+			r.taken, end = got.Taken, got.End
 		}
 		if err != nil {
 			// Try the other shards (on a Cluster, another master may
@@ -217,7 +223,7 @@ func (s *source) take(ctx context.Context, free int, room func() int, holding fu
 }
 
 // listen starts a bell listener for each of shards that has none.
-func (s *source) listen(ctx context.Context, shards []shardRedis) {
+func (s *source) listen(ctx context.Context, shards []broker.Shard) {
 	for ; s.listening < len(shards); s.listening++ {
 		r := shards[s.listening]
 		s.listeners.Go(func() { s.listenTo(ctx, r) })
@@ -226,10 +232,10 @@ func (s *source) listen(ctx context.Context, shards []shardRedis) {
 
 // listenTo waits for the rings of shard r's bell until ctx ends, and tells
 // the fetch loop of each.
-func (s *source) listenTo(ctx context.Context, r shardRedis) {
+func (s *source) listenTo(ctx context.Context, r broker.Shard) {
 	var bo backoff.Backoff
 	for ctx.Err() == nil {
-		rang, err := r.WaitBell(ctx, s.wid, s.idleWait)
+		rang, err := r.WaitBell(ctx, &broker.WaitBellParams{Worker: s.wid, Timeout: s.idleWait})
 		if err != nil {
 			if ctx.Err() == nil {
 				s.failed("wait", err)
@@ -296,7 +302,7 @@ func (s *source) stopped(ctx context.Context) {
 	rctx, cancel := context.WithTimeout(ctx, time.Second)
 	defer cancel()
 	for _, r := range s.shards() {
-		_ = r.RingStop(rctx, s.wid)
+		_ = r.RingStop(rctx, &broker.RingStopParams{Worker: s.wid})
 	}
 	s.listeners.Wait()
 }
@@ -308,7 +314,10 @@ func (s *source) finish(ctx context.Context, done []wire.Done) (wire.Finished, e
 	var out wire.Finished
 	var err error
 	for i, group := range byShard(done, func(d wire.Done) int { return d.Shard }) {
-		got, ferr := s.shard(i).Finish(ctx, s.wid, group)
+		got, ferr := s.shard(i).Finish(ctx, &broker.FinishParams{Worker: s.wid, Done: group})
+		if got == nil { // said nothing of what it reported: nothing was
+			got = &wire.Finished{Failed: group}
+		}
 		out.Sent += got.Sent
 		out.Delivered += got.Delivered
 		out.Full = append(out.Full, got.Full...)
@@ -337,7 +346,7 @@ func (s *source) giveBack(ctx context.Context, members map[int][]string, ran boo
 	var given int
 	var err error
 	for i, ms := range members {
-		n, gerr := s.shard(i).GiveBack(ctx, s.wid, ms, ran)
+		n, gerr := s.shard(i).GiveBack(ctx, &broker.GiveBackParams{Worker: s.wid, Members: ms, Ran: ran})
 		given += n
 		err = cmp.Or(err, gerr)
 	}
@@ -349,7 +358,7 @@ func (s *source) giveBack(ctx context.Context, members map[int][]string, ran boo
 func (s *source) unwanted(ctx context.Context, tids map[int][]string) ([]string, error) {
 	var out []string
 	for i, ts := range tids {
-		u, err := s.shard(i).Unwanted(ctx, s.wid, ts)
+		u, err := s.shard(i).Unwanted(ctx, &broker.UnwantedParams{Worker: s.wid, Tasks: ts})
 		if err != nil {
 			return out, err
 		}
@@ -362,7 +371,7 @@ func (s *source) unwanted(ctx context.Context, tids map[int][]string) ([]string,
 func (s *source) held(ctx context.Context) (map[int][]string, error) {
 	out := make(map[int][]string)
 	for i, r := range s.shards() {
-		ms, err := r.Held(ctx, s.wid)
+		ms, err := r.Held(ctx, &broker.HeldParams{Worker: s.wid})
 		if err != nil {
 			return out, err
 		}
@@ -377,12 +386,14 @@ func (s *source) held(ctx context.Context) (map[int][]string, error) {
 // Cluster with a master down, the worker still holds its tasks of the
 // others.
 func (s *source) heartbeat(ctx context.Context, info *wire.WorkerInfo) (wire.Beat, error) {
-	beat, err := s.first.Heartbeat(ctx, s.wid, s.lease, info)
+	var beat wire.Beat
+	got, err := s.first.Heartbeat(ctx, &broker.HeartbeatParams{Worker: s.wid, Lease: s.lease, Info: info})
 	if err == nil {
+		beat = *got
 		s.grow(ctx, beat.Shards)
 	}
 	for _, r := range s.shards()[1:] {
-		if _, serr := r.Heartbeat(ctx, s.wid, s.lease, nil); serr != nil && err == nil {
+		if _, serr := r.Heartbeat(ctx, &broker.HeartbeatParams{Worker: s.wid, Lease: s.lease}); serr != nil && err == nil {
 			err = serr
 		}
 	}
@@ -415,7 +426,7 @@ func (s *source) retire(ctx context.Context, last wire.WorkerInfo) {
 		if r.Shard() == 0 {
 			info = &last
 		}
-		if reaped, err := r.Retire(rctx, s.wid, info); err != nil {
+		if reaped, err := r.Retire(rctx, &broker.RetireParams{Worker: s.wid, Info: info}); err != nil {
 			s.log.Warn("retiring failed; the lease will expire", "err", err)
 		} else if reaped.Lost > 0 {
 			s.log.Warn("private tasks left unrun were reported lost", "tasks", reaped.Lost)

@@ -8,6 +8,7 @@ import (
 
 	"github.com/redmap/redmap"
 	"github.com/redmap/redmap/cache"
+	"github.com/redmap/redmap/internal/broker"
 	"github.com/redmap/redmap/internal/keys"
 	"github.com/redmap/redmap/internal/memo"
 	"github.com/redmap/redmap/internal/rdb"
@@ -59,8 +60,8 @@ func TestSuspectRunsWithNothingElseHeld(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	seam := &holdingBack{queueRedis: rdb.New(c, opts.Prefix, queue), released: pStarted, waits: make(chan struct{})}
-	w = assemble(opts, seam, func(name string, i int) shardRedis { return rdb.NewShard(c, opts.Prefix, name, i) },
+	seam := &holdingBack{Queue: rdb.New(c, opts.Prefix, queue), released: pStarted, waits: make(chan struct{})}
+	w = assemble(opts, seam, func(name string, i int) broker.Shard { return rdb.NewShard(c, opts.Prefix, name, i) },
 		memo.New(cache.NewStore(c, opts.Prefix, 0), 1<<20))
 	if err := w.Register(fn); err != nil {
 		t.Fatal(err)
@@ -103,38 +104,38 @@ func TestSuspectRunsWithNothingElseHeld(t *testing.T) {
 // one waiting (waits is closed then): the worker then waits to hold
 // nothing, so the report must go.
 type holdingBack struct {
-	queueRedis
+	broker.Queue
 	x        string
 	released chan struct{}
 	waits    chan struct{}
 	once     sync.Once
 }
 
-func (h *holdingBack) Take(ctx context.Context, p *rdb.TakeParams) ([]wire.Taken, wire.TakeEnd, error) {
-	taken, end, err := h.queueRedis.Take(ctx, p)
-	h.saw(taken, end)
-	return taken, end, err
+func (h *holdingBack) Take(ctx context.Context, p *broker.TakeParams) (*broker.TakeResult, error) {
+	got, err := h.Queue.Take(ctx, p)
+	h.saw(got)
+	return got, err
 }
 
-func (h *holdingBack) WaitTake(ctx context.Context, p *rdb.TakeParams) ([]wire.Taken, wire.TakeEnd, error) {
-	taken, end, err := h.queueRedis.WaitTake(ctx, p)
-	h.saw(taken, end)
-	return taken, end, err
+func (h *holdingBack) WaitTake(ctx context.Context, p *broker.TakeParams) (*broker.TakeResult, error) {
+	got, err := h.Queue.WaitTake(ctx, p)
+	h.saw(got)
+	return got, err
 }
 
 // saw closes waits if a take brought a suspect or left one waiting.
-func (h *holdingBack) saw(taken []wire.Taken, end wire.TakeEnd) {
-	if end.Suspect || slices.ContainsFunc(taken, func(t wire.Taken) bool { return t.Suspect() }) {
+func (h *holdingBack) saw(got *broker.TakeResult) {
+	if got != nil && (got.End.Suspect || slices.ContainsFunc(got.Taken, func(t wire.Taken) bool { return t.Suspect() })) {
 		h.once.Do(func() { close(h.waits) })
 	}
 }
 
-func (h *holdingBack) Finish(ctx context.Context, wid string, done []wire.Done) (wire.Finished, error) {
-	if slices.ContainsFunc(done, func(d wire.Done) bool { return d.ID == h.x }) {
+func (h *holdingBack) Finish(ctx context.Context, p *broker.FinishParams) (*wire.Finished, error) {
+	if slices.ContainsFunc(p.Done, func(d wire.Done) bool { return d.ID == h.x }) {
 		select { // hold X's report back as long as the worker allows
 		case <-h.waits:
 		case <-h.released:
 		}
 	}
-	return h.queueRedis.Finish(ctx, wid, done)
+	return h.Queue.Finish(ctx, p)
 }

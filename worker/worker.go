@@ -22,6 +22,7 @@ import (
 
 	"github.com/redmap/redmap"
 	"github.com/redmap/redmap/cache"
+	"github.com/redmap/redmap/internal/broker"
 	"github.com/redmap/redmap/internal/buildinfo"
 	"github.com/redmap/redmap/internal/engine"
 	"github.com/redmap/redmap/internal/failure"
@@ -120,13 +121,13 @@ func New(client redis.UniversalClient, opts Options) (*Worker, error) {
 		return nil, err
 	}
 	return assemble(opts, rdb.New(client, opts.Prefix, opts.Queue),
-		func(name string, i int) shardRedis { return rdb.NewShard(client, opts.Prefix, name, i) },
+		func(name string, i int) broker.Shard { return rdb.NewShard(client, opts.Prefix, name, i) },
 		memo.New(cache.NewStore(client, opts.Prefix, 0), opts.CacheBytes)), nil
 }
 
 // assemble builds a worker over its seam to Redis: shard 0 of its queue, how
 // to open the others, and the memo of constants; opts have their defaults.
-func assemble(opts Options, first queueRedis, open func(name string, i int) shardRedis, memo *memo.Memo) *Worker {
+func assemble(opts Options, first broker.Queue, open func(name string, i int) broker.Shard, memo *memo.Memo) *Worker {
 	w := &Worker{
 		tracer:   tracing.Tracer(opts.TracerProvider),
 		opts:     opts,
@@ -222,7 +223,7 @@ func (w *Worker) Run(ctx context.Context) error {
 	// once, having taken nothing, if Redis refuses what the worker needs.
 	// worker.Main checks with its budgets just before: once is enough.
 	if !w.checked {
-		if err := w.source.first.Preflight(ctx, 0, 0, w.log); err != nil && rdb.Refused(err) {
+		if err := w.source.first.Preflight(ctx, &broker.PreflightParams{Log: w.log}); err != nil && rdb.Refused(err) {
 			return fmt.Errorf("worker: cannot serve queue %q: %w", w.opts.Queue, err)
 		}
 	}
@@ -475,7 +476,7 @@ func (w *Worker) publishTypes(ctx context.Context) {
 	rts := slices.Collect(maps.Values(w.runtimes))
 	w.mu.RUnlock()
 	for _, rt := range rts {
-		if err := w.source.first.PublishTypes(ctx, rt.Signature(), rt.Types()); err != nil {
+		if err := w.source.first.PublishTypes(ctx, &broker.PublishTypesParams{Sig: rt.Signature(), Types: rt.Types()}); err != nil {
 			w.log.Warn("publishing the types of a function failed; a manager of other types cannot say what differs", "func", rt.Name(), "err", err)
 			return
 		}
@@ -495,7 +496,7 @@ func (w *Worker) declareLimits(ctx context.Context) {
 	for name, l := range limits {
 		l = l.Normal()
 		rec := wire.NewLimitRecord(l.Rate, l.Per, l.Burst, l.Concurrency, "worker "+w.opts.ID+" on "+host, time.Now())
-		if _, _, err := w.source.first.DeclareLimit(ctx, name, rec); err != nil {
+		if _, err := w.source.first.DeclareLimit(ctx, &broker.DeclareLimitParams{Func: name, Record: rec}); err != nil {
 			w.log.Warn("declaring the limit of a function failed; its managers declare it too", "func", name, "err", err)
 			return
 		}

@@ -19,6 +19,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/redmap/redmap/inspect"
+	"github.com/redmap/redmap/internal/broker"
 	"github.com/redmap/redmap/internal/config"
 	"github.com/redmap/redmap/internal/harness"
 	"github.com/redmap/redmap/internal/keys"
@@ -224,7 +225,7 @@ func TestMetricsOfAThousandQueues(t *testing.T) {
 			t.Fatal(err)
 		}
 		info := wire.WorkerInfo{Host: "h", PID: i + 1, Concurrency: 1, Lease: time.Hour, Every: time.Minute, Functions: []string{"square"}}
-		if _, err := r.Heartbeat(ctx, "w1", time.Hour, &info); err != nil {
+		if _, err := r.Heartbeat(ctx, &broker.HeartbeatParams{Worker: "w1", Lease: time.Hour, Info: &info}); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redmap/redmap/internal/broker"
 	"github.com/redmap/redmap/internal/id"
 	"github.com/redmap/redmap/internal/keys"
 	"github.com/redmap/redmap/internal/wire"
@@ -44,7 +45,7 @@ func TestAuditQueuesAgainWhatLostKeysTook(t *testing.T) {
 	f := setup(t)
 	ctx := context.Background()
 	tids := f.submit(t, "", 10)
-	taken, _, err := f.r.Take(ctx, &TakeParams{Worker: "w1", Max: 4, Room: 4, Lease: time.Minute, Serves: serves})
+	taken, _, err := takeOf(f.r.Take(ctx, &broker.TakeParams{Worker: "w1", Max: 4, Room: 4, Lease: time.Minute, Serves: serves}))
 	if err != nil || len(taken) != 4 {
 		t.Fatalf("take: %d, %v", len(taken), err)
 	}
@@ -70,7 +71,7 @@ func TestAuditQueuesAgainWhatLostKeysTook(t *testing.T) {
 	if got := f.audit(t, tids); got.Requeued != 0 || got.Healed != 2 {
 		t.Fatalf("ring and lanes lost: %+v, want 2 healed", got)
 	}
-	taken, _, err = f.r.Take(ctx, &TakeParams{Worker: "w2", Max: 20, Room: 20, Lease: time.Minute, Serves: serves})
+	taken, _, err = takeOf(f.r.Take(ctx, &broker.TakeParams{Worker: "w2", Max: 20, Room: 20, Lease: time.Minute, Serves: serves}))
 	if err != nil || len(taken) != 10 {
 		t.Fatalf("take after the audit: %d, %v; want 10", len(taken), err)
 	}
@@ -106,7 +107,7 @@ func takeWithForeign(t *testing.T, key func(f *fixture) string) {
 	tids := f.submit(t, "", 10)
 	k := key(f)
 	f.c.Set(ctx, k, "foreign", 0)
-	if _, _, err := f.r.Take(ctx, &TakeParams{Worker: "w1", Max: 2, Room: 2, Lease: time.Minute, Serves: serves}); err != nil {
+	if _, _, err := takeOf(f.r.Take(ctx, &broker.TakeParams{Worker: "w1", Max: 2, Room: 2, Lease: time.Minute, Serves: serves})); err != nil {
 		t.Fatalf("take with foreign data in %s: %v", k, err)
 	}
 	f.audit(t, tids)
@@ -117,7 +118,7 @@ func takeWithForeign(t *testing.T, key func(f *fixture) string) {
 		t.Fatalf("submit with foreign data in %s: %v", k, err)
 	}
 	f.audit(t, append(tids, more))
-	taken, _, err := f.r.Take(ctx, &TakeParams{Worker: "w2", Max: 20, Room: 20, Lease: time.Minute, Serves: serves})
+	taken, _, err := takeOf(f.r.Take(ctx, &broker.TakeParams{Worker: "w2", Max: 20, Room: 20, Lease: time.Minute, Serves: serves}))
 	if err != nil {
 		t.Fatalf("take after: %v", err)
 	}

@@ -8,6 +8,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/redmap/redmap/internal/broker"
 	"github.com/redmap/redmap/internal/id"
 	"github.com/redmap/redmap/internal/keys"
 	"github.com/redmap/redmap/internal/wire"
@@ -51,20 +52,20 @@ func TestBacklogCountsElementsThroughEveryMove(t *testing.T) {
 	}
 	want("submitted", 10, 55)
 	// w1 takes the first three (1+2+3), w2 the next two (4+5).
-	if got, _, err := f.r.Take(ctx, &TakeParams{Worker: "w1", Max: 3, Room: 3, Lease: time.Minute, Serves: serves}); err != nil || len(got) != 3 {
+	if got, _, err := takeOf(f.r.Take(ctx, &broker.TakeParams{Worker: "w1", Max: 3, Room: 3, Lease: time.Minute, Serves: serves})); err != nil || len(got) != 3 {
 		t.Fatalf("w1 took %d tasks (%v), want 3", len(got), err)
 	}
-	taken, _, err := f.r.Take(ctx, &TakeParams{Worker: "w2", Max: 2, Room: 2, Lease: time.Minute, Serves: serves})
+	taken, _, err := takeOf(f.r.Take(ctx, &broker.TakeParams{Worker: "w2", Max: 2, Room: 2, Lease: time.Minute, Serves: serves}))
 	if err != nil || len(taken) != 2 {
 		t.Fatalf("w2 took %d tasks (%v), want 2", len(taken), err)
 	}
 	want("taken", 5, 55-15)
 	// w2 gives its two back; then w1's lease ends and a reap puts its three back.
-	if n, err := f.r.GiveBack(ctx, "w2", []string{taken[0].Member(), taken[1].Member()}, false); err != nil || n != 2 {
+	if n, err := f.r.GiveBack(ctx, &broker.GiveBackParams{Worker: "w2", Members: []string{taken[0].Member(), taken[1].Member()}}); err != nil || n != 2 {
 		t.Fatalf("gave back %d (%v), want 2", n, err)
 	}
 	want("given back", 7, 55-6)
-	if _, err := f.r.Heartbeat(ctx, "w1", -time.Millisecond, nil); err != nil {
+	if _, err := f.r.Heartbeat(ctx, &broker.HeartbeatParams{Worker: "w1", Lease: -time.Millisecond}); err != nil {
 		t.Fatal(err)
 	}
 	if r, err := f.r.Reap(ctx); err != nil || r.Requeued != 3 {
@@ -75,7 +76,7 @@ func TestBacklogCountsElementsThroughEveryMove(t *testing.T) {
 	// to a worker that holds nothing): the lane empties, and what is
 	// beside it goes.
 	for n, i := 0, 0; n < 10; i++ {
-		got, _, err := f.r.Take(ctx, &TakeParams{Worker: fmt.Sprintf("w3-%d", i), Max: 10, Room: 10, Lease: time.Minute, Serves: serves})
+		got, _, err := takeOf(f.r.Take(ctx, &broker.TakeParams{Worker: fmt.Sprintf("w3-%d", i), Max: 10, Room: 10, Lease: time.Minute, Serves: serves}))
 		if err != nil || len(got) == 0 || i > 10 {
 			t.Fatalf("take %d took %d tasks (%v), after %d", i, len(got), err, n)
 		}
@@ -167,7 +168,7 @@ func TestSubmitResetsWhatIsBesideAnEmptyLane(t *testing.T) {
 	// Emptied by takes, left with stale keys again, then refilled by a
 	// submit of more ids than one push carries (CHUNK is 500).
 	for i := 0; ; i++ {
-		got, _, err := f.r.Take(ctx, &TakeParams{Worker: fmt.Sprintf("w%d", i), Max: 10, Room: 10, Lease: time.Minute, Serves: serves})
+		got, _, err := takeOf(f.r.Take(ctx, &broker.TakeParams{Worker: fmt.Sprintf("w%d", i), Max: 10, Room: 10, Lease: time.Minute, Serves: serves}))
 		if err != nil || i > 3 {
 			t.Fatalf("take %d: %v", i, err)
 		}

@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redmap/redmap/internal/broker"
 	"github.com/redmap/redmap/internal/id"
 	"github.com/redmap/redmap/internal/keys"
 	"github.com/redmap/redmap/internal/wire"
@@ -19,7 +20,7 @@ func TestHeartbeatAndServedPastForeignData(t *testing.T) {
 	wid := "w1"
 	beat := func() {
 		t.Helper()
-		if _, err := f.r.Heartbeat(ctx, wid, time.Minute, &wire.WorkerInfo{Host: "h", PID: 1, Serves: []string{"f\tsig"}}); err != nil {
+		if _, err := f.r.Heartbeat(ctx, &broker.HeartbeatParams{Worker: wid, Lease: time.Minute, Info: &wire.WorkerInfo{Host: "h", PID: 1, Serves: []string{"f\tsig"}}}); err != nil {
 			t.Fatalf("heartbeat: %v", err)
 		}
 	}
@@ -49,14 +50,14 @@ func TestBellAndClaimPastForeignData(t *testing.T) {
 	if err := f.c.Set(ctx, bell, "foreign", 0).Err(); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := f.r.WaitBell(ctx, "w1", time.Second); err != nil {
+	if _, err := f.r.WaitBell(ctx, &broker.WaitBellParams{Worker: "w1", Timeout: time.Second}); err != nil {
 		t.Fatalf("WaitBell on a foreign bell: %v", err)
 	}
 	ids := f.submit(t, "", 2)
 	if err := f.c.Set(ctx, bell, "foreign", 0).Err(); err != nil {
 		t.Fatal(err)
 	}
-	taken, _, err := f.r.WaitTake(ctx, &TakeParams{Worker: "w1", Max: 4, Room: 4, Lease: time.Minute, Wait: time.Second, Serves: serves})
+	taken, _, err := takeOf(f.r.WaitTake(ctx, &broker.TakeParams{Worker: "w1", Max: 4, Room: 4, Lease: time.Minute, Wait: time.Second, Serves: serves}))
 	if err != nil || len(taken) != 2 || taken[0].ID != ids[0] {
 		t.Fatalf("WaitTake on a foreign bell: %+v, %v; want the 2 tasks %v", taken, err, ids)
 	}

@@ -8,6 +8,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/redmap/redmap/internal/broker"
 	"github.com/redmap/redmap/internal/keys"
 	"github.com/redmap/redmap/internal/wire"
 )
@@ -31,10 +32,10 @@ func TestQueueIndex(t *testing.T) {
 	}
 	listed()
 	w := New(f.c, prefix, "q1")
-	if _, err := w.Heartbeat(ctx, "w1", time.Minute, nil); err != nil {
+	if _, err := w.Heartbeat(ctx, &broker.HeartbeatParams{Worker: "w1", Lease: time.Minute}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := NewShard(f.c, prefix, keys.Shard("q2", 1), 1).Heartbeat(ctx, "w1", time.Minute, nil); err != nil {
+	if _, err := NewShard(f.c, prefix, keys.Shard("q2", 1), 1).Heartbeat(ctx, &broker.HeartbeatParams{Worker: "w1", Lease: time.Minute}); err != nil {
 		t.Fatal(err)
 	}
 	listed("q1") // a shard other than 0 names nothing
@@ -44,7 +45,7 @@ func TestQueueIndex(t *testing.T) {
 	if err := f.c.Del(ctx, keys.QueueIndex(prefix)).Err(); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := w.Heartbeat(ctx, "w1", time.Minute, nil); err != nil {
+	if _, err := w.Heartbeat(ctx, &broker.HeartbeatParams{Worker: "w1", Lease: time.Minute}); err != nil {
 		t.Fatal(err)
 	}
 	listed()

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/redmap/redmap/internal/broker"
 	"github.com/redmap/redmap/internal/keys"
 	"github.com/redmap/redmap/internal/wire"
 )
@@ -24,7 +25,7 @@ const ReapSlices = 400
 // ScriptBudget task ids (one, which finds nothing to do, when every worker
 // is live), ReapSlices calls at most. On failure it returns what the calls
 // before the failed one did.
-func (r *RDB) Reap(ctx context.Context) (wire.Reaped, error) {
+func (r *RDB) Reap(ctx context.Context) (*wire.Reaped, error) {
 	var all wire.Reaped
 	for range ReapSlices {
 		got, more, err := r.reapSlice(ctx)
@@ -32,10 +33,10 @@ func (r *RDB) Reap(ctx context.Context) (wire.Reaped, error) {
 		all.Requeued += got.Requeued
 		all.Lost += got.Lost
 		if err != nil || !more {
-			return all, err
+			return &all, err
 		}
 	}
-	return all, nil
+	return &all, nil
 }
 
 // reapSlice is one call of reap.lua: what it did, and whether work may be
@@ -55,8 +56,8 @@ func (r *RDB) reapSlice(ctx context.Context) (wire.Reaped, bool, error) {
 
 // Held returns the members of worker wid's held set: task ids, "!"-prefixed
 // for private ones.
-func (r *RDB) Held(ctx context.Context, wid string) ([]string, error) {
-	m, err := r.c.SMembers(ctx, keys.Held(r.prefix, r.queue, wid)).Result()
+func (r *RDB) Held(ctx context.Context, p *broker.HeldParams) ([]string, error) {
+	m, err := r.c.SMembers(ctx, keys.Held(r.prefix, r.queue, p.Worker)).Result()
 	if err != nil {
 		return nil, wrap("held", nil, "SMEMBERS", err)
 	}
@@ -67,7 +68,8 @@ func (r *RDB) Held(ctx context.Context, wid string) ([]string, error) {
 // report back at the front of the list they came from, their attempt
 // counted if they ran (a task running when a stopping worker's grace
 // ended); see lua/giveback.lua.
-func (r *RDB) GiveBack(ctx context.Context, wid string, members []string, ran bool) (int, error) {
+func (r *RDB) GiveBack(ctx context.Context, p *broker.GiveBackParams) (int, error) {
+	wid, members, ran := p.Worker, p.Members, p.Ran
 	ks := []string{keys.Held(r.prefix, r.queue, wid), keys.Ring(r.prefix, r.queue, keys.DefaultPriority), keys.Private(r.prefix, r.queue, wid)}
 	args := make([]any, 0, 2+len(members))
 	args = append(args, r.base, "0")
@@ -86,7 +88,8 @@ func (r *RDB) GiveBack(ctx context.Context, wid string, members []string, ran bo
 
 // Unwanted returns those of tids that their managers no longer want. One
 // script call.
-func (r *RDB) Unwanted(ctx context.Context, wid string, tids []string) ([]string, error) {
+func (r *RDB) Unwanted(ctx context.Context, p *broker.UnwantedParams) ([]string, error) {
+	wid, tids := p.Worker, p.Tasks
 	args := make([]any, 0, 1+len(tids))
 	args = append(args, r.base)
 	for _, t := range tids {

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redmap/redmap/internal/broker"
 	"github.com/redmap/redmap/internal/id"
 	"github.com/redmap/redmap/internal/keys"
 	"github.com/redmap/redmap/internal/wire"
@@ -21,7 +22,7 @@ func TestReapersShareADeadWorker(t *testing.T) {
 	const wid = "w"
 	f.submit(t, "", public)
 	for f.c.SCard(ctx, keys.Held("rm", f.queue, wid)).Val() < public {
-		if _, _, err := f.r.Take(ctx, &TakeParams{Worker: wid, Max: 100, Room: 100, Lease: time.Minute, Serves: serves}); err != nil {
+		if _, _, err := takeOf(f.r.Take(ctx, &broker.TakeParams{Worker: wid, Max: 100, Room: 100, Lease: time.Minute, Serves: serves})); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -32,11 +33,11 @@ func TestReapersShareADeadWorker(t *testing.T) {
 	if _, _, err := f.r.Submit(ctx, f.mid, wid, f.lane(), tasks, time.Minute, wire.Expect{}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := f.r.Heartbeat(ctx, wid, -time.Millisecond, nil); err != nil {
+	if _, err := f.r.Heartbeat(ctx, &broker.HeartbeatParams{Worker: wid, Lease: -time.Millisecond}); err != nil {
 		t.Fatal(err)
 	}
 
-	got := make([]wire.Reaped, reapers)
+	got := make([]*wire.Reaped, reapers)
 	errs := make([]error, reapers)
 	var wg sync.WaitGroup
 	for i := range reapers {

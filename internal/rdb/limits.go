@@ -8,10 +8,10 @@ import (
 	"sort"
 	"strconv"
 	"strings"
-	"time"
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/redmap/redmap/internal/broker"
 	"github.com/redmap/redmap/internal/keys"
 	"github.com/redmap/redmap/internal/wire"
 )
@@ -26,8 +26,12 @@ const (
 // handle, unless the code's record says as much already, and returns the
 // limit in force afterwards ("" if none) and its source. The queue must
 // be shard 0 (limits live there). One script call.
-func (r *RDB) DeclareLimit(ctx context.Context, fn string, rec wire.LimitRecord) (wire.Limit, string, error) {
-	return r.limit(ctx, LimitFromCode, fn, &rec)
+func (r *RDB) DeclareLimit(ctx context.Context, p *broker.DeclareLimitParams) (*broker.DeclareLimitResult, error) {
+	lim, from, err := r.limit(ctx, LimitFromCode, p.Func, &p.Record)
+	if err != nil {
+		return nil, err
+	}
+	return &broker.DeclareLimitResult{Limit: lim, From: from}, nil
 }
 
 // SetLimit records rec as an operator's limit of function fn, which wins
@@ -74,7 +78,8 @@ func (r *RDB) limit(ctx context.Context, kind, fn string, rec *wire.LimitRecord)
 // Throttle pauses function fn's rate for d, if its limit in force has one
 // (see throttle.lua): its element's service answered redmap.RetryAfter(d).
 // It reports whether it did. One script call.
-func (r *RDB) Throttle(ctx context.Context, fn string, d time.Duration) (bool, error) {
+func (r *RDB) Throttle(ctx context.Context, p *broker.ThrottleParams) (bool, error) {
+	fn, d := p.Func, p.Quiet
 	n, err := throttleScript.run(ctx, r.c, []string{keys.Limits(r.prefix, r.queue), keys.LimitState(r.prefix, r.queue)},
 		fn, d.Milliseconds()).Int()
 	if err != nil {

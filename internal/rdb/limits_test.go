@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redmap/redmap/internal/broker"
 	"github.com/redmap/redmap/internal/id"
 	"github.com/redmap/redmap/internal/keys"
 	"github.com/redmap/redmap/internal/redistest"
@@ -59,7 +60,7 @@ func TestLimitRateInTake(t *testing.T) {
 	f.setLimit(t, "f", 1, time.Hour, 5, 0)
 	f.submitFunc(t, 1, "f", 20, 1, "")
 	f.submitFunc(t, 2, "g", 6, 1, "")
-	taken, end, err := f.r.Take(ctx, &TakeParams{Worker: "w1", Max: 30, Room: 30, Lease: time.Minute, Serves: servesFG})
+	taken, end, err := takeOf(f.r.Take(ctx, &broker.TakeParams{Worker: "w1", Max: 30, Room: 30, Lease: time.Minute, Serves: servesFG}))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -72,7 +73,7 @@ func TestLimitRateInTake(t *testing.T) {
 	if !end.Drained || end.Room || end.Wait < 59*time.Minute || end.Wait > time.Hour {
 		t.Errorf("take ended %+v; want drained, and a wait of about an hour for the next token", end)
 	}
-	taken, end, err = f.r.Take(ctx, &TakeParams{Worker: "w2", Max: 30, Room: 30, Lease: time.Minute, Serves: servesFG})
+	taken, end, err = takeOf(f.r.Take(ctx, &broker.TakeParams{Worker: "w2", Max: 30, Room: 30, Lease: time.Minute, Serves: servesFG}))
 	if err != nil || len(taken) != 0 || end.Wait < 59*time.Minute {
 		t.Errorf("second take: %d tasks, %+v, %v; want none, waiting an hour", len(taken), end, err)
 	}
@@ -85,7 +86,7 @@ func TestLimitRateInTake(t *testing.T) {
 	}
 	// A new limit starts from a full bucket, not the old one's debt.
 	f.setLimit(t, "f", 2, time.Hour, 3, 0)
-	taken, _, err = f.r.Take(ctx, &TakeParams{Worker: "w2", Max: 30, Room: 30, Lease: time.Minute, Serves: servesFG})
+	taken, _, err = takeOf(f.r.Take(ctx, &broker.TakeParams{Worker: "w2", Max: 30, Room: 30, Lease: time.Minute, Serves: servesFG}))
 	if err != nil || len(taken) != 3 {
 		t.Fatalf("under a new limit of burst 3: took %d (%v), want 3", len(taken), err)
 	}
@@ -97,7 +98,7 @@ func TestLimitRateInTake(t *testing.T) {
 	if l, src, err := f.r.ClearLimit(ctx, "f"); err != nil || src != "" || l.Rate != 0 {
 		t.Fatalf("clear: %+v %q %v", l, src, err)
 	}
-	taken, _, err = f.r.Take(ctx, &TakeParams{Worker: "w2", Max: 30, Room: 30, Lease: time.Minute, Serves: servesFG})
+	taken, _, err = takeOf(f.r.Take(ctx, &broker.TakeParams{Worker: "w2", Max: 30, Room: 30, Lease: time.Minute, Serves: servesFG}))
 	if err != nil || len(taken) != 12 {
 		t.Fatalf("after clearing: took %d (%v), want the 12 left", len(taken), err)
 	}
@@ -110,14 +111,14 @@ func TestLimitTaskLargerThanBurst(t *testing.T) {
 	ctx := context.Background()
 	f.setLimit(t, "f", 1, time.Hour, 4, 0)
 	f.submitFunc(t, 1, "f", 3, 3, "") // 3 elements each
-	taken, _, err := f.r.Take(ctx, &TakeParams{Worker: "w1", Max: 10, Room: 10, Lease: time.Minute, Serves: serves})
+	taken, _, err := takeOf(f.r.Take(ctx, &broker.TakeParams{Worker: "w1", Max: 10, Room: 10, Lease: time.Minute, Serves: serves}))
 	if err != nil || len(taken) != 1 {
 		t.Fatalf("took %d tasks of 3 elements with a burst of 4 (%v), want 1", len(taken), err)
 	}
 	f2 := &fixture{c: f.c, r: New(f.c, "rm", f.queue+"-2"), queue: f.queue + "-2", mid: id.New()}
 	f2.setLimit(t, "f", 1, time.Hour, 2, 0)
 	f2.submitFunc(t, 1, "f", 2, 5, "") // 5 elements each, burst 2
-	taken, end, err := f2.r.Take(ctx, &TakeParams{Worker: "w1", Max: 10, Room: 10, Lease: time.Minute, Serves: serves})
+	taken, end, err := takeOf(f2.r.Take(ctx, &broker.TakeParams{Worker: "w1", Max: 10, Room: 10, Lease: time.Minute, Serves: serves}))
 	if err != nil || len(taken) != 1 || end.Wait < 4*time.Hour {
 		t.Fatalf("took %d tasks of 5 elements with a burst of 2, waiting %v (%v); want 1, and ~5 h before the next", len(taken), end.Wait, err)
 	}
@@ -131,7 +132,7 @@ func TestLimitConcurrencySlots(t *testing.T) {
 	ctx := context.Background()
 	f.setLimit(t, "f", 0, 0, 0, 2)
 	f.submitFunc(t, 1, "f", 6, 1, "")
-	taken, _, err := f.r.Take(ctx, &TakeParams{Worker: "w1", Max: 5, Room: 5, Lease: 200 * time.Millisecond, Serves: serves})
+	taken, _, err := takeOf(f.r.Take(ctx, &broker.TakeParams{Worker: "w1", Max: 5, Room: 5, Lease: 200 * time.Millisecond, Serves: serves}))
 	if err != nil || len(taken) != 2 {
 		t.Fatalf("w1 took %d (%v), want the cap, 2", len(taken), err)
 	}
@@ -139,7 +140,7 @@ func TestLimitConcurrencySlots(t *testing.T) {
 	if n := f.c.HLen(ctx, run).Val(); n != 2 {
 		t.Errorf("running hash holds %d, want 2", n)
 	}
-	got, end, err := f.r.Take(ctx, &TakeParams{Worker: "w2", Max: 5, Room: 5, Lease: time.Minute, Serves: serves})
+	got, end, err := takeOf(f.r.Take(ctx, &broker.TakeParams{Worker: "w2", Max: 5, Room: 5, Lease: time.Minute, Serves: serves}))
 	if err != nil || len(got) != 0 || !end.Drained || end.Wait != 0 {
 		t.Fatalf("w2 took %d, %+v (%v); want none, drained, no timed wait", len(got), end, err)
 	}
@@ -147,18 +148,18 @@ func TestLimitConcurrencySlots(t *testing.T) {
 		t.Error("w2 is not in the function's waiting set")
 	}
 	// w1 reports one: its slot returns, and w2's bell rings.
-	if _, err := f.r.Finish(ctx, "w1", []wire.Done{{ID: taken[0].ID, Result: []byte("r")}}); err != nil {
+	if _, err := f.r.Finish(ctx, &broker.FinishParams{Worker: "w1", Done: []wire.Done{{ID: taken[0].ID, Result: []byte("r")}}}); err != nil {
 		t.Fatal(err)
 	}
 	if n := f.c.LLen(ctx, keys.Bell("rm", f.queue, "w2")).Val(); n != 1 {
 		t.Errorf("w2's bell holds %d tokens after a slot returned, want 1", n)
 	}
-	got, _, err = f.r.Take(ctx, &TakeParams{Worker: "w2", Max: 5, Room: 5, Lease: time.Minute, Serves: serves})
+	got, _, err = takeOf(f.r.Take(ctx, &broker.TakeParams{Worker: "w2", Max: 5, Room: 5, Lease: time.Minute, Serves: serves}))
 	if err != nil || len(got) != 1 {
 		t.Fatalf("w2 took %d (%v) once a slot returned, want 1", len(got), err)
 	}
 	// w2 gives it back: the slot returns.
-	if n, err := f.r.GiveBack(ctx, "w2", []string{got[0].ID}, false); err != nil || n != 1 {
+	if n, err := f.r.GiveBack(ctx, &broker.GiveBackParams{Worker: "w2", Members: []string{got[0].ID}}); err != nil || n != 1 {
 		t.Fatalf("give back: %d, %v", n, err)
 	}
 	if n := f.c.HLen(ctx, run).Val(); n != 1 {
@@ -177,11 +178,11 @@ func TestLimitConcurrencySlots(t *testing.T) {
 	}
 	// w1's task went back lost once (no suspect: it goes side by side),
 	// and both slots are free again: w3 takes it and the other task.
-	got, _, err = f.r.Take(ctx, &TakeParams{Worker: "w3", Max: 5, Room: 5, Lease: time.Minute, Serves: serves})
+	got, _, err = takeOf(f.r.Take(ctx, &broker.TakeParams{Worker: "w3", Max: 5, Room: 5, Lease: time.Minute, Serves: serves}))
 	if err != nil || len(got) != 2 || got[0].Attempt != 1 {
 		t.Fatalf("w3 took %v (%v), want w1's task, then the cap's other slot", got, err)
 	}
-	if got, _, err = f.r.Take(ctx, &TakeParams{Worker: "w4", Max: 5, Room: 5, Lease: time.Minute, Serves: serves}); err != nil || len(got) != 0 {
+	if got, _, err = takeOf(f.r.Take(ctx, &broker.TakeParams{Worker: "w4", Max: 5, Room: 5, Lease: time.Minute, Serves: serves})); err != nil || len(got) != 0 {
 		t.Fatalf("w4 took %d (%v), want none: the cap of 2 is held", len(got), err)
 	}
 }
@@ -195,7 +196,7 @@ func TestLimitConcurrencyHealsLeakedSlots(t *testing.T) {
 	f.setLimit(t, "f", 0, 0, 0, 1)
 	f.submitFunc(t, 1, "f", 2, 1, "")
 	f.c.HSet(ctx, keys.LimitRunning("rm", f.queue, "f"), "ghost-1,1.1", "nobody")
-	taken, _, err := f.r.Take(ctx, &TakeParams{Worker: "w1", Max: 5, Room: 5, Lease: time.Minute, Serves: serves})
+	taken, _, err := takeOf(f.r.Take(ctx, &broker.TakeParams{Worker: "w1", Max: 5, Room: 5, Lease: time.Minute, Serves: serves}))
 	if err != nil || len(taken) != 1 {
 		t.Fatalf("took %d (%v) with a leaked slot in the way, want 1", len(taken), err)
 	}
@@ -208,7 +209,7 @@ func TestLimitRoom(t *testing.T) {
 	ctx := context.Background()
 	f.setLimit(t, "f", 0, 0, 0, 10)
 	f.submitFunc(t, 1, "f", 5, 1, "")
-	taken, end, err := f.r.Take(ctx, &TakeParams{Worker: "w1", Max: 5, Room: 2, Lease: time.Minute, Serves: serves})
+	taken, end, err := takeOf(f.r.Take(ctx, &broker.TakeParams{Worker: "w1", Max: 5, Room: 2, Lease: time.Minute, Serves: serves}))
 	if err != nil || len(taken) != 2 || !end.Room || end.Drained {
 		t.Fatalf("took %d, %+v (%v); want 2 (its room), and told room, not drained", len(taken), end, err)
 	}
@@ -224,7 +225,7 @@ func TestLimitPrivate(t *testing.T) {
 	ctx := context.Background()
 	f.setLimit(t, "f", 1, time.Hour, 2, 0)
 	f.submitFunc(t, 1, "f", 4, 1, "w1")
-	taken, end, err := f.r.Take(ctx, &TakeParams{Worker: "w1", Max: 10, Room: 10, Lease: time.Minute, Serves: serves})
+	taken, end, err := takeOf(f.r.Take(ctx, &broker.TakeParams{Worker: "w1", Max: 10, Room: 10, Lease: time.Minute, Serves: serves}))
 	if err != nil || len(taken) != 2 || !taken[0].Private || end.Wait == 0 {
 		t.Fatalf("took %d private tasks, %+v (%v); want 2, then a wait", len(taken), end, err)
 	}
@@ -237,14 +238,14 @@ func TestLimitThrottle(t *testing.T) {
 	ctx := context.Background()
 	f.setLimit(t, "f", 1000, time.Second, 100, 0)
 	f.submitFunc(t, 1, "f", 3, 1, "")
-	if ok, err := f.r.Throttle(ctx, "f", time.Hour); err != nil || !ok {
+	if ok, err := f.r.Throttle(ctx, &broker.ThrottleParams{Func: "f", Quiet: time.Hour}); err != nil || !ok {
 		t.Fatalf("throttle: %v %v", ok, err)
 	}
-	taken, end, err := f.r.Take(ctx, &TakeParams{Worker: "w1", Max: 10, Room: 10, Lease: time.Minute, Serves: serves})
+	taken, end, err := takeOf(f.r.Take(ctx, &broker.TakeParams{Worker: "w1", Max: 10, Room: 10, Lease: time.Minute, Serves: serves}))
 	if err != nil || len(taken) != 0 || end.Wait < 59*time.Minute {
 		t.Fatalf("took %d, %+v (%v) during the pause; want none, waiting about an hour", len(taken), end, err)
 	}
-	if ok, err := f.r.Throttle(ctx, "unlimited", time.Hour); err != nil || ok {
+	if ok, err := f.r.Throttle(ctx, &broker.ThrottleParams{Func: "unlimited", Quiet: time.Hour}); err != nil || ok {
 		t.Errorf("throttle of an unlimited function: %v %v; want false", ok, err)
 	}
 }
@@ -256,12 +257,12 @@ func TestLimitSources(t *testing.T) {
 	f := setup(t)
 	ctx := context.Background()
 	code := wire.NewLimitRecord(50, time.Second, 10, 8, "manager m1", time.Now())
-	if l, src, err := f.r.DeclareLimit(ctx, "geo", code); err != nil || src != LimitFromCode || l.Rate != 50 || l.Burst != 10 || l.Concurrency != 8 {
-		t.Fatalf("declare: %+v %q %v", l, src, err)
+	if got, err := f.r.DeclareLimit(ctx, &broker.DeclareLimitParams{Func: "geo", Record: code}); err != nil || got.From != LimitFromCode || got.Limit.Rate != 50 || got.Limit.Burst != 10 || got.Limit.Concurrency != 8 {
+		t.Fatalf("declare: %+v %v", got, err)
 	}
 	again := code
 	again.By = "worker w9"
-	if _, _, err := f.r.DeclareLimit(ctx, "geo", again); err != nil {
+	if _, err := f.r.DeclareLimit(ctx, &broker.DeclareLimitParams{Func: "geo", Record: again}); err != nil {
 		t.Fatal(err)
 	}
 	if l, src, err := f.r.SetLimit(ctx, "geo", wire.NewLimitRecord(5, time.Second, 1, 0, "operator", time.Now())); err != nil || src != LimitFromOperator || l.Rate != 5 || l.Concurrency != 0 {
@@ -289,7 +290,7 @@ func TestLimitCraftedRecords(t *testing.T) {
 	lims := keys.Limits("rm", f.queue)
 	for _, v := range []string{"nan nan nan nan", "inf 1000 5 0", "1 1000 x 0", "-1 -1 -1 -1", "", "1 2 3", "\xff\x00"} {
 		f.c.HSet(ctx, lims, "f", v)
-		taken, _, err := f.r.Take(ctx, &TakeParams{Worker: "w1", Max: 1, Room: 1, Lease: time.Minute, Serves: serves})
+		taken, _, err := takeOf(f.r.Take(ctx, &broker.TakeParams{Worker: "w1", Max: 1, Room: 1, Lease: time.Minute, Serves: serves}))
 		if err != nil || len(taken) != 1 {
 			t.Fatalf("limit %q: took %d (%v), want 1 (no limit)", v, len(taken), err)
 		}
@@ -299,7 +300,7 @@ func TestLimitCraftedRecords(t *testing.T) {
 	f.c.HSet(ctx, lims, "f", "1 1000 5 0")
 	for _, v := range []string{"1e300", "inf", "nan", "garbage"} {
 		f.c.HSet(ctx, keys.LimitState("rm", f.queue), "f", v)
-		_, end, err := f.r.Take(ctx, &TakeParams{Worker: "w1", Max: 1, Room: 1, Lease: time.Minute, Serves: serves})
+		_, end, err := takeOf(f.r.Take(ctx, &broker.TakeParams{Worker: "w1", Max: 1, Room: 1, Lease: time.Minute, Serves: serves}))
 		if err != nil || end.Wait > 25*time.Hour {
 			t.Fatalf("arrival time %q: %+v, %v; want a wait of a day at most", v, end, err)
 		}

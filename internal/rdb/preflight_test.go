@@ -12,6 +12,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/redmap/redmap/internal/broker"
 	"github.com/redmap/redmap/internal/redistest"
 )
 
@@ -49,7 +50,7 @@ func TestPreflightWaitsForASlowRedis(t *testing.T) {
 	proxy.Hold()
 	logs := &lockedBuffer{}
 	log := slog.New(slog.NewTextHandler(logs, nil))
-	err := r.Preflight(ctx, 200*time.Millisecond, 1500*time.Millisecond, log)
+	err := r.Preflight(ctx, &broker.PreflightParams{Budget: 200 * time.Millisecond, Heal: 1500 * time.Millisecond, Log: log})
 	if !errors.Is(err, ErrNoAnswer) || !Unreachable(err) || !strings.Contains(logs.String(), "Redis takes connections") {
 		t.Fatalf("Preflight of a Redis that never answers: %v (Unreachable %v); logs %q", err, Unreachable(err), logs.String())
 	}
@@ -57,7 +58,9 @@ func TestPreflightWaitsForASlowRedis(t *testing.T) {
 	logs = &lockedBuffer{}
 	log = slog.New(slog.NewTextHandler(logs, nil))
 	done := make(chan error, 1)
-	go func() { done <- r.Preflight(ctx, 200*time.Millisecond, time.Minute, log) }()
+	go func() {
+		done <- r.Preflight(ctx, &broker.PreflightParams{Budget: 200 * time.Millisecond, Heal: time.Minute, Log: log})
+	}()
 	redistest.Eventually(t, "Preflight waiting for the held Redis", func() bool {
 		return strings.Contains(logs.String(), "Redis takes connections")
 	})

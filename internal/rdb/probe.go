@@ -7,7 +7,6 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
-	"log/slog"
 	"net"
 	"strings"
 	"time"
@@ -15,6 +14,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/redmap/redmap/internal/backoff"
+	"github.com/redmap/redmap/internal/broker"
 	"github.com/redmap/redmap/internal/failure"
 	"github.com/redmap/redmap/internal/id"
 	"github.com/redmap/redmap/internal/keys"
@@ -116,11 +116,11 @@ func dedupe(xs []string) []string {
 
 // PublishError writes msg as the "error" field of worker wid's info, living
 // lease, for operators, when its heartbeat fails; best effort.
-func (r *RDB) PublishError(ctx context.Context, wid string, lease time.Duration, msg string) {
-	key := keys.WorkerInfo(r.prefix, r.queue, wid)
-	_, _ = r.c.Pipelined(ctx, func(p redis.Pipeliner) error {
-		p.HSet(ctx, key, wire.InfoError, msg)
-		p.PExpire(ctx, key, lease)
+func (r *RDB) PublishError(ctx context.Context, p *broker.PublishErrorParams) {
+	key := keys.WorkerInfo(r.prefix, r.queue, p.Worker)
+	_, _ = r.c.Pipelined(ctx, func(pipe redis.Pipeliner) error {
+		pipe.HSet(ctx, key, wire.InfoError, p.Msg)
+		pipe.PExpire(ctx, key, p.Lease)
 		return nil
 	})
 }
@@ -195,7 +195,8 @@ func badTLS(err error) bool {
 // is promoted, a node of the queue's slot unreachable, LOADING) is an outage
 // being healed: it is retried for up to heal instead (if longer). Once it
 // passes, it names the queue in the index of queues (see Heartbeat).
-func (r *RDB) Preflight(ctx context.Context, budget, heal time.Duration, log *slog.Logger) error {
+func (r *RDB) Preflight(ctx context.Context, p *broker.PreflightParams) error {
+	budget, heal, log := p.Budget, p.Heal, p.Log
 	start := time.Now()
 	deadline := start.Add(budget)
 	var bo backoff.Backoff

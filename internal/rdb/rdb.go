@@ -19,6 +19,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/redmap/redmap/internal/broker"
 	"github.com/redmap/redmap/internal/id"
 	"github.com/redmap/redmap/internal/keys"
 	"github.com/redmap/redmap/internal/wire"
@@ -275,38 +276,17 @@ func (r *RDB) Missing(ctx context.Context, mid string, tids []string) (missing [
 // ErrChanged says that Redis's data changed under a check that needs it still.
 var ErrChanged = errors.New("redis data changed during the check")
 
-// TakeParams are what a take asks for, by name: take.lua's ARGV (built in
-// one place, takeArgs).
-type TakeParams struct {
-	Worker string        // the worker's id
-	Max    int           // tasks wanted, at least 1
-	Room   int           // tasks of limited functions the worker could start now: a take takes no more of them (take.lua's limits, TakeEnd.Room and .Wait)
-	Lease  time.Duration // the worker's lease, should the take register it again
-	// Holding is how many tasks the worker holds, on every shard, by its
-	// own count: a suspect goes only to a worker that holds none.
-	Holding int
-	// Shards is the queue's shard count as the worker knows it: a take of
-	// shard 0 says the count in TakeEnd.Shards if it is above.
-	Shards int
-	// Serves is what the worker registered ("<func>\t<signature>" per
-	// handle): a take passes lanes that call anything else.
-	Serves []string
-	// Wait is how long WaitTake waits for the worker's bell; Take ignores
-	// it.
-	Wait time.Duration
-}
-
 // Take takes up to p.Max tasks for worker p.Worker, private list first, with
 // their payloads, in one script call; taking and recording the hold are one
 // atomic step, and a worker Redis has lost from its workers set is
 // registered again (for p.Lease) in it. Tasks no longer wanted are dropped,
 // not returned. When it returns none, the worker is registered idle, and
 // the next submit rings its bell (WaitBell).
-func (r *RDB) Take(ctx context.Context, p *TakeParams) (taken []wire.Taken, end wire.TakeEnd, err error) {
+func (r *RDB) Take(ctx context.Context, p *broker.TakeParams) (*broker.TakeResult, error) {
 	ks := r.takeKeys(p.Worker)
 	vals, err := takeScript.run(ctx, r.c, ks, r.takeArgs(p)...).Slice()
 	if err != nil {
-		return nil, end, wrap("take", takeScript, "", err)
+		return nil, wrap("take", takeScript, "", err)
 	}
 	return r.taken(ctx, p.Worker, vals)
 }
@@ -318,10 +298,10 @@ func (r *RDB) Take(ctx context.Context, p *TakeParams) (taken []wire.Taken, end 
 // longer than CallBytes does on a slow link. A task whose payload is gone
 // by then (its manager cancelled it, or has its result) is released unrun,
 // as a worker releases a task it finds unwanted, and not returned.
-func (r *RDB) taken(ctx context.Context, wid string, vals []any) ([]wire.Taken, wire.TakeEnd, error) {
+func (r *RDB) taken(ctx context.Context, wid string, vals []any) (*broker.TakeResult, error) {
 	taken, end, err := r.parseTaken(vals)
 	if err != nil {
-		return taken, end, err
+		return &broker.TakeResult{Taken: taken, End: end}, err
 	}
 	var fetch []int // indexes in taken
 	for i, t := range taken {
@@ -330,7 +310,7 @@ func (r *RDB) taken(ctx context.Context, wid string, vals []any) ([]wire.Taken, 
 		}
 	}
 	if fetch == nil {
-		return taken, end, nil
+		return &broker.TakeResult{Taken: taken, End: end}, nil
 	}
 	key := func(i int) string { return keys.Tasks(r.prefix, r.queue, id.Manager(taken[i].ID)) }
 	// The tasks are held as those of a take whose reply was lost if a read
@@ -342,7 +322,7 @@ func (r *RDB) taken(ctx context.Context, wid string, vals []any) ([]wire.Taken, 
 		}
 		return nil
 	}); err != nil {
-		return nil, end, wrap("take", nil, "HSTRLEN", err)
+		return nil, wrap("take", nil, "HSTRLEN", err)
 	}
 	var gone []wire.Done
 	for j := 0; j < len(fetch); {
@@ -360,7 +340,7 @@ func (r *RDB) taken(ctx context.Context, wid string, vals []any) ([]wire.Taken, 
 		})
 		for _, c := range reads {
 			if err := c.Err(); err != nil && !errors.Is(err, redis.Nil) {
-				return nil, end, wrap("take", nil, "HGET", err)
+				return nil, wrap("take", nil, "HGET", err)
 			}
 		}
 		for k, i := range fetch[j : j+n] {
@@ -373,10 +353,10 @@ func (r *RDB) taken(ctx context.Context, wid string, vals []any) ([]wire.Taken, 
 		j += n
 	}
 	if gone == nil {
-		return taken, end, nil
+		return &broker.TakeResult{Taken: taken, End: end}, nil
 	}
-	if _, err := r.Finish(ctx, wid, gone); err != nil {
-		return nil, end, err // orphans too
+	if _, err := r.Finish(ctx, &broker.FinishParams{Worker: wid, Done: gone}); err != nil {
+		return nil, err // orphans too
 	}
 	kept := taken[:0]
 	for _, t := range taken {
@@ -384,7 +364,7 @@ func (r *RDB) taken(ctx context.Context, wid string, vals []any) ([]wire.Taken, 
 			kept = append(kept, t)
 		}
 	}
-	return kept, end, nil
+	return &broker.TakeResult{Taken: kept, End: end}, nil
 }
 
 // WaitTake waits for worker p.Worker's bell (up to p.Wait), as WaitBell, then takes, as Take, in
@@ -392,12 +372,12 @@ func (r *RDB) taken(ctx context.Context, wid string, vals []any) ([]wire.Taken, 
 // as soon as a submit rings the bell, and its tasks come back with the
 // wake-up. After the timeout the take runs all the same. A wait longer than
 // the client's read timeout allows is made in two round trips instead.
-func (r *RDB) WaitTake(ctx context.Context, p *TakeParams) (taken []wire.Taken, end wire.TakeEnd, err error) {
+func (r *RDB) WaitTake(ctx context.Context, p *broker.TakeParams) (*broker.TakeResult, error) {
 	wid, timeout := p.Worker, p.Wait
 	wait := max(timeout, time.Millisecond)
 	if rt := readTimeout(r.c); rt > 0 && wait > rt/2 {
-		if _, err := r.WaitBell(ctx, wid, timeout); err != nil {
-			return nil, end, err
+		if _, err := r.WaitBell(ctx, &broker.WaitBellParams{Worker: wid, Timeout: timeout}); err != nil {
+			return nil, err
 		}
 		return r.Take(ctx, p)
 	}
@@ -413,14 +393,14 @@ func (r *RDB) WaitTake(ctx context.Context, p *TakeParams) (taken []wire.Taken, 
 	// the pipeline, set it aside (guarded), and the tasks it took are the
 	// worker's.
 	if err := pop.Err(); err != nil && !errors.Is(err, redis.Nil) && !redis.HasErrorPrefix(err, "WRONGTYPE") {
-		return nil, end, wrap("wait", nil, "BLPOP", err)
+		return nil, wrap("wait", nil, "BLPOP", err)
 	}
 	vals, err := take.Slice()
 	if err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
 		return r.Take(ctx, p) // loads the script
 	}
 	if err != nil {
-		return nil, end, wrap("take", takeScript, "", err)
+		return nil, wrap("take", takeScript, "", err)
 	}
 	return r.taken(ctx, wid, vals)
 }
@@ -444,7 +424,7 @@ func readTimeout(c redis.UniversalClient) time.Duration {
 }
 
 // takeArgs returns the ARGV of take.lua.
-func (r *RDB) takeArgs(p *TakeParams) []any {
+func (r *RDB) takeArgs(p *broker.TakeParams) []any {
 	args := make([]any, 0, 7+len(p.Serves))
 	args = append(args,
 		r.base,                 // ARGV[1] key base
@@ -585,9 +565,9 @@ func parseTakeEnd(flags []any) (end wire.TakeEnd, err error) {
 
 // WaitBell blocks until a submit rings worker wid's bell or timeout passes.
 // It reports whether the bell rang.
-func (r *RDB) WaitBell(ctx context.Context, wid string, timeout time.Duration) (bool, error) {
-	bell := keys.Bell(r.prefix, r.queue, wid)
-	err := r.asideOnce(ctx, bell, "list", func() error { return r.c.BLPop(ctx, blocking(timeout), bell).Err() })
+func (r *RDB) WaitBell(ctx context.Context, p *broker.WaitBellParams) (bool, error) {
+	bell := keys.Bell(r.prefix, r.queue, p.Worker)
+	err := r.asideOnce(ctx, bell, "list", func() error { return r.c.BLPop(ctx, blocking(p.Timeout), bell).Err() })
 	if errors.Is(err, redis.Nil) {
 		return false, nil
 	}
@@ -620,8 +600,8 @@ func blocking(timeout time.Duration) time.Duration { return max(timeout, time.Se
 // worker does to itself when it stops, and leaves a "stop" token on its bell
 // that makes take.lua take nothing: a WaitTake whose wait this ring ends
 // takes no task for a worker that is stopping.
-func (r *RDB) RingStop(ctx context.Context, wid string) error {
-	return r.push(ctx, "ring", keys.Bell(r.prefix, r.queue, wid), "stop", "stop")
+func (r *RDB) RingStop(ctx context.Context, p *broker.RingStopParams) error {
+	return r.push(ctx, "ring", keys.Bell(r.prefix, r.queue, p.Worker), "stop", "stop")
 }
 
 // push appends vs to list key and gives the list a minute to live, so a
@@ -651,7 +631,8 @@ func (r *RDB) push(ctx context.Context, what, key string, vs ...any) error {
 // otherwise (Redis unreachable) and every group after it go in Failed, and
 // the error is returned with what was reported before it. The error is the
 // first one met.
-func (r *RDB) Finish(ctx context.Context, wid string, done []wire.Done) (wire.Finished, error) {
+func (r *RDB) Finish(ctx context.Context, p *broker.FinishParams) (*wire.Finished, error) {
+	wid, done := p.Worker, p.Done
 	ks := []string{keys.Held(r.prefix, r.queue, wid)}
 	var out wire.Finished
 	var first error
@@ -676,12 +657,12 @@ func (r *RDB) Finish(ctx context.Context, wid string, done []wire.Done) (wire.Fi
 				if i == 0 {
 					out.Failed = append(out.Failed, staged...)
 				}
-				return out, wrap("finish", finishScript, "", cmp.Or(first, err))
+				return &out, wrap("finish", finishScript, "", cmp.Or(first, err))
 			}
 			part = part[n:]
 		}
 	}
-	return out, wrap("finish", finishScript, "", first)
+	return &out, wrap("finish", finishScript, "", first)
 }
 
 // byStaging splits done into the results sent through finish.lua and
@@ -827,7 +808,8 @@ func (r *RDB) Unstaged(ctx context.Context, mid string, entries []string) (out [
 // the Redis clock, and publishes info for operators (nil: none). One script
 // call; on shard 0, at the first call and then every keys.QueueIndexEvery,
 // one more to name the queue in the index of queues.
-func (r *RDB) Heartbeat(ctx context.Context, wid string, lease time.Duration, info *wire.WorkerInfo) (wire.Beat, error) {
+func (r *RDB) Heartbeat(ctx context.Context, p *broker.HeartbeatParams) (*wire.Beat, error) {
+	wid, lease, info := p.Worker, p.Lease, p.Info
 	ks := []string{keys.Workers(r.prefix, r.queue), keys.WorkerInfo(r.prefix, r.queue, wid), keys.Drain(r.prefix, r.queue, wid),
 		keys.ShardNames(r.prefix, r.queue)}
 	args := []any{wid, lease.Milliseconds(), keys.GoneFor.Milliseconds()}
@@ -836,13 +818,13 @@ func (r *RDB) Heartbeat(ctx context.Context, wid string, lease time.Duration, in
 	}
 	n, err := heartbeatScript.run(ctx, r.c, ks, args...).Int64Slice()
 	if err != nil {
-		return wire.Beat{}, wrap("heartbeat", heartbeatScript, "", err)
+		return nil, wrap("heartbeat", heartbeatScript, "", err)
 	}
 	r.nameQueue(ctx)
 	if len(n) != 3 {
-		return wire.Beat{}, fmt.Errorf("heartbeat: script returned %v, not 3 integers", n)
+		return nil, fmt.Errorf("heartbeat: script returned %v, not 3 integers", n)
 	}
-	return wire.Beat{Drain: n[1] == 1, Shards: int(n[2]) + 1}, nil
+	return &wire.Beat{Drain: n[1] == 1, Shards: int(n[2]) + 1}, nil
 }
 
 // AdoptShards is a manager's first record, before it submits, in the
@@ -925,9 +907,10 @@ func (r *RDB) ShardNames(ctx context.Context) ([]string, error) {
 // to the queue's (see lua/failures.lua), and returns how many failures it
 // added and how many malformed groups in Redis it replaced. One script
 // call.
-func (r *RDB) CountFailures(ctx context.Context, wid string, groups []wire.FailureGroup) (added, malformed int64, err error) {
+func (r *RDB) CountFailures(ctx context.Context, p *broker.CountFailuresParams) (*broker.CountFailuresResult, error) {
+	wid, groups := p.Worker, p.Groups
 	if len(groups) == 0 {
-		return 0, 0, nil
+		return &broker.CountFailuresResult{}, nil
 	}
 	args := make([]any, 0, 3+2*len(groups))
 	args = append(args, keys.MaxFailureGroups, keys.FailureGroupsFor.Milliseconds(), wid)
@@ -936,12 +919,12 @@ func (r *RDB) CountFailures(ctx context.Context, wid string, groups []wire.Failu
 	}
 	n, err := failuresScript.run(ctx, r.c, []string{keys.FailureGroups(r.prefix, r.queue)}, args...).Int64Slice()
 	if err != nil {
-		return 0, 0, wrap("count failures", failuresScript, "", err)
+		return nil, wrap("count failures", failuresScript, "", err)
 	}
 	if len(n) != 2 {
-		return 0, 0, fmt.Errorf("count failures: script returned %v, not 2 integers", n)
+		return nil, fmt.Errorf("count failures: script returned %v, not 2 integers", n)
 	}
-	return n[0], n[1], nil
+	return &broker.CountFailuresResult{Added: n[0], Malformed: n[1]}, nil
 }
 
 // Retire ends worker wid's lease now and reaps it, as if it had died: what
@@ -950,17 +933,18 @@ func (r *RDB) CountFailures(ctx context.Context, wid string, groups []wire.Failu
 // ever. With info (shard 0), the worker is listed "stopped" for operators
 // with that last info, for keys.GoneFor. A heartbeat's script call, then
 // Reap's calls (one per ScriptBudget tasks left).
-func (r *RDB) Retire(ctx context.Context, wid string, info *wire.WorkerInfo) (wire.Reaped, error) {
+func (r *RDB) Retire(ctx context.Context, p *broker.RetireParams) (*wire.Reaped, error) {
+	wid, info := p.Worker, p.Info
 	if info != nil {
 		stopped := *info
 		stopped.State = "stopped"
 		info = &stopped
 	}
-	if _, err := r.Heartbeat(ctx, wid, -time.Millisecond, info); err != nil {
-		return wire.Reaped{}, fmt.Errorf("retire: %w", err)
+	if _, err := r.Heartbeat(ctx, &broker.HeartbeatParams{Worker: wid, Lease: -time.Millisecond, Info: info}); err != nil {
+		return nil, fmt.Errorf("retire: %w", err)
 	}
 	if err := r.c.Del(ctx, keys.Drain(r.prefix, r.queue, wid)).Err(); err != nil {
-		return wire.Reaped{}, wrap("retire", nil, "DEL", err)
+		return nil, wrap("retire", nil, "DEL", err)
 	}
 	return r.Reap(ctx)
 }
@@ -1651,12 +1635,12 @@ func depth(ctx context.Context, c redis.UniversalClient, base string, rings []st
 
 // PublishTypes records the structure of a handle's types under its
 // signature, for workers that refuse its tasks to compare with. One pipeline.
-func (r *RDB) PublishTypes(ctx context.Context, sig string, types []string) error {
+func (r *RDB) PublishTypes(ctx context.Context, p *broker.PublishTypesParams) error {
 	key := keys.Types(r.prefix, r.queue)
 	err := r.asideOnce(ctx, key, "hash", func() error {
-		_, err := r.c.Pipelined(ctx, func(p redis.Pipeliner) error {
-			p.HSet(ctx, key, sig, strings.Join(types, "\n"))
-			p.PExpire(ctx, key, 7*24*time.Hour)
+		_, err := r.c.Pipelined(ctx, func(pipe redis.Pipeliner) error {
+			pipe.HSet(ctx, key, p.Sig, strings.Join(p.Types, "\n"))
+			pipe.PExpire(ctx, key, 7*24*time.Hour)
 			return nil
 		})
 		return err
@@ -1665,11 +1649,11 @@ func (r *RDB) PublishTypes(ctx context.Context, sig string, types []string) erro
 }
 
 // Types returns the structure published for sig, or nil if there is none.
-func (r *RDB) Types(ctx context.Context, sig string) ([]string, error) {
+func (r *RDB) Types(ctx context.Context, p *broker.TypesParams) ([]string, error) {
 	var s string
 	key := keys.Types(r.prefix, r.queue)
 	err := r.asideOnce(ctx, key, "hash", func() (err error) {
-		s, err = r.c.HGet(ctx, key, sig).Result()
+		s, err = r.c.HGet(ctx, key, p.Sig).Result()
 		return err
 	})
 	if errors.Is(err, redis.Nil) {
@@ -1680,3 +1664,6 @@ func (r *RDB) Types(ctx context.Context, sig string) ([]string, error) {
 	}
 	return strings.Split(s, "\n"), nil
 }
+
+// RDB is the broker contract on Redis.
+var _ broker.Queue = (*RDB)(nil)

@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redmap/redmap/internal/broker"
 	"github.com/redmap/redmap/internal/id"
 	"github.com/redmap/redmap/internal/wire"
 
@@ -80,14 +81,14 @@ func TestScriptsUseKeysLayout(t *testing.T) {
 	if got := f.c.LRange(ctx, f.laneKey(), 0, -1).Val(); !slices.Equal(got, ids) {
 		t.Errorf("public list holds %v, want %v", got, ids)
 	}
-	taken, _, err := f.r.Take(ctx, &TakeParams{Worker: "w1", Max: 1, Room: 1, Lease: time.Minute, Serves: serves})
+	taken, _, err := takeOf(f.r.Take(ctx, &broker.TakeParams{Worker: "w1", Max: 1, Room: 1, Lease: time.Minute, Serves: serves}))
 	if err != nil || len(taken) != 1 || string(taken[0].Payload) != "payload 0" {
 		t.Fatalf("take: %v, %v", taken, err)
 	}
 	if !f.c.SIsMember(ctx, keys.Held("rm", f.queue, "w1"), ids[0]).Val() {
 		t.Errorf("take did not record %s in %s", ids[0], keys.Held("rm", f.queue, "w1"))
 	}
-	if _, err := f.r.Finish(ctx, "w1", []wire.Done{{ID: ids[0], Result: []byte("r0")}}); err != nil {
+	if _, err := f.r.Finish(ctx, &broker.FinishParams{Worker: "w1", Done: []wire.Done{{ID: ids[0], Result: []byte("r0")}}}); err != nil {
 		t.Fatal(err)
 	}
 	if got, err := f.r.ReadResults(ctx, f.mid, 0, "", 10); err != nil || !slices.Equal(got, []string{"r0"}) {
@@ -114,14 +115,14 @@ func TestReadResultsTrimsOnce(t *testing.T) {
 	f := setup(t)
 	ctx := context.Background()
 	ids := f.submit(t, "", 4)
-	if _, _, err := f.r.Take(ctx, &TakeParams{Worker: "w", Max: 4, Room: 4, Lease: time.Minute, Serves: serves}); err != nil {
+	if _, _, err := takeOf(f.r.Take(ctx, &broker.TakeParams{Worker: "w", Max: 4, Room: 4, Lease: time.Minute, Serves: serves})); err != nil {
 		t.Fatal(err)
 	}
 	var done []wire.Done
 	for i, id := range ids {
 		done = append(done, wire.Done{ID: id, Result: []byte(fmt.Sprint("r", i))})
 	}
-	if n, err := delivered(f.r.Finish(ctx, "w", done)); err != nil || n != 4 {
+	if n, err := delivered(f.r.Finish(ctx, &broker.FinishParams{Worker: "w", Done: done})); err != nil || n != 4 {
 		t.Fatalf("finish: %d, %v", n, err)
 	}
 	first, _ := f.r.ReadResults(ctx, f.mid, 0, "", 2)
@@ -143,7 +144,7 @@ func TestReadResultsTrimsOnce(t *testing.T) {
 func (f *fixture) finishFirst(t *testing.T, r *RDB, n int) {
 	t.Helper()
 	ctx := context.Background()
-	taken, _, err := r.Take(ctx, &TakeParams{Worker: "w", Max: n, Room: n, Lease: time.Minute, Serves: serves})
+	taken, _, err := takeOf(r.Take(ctx, &broker.TakeParams{Worker: "w", Max: n, Room: n, Lease: time.Minute, Serves: serves}))
 	if err != nil || len(taken) != n {
 		t.Fatalf("take: %d, %v; want %d", len(taken), err, n)
 	}
@@ -151,7 +152,7 @@ func (f *fixture) finishFirst(t *testing.T, r *RDB, n int) {
 	for i, tk := range taken {
 		done = append(done, wire.Done{ID: tk.ID, Result: []byte(fmt.Sprint("r", i))})
 	}
-	if got, err := delivered(r.Finish(ctx, "w", done)); err != nil || got != n {
+	if got, err := delivered(r.Finish(ctx, &broker.FinishParams{Worker: "w", Done: done})); err != nil || got != n {
 		t.Fatalf("finish: %d, %v", got, err)
 	}
 }
@@ -305,7 +306,7 @@ func TestTakeReturnsPayloadsInOrderPrivateFirst(t *testing.T) {
 	pub := f.submit(t, "", 3)
 	f.mid = id.New()
 	priv := f.submit(t, "w1", 2)
-	taken, _, err := f.r.Take(ctx, &TakeParams{Worker: "w1", Max: 4, Room: 4, Lease: time.Minute, Serves: serves})
+	taken, _, err := takeOf(f.r.Take(ctx, &broker.TakeParams{Worker: "w1", Max: 4, Room: 4, Lease: time.Minute, Serves: serves}))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -320,7 +321,7 @@ func TestTakeReturnsPayloadsInOrderPrivateFirst(t *testing.T) {
 		t.Fatalf("took %v, want %v", got, want)
 	}
 	// Another worker cannot see w1's private tasks, only the public one left.
-	taken, _, _ = f.r.Take(ctx, &TakeParams{Worker: "w2", Max: 10, Room: 10, Lease: time.Minute, Serves: serves})
+	taken, _, _ = takeOf(f.r.Take(ctx, &broker.TakeParams{Worker: "w2", Max: 10, Room: 10, Lease: time.Minute, Serves: serves}))
 	if len(taken) != 1 || taken[0].ID != pub[2] {
 		t.Fatalf("w2 took %+v, want just %s", taken, pub[2])
 	}
@@ -337,7 +338,7 @@ func TestFinishEmptiesHeldSet(t *testing.T) {
 	pub := f.submit(t, "", 3)
 	f.mid = id.New()
 	priv := f.submit(t, "w1", 3)
-	if taken, _, err := f.r.Take(ctx, &TakeParams{Worker: "w1", Max: 6, Room: 6, Lease: time.Minute, Serves: serves}); err != nil || len(taken) != 6 {
+	if taken, _, err := takeOf(f.r.Take(ctx, &broker.TakeParams{Worker: "w1", Max: 6, Room: 6, Lease: time.Minute, Serves: serves})); err != nil || len(taken) != 6 {
 		t.Fatalf("took %d tasks (%v), want 6", len(taken), err)
 	}
 	for _, c := range []struct {
@@ -354,7 +355,7 @@ func TestFinishEmptiesHeldSet(t *testing.T) {
 		for _, tid := range c.ids {
 			done = append(done, wire.Done{ID: tid, Result: []byte("r " + tid)})
 		}
-		if _, err := f.r.Finish(ctx, "w1", done); err != nil {
+		if _, err := f.r.Finish(ctx, &broker.FinishParams{Worker: "w1", Done: done}); err != nil {
 			t.Fatal(err)
 		}
 		if n := f.c.SCard(ctx, held).Val(); n != c.after {
@@ -369,11 +370,11 @@ func TestFinishDeliversOnce(t *testing.T) {
 	f := setup(t)
 	ctx := context.Background()
 	ids := f.submit(t, "", 1)
-	if _, _, err := f.r.Take(ctx, &TakeParams{Worker: "w1", Max: 1, Room: 1, Lease: time.Minute, Serves: serves}); err != nil {
+	if _, _, err := takeOf(f.r.Take(ctx, &broker.TakeParams{Worker: "w1", Max: 1, Room: 1, Lease: time.Minute, Serves: serves})); err != nil {
 		t.Fatal(err)
 	}
 	for i, want := range []int{1, 0} {
-		n, err := delivered(f.r.Finish(ctx, "w1", []wire.Done{{ID: ids[0], Result: []byte(fmt.Sprint("r", i))}}))
+		n, err := delivered(f.r.Finish(ctx, &broker.FinishParams{Worker: "w1", Done: []wire.Done{{ID: ids[0], Result: []byte(fmt.Sprint("r", i))}}}))
 		if err != nil || n != want {
 			t.Fatalf("finish #%d delivered %d (%v), want %d", i+1, n, err, want)
 		}
@@ -399,7 +400,7 @@ func TestTakeDropsWithdrawn(t *testing.T) {
 			if err := f.r.Cancel(ctx, f.mid, ids[:n-1]); err != nil {
 				t.Fatal(err)
 			}
-			taken, _, err := f.r.Take(ctx, &TakeParams{Worker: "w1", Max: n, Room: n, Lease: time.Minute, Serves: serves})
+			taken, _, err := takeOf(f.r.Take(ctx, &broker.TakeParams{Worker: "w1", Max: n, Room: n, Lease: time.Minute, Serves: serves}))
 			if err != nil || len(taken) != 1 || taken[0].ID != ids[n-1] || len(taken[0].Payload) == 0 {
 				t.Fatalf("took %+v (%v), want only %s, with its payload", taken, err, ids[n-1])
 			}
@@ -418,7 +419,7 @@ func TestTakeDropsWithdrawn(t *testing.T) {
 func TestIdleWorkerIsRung(t *testing.T) {
 	f := setup(t)
 	ctx := context.Background()
-	if taken, _, err := f.r.Take(ctx, &TakeParams{Worker: "w1", Max: 1, Room: 1, Lease: time.Minute, Serves: serves}); err != nil || len(taken) != 0 {
+	if taken, _, err := takeOf(f.r.Take(ctx, &broker.TakeParams{Worker: "w1", Max: 1, Room: 1, Lease: time.Minute, Serves: serves})); err != nil || len(taken) != 0 {
 		t.Fatalf("take from empty: %v, %v", taken, err)
 	}
 	if !f.c.SIsMember(ctx, keys.Idle("rm", f.queue), "w1").Val() {
@@ -426,7 +427,7 @@ func TestIdleWorkerIsRung(t *testing.T) {
 	}
 	rang := make(chan bool, 1)
 	go func() {
-		ok, _ := f.r.WaitBell(ctx, "w1", 10*time.Second)
+		ok, _ := f.r.WaitBell(ctx, &broker.WaitBellParams{Worker: "w1", Timeout: 10 * time.Second})
 		rang <- ok
 	}()
 	f.submit(t, "", 1)
@@ -439,11 +440,11 @@ func TestIdleWorkerIsRung(t *testing.T) {
 	// A take stopped by its n leaves the worker busy; one that empties the
 	// queue says so and registers it idle in the same step.
 	f.submit(t, "", 2) // with the one the bell rang for: three queued
-	taken, end, err := f.r.Take(ctx, &TakeParams{Worker: "w1", Max: 2, Room: 2, Lease: time.Minute, Serves: serves})
+	taken, end, err := takeOf(f.r.Take(ctx, &broker.TakeParams{Worker: "w1", Max: 2, Room: 2, Lease: time.Minute, Serves: serves}))
 	if err != nil || len(taken) != 2 || end.Drained || f.c.SIsMember(ctx, keys.Idle("rm", f.queue), "w1").Val() {
 		t.Fatalf("take of 2 of 3: %d taken, drained %v, %v; want 2, not drained, not idle", len(taken), end.Drained, err)
 	}
-	taken, end, err = f.r.Take(ctx, &TakeParams{Worker: "w1", Max: 2, Room: 2, Lease: time.Minute, Serves: serves})
+	taken, end, err = takeOf(f.r.Take(ctx, &broker.TakeParams{Worker: "w1", Max: 2, Room: 2, Lease: time.Minute, Serves: serves}))
 	drained := end.Drained
 	if err != nil || len(taken) != 1 || !drained || !f.c.SIsMember(ctx, keys.Idle("rm", f.queue), "w1").Val() {
 		t.Fatalf("take of the last one: %d taken, drained %v, %v; want 1, drained and idle", len(taken), drained, err)
@@ -455,7 +456,7 @@ func TestIdleWorkerIsRung(t *testing.T) {
 func TestWaitTakeBringsTasks(t *testing.T) {
 	f := setup(t)
 	ctx := context.Background()
-	if taken, _, err := f.r.Take(ctx, &TakeParams{Worker: "w1", Max: 1, Room: 1, Lease: time.Minute, Serves: serves}); err != nil || len(taken) != 0 {
+	if taken, _, err := takeOf(f.r.Take(ctx, &broker.TakeParams{Worker: "w1", Max: 1, Room: 1, Lease: time.Minute, Serves: serves})); err != nil || len(taken) != 0 {
 		t.Fatalf("take from empty: %v, %v", taken, err)
 	}
 	type reply struct {
@@ -464,7 +465,7 @@ func TestWaitTakeBringsTasks(t *testing.T) {
 	}
 	got := make(chan reply, 1)
 	go func() {
-		taken, _, err := f.r.WaitTake(ctx, &TakeParams{Worker: "w1", Max: 4, Room: 4, Lease: time.Minute, Wait: 2 * time.Second, Serves: serves})
+		taken, _, err := takeOf(f.r.WaitTake(ctx, &broker.TakeParams{Worker: "w1", Max: 4, Room: 4, Lease: time.Minute, Wait: 2 * time.Second, Serves: serves}))
 		got <- reply{taken, err}
 	}()
 	ids := f.submit(t, "", 3)
@@ -476,24 +477,24 @@ func TestWaitTakeBringsTasks(t *testing.T) {
 		t.Fatalf("%d tasks held, want 3", n)
 	}
 
-	if taken, _, err := f.r.Take(ctx, &TakeParams{Worker: "w1", Max: 1, Room: 1, Lease: time.Minute, Serves: serves}); err != nil || len(taken) != 0 {
+	if taken, _, err := takeOf(f.r.Take(ctx, &broker.TakeParams{Worker: "w1", Max: 1, Room: 1, Lease: time.Minute, Serves: serves})); err != nil || len(taken) != 0 {
 		t.Fatalf("take from empty: %v, %v", taken, err)
 	}
 	go func() {
-		taken, _, err := f.r.WaitTake(ctx, &TakeParams{Worker: "w1", Max: 4, Room: 4, Lease: time.Minute, Wait: 10 * time.Second, Serves: serves})
+		taken, _, err := takeOf(f.r.WaitTake(ctx, &broker.TakeParams{Worker: "w1", Max: 4, Room: 4, Lease: time.Minute, Wait: 10 * time.Second, Serves: serves}))
 		got <- reply{taken, err}
 	}()
 	redistest.Eventually(t, "WaitTake blocked", func() bool {
 		return strings.Contains(f.c.ClientList(ctx).Val(), "cmd=blpop")
 	})
-	if err := f.r.RingStop(ctx, "w1"); err != nil {
+	if err := f.r.RingStop(ctx, &broker.RingStopParams{Worker: "w1"}); err != nil {
 		t.Fatal(err)
 	}
 	f.submit(t, "", 1) // a task is there, but the worker is stopping
 	if r := <-got; r.err != nil || len(r.taken) != 0 {
 		t.Fatalf("WaitTake ended by a stop ring: %+v, %v; want nothing taken", r.taken, r.err)
 	}
-	if taken, _, err := f.r.Take(ctx, &TakeParams{Worker: "w1", Max: 4, Room: 4, Lease: time.Minute, Serves: serves}); err != nil || len(taken) != 0 {
+	if taken, _, err := takeOf(f.r.Take(ctx, &broker.TakeParams{Worker: "w1", Max: 4, Room: 4, Lease: time.Minute, Serves: serves})); err != nil || len(taken) != 0 {
 		t.Fatalf("take after a stop ring: %+v, %v; want nothing", taken, err)
 	}
 	if n := f.c.LLen(ctx, f.laneKey()).Val(); n != 1 {
@@ -551,7 +552,7 @@ func TestScriptsSurviveScriptFlush(t *testing.T) {
 	if err := c.ScriptFlush(ctx).Err(); err != nil {
 		t.Fatal(err)
 	}
-	taken, _, err := r.Take(ctx, &TakeParams{Worker: "w", Max: 1, Room: 1, Lease: time.Minute, Serves: serves})
+	taken, _, err := takeOf(r.Take(ctx, &broker.TakeParams{Worker: "w", Max: 1, Room: 1, Lease: time.Minute, Serves: serves}))
 	if err != nil || len(taken) != 1 {
 		t.Fatalf("take after SCRIPT FLUSH: %v, %v", taken, err)
 	}
@@ -582,18 +583,18 @@ func TestScriptsSurviveScriptFlush(t *testing.T) {
 func TestLiveWorkers(t *testing.T) {
 	f := setup(t)
 	ctx := context.Background()
-	if _, err := f.r.Heartbeat(ctx, "alive", time.Minute, nil); err != nil {
+	if _, err := f.r.Heartbeat(ctx, &broker.HeartbeatParams{Worker: "alive", Lease: time.Minute}); err != nil {
 		t.Fatal(err)
 	}
 	// A lease that ended in the past, by the Redis clock.
-	if _, err := f.r.Heartbeat(ctx, "dead", -time.Second, nil); err != nil {
+	if _, err := f.r.Heartbeat(ctx, &broker.HeartbeatParams{Worker: "dead", Lease: -time.Second}); err != nil {
 		t.Fatal(err)
 	}
 	live, err := f.r.LiveWorkers(ctx)
 	if err != nil || !slices.Equal(live, []string{"alive"}) {
 		t.Fatalf("live %v (%v), want [alive]", live, err)
 	}
-	if _, err := f.r.Retire(ctx, "alive", nil); err != nil {
+	if _, err := f.r.Retire(ctx, &broker.RetireParams{Worker: "alive"}); err != nil {
 		t.Fatal(err)
 	}
 	if live, _ := f.r.LiveWorkers(ctx); len(live) != 0 {
@@ -633,10 +634,10 @@ func TestFinishSkippedReleasesOnly(t *testing.T) {
 	f := setup(t)
 	ctx := context.Background()
 	ids := f.submit(t, "", 1)
-	if _, _, err := f.r.Take(ctx, &TakeParams{Worker: "w1", Max: 1, Room: 1, Lease: time.Minute, Serves: serves}); err != nil {
+	if _, _, err := takeOf(f.r.Take(ctx, &broker.TakeParams{Worker: "w1", Max: 1, Room: 1, Lease: time.Minute, Serves: serves})); err != nil {
 		t.Fatal(err)
 	}
-	n, err := delivered(f.r.Finish(ctx, "w1", []wire.Done{{ID: ids[0]}, {ID: ids[0], Result: []byte("real")}}))
+	n, err := delivered(f.r.Finish(ctx, &broker.FinishParams{Worker: "w1", Done: []wire.Done{{ID: ids[0]}, {ID: ids[0], Result: []byte("real")}}}))
 	if err != nil || n != 1 {
 		t.Fatalf("finish delivered %d (%v), want the real result only", n, err)
 	}
@@ -644,10 +645,10 @@ func TestFinishSkippedReleasesOnly(t *testing.T) {
 		t.Fatalf("results %q, want just the real one", got)
 	}
 	ids = f.submit(t, "", 1) // the same id, wanted again
-	if _, _, err := f.r.Take(ctx, &TakeParams{Worker: "w1", Max: 1, Room: 1, Lease: time.Minute, Serves: serves}); err != nil {
+	if _, _, err := takeOf(f.r.Take(ctx, &broker.TakeParams{Worker: "w1", Max: 1, Room: 1, Lease: time.Minute, Serves: serves})); err != nil {
 		t.Fatal(err)
 	}
-	if n, err := delivered(f.r.Finish(ctx, "w1", []wire.Done{{ID: ids[0]}})); err != nil || n != 0 {
+	if n, err := delivered(f.r.Finish(ctx, &broker.FinishParams{Worker: "w1", Done: []wire.Done{{ID: ids[0]}}})); err != nil || n != 0 {
 		t.Fatalf("a skipped task delivered %d (%v)", n, err)
 	}
 	if !f.c.HExists(ctx, keys.Tasks("rm", f.queue, f.mid), ids[0]).Val() {
@@ -732,7 +733,7 @@ func TestRefusalNamesCommand(t *testing.T) {
 		t.Fatalf("probe as the default user: %v", err)
 	}
 	f.c.Set(ctx, keys.Held("rm", f.queue, "w"), "not a set", 0)
-	_, err = f.r.Held(ctx, "w")
+	_, err = f.r.Held(ctx, &broker.HeldParams{Worker: "w"})
 	if !errors.As(err, &ce) || !errors.Is(err, failure.ErrRefused) || ce.Command != "SMEMBERS" {
 		t.Fatalf("WRONGTYPE: %v", err)
 	}
@@ -804,7 +805,7 @@ func TestTakeRegistersLostWorker(t *testing.T) {
 	ctx := context.Background()
 	f.submit(t, "", 2)
 	workers := keys.Workers("rm", f.queue)
-	if _, _, err := f.r.Take(ctx, &TakeParams{Worker: "w1", Max: 1, Room: 1, Lease: 50 * time.Millisecond, Serves: serves}); err != nil {
+	if _, _, err := takeOf(f.r.Take(ctx, &broker.TakeParams{Worker: "w1", Max: 1, Room: 1, Lease: 50 * time.Millisecond, Serves: serves})); err != nil {
 		t.Fatal(err)
 	}
 	if f.c.ZScore(ctx, workers, "w1").Err() != nil {
@@ -861,7 +862,7 @@ func TestReadResultsTrimsOnlyTheSameEntry(t *testing.T) {
 func TestShardCountLearned(t *testing.T) {
 	f := setup(t)
 	ctx := context.Background()
-	if beat, err := f.r.Heartbeat(ctx, "w1", time.Minute, nil); err != nil || beat.Shards != 1 {
+	if beat, err := f.r.Heartbeat(ctx, &broker.HeartbeatParams{Worker: "w1", Lease: time.Minute}); err != nil || beat.Shards != 1 {
 		t.Fatalf("heartbeat before any manager published: %+v, %v; want 1 shard", beat, err)
 	}
 	q := f.queue
@@ -884,19 +885,19 @@ func TestShardCountLearned(t *testing.T) {
 	if got, err := f.r.AddShards(ctx, []string{q + "#1.7", q + "#2", q + "#3"}); err != nil || !slices.Equal(got, []string{q + "#1.7", q + "#2", q + "#3"}) {
 		t.Fatalf("names added: %v, %v", got, err)
 	}
-	if beat, err := f.r.Heartbeat(ctx, "w1", time.Minute, nil); err != nil || beat.Shards != 4 {
+	if beat, err := f.r.Heartbeat(ctx, &broker.HeartbeatParams{Worker: "w1", Lease: time.Minute}); err != nil || beat.Shards != 4 {
 		t.Fatalf("heartbeat: %+v, %v; want 4 shards", beat, err)
 	}
 	ids := f.submit(t, "", 2)
-	taken, end, err := f.r.Take(ctx, &TakeParams{Worker: "w1", Max: 1, Room: 1, Lease: time.Minute, Shards: 1, Serves: serves})
+	taken, end, err := takeOf(f.r.Take(ctx, &broker.TakeParams{Worker: "w1", Max: 1, Room: 1, Lease: time.Minute, Shards: 1, Serves: serves}))
 	if err != nil || len(taken) != 1 || taken[0].ID != ids[0] || end.Shards != 4 {
 		t.Fatalf("take knowing 1 shard: %v, %v, %+v; want the first task and 4 shards said", taken, err, end)
 	}
-	if taken, end, err := f.r.Take(ctx, &TakeParams{Worker: "w1", Max: 1, Room: 1, Lease: time.Minute, Shards: 4, Serves: serves}); err != nil || len(taken) != 1 || end.Shards != 0 {
+	if taken, end, err := takeOf(f.r.Take(ctx, &broker.TakeParams{Worker: "w1", Max: 1, Room: 1, Lease: time.Minute, Shards: 4, Serves: serves})); err != nil || len(taken) != 1 || end.Shards != 0 {
 		t.Fatalf("take knowing 4 shards: %v, %v, %+v; want the next task and the count unsaid", taken, err, end)
 	}
 	other := NewShard(f.c, "rm", q+"#2", 2)
-	if _, end, err := other.Take(ctx, &TakeParams{Worker: "w1", Max: 1, Room: 1, Lease: time.Minute, Shards: 1, Serves: serves}); err != nil || end.Shards != 0 || other.Shard() != 2 {
+	if _, end, err := takeOf(other.Take(ctx, &broker.TakeParams{Worker: "w1", Max: 1, Room: 1, Lease: time.Minute, Shards: 1, Serves: serves})); err != nil || end.Shards != 0 || other.Shard() != 2 {
 		t.Fatalf("take of shard 2: %v, %+v; want the count unsaid", err, end)
 	}
 	if n, err := f.c.Exists(ctx, keys.Workers("rm", q+"#2")).Result(); err != nil || n != 1 {
@@ -913,7 +914,7 @@ func TestLostOnceNotSuspect(t *testing.T) {
 	ctx := context.Background()
 	ids := f.submit(t, "", 4)
 	f.c.HSet(ctx, keys.Attempts("rm", f.queue, f.mid), ids[0], 1, ids[2], wire.SuspectAfter)
-	taken, end, err := f.r.Take(ctx, &TakeParams{Worker: "w1", Max: 4, Room: 4, Lease: time.Minute, Holding: 3, Serves: serves})
+	taken, end, err := takeOf(f.r.Take(ctx, &broker.TakeParams{Worker: "w1", Max: 4, Room: 4, Lease: time.Minute, Holding: 3, Serves: serves}))
 	if err != nil || len(taken) != 2 || taken[0].ID != ids[0] || taken[0].Attempt != 1 || taken[0].Suspect() || taken[1].ID != ids[1] || !end.Suspect {
 		t.Fatalf("a take while holding tasks: %v, %+v, %v; want %s (lost once) and %s, and told the suspect %s waits", taken, end, err, ids[0], ids[1], ids[2])
 	}
@@ -927,32 +928,32 @@ func TestSuspectOnlyToEmptyWorker(t *testing.T) {
 	f := setup(t)
 	ctx := context.Background()
 	ids := f.submit(t, "", 3)
-	taken, end, err := f.r.Take(ctx, &TakeParams{Worker: "w1", Max: 1, Room: 1, Lease: time.Minute, Serves: serves})
+	taken, end, err := takeOf(f.r.Take(ctx, &broker.TakeParams{Worker: "w1", Max: 1, Room: 1, Lease: time.Minute, Serves: serves}))
 	if err != nil || len(taken) != 1 || taken[0].ID != ids[0] || end.Suspect {
 		t.Fatalf("first take: %v, %+v, %v", taken, end, err)
 	}
 	// ids[1] is now a suspect.
 	f.c.HSet(ctx, keys.Attempts("rm", f.queue, f.mid), ids[1], wire.SuspectAfter)
-	taken, end, err = f.r.Take(ctx, &TakeParams{Worker: "w1", Max: 4, Room: 4, Lease: time.Minute, Holding: 1, Serves: serves})
+	taken, end, err = takeOf(f.r.Take(ctx, &broker.TakeParams{Worker: "w1", Max: 4, Room: 4, Lease: time.Minute, Holding: 1, Serves: serves}))
 	if err != nil || len(taken) != 0 || !end.Suspect || end.Drained {
 		t.Fatalf("a take while holding a task: %v, %+v, %v; want nothing, and told a suspect waits", taken, end, err)
 	}
 	// Held nothing here, but a task on another shard: still not.
-	taken, end, err = f.r.Take(ctx, &TakeParams{Worker: "w2", Max: 4, Room: 4, Lease: time.Minute, Holding: 1, Serves: serves})
+	taken, end, err = takeOf(f.r.Take(ctx, &broker.TakeParams{Worker: "w2", Max: 4, Room: 4, Lease: time.Minute, Holding: 1, Serves: serves}))
 	if err != nil || len(taken) != 0 || !end.Suspect {
 		t.Fatalf("a take while holding a task elsewhere: %v, %+v, %v; want nothing, and told a suspect waits", taken, end, err)
 	}
 	if got := f.c.LRange(ctx, f.laneKey(), 0, -1).Val(); !slices.Equal(got, ids[1:]) {
 		t.Fatalf("the public list holds %v, want %v in order", got, ids[1:])
 	}
-	if _, err := f.r.Finish(ctx, "w1", []wire.Done{{ID: ids[0], Result: []byte("r")}}); err != nil {
+	if _, err := f.r.Finish(ctx, &broker.FinishParams{Worker: "w1", Done: []wire.Done{{ID: ids[0], Result: []byte("r")}}}); err != nil {
 		t.Fatal(err)
 	}
-	taken, end, err = f.r.Take(ctx, &TakeParams{Worker: "w1", Max: 4, Room: 4, Lease: time.Minute, Serves: serves})
+	taken, end, err = takeOf(f.r.Take(ctx, &broker.TakeParams{Worker: "w1", Max: 4, Room: 4, Lease: time.Minute, Serves: serves}))
 	if err != nil || len(taken) != 1 || taken[0].ID != ids[1] || !taken[0].Suspect() || end.Suspect || end.Drained {
 		t.Fatalf("a take holding nothing: %v, %+v, %v; want the suspect alone", taken, end, err)
 	}
-	taken, end, err = f.r.Take(ctx, &TakeParams{Worker: "w2", Max: 4, Room: 4, Lease: time.Minute, Serves: serves})
+	taken, end, err = takeOf(f.r.Take(ctx, &broker.TakeParams{Worker: "w2", Max: 4, Room: 4, Lease: time.Minute, Serves: serves}))
 	if err != nil || len(taken) != 1 || taken[0].ID != ids[2] || !end.Drained {
 		t.Fatalf("the other worker's take: %v, %+v, %v; want the last task", taken, end, err)
 	}
@@ -972,16 +973,16 @@ func TestSuspectNotStarvedBehindOtherLanes(t *testing.T) {
 	f.c.HSet(ctx, keys.Attempts("rm", f.queue, f.mid), lost[0], wire.SuspectAfter)
 	// A busy worker goes round: it takes from the first lane and is told
 	// a suspect waits; the suspect's lane ends at the back of the ring.
-	taken, end, err := f.r.Take(ctx, &TakeParams{Worker: "w1", Max: 4, Room: 4, Lease: time.Minute, Holding: 1, Serves: serves})
+	taken, end, err := takeOf(f.r.Take(ctx, &broker.TakeParams{Worker: "w1", Max: 4, Room: 4, Lease: time.Minute, Holding: 1, Serves: serves}))
 	if err != nil || len(taken) == 0 || taken[0].ID != other[0] || !end.Suspect {
 		t.Fatalf("a busy worker's take: %v, %+v, %v; want the other lane's tasks and a suspect waiting", taken, end, err)
 	}
 	for range 3 {
-		taken, end, err = f.r.Take(ctx, &TakeParams{Worker: "w2", Max: 4, Room: 4, Lease: time.Minute, Serves: serves})
+		taken, end, err = takeOf(f.r.Take(ctx, &broker.TakeParams{Worker: "w2", Max: 4, Room: 4, Lease: time.Minute, Serves: serves}))
 		if err != nil || len(taken) != 1 || taken[0].ID != lost[0] || !taken[0].Suspect() || end.Suspect {
 			t.Fatalf("an empty worker's take: %v, %+v, %v; want the suspect %s alone", taken, end, err, lost[0])
 		}
-		if _, err := f.r.Finish(ctx, "w2", []wire.Done{{ID: lost[0], Result: []byte("r")}}); err != nil {
+		if _, err := f.r.Finish(ctx, &broker.FinishParams{Worker: "w2", Done: []wire.Done{{ID: lost[0], Result: []byte("r")}}}); err != nil {
 			t.Fatal(err)
 		}
 		// The next one lost too: it comes first again.
@@ -992,7 +993,7 @@ func TestSuspectNotStarvedBehindOtherLanes(t *testing.T) {
 		f.c.HSet(ctx, keys.Attempts("rm", f.queue, f.mid), lost[0], wire.SuspectAfter)
 	}
 	// With no suspect left, an empty worker takes in the ring's turns.
-	taken, _, err = f.r.Take(ctx, &TakeParams{Worker: "w2", Max: 2, Room: 2, Lease: time.Minute, Serves: serves})
+	taken, _, err = takeOf(f.r.Take(ctx, &broker.TakeParams{Worker: "w2", Max: 2, Room: 2, Lease: time.Minute, Serves: serves}))
 	if err != nil || len(taken) != 2 {
 		t.Fatalf("an empty worker's take with no suspect: %v, %v; want 2 tasks", taken, err)
 	}
@@ -1022,7 +1023,7 @@ func TestTakeSharesLanes(t *testing.T) {
 	ctx := context.Background()
 	big := f.submitLane(t, 1, keys.DefaultPriority, 100, "f\tsig")
 	small := f.submitLane(t, 2, keys.DefaultPriority, 3, "f\tsig")
-	taken, _, err := f.r.Take(ctx, &TakeParams{Worker: "w1", Max: 8, Room: 8, Lease: time.Minute, Serves: serves})
+	taken, _, err := takeOf(f.r.Take(ctx, &broker.TakeParams{Worker: "w1", Max: 8, Room: 8, Lease: time.Minute, Serves: serves}))
 	if err != nil || len(taken) != 8 {
 		t.Fatalf("Take: %d tasks, %v; want 8", len(taken), err)
 	}
@@ -1039,7 +1040,7 @@ func TestTakeSharesLanes(t *testing.T) {
 		t.Fatalf("took %d of the big batch and %d of the small one; want 5 and all 3", fromBig, fromSmall)
 	}
 	// The small lane, now empty, leaves the ring at the next take.
-	if _, _, err := f.r.Take(ctx, &TakeParams{Worker: "w1", Max: 2, Room: 2, Lease: time.Minute, Serves: serves}); err != nil {
+	if _, _, err := takeOf(f.r.Take(ctx, &broker.TakeParams{Worker: "w1", Max: 2, Room: 2, Lease: time.Minute, Serves: serves})); err != nil {
 		t.Fatal(err)
 	}
 	if got := f.c.LRange(ctx, keys.Ring("rm", f.queue, keys.DefaultPriority), 0, -1).Val(); !slices.Equal(got, []string{f.mid + ".1"}) {
@@ -1047,7 +1048,7 @@ func TestTakeSharesLanes(t *testing.T) {
 	}
 	// A higher priority still goes first, whatever the lanes below.
 	high := f.submitLane(t, 3, keys.MaxPriority, 2, "f\tsig")
-	taken, _, err = f.r.Take(ctx, &TakeParams{Worker: "w2", Max: 2, Room: 2, Lease: time.Minute, Serves: serves})
+	taken, _, err = takeOf(f.r.Take(ctx, &broker.TakeParams{Worker: "w2", Max: 2, Room: 2, Lease: time.Minute, Serves: serves}))
 	if err != nil || len(taken) != 2 || taken[0].ID != high[0] || taken[1].ID != high[1] {
 		t.Fatalf("Take: %+v, %v; want the two tasks of priority %d", taken, err, keys.MaxPriority)
 	}
@@ -1061,18 +1062,18 @@ func TestTakePassesLanesItCannotRun(t *testing.T) {
 	ctx := context.Background()
 	other := f.submitLane(t, 1, keys.DefaultPriority, 2, "f\tsig-v2")
 	reduce := f.submitLane(t, 2, keys.DefaultPriority, 1, wire.Calls("f", "sig", "sum", "rsig"))
-	taken, end, err := f.r.Take(ctx, &TakeParams{Worker: "w1", Max: 4, Room: 4, Lease: time.Minute, Serves: serves})
+	taken, end, err := takeOf(f.r.Take(ctx, &broker.TakeParams{Worker: "w1", Max: 4, Room: 4, Lease: time.Minute, Serves: serves}))
 	if err != nil || len(taken) != 0 || !end.Drained {
 		t.Fatalf("Take by a worker of another signature: %v, %+v, %v; want nothing, and the worker idle", taken, end, err)
 	}
 	if n, _ := f.r.Depth(ctx); n != 3 {
 		t.Fatalf("depth %d after the take, want the 3 tasks still queued", n)
 	}
-	taken, _, err = f.r.Take(ctx, &TakeParams{Worker: "w2", Max: 4, Room: 4, Lease: time.Minute, Serves: []string{"f\tsig-v2"}})
+	taken, _, err = takeOf(f.r.Take(ctx, &broker.TakeParams{Worker: "w2", Max: 4, Room: 4, Lease: time.Minute, Serves: []string{"f\tsig-v2"}}))
 	if err != nil || len(taken) != 2 || taken[0].ID != other[0] {
 		t.Fatalf("Take by a worker of the signature: %+v, %v; want the 2 tasks", taken, err)
 	}
-	taken, _, err = f.r.Take(ctx, &TakeParams{Worker: "w3", Max: 4, Room: 4, Lease: time.Minute, Serves: []string{"f\tsig", "sum\trsig"}})
+	taken, _, err = takeOf(f.r.Take(ctx, &broker.TakeParams{Worker: "w3", Max: 4, Room: 4, Lease: time.Minute, Serves: []string{"f\tsig", "sum\trsig"}}))
 	if err != nil || len(taken) != 1 || taken[0].ID != reduce[0] {
 		t.Fatalf("Take by a worker of the function and the reducer: %+v, %v; want the MapReduce task", taken, err)
 	}
@@ -1166,7 +1167,7 @@ func TestLargePayloadsBesideScripts(t *testing.T) {
 	if n := f.c.LLen(ctx, f.laneKey()).Val(); n != int64(len(tasks)) {
 		t.Fatalf("lane holds %d ids, want %d (once each, after the retried MULTI)", n, len(tasks))
 	}
-	taken, _, err := f.r.Take(ctx, &TakeParams{Worker: "w1", Max: 2, Room: 2, Lease: time.Minute, Serves: serves})
+	taken, _, err := takeOf(f.r.Take(ctx, &broker.TakeParams{Worker: "w1", Max: 2, Room: 2, Lease: time.Minute, Serves: serves}))
 	if err != nil || len(taken) != 2 {
 		t.Fatalf("take: %+v, %v", taken, err)
 	}
@@ -1177,14 +1178,14 @@ func TestLargePayloadsBesideScripts(t *testing.T) {
 	}
 	// The 1 MiB task is cancelled once the script has taken it, before its
 	// payload is read.
-	vals, err := takeScript.run(ctx, f.c, f.r.takeKeys("w1"), f.r.takeArgs(&TakeParams{Worker: "w1", Max: 3, Room: 3, Lease: time.Minute, Shards: 1, Serves: serves})...).Slice()
+	vals, err := takeScript.run(ctx, f.c, f.r.takeKeys("w1"), f.r.takeArgs(&broker.TakeParams{Worker: "w1", Max: 3, Room: 3, Lease: time.Minute, Shards: 1, Serves: serves})...).Slice()
 	if err != nil {
 		t.Fatal(err)
 	}
 	if err := f.r.Cancel(ctx, f.mid, []string{tasks[3].ID}); err != nil {
 		t.Fatal(err)
 	}
-	taken, _, err = f.r.taken(ctx, "w1", vals)
+	taken, _, err = takeOf(f.r.taken(ctx, "w1", vals))
 	if err != nil || len(taken) != 2 {
 		t.Fatalf("take with one cancelled: %+v, %v", taken, err)
 	}
@@ -1207,7 +1208,7 @@ func TestLargeResultsStaged(t *testing.T) {
 	f := setup(t)
 	ctx := context.Background()
 	ids := f.submit(t, "", 3)
-	if _, _, err := f.r.Take(ctx, &TakeParams{Worker: "w1", Max: 3, Room: 3, Lease: time.Minute, Serves: serves}); err != nil {
+	if _, _, err := takeOf(f.r.Take(ctx, &broker.TakeParams{Worker: "w1", Max: 3, Room: 3, Lease: time.Minute, Serves: serves})); err != nil {
 		t.Fatal(err)
 	}
 	big := func(c byte) []byte { return []byte(strings.Repeat(string(c), Inline+1)) }
@@ -1216,11 +1217,11 @@ func TestLargeResultsStaged(t *testing.T) {
 		t.Fatal(err)
 	}
 	// ids[0] twice in one call, then again in another: delivered once.
-	n, err := delivered(f.r.Finish(ctx, "w1", []wire.Done{{ID: ids[0], Result: big('a')}, {ID: ids[0], Result: big('b')}, {ID: ids[1], Result: []byte("small")}}))
+	n, err := delivered(f.r.Finish(ctx, &broker.FinishParams{Worker: "w1", Done: []wire.Done{{ID: ids[0], Result: big('a')}, {ID: ids[0], Result: big('b')}, {ID: ids[1], Result: []byte("small")}}}))
 	if err != nil || n != 2 {
 		t.Fatalf("finish delivered %d (%v), want 2", n, err)
 	}
-	if n, err := delivered(f.r.Finish(ctx, "w1", []wire.Done{{ID: ids[0], Result: big('c')}})); err != nil || n != 0 {
+	if n, err := delivered(f.r.Finish(ctx, &broker.FinishParams{Worker: "w1", Done: []wire.Done{{ID: ids[0], Result: big('c')}}})); err != nil || n != 0 {
 		t.Fatalf("a second finish delivered %d (%v), want 0", n, err)
 	}
 	if n := f.c.HLen(ctx, staged).Val(); n != 1 {
@@ -1246,7 +1247,7 @@ func TestLargeResultsStaged(t *testing.T) {
 	}
 	// Gone before the read (Redis lost it): the entry stays, for the
 	// manager to submit the task again.
-	if n, err := delivered(f.r.Finish(ctx, "w1", []wire.Done{{ID: ids[2], Result: big('d')}})); err != nil || n != 1 {
+	if n, err := delivered(f.r.Finish(ctx, &broker.FinishParams{Worker: "w1", Done: []wire.Done{{ID: ids[2], Result: big('d')}}})); err != nil || n != 1 {
 		t.Fatalf("finish: %d, %v", n, err)
 	}
 	f.c.Del(ctx, staged)
@@ -1260,10 +1261,10 @@ func TestLargeResultsStaged(t *testing.T) {
 	k := f.r.KeepingResults()
 	f.mid = id.New()
 	ids = f.submit(t, "", 1)
-	if _, _, err := k.Take(ctx, &TakeParams{Worker: "w1", Max: 1, Room: 1, Lease: time.Minute, Serves: serves}); err != nil {
+	if _, _, err := takeOf(k.Take(ctx, &broker.TakeParams{Worker: "w1", Max: 1, Room: 1, Lease: time.Minute, Serves: serves})); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := k.Finish(ctx, "w1", []wire.Done{{ID: ids[0], Result: big('e')}}); err != nil {
+	if _, err := k.Finish(ctx, &broker.FinishParams{Worker: "w1", Done: []wire.Done{{ID: ids[0], Result: big('e')}}}); err != nil {
 		t.Fatal(err)
 	}
 	entries, _ = k.ReadResults(ctx, f.mid, 0, "", 10)
@@ -1284,7 +1285,7 @@ func TestKeptReadInBoundedCalls(t *testing.T) {
 	ctx := context.Background()
 	k := f.r.KeepingResults()
 	ids := f.submit(t, "", 3)
-	if _, _, err := k.Take(ctx, &TakeParams{Worker: "w1", Max: 3, Room: 3, Lease: time.Minute, Serves: serves}); err != nil {
+	if _, _, err := takeOf(k.Take(ctx, &broker.TakeParams{Worker: "w1", Max: 3, Room: 3, Lease: time.Minute, Serves: serves})); err != nil {
 		t.Fatal(err)
 	}
 	big := func(i int) []byte { return []byte(strings.Repeat(strconv.Itoa(i), 700<<10)) }
@@ -1292,7 +1293,7 @@ func TestKeptReadInBoundedCalls(t *testing.T) {
 	for i, tid := range ids {
 		done = append(done, wire.Done{ID: tid, Result: big(i)})
 	}
-	if _, err := k.Finish(ctx, "w1", done); err != nil {
+	if _, err := k.Finish(ctx, &broker.FinishParams{Worker: "w1", Done: done}); err != nil {
 		t.Fatal(err)
 	}
 	entries, _ := k.ReadResults(ctx, f.mid, 0, "", 10)
@@ -1358,7 +1359,7 @@ func TestFinishWritesSoloRecordWithItsResult(t *testing.T) {
 	f := setup(t)
 	ctx := context.Background()
 	ids := f.submit(t, "", 2)
-	if taken, _, err := f.r.Take(ctx, &TakeParams{Worker: "w1", Max: 2, Room: 2, Lease: time.Minute, Serves: serves}); err != nil || len(taken) != 2 {
+	if taken, _, err := takeOf(f.r.Take(ctx, &broker.TakeParams{Worker: "w1", Max: 2, Room: 2, Lease: time.Minute, Serves: serves})); err != nil || len(taken) != 2 {
 		t.Fatalf("take: %v, %v", taken, err)
 	}
 	batches := keys.Batches("rm", f.queue, f.mid)
@@ -1368,7 +1369,7 @@ func TestFinishWritesSoloRecordWithItsResult(t *testing.T) {
 	}
 	done := []wire.Done{{ID: ids[0], Result: []byte("r0"), Record: rec(f.mid+":1", f.mid, 3), Keep: 10, AgeMs: 60000},
 		{ID: ids[1], Result: []byte("r1"), Record: rec(f.mid+":2", "someone-else", 4), Keep: 10, AgeMs: 60000}}
-	if n, err := delivered(f.r.Finish(ctx, "w1", done)); err != nil || n != 2 {
+	if n, err := delivered(f.r.Finish(ctx, &broker.FinishParams{Worker: "w1", Done: done})); err != nil || n != 2 {
 		t.Fatalf("finish delivered %d (%v), want 2", n, err)
 	}
 	hist := keys.History("rm", f.queue)
@@ -1397,7 +1398,7 @@ func TestFinishWritesSoloRecordWithItsResult(t *testing.T) {
 	}
 	// Not delivered again: its record is not written either.
 	again := []wire.Done{{ID: ids[0], Result: []byte("r0 again"), Record: rec(f.mid+":7", f.mid, 1), Keep: 10, AgeMs: 60000}}
-	if n, err := delivered(f.r.Finish(ctx, "w1", again)); err != nil || n != 0 {
+	if n, err := delivered(f.r.Finish(ctx, &broker.FinishParams{Worker: "w1", Done: again})); err != nil || n != 0 {
 		t.Fatalf("a second finish delivered %d (%v), want 0", n, err)
 	}
 	if f.c.HExists(ctx, hist, f.mid+":7").Val() {
@@ -1448,7 +1449,7 @@ func TestWidestPayloadChoosesTheCheck(t *testing.T) {
 			if err := f.r.Cancel(ctx, f.mid, []string{ids[1], ids[4]}); err != nil {
 				t.Fatal(err)
 			}
-			taken, _, err := f.r.Take(ctx, &TakeParams{Worker: "w1", Max: 10, Room: 10, Lease: time.Minute, Serves: serves})
+			taken, _, err := takeOf(f.r.Take(ctx, &broker.TakeParams{Worker: "w1", Max: 10, Room: 10, Lease: time.Minute, Serves: serves}))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -1465,7 +1466,7 @@ func TestWidestPayloadChoosesTheCheck(t *testing.T) {
 			// Results of every wanted task, one twice, and one of a cancelled task.
 			done := []wire.Done{{ID: ids[0], Result: []byte("r0")}, {ID: ids[1], Result: []byte("r1")}, {ID: ids[2], Result: []byte("r2")},
 				{ID: ids[0], Result: []byte("r0 again")}, {ID: ids[3], Result: []byte("r3")}, {ID: ids[5], Result: []byte("r5")}}
-			n, err := delivered(f.r.Finish(ctx, "w1", done))
+			n, err := delivered(f.r.Finish(ctx, &broker.FinishParams{Worker: "w1", Done: done}))
 			if err != nil || n != 4 {
 				t.Fatalf("finish delivered %d (%v), want 4", n, err)
 			}
@@ -1513,7 +1514,12 @@ func TestSuspectAgrees(t *testing.T) {
 }
 
 // delivered is what a Finish delivered, and its error.
-func delivered(f wire.Finished, err error) (int, error) { return f.Delivered, err }
+func delivered(f *wire.Finished, err error) (int, error) {
+	if f == nil {
+		return 0, err
+	}
+	return f.Delivered, err
+}
 
 // At maxmemory, Redis refuses a finish's staged results (their HSETs) but
 // not its small ones, which go in calls of their own: the small results
@@ -1527,7 +1533,7 @@ func TestFinishAtMaxmemory(t *testing.T) {
 	f := &fixture{c: c, r: New(c, "rm", q), queue: q, mid: id.New()}
 	ctx := context.Background()
 	ids := f.submit(t, "", 3)
-	if _, _, err := f.r.Take(ctx, &TakeParams{Worker: "w1", Max: 3, Room: 3, Lease: time.Minute, Serves: serves}); err != nil {
+	if _, _, err := takeOf(f.r.Take(ctx, &broker.TakeParams{Worker: "w1", Max: 3, Room: 3, Lease: time.Minute, Serves: serves})); err != nil {
 		t.Fatal(err)
 	}
 	filler := strings.Repeat("x", 256<<10)
@@ -1541,7 +1547,7 @@ func TestFinishAtMaxmemory(t *testing.T) {
 		}
 	}
 	big := []byte(strings.Repeat("b", 64<<10))
-	got, err := f.r.Finish(ctx, "w1", []wire.Done{{ID: ids[0], Result: []byte("r0")}, {ID: ids[1], Result: big}, {ID: ids[2], Result: []byte("r2")}})
+	got, err := f.r.Finish(ctx, &broker.FinishParams{Worker: "w1", Done: []wire.Done{{ID: ids[0], Result: []byte("r0")}, {ID: ids[1], Result: big}, {ID: ids[2], Result: []byte("r2")}}})
 	if !OutOfMemory(err) {
 		t.Fatalf("finish at maxmemory: %v, want OOM", err)
 	}
@@ -1568,26 +1574,26 @@ func TestGiveBackCountsARun(t *testing.T) {
 	f := setup(t)
 	ctx := context.Background()
 	f.submit(t, "", 2)
-	taken, _, err := f.r.Take(ctx, &TakeParams{Worker: "w1", Max: 2, Room: 2, Lease: time.Minute, Serves: serves})
+	taken, _, err := takeOf(f.r.Take(ctx, &broker.TakeParams{Worker: "w1", Max: 2, Room: 2, Lease: time.Minute, Serves: serves}))
 	if err != nil || len(taken) != 2 {
 		t.Fatalf("take: %d, %v", len(taken), err)
 	}
-	if n, err := f.r.GiveBack(ctx, "w1", []string{taken[0].Member()}, false); err != nil || n != 1 {
+	if n, err := f.r.GiveBack(ctx, &broker.GiveBackParams{Worker: "w1", Members: []string{taken[0].Member()}}); err != nil || n != 1 {
 		t.Fatalf("give back unrun: %d, %v", n, err)
 	}
-	if n, err := f.r.GiveBack(ctx, "w1", []string{taken[1].Member()}, true); err != nil || n != 1 {
+	if n, err := f.r.GiveBack(ctx, &broker.GiveBackParams{Worker: "w1", Members: []string{taken[1].Member()}, Ran: true}); err != nil || n != 1 {
 		t.Fatalf("give back run: %d, %v", n, err)
 	}
 	attempts := map[string]int{}
 	for range 2 {
 		// A suspect comes alone, to a worker that holds nothing: one a take.
-		again, _, err := f.r.Take(ctx, &TakeParams{Worker: "w2", Max: 2, Room: 2, Lease: time.Minute, Serves: serves})
+		again, _, err := takeOf(f.r.Take(ctx, &broker.TakeParams{Worker: "w2", Max: 2, Room: 2, Lease: time.Minute, Serves: serves}))
 		if err != nil {
 			t.Fatal(err)
 		}
 		for _, tk := range again {
 			attempts[tk.ID] = tk.Attempt
-			if _, err := f.r.Finish(ctx, "w2", []wire.Done{{ID: tk.ID, Result: []byte("r")}}); err != nil {
+			if _, err := f.r.Finish(ctx, &broker.FinishParams{Worker: "w2", Done: []wire.Done{{ID: tk.ID, Result: []byte("r")}}}); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -1598,4 +1604,12 @@ func TestGiveBackCountsARun(t *testing.T) {
 	if a, ok := attempts[taken[1].ID]; !ok || a != 1 {
 		t.Errorf("the task given back after it ran: attempt %d (taken %v), want 1", a, ok)
 	}
+}
+
+// takeOf returns a take's tasks and end, as the tests read them.
+func takeOf(res *broker.TakeResult, err error) ([]wire.Taken, wire.TakeEnd, error) {
+	if res == nil {
+		return nil, wire.TakeEnd{}, err
+	}
+	return res.Taken, res.End, err
 }

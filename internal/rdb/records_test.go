@@ -12,6 +12,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/redmap/redmap/codec"
+	"github.com/redmap/redmap/internal/broker"
 	"github.com/redmap/redmap/internal/id"
 	"github.com/redmap/redmap/internal/keys"
 	"github.com/redmap/redmap/internal/redistest"
@@ -28,7 +29,7 @@ func TestWorkerInfoRoundTrip(t *testing.T) {
 		Running: 3, Taken: 100, Delivered: 97, Failed: 2, Functions: []string{"cube", "square"},
 		Serves: []string{"cube\tfunc(int) int #1", "square\tfunc(int) int #2"},
 		State:  "draining", Error: "take: boom"}
-	if _, err := f.r.Heartbeat(ctx, "w1", time.Minute, &in); err != nil {
+	if _, err := f.r.Heartbeat(ctx, &broker.HeartbeatParams{Worker: "w1", Lease: time.Minute, Info: &in}); err != nil {
 		t.Fatal(err)
 	}
 	ws, err := NewAdmin(f.c, "rm").Workers(ctx, f.queue)
@@ -53,12 +54,12 @@ func TestFailuresAndProgressRoundTrip(t *testing.T) {
 	f := setup(t)
 	ctx := context.Background()
 	g := wire.FailureGroup{Func: "f", Kind: "panic", Fingerprint: "boom <n>", Count: 2, First: 10, Last: 20, Sample: "boom 7", Task: "t-1", Stack: "s"}
-	if n, bad, err := f.r.CountFailures(ctx, "w1", []wire.FailureGroup{g}); err != nil || n != 2 || bad != 0 {
+	if n, bad, err := counted(f.r.CountFailures(ctx, &broker.CountFailuresParams{Worker: "w1", Groups: []wire.FailureGroup{g}})); err != nil || n != 2 || bad != 0 {
 		t.Fatalf("CountFailures: %d, %d malformed, %v", n, bad, err)
 	}
 	later := g
 	later.Count, later.First, later.Last, later.Sample, later.Task, later.Stack = 3, 15, 30, "boom 9", "t-2", ""
-	if n, bad, err := f.r.CountFailures(ctx, "w2", []wire.FailureGroup{later}); err != nil || n != 3 || bad != 0 {
+	if n, bad, err := counted(f.r.CountFailures(ctx, &broker.CountFailuresParams{Worker: "w2", Groups: []wire.FailureGroup{later}})); err != nil || n != 3 || bad != 0 {
 		t.Fatalf("CountFailures: %d, %d malformed, %v", n, bad, err)
 	}
 	f.c.HSet(ctx, keys.FailureGroups("rm", f.queue), "x", "{not json")
@@ -112,7 +113,7 @@ func TestScriptEntriesDecode(t *testing.T) {
 	if _, _, err := f.r.Submit(ctx, f.mid, "", f.lane(), []wire.Task{{ID: public, Payload: []byte("p")}}, time.Minute, wire.Expect{}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := f.r.Heartbeat(ctx, "dead", -time.Second, nil); err != nil {
+	if _, err := f.r.Heartbeat(ctx, &broker.HeartbeatParams{Worker: "dead", Lease: -time.Second}); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := f.r.Reap(ctx); err != nil {
@@ -182,11 +183,14 @@ func TestMalformedRepliesAreErrors(t *testing.T) {
 	swap(&submitScript, "return {1}")
 	checks := map[string]func() error{
 		"take: script returned string last, not its flags": func() error {
-			_, _, err := r.Take(ctx, &TakeParams{Worker: "w", Max: 1, Room: 1, Lease: time.Second, Serves: serves})
+			_, _, err := takeOf(r.Take(ctx, &broker.TakeParams{Worker: "w", Max: 1, Room: 1, Lease: time.Second, Serves: serves}))
 			return err
 		},
-		"reap: script returned [1 2], not 4 integers":    func() error { _, err := r.Reap(ctx); return err },
-		"heartbeat: script returned [1], not 3 integers": func() error { _, err := r.Heartbeat(ctx, "w", time.Second, nil); return err },
+		"reap: script returned [1 2], not 4 integers": func() error { _, err := r.Reap(ctx); return err },
+		"heartbeat: script returned [1], not 3 integers": func() error {
+			_, err := r.Heartbeat(ctx, &broker.HeartbeatParams{Worker: "w", Lease: time.Second})
+			return err
+		},
 		"submit: script returned [1], not 2 integers": func() error {
 			_, _, err := r.Submit(ctx, "m", "", wire.Lane{Name: "m.1"}, []wire.Task{{ID: "m-1.1", Payload: []byte("p")}}, time.Minute, wire.Expect{})
 			return err
@@ -198,7 +202,7 @@ func TestMalformedRepliesAreErrors(t *testing.T) {
 		}
 	}
 	swap(&takeScript, "return {'id', 'payload', {'x', ''}, {}}")
-	if _, _, err := r.Take(ctx, &TakeParams{Worker: "w", Max: 1, Room: 1, Lease: time.Second, Serves: serves}); err == nil || strings.Contains(err.Error(), "%!") {
+	if _, _, err := takeOf(r.Take(ctx, &broker.TakeParams{Worker: "w", Max: 1, Room: 1, Lease: time.Second, Serves: serves})); err == nil || strings.Contains(err.Error(), "%!") {
 		t.Errorf("a take with a malformed attempt: %v", err)
 	}
 }
@@ -225,7 +229,7 @@ func TestPriorityLists(t *testing.T) {
 	}
 	var got []string
 	for range 3 {
-		taken, _, err := f.r.Take(ctx, &TakeParams{Worker: "dying", Max: 1, Room: 1, Lease: time.Minute, Serves: serves})
+		taken, _, err := takeOf(f.r.Take(ctx, &broker.TakeParams{Worker: "dying", Max: 1, Room: 1, Lease: time.Minute, Serves: serves}))
 		if err != nil || len(taken) != 1 {
 			t.Fatalf("Take: %v, %v", taken, err)
 		}
@@ -234,7 +238,7 @@ func TestPriorityLists(t *testing.T) {
 	if want := []string{high, normal, low}; !reflect.DeepEqual(got, want) {
 		t.Fatalf("taken in order %q, want %q", got, want)
 	}
-	if _, err := f.r.Heartbeat(ctx, "dying", -time.Second, nil); err != nil {
+	if _, err := f.r.Heartbeat(ctx, &broker.HeartbeatParams{Worker: "dying", Lease: -time.Second}); err != nil {
 		t.Fatal(err)
 	}
 	if r, err := f.r.Reap(ctx); err != nil || r.Requeued != 3 {
@@ -271,13 +275,13 @@ func TestTakeDropsLaneItEmptied(t *testing.T) {
 	inRing := func() []string { return f.c.LRange(ctx, ring, 0, -1).Val() }
 	beside := func() int64 { return f.c.Exists(ctx, list+":e", list+":t").Val() }
 	submit(1, 3)
-	if taken, _, err := f.r.Take(ctx, &TakeParams{Worker: "w", Max: 2, Room: 2, Lease: time.Minute, Serves: serves}); err != nil || len(taken) != 2 {
+	if taken, _, err := takeOf(f.r.Take(ctx, &broker.TakeParams{Worker: "w", Max: 2, Room: 2, Lease: time.Minute, Serves: serves})); err != nil || len(taken) != 2 {
 		t.Fatalf("Take: %v, %v", taken, err)
 	}
 	if got := inRing(); !reflect.DeepEqual(got, []string{f.lane().Name}) || beside() != 2 {
 		t.Fatalf("a lane left with a task: ring %q, %d keys beside it; want it in the ring, 2 keys", got, beside())
 	}
-	if taken, _, err := f.r.Take(ctx, &TakeParams{Worker: "w", Max: 5, Room: 5, Lease: time.Minute, Serves: serves}); err != nil || len(taken) != 1 {
+	if taken, _, err := takeOf(f.r.Take(ctx, &broker.TakeParams{Worker: "w", Max: 5, Room: 5, Lease: time.Minute, Serves: serves})); err != nil || len(taken) != 1 {
 		t.Fatalf("Take: %v, %v", taken, err)
 	}
 	if got := inRing(); len(got) != 0 || beside() != 0 {
@@ -287,7 +291,7 @@ func TestTakeDropsLaneItEmptied(t *testing.T) {
 	if got := inRing(); !reflect.DeepEqual(got, []string{f.lane().Name}) {
 		t.Fatalf("after a submit to the emptied lane the ring holds %q", got)
 	}
-	if taken, _, err := f.r.Take(ctx, &TakeParams{Worker: "w", Max: 1, Room: 1, Lease: time.Minute, Serves: serves}); err != nil || len(taken) != 1 {
+	if taken, _, err := takeOf(f.r.Take(ctx, &broker.TakeParams{Worker: "w", Max: 1, Room: 1, Lease: time.Minute, Serves: serves})); err != nil || len(taken) != 1 {
 		t.Fatalf("Take: %v, %v", taken, err)
 	}
 	if got := inRing(); len(got) != 0 {
@@ -463,7 +467,7 @@ func TestFailureGroupsBounded(t *testing.T) {
 	a, b := group("a", 5), group("b", 5)
 	f.c.HSet(ctx, hash, b.Key(), `{"count":"lots"}`)
 	for round := 1; round <= 3; round++ {
-		n, bad, err := f.r.CountFailures(ctx, "w1", []wire.FailureGroup{a, b})
+		n, bad, err := counted(f.r.CountFailures(ctx, &broker.CountFailuresParams{Worker: "w1", Groups: []wire.FailureGroup{a, b}}))
 		wantBad := int64(0)
 		if round == 1 {
 			wantBad = 1
@@ -486,7 +490,7 @@ func TestFailureGroupsBounded(t *testing.T) {
 	for i := range keys.MaxFailureGroups + 500 {
 		many = append(many, group("fn-"+strconv.Itoa(i), 1))
 	}
-	if n, _, err := f.r.CountFailures(ctx, "w1", many); err != nil || n != int64(len(many)) {
+	if n, _, err := counted(f.r.CountFailures(ctx, &broker.CountFailuresParams{Worker: "w1", Groups: many})); err != nil || n != int64(len(many)) {
 		t.Fatalf("CountFailures of %d groups: %d, %v", len(many), n, err)
 	}
 	if n, err := f.c.HLen(ctx, hash).Result(); err != nil || n != keys.MaxFailureGroups+1 {
@@ -550,4 +554,13 @@ func TestPublishManyBatches(t *testing.T) {
 	if n, err := f.c.Exists(ctx, keys.Batches("rm", f.queue, f.mid), keys.LostBatches("rm", f.queue, f.mid), keys.Losing("rm", f.queue)).Result(); err != nil || n != 0 {
 		t.Fatalf("%d of the lost manager's batch keys are left (%v), want none", n, err)
 	}
+}
+
+// counted returns what CountFailures added and replaced, as the tests read
+// it.
+func counted(res *broker.CountFailuresResult, err error) (added, malformed int64, _ error) {
+	if res == nil {
+		return 0, 0, err
+	}
+	return res.Added, res.Malformed, err
 }

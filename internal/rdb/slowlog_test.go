@@ -11,6 +11,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/redmap/redmap/internal/broker"
 	"github.com/redmap/redmap/internal/id"
 	"github.com/redmap/redmap/internal/keys"
 	"github.com/redmap/redmap/internal/redistest"
@@ -214,14 +215,14 @@ func TestReapStaysShort(t *testing.T) {
 	q := redistest.Queue(t)
 	f := &fixture{c: c, r: New(c, "rm", q), queue: q, mid: id.New()}
 	const wid = "w"
-	if _, err := f.r.Heartbeat(ctx, wid, time.Minute, &wire.WorkerInfo{State: "running"}); err != nil {
+	if _, err := f.r.Heartbeat(ctx, &broker.HeartbeatParams{Worker: wid, Lease: time.Minute, Info: &wire.WorkerInfo{State: "running"}}); err != nil {
 		t.Fatal(err)
 	}
 	held := keys.Held("rm", q, wid)
 	take := func(n int64) {
 		t.Helper()
 		for c.SCard(ctx, held).Val() < n {
-			if _, _, err := f.r.Take(ctx, &TakeParams{Worker: wid, Max: 100, Room: 100, Lease: time.Minute, Serves: serves}); err != nil {
+			if _, _, err := takeOf(f.r.Take(ctx, &broker.TakeParams{Worker: wid, Max: 100, Room: 100, Lease: time.Minute, Serves: serves})); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -240,7 +241,7 @@ func TestReapStaysShort(t *testing.T) {
 	if n := c.LLen(ctx, keys.Private("rm", q, wid)).Val(); n != many-heldPrivate {
 		t.Fatalf("the private list holds %d tasks, want %d", n, many-heldPrivate)
 	}
-	if _, err := f.r.Heartbeat(ctx, wid, -time.Millisecond, nil); err != nil { // its lease lapses
+	if _, err := f.r.Heartbeat(ctx, &broker.HeartbeatParams{Worker: wid, Lease: -time.Millisecond}); err != nil { // its lease lapses
 		t.Fatal(err)
 	}
 
@@ -252,9 +253,12 @@ func TestReapStaysShort(t *testing.T) {
 	}
 	reset()
 	got, err := f.r.Reap(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
 	got.Requeued += one.Requeued
 	got.Lost += one.Lost
-	if err != nil || got != (wire.Reaped{Workers: 1, Requeued: public, Lost: many}) {
+	if *got != (wire.Reaped{Workers: 1, Requeued: public, Lost: many}) {
 		t.Fatalf("Reap: %+v, %v; want 1 worker, %d requeued, %d lost", got, err, public, many)
 	}
 	checkCalls(t, read(), "reap.lua", (many+public)/ScriptBudget-1)

@@ -1,0 +1,327 @@
+// Package brokertest is the conformance suite of the broker contract
+// (internal/broker): the rules the parts of the manager and the worker rely
+// on, run against every implementation (internal/rdb on a real Redis,
+// internal/broker/memory), so that the unit tests that run on the memory
+// broker prove something of Redis.
+package brokertest
+
+import (
+	"context"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/redmap/redmap/codec"
+	"github.com/redmap/redmap/internal/broker"
+	"github.com/redmap/redmap/internal/wire"
+)
+
+// A Harness is a fresh, empty queue of one implementation, and what the
+// suite needs besides the contract to set its scenes: a manager's side,
+// until the contract holds it too.
+type Harness interface {
+	// Queue returns shard 0 of the queue.
+	Queue() broker.Queue
+	// Add queues one task per entry of attempts, with that many attempts
+	// lost, on the public list, as a manager submits them and reaps leave
+	// them; it returns their ids, in order.
+	Add(t *testing.T, attempts ...int) []string
+	// Cancel withdraws tasks, as their manager does.
+	Cancel(t *testing.T, tids ...string)
+	// Delivered returns the ids of the tasks whose results were
+	// delivered, in order.
+	Delivered(t *testing.T) []string
+	// Serves is what a worker registers to take the tasks Add queues.
+	Serves() []string
+}
+
+// Run runs the suite, opening a fresh queue for each case.
+func Run(t *testing.T, open func(t *testing.T) Harness) {
+	t.Run("take", func(t *testing.T) { testTake(t, open) })
+	t.Run("suspect held in the store", func(t *testing.T) { testSuspectHeld(t, open) })
+	t.Run("take drops withdrawn", func(t *testing.T) { testTakeDropsWithdrawn(t, open) })
+	t.Run("finish", func(t *testing.T) { testFinish(t, open) })
+	t.Run("give back", func(t *testing.T) { testGiveBack(t, open) })
+	t.Run("unwanted", func(t *testing.T) { testUnwanted(t, open) })
+	t.Run("retire", func(t *testing.T) { testRetire(t, open) })
+	t.Run("bells", func(t *testing.T) { testBells(t, open) })
+	t.Run("heartbeat", func(t *testing.T) { testHeartbeat(t, open) })
+}
+
+const wid = "w1"
+
+func params(h Harness, max, holding int) *broker.TakeParams {
+	return &broker.TakeParams{Worker: wid, Max: max, Room: max, Holding: holding, Lease: time.Minute, Shards: 1, Serves: h.Serves()}
+}
+
+func take(t *testing.T, h Harness, max, holding int) *broker.TakeResult {
+	t.Helper()
+	got, err := h.Queue().Take(context.Background(), params(h, max, holding))
+	if err != nil {
+		t.Fatalf("take: %v", err)
+	}
+	return got
+}
+
+// indexes returns the index in ids of each task taken.
+func indexes(ids []string, taken []wire.Taken) []int {
+	out := []int{}
+	for _, tk := range taken {
+		out = append(out, slices.Index(ids, tk.ID))
+	}
+	return out
+}
+
+// testTake: a take takes up to Max, in order; a suspect (lost
+// wire.SuspectAfter times) comes alone, only to a worker holding nothing by
+// its own count; a take stops at one it may not take; a take that leaves
+// the lists empty, having taken fewer than Max, and not for a suspect, is
+// drained.
+func testTake(t *testing.T, open func(t *testing.T) Harness) {
+	type step struct {
+		max, holding int
+		want         []int // indexes of the queued tasks the take returns, in order
+		suspect      bool  // TakeEnd.Suspect
+		drained      bool  // TakeEnd.Drained
+	}
+	cases := []struct {
+		name     string
+		attempts []int
+		takes    []step
+	}{
+		{"up to max, then drained", []int{0, 0, 0}, []step{
+			{max: 2, want: []int{0, 1}},
+			{max: 2, want: []int{2}, drained: true},
+		}},
+		{"a take of all, to max, is not drained", []int{0, 0}, []step{
+			{max: 2, want: []int{0, 1}},
+			{max: 2, want: []int{}, drained: true},
+		}},
+		{"a suspect waits for a worker holding nothing", []int{wire.SuspectAfter}, []step{
+			{max: 4, holding: 1, want: []int{}, suspect: true},
+			{max: 4, want: []int{0}},
+		}},
+		{"a suspect comes alone", []int{wire.SuspectAfter, 0}, []step{
+			{max: 4, want: []int{0}},
+		}},
+		{"a take stops at a suspect", []int{0, wire.SuspectAfter, 0}, []step{
+			{max: 4, want: []int{0}, suspect: true},
+		}},
+		{"a task lost once is no suspect", []int{1, 0}, []step{
+			{max: 4, want: []int{0, 1}, drained: true},
+		}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			h := open(t)
+			ids := h.Add(t, c.attempts...)
+			for i, s := range c.takes {
+				got := take(t, h, s.max, s.holding)
+				if idx := indexes(ids, got.Taken); !slices.Equal(idx, s.want) || got.End.Suspect != s.suspect || got.End.Drained != s.drained {
+					t.Errorf("take %d (max %d, holding %d): tasks %v, suspect %v, drained %v; want %v, %v, %v",
+						i, s.max, s.holding, idx, got.End.Suspect, got.End.Drained, s.want, s.suspect, s.drained)
+				}
+				for _, tk := range got.Taken {
+					if a := c.attempts[slices.Index(ids, tk.ID)]; tk.Attempt != a || len(tk.Payload) == 0 {
+						t.Errorf("take %d: task %s with attempt %d and %d bytes; want attempt %d, its payload", i, tk.ID, tk.Attempt, len(tk.Payload), a)
+					}
+				}
+			}
+		})
+	}
+}
+
+// testSuspectHeld: a suspect goes only to a worker whose held set is empty
+// in the store, whatever it says it holds: a take whose reply was lost
+// holds tasks the worker does not know of.
+func testSuspectHeld(t *testing.T, open func(t *testing.T) Harness) {
+	h := open(t)
+	ids := h.Add(t, 0, wire.SuspectAfter)
+	if got := take(t, h, 1, 0); !slices.Equal(indexes(ids, got.Taken), []int{0}) {
+		t.Fatalf("first take: %v, want [0]", indexes(ids, got.Taken))
+	}
+	if got := take(t, h, 4, 0); len(got.Taken) != 0 || !got.End.Suspect {
+		t.Errorf("a take by a worker the store says holds a task: %v, suspect %v; want none, suspect", indexes(ids, got.Taken), got.End.Suspect)
+	}
+}
+
+// testTakeDropsWithdrawn: a take skips tasks their manager withdrew.
+func testTakeDropsWithdrawn(t *testing.T, open func(t *testing.T) Harness) {
+	h := open(t)
+	ids := h.Add(t, 0, 0, 0)
+	h.Cancel(t, ids[1])
+	if got := take(t, h, 4, 0); !slices.Equal(indexes(ids, got.Taken), []int{0, 2}) || !got.End.Drained {
+		t.Errorf("take: %v, drained %v; want [0 2], drained", indexes(ids, got.Taken), got.End.Drained)
+	}
+}
+
+func result(t *testing.T, tid string) []byte {
+	t.Helper()
+	b, err := codec.EncodeResult(&codec.Result{Task: tid})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+func held(t *testing.T, h Harness) []string {
+	t.Helper()
+	ms, err := h.Queue().Held(context.Background(), &broker.HeldParams{Worker: wid})
+	if err != nil {
+		t.Fatalf("held: %v", err)
+	}
+	slices.Sort(ms)
+	return ms
+}
+
+// testFinish: a result is delivered only while its task is in its
+// manager's task set, and delivering removes it: the first result wins,
+// a second is discarded, a withdrawn task's too, and an empty one (a task
+// skipped unrun) only releases it. Every task reported leaves the held
+// set.
+func testFinish(t *testing.T, open func(t *testing.T) Harness) {
+	h := open(t)
+	ctx := context.Background()
+	ids := h.Add(t, 0, 0, 0)
+	got := take(t, h, 3, 0)
+	if len(got.Taken) != 3 {
+		t.Fatalf("took %d tasks, want 3", len(got.Taken))
+	}
+	if ms := held(t, h); !slices.Equal(ms, slices.Sorted(slices.Values(ids))) {
+		t.Fatalf("held %v after the take, want %v", ms, ids)
+	}
+	h.Cancel(t, ids[1])
+	done := []wire.Done{{ID: ids[0], Result: result(t, ids[0])}, {ID: ids[1], Result: result(t, ids[1])}, {ID: ids[2]}}
+	fin, err := h.Queue().Finish(ctx, &broker.FinishParams{Worker: wid, Done: done})
+	if err != nil || fin.Sent != 3 || fin.Delivered != 1 {
+		t.Fatalf("finish: %+v, %v; want 3 sent, 1 delivered", fin, err)
+	}
+	again, err := h.Queue().Finish(ctx, &broker.FinishParams{Worker: wid, Done: done[:1]})
+	if err != nil || again.Sent != 1 || again.Delivered != 0 {
+		t.Fatalf("finishing again: %+v, %v; want 1 sent, none delivered", again, err)
+	}
+	if d := h.Delivered(t); !slices.Equal(d, ids[:1]) {
+		t.Errorf("delivered %v, want [%s]", d, ids[0])
+	}
+	if ms := held(t, h); len(ms) != 0 {
+		t.Errorf("held %v after the finish, want none", ms)
+	}
+	// The empty result released its task unrun: still wanted, it is not
+	// delivered, and no take finds it (it waits for a reap or a recovery).
+	if got := take(t, h, 3, 0); len(got.Taken) != 0 {
+		t.Errorf("a take after the finish: %v, want none", indexes(ids, got.Taken))
+	}
+}
+
+// testGiveBack: given back, a held task still wanted goes to the front of
+// its list, an attempt counted if it ran; one withdrawn is released, not
+// counted.
+func testGiveBack(t *testing.T, open func(t *testing.T) Harness) {
+	h := open(t)
+	ctx := context.Background()
+	ids := h.Add(t, 0, 0, 0, 0)
+	got := take(t, h, 3, 0)
+	if len(got.Taken) != 3 {
+		t.Fatalf("took %d tasks, want 3", len(got.Taken))
+	}
+	h.Cancel(t, ids[2])
+	n, err := h.Queue().GiveBack(ctx, &broker.GiveBackParams{Worker: wid, Members: []string{got.Taken[0].Member(), got.Taken[2].Member()}})
+	if err != nil || n != 1 {
+		t.Fatalf("give back unrun: %d, %v; want 1", n, err)
+	}
+	n, err = h.Queue().GiveBack(ctx, &broker.GiveBackParams{Worker: wid, Members: []string{got.Taken[1].Member()}, Ran: true})
+	if err != nil || n != 1 {
+		t.Fatalf("give back run: %d, %v; want 1", n, err)
+	}
+	if ms := held(t, h); len(ms) != 0 {
+		t.Errorf("held %v after giving all back, want none", ms)
+	}
+	again := take(t, h, 4, 0)
+	if idx := indexes(ids, again.Taken); !slices.Equal(slices.Sorted(slices.Values(idx)), []int{0, 1, 3}) {
+		t.Fatalf("take after the give-backs: %v, want 0, 1 and 3", idx)
+	}
+	for _, tk := range again.Taken {
+		if want := map[string]int{ids[1]: 1}[tk.ID]; tk.Attempt != want {
+			t.Errorf("task %s came back with attempt %d, want %d", tk.ID, tk.Attempt, want)
+		}
+	}
+	if idx := indexes(ids, again.Taken); idx[2] != 3 {
+		t.Errorf("take after the give-backs: %v; the given back come first", idx)
+	}
+}
+
+// testUnwanted: Unwanted names the tasks withdrawn.
+func testUnwanted(t *testing.T, open func(t *testing.T) Harness) {
+	h := open(t)
+	ids := h.Add(t, 0, 0)
+	take(t, h, 2, 0)
+	h.Cancel(t, ids[0])
+	u, err := h.Queue().Unwanted(context.Background(), &broker.UnwantedParams{Worker: wid, Tasks: ids})
+	if err != nil || !slices.Equal(u, ids[:1]) {
+		t.Errorf("unwanted: %v, %v; want [%s]", u, err, ids[0])
+	}
+}
+
+// testRetire: a worker that retires gives its public tasks back, each with
+// an attempt counted, as a reap of a dead worker does.
+func testRetire(t *testing.T, open func(t *testing.T) Harness) {
+	h := open(t)
+	ctx := context.Background()
+	ids := h.Add(t, 0, 0)
+	if _, err := h.Queue().Heartbeat(ctx, &broker.HeartbeatParams{Worker: wid, Lease: time.Minute}); err != nil {
+		t.Fatal(err)
+	}
+	take(t, h, 2, 0)
+	reaped, err := h.Queue().Retire(ctx, &broker.RetireParams{Worker: wid})
+	if err != nil || reaped.Workers != 1 || reaped.Requeued != 2 || reaped.Lost != 0 {
+		t.Fatalf("retire: %+v, %v; want 1 worker, 2 tasks requeued", reaped, err)
+	}
+	got, err := h.Queue().Take(ctx, &broker.TakeParams{Worker: "w2", Max: 2, Room: 2, Lease: time.Minute, Shards: 1, Serves: h.Serves()})
+	if err != nil || len(got.Taken) != 2 {
+		t.Fatalf("another worker's take: %v, %v; want both tasks", got, err)
+	}
+	for _, tk := range got.Taken {
+		if tk.Attempt != 1 || !slices.Contains(ids, tk.ID) {
+			t.Errorf("task %s came back with attempt %d, want 1", tk.ID, tk.Attempt)
+		}
+	}
+}
+
+// testBells: a worker whose take drained waits for its bell, which a
+// submit rings; a stopping worker's ring ends the wait, and its next take
+// takes nothing.
+func testBells(t *testing.T, open func(t *testing.T) Harness) {
+	h := open(t)
+	ctx := context.Background()
+	if got := take(t, h, 1, 0); !got.End.Drained {
+		t.Fatalf("a take of an empty queue is not drained")
+	}
+	rang, err := h.Queue().WaitBell(ctx, &broker.WaitBellParams{Worker: wid, Timeout: 50 * time.Millisecond})
+	if err != nil || rang {
+		t.Fatalf("wait on an empty queue: %v, %v; want no ring", rang, err)
+	}
+	waited := make(chan bool, 1)
+	go func() {
+		r, _ := h.Queue().WaitBell(ctx, &broker.WaitBellParams{Worker: wid, Timeout: time.Minute})
+		waited <- r
+	}()
+	h.Add(t, 0)
+	if !<-waited {
+		t.Errorf("a submit did not ring the idle worker's bell")
+	}
+	if err := h.Queue().RingStop(ctx, &broker.RingStopParams{Worker: wid}); err != nil {
+		t.Fatal(err)
+	}
+	if got := take(t, h, 1, 0); len(got.Taken) != 0 {
+		t.Errorf("a stopping worker's take took %d tasks, want none", len(got.Taken))
+	}
+}
+
+// testHeartbeat: a heartbeat says the queue's shard count.
+func testHeartbeat(t *testing.T, open func(t *testing.T) Harness) {
+	h := open(t)
+	beat, err := h.Queue().Heartbeat(context.Background(), &broker.HeartbeatParams{Worker: wid, Lease: time.Minute, Info: &wire.WorkerInfo{Host: "here"}})
+	if err != nil || beat.Shards != 1 || beat.Drain {
+		t.Errorf("heartbeat: %+v, %v; want 1 shard, no drain", beat, err)
+	}
+}
