@@ -3,6 +3,7 @@ package manager
 import (
 	"context"
 
+	"github.com/redmap/redmap/internal/broker"
 	"github.com/redmap/redmap/internal/wire"
 )
 
@@ -45,9 +46,9 @@ func (r *recoverer) audit(ctx context.Context, s *shard) {
 	for at, tids := range groups {
 		placed = append(placed, wire.Placed{Worker: at.wid, Lane: at.lane, Tasks: tids})
 	}
-	var got wire.Audited
+	var got *wire.Audited
 	if !r.faults.keep(ctx, s, "auditing outstanding tasks", quietOutage, func() (err error) {
-		got, err = s.rdb.Audit(ctx, r.mid, placed, r.ttl)
+		got, err = s.rdb.Audit(ctx, &broker.AuditParams{Manager: r.mid, Groups: placed, TTL: r.ttl})
 		return err
 	}) {
 		return

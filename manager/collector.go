@@ -13,6 +13,7 @@ import (
 
 	"github.com/redmap/redmap"
 	"github.com/redmap/redmap/internal/backoff"
+	"github.com/redmap/redmap/internal/broker"
 	"github.com/redmap/redmap/internal/part"
 	"github.com/redmap/redmap/internal/rdb"
 	"github.com/redmap/redmap/internal/wire"
@@ -69,7 +70,7 @@ func (c *collector) Stop() {
 	c.Runner.Stop()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	_ = c.shard.rdb.WakeCollector(ctx, c.mid)
+	_ = c.shard.rdb.WakeCollector(ctx, &broker.ManagerParams{Manager: c.mid})
 }
 
 // collect reads the shard's result list until ctx ends. If the shard's
@@ -109,14 +110,17 @@ func (c *collector) collect(ctx context.Context) {
 				// The last entry came alone, from a wait: the read that trims
 				// it will likely find nothing more, so the next wait goes
 				// behind it in the same round trip.
-				entries, waited, err = r.ReadThenWait(ctx, c.mid, handled, mark, collectMax, c.poll)
+				var got *broker.ReadThenWaitResult
+				if got, err = r.ReadThenWait(ctx, &broker.ReadResultsParams{Manager: c.mid, Handled: handled, Mark: mark, Limit: collectMax, Wait: c.poll}); got != nil {
+					entries, waited = got.Entries, got.FromWait
+				}
 			} else {
-				entries, err = r.ReadResults(ctx, c.mid, handled, mark, collectMax)
+				entries, err = r.ReadResults(ctx, &broker.ReadResultsParams{Manager: c.mid, Handled: handled, Mark: mark, Limit: collectMax})
 				if err == nil && len(entries) == 0 {
 					// Wait for the next entry; it comes with the wait, and the
 					// next read trims it as handled.
 					var first string
-					if first, err = r.WaitResults(ctx, c.mid, c.poll); first != "" {
+					if first, err = r.WaitResults(ctx, &broker.WaitResultsParams{Manager: c.mid, Timeout: c.poll}); first != "" {
 						entries = []string{first}
 					}
 					waited = true
@@ -139,7 +143,7 @@ func (c *collector) collect(ctx context.Context) {
 		// counts the entries of this read.
 		handled = c.handOut(ctx, entries)
 		if handled > 0 {
-			mark = rdb.Mark(entries[handled-1])
+			mark = broker.Mark(entries[handled-1])
 		}
 		if handled < len(entries) {
 			// A read of staged results failed: the next read trims what
@@ -160,7 +164,7 @@ func (c *collector) handOut(ctx context.Context, entries []string) int {
 	r := c.shard.rdb
 	var sizes []int
 	ok := c.faults.keep(ctx, c.shard, "reading results", loudOutage, func() (err error) {
-		sizes, err = r.StagedSizes(ctx, c.mid, entries)
+		sizes, err = r.StagedSizes(ctx, &broker.EntriesParams{Manager: c.mid, Entries: entries})
 		return err
 	})
 	if !ok {
@@ -170,7 +174,7 @@ func (c *collector) handOut(ctx context.Context, entries []string) int {
 		n := rdb.Within(sizes[done:], c.budget)
 		var read []string // the entries, staged results in place
 		err := c.faults.call(c.shard, "reading results", func() (err error) {
-			read, err = r.Unstaged(ctx, c.mid, entries[done:done+n])
+			read, err = r.Unstaged(ctx, &broker.EntriesParams{Manager: c.mid, Entries: entries[done : done+n]})
 			return err
 		})
 		if err != nil {

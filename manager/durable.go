@@ -19,6 +19,7 @@ import (
 
 	"github.com/redmap/redmap"
 	"github.com/redmap/redmap/codec"
+	"github.com/redmap/redmap/internal/broker"
 	"github.com/redmap/redmap/internal/id"
 	"github.com/redmap/redmap/internal/rdb"
 	"github.com/redmap/redmap/internal/wire"
@@ -184,7 +185,11 @@ func (m *Manager) claim(ctx context.Context) error {
 	var got wire.Claimed
 	call := func(steal string) error {
 		return m.faults.callQueue("claiming durable batch "+strconv.Quote(m.owned.name), func() (err error) {
-			got, err = q.Claim(ctx, m.claimOf(claimLease(m.opts.Poll), steal))
+			c := m.claimOf(claimLease(m.opts.Poll), steal)
+			var claimed *wire.Claimed
+			if claimed, err = q.Claim(ctx, &c); err == nil {
+				got = *claimed
+			}
 			return err
 		})
 	}
@@ -248,7 +253,8 @@ func (m *Manager) stillHolds() bool { return time.Now().UnixNano() < m.owned.hel
 func (m *Manager) unclaim() {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	if _, err := m.router.queue().Claim(ctx, m.claimOf(0, "")); err != nil && !rdb.IsFenced(err) {
+	c := m.claimOf(0, "")
+	if _, err := m.router.queue().Claim(ctx, &c); err != nil && !rdb.IsFenced(err) {
 		m.log.Warn("releasing a durable batch's claim failed; it lapses by itself", "batch", m.owned.name, "err", err)
 	}
 }
@@ -354,9 +360,9 @@ func (r *resumeState) keep(tid, entry string) bool {
 func (m *Manager) resume(ctx context.Context) error {
 	st := &resumeState{outstanding: make(map[string]bool), delivered: make(map[string][]string)}
 	for _, s := range m.router.list() {
-		var res wire.Resumed
+		var res *wire.Resumed
 		err := m.faults.call(s, "resuming durable batch "+strconv.Quote(m.owned.name), func() (err error) {
-			res, err = s.rdb.Resume(ctx, m.id, m.opts.KeyTTL)
+			res, err = s.rdb.Resume(ctx, &broker.ResumeParams{Owner: m.id, TTL: m.opts.KeyTTL})
 			return err
 		})
 		if err != nil {
@@ -374,7 +380,7 @@ func (m *Manager) resume(ctx context.Context) error {
 		for from := int64(0); from < res.Kept; from += page {
 			var es []string
 			err := m.faults.call(s, "reading a durable batch's results", func() (err error) {
-				es, err = s.rdb.Kept(ctx, m.id, from, page)
+				es, err = s.rdb.Kept(ctx, &broker.KeptParams{Owner: m.id, From: from, N: page})
 				return err
 			})
 			if err != nil {
@@ -388,7 +394,7 @@ func (m *Manager) resume(ctx context.Context) error {
 		}
 	}
 	err := m.faults.callQueue("reading a durable batch's inputs", func() (err error) {
-		st.sums, err = m.router.queue().Sums(ctx, m.id)
+		st.sums, err = m.router.queue().Sums(ctx, &broker.SumsParams{Owner: m.id})
 		return err
 	})
 	if err != nil {

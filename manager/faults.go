@@ -13,6 +13,7 @@ import (
 
 	"github.com/redmap/redmap"
 	"github.com/redmap/redmap/internal/backoff"
+	"github.com/redmap/redmap/internal/broker"
 	"github.com/redmap/redmap/internal/rdb"
 )
 
@@ -134,7 +135,7 @@ func (f *faults) taskSetForeign(s *shard, err error) {
 	n := f.failShard(s, err)
 	ctx, cancel := context.WithTimeout(context.Background(), pingTimeout)
 	defer cancel()
-	if s.rdb.SetAsideTasks(ctx, f.mid, err) {
+	if s.rdb.SetAsideTasks(ctx, &broker.SetAsideTasksParams{Manager: f.mid, Err: err}) {
 		f.log.Error("the manager's task set held foreign data: its tasks failed, and the set was deleted", "key", ce.Key, "tasks", n, "err", err)
 	}
 }

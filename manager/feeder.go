@@ -16,6 +16,7 @@ import (
 	"github.com/redmap/redmap"
 	"github.com/redmap/redmap/codec"
 	"github.com/redmap/redmap/internal/backoff"
+	"github.com/redmap/redmap/internal/broker"
 	"github.com/redmap/redmap/internal/id"
 	"github.com/redmap/redmap/internal/part"
 	"github.com/redmap/redmap/internal/rdb"
@@ -329,7 +330,7 @@ func (f *feeder[Out]) submit(ctx context.Context, w *window) error {
 func (f *feeder[Out]) send(ctx context.Context, w *window) error {
 	if len(w.sums) > 0 {
 		err := f.faults.callQueue(fmt.Sprintf("recording the inputs of durable batch %q", f.owned.name), func() error {
-			return f.router.queue().AddSums(ctx, f.mid, w.sums, f.opts.KeyTTL)
+			return f.router.queue().AddSums(ctx, &broker.AddSumsParams{Owner: f.mid, Sums: w.sums, TTL: f.opts.KeyTTL})
 		})
 		if err != nil {
 			return err
@@ -349,7 +350,10 @@ func (f *feeder[Out]) send(ctx context.Context, w *window) error {
 		var count int64
 		var intact bool
 		err := f.faults.call(s, fmt.Sprintf("submitting %q", f.b.fn), func() (err error) {
-			count, intact, err = s.rdb.Submit(ctx, f.mid, f.b.worker, f.b.lane, tasks, f.opts.KeyTTL, wire.Expect{Count: s.acked.Load(), Epoch: *s.epoch.Load()})
+			var got *broker.SubmitResult
+			if got, err = s.rdb.Submit(ctx, &broker.SubmitParams{Manager: f.mid, Worker: f.b.worker, Lane: f.b.lane, Tasks: tasks, TTL: f.opts.KeyTTL, Expect: wire.Expect{Count: s.acked.Load(), Epoch: *s.epoch.Load()}}); err == nil {
+				count, intact = got.Count, got.Intact
+			}
 			return err
 		})
 		if part := (*rdb.PartlySubmitted)(nil); errors.As(err, &part) {

@@ -20,7 +20,7 @@ import (
 // historyStore is where the manager writes its batches' final records: the
 // queue's history, in shard 0.
 type historyStore interface {
-	RecordBatches(ctx context.Context, mid string, recs []wire.BatchRecord, limit int, age time.Duration, ended int64) error
+	RecordBatches(ctx context.Context, p *broker.RecordBatchesParams) error
 	CountFailures(ctx context.Context, p *broker.CountFailuresParams) (*broker.CountFailuresResult, error)
 }
 
@@ -28,7 +28,7 @@ type historyStore interface {
 // for operators (redmap failures -batch): Redis's; a store without it
 // (a test's) records none.
 type failedStore interface {
-	RecordFailed(ctx context.Context, bid string, fs []wire.FailedElement, omitted int, age time.Duration) error
+	RecordFailed(ctx context.Context, p *broker.RecordFailedParams) error
 }
 
 // history writes each batch's final record into the queue's history when
@@ -176,9 +176,9 @@ func (h *history) write(batch []pendingRecord) {
 	ended := h.unsaid.take()
 	var err error
 	if len(recs) > 0 || ended > 0 {
-		err = h.store.RecordBatches(ctx, h.mid, recs, h.limit, h.age, ended)
+		err = h.store.RecordBatches(ctx, &broker.RecordBatchesParams{Manager: h.mid, Records: recs, Limit: h.limit, Age: h.age, Ended: ended})
 		for err != nil && rdb.Transient(err) && bo.Wait(ctx) {
-			err = h.store.RecordBatches(ctx, h.mid, recs, h.limit, h.age, ended)
+			err = h.store.RecordBatches(ctx, &broker.RecordBatchesParams{Manager: h.mid, Records: recs, Limit: h.limit, Age: h.age, Ended: ended})
 		}
 	}
 	if err == nil {
@@ -215,9 +215,9 @@ func (h *history) writeFailed(ctx context.Context, batch []pendingRecord) {
 			continue
 		}
 		bo := backoff.Backoff{Min: 20 * time.Millisecond, Max: 500 * time.Millisecond}
-		err := fs.RecordFailed(ctx, p.rec.ID, p.failed.Elements, p.failed.Omitted, h.age)
+		err := fs.RecordFailed(ctx, &broker.RecordFailedParams{Batch: p.rec.ID, Failed: p.failed.Elements, Omitted: p.failed.Omitted, Age: h.age})
 		for err != nil && rdb.Transient(err) && bo.Wait(ctx) {
-			err = fs.RecordFailed(ctx, p.rec.ID, p.failed.Elements, p.failed.Omitted, h.age)
+			err = fs.RecordFailed(ctx, &broker.RecordFailedParams{Batch: p.rec.ID, Failed: p.failed.Elements, Omitted: p.failed.Omitted, Age: h.age})
 		}
 		if err != nil {
 			h.log.Warn("writing a batch's failed elements failed; redmap failures -batch will not list them",

@@ -27,11 +27,11 @@ func (s *blockingStore) CountFailures(context.Context, *broker.CountFailuresPara
 	return &broker.CountFailuresResult{}, nil
 }
 
-func (s *blockingStore) RecordBatches(_ context.Context, _ string, recs []wire.BatchRecord, _ int, _ time.Duration, _ int64) error {
+func (s *blockingStore) RecordBatches(_ context.Context, p *broker.RecordBatchesParams) error {
 	s.mu.Lock()
 	first := len(s.calls) == 0
 	var ids []string
-	for _, r := range recs {
+	for _, r := range p.Records {
 		ids = append(ids, r.ID)
 	}
 	s.calls = append(s.calls, ids)

@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/redmap/redmap/internal/broker"
 	"github.com/redmap/redmap/internal/failure"
 	"github.com/redmap/redmap/internal/part"
 	"github.com/redmap/redmap/internal/rdb"
@@ -155,7 +156,7 @@ func (k *keeper) renewKeys(ctx context.Context) {
 		}
 	}
 	_ = eachShard(due, func(s *shard, _ struct{}) error {
-		k.faults.keep(ctx, s, "renewing keys", quietOutage, func() error { return s.rdb.Renew(ctx, k.mid, k.ttl) })
+		k.faults.keep(ctx, s, "renewing keys", quietOutage, func() error { return s.rdb.Renew(ctx, &broker.RenewParams{Manager: k.mid, TTL: k.ttl}) })
 		return nil
 	})
 }
@@ -175,7 +176,7 @@ func (k *keeper) forgetLanes(ctx context.Context) {
 	failed := false
 	_ = eachShard(everyShard[struct{}](k.router), func(s *shard, _ struct{}) error {
 		ok := k.faults.keep(ctx, s, "forgetting ended batches' lanes", quietOutage, func() error {
-			return s.rdb.ForgetLanes(ctx, k.mid, lanes)
+			return s.rdb.ForgetLanes(ctx, &broker.ForgetLanesParams{Manager: k.mid, Lanes: lanes})
 		})
 		if !ok {
 			mu.Lock()
@@ -206,7 +207,7 @@ func (k *keeper) publishBatches(ctx context.Context) {
 	// Elements ended since the last publish feed the queue's throughput
 	// counters (redmap dashboard), whatever batch they were of.
 	ended := k.ended.take()
-	cancels, err := k.router.queue().PublishBatches(ctx, k.mid, published, k.ttl, k.due, ended)
+	cancels, err := k.router.queue().PublishBatches(ctx, &broker.PublishBatchesParams{Manager: k.mid, Batches: published, TTL: k.ttl, Due: k.due, Ended: ended})
 	if err != nil {
 		k.ended.giveBack(ended)
 	}

@@ -41,10 +41,13 @@ func (m *Manager) limitOf(ctx context.Context, sp spec) (wire.Limit, error) {
 	var lim wire.Limit
 	err := m.faults.callQueue(fmt.Sprintf("reading the limit of %q", sp.name), func() (err error) {
 		if sp.limit.IsZero() {
-			lim, _, err = m.router.queue().ReadLimit(ctx, sp.name)
+			var got *broker.LimitResult
+			if got, err = m.router.queue().ReadLimit(ctx, &broker.ReadLimitParams{Func: sp.name}); err == nil {
+				lim = got.Limit
+			}
 			return err
 		}
-		var got *broker.DeclareLimitResult
+		var got *broker.LimitResult
 		if got, err = m.router.queue().DeclareLimit(ctx, &broker.DeclareLimitParams{Func: sp.name, Record: limitRecord(sp.limit, "manager "+m.id)}); err == nil {
 			lim = got.Limit
 		}

@@ -367,7 +367,7 @@ func (m *Manager) Close() error {
 		}
 	}
 	err := eachShard(groups, func(s *shard, tids []string) error {
-		return errors.Join(s.rdb.Cancel(ctx, m.id, tids), s.rdb.Drop(ctx, m.id))
+		return errors.Join(s.rdb.Cancel(ctx, &broker.CancelParams{Manager: m.id, Tasks: tids}), s.rdb.Drop(ctx, &broker.ManagerParams{Manager: m.id}))
 	})
 	if m.owned != nil && err == nil {
 		m.unclaim()

@@ -18,8 +18,8 @@ import (
 	"github.com/redmap/redmap/internal/wire"
 )
 
-// Unit tests of the manager's parts, against the fake seam (fake_test.go):
-// no redis-server. The suites against real servers (and real faults) are
+// Unit tests of the manager's parts, against the memory broker
+// (broker_test.go): no redis-server. The suites against real servers (and real faults) are
 // the package's other tests.
 
 // squares is a worker's run of square over a task's elements.
@@ -66,23 +66,16 @@ func checkSquares(t *testing.T, ys []int, n int) {
 	}
 }
 
-// taskIDs returns the ids of the tasks submitted to f, in order.
-func (f *fakeShard) taskIDs() []string {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return slices.Clone(f.queued)
-}
-
 func TestFeederAndCollector(t *testing.T) {
-	q := newFakeQueue(1)
-	q.shards[0].run = squares
+	q := newMemQueue(1)
+	q.Shard(0).RunOnSubmit(squares, 0)
 	m := q.manager(t, Options{})
 	ys, err := Map(unitCtx(t), m, square, count(1000), ChunkSize(10))
 	if err != nil {
 		t.Fatal(err)
 	}
 	checkSquares(t, ys, 1000)
-	if got := len(q.shards[0].taskIDs()); got != 100 {
+	if got := len(q.Shard(0).SubmittedIDs()); got != 100 {
 		t.Fatalf("%d tasks submitted, want 100 of 10 elements", got)
 	}
 	if st := m.Stats(); st.Pending != 0 || st.Dropped != 0 || st.Elements != 1000 {
@@ -93,45 +86,46 @@ func TestFeederAndCollector(t *testing.T) {
 // The router spreads a batch's tasks round-robin over the shards, and puts
 // every task of a private batch on shard 0.
 func TestRouterSpreadsTasks(t *testing.T) {
-	q := newFakeQueue(3)
-	for _, s := range q.shards {
-		s.setRun(squares)
+	q := newMemQueue(3)
+	for _, s := range q.Shards() {
+		s.RunOnSubmit(squares, 0)
 	}
-	q.shards[0].workers = []string{"w1"}
+	live(t, q.First(), "w1")
 	m := q.manager(t, Options{})
 	ys, err := Map(unitCtx(t), m, square, count(3000), ChunkSize(10))
 	if err != nil {
 		t.Fatal(err)
 	}
 	checkSquares(t, ys, 3000)
-	for i, s := range q.shards {
-		if n := len(s.taskIDs()); n != 100 {
+	for i, s := range q.Shards() {
+		if n := len(s.SubmittedIDs()); n != 100 {
 			t.Fatalf("shard %d got %d tasks, want 100 of the 300", i, n)
 		}
 	}
-	if names := q.shards[0].shardNames; len(names) != 2 {
+	if names, _ := q.First().ShardNames(context.Background()); len(names) != 2 {
 		t.Fatalf("shard names published: %q, want 2", names)
 	}
-	before := []int{len(q.shards[0].taskIDs()), len(q.shards[1].taskIDs()), len(q.shards[2].taskIDs())}
+	before := []int{len(q.Shard(0).SubmittedIDs()), len(q.Shard(1).SubmittedIDs()), len(q.Shard(2).SubmittedIDs())}
 	ys, err = Map(unitCtx(t), m, square, count(300), ChunkSize(10), OnWorker("w1"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	checkSquares(t, ys, 300)
-	after := []int{len(q.shards[0].taskIDs()), len(q.shards[1].taskIDs()), len(q.shards[2].taskIDs())}
+	after := []int{len(q.Shard(0).SubmittedIDs()), len(q.Shard(1).SubmittedIDs()), len(q.Shard(2).SubmittedIDs())}
 	if after[0]-before[0] != 30 || after[1] != before[1] || after[2] != before[2] {
 		t.Fatalf("a private batch's 30 tasks went to shards %v → %v; want all on shard 0", before, after)
 	}
 }
 
 func TestRouterOpensOnceAndNotAfterClose(t *testing.T) {
-	first := newFakeShard(0)
-	first.shardNames = []string{"taken-1", "taken-2"} // another manager named them first
+	mq := newMemQueue(3)
+	first := mq.First()
+	first.SetShardNames("taken-1", "taken-2") // another manager named them first
 	var opened []string
 	r := newRouter(routerParams{queue: "q", shards: 3, first: first,
 		open: func(name string, i int) shardRedis {
 			opened = append(opened, fmt.Sprintf("%d:%s", i, name))
-			return newFakeShard(i)
+			return mq.Shard(i)
 		},
 		masters: func(context.Context) (rdb.Masters, bool, error) { return rdb.Masters{}, false, nil },
 		opened:  func(*shard) {}, log: discard()})
@@ -149,7 +143,7 @@ func TestRouterOpensOnceAndNotAfterClose(t *testing.T) {
 			t.Fatalf("private task %d got sequence %d, not a multiple of 3 (shard 0)", seq, s)
 		}
 	}
-	closed := newRouter(routerParams{queue: "q", shards: 2, first: newFakeShard(0),
+	closed := newRouter(routerParams{queue: "q", shards: 2, first: newMemQueue(1).First(),
 		open:    func(string, int) shardRedis { t.Fatal("opened a shard after close"); return nil },
 		masters: func(context.Context) (rdb.Masters, bool, error) { return rdb.Masters{}, false, nil },
 		opened:  func(*shard) {}, log: discard()})
@@ -162,27 +156,25 @@ func TestRouterOpensOnceAndNotAfterClose(t *testing.T) {
 // A duplicate result, or one for a task the manager does not know, is
 // dropped and counted; the batch gets each of its results once.
 func TestCollectorDropsDuplicatesAndStrangers(t *testing.T) {
-	q := newFakeQueue(1)
-	s := q.shards[0]
-	s.setRun(squares)
+	q := newMemQueue(1)
+	s := q.Shard(0)
+	s.RunOnSubmit(squares, 0)
 	m := q.manager(t, Options{})
-	s.setRun(nil) // results come when the test says
+	s.RunOnSubmit(nil, 0) // results come when the test says
 	b, err := Submit(unitCtx(t), m, square, count(2), ChunkSize(1))
 	if err != nil {
 		t.Fatal(err)
 	}
-	tids := s.taskIDs()
-	s.mu.Lock()
-	payload := s.tasks[tids[0]]
-	s.mu.Unlock()
-	s.setRun(squares)
-	if !s.complete(tids[0]) {
+	tids := s.SubmittedIDs()
+	payload := s.Payload(tids[0])
+	s.RunOnSubmit(squares, 0)
+	if !s.Complete(tids[0]) {
 		t.Fatal("task 0 not in the task set")
 	}
-	s.push(string(mustResult(tids[0], payload, squares, 0)))                                // a duplicate
-	s.push(string(mustResult(strings.Replace(tids[0], ":", ":x", 1), payload, squares, 0))) // a stranger
-	s.push("not a result")
-	s.complete(tids[1])
+	s.Push(m.ID(), string(mustResult(tids[0], payload, squares, 0)))                                // a duplicate
+	s.Push(m.ID(), string(mustResult(strings.Replace(tids[0], ":", ":x", 1), payload, squares, 0))) // a stranger
+	s.Push(m.ID(), "not a result")
+	s.Complete(tids[1])
 	ys, err := b.Wait(unitCtx(t))
 	if err != nil {
 		t.Fatal(err)
@@ -194,16 +186,16 @@ func TestCollectorDropsDuplicatesAndStrangers(t *testing.T) {
 // A private task whose worker died, or a task an operator purged, fails
 // with ErrLost saying which.
 func TestCollectorLostAndPurged(t *testing.T) {
-	q := newFakeQueue(1)
-	s := q.shards[0]
+	q := newMemQueue(1)
+	s := q.Shard(0)
 	m := q.manager(t, Options{})
 	b, err := Submit(unitCtx(t), m, square, count(2), ChunkSize(1))
 	if err != nil {
 		t.Fatal(err)
 	}
-	tids := s.taskIDs()
-	s.push(wire.EncodeEntry(wire.Entry{Kind: wire.EntryLost, Task: tids[0], Worker: "w9"}))
-	s.push(wire.EncodeEntry(wire.Entry{Kind: wire.EntryPurged, Task: tids[1]}))
+	tids := s.SubmittedIDs()
+	s.Push(m.ID(), wire.EncodeEntry(wire.Entry{Kind: wire.EntryLost, Task: tids[0], Worker: "w9"}))
+	s.Push(m.ID(), wire.EncodeEntry(wire.Entry{Kind: wire.EntryPurged, Task: tids[1]}))
 	_, err = b.Wait(unitCtx(t))
 	var be *redmap.BatchError
 	if !errors.As(err, &be) || len(be.Failed) != 2 {
@@ -234,15 +226,15 @@ func TestCollectorRefusalAndOutage(t *testing.T) {
 		{"unreachable", errFakeDown, redmap.ErrUnavailable},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			q := newFakeQueue(1)
-			s := q.shards[0]
+			q := newMemQueue(1)
+			s := q.Shard(0)
 			m := q.manager(t, Options{Poll: 5 * time.Millisecond, RedisTimeout: 50 * time.Millisecond})
 			b, err := Submit(unitCtx(t), m, square, count(3), ChunkSize(1))
 			if err != nil {
 				t.Fatal(err)
 			}
-			s.setFail("read", tc.err)
-			s.setFail("wait", tc.err)
+			s.Fail("readresults", tc.err)
+			s.Fail("waitresults", tc.err)
 			_, err = b.Wait(unitCtx(t))
 			if !errors.Is(err, tc.want) {
 				t.Fatalf("err = %v, want %v", err, tc.want)
@@ -258,29 +250,25 @@ func TestCollectorRefusalAndOutage(t *testing.T) {
 // The keeper renews the manager's keys on every shard, publishes its
 // running batches for operators, and ends a batch an operator cancelled.
 func TestKeeperPublishesAndRenews(t *testing.T) {
-	q := newFakeQueue(2)
+	q := newMemQueue(2)
 	m := q.manager(t, Options{Poll: 5 * time.Millisecond})
 	b, err := Submit(unitCtx(t), m, square, count(4), ChunkSize(1))
 	if err != nil {
 		t.Fatal(err)
 	}
-	for i, s := range q.shards {
-		until(t, fmt.Sprintf("shard %d renewed", i), func() bool { return s.callsOf("renew") > 0 })
+	for i, s := range q.Shards() {
+		until(t, fmt.Sprintf("shard %d renewed", i), func() bool { return s.Calls("renew") > 0 })
 	}
-	s0 := q.shards[0]
+	s0 := q.Shard(0)
 	until(t, "the batch is published", func() bool {
-		s0.mu.Lock()
-		defer s0.mu.Unlock()
-		for _, p := range s0.published {
+		for _, p := range s0.Published() {
 			if bp, ok := p[b.id]; ok && bp.Func == "square" && bp.Total == 4 {
 				return true
 			}
 		}
 		return false
 	})
-	s0.mu.Lock()
-	s0.cancelBatch = []string{b.id}
-	s0.mu.Unlock()
+	s0.CancelBatches(b.id)
 	if _, err := b.Wait(unitCtx(t)); !errors.Is(err, context.Canceled) || !strings.Contains(err.Error(), "operator") {
 		t.Fatalf("err = %v, want cancelled by an operator", err)
 	}
@@ -289,8 +277,8 @@ func TestKeeperPublishesAndRenews(t *testing.T) {
 // The keeper stores again a batch's constant that Redis lost, and the
 // batch releases it when it ends.
 func TestKeeperRestoresLostConstant(t *testing.T) {
-	q := newFakeQueue(1)
-	s := q.shards[0]
+	q := newMemQueue(1)
+	s := q.Shard(0)
 	m := q.manager(t, Options{Poll: 5 * time.Millisecond})
 	add := redmap.FuncWith("add", func(_ context.Context, c int, x int) (int, error) { return c + x, nil })
 	b, err := SubmitWith(unitCtx(t), m, add, 7, count(2), ChunkSize(1))
@@ -299,7 +287,7 @@ func TestKeeperRestoresLostConstant(t *testing.T) {
 	}
 	q.store.lose()
 	until(t, "the constant is stored again", func() bool { return m.Stats().ConstantUploads == 2 })
-	s.setRun(func(t *codec.Task) ([]byte, error) {
+	s.RunOnSubmit(func(t *codec.Task) ([]byte, error) {
 		xs := make([]int, t.Count)
 		if err := codec.DecodeElements(t.Input, xs); err != nil {
 			return nil, err
@@ -309,9 +297,9 @@ func TestKeeperRestoresLostConstant(t *testing.T) {
 		}
 		b, _, err := codec.EncodeOutputs(xs)
 		return b, err
-	})
-	for _, tid := range s.taskIDs() {
-		s.complete(tid)
+	}, 0)
+	for _, tid := range s.SubmittedIDs() {
+		s.Complete(tid)
 	}
 	ys, err := b.Wait(unitCtx(t))
 	if err != nil || !slices.Equal(ys, []int{7, 8}) {
@@ -327,14 +315,14 @@ func TestKeeperRestoresLostConstant(t *testing.T) {
 // The reaper reaps on every shard, says when no live worker registered a
 // batch's function, and fails its waiting elements after NoWorkerTimeout.
 func TestReaperChecksServed(t *testing.T) {
-	q := newFakeQueue(2)
+	q := newMemQueue(2)
 	m := q.manager(t, Options{Poll: 5 * time.Millisecond, NoWorkerTimeout: 50 * time.Millisecond})
 	b, err := Submit(unitCtx(t), m, square, count(4), ChunkSize(1))
 	if err != nil {
 		t.Fatal(err)
 	}
-	for i, s := range q.shards {
-		until(t, fmt.Sprintf("shard %d reaped", i), func() bool { return s.callsOf("reap") > 0 })
+	for i, s := range q.Shards() {
+		until(t, fmt.Sprintf("shard %d reaped", i), func() bool { return s.Calls("reap") > 0 })
 	}
 	until(t, "the batch says it waits", func() bool { return strings.Contains(b.Progress().Waiting, `registered "square"`) })
 	_, err = b.Wait(unitCtx(t))
@@ -347,8 +335,8 @@ func TestReaperChecksServed(t *testing.T) {
 // for want of memory fails with ErrRedisFull as well as ErrNoWorker: its
 // workers' reports were refused too, so they left or look dead.
 func TestReaperNoWorkerWhileFull(t *testing.T) {
-	q := newFakeQueue(1)
-	q.shards[0].noWorker = true
+	q := newMemQueue(1)
+	q.Shard(0).SetNoWorker(true)
 	m := q.manager(t, Options{Poll: 5 * time.Millisecond, NoWorkerTimeout: 50 * time.Millisecond})
 	// Redis refuses the manager's calls all along (as at maxmemory, where
 	// its renewals and reads are refused every Poll).
@@ -387,9 +375,9 @@ func TestReaperNoWorkerWhileFull(t *testing.T) {
 
 // A served batch never waits: its elements end with their values.
 func TestReaperLeavesServedBatch(t *testing.T) {
-	q := newFakeQueue(1)
-	s := q.shards[0]
-	s.served["square"] = true
+	q := newMemQueue(1)
+	s := q.Shard(0)
+	s.Serve("square")
 	var checks int
 	m := q.manager(t, Options{Poll: 5 * time.Millisecond, NoWorkerTimeout: 20 * time.Millisecond})
 	b, err := Submit(unitCtx(t), m, square, count(2), ChunkSize(1))
@@ -397,15 +385,15 @@ func TestReaperLeavesServedBatch(t *testing.T) {
 		t.Fatal(err)
 	}
 	until(t, "served checked a few times past NoWorkerTimeout", func() bool {
-		checks = s.callsOf("served")
+		checks = s.Calls("served")
 		return checks > 10
 	})
 	if w := b.Progress().Waiting; w != "" {
 		t.Fatalf("a served batch waits: %q", w)
 	}
-	s.setRun(squares)
-	for _, tid := range s.taskIDs() {
-		s.complete(tid)
+	s.RunOnSubmit(squares, 0)
+	for _, tid := range s.SubmittedIDs() {
+		s.Complete(tid)
 	}
 	ys, err := b.Wait(unitCtx(t))
 	if err != nil {
@@ -418,37 +406,33 @@ func TestReaperLeavesServedBatch(t *testing.T) {
 // outstanding tasks again under their own ids, with a new epoch, and their
 // results count.
 func TestRecovererPutsBackLostTasks(t *testing.T) {
-	q := newFakeQueue(2)
+	q := newMemQueue(2)
 	m := q.manager(t, Options{Poll: 5 * time.Millisecond})
 	b, err := Submit(unitCtx(t), m, square, count(6), ChunkSize(1))
 	if err != nil {
 		t.Fatal(err)
 	}
-	lost := q.shards[1]
-	first := lost.taskIDs()
-	lost.mu.Lock()
-	epoch := lost.epoch
-	lost.mu.Unlock()
-	lost.lose()
-	until(t, "the lost tasks are submitted again", func() bool { return len(lost.taskIDs()) == 2*len(first) })
-	again := lost.taskIDs()[len(first):]
+	lost := q.Shard(1)
+	first := lost.SubmittedIDs()
+	epoch := epochOf(t, lost, m.ID())
+	lost.Lose()
+	until(t, "the lost tasks are submitted again", func() bool { return len(lost.SubmittedIDs()) == 2*len(first) })
+	again := lost.SubmittedIDs()[len(first):]
 	slices.Sort(again)
 	if want := slices.Sorted(slices.Values(first)); !slices.Equal(again, want) {
 		t.Fatalf("submitted again %q, want the same ids %q", again, want)
 	}
-	lost.mu.Lock()
-	newEpoch := lost.epoch
-	lost.mu.Unlock()
+	newEpoch := epochOf(t, lost, m.ID())
 	if newEpoch == "" || newEpoch == epoch {
 		t.Fatalf("epoch %q after recovery, was %q: want a new one", newEpoch, epoch)
 	}
-	if n := len(q.shards[0].taskIDs()); n != 3 {
+	if n := len(q.Shard(0).SubmittedIDs()); n != 3 {
 		t.Fatalf("shard 0, which lost nothing, had %d submits, want its 3", n)
 	}
-	for _, s := range q.shards {
-		s.setRun(squares)
-		for _, tid := range s.taskIDs() {
-			s.complete(tid)
+	for _, s := range q.Shards() {
+		s.RunOnSubmit(squares, 0)
+		for _, tid := range s.SubmittedIDs() {
+			s.Complete(tid)
 		}
 	}
 	ys, err := b.Wait(unitCtx(t))
@@ -462,7 +446,7 @@ func TestRecovererPutsBackLostTasks(t *testing.T) {
 // drops the manager's keys on every shard; parts are stopped when it
 // returns.
 func TestCloseWithdrawsAndDrops(t *testing.T) {
-	q := newFakeQueue(2)
+	q := newMemQueue(2)
 	m := q.manager(t, Options{Poll: 5 * time.Millisecond})
 	b, err := Submit(unitCtx(t), m, square, count(4), ChunkSize(1))
 	if err != nil {
@@ -474,10 +458,8 @@ func TestCloseWithdrawsAndDrops(t *testing.T) {
 	if _, err := b.Wait(unitCtx(t)); !errors.Is(err, redmap.ErrClosed) {
 		t.Fatalf("err = %v, want ErrClosed", err)
 	}
-	for i, s := range q.shards {
-		s.mu.Lock()
-		cancels, dropped := len(s.cancels), s.dropped
-		s.mu.Unlock()
+	for i, s := range q.Shards() {
+		cancels, dropped := len(s.Cancels()), s.Dropped(m.ID())
 		if cancels != 2 || !dropped {
 			t.Fatalf("shard %d: %d tasks withdrawn, keys dropped %v; want 2 and true", i, cancels, dropped)
 		}
@@ -492,12 +474,12 @@ func TestCloseWithdrawsAndDrops(t *testing.T) {
 func TestSubmitRidesOutages(t *testing.T) {
 	// The submit, and the read of the function's limit before a first
 	// window (it once failed the submit at once: make chaos-cluster).
-	for _, call := range []string{"submit", "limit"} {
-		q := newFakeQueue(1)
-		s := q.shards[0]
-		s.setRun(squares)
+	for _, call := range []string{"submit", "readlimit"} {
+		q := newMemQueue(1)
+		s := q.Shard(0)
+		s.RunOnSubmit(squares, 0)
 		m := q.manager(t, Options{RedisTimeout: time.Hour})
-		s.setFail(call, errFakeDown)
+		s.Fail(call, errFakeDown)
 		done := make(chan error, 1)
 		go func() {
 			ys, err := Map(unitCtx(t), m, square, count(5))
@@ -506,16 +488,16 @@ func TestSubmitRidesOutages(t *testing.T) {
 			}
 			done <- err
 		}()
-		until(t, "a "+call+" call failed", func() bool { return s.callsOf(call) > 1 })
-		s.setFail(call, nil)
+		until(t, "a "+call+" call failed", func() bool { return s.Calls(call) > 1 })
+		s.Fail(call, nil)
 		if err := <-done; err != nil {
 			t.Fatalf("%s: %v", call, err)
 		}
 	}
 
-	short := newFakeQueue(1)
+	short := newMemQueue(1)
 	m2 := short.manager(t, Options{RedisTimeout: 20 * time.Millisecond})
-	short.shards[0].setFail("submit", errFakeDown)
+	short.Shard(0).Fail("submit", errFakeDown)
 	if _, err := Map(unitCtx(t), m2, square, count(5)); !errors.Is(err, redmap.ErrUnavailable) {
 		t.Fatalf("err = %v, want ErrUnavailable", err)
 	}
@@ -530,9 +512,9 @@ func discard() *slog.Logger { return slog.New(slog.DiscardHandler) }
 // keeper's, every Poll) until it passes, then no more: a task left in the
 // task set would stay there, renewed, as long as the manager lives.
 func TestWithdrawalRetriedUntilItPasses(t *testing.T) {
-	f := newFakeShard(0)
+	f := newMemQueue(1).First()
 	r := newRouter(routerParams{queue: "q", shards: 1, first: f,
-		open:    func(name string, i int) shardRedis { return newFakeShard(i) },
+		open:    func(name string, i int) shardRedis { t.Fatal("opened a shard"); return nil },
 		masters: func(context.Context) (rdb.Masters, bool, error) { return rdb.Masters{}, false, nil },
 		opened:  func(*shard) {}, log: discard()})
 	p := newPendingTasks()
@@ -541,16 +523,16 @@ func TestWithdrawalRetriedUntilItPasses(t *testing.T) {
 		t.Fatal(err)
 	}
 	w := &withdrawal{mid: "m", pending: p, router: r, log: discard()}
-	f.setFail("cancel", errors.New("i/o timeout"))
+	f.Fail("cancel", errors.New("i/o timeout"))
 	w.withdraw(tids)
 	w.retry(context.Background()) // fails again: kept
-	if f.callsOf("cancel") != 2 || len(f.cancels) != 0 {
-		t.Fatalf("%d cancels, %v withdrawn; want 2 tries, none through", f.callsOf("cancel"), f.cancels)
+	if f.Calls("cancel") != 2 || len(f.Cancels()) != 0 {
+		t.Fatalf("%d cancels, %v withdrawn; want 2 tries, none through", f.Calls("cancel"), f.Cancels())
 	}
-	f.setFail("cancel", nil)
+	f.Fail("cancel", nil)
 	w.retry(context.Background())
 	w.retry(context.Background()) // nothing left
-	if f.callsOf("cancel") != 3 || !slices.Equal(f.cancels, tids) {
-		t.Fatalf("%d cancels, %v withdrawn; want the third through, and no fourth", f.callsOf("cancel"), f.cancels)
+	if f.Calls("cancel") != 3 || !slices.Equal(f.Cancels(), tids) {
+		t.Fatalf("%d cancels, %v withdrawn; want the third through, and no fourth", f.Calls("cancel"), f.Cancels())
 	}
 }

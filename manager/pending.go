@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/redmap/redmap"
+	"github.com/redmap/redmap/internal/broker"
 )
 
 // pendingTasks is the manager's task set as it knows it: for each task
@@ -193,5 +194,7 @@ func (w *withdrawal) retry(ctx context.Context) {
 func (w *withdrawal) cancel(ctx context.Context, tids []string) error {
 	ctx, cancel := context.WithTimeout(ctx, withdrawBudget)
 	defer cancel()
-	return eachShard(w.router.byShard(tids), func(s *shard, tids []string) error { return s.rdb.Cancel(ctx, w.mid, tids) })
+	return eachShard(w.router.byShard(tids), func(s *shard, tids []string) error {
+		return s.rdb.Cancel(ctx, &broker.CancelParams{Manager: w.mid, Tasks: tids})
+	})
 }

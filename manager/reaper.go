@@ -79,7 +79,7 @@ func (r *reaper) checkServed(ctx context.Context) {
 	}
 	var served []wire.Serving
 	if !r.faults.keep(ctx, r.router.first(), "checking that workers serve the batches", quietOutage, func() (err error) {
-		served, err = r.router.queue().Served(ctx, calls)
+		served, err = r.router.queue().Served(ctx, &broker.ServedParams{Calls: calls})
 		return err
 	}) {
 		return

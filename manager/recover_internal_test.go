@@ -13,6 +13,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/redmap/redmap"
+	"github.com/redmap/redmap/internal/broker"
 	"github.com/redmap/redmap/internal/id"
 	"github.com/redmap/redmap/internal/keys"
 	"github.com/redmap/redmap/internal/rdb"
@@ -152,8 +153,8 @@ type checkFirst struct {
 	held    int
 }
 
-func (c *checkFirst) Submit(ctx context.Context, mid, wid string, lane wire.Lane, tasks []wire.Task, ttl time.Duration, exp wire.Expect) (int64, bool, error) {
-	if exp.NewEpoch == "" {
+func (c *checkFirst) Submit(ctx context.Context, p *broker.SubmitParams) (*broker.SubmitResult, error) {
+	if p.Expect.NewEpoch == "" {
 		ch := make(chan struct{})
 		c.mu.Lock()
 		c.waiting = ch
@@ -161,18 +162,18 @@ func (c *checkFirst) Submit(ctx context.Context, mid, wid string, lane wire.Lane
 		c.mu.Unlock()
 		<-ch
 	}
-	return c.queueRedis.Submit(ctx, mid, wid, lane, tasks, ttl, exp)
+	return c.queueRedis.Submit(ctx, p)
 }
 
-func (c *checkFirst) Submitted(ctx context.Context, mid string) (int64, string, error) {
-	n, epoch, err := c.queueRedis.Submitted(ctx, mid)
+func (c *checkFirst) Submitted(ctx context.Context, p *broker.ManagerParams) (*broker.SubmittedResult, error) {
+	got, err := c.queueRedis.Submitted(ctx, p)
 	c.mu.Lock()
 	if c.waiting != nil {
 		close(c.waiting)
 		c.waiting = nil
 	}
 	c.mu.Unlock()
-	return n, epoch, err
+	return got, err
 }
 
 // count returns how many submits were held.
@@ -192,8 +193,8 @@ type loseStaged struct {
 	lost atomic.Int32
 }
 
-func (l *loseStaged) Unstaged(ctx context.Context, mid string, entries []string) ([]string, error) {
-	for _, e := range entries {
+func (l *loseStaged) Unstaged(ctx context.Context, p *broker.EntriesParams) ([]string, error) {
+	for _, e := range p.Entries {
 		if f, ok := wire.StagedField(e); ok && l.lost.Load() == 0 {
 			if err := l.c.HDel(ctx, l.key, f).Err(); err != nil {
 				return nil, err
@@ -201,7 +202,7 @@ func (l *loseStaged) Unstaged(ctx context.Context, mid string, entries []string)
 			l.lost.Add(1)
 		}
 	}
-	return l.queueRedis.Unstaged(ctx, mid, entries)
+	return l.queueRedis.Unstaged(ctx, p)
 }
 
 // bigEcho returns its string with "#" after it; fed strings over

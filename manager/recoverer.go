@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/redmap/redmap/internal/broker"
 	"github.com/redmap/redmap/internal/id"
 	"github.com/redmap/redmap/internal/part"
 	"github.com/redmap/redmap/internal/wire"
@@ -64,7 +65,10 @@ func (r *recoverer) check(ctx context.Context, s *shard) {
 	var have int64
 	var hasEpoch string
 	ok := r.faults.keep(ctx, s, "checking for lost data", quietOutage, func() (err error) {
-		have, hasEpoch, err = s.rdb.Submitted(ctx, r.mid)
+		var got *broker.SubmittedResult
+		if got, err = s.rdb.Submitted(ctx, &broker.ManagerParams{Manager: r.mid}); err == nil {
+			have, hasEpoch = got.Count, got.Epoch
+		}
 		return err
 	})
 	if !ok {
@@ -96,7 +100,10 @@ func (r *recoverer) recover(ctx context.Context, s *shard) {
 	var have int64
 	var hasEpoch string
 	if !r.faults.keep(ctx, s, "finding lost tasks", quietOutage, func() (err error) {
-		missing, have, hasEpoch, err = s.rdb.Missing(ctx, r.mid, tids)
+		var got *broker.MissingResult
+		if got, err = s.rdb.Missing(ctx, &broker.MissingParams{Manager: r.mid, Tasks: tids}); err == nil {
+			missing, have, hasEpoch = got.Missing, got.Count, got.Epoch
+		}
 		return err
 	}) {
 		return
@@ -164,7 +171,10 @@ func (r *recoverer) resubmit(ctx context.Context, s *shard, groups map[list][]wi
 		var count int64
 		var intact bool
 		if !r.faults.keep(ctx, s, "submitting lost tasks again", quietOutage, func() (err error) {
-			count, intact, err = s.rdb.Submit(ctx, r.mid, l.wid, l.lane, tasks, r.ttl, exp)
+			var got *broker.SubmitResult
+			if got, err = s.rdb.Submit(ctx, &broker.SubmitParams{Manager: r.mid, Worker: l.wid, Lane: l.lane, Tasks: tasks, TTL: r.ttl, Expect: exp}); err == nil {
+				count, intact = got.Count, got.Intact
+			}
 			return err
 		}) {
 			return false

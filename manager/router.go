@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/redmap/redmap"
+	"github.com/redmap/redmap/internal/broker"
 	"github.com/redmap/redmap/internal/id"
 	"github.com/redmap/redmap/internal/keys"
 	"github.com/redmap/redmap/internal/rdb"
@@ -176,7 +177,7 @@ func (r *router) openAll(ctx context.Context) error {
 	if r.p.shards == 1 || r.sharded() {
 		return nil
 	}
-	names, err := r.p.first.AdoptShards(ctx, r.proposeNames(ctx))
+	names, err := r.p.first.AdoptShards(ctx, &broker.ShardsParams{Names: r.proposeNames(ctx)})
 	if err != nil {
 		return redisCall{err}
 	}
@@ -265,6 +266,6 @@ func (r *router) publish(ctx context.Context) error {
 	if len(names) == 0 {
 		return nil
 	}
-	_, err := r.p.first.AddShards(ctx, names)
+	_, err := r.p.first.AddShards(ctx, &broker.ShardsParams{Names: names})
 	return err
 }

@@ -10,9 +10,11 @@ import (
 	"github.com/redmap/redmap/internal/wire"
 )
 
-// The manager's one seam to Redis. Its parts see a queue of one or more
-// shards through these interfaces, which internal/rdb implements (rdb.RDB,
-// cache.Store); the parts' unit tests give them fakes. Sharding lives in one
+// The manager's one seam to Redis: the part of the broker contract
+// (internal/broker) a manager asks of, and the object cache. Its parts see
+// a queue of one or more shards through these interfaces, which
+// internal/rdb implements (rdb.RDB, cache.Store); the parts' unit tests
+// give them fakes. Sharding lives in one
 // place, the router: a part asks it for a task's shard, or for them all.
 
 // shardRedis is one shard of the manager's queue in Redis: its task set, its
@@ -22,44 +24,44 @@ type shardRedis interface {
 	Shard() int
 
 	// Submit queues tasks (the feeder and the recoverer).
-	Submit(ctx context.Context, mid, wid string, lane wire.Lane, tasks []wire.Task, ttl time.Duration, exp wire.Expect) (count int64, intact bool, err error)
+	Submit(ctx context.Context, p *broker.SubmitParams) (*broker.SubmitResult, error)
 	// Cancel withdraws tasks: workers skip them, their results are dropped.
-	Cancel(ctx context.Context, mid string, tids []string) error
+	Cancel(ctx context.Context, p *broker.CancelParams) error
 	// Ping checks that Redis answers: faults tell a slow call from an
 	// outage with it.
 	Ping(ctx context.Context) error
 
 	// ReadResults, ReadThenWait, WaitResults, StagedSizes, Unstaged and WakeCollector
 	// are the collector's.
-	ReadResults(ctx context.Context, mid string, handled int, mark string, limit int) ([]string, error)
-	ReadThenWait(ctx context.Context, mid string, handled int, mark string, limit int, timeout time.Duration) (entries []string, fromWait bool, err error)
-	WaitResults(ctx context.Context, mid string, timeout time.Duration) (string, error)
-	Unstaged(ctx context.Context, mid string, entries []string) ([]string, error)
-	StagedSizes(ctx context.Context, mid string, entries []string) ([]int, error)
-	WakeCollector(ctx context.Context, mid string) error
+	ReadResults(ctx context.Context, p *broker.ReadResultsParams) ([]string, error)
+	ReadThenWait(ctx context.Context, p *broker.ReadResultsParams) (*broker.ReadThenWaitResult, error)
+	WaitResults(ctx context.Context, p *broker.WaitResultsParams) (string, error)
+	Unstaged(ctx context.Context, p *broker.EntriesParams) ([]string, error)
+	StagedSizes(ctx context.Context, p *broker.EntriesParams) ([]int, error)
+	WakeCollector(ctx context.Context, p *broker.ManagerParams) error
 
 	// Renew and Drop are the keeper's and Close's: the manager's keys live
 	// while it does.
-	Renew(ctx context.Context, mid string, ttl time.Duration) error
-	Drop(ctx context.Context, mid string) error
+	Renew(ctx context.Context, p *broker.RenewParams) error
+	Drop(ctx context.Context, p *broker.ManagerParams) error
 	// ForgetLanes is the keeper's too: the lanes of batches that ended.
-	ForgetLanes(ctx context.Context, mid string, lanes []string) error
+	ForgetLanes(ctx context.Context, p *broker.ForgetLanesParams) error
 
 	// Reap is the reaper's.
 	Reap(ctx context.Context) (*wire.Reaped, error)
 
 	// Resume and Kept are a durable batch's owner's, before its first
 	// submit (see durable.go).
-	Resume(ctx context.Context, owner string, ttl time.Duration) (wire.Resumed, error)
-	Kept(ctx context.Context, owner string, from, n int64) ([]string, error)
+	Resume(ctx context.Context, p *broker.ResumeParams) (*wire.Resumed, error)
+	Kept(ctx context.Context, p *broker.KeptParams) ([]string, error)
 
 	// Submitted, Missing and Audit are the recoverer's.
-	Submitted(ctx context.Context, mid string) (int64, string, error)
-	Missing(ctx context.Context, mid string, tids []string) (missing []string, count int64, epoch string, err error)
-	Audit(ctx context.Context, mid string, groups []wire.Placed, ttl time.Duration) (wire.Audited, error)
-	// SetAsideTasks deletes the task set if err, a refusal, says it holds
+	Submitted(ctx context.Context, p *broker.ManagerParams) (*broker.SubmittedResult, error)
+	Missing(ctx context.Context, p *broker.MissingParams) (*broker.MissingResult, error)
+	Audit(ctx context.Context, p *broker.AuditParams) (*wire.Audited, error)
+	// SetAsideTasks deletes the task set if p.Err, a refusal, says it holds
 	// foreign data (faults.of, which has failed its tasks first).
-	SetAsideTasks(ctx context.Context, mid string, err error) bool
+	SetAsideTasks(ctx context.Context, p *broker.SetAsideTasksParams) bool
 }
 
 // queueRedis is shard 0, where the queue-wide records live as well.
@@ -67,20 +69,20 @@ type queueRedis interface {
 	shardRedis
 	Preflight(ctx context.Context, p *broker.PreflightParams) error
 	LiveWorkers(ctx context.Context) ([]string, error)
-	Served(ctx context.Context, calls []string) ([]wire.Serving, error)
+	Served(ctx context.Context, p *broker.ServedParams) ([]wire.Serving, error)
 	Types(ctx context.Context, p *broker.TypesParams) ([]string, error)
 	PublishTypes(ctx context.Context, p *broker.PublishTypesParams) error
 	// DeclareLimit and ReadLimit return a function's limit in force (see
 	// limits.go).
-	DeclareLimit(ctx context.Context, p *broker.DeclareLimitParams) (*broker.DeclareLimitResult, error)
-	ReadLimit(ctx context.Context, fn string) (wire.Limit, string, error)
-	AdoptShards(ctx context.Context, proposals []string) ([]string, error)
-	AddShards(ctx context.Context, names []string) ([]string, error)
-	PublishBatches(ctx context.Context, mid string, batches map[string]wire.BatchProgress, ttl, due time.Duration, ended int64) (cancels []string, err error)
+	DeclareLimit(ctx context.Context, p *broker.DeclareLimitParams) (*broker.LimitResult, error)
+	ReadLimit(ctx context.Context, p *broker.ReadLimitParams) (*broker.LimitResult, error)
+	AdoptShards(ctx context.Context, p *broker.ShardsParams) ([]string, error)
+	AddShards(ctx context.Context, p *broker.ShardsParams) ([]string, error)
+	PublishBatches(ctx context.Context, p *broker.PublishBatchesParams) ([]string, error)
 	// Claim, Sums and AddSums are a durable batch's owner's.
-	Claim(ctx context.Context, c wire.Claim) (wire.Claimed, error)
-	Sums(ctx context.Context, owner string) (map[string]string, error)
-	AddSums(ctx context.Context, owner string, sums map[string]string, ttl time.Duration) error
+	Claim(ctx context.Context, p *broker.ClaimParams) (*wire.Claimed, error)
+	Sums(ctx context.Context, p *broker.SumsParams) (map[string]string, error)
+	AddSums(ctx context.Context, p *broker.AddSumsParams) error
 	historyStore
 }
 
@@ -94,6 +96,7 @@ type constantStore interface {
 }
 
 var (
+	_ queueRedis    = broker.Queue(nil)
 	_ queueRedis    = (*rdb.RDB)(nil)
 	_ constantStore = (*cache.Store)(nil)
 )

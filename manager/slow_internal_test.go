@@ -31,16 +31,16 @@ func TestSlowCallIsNotAnOutage(t *testing.T) {
 		{"refused connection", errFakeDown, nil, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			q := newFakeQueue(1)
-			s := q.shards[0]
+			q := newMemQueue(1)
+			s := q.Shard(0)
 			m := q.manager(t, Options{Poll: 5 * time.Millisecond, RedisTimeout: 100 * time.Millisecond})
 			b, err := Submit(unitCtx(t), m, square, count(3), ChunkSize(1))
 			if err != nil {
 				t.Fatal(err)
 			}
-			s.setFail("ping", tc.ping)
-			s.setFail("read", tc.err)
-			s.setFail("wait", tc.err)
+			s.Fail("ping", tc.ping)
+			s.Fail("readresults", tc.err)
+			s.Fail("waitresults", tc.err)
 			_, err = b.Wait(unitCtx(t))
 			var be *redmap.BatchError
 			if !errors.As(err, &be) || len(be.Failed) != 3 {

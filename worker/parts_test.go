@@ -331,7 +331,7 @@ func TestExecutors(t *testing.T) {
 	taken := []wire.Taken{{ID: "gone"}, {ID: "kept"}}
 	h.add(taken)
 	q.First().Hold("w1", taken...)
-	q.First().Cancel("gone")
+	q.First().Withdraw("gone")
 	jobs <- job{Taken: taken[0], takenAt: old}
 	jobs <- job{Taken: taken[1], takenAt: old}
 	e.Start(context.Background())
@@ -380,7 +380,7 @@ func TestWantedCheckAsksOnce(t *testing.T) {
 	taken[n/2].ID = "gone"
 	h.add(taken)
 	q.First().Hold("w1", taken...)
-	q.First().Cancel("gone")
+	q.First().Withdraw("gone")
 	old := time.Now().Add(-time.Second)
 	for _, tk := range taken {
 		jobs <- job{Taken: tk, takenAt: old}

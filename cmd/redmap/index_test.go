@@ -221,7 +221,7 @@ func TestMetricsOfAThousandQueues(t *testing.T) {
 		q := fmt.Sprintf("%s-%d", base, i)
 		r := rdb.New(c, config.DefaultPrefix, q)
 		p := wire.BatchProgress{Func: "square", Total: 10, Started: time.Now()}
-		if _, err := r.PublishBatches(ctx, "m1", map[string]wire.BatchProgress{"m1-1": p}, time.Hour, time.Hour, 0); err != nil {
+		if _, err := r.PublishBatches(ctx, &broker.PublishBatchesParams{Manager: "m1", Batches: map[string]wire.BatchProgress{"m1-1": p}, TTL: time.Hour, Due: time.Hour}); err != nil {
 			t.Fatal(err)
 		}
 		info := wire.WorkerInfo{Host: "h", PID: i + 1, Concurrency: 1, Lease: time.Hour, Every: time.Minute, Functions: []string{"square"}}
@@ -284,7 +284,7 @@ func TestMetricsServeTheOthersPastAnUnreadableQueue(t *testing.T) {
 		queues = append(queues, q)
 		r := rdb.New(c, config.DefaultPrefix, q)
 		p := wire.BatchProgress{Func: "square", Total: 10, Started: time.Now()}
-		if _, err := r.PublishBatches(ctx, "m1", map[string]wire.BatchProgress{"m1-1": p}, time.Hour, time.Hour, 0); err != nil {
+		if _, err := r.PublishBatches(ctx, &broker.PublishBatchesParams{Manager: "m1", Batches: map[string]wire.BatchProgress{"m1-1": p}, TTL: time.Hour, Due: time.Hour}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -342,7 +342,7 @@ func TestScanFindsQueuesOfAnEarlierBuild(t *testing.T) {
 	ctx := context.Background()
 	queue := redistest.Queue(t)
 	p := wire.BatchProgress{Func: "square", Total: 10, Started: time.Now()}
-	if _, err := rdb.New(c, config.DefaultPrefix, queue).PublishBatches(ctx, "m1", map[string]wire.BatchProgress{"m1-1": p}, time.Hour, time.Hour, 0); err != nil {
+	if _, err := rdb.New(c, config.DefaultPrefix, queue).PublishBatches(ctx, &broker.PublishBatchesParams{Manager: "m1", Batches: map[string]wire.BatchProgress{"m1-1": p}, TTL: time.Hour, Due: time.Hour}); err != nil {
 		t.Fatal(err)
 	}
 	if err := c.Del(ctx, keys.QueueIndex(config.DefaultPrefix)).Err(); err != nil { // as an earlier build left it

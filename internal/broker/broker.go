@@ -1,8 +1,8 @@
 // Package broker is the contract between redmap's processes and the store
-// they share: every operation a worker asks of a queue's shards, each
-// taking its arguments by name in one *Params struct (none if it has no
-// arguments) and returning a *Result struct where it returns more than one
-// value. The records they carry are internal/wire's.
+// they share: every operation a manager or a worker asks of a queue's
+// shards, each taking its arguments by name in one *Params struct (none if
+// it has no arguments) and returning a *Result struct where it returns more
+// than one value. The records they carry are internal/wire's.
 //
 // internal/rdb implements it on Redis (a script per operation, its KEYS and
 // ARGV built from the params in one place); internal/broker/memory
@@ -55,6 +55,46 @@ type Shard interface {
 	Retire(ctx context.Context, p *RetireParams) (*wire.Reaped, error)
 	// Depth counts the task ids waiting in the shard's public lists.
 	Depth(ctx context.Context) (int64, error)
+
+	// The manager's: submit and withdraw, read results, keep its keys.
+
+	// Submit queues a manager's tasks, and says what its task set counts
+	// and whether it was intact (the count and epoch expected).
+	Submit(ctx context.Context, p *SubmitParams) (*SubmitResult, error)
+	// Cancel withdraws tasks: a take drops them, their results are
+	// discarded.
+	Cancel(ctx context.Context, p *CancelParams) error
+	// Ping checks that the store answers.
+	Ping(ctx context.Context) error
+	// ReadResults trims the entries read last time off a manager's result
+	// list and reads up to p.Limit more; ReadThenWait waits for one (up to
+	// p.Wait) if there are none; WaitResults waits for the first.
+	ReadResults(ctx context.Context, p *ReadResultsParams) ([]string, error)
+	ReadThenWait(ctx context.Context, p *ReadResultsParams) (*ReadThenWaitResult, error)
+	WaitResults(ctx context.Context, p *WaitResultsParams) (string, error)
+	// Unstaged returns entries with each staged result in place;
+	// StagedSizes the bytes of each entry, staged results in place.
+	Unstaged(ctx context.Context, p *EntriesParams) ([]string, error)
+	StagedSizes(ctx context.Context, p *EntriesParams) ([]int, error)
+	// WakeCollector makes a manager's blocked WaitResults return now.
+	WakeCollector(ctx context.Context, p *ManagerParams) error
+	// Renew extends the life of a manager's keys; Drop deletes them;
+	// ForgetLanes deletes what it keeps of lanes that ended.
+	Renew(ctx context.Context, p *RenewParams) error
+	Drop(ctx context.Context, p *ManagerParams) error
+	ForgetLanes(ctx context.Context, p *ForgetLanesParams) error
+	// Submitted returns a task set's count and epoch; Missing which of some
+	// tasks it lacks; Audit what a lost key took along. The recoverer's.
+	Submitted(ctx context.Context, p *ManagerParams) (*SubmittedResult, error)
+	Missing(ctx context.Context, p *MissingParams) (*MissingResult, error)
+	Audit(ctx context.Context, p *AuditParams) (*wire.Audited, error)
+	// SetAsideTasks sets a task set aside if p.Err says it holds foreign
+	// data, and reports whether it did.
+	SetAsideTasks(ctx context.Context, p *SetAsideTasksParams) bool
+	// Resume and Kept are a durable batch's owner's, before its first
+	// submit: what the store has of the batch, and its kept results.
+	Resume(ctx context.Context, p *ResumeParams) (*wire.Resumed, error)
+	Kept(ctx context.Context, p *KeptParams) ([]string, error)
 }
 
 // Queue is shard 0 of a queue, where the queue-wide records live as well.
@@ -79,8 +119,34 @@ type Queue interface {
 	// DeclareLimit records the limit declared with a function's handle and
 	// returns the limit in force; Throttle pauses a function's rate after
 	// a RetryAfter and reports whether it has one.
-	DeclareLimit(ctx context.Context, p *DeclareLimitParams) (*DeclareLimitResult, error)
+	DeclareLimit(ctx context.Context, p *DeclareLimitParams) (*LimitResult, error)
 	Throttle(ctx context.Context, p *ThrottleParams) (bool, error)
+
+	// The manager's, queue-wide.
+
+	// LiveWorkers returns the ids of the workers whose lease holds.
+	LiveWorkers(ctx context.Context) ([]string, error)
+	// Served says, for what each batch calls, whether a live worker
+	// serves it.
+	Served(ctx context.Context, p *ServedParams) ([]wire.Serving, error)
+	// ReadLimit returns a function's limit in force, without writing.
+	ReadLimit(ctx context.Context, p *ReadLimitParams) (*LimitResult, error)
+	// AdoptShards records the shards a manager uses, taking the names the
+	// list has; AddShards adds those it lacks. Both return the list.
+	AdoptShards(ctx context.Context, p *ShardsParams) ([]string, error)
+	AddShards(ctx context.Context, p *ShardsParams) ([]string, error)
+	// PublishBatches publishes a manager's running batches and returns
+	// those an operator asked it to cancel.
+	PublishBatches(ctx context.Context, p *PublishBatchesParams) ([]string, error)
+	// RecordBatches writes ended batches into the queue's history;
+	// RecordFailed their failed elements.
+	RecordBatches(ctx context.Context, p *RecordBatchesParams) error
+	RecordFailed(ctx context.Context, p *RecordFailedParams) error
+	// Claim takes, renews or releases a durable batch's claim; Sums and
+	// AddSums read and record the sums of its tasks' inputs.
+	Claim(ctx context.Context, p *ClaimParams) (*wire.Claimed, error)
+	Sums(ctx context.Context, p *SumsParams) (map[string]string, error)
+	AddSums(ctx context.Context, p *AddSumsParams) error
 }
 
 // TakeParams are what a take asks for: take.lua's ARGV.
@@ -204,9 +270,9 @@ type DeclareLimitParams struct {
 	Record wire.LimitRecord
 }
 
-// DeclareLimitResult is the limit in force ("" if none), and its source
+// LimitResult is the limit in force (zero if none), and its source
 // (rdb.LimitFromCode, rdb.LimitFromOperator).
-type DeclareLimitResult struct {
+type LimitResult struct {
 	Limit wire.Limit
 	From  string
 }
@@ -215,4 +281,188 @@ type DeclareLimitResult struct {
 type ThrottleParams struct {
 	Func  string
 	Quiet time.Duration
+}
+
+// SubmitParams are a manager's tasks to queue: on Lane, or on Worker's
+// private list if set, each task set entry living TTL; Expect is what the
+// manager knows of its task set (see wire.Expect).
+type SubmitParams struct {
+	Manager string
+	Worker  string
+	Lane    wire.Lane
+	Tasks   []wire.Task
+	TTL     time.Duration
+	Expect  wire.Expect
+}
+
+// SubmitResult is the task set's count of tasks ever submitted, and
+// whether the set was as the manager expected it.
+type SubmitResult struct {
+	Count  int64
+	Intact bool
+}
+
+// CancelParams are a manager's tasks to withdraw.
+type CancelParams struct {
+	Manager string
+	Tasks   []string
+}
+
+// ManagerParams name a manager (or a durable batch's owner).
+type ManagerParams struct {
+	Manager string
+}
+
+// ReadResultsParams read a manager's result list: Handled entries read
+// last time, the last of them starting with Mark, are trimmed first; then
+// up to Limit are read. ReadThenWait waits up to Wait for one.
+type ReadResultsParams struct {
+	Manager string
+	Handled int
+	Mark    string
+	Limit   int
+	Wait    time.Duration
+}
+
+// ReadThenWaitResult is what a read brought, and whether it came from the
+// wait.
+type ReadThenWaitResult struct {
+	Entries  []string
+	FromWait bool
+}
+
+// WaitResultsParams wait up to Timeout for a manager's first result.
+type WaitResultsParams struct {
+	Manager string
+	Timeout time.Duration
+}
+
+// EntriesParams are entries read from a manager's result list.
+type EntriesParams struct {
+	Manager string
+	Entries []string
+}
+
+// RenewParams extend a manager's keys' life to TTL.
+type RenewParams struct {
+	Manager string
+	TTL     time.Duration
+}
+
+// ForgetLanesParams name a manager's lanes that ended (their numbers).
+type ForgetLanesParams struct {
+	Manager string
+	Lanes   []string
+}
+
+// SubmittedResult is a task set's count of tasks ever submitted and its
+// epoch: 0 and "" if it is gone.
+type SubmittedResult struct {
+	Count int64
+	Epoch string
+}
+
+// MissingParams are a manager's tasks to look for in its task set.
+type MissingParams struct {
+	Manager string
+	Tasks   []string
+}
+
+// MissingResult is those of the tasks the set lacks, with its count and
+// epoch, read in the same step.
+type MissingResult struct {
+	Missing []string
+	Count   int64
+	Epoch   string
+}
+
+// AuditParams are a manager's outstanding tasks, by where they were
+// placed, to check against the store; what is put back lives TTL.
+type AuditParams struct {
+	Manager string
+	Groups  []wire.Placed
+	TTL     time.Duration
+}
+
+// SetAsideTasksParams are a manager and the error a call of its task set
+// met.
+type SetAsideTasksParams struct {
+	Manager string
+	Err     error
+}
+
+// ResumeParams name a durable batch's owner; the claim its fence holds
+// becomes the shard's, living TTL.
+type ResumeParams struct {
+	Owner string
+	TTL   time.Duration
+}
+
+// KeptParams read up to N of an owner's kept results from index From.
+type KeptParams struct {
+	Owner string
+	From  int64
+	N     int64
+}
+
+// ServedParams are what batches call (wire.Calls).
+type ServedParams struct {
+	Calls []string
+}
+
+// ReadLimitParams name a function.
+type ReadLimitParams struct {
+	Func string
+}
+
+// ShardsParams are shard names: a manager's proposals, or those to add.
+type ShardsParams struct {
+	Names []string
+}
+
+// PublishBatchesParams are a manager's running batches, the hash living
+// TTL, the next publish due within Due; Ended is the elements that ended
+// since the manager last said.
+type PublishBatchesParams struct {
+	Manager string
+	Batches map[string]wire.BatchProgress
+	TTL     time.Duration
+	Due     time.Duration
+	Ended   int64
+}
+
+// RecordBatchesParams are a manager's batches that ended, for a history
+// of at most Limit batches none older than Age; Ended as for
+// PublishBatches.
+type RecordBatchesParams struct {
+	Manager string
+	Records []wire.BatchRecord
+	Limit   int
+	Age     time.Duration
+	Ended   int64
+}
+
+// RecordFailedParams are the failed elements of ended batch Batch, with
+// Omitted more left out, living Age.
+type RecordFailedParams struct {
+	Batch   string
+	Failed  []wire.FailedElement
+	Omitted int
+	Age     time.Duration
+}
+
+// ClaimParams are a claim to take, renew or release (wire.Claim).
+type ClaimParams = wire.Claim
+
+// SumsParams name a durable batch's owner.
+type SumsParams struct {
+	Owner string
+}
+
+// AddSumsParams are sums (task id → sum of its inputs) of an owner's
+// tasks, living TTL.
+type AddSumsParams struct {
+	Owner string
+	Sums  map[string]string
+	TTL   time.Duration
 }

@@ -3,8 +3,8 @@ package rdb
 import (
 	"context"
 	"fmt"
-	"time"
 
+	"github.com/redmap/redmap/internal/broker"
 	"github.com/redmap/redmap/internal/keys"
 	"github.com/redmap/redmap/internal/wire"
 )
@@ -22,7 +22,8 @@ const maxAudit = 5000
 // lua/audit.lua. It returns the tasks not in the task set, and the length
 // of the result list. One script call per 5,000 tasks (maxAudit); a task set holding foreign
 // data is a *redmap.CommandError naming it.
-func (r *RDB) Audit(ctx context.Context, mid string, groups []wire.Placed, ttl time.Duration) (wire.Audited, error) {
+func (r *RDB) Audit(ctx context.Context, p *broker.AuditParams) (*wire.Audited, error) {
+	mid, groups, ttl := p.Manager, p.Groups, p.TTL
 	tasks := keys.Tasks(r.prefix, r.queue, mid)
 	ks := []string{tasks, keys.Workers(r.prefix, r.queue), keys.Idle(r.prefix, r.queue), keys.Lanes(r.prefix, r.queue, mid),
 		keys.Results(r.prefix, r.queue, mid)}
@@ -44,16 +45,16 @@ func (r *RDB) Audit(ctx context.Context, mid string, groups []wire.Placed, ttl t
 		}
 		got, err := auditScript.run(ctx, r.c, ks, args...).Slice()
 		if err != nil {
-			return out, onKey(wrap("audit", auditScript, "", err), tasks)
+			return &out, onKey(wrap("audit", auditScript, "", err), tasks)
 		}
 		var counts [4]int64
 		for i := range counts {
 			if i >= len(got) {
-				return out, fmt.Errorf("audit: script returned %v, not 4 integers first", got)
+				return &out, fmt.Errorf("audit: script returned %v, not 4 integers first", got)
 			}
 			c, ok := got[i].(int64)
 			if !ok {
-				return out, fmt.Errorf("audit: script returned %T, not an integer", got[i])
+				return &out, fmt.Errorf("audit: script returned %T, not an integer", got[i])
 			}
 			counts[i] = c
 		}
@@ -64,10 +65,10 @@ func (r *RDB) Audit(ctx context.Context, mid string, groups []wire.Placed, ttl t
 		for _, v := range got[4:] {
 			tid, ok := v.(string)
 			if !ok {
-				return out, fmt.Errorf("audit: script returned %T, not a task id", v)
+				return &out, fmt.Errorf("audit: script returned %T, not a task id", v)
 			}
 			out.Absent = append(out.Absent, tid)
 		}
 	}
-	return out, nil
+	return &out, nil
 }

@@ -15,11 +15,11 @@ import (
 // public lane.
 func (f *fixture) audit(t *testing.T, tids []string) wire.Audited {
 	t.Helper()
-	got, err := f.r.Audit(context.Background(), f.mid, []wire.Placed{{Lane: f.lane(), Tasks: tids}}, time.Minute)
+	got, err := f.r.Audit(context.Background(), &broker.AuditParams{Manager: f.mid, Groups: []wire.Placed{{Lane: f.lane(), Tasks: tids}}, TTL: time.Minute})
 	if err != nil {
 		t.Fatal(err)
 	}
-	return got
+	return *got
 }
 
 // The manager lists a batch's tasks as outstanding before its submit: an
@@ -114,7 +114,7 @@ func takeWithForeign(t *testing.T, key func(f *fixture) string) {
 	// Again under a submit of one more task.
 	f.c.Set(ctx, k, "foreign", 0)
 	more := id.TaskIn(f.mid, 100, 1, 1, keys.DefaultPriority, keys.DefaultPriority)
-	if _, _, err := f.r.Submit(ctx, f.mid, "", f.lane(), []wire.Task{{ID: more, Payload: []byte("p")}}, time.Minute, wire.Expect{}); err != nil {
+	if _, _, err := submitOf(f.r.Submit(ctx, &broker.SubmitParams{Manager: f.mid, Lane: f.lane(), Tasks: []wire.Task{{ID: more, Payload: []byte("p")}}, TTL: time.Minute, Expect: wire.Expect{}})); err != nil {
 		t.Fatalf("submit with foreign data in %s: %v", k, err)
 	}
 	f.audit(t, append(tids, more))

@@ -31,7 +31,7 @@ func TestBacklogCountsElementsThroughEveryMove(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, _, err := f.r.Submit(ctx, f.mid, "", f.lane(), tasks, time.Minute, wire.Expect{}); err != nil {
+	if _, _, err := submitOf(f.r.Submit(ctx, &broker.SubmitParams{Manager: f.mid, Lane: f.lane(), Tasks: tasks, TTL: time.Minute, Expect: wire.Expect{}})); err != nil {
 		t.Fatal(err)
 	}
 	want := func(what string, tasks, elements int64) {
@@ -87,7 +87,7 @@ func TestBacklogCountsElementsThroughEveryMove(t *testing.T) {
 		t.Fatalf("%d keys beside the empty lane remain", n)
 	}
 	// A new submit, then a purge.
-	if _, _, err := f.r.Submit(ctx, f.mid, "", f.lane(), tasks[:4], time.Minute, wire.Expect{}); err != nil {
+	if _, _, err := submitOf(f.r.Submit(ctx, &broker.SubmitParams{Manager: f.mid, Lane: f.lane(), Tasks: tasks[:4], TTL: time.Minute, Expect: wire.Expect{}})); err != nil {
 		t.Fatal(err)
 	}
 	want("submitted again", 4, 10)
@@ -109,11 +109,11 @@ func TestEndedTotalsCountLastRecord(t *testing.T) {
 		return wire.BatchRecord{ID: id, Manager: f.mid, Func: "f", Total: 10, Done: 10, Outcome: outcome, FailedBy: failedBy}
 	}
 	for _, r := range []wire.BatchRecord{rec("b1", wire.OutcomeManagerLost, nil), rec("b2", wire.OutcomeDone, nil)} {
-		if err := f.r.RecordBatches(ctx, f.mid, []wire.BatchRecord{r}, 100, time.Hour, 0); err != nil {
+		if err := f.r.RecordBatches(ctx, &broker.RecordBatchesParams{Manager: f.mid, Records: []wire.BatchRecord{r}, Limit: 100, Age: time.Hour}); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if err := f.r.RecordBatches(ctx, f.mid, []wire.BatchRecord{rec("b1", wire.OutcomeFailed, map[string]int{"panic": 2, "lost": 1})}, 1, time.Hour, 0); err != nil {
+	if err := f.r.RecordBatches(ctx, &broker.RecordBatchesParams{Manager: f.mid, Records: []wire.BatchRecord{rec("b1", wire.OutcomeFailed, map[string]int{"panic": 2, "lost": 1})}, Limit: 1, Age: time.Hour}); err != nil {
 		t.Fatal(err)
 	}
 	outcomes, kinds, err := admin.Ended(ctx, f.queue)
@@ -157,7 +157,7 @@ func TestSubmitResetsWhatIsBesideAnEmptyLane(t *testing.T) {
 	}
 	submit := func(ts []wire.Task) {
 		t.Helper()
-		if _, _, err := f.r.Submit(ctx, f.mid, "", f.lane(), ts, time.Minute, wire.Expect{}); err != nil {
+		if _, _, err := submitOf(f.r.Submit(ctx, &broker.SubmitParams{Manager: f.mid, Lane: f.lane(), Tasks: ts, TTL: time.Minute, Expect: wire.Expect{}})); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -7,6 +7,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/redmap/redmap/internal/broker"
 	"github.com/redmap/redmap/internal/keys"
 	"github.com/redmap/redmap/internal/wire"
 )
@@ -29,7 +30,8 @@ const CallBytes = 1 << 20
 // a reader can read the staged results in calls of at most CallBytes
 // (Unstaged). One pipeline of HSTRLEN, only if two entries or more are
 // staged: a lone staged result is read alone anyway (its size is then 0).
-func (r *RDB) StagedSizes(ctx context.Context, mid string, entries []string) (out []int, err error) {
+func (r *RDB) StagedSizes(ctx context.Context, p *broker.EntriesParams) (out []int, err error) {
+	mid, entries := p.Manager, p.Entries
 	defer func() {
 		if err != nil {
 			err = r.setAside(ctx, mid, err)

@@ -10,6 +10,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/redmap/redmap/internal/broker"
 	"github.com/redmap/redmap/internal/id"
 	"github.com/redmap/redmap/internal/keys"
 	"github.com/redmap/redmap/internal/redistest"
@@ -25,7 +26,7 @@ func TestStagedSizesAndWithin(t *testing.T) {
 	big := strings.Repeat("x", 3<<20)
 	f.c.HSet(ctx, staged, "a", big, "b", "yy")
 	entries := []string{"inline", wire.StagedPrefix + "a", wire.StagedPrefix + "b", wire.StagedPrefix + "gone"}
-	sizes, err := f.r.StagedSizes(ctx, f.mid, entries)
+	sizes, err := f.r.StagedSizes(ctx, &broker.EntriesParams{Manager: f.mid, Entries: entries})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -83,7 +84,9 @@ func TestWaitsLeaveThePool(t *testing.T) {
 	var wg sync.WaitGroup
 	for i := range rs {
 		rs[i], mids[i] = New(c, "rm", q), id.New()
-		wg.Go(func() { got[i], errs[i] = rs[i].WaitResults(ctx, mids[i], 5*time.Second) })
+		wg.Go(func() {
+			got[i], errs[i] = rs[i].WaitResults(ctx, &broker.WaitResultsParams{Manager: mids[i], Timeout: 5 * time.Second})
+		})
 	}
 	redistest.Eventually(t, "a blocking read per slot of the share, the rest waiting on the waiter", func() bool {
 		w := rs[0].wait
@@ -111,7 +114,7 @@ func TestWaitsLeaveThePool(t *testing.T) {
 	// A wait beyond the share ends at its timeout with nothing.
 	release, _ := rs[0].wait.block(ctx, "") // the share's one slot
 	defer release()
-	e, err := New(c, "rm", q).WaitResults(ctx, id.New(), time.Second)
+	e, err := New(c, "rm", q).WaitResults(ctx, &broker.WaitResultsParams{Manager: id.New(), Timeout: time.Second})
 	if err != nil || e != "" {
 		t.Fatalf("a wait on an empty list: %q, %v; want nothing at its timeout", e, err)
 	}
@@ -132,7 +135,7 @@ func TestSubmitSaysWhatItQueued(t *testing.T) {
 	for i := range tasks {
 		tasks[i] = wire.Task{ID: id.TaskIn(mid, uint64(i+1), 1, 1, keys.DefaultPriority, keys.DefaultPriority), Payload: []byte(strings.Repeat("p", CallBytes/4))}
 	}
-	_, _, err := r.Submit(ctx, mid, "", lane, tasks, time.Minute, wire.Expect{})
+	_, _, err := submitOf(r.Submit(ctx, &broker.SubmitParams{Manager: mid, Lane: lane, Tasks: tasks, TTL: time.Minute, Expect: wire.Expect{}}))
 	var part *PartlySubmitted
 	if !errors.As(err, &part) || !OutOfMemory(err) {
 		t.Fatalf("err = %v; want a refusal at maxmemory after some groups", err)
@@ -173,7 +176,9 @@ func TestWaitsShareEachNode(t *testing.T) {
 	errs := make([]error, len(rs))
 	var wg sync.WaitGroup
 	for i := range rs {
-		wg.Go(func() { got[i], errs[i] = rs[i].WaitResults(ctx, mids[i], 10*time.Second) })
+		wg.Go(func() {
+			got[i], errs[i] = rs[i].WaitResults(ctx, &broker.WaitResultsParams{Manager: mids[i], Timeout: 10 * time.Second})
+		})
 	}
 	w := rs[0].wait
 	redistest.Eventually(t, "a blocking read on each master", func() bool {

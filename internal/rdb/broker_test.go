@@ -39,7 +39,16 @@ const mid = "m1"
 var lane = wire.Lane{Name: mid + ".1", Calls: "f\tsig"}
 
 func (h *harness) Queue() broker.Queue { return h.r }
-func (h *harness) Serves() []string    { return []string{lane.Calls} }
+func (h *harness) Manager() string     { return mid }
+func (h *harness) Lane() wire.Lane     { return lane }
+
+func (h *harness) Lose(t *testing.T) {
+	t.Helper()
+	if err := h.c.Del(context.Background(), keys.Tasks("redmap", h.queue, mid)).Err(); err != nil {
+		t.Fatal(err)
+	}
+}
+func (h *harness) Serves() []string { return []string{lane.Calls} }
 
 func (h *harness) Add(t *testing.T, attempts ...int) []string {
 	t.Helper()
@@ -55,24 +64,24 @@ func (h *harness) Add(t *testing.T, attempts ...int) []string {
 			h.c.HSet(ctx, keys.Attempts("redmap", h.queue, mid), tid, a)
 		}
 	}
-	count, intact, err := h.r.Submit(ctx, mid, "", lane, tasks, time.Minute, wire.Expect{Count: h.count, Epoch: "e1"})
-	if err != nil || !intact {
-		t.Fatalf("submit: %d, intact %v, %v", count, intact, err)
+	got, err := h.r.Submit(ctx, &broker.SubmitParams{Manager: mid, Lane: lane, Tasks: tasks, TTL: time.Minute, Expect: wire.Expect{Count: h.count, Epoch: "e1"}})
+	if err != nil || !got.Intact {
+		t.Fatalf("submit: %+v, %v", got, err)
 	}
-	h.count = count
+	h.count = got.Count
 	return ids
 }
 
 func (h *harness) Cancel(t *testing.T, tids ...string) {
 	t.Helper()
-	if err := h.r.Cancel(context.Background(), mid, tids); err != nil {
+	if err := h.r.Cancel(context.Background(), &broker.CancelParams{Manager: mid, Tasks: tids}); err != nil {
 		t.Fatal(err)
 	}
 }
 
 func (h *harness) Delivered(t *testing.T) []string {
 	t.Helper()
-	entries, err := h.r.ReadResults(context.Background(), mid, 0, "", 100)
+	entries, err := h.r.ReadResults(context.Background(), &broker.ReadResultsParams{Manager: mid, Limit: 100})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/redmap/redmap/internal/broker"
 	"github.com/redmap/redmap/internal/failure"
 	"github.com/redmap/redmap/internal/keys"
 )
@@ -239,7 +240,8 @@ func (r *RDB) asideOnce(ctx context.Context, key, typ string, do func() error) e
 // held first: its payloads and the truth of what is outstanding went with
 // the foreign write. The manager's next submit finds no count, and its
 // recoverer starts a new history (epoch) for the set.
-func (r *RDB) SetAsideTasks(ctx context.Context, mid string, err error) bool {
+func (r *RDB) SetAsideTasks(ctx context.Context, p *broker.SetAsideTasksParams) bool {
+	mid, err := p.Manager, p.Err
 	var ce *failure.CommandError
 	k := keys.Tasks(r.prefix, r.queue, mid)
 	if !errors.As(err, &ce) || ce.Key != k || !strings.HasPrefix(ce.Reply, "WRONGTYPE") {

@@ -5,10 +5,10 @@ import (
 	"context"
 	"slices"
 	"strconv"
-	"time"
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/redmap/redmap/internal/broker"
 	"github.com/redmap/redmap/internal/keys"
 	"github.com/redmap/redmap/internal/wire"
 )
@@ -24,7 +24,8 @@ const failedSlice = 200
 // counted among omitted. The hash lives age, the history's age, and goes
 // with the batch's record when the history is trimmed. One script call per
 // 200 elements (failed.lua); none for no failed element.
-func (r *RDB) RecordFailed(ctx context.Context, bid string, fs []wire.FailedElement, omitted int, age time.Duration) error {
+func (r *RDB) RecordFailed(ctx context.Context, p *broker.RecordFailedParams) error {
+	bid, fs, omitted, age := p.Batch, p.Failed, p.Omitted, p.Age
 	if len(fs) == 0 && omitted == 0 {
 		return nil
 	}

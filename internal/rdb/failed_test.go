@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redmap/redmap/internal/broker"
 	"github.com/redmap/redmap/internal/keys"
 	"github.com/redmap/redmap/internal/wire"
 )
@@ -18,7 +19,7 @@ func TestFailedElements(t *testing.T) {
 	ctx := context.Background()
 	a := NewAdmin(f.c, "rm")
 	rec := wire.BatchRecord{ID: "b1", Manager: f.mid, Func: "f", Total: 2000, Failed: 1050, Outcome: wire.OutcomeFailed, Started: 1, Ended: 2}
-	if err := f.r.RecordBatches(ctx, f.mid, []wire.BatchRecord{rec}, 3, time.Hour, 0); err != nil {
+	if err := f.r.RecordBatches(ctx, &broker.RecordBatchesParams{Manager: f.mid, Records: []wire.BatchRecord{rec}, Limit: 3, Age: time.Hour}); err != nil {
 		t.Fatal(err)
 	}
 	fs := make([]wire.FailedElement, 1050)
@@ -26,7 +27,7 @@ func TestFailedElements(t *testing.T) {
 		fs[i] = wire.FailedElement{Index: 2 * i, Kind: "error", Error: fmt.Sprint("bad ", i), Attempts: 1, Worker: "w1"}
 	}
 	fs[3].Error = string(make([]byte, 4000)) // cut to MaxFailedError
-	if err := f.r.RecordFailed(ctx, "b1", fs, 7, time.Hour); err != nil {
+	if err := f.r.RecordFailed(ctx, &broker.RecordFailedParams{Batch: "b1", Failed: fs, Omitted: 7, Age: time.Hour}); err != nil {
 		t.Fatal(err)
 	}
 	got, malformed, err := a.FailedElements(ctx, f.queue, "b1")
@@ -42,7 +43,7 @@ func TestFailedElements(t *testing.T) {
 		t.Fatalf("an error of 4000 bytes recorded as %d bytes; want at most %d", n, wire.MaxFailedError)
 	}
 	// Recorded again (a manager that came back): its list, not both.
-	if err := f.r.RecordFailed(ctx, "b1", fs[:2], 0, time.Hour); err != nil {
+	if err := f.r.RecordFailed(ctx, &broker.RecordFailedParams{Batch: "b1", Failed: fs[:2], Age: time.Hour}); err != nil {
 		t.Fatal(err)
 	}
 	if got, _, _ := a.FailedElements(ctx, f.queue, "b1"); len(got.Elements) != 2 || got.Omitted != 0 {
@@ -56,7 +57,7 @@ func TestFailedElements(t *testing.T) {
 	for i := range 3 {
 		r := rec
 		r.ID = fmt.Sprint("x", i)
-		if err := f.r.RecordBatches(ctx, f.mid, []wire.BatchRecord{r}, 3, time.Hour, 0); err != nil {
+		if err := f.r.RecordBatches(ctx, &broker.RecordBatchesParams{Manager: f.mid, Records: []wire.BatchRecord{r}, Limit: 3, Age: time.Hour}); err != nil {
 			t.Fatal(err)
 		}
 	}

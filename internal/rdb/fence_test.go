@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redmap/redmap/internal/broker"
 	"github.com/redmap/redmap/internal/id"
 	"github.com/redmap/redmap/internal/keys"
 	"github.com/redmap/redmap/internal/wire"
@@ -24,17 +25,17 @@ func TestFencedOwnerWritesNothing(t *testing.T) {
 	take := func(host, steal string) (*RDB, wire.Claimed) {
 		t.Helper()
 		h := wire.Holder{Manager: id.New(), Host: host, PID: 1, Since: 100}
-		got, err := f.r.Claim(ctx, wire.Claim{Owner: f.mid, Name: "fenced", Holder: h, Lease: time.Minute, TTL: time.Hour, Steal: steal})
+		got, err := f.r.Claim(ctx, &wire.Claim{Owner: f.mid, Name: "fenced", Holder: h, Lease: time.Minute, TTL: time.Hour, Steal: steal})
 		if err != nil || !got.Held {
 			t.Fatalf("%s claims: %+v, %v", host, got, err)
 		}
 		fence := NewFence(f.mid)
 		fence.Set(got.Record)
 		r := f.r.KeepingResults().Fenced(fence)
-		if _, err := r.Resume(ctx, f.mid, time.Hour); err != nil {
+		if _, err := r.Resume(ctx, &broker.ResumeParams{Owner: f.mid, TTL: time.Hour}); err != nil {
 			t.Fatal(err)
 		}
-		return r, got
+		return r, *got
 	}
 	tasks := func(from, n int) []wire.Task {
 		ts := make([]wire.Task, n)
@@ -44,15 +45,15 @@ func TestFencedOwnerWritesNothing(t *testing.T) {
 		return ts
 	}
 	ra, a := take("a", "")
-	if _, _, err := ra.Submit(ctx, f.mid, "", f.lane(), tasks(1, 5), time.Hour, wire.Expect{}); err != nil {
+	if _, _, err := submitOf(ra.Submit(ctx, &broker.SubmitParams{Manager: f.mid, Lane: f.lane(), Tasks: tasks(1, 5), TTL: time.Hour, Expect: wire.Expect{}})); err != nil {
 		t.Fatal(err)
 	}
 	sumsKey := keys.Sums("rm", f.queue, f.mid)
-	if err := ra.AddSums(ctx, f.mid, map[string]string{"t1": "s1"}, time.Hour); err != nil || f.c.HGet(ctx, sumsKey, "t1").Val() != "s1" {
+	if err := ra.AddSums(ctx, &broker.AddSumsParams{Owner: f.mid, Sums: map[string]string{"t1": "s1"}, TTL: time.Hour}); err != nil || f.c.HGet(ctx, sumsKey, "t1").Val() != "s1" {
 		t.Fatalf("a records a sum: %v", err)
 	}
 	f.finishFirst(t, ra, 3)
-	first, err := ra.ReadResults(ctx, f.mid, 0, "", 10)
+	first, err := ra.ReadResults(ctx, &broker.ReadResultsParams{Manager: f.mid, Limit: 10})
 	if err != nil || len(first) != 3 {
 		t.Fatalf("a reads %q, %v", first, err)
 	}
@@ -81,19 +82,19 @@ func TestFencedOwnerWritesNothing(t *testing.T) {
 		for i := range stale {
 			stale[i].Payload = []byte("stale")
 		}
-		_, _, err := ra.Submit(ctx, f.mid, "", f.lane(), stale, time.Minute, wire.Expect{})
+		_, _, err := submitOf(ra.Submit(ctx, &broker.SubmitParams{Manager: f.mid, Lane: f.lane(), Tasks: stale, TTL: time.Minute, Expect: wire.Expect{}}))
 		fenced("submit", err)
-		_, err = ra.ReadResults(ctx, f.mid, 3, Mark(first[2]), 10)
+		_, err = ra.ReadResults(ctx, &broker.ReadResultsParams{Manager: f.mid, Handled: 3, Mark: broker.Mark(first[2]), Limit: 10})
 		fenced("trim", err)
-		fenced("renew", ra.Renew(ctx, f.mid, time.Minute))
-		fenced("drop", ra.Drop(ctx, f.mid))
-		fenced("history record", ra.RecordBatches(ctx, f.mid, []wire.BatchRecord{rec}, 10, time.Hour, 0))
-		_, err = ra.PublishBatches(ctx, f.mid, map[string]wire.BatchProgress{rec.ID: {Func: "f", Total: 5}}, time.Minute, time.Minute, 0)
+		fenced("renew", ra.Renew(ctx, &broker.RenewParams{Manager: f.mid, TTL: time.Minute}))
+		fenced("drop", ra.Drop(ctx, &broker.ManagerParams{Manager: f.mid}))
+		fenced("history record", ra.RecordBatches(ctx, &broker.RecordBatchesParams{Manager: f.mid, Records: []wire.BatchRecord{rec}, Limit: 10, Age: time.Hour}))
+		_, err = ra.PublishBatches(ctx, &broker.PublishBatchesParams{Manager: f.mid, Batches: map[string]wire.BatchProgress{rec.ID: {Func: "f", Total: 5}}, TTL: time.Minute, Due: time.Minute})
 		fenced("publish", err)
-		fenced("sums", ra.AddSums(ctx, f.mid, map[string]string{"t9": "s9"}, time.Hour))
-		fenced("cancel", ra.Cancel(ctx, f.mid, []string{four}))
-		fenced("wake", ra.WakeCollector(ctx, f.mid))
-		_, err = ra.Claim(ctx, wire.Claim{Owner: f.mid, Name: "fenced", Holder: a.Holder, Lease: time.Minute, TTL: time.Hour, Fence: a.Record})
+		fenced("sums", ra.AddSums(ctx, &broker.AddSumsParams{Owner: f.mid, Sums: map[string]string{"t9": "s9"}, TTL: time.Hour}))
+		fenced("cancel", ra.Cancel(ctx, &broker.CancelParams{Manager: f.mid, Tasks: []string{four}}))
+		fenced("wake", ra.WakeCollector(ctx, &broker.ManagerParams{Manager: f.mid}))
+		_, err = ra.Claim(ctx, &wire.Claim{Owner: f.mid, Name: "fenced", Holder: a.Holder, Lease: time.Minute, TTL: time.Hour, Fence: a.Record})
 		fenced("claim", err)
 		if after := state(); after != before {
 			t.Fatalf("a's refused writes changed the batch: %s, was %s", after, before)
@@ -104,10 +105,10 @@ func TestFencedOwnerWritesNothing(t *testing.T) {
 
 	// b ends the batch: its record stays, its keys go, the fence stays.
 	rec.Started = 42
-	if err := rb.RecordBatches(ctx, f.mid, []wire.BatchRecord{rec}, 10, time.Hour, 0); err != nil {
+	if err := rb.RecordBatches(ctx, &broker.RecordBatchesParams{Manager: f.mid, Records: []wire.BatchRecord{rec}, Limit: 10, Age: time.Hour}); err != nil {
 		t.Fatal(err)
 	}
-	if err := rb.Drop(ctx, f.mid); err != nil {
+	if err := rb.Drop(ctx, &broker.ManagerParams{Manager: f.mid}); err != nil {
 		t.Fatal(err)
 	}
 	if n := f.c.Exists(ctx, taskSet, kept).Val(); n != 0 {
@@ -131,7 +132,7 @@ func TestForeignFenceIsSetAside(t *testing.T) {
 	ctx := context.Background()
 	f.mid = id.Durable("spoiled")
 	h := wire.Holder{Manager: id.New(), Host: "a", PID: 1, Since: 100}
-	got, err := f.r.Claim(ctx, wire.Claim{Owner: f.mid, Name: "spoiled", Holder: h, Lease: time.Minute, TTL: time.Hour})
+	got, err := f.r.Claim(ctx, &wire.Claim{Owner: f.mid, Name: "spoiled", Holder: h, Lease: time.Minute, TTL: time.Hour})
 	if err != nil || !got.Held {
 		t.Fatalf("claim: %+v, %v", got, err)
 	}
@@ -146,13 +147,13 @@ func TestForeignFenceIsSetAside(t *testing.T) {
 		if err := spoil(); err != nil {
 			t.Fatal(err)
 		}
-		if _, _, err := r.Submit(ctx, f.mid, "", f.lane(), []wire.Task{{ID: id.TaskIn(f.mid, 1, 1, 1, keys.DefaultPriority, keys.DefaultPriority), Payload: []byte("p")}}, time.Hour, wire.Expect{}); err != nil {
+		if _, _, err := submitOf(r.Submit(ctx, &broker.SubmitParams{Manager: f.mid, Lane: f.lane(), Tasks: []wire.Task{{ID: id.TaskIn(f.mid, 1, 1, 1, keys.DefaultPriority, keys.DefaultPriority), Payload: []byte("p")}}, TTL: time.Hour, Expect: wire.Expect{}})); err != nil {
 			t.Fatalf("a submit past a foreign fence: %v; want it taken", err)
 		}
-		if _, err := r.PublishBatches(ctx, f.mid, map[string]wire.BatchProgress{f.mid + ":1": {Func: "f", Total: 1}}, time.Minute, time.Minute, 0); err != nil {
+		if _, err := r.PublishBatches(ctx, &broker.PublishBatchesParams{Manager: f.mid, Batches: map[string]wire.BatchProgress{f.mid + ":1": {Func: "f", Total: 1}}, TTL: time.Minute, Due: time.Minute}); err != nil {
 			t.Fatalf("a publish past a foreign fence: %v; want it taken", err)
 		}
-		again, err := r.Claim(ctx, wire.Claim{Owner: f.mid, Name: "spoiled", Holder: h, Lease: time.Minute, TTL: time.Hour, Fence: got.Record})
+		again, err := r.Claim(ctx, &wire.Claim{Owner: f.mid, Name: "spoiled", Holder: h, Lease: time.Minute, TTL: time.Hour, Fence: got.Record})
 		if err != nil || !again.Held {
 			t.Fatalf("the holder's renewal past a foreign fence: %+v, %v", again, err)
 		}
@@ -173,24 +174,24 @@ func TestOwnerWakeKeepsResultsTTL(t *testing.T) {
 	fence := NewFence(f.mid)
 	r := f.r.KeepingResults().Fenced(fence)
 	results := keys.Results("rm", f.queue, f.mid)
-	if err := r.WakeCollector(ctx, f.mid); err != nil || f.c.Exists(ctx, results).Val() != 0 {
+	if err := r.WakeCollector(ctx, &broker.ManagerParams{Manager: f.mid}); err != nil || f.c.Exists(ctx, results).Val() != 0 {
 		t.Fatalf("an owner with no claim wakes: %v, %d results", err, f.c.LLen(ctx, results).Val())
 	}
 	h := wire.Holder{Manager: id.New(), Host: "a", PID: 1, Since: 100}
-	got, err := f.r.Claim(ctx, wire.Claim{Owner: f.mid, Name: "woken", Holder: h, Lease: time.Minute, TTL: time.Hour})
+	got, err := f.r.Claim(ctx, &wire.Claim{Owner: f.mid, Name: "woken", Holder: h, Lease: time.Minute, TTL: time.Hour})
 	if err != nil || !got.Held {
 		t.Fatalf("claim: %+v, %v", got, err)
 	}
 	fence.Set(got.Record)
-	if _, err := r.Resume(ctx, f.mid, time.Hour); err != nil {
+	if _, err := r.Resume(ctx, &broker.ResumeParams{Owner: f.mid, TTL: time.Hour}); err != nil {
 		t.Fatal(err)
 	}
 	task := wire.Task{ID: id.TaskIn(f.mid, 1, 1, 1, keys.DefaultPriority, keys.DefaultPriority), Payload: []byte("payload")}
-	if _, _, err := r.Submit(ctx, f.mid, "", f.lane(), []wire.Task{task}, time.Hour, wire.Expect{}); err != nil {
+	if _, _, err := submitOf(r.Submit(ctx, &broker.SubmitParams{Manager: f.mid, Lane: f.lane(), Tasks: []wire.Task{task}, TTL: time.Hour, Expect: wire.Expect{}})); err != nil {
 		t.Fatal(err)
 	}
 	f.finishFirst(t, r, 1)
-	if err := r.WakeCollector(ctx, f.mid); err != nil {
+	if err := r.WakeCollector(ctx, &broker.ManagerParams{Manager: f.mid}); err != nil {
 		t.Fatal(err)
 	}
 	es := f.c.LRange(ctx, results, 0, -1).Val()

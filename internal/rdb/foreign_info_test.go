@@ -29,11 +29,11 @@ func TestHeartbeatAndServedPastForeignData(t *testing.T) {
 		if err := f.c.Set(ctx, key, "foreign", 0).Err(); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := f.r.Served(ctx, []string{"f\tsig"}); err != nil {
+		if _, err := f.r.Served(ctx, &broker.ServedParams{Calls: []string{"f\tsig"}}); err != nil {
 			t.Fatalf("served with foreign data over %s: %v", key, err)
 		}
 		beat()
-		got, err := f.r.Served(ctx, []string{"f\tsig"})
+		got, err := f.r.Served(ctx, &broker.ServedParams{Calls: []string{"f\tsig"}})
 		if err != nil || len(got) != 1 || got[0].Code != wire.ServedBy {
 			t.Fatalf("served after the heartbeat past foreign data over %s: %+v, %v; want served", key, got, err)
 		}
@@ -74,7 +74,7 @@ func TestBellAndClaimPastForeignData(t *testing.T) {
 			t.Fatal(err)
 		}
 		h := wire.Holder{Manager: id.New(), Host: "a", PID: 1, Since: 100}
-		got, err := f.r.Claim(ctx, wire.Claim{Owner: owner, Name: "spoiled", Holder: h, Lease: time.Minute, TTL: time.Hour})
+		got, err := f.r.Claim(ctx, &wire.Claim{Owner: owner, Name: "spoiled", Holder: h, Lease: time.Minute, TTL: time.Hour})
 		if err != nil || !got.Held {
 			t.Fatalf("a claim with foreign data over %s: %+v, %v; want it held", key, got, err)
 		}

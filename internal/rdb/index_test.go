@@ -62,7 +62,7 @@ func TestQueueIndex(t *testing.T) {
 	}
 	listed()
 	p := wire.BatchProgress{Func: "f", Total: 1}
-	if _, err := New(f.c, prefix, "q3").PublishBatches(ctx, f.mid, map[string]wire.BatchProgress{"b": p}, time.Minute, time.Minute, 0); err != nil {
+	if _, err := New(f.c, prefix, "q3").PublishBatches(ctx, &broker.PublishBatchesParams{Manager: f.mid, Batches: map[string]wire.BatchProgress{"b": p}, TTL: time.Minute, Due: time.Minute}); err != nil {
 		t.Fatal(err)
 	}
 	listed("q3")

@@ -105,7 +105,8 @@ func (r *RDB) Unwanted(ctx context.Context, p *broker.UnwantedParams) ([]string,
 // Served says, for what each of some batches calls (see Calls), whether a
 // live worker of the queue registered it all with the same signatures, by
 // the Redis clock and the workers' heartbeats. One script call.
-func (r *RDB) Served(ctx context.Context, calls []string) ([]wire.Serving, error) {
+func (r *RDB) Served(ctx context.Context, p *broker.ServedParams) ([]wire.Serving, error) {
+	calls := p.Calls
 	args := make([]any, 0, 1+len(calls))
 	args = append(args, r.base)
 	for _, c := range calls {

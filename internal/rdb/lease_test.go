@@ -30,7 +30,7 @@ func TestReapersShareADeadWorker(t *testing.T) {
 	for i := range tasks {
 		tasks[i] = wire.Task{ID: id.Task(f.mid, uint64(public+i+1)), Payload: []byte("p")}
 	}
-	if _, _, err := f.r.Submit(ctx, f.mid, wid, f.lane(), tasks, time.Minute, wire.Expect{}); err != nil {
+	if _, _, err := submitOf(f.r.Submit(ctx, &broker.SubmitParams{Manager: f.mid, Worker: wid, Lane: f.lane(), Tasks: tasks, TTL: time.Minute, Expect: wire.Expect{}})); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := f.r.Heartbeat(ctx, &broker.HeartbeatParams{Worker: wid, Lease: -time.Millisecond}); err != nil {

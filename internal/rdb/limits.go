@@ -26,12 +26,12 @@ const (
 // handle, unless the code's record says as much already, and returns the
 // limit in force afterwards ("" if none) and its source. The queue must
 // be shard 0 (limits live there). One script call.
-func (r *RDB) DeclareLimit(ctx context.Context, p *broker.DeclareLimitParams) (*broker.DeclareLimitResult, error) {
+func (r *RDB) DeclareLimit(ctx context.Context, p *broker.DeclareLimitParams) (*broker.LimitResult, error) {
 	lim, from, err := r.limit(ctx, LimitFromCode, p.Func, &p.Record)
 	if err != nil {
 		return nil, err
 	}
-	return &broker.DeclareLimitResult{Limit: lim, From: from}, nil
+	return &broker.LimitResult{Limit: lim, From: from}, nil
 }
 
 // SetLimit records rec as an operator's limit of function fn, which wins
@@ -48,8 +48,12 @@ func (r *RDB) ClearLimit(ctx context.Context, fn string) (wire.Limit, string, er
 
 // ReadLimit returns the limit of function fn in force and its source,
 // without writing.
-func (r *RDB) ReadLimit(ctx context.Context, fn string) (wire.Limit, string, error) {
-	return r.limit(ctx, "read", fn, nil)
+func (r *RDB) ReadLimit(ctx context.Context, p *broker.ReadLimitParams) (*broker.LimitResult, error) {
+	lim, from, err := r.limit(ctx, "read", p.Func, nil)
+	if err != nil {
+		return nil, err
+	}
+	return &broker.LimitResult{Limit: lim, From: from}, nil
 }
 
 func (r *RDB) limit(ctx context.Context, kind, fn string, rec *wire.LimitRecord) (wire.Limit, string, error) {

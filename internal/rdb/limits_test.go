@@ -25,7 +25,7 @@ func (f *fixture) submitFunc(t *testing.T, lane uint64, fn string, n, size int, 
 		tasks[i] = wire.Task{ID: ids[i], Payload: []byte(fmt.Sprintf("payload %d", i))}
 	}
 	l := wire.Lane{Name: fmt.Sprintf("%s.%d", f.mid, lane), Calls: fn + "\tsig"}
-	if _, _, err := f.r.Submit(context.Background(), f.mid, wid, l, tasks, time.Minute, wire.Expect{}); err != nil {
+	if _, _, err := submitOf(f.r.Submit(context.Background(), &broker.SubmitParams{Manager: f.mid, Worker: wid, Lane: l, Tasks: tasks, TTL: time.Minute, Expect: wire.Expect{}})); err != nil {
 		t.Fatal(err)
 	}
 	return ids

@@ -7,8 +7,6 @@ package rdb
 import (
 	"cmp"
 	"context"
-	"crypto/sha1"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"slices"
@@ -98,7 +96,10 @@ func (r *RDB) Shard() int { return r.shard }
 // the group before left it): if not, Redis lost writes of this manager (see
 // Submitted). A group that fails after others were queued returns a
 // *PartlySubmitted saying what was: the caller sends only the rest again.
-func (r *RDB) Submit(ctx context.Context, mid, wid string, lane wire.Lane, tasks []wire.Task, ttl time.Duration, exp wire.Expect) (count int64, intact bool, err error) {
+func (r *RDB) Submit(ctx context.Context, p *broker.SubmitParams) (_ *broker.SubmitResult, err error) {
+	mid, wid, lane, tasks, ttl, exp := p.Manager, p.Worker, p.Lane, p.Tasks, p.TTL, p.Expect
+	var count int64
+	var intact bool
 	ring := keys.Ring(r.prefix, r.queue, keys.DefaultPriority)
 	if len(tasks) > 0 {
 		ring = keys.Ring(r.prefix, r.queue, id.Priority(tasks[0].ID, keys.DefaultPriority))
@@ -146,10 +147,10 @@ func (r *RDB) Submit(ctx context.Context, mid, wid string, lane wire.Lane, tasks
 			if queued > 0 {
 				err = &PartlySubmitted{Queued: queued, Count: count, Intact: intact, Err: err}
 			}
-			return count, false, err
+			return &broker.SubmitResult{Count: count, Intact: false}, err
 		}
 		if len(reply) != 2 {
-			return count, false, fmt.Errorf("submit: script returned %v, not 2 integers", reply)
+			return &broker.SubmitResult{Count: count, Intact: false}, fmt.Errorf("submit: script returned %v, not 2 integers", reply)
 		}
 		count = reply[0]
 		intact = intact && reply[1] == 1
@@ -160,7 +161,7 @@ func (r *RDB) Submit(ctx context.Context, mid, wid string, lane wire.Lane, tasks
 		tasks = tasks[n:]
 		queued += n
 	}
-	return count, intact, nil
+	return &broker.SubmitResult{Count: count, Intact: intact}, nil
 }
 
 // submitStored runs submit.lua (KEYS ks, ARGV args) in a MULTI after a
@@ -216,21 +217,22 @@ func txErr(cmds []redis.Cmder, err error) error {
 // Submitted returns how many tasks were ever submitted to manager mid's task
 // set, as Redis has it now, and the set's epoch: 0 and "" if the set is
 // gone. One HMGET.
-func (r *RDB) Submitted(ctx context.Context, mid string) (int64, string, error) {
+func (r *RDB) Submitted(ctx context.Context, p *broker.ManagerParams) (*broker.SubmittedResult, error) {
+	mid := p.Manager
 	v, err := r.c.HMGet(ctx, keys.Tasks(r.prefix, r.queue, mid), "_", "_e").Result()
 	if err != nil {
-		return 0, "", onKey(wrap("check data", nil, "HMGET", err), keys.Tasks(r.prefix, r.queue, mid))
+		return nil, onKey(wrap("check data", nil, "HMGET", err), keys.Tasks(r.prefix, r.queue, mid))
 	}
 	cs, _ := v[0].(string)
 	epoch, _ := v[1].(string)
 	if cs == "" {
-		return 0, epoch, nil
+		return &broker.SubmittedResult{Count: 0, Epoch: epoch}, nil
 	}
 	n, err := strconv.ParseInt(cs, 10, 64)
 	if err != nil {
-		return 0, "", fmt.Errorf("check data: the task set's count is %q", cs)
+		return nil, fmt.Errorf("check data: the task set's count is %q", cs)
 	}
-	return n, epoch, nil
+	return &broker.SubmittedResult{Count: n, Epoch: epoch}, nil
 }
 
 // Missing returns those of manager mid's tasks tids that its task set does not
@@ -239,7 +241,11 @@ func (r *RDB) Submitted(ctx context.Context, mid string) (int64, string, error) 
 // (see Submitted), read in the same script call as the check, one call per
 // 1,000 tasks. If they differ between calls (Redis lost data meanwhile, or
 // clients moved to another server), it returns ErrChanged.
-func (r *RDB) Missing(ctx context.Context, mid string, tids []string) (missing []string, count int64, epoch string, err error) {
+func (r *RDB) Missing(ctx context.Context, p *broker.MissingParams) (_ *broker.MissingResult, err error) {
+	mid, tids := p.Manager, p.Tasks
+	var missing []string
+	var count int64
+	var epoch string
 	count = -1
 	ks := []string{keys.Tasks(r.prefix, r.queue, mid)}
 	for first := true; first || len(tids) > 0; first = false {
@@ -250,27 +256,27 @@ func (r *RDB) Missing(ctx context.Context, mid string, tids []string) (missing [
 		}
 		got, err := missingScript.run(ctx, r.c, ks, args...).Slice()
 		if err != nil {
-			return missing, 0, "", onKey(wrap("check data", missingScript, "", err), ks[0])
+			return nil, onKey(wrap("check data", missingScript, "", err), ks[0])
 		}
 		c, ok1 := got[0].(int64)
 		e, ok2 := got[1].(string)
 		if !ok1 || !ok2 {
-			return missing, 0, "", fmt.Errorf("check data: script returned %v, not a count and an epoch", got[:2])
+			return nil, fmt.Errorf("check data: script returned %v, not a count and an epoch", got[:2])
 		}
 		if count >= 0 && (c != count || e != epoch) {
-			return missing, 0, "", ErrChanged
+			return nil, ErrChanged
 		}
 		count, epoch = c, e
 		for _, v := range got[2:] {
 			tid, ok := v.(string)
 			if !ok {
-				return missing, 0, "", fmt.Errorf("check data: script returned %T, not a task id", v)
+				return nil, fmt.Errorf("check data: script returned %T, not a task id", v)
 			}
 			missing = append(missing, tid)
 		}
 		tids = tids[n:]
 	}
-	return missing, count, epoch, nil
+	return &broker.MissingResult{Missing: missing, Count: count, Epoch: epoch}, nil
 }
 
 // ErrChanged says that Redis's data changed under a check that needs it still.
@@ -781,7 +787,8 @@ func (r *RDB) finishStaged(ctx context.Context, ks []string, staged map[string][
 // lost it) stays as it is: the manager then submits its task again. entries is
 // not changed: the trim of the next read needs the entries as they are in
 // the list. No round trip if none is staged.
-func (r *RDB) Unstaged(ctx context.Context, mid string, entries []string) (out []string, err error) {
+func (r *RDB) Unstaged(ctx context.Context, p *broker.EntriesParams) (out []string, err error) {
+	mid, entries := p.Manager, p.Entries
 	defer func() {
 		if err != nil {
 			err = r.setAside(ctx, mid, err)
@@ -833,13 +840,15 @@ func (r *RDB) Heartbeat(ctx context.Context, p *broker.HeartbeatParams) (*wire.B
 // the list already has, the manager takes the name there, and the list
 // grows by the proposals beyond it. It returns the names the manager is to
 // use. One script call.
-func (r *RDB) AdoptShards(ctx context.Context, proposals []string) ([]string, error) {
+func (r *RDB) AdoptShards(ctx context.Context, p *broker.ShardsParams) ([]string, error) {
+	proposals := p.Names
 	return r.publishShards(ctx, "adopt", proposals)
 }
 
 // AddShards adds to the queue's list of shard names those of names it
 // lacks (after Redis lost it), and returns the list. One script call.
-func (r *RDB) AddShards(ctx context.Context, names []string) ([]string, error) {
+func (r *RDB) AddShards(ctx context.Context, p *broker.ShardsParams) ([]string, error) {
+	names := p.Names
 	return r.publishShards(ctx, "add", names)
 }
 
@@ -967,7 +976,8 @@ func (r *RDB) LiveWorkers(ctx context.Context) ([]string, error) {
 // consume, and the trim happens once however often the call is retried: a
 // reply lost on the way loses no result, and the manager discards entries it
 // sees twice.
-func (r *RDB) ReadResults(ctx context.Context, mid string, handled int, mark string, limit int) (out []string, err error) {
+func (r *RDB) ReadResults(ctx context.Context, p *broker.ReadResultsParams) (out []string, err error) {
+	mid, handled, mark, limit := p.Manager, p.Handled, p.Mark, p.Limit
 	defer func() {
 		if err != nil {
 			err = r.setAside(ctx, mid, err)
@@ -1038,34 +1048,6 @@ func (r *RDB) KeepingResults() *RDB {
 	return &k
 }
 
-// Mark returns what ReadResults needs to recognise an entry: the SHA-1 of
-// all of it, or, for an entry longer than 1 KiB, of its length, its first 512
-// bytes and its last 512. A short prefix alone would not do: after Redis lost
-// data, a re-run of the same task and attempt can sit where the handled entry
-// sat. A result's head holds its task id, attempt and run time in
-// nanoseconds, its tail the last outputs and failures, so two entries that
-// match there are the same attempt of the same task timed to the nanosecond.
-// Hashing all of a 300 KB result cost Redis 0.3 ms per read (issue 25).
-func Mark(entry string) string {
-	var sum [sha1.Size]byte
-	if len(entry) <= markWhole {
-		sum = sha1.Sum([]byte(entry))
-	} else {
-		h := sha1.New()
-		h.Write([]byte(strconv.Itoa(len(entry)) + ":"))
-		h.Write([]byte(entry[:markEnds]))
-		h.Write([]byte(entry[len(entry)-markEnds:]))
-		h.Sum(sum[:0])
-	}
-	return hex.EncodeToString(sum[:])
-}
-
-// Entries up to markWhole bytes are marked whole; longer ones by their ends.
-const (
-	markWhole = 1024
-	markEnds  = 512
-)
-
 // WaitResults blocks until manager mid's result list holds an entry, or
 // timeout passes, and returns its first entry ("" at the timeout) without
 // removing it: one round trip that waits and reads (BLMOVE of the list onto
@@ -1078,7 +1060,8 @@ const (
 // wait beyond that (many managers on one client) is made by the client's one
 // waiter, which reads the first entry of each list so waited on with one
 // pipeline every 10 ms (see waiter).
-func (r *RDB) WaitResults(ctx context.Context, mid string, timeout time.Duration) (out string, err error) {
+func (r *RDB) WaitResults(ctx context.Context, p *broker.WaitResultsParams) (out string, err error) {
+	mid, timeout := p.Manager, p.Timeout
 	defer func() {
 		if err != nil {
 			err = r.setAside(ctx, mid, err)
@@ -1102,7 +1085,9 @@ func (r *RDB) WaitResults(ctx context.Context, mid string, timeout time.Duration
 // first, is ignored; fromWait reports whether the entries came from the
 // wait. A wait longer than the client's read timeout allows is made after
 // the read instead.
-func (r *RDB) ReadThenWait(ctx context.Context, mid string, handled int, mark string, limit int, timeout time.Duration) (entries []string, fromWait bool, err error) {
+func (r *RDB) ReadThenWait(ctx context.Context, p *broker.ReadResultsParams) (_ *broker.ReadThenWaitResult, err error) {
+	mid, handled, mark, limit, timeout := p.Manager, p.Handled, p.Mark, p.Limit, p.Wait
+	var entries []string
 	defer func() {
 		if err != nil {
 			err = r.setAside(ctx, mid, err)
@@ -1117,14 +1102,14 @@ func (r *RDB) ReadThenWait(ctx context.Context, mid string, handled int, mark st
 		if free {
 			release()
 		}
-		if entries, err = r.ReadResults(ctx, mid, handled, mark, limit); err != nil || len(entries) > 0 || timeout <= 0 {
-			return entries, false, err
+		if entries, err = r.ReadResults(ctx, &broker.ReadResultsParams{Manager: mid, Handled: handled, Mark: mark, Limit: limit}); err != nil || len(entries) > 0 || timeout <= 0 {
+			return &broker.ReadThenWaitResult{Entries: entries, FromWait: false}, err
 		}
-		first, err := r.WaitResults(ctx, mid, timeout)
+		first, err := r.WaitResults(ctx, &broker.WaitResultsParams{Manager: mid, Timeout: timeout})
 		if first == "" {
-			return nil, true, err
+			return &broker.ReadThenWaitResult{Entries: nil, FromWait: true}, err
 		}
-		return []string{first}, true, err
+		return &broker.ReadThenWaitResult{Entries: []string{first}, FromWait: true}, err
 	}
 	l := keys.Results(r.prefix, r.queue, mid)
 	tk, ta := r.trimOf(l, mid, handled, mark)
@@ -1144,22 +1129,22 @@ func (r *RDB) ReadThenWait(ctx context.Context, mid string, handled int, mark st
 		// NOSCRIPT (the read and the wait saw the list untrimmed) or a
 		// failed trim: trimmedRead loads the script, or says the error.
 		entries, err = r.trimmedRead(ctx, tk, ta, limit, trim, read)
-		return entries, false, err
+		return &broker.ReadThenWaitResult{Entries: entries, FromWait: false}, err
 	}
 	if entries, err = read.Result(); err != nil || len(entries) > 0 {
 		if err != nil {
 			err = wrap("read results", nil, "LRANGE", err)
 		}
-		return entries, false, err
+		return &broker.ReadThenWaitResult{Entries: entries, FromWait: false}, err
 	}
 	first, err := move.Result()
 	if errors.Is(err, redis.Nil) {
-		return nil, true, nil
+		return &broker.ReadThenWaitResult{Entries: nil, FromWait: true}, nil
 	}
 	if err != nil {
-		return nil, true, wrap("wait results", nil, "BLMOVE", err)
+		return &broker.ReadThenWaitResult{Entries: nil, FromWait: true}, wrap("wait results", nil, "BLMOVE", err)
 	}
-	return []string{first}, true, nil
+	return &broker.ReadThenWaitResult{Entries: []string{first}, FromWait: true}, nil
 }
 
 // WakeCollector makes manager mid's blocked WaitResults return at once: it
@@ -1168,7 +1153,8 @@ func (r *RDB) ReadThenWait(ctx context.Context, mid string, handled int, mark st
 // it may hold results for the batch's next holder, and its wake is refused
 // once another claim was taken (*FencedError; wake.lua); an owner that holds
 // no claim yet has no collector reading, and pushes nothing. One round trip.
-func (r *RDB) WakeCollector(ctx context.Context, mid string) error {
+func (r *RDB) WakeCollector(ctx context.Context, p *broker.ManagerParams) error {
+	mid := p.Manager
 	l, wake := keys.Results(r.prefix, r.queue, mid), wire.EncodeEntry(wire.Entry{Kind: wire.EntryWake})
 	if !r.keep {
 		return r.push(ctx, "wake", l, wake)
@@ -1183,7 +1169,8 @@ func (r *RDB) WakeCollector(ctx context.Context, mid string) error {
 
 // Renew extends the TTL of manager mid's task set, attempt counts, result
 // list and lanes. One script call.
-func (r *RDB) Renew(ctx context.Context, mid string, ttl time.Duration) error {
+func (r *RDB) Renew(ctx context.Context, p *broker.RenewParams) error {
+	mid, ttl := p.Manager, p.TTL
 	ks, held := r.managerKeys(mid)
 	err := renewScript.run(ctx, r.c, ks, r.base, mid, max(ttl.Milliseconds(), 1), held).Err()
 	return wrap("renew", renewScript, "", err)
@@ -1195,7 +1182,8 @@ func (r *RDB) Renew(ctx context.Context, mid string, ttl time.Duration) error {
 // keep alive, one per batch the manager ever ran, for as long as it lives;
 // and their lists and the keys beside them, which hold no task still
 // wanted. One round trip (a MULTI), at most one per Poll.
-func (r *RDB) ForgetLanes(ctx context.Context, mid string, lanes []string) error {
+func (r *RDB) ForgetLanes(ctx context.Context, p *broker.ForgetLanesParams) error {
+	mid, lanes := p.Manager, p.Lanes
 	if len(lanes) == 0 {
 		return nil
 	}
@@ -1245,7 +1233,7 @@ func (r *RDB) managerKeys(mid string) ([]string, string) {
 // queue's list of durable batches expires c.TTL from now. It returns
 // whether c.Holder holds the claim now and the claim's record: its own, or
 // another holder's. One script call.
-func (r *RDB) Claim(ctx context.Context, c wire.Claim) (wire.Claimed, error) {
+func (r *RDB) Claim(ctx context.Context, c *broker.ClaimParams) (*wire.Claimed, error) {
 	ms := c.Lease.Milliseconds()
 	if c.Lease > 0 {
 		ms = max(ms, 1)
@@ -1254,21 +1242,21 @@ func (r *RDB) Claim(ctx context.Context, c wire.Claim) (wire.Claimed, error) {
 	vals, err := claimScript.run(ctx, r.c, ks, c.Holder.Manager, wire.EncodeHolder(c.Holder), ms, c.Steal,
 		c.Owner, max(c.TTL.Milliseconds(), 1), c.Name, c.Fence).Slice()
 	if err != nil {
-		return wire.Claimed{}, wrap("claim a durable batch", claimScript, "", err)
+		return nil, wrap("claim a durable batch", claimScript, "", err)
 	}
 	if len(vals) != 2 {
-		return wire.Claimed{}, fmt.Errorf("claim a durable batch: %d values in the reply, want 2", len(vals))
+		return nil, fmt.Errorf("claim a durable batch: %d values in the reply, want 2", len(vals))
 	}
 	n, _ := vals[0].(int64)
 	s, _ := vals[1].(string)
 	got := wire.Claimed{Held: n == 1, Record: s}
 	if s == "" { // released
-		return got, nil
+		return &got, nil
 	}
 	if got.Holder, err = wire.DecodeHolder(s); err != nil {
-		return wire.Claimed{}, fmt.Errorf("claim a durable batch: %w", err)
+		return nil, fmt.Errorf("claim a durable batch: %w", err)
 	}
-	return got, nil
+	return &got, nil
 }
 
 // Resume returns what a manager taking over durable batch owner finds of it
@@ -1278,7 +1266,8 @@ func (r *RDB) Claim(ctx context.Context, c wire.Claim) (wire.Claimed, error) {
 // holds, if any, becomes the shard's fence, living ttl: a holder before it
 // writes nothing more of the batch there. One script call; read the kept
 // results with Kept.
-func (r *RDB) Resume(ctx context.Context, owner string, ttl time.Duration) (wire.Resumed, error) {
+func (r *RDB) Resume(ctx context.Context, p *broker.ResumeParams) (*wire.Resumed, error) {
+	owner, ttl := p.Owner, p.TTL
 	ks := []string{keys.Tasks(r.prefix, r.queue, owner), keys.Results(r.prefix, r.queue, owner), keys.Kept(r.prefix, r.queue, owner),
 		keys.Cancelled(r.prefix, r.queue, owner)}
 	fence, held := r.fenceOf(owner)
@@ -1288,10 +1277,10 @@ func (r *RDB) Resume(ctx context.Context, owner string, ttl time.Duration) (wire
 	vals, err := resumeScript.run(ctx, r.c, ks, held, max(ttl.Milliseconds(), 1)).Slice()
 	if err != nil {
 		// Every key but the task set is set aside if it holds foreign data.
-		return wire.Resumed{}, onKey(wrap("resume a durable batch", resumeScript, "", err), ks[0])
+		return nil, onKey(wrap("resume a durable batch", resumeScript, "", err), ks[0])
 	}
 	if len(vals) < 4 {
-		return wire.Resumed{}, fmt.Errorf("resume a durable batch: %d values in the reply, want 4 or more", len(vals))
+		return nil, fmt.Errorf("resume a durable batch: %d values in the reply, want 4 or more", len(vals))
 	}
 	var res wire.Resumed
 	res.Count, _ = vals[0].(int64)
@@ -1303,26 +1292,27 @@ func (r *RDB) Resume(ctx context.Context, owner string, ttl time.Duration) (wire
 			res.Outstanding = append(res.Outstanding, tid)
 		}
 	}
-	return res, nil
+	return &res, nil
 }
 
 // Kept returns up to n of durable batch owner's kept results from index
 // from, staged results in place: one LRANGE (its entries are at most
 // Inline bytes each), then the staged results in reads of at most
 // CallBytes (StagedSizes, Unstaged), as the collector reads them.
-func (r *RDB) Kept(ctx context.Context, owner string, from, n int64) ([]string, error) {
+func (r *RDB) Kept(ctx context.Context, p *broker.KeptParams) ([]string, error) {
+	owner, from, n := p.Owner, p.From, p.N
 	es, err := r.c.LRange(ctx, keys.Kept(r.prefix, r.queue, owner), from, from+n-1).Result()
 	if err != nil {
 		return nil, wrap("read kept results", nil, "LRANGE", err)
 	}
-	sizes, err := r.StagedSizes(ctx, owner, es)
+	sizes, err := r.StagedSizes(ctx, &broker.EntriesParams{Manager: owner, Entries: es})
 	if err != nil {
 		return nil, err
 	}
 	out := make([]string, 0, len(es))
 	for done := 0; done < len(es); {
 		k := Within(sizes[done:], CallBytes)
-		read, err := r.Unstaged(ctx, owner, es[done:done+k])
+		read, err := r.Unstaged(ctx, &broker.EntriesParams{Manager: owner, Entries: es[done : done+k]})
 		if err != nil {
 			return nil, err
 		}
@@ -1337,7 +1327,8 @@ func (r *RDB) Kept(ctx context.Context, owner string, from, n int64) ([]string, 
 // over can tell its input from another. One HSET; for an owner that holds
 // the batch's claim, one script call (sums.lua), refused with a
 // *FencedError once another claim was taken.
-func (r *RDB) AddSums(ctx context.Context, owner string, sums map[string]string, ttl time.Duration) error {
+func (r *RDB) AddSums(ctx context.Context, p *broker.AddSumsParams) error {
+	owner, sums, ttl := p.Owner, p.Sums, p.TTL
 	if len(sums) == 0 {
 		return nil
 	}
@@ -1366,7 +1357,8 @@ func (r *RDB) AddSums(ctx context.Context, owner string, sums map[string]string,
 // HKEYS, then one pipeline of HMGETs (the least-privilege ACL user has no
 // HGETALL). A batch has at most a few thousand tasks without ChunkSize (see
 // manager.Durable).
-func (r *RDB) Sums(ctx context.Context, owner string) (map[string]string, error) {
+func (r *RDB) Sums(ctx context.Context, p *broker.SumsParams) (map[string]string, error) {
+	owner := p.Owner
 	k := keys.Sums(r.prefix, r.queue, owner)
 	var tids []string
 	err := r.asideOnce(ctx, k, "hash", func() (err error) {
@@ -1402,7 +1394,8 @@ func (r *RDB) Sums(ctx context.Context, owner string) (map[string]string, error)
 // Take), and a result of one already running is discarded (see Finish). A
 // durable batch's owner that holds its claim withdraws with retract.lua,
 // refused with a *FencedError once another claim was taken.
-func (r *RDB) Cancel(ctx context.Context, mid string, tids []string) error {
+func (r *RDB) Cancel(ctx context.Context, p *broker.CancelParams) error {
+	mid, tids := p.Manager, p.Tasks
 	tasks, attempts := keys.Tasks(r.prefix, r.queue, mid), keys.Attempts(r.prefix, r.queue, mid)
 	fence, held := r.fenceOf(mid)
 	for len(tids) > 0 {
@@ -1435,7 +1428,8 @@ func (r *RDB) Cancel(ctx context.Context, mid string, tids []string) error {
 // Drop deletes every key of manager mid, its lanes included; a durable
 // batch's owner whose fence another claim replaced deletes none
 // (*FencedError).
-func (r *RDB) Drop(ctx context.Context, mid string) error {
+func (r *RDB) Drop(ctx context.Context, p *broker.ManagerParams) error {
+	mid := p.Manager
 	ks, held := r.managerKeys(mid)
 	if err := renewScript.run(ctx, r.c, ks, r.base, mid, 0, held).Err(); err != nil {
 		return wrap("drop", renewScript, "", err)
@@ -1474,7 +1468,8 @@ func (r *RDB) Drop(ctx context.Context, mid string) error {
 // the last call puts it in place; on shard 0, at the first call and then
 // every keys.QueueIndexEvery, one more to name the queue in the index of
 // queues.
-func (r *RDB) PublishBatches(ctx context.Context, mid string, batches map[string]wire.BatchProgress, ttl, due time.Duration, ended int64) (cancels []string, err error) {
+func (r *RDB) PublishBatches(ctx context.Context, p *broker.PublishBatchesParams) (cancels []string, err error) {
+	mid, batches, ttl, due, ended := p.Manager, p.Batches, p.TTL, p.Due, p.Ended
 	ks := []string{keys.Batches(r.prefix, r.queue, mid), keys.Cancels(r.prefix, r.queue, mid),
 		keys.Managers(r.prefix, r.queue),
 		keys.Throughput(r.prefix, r.queue, time.Now().Unix()/int64(keys.ThroughputBucket/time.Second)),
@@ -1519,7 +1514,8 @@ func (r *RDB) PublishBatches(ctx context.Context, mid string, batches map[string
 // forgets them among mid's published running ones, and adds ended
 // (elements ended since the manager last said) to the queue's throughput
 // counter of now. One script call per ScriptBudget records.
-func (r *RDB) RecordBatches(ctx context.Context, mid string, recs []wire.BatchRecord, limit int, age time.Duration, ended int64) error {
+func (r *RDB) RecordBatches(ctx context.Context, p *broker.RecordBatchesParams) error {
+	mid, recs, limit, age, ended := p.Manager, p.Records, p.Limit, p.Age, p.Ended
 	ks := []string{keys.History(r.prefix, r.queue), keys.HistoryIndex(r.prefix, r.queue), keys.Batches(r.prefix, r.queue, mid),
 		keys.Throughput(r.prefix, r.queue, time.Now().Unix()/int64(keys.ThroughputBucket/time.Second))}
 	fence, held := r.fenceOf(mid)

@@ -63,7 +63,7 @@ func (f *fixture) submit(t *testing.T, wid string, n int) []string {
 		}
 		tasks[i] = wire.Task{ID: ids[i], Payload: []byte(fmt.Sprintf("payload %d", i))}
 	}
-	if _, _, err := f.r.Submit(context.Background(), f.mid, wid, f.lane(), tasks, time.Minute, wire.Expect{}); err != nil {
+	if _, _, err := submitOf(f.r.Submit(context.Background(), &broker.SubmitParams{Manager: f.mid, Worker: wid, Lane: f.lane(), Tasks: tasks, TTL: time.Minute, Expect: wire.Expect{}})); err != nil {
 		t.Fatal(err)
 	}
 	return ids
@@ -91,7 +91,7 @@ func TestScriptsUseKeysLayout(t *testing.T) {
 	if _, err := f.r.Finish(ctx, &broker.FinishParams{Worker: "w1", Done: []wire.Done{{ID: ids[0], Result: []byte("r0")}}}); err != nil {
 		t.Fatal(err)
 	}
-	if got, err := f.r.ReadResults(ctx, f.mid, 0, "", 10); err != nil || !slices.Equal(got, []string{"r0"}) {
+	if got, err := f.r.ReadResults(ctx, &broker.ReadResultsParams{Manager: f.mid, Limit: 10}); err != nil || !slices.Equal(got, []string{"r0"}) {
 		t.Errorf("results %q (%v), want [r0]", got, err)
 	}
 	if f.c.HExists(ctx, tasks, ids[0]).Val() {
@@ -125,14 +125,14 @@ func TestReadResultsTrimsOnce(t *testing.T) {
 	if n, err := delivered(f.r.Finish(ctx, &broker.FinishParams{Worker: "w", Done: done})); err != nil || n != 4 {
 		t.Fatalf("finish: %d, %v", n, err)
 	}
-	first, _ := f.r.ReadResults(ctx, f.mid, 0, "", 2)
-	again, _ := f.r.ReadResults(ctx, f.mid, 0, "", 2)
+	first, _ := f.r.ReadResults(ctx, &broker.ReadResultsParams{Manager: f.mid, Limit: 2})
+	again, _ := f.r.ReadResults(ctx, &broker.ReadResultsParams{Manager: f.mid, Limit: 2})
 	if !slices.Equal(first, []string{"r0", "r1"}) || !slices.Equal(again, first) {
 		t.Fatalf("reads %q then %q, want [r0 r1] twice", first, again)
 	}
 	// Trimming the two read, twice over (a retried call), trims two.
 	for range 2 {
-		rest, _ := f.r.ReadResults(ctx, f.mid, 2, Mark(first[1]), 10)
+		rest, _ := f.r.ReadResults(ctx, &broker.ReadResultsParams{Manager: f.mid, Handled: 2, Mark: broker.Mark(first[1]), Limit: 10})
 		if !slices.Equal(rest, []string{"r2", "r3"}) {
 			t.Fatalf("after trimming 2: %q, want [r2 r3]", rest)
 		}
@@ -167,9 +167,9 @@ func TestKeepingResultsKeepsWhatItTrims(t *testing.T) {
 	r := f.r.KeepingResults()
 	f.submit(t, "", 4)
 	f.finishFirst(t, r, 4)
-	first, _ := r.ReadResults(ctx, f.mid, 0, "", 3)
+	first, _ := r.ReadResults(ctx, &broker.ReadResultsParams{Manager: f.mid, Limit: 3})
 	for range 2 {
-		if rest, err := r.ReadResults(ctx, f.mid, 3, Mark(first[2]), 10); err != nil || !slices.Equal(rest, []string{"r3"}) {
+		if rest, err := r.ReadResults(ctx, &broker.ReadResultsParams{Manager: f.mid, Handled: 3, Mark: broker.Mark(first[2]), Limit: 10}); err != nil || !slices.Equal(rest, []string{"r3"}) {
 			t.Fatalf("after trimming 3: %q, %v; want [r3]", rest, err)
 		}
 	}
@@ -177,13 +177,13 @@ func TestKeepingResultsKeepsWhatItTrims(t *testing.T) {
 	if got := f.c.LRange(ctx, kept, 0, -1).Val(); !slices.Equal(got, []string{"r0", "r1", "r2"}) {
 		t.Fatalf("kept %q, want [r0 r1 r2]", got)
 	}
-	if err := r.Renew(ctx, f.mid, time.Hour); err != nil {
+	if err := r.Renew(ctx, &broker.RenewParams{Manager: f.mid, TTL: time.Hour}); err != nil {
 		t.Fatal(err)
 	}
 	if ttl := f.c.PTTL(ctx, kept).Val(); ttl < 59*time.Minute {
 		t.Fatalf("kept list lives %v after Renew for an hour", ttl)
 	}
-	if err := r.Drop(ctx, f.mid); err != nil {
+	if err := r.Drop(ctx, &broker.ManagerParams{Manager: f.mid}); err != nil {
 		t.Fatal(err)
 	}
 	if n := f.c.Exists(ctx, kept).Val(); n != 0 {
@@ -194,7 +194,7 @@ func TestKeepingResultsKeepsWhatItTrims(t *testing.T) {
 	f.mid = id.New()
 	f.submit(t, "", 1)
 	f.finishFirst(t, f.r, 1)
-	if _, err := f.r.ReadResults(ctx, f.mid, 1, Mark("r0"), 10); err != nil {
+	if _, err := f.r.ReadResults(ctx, &broker.ReadResultsParams{Manager: f.mid, Handled: 1, Mark: broker.Mark("r0"), Limit: 10}); err != nil {
 		t.Fatal(err)
 	}
 	if n := f.c.Exists(ctx, keys.Kept("rm", f.queue, f.mid), keys.Results("rm", f.queue, f.mid)).Val(); n != 0 {
@@ -216,7 +216,7 @@ func TestClaimDurableBatch(t *testing.T) {
 	token := int64(0)
 	claim := func(h wire.Holder, lease time.Duration, wantOK bool, wantHolder wire.Holder) {
 		t.Helper()
-		got, err := f.r.Claim(ctx, wire.Claim{Owner: owner, Name: "nightly", Holder: h, Lease: lease, TTL: time.Hour, Fence: fences[h.Host]})
+		got, err := f.r.Claim(ctx, &wire.Claim{Owner: owner, Name: "nightly", Holder: h, Lease: lease, TTL: time.Hour, Fence: fences[h.Host]})
 		switch {
 		case err != nil || got.Held != wantOK:
 			t.Fatalf("%s claims: %+v, %v; want ok %v", h.Host, got, err, wantOK)
@@ -248,15 +248,15 @@ func TestClaimDurableBatch(t *testing.T) {
 	delete(fences, "b")
 	claim(b, time.Minute, true, b)
 	// a's record, found gone, is taken over; another one is not.
-	if got, err := f.r.Claim(ctx, wire.Claim{Owner: owner, Holder: a, Lease: time.Minute, TTL: time.Hour, Steal: fences["a"]}); err != nil || got.Held {
+	if got, err := f.r.Claim(ctx, &wire.Claim{Owner: owner, Holder: a, Lease: time.Minute, TTL: time.Hour, Steal: fences["a"]}); err != nil || got.Held {
 		t.Fatalf("a stole with a record not b's: %+v, %v", got, err)
 	}
-	if got, err := f.r.Claim(ctx, wire.Claim{Owner: owner, Holder: a, Lease: time.Minute, TTL: time.Hour, Steal: fences["b"]}); err != nil || !got.Held || got.Holder.Manager != a.Manager || got.Holder.Token != token+1 {
+	if got, err := f.r.Claim(ctx, &wire.Claim{Owner: owner, Holder: a, Lease: time.Minute, TTL: time.Hour, Steal: fences["b"]}); err != nil || !got.Held || got.Holder.Manager != a.Manager || got.Holder.Token != token+1 {
 		t.Fatalf("a took b's record over: %+v, %v; want a's claim, token %d", got, err, token+1)
 	}
 	// b, renewing or releasing the claim it took, is fenced off.
 	for _, lease := range []time.Duration{time.Minute, 0} {
-		_, err := f.r.Claim(ctx, wire.Claim{Owner: owner, Holder: b, Lease: lease, TTL: time.Hour, Fence: fences["b"]})
+		_, err := f.r.Claim(ctx, &wire.Claim{Owner: owner, Holder: b, Lease: lease, TTL: time.Hour, Fence: fences["b"]})
 		var fe *FencedError
 		if !errors.As(err, &fe) || fe.Holder.Manager != a.Manager || Unreachable(err) || Transient(err) {
 			t.Fatalf("b renews (lease %v) the claim a took over: %v; want a *FencedError naming a", lease, err)
@@ -274,28 +274,28 @@ func TestResumeFindsResultsAndOutstandingTasks(t *testing.T) {
 	r := f.r.KeepingResults()
 	ids := f.submit(t, "", 5)
 	f.finishFirst(t, r, 3)
-	first, _ := r.ReadResults(ctx, f.mid, 0, "", 1)
-	if _, err := r.ReadResults(ctx, f.mid, 1, Mark(first[0]), 10); err != nil { // r0 kept; r1, r2 unread
+	first, _ := r.ReadResults(ctx, &broker.ReadResultsParams{Manager: f.mid, Limit: 1})
+	if _, err := r.ReadResults(ctx, &broker.ReadResultsParams{Manager: f.mid, Handled: 1, Mark: broker.Mark(first[0]), Limit: 10}); err != nil { // r0 kept; r1, r2 unread
 		t.Fatal(err)
 	}
-	res, err := r.Resume(ctx, f.mid, time.Hour)
+	res, err := r.Resume(ctx, &broker.ResumeParams{Owner: f.mid, TTL: time.Hour})
 	if err != nil {
 		t.Fatal(err)
 	}
-	count, epoch, _ := r.Submitted(ctx, f.mid)
+	count, epoch, _ := submittedOf(r.Submitted(ctx, &broker.ManagerParams{Manager: f.mid}))
 	slices.Sort(res.Outstanding)
 	want := slices.Sorted(slices.Values(ids[3:]))
 	if res.Count != count || res.Epoch != epoch || res.Kept != 3 || !slices.Equal(res.Outstanding, want) {
 		t.Fatalf("resumed %+v; want count %d, epoch %q, 3 kept, outstanding %q", res, count, epoch, want)
 	}
-	if kept, err := r.Kept(ctx, f.mid, 1, 10); err != nil || !slices.Equal(kept, []string{"r1", "r2"}) {
+	if kept, err := r.Kept(ctx, &broker.KeptParams{Owner: f.mid, From: 1, N: 10}); err != nil || !slices.Equal(kept, []string{"r1", "r2"}) {
 		t.Fatalf("kept from 1: %q, %v; want [r1 r2]", kept, err)
 	}
 	if n := f.c.LLen(ctx, keys.Results("rm", f.queue, f.mid)).Val(); n != 0 {
 		t.Fatalf("%d results left unread after the resume, want 0: they are kept", n)
 	}
 	// A durable batch Redis knows nothing of: nothing found.
-	if res, err := r.Resume(ctx, id.Durable("other"), time.Hour); err != nil || res.Count != 0 || res.Kept != 0 || len(res.Outstanding) != 0 {
+	if res, err := r.Resume(ctx, &broker.ResumeParams{Owner: id.Durable("other"), TTL: time.Hour}); err != nil || res.Count != 0 || res.Kept != 0 || len(res.Outstanding) != 0 {
 		t.Fatalf("an unknown batch resumed as %+v, %v", res, err)
 	}
 }
@@ -379,7 +379,7 @@ func TestFinishDeliversOnce(t *testing.T) {
 			t.Fatalf("finish #%d delivered %d (%v), want %d", i+1, n, err, want)
 		}
 	}
-	if got, _ := f.r.ReadResults(ctx, f.mid, 0, "", 10); !slices.Equal(got, []string{"r0"}) {
+	if got, _ := f.r.ReadResults(ctx, &broker.ReadResultsParams{Manager: f.mid, Limit: 10}); !slices.Equal(got, []string{"r0"}) {
 		t.Fatalf("results %q, want just the first", got)
 	}
 	if f.c.SCard(ctx, keys.Held("rm", f.queue, "w1")).Val() != 0 {
@@ -397,7 +397,7 @@ func TestTakeDropsWithdrawn(t *testing.T) {
 			f := setup(t)
 			ctx := context.Background()
 			ids := f.submit(t, "", n)
-			if err := f.r.Cancel(ctx, f.mid, ids[:n-1]); err != nil {
+			if err := f.r.Cancel(ctx, &broker.CancelParams{Manager: f.mid, Tasks: ids[:n-1]}); err != nil {
 				t.Fatal(err)
 			}
 			taken, _, err := takeOf(f.r.Take(ctx, &broker.TakeParams{Worker: "w1", Max: n, Room: n, Lease: time.Minute, Serves: serves}))
@@ -509,7 +509,7 @@ func TestReadThenWait(t *testing.T) {
 	ctx := context.Background()
 	l := keys.Results("rm", f.queue, f.mid)
 	f.c.RPush(ctx, l, "a", "b")
-	entries, fromWait, err := f.r.ReadThenWait(ctx, f.mid, 0, "", 10, time.Second)
+	entries, fromWait, err := readThenWaitOf(f.r.ReadThenWait(ctx, &broker.ReadResultsParams{Manager: f.mid, Limit: 10, Wait: time.Second}))
 	if err != nil || fromWait || !slices.Equal(entries, []string{"a", "b"}) {
 		t.Fatalf("with entries there: %v, from the wait %v, %v; want a and b from the read", entries, fromWait, err)
 	}
@@ -520,7 +520,7 @@ func TestReadThenWait(t *testing.T) {
 	}
 	got := make(chan reply, 1)
 	go func() {
-		entries, fromWait, err := f.r.ReadThenWait(ctx, f.mid, 2, Mark("b"), 10, 5*time.Second)
+		entries, fromWait, err := readThenWaitOf(f.r.ReadThenWait(ctx, &broker.ReadResultsParams{Manager: f.mid, Handled: 2, Mark: broker.Mark("b"), Limit: 10, Wait: 5 * time.Second}))
 		got <- reply{entries, fromWait, err}
 	}()
 	redistest.Eventually(t, "the handled entries trimmed", func() bool { return f.c.LLen(ctx, l).Val() == 0 })
@@ -532,7 +532,7 @@ func TestReadThenWait(t *testing.T) {
 	if n := f.c.LLen(ctx, l).Val(); n != 1 {
 		t.Fatalf("the wait removed its entry: %d left, want 1", n)
 	}
-	entries, fromWait, err = f.r.ReadThenWait(ctx, f.mid, 1, Mark("c"), 10, time.Second)
+	entries, fromWait, err = readThenWaitOf(f.r.ReadThenWait(ctx, &broker.ReadResultsParams{Manager: f.mid, Handled: 1, Mark: broker.Mark("c"), Limit: 10, Wait: time.Second}))
 	if err != nil || !fromWait || len(entries) != 0 || f.c.LLen(ctx, l).Val() != 0 {
 		t.Fatalf("nothing more: %v, from the wait %v, %v; want nothing after the wait's timeout, c trimmed", entries, fromWait, err)
 	}
@@ -546,7 +546,7 @@ func TestScriptsSurviveScriptFlush(t *testing.T) {
 	ctx := context.Background()
 	mid := id.New()
 	lane := wire.Lane{Name: mid + ".1", Calls: "f\tsig"}
-	if _, _, err := r.Submit(ctx, mid, "", lane, []wire.Task{{ID: id.TaskIn(mid, 1, 1, 1, 3, 3), Payload: []byte("p")}}, time.Minute, wire.Expect{}); err != nil {
+	if _, _, err := submitOf(r.Submit(ctx, &broker.SubmitParams{Manager: mid, Lane: lane, Tasks: []wire.Task{{ID: id.TaskIn(mid, 1, 1, 1, 3, 3), Payload: []byte("p")}}, TTL: time.Minute, Expect: wire.Expect{}})); err != nil {
 		t.Fatal(err)
 	}
 	if err := c.ScriptFlush(ctx).Err(); err != nil {
@@ -563,9 +563,11 @@ func TestScriptsSurviveScriptFlush(t *testing.T) {
 		name string
 		read func() ([]string, error)
 	}{
-		{"ReadResults", func() ([]string, error) { return r.ReadResults(ctx, mid, 1, Mark("handled"), 10) }},
+		{"ReadResults", func() ([]string, error) {
+			return r.ReadResults(ctx, &broker.ReadResultsParams{Manager: mid, Handled: 1, Mark: broker.Mark("handled"), Limit: 10})
+		}},
 		{"ReadThenWait", func() ([]string, error) {
-			got, _, err := r.ReadThenWait(ctx, mid, 1, Mark("handled"), 10, time.Second)
+			got, _, err := readThenWaitOf(r.ReadThenWait(ctx, &broker.ReadResultsParams{Manager: mid, Handled: 1, Mark: broker.Mark("handled"), Limit: 10, Wait: time.Second}))
 			return got, err
 		}},
 	} {
@@ -641,7 +643,7 @@ func TestFinishSkippedReleasesOnly(t *testing.T) {
 	if err != nil || n != 1 {
 		t.Fatalf("finish delivered %d (%v), want the real result only", n, err)
 	}
-	if got, _ := f.r.ReadResults(ctx, f.mid, 0, "", 10); !slices.Equal(got, []string{"real"}) {
+	if got, _ := f.r.ReadResults(ctx, &broker.ReadResultsParams{Manager: f.mid, Limit: 10}); !slices.Equal(got, []string{"real"}) {
 		t.Fatalf("results %q, want just the real one", got)
 	}
 	ids = f.submit(t, "", 1) // the same id, wanted again
@@ -679,25 +681,25 @@ func TestSubmitCountsAndChecks(t *testing.T) {
 		{wire.Expect{Count: 4, Epoch: "e1", NewEpoch: "e3"}, 5, true}, // a recovery installs e3
 		{wire.Expect{Count: 5, Epoch: "e1", NewEpoch: ""}, 6, false},  // e1 is gone
 	} {
-		count, intact, err := f.r.Submit(ctx, f.mid, "", f.lane(), task(i+1), time.Minute, c.exp)
+		count, intact, err := submitOf(f.r.Submit(ctx, &broker.SubmitParams{Manager: f.mid, Lane: f.lane(), Tasks: task(i + 1), TTL: time.Minute, Expect: c.exp}))
 		if err != nil || count != c.count || intact != c.intact {
 			t.Fatalf("submit %d expecting %+v: %d %v %v, want %d %v", i, c.exp, count, intact, err, c.count, c.intact)
 		}
 	}
-	if n, e, err := f.r.Submitted(ctx, f.mid); n != 6 || e != "e3" || err != nil {
+	if n, e, err := submittedOf(f.r.Submitted(ctx, &broker.ManagerParams{Manager: f.mid})); n != 6 || e != "e3" || err != nil {
 		t.Fatalf("Submitted: %d %q %v, want 6 e3", n, e, err)
 	}
-	if count, intact, err := f.r.Submit(ctx, f.mid, "", f.lane(), nil, time.Minute, wire.Expect{Count: 6, Epoch: "e3", NewEpoch: "e4"}); count != 6 || !intact || err != nil {
+	if count, intact, err := submitOf(f.r.Submit(ctx, &broker.SubmitParams{Manager: f.mid, Lane: f.lane(), TTL: time.Minute, Expect: wire.Expect{Count: 6, Epoch: "e3", NewEpoch: "e4"}})); count != 6 || !intact || err != nil {
 		t.Fatalf("a submit of no tasks: %d %v %v, want it to check and install e4", count, intact, err)
 	}
 	tid := func(i uint64) string { return id.TaskIn(f.mid, i, 1, 1, 3, 3) }
 	f.c.HDel(ctx, keys.Tasks("rm", f.queue, f.mid), tid(2))
-	missing, count, epoch, err := f.r.Missing(ctx, f.mid, []string{tid(1), tid(2), tid(9)})
+	missing, count, epoch, err := missingOf(f.r.Missing(ctx, &broker.MissingParams{Manager: f.mid, Tasks: []string{tid(1), tid(2), tid(9)}}))
 	if err != nil || count != 6 || epoch != "e4" || !slices.Equal(missing, []string{tid(2), tid(9)}) {
 		t.Fatalf("Missing: %v %d %q %v, want 2 ids, the count 6 and e4", missing, count, epoch, err)
 	}
 	f.c.Del(ctx, keys.Tasks("rm", f.queue, f.mid))
-	if n, e, err := f.r.Submitted(ctx, f.mid); n != 0 || e != "" || err != nil {
+	if n, e, err := submittedOf(f.r.Submitted(ctx, &broker.ManagerParams{Manager: f.mid})); n != 0 || e != "" || err != nil {
 		t.Fatalf("Submitted of a lost set: %d %q %v, want 0", n, e, err)
 	}
 }
@@ -718,7 +720,7 @@ func TestRefusalNamesCommand(t *testing.T) {
 	if !errors.As(err, &ce) || !errors.Is(err, failure.ErrPermission) || ce.Command != "TIME (in reap.lua)" {
 		t.Fatalf("reap without TIME: %v (%+v)", err, ce)
 	}
-	_, err = r.WaitResults(ctx, "m", time.Second)
+	_, err = r.WaitResults(ctx, &broker.WaitResultsParams{Manager: "m", Timeout: time.Second})
 	if !errors.As(err, &ce) || ce.Command != "BLMOVE" {
 		t.Fatalf("wait without BLMOVE: %v", err)
 	}
@@ -826,11 +828,11 @@ func TestReadResultsTrimsOnlyTheSameEntry(t *testing.T) {
 	prefix := strings.Repeat("t", 100)
 	results := keys.Results("rm", f.queue, f.mid)
 	f.c.RPush(ctx, results, prefix+"-new run", "next")
-	got, err := f.r.ReadResults(ctx, f.mid, 1, Mark(prefix+"-handled run"), 10)
+	got, err := f.r.ReadResults(ctx, &broker.ReadResultsParams{Manager: f.mid, Handled: 1, Mark: broker.Mark(prefix + "-handled run"), Limit: 10})
 	if err != nil || !slices.Equal(got, []string{prefix + "-new run", "next"}) {
 		t.Fatalf("read %q (%v): an entry that only starts like the handled one was trimmed", got, err)
 	}
-	got, _ = f.r.ReadResults(ctx, f.mid, 1, Mark(prefix+"-new run"), 10)
+	got, _ = f.r.ReadResults(ctx, &broker.ReadResultsParams{Manager: f.mid, Handled: 1, Mark: broker.Mark(prefix + "-new run"), Limit: 10})
 	if !slices.Equal(got, []string{"next"}) {
 		t.Fatalf("read %q, want the handled entry trimmed", got)
 	}
@@ -843,13 +845,13 @@ func TestReadResultsTrimsOnlyTheSameEntry(t *testing.T) {
 	f.c.Del(ctx, results)
 	f.c.RPush(ctx, results, rerunHead, rerunTail, handled, "after")
 	for _, other := range []string{rerunHead, rerunTail} {
-		got, _ = f.r.ReadResults(ctx, f.mid, 1, Mark(handled), 10)
+		got, _ = f.r.ReadResults(ctx, &broker.ReadResultsParams{Manager: f.mid, Handled: 1, Mark: broker.Mark(handled), Limit: 10})
 		if len(got) == 0 || got[0] != other {
 			t.Fatalf("a long re-run that differs from the handled entry at one end was trimmed")
 		}
 		f.c.LPop(ctx, results)
 	}
-	got, _ = f.r.ReadResults(ctx, f.mid, 1, Mark(handled), 10)
+	got, _ = f.r.ReadResults(ctx, &broker.ReadResultsParams{Manager: f.mid, Handled: 1, Mark: broker.Mark(handled), Limit: 10})
 	if !slices.Equal(got, []string{"after"}) {
 		t.Fatalf("read %d entries, want the long handled entry trimmed and %q left", len(got), "after")
 	}
@@ -866,23 +868,23 @@ func TestShardCountLearned(t *testing.T) {
 		t.Fatalf("heartbeat before any manager published: %+v, %v; want 1 shard", beat, err)
 	}
 	q := f.queue
-	if got, err := f.r.AdoptShards(ctx, []string{q + "#1.7", q + "#2"}); err != nil || !slices.Equal(got, []string{q + "#1.7", q + "#2"}) {
+	if got, err := f.r.AdoptShards(ctx, &broker.ShardsParams{Names: []string{q + "#1.7", q + "#2"}}); err != nil || !slices.Equal(got, []string{q + "#1.7", q + "#2"}) {
 		t.Fatalf("first manager's names: %v, %v", got, err)
 	}
 	// A later manager of more shards takes the names there are, and adds
 	// its own beyond them; one of fewer takes the first.
-	if got, err := f.r.AdoptShards(ctx, []string{q + "#1", q + "#2.3", q + "#3"}); err != nil || !slices.Equal(got, []string{q + "#1.7", q + "#2", q + "#3"}) {
+	if got, err := f.r.AdoptShards(ctx, &broker.ShardsParams{Names: []string{q + "#1", q + "#2.3", q + "#3"}}); err != nil || !slices.Equal(got, []string{q + "#1.7", q + "#2", q + "#3"}) {
 		t.Fatalf("second manager's names: %v, %v", got, err)
 	}
-	if got, err := f.r.AdoptShards(ctx, []string{q + "#1"}); err != nil || !slices.Equal(got, []string{q + "#1.7"}) {
+	if got, err := f.r.AdoptShards(ctx, &broker.ShardsParams{Names: []string{q + "#1"}}); err != nil || !slices.Equal(got, []string{q + "#1.7"}) {
 		t.Fatalf("third manager's names: %v, %v", got, err)
 	}
 	// After a loss, a manager puts its names back; present ones stay once.
 	f.c.Del(ctx, keys.ShardNames("rm", q))
-	if got, err := f.r.AddShards(ctx, []string{q + "#1.7", q + "#2"}); err != nil || len(got) != 2 {
+	if got, err := f.r.AddShards(ctx, &broker.ShardsParams{Names: []string{q + "#1.7", q + "#2"}}); err != nil || len(got) != 2 {
 		t.Fatalf("names put back: %v, %v", got, err)
 	}
-	if got, err := f.r.AddShards(ctx, []string{q + "#1.7", q + "#2", q + "#3"}); err != nil || !slices.Equal(got, []string{q + "#1.7", q + "#2", q + "#3"}) {
+	if got, err := f.r.AddShards(ctx, &broker.ShardsParams{Names: []string{q + "#1.7", q + "#2", q + "#3"}}); err != nil || !slices.Equal(got, []string{q + "#1.7", q + "#2", q + "#3"}) {
 		t.Fatalf("names added: %v, %v", got, err)
 	}
 	if beat, err := f.r.Heartbeat(ctx, &broker.HeartbeatParams{Worker: "w1", Lease: time.Minute}); err != nil || beat.Shards != 4 {
@@ -1009,7 +1011,7 @@ func (f *fixture) submitLane(t *testing.T, l uint64, p, n int, calls string) []s
 		ids[i] = id.TaskIn(f.mid, l*1000+uint64(i), l, 1, p, keys.DefaultPriority)
 		tasks[i] = wire.Task{ID: ids[i], Payload: []byte("p")}
 	}
-	if _, _, err := f.r.Submit(context.Background(), f.mid, "", lane, tasks, time.Minute, wire.Expect{}); err != nil {
+	if _, _, err := submitOf(f.r.Submit(context.Background(), &broker.SubmitParams{Manager: f.mid, Lane: lane, Tasks: tasks, TTL: time.Minute, Expect: wire.Expect{}})); err != nil {
 		t.Fatal(err)
 	}
 	return ids
@@ -1160,7 +1162,7 @@ func TestLargePayloadsBesideScripts(t *testing.T) {
 	if err := f.c.ScriptFlush(ctx).Err(); err != nil {
 		t.Fatal(err)
 	}
-	count, intact, err := f.r.Submit(ctx, f.mid, "", f.lane(), tasks, time.Minute, wire.Expect{})
+	count, intact, err := submitOf(f.r.Submit(ctx, &broker.SubmitParams{Manager: f.mid, Lane: f.lane(), Tasks: tasks, TTL: time.Minute, Expect: wire.Expect{}}))
 	if err != nil || count != int64(len(tasks)) || !intact {
 		t.Fatalf("submit: count %d, intact %v, %v", count, intact, err)
 	}
@@ -1182,7 +1184,7 @@ func TestLargePayloadsBesideScripts(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := f.r.Cancel(ctx, f.mid, []string{tasks[3].ID}); err != nil {
+	if err := f.r.Cancel(ctx, &broker.CancelParams{Manager: f.mid, Tasks: []string{tasks[3].ID}}); err != nil {
 		t.Fatal(err)
 	}
 	taken, _, err = takeOf(f.r.taken(ctx, "w1", vals))
@@ -1230,16 +1232,16 @@ func TestLargeResultsStaged(t *testing.T) {
 	if ttl := f.c.PTTL(ctx, staged).Val(); ttl <= 0 {
 		t.Fatalf("staged results' TTL %v, want the task set's", ttl)
 	}
-	entries, err := f.r.ReadResults(ctx, f.mid, 0, "", 10)
+	entries, err := f.r.ReadResults(ctx, &broker.ReadResultsParams{Manager: f.mid, Limit: 10})
 	// The small result goes first: staged ones are sent in calls of their own.
 	if err != nil || len(entries) != 2 || !strings.HasPrefix(entries[1], wire.StagedPrefix+ids[0]+" w1 ") || entries[0] != "small" {
 		t.Fatalf("result list %q (%v)", entries, err)
 	}
-	read, err := f.r.Unstaged(ctx, f.mid, entries)
+	read, err := f.r.Unstaged(ctx, &broker.EntriesParams{Manager: f.mid, Entries: entries})
 	if err != nil || read[1] != string(big('a')) || read[0] != "small" || !strings.HasPrefix(entries[1], wire.StagedPrefix) {
 		t.Fatalf("unstaged: %d and %q bytes (%v); entries changed: %v", len(read[1]), read[0], err, entries[1][:20])
 	}
-	if _, err := f.r.ReadResults(ctx, f.mid, 2, Mark(entries[1]), 10); err != nil {
+	if _, err := f.r.ReadResults(ctx, &broker.ReadResultsParams{Manager: f.mid, Handled: 2, Mark: broker.Mark(entries[1]), Limit: 10}); err != nil {
 		t.Fatal(err)
 	}
 	if n := f.c.Exists(ctx, staged).Val(); n != 0 {
@@ -1251,8 +1253,8 @@ func TestLargeResultsStaged(t *testing.T) {
 		t.Fatalf("finish: %d, %v", n, err)
 	}
 	f.c.Del(ctx, staged)
-	entries, _ = f.r.ReadResults(ctx, f.mid, 0, "", 10)
-	read, err = f.r.Unstaged(ctx, f.mid, entries)
+	entries, _ = f.r.ReadResults(ctx, &broker.ReadResultsParams{Manager: f.mid, Limit: 10})
+	read, err = f.r.Unstaged(ctx, &broker.EntriesParams{Manager: f.mid, Entries: entries})
 	if e, derr := wire.DecodeEntry(read[0], 0); err != nil || derr != nil || e.Kind != wire.EntryStaged || e.Task != ids[2] {
 		t.Fatalf("a lost staged result reads %+v (%v, %v)", e, err, derr)
 	}
@@ -1267,11 +1269,11 @@ func TestLargeResultsStaged(t *testing.T) {
 	if _, err := k.Finish(ctx, &broker.FinishParams{Worker: "w1", Done: []wire.Done{{ID: ids[0], Result: big('e')}}}); err != nil {
 		t.Fatal(err)
 	}
-	entries, _ = k.ReadResults(ctx, f.mid, 0, "", 10)
-	if _, err := k.ReadResults(ctx, f.mid, 1, Mark(entries[0]), 10); err != nil {
+	entries, _ = k.ReadResults(ctx, &broker.ReadResultsParams{Manager: f.mid, Limit: 10})
+	if _, err := k.ReadResults(ctx, &broker.ReadResultsParams{Manager: f.mid, Handled: 1, Mark: broker.Mark(entries[0]), Limit: 10}); err != nil {
 		t.Fatal(err)
 	}
-	kept, err := k.Kept(ctx, f.mid, 0, 10)
+	kept, err := k.Kept(ctx, &broker.KeptParams{Owner: f.mid, N: 10})
 	if err != nil || len(kept) != 1 || kept[0] != string(big('e')) {
 		t.Fatalf("kept %d entries (%v), want the staged result read back", len(kept), err)
 	}
@@ -1296,13 +1298,13 @@ func TestKeptReadInBoundedCalls(t *testing.T) {
 	if _, err := k.Finish(ctx, &broker.FinishParams{Worker: "w1", Done: done}); err != nil {
 		t.Fatal(err)
 	}
-	entries, _ := k.ReadResults(ctx, f.mid, 0, "", 10)
-	if _, err := k.ReadResults(ctx, f.mid, len(entries), Mark(entries[len(entries)-1]), 10); err != nil {
+	entries, _ := k.ReadResults(ctx, &broker.ReadResultsParams{Manager: f.mid, Limit: 10})
+	if _, err := k.ReadResults(ctx, &broker.ReadResultsParams{Manager: f.mid, Handled: len(entries), Mark: broker.Mark(entries[len(entries)-1]), Limit: 10}); err != nil {
 		t.Fatal(err)
 	}
 	var hmgets []int // the fields of each HMGET
 	f.c.AddHook(fieldsOf("hmget", &hmgets))
-	kept, err := k.Kept(ctx, f.mid, 0, 10)
+	kept, err := k.Kept(ctx, &broker.KeptParams{Owner: f.mid, N: 10})
 	if err != nil || len(kept) != 3 {
 		t.Fatalf("kept %d entries (%v), want 3", len(kept), err)
 	}
@@ -1432,7 +1434,7 @@ func TestWidestPayloadChoosesTheCheck(t *testing.T) {
 				ids[i] = id.TaskIn(f.mid, uint64(i+1), 1, 1, keys.DefaultPriority, keys.DefaultPriority)
 				tasks[i] = wire.Task{ID: ids[i], Payload: []byte(fmt.Sprintf("%d%s", i, strings.Repeat("p", tc.size-1)))}
 			}
-			if _, _, err := f.r.Submit(ctx, f.mid, "", f.lane(), tasks, time.Minute, wire.Expect{}); err != nil {
+			if _, _, err := submitOf(f.r.Submit(ctx, &broker.SubmitParams{Manager: f.mid, Lane: f.lane(), Tasks: tasks, TTL: time.Minute, Expect: wire.Expect{}})); err != nil {
 				t.Fatal(err)
 			}
 			widest := keys.Widest("rm", f.queue, f.mid)
@@ -1446,7 +1448,7 @@ func TestWidestPayloadChoosesTheCheck(t *testing.T) {
 			default:
 				f.c.Set(ctx, widest, tc.widest, time.Minute)
 			}
-			if err := f.r.Cancel(ctx, f.mid, []string{ids[1], ids[4]}); err != nil {
+			if err := f.r.Cancel(ctx, &broker.CancelParams{Manager: f.mid, Tasks: []string{ids[1], ids[4]}}); err != nil {
 				t.Fatal(err)
 			}
 			taken, _, err := takeOf(f.r.Take(ctx, &broker.TakeParams{Worker: "w1", Max: 10, Room: 10, Lease: time.Minute, Serves: serves}))
@@ -1470,7 +1472,7 @@ func TestWidestPayloadChoosesTheCheck(t *testing.T) {
 			if err != nil || n != 4 {
 				t.Fatalf("finish delivered %d (%v), want 4", n, err)
 			}
-			if got, _ := f.r.ReadResults(ctx, f.mid, 0, "", 10); !slices.Equal(got, []string{"r0", "r2", "r3", "r5"}) {
+			if got, _ := f.r.ReadResults(ctx, &broker.ReadResultsParams{Manager: f.mid, Limit: 10}); !slices.Equal(got, []string{"r0", "r2", "r3", "r5"}) {
 				t.Fatalf("results %q, want r0 r2 r3 r5", got)
 			}
 		})
@@ -1480,7 +1482,7 @@ func TestWidestPayloadChoosesTheCheck(t *testing.T) {
 	widest := keys.Widest("rm", f.queue, f.mid)
 	for i, tc := range []struct{ size, want int }{{30, 30}, {10, 30}, {Inline + 5, Inline + 5}, {100, Inline + 5}} {
 		tid := id.TaskIn(f.mid, uint64(i+1), 1, 1, keys.DefaultPriority, keys.DefaultPriority)
-		if _, _, err := f.r.Submit(ctx, f.mid, "", f.lane(), []wire.Task{{ID: tid, Payload: bytes.Repeat([]byte("q"), tc.size)}}, time.Minute, wire.Expect{}); err != nil {
+		if _, _, err := submitOf(f.r.Submit(ctx, &broker.SubmitParams{Manager: f.mid, Lane: f.lane(), Tasks: []wire.Task{{ID: tid, Payload: bytes.Repeat([]byte("q"), tc.size)}}, TTL: time.Minute, Expect: wire.Expect{}})); err != nil {
 			t.Fatal(err)
 		}
 		if got, _ := f.c.Get(ctx, widest).Int(); got != tc.want {
@@ -1557,7 +1559,7 @@ func TestFinishAtMaxmemory(t *testing.T) {
 	if n := c.Exists(ctx, keys.Staged("rm", q, f.mid)).Val(); n != 0 {
 		t.Fatal("a refused staged result stayed in Redis")
 	}
-	entries, err := f.r.ReadResults(ctx, f.mid, 0, "", 10)
+	entries, err := f.r.ReadResults(ctx, &broker.ReadResultsParams{Manager: f.mid, Limit: 10})
 	if err != nil || !slices.Equal(entries, []string{"r0", "r2"}) {
 		t.Fatalf("result list %q (%v), want [r0 r2]", entries, err)
 	}
@@ -1612,4 +1614,36 @@ func takeOf(res *broker.TakeResult, err error) ([]wire.Taken, wire.TakeEnd, erro
 		return nil, wire.TakeEnd{}, err
 	}
 	return res.Taken, res.End, err
+}
+
+// submitOf returns what a submit says, as the tests read it.
+func submitOf(res *broker.SubmitResult, err error) (int64, bool, error) {
+	if res == nil {
+		return 0, false, err
+	}
+	return res.Count, res.Intact, err
+}
+
+// submittedOf returns a task set's count and epoch, as the tests read them.
+func submittedOf(res *broker.SubmittedResult, err error) (int64, string, error) {
+	if res == nil {
+		return 0, "", err
+	}
+	return res.Count, res.Epoch, err
+}
+
+// missingOf returns what Missing says, as the tests read it.
+func missingOf(res *broker.MissingResult, err error) ([]string, int64, string, error) {
+	if res == nil {
+		return nil, 0, "", err
+	}
+	return res.Missing, res.Count, res.Epoch, err
+}
+
+// readThenWaitOf returns what ReadThenWait brought, as the tests read it.
+func readThenWaitOf(res *broker.ReadThenWaitResult, err error) ([]string, bool, error) {
+	if res == nil {
+		return nil, false, err
+	}
+	return res.Entries, res.FromWait, err
 }

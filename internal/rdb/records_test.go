@@ -39,8 +39,8 @@ func TestWorkerInfoRoundTrip(t *testing.T) {
 	if ws[0].Malformed != nil || !reflect.DeepEqual(ws[0].Info, in) {
 		t.Fatalf("read back %+v (%v), want %+v", ws[0].Info, ws[0].Malformed, in)
 	}
-	served, err := f.r.Served(ctx, []string{"square\tfunc(int) int #2", "other\tx", "square\tfunc(int) int #3",
-		wire.Calls("square", "func(int) int #2", "cube", "func(int) int #1"), wire.Calls("square", "func(int) int #2", "sum", "s")})
+	served, err := f.r.Served(ctx, &broker.ServedParams{Calls: []string{"square\tfunc(int) int #2", "other\tx", "square\tfunc(int) int #3",
+		wire.Calls("square", "func(int) int #2", "cube", "func(int) int #1"), wire.Calls("square", "func(int) int #2", "sum", "s")}})
 	want := []wire.Serving{{Code: wire.ServedBy}, {Code: wire.Unregistered, Name: "other"}, {Code: wire.OtherSignature, Name: "square", Signature: "func(int) int #2"},
 		{Code: wire.ServedBy}, {Code: wire.Unregistered, Name: "sum"}}
 	if err != nil || !reflect.DeepEqual(served, want) {
@@ -73,7 +73,7 @@ func TestFailuresAndProgressRoundTrip(t *testing.T) {
 
 	p := wire.BatchProgress{Func: "f", Total: 10, Done: 4, Failed: 1, Rate: 2.5, ETA: 3 * time.Second,
 		Started: time.Unix(1700000000, 0).UTC(), Worker: "w", Waiting: "no live worker", Priority: 5}
-	if _, err := f.r.PublishBatches(ctx, f.mid, map[string]wire.BatchProgress{"b1": p}, time.Minute, time.Minute, 0); err != nil {
+	if _, err := f.r.PublishBatches(ctx, &broker.PublishBatchesParams{Manager: f.mid, Batches: map[string]wire.BatchProgress{"b1": p}, TTL: time.Minute, Due: time.Minute}); err != nil {
 		t.Fatal(err)
 	}
 	bs, err := a.Batches(ctx, f.queue)
@@ -92,7 +92,7 @@ func TestFailuresAndProgressRoundTrip(t *testing.T) {
 		t.Fatalf("cancel of a batch of a manager that does not publish: %v; want it refused", err)
 	}
 	for _, want := range [][]string{{"b1"}, nil} {
-		cancels, err := f.r.PublishBatches(ctx, f.mid, map[string]wire.BatchProgress{"b1": p}, time.Minute, time.Minute, 7)
+		cancels, err := f.r.PublishBatches(ctx, &broker.PublishBatchesParams{Manager: f.mid, Batches: map[string]wire.BatchProgress{"b1": p}, TTL: time.Minute, Due: time.Minute, Ended: 7})
 		if err != nil || !reflect.DeepEqual(cancels, want) && len(cancels)+len(want) > 0 {
 			t.Fatalf("cancels: %v, %v; want %v", cancels, err, want)
 		}
@@ -110,7 +110,7 @@ func TestScriptEntriesDecode(t *testing.T) {
 	ctx := context.Background()
 	private := f.submit(t, "dead", 1)[0]
 	public := id.TaskIn(f.mid, 2, 1, 1, 3, 3)
-	if _, _, err := f.r.Submit(ctx, f.mid, "", f.lane(), []wire.Task{{ID: public, Payload: []byte("p")}}, time.Minute, wire.Expect{}); err != nil {
+	if _, _, err := submitOf(f.r.Submit(ctx, &broker.SubmitParams{Manager: f.mid, Lane: f.lane(), Tasks: []wire.Task{{ID: public, Payload: []byte("p")}}, TTL: time.Minute, Expect: wire.Expect{}})); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := f.r.Heartbeat(ctx, &broker.HeartbeatParams{Worker: "dead", Lease: -time.Second}); err != nil {
@@ -151,10 +151,10 @@ func TestScriptEntriesDecode(t *testing.T) {
 		t.Errorf("a cut result decodes as %+v, %v; want an error and no result", e, err)
 	}
 	// WakeCollector's entry ends a wait for results and decodes as a wake.
-	if err := f.r.WakeCollector(ctx, f.mid); err != nil {
+	if err := f.r.WakeCollector(ctx, &broker.ManagerParams{Manager: f.mid}); err != nil {
 		t.Fatal(err)
 	}
-	first, err := f.r.WaitResults(ctx, f.mid, time.Second)
+	first, err := f.r.WaitResults(ctx, &broker.WaitResultsParams{Manager: f.mid, Timeout: time.Second})
 	if err != nil || first != got[0] {
 		t.Fatalf("WaitResults: %q, %v; want the first entry %q, left in place", first, err, got[0])
 	}
@@ -192,7 +192,7 @@ func TestMalformedRepliesAreErrors(t *testing.T) {
 			return err
 		},
 		"submit: script returned [1], not 2 integers": func() error {
-			_, _, err := r.Submit(ctx, "m", "", wire.Lane{Name: "m.1"}, []wire.Task{{ID: "m-1.1", Payload: []byte("p")}}, time.Minute, wire.Expect{})
+			_, _, err := submitOf(r.Submit(ctx, &broker.SubmitParams{Manager: "m", Lane: wire.Lane{Name: "m.1"}, Tasks: []wire.Task{{ID: "m-1.1", Payload: []byte("p")}}, TTL: time.Minute, Expect: wire.Expect{}}))
 			return err
 		},
 	}
@@ -218,7 +218,7 @@ func TestPriorityLists(t *testing.T) {
 		lane := wire.Lane{Name: fmt.Sprintf("%s.%d", f.mid, i+1), Calls: "f\tsig"}
 		tid := id.TaskIn(f.mid, uint64(i+1), uint64(i+1), 1, p, keys.DefaultPriority)
 		tids, lanes = append(tids, tid), append(lanes, lane.Name)
-		if _, _, err := f.r.Submit(ctx, f.mid, "", lane, []wire.Task{{ID: tid, Payload: []byte("p")}}, time.Minute, wire.Expect{}); err != nil {
+		if _, _, err := submitOf(f.r.Submit(ctx, &broker.SubmitParams{Manager: f.mid, Lane: lane, Tasks: []wire.Task{{ID: tid, Payload: []byte("p")}}, TTL: time.Minute, Expect: wire.Expect{}})); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -268,7 +268,7 @@ func TestTakeDropsLaneItEmptied(t *testing.T) {
 		for i := range n {
 			ts = append(ts, wire.Task{ID: id.TaskIn(f.mid, seq+uint64(i), 1, 1, keys.DefaultPriority, keys.DefaultPriority), Payload: []byte("p")})
 		}
-		if _, _, err := f.r.Submit(ctx, f.mid, "", f.lane(), ts, time.Minute, wire.Expect{}); err != nil {
+		if _, _, err := submitOf(f.r.Submit(ctx, &broker.SubmitParams{Manager: f.mid, Lane: f.lane(), Tasks: ts, TTL: time.Minute, Expect: wire.Expect{}})); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -309,12 +309,12 @@ func TestHistory(t *testing.T) {
 	a := NewAdmin(f.c, "rm")
 	p := wire.BatchProgress{Func: "f", Total: 10, Done: 4, Failed: 1, Priority: 2, StartedMs: 1700000000123,
 		Rate: 3, Waiting: "why", Call: codec.CallInfo{Label: "nightly"}}
-	if _, err := f.r.PublishBatches(ctx, f.mid, map[string]wire.BatchProgress{"b1": p, "b2": p}, time.Minute, time.Minute, 0); err != nil {
+	if _, err := f.r.PublishBatches(ctx, &broker.PublishBatchesParams{Manager: f.mid, Batches: map[string]wire.BatchProgress{"b1": p, "b2": p}, TTL: time.Minute, Due: time.Minute}); err != nil {
 		t.Fatal(err)
 	}
 	rec := wire.BatchRecord{ID: "b1", Manager: f.mid, Func: "f", Total: 10, Done: 10, Failed: 2,
 		FailedBy: map[string]int{"panic": 1, "error": 1}, Outcome: wire.OutcomeFailed, Started: 1, Ended: 2}
-	if err := f.r.RecordBatches(ctx, f.mid, []wire.BatchRecord{rec}, 3, time.Hour, 0); err != nil {
+	if err := f.r.RecordBatches(ctx, &broker.RecordBatchesParams{Manager: f.mid, Records: []wire.BatchRecord{rec}, Limit: 3, Age: time.Hour}); err != nil {
 		t.Fatal(err)
 	}
 	hist, malformed, err := a.History(ctx, f.queue, 0)
@@ -327,7 +327,7 @@ func TestHistory(t *testing.T) {
 	for i := range 5 {
 		r := rec
 		r.ID = fmt.Sprint("x", i)
-		if err := f.r.RecordBatches(ctx, f.mid, []wire.BatchRecord{r}, 3, time.Hour, 0); err != nil {
+		if err := f.r.RecordBatches(ctx, &broker.RecordBatchesParams{Manager: f.mid, Records: []wire.BatchRecord{r}, Limit: 3, Age: time.Hour}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -340,7 +340,7 @@ func TestHistory(t *testing.T) {
 	}
 
 	// Lost: due at once.
-	if _, err := f.r.PublishBatches(ctx, f.mid, map[string]wire.BatchProgress{"b2": p}, time.Minute, -time.Millisecond, 0); err != nil {
+	if _, err := f.r.PublishBatches(ctx, &broker.PublishBatchesParams{Manager: f.mid, Batches: map[string]wire.BatchProgress{"b2": p}, TTL: time.Minute, Due: -time.Millisecond}); err != nil {
 		t.Fatal(err)
 	}
 	for want := range []int{1, 0} {
@@ -401,7 +401,7 @@ func TestHistoryManyInOneCall(t *testing.T) {
 		rec("a", wire.OutcomeDone, nil),
 		rec("b", wire.OutcomeFailed, map[string]int{"panic": 2}),
 	}
-	if err := f.r.RecordBatches(ctx, f.mid, first, 100, time.Hour, 0); err != nil {
+	if err := f.r.RecordBatches(ctx, &broker.RecordBatchesParams{Manager: f.mid, Records: first, Limit: 100, Age: time.Hour}); err != nil {
 		t.Fatal(err)
 	}
 	second := []wire.BatchRecord{
@@ -411,7 +411,7 @@ func TestHistoryManyInOneCall(t *testing.T) {
 		rec("e", wire.OutcomeDone, nil),
 		rec("d", wire.OutcomeDone, nil),
 	}
-	if err := f.r.RecordBatches(ctx, f.mid, second, 100, time.Hour, 0); err != nil {
+	if err := f.r.RecordBatches(ctx, &broker.RecordBatchesParams{Manager: f.mid, Records: second, Limit: 100, Age: time.Hour}); err != nil {
 		t.Fatal(err)
 	}
 	hist, malformed, err := a.History(ctx, f.queue, 0)
@@ -531,14 +531,14 @@ func TestPublishManyBatches(t *testing.T) {
 	for i := range 100_000 {
 		batches["b"+strconv.Itoa(i)] = wire.BatchProgress{Func: "f", Total: 1}
 	}
-	if _, err := f.r.PublishBatches(ctx, f.mid, batches, time.Minute, time.Minute, 0); err != nil {
+	if _, err := f.r.PublishBatches(ctx, &broker.PublishBatchesParams{Manager: f.mid, Batches: batches, TTL: time.Minute, Due: time.Minute}); err != nil {
 		t.Fatal(err)
 	}
 	if n, err := f.c.HLen(ctx, keys.Batches("rm", f.queue, f.mid)).Result(); err != nil || n != 100_000 {
 		t.Fatalf("%d batches published (%v), want 100,000", n, err)
 	}
 	// Its manager overdue, all of them are recorded as manager lost.
-	if _, err := f.r.PublishBatches(ctx, f.mid, batches, time.Minute, -time.Millisecond, 0); err != nil {
+	if _, err := f.r.PublishBatches(ctx, &broker.PublishBatchesParams{Manager: f.mid, Batches: batches, TTL: time.Minute, Due: -time.Millisecond}); err != nil {
 		t.Fatal(err)
 	}
 	if n, err := NewAdmin(f.c, "rm").LoseManagers(ctx, f.queue); err != nil || n != 100_000 {

@@ -138,7 +138,7 @@ func TestScriptsStayShort(t *testing.T) {
 		batches["b"+strconv.Itoa(i)] = wire.BatchProgress{Func: "f", Total: 1}
 	}
 	reset()
-	if _, err := r.PublishBatches(ctx, mid, batches, time.Minute, -time.Millisecond, 0); err != nil {
+	if _, err := r.PublishBatches(ctx, &broker.PublishBatchesParams{Manager: mid, Batches: batches, TTL: time.Minute, Due: -time.Millisecond}); err != nil {
 		t.Fatal(err)
 	}
 	if n, err := c.HLen(ctx, keys.Batches("rm", q, mid)).Result(); err != nil || n != many {
@@ -162,10 +162,10 @@ func TestScriptsStayShort(t *testing.T) {
 			Outcome: wire.OutcomeDone, Started: 1, Ended: 2}
 	}
 	reset()
-	if err := r.RecordBatches(ctx, mid, recs[:keys.DefaultHistory], keys.DefaultHistory, time.Hour, 0); err != nil {
+	if err := r.RecordBatches(ctx, &broker.RecordBatchesParams{Manager: mid, Records: recs[:keys.DefaultHistory], Limit: keys.DefaultHistory, Age: time.Hour}); err != nil {
 		t.Fatal(err)
 	}
-	if err := r.RecordBatches(ctx, mid, recs[keys.DefaultHistory:], keys.DefaultHistory, time.Hour, 0); err != nil {
+	if err := r.RecordBatches(ctx, &broker.RecordBatchesParams{Manager: mid, Records: recs[keys.DefaultHistory:], Limit: keys.DefaultHistory, Age: time.Hour}); err != nil {
 		t.Fatal(err)
 	}
 	checkCalls(t, read(), "record.lua", 2*keys.DefaultHistory/ScriptBudget)
@@ -234,7 +234,7 @@ func TestReapStaysShort(t *testing.T) {
 	for i := range tasks {
 		tasks[i] = wire.Task{ID: id.Task(f.mid, uint64(public+i+1)), Payload: []byte("p")}
 	}
-	if _, _, err := f.r.Submit(ctx, f.mid, wid, f.lane(), tasks, time.Hour, wire.Expect{}); err != nil {
+	if _, _, err := submitOf(f.r.Submit(ctx, &broker.SubmitParams{Manager: f.mid, Worker: wid, Lane: f.lane(), Tasks: tasks, TTL: time.Hour, Expect: wire.Expect{}})); err != nil {
 		t.Fatal(err)
 	}
 	take(public + heldPrivate)
@@ -306,7 +306,7 @@ func submitMany(t *testing.T, r *RDB, mid string, n int) {
 		tasks[i] = wire.Task{ID: id.TaskIn(mid, uint64(i+1), 1, 1, keys.DefaultPriority, keys.DefaultPriority), Payload: []byte("p")}
 	}
 	lane := wire.Lane{Name: mid + ".1", Calls: "f\tsig"}
-	if _, _, err := r.Submit(context.Background(), mid, "", lane, tasks, time.Hour, wire.Expect{}); err != nil {
+	if _, _, err := submitOf(r.Submit(context.Background(), &broker.SubmitParams{Manager: mid, Lane: lane, Tasks: tasks, TTL: time.Hour, Expect: wire.Expect{}})); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -336,7 +336,7 @@ func TestLostInSlicesSparesWhatComesBack(t *testing.T) {
 		batches["old"+strconv.Itoa(i)] = wire.BatchProgress{Func: "f", Total: 1}
 	}
 	old := f.submit(t, "", 3)
-	if _, err := f.r.PublishBatches(ctx, f.mid, batches, time.Minute, -time.Millisecond, 0); err != nil {
+	if _, err := f.r.PublishBatches(ctx, &broker.PublishBatchesParams{Manager: f.mid, Batches: batches, TTL: time.Minute, Due: -time.Millisecond}); err != nil {
 		t.Fatal(err)
 	}
 	n, more, mids, err := loseSlice(ctx, f.c, "rm", f.queue)
@@ -348,7 +348,7 @@ func TestLostInSlicesSparesWhatComesBack(t *testing.T) {
 	}
 	// It comes back: publishes its one running batch, submits a task anew
 	// into a lane of the same name.
-	if _, err := f.r.PublishBatches(ctx, f.mid, map[string]wire.BatchProgress{"new": {Func: "f", Total: 1}}, time.Minute, time.Minute, 0); err != nil {
+	if _, err := f.r.PublishBatches(ctx, &broker.PublishBatchesParams{Manager: f.mid, Batches: map[string]wire.BatchProgress{"new": {Func: "f", Total: 1}}, TTL: time.Minute, Due: time.Minute}); err != nil {
 		t.Fatal(err)
 	}
 	again := f.submit(t, "", 1)
@@ -395,7 +395,7 @@ func TestPurgeInSlices(t *testing.T) {
 			tasks[i] = wire.Task{ID: tid, Payload: []byte("p")}
 		}
 		l := wire.Lane{Name: f.mid + "." + strconv.FormatUint(lane, 36), Calls: "f\tsig"}
-		if _, _, err := f.r.Submit(ctx, f.mid, wid, l, tasks, time.Minute, wire.Expect{}); err != nil {
+		if _, _, err := submitOf(f.r.Submit(ctx, &broker.SubmitParams{Manager: f.mid, Worker: wid, Lane: l, Tasks: tasks, TTL: time.Minute, Expect: wire.Expect{}})); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -456,7 +456,7 @@ func TestLoseManagersPerCallBounded(t *testing.T) {
 	for i := range published {
 		batches["b"+strconv.Itoa(i)] = wire.BatchProgress{Func: "f", Total: 1}
 	}
-	if _, err := f.r.PublishBatches(ctx, f.mid, batches, time.Minute, -time.Millisecond, 0); err != nil {
+	if _, err := f.r.PublishBatches(ctx, &broker.PublishBatchesParams{Manager: f.mid, Batches: batches, TTL: time.Minute, Due: -time.Millisecond}); err != nil {
 		t.Fatal(err)
 	}
 	if n, err := f.r.LoseManagers(ctx); err != nil || n != LoseSlices*ScriptBudget {
@@ -481,10 +481,10 @@ func TestPublishInSlicesRetried(t *testing.T) {
 	for i := range published {
 		batches["b"+strconv.Itoa(i)] = wire.BatchProgress{Func: "f", Total: 1}
 	}
-	if _, err := f.r.PublishBatches(ctx, f.mid, map[string]wire.BatchProgress{"gone": {Func: "f"}}, time.Minute, time.Minute, 0); err != nil {
+	if _, err := f.r.PublishBatches(ctx, &broker.PublishBatchesParams{Manager: f.mid, Batches: map[string]wire.BatchProgress{"gone": {Func: "f"}}, TTL: time.Minute, Due: time.Minute}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := f.r.PublishBatches(ctx, f.mid, batches, time.Minute, time.Minute, 0); err != nil {
+	if _, err := f.r.PublishBatches(ctx, &broker.PublishBatchesParams{Manager: f.mid, Batches: batches, TTL: time.Minute, Due: time.Minute}); err != nil {
 		t.Fatal(err)
 	}
 	hash := keys.Batches("rm", f.queue, f.mid)

@@ -13,6 +13,7 @@ import (
 
 	"github.com/redmap/redmap/codec"
 	"github.com/redmap/redmap/internal/broker"
+	"github.com/redmap/redmap/internal/id"
 	"github.com/redmap/redmap/internal/wire"
 )
 
@@ -33,6 +34,11 @@ type Harness interface {
 	Delivered(t *testing.T) []string
 	// Serves is what a worker registers to take the tasks Add queues.
 	Serves() []string
+	// Manager is the manager Add submits as, Lane the lane it submits on.
+	Manager() string
+	Lane() wire.Lane
+	// Lose loses the manager's task set, as a Redis that lost its data.
+	Lose(t *testing.T)
 }
 
 // Run runs the suite, opening a fresh queue for each case.
@@ -46,6 +52,9 @@ func Run(t *testing.T, open func(t *testing.T) Harness) {
 	t.Run("retire", func(t *testing.T) { testRetire(t, open) })
 	t.Run("bells", func(t *testing.T) { testBells(t, open) })
 	t.Run("heartbeat", func(t *testing.T) { testHeartbeat(t, open) })
+	t.Run("task set", func(t *testing.T) { testTaskSet(t, open) })
+	t.Run("results", func(t *testing.T) { testResults(t, open) })
+	t.Run("live workers", func(t *testing.T) { testLiveWorkers(t, open) })
 }
 
 const wid = "w1"
@@ -323,5 +332,134 @@ func testHeartbeat(t *testing.T, open func(t *testing.T) Harness) {
 	beat, err := h.Queue().Heartbeat(context.Background(), &broker.HeartbeatParams{Worker: wid, Lease: time.Minute, Info: &wire.WorkerInfo{Host: "here"}})
 	if err != nil || beat.Shards != 1 || beat.Drain {
 		t.Errorf("heartbeat: %+v, %v; want 1 shard, no drain", beat, err)
+	}
+}
+
+// testTaskSet: a submit counts its tasks and says whether the set was
+// intact (the count it expected, its epoch); a cancel withdraws; Missing
+// names what is gone, with the count and epoch; a set the store lost is
+// not intact, and a recovery's submit installs a new epoch.
+func testTaskSet(t *testing.T, open func(t *testing.T) Harness) {
+	h := open(t)
+	ctx := context.Background()
+	q, mid := h.Queue(), h.Manager()
+	var seq uint64 = 1000
+	tasks := func(n int) ([]wire.Task, []string) {
+		var ts []wire.Task
+		var ids []string
+		for range n {
+			seq++
+			tid := id.TaskIn(mid, seq, 1, 1, 3, 3)
+			ts = append(ts, wire.Task{ID: tid, Payload: []byte("payload")})
+			ids = append(ids, tid)
+		}
+		return ts, ids
+	}
+	submit := func(step string, ts []wire.Task, exp wire.Expect, wantCount int64, wantIntact bool) {
+		t.Helper()
+		got, err := q.Submit(ctx, &broker.SubmitParams{Manager: mid, Lane: h.Lane(), Tasks: ts, TTL: time.Minute, Expect: exp})
+		if err != nil || got.Count != wantCount || got.Intact != wantIntact {
+			t.Fatalf("%s: %+v, %v; want count %d, intact %v", step, got, err, wantCount, wantIntact)
+		}
+	}
+	state := func(step string, wantCount int64, wantEpoch string) {
+		t.Helper()
+		got, err := q.Submitted(ctx, &broker.ManagerParams{Manager: mid})
+		if err != nil || got.Count != wantCount || got.Epoch != wantEpoch {
+			t.Fatalf("%s: Submitted %+v, %v; want %d %q", step, got, err, wantCount, wantEpoch)
+		}
+	}
+	first, ids := tasks(3)
+	submit("first submit", first, wire.Expect{Epoch: "e1"}, 3, true)
+	state("after the first", 3, "e1")
+	more, moreIDs := tasks(2)
+	ids = append(ids, moreIDs...)
+	submit("second submit", more, wire.Expect{Count: 3, Epoch: "e1"}, 5, true)
+	if err := q.Cancel(ctx, &broker.CancelParams{Manager: mid, Tasks: ids[1:2]}); err != nil {
+		t.Fatal(err)
+	}
+	missing, err := q.Missing(ctx, &broker.MissingParams{Manager: mid, Tasks: ids})
+	if err != nil || !slices.Equal(missing.Missing, ids[1:2]) || missing.Count != 5 || missing.Epoch != "e1" {
+		t.Fatalf("Missing after a cancel: %+v, %v; want [%s] 5 \"e1\"", missing, err, ids[1])
+	}
+	h.Lose(t)
+	again, _ := tasks(1)
+	submit("submit after the store lost the set", again, wire.Expect{Count: 5, Epoch: "e1"}, 1, false)
+	recovered, _ := tasks(1)
+	submit("a recovery's submit", recovered, wire.Expect{Count: 1, Epoch: "e1", NewEpoch: "e2"}, 2, true)
+	state("after the recovery", 2, "e2")
+	submit("a submit under the old epoch", again, wire.Expect{Count: 2, Epoch: "e1"}, 3, false)
+}
+
+// testResults: a delivered result waits on its manager's result list:
+// WaitResults returns the first without taking it; a read trims the
+// entries the last read handled, if the last of them is the one marked,
+// and reads on; ReadThenWait, finding none, waits (and says so) for the
+// next.
+func testResults(t *testing.T, open func(t *testing.T) Harness) {
+	h := open(t)
+	ctx := context.Background()
+	q, mid := h.Queue(), h.Manager()
+	ids := h.Add(t, 0, 0, 0)
+	take(t, h, 3, 0)
+	finish := func(tids ...string) {
+		t.Helper()
+		var done []wire.Done
+		for _, tid := range tids {
+			done = append(done, wire.Done{ID: tid, Result: result(t, tid)})
+		}
+		if fin, err := q.Finish(ctx, &broker.FinishParams{Worker: wid, Done: done}); err != nil || fin.Delivered != len(tids) {
+			t.Fatalf("finish: %+v, %v", fin, err)
+		}
+	}
+	finish(ids[0], ids[1])
+	first, err := q.WaitResults(ctx, &broker.WaitResultsParams{Manager: mid, Timeout: time.Second})
+	if err != nil || first != string(result(t, ids[0])) {
+		t.Fatalf("WaitResults: %q, %v; want the first result", first, err)
+	}
+	read, err := q.ReadResults(ctx, &broker.ReadResultsParams{Manager: mid, Limit: 10})
+	if err != nil || len(read) != 2 || read[0] != first {
+		t.Fatalf("read: %d entries, %v; want both results, the first first", len(read), err)
+	}
+	rest, err := q.ReadResults(ctx, &broker.ReadResultsParams{Manager: mid, Handled: 1, Mark: broker.Mark(read[0]), Limit: 10})
+	if err != nil || len(rest) != 1 || rest[0] != read[1] {
+		t.Fatalf("read after one handled: %d entries, %v; want the second result", len(rest), err)
+	}
+	stale, err := q.ReadResults(ctx, &broker.ReadResultsParams{Manager: mid, Handled: 1, Mark: broker.Mark("no such entry"), Limit: 10})
+	if err != nil || len(stale) != 1 {
+		t.Fatalf("read with a mark of another entry: %d entries, %v; want nothing trimmed", len(stale), err)
+	}
+	none, err := q.ReadThenWait(ctx, &broker.ReadResultsParams{Manager: mid, Handled: 1, Mark: broker.Mark(read[1]), Limit: 10, Wait: 50 * time.Millisecond})
+	if err != nil || len(none.Entries) != 0 || !none.FromWait {
+		t.Fatalf("ReadThenWait once all was handled: %+v, %v; want nothing, from the wait", none, err)
+	}
+	waited := make(chan *broker.ReadThenWaitResult, 1)
+	go func() {
+		got, _ := q.ReadThenWait(ctx, &broker.ReadResultsParams{Manager: mid, Limit: 10, Wait: time.Minute})
+		waited <- got
+	}()
+	finish(ids[2]) // before the wait or during it: either way the read or the wait brings it
+	if got := <-waited; got == nil || len(got.Entries) != 1 || got.Entries[0] != string(result(t, ids[2])) {
+		t.Errorf("ReadThenWait: %+v; want the third result", got)
+	}
+}
+
+// testLiveWorkers: a worker is live while its lease holds; retired, it is
+// not.
+func testLiveWorkers(t *testing.T, open func(t *testing.T) Harness) {
+	h := open(t)
+	ctx := context.Background()
+	q := h.Queue()
+	if _, err := q.Heartbeat(ctx, &broker.HeartbeatParams{Worker: wid, Lease: time.Minute}); err != nil {
+		t.Fatal(err)
+	}
+	if ws, err := q.LiveWorkers(ctx); err != nil || !slices.Equal(ws, []string{wid}) {
+		t.Fatalf("live: %v, %v; want [%s]", ws, err, wid)
+	}
+	if _, err := q.Retire(ctx, &broker.RetireParams{Worker: wid}); err != nil {
+		t.Fatal(err)
+	}
+	if ws, err := q.LiveWorkers(ctx); err != nil || len(ws) != 0 {
+		t.Errorf("live after the retire: %v, %v; want none", ws, err)
 	}
 }

@@ -5,7 +5,7 @@
 // rules the scripts keep, so that what those tests show holds on Redis.
 //
 // Besides the contract, a Shard has what a test needs to set a scene (Add,
-// Hold, Cancel, Fail, SetDrain, SetLimits) and to look at it (Results,
+// Hold, Withdraw, Fail, SetDrain, SetLimits) and to look at it (Results,
 // HeldBy, Calls, Asked, Holdings, Infos, Groups, Retired). Every call
 // notifies the Broadcast the queue was made with, for await.Until.
 package memory
@@ -21,6 +21,7 @@ import (
 
 	"github.com/redmap/redmap/internal/await"
 	"github.com/redmap/redmap/internal/broker"
+	"github.com/redmap/redmap/internal/id"
 	"github.com/redmap/redmap/internal/wire"
 )
 
@@ -94,6 +95,7 @@ type Shard struct {
 	// maxCall, if set, is the most bytes of results a Finish call carries
 	// in time: a larger call times out, as over a link too slow for it.
 	maxCall int
+	m       managerState
 }
 
 // task is a task in its manager's task set.
@@ -106,7 +108,8 @@ func newShard(i int, name string, activity *await.Broadcast) *Shard {
 	return &Shard{i: i, name: name, rec: await.Calls{Activity: activity},
 		bells: map[string]chan struct{}{}, tasks: map[string]task{}, private: map[string][]string{},
 		held: map[string]map[string]bool{}, leases: map[string]time.Time{}, stopping: map[string]bool{},
-		drain: map[string]bool{}, asked: map[string]int{}, retired: map[string]bool{}, types: map[string][]string{}, count: 1}
+		drain: map[string]bool{}, asked: map[string]int{}, retired: map[string]bool{}, types: map[string][]string{}, count: 1,
+		m: newManagerState()}
 }
 
 // ErrOOM is the error a call refused for want of memory returns, as Redis
@@ -158,10 +161,10 @@ func (s *Shard) Hold(wid string, ts ...wire.Taken) {
 	}
 }
 
-// Cancel withdraws tasks from their task sets, as their managers do when a
-// batch ends: a take drops them, Unwanted names them, a finish discards
-// their results.
-func (s *Shard) Cancel(tids ...string) {
+// Withdraw withdraws tasks from their task sets, as their managers do when
+// a batch ends (Cancel, unrecorded): a take drops them, Unwanted names them,
+// a finish discards their results.
+func (s *Shard) Withdraw(tids ...string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for _, tid := range tids {
@@ -387,6 +390,7 @@ func (s *Shard) Finish(_ context.Context, p *broker.FinishParams) (*wire.Finishe
 		if _, wanted := s.tasks[d.ID]; wanted && len(d.Result) > 0 {
 			delete(s.tasks, d.ID)
 			s.done = append(s.done, d)
+			s.pushLocked(id.Manager(d.ID), string(d.Result))
 			got.Delivered++
 		}
 	}
@@ -505,7 +509,7 @@ func (s *Shard) reapLocked(now time.Time) *wire.Reaped {
 			switch {
 			case !ok:
 			case m != tid:
-				delete(s.tasks, tid)
+				s.loseLocked(tid, wid)
 				out.Lost++
 			default:
 				t.attempt++
@@ -516,7 +520,7 @@ func (s *Shard) reapLocked(now time.Time) *wire.Reaped {
 		}
 		for _, tid := range s.private[wid] {
 			if _, ok := s.tasks[tid]; ok {
-				delete(s.tasks, tid)
+				s.loseLocked(tid, wid)
 				out.Lost++
 			}
 		}
@@ -612,8 +616,8 @@ func (s *Shard) PublishTypes(_ context.Context, p *broker.PublishTypesParams) er
 }
 
 // DeclareLimit limits nothing: a memory queue has no limits in force.
-func (s *Shard) DeclareLimit(context.Context, *broker.DeclareLimitParams) (*broker.DeclareLimitResult, error) {
-	return &broker.DeclareLimitResult{}, s.rec.Call("declarelimit")
+func (s *Shard) DeclareLimit(context.Context, *broker.DeclareLimitParams) (*broker.LimitResult, error) {
+	return &broker.LimitResult{}, s.rec.Call("declarelimit")
 }
 
 // Throttle has no rate to pause.
@@ -622,6 +626,13 @@ func (s *Shard) Throttle(context.Context, *broker.ThrottleParams) (bool, error) 
 }
 
 var _ broker.Queue = (*Shard)(nil)
+
+// loseLocked fails private task tid of dead worker wid: its manager gets a
+// lost entry in place of a result.
+func (s *Shard) loseLocked(tid, wid string) {
+	delete(s.tasks, tid)
+	s.pushLocked(id.Manager(tid), wire.EncodeEntry(wire.Entry{Kind: wire.EntryLost, Task: tid, Worker: wid}))
+}
 
 func (s *Shard) holdLocked(wid, member string) {
 	if s.held[wid] == nil {

@@ -25,6 +25,9 @@ type harness struct {
 }
 
 func (h *harness) Queue() broker.Queue { return h.q.First() }
+func (h *harness) Manager() string     { return "m1" }
+func (h *harness) Lane() wire.Lane     { return wire.Lane{Name: "m1.1", Calls: "f\tsig"} }
+func (h *harness) Lose(*testing.T)     { h.q.First().Lose() }
 func (h *harness) Serves() []string    { return nil }
 
 func (h *harness) Add(_ *testing.T, attempts ...int) []string {
@@ -38,7 +41,7 @@ func (h *harness) Add(_ *testing.T, attempts ...int) []string {
 	return ids
 }
 
-func (h *harness) Cancel(_ *testing.T, tids ...string) { h.q.First().Cancel(tids...) }
+func (h *harness) Cancel(_ *testing.T, tids ...string) { h.q.First().Withdraw(tids...) }
 
 func (h *harness) Delivered(*testing.T) []string {
 	var out []string
