@@ -14,7 +14,7 @@ import (
 // One error style per package: an error made in a public package says where
 // it comes from, either by its package's name ("manager: ...") or by the
 // redmap error it wraps first ("%w: ...", which reads "redmap: <kind>: ...").
-// internal/rdb names the operation instead ("take: ..."), and its callers add
+// internal/broker/redisbroker names the operation instead ("take: ..."), and its callers add
 // their package's name.
 func TestErrorStyle(t *testing.T) {
 	for dir, name := range map[string]string{".": "redmap", "manager": "manager", "worker": "worker", "cache": "cache", "codec": "codec", "connect": "connect", "inspect": "inspect"} {

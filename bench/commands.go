@@ -6,7 +6,7 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/redmap/redmap/internal/rdb"
+	"github.com/redmap/redmap/internal/broker/redisbroker"
 )
 
 // commandLog, with -commands, records every command Redis runs during one
@@ -34,7 +34,7 @@ func (c commandLog) report(scenario string, n int) error {
 	}
 	c.e.rdb.SlowLogReset(ctx)
 	c.e.rdb.ConfigSet(ctx, "slowlog-max-len", "128")
-	names := rdb.ScriptNames()
+	names := redisbroker.ScriptNames()
 	type tally struct {
 		name      string
 		calls, us int64

@@ -25,16 +25,16 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/zeebo/blake3"
 
+	"github.com/redmap/redmap/internal/broker/redisbroker"
 	"github.com/redmap/redmap/internal/failure"
-	"github.com/redmap/redmap/internal/rdb"
 )
 
 // DefaultPartSize is the size of the parts a value is stored in: small enough
 // that no single command holds Redis for long, nor takes a link of 10 MB/s
-// past go-redis's timeouts (rdb.CallBytes, 1 MiB: an upload sends one
+// past go-redis's timeouts (redisbroker.CallBytes, 1 MiB: an upload sends one
 // pipeline per 1 MiB of parts), and far below Redis's 512 MB limit on one
 // string, so values of any size fit.
-const DefaultPartSize = rdb.CallBytes
+const DefaultPartSize = redisbroker.CallBytes
 
 // Ref names a stored value by content.
 type Ref struct {
@@ -50,7 +50,7 @@ func Sum(b []byte) string {
 
 // Store keeps encoded values in Redis, under their hash, in parts.
 type Store struct {
-	objs     *rdb.Objects
+	objs     *redisbroker.Objects
 	partSize int
 
 	uploads       atomic.Int64
@@ -63,13 +63,13 @@ func NewStore(c redis.UniversalClient, prefix string, partSize int) *Store {
 	if partSize <= 0 {
 		partSize = DefaultPartSize
 	}
-	return &Store{objs: rdb.NewObjects(c, prefix), partSize: partSize}
+	return &Store{objs: redisbroker.NewObjects(c, prefix), partSize: partSize}
 }
 
 // Put stores b unless it is already there, and gives holder a hold on it for
 // d by the Redis clock. It checks first, so a value already stored costs one
 // script call and no upload; it reports whether it uploaded. An upload sends
-// one pipeline per 1 MiB of parts (rdb.CallBytes) and one script call.
+// one pipeline per 1 MiB of parts (redisbroker.CallBytes) and one script call.
 func (s *Store) Put(ctx context.Context, b []byte, holder string, d time.Duration) (Ref, bool, error) {
 	ref := Ref{Hash: Sum(b), Size: int64(len(b))}
 	// A concurrent release can delete an older copy while we upload ours; the
@@ -113,10 +113,10 @@ func (s *Store) Release(ctx context.Context, ref Ref, holder string) (bool, erro
 // failure.ErrConstantCorrupt. Parts are fetched pipelined, 8 per round trip.
 func (s *Store) Get(ctx context.Context, ref Ref) ([]byte, error) {
 	parts, size, err := s.objs.Fetch(ctx, ref.Hash)
-	if errors.Is(err, rdb.ErrNoObject) {
+	if errors.Is(err, redisbroker.ErrNoObject) {
 		return nil, fmt.Errorf("%w: %s", failure.ErrConstantMissing, ref)
 	}
-	if errors.Is(err, rdb.ErrBadObject) {
+	if errors.Is(err, redisbroker.ErrBadObject) {
 		return nil, fmt.Errorf("%w: %s: %v", failure.ErrConstantCorrupt, ref, err)
 	}
 	if err != nil {

@@ -27,15 +27,15 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/redmap/redmap/codec"
+	"github.com/redmap/redmap/internal/broker/redisbroker"
 	"github.com/redmap/redmap/internal/config"
 	"github.com/redmap/redmap/internal/id"
 	"github.com/redmap/redmap/internal/keys"
-	"github.com/redmap/redmap/internal/rdb"
 )
 
 // Inspector reads the queues under one key prefix.
 type Inspector struct {
-	admin *rdb.Admin
+	admin *redisbroker.Admin
 	log   *slog.Logger
 }
 
@@ -45,7 +45,7 @@ func New(client redis.UniversalClient, prefix string) (*Inspector, error) {
 	if client == nil {
 		return nil, fmt.Errorf("inspect: nil Redis client")
 	}
-	return &Inspector{admin: rdb.NewAdmin(client, cmp.Or(prefix, config.DefaultPrefix)), log: slog.New(slog.DiscardHandler)}, nil
+	return &Inspector{admin: redisbroker.NewAdmin(client, cmp.Or(prefix, config.DefaultPrefix)), log: slog.New(slog.DiscardHandler)}, nil
 }
 
 // WithLogger returns an inspector like i that logs to l what its readers
@@ -255,7 +255,7 @@ func (i *Inspector) Queues(ctx context.Context) ([]string, error) { return i.adm
 // not write still gets the list (the index is left as it was).
 func (i *Inspector) ScanQueues(ctx context.Context) ([]string, error) {
 	qs, err := i.admin.ScanQueues(ctx)
-	if err != nil && qs != nil && rdb.Refused(err) {
+	if err != nil && qs != nil && redisbroker.Refused(err) {
 		return qs, nil
 	}
 	return qs, err
@@ -301,7 +301,7 @@ func (i *Inspector) Workers(ctx context.Context, queue string, now time.Time) ([
 
 // stateOf returns a worker's state, how long it has been in it, and the age
 // of its last heartbeat, in seconds, by the Redis clock nowMs.
-func stateOf(r rdb.Registered, nowMs int64) (state string, since, age float64) {
+func stateOf(r redisbroker.Registered, nowMs int64) (state string, since, age float64) {
 	in := r.Info
 	secs := func(ms int64) float64 { return float64(max(ms, 0)) / 1000 }
 	if !in.Gone.IsZero() && r.Deadline == 0 { // reaped, not back: stopped or dead, as reap.lua wrote
@@ -353,7 +353,7 @@ func (i *Inspector) Batches(ctx context.Context, queue string) ([]Batch, error) 
 // batches is Batches with ws, the queue's workers if the caller read them
 // (nil: read them if a batch is running).
 func (i *Inspector) batches(ctx context.Context, queue string, ws []Worker) ([]Batch, error) {
-	if _, err := i.admin.LoseManagers(ctx, queue); err != nil && !rdb.Refused(err) {
+	if _, err := i.admin.LoseManagers(ctx, queue); err != nil && !redisbroker.Refused(err) {
 		return nil, err
 	} // refused: a read-only user; the next reader that may write will
 	pbs, err := i.admin.Batches(ctx, queue)

@@ -7,8 +7,8 @@ import (
 	"time"
 
 	"github.com/redmap/redmap"
+	"github.com/redmap/redmap/internal/broker/redisbroker"
 	"github.com/redmap/redmap/internal/keys"
-	"github.com/redmap/redmap/internal/rdb"
 	"github.com/redmap/redmap/internal/wire"
 )
 
@@ -71,12 +71,12 @@ func (i *Inspector) Limits(ctx context.Context, queue string) ([]Limit, error) {
 		l.Text = l.InForce.String()
 		rec := f.Code
 		switch f.Source {
-		case rdb.LimitFromOperator:
+		case redisbroker.LimitFromOperator:
 			l.Source, rec = "operator", f.Operator
 			if f.Code != nil {
 				l.Code = limitOf(*f.Code).String()
 			}
-		case rdb.LimitFromCode:
+		case redisbroker.LimitFromCode:
 			l.Source = "code"
 		}
 		if rec != nil {
@@ -129,9 +129,9 @@ func inForce(queue, fn string, w wire.Limit, src string) Limit {
 	l.Rate, l.Per, l.Burst, l.Concurrency = w.Rate, w.Per.Seconds(), w.Burst, w.Concurrency
 	l.Text = l.InForce.String()
 	switch src {
-	case rdb.LimitFromOperator:
+	case redisbroker.LimitFromOperator:
 		l.Source = "operator"
-	case rdb.LimitFromCode:
+	case redisbroker.LimitFromCode:
 		l.Source = "code"
 	}
 	return l

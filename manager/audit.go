@@ -22,7 +22,7 @@ const goneAudits = 4
 // waits, and has Redis queue again every one in its task set that is in no
 // list and no live worker's held set (a lane, a private list, a held set, a
 // ring or the lanes hash lost: evicted, deleted, or set aside for foreign
-// data; see rdb.Audit). A task still outstanding but absent from the set
+// data; see redisbroker.Audit). A task still outstanding but absent from the set
 // at two audits in a row while the result list was empty, or at
 // goneAudits in a row, had its result lost with the list: the shard is
 // marked for recovery, which submits it again (recover). A result that was

@@ -13,8 +13,8 @@ import (
 	"github.com/redmap/redmap/internal/await"
 	"github.com/redmap/redmap/internal/broker"
 	"github.com/redmap/redmap/internal/broker/memory"
+	"github.com/redmap/redmap/internal/broker/redisbroker"
 	"github.com/redmap/redmap/internal/id"
-	"github.com/redmap/redmap/internal/rdb"
 )
 
 // What the unit tests of the manager's parts run on: the memory broker
@@ -85,7 +85,7 @@ func (q *memQueue) manager(t interface {
 			next++
 			return s
 		},
-		masters: func(context.Context) (rdb.Masters, bool, error) { return rdb.Masters{}, false, nil },
+		masters: func(context.Context) (redisbroker.Masters, bool, error) { return redisbroker.Masters{}, false, nil },
 		store:   q.store,
 	}, opts, id.New(), nil)
 	t.Cleanup(func() { _ = m.Close() })

@@ -20,8 +20,8 @@ import (
 	"github.com/redmap/redmap"
 	"github.com/redmap/redmap/codec"
 	"github.com/redmap/redmap/internal/broker"
+	"github.com/redmap/redmap/internal/broker/redisbroker"
 	"github.com/redmap/redmap/internal/id"
-	"github.com/redmap/redmap/internal/rdb"
 	"github.com/redmap/redmap/internal/wire"
 )
 
@@ -29,7 +29,7 @@ import (
 // manager a program made (the parent) makes one per durable batch, whose
 // id is id.Durable(name), so that the batch's keys and task ids are the
 // same whichever process holds it. The owner's keys live DurableTTL; its
-// collectors keep what they read (rdb.KeepingResults); it holds the
+// collectors keep what they read (redisbroker.KeepingResults); it holds the
 // batch's claim while it lives, renewed by its keeper; and before its
 // first submit it resumes what Redis has of the batch (resume), which its
 // feeder then submits around (feeder.window). Once the batch has ended in
@@ -75,9 +75,9 @@ type owned struct {
 	once    sync.Once     // closes resumed
 	found   *resumeState  // what resume found; nil before
 	// fence is the claim it holds, which its writes carry: a script refuses
-	// one once another manager took the batch (see rdb.Fence), and the
+	// one once another manager took the batch (see redisbroker.Fence), and the
 	// owner then lets the batch go (lose).
-	fence *rdb.Fence
+	fence *redisbroker.Fence
 	lost  sync.Once // lose's
 	// held is until when, by this process's clock, its claim is surely
 	// still its own (Unix ns): a renewal that began at t holds it until at
@@ -146,7 +146,7 @@ func (m *Manager) newOwner(ctx context.Context, name string) (*Manager, error) {
 	}
 	opts := m.opts
 	opts.KeyTTL = opts.DurableTTL
-	fence := rdb.NewFence(id.Durable(name))
+	fence := redisbroker.NewFence(id.Durable(name))
 	o := assemble(durableSeams(m.client, opts, fence), opts, id.Durable(name),
 		&owned{name: name, holder: holder, parent: &m.durables, resumed: make(chan struct{}), fence: fence, costs: m.costs})
 	o.faults.durable, o.faults.lose = name, o.lose
@@ -162,11 +162,13 @@ func (m *Manager) newOwner(ctx context.Context, name string) (*Manager, error) {
 
 // durableSeams are an owner's seams: those of a manager, whose shards keep
 // the results they read, and whose writes carry fence.
-func durableSeams(client redis.UniversalClient, opts Options, fence *rdb.Fence) seams {
+func durableSeams(client redis.UniversalClient, opts Options, fence *redisbroker.Fence) seams {
 	s := clientSeams(client, opts)
 	open := s.shard
-	s.shard = func(name string, i int) shardRedis { return open(name, i).(*rdb.RDB).KeepingResults().Fenced(fence) }
-	s.queue = s.queue.(*rdb.RDB).KeepingResults().Fenced(fence)
+	s.shard = func(name string, i int) shardRedis {
+		return open(name, i).(*redisbroker.Broker).KeepingResults().Fenced(fence)
+	}
+	s.queue = s.queue.(*redisbroker.Broker).KeepingResults().Fenced(fence)
 	return s
 }
 
@@ -254,7 +256,7 @@ func (m *Manager) unclaim() {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	c := m.claimOf(0, "")
-	if _, err := m.router.queue().Claim(ctx, &c); err != nil && !rdb.IsFenced(err) {
+	if _, err := m.router.queue().Claim(ctx, &c); err != nil && !redisbroker.IsFenced(err) {
 		m.log.Warn("releasing a durable batch's claim failed; it lapses by itself", "batch", m.owned.name, "err", err)
 	}
 }

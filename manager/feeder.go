@@ -17,9 +17,9 @@ import (
 	"github.com/redmap/redmap/codec"
 	"github.com/redmap/redmap/internal/backoff"
 	"github.com/redmap/redmap/internal/broker"
+	"github.com/redmap/redmap/internal/broker/redisbroker"
 	"github.com/redmap/redmap/internal/id"
 	"github.com/redmap/redmap/internal/part"
-	"github.com/redmap/redmap/internal/rdb"
 	"github.com/redmap/redmap/internal/wire"
 )
 
@@ -356,7 +356,7 @@ func (f *feeder[Out]) send(ctx context.Context, w *window) error {
 			}
 			return err
 		})
-		if part := (*rdb.PartlySubmitted)(nil); errors.As(err, &part) {
+		if part := (*redisbroker.PartlySubmitted)(nil); errors.As(err, &part) {
 			// A call that made progress: Redis answers, and what it
 			// queued is not sent again.
 			s.outage.up()

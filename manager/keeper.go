@@ -10,9 +10,9 @@ import (
 	"time"
 
 	"github.com/redmap/redmap/internal/broker"
+	"github.com/redmap/redmap/internal/broker/redisbroker"
 	"github.com/redmap/redmap/internal/failure"
 	"github.com/redmap/redmap/internal/part"
-	"github.com/redmap/redmap/internal/rdb"
 	"github.com/redmap/redmap/internal/wire"
 )
 
@@ -67,7 +67,7 @@ func (u *unsaid) giveBack(n int64) {
 }
 
 // endedLanes holds the lanes of the manager's batches that ended since the
-// keeper last forgot them (rdb.ForgetLanes): each batch has a lane, and its
+// keeper last forgot them (redisbroker.ForgetLanes): each batch has a lane, and its
 // entry in the manager's lanes hash would otherwise live, renewed, as long
 // as the manager does.
 type endedLanes struct {
@@ -215,7 +215,7 @@ func (k *keeper) publishBatches(ctx context.Context) {
 	case err == nil:
 	case ctx.Err() != nil:
 		k.log.Debug("stopped while publishing batch progress", "err", err)
-	case rdb.Refused(err):
+	case redisbroker.Refused(err):
 		k.log.Error("publishing batch progress for operators refused", "err", err)
 	default:
 		k.log.Warn("publishing batch progress failed", "err", err)

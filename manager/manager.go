@@ -21,10 +21,10 @@ import (
 	"github.com/redmap/redmap"
 	"github.com/redmap/redmap/cache"
 	"github.com/redmap/redmap/internal/broker"
+	"github.com/redmap/redmap/internal/broker/redisbroker"
 	"github.com/redmap/redmap/internal/failure"
 	"github.com/redmap/redmap/internal/id"
 	"github.com/redmap/redmap/internal/part"
-	"github.com/redmap/redmap/internal/rdb"
 	"github.com/redmap/redmap/internal/tracing"
 )
 
@@ -73,7 +73,7 @@ type Manager struct {
 	stats    counters
 	failures failure.Log  // what failed on the manager's side, for the queue's failure groups
 	history  *history     // writes each batch's final record
-	addr     string       // where the client connects, for errors (rdb.Addr)
+	addr     string       // where the client connects, for errors (redisbroker.Addr)
 	tracer   trace.Tracer // from Options.TracerProvider or the global one (which delegates to a provider installed later)
 
 	client   redis.UniversalClient // New's, for its durable batches' owners; nil over fakes
@@ -124,7 +124,7 @@ func New(client redis.UniversalClient, opts Options) (*Manager, error) {
 		return nil, err
 	}
 	m := assemble(clientSeams(client, opts), opts, id.New(), nil)
-	m.addr = rdb.Addr(client)
+	m.addr = redisbroker.Addr(client)
 	m.client = client
 	return m, nil
 }
@@ -132,21 +132,21 @@ func New(client redis.UniversalClient, opts Options) (*Manager, error) {
 // clientSeams returns the manager's seams to Redis through client.
 func clientSeams(client redis.UniversalClient, opts Options) seams {
 	return seams{
-		queue: rdb.New(client, opts.Prefix, opts.Queue),
-		shard: func(name string, i int) shardRedis { return rdb.NewShard(client, opts.Prefix, name, i) },
-		masters: func(ctx context.Context) (rdb.Masters, bool, error) {
-			return rdb.ClusterMasters(ctx, client)
+		queue: redisbroker.New(client, opts.Prefix, opts.Queue),
+		shard: func(name string, i int) shardRedis { return redisbroker.NewShard(client, opts.Prefix, name, i) },
+		masters: func(ctx context.Context) (redisbroker.Masters, bool, error) {
+			return redisbroker.ClusterMasters(ctx, client)
 		},
 		store: cache.NewStore(client, opts.Prefix, opts.PartSize),
 	}
 }
 
-// seams are the manager's ways to Redis: internal/rdb's in use, fakes in
+// seams are the manager's ways to Redis: internal/broker/redisbroker's in use, fakes in
 // the parts' unit tests.
 type seams struct {
 	queue   queueRedis
 	shard   func(name string, i int) shardRedis
-	masters func(ctx context.Context) (rdb.Masters, bool, error)
+	masters func(ctx context.Context) (redisbroker.Masters, bool, error)
 	store   constantStore
 }
 
@@ -418,7 +418,7 @@ func (m *Manager) halt(cause error) (tids []string, shards []*shard, first bool)
 
 // ready checks, before the manager's first submit, that Redis answers within
 // startTimeout, lets it run every command redmap needs, is recent enough, and
-// cannot evict its keys (a warning if it can): see rdb.Preflight. So an
+// cannot evict its keys (a warning if it can): see redisbroker.Preflight. So an
 // unreachable Redis fails Submit in seconds with ErrUnavailable, and a
 // missing ACL permission with an error naming the command, instead of a rare
 // path failing later. Once it has passed it costs nothing.
@@ -429,7 +429,7 @@ func (m *Manager) ready(ctx context.Context) error {
 	err := m.faults.callQueue("checking Redis at "+m.addr, func() error {
 		return m.router.queue().Preflight(ctx, &broker.PreflightParams{Budget: startTimeout, Heal: m.opts.RedisTimeout, Log: m.log})
 	})
-	if rdb.Refused(err) { // the credentials, or the ACL: say where
+	if redisbroker.Refused(err) { // the credentials, or the ACL: say where
 		return fmt.Errorf("manager: Redis at %s: %w", m.addr, err)
 	}
 	if err != nil {

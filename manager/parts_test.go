@@ -13,7 +13,7 @@ import (
 	"github.com/redmap/redmap"
 	"github.com/redmap/redmap/codec"
 	"github.com/redmap/redmap/internal/await"
-	"github.com/redmap/redmap/internal/rdb"
+	"github.com/redmap/redmap/internal/broker/redisbroker"
 	"github.com/redmap/redmap/internal/redistest"
 	"github.com/redmap/redmap/internal/wire"
 )
@@ -127,7 +127,7 @@ func TestRouterOpensOnceAndNotAfterClose(t *testing.T) {
 			opened = append(opened, fmt.Sprintf("%d:%s", i, name))
 			return mq.Shard(i)
 		},
-		masters: func(context.Context) (rdb.Masters, bool, error) { return rdb.Masters{}, false, nil },
+		masters: func(context.Context) (redisbroker.Masters, bool, error) { return redisbroker.Masters{}, false, nil },
 		opened:  func(*shard) {}, log: discard()})
 	for range 2 {
 		if err := r.openAll(context.Background()); err != nil {
@@ -145,7 +145,7 @@ func TestRouterOpensOnceAndNotAfterClose(t *testing.T) {
 	}
 	closed := newRouter(routerParams{queue: "q", shards: 2, first: newMemQueue(1).First(),
 		open:    func(string, int) shardRedis { t.Fatal("opened a shard after close"); return nil },
-		masters: func(context.Context) (rdb.Masters, bool, error) { return rdb.Masters{}, false, nil },
+		masters: func(context.Context) (redisbroker.Masters, bool, error) { return redisbroker.Masters{}, false, nil },
 		opened:  func(*shard) {}, log: discard()})
 	closed.close()
 	if err := closed.openAll(context.Background()); !errors.Is(err, redmap.ErrClosed) {
@@ -515,7 +515,7 @@ func TestWithdrawalRetriedUntilItPasses(t *testing.T) {
 	f := newMemQueue(1).First()
 	r := newRouter(routerParams{queue: "q", shards: 1, first: f,
 		open:    func(name string, i int) shardRedis { t.Fatal("opened a shard"); return nil },
-		masters: func(context.Context) (rdb.Masters, bool, error) { return rdb.Masters{}, false, nil },
+		masters: func(context.Context) (redisbroker.Masters, bool, error) { return redisbroker.Masters{}, false, nil },
 		opened:  func(*shard) {}, log: discard()})
 	p := newPendingTasks()
 	tids := []string{"m-1", "m-2"}

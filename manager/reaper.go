@@ -45,7 +45,7 @@ func (r *reaper) tick(ctx context.Context) {
 		if r.faults.keep(ctx, s, "reaping dead workers", quietOutage, func() (err error) {
 			reaped, err = s.rdb.Reap(ctx)
 			return err
-		}) && *reaped != (wire.Reaped{}) { // tasks given back, or workers reaped (see rdb.RDB.Reap)
+		}) && *reaped != (wire.Reaped{}) { // tasks given back, or workers reaped (see redisbroker.Broker.Reap)
 			r.log.Warn("reaped dead workers: their tasks were queued again", "workers", reaped.Workers, "requeued", reaped.Requeued, "lost", reaped.Lost, "shard", s.i)
 		}
 		return nil

@@ -14,9 +14,9 @@ import (
 
 	"github.com/redmap/redmap"
 	"github.com/redmap/redmap/internal/broker"
+	"github.com/redmap/redmap/internal/broker/redisbroker"
 	"github.com/redmap/redmap/internal/id"
 	"github.com/redmap/redmap/internal/keys"
-	"github.com/redmap/redmap/internal/rdb"
 	"github.com/redmap/redmap/internal/redistest"
 	"github.com/redmap/redmap/internal/wire"
 	"github.com/redmap/redmap/worker"
@@ -206,7 +206,7 @@ func (l *loseStaged) Unstaged(ctx context.Context, p *broker.EntriesParams) ([]s
 }
 
 // bigEcho returns its string with "#" after it; fed strings over
-// rdb.Inline, its results are staged beside the result list.
+// redisbroker.Inline, its results are staged beside the result list.
 var bigEcho = redmap.Func("bigecho", func(_ context.Context, s string) (string, error) { return s + "#", nil })
 
 // A staged result found gone when read (Redis lost it) is no element's
@@ -238,7 +238,7 @@ func TestStagedResultLostIsRunAgain(t *testing.T) {
 
 	in := make([]string, 6)
 	for i := range in {
-		in[i] = strings.Repeat(string(rune('a'+i)), rdb.Inline+100)
+		in[i] = strings.Repeat(string(rune('a'+i)), redisbroker.Inline+100)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()

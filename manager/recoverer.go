@@ -95,7 +95,7 @@ func (r *recoverer) recover(ctx context.Context, s *shard) {
 	defer s.sendMu.Unlock()
 	tids := r.pending.ids(func(tid string) bool { return r.router.of(tid) == s })
 	// The count, the epoch and what is missing come from one script call, so
-	// from one server even while a failover moves clients (see rdb.Missing).
+	// from one server even while a failover moves clients (see redisbroker.Missing).
 	var missing []string
 	var have int64
 	var hasEpoch string

@@ -12,9 +12,9 @@ import (
 
 	"github.com/redmap/redmap"
 	"github.com/redmap/redmap/internal/broker"
+	"github.com/redmap/redmap/internal/broker/redisbroker"
 	"github.com/redmap/redmap/internal/id"
 	"github.com/redmap/redmap/internal/keys"
-	"github.com/redmap/redmap/internal/rdb"
 	"github.com/redmap/redmap/internal/wire"
 )
 
@@ -37,11 +37,11 @@ type routerParams struct {
 	queue  string
 	shards int // Options.Shards
 	first  queueRedis
-	// open returns shard i of the queue, named name (rdb.NewShard).
+	// open returns shard i of the queue, named name (redisbroker.NewShard).
 	open func(name string, i int) shardRedis
-	// masters says which Cluster master has which slot (rdb.ClusterMasters);
+	// masters says which Cluster master has which slot (redisbroker.ClusterMasters);
 	// ok is false when Redis is not a Cluster.
-	masters func(ctx context.Context) (m rdb.Masters, ok bool, err error)
+	masters func(ctx context.Context) (m redisbroker.Masters, ok bool, err error)
 	// opened is called with each shard the router opens, before any task
 	// goes there: it starts the shard's collector.
 	opened func(*shard)

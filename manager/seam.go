@@ -6,14 +6,14 @@ import (
 
 	"github.com/redmap/redmap/cache"
 	"github.com/redmap/redmap/internal/broker"
-	"github.com/redmap/redmap/internal/rdb"
+	"github.com/redmap/redmap/internal/broker/redisbroker"
 	"github.com/redmap/redmap/internal/wire"
 )
 
 // The manager's one seam to Redis: the part of the broker contract
 // (internal/broker) a manager asks of, and the object cache. Its parts see
 // a queue of one or more shards through these interfaces, which
-// internal/rdb implements (rdb.RDB, cache.Store); the parts' unit tests
+// internal/broker/redisbroker implements (redisbroker.Broker, cache.Store); the parts' unit tests
 // give them fakes. Sharding lives in one
 // place, the router: a part asks it for a task's shard, or for them all.
 
@@ -97,6 +97,6 @@ type constantStore interface {
 
 var (
 	_ queueRedis    = broker.Queue(nil)
-	_ queueRedis    = (*rdb.RDB)(nil)
+	_ queueRedis    = (*redisbroker.Broker)(nil)
 	_ constantStore = (*cache.Store)(nil)
 )

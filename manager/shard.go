@@ -21,7 +21,7 @@ type shard struct {
 	// no submit half done.
 	sendMu sync.RWMutex
 	// acked is the highest count of tasks submitted to the shard's task
-	// set that a submit script has returned (see rdb.Submit). Redis's count
+	// set that a submit script has returned (see redisbroker.Submit). Redis's count
 	// only grows while it keeps its data, so it is at least acked; below it,
 	// Redis lost writes.
 	acked atomic.Int64
@@ -48,7 +48,7 @@ func newShard(r shardRedis) *shard {
 }
 
 // submitted records the count a submit script on the shard returned (see
-// rdb.Submit), and whether Redis's count was as high as expected before it.
+// redisbroker.Submit), and whether Redis's count was as high as expected before it.
 func (s *shard) submitted(count int64, intact bool) {
 	for {
 		a := s.acked.Load()

@@ -12,10 +12,10 @@ import (
 	"time"
 
 	"github.com/redmap/redmap"
+	"github.com/redmap/redmap/internal/broker/redisbroker"
 	"github.com/redmap/redmap/internal/engine"
 	"github.com/redmap/redmap/internal/id"
 	"github.com/redmap/redmap/internal/keys"
-	"github.com/redmap/redmap/internal/rdb"
 	"github.com/redmap/redmap/internal/wire"
 )
 
@@ -173,7 +173,7 @@ func readPartition[K comparable, V any](ctx context.Context, j *shuffleJob, p in
 		var missing bool
 		for i := range out.Pages {
 			b, err := j.page(ctx, p, i)
-			if errors.Is(err, rdb.ErrPageMissing) {
+			if errors.Is(err, redisbroker.ErrPageMissing) {
 				missing = true
 				break
 			}
@@ -227,7 +227,7 @@ type shuffleJob struct {
 }
 
 // shuffleStore is where a manager reads a map/reduce by key's outputs:
-// internal/rdb on the queue's first shard.
+// internal/broker/redisbroker on the queue's first shard.
 type shuffleStore interface {
 	OutputPage(ctx context.Context, sh *wire.Shuffle, p, i int) ([]byte, error)
 	DropPartitions(ctx context.Context, sh *wire.Shuffle, ps []int) error
@@ -235,7 +235,7 @@ type shuffleStore interface {
 	RecordShuffle(ctx context.Context, sh *wire.Shuffle) error
 }
 
-var _ shuffleStore = (*rdb.RDB)(nil)
+var _ shuffleStore = (*redisbroker.Broker)(nil)
 
 // summaries folds the map tasks' summaries in the manager: a map/reduce by
 // key's map phase is a MapReduce of them. It never runs on a worker.
@@ -592,14 +592,14 @@ func (j *shuffleJob) page(ctx context.Context, p, i int) ([]byte, error) {
 	err := j.m.faults.riding(ctx, func() error {
 		return j.m.faults.callQueue("reading a map/reduce by key's output", func() (err error) {
 			b, err = j.store.OutputPage(ctx, &j.sh, p, i)
-			if errors.Is(err, rdb.ErrPageMissing) {
+			if errors.Is(err, redisbroker.ErrPageMissing) {
 				return nil
 			}
 			return err
 		})
 	})
 	if err == nil && b == nil {
-		return nil, rdb.ErrPageMissing
+		return nil, redisbroker.ErrPageMissing
 	}
 	return b, err
 }

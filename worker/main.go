@@ -307,7 +307,7 @@ func handleNames(hs []redmap.AnyHandle) string {
 
 // startBudget bounds how long worker.Main waits for Redis to answer at start;
 // healBudget, how long it waits for a Redis that answers but cannot serve
-// yet (a Cluster failing over or still forming: see rdb.Preflight).
+// yet (a Cluster failing over or still forming: see redisbroker.Preflight).
 const (
 	startBudget = 5 * time.Second
 	healBudget  = 30 * time.Second

@@ -12,8 +12,8 @@ import (
 	"github.com/redmap/redmap/codec"
 	"github.com/redmap/redmap/internal/backoff"
 	"github.com/redmap/redmap/internal/broker"
+	"github.com/redmap/redmap/internal/broker/redisbroker"
 	"github.com/redmap/redmap/internal/engine"
-	"github.com/redmap/redmap/internal/rdb"
 	"github.com/redmap/redmap/internal/wire"
 )
 
@@ -206,7 +206,7 @@ func (w *Worker) constant(ctx context.Context, ref cache.Ref, h *engine.Runtime)
 		v, err := w.memo.Get(ctx, ref, h.Signature(), decode)
 		var bad decodeError
 		healing := errors.Is(err, redmap.ErrConstantMissing) ||
-			rdb.Transient(err) && !errors.As(err, &bad) && !errors.Is(err, redmap.ErrConstantCorrupt)
+			redisbroker.Transient(err) && !errors.As(err, &bad) && !errors.Is(err, redmap.ErrConstantCorrupt)
 		if err == nil || !healing || ctx.Err() != nil || time.Now().After(deadline) {
 			return v, err
 		}

@@ -7,8 +7,8 @@ import (
 
 	"github.com/redmap/redmap/codec"
 	"github.com/redmap/redmap/internal/backoff"
+	"github.com/redmap/redmap/internal/broker/redisbroker"
 	"github.com/redmap/redmap/internal/engine"
-	"github.com/redmap/redmap/internal/rdb"
 	"github.com/redmap/redmap/internal/wire"
 )
 
@@ -19,14 +19,14 @@ import (
 // manager counts (wire.MapSummary, wire.ReduceOutput).
 
 // shuffleRedis is where a worker keeps the partitions of a map/reduce by
-// key: internal/rdb on the queue's first shard.
+// key: internal/broker/redisbroker on the queue's first shard.
 type shuffleRedis interface {
 	StorePartials(ctx context.Context, sh *wire.Shuffle, field string, partials [][]byte) error
 	Partials(ctx context.Context, sh *wire.Shuffle, p int, fields []string) ([][]byte, error)
 	StoreOutput(ctx context.Context, sh *wire.Shuffle, p int, pages [][]byte) error
 }
 
-var _ shuffleRedis = (*rdb.RDB)(nil)
+var _ shuffleRedis = (*redisbroker.Broker)(nil)
 
 // partitionWait bounds how long a task tries to reach its partitions while
 // Redis cannot be reached (a failover, a restart): past it the task fails,
@@ -175,7 +175,7 @@ func (w *Worker) retryRedis(ctx context.Context, what string, f func(context.Con
 	deadline := time.Now().Add(partitionWait)
 	for logged := false; ; {
 		err := f(ctx)
-		if err == nil || !rdb.Transient(err) || ctx.Err() != nil || time.Now().After(deadline) {
+		if err == nil || !redisbroker.Transient(err) || ctx.Err() != nil || time.Now().After(deadline) {
 			return err
 		}
 		if !logged {

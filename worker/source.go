@@ -55,7 +55,7 @@ type sourceParams struct {
 	// serves is what the worker registered, "<name>\t<signature>" each: a
 	// take passes lanes whose tasks call anything else.
 	serves func() []string
-	// open returns shard i of the queue, named name (rdb.NewShard).
+	// open returns shard i of the queue, named name (redisbroker.NewShard).
 	open   func(name string, i int) broker.Shard
 	failed func(op string, err error) // logs a failed call, for operators
 	log    *slog.Logger
@@ -308,7 +308,7 @@ func (s *source) stopped(ctx context.Context) {
 }
 
 // finish reports results, one call per shard they came from (each cut in
-// calls of at most rdb.CallBytes), and returns what they came to, with
+// calls of at most redisbroker.CallBytes), and returns what they came to, with
 // the first error.
 func (s *source) finish(ctx context.Context, done []wire.Done) (wire.Finished, error) {
 	var out wire.Finished

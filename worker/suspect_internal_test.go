@@ -9,9 +9,9 @@ import (
 	"github.com/redmap/redmap"
 	"github.com/redmap/redmap/cache"
 	"github.com/redmap/redmap/internal/broker"
+	"github.com/redmap/redmap/internal/broker/redisbroker"
 	"github.com/redmap/redmap/internal/keys"
 	"github.com/redmap/redmap/internal/memo"
-	"github.com/redmap/redmap/internal/rdb"
 	"github.com/redmap/redmap/internal/redistest"
 	"github.com/redmap/redmap/internal/wire"
 	"github.com/redmap/redmap/manager"
@@ -60,8 +60,8 @@ func TestSuspectRunsWithNothingElseHeld(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	seam := &holdingBack{Queue: rdb.New(c, opts.Prefix, queue), released: pStarted, waits: make(chan struct{})}
-	w = assemble(opts, seam, func(name string, i int) broker.Shard { return rdb.NewShard(c, opts.Prefix, name, i) },
+	seam := &holdingBack{Queue: redisbroker.New(c, opts.Prefix, queue), released: pStarted, waits: make(chan struct{})}
+	w = assemble(opts, seam, func(name string, i int) broker.Shard { return redisbroker.NewShard(c, opts.Prefix, name, i) },
 		memo.New(cache.NewStore(c, opts.Prefix, 0), 1<<20))
 	if err := w.Register(fn); err != nil {
 		t.Fatal(err)

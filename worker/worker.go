@@ -23,13 +23,13 @@ import (
 	"github.com/redmap/redmap"
 	"github.com/redmap/redmap/cache"
 	"github.com/redmap/redmap/internal/broker"
+	"github.com/redmap/redmap/internal/broker/redisbroker"
 	"github.com/redmap/redmap/internal/buildinfo"
 	"github.com/redmap/redmap/internal/engine"
 	"github.com/redmap/redmap/internal/failure"
 	"github.com/redmap/redmap/internal/gcfloor"
 	"github.com/redmap/redmap/internal/memo"
 	"github.com/redmap/redmap/internal/part"
-	"github.com/redmap/redmap/internal/rdb"
 	"github.com/redmap/redmap/internal/tracing"
 	"github.com/redmap/redmap/internal/wire"
 )
@@ -120,8 +120,8 @@ func New(client redis.UniversalClient, opts Options) (*Worker, error) {
 	if err != nil {
 		return nil, err
 	}
-	return assemble(opts, rdb.New(client, opts.Prefix, opts.Queue),
-		func(name string, i int) broker.Shard { return rdb.NewShard(client, opts.Prefix, name, i) },
+	return assemble(opts, redisbroker.New(client, opts.Prefix, opts.Queue),
+		func(name string, i int) broker.Shard { return redisbroker.NewShard(client, opts.Prefix, name, i) },
 		memo.New(cache.NewStore(client, opts.Prefix, 0), opts.CacheBytes)), nil
 }
 
@@ -223,11 +223,11 @@ func (w *Worker) Run(ctx context.Context) error {
 	// once, having taken nothing, if Redis refuses what the worker needs.
 	// worker.Main checks with its budgets just before: once is enough.
 	if !w.checked {
-		if err := w.source.first.Preflight(ctx, &broker.PreflightParams{Log: w.log}); err != nil && rdb.Refused(err) {
+		if err := w.source.first.Preflight(ctx, &broker.PreflightParams{Log: w.log}); err != nil && redisbroker.Refused(err) {
 			return fmt.Errorf("worker: cannot serve queue %q: %w", w.opts.Queue, err)
 		}
 	}
-	if err := p.upkeep.tick(bg); err != nil && rdb.Refused(err) {
+	if err := p.upkeep.tick(bg); err != nil && redisbroker.Refused(err) {
 		return fmt.Errorf("worker: cannot serve queue %q: %w", w.opts.Queue, err)
 	}
 
@@ -438,7 +438,7 @@ func (w *Worker) info() wire.WorkerInfo {
 // operator fixes it), else as a warning. Either way the loop retries, and the
 // error is published with the worker's info (redmap workers).
 func (w *Worker) failed(op string, err error) {
-	if rdb.Refused(err) {
+	if redisbroker.Refused(err) {
 		w.log.Error("Redis refused a command the worker needs; retrying until it is allowed", "op", op, "err", err)
 	} else {
 		w.log.Warn("Redis call failed; retrying", "op", op, "err", err)

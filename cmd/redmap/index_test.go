@@ -20,10 +20,10 @@ import (
 
 	"github.com/redmap/redmap/inspect"
 	"github.com/redmap/redmap/internal/broker"
+	"github.com/redmap/redmap/internal/broker/redisbroker"
 	"github.com/redmap/redmap/internal/config"
 	"github.com/redmap/redmap/internal/harness"
 	"github.com/redmap/redmap/internal/keys"
-	"github.com/redmap/redmap/internal/rdb"
 	"github.com/redmap/redmap/internal/redistest"
 	"github.com/redmap/redmap/internal/wire"
 	"github.com/redmap/redmap/manager"
@@ -219,7 +219,7 @@ func TestMetricsOfAThousandQueues(t *testing.T) {
 	const n = 1000
 	for i := range n {
 		q := fmt.Sprintf("%s-%d", base, i)
-		r := rdb.New(c, config.DefaultPrefix, q)
+		r := redisbroker.New(c, config.DefaultPrefix, q)
 		p := wire.BatchProgress{Func: "square", Total: 10, Started: time.Now()}
 		if _, err := r.PublishBatches(ctx, &broker.PublishBatchesParams{Manager: "m1", Batches: map[string]wire.BatchProgress{"m1-1": p}, TTL: time.Hour, Due: time.Hour}); err != nil {
 			t.Fatal(err)
@@ -282,7 +282,7 @@ func TestMetricsServeTheOthersPastAnUnreadableQueue(t *testing.T) {
 	for i := range 3 {
 		q := fmt.Sprintf("%s-%d", base, i)
 		queues = append(queues, q)
-		r := rdb.New(c, config.DefaultPrefix, q)
+		r := redisbroker.New(c, config.DefaultPrefix, q)
 		p := wire.BatchProgress{Func: "square", Total: 10, Started: time.Now()}
 		if _, err := r.PublishBatches(ctx, &broker.PublishBatchesParams{Manager: "m1", Batches: map[string]wire.BatchProgress{"m1-1": p}, TTL: time.Hour, Due: time.Hour}); err != nil {
 			t.Fatal(err)
@@ -342,7 +342,7 @@ func TestScanFindsQueuesOfAnEarlierBuild(t *testing.T) {
 	ctx := context.Background()
 	queue := redistest.Queue(t)
 	p := wire.BatchProgress{Func: "square", Total: 10, Started: time.Now()}
-	if _, err := rdb.New(c, config.DefaultPrefix, queue).PublishBatches(ctx, &broker.PublishBatchesParams{Manager: "m1", Batches: map[string]wire.BatchProgress{"m1-1": p}, TTL: time.Hour, Due: time.Hour}); err != nil {
+	if _, err := redisbroker.New(c, config.DefaultPrefix, queue).PublishBatches(ctx, &broker.PublishBatchesParams{Manager: "m1", Batches: map[string]wire.BatchProgress{"m1-1": p}, TTL: time.Hour, Due: time.Hour}); err != nil {
 		t.Fatal(err)
 	}
 	if err := c.Del(ctx, keys.QueueIndex(config.DefaultPrefix)).Err(); err != nil { // as an earlier build left it

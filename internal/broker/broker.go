@@ -4,7 +4,7 @@
 // it has no arguments) and returning a *Result struct where it returns more
 // than one value. The records they carry are internal/wire's.
 //
-// internal/rdb implements it on Redis (a script per operation, its KEYS and
+// internal/broker/redisbroker implements it on Redis (a script per operation, its KEYS and
 // ARGV built from the params in one place); internal/broker/memory
 // implements it in memory, for the parts' unit tests; the suite in
 // internal/broker/brokertest runs against both, so that a rule the tests
@@ -271,7 +271,7 @@ type DeclareLimitParams struct {
 }
 
 // LimitResult is the limit in force (zero if none), and its source
-// (rdb.LimitFromCode, rdb.LimitFromOperator).
+// (redisbroker.LimitFromCode, redisbroker.LimitFromOperator).
 type LimitResult struct {
 	Limit wire.Limit
 	From  string

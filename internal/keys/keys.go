@@ -1,9 +1,9 @@
 // Package keys builds every Redis key redmap uses, one function per key.
 //
 // All keys of one queue carry the hash tag {queue}, so the multi-key scripts of
-// internal/rdb touch one cluster slot. The Lua scripts build manager, worker
+// internal/broker/redisbroker touch one cluster slot. The Lua scripts build manager, worker
 // and task keys from Base with the same suffixes as the functions below; a test
-// in internal/rdb holds the two in step.
+// in internal/broker/redisbroker holds the two in step.
 package keys
 
 import (
@@ -127,7 +127,7 @@ func Rings(prefix, queue string) []string {
 func Lane(prefix, queue, lane string) string { return Base(prefix, queue) + "l:" + lane }
 
 // LaneElements and LaneTimes are the keys beside a lane, for operators
-// (see unlane in internal/rdb/lua/prelude.lua): the elements of the tasks
+// (see unlane in internal/broker/redisbroker/prelude.lua): the elements of the tasks
 // in it (STRING, a counter), and when its tasks were submitted (ZSET,
 // score the first sequence number of a submit, member "<seq>:<Redis ms>").
 func LaneElements(prefix, queue, lane string) string { return Lane(prefix, queue, lane) + ":e" }
@@ -191,7 +191,7 @@ func Results(prefix, queue, mid string) string { return Base(prefix, queue) + "m
 // id.Durable) has one; it lives and expires with the owner's task set.
 func Kept(prefix, queue, mid string) string { return Base(prefix, queue) + "m:" + mid + ":kept" }
 
-// Staged holds the results over rdb.Inline bytes that manager mid's result
+// Staged holds the results over redisbroker.Inline bytes that manager mid's result
 // list refers to (HASH "<task id> <worker id> <n>" → codec.Result frame):
 // a worker writes one with a plain HSET in the MULTI of its finish, whose
 // script either refers to it from the result list (a "staged <field>"
@@ -298,7 +298,7 @@ func Failures(prefix, queue string) string { return Base(prefix, queue) + "failu
 func Batches(prefix, queue, mid string) string { return Base(prefix, queue) + "m:" + mid + ":batches" }
 
 // BatchesNext is where a manager publishing more batches than one script
-// call takes (rdb.ScriptBudget) builds its next Batches, slice by slice,
+// call takes (redisbroker.ScriptBudget) builds its next Batches, slice by slice,
 // before it replaces Batches at once (HASH, as Batches).
 func BatchesNext(prefix, queue, mid string) string { return Batches(prefix, queue, mid) + ":next" }
 

@@ -5,7 +5,7 @@
 // failure groups) and the entries of a manager's result list, each record
 // with the one pair of functions that writes and reads it.
 //
-// It is the neutral ground between internal/rdb, which alone sends Redis
+// It is the neutral ground between internal/broker/redisbroker, which alone sends Redis
 // commands, and the manager, the worker and the operators' tools, which
 // see Redis through seams typed in this package (as asynq's internal/base
 // sits between its broker and its processor). It sends nothing itself.

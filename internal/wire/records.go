@@ -364,7 +364,7 @@ type Holder struct {
 }
 
 // Resumed is what a manager taking over a durable batch finds of it on one
-// shard (rdb.Resume).
+// shard (redisbroker.Resume).
 type Resumed struct {
 	Count       int64    // tasks ever submitted to its task set ("_")
 	Epoch       string   // the task set's epoch ("_e")
@@ -394,7 +394,7 @@ func DecodeDurable(s string) (DurableEntry, error) {
 	return decodeJSON[DurableEntry](s, "durable batch entry")
 }
 
-// Claim is a manager's claim on a durable batch (rdb.Claim).
+// Claim is a manager's claim on a durable batch (redisbroker.Claim).
 type Claim struct {
 	Owner  string        // the batch's owner id (id.Durable)
 	Name   string        // the batch's name
@@ -407,7 +407,7 @@ type Claim struct {
 	Fence string
 }
 
-// Claimed is what a claim.lua call found (rdb.Claim).
+// Claimed is what a claim.lua call found (redisbroker.Claim).
 type Claimed struct {
 	Held   bool   // the caller holds the claim (or, releasing, no longer does)
 	Record string // the claim's record now: the caller's, or the holder's
@@ -460,7 +460,7 @@ const (
 	// EntryStaged refers to a result stored beside the list (keys.Staged,
 	// field Field) that the manager's read did not find there: Redis lost
 	// it, and the manager submits the task again. (A read replaces the
-	// entries whose result it finds with the result: see rdb.RDB.Unstaged.)
+	// entries whose result it finds with the result: see redisbroker.Broker.Unstaged.)
 	EntryStaged
 )
 

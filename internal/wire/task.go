@@ -7,7 +7,7 @@ import (
 
 // The protocol's messages as both sides see them: what a manager submits,
 // what a worker takes, holds and finishes, and what the upkeep scripts
-// report. internal/rdb turns them into script calls; the manager's and the
+// report. internal/broker/redisbroker turns them into script calls; the manager's and the
 // worker's seams speak in these, not in Redis's terms.
 
 // Task is a task to submit: its id and its encoded envelope.

@@ -1,6 +1,6 @@
 // Package brokertest is the conformance suite of the broker contract
 // (internal/broker): the rules the parts of the manager and the worker rely
-// on, run against every implementation (internal/rdb on a real Redis,
+// on, run against every implementation (internal/broker/redisbroker on a real Redis,
 // internal/broker/memory), so that the unit tests that run on the memory
 // broker prove something of Redis.
 package brokertest

@@ -12,7 +12,7 @@ import (
 )
 
 // The memory broker keeps the contract's rules, as the scripts do
-// (internal/rdb runs the same suite on a real Redis).
+// (internal/broker/redisbroker runs the same suite on a real Redis).
 func TestConformance(t *testing.T) {
 	brokertest.Run(t, func(t *testing.T) brokertest.Harness {
 		return &harness{q: memory.NewQueue(&await.Broadcast{})}

@@ -1,0 +1,903 @@
+package redisbroker
+
+import (
+	"cmp"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/redmap/redmap/internal/id"
+	"github.com/redmap/redmap/internal/keys"
+	"github.com/redmap/redmap/internal/wire"
+)
+
+// Admin answers an operator's questions about every queue under a prefix.
+type Admin struct {
+	c      redis.UniversalClient
+	prefix string
+}
+
+// NewAdmin returns the operator's view of the queues under prefix on c.
+func NewAdmin(c redis.UniversalClient, prefix string) *Admin {
+	followFailovers(c)
+	return &Admin{c: c, prefix: prefix}
+}
+
+// Queue returns the protocol of queue's shard 0, where its queue-wide
+// records live (its limits).
+func (a *Admin) Queue(queue string) *Broker { return New(a.c, a.prefix, queue) }
+
+// Ping checks that Redis answers. One round trip.
+func (a *Admin) Ping(ctx context.Context) error {
+	return wrap("ping", nil, "PING", a.c.Ping(ctx).Err())
+}
+
+// Queues lists the queues the index of queues names (keys.QueueIndex):
+// those whose managers published or workers heartbeated within
+// keys.QueueIndexAge, sorted. One round trip, whatever else the database
+// holds.
+func (a *Admin) Queues(ctx context.Context) ([]string, error) {
+	var now *redis.TimeCmd
+	var zs *redis.ZSliceCmd
+	_, err := a.c.Pipelined(ctx, func(p redis.Pipeliner) error {
+		now = p.Time(ctx)
+		zs = p.ZRangeWithScores(ctx, keys.QueueIndex(a.prefix), 0, -1)
+		return nil
+	})
+	if err != nil {
+		return nil, wrap("queues", nil, "TIME or ZRANGE", err)
+	}
+	// Writers drop the names too old as they write; with none writing, the
+	// reader does not list them either.
+	oldest := float64(now.Val().Add(-keys.QueueIndexAge).UnixMilli())
+	qs := make([]string, 0, len(zs.Val()))
+	for _, z := range zs.Val() {
+		q, _ := z.Member.(string)
+		if z.Score >= oldest && keys.CheckQueue(q) == nil {
+			qs = append(qs, q)
+		}
+	}
+	slices.Sort(qs)
+	return qs, nil
+}
+
+// ScanQueues lists the queues that have any key under the prefix, found by
+// SCAN of the whole keyspace (on a Cluster, of every master): what an
+// earlier build, which kept no index of queues, left is found too. Its cost
+// grows with every key of the database, redmap's or not; it names each
+// queue it finds in the index (IndexQueues), so that Queues finds them from
+// then on. The shards of a sharded queue are listed once, under the
+// queue's name.
+func (a *Admin) ScanQueues(ctx context.Context) ([]string, error) {
+	seen := map[string]bool{}
+	err := a.scan(ctx, keys.QueuesPattern(a.prefix), func(k string) error {
+		k = strings.TrimPrefix(k, a.prefix+":{")
+		if q, _, ok := strings.Cut(k, "}:"); ok {
+			q, _ = keys.SplitShard(q)
+			if keys.CheckQueue(q) == nil { // not the index's own tag
+				seen[q] = true
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("scan: %w", err)
+	}
+	qs := make([]string, 0, len(seen))
+	for q := range seen {
+		qs = append(qs, q)
+	}
+	slices.Sort(qs)
+	return qs, a.IndexQueues(ctx, qs)
+}
+
+// IndexQueues names queues in the index of queues, as their managers and
+// workers do. One script call a queue.
+func (a *Admin) IndexQueues(ctx context.Context, queues []string) error {
+	r := New(a.c, a.prefix, "")
+	for _, q := range queues {
+		if err := keys.CheckQueue(q); err != nil {
+			return err
+		}
+		if err := indexQueue(ctx, r, q); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Registered is one registered worker of a queue.
+type Registered struct {
+	Queue     string
+	ID        string
+	Deadline  int64           // lease deadline, Redis ms
+	Info      wire.WorkerInfo // as published by its heartbeats
+	Malformed error           // what of Info did not decode, if any
+	Held      int64           // tasks it holds
+}
+
+// Shards returns the names of queue's shards (see keys.Shard): the queue
+// itself, and those in its list of shard names.
+func (a *Admin) Shards(ctx context.Context, queue string) ([]string, error) {
+	if err := keys.CheckQueue(queue); err != nil {
+		return nil, err
+	}
+	names, err := a.c.LRange(ctx, keys.ShardNames(a.prefix, queue), 0, keys.MaxShards).Result()
+	if err != nil {
+		return nil, fmt.Errorf("shards: %w", err)
+	}
+	return append([]string{queue}, names...), nil
+}
+
+// Workers returns the registered workers of queue, live or not yet reaped,
+// as shard 0 has them (a worker serves every shard), with the tasks they
+// hold in all shards.
+func (a *Admin) Workers(ctx context.Context, queue string) ([]Registered, error) {
+	if err := keys.CheckQueue(queue); err != nil {
+		return nil, err
+	}
+	shards, err := a.Shards(ctx, queue)
+	if err != nil {
+		return nil, err
+	}
+	zs, err := a.c.ZRangeWithScores(ctx, keys.Workers(a.prefix, queue), 0, -1).Result()
+	if err != nil {
+		return nil, fmt.Errorf("workers: %w", err)
+	}
+	out := make([]Registered, len(zs))
+	cmds := make([]*redis.MapStringStringCmd, len(zs))
+	held := make([][]*redis.IntCmd, len(zs))
+	_, err = a.c.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for i, z := range zs {
+			wid := z.Member.(string)
+			out[i] = Registered{Queue: queue, ID: wid, Deadline: int64(z.Score)}
+			cmds[i] = p.HGetAll(ctx, keys.WorkerInfo(a.prefix, queue, wid))
+			for _, sh := range shards {
+				held[i] = append(held[i], p.SCard(ctx, keys.Held(a.prefix, sh, wid)))
+			}
+		}
+		return nil
+	})
+	if err != nil && err != redis.Nil {
+		return nil, fmt.Errorf("workers: %w", err)
+	}
+	for i := range out {
+		out[i].Info, out[i].Malformed = wire.DecodeWorkerInfo(cmds[i].Val())
+		for _, h := range held[i] {
+			out[i].Held += h.Val()
+		}
+	}
+	return out, nil
+}
+
+// Gone returns the workers of queue that stopped or died since since (Redis
+// ms), with the last info each published, except those registered again.
+func (a *Admin) Gone(ctx context.Context, queue string, since int64) ([]Registered, error) {
+	if err := keys.CheckQueue(queue); err != nil {
+		return nil, err
+	}
+	ids, err := a.c.ZRangeByScore(ctx, keys.Gone(a.prefix, queue), &redis.ZRangeBy{Min: strconv.FormatInt(since, 10), Max: "+inf"}).Result()
+	if err != nil {
+		return nil, wrap("gone workers", nil, "ZRANGEBYSCORE", err)
+	}
+	out := make([]Registered, 0, len(ids))
+	cmds := make([]*redis.MapStringStringCmd, len(ids))
+	live := make([]*redis.FloatCmd, len(ids))
+	_, err = a.c.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for i, wid := range ids {
+			cmds[i] = p.HGetAll(ctx, keys.WorkerInfo(a.prefix, queue, wid))
+			live[i] = p.ZScore(ctx, keys.Workers(a.prefix, queue), wid)
+		}
+		return nil
+	})
+	if err != nil && err != redis.Nil {
+		return nil, wrap("gone workers", nil, "HGETALL or ZSCORE", err)
+	}
+	for i, wid := range ids {
+		h := cmds[i].Val()
+		if live[i].Err() == nil || len(h) == 0 { // registered again, or its record expired
+			continue
+		}
+		r := Registered{Queue: queue, ID: wid}
+		r.Info, r.Malformed = wire.DecodeWorkerInfo(h)
+		out = append(out, r)
+	}
+	return out, nil
+}
+
+// Now returns the Redis clock, ms.
+func (a *Admin) Now(ctx context.Context) (int64, error) {
+	t, err := a.c.Time(ctx).Result()
+	if err != nil {
+		return 0, fmt.Errorf("time: %w", err)
+	}
+	return t.UnixMilli(), nil
+}
+
+// Depth returns the number of task ids in queue's lanes, in all its shards.
+func (a *Admin) Depth(ctx context.Context, queue string) (int64, error) {
+	if err := keys.CheckQueue(queue); err != nil {
+		return 0, err
+	}
+	shards, err := a.Shards(ctx, queue)
+	if err != nil {
+		return 0, err
+	}
+	var total int64
+	for _, sh := range shards {
+		n, err := depth(ctx, a.c, keys.Base(a.prefix, sh), keys.Rings(a.prefix, sh))
+		if err != nil {
+			return 0, err
+		}
+		total += n
+	}
+	return total, nil
+}
+
+// PublishedBatch is a running batch as its manager published it.
+type PublishedBatch struct {
+	Queue, Manager, ID string
+	Progress           wire.BatchProgress
+	Malformed          error // the progress record did not decode
+}
+
+// Batches returns the published progress of running batches of queue: of
+// the managers that publish (keys.Managers) and of the durable batches'
+// owners (keys.Durables), which are all the managers whose progress hash
+// exists. Two round trips, whatever else the database holds.
+func (a *Admin) Batches(ctx context.Context, queue string) ([]PublishedBatch, error) {
+	if err := keys.CheckQueue(queue); err != nil {
+		return nil, err
+	}
+	var managers, owners *redis.StringSliceCmd
+	_, err := a.c.Pipelined(ctx, func(p redis.Pipeliner) error {
+		managers = p.ZRange(ctx, keys.Managers(a.prefix, queue), 0, -1)
+		owners = p.HKeys(ctx, keys.Durables(a.prefix, queue))
+		return nil
+	})
+	if err != nil {
+		return nil, wrap("batches", nil, "ZRANGE or HKEYS", err)
+	}
+	mids := append(managers.Val(), owners.Val()...)
+	slices.Sort(mids)
+	mids = slices.Compact(mids)
+	// One pipeline for every manager's hash: a thousand managers cost one
+	// round trip, not a thousand.
+	cmds := make([]*redis.MapStringStringCmd, len(mids))
+	_, err = a.c.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for i, mid := range mids {
+			cmds[i] = p.HGetAll(ctx, keys.Batches(a.prefix, queue, mid))
+		}
+		return nil
+	})
+	if err != nil && err != redis.Nil {
+		return nil, wrap("batches", nil, "HGETALL", err)
+	}
+	var out []PublishedBatch
+	for i, mid := range mids {
+		for bid, s := range cmds[i].Val() {
+			p, err := wire.DecodeProgress(s)
+			out = append(out, PublishedBatch{Queue: queue, Manager: mid, ID: bid, Progress: p, Malformed: err})
+		}
+	}
+	return out, nil
+}
+
+// Failures returns the queue's failure groups, most frequent first, and how
+// many could not be read. One HGETALL.
+func (a *Admin) Failures(ctx context.Context, queue string) (groups []wire.FailureGroup, malformed int, err error) {
+	if err := keys.CheckQueue(queue); err != nil {
+		return nil, 0, err
+	}
+	h, err := a.c.HGetAll(ctx, keys.FailureGroups(a.prefix, queue)).Result()
+	if err != nil {
+		return nil, 0, wrap("failures", nil, "HGETALL", err)
+	}
+	for _, s := range h {
+		g, err := wire.DecodeGroup(s)
+		if err != nil {
+			malformed++
+			continue
+		}
+		groups = append(groups, g)
+	}
+	slices.SortFunc(groups, func(a, b wire.FailureGroup) int {
+		return cmp.Or(cmp.Compare(b.Count, a.Count), strings.Compare(a.Key(), b.Key()))
+	})
+	return groups, malformed, nil
+}
+
+// Throughput returns the queue's throughput counters (see keys.Throughput)
+// of the last span before now, oldest first: elements ended per
+// keys.ThroughputBucket, 0 where none. One MGET.
+func (a *Admin) Throughput(ctx context.Context, queue string, now time.Time, span time.Duration) ([]int64, error) {
+	if err := keys.CheckQueue(queue); err != nil {
+		return nil, err
+	}
+	step := int64(keys.ThroughputBucket / time.Second)
+	last := now.Unix() / step
+	n := int64(span / keys.ThroughputBucket)
+	ks := make([]string, 0, n)
+	for b := last - n + 1; b <= last; b++ {
+		ks = append(ks, keys.Throughput(a.prefix, queue, b))
+	}
+	vs, err := a.c.MGet(ctx, ks...).Result()
+	if err != nil {
+		return nil, fmt.Errorf("throughput: %w", err)
+	}
+	out := make([]int64, len(vs))
+	for i, v := range vs {
+		if s, ok := v.(string); ok {
+			out[i], _ = strconv.ParseInt(s, 10, 64)
+		}
+	}
+	return out, nil
+}
+
+// CancelBatch asks manager mid of queue to cancel its batch bid: the
+// manager does at its next Poll, if the batch still runs.
+func (a *Admin) CancelBatch(ctx context.Context, queue, mid, bid string) error {
+	if err := keys.CheckQueue(queue); err != nil {
+		return err
+	}
+	// A manager that no longer publishes would never read the ask: say so
+	// rather than ask. Its batches are recorded lost, and their tasks
+	// withdrawn, by the next look at the queue (lost.lua).
+	due, err := a.c.ZScore(ctx, keys.Managers(a.prefix, queue), mid).Result()
+	if err != nil && !errors.Is(err, redis.Nil) {
+		return fmt.Errorf("cancel: %w", err)
+	}
+	now, nerr := a.Now(ctx)
+	if nerr != nil {
+		return nerr
+	}
+	if errors.Is(err, redis.Nil) || int64(due) < now {
+		return fmt.Errorf("cancel: manager %s of queue %q no longer publishes its progress (stopped, killed or cut off): none would read the cancel; its batches are recorded \"manager lost\" and their tasks withdrawn when it is found lost", mid, queue)
+	}
+	key := keys.Cancels(a.prefix, queue, mid)
+	_, err = a.c.TxPipelined(ctx, func(p redis.Pipeliner) error {
+		p.SAdd(ctx, key, bid)
+		p.PExpire(ctx, key, time.Minute)
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("cancel: %w", err)
+	}
+	return nil
+}
+
+// CancelDurable cancels durable batch name of queue for an operator (see
+// cancel.lua): it marks the batch cancelled and withdraws its outstanding
+// tasks from every shard, whoever holds it; a manager holding it is asked
+// to end its call too (within its Poll). It returns "asked" (a manager
+// holds it), "cancelled", "already" (cancelled before, none holds it),
+// "ended" (none holds it and every task has ended:
+// its results wait for the call that takes it over, and nothing is done
+// unless discard), or "unknown" if Redis has nothing of the batch. A
+// pipeline and one script call, then two commands per ScriptBudget tasks
+// withdrawn on each shard.
+func (a *Admin) CancelDurable(ctx context.Context, queue, name, reason string, discard bool) (string, error) {
+	if err := keys.CheckDurable(name); err != nil {
+		return "", err
+	}
+	return a.CancelOwner(ctx, queue, id.Durable(name), reason, discard)
+}
+
+// CancelOwner is CancelDurable of the durable batch whose owner id is o.
+func (a *Admin) CancelOwner(ctx context.Context, queue, o, reason string, discard bool) (string, error) {
+	if err := keys.CheckQueue(queue); err != nil {
+		return "", err
+	}
+	shards, err := a.Shards(ctx, queue)
+	if err != nil {
+		return "", err
+	}
+	ended := "0"
+	if !discard {
+		submitted, outstanding, err := a.taskCounts(ctx, shards, o)
+		if err != nil {
+			return "", err
+		}
+		if submitted > 0 && outstanding == 0 {
+			ended = "1"
+		}
+	}
+	ks := []string{keys.Claim(a.prefix, queue, o), keys.Cancels(a.prefix, queue, o), keys.Tasks(a.prefix, queue, o),
+		keys.Attempts(a.prefix, queue, o), keys.Cancelled(a.prefix, queue, o), keys.Durables(a.prefix, queue),
+		keys.History(a.prefix, queue), keys.HistoryIndex(a.prefix, queue), keys.Batches(a.prefix, queue, o)}
+	s, err := cancelScript.run(ctx, a.c, ks, o, reason, keys.DefaultHistory, keys.DefaultHistoryAge.Milliseconds(), time.Minute.Milliseconds(), ended).Text()
+	if err != nil {
+		return "", wrap("cancel a durable batch", cancelScript, "", err)
+	}
+	if s != "cancelled" && s != "asked" {
+		return s, nil
+	}
+	// Its tasks are withdrawn from every shard, so that workers skip them
+	// (the set's count and epoch stay), even if its holder was killed
+	// before it read the ask: ScriptBudget at a time, each a bounded
+	// command however many tasks the batch has.
+	for _, sh := range shards {
+		if err := a.withdrawTasks(ctx, keys.Tasks(a.prefix, sh, o)); err != nil {
+			return s, err
+		}
+	}
+	return s, nil
+}
+
+// DurableNames returns the names of queue's durable batches, by their
+// owners' ids, as their entries in the queue's list say (an entry that does
+// not decode is left out). An HKEYS and an HMGET.
+func (a *Admin) DurableNames(ctx context.Context, queue string) (map[string]string, error) {
+	if err := keys.CheckQueue(queue); err != nil {
+		return nil, err
+	}
+	k := keys.Durables(a.prefix, queue)
+	owners, err := a.c.HKeys(ctx, k).Result()
+	if err != nil {
+		return nil, wrap("durable batches", nil, "HKEYS", err)
+	}
+	out := make(map[string]string, len(owners))
+	if len(owners) == 0 {
+		return out, nil
+	}
+	vs, err := a.c.HMGet(ctx, k, owners...).Result()
+	if err != nil {
+		return nil, wrap("durable batches", nil, "HMGET", err)
+	}
+	for i, v := range vs {
+		if s, ok := v.(string); ok {
+			if e, err := wire.DecodeDurable(s); err == nil && e.Name != "" {
+				out[owners[i]] = e.Name
+			}
+		}
+	}
+	return out, nil
+}
+
+// taskCounts returns how many tasks durable batch owner o submitted and
+// how many are outstanding, over the queue's shards: one pipeline of an
+// HGET and an HLEN a shard.
+func (a *Admin) taskCounts(ctx context.Context, shards []string, o string) (submitted, outstanding int64, err error) {
+	counts := make([]*redis.StringCmd, len(shards))
+	sizes := make([]*redis.IntCmd, len(shards))
+	_, err = a.c.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for i, sh := range shards {
+			k := keys.Tasks(a.prefix, sh, o)
+			counts[i], sizes[i] = p.HGet(ctx, k, "_"), p.HLen(ctx, k)
+		}
+		return nil
+	})
+	if err != nil && !errors.Is(err, redis.Nil) {
+		return 0, 0, wrap("cancel a durable batch", nil, "HGET or HLEN", err)
+	}
+	for i := range shards {
+		n, _ := strconv.ParseInt(counts[i].Val(), 10, 64)
+		submitted += n
+		outstanding += max(sizes[i].Val()-2, 0) // "_" and "_e" are no tasks
+	}
+	return submitted, outstanding, nil
+}
+
+// withdrawTasks deletes the tasks of task set k, keeping its count and
+// epoch: an HRANDFIELD and an HDEL per ScriptBudget tasks. A field deleted
+// meanwhile (its task finished) is deleted twice, which does nothing.
+func (a *Admin) withdrawTasks(ctx context.Context, k string) error {
+	for {
+		fields, err := a.c.HRandField(ctx, k, ScriptBudget).Result()
+		if err != nil {
+			return wrap("cancel a durable batch", nil, "HRANDFIELD", err)
+		}
+		// With more than ScriptBudget fields, HRANDFIELD returns as many
+		// distinct ones, not only the two kept.
+		fields = slices.DeleteFunc(fields, func(f string) bool { return f == "_" || f == "_e" })
+		if len(fields) == 0 {
+			return nil
+		}
+		if err := a.c.HDel(ctx, k, fields...).Err(); err != nil {
+			return wrap("cancel a durable batch", nil, "HDEL", err)
+		}
+	}
+}
+
+// DurableStates returns, for each durable batch owner of queue among
+// owners, whether a manager holds it, how many of its tasks are
+// outstanding, in every shard's task set, and whether an operator
+// cancelled it (its mark, keys.Cancelled). One pipeline.
+func (a *Admin) DurableStates(ctx context.Context, queue string, owners []string) (held map[string]bool, outstanding map[string]int64, cancelled map[string]bool, err error) {
+	held, outstanding, cancelled = make(map[string]bool), make(map[string]int64), make(map[string]bool)
+	if len(owners) == 0 {
+		return held, outstanding, cancelled, nil
+	}
+	shards, err := a.Shards(ctx, queue)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	marks := make([]*redis.IntCmd, len(owners))
+	claims := make([]*redis.IntCmd, len(owners))
+	sizes := make([][]*redis.IntCmd, len(owners))
+	_, err = a.c.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for i, o := range owners {
+			claims[i] = p.Exists(ctx, keys.Claim(a.prefix, queue, o))
+			marks[i] = p.Exists(ctx, keys.Cancelled(a.prefix, queue, o))
+			for _, sh := range shards {
+				sizes[i] = append(sizes[i], p.HLen(ctx, keys.Tasks(a.prefix, sh, o)))
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, nil, nil, wrap("durable batches", nil, "EXISTS or HLEN", err)
+	}
+	for i, o := range owners {
+		held[o] = claims[i].Val() == 1
+		cancelled[o] = marks[i].Val() == 1
+		for _, n := range sizes[i] {
+			outstanding[o] += max(n.Val()-2, 0) // "_" and "_e" are no tasks
+		}
+	}
+	return held, outstanding, cancelled, nil
+}
+
+// Drain asks worker wid of queue to take no more tasks and exit when idle.
+func (a *Admin) Drain(ctx context.Context, queue, wid string) error {
+	if err := keys.CheckQueue(queue); err != nil {
+		return err
+	}
+	if err := keys.CheckWorker(wid); err != nil {
+		return err
+	}
+	if err := a.c.Set(ctx, keys.Drain(a.prefix, queue, wid), "1", 0).Err(); err != nil {
+		return fmt.Errorf("drain: %w", err)
+	}
+	return nil
+}
+
+// Queued returns how many tasks wait in queue's public and private lists,
+// in all its shards.
+func (a *Admin) Queued(ctx context.Context, queue string) (int64, error) {
+	if err := keys.CheckQueue(queue); err != nil {
+		return 0, err
+	}
+	shards, err := a.Shards(ctx, queue)
+	if err != nil {
+		return 0, err
+	}
+	var n int64
+	for _, sh := range shards {
+		d, err := depth(ctx, a.c, keys.Base(a.prefix, sh), keys.Rings(a.prefix, sh))
+		if err != nil {
+			return 0, err
+		}
+		n += d
+		lists, err := a.privates(ctx, sh)
+		if err != nil {
+			return 0, err
+		}
+		for _, l := range lists {
+			k, err := a.c.LLen(ctx, l).Result()
+			if err != nil {
+				return 0, fmt.Errorf("queued: %w", err)
+			}
+			n += k
+		}
+	}
+	return n, nil
+}
+
+// Purge drops every queued task id of queue, public and private, in all its
+// shards, and tells their managers; see purge.lua. It returns how many
+// tasks it failed in their batches, and how many ids it dropped in all (the
+// others were of tasks no manager wanted any more).
+func (a *Admin) Purge(ctx context.Context, queue string) (purged, dropped int, err error) {
+	if err := keys.CheckQueue(queue); err != nil {
+		return 0, 0, err
+	}
+	shards, err := a.Shards(ctx, queue)
+	if err != nil {
+		return 0, 0, err
+	}
+	for _, sh := range shards {
+		p, d, err := a.purge(ctx, sh)
+		purged, dropped = purged+p, dropped+d
+		if err != nil {
+			return purged, dropped, err
+		}
+	}
+	return purged, dropped, nil
+}
+
+// purge purges one shard: a script call per ScriptBudget ids, until its
+// lists are empty (tasks submitted meanwhile are purged too).
+func (a *Admin) purge(ctx context.Context, queue string) (purged, dropped int, err error) {
+	rings := keys.Rings(a.prefix, queue)
+	def := keys.Ring(a.prefix, queue, keys.DefaultPriority)
+	args := []any{keys.Base(a.prefix, queue), len(rings) - 1}
+	for _, r := range rings {
+		if r != def {
+			args = append(args, r)
+		}
+	}
+	privates, err := a.privates(ctx, queue)
+	if err != nil {
+		return 0, 0, err
+	}
+	for _, l := range privates {
+		args = append(args, l)
+	}
+	for {
+		n, err := purgeScript.run(ctx, a.c, []string{def}, args...).Int64Slice()
+		if err != nil {
+			return purged, dropped, wrap("purge", purgeScript, "", err)
+		}
+		if len(n) != 3 {
+			return purged, dropped, fmt.Errorf("purge: script returned %v, not 3 integers", n)
+		}
+		purged, dropped = purged+int(n[0]), dropped+int(n[1])
+		if n[2] == 1 {
+			return purged, dropped, nil
+		}
+	}
+}
+
+// privates returns the private lists of queue's workers: of those
+// registered (keys.Workers) or gone lately (keys.Gone). A private batch is
+// submitted only to a live worker, and reap.lua empties a reaped worker's
+// list, so no other worker has one. One round trip.
+func (a *Admin) privates(ctx context.Context, queue string) ([]string, error) {
+	var live, gone *redis.StringSliceCmd
+	_, err := a.c.Pipelined(ctx, func(p redis.Pipeliner) error {
+		live = p.ZRange(ctx, keys.Workers(a.prefix, queue), 0, -1)
+		gone = p.ZRange(ctx, keys.Gone(a.prefix, queue), 0, -1)
+		return nil
+	})
+	if err != nil {
+		return nil, wrap("private lists", nil, "ZRANGE", err)
+	}
+	wids := append(live.Val(), gone.Val()...)
+	slices.Sort(wids)
+	wids = slices.Compact(wids)
+	lists := make([]string, len(wids))
+	for i, wid := range wids {
+		lists[i] = keys.Private(a.prefix, queue, wid)
+	}
+	return lists, nil
+}
+
+// scan calls f with each key matching pattern, found by SCAN (which does not
+// block Redis); on a Cluster, on every master, since a SCAN covers only the
+// node it runs on. A key seen twice (SCAN may return one twice) is passed
+// once.
+func (a *Admin) scan(ctx context.Context, pattern string, f func(key string) error) error {
+	seen := map[string]bool{}
+	var mu sync.Mutex
+	one := func(ctx context.Context, c redis.Cmdable) error {
+		iter := c.Scan(ctx, 0, pattern, 1000).Iterator()
+		for iter.Next(ctx) {
+			mu.Lock()
+			k, again := iter.Val(), seen[iter.Val()]
+			seen[k] = true
+			mu.Unlock()
+			if !again {
+				if err := f(k); err != nil {
+					return err
+				}
+			}
+		}
+		return iter.Err()
+	}
+	if cc, ok := a.c.(*redis.ClusterClient); ok {
+		var fmu sync.Mutex // f is not safe for concurrent use
+		return cc.ForEachMaster(ctx, func(ctx context.Context, node *redis.Client) error {
+			fmu.Lock()
+			defer fmu.Unlock()
+			return one(ctx, node)
+		})
+	}
+	return one(ctx, a.c)
+}
+
+// LoseManagers records the batches of queue's managers whose publish of
+// progress is overdue as "manager lost" (see Broker.LoseManagers): all of
+// them, a script call per ScriptBudget.
+func (a *Admin) LoseManagers(ctx context.Context, queue string) (int, error) {
+	if err := keys.CheckQueue(queue); err != nil {
+		return 0, err
+	}
+	return loseManagers(ctx, a.c, a.prefix, queue, 0)
+}
+
+// History returns queue's ended batches, newest first, at most n (all if n
+// is 0 or less), and how many records did not decode.
+func (a *Admin) History(ctx context.Context, queue string, n int) ([]wire.BatchRecord, int, error) {
+	if err := keys.CheckQueue(queue); err != nil {
+		return nil, 0, err
+	}
+	ids, err := a.c.ZRangeArgs(ctx, redis.ZRangeArgs{Key: keys.HistoryIndex(a.prefix, queue), Start: 0, Stop: int64(n) - 1, Rev: true}).Result()
+	if err != nil || len(ids) == 0 {
+		return nil, 0, wrap("history", nil, "ZRANGE", err)
+	}
+	vals, err := a.c.HMGet(ctx, keys.History(a.prefix, queue), ids...).Result()
+	if err != nil {
+		return nil, 0, wrap("history", nil, "HMGET", err)
+	}
+	out := make([]wire.BatchRecord, 0, len(vals))
+	malformed := 0
+	for _, v := range vals {
+		s, ok := v.(string)
+		if !ok {
+			continue // trimmed between the two reads
+		}
+		r, err := wire.DecodeRecord(s)
+		if err != nil {
+			malformed++
+			continue
+		}
+		out = append(out, r)
+	}
+	return out, malformed, nil
+}
+
+// InHistory says which of the batches ids queue's history holds. One
+// HMGET, none for no ids.
+func (a *Admin) InHistory(ctx context.Context, queue string, ids []string) (map[string]bool, error) {
+	if err := keys.CheckQueue(queue); err != nil {
+		return nil, err
+	}
+	in := make(map[string]bool)
+	if len(ids) == 0 {
+		return in, nil
+	}
+	vals, err := a.c.HMGet(ctx, keys.History(a.prefix, queue), ids...).Result()
+	if err != nil {
+		return nil, wrap("history", nil, "HMGET", err)
+	}
+	for j, v := range vals {
+		if v != nil {
+			in[ids[j]] = true
+		}
+	}
+	return in, nil
+}
+
+// Backlog is what waits in a queue's public lanes, all shards.
+type Backlog struct {
+	Tasks, Elements int64
+	// Oldest is when the longest-waiting task was submitted, by the Redis
+	// clock; zero if none waits. Now is the Redis clock as it was read.
+	Oldest, Now time.Time
+}
+
+// Backlog reads what waits in queue's public lanes: one script call per
+// shard, a few commands per lane (backlog.lua), whatever the lanes hold.
+func (a *Admin) Backlog(ctx context.Context, queue string) (Backlog, error) {
+	if err := keys.CheckQueue(queue); err != nil {
+		return Backlog{}, err
+	}
+	shards, err := a.Shards(ctx, queue)
+	if err != nil {
+		return Backlog{}, err
+	}
+	var b Backlog
+	for _, sh := range shards {
+		rings := keys.Rings(a.prefix, sh)
+		got, err := backlogScript.run(ctx, a.c, rings, keys.Base(a.prefix, sh)).Int64Slice()
+		if err != nil {
+			return Backlog{}, wrap("backlog", backlogScript, "", err)
+		}
+		if len(got) != 4 {
+			return Backlog{}, fmt.Errorf("backlog: script returned %d integers, not 4", len(got))
+		}
+		b.Tasks += got[0]
+		b.Elements += got[1]
+		if got[2] > 0 && (b.Oldest.IsZero() || got[2] < b.Oldest.UnixMilli()) {
+			b.Oldest = time.UnixMilli(got[2])
+		}
+		b.Now = time.UnixMilli(got[3])
+	}
+	return b, nil
+}
+
+// Ended returns the totals the queue's history counted as batches ended
+// (see write_histories in prelude.lua): batches by outcome, and failed
+// elements by kind. They only grow: a trim of the history keeps them. One
+// round trip.
+func (a *Admin) Ended(ctx context.Context, queue string) (outcomes, kinds map[string]int64, err error) {
+	if err := keys.CheckQueue(queue); err != nil {
+		return nil, nil, err
+	}
+	all, err := a.c.HGetAll(ctx, keys.Ended(a.prefix, queue)).Result()
+	if err != nil {
+		return nil, nil, wrap("ended totals", nil, "HGETALL", err)
+	}
+	outcomes, kinds = map[string]int64{}, map[string]int64{}
+	for k, v := range all {
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil {
+			continue // not a count: nothing to add up
+		}
+		if o, ok := strings.CutPrefix(k, "outcome:"); ok {
+			outcomes[o] = n
+		} else if kind, ok := strings.CutPrefix(k, "kind:"); ok {
+			kinds[kind] = n
+		}
+	}
+	return outcomes, kinds, nil
+}
+
+// Pause stops the taking of queue's tasks, on every shard, for an
+// operator (by says who, for the record): workers finish what they hold
+// and take nothing more until Resume. It reports whether the queue was
+// running until now. A script call a shard.
+func (a *Admin) Pause(ctx context.Context, queue, by string) (bool, error) {
+	shards, err := a.Shards(ctx, queue)
+	if err != nil {
+		return false, err
+	}
+	now, err := a.Now(ctx)
+	if err != nil {
+		return false, err
+	}
+	mark, err := json.Marshal(wire.Pause{Since: now, By: by})
+	if err != nil {
+		return false, err
+	}
+	paused := false
+	for _, sh := range shards {
+		v, err := pauseScript.run(ctx, a.c, []string{keys.Paused(a.prefix, sh), keys.Idle(a.prefix, sh)}, "pause", string(mark), keys.Base(a.prefix, sh), 0).Int64Slice()
+		if err != nil {
+			return paused, wrap("pause", pauseScript, "", err)
+		}
+		paused = paused || len(v) > 0 && v[0] == 1
+	}
+	return paused, nil
+}
+
+// Resume lets the workers of queue take its tasks again, on every shard,
+// and rings its idle workers. It reports whether the queue was paused, and
+// how many idle workers it rang. A script call a shard.
+func (a *Admin) Resume(ctx context.Context, queue string) (bool, int64, error) {
+	shards, err := a.Shards(ctx, queue)
+	if err != nil {
+		return false, 0, err
+	}
+	resumed, rung := false, int64(0)
+	for _, sh := range shards {
+		v, err := pauseScript.run(ctx, a.c, []string{keys.Paused(a.prefix, sh), keys.Idle(a.prefix, sh)}, "resume", "", keys.Base(a.prefix, sh), 0).Int64Slice()
+		if err != nil {
+			return resumed, rung, wrap("resume", pauseScript, "", err)
+		}
+		if len(v) == 2 {
+			resumed, rung = resumed || v[0] == 1, rung+v[1]
+		}
+	}
+	return resumed, rung, nil
+}
+
+// Paused returns queue's pause mark (on its first shard), or nil if it is
+// not paused. A mark that does not decode says the queue is paused, since
+// an unknown time. One GET.
+func (a *Admin) Paused(ctx context.Context, queue string) (*wire.Pause, error) {
+	if err := keys.CheckQueue(queue); err != nil {
+		return nil, err
+	}
+	s, err := a.c.Get(ctx, keys.Paused(a.prefix, queue)).Result()
+	if errors.Is(err, redis.Nil) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, wrap("paused", nil, "GET", err)
+	}
+	p, err := wire.DecodePause(s)
+	if err != nil {
+		return &wire.Pause{}, nil
+	}
+	return &p, nil
+}

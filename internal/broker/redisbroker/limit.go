@@ -1,0 +1,241 @@
+package redisbroker
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sort"
+	"strconv"
+	"strings"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/redmap/redmap/internal/broker"
+	"github.com/redmap/redmap/internal/keys"
+	"github.com/redmap/redmap/internal/wire"
+)
+
+// The sources of a function's limit (limit.lua).
+const (
+	LimitFromCode     = "code" // declared with the function's handle
+	LimitFromOperator = "op"   // set by an operator (redmap limit)
+)
+
+// DeclareLimit records rec as the limit declared with function fn's
+// handle, unless the code's record says as much already, and returns the
+// limit in force afterwards ("" if none) and its source. The queue must
+// be shard 0 (limits live there). One script call.
+func (r *Broker) DeclareLimit(ctx context.Context, p *broker.DeclareLimitParams) (*broker.LimitResult, error) {
+	lim, from, err := r.limit(ctx, LimitFromCode, p.Func, &p.Record)
+	if err != nil {
+		return nil, err
+	}
+	return &broker.LimitResult{Limit: lim, From: from}, nil
+}
+
+// SetLimit records rec as an operator's limit of function fn, which wins
+// over the code's; see DeclareLimit.
+func (r *Broker) SetLimit(ctx context.Context, fn string, rec wire.LimitRecord) (wire.Limit, string, error) {
+	return r.limit(ctx, LimitFromOperator, fn, &rec)
+}
+
+// ClearLimit drops the operator's limit of function fn: the code's, if
+// any, is in force again; see DeclareLimit.
+func (r *Broker) ClearLimit(ctx context.Context, fn string) (wire.Limit, string, error) {
+	return r.limit(ctx, "clear", fn, nil)
+}
+
+// ReadLimit returns the limit of function fn in force and its source,
+// without writing.
+func (r *Broker) ReadLimit(ctx context.Context, p *broker.ReadLimitParams) (*broker.LimitResult, error) {
+	lim, from, err := r.limit(ctx, "read", p.Func, nil)
+	if err != nil {
+		return nil, err
+	}
+	return &broker.LimitResult{Limit: lim, From: from}, nil
+}
+
+func (r *Broker) limit(ctx context.Context, kind, fn string, rec *wire.LimitRecord) (wire.Limit, string, error) {
+	args := []any{kind, fn, "", ""}
+	if rec != nil {
+		b, err := json.Marshal(rec)
+		if err != nil {
+			return wire.Limit{}, "", fmt.Errorf("limit of %q: %v", fn, err)
+		}
+		args[2], args[3] = b, rec.Limit
+	}
+	v, err := limitScript.run(ctx, r.c, []string{keys.Limits(r.prefix, r.queue), keys.LimitState(r.prefix, r.queue)}, args...).StringSlice()
+	if err != nil {
+		return wire.Limit{}, "", wrap("limit", limitScript, "", err)
+	}
+	if len(v) != 2 {
+		return wire.Limit{}, "", fmt.Errorf("limit: script returned %d values, not 2", len(v))
+	}
+	if v[0] == "" {
+		return wire.Limit{}, "", nil
+	}
+	l, err := wire.ParseLimit(v[0])
+	return l, v[1], err
+}
+
+// FuncLimit is what the queue's limits hash says of one function: the
+// limit in force and its source, both sources' records (nil if absent or
+// unreadable), the tasks holding a slot of its cap, and how many takes a
+// limit refused one of its tasks.
+type FuncLimit struct {
+	Func     string
+	InForce  wire.Limit
+	Source   string // LimitFromOperator, LimitFromCode, or "" if none is in force
+	Operator *wire.LimitRecord
+	Code     *wire.LimitRecord
+	Running  int64
+	Refused  int64
+	// RetryAfter counts the waits its elements made because it answered
+	// redmap.RetryAfter (throttle.lua).
+	RetryAfter int64
+	// Waiting counts the tasks of the function queued in the public
+	// lanes (the private lists are not counted).
+	Waiting int64
+	// Bad says why a record in Redis could not be read, if one could not.
+	Bad string
+}
+
+// Limits returns the queue's limits, one per function that has a record,
+// sorted by function. Two round trips: the limits and their state, then
+// one pipeline of the running counts.
+func (r *Broker) Limits(ctx context.Context) ([]FuncLimit, error) {
+	var all, state *redis.MapStringStringCmd
+	_, err := r.c.Pipelined(ctx, func(p redis.Pipeliner) error {
+		all = p.HGetAll(ctx, keys.Limits(r.prefix, r.queue))
+		state = p.HGetAll(ctx, keys.LimitState(r.prefix, r.queue))
+		return nil
+	})
+	if err != nil {
+		return nil, wrap("limits", nil, "HGETALL", err)
+	}
+	byFunc := map[string]*FuncLimit{}
+	get := func(fn string) *FuncLimit {
+		if f := byFunc[fn]; f != nil {
+			return f
+		}
+		f := &FuncLimit{Func: fn}
+		byFunc[fn] = f
+		return f
+	}
+	for field, v := range all.Val() {
+		src, fn, sourced := strings.Cut(field, "\t")
+		if !sourced {
+			f := get(field)
+			l, err := wire.ParseLimit(v)
+			if err != nil {
+				f.Bad = err.Error()
+				continue
+			}
+			f.InForce = l
+			continue
+		}
+		if src != LimitFromCode && src != LimitFromOperator {
+			continue
+		}
+		f := get(fn)
+		rec, err := wire.DecodeLimitRecord([]byte(v))
+		if err != nil {
+			f.Bad = err.Error()
+			continue
+		}
+		if src == LimitFromCode {
+			f.Code = &rec
+		} else {
+			f.Operator = &rec
+		}
+	}
+	for field, v := range state.Val() {
+		if fn, ok := strings.CutPrefix(field, "w\t"); ok {
+			if f := byFunc[fn]; f != nil {
+				f.Refused, _ = strconv.ParseInt(v, 10, 64)
+			}
+		}
+		if fn, ok := strings.CutPrefix(field, "r\t"); ok {
+			if f := byFunc[fn]; f != nil {
+				f.RetryAfter, _ = strconv.ParseInt(v, 10, 64)
+			}
+		}
+	}
+	out := make([]FuncLimit, 0, len(byFunc))
+	for _, f := range byFunc {
+		switch {
+		case f.Operator != nil:
+			f.Source = LimitFromOperator
+		case f.Code != nil:
+			f.Source = LimitFromCode
+		}
+		out = append(out, *f)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Func < out[j].Func })
+	cmds := make([]*redis.IntCmd, len(out))
+	_, err = r.c.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for i, f := range out {
+			cmds[i] = p.HLen(ctx, keys.LimitRunning(r.prefix, r.queue, f.Func))
+		}
+		return nil
+	})
+	if err != nil && len(out) > 0 {
+		return nil, wrap("limits", nil, "HLEN", err)
+	}
+	for i := range out {
+		out[i].Running = cmds[i].Val()
+	}
+	if len(out) == 0 {
+		return out, nil
+	}
+	waiting, err := r.waitingByFunc(ctx)
+	if err != nil {
+		return nil, err
+	}
+	for i := range out {
+		out[i].Waiting = waiting[out[i].Func]
+	}
+	return out, nil
+}
+
+// waitingByFunc counts the tasks queued in the public lanes by the
+// function they call: the rings' lanes, then per lane what it calls and
+// its length. Three round trips.
+func (r *Broker) waitingByFunc(ctx context.Context) (map[string]int64, error) {
+	rings := make([]*redis.StringSliceCmd, len(r.rings))
+	_, err := r.c.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for i, ring := range r.rings {
+			rings[i] = p.LRange(ctx, ring, 0, -1)
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, wrap("limits", nil, "LRANGE", err)
+	}
+	var lanes []string
+	for _, c := range rings {
+		lanes = append(lanes, c.Val()...)
+	}
+	calls := make([]*redis.StringCmd, len(lanes))
+	lens := make([]*redis.IntCmd, len(lanes))
+	_, err = r.c.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for i, lane := range lanes {
+			mid, l, _ := strings.Cut(lane, ".")
+			calls[i] = p.HGet(ctx, keys.Lanes(r.prefix, r.queue, mid), l)
+			lens[i] = p.LLen(ctx, keys.Lane(r.prefix, r.queue, lane))
+		}
+		return nil
+	})
+	if err != nil && !errors.Is(err, redis.Nil) {
+		return nil, wrap("limits", nil, "HGET", err)
+	}
+	out := map[string]int64{}
+	for i := range lanes {
+		fn, _, _ := strings.Cut(calls[i].Val(), "\t")
+		if fn != "" {
+			out[fn] += lens[i].Val()
+		}
+	}
+	return out, nil
+}
