@@ -7,7 +7,7 @@ REVIVE      := github.com/mgechev/revive@v1.11.0
 # The packages whose tests take longest, named first so that go test starts
 # them first and the quick ones fill the other core around them.
 SLOWEST := ./manager ./worker ./cmd/redmap
-FUZZ_TARGETS := codec:FuzzDecodeTask codec:FuzzDecodeResult codec:FuzzDecodeElements codec:FuzzDecodeValue codec:FuzzIntsMatchMsgpack worker:FuzzTaskPath manager:FuzzResultPath internal/broker/redisbroker:FuzzDecodeRecords internal/wire:FuzzExpandRanges
+FUZZ_TARGETS := codec:FuzzDecodeTask codec:FuzzDecodeResult codec:FuzzDecodeElements codec:FuzzDecodeValue codec:FuzzIntsMatchMsgpack worker:FuzzTaskPath manager:FuzzResultPath internal/broker/redisbroker:FuzzDecodeRecords internal/broker/wire:FuzzExpandRanges
 
 .PHONY: help docs test test-unit test-cluster fuzz lint bench demo chaos chaos-cluster redis-server screenshot
 

@@ -8,8 +8,8 @@ import (
 
 	"github.com/redmap/redmap"
 	"github.com/redmap/redmap/internal/broker/redisbroker"
+	"github.com/redmap/redmap/internal/broker/wire"
 	"github.com/redmap/redmap/internal/keys"
-	"github.com/redmap/redmap/internal/wire"
 )
 
 // Limit is one function's fleet-wide limit on a queue (redmap.Limit): the

@@ -12,8 +12,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/redmap/redmap/internal/broker/wire"
 	"github.com/redmap/redmap/internal/buildinfo"
-	"github.com/redmap/redmap/internal/wire"
 )
 
 // Metrics is what a queue's records in Redis say, as an autoscaler or a

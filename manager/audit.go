@@ -4,7 +4,7 @@ import (
 	"context"
 
 	"github.com/redmap/redmap/internal/broker"
-	"github.com/redmap/redmap/internal/wire"
+	"github.com/redmap/redmap/internal/broker/wire"
 )
 
 // auditEvery is how many Polls apart the recoverer audits where Redis keeps

@@ -16,10 +16,10 @@ import (
 
 	"github.com/redmap/redmap"
 	"github.com/redmap/redmap/codec"
+	"github.com/redmap/redmap/internal/broker/wire"
 	"github.com/redmap/redmap/internal/failure"
 	"github.com/redmap/redmap/internal/id"
 	"github.com/redmap/redmap/internal/tracing"
-	"github.com/redmap/redmap/internal/wire"
 )
 
 // Result is the outcome of one element of a batch.

@@ -15,8 +15,8 @@ import (
 	"github.com/redmap/redmap/internal/backoff"
 	"github.com/redmap/redmap/internal/broker"
 	"github.com/redmap/redmap/internal/broker/redisbroker"
+	"github.com/redmap/redmap/internal/broker/wire"
 	"github.com/redmap/redmap/internal/part"
-	"github.com/redmap/redmap/internal/wire"
 )
 
 // collectMax caps the results read from Redis in one round trip.

@@ -21,8 +21,8 @@ import (
 	"github.com/redmap/redmap/codec"
 	"github.com/redmap/redmap/internal/broker"
 	"github.com/redmap/redmap/internal/broker/redisbroker"
+	"github.com/redmap/redmap/internal/broker/wire"
 	"github.com/redmap/redmap/internal/id"
-	"github.com/redmap/redmap/internal/wire"
 )
 
 // A durable batch (Durable) runs on a manager of its own, its owner: the

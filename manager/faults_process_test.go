@@ -14,10 +14,10 @@ import (
 
 	"github.com/redmap/redmap"
 	"github.com/redmap/redmap/inspect"
+	"github.com/redmap/redmap/internal/broker/wire"
 	"github.com/redmap/redmap/internal/harness"
 	"github.com/redmap/redmap/internal/keys"
 	"github.com/redmap/redmap/internal/redistest"
-	"github.com/redmap/redmap/internal/wire"
 	"github.com/redmap/redmap/manager"
 	"github.com/redmap/redmap/worker"
 )

@@ -18,9 +18,9 @@ import (
 	"github.com/redmap/redmap/internal/backoff"
 	"github.com/redmap/redmap/internal/broker"
 	"github.com/redmap/redmap/internal/broker/redisbroker"
+	"github.com/redmap/redmap/internal/broker/wire"
 	"github.com/redmap/redmap/internal/id"
 	"github.com/redmap/redmap/internal/part"
-	"github.com/redmap/redmap/internal/wire"
 )
 
 // Bounds of a batch's in-flight window: tasks and payload bytes submitted and

@@ -12,9 +12,9 @@ import (
 	"github.com/redmap/redmap/internal/backoff"
 	"github.com/redmap/redmap/internal/broker"
 	"github.com/redmap/redmap/internal/broker/redisbroker"
+	"github.com/redmap/redmap/internal/broker/wire"
 	"github.com/redmap/redmap/internal/failure"
 	"github.com/redmap/redmap/internal/part"
-	"github.com/redmap/redmap/internal/wire"
 )
 
 // historyStore is where the manager writes its batches' final records: the

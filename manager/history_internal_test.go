@@ -12,7 +12,7 @@ import (
 
 	"github.com/redmap/redmap"
 	"github.com/redmap/redmap/internal/broker"
-	"github.com/redmap/redmap/internal/wire"
+	"github.com/redmap/redmap/internal/broker/wire"
 )
 
 // blockingStore is a history store whose first write waits for release.

@@ -9,7 +9,7 @@ import (
 
 	"github.com/redmap/redmap"
 	"github.com/redmap/redmap/internal/broker"
-	"github.com/redmap/redmap/internal/wire"
+	"github.com/redmap/redmap/internal/broker/wire"
 )
 
 // limits is what the manager knows of its functions' fleet-wide limits

@@ -14,8 +14,8 @@ import (
 	"github.com/redmap/redmap/codec"
 	"github.com/redmap/redmap/internal/await"
 	"github.com/redmap/redmap/internal/broker/redisbroker"
+	"github.com/redmap/redmap/internal/broker/wire"
 	"github.com/redmap/redmap/internal/redistest"
-	"github.com/redmap/redmap/internal/wire"
 )
 
 // Unit tests of the manager's parts, against the memory broker

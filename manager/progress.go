@@ -3,7 +3,7 @@ package manager
 import (
 	"time"
 
-	"github.com/redmap/redmap/internal/wire"
+	"github.com/redmap/redmap/internal/broker/wire"
 )
 
 // Progress is how far a batch has got.

@@ -8,9 +8,9 @@ import (
 
 	"github.com/redmap/redmap"
 	"github.com/redmap/redmap/internal/broker"
+	"github.com/redmap/redmap/internal/broker/wire"
 	"github.com/redmap/redmap/internal/engine"
 	"github.com/redmap/redmap/internal/part"
-	"github.com/redmap/redmap/internal/wire"
 )
 
 // reaper looks after the workers the manager's batches need, once per

@@ -6,9 +6,9 @@ import (
 	"time"
 
 	"github.com/redmap/redmap/internal/broker"
+	"github.com/redmap/redmap/internal/broker/wire"
 	"github.com/redmap/redmap/internal/id"
 	"github.com/redmap/redmap/internal/part"
-	"github.com/redmap/redmap/internal/wire"
 )
 
 // recoverer checks, once per Poll while tasks are outstanding, with one

@@ -7,7 +7,7 @@ import (
 	"github.com/redmap/redmap/cache"
 	"github.com/redmap/redmap/internal/broker"
 	"github.com/redmap/redmap/internal/broker/redisbroker"
-	"github.com/redmap/redmap/internal/wire"
+	"github.com/redmap/redmap/internal/broker/wire"
 )
 
 // The manager's one seam to Redis: the part of the broker contract

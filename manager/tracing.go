@@ -8,9 +8,9 @@ import (
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/redmap/redmap/internal/broker/wire"
 	"github.com/redmap/redmap/internal/id"
 	"github.com/redmap/redmap/internal/tracing"
-	"github.com/redmap/redmap/internal/wire"
 )
 
 // Tracing: a batch's span is the parent of every task span its workers

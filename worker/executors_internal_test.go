@@ -8,9 +8,9 @@ import (
 	"time"
 
 	"github.com/redmap/redmap"
+	"github.com/redmap/redmap/internal/broker/wire"
 	"github.com/redmap/redmap/internal/keys"
 	"github.com/redmap/redmap/internal/redistest"
-	"github.com/redmap/redmap/internal/wire"
 	"github.com/redmap/redmap/manager"
 )
 

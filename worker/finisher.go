@@ -9,8 +9,8 @@ import (
 	"github.com/redmap/redmap/codec"
 	"github.com/redmap/redmap/internal/backoff"
 	"github.com/redmap/redmap/internal/broker/redisbroker"
+	"github.com/redmap/redmap/internal/broker/wire"
 	"github.com/redmap/redmap/internal/part"
-	"github.com/redmap/redmap/internal/wire"
 )
 
 // finisher reports results to Redis as the executors pass them on, as many

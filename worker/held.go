@@ -4,7 +4,7 @@ import (
 	"context"
 	"sync"
 
-	"github.com/redmap/redmap/internal/wire"
+	"github.com/redmap/redmap/internal/broker/wire"
 )
 
 // held is the worker's ledger of the tasks it took and has not yet

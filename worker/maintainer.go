@@ -6,9 +6,9 @@ import (
 	"time"
 
 	"github.com/redmap/redmap/internal/broker"
+	"github.com/redmap/redmap/internal/broker/wire"
 	"github.com/redmap/redmap/internal/failure"
 	"github.com/redmap/redmap/internal/part"
-	"github.com/redmap/redmap/internal/wire"
 )
 
 // maintainer keeps the worker in good standing, once a Heartbeat: it renews

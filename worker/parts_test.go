@@ -18,10 +18,10 @@ import (
 	"github.com/redmap/redmap/internal/await"
 	"github.com/redmap/redmap/internal/backoff"
 	"github.com/redmap/redmap/internal/broker/memory"
+	"github.com/redmap/redmap/internal/broker/wire"
 	"github.com/redmap/redmap/internal/failure"
 	"github.com/redmap/redmap/internal/memo"
 	"github.com/redmap/redmap/internal/redistest"
-	"github.com/redmap/redmap/internal/wire"
 )
 
 // Unit tests of the worker's parts, against the memory broker

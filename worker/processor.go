@@ -13,10 +13,10 @@ import (
 
 	"github.com/redmap/redmap/codec"
 	"github.com/redmap/redmap/internal/backoff"
+	"github.com/redmap/redmap/internal/broker/wire"
 	"github.com/redmap/redmap/internal/engine"
 	"github.com/redmap/redmap/internal/part"
 	"github.com/redmap/redmap/internal/tracing"
-	"github.com/redmap/redmap/internal/wire"
 )
 
 // The processor is the worker's take → run → report loop, in the order a

@@ -13,8 +13,8 @@ import (
 	"github.com/redmap/redmap/internal/backoff"
 	"github.com/redmap/redmap/internal/broker"
 	"github.com/redmap/redmap/internal/broker/redisbroker"
+	"github.com/redmap/redmap/internal/broker/wire"
 	"github.com/redmap/redmap/internal/engine"
-	"github.com/redmap/redmap/internal/wire"
 )
 
 // solo returns the history record task (decoded from t, nil if it did not

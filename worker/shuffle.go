@@ -8,8 +8,8 @@ import (
 	"github.com/redmap/redmap/codec"
 	"github.com/redmap/redmap/internal/backoff"
 	"github.com/redmap/redmap/internal/broker/redisbroker"
+	"github.com/redmap/redmap/internal/broker/wire"
 	"github.com/redmap/redmap/internal/engine"
-	"github.com/redmap/redmap/internal/wire"
 )
 
 // The tasks of a map/reduce by key (manager.ReduceByKey; wire.Shuffle): a

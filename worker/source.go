@@ -11,7 +11,7 @@ import (
 
 	"github.com/redmap/redmap/internal/backoff"
 	"github.com/redmap/redmap/internal/broker"
-	"github.com/redmap/redmap/internal/wire"
+	"github.com/redmap/redmap/internal/broker/wire"
 )
 
 // source is the worker's queue in Redis as its parts see it: one queue,

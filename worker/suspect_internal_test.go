@@ -10,10 +10,10 @@ import (
 	"github.com/redmap/redmap/cache"
 	"github.com/redmap/redmap/internal/broker"
 	"github.com/redmap/redmap/internal/broker/redisbroker"
+	"github.com/redmap/redmap/internal/broker/wire"
 	"github.com/redmap/redmap/internal/keys"
 	"github.com/redmap/redmap/internal/memo"
 	"github.com/redmap/redmap/internal/redistest"
-	"github.com/redmap/redmap/internal/wire"
 	"github.com/redmap/redmap/manager"
 )
 

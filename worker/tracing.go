@@ -9,9 +9,9 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/redmap/redmap/codec"
+	"github.com/redmap/redmap/internal/broker/wire"
 	"github.com/redmap/redmap/internal/id"
 	"github.com/redmap/redmap/internal/tracing"
-	"github.com/redmap/redmap/internal/wire"
 )
 
 // Tracing: a task whose envelope carries its batch's trace context runs in

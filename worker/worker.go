@@ -24,6 +24,7 @@ import (
 	"github.com/redmap/redmap/cache"
 	"github.com/redmap/redmap/internal/broker"
 	"github.com/redmap/redmap/internal/broker/redisbroker"
+	"github.com/redmap/redmap/internal/broker/wire"
 	"github.com/redmap/redmap/internal/buildinfo"
 	"github.com/redmap/redmap/internal/engine"
 	"github.com/redmap/redmap/internal/failure"
@@ -31,7 +32,6 @@ import (
 	"github.com/redmap/redmap/internal/memo"
 	"github.com/redmap/redmap/internal/part"
 	"github.com/redmap/redmap/internal/tracing"
-	"github.com/redmap/redmap/internal/wire"
 )
 
 // Worker runs the tasks of one queue. Build it with New, register functions

@@ -21,11 +21,11 @@ import (
 	"github.com/redmap/redmap/inspect"
 	"github.com/redmap/redmap/internal/broker"
 	"github.com/redmap/redmap/internal/broker/redisbroker"
+	"github.com/redmap/redmap/internal/broker/wire"
 	"github.com/redmap/redmap/internal/config"
 	"github.com/redmap/redmap/internal/harness"
 	"github.com/redmap/redmap/internal/keys"
 	"github.com/redmap/redmap/internal/redistest"
-	"github.com/redmap/redmap/internal/wire"
 	"github.com/redmap/redmap/manager"
 )
 

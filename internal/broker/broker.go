@@ -2,13 +2,14 @@
 // they share: every operation a manager or a worker asks of a queue's
 // shards, each taking its arguments by name in one *Params struct (none if
 // it has no arguments) and returning a *Result struct where it returns more
-// than one value. The records they carry are internal/wire's.
+// than one value. The records they carry are defined, each with its one
+// encoding, in internal/broker/wire.
 //
-// internal/broker/redisbroker implements it on Redis (a script per operation, its KEYS and
-// ARGV built from the params in one place); internal/broker/memory
-// implements it in memory, for the parts' unit tests; the suite in
-// internal/broker/brokertest runs against both, so that a rule the tests
-// rely on holds of the real one.
+// internal/broker/redisbroker implements it on Redis (each operation
+// beside the script it runs, its KEYS and ARGV built from the params in one
+// place); internal/broker/memory implements it in memory, for the parts'
+// unit tests; the suite in internal/broker/brokertest runs against both,
+// so that a rule the tests rely on holds of the real one.
 package broker
 
 import (
@@ -16,7 +17,7 @@ import (
 	"log/slog"
 	"time"
 
-	"github.com/redmap/redmap/internal/wire"
+	"github.com/redmap/redmap/internal/broker/wire"
 )
 
 // Shard is one shard of a queue: its lists, the workers' held sets and

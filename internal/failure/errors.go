@@ -15,7 +15,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/redmap/redmap/codec"
-	"github.com/redmap/redmap/internal/wire"
+	"github.com/redmap/redmap/internal/broker/wire"
 )
 
 // Sentinel errors, for errors.Is (redmap.ErrUnknownFunc, ...). A *TaskError wraps one of them (or the

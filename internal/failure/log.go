@@ -5,7 +5,7 @@ import (
 	"time"
 
 	"github.com/redmap/redmap/codec"
-	"github.com/redmap/redmap/internal/wire"
+	"github.com/redmap/redmap/internal/broker/wire"
 )
 
 // maxPendingGroups caps the failure groups a Log keeps between writes;

@@ -13,8 +13,8 @@ import (
 
 	"github.com/redmap/redmap/codec"
 	"github.com/redmap/redmap/internal/broker"
+	"github.com/redmap/redmap/internal/broker/wire"
 	"github.com/redmap/redmap/internal/id"
-	"github.com/redmap/redmap/internal/wire"
 )
 
 // A Harness is a fresh, empty queue of one implementation, and what the

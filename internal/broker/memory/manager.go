@@ -10,8 +10,8 @@ import (
 
 	"github.com/redmap/redmap/codec"
 	"github.com/redmap/redmap/internal/broker"
+	"github.com/redmap/redmap/internal/broker/wire"
 	"github.com/redmap/redmap/internal/id"
-	"github.com/redmap/redmap/internal/wire"
 )
 
 // The manager's side of the contract: task sets with their counts and

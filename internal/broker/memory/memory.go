@@ -21,8 +21,8 @@ import (
 
 	"github.com/redmap/redmap/internal/await"
 	"github.com/redmap/redmap/internal/broker"
+	"github.com/redmap/redmap/internal/broker/wire"
 	"github.com/redmap/redmap/internal/id"
-	"github.com/redmap/redmap/internal/wire"
 )
 
 // Queue is a queue of shards in memory: shard 0 first, then those named

@@ -7,8 +7,8 @@ import (
 	"github.com/redmap/redmap/internal/broker"
 	"github.com/redmap/redmap/internal/broker/brokertest"
 	"github.com/redmap/redmap/internal/broker/memory"
+	"github.com/redmap/redmap/internal/broker/wire"
 	"github.com/redmap/redmap/internal/id"
-	"github.com/redmap/redmap/internal/wire"
 )
 
 // The memory broker keeps the contract's rules, as the scripts do

@@ -14,9 +14,9 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/redmap/redmap/internal/broker/wire"
 	"github.com/redmap/redmap/internal/id"
 	"github.com/redmap/redmap/internal/keys"
-	"github.com/redmap/redmap/internal/wire"
 )
 
 // Admin answers an operator's questions about every queue under a prefix.

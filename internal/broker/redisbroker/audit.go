@@ -5,8 +5,8 @@ import (
 	"fmt"
 
 	"github.com/redmap/redmap/internal/broker"
+	"github.com/redmap/redmap/internal/broker/wire"
 	"github.com/redmap/redmap/internal/keys"
-	"github.com/redmap/redmap/internal/wire"
 )
 
 // maxAudit is the most tasks one audit call looks for: more than a batch's

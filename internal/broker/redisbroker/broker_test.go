@@ -9,10 +9,10 @@ import (
 	"github.com/redmap/redmap/internal/broker"
 	"github.com/redmap/redmap/internal/broker/brokertest"
 	"github.com/redmap/redmap/internal/broker/redisbroker"
+	"github.com/redmap/redmap/internal/broker/wire"
 	"github.com/redmap/redmap/internal/id"
 	"github.com/redmap/redmap/internal/keys"
 	"github.com/redmap/redmap/internal/redistest"
-	"github.com/redmap/redmap/internal/wire"
 )
 
 // The scripts keep the contract's rules, as the memory broker the parts'

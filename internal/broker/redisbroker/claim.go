@@ -5,8 +5,8 @@ import (
 	"fmt"
 
 	"github.com/redmap/redmap/internal/broker"
+	"github.com/redmap/redmap/internal/broker/wire"
 	"github.com/redmap/redmap/internal/keys"
-	"github.com/redmap/redmap/internal/wire"
 )
 
 // Claim takes, renews or (a Lease of 0) releases c.Holder's claim on

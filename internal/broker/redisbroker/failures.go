@@ -5,8 +5,8 @@ import (
 	"fmt"
 
 	"github.com/redmap/redmap/internal/broker"
+	"github.com/redmap/redmap/internal/broker/wire"
 	"github.com/redmap/redmap/internal/keys"
-	"github.com/redmap/redmap/internal/wire"
 )
 
 // CountFailures adds the failure groups worker wid saw since its last call

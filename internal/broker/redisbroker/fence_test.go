@@ -8,9 +8,9 @@ import (
 	"time"
 
 	"github.com/redmap/redmap/internal/broker"
+	"github.com/redmap/redmap/internal/broker/wire"
 	"github.com/redmap/redmap/internal/id"
 	"github.com/redmap/redmap/internal/keys"
-	"github.com/redmap/redmap/internal/wire"
 )
 
 // A durable batch's owner whose claim another manager took over writes

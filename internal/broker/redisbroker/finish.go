@@ -9,9 +9,9 @@ import (
 
 	"github.com/redis/go-redis/v9"
 	"github.com/redmap/redmap/internal/broker"
+	"github.com/redmap/redmap/internal/broker/wire"
 	"github.com/redmap/redmap/internal/id"
 	"github.com/redmap/redmap/internal/keys"
-	"github.com/redmap/redmap/internal/wire"
 )
 
 // Finish delivers the results of worker wid's finished tasks whose managers

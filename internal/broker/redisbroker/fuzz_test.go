@@ -5,7 +5,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/redmap/redmap/internal/wire"
+	"github.com/redmap/redmap/internal/broker/wire"
 )
 
 // FuzzDecodeRecords: any bytes as an operator's record (a failure group, a

@@ -6,8 +6,8 @@ import (
 	"time"
 
 	"github.com/redmap/redmap/internal/broker"
+	"github.com/redmap/redmap/internal/broker/wire"
 	"github.com/redmap/redmap/internal/keys"
-	"github.com/redmap/redmap/internal/wire"
 )
 
 // Heartbeat registers worker wid, or renews its lease, for lease from now by

@@ -273,7 +273,7 @@ local function ring_worker(base, wid)
 end
 
 -- The result-list entries that stand for a task's result without being one;
--- internal/wire's DecodeEntry decodes them.
+-- wire.DecodeEntry (internal/broker/wire) decodes them.
 local function lost_entry(tid, wid)
   return 'lost ' .. tid .. ' ' .. wid
 end

@@ -15,10 +15,10 @@ import (
 
 	"github.com/redmap/redmap/internal/backoff"
 	"github.com/redmap/redmap/internal/broker"
+	"github.com/redmap/redmap/internal/broker/wire"
 	"github.com/redmap/redmap/internal/failure"
 	"github.com/redmap/redmap/internal/id"
 	"github.com/redmap/redmap/internal/keys"
-	"github.com/redmap/redmap/internal/wire"
 )
 
 // Probe checks that Redis lets this connection run every command redmap

@@ -4,8 +4,8 @@ import (
 	"context"
 	"fmt"
 
+	"github.com/redmap/redmap/internal/broker/wire"
 	"github.com/redmap/redmap/internal/keys"
-	"github.com/redmap/redmap/internal/wire"
 )
 
 // maxReap caps the dead workers one reap.lua call looks at, so one call

@@ -13,10 +13,10 @@ import (
 
 	"github.com/redmap/redmap/codec"
 	"github.com/redmap/redmap/internal/broker"
+	"github.com/redmap/redmap/internal/broker/wire"
 	"github.com/redmap/redmap/internal/id"
 	"github.com/redmap/redmap/internal/keys"
 	"github.com/redmap/redmap/internal/redistest"
-	"github.com/redmap/redmap/internal/wire"
 )
 
 // What a worker publishes with its heartbeat is what the admin reads back,

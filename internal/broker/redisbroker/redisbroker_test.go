@@ -15,8 +15,8 @@ import (
 	"time"
 
 	"github.com/redmap/redmap/internal/broker"
+	"github.com/redmap/redmap/internal/broker/wire"
 	"github.com/redmap/redmap/internal/id"
-	"github.com/redmap/redmap/internal/wire"
 
 	"github.com/redis/go-redis/v9"
 

@@ -5,8 +5,8 @@ import (
 	"fmt"
 
 	"github.com/redmap/redmap/internal/broker"
+	"github.com/redmap/redmap/internal/broker/wire"
 	"github.com/redmap/redmap/internal/keys"
-	"github.com/redmap/redmap/internal/wire"
 )
 
 // Resume returns what a manager taking over durable batch owner finds of it

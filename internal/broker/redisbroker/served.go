@@ -6,8 +6,8 @@ import (
 	"strings"
 
 	"github.com/redmap/redmap/internal/broker"
+	"github.com/redmap/redmap/internal/broker/wire"
 	"github.com/redmap/redmap/internal/keys"
-	"github.com/redmap/redmap/internal/wire"
 )
 
 // Served says, for what each of some batches calls (see Calls), whether a

@@ -8,8 +8,8 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/redmap/redmap/internal/broker/wire"
 	"github.com/redmap/redmap/internal/keys"
-	"github.com/redmap/redmap/internal/wire"
 )
 
 // The partitions of a map/reduce by key (see keys.Partition): plain

@@ -10,9 +10,9 @@ import (
 
 	"github.com/redis/go-redis/v9"
 	"github.com/redmap/redmap/internal/broker"
+	"github.com/redmap/redmap/internal/broker/wire"
 	"github.com/redmap/redmap/internal/id"
 	"github.com/redmap/redmap/internal/keys"
-	"github.com/redmap/redmap/internal/wire"
 )
 
 // Take takes up to p.Max tasks for worker p.Worker, private list first, with
