@@ -61,7 +61,7 @@ type Manager struct {
 	label   string       // the value of ProfileLabel on its goroutines
 
 	ctx        context.Context // the parts'
-	spill      shuffleStore    // a map/reduce by key's partitions (shuffle.go); nil in unit tests
+	spill      shuffleStore    // a map/reduce by key's partitions (shuffle.go): the queue's first shard
 	cancel     context.CancelFunc
 	partsMu    sync.Mutex
 	collectors []*collector // one per open shard
@@ -176,9 +176,7 @@ func assemble(r seams, opts Options, mid string, o *owned) *Manager {
 	}
 	m.label = label
 	m.ctx, m.cancel = context.WithCancel(pprof.WithLabels(context.Background(), pprof.Labels(ProfileLabel, label)))
-	if s, ok := r.queue.(shuffleStore); ok {
-		m.spill = s
-	}
+	m.spill = r.queue
 	m.router = newRouter(routerParams{queue: opts.Queue, shards: opts.Shards, first: r.queue, open: r.shard,
 		masters: r.masters, opened: m.startCollector, log: m.log})
 	m.faults = &faults{mid: mid, router: m.router, pending: m.pending, queue: opts.Queue, timeout: opts.RedisTimeout, log: m.log}

@@ -84,6 +84,7 @@ type queueRedis interface {
 	Sums(ctx context.Context, p *broker.SumsParams) (map[string]string, error)
 	AddSums(ctx context.Context, p *broker.AddSumsParams) error
 	historyStore
+	shuffleStore
 }
 
 // constantStore is the object cache, where running batches hold their

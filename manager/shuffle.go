@@ -12,7 +12,7 @@ import (
 	"time"
 
 	"github.com/redmap/redmap"
-	"github.com/redmap/redmap/internal/broker/redisbroker"
+	"github.com/redmap/redmap/internal/broker"
 	"github.com/redmap/redmap/internal/broker/wire"
 	"github.com/redmap/redmap/internal/engine"
 	"github.com/redmap/redmap/internal/id"
@@ -173,7 +173,7 @@ func readPartition[K comparable, V any](ctx context.Context, j *shuffleJob, p in
 		var missing bool
 		for i := range out.Pages {
 			b, err := j.page(ctx, p, i)
-			if errors.Is(err, redisbroker.ErrPageMissing) {
+			if errors.Is(err, broker.ErrPageMissing) {
 				missing = true
 				break
 			}
@@ -226,16 +226,16 @@ type shuffleJob struct {
 	stopRenew   func()
 }
 
-// shuffleStore is where a manager reads a map/reduce by key's outputs:
-// internal/broker/redisbroker on the queue's first shard.
+// shuffleStore is where a manager reads a map/reduce by key's outputs: the
+// queue's first shard (the broker's).
 type shuffleStore interface {
-	OutputPage(ctx context.Context, sh *wire.Shuffle, p, i int) ([]byte, error)
-	DropPartitions(ctx context.Context, sh *wire.Shuffle, ps []int) error
-	RenewPartitions(ctx context.Context, sh *wire.Shuffle, ps []int) error
-	RecordShuffle(ctx context.Context, sh *wire.Shuffle) error
+	OutputPage(ctx context.Context, p *broker.OutputPageParams) ([]byte, error)
+	DropPartitions(ctx context.Context, p *broker.PartitionsParams) error
+	RenewPartitions(ctx context.Context, p *broker.PartitionsParams) error
+	RecordShuffle(ctx context.Context, p *broker.RecordShuffleParams) error
 }
 
-var _ shuffleStore = (*redisbroker.Broker)(nil)
+var _ shuffleStore = broker.Queue(nil)
 
 // summaries folds the map tasks' summaries in the manager: a map/reduce by
 // key's map phase is a MapReduce of them. It never runs on a worker.
@@ -265,9 +265,6 @@ func startShuffle[In any, K comparable, V any](ctx context.Context, m *Manager, 
 	if co.partitions == 0 {
 		co.partitions = DefaultPartitions
 	}
-	if m.spill == nil {
-		return nil, errors.New("manager: this manager cannot reach a map/reduce by key's partitions")
-	}
 	if err := m.ready(ctx); err != nil {
 		return nil, err
 	}
@@ -296,7 +293,7 @@ func startShuffle[In any, K comparable, V any](ctx context.Context, m *Manager, 
 		// Where its partitions are, for an operator's cancel of the job by
 		// its name (redmap cancel), which deletes them.
 		// Without it they still expire after DurableTTL.
-		if err := j.store.RecordShuffle(ctx, &j.sh); err != nil {
+		if err := j.store.RecordShuffle(ctx, &broker.RecordShuffleParams{Shuffle: &j.sh}); err != nil {
 			m.log.Warn("could not record where a durable map/reduce by key's partitions are; a cancel by its name leaves them to expire", "job", durable, "err", err)
 		}
 	}
@@ -567,7 +564,7 @@ func (j *shuffleJob) renew() func() {
 			case <-ctx.Done():
 				return
 			case <-t.C:
-				if err := j.store.RenewPartitions(ctx, &j.sh, all); err != nil && ctx.Err() == nil {
+				if err := j.store.RenewPartitions(ctx, &broker.PartitionsParams{Shuffle: &j.sh, Parts: all}); err != nil && ctx.Err() == nil {
 					j.m.log.Warn("cannot renew the TTL of a map/reduce by key's partitions", "job", j.sh.Job, "err", err)
 				}
 			}
@@ -591,15 +588,15 @@ func (j *shuffleJob) page(ctx context.Context, p, i int) ([]byte, error) {
 	var b []byte
 	err := j.m.faults.riding(ctx, func() error {
 		return j.m.faults.callQueue("reading a map/reduce by key's output", func() (err error) {
-			b, err = j.store.OutputPage(ctx, &j.sh, p, i)
-			if errors.Is(err, redisbroker.ErrPageMissing) {
+			b, err = j.store.OutputPage(ctx, &broker.OutputPageParams{Shuffle: &j.sh, Part: p, Page: i})
+			if errors.Is(err, broker.ErrPageMissing) {
 				return nil
 			}
 			return err
 		})
 	})
 	if err == nil && b == nil {
-		return nil, redisbroker.ErrPageMissing
+		return nil, broker.ErrPageMissing
 	}
 	return b, err
 }
@@ -616,7 +613,7 @@ func (j *shuffleJob) noteFailed(p int, err error) {
 func (j *shuffleJob) dropPartition(p int) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(j.m.ctx), j.m.opts.RedisTimeout)
 	defer cancel()
-	_ = j.store.DropPartitions(ctx, &j.sh, []int{p})
+	_ = j.store.DropPartitions(ctx, &broker.PartitionsParams{Shuffle: &j.sh, Parts: []int{p}})
 }
 
 // drop ends the job: it stops renewing its keys and deletes them.
@@ -624,7 +621,7 @@ func (j *shuffleJob) drop() {
 	j.stopRenew()
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(j.m.ctx), j.m.opts.RedisTimeout)
 	defer cancel()
-	if err := j.store.DropPartitions(ctx, &j.sh, j.allParts()); err != nil {
+	if err := j.store.DropPartitions(ctx, &broker.PartitionsParams{Shuffle: &j.sh, Parts: j.allParts()}); err != nil {
 		j.m.log.Warn("cannot delete a map/reduce by key's partitions; they expire", "job", j.sh.Job, "err", err, "ttl", time.Duration(j.sh.TTL)*time.Millisecond)
 	}
 }

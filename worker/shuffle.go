@@ -7,6 +7,7 @@ import (
 
 	"github.com/redmap/redmap/codec"
 	"github.com/redmap/redmap/internal/backoff"
+	"github.com/redmap/redmap/internal/broker"
 	"github.com/redmap/redmap/internal/broker/redisbroker"
 	"github.com/redmap/redmap/internal/broker/wire"
 	"github.com/redmap/redmap/internal/engine"
@@ -19,14 +20,14 @@ import (
 // manager counts (wire.MapSummary, wire.ReduceOutput).
 
 // shuffleRedis is where a worker keeps the partitions of a map/reduce by
-// key: internal/broker/redisbroker on the queue's first shard.
+// key: the queue's first shard (the broker's).
 type shuffleRedis interface {
-	StorePartials(ctx context.Context, sh *wire.Shuffle, field string, partials [][]byte) error
-	Partials(ctx context.Context, sh *wire.Shuffle, p int, fields []string) ([][]byte, error)
-	StoreOutput(ctx context.Context, sh *wire.Shuffle, p int, pages [][]byte) error
+	StorePartials(ctx context.Context, p *broker.StorePartialsParams) error
+	Partials(ctx context.Context, p *broker.PartialsParams) ([][]byte, error)
+	StoreOutput(ctx context.Context, p *broker.StoreOutputParams) error
 }
 
-var _ shuffleRedis = (*redisbroker.Broker)(nil)
+var _ shuffleRedis = broker.Queue(nil)
 
 // partitionWait bounds how long a task tries to reach its partitions while
 // Redis cannot be reached (a failover, a restart): past it the task fails,
@@ -49,8 +50,6 @@ func (w *Worker) shuffle(ctx context.Context, c *resolved, t wire.Taken) ([]byte
 		return nil, whole1(codec.KindTypeMismatch, "%q is not an emitter (redmap.Emit): it cannot run in a map/reduce by key", c.task.Func)
 	case c.reducer == nil:
 		return nil, whole1(codec.KindDecode, "task: a map/reduce by key's task names no reducer")
-	case w.spill == nil:
-		return nil, whole1(codec.KindError, "worker %s cannot reach the partitions of a map/reduce by key", w.opts.ID)
 	}
 	if sh.Phase == wire.PhaseMap {
 		return w.combine(ctx, c, s, sh, t)
@@ -76,7 +75,7 @@ func (w *Worker) combine(ctx context.Context, c *resolved, s engine.Shuffler, sh
 	start := sh.Base + c.task.Start
 	field := wire.Range(start, c.task.Count)
 	if err := w.retryRedis(ctx, "store a map task's partials", func(ctx context.Context) error {
-		return w.spill.StorePartials(ctx, sh, field, partials)
+		return w.spill.StorePartials(ctx, &broker.StorePartialsParams{Shuffle: sh, Field: field, Partials: partials})
 	}); err != nil {
 		return codec.NewOutputEncoder(0).Bytes(), []codec.Failure{{Index: 0, Through: c.task.Count - 1, Kind: codec.KindError,
 			Msg: fmt.Sprintf("storing the task's partials in Redis: %v", err)}}
@@ -126,7 +125,7 @@ func (w *Worker) reduceParts(ctx context.Context, c *resolved, s engine.Shuffler
 		}
 		var partials [][]byte
 		err = w.retryRedis(ctx, "read a partition's partials", func(ctx context.Context) (err error) {
-			partials, err = w.spill.Partials(ctx, sh, in.Part, fields)
+			partials, err = w.spill.Partials(ctx, &broker.PartialsParams{Shuffle: sh, Part: in.Part, Fields: fields})
 			return err
 		})
 		if err != nil {
@@ -146,7 +145,7 @@ func (w *Worker) reduceParts(ctx context.Context, c *resolved, s engine.Shuffler
 				continue
 			}
 			if err := w.retryRedis(ctx, "store a partition's output", func(ctx context.Context) error {
-				return w.spill.StoreOutput(ctx, sh, in.Part, pages)
+				return w.spill.StoreOutput(ctx, &broker.StoreOutputParams{Shuffle: sh, Part: in.Part, Pages: pages})
 			}); err != nil {
 				fail(i, codec.KindError, fmt.Sprintf("storing partition %d's output in Redis: %v", in.Part, err))
 				continue

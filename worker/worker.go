@@ -45,7 +45,7 @@ import (
 // the ledger of held tasks (held) is what they share.
 type Worker struct {
 	source *source
-	spill  shuffleRedis // the partitions of a map/reduce by key; nil in unit tests
+	spill  shuffleRedis // the partitions of a map/reduce by key: the queue's first shard
 	opts   Options
 	memo   *memo.Memo
 	log    *slog.Logger
@@ -138,9 +138,7 @@ func assemble(opts Options, first broker.Queue, open func(name string, i int) br
 		held:     newHeld(),
 		perFunc:  newPerFunc(),
 	}
-	if s, ok := first.(shuffleRedis); ok {
-		w.spill = s
-	}
+	w.spill = first
 	w.source = newSource(sourceParams{wid: opts.ID, lease: opts.Lease, idleWait: opts.IdleWait,
 		first: first, open: open, serves: w.serves, failed: w.failed, log: w.log})
 	return w

@@ -14,6 +14,7 @@ package broker
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"time"
 
@@ -148,7 +149,26 @@ type Queue interface {
 	Claim(ctx context.Context, p *ClaimParams) (*wire.Claimed, error)
 	Sums(ctx context.Context, p *SumsParams) (map[string]string, error)
 	AddSums(ctx context.Context, p *AddSumsParams) error
+
+	// A map/reduce by key's partitions. A map task stores its partials
+	// under its range (StorePartials: a run again replaces them); a reduce
+	// task reads those its manager counted (Partials) and writes its
+	// output in their place (StoreOutput); the manager reads the output
+	// page by page (OutputPage), keeps the partitions alive
+	// (RenewPartitions), and drops them (DropPartitions); RecordShuffle
+	// says where a durable job's partitions are, for an operator's cancel.
+	StorePartials(ctx context.Context, p *StorePartialsParams) error
+	Partials(ctx context.Context, p *PartialsParams) ([][]byte, error)
+	StoreOutput(ctx context.Context, p *StoreOutputParams) error
+	OutputPage(ctx context.Context, p *OutputPageParams) ([]byte, error)
+	RenewPartitions(ctx context.Context, p *PartitionsParams) error
+	DropPartitions(ctx context.Context, p *PartitionsParams) error
+	RecordShuffle(ctx context.Context, p *RecordShuffleParams) error
 }
+
+// ErrPageMissing is OutputPage's error when the page is not in the store:
+// the partition's output was lost, or deleted.
+var ErrPageMissing = errors.New("broker: output page missing")
 
 // TakeParams are what a take asks for: take.lua's ARGV.
 type TakeParams struct {
@@ -466,4 +486,44 @@ type AddSumsParams struct {
 	Owner string
 	Sums  map[string]string
 	TTL   time.Duration
+}
+
+// StorePartialsParams are a map task's partials, one per partition of
+// Shuffle, stored under Field (wire.Range of the task's elements).
+type StorePartialsParams struct {
+	Shuffle  *wire.Shuffle
+	Field    string
+	Partials [][]byte
+}
+
+// PartialsParams read partition Part's partials of Fields.
+type PartialsParams struct {
+	Shuffle *wire.Shuffle
+	Part    int
+	Fields  []string
+}
+
+// StoreOutputParams are partition Part's reduced output, in pages.
+type StoreOutputParams struct {
+	Shuffle *wire.Shuffle
+	Part    int
+	Pages   [][]byte
+}
+
+// OutputPageParams read page Page of partition Part's output.
+type OutputPageParams struct {
+	Shuffle *wire.Shuffle
+	Part    int
+	Page    int
+}
+
+// PartitionsParams name partitions of a shuffle.
+type PartitionsParams struct {
+	Shuffle *wire.Shuffle
+	Parts   []int
+}
+
+// RecordShuffleParams are a durable job's shuffle to record.
+type RecordShuffleParams struct {
+	Shuffle *wire.Shuffle
 }

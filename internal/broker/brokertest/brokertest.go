@@ -7,6 +7,7 @@ package brokertest
 
 import (
 	"context"
+	"errors"
 	"slices"
 	"testing"
 	"time"
@@ -55,6 +56,7 @@ func Run(t *testing.T, open func(t *testing.T) Harness) {
 	t.Run("task set", func(t *testing.T) { testTaskSet(t, open) })
 	t.Run("results", func(t *testing.T) { testResults(t, open) })
 	t.Run("live workers", func(t *testing.T) { testLiveWorkers(t, open) })
+	t.Run("partitions", func(t *testing.T) { testPartitions(t, open) })
 }
 
 const wid = "w1"
@@ -461,5 +463,63 @@ func testLiveWorkers(t *testing.T, open func(t *testing.T) Harness) {
 	}
 	if ws, err := q.LiveWorkers(ctx); err != nil || len(ws) != 0 {
 		t.Errorf("live after the retire: %v, %v; want none", ws, err)
+	}
+}
+
+// testPartitions: a map task's partials are stored under its range, a run
+// again replacing them; a reduce reads those of the fields asked for (nil
+// for one not stored), and its output replaces them; the output is read a
+// page at a time, a page past its end missing; dropped, a partition is
+// gone.
+func testPartitions(t *testing.T, open func(t *testing.T) Harness) {
+	h := open(t)
+	ctx := context.Background()
+	q := h.Queue()
+	sh := &wire.Shuffle{Job: h.Manager() + "-job", Parts: 2, Phase: wire.PhaseMap, TTL: time.Minute.Milliseconds()}
+	store := func(field string, partials ...string) {
+		t.Helper()
+		var bs [][]byte
+		for _, p := range partials {
+			bs = append(bs, []byte(p))
+		}
+		if err := q.StorePartials(ctx, &broker.StorePartialsParams{Shuffle: sh, Field: field, Partials: bs}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	store("0-2", "a0", "a1")
+	store("2-4", "b0", "stale")
+	store("2-4", "b0", "b1") // the same task run again
+	got, err := q.Partials(ctx, &broker.PartialsParams{Shuffle: sh, Part: 1, Fields: []string{"0-2", "4-6", "2-4"}})
+	if err != nil || len(got) != 3 || string(got[0]) != "a1" || got[1] != nil || string(got[2]) != "b1" {
+		t.Fatalf("partials of partition 1: %q, %v; want a1, none, b1", got, err)
+	}
+	if err := q.StoreOutput(ctx, &broker.StoreOutputParams{Shuffle: sh, Part: 1, Pages: [][]byte{[]byte("p0"), []byte("p1")}}); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := q.Partials(ctx, &broker.PartialsParams{Shuffle: sh, Part: 1, Fields: []string{"0-2"}}); err != nil || len(got) != 1 || got[0] != nil {
+		t.Errorf("partials once the output is stored: %q, %v; want none", got, err)
+	}
+	for i, want := range []string{"p0", "p1"} {
+		if b, err := q.OutputPage(ctx, &broker.OutputPageParams{Shuffle: sh, Part: 1, Page: i}); err != nil || string(b) != want {
+			t.Errorf("page %d: %q, %v; want %q", i, b, err, want)
+		}
+	}
+	if _, err := q.OutputPage(ctx, &broker.OutputPageParams{Shuffle: sh, Part: 1, Page: 2}); !errors.Is(err, broker.ErrPageMissing) {
+		t.Errorf("page 2 of 2: %v, want ErrPageMissing", err)
+	}
+	if err := q.RenewPartitions(ctx, &broker.PartitionsParams{Shuffle: sh, Parts: []int{0, 1}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := q.RecordShuffle(ctx, &broker.RecordShuffleParams{Shuffle: sh}); err != nil {
+		t.Fatal(err)
+	}
+	if err := q.DropPartitions(ctx, &broker.PartitionsParams{Shuffle: sh, Parts: []int{0, 1}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := q.OutputPage(ctx, &broker.OutputPageParams{Shuffle: sh, Part: 1, Page: 0}); !errors.Is(err, broker.ErrPageMissing) {
+		t.Errorf("a page once dropped: %v, want ErrPageMissing", err)
+	}
+	if got, err := q.Partials(ctx, &broker.PartialsParams{Shuffle: sh, Part: 0, Fields: []string{"0-2"}}); err != nil || len(got) != 1 || got[0] != nil {
+		t.Errorf("partials once dropped: %q, %v; want none", got, err)
 	}
 }

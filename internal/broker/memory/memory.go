@@ -96,6 +96,7 @@ type Shard struct {
 	// in time: a larger call times out, as over a link too slow for it.
 	maxCall int
 	m       managerState
+	sh      shuffleState
 }
 
 // task is a task in its manager's task set.
@@ -109,7 +110,7 @@ func newShard(i int, name string, activity *await.Broadcast) *Shard {
 		bells: map[string]chan struct{}{}, tasks: map[string]task{}, private: map[string][]string{},
 		held: map[string]map[string]bool{}, leases: map[string]time.Time{}, stopping: map[string]bool{},
 		drain: map[string]bool{}, asked: map[string]int{}, retired: map[string]bool{}, types: map[string][]string{}, count: 1,
-		m: newManagerState()}
+		m: newManagerState(), sh: newShuffleState()}
 }
 
 // ErrOOM is the error a call refused for want of memory returns, as Redis

@@ -8,6 +8,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/redmap/redmap/internal/broker"
 	"github.com/redmap/redmap/internal/broker/wire"
 	"github.com/redmap/redmap/internal/keys"
 )
@@ -28,13 +29,14 @@ func (r *Broker) partitionKeys(sh *wire.Shuffle, p int) (part, out string) {
 // StorePartials stores a map task's partials, one per partition of sh,
 // under field (wire.Range of the task's elements), each partition's hash
 // expiring after sh.TTL. One pipeline (on a Cluster, one per master).
-func (r *Broker) StorePartials(ctx context.Context, sh *wire.Shuffle, field string, partials [][]byte) error {
+func (r *Broker) StorePartials(ctx context.Context, p *broker.StorePartialsParams) error {
+	sh, field, partials := p.Shuffle, p.Field, p.Partials
 	ttl := time.Duration(sh.TTL) * time.Millisecond
-	cmds, err := r.c.Pipelined(ctx, func(p redis.Pipeliner) error {
+	cmds, err := r.c.Pipelined(ctx, func(pipe redis.Pipeliner) error {
 		for i, b := range partials {
 			part, _ := r.partitionKeys(sh, i)
-			p.HSet(ctx, part, field, b)
-			p.PExpire(ctx, part, ttl)
+			pipe.HSet(ctx, part, field, b)
+			pipe.PExpire(ctx, part, ttl)
 		}
 		return nil
 	})
@@ -51,7 +53,8 @@ func (r *Broker) StorePartials(ctx context.Context, sh *wire.Shuffle, field stri
 
 // Partials returns partition p's partials of fields, nil for each one
 // Redis does not have. One HMGET.
-func (r *Broker) Partials(ctx context.Context, sh *wire.Shuffle, p int, fields []string) ([][]byte, error) {
+func (r *Broker) Partials(ctx context.Context, pp *broker.PartialsParams) ([][]byte, error) {
+	sh, p, fields := pp.Shuffle, pp.Part, pp.Fields
 	if len(fields) == 0 {
 		return nil, nil
 	}
@@ -75,7 +78,8 @@ const maxPushBytes = 8 << 20
 // StoreOutput replaces partition p's partials with its reduced output,
 // pages: in one MULTI, it deletes the output list, pushes the pages, sets
 // their TTL (sh.TTL) and deletes the partials.
-func (r *Broker) StoreOutput(ctx context.Context, sh *wire.Shuffle, p int, pages [][]byte) error {
+func (r *Broker) StoreOutput(ctx context.Context, pp *broker.StoreOutputParams) error {
+	sh, p, pages := pp.Shuffle, pp.Part, pp.Pages
 	part, out := r.partitionKeys(sh, p)
 	_, err := r.c.TxPipelined(ctx, func(tx redis.Pipeliner) error {
 		tx.Del(ctx, out)
@@ -99,28 +103,25 @@ func (r *Broker) StoreOutput(ctx context.Context, sh *wire.Shuffle, p int, pages
 	return err
 }
 
-// ErrPageMissing is OutputPage's error when the page is not in Redis: the
-// partition's output was lost (Redis lost its data) or deleted.
-var ErrPageMissing = errors.New("rdb: output page missing")
-
 // OutputPage returns page i of partition p's output. One LINDEX.
-func (r *Broker) OutputPage(ctx context.Context, sh *wire.Shuffle, p, i int) ([]byte, error) {
+func (r *Broker) OutputPage(ctx context.Context, pp *broker.OutputPageParams) ([]byte, error) {
+	sh, p, i := pp.Shuffle, pp.Part, pp.Page
 	_, out := r.partitionKeys(sh, p)
 	b, err := r.c.LIndex(ctx, out, int64(i)).Bytes()
 	if errors.Is(err, redis.Nil) {
-		return nil, ErrPageMissing
+		return nil, broker.ErrPageMissing
 	}
 	return b, err
 }
 
 // DropPartitions deletes the partials and outputs of partitions ps of sh.
 // One pipeline (on a Cluster, one per master).
-func (r *Broker) DropPartitions(ctx context.Context, sh *wire.Shuffle, ps []int) error {
-	_, err := r.c.Pipelined(ctx, func(p redis.Pipeliner) error {
-		for _, i := range ps {
-			part, out := r.partitionKeys(sh, i)
-			p.Del(ctx, part)
-			p.Del(ctx, out)
+func (r *Broker) DropPartitions(ctx context.Context, p *broker.PartitionsParams) error {
+	_, err := r.c.Pipelined(ctx, func(pipe redis.Pipeliner) error {
+		for _, i := range p.Parts {
+			part, out := r.partitionKeys(p.Shuffle, i)
+			pipe.Del(ctx, part)
+			pipe.Del(ctx, out)
 		}
 		return nil
 	})
@@ -130,7 +131,8 @@ func (r *Broker) DropPartitions(ctx context.Context, sh *wire.Shuffle, ps []int)
 // RecordShuffle writes where durable job sh's partitions are, for an
 // operator's cancel of the job by its name (Admin.DropShuffle), living
 // sh.TTL. One SET.
-func (r *Broker) RecordShuffle(ctx context.Context, sh *wire.Shuffle) error {
+func (r *Broker) RecordShuffle(ctx context.Context, p *broker.RecordShuffleParams) error {
+	sh := p.Shuffle
 	rec := *sh
 	rec.Phase = wire.PhaseMap // what it starts with; any phase would do
 	enc, err := wire.EncodeShuffle(&rec)
@@ -187,13 +189,14 @@ func (a *Admin) DropShuffle(ctx context.Context, queue, job string) (int64, erro
 // RenewPartitions sets the TTL of partitions ps of sh again (sh.TTL), so
 // that they outlive a long call. One pipeline (on a Cluster, one per
 // master).
-func (r *Broker) RenewPartitions(ctx context.Context, sh *wire.Shuffle, ps []int) error {
+func (r *Broker) RenewPartitions(ctx context.Context, p *broker.PartitionsParams) error {
+	sh, ps := p.Shuffle, p.Parts
 	ttl := time.Duration(sh.TTL) * time.Millisecond
-	_, err := r.c.Pipelined(ctx, func(p redis.Pipeliner) error {
+	_, err := r.c.Pipelined(ctx, func(pipe redis.Pipeliner) error {
 		for _, i := range ps {
 			part, out := r.partitionKeys(sh, i)
-			p.PExpire(ctx, part, ttl)
-			p.PExpire(ctx, out, ttl)
+			pipe.PExpire(ctx, part, ttl)
+			pipe.PExpire(ctx, out, ttl)
 		}
 		return nil
 	})
