@@ -2,6 +2,8 @@ package inspect
 
 import (
 	"context"
+
+	"github.com/redmap/redmap/internal/broker"
 )
 
 // FailedElement is one failed element of an ended batch.
@@ -33,16 +35,17 @@ type FailedElements struct {
 // per 250.
 func (i *Inspector) FailedElements(ctx context.Context, queue, bid string) (FailedElements, error) {
 	out := FailedElements{Queue: queue, Batch: bid, Elements: []FailedElement{}}
-	in, err := i.admin.InHistory(ctx, queue, []string{bid})
+	in, err := i.admin.InHistory(ctx, &broker.InHistoryParams{Queue: queue, IDs: []string{bid}})
 	if err != nil {
 		return out, err
 	}
 	out.InRecord = in[bid]
-	fs, malformed, err := i.admin.FailedElements(ctx, queue, bid)
+	got, err := i.admin.FailedElements(ctx, &broker.FailedElementsParams{Queue: queue, Batch: bid})
 	if err != nil {
 		return out, err
 	}
-	out.Omitted, out.Malformed = fs.Omitted, malformed
+	fs := got.Elements
+	out.Omitted, out.Malformed = fs.Omitted, got.Malformed
 	for _, f := range fs.Elements {
 		out.Elements = append(out.Elements, FailedElement{Index: f.Index, Kind: f.Kind, Error: f.Error, Attempts: f.Attempts, Worker: f.Worker})
 	}

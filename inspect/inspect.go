@@ -27,7 +27,9 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/redmap/redmap/codec"
+	"github.com/redmap/redmap/internal/broker"
 	"github.com/redmap/redmap/internal/broker/redisbroker"
+	"github.com/redmap/redmap/internal/broker/wire"
 	"github.com/redmap/redmap/internal/config"
 	"github.com/redmap/redmap/internal/id"
 	"github.com/redmap/redmap/internal/keys"
@@ -35,7 +37,7 @@ import (
 
 // Inspector reads the queues under one key prefix.
 type Inspector struct {
-	admin *redisbroker.Admin
+	admin broker.Operator // what the tools ask of Redis
 	log   *slog.Logger
 }
 
@@ -265,11 +267,11 @@ func (i *Inspector) ScanQueues(ctx context.Context) ([]string, error) {
 // with their states (see Worker.State) by the Redis clock now: the live
 // ones first, then by id.
 func (i *Inspector) Workers(ctx context.Context, queue string, now time.Time) ([]Worker, error) {
-	regs, err := i.admin.Workers(ctx, queue)
+	regs, err := i.admin.Workers(ctx, &broker.QueueParams{Queue: queue})
 	if err != nil {
 		return nil, err
 	}
-	gone, err := i.admin.Gone(ctx, queue, now.Add(-GoneFor).UnixMilli())
+	gone, err := i.admin.Gone(ctx, &broker.GoneParams{Queue: queue, Since: now.Add(-GoneFor).UnixMilli()})
 	if err != nil {
 		return nil, err
 	}
@@ -301,7 +303,7 @@ func (i *Inspector) Workers(ctx context.Context, queue string, now time.Time) ([
 
 // stateOf returns a worker's state, how long it has been in it, and the age
 // of its last heartbeat, in seconds, by the Redis clock nowMs.
-func stateOf(r redisbroker.Registered, nowMs int64) (state string, since, age float64) {
+func stateOf(r wire.Registered, nowMs int64) (state string, since, age float64) {
 	in := r.Info
 	secs := func(ms int64) float64 { return float64(max(ms, 0)) / 1000 }
 	if !in.Gone.IsZero() && r.Deadline == 0 { // reaped, not back: stopped or dead, as reap.lua wrote
@@ -353,10 +355,10 @@ func (i *Inspector) Batches(ctx context.Context, queue string) ([]Batch, error) 
 // batches is Batches with ws, the queue's workers if the caller read them
 // (nil: read them if a batch is running).
 func (i *Inspector) batches(ctx context.Context, queue string, ws []Worker) ([]Batch, error) {
-	if _, err := i.admin.LoseManagers(ctx, queue); err != nil && !redisbroker.Refused(err) {
+	if _, err := i.admin.LoseManagers(ctx, &broker.QueueParams{Queue: queue}); err != nil && !redisbroker.Refused(err) {
 		return nil, err
 	} // refused: a read-only user; the next reader that may write will
-	pbs, err := i.admin.Batches(ctx, queue)
+	pbs, err := i.admin.Batches(ctx, &broker.QueueParams{Queue: queue})
 	if err != nil {
 		return nil, err
 	}
@@ -380,7 +382,7 @@ func (i *Inspector) batches(ctx context.Context, queue string, ws []Worker) ([]B
 	for j, b := range out {
 		ids[j] = b.ID
 	}
-	ended, err := i.admin.InHistory(ctx, queue, ids)
+	ended, err := i.admin.InHistory(ctx, &broker.InHistoryParams{Queue: queue, IDs: ids})
 	if err != nil {
 		return nil, err
 	}
@@ -419,10 +421,11 @@ func (i *Inspector) durableStates(ctx context.Context, queue string, bs []Batch)
 			owners = append(owners, b.Manager)
 		}
 	}
-	held, outstanding, cancelled, err := i.admin.DurableStates(ctx, queue, owners)
+	states, err := i.admin.DurableStates(ctx, &broker.DurableStatesParams{Queue: queue, Owners: owners})
 	if err != nil {
 		return err
 	}
+	held, outstanding, cancelled := states.Held, states.Outstanding, states.Cancelled
 	for j, b := range bs {
 		if b.Durable == "" || held[b.Manager] && !cancelled[b.Manager] {
 			continue
@@ -453,10 +456,11 @@ const HistoryShown = 100
 // history keeps if n is 0 or less), and how many records could not be
 // read. Managers write the history (see manager.Options.History).
 func (i *Inspector) History(ctx context.Context, queue string, n int) ([]Batch, int, error) {
-	recs, malformed, err := i.admin.History(ctx, queue, n)
+	got, err := i.admin.History(ctx, &broker.HistoryParams{Queue: queue, N: n})
 	if err != nil {
 		return nil, 0, err
 	}
+	recs, malformed := got.Records, got.Malformed
 	out := make([]Batch, len(recs))
 	for j, r := range recs {
 		out[j] = Batch{Queue: queue, Manager: r.Manager, ID: r.ID, Func: r.Func,
@@ -476,10 +480,11 @@ func (i *Inspector) History(ctx context.Context, queue string, n int) ([]Batch, 
 // Failures returns queue's failure groups, most frequent first, and how
 // many could not be read. One round trip.
 func (i *Inspector) Failures(ctx context.Context, queue string) ([]FailureGroup, int, error) {
-	gs, malformed, err := i.admin.Failures(ctx, queue)
+	got, err := i.admin.Failures(ctx, &broker.QueueParams{Queue: queue})
 	if err != nil {
 		return nil, 0, err
 	}
+	gs, malformed := got.Groups, got.Malformed
 	out := make([]FailureGroup, len(gs))
 	for j, g := range gs {
 		out[j] = FailureGroup{Queue: queue, Func: g.Func, Kind: g.Kind, Group: g.Fingerprint, Error: g.Sample,
@@ -511,10 +516,10 @@ func never(Queue) bool  { return false }
 // the queue read.
 func (i *Inspector) snapshot(ctx context.Context, queue string, now time.Time, history bool, failures func(Queue) bool) (s Snapshot, err error) {
 	s = Snapshot{Time: now, Queue: Queue{Name: queue, Bucket: int(keys.ThroughputBucket / time.Second)}}
-	if s.Queue.Depth, err = i.admin.Depth(ctx, queue); err != nil {
+	if s.Queue.Depth, err = i.admin.Depth(ctx, &broker.QueueParams{Queue: queue}); err != nil {
 		return s, err
 	}
-	p, err := i.admin.Paused(ctx, queue)
+	p, err := i.admin.Paused(ctx, &broker.QueueParams{Queue: queue})
 	if err != nil {
 		return s, err
 	}
@@ -524,7 +529,7 @@ func (i *Inspector) snapshot(ctx context.Context, queue string, now time.Time, h
 			s.Queue.Paused.Since = time.UnixMilli(p.Since)
 		}
 	}
-	tp, err := i.admin.Throughput(ctx, queue, now, 15*time.Minute)
+	tp, err := i.admin.Throughput(ctx, &broker.ThroughputParams{Queue: queue, Now: now, Span: 15 * time.Minute})
 	if err != nil {
 		return s, err
 	}
@@ -653,7 +658,7 @@ func recentRate(tp []int64, nowMs int64) float64 {
 // Drain asks worker wid of queue to take no more tasks, finish what it
 // holds and exit: it learns of it at its next heartbeat.
 func (i *Inspector) Drain(ctx context.Context, queue, wid string) error {
-	return i.admin.Drain(ctx, queue, wid)
+	return i.admin.Drain(ctx, &broker.DrainParams{Queue: queue, Worker: wid})
 }
 
 // CancelBatch asks manager mid to cancel its batch bid of queue: it does
@@ -663,9 +668,9 @@ func (i *Inspector) Drain(ctx context.Context, queue, wid string) error {
 // cancelled as CancelDurable does, whether or not a manager holds it.
 func (i *Inspector) CancelBatch(ctx context.Context, queue, mid, bid string) error {
 	if !id.IsDurable(mid) {
-		return i.admin.CancelBatch(ctx, queue, mid, bid)
+		return i.admin.CancelBatch(ctx, &broker.CancelBatchParams{Queue: queue, Manager: mid, Batch: bid})
 	}
-	did, err := i.admin.CancelOwner(ctx, queue, mid, "cancelled by an operator", false)
+	did, err := i.admin.CancelOwner(ctx, &broker.CancelOwnerParams{Queue: queue, Owner: mid, Reason: "cancelled by an operator"})
 	switch {
 	case err == nil && did == "unknown":
 		err = fmt.Errorf("inspect: queue %q has no durable batch of owner %s", queue, mid)
@@ -687,7 +692,7 @@ func (i *Inspector) CancelBatch(ctx context.Context, queue, mid, bid string) err
 // is done; CancelJob with discard drops them), or "unknown" if Redis has
 // nothing of the batch.
 func (i *Inspector) CancelDurable(ctx context.Context, queue, name string) (string, error) {
-	return i.admin.CancelDurable(ctx, queue, name, "cancelled by an operator", false)
+	return i.admin.CancelDurable(ctx, &broker.CancelDurableParams{Queue: queue, Name: name, Reason: "cancelled by an operator"})
 }
 
 // JobCancel is what CancelJob did.
@@ -714,7 +719,7 @@ func (i *Inspector) CancelJob(ctx context.Context, queue, name string, discard b
 	if err := keys.CheckDurable(name); err != nil {
 		return out, err
 	}
-	names, err := i.admin.DurableNames(ctx, queue)
+	names, err := i.admin.DurableNames(ctx, &broker.QueueParams{Queue: queue})
 	if err != nil {
 		return out, err
 	}
@@ -728,7 +733,7 @@ func (i *Inspector) CancelJob(ctx context.Context, queue, name string, discard b
 	// running cancels them all, the ended ones' results with them.
 	ended := 0
 	for o, n := range owners {
-		did, err := i.admin.CancelOwner(ctx, queue, o, "cancelled by an operator", discard)
+		did, err := i.admin.CancelOwner(ctx, &broker.CancelOwnerParams{Queue: queue, Owner: o, Reason: "cancelled by an operator", Discard: discard})
 		if err != nil {
 			return out, err
 		}
@@ -745,7 +750,7 @@ func (i *Inspector) CancelJob(ctx context.Context, queue, name string, discard b
 			if out.Batches[n] != "ended" {
 				continue
 			}
-			if out.Batches[n], err = i.admin.CancelOwner(ctx, queue, o, "cancelled by an operator", true); err != nil {
+			if out.Batches[n], err = i.admin.CancelOwner(ctx, &broker.CancelOwnerParams{Queue: queue, Owner: o, Reason: "cancelled by an operator", Discard: true}); err != nil {
 				return out, err
 			}
 		}
@@ -754,7 +759,7 @@ func (i *Inspector) CancelJob(ctx context.Context, queue, name string, discard b
 	if ended > 0 {
 		return out, nil // nothing done: the results wait
 	}
-	out.PartitionKeys, err = i.admin.DropShuffle(ctx, queue, id.DurableJob(name))
+	out.PartitionKeys, err = i.admin.DropShuffle(ctx, &broker.DropShuffleParams{Queue: queue, Job: id.DurableJob(name)})
 	return out, err
 }
 
@@ -763,24 +768,32 @@ func (i *Inspector) CancelJob(ctx context.Context, queue, name string, discard b
 // batches wait, and their managers say so. by says who paused it, for the
 // record. It reports whether the queue was running until now.
 func (i *Inspector) Pause(ctx context.Context, queue, by string) (bool, error) {
-	return i.admin.Pause(ctx, queue, by)
+	return i.admin.Pause(ctx, &broker.PauseParams{Queue: queue, By: by})
 }
 
 // Resume lets queue's workers take its tasks again (redmap resume), at
 // once. It reports whether the queue was paused, and how many idle workers
 // it woke.
 func (i *Inspector) Resume(ctx context.Context, queue string) (bool, int64, error) {
-	return i.admin.Resume(ctx, queue)
+	got, err := i.admin.Resume(ctx, &broker.QueueParams{Queue: queue})
+	if err != nil {
+		return false, 0, err
+	}
+	return got.Paused, got.Rang, nil
 }
 
 // Purge removes every task waiting in queue's public lists, all shards;
 // their managers fail them with ErrLost. It returns how many were purged,
 // and how many ids it dropped whose task was gone already.
 func (i *Inspector) Purge(ctx context.Context, queue string) (purged, dropped int, err error) {
-	return i.admin.Purge(ctx, queue)
+	got, err := i.admin.Purge(ctx, &broker.QueueParams{Queue: queue})
+	if got != nil {
+		purged, dropped = got.Purged, got.Dropped
+	}
+	return purged, dropped, err
 }
 
 // Queued returns how many tasks wait in queue's public lists, all shards.
 func (i *Inspector) Queued(ctx context.Context, queue string) (int64, error) {
-	return i.admin.Queued(ctx, queue)
+	return i.admin.Queued(ctx, &broker.QueueParams{Queue: queue})
 }

@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/redmap/redmap"
-	"github.com/redmap/redmap/internal/broker/redisbroker"
+	"github.com/redmap/redmap/internal/broker"
 	"github.com/redmap/redmap/internal/broker/wire"
 	"github.com/redmap/redmap/internal/keys"
 )
@@ -59,7 +59,7 @@ func (i *Inspector) Limits(ctx context.Context, queue string) ([]Limit, error) {
 	if err := keys.CheckQueue(queue); err != nil {
 		return nil, fmt.Errorf("inspect: %w", err)
 	}
-	ls, err := i.admin.Queue(queue).Limits(ctx)
+	ls, err := i.admin.Limits(ctx, &broker.QueueParams{Queue: queue})
 	if err != nil {
 		return nil, err
 	}
@@ -71,12 +71,12 @@ func (i *Inspector) Limits(ctx context.Context, queue string) ([]Limit, error) {
 		l.Text = l.InForce.String()
 		rec := f.Code
 		switch f.Source {
-		case redisbroker.LimitFromOperator:
+		case wire.LimitFromOperator:
 			l.Source, rec = "operator", f.Operator
 			if f.Code != nil {
 				l.Code = limitOf(*f.Code).String()
 			}
-		case redisbroker.LimitFromCode:
+		case wire.LimitFromCode:
 			l.Source = "code"
 		}
 		if rec != nil {
@@ -109,7 +109,12 @@ func (i *Inspector) SetLimit(ctx context.Context, queue, fn string, l redmap.Lim
 	l = l.Normal()
 	host, _ := os.Hostname()
 	rec := wire.NewLimitRecord(l.Rate, l.Per, l.Burst, l.Concurrency, "operator on "+host, time.Now())
-	w, src, err := i.admin.Queue(queue).SetLimit(ctx, fn, rec)
+	got, err := i.admin.SetLimit(ctx, &broker.SetLimitParams{Queue: queue, Func: fn, Record: rec})
+	var w wire.Limit
+	var src string
+	if got != nil {
+		w, src = got.Limit, got.From
+	}
 	return inForce(queue, fn, w, src), err
 }
 
@@ -120,7 +125,12 @@ func (i *Inspector) ClearLimit(ctx context.Context, queue, fn string) (Limit, er
 	if err := keys.CheckQueue(queue); err != nil {
 		return Limit{}, fmt.Errorf("inspect: %w", err)
 	}
-	w, src, err := i.admin.Queue(queue).ClearLimit(ctx, fn)
+	got, err := i.admin.ClearLimit(ctx, &broker.ClearLimitParams{Queue: queue, Func: fn})
+	var w wire.Limit
+	var src string
+	if got != nil {
+		w, src = got.Limit, got.From
+	}
 	return inForce(queue, fn, w, src), err
 }
 
@@ -129,9 +139,9 @@ func inForce(queue, fn string, w wire.Limit, src string) Limit {
 	l.Rate, l.Per, l.Burst, l.Concurrency = w.Rate, w.Per.Seconds(), w.Burst, w.Concurrency
 	l.Text = l.InForce.String()
 	switch src {
-	case redisbroker.LimitFromOperator:
+	case wire.LimitFromOperator:
 		l.Source = "operator"
-	case redisbroker.LimitFromCode:
+	case wire.LimitFromCode:
 		l.Source = "code"
 	}
 	return l

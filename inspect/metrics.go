@@ -12,6 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/redmap/redmap/internal/broker"
 	"github.com/redmap/redmap/internal/broker/wire"
 	"github.com/redmap/redmap/internal/buildinfo"
 )
@@ -68,12 +69,12 @@ var DurableStates = []string{"running", "orphaned", "done", "cancelled"}
 // reads more (docs/operations.md measures it).
 func (i *Inspector) Metrics(ctx context.Context, queue string) (Metrics, error) {
 	m := Metrics{Queue: queue, Workers: map[string]int{}, Durable: map[string]int{}}
-	b, err := i.admin.Backlog(ctx, queue)
+	b, err := i.admin.Backlog(ctx, &broker.QueueParams{Queue: queue})
 	if err != nil {
 		return m, err
 	}
 	m.WaitingTasks, m.WaitingElements = b.Tasks, b.Elements
-	p, err := i.admin.Paused(ctx, queue)
+	p, err := i.admin.Paused(ctx, &broker.QueueParams{Queue: queue})
 	if err != nil {
 		return m, err
 	}
@@ -108,9 +109,11 @@ func (i *Inspector) Metrics(ctx context.Context, queue string) (Metrics, error) 
 			m.Durable[b.Outcome]++
 		}
 	}
-	if m.Ended, m.FailedElements, err = i.admin.Ended(ctx, queue); err != nil {
+	ended, err := i.admin.Ended(ctx, &broker.QueueParams{Queue: queue})
+	if err != nil {
 		return m, err
 	}
+	m.Ended, m.FailedElements = ended.Outcomes, ended.Kinds
 	for _, o := range []string{wire.OutcomeDone, wire.OutcomeFailed, wire.OutcomeCancelled, wire.OutcomeClosed,
 		wire.OutcomeManagerLost, wire.OutcomeExpired} {
 		m.Ended[o] += 0 // every outcome is reported, none yet or not

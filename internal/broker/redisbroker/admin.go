@@ -14,6 +14,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/redmap/redmap/internal/broker"
 	"github.com/redmap/redmap/internal/broker/wire"
 	"github.com/redmap/redmap/internal/id"
 	"github.com/redmap/redmap/internal/keys"
@@ -96,12 +97,13 @@ func (a *Admin) ScanQueues(ctx context.Context) ([]string, error) {
 		qs = append(qs, q)
 	}
 	slices.Sort(qs)
-	return qs, a.IndexQueues(ctx, qs)
+	return qs, a.IndexQueues(ctx, &broker.IndexQueuesParams{Queues: qs})
 }
 
 // IndexQueues names queues in the index of queues, as their managers and
 // workers do. One script call a queue.
-func (a *Admin) IndexQueues(ctx context.Context, queues []string) error {
+func (a *Admin) IndexQueues(ctx context.Context, p *broker.IndexQueuesParams) error {
+	queues := p.Queues
 	r := New(a.c, a.prefix, "")
 	for _, q := range queues {
 		if err := keys.CheckQueue(q); err != nil {
@@ -114,19 +116,10 @@ func (a *Admin) IndexQueues(ctx context.Context, queues []string) error {
 	return nil
 }
 
-// Registered is one registered worker of a queue.
-type Registered struct {
-	Queue     string
-	ID        string
-	Deadline  int64           // lease deadline, Redis ms
-	Info      wire.WorkerInfo // as published by its heartbeats
-	Malformed error           // what of Info did not decode, if any
-	Held      int64           // tasks it holds
-}
-
 // Shards returns the names of queue's shards (see keys.Shard): the queue
 // itself, and those in its list of shard names.
-func (a *Admin) Shards(ctx context.Context, queue string) ([]string, error) {
+func (a *Admin) Shards(ctx context.Context, p *broker.QueueParams) ([]string, error) {
+	queue := p.Queue
 	if err := keys.CheckQueue(queue); err != nil {
 		return nil, err
 	}
@@ -140,11 +133,12 @@ func (a *Admin) Shards(ctx context.Context, queue string) ([]string, error) {
 // Workers returns the registered workers of queue, live or not yet reaped,
 // as shard 0 has them (a worker serves every shard), with the tasks they
 // hold in all shards.
-func (a *Admin) Workers(ctx context.Context, queue string) ([]Registered, error) {
+func (a *Admin) Workers(ctx context.Context, p *broker.QueueParams) ([]wire.Registered, error) {
+	queue := p.Queue
 	if err := keys.CheckQueue(queue); err != nil {
 		return nil, err
 	}
-	shards, err := a.Shards(ctx, queue)
+	shards, err := a.Shards(ctx, &broker.QueueParams{Queue: queue})
 	if err != nil {
 		return nil, err
 	}
@@ -152,13 +146,13 @@ func (a *Admin) Workers(ctx context.Context, queue string) ([]Registered, error)
 	if err != nil {
 		return nil, fmt.Errorf("workers: %w", err)
 	}
-	out := make([]Registered, len(zs))
+	out := make([]wire.Registered, len(zs))
 	cmds := make([]*redis.MapStringStringCmd, len(zs))
 	held := make([][]*redis.IntCmd, len(zs))
 	_, err = a.c.Pipelined(ctx, func(p redis.Pipeliner) error {
 		for i, z := range zs {
 			wid := z.Member.(string)
-			out[i] = Registered{Queue: queue, ID: wid, Deadline: int64(z.Score)}
+			out[i] = wire.Registered{Queue: queue, ID: wid, Deadline: int64(z.Score)}
 			cmds[i] = p.HGetAll(ctx, keys.WorkerInfo(a.prefix, queue, wid))
 			for _, sh := range shards {
 				held[i] = append(held[i], p.SCard(ctx, keys.Held(a.prefix, sh, wid)))
@@ -180,7 +174,8 @@ func (a *Admin) Workers(ctx context.Context, queue string) ([]Registered, error)
 
 // Gone returns the workers of queue that stopped or died since since (Redis
 // ms), with the last info each published, except those registered again.
-func (a *Admin) Gone(ctx context.Context, queue string, since int64) ([]Registered, error) {
+func (a *Admin) Gone(ctx context.Context, p *broker.GoneParams) ([]wire.Registered, error) {
+	queue, since := p.Queue, p.Since
 	if err := keys.CheckQueue(queue); err != nil {
 		return nil, err
 	}
@@ -188,7 +183,7 @@ func (a *Admin) Gone(ctx context.Context, queue string, since int64) ([]Register
 	if err != nil {
 		return nil, wrap("gone workers", nil, "ZRANGEBYSCORE", err)
 	}
-	out := make([]Registered, 0, len(ids))
+	out := make([]wire.Registered, 0, len(ids))
 	cmds := make([]*redis.MapStringStringCmd, len(ids))
 	live := make([]*redis.FloatCmd, len(ids))
 	_, err = a.c.Pipelined(ctx, func(p redis.Pipeliner) error {
@@ -206,7 +201,7 @@ func (a *Admin) Gone(ctx context.Context, queue string, since int64) ([]Register
 		if live[i].Err() == nil || len(h) == 0 { // registered again, or its record expired
 			continue
 		}
-		r := Registered{Queue: queue, ID: wid}
+		r := wire.Registered{Queue: queue, ID: wid}
 		r.Info, r.Malformed = wire.DecodeWorkerInfo(h)
 		out = append(out, r)
 	}
@@ -223,11 +218,12 @@ func (a *Admin) Now(ctx context.Context) (int64, error) {
 }
 
 // Depth returns the number of task ids in queue's lanes, in all its shards.
-func (a *Admin) Depth(ctx context.Context, queue string) (int64, error) {
+func (a *Admin) Depth(ctx context.Context, p *broker.QueueParams) (int64, error) {
+	queue := p.Queue
 	if err := keys.CheckQueue(queue); err != nil {
 		return 0, err
 	}
-	shards, err := a.Shards(ctx, queue)
+	shards, err := a.Shards(ctx, &broker.QueueParams{Queue: queue})
 	if err != nil {
 		return 0, err
 	}
@@ -242,18 +238,12 @@ func (a *Admin) Depth(ctx context.Context, queue string) (int64, error) {
 	return total, nil
 }
 
-// PublishedBatch is a running batch as its manager published it.
-type PublishedBatch struct {
-	Queue, Manager, ID string
-	Progress           wire.BatchProgress
-	Malformed          error // the progress record did not decode
-}
-
 // Batches returns the published progress of running batches of queue: of
 // the managers that publish (keys.Managers) and of the durable batches'
 // owners (keys.Durables), which are all the managers whose progress hash
 // exists. Two round trips, whatever else the database holds.
-func (a *Admin) Batches(ctx context.Context, queue string) ([]PublishedBatch, error) {
+func (a *Admin) Batches(ctx context.Context, p *broker.QueueParams) ([]wire.PublishedBatch, error) {
+	queue := p.Queue
 	if err := keys.CheckQueue(queue); err != nil {
 		return nil, err
 	}
@@ -281,11 +271,11 @@ func (a *Admin) Batches(ctx context.Context, queue string) ([]PublishedBatch, er
 	if err != nil && err != redis.Nil {
 		return nil, wrap("batches", nil, "HGETALL", err)
 	}
-	var out []PublishedBatch
+	var out []wire.PublishedBatch
 	for i, mid := range mids {
 		for bid, s := range cmds[i].Val() {
 			p, err := wire.DecodeProgress(s)
-			out = append(out, PublishedBatch{Queue: queue, Manager: mid, ID: bid, Progress: p, Malformed: err})
+			out = append(out, wire.PublishedBatch{Queue: queue, Manager: mid, ID: bid, Progress: p, Malformed: err})
 		}
 	}
 	return out, nil
@@ -293,13 +283,17 @@ func (a *Admin) Batches(ctx context.Context, queue string) ([]PublishedBatch, er
 
 // Failures returns the queue's failure groups, most frequent first, and how
 // many could not be read. One HGETALL.
-func (a *Admin) Failures(ctx context.Context, queue string) (groups []wire.FailureGroup, malformed int, err error) {
+func (a *Admin) Failures(ctx context.Context, p *broker.QueueParams) (*broker.FailuresResult, error) {
+	queue := p.Queue
+	var groups []wire.FailureGroup
+	var malformed int
+	var err error
 	if err := keys.CheckQueue(queue); err != nil {
-		return nil, 0, err
+		return nil, err
 	}
 	h, err := a.c.HGetAll(ctx, keys.FailureGroups(a.prefix, queue)).Result()
 	if err != nil {
-		return nil, 0, wrap("failures", nil, "HGETALL", err)
+		return nil, wrap("failures", nil, "HGETALL", err)
 	}
 	for _, s := range h {
 		g, err := wire.DecodeGroup(s)
@@ -312,13 +306,14 @@ func (a *Admin) Failures(ctx context.Context, queue string) (groups []wire.Failu
 	slices.SortFunc(groups, func(a, b wire.FailureGroup) int {
 		return cmp.Or(cmp.Compare(b.Count, a.Count), strings.Compare(a.Key(), b.Key()))
 	})
-	return groups, malformed, nil
+	return &broker.FailuresResult{Groups: groups, Malformed: malformed}, nil
 }
 
 // Throughput returns the queue's throughput counters (see keys.Throughput)
 // of the last span before now, oldest first: elements ended per
 // keys.ThroughputBucket, 0 where none. One MGET.
-func (a *Admin) Throughput(ctx context.Context, queue string, now time.Time, span time.Duration) ([]int64, error) {
+func (a *Admin) Throughput(ctx context.Context, p *broker.ThroughputParams) ([]int64, error) {
+	queue, now, span := p.Queue, p.Now, p.Span
 	if err := keys.CheckQueue(queue); err != nil {
 		return nil, err
 	}
@@ -344,7 +339,8 @@ func (a *Admin) Throughput(ctx context.Context, queue string, now time.Time, spa
 
 // CancelBatch asks manager mid of queue to cancel its batch bid: the
 // manager does at its next Poll, if the batch still runs.
-func (a *Admin) CancelBatch(ctx context.Context, queue, mid, bid string) error {
+func (a *Admin) CancelBatch(ctx context.Context, p *broker.CancelBatchParams) error {
+	queue, mid, bid := p.Queue, p.Manager, p.Batch
 	if err := keys.CheckQueue(queue); err != nil {
 		return err
 	}
@@ -384,19 +380,21 @@ func (a *Admin) CancelBatch(ctx context.Context, queue, mid, bid string) error {
 // unless discard), or "unknown" if Redis has nothing of the batch. A
 // pipeline and one script call, then two commands per ScriptBudget tasks
 // withdrawn on each shard.
-func (a *Admin) CancelDurable(ctx context.Context, queue, name, reason string, discard bool) (string, error) {
+func (a *Admin) CancelDurable(ctx context.Context, p *broker.CancelDurableParams) (string, error) {
+	queue, name, reason, discard := p.Queue, p.Name, p.Reason, p.Discard
 	if err := keys.CheckDurable(name); err != nil {
 		return "", err
 	}
-	return a.CancelOwner(ctx, queue, id.Durable(name), reason, discard)
+	return a.CancelOwner(ctx, &broker.CancelOwnerParams{Queue: queue, Owner: id.Durable(name), Reason: reason, Discard: discard})
 }
 
 // CancelOwner is CancelDurable of the durable batch whose owner id is o.
-func (a *Admin) CancelOwner(ctx context.Context, queue, o, reason string, discard bool) (string, error) {
+func (a *Admin) CancelOwner(ctx context.Context, p *broker.CancelOwnerParams) (string, error) {
+	queue, o, reason, discard := p.Queue, p.Owner, p.Reason, p.Discard
 	if err := keys.CheckQueue(queue); err != nil {
 		return "", err
 	}
-	shards, err := a.Shards(ctx, queue)
+	shards, err := a.Shards(ctx, &broker.QueueParams{Queue: queue})
 	if err != nil {
 		return "", err
 	}
@@ -435,7 +433,8 @@ func (a *Admin) CancelOwner(ctx context.Context, queue, o, reason string, discar
 // DurableNames returns the names of queue's durable batches, by their
 // owners' ids, as their entries in the queue's list say (an entry that does
 // not decode is left out). An HKEYS and an HMGET.
-func (a *Admin) DurableNames(ctx context.Context, queue string) (map[string]string, error) {
+func (a *Admin) DurableNames(ctx context.Context, p *broker.QueueParams) (map[string]string, error) {
+	queue := p.Queue
 	if err := keys.CheckQueue(queue); err != nil {
 		return nil, err
 	}
@@ -511,14 +510,19 @@ func (a *Admin) withdrawTasks(ctx context.Context, k string) error {
 // owners, whether a manager holds it, how many of its tasks are
 // outstanding, in every shard's task set, and whether an operator
 // cancelled it (its mark, keys.Cancelled). One pipeline.
-func (a *Admin) DurableStates(ctx context.Context, queue string, owners []string) (held map[string]bool, outstanding map[string]int64, cancelled map[string]bool, err error) {
+func (a *Admin) DurableStates(ctx context.Context, p *broker.DurableStatesParams) (*broker.DurableStatesResult, error) {
+	queue, owners := p.Queue, p.Owners
+	var held map[string]bool
+	var outstanding map[string]int64
+	var cancelled map[string]bool
+	var err error
 	held, outstanding, cancelled = make(map[string]bool), make(map[string]int64), make(map[string]bool)
 	if len(owners) == 0 {
-		return held, outstanding, cancelled, nil
+		return &broker.DurableStatesResult{Held: held, Outstanding: outstanding, Cancelled: cancelled}, nil
 	}
-	shards, err := a.Shards(ctx, queue)
+	shards, err := a.Shards(ctx, &broker.QueueParams{Queue: queue})
 	if err != nil {
-		return nil, nil, nil, err
+		return nil, err
 	}
 	marks := make([]*redis.IntCmd, len(owners))
 	claims := make([]*redis.IntCmd, len(owners))
@@ -534,7 +538,7 @@ func (a *Admin) DurableStates(ctx context.Context, queue string, owners []string
 		return nil
 	})
 	if err != nil {
-		return nil, nil, nil, wrap("durable batches", nil, "EXISTS or HLEN", err)
+		return nil, wrap("durable batches", nil, "EXISTS or HLEN", err)
 	}
 	for i, o := range owners {
 		held[o] = claims[i].Val() == 1
@@ -543,11 +547,12 @@ func (a *Admin) DurableStates(ctx context.Context, queue string, owners []string
 			outstanding[o] += max(n.Val()-2, 0) // "_" and "_e" are no tasks
 		}
 	}
-	return held, outstanding, cancelled, nil
+	return &broker.DurableStatesResult{Held: held, Outstanding: outstanding, Cancelled: cancelled}, nil
 }
 
 // Drain asks worker wid of queue to take no more tasks and exit when idle.
-func (a *Admin) Drain(ctx context.Context, queue, wid string) error {
+func (a *Admin) Drain(ctx context.Context, p *broker.DrainParams) error {
+	queue, wid := p.Queue, p.Worker
 	if err := keys.CheckQueue(queue); err != nil {
 		return err
 	}
@@ -562,11 +567,12 @@ func (a *Admin) Drain(ctx context.Context, queue, wid string) error {
 
 // Queued returns how many tasks wait in queue's public and private lists,
 // in all its shards.
-func (a *Admin) Queued(ctx context.Context, queue string) (int64, error) {
+func (a *Admin) Queued(ctx context.Context, p *broker.QueueParams) (int64, error) {
+	queue := p.Queue
 	if err := keys.CheckQueue(queue); err != nil {
 		return 0, err
 	}
-	shards, err := a.Shards(ctx, queue)
+	shards, err := a.Shards(ctx, &broker.QueueParams{Queue: queue})
 	if err != nil {
 		return 0, err
 	}
@@ -596,22 +602,24 @@ func (a *Admin) Queued(ctx context.Context, queue string) (int64, error) {
 // shards, and tells their managers; see purge.lua. It returns how many
 // tasks it failed in their batches, and how many ids it dropped in all (the
 // others were of tasks no manager wanted any more).
-func (a *Admin) Purge(ctx context.Context, queue string) (purged, dropped int, err error) {
+func (a *Admin) Purge(ctx context.Context, p *broker.QueueParams) (*broker.PurgeResult, error) {
+	queue := p.Queue
+	var purged, dropped int
 	if err := keys.CheckQueue(queue); err != nil {
-		return 0, 0, err
+		return nil, err
 	}
-	shards, err := a.Shards(ctx, queue)
+	shards, err := a.Shards(ctx, &broker.QueueParams{Queue: queue})
 	if err != nil {
-		return 0, 0, err
+		return nil, err
 	}
 	for _, sh := range shards {
 		p, d, err := a.purge(ctx, sh)
 		purged, dropped = purged+p, dropped+d
 		if err != nil {
-			return purged, dropped, err
+			return &broker.PurgeResult{Purged: purged, Dropped: dropped}, err
 		}
 	}
-	return purged, dropped, nil
+	return &broker.PurgeResult{Purged: purged, Dropped: dropped}, nil
 }
 
 // purge purges one shard: a script call per ScriptBudget ids, until its
@@ -707,7 +715,8 @@ func (a *Admin) scan(ctx context.Context, pattern string, f func(key string) err
 // LoseManagers records the batches of queue's managers whose publish of
 // progress is overdue as "manager lost" (see Broker.LoseManagers): all of
 // them, a script call per ScriptBudget.
-func (a *Admin) LoseManagers(ctx context.Context, queue string) (int, error) {
+func (a *Admin) LoseManagers(ctx context.Context, p *broker.QueueParams) (int, error) {
+	queue := p.Queue
 	if err := keys.CheckQueue(queue); err != nil {
 		return 0, err
 	}
@@ -716,17 +725,21 @@ func (a *Admin) LoseManagers(ctx context.Context, queue string) (int, error) {
 
 // History returns queue's ended batches, newest first, at most n (all if n
 // is 0 or less), and how many records did not decode.
-func (a *Admin) History(ctx context.Context, queue string, n int) ([]wire.BatchRecord, int, error) {
+func (a *Admin) History(ctx context.Context, p *broker.HistoryParams) (*broker.HistoryResult, error) {
+	queue, n := p.Queue, p.N
 	if err := keys.CheckQueue(queue); err != nil {
-		return nil, 0, err
+		return nil, err
 	}
 	ids, err := a.c.ZRangeArgs(ctx, redis.ZRangeArgs{Key: keys.HistoryIndex(a.prefix, queue), Start: 0, Stop: int64(n) - 1, Rev: true}).Result()
-	if err != nil || len(ids) == 0 {
-		return nil, 0, wrap("history", nil, "ZRANGE", err)
+	if err != nil {
+		return nil, wrap("history", nil, "ZRANGE", err)
+	}
+	if len(ids) == 0 {
+		return &broker.HistoryResult{}, nil
 	}
 	vals, err := a.c.HMGet(ctx, keys.History(a.prefix, queue), ids...).Result()
 	if err != nil {
-		return nil, 0, wrap("history", nil, "HMGET", err)
+		return nil, wrap("history", nil, "HMGET", err)
 	}
 	out := make([]wire.BatchRecord, 0, len(vals))
 	malformed := 0
@@ -742,12 +755,13 @@ func (a *Admin) History(ctx context.Context, queue string, n int) ([]wire.BatchR
 		}
 		out = append(out, r)
 	}
-	return out, malformed, nil
+	return &broker.HistoryResult{Records: out, Malformed: malformed}, nil
 }
 
 // InHistory says which of the batches ids queue's history holds. One
 // HMGET, none for no ids.
-func (a *Admin) InHistory(ctx context.Context, queue string, ids []string) (map[string]bool, error) {
+func (a *Admin) InHistory(ctx context.Context, p *broker.InHistoryParams) (map[string]bool, error) {
+	queue, ids := p.Queue, p.IDs
 	if err := keys.CheckQueue(queue); err != nil {
 		return nil, err
 	}
@@ -767,33 +781,26 @@ func (a *Admin) InHistory(ctx context.Context, queue string, ids []string) (map[
 	return in, nil
 }
 
-// Backlog is what waits in a queue's public lanes, all shards.
-type Backlog struct {
-	Tasks, Elements int64
-	// Oldest is when the longest-waiting task was submitted, by the Redis
-	// clock; zero if none waits. Now is the Redis clock as it was read.
-	Oldest, Now time.Time
-}
-
 // Backlog reads what waits in queue's public lanes: one script call per
 // shard, a few commands per lane (backlog.lua), whatever the lanes hold.
-func (a *Admin) Backlog(ctx context.Context, queue string) (Backlog, error) {
+func (a *Admin) Backlog(ctx context.Context, p *broker.QueueParams) (*wire.Backlog, error) {
+	queue := p.Queue
 	if err := keys.CheckQueue(queue); err != nil {
-		return Backlog{}, err
+		return nil, err
 	}
-	shards, err := a.Shards(ctx, queue)
+	shards, err := a.Shards(ctx, &broker.QueueParams{Queue: queue})
 	if err != nil {
-		return Backlog{}, err
+		return nil, err
 	}
-	var b Backlog
+	var b wire.Backlog
 	for _, sh := range shards {
 		rings := keys.Rings(a.prefix, sh)
 		got, err := backlogScript.run(ctx, a.c, rings, keys.Base(a.prefix, sh)).Int64Slice()
 		if err != nil {
-			return Backlog{}, wrap("backlog", backlogScript, "", err)
+			return nil, wrap("backlog", backlogScript, "", err)
 		}
 		if len(got) != 4 {
-			return Backlog{}, fmt.Errorf("backlog: script returned %d integers, not 4", len(got))
+			return nil, fmt.Errorf("backlog: script returned %d integers, not 4", len(got))
 		}
 		b.Tasks += got[0]
 		b.Elements += got[1]
@@ -802,20 +809,23 @@ func (a *Admin) Backlog(ctx context.Context, queue string) (Backlog, error) {
 		}
 		b.Now = time.UnixMilli(got[3])
 	}
-	return b, nil
+	return &b, nil
 }
 
 // Ended returns the totals the queue's history counted as batches ended
 // (see write_histories in prelude.lua): batches by outcome, and failed
 // elements by kind. They only grow: a trim of the history keeps them. One
 // round trip.
-func (a *Admin) Ended(ctx context.Context, queue string) (outcomes, kinds map[string]int64, err error) {
+func (a *Admin) Ended(ctx context.Context, p *broker.QueueParams) (*broker.EndedResult, error) {
+	queue := p.Queue
+	var outcomes, kinds map[string]int64
+	var err error
 	if err := keys.CheckQueue(queue); err != nil {
-		return nil, nil, err
+		return nil, err
 	}
 	all, err := a.c.HGetAll(ctx, keys.Ended(a.prefix, queue)).Result()
 	if err != nil {
-		return nil, nil, wrap("ended totals", nil, "HGETALL", err)
+		return nil, wrap("ended totals", nil, "HGETALL", err)
 	}
 	outcomes, kinds = map[string]int64{}, map[string]int64{}
 	for k, v := range all {
@@ -829,15 +839,16 @@ func (a *Admin) Ended(ctx context.Context, queue string) (outcomes, kinds map[st
 			kinds[kind] = n
 		}
 	}
-	return outcomes, kinds, nil
+	return &broker.EndedResult{Outcomes: outcomes, Kinds: kinds}, nil
 }
 
 // Pause stops the taking of queue's tasks, on every shard, for an
 // operator (by says who, for the record): workers finish what they hold
 // and take nothing more until Resume. It reports whether the queue was
 // running until now. A script call a shard.
-func (a *Admin) Pause(ctx context.Context, queue, by string) (bool, error) {
-	shards, err := a.Shards(ctx, queue)
+func (a *Admin) Pause(ctx context.Context, p *broker.PauseParams) (bool, error) {
+	queue, by := p.Queue, p.By
+	shards, err := a.Shards(ctx, &broker.QueueParams{Queue: queue})
 	if err != nil {
 		return false, err
 	}
@@ -863,28 +874,30 @@ func (a *Admin) Pause(ctx context.Context, queue, by string) (bool, error) {
 // Resume lets the workers of queue take its tasks again, on every shard,
 // and rings its idle workers. It reports whether the queue was paused, and
 // how many idle workers it rang. A script call a shard.
-func (a *Admin) Resume(ctx context.Context, queue string) (bool, int64, error) {
-	shards, err := a.Shards(ctx, queue)
+func (a *Admin) Resume(ctx context.Context, p *broker.QueueParams) (*broker.UnpauseResult, error) {
+	queue := p.Queue
+	shards, err := a.Shards(ctx, &broker.QueueParams{Queue: queue})
 	if err != nil {
-		return false, 0, err
+		return nil, err
 	}
 	resumed, rung := false, int64(0)
 	for _, sh := range shards {
 		v, err := pauseScript.run(ctx, a.c, []string{keys.Paused(a.prefix, sh), keys.Idle(a.prefix, sh)}, "resume", "", keys.Base(a.prefix, sh), 0).Int64Slice()
 		if err != nil {
-			return resumed, rung, wrap("resume", pauseScript, "", err)
+			return nil, wrap("resume", pauseScript, "", err)
 		}
 		if len(v) == 2 {
 			resumed, rung = resumed || v[0] == 1, rung+v[1]
 		}
 	}
-	return resumed, rung, nil
+	return &broker.UnpauseResult{Paused: resumed, Rang: rung}, nil
 }
 
 // Paused returns queue's pause mark (on its first shard), or nil if it is
 // not paused. A mark that does not decode says the queue is paused, since
 // an unknown time. One GET.
-func (a *Admin) Paused(ctx context.Context, queue string) (*wire.Pause, error) {
+func (a *Admin) Paused(ctx context.Context, p *broker.QueueParams) (*wire.Pause, error) {
+	queue := p.Queue
 	if err := keys.CheckQueue(queue); err != nil {
 		return nil, err
 	}
@@ -895,9 +908,9 @@ func (a *Admin) Paused(ctx context.Context, queue string) (*wire.Pause, error) {
 	if err != nil {
 		return nil, wrap("paused", nil, "GET", err)
 	}
-	p, err := wire.DecodePause(s)
+	pause, err := wire.DecodePause(s)
 	if err != nil {
 		return &wire.Pause{}, nil
 	}
-	return &p, nil
+	return &pause, nil
 }

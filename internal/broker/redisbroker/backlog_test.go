@@ -36,7 +36,7 @@ func TestBacklogCountsElementsThroughEveryMove(t *testing.T) {
 	}
 	want := func(what string, tasks, elements int64) {
 		t.Helper()
-		b, err := admin.Backlog(ctx, f.queue)
+		b, err := admin.Backlog(ctx, &broker.QueueParams{Queue: f.queue})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -91,7 +91,7 @@ func TestBacklogCountsElementsThroughEveryMove(t *testing.T) {
 		t.Fatal(err)
 	}
 	want("submitted again", 4, 10)
-	if _, _, err := admin.Purge(ctx, f.queue); err != nil {
+	if _, _, err := purgeOf(admin.Purge(ctx, &broker.QueueParams{Queue: f.queue})); err != nil {
 		t.Fatal(err)
 	}
 	want("purged", 0, 0)
@@ -116,7 +116,7 @@ func TestEndedTotalsCountLastRecord(t *testing.T) {
 	if err := f.r.RecordBatches(ctx, &broker.RecordBatchesParams{Manager: f.mid, Records: []wire.BatchRecord{rec("b1", wire.OutcomeFailed, map[string]int{"panic": 2, "lost": 1})}, Limit: 1, Age: time.Hour}); err != nil {
 		t.Fatal(err)
 	}
-	outcomes, kinds, err := admin.Ended(ctx, f.queue)
+	outcomes, kinds, err := endedOf(admin.Ended(ctx, &broker.QueueParams{Queue: f.queue}))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -144,7 +144,7 @@ func TestSubmitResetsWhatIsBesideAnEmptyLane(t *testing.T) {
 	}
 	want := func(what string, tasks, els int64) {
 		t.Helper()
-		b, err := admin.Backlog(ctx, f.queue)
+		b, err := admin.Backlog(ctx, &broker.QueueParams{Queue: f.queue})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -57,9 +57,13 @@ func (r *Broker) RecordFailed(ctx context.Context, p *broker.RecordFailedParams)
 // recorded (the batch had none, or its record left the history). Paged
 // with HSCAN: a round trip per 250 elements, at most
 // wire.MaxFailedElements of them.
-func (a *Admin) FailedElements(ctx context.Context, queue, bid string) (out wire.FailedElements, malformed int, err error) {
+func (a *Admin) FailedElements(ctx context.Context, p *broker.FailedElementsParams) (*broker.FailedElementsResult, error) {
+	queue, bid := p.Queue, p.Batch
+	var out wire.FailedElements
+	var malformed int
+	var err error
 	if err := keys.CheckQueue(queue); err != nil {
-		return out, 0, err
+		return nil, err
 	}
 	k := keys.FailedElements(a.prefix, queue, bid)
 	byIndex := make(map[int]wire.FailedElement)
@@ -70,7 +74,7 @@ func (a *Admin) FailedElements(ctx context.Context, queue, bid string) (out wire
 		var kv []string
 		kv, cursor, err = a.c.HScan(ctx, k, cursor, "", 250).Result()
 		if err != nil && err != redis.Nil {
-			return out, malformed, wrap("failed elements", nil, "HSCAN", err)
+			return nil, wrap("failed elements", nil, "HSCAN", err)
 		}
 		for j := 0; j+1 < len(kv); j += 2 {
 			if kv[j] == wire.FailedOmittedField {
@@ -93,5 +97,5 @@ func (a *Admin) FailedElements(ctx context.Context, queue, bid string) (out wire
 		out.Elements = append(out.Elements, f)
 	}
 	slices.SortFunc(out.Elements, func(a, b wire.FailedElement) int { return cmp.Compare(a.Index, b.Index) })
-	return out, malformed, nil
+	return &broker.FailedElementsResult{Elements: out, Malformed: malformed}, nil
 }

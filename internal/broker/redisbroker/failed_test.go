@@ -30,7 +30,7 @@ func TestFailedElements(t *testing.T) {
 	if err := f.r.RecordFailed(ctx, &broker.RecordFailedParams{Batch: "b1", Failed: fs, Omitted: 7, Age: time.Hour}); err != nil {
 		t.Fatal(err)
 	}
-	got, malformed, err := a.FailedElements(ctx, f.queue, "b1")
+	got, malformed, err := failedElementsOf(a.FailedElements(ctx, &broker.FailedElementsParams{Queue: f.queue, Batch: "b1"}))
 	if err != nil || malformed != 0 || len(got.Elements) != wire.MaxFailedElements || got.Omitted != 57 {
 		t.Fatalf("failed elements: %d listed, %d omitted, %d malformed, %v; want 1000, 57 (7 + 50 past the cap)", len(got.Elements), got.Omitted, malformed, err)
 	}
@@ -46,7 +46,7 @@ func TestFailedElements(t *testing.T) {
 	if err := f.r.RecordFailed(ctx, &broker.RecordFailedParams{Batch: "b1", Failed: fs[:2], Age: time.Hour}); err != nil {
 		t.Fatal(err)
 	}
-	if got, _, _ := a.FailedElements(ctx, f.queue, "b1"); len(got.Elements) != 2 || got.Omitted != 0 {
+	if got, _, _ := failedElementsOf(a.FailedElements(ctx, &broker.FailedElementsParams{Queue: f.queue, Batch: "b1"})); len(got.Elements) != 2 || got.Omitted != 0 {
 		t.Fatalf("recorded again: %d listed, %d omitted; want 2, 0", len(got.Elements), got.Omitted)
 	}
 	k := keys.FailedElements("rm", f.queue, "b1")

@@ -16,18 +16,12 @@ import (
 	"github.com/redmap/redmap/internal/keys"
 )
 
-// The sources of a function's limit (limit.lua).
-const (
-	LimitFromCode     = "code" // declared with the function's handle
-	LimitFromOperator = "op"   // set by an operator (redmap limit)
-)
-
 // DeclareLimit records rec as the limit declared with function fn's
 // handle, unless the code's record says as much already, and returns the
 // limit in force afterwards ("" if none) and its source. The queue must
 // be shard 0 (limits live there). One script call.
 func (r *Broker) DeclareLimit(ctx context.Context, p *broker.DeclareLimitParams) (*broker.LimitResult, error) {
-	lim, from, err := r.limit(ctx, LimitFromCode, p.Func, &p.Record)
+	lim, from, err := r.limit(ctx, wire.LimitFromCode, p.Func, &p.Record)
 	if err != nil {
 		return nil, err
 	}
@@ -37,7 +31,7 @@ func (r *Broker) DeclareLimit(ctx context.Context, p *broker.DeclareLimitParams)
 // SetLimit records rec as an operator's limit of function fn, which wins
 // over the code's; see DeclareLimit.
 func (r *Broker) SetLimit(ctx context.Context, fn string, rec wire.LimitRecord) (wire.Limit, string, error) {
-	return r.limit(ctx, LimitFromOperator, fn, &rec)
+	return r.limit(ctx, wire.LimitFromOperator, fn, &rec)
 }
 
 // ClearLimit drops the operator's limit of function fn: the code's, if
@@ -79,32 +73,10 @@ func (r *Broker) limit(ctx context.Context, kind, fn string, rec *wire.LimitReco
 	return l, v[1], err
 }
 
-// FuncLimit is what the queue's limits hash says of one function: the
-// limit in force and its source, both sources' records (nil if absent or
-// unreadable), the tasks holding a slot of its cap, and how many takes a
-// limit refused one of its tasks.
-type FuncLimit struct {
-	Func     string
-	InForce  wire.Limit
-	Source   string // LimitFromOperator, LimitFromCode, or "" if none is in force
-	Operator *wire.LimitRecord
-	Code     *wire.LimitRecord
-	Running  int64
-	Refused  int64
-	// RetryAfter counts the waits its elements made because it answered
-	// redmap.RetryAfter (throttle.lua).
-	RetryAfter int64
-	// Waiting counts the tasks of the function queued in the public
-	// lanes (the private lists are not counted).
-	Waiting int64
-	// Bad says why a record in Redis could not be read, if one could not.
-	Bad string
-}
-
 // Limits returns the queue's limits, one per function that has a record,
 // sorted by function. Two round trips: the limits and their state, then
 // one pipeline of the running counts.
-func (r *Broker) Limits(ctx context.Context) ([]FuncLimit, error) {
+func (r *Broker) Limits(ctx context.Context) ([]wire.FuncLimit, error) {
 	var all, state *redis.MapStringStringCmd
 	_, err := r.c.Pipelined(ctx, func(p redis.Pipeliner) error {
 		all = p.HGetAll(ctx, keys.Limits(r.prefix, r.queue))
@@ -114,12 +86,12 @@ func (r *Broker) Limits(ctx context.Context) ([]FuncLimit, error) {
 	if err != nil {
 		return nil, wrap("limits", nil, "HGETALL", err)
 	}
-	byFunc := map[string]*FuncLimit{}
-	get := func(fn string) *FuncLimit {
+	byFunc := map[string]*wire.FuncLimit{}
+	get := func(fn string) *wire.FuncLimit {
 		if f := byFunc[fn]; f != nil {
 			return f
 		}
-		f := &FuncLimit{Func: fn}
+		f := &wire.FuncLimit{Func: fn}
 		byFunc[fn] = f
 		return f
 	}
@@ -135,7 +107,7 @@ func (r *Broker) Limits(ctx context.Context) ([]FuncLimit, error) {
 			f.InForce = l
 			continue
 		}
-		if src != LimitFromCode && src != LimitFromOperator {
+		if src != wire.LimitFromCode && src != wire.LimitFromOperator {
 			continue
 		}
 		f := get(fn)
@@ -144,7 +116,7 @@ func (r *Broker) Limits(ctx context.Context) ([]FuncLimit, error) {
 			f.Bad = err.Error()
 			continue
 		}
-		if src == LimitFromCode {
+		if src == wire.LimitFromCode {
 			f.Code = &rec
 		} else {
 			f.Operator = &rec
@@ -162,13 +134,13 @@ func (r *Broker) Limits(ctx context.Context) ([]FuncLimit, error) {
 			}
 		}
 	}
-	out := make([]FuncLimit, 0, len(byFunc))
+	out := make([]wire.FuncLimit, 0, len(byFunc))
 	for _, f := range byFunc {
 		switch {
 		case f.Operator != nil:
-			f.Source = LimitFromOperator
+			f.Source = wire.LimitFromOperator
 		case f.Code != nil:
-			f.Source = LimitFromCode
+			f.Source = wire.LimitFromCode
 		}
 		out = append(out, *f)
 	}
@@ -239,3 +211,38 @@ func (r *Broker) waitingByFunc(ctx context.Context) (map[string]int64, error) {
 	}
 	return out, nil
 }
+
+// Limits is Broker.Limits of queue p.Queue, for operators.
+func (a *Admin) Limits(ctx context.Context, p *broker.QueueParams) ([]wire.FuncLimit, error) {
+	if err := keys.CheckQueue(p.Queue); err != nil {
+		return nil, err
+	}
+	return a.Queue(p.Queue).Limits(ctx)
+}
+
+// SetLimit is Broker.SetLimit of queue p.Queue, for operators.
+func (a *Admin) SetLimit(ctx context.Context, p *broker.SetLimitParams) (*broker.LimitResult, error) {
+	if err := keys.CheckQueue(p.Queue); err != nil {
+		return nil, err
+	}
+	lim, from, err := a.Queue(p.Queue).SetLimit(ctx, p.Func, p.Record)
+	if err != nil {
+		return nil, err
+	}
+	return &broker.LimitResult{Limit: lim, From: from}, nil
+}
+
+// ClearLimit is Broker.ClearLimit of queue p.Queue, for operators.
+func (a *Admin) ClearLimit(ctx context.Context, p *broker.ClearLimitParams) (*broker.LimitResult, error) {
+	if err := keys.CheckQueue(p.Queue); err != nil {
+		return nil, err
+	}
+	lim, from, err := a.Queue(p.Queue).ClearLimit(ctx, p.Func)
+	if err != nil {
+		return nil, err
+	}
+	return &broker.LimitResult{Limit: lim, From: from}, nil
+}
+
+// Admin is the operators' part of the broker contract on Redis.
+var _ broker.Operator = (*Admin)(nil)

@@ -257,7 +257,7 @@ func TestLimitSources(t *testing.T) {
 	f := setup(t)
 	ctx := context.Background()
 	code := wire.NewLimitRecord(50, time.Second, 10, 8, "manager m1", time.Now())
-	if got, err := f.r.DeclareLimit(ctx, &broker.DeclareLimitParams{Func: "geo", Record: code}); err != nil || got.From != LimitFromCode || got.Limit.Rate != 50 || got.Limit.Burst != 10 || got.Limit.Concurrency != 8 {
+	if got, err := f.r.DeclareLimit(ctx, &broker.DeclareLimitParams{Func: "geo", Record: code}); err != nil || got.From != wire.LimitFromCode || got.Limit.Rate != 50 || got.Limit.Burst != 10 || got.Limit.Concurrency != 8 {
 		t.Fatalf("declare: %+v %v", got, err)
 	}
 	again := code
@@ -265,17 +265,17 @@ func TestLimitSources(t *testing.T) {
 	if _, err := f.r.DeclareLimit(ctx, &broker.DeclareLimitParams{Func: "geo", Record: again}); err != nil {
 		t.Fatal(err)
 	}
-	if l, src, err := f.r.SetLimit(ctx, "geo", wire.NewLimitRecord(5, time.Second, 1, 0, "operator", time.Now())); err != nil || src != LimitFromOperator || l.Rate != 5 || l.Concurrency != 0 {
+	if l, src, err := f.r.SetLimit(ctx, "geo", wire.NewLimitRecord(5, time.Second, 1, 0, "operator", time.Now())); err != nil || src != wire.LimitFromOperator || l.Rate != 5 || l.Concurrency != 0 {
 		t.Fatalf("set: %+v %q %v", l, src, err)
 	}
 	ls, err := f.r.Limits(ctx)
 	if err != nil || len(ls) != 1 {
 		t.Fatalf("limits: %+v %v", ls, err)
 	}
-	if g := ls[0]; g.Func != "geo" || g.Source != LimitFromOperator || g.InForce.Rate != 5 || g.Code == nil || g.Code.By != "manager m1" || g.Operator == nil {
+	if g := ls[0]; g.Func != "geo" || g.Source != wire.LimitFromOperator || g.InForce.Rate != 5 || g.Code == nil || g.Code.By != "manager m1" || g.Operator == nil {
 		t.Errorf("listed %+v", g)
 	}
-	if l, src, err := f.r.ClearLimit(ctx, "geo"); err != nil || src != LimitFromCode || l.Rate != 50 {
+	if l, src, err := f.r.ClearLimit(ctx, "geo"); err != nil || src != wire.LimitFromCode || l.Rate != 50 {
 		t.Fatalf("clear: %+v %q %v", l, src, err)
 	}
 }

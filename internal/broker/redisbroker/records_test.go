@@ -32,7 +32,7 @@ func TestWorkerInfoRoundTrip(t *testing.T) {
 	if _, err := f.r.Heartbeat(ctx, &broker.HeartbeatParams{Worker: "w1", Lease: time.Minute, Info: &in}); err != nil {
 		t.Fatal(err)
 	}
-	ws, err := NewAdmin(f.c, "rm").Workers(ctx, f.queue)
+	ws, err := NewAdmin(f.c, "rm").Workers(ctx, &broker.QueueParams{Queue: f.queue})
 	if err != nil || len(ws) != 1 {
 		t.Fatalf("Workers: %v, %v", ws, err)
 	}
@@ -64,7 +64,7 @@ func TestFailuresAndProgressRoundTrip(t *testing.T) {
 	}
 	f.c.HSet(ctx, keys.FailureGroups("rm", f.queue), "x", "{not json")
 	a := NewAdmin(f.c, "rm")
-	gs, malformed, err := a.Failures(ctx, f.queue)
+	gs, malformed, err := failuresOf(a.Failures(ctx, &broker.QueueParams{Queue: f.queue}))
 	want := wire.FailureGroup{Func: "f", Kind: "panic", Fingerprint: "boom <n>", Count: 5, First: 10, Last: 30, Sample: "boom 9",
 		Task: "t-2", Stack: "s", Workers: "w1,w2"}
 	if err != nil || malformed != 1 || len(gs) != 1 || !reflect.DeepEqual(gs[0], want) {
@@ -76,19 +76,19 @@ func TestFailuresAndProgressRoundTrip(t *testing.T) {
 	if _, err := f.r.PublishBatches(ctx, &broker.PublishBatchesParams{Manager: f.mid, Batches: map[string]wire.BatchProgress{"b1": p}, TTL: time.Minute, Due: time.Minute}); err != nil {
 		t.Fatal(err)
 	}
-	bs, err := a.Batches(ctx, f.queue)
-	wantBatches := []PublishedBatch{{Queue: f.queue, Manager: f.mid, ID: "b1", Progress: p}}
+	bs, err := a.Batches(ctx, &broker.QueueParams{Queue: f.queue})
+	wantBatches := []wire.PublishedBatch{{Queue: f.queue, Manager: f.mid, ID: "b1", Progress: p}}
 	if err != nil || !reflect.DeepEqual(bs, wantBatches) {
 		t.Fatalf("Batches: %+v, %v; want %+v", bs, err, wantBatches)
 	}
 
 	// An operator's cancel reaches the manager's next publish, once; the
 	// elements it counts land in the throughput counter of now.
-	if err := a.CancelBatch(ctx, f.queue, f.mid, "b1"); err != nil {
+	if err := a.CancelBatch(ctx, &broker.CancelBatchParams{Queue: f.queue, Manager: f.mid, Batch: "b1"}); err != nil {
 		t.Fatal(err)
 	}
 	// One of a manager that does not publish (gone) is refused, saying why.
-	if err := a.CancelBatch(ctx, f.queue, "0123456789abcdef", "b1"); err == nil || !strings.Contains(err.Error(), "no longer publishes") {
+	if err := a.CancelBatch(ctx, &broker.CancelBatchParams{Queue: f.queue, Manager: "0123456789abcdef", Batch: "b1"}); err == nil || !strings.Contains(err.Error(), "no longer publishes") {
 		t.Fatalf("cancel of a batch of a manager that does not publish: %v; want it refused", err)
 	}
 	for _, want := range [][]string{{"b1"}, nil} {
@@ -97,7 +97,7 @@ func TestFailuresAndProgressRoundTrip(t *testing.T) {
 			t.Fatalf("cancels: %v, %v; want %v", cancels, err, want)
 		}
 	}
-	tp, err := a.Throughput(ctx, f.queue, time.Now(), time.Minute)
+	tp, err := a.Throughput(ctx, &broker.ThroughputParams{Queue: f.queue, Now: time.Now(), Span: time.Minute})
 	if err != nil || len(tp) != 12 || tp[11]+tp[10] != 14 {
 		t.Fatalf("throughput of the last minute: %v, %v; want 12 buckets, 14 elements in the last two", tp, err)
 	}
@@ -119,7 +119,7 @@ func TestScriptEntriesDecode(t *testing.T) {
 	if _, err := f.r.Reap(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if _, _, err := NewAdmin(f.c, "rm").Purge(ctx, f.queue); err != nil {
+	if _, err := NewAdmin(f.c, "rm").Purge(ctx, &broker.QueueParams{Queue: f.queue}); err != nil {
 		t.Fatal(err)
 	}
 	got, err := f.c.LRange(ctx, keys.Results("rm", f.queue, f.mid), 0, -1).Result()
@@ -317,11 +317,11 @@ func TestHistory(t *testing.T) {
 	if err := f.r.RecordBatches(ctx, &broker.RecordBatchesParams{Manager: f.mid, Records: []wire.BatchRecord{rec}, Limit: 3, Age: time.Hour}); err != nil {
 		t.Fatal(err)
 	}
-	hist, malformed, err := a.History(ctx, f.queue, 0)
+	hist, malformed, err := historyOf(a.History(ctx, &broker.HistoryParams{Queue: f.queue}))
 	if err != nil || malformed != 0 || len(hist) != 1 || !reflect.DeepEqual(hist[0], rec) {
 		t.Fatalf("history %+v, %d malformed, %v; want [%+v]", hist, malformed, err, rec)
 	}
-	if bs, _ := a.Batches(ctx, f.queue); len(bs) != 1 || bs[0].ID != "b2" {
+	if bs, _ := a.Batches(ctx, &broker.QueueParams{Queue: f.queue}); len(bs) != 1 || bs[0].ID != "b2" {
 		t.Fatalf("running batches %+v; want b2 alone", bs)
 	}
 	for i := range 5 {
@@ -331,7 +331,7 @@ func TestHistory(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	hist, _, _ = a.History(ctx, f.queue, 0)
+	hist, _, _ = historyOf(a.History(ctx, &broker.HistoryParams{Queue: f.queue}))
 	if ids := recordIDs(hist); !reflect.DeepEqual(ids, []string{"x4", "x3", "x2"}) {
 		t.Fatalf("history %v; want the last 3, newest first", ids)
 	}
@@ -344,7 +344,7 @@ func TestHistory(t *testing.T) {
 		t.Fatal(err)
 	}
 	for want := range []int{1, 0} {
-		n, err := a.LoseManagers(ctx, f.queue)
+		n, err := a.LoseManagers(ctx, &broker.QueueParams{Queue: f.queue})
 		if err != nil || n != 1-want {
 			t.Fatalf("LoseManagers: %d, %v; want %d", n, err, 1-want)
 		}
@@ -352,7 +352,7 @@ func TestHistory(t *testing.T) {
 	// The lost batch's record, found by its id: it may share its
 	// millisecond with x4's, and then the newest-first order between them
 	// is the ids'.
-	hist, _, _ = a.History(ctx, f.queue, 0)
+	hist, _, _ = historyOf(a.History(ctx, &broker.HistoryParams{Queue: f.queue}))
 	var got *wire.BatchRecord
 	for i := range hist {
 		if hist[i].ID == "b2" {
@@ -373,7 +373,7 @@ func TestHistory(t *testing.T) {
 	if raw := f.c.HGet(ctx, keys.History("rm", f.queue), "b2").Val(); strings.Contains(raw, `"waiting"`) || strings.Contains(raw, `"rate"`) {
 		t.Fatalf("the lost batch's record keeps what only a running batch has: %s", raw)
 	}
-	if bs, _ := a.Batches(ctx, f.queue); len(bs) != 0 {
+	if bs, _ := a.Batches(ctx, &broker.QueueParams{Queue: f.queue}); len(bs) != 0 {
 		t.Fatalf("running batches of a lost manager still listed: %+v", bs)
 	}
 }
@@ -414,7 +414,7 @@ func TestHistoryManyInOneCall(t *testing.T) {
 	if err := f.r.RecordBatches(ctx, &broker.RecordBatchesParams{Manager: f.mid, Records: second, Limit: 100, Age: time.Hour}); err != nil {
 		t.Fatal(err)
 	}
-	hist, malformed, err := a.History(ctx, f.queue, 0)
+	hist, malformed, err := historyOf(a.History(ctx, &broker.HistoryParams{Queue: f.queue}))
 	if err != nil || malformed != 0 {
 		t.Fatalf("history: %d malformed, %v", malformed, err)
 	}
@@ -426,7 +426,7 @@ func TestHistoryManyInOneCall(t *testing.T) {
 	if !reflect.DeepEqual(byID, want) {
 		t.Fatalf("history %+v; want %+v", byID, want)
 	}
-	outcomes, kinds, err := a.Ended(ctx, f.queue)
+	outcomes, kinds, err := endedOf(a.Ended(ctx, &broker.QueueParams{Queue: f.queue}))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -475,7 +475,7 @@ func TestFailureGroupsBounded(t *testing.T) {
 		if err != nil || n != 10 || bad != wantBad {
 			t.Fatalf("round %d: %d added, %d malformed, %v; want 10, %d", round, n, bad, err, wantBad)
 		}
-		gs, malformed, err := NewAdmin(f.c, "rm").Failures(ctx, f.queue)
+		gs, malformed, err := failuresOf(NewAdmin(f.c, "rm").Failures(ctx, &broker.QueueParams{Queue: f.queue}))
 		if err != nil || malformed != 0 || len(gs) != 2 {
 			t.Fatalf("round %d: %+v, %d malformed, %v", round, gs, malformed, err)
 		}
@@ -496,7 +496,7 @@ func TestFailureGroupsBounded(t *testing.T) {
 	if n, err := f.c.HLen(ctx, hash).Result(); err != nil || n != keys.MaxFailureGroups+1 {
 		t.Fatalf("%d groups in the hash (%v), want the cap and one (other)", n, err)
 	}
-	gs, _, _ := NewAdmin(f.c, "rm").Failures(ctx, f.queue)
+	gs, _, _ := failuresOf(NewAdmin(f.c, "rm").Failures(ctx, &broker.QueueParams{Queue: f.queue}))
 	var other int64
 	for _, x := range gs {
 		if x.Func == wire.OtherGroup {
@@ -541,7 +541,7 @@ func TestPublishManyBatches(t *testing.T) {
 	if _, err := f.r.PublishBatches(ctx, &broker.PublishBatchesParams{Manager: f.mid, Batches: batches, TTL: time.Minute, Due: -time.Millisecond}); err != nil {
 		t.Fatal(err)
 	}
-	if n, err := NewAdmin(f.c, "rm").LoseManagers(ctx, f.queue); err != nil || n != 100_000 {
+	if n, err := NewAdmin(f.c, "rm").LoseManagers(ctx, &broker.QueueParams{Queue: f.queue}); err != nil || n != 100_000 {
 		t.Fatalf("LoseManagers: %d, %v; want 100,000 batches recorded", n, err)
 	}
 	if n, err := f.c.ZCard(ctx, keys.HistoryIndex("rm", f.queue)).Result(); err != nil || n > keys.DefaultHistory+keys.DefaultHistory/100 {

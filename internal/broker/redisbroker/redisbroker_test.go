@@ -1647,3 +1647,40 @@ func readThenWaitOf(res *broker.ReadThenWaitResult, err error) ([]string, bool, 
 	}
 	return res.Entries, res.FromWait, err
 }
+
+// purgeOf, endedOf, failedElementsOf, failuresOf and historyOf return
+// what an operator's call says, as the tests read it.
+func purgeOf(res *broker.PurgeResult, err error) (int, int, error) {
+	if res == nil {
+		return 0, 0, err
+	}
+	return res.Purged, res.Dropped, err
+}
+
+func endedOf(res *broker.EndedResult, err error) (map[string]int64, map[string]int64, error) {
+	if res == nil {
+		return nil, nil, err
+	}
+	return res.Outcomes, res.Kinds, err
+}
+
+func failedElementsOf(res *broker.FailedElementsResult, err error) (wire.FailedElements, int, error) {
+	if res == nil {
+		return wire.FailedElements{}, 0, err
+	}
+	return res.Elements, res.Malformed, err
+}
+
+func failuresOf(res *broker.FailuresResult, err error) ([]wire.FailureGroup, int, error) {
+	if res == nil {
+		return nil, 0, err
+	}
+	return res.Groups, res.Malformed, err
+}
+
+func historyOf(res *broker.HistoryResult, err error) ([]wire.BatchRecord, int, error) {
+	if res == nil {
+		return nil, 0, err
+	}
+	return res.Records, res.Malformed, err
+}

@@ -150,7 +150,8 @@ func (r *Broker) RecordShuffle(ctx context.Context, p *broker.RecordShuffleParam
 // returns how many keys it deleted. A job with no record (none, or it
 // expired) deletes nothing. A GET, then UNLINKs in pipelines of 1,000
 // keys (on a Cluster, one per master each).
-func (a *Admin) DropShuffle(ctx context.Context, queue, job string) (int64, error) {
+func (a *Admin) DropShuffle(ctx context.Context, p *broker.DropShuffleParams) (int64, error) {
+	queue, job := p.Queue, p.Job
 	k := keys.ShuffleJob(a.prefix, queue, job)
 	b, err := a.c.Get(ctx, k).Bytes()
 	if errors.Is(err, redis.Nil) {

@@ -146,7 +146,7 @@ func TestScriptsStayShort(t *testing.T) {
 	}
 	checkCalls(t, read(), "publish.lua", many/ScriptBudget)
 	reset()
-	if n, err := a.LoseManagers(ctx, q); err != nil || n != many {
+	if n, err := a.LoseManagers(ctx, &broker.QueueParams{Queue: q}); err != nil || n != many {
 		t.Fatalf("LoseManagers: %d, %v; want %d batches recorded", n, err, many)
 	}
 	checkCalls(t, read(), "lost.lua", many/ScriptBudget)
@@ -177,7 +177,7 @@ func TestScriptsStayShort(t *testing.T) {
 	r2, mid2 := New(c, "rm", q), id.New()
 	submitMany(t, r2, mid2, many)
 	reset()
-	purged, dropped, err := a.Purge(ctx, q)
+	purged, dropped, err := purgeOf(a.Purge(ctx, &broker.QueueParams{Queue: q}))
 	if err != nil || purged != many || dropped != many {
 		t.Fatalf("Purge: %d purged, %d dropped, %v; want %d", purged, dropped, err, many)
 	}
@@ -190,7 +190,7 @@ func TestScriptsStayShort(t *testing.T) {
 	owner := id.Durable("big")
 	submitMany(t, r2, owner, many)
 	reset()
-	if s, err := a.CancelOwner(ctx, q, owner, "too big", false); err != nil || s != "cancelled" {
+	if s, err := a.CancelOwner(ctx, &broker.CancelOwnerParams{Queue: q, Owner: owner, Reason: "too big"}); err != nil || s != "cancelled" {
 		t.Fatalf("CancelOwner: %q, %v", s, err)
 	}
 	got := read()
@@ -426,7 +426,7 @@ func TestPurgeInSlices(t *testing.T) {
 	if e, err := f.c.Get(ctx, keys.LaneElements("rm", f.queue, f.mid+".1")).Int64(); err != nil || e != left*size {
 		t.Fatalf("the lane stopped in counts %d elements (%v), want %d", e, err, left*size)
 	}
-	purged, dropped, err := a.Purge(ctx, f.queue)
+	purged, dropped, err := purgeOf(a.Purge(ctx, &broker.QueueParams{Queue: f.queue}))
 	rest := big + small + private - (ScriptBudget - 1)
 	if err != nil || purged != rest || dropped != rest {
 		t.Fatalf("Purge: %d purged, %d dropped, %v; want %d", purged, dropped, err, rest)
@@ -441,7 +441,7 @@ func TestPurgeInSlices(t *testing.T) {
 		keys.LaneElements("rm", f.queue, f.mid+".2"), keys.Private("rm", f.queue, "w1")).Result(); err != nil || n != 0 {
 		t.Fatalf("%d of the ring, lanes, counters and private list are left (%v), want none", n, err)
 	}
-	if b, err := a.Backlog(ctx, f.queue); err != nil || b.Tasks != 0 || b.Elements != 0 {
+	if b, err := a.Backlog(ctx, &broker.QueueParams{Queue: f.queue}); err != nil || b.Tasks != 0 || b.Elements != 0 {
 		t.Fatalf("backlog after the purge: %+v, %v", b, err)
 	}
 }
