@@ -17,6 +17,7 @@ import (
 	"github.com/redmap/redmap/codec"
 	"github.com/redmap/redmap/internal/await"
 	"github.com/redmap/redmap/internal/backoff"
+	"github.com/redmap/redmap/internal/broker"
 	"github.com/redmap/redmap/internal/broker/memory"
 	"github.com/redmap/redmap/internal/broker/wire"
 	"github.com/redmap/redmap/internal/failure"
@@ -634,8 +635,11 @@ func TestMaintainer(t *testing.T) {
 	cancelled := make(chan struct{})
 	var once sync.Once
 	h.start("running", func() { once.Do(func() { close(cancelled) }) })
-	s.SetDrain("w1", true)                                                                                 // "running" is in no task set: unwanted
-	s.Hold("dead", wire.Taken{ID: "d1"}, wire.Taken{ID: "d2"}, wire.Taken{ID: "d3"}, wire.Taken{ID: "d4"}) // a worker with no lease
+	s.SetDrain("w1", true) // "running" is in no task set: unwanted
+	s.Hold("dead", wire.Taken{ID: "d1"}, wire.Taken{ID: "d2"}, wire.Taken{ID: "d3"}, wire.Taken{ID: "d4"})
+	if _, err := s.Heartbeat(context.Background(), &broker.HeartbeatParams{Worker: "dead", Lease: -time.Millisecond}); err != nil { // its lease lapsed
+		t.Fatal(err)
+	}
 	var fl failure.Log
 	fl.Note("negate", "t1", []codec.Failure{{Index: 0, Kind: codec.KindError, Msg: "boom 1"}, {Index: 1, Kind: codec.KindError, Msg: "boom 2"}})
 	var drains atomic.Int32

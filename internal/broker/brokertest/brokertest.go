@@ -52,6 +52,8 @@ func Run(t *testing.T, open func(t *testing.T) Harness) {
 	t.Run("unwanted", func(t *testing.T) { testUnwanted(t, open) })
 	t.Run("retire", func(t *testing.T) { testRetire(t, open) })
 	t.Run("bells", func(t *testing.T) { testBells(t, open) })
+	t.Run("give back rings no one", func(t *testing.T) { testGiveBackRingsNoOne(t, open) })
+	t.Run("lost private", func(t *testing.T) { testLostPrivate(t, open) })
 	t.Run("heartbeat", func(t *testing.T) { testHeartbeat(t, open) })
 	t.Run("task set", func(t *testing.T) { testTaskSet(t, open) })
 	t.Run("results", func(t *testing.T) { testResults(t, open) })
@@ -323,8 +325,66 @@ func testBells(t *testing.T, open func(t *testing.T) Harness) {
 	if err := h.Queue().RingStop(ctx, &broker.RingStopParams{Worker: wid}); err != nil {
 		t.Fatal(err)
 	}
-	if got := take(t, h, 1, 0); len(got.Taken) != 0 {
-		t.Errorf("a stopping worker's take took %d tasks, want none", len(got.Taken))
+	for i := range 2 {
+		if got := take(t, h, 1, 0); len(got.Taken) != 0 {
+			t.Errorf("take %d of a stopping worker took %d tasks, want none", i, len(got.Taken))
+		}
+	}
+}
+
+// testGiveBackRingsNoOne: a give-back puts tasks back without ringing a
+// bell: a worker idle on an empty queue waits on, and takes them at its
+// next take.
+func testGiveBackRingsNoOne(t *testing.T, open func(t *testing.T) Harness) {
+	h := open(t)
+	ctx := context.Background()
+	ids := h.Add(t, 0)
+	got := take(t, h, 1, 0)
+	if len(got.Taken) != 1 {
+		t.Fatalf("took %d tasks, want 1", len(got.Taken))
+	}
+	if again := take(t, h, 1, 0); !again.End.Drained {
+		t.Fatal("a take of an empty queue is not drained")
+	}
+	if n, err := h.Queue().GiveBack(ctx, &broker.GiveBackParams{Worker: wid, Members: []string{got.Taken[0].Member()}}); err != nil || n != 1 {
+		t.Fatalf("give back: %d, %v", n, err)
+	}
+	if rang, err := h.Queue().WaitBell(ctx, &broker.WaitBellParams{Worker: wid, Timeout: 50 * time.Millisecond}); err != nil || rang {
+		t.Errorf("wait after a give-back: rang %v, %v; want no ring", rang, err)
+	}
+	if again := take(t, h, 1, 0); !slices.Equal(indexes(ids, again.Taken), []int{0}) {
+		t.Errorf("take after the give-back: %v, want the task", indexes(ids, again.Taken))
+	}
+}
+
+// testLostPrivate: a private task of a worker that retired (or died) is
+// lost, not run elsewhere: its manager gets a lost entry naming the worker
+// in place of a result.
+func testLostPrivate(t *testing.T, open func(t *testing.T) Harness) {
+	h := open(t)
+	ctx := context.Background()
+	q, mid := h.Queue(), h.Manager()
+	if _, err := q.Heartbeat(ctx, &broker.HeartbeatParams{Worker: wid, Lease: time.Minute}); err != nil {
+		t.Fatal(err)
+	}
+	tid := id.TaskIn(mid, 500, 1, 1, 3, 3)
+	if _, err := q.Submit(ctx, &broker.SubmitParams{Manager: mid, Worker: wid, Lane: h.Lane(), TTL: time.Minute,
+		Tasks: []wire.Task{{ID: tid, Payload: []byte("payload")}}, Expect: wire.Expect{Epoch: "e1"}}); err != nil {
+		t.Fatal(err)
+	}
+	if got := take(t, h, 1, 0); len(got.Taken) != 1 || !got.Taken[0].Private {
+		t.Fatalf("take of the private task: %+v", got.Taken)
+	}
+	reaped, err := q.Retire(ctx, &broker.RetireParams{Worker: wid})
+	if err != nil || reaped.Lost != 1 || reaped.Requeued != 0 {
+		t.Fatalf("retire: %+v, %v; want the private task lost", reaped, err)
+	}
+	entries, err := q.ReadResults(ctx, &broker.ReadResultsParams{Manager: mid, Limit: 10})
+	if err != nil || len(entries) != 1 {
+		t.Fatalf("result list: %q, %v; want one entry", entries, err)
+	}
+	if e, err := wire.DecodeEntry(entries[0], 1<<20); err != nil || e.Kind != wire.EntryLost || e.Task != tid || e.Worker != wid {
+		t.Errorf("entry %q: %+v, %v; want the task lost with %s", entries[0], e, err, wid)
 	}
 }
 

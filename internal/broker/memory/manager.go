@@ -131,6 +131,7 @@ func (s *Shard) SetShardNames(names ...string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.names = slices.Clone(names)
+	s.count = max(s.count, len(names)+1)
 }
 
 // Tasks returns the ids in the task sets, sorted.
@@ -238,16 +239,18 @@ func (s *Shard) Submit(_ context.Context, p *broker.SubmitParams) (*broker.Submi
 			s.pushLocked(mid, string(s.resultLocked(t.ID, t.Payload)))
 			continue
 		}
-		s.tasks[t.ID] = task{payload: t.Payload}
+		s.tasks[t.ID] = task{payload: t.Payload, attempt: s.tasks[t.ID].attempt} // its attempts are kept apart, as in Redis
 		if p.Worker != "" {
 			s.private[p.Worker] = append(s.private[p.Worker], t.ID)
-			s.ringLocked(p.Worker)
 		} else {
 			s.public = append(s.public, t.ID)
 		}
 	}
-	if p.Worker == "" {
-		s.ringAll()
+	switch {
+	case p.Worker != "" && len(p.Tasks) > 0:
+		s.ringLocked(p.Worker, "1")
+	case p.Worker == "":
+		s.ringIdle(len(p.Tasks))
 	}
 	return &broker.SubmitResult{Count: s.m.counts[mid], Intact: intact}, nil
 }
@@ -297,6 +300,9 @@ func (s *Shard) trimLocked(p *broker.ReadResultsParams) []string {
 		l = l[p.Handled:]
 		s.m.lists[p.Manager] = l
 	}
+	if p.Limit <= 0 {
+		return slices.Clone(l) // LRANGE 0 -1
+	}
 	return slices.Clone(l[:min(p.Limit, len(l))])
 }
 
@@ -313,7 +319,7 @@ func (s *Shard) ReadResults(_ context.Context, p *broker.ReadResultsParams) ([]s
 // ReadThenWait reads, and waits up to p.Wait for an entry if none came.
 func (s *Shard) ReadThenWait(ctx context.Context, p *broker.ReadResultsParams) (*broker.ReadThenWaitResult, error) {
 	entries, err := s.ReadResults(ctx, p)
-	if err != nil || len(entries) > 0 {
+	if err != nil || len(entries) > 0 || p.Wait <= 0 {
 		return &broker.ReadThenWaitResult{Entries: entries}, err
 	}
 	first, err := s.WaitResults(ctx, &broker.WaitResultsParams{Manager: p.Manager, Timeout: p.Wait})
@@ -326,6 +332,9 @@ func (s *Shard) ReadThenWait(ctx context.Context, p *broker.ReadResultsParams) (
 // WaitResults waits up to p.Timeout for an entry on p.Manager's list and
 // returns the first, leaving it there.
 func (s *Shard) WaitResults(ctx context.Context, p *broker.WaitResultsParams) (string, error) {
+	if p.Timeout <= 0 {
+		return "", errors.New("wait results: timeout must be positive")
+	}
 	t := time.NewTimer(p.Timeout)
 	defer t.Stop()
 	for {

@@ -5,9 +5,17 @@
 // rules the scripts keep, so that what those tests show holds on Redis.
 //
 // Besides the contract, a Shard has what a test needs to set a scene (Add,
-// Hold, Withdraw, Fail, SetDrain, SetLimits) and to look at it (Results,
-// HeldBy, Calls, Asked, Holdings, Infos, Groups, Retired). Every call
-// notifies the Broadcast the queue was made with, for await.Until.
+// Hold, Withdraw, Fail, SetDrain, SetLimits, RunOnSubmit, ...) and to look
+// at it (Results, HeldBy, Calls, Asked, Holdings, Infos, Groups, Retired,
+// ...). Every call notifies the Broadcast the queue was made with, for
+// await.Until.
+//
+// What it does not model, so that a test on it proves nothing of: lanes,
+// rings and priorities (a shard has one public list, first in first out,
+// and a take passes no task for what the worker serves), limits, foreign
+// data and staged results; an audit counts as placed a task on any list or
+// held set; durable batches (their operations return ErrDurable: their
+// tests run on Redis).
 package memory
 
 import (
@@ -72,13 +80,14 @@ type Shard struct {
 	rec  await.Calls // the calls, and the errors they are to return
 
 	mu       sync.Mutex
-	bells    map[string]chan struct{} // closed and replaced when a worker's bell rings
+	tokens   map[string][]string      // each worker's bell: its tokens, as the list in Redis
+	rung     map[string]chan struct{} // closed and replaced when a token is pushed on a worker's bell
+	idle     map[string]bool          // workers whose last take left the lists empty: a submit rings them
 	tasks    map[string]task          // the task sets, by task id
 	public   []string                 // the public list: task ids
 	private  map[string][]string      // each worker's private list
 	held     map[string]map[string]bool
 	leases   map[string]time.Time // each worker's lease deadline
-	stopping map[string]bool      // a "stop" token on the worker's bell (RingStop)
 	drain    map[string]bool
 	done     []wire.Done // the results delivered, in order
 	asked    map[string]int
@@ -107,8 +116,9 @@ type task struct {
 
 func newShard(i int, name string, activity *await.Broadcast) *Shard {
 	return &Shard{i: i, name: name, rec: await.Calls{Activity: activity},
-		bells: map[string]chan struct{}{}, tasks: map[string]task{}, private: map[string][]string{},
-		held: map[string]map[string]bool{}, leases: map[string]time.Time{}, stopping: map[string]bool{},
+		tokens: map[string][]string{}, rung: map[string]chan struct{}{}, idle: map[string]bool{},
+		tasks: map[string]task{}, private: map[string][]string{},
+		held: map[string]map[string]bool{}, leases: map[string]time.Time{},
 		drain: map[string]bool{}, asked: map[string]int{}, retired: map[string]bool{}, types: map[string][]string{}, count: 1,
 		m: newManagerState(), sh: newShuffleState()}
 }
@@ -128,7 +138,7 @@ func (oom) RedisError() {}
 
 // Add queues tasks on the public list, in their managers' task sets, with
 // their lost attempts, as a submit and reaps would leave them, and rings
-// the bells of every worker.
+// the bells of idle workers, as a submit does.
 func (s *Shard) Add(ts ...wire.Taken) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -136,7 +146,7 @@ func (s *Shard) Add(ts ...wire.Taken) {
 		s.tasks[t.ID] = task{payload: t.Payload, attempt: t.Attempt}
 		s.public = append(s.public, t.ID)
 	}
-	s.ringAll()
+	s.ringIdle(len(ts))
 }
 
 // AddPrivate queues tasks on worker wid's private list, as Add does on the
@@ -148,7 +158,7 @@ func (s *Shard) AddPrivate(wid string, ts ...wire.Taken) {
 		s.tasks[t.ID] = task{payload: t.Payload, attempt: t.Attempt}
 		s.private[wid] = append(s.private[wid], t.ID)
 	}
-	s.ringLocked(wid)
+	s.ringLocked(wid, "1")
 }
 
 // Hold records tasks as taken by worker wid: in their task sets, and in its
@@ -271,9 +281,8 @@ func (s *Shard) Take(_ context.Context, p *broker.TakeParams) (*broker.TakeResul
 		s.leases[p.Worker] = time.Now().Add(p.Lease) // registered again, as a worker Redis lost
 	}
 	res := &broker.TakeResult{}
-	if s.stopping[p.Worker] {
-		delete(s.stopping, p.Worker)
-		return res, nil
+	if slices.Contains(s.tokens[p.Worker], "stop") {
+		return res, nil // a worker that stops takes nothing while its stop tokens last
 	}
 	s.private[p.Worker] = s.takeFrom(p, s.private[p.Worker], true, res)
 	last := len(res.Taken) > 0 && res.Taken[len(res.Taken)-1].Suspect()
@@ -282,6 +291,10 @@ func (s *Shard) Take(_ context.Context, p *broker.TakeParams) (*broker.TakeResul
 		last = len(res.Taken) > 0 && res.Taken[len(res.Taken)-1].Suspect()
 	}
 	res.End.Drained = len(res.Taken) < p.Max && !res.End.Suspect && !last && len(s.public) == 0 && len(s.private[p.Worker]) == 0
+	if res.End.Drained {
+		s.idle[p.Worker] = true // the next submit rings it
+		s.tokens[p.Worker] = nil
+	}
 	if s.i == 0 && s.count > p.Shards {
 		res.End.Shards = s.count
 	}
@@ -321,42 +334,43 @@ func (s *Shard) WaitTake(ctx context.Context, p *broker.TakeParams) (*broker.Tak
 	return s.Take(ctx, p)
 }
 
-// WaitBell waits for p.Worker's bell to ring, for up to p.Timeout: at
-// once if tasks wait for it.
+// WaitBell pops a token off p.Worker's bell, waiting up to p.Timeout for
+// one, and reports whether it got one.
 func (s *Shard) WaitBell(ctx context.Context, p *broker.WaitBellParams) (bool, error) {
-	s.mu.Lock()
-	if err := s.rec.Call("waitbell"); err != nil {
-		s.mu.Unlock()
-		return false, err
-	}
-	if s.waitingLocked(p.Worker) || s.stopping[p.Worker] {
-		s.mu.Unlock()
-		return true, nil
-	}
-	bell := s.bellLocked(p.Worker)
-	s.mu.Unlock()
 	t := time.NewTimer(p.Timeout)
 	defer t.Stop()
-	select {
-	case <-bell:
-		return true, nil
-	case <-t.C:
-		return false, nil
-	case <-ctx.Done():
-		return false, ctx.Err()
+	for {
+		s.mu.Lock()
+		if err := s.rec.Call("waitbell"); err != nil {
+			s.mu.Unlock()
+			return false, err
+		}
+		if toks := s.tokens[p.Worker]; len(toks) > 0 {
+			s.tokens[p.Worker] = toks[1:]
+			s.mu.Unlock()
+			return true, nil
+		}
+		rung := s.rungLocked(p.Worker)
+		s.mu.Unlock()
+		select {
+		case <-rung:
+		case <-t.C:
+			return false, nil
+		case <-ctx.Done():
+			return false, ctx.Err()
+		}
 	}
 }
 
-// RingStop rings p.Worker's bell and leaves a stop token: its next take
-// takes nothing.
+// RingStop pushes two stop tokens on p.Worker's bell, as a worker that
+// stops does: a wait ends, and takes take nothing while they last.
 func (s *Shard) RingStop(_ context.Context, p *broker.RingStopParams) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if err := s.rec.Call("ringstop"); err != nil {
 		return err
 	}
-	s.stopping[p.Worker] = true
-	s.ringLocked(p.Worker)
+	s.ringLocked(p.Worker, "stop", "stop")
 	return nil
 }
 
@@ -429,9 +443,6 @@ func (s *Shard) GiveBack(_ context.Context, p *broker.GiveBackParams) (int, erro
 		}
 		n++
 	}
-	if n > 0 {
-		s.ringAll()
-	}
 	return n, nil
 }
 
@@ -477,10 +488,11 @@ func (s *Shard) Heartbeat(_ context.Context, p *broker.HeartbeatParams) (*wire.B
 	return &wire.Beat{Drain: s.drain[p.Worker], Shards: s.count}, nil
 }
 
-// Reap reaps the workers whose lease ended (a worker that holds tasks
-// without one never had a lease: it is dead): their public tasks still
-// wanted go back to the front of the list with an attempt counted, their
-// private ones are lost.
+// Reap reaps the workers whose lease deadline passed, as reap.lua: their
+// public tasks still wanted go back to the front of the list with an
+// attempt counted (idle workers are rung for them), their private ones are
+// lost (a lost entry goes to the manager in place of a result), and their
+// bell and drain go.
 func (s *Shard) Reap(context.Context) (*wire.Reaped, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -495,11 +507,6 @@ func (s *Shard) reapLocked(now time.Time) *wire.Reaped {
 	dead := map[string]bool{}
 	for wid, until := range s.leases {
 		if !until.After(now) {
-			dead[wid] = true
-		}
-	}
-	for wid := range s.held {
-		if _, ok := s.leases[wid]; !ok {
 			dead[wid] = true
 		}
 	}
@@ -528,11 +535,12 @@ func (s *Shard) reapLocked(now time.Time) *wire.Reaped {
 		delete(s.held, wid)
 		delete(s.private, wid)
 		delete(s.leases, wid)
+		delete(s.tokens, wid)
+		delete(s.drain, wid)
+		delete(s.idle, wid)
 		out.Workers++
 	}
-	if out.Requeued > 0 {
-		s.ringAll()
-	}
+	s.ringIdle(out.Requeued)
 	return out
 }
 
@@ -646,30 +654,35 @@ func (s *Shard) heldLocked(wid string) []string {
 	return slices.Sorted(maps.Keys(s.held[wid]))
 }
 
-// waitingLocked reports whether a take by wid would find a task.
-func (s *Shard) waitingLocked(wid string) bool {
-	return len(s.public) > 0 || len(s.private[wid]) > 0
-}
-
-func (s *Shard) bellLocked(wid string) chan struct{} {
-	b, ok := s.bells[wid]
+// rungLocked returns the channel closed when a token is next pushed on
+// wid's bell.
+func (s *Shard) rungLocked(wid string) chan struct{} {
+	c, ok := s.rung[wid]
 	if !ok {
-		b = make(chan struct{})
-		s.bells[wid] = b
+		c = make(chan struct{})
+		s.rung[wid] = c
 	}
-	return b
+	return c
 }
 
-func (s *Shard) ringLocked(wid string) {
-	if b, ok := s.bells[wid]; ok {
-		close(b)
-		delete(s.bells, wid)
+// ringLocked pushes tokens on wid's bell, and wakes its wait.
+func (s *Shard) ringLocked(wid string, tokens ...string) {
+	s.tokens[wid] = append(s.tokens[wid], tokens...)
+	delete(s.idle, wid)
+	if c, ok := s.rung[wid]; ok {
+		close(c)
+		delete(s.rung, wid)
 	}
 }
 
-func (s *Shard) ringAll() {
-	for wid := range s.bells {
-		s.ringLocked(wid)
+// ringIdle rings up to n idle workers, as a submit of n tasks does.
+func (s *Shard) ringIdle(n int) {
+	for _, wid := range slices.Sorted(maps.Keys(s.idle)) {
+		if n <= 0 {
+			return
+		}
+		s.ringLocked(wid, "1")
+		n--
 	}
 }
 

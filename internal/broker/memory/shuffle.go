@@ -41,7 +41,7 @@ func (s *Shard) StorePartials(_ context.Context, p *broker.StorePartialsParams) 
 		if s.sh.partials[k] == nil {
 			s.sh.partials[k] = map[string][]byte{}
 		}
-		s.sh.partials[k][p.Field] = slices.Clone(b)
+		s.sh.partials[k][p.Field] = append([]byte{}, b...) // an empty partial reads back empty, not missing
 	}
 	return nil
 }
@@ -90,10 +90,14 @@ func (s *Shard) OutputPage(_ context.Context, p *broker.OutputPageParams) ([]byt
 		return nil, err
 	}
 	pages := s.sh.outputs[partition{p.Shuffle.Job, p.Part}]
-	if p.Page < 0 || p.Page >= len(pages) {
+	i := p.Page
+	if i < 0 {
+		i += len(pages) // LINDEX counts from the end
+	}
+	if i < 0 || i >= len(pages) {
 		return nil, broker.ErrPageMissing
 	}
-	return slices.Clone(pages[p.Page]), nil
+	return slices.Clone(pages[i]), nil
 }
 
 // RenewPartitions keeps the partitions: memory's never expire.
