@@ -3,7 +3,6 @@ package memory
 import (
 	"context"
 	"errors"
-	"maps"
 	"slices"
 	"strings"
 	"time"
@@ -23,14 +22,13 @@ var ErrDurable = errors.New("memory: durable batches are not kept in memory")
 
 // managerState is what a shard keeps of its managers.
 type managerState struct {
-	counts   map[string]int64    // each task set's count of tasks ever submitted
-	epochs   map[string]string   // each task set's epoch
-	lists    map[string][]string // each manager's result list
-	changed  chan struct{}       // closed and replaced at every push
-	cancels  []string            // tasks withdrawn, in order
-	sent     []string            // every task submitted, in order
-	dropped  map[string]bool
-	renewals map[string]int
+	counts  map[string]int64    // each task set's count of tasks ever submitted
+	epochs  map[string]string   // each task set's epoch
+	lists   map[string][]string // each manager's result list
+	changed chan struct{}       // closed and replaced at every push
+	cancels []string            // tasks withdrawn, in order
+	sent    []string            // every task submitted, in order
+	dropped map[string]bool
 	// run, if set, plays a worker that runs each task as it is submitted:
 	// the outputs of its elements; nanos is the time each element took, as
 	// results report it; entry, if set, is the raw entry of task tid
@@ -42,15 +40,13 @@ type managerState struct {
 	served      map[string]bool // functions a live worker serves
 	noWorker    bool            // Served says no worker is live at all
 	published   []map[string]wire.BatchProgress
-	history     []wire.BatchRecord
-	failed      map[string][]wire.FailedElement
 	cancelBatch []string // batch ids the next PublishBatches says an operator cancelled
 }
 
 func newManagerState() managerState {
 	return managerState{counts: map[string]int64{}, epochs: map[string]string{}, lists: map[string][]string{},
-		changed: make(chan struct{}), dropped: map[string]bool{}, renewals: map[string]int{},
-		served: map[string]bool{}, failed: map[string][]wire.FailedElement{}}
+		changed: make(chan struct{}), dropped: map[string]bool{},
+		served: map[string]bool{}}
 }
 
 // Scene-setting and looking, for the manager's tests.
@@ -134,13 +130,6 @@ func (s *Shard) SetShardNames(names ...string) {
 	s.count = max(s.count, len(names)+1)
 }
 
-// Tasks returns the ids in the task sets, sorted.
-func (s *Shard) Tasks() []string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return slices.Sorted(maps.Keys(s.tasks))
-}
-
 // SubmittedIDs returns the id of every task submitted, in order.
 func (s *Shard) SubmittedIDs() []string {
 	s.mu.Lock()
@@ -155,20 +144,6 @@ func (s *Shard) Payload(tid string) []byte {
 	return s.tasks[tid].payload
 }
 
-// Queued returns the ids on the public list, in order.
-func (s *Shard) Queued() []string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return slices.Clone(s.public)
-}
-
-// Entries returns manager mid's result list.
-func (s *Shard) Entries(mid string) []string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return slices.Clone(s.m.lists[mid])
-}
-
 // Cancels returns the tasks withdrawn by Cancel, in order.
 func (s *Shard) Cancels() []string {
 	s.mu.Lock()
@@ -176,19 +151,11 @@ func (s *Shard) Cancels() []string {
 	return slices.Clone(s.m.cancels)
 }
 
-// Dropped reports whether manager mid's keys were dropped; Renewals how
-// often they were renewed.
+// Dropped reports whether manager mid's keys were dropped.
 func (s *Shard) Dropped(mid string) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.m.dropped[mid]
-}
-
-// Renewals returns how often manager mid's keys were renewed.
-func (s *Shard) Renewals(mid string) int {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.m.renewals[mid]
 }
 
 // Published returns what each PublishBatches published, in order.
@@ -196,20 +163,6 @@ func (s *Shard) Published() []map[string]wire.BatchProgress {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return slices.Clone(s.m.published)
-}
-
-// History returns the records RecordBatches wrote, in order.
-func (s *Shard) History() []wire.BatchRecord {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return slices.Clone(s.m.history)
-}
-
-// FailedOf returns the failed elements RecordFailed recorded of batch bid.
-func (s *Shard) FailedOf(bid string) []wire.FailedElement {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return slices.Clone(s.m.failed[bid])
 }
 
 // The contract.
@@ -381,15 +334,9 @@ func (s *Shard) WakeCollector(_ context.Context, p *broker.ManagerParams) error 
 	return nil
 }
 
-// Renew counts the renewal.
-func (s *Shard) Renew(_ context.Context, p *broker.RenewParams) error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if err := s.rec.Call("renew"); err != nil {
-		return err
-	}
-	s.m.renewals[p.Manager]++
-	return nil
+// Renew renews nothing: memory's keys never expire. It records the call.
+func (s *Shard) Renew(context.Context, *broker.RenewParams) error {
+	return s.rec.Call("renew")
 }
 
 // Drop deletes a manager's task set and result list.
@@ -597,26 +544,16 @@ func (s *Shard) PublishBatches(_ context.Context, p *broker.PublishBatchesParams
 	return c, nil
 }
 
-// RecordBatches appends the records to the history.
-func (s *Shard) RecordBatches(_ context.Context, p *broker.RecordBatchesParams) error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if err := s.rec.Call("recordbatches"); err != nil {
-		return err
-	}
-	s.m.history = append(s.m.history, p.Records...)
-	return nil
+// RecordBatches keeps no history: the history's tests run on Redis. It
+// records the call.
+func (s *Shard) RecordBatches(context.Context, *broker.RecordBatchesParams) error {
+	return s.rec.Call("recordbatches")
 }
 
-// RecordFailed records a batch's failed elements.
-func (s *Shard) RecordFailed(_ context.Context, p *broker.RecordFailedParams) error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if err := s.rec.Call("recordfailed"); err != nil {
-		return err
-	}
-	s.m.failed[p.Batch] = append(s.m.failed[p.Batch], p.Failed...)
-	return nil
+// RecordFailed keeps no failed elements, as RecordBatches. It records the
+// call.
+func (s *Shard) RecordFailed(context.Context, *broker.RecordFailedParams) error {
+	return s.rec.Call("recordfailed")
 }
 
 // Claim is a durable batch's: not kept in memory.

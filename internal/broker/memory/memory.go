@@ -149,18 +149,6 @@ func (s *Shard) Add(ts ...wire.Taken) {
 	s.ringIdle(len(ts))
 }
 
-// AddPrivate queues tasks on worker wid's private list, as Add does on the
-// public one.
-func (s *Shard) AddPrivate(wid string, ts ...wire.Taken) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	for _, t := range ts {
-		s.tasks[t.ID] = task{payload: t.Payload, attempt: t.Attempt}
-		s.private[wid] = append(s.private[wid], t.ID)
-	}
-	s.ringLocked(wid, "1")
-}
-
 // Hold records tasks as taken by worker wid: in their task sets, and in its
 // held set.
 func (s *Shard) Hold(wid string, ts ...wire.Taken) {
