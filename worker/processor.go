@@ -97,6 +97,7 @@ func (f *fetcher) run(ctx context.Context) {
 	if !unring() {
 		<-rang
 	}
+	f.source.closed()
 }
 
 // fetch takes tasks until ctx ends. Every Heartbeat it also gives back

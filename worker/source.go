@@ -296,14 +296,19 @@ func (s *source) sleep(ctx context.Context) bool {
 }
 
 // stopped rings the worker's own bells, so that a blocking wait for work
-// returns now rather than at its timeout, and waits for the listeners
-// (whose context has ended) to return.
+// returns now rather than at its timeout.
 func (s *source) stopped(ctx context.Context) {
 	rctx, cancel := context.WithTimeout(ctx, time.Second)
 	defer cancel()
 	for _, r := range s.shards() {
 		_ = r.RingStop(rctx, &broker.RingStopParams{Worker: s.wid})
 	}
+}
+
+// closed waits for the bell listeners (whose context has ended) to return.
+// Only the fetch loop starts listeners, so it is called once that loop has
+// returned: a listener started while a stop was under way is waited for too.
+func (s *source) closed() {
 	s.listeners.Wait()
 }
 
