@@ -65,6 +65,11 @@ func works(c redis.UniversalClient, name, key string) (func([]byte) []byte, bool
 		return reversed, true
 	case "echo":
 		return func(b []byte) []byte { return b }, true
+	case "nap": // the scale scenario's: sleeps its input in µs
+		return func(b []byte) []byte {
+			time.Sleep(time.Duration(binary.LittleEndian.Uint64(b)) * time.Microsecond)
+			return b
+		}, true
 	case "lookup", "lookup-each": // the constant read once, or for every task
 		var once sync.Once
 		var cached []byte
@@ -86,38 +91,57 @@ func works(c redis.UniversalClient, name, key string) (func([]byte) []byte, bool
 // startBaseline starts the workers of a baseline in mode m applying the work
 // function named work (see works; key is the lookup's constant).
 func (e *env) startBaseline(m mode, work, key string) (*baselineFleet, error) {
-	f := &baselineFleet{e: e, m: m}
-	tag := id.New()[:8]
-	f.in, f.out = "bq:"+tag+":in", "bq:"+tag+":out"
 	if e.inproc {
+		f := &baselineFleet{e: e, m: m}
+		tag := id.New()[:8]
+		f.in, f.out = "bq:"+tag+":in", "bq:"+tag+":out"
 		fn, _ := works(e.rdb, work, key)
 		f.stop = f.goroutines(fn)
 		return f, nil
 	}
-	cmd := exec.Command(os.Args[0])
-	cmd.Env = append(os.Environ(), benchURLEnv+"="+e.url, "GOMAXPROCS="+strconv.Itoa(e.slots),
-		baselineEnv+"="+strings.Join([]string{strconv.Itoa(int(m)), work, f.in, f.out, key}, "/"))
-	cmd.Stderr = os.Stderr
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		return nil, err
-	}
-	if err := cmd.Start(); err != nil {
-		return nil, err
-	}
-	line := make([]byte, 16)
-	if n, err := out.Read(line); err != nil || string(line[:n]) != "ready\n" {
-		cmd.Process.Kill()
-		cmd.Wait()
-		return nil, fmt.Errorf("baseline worker process did not start: %q %v", line[:n], err)
-	}
-	e.children.add(cmd.Process.Pid)
+	return e.startBaselines(m, work, key, 1, e.slots)
+}
+
+// startBaselines starts a baseline of processes worker processes of slots
+// goroutines each, in mode m applying the work function named work, on one
+// input list.
+func (e *env) startBaselines(m mode, work, key string, processes, slots int) (*baselineFleet, error) {
+	f := &baselineFleet{e: e, m: m}
+	tag := id.New()[:8]
+	f.in, f.out = "bq:"+tag+":in", "bq:"+tag+":out"
+	var cmds []*exec.Cmd
 	f.stop = func() {
-		e.children.remove(cmd.Process.Pid)
-		cmd.Process.Kill()
-		cmd.Wait()
+		for _, cmd := range cmds {
+			e.children.remove(cmd.Process.Pid)
+			cmd.Process.Kill()
+			cmd.Wait()
+		}
 		e.rdb.Del(context.Background(), f.in)
 		e.rdb.Del(context.Background(), f.out) // one key a call: on a Cluster they are in two slots
+	}
+	for range processes {
+		cmd := exec.Command(os.Args[0])
+		cmd.Env = append(os.Environ(), benchURLEnv+"="+e.url, "GOMAXPROCS="+strconv.Itoa(slots),
+			baselineEnv+"="+strings.Join([]string{strconv.Itoa(int(m)), work, f.in, f.out, key}, "/"))
+		cmd.Stderr = os.Stderr
+		out, err := cmd.StdoutPipe()
+		if err != nil {
+			f.stop()
+			return nil, err
+		}
+		if err := cmd.Start(); err != nil {
+			f.stop()
+			return nil, err
+		}
+		line := make([]byte, 16)
+		if n, err := out.Read(line); err != nil || string(line[:n]) != "ready\n" {
+			cmd.Process.Kill()
+			cmd.Wait()
+			f.stop()
+			return nil, fmt.Errorf("baseline worker process did not start: %q %v", line[:n], err)
+		}
+		e.children.add(cmd.Process.Pid)
+		cmds = append(cmds, cmd)
 	}
 	return f, nil
 }

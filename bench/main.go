@@ -60,8 +60,14 @@ func main() {
 	scrape := flag.Bool("scrape", false, "instead of the scenarios, measure what one scrape of redmap metrics costs (time, Redis CPU, round trips) on a queue of 1,000 running batches and 100,000 waiting tasks, beside the leanest scraper of waiting tasks")
 	plot = flag.String("plot", "", "with the scale scenario: draw its curve (tasks/s and Redis CPU per task against workers) into this SVG file")
 	shardList := flag.String("shards", "", "in the tiny and unchunked scenarios, one redmap contender per shard count in this comma-separated list (manager.Options.Shards), e.g. 1,2,3")
+	workerList := flag.String("scale-workers", "", "with the scale scenario: the worker processes of each fleet it measures, comma-separated (default 1,2,4,...,64)")
+	taskList := flag.String("scale-tasks", "", "with the scale scenario: the task lengths it measures, comma-separated (default 1ms,10ms)")
 	flag.Parse()
 	traceEverything(*traced)
+	if err := parseScale(*workerList, *taskList); err != nil {
+		fmt.Fprintln(os.Stderr, "bench:", err)
+		os.Exit(2)
+	}
 	shards, err := parseShards(*shardList)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "bench: -shards:", err)

@@ -1,14 +1,21 @@
 package main
 
 import (
+	"bytes"
+	"cmp"
 	"context"
+	"encoding/binary"
 	"fmt"
 	"math"
 	"os"
+	"regexp"
 	"runtime"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 
 	"github.com/redmap/redmap"
 	"github.com/redmap/redmap/manager"
@@ -27,6 +34,13 @@ var nap = redmap.Func("nap", func(ctx context.Context, x int) (int, error) {
 	}
 	return x, nil
 })
+
+// scaleWorkers and scaleLengths, if set (-scale-workers, -scale-tasks),
+// are the fleets and task lengths the scale scenario measures.
+var (
+	scaleWorkers []int
+	scaleLengths []time.Duration
+)
 
 // scaleSlots is the concurrency of each of the scale scenario's workers.
 const scaleSlots = 8
@@ -54,6 +68,12 @@ func scale(e *env) ([]row, error) {
 		lengths = lengths[:1]
 		counts = []int{1, 4, 16}
 	}
+	if len(scaleWorkers) > 0 {
+		counts = scaleWorkers
+	}
+	if len(scaleLengths) > 0 {
+		lengths = scaleLengths
+	}
 	shardCounts := e.shards
 	if len(shardCounts) == 0 {
 		shardCounts = []int{1}
@@ -71,13 +91,9 @@ func scale(e *env) ([]row, error) {
 				return nil, err
 			}
 			for _, length := range lengths {
-				// About 2 s of work at the fleet's capacity (0.5 s quick).
-				capacity := float64(k*scaleSlots) / length.Seconds()
-				n := int(min(max(capacity*2, 2000), 60_000))
-				if e.quick {
-					n = int(min(max(capacity/2, 500), 10_000))
-				}
+				n := scaleTasks(e, k, length)
 				xs := slices.Repeat([]int{int(length.Microseconds())}, n)
+				calls := e.commandCalls()
 				r, err := e.measure("scale", scalePoint(length, k, shards), n, func() error {
 					ys, err := manager.Map(ctx, m, nap, xs, manager.ChunkSize(1))
 					if err == nil && (len(ys) != n || ys[n-1] != xs[0]) {
@@ -89,12 +105,66 @@ func scale(e *env) ([]row, error) {
 					stop()
 					return nil, err
 				}
+				fmt.Printf("scale, %s: a task: %s\n", scalePoint(length, k, shards), calls.perTask(e.commandCalls(), n))
 				rows = append(rows, r)
 			}
 			stop()
+			if shards > 1 {
+				continue // the list queue is one list: one shard
+			}
+			list, err := scaleList(e, k, lengths)
+			if err != nil {
+				return nil, err
+			}
+			rows = append(rows, list...)
 		}
 	}
 	return rows, nil
+}
+
+// listQueue names the scale scenario's reference in its rows' contenders.
+const listQueue = "list queue, "
+
+// scaleList measures the per-task list queue (one LPUSH a task, BLPOP by
+// each of its slots, one RPUSH a result; no fencing, leases or recovery) on
+// the same fleet as scale's: k worker processes of scaleSlots slots, for
+// each task length.
+func scaleList(e *env, k int, lengths []time.Duration) ([]row, error) {
+	f, err := e.startBaselines(perTask, "nap", "", k, scaleSlots)
+	if err != nil {
+		return nil, err
+	}
+	defer f.stop()
+	var rows []row
+	for _, length := range lengths {
+		n := scaleTasks(e, k, length)
+		in := binary.LittleEndian.AppendUint64(nil, uint64(length.Microseconds()))
+		inputs := slices.Repeat([][]byte{in}, n)
+		calls := e.commandCalls()
+		r, err := e.measure("scale", listQueue+scalePoint(length, k, 1), n, func() error {
+			out, err := f.run(inputs)
+			if err == nil && (len(out) != n || !bytes.Equal(out[n-1], in)) {
+				err = fmt.Errorf("list queue nap: %d results", len(out))
+			}
+			return err
+		})
+		if err != nil {
+			return nil, err
+		}
+		fmt.Printf("scale, %s%s: a task: %s\n", listQueue, scalePoint(length, k, 1), calls.perTask(e.commandCalls(), n))
+		rows = append(rows, r)
+	}
+	return rows, nil
+}
+
+// scaleTasks is how many tasks a point of the scale model runs: about 2 s
+// of work at the fleet's capacity (0.5 s quick).
+func scaleTasks(e *env, k int, length time.Duration) int {
+	capacity := float64(k*scaleSlots) / length.Seconds()
+	if e.quick {
+		return int(min(max(capacity/2, 500), 10_000))
+	}
+	return int(min(max(capacity*2, 2000), 60_000))
 }
 
 // scaleRow is one point of the scale model, read back from its row.
@@ -109,22 +179,23 @@ type scaleRow struct {
 }
 
 // scaleRows returns the scale scenario's points, by shards, task length
-// and workers.
-func scaleRows(rows []row) []scaleRow {
+// and workers: redmap's, or with list the list queue's.
+func scaleRows(rows []row, list bool) []scaleRow {
 	var out []scaleRow
 	for _, r := range rows {
-		if r.scenario != "scale" {
+		contender, isList := strings.CutPrefix(r.contender, listQueue)
+		if r.scenario != "scale" || isList != list {
 			continue
 		}
 		var s scaleRow
 		var ms int
-		if _, err := fmt.Sscanf(r.contender, "%dms tasks, %d workers", &ms, &s.workers); err != nil {
+		if _, err := fmt.Sscanf(contender, "%dms tasks, %d workers", &ms, &s.workers); err != nil {
 			continue
 		}
 		s.length = time.Duration(ms) * time.Millisecond
 		s.shards = 1
-		if i := strings.Index(r.contender, "slots, "); i >= 0 {
-			fmt.Sscanf(r.contender[i+len("slots, "):], "%d shards", &s.shards)
+		if i := strings.Index(contender, "slots, "); i >= 0 {
+			fmt.Sscanf(contender[i+len("slots, "):], "%d shards", &s.shards)
 		}
 		s.rate, s.spread = r.rate(), r.spread()
 		s.cpuPerTask = r.redisCPU / time.Duration(r.elements)
@@ -149,22 +220,30 @@ func scaleRows(rows []row) []scaleRow {
 // Redis core serves at each task length, from the Redis CPU per task
 // measured at the largest fleet.
 func printScale(rows []row) {
-	pts := scaleRows(rows)
+	pts := scaleRows(rows, false)
+	lists := map[[2]int]scaleRow{}
+	for _, l := range scaleRows(rows, true) {
+		lists[[2]int{int(l.length), l.workers}] = l
+	}
 	if len(pts) == 0 {
 		return
 	}
 	fmt.Println("scale model (one task per element; workers of 8 slots; a task is a timer):")
 	fmt.Println()
-	fmt.Printf("| shards | task | workers | tasks/s (median) | spread | ideal tasks/s | Redis CPU / task | Redis cores busy | all processes' cores busy (of %d) | gain on doubling |\n", runtime.NumCPU())
-	fmt.Println("| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+	fmt.Printf("| shards | task | workers | tasks/s (median) | spread | ideal tasks/s | Redis CPU / task | Redis cores busy | all processes' cores busy (of %d) | gain on doubling | list queue: tasks/s | its Redis CPU / task | redmap's ÷ its |\n", runtime.NumCPU())
+	fmt.Println("| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
 	for i, p := range pts {
 		gain := "-"
 		if i > 0 && pts[i-1].length == p.length && pts[i-1].shards == p.shards {
 			gain = fmt.Sprintf("%.2fx", p.rate/pts[i-1].rate)
 		}
+		list := "- | - | -"
+		if l, ok := lists[[2]int{int(p.length), p.workers}]; ok && p.shards == 1 {
+			list = fmt.Sprintf("%.0f | %.1f µs | %.1fx", l.rate, float64(l.cpuPerTask.Nanoseconds())/1000, p.cpuPerTask.Seconds()/l.cpuPerTask.Seconds())
+		}
 		ideal := float64(p.workers*scaleSlots) / p.length.Seconds()
-		fmt.Printf("| %d | %v | %d | %.0f | %s | %.0f | %.1f µs | %.2f | %.2f | %s |\n", p.shards, p.length, p.workers, p.rate, p.spread,
-			ideal, float64(p.cpuPerTask.Nanoseconds())/1000, p.busy, p.machine, gain)
+		fmt.Printf("| %d | %v | %d | %.0f | %s | %.0f | %.1f µs | %.2f | %.2f | %s | %s |\n", p.shards, p.length, p.workers, p.rate, p.spread,
+			ideal, float64(p.cpuPerTask.Nanoseconds())/1000, p.busy, p.machine, gain, list)
 	}
 	fmt.Println()
 	for i, p := range pts {
@@ -203,7 +282,7 @@ func printScale(rows []row) {
 // workers (log scale), a line per task length and shard count, with the
 // ideal (every slot busy) dashed, and the Redis CPU per task beside it.
 func writeScalePlot(path string, rows []row) error {
-	pts := scaleRows(rows)
+	pts := scaleRows(rows, false)
 	if len(pts) == 0 {
 		return fmt.Errorf("no scale points to plot (run the scale scenario)")
 	}
@@ -296,4 +375,90 @@ func shortNum(v float64) string {
 		return fmt.Sprintf("%.1fk", v/1000)
 	}
 	return fmt.Sprintf("%.0f", v)
+}
+
+// commandCalls is what Redis has run so far, summed over its servers: the
+// calls of each command (INFO commandstats; a script's inner commands in
+// their own lines as well as its EVALSHA's) and the client reads it
+// processed (INFO stats' total_reads_processed: a read is a request, or a
+// pipeline of them, from one connection — the round trips).
+type commandCalls struct {
+	calls, usec map[string]int64
+	reads       int64
+}
+
+var (
+	callsLine = regexp.MustCompile(`(?m)^cmdstat_([^:]+):calls=(\d+),usec=(\d+),`)
+	readsLine = regexp.MustCompile(`(?m)^total_reads_processed:(\d+)`)
+)
+
+// commandCalls reads what Redis has run so far (see commandCalls).
+func (e *env) commandCalls() commandCalls {
+	out := commandCalls{calls: map[string]int64{}, usec: map[string]int64{}}
+	e.eachServer(func(c redis.Cmdable) time.Duration {
+		ctx := context.Background()
+		if info, err := c.Info(ctx, "commandstats").Result(); err == nil {
+			for _, m := range callsLine.FindAllStringSubmatch(info, -1) {
+				v, _ := strconv.ParseInt(m[2], 10, 64)
+				out.calls[m[1]] += v
+				u, _ := strconv.ParseInt(m[3], 10, 64)
+				out.usec[m[1]] += u
+			}
+		}
+		if info, err := c.Info(ctx, "stats").Result(); err == nil {
+			if m := readsLine.FindStringSubmatch(info); m != nil {
+				v, _ := strconv.ParseInt(m[1], 10, 64)
+				out.reads += v
+			}
+		}
+		return 0
+	})
+	return out
+}
+
+// perTask says, of what Redis ran between c and later for n tasks, the
+// round trips a task and the commands called most, a task each.
+func (c commandCalls) perTask(later commandCalls, n int) string {
+	type call struct {
+		name string
+		per  float64
+	}
+	var calls []call
+	for name, v := range later.calls {
+		if d := v - c.calls[name]; d > 0 && name != "info" {
+			calls = append(calls, call{name, float64(d) / float64(n)})
+		}
+	}
+	slices.SortFunc(calls, func(a, b call) int { return cmp.Compare(b.per, a.per) })
+	scripts := float64(later.usec["evalsha"]+later.usec["eval"]-c.usec["evalsha"]-c.usec["eval"]) / float64(n)
+	parts := []string{fmt.Sprintf("%.2f round trips, %.1f µs in scripts", float64(later.reads-c.reads)/float64(n), scripts)}
+	for _, k := range calls[:min(len(calls), 12)] {
+		parts = append(parts, fmt.Sprintf("%s %.2f", k.name, k.per))
+	}
+	return strings.Join(parts, ", ")
+}
+
+// parseScale reads -scale-workers and -scale-tasks.
+func parseScale(workers, tasks string) error {
+	for w := range strings.SplitSeq(workers, ",") {
+		if w == "" {
+			continue
+		}
+		k, err := strconv.Atoi(w)
+		if err != nil || k < 1 {
+			return fmt.Errorf("-scale-workers: %q is not a count of workers", w)
+		}
+		scaleWorkers = append(scaleWorkers, k)
+	}
+	for t := range strings.SplitSeq(tasks, ",") {
+		if t == "" {
+			continue
+		}
+		d, err := time.ParseDuration(t)
+		if err != nil || d <= 0 {
+			return fmt.Errorf("-scale-tasks: %q is not a task length", t)
+		}
+		scaleLengths = append(scaleLengths, d)
+	}
+	return nil
 }
