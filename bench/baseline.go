@@ -88,13 +88,18 @@ func works(c redis.UniversalClient, name, key string) (func([]byte) []byte, bool
 	return nil, false
 }
 
+// newBaselineFleet returns a baseline in mode m on lists of its own, with
+// no workers yet.
+func newBaselineFleet(e *env, m mode) *baselineFleet {
+	tag := id.New()[:8]
+	return &baselineFleet{e: e, m: m, in: "bq:" + tag + ":in", out: "bq:" + tag + ":out"}
+}
+
 // startBaseline starts the workers of a baseline in mode m applying the work
 // function named work (see works; key is the lookup's constant).
 func (e *env) startBaseline(m mode, work, key string) (*baselineFleet, error) {
 	if e.inproc {
-		f := &baselineFleet{e: e, m: m}
-		tag := id.New()[:8]
-		f.in, f.out = "bq:"+tag+":in", "bq:"+tag+":out"
+		f := newBaselineFleet(e, m)
 		fn, _ := works(e.rdb, work, key)
 		f.stop = f.goroutines(fn)
 		return f, nil
@@ -106,9 +111,7 @@ func (e *env) startBaseline(m mode, work, key string) (*baselineFleet, error) {
 // goroutines each, in mode m applying the work function named work, on one
 // input list.
 func (e *env) startBaselines(m mode, work, key string, processes, slots int) (*baselineFleet, error) {
-	f := &baselineFleet{e: e, m: m}
-	tag := id.New()[:8]
-	f.in, f.out = "bq:"+tag+":in", "bq:"+tag+":out"
+	f := newBaselineFleet(e, m)
 	var cmds []*exec.Cmd
 	f.stop = func() {
 		for _, cmd := range cmds {
@@ -230,9 +233,7 @@ func (f *baselineFleet) run(inputs [][]byte) ([][]byte, error) {
 // in this process applying work (the managers scenario, whose redmap worker
 // runs in this process too).
 func baseline(e *env, m mode, inputs [][]byte, work func([]byte) []byte) ([][]byte, error) {
-	f := &baselineFleet{e: e, m: m}
-	tag := id.New()[:8]
-	f.in, f.out = "bq:"+tag+":in", "bq:"+tag+":out"
+	f := newBaselineFleet(e, m)
 	stop := f.goroutines(work)
 	defer stop()
 	return f.run(inputs)

@@ -125,8 +125,8 @@ func scale(e *env) ([]row, error) {
 // listQueue names the scale scenario's reference in its rows' contenders.
 const listQueue = "list queue, "
 
-// scaleList measures the per-task list queue (one LPUSH a task, BLPOP by
-// each of its slots, one RPUSH a result; no fencing, leases or recovery) on
+// scaleList measures the per-task list queue (one LPUSH a task, a BRPOP by
+// each of its slots, one LPUSH a result; no fencing, leases or recovery) on
 // the same fleet as scale's: k worker processes of scaleSlots slots, for
 // each task length.
 func scaleList(e *env, k int, lengths []time.Duration) ([]row, error) {
@@ -455,8 +455,9 @@ func parseScale(workers, tasks string) error {
 			continue
 		}
 		d, err := time.ParseDuration(t)
-		if err != nil || d <= 0 {
-			return fmt.Errorf("-scale-tasks: %q is not a task length", t)
+		if err != nil || d <= 0 || d%time.Millisecond != 0 {
+			// The scale model reads its points back by whole ms (scaleRows).
+			return fmt.Errorf("-scale-tasks: %q is not a task length of whole milliseconds", t)
 		}
 		scaleLengths = append(scaleLengths, d)
 	}
