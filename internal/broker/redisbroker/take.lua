@@ -129,8 +129,12 @@ end
 -- the end.
 local gave = {}
 
--- Limits: see the header. Most queues have none: one EXISTS a take.
-local limited = redis.call('EXISTS', base .. 'limits') == 1
+-- Three keys most takes find absent: the queue's limits, its pause, and the
+-- worker's private list. One EXISTS answers for all three; each is looked
+-- at alone only if one of them exists.
+local special = redis.call('EXISTS', base .. 'limits', base .. 'paused', KEYS[1]) > 0
+-- Limits: see the header. Most queues have none.
+local limited = special and redis.call('EXISTS', base .. 'limits') == 1
 local room = tonumber(ARGV[7]) or 0
 local roomless = false -- a limited task waits for the worker to have room
 local due = nil -- ms until the first token a refused task needs
@@ -141,115 +145,121 @@ local mine = {} -- tasks this take counted against a cap: not yet in the held se
 local held_back = {} -- task id -> µs its limit held it back, for its mark
 local since_on = limited and redis.call('EXISTS', base .. 'lim:since') == 1
 
--- fn_of returns the function task tid calls, from its lane, or nil.
-local function fn_of(tid)
-  local mid, l = lane_parts(tid)
-  if not mid then
-    return nil
+-- The limits' functions, made only for a take of a queue that has limits:
+-- a function is made anew at each call of the script, at a few hundred of
+-- Redis's instructions for each name it uses from outside itself.
+local fn_of, limit_of, running, admit
+if limited then
+  -- fn_of returns the function task tid calls, from its lane, or nil.
+  function fn_of(tid)
+    local mid, l = lane_parts(tid)
+    if not mid then
+      return nil
+    end
+    local lane = mid .. '.' .. l
+    local fn = fns[lane]
+    if fn == nil then
+      local calls = guarded('HGET', base .. 'm:' .. mid .. ':lanes', l)
+      fn = calls and string.match(calls, '^([^\t\n]*)') or false
+      fns[lane] = fn
+    end
+    return fn or nil
   end
-  local lane = mid .. '.' .. l
-  local fn = fns[lane]
-  if fn == nil then
-    local calls = guarded('HGET', base .. 'm:' .. mid .. ':lanes', l)
-    fn = calls and string.match(calls, '^([^\t\n]*)') or false
-    fns[lane] = fn
-  end
-  return fn or nil
-end
 
--- limit_of returns the limit in force of function fn, or nil.
-local function limit_of(fn)
-  local lim = limits[fn]
-  if lim == nil then
-    lim = parse_limit(guarded('HGET', base .. 'limits', fn)) or false
-    if lim then
-      lim.key = limit_key(base, fn)
-      if lim.rate > 0 then
-        lim.T = lim.per / lim.rate -- ms per element
-        clock = clock or now()
-        -- A crafted arrival time waits a day at most.
-        lim.tat = math.min(finite(guarded('HGET', base .. 'lim:state', fn)) or 0, clock + lim.burst * lim.T + 86400000)
+  -- limit_of returns the limit in force of function fn, or nil.
+  function limit_of(fn)
+    local lim = limits[fn]
+    if lim == nil then
+      lim = parse_limit(guarded('HGET', base .. 'limits', fn)) or false
+      if lim then
+        lim.key = limit_key(base, fn)
+        if lim.rate > 0 then
+          lim.T = lim.per / lim.rate -- ms per element
+          clock = clock or now()
+          -- A crafted arrival time waits a day at most.
+          lim.tat = math.min(finite(guarded('HGET', base .. 'lim:state', fn)) or 0, clock + lim.burst * lim.T + 86400000)
+        end
+      end
+      limits[fn] = lim
+    end
+    return lim or nil
+  end
+
+  -- running returns how many tasks hold a slot of lim's cap. Once at the cap
+  -- it drops slots whose worker no longer holds their task (a path that ended
+  -- a hold without unhold_limited, or writes Redis lost), so the cap cannot
+  -- leak.
+  function running(lim)
+    if lim.n then
+      return lim.n
+    end
+    local run = lim.key .. ':run'
+    local n = guarded('HLEN', run)
+    if n >= lim.conc then
+      local all = redis.call('HGETALL', run)
+      for i = 1, #all, 2 do
+        local tid, w = all[i], all[i + 1]
+        local held = base .. 'w:' .. w .. ':held'
+        if not mine[tid] and guarded('SISMEMBER', held, tid) == 0 and redis.call('SISMEMBER', held, '!' .. tid) == 0 then
+          redis.call('HDEL', run, tid)
+          guarded('HDEL', base .. 'lim:held', tid)
+          n = n - 1
+        end
       end
     end
-    limits[fn] = lim
+    lim.n = n
+    return n
   end
-  return lim or nil
-end
 
--- running returns how many tasks hold a slot of lim's cap. Once at the cap
--- it drops slots whose worker no longer holds their task (a path that ended
--- a hold without unhold_limited, or writes Redis lost), so the cap cannot
--- leak.
-local function running(lim)
-  if lim.n then
-    return lim.n
-  end
-  local run = lim.key .. ':run'
-  local n = guarded('HLEN', run)
-  if n >= lim.conc then
-    local all = redis.call('HGETALL', run)
-    for i = 1, #all, 2 do
-      local tid, w = all[i], all[i + 1]
-      local held = base .. 'w:' .. w .. ':held'
-      if not mine[tid] and guarded('SISMEMBER', held, tid) == 0 and redis.call('SISMEMBER', held, '!' .. tid) == 0 then
-        redis.call('HDEL', run, tid)
-        guarded('HDEL', base .. 'lim:held', tid)
-        n = n - 1
+  -- admit says whether task tid may be taken now, by its function's limit,
+  -- and if so counts it there.
+  function admit(tid)
+    local fn = limited and fn_of(tid)
+    local lim = fn and limit_of(fn)
+    if not lim then
+      return true
+    end
+    local ok = true
+    if room <= 0 then
+      roomless, ok = true, false
+    elseif lim.conc > 0 and running(lim) >= lim.conc then
+      guarded('SADD', lim.key .. ':wait', wid)
+      redis.call('PEXPIRE', lim.key .. ':wait', BELL_TTL)
+      ok = false
+    elseif lim.rate > 0 then
+      local size = math.max(size_of(tid), 1)
+      local tat = math.max(lim.tat, clock)
+      local over = tat - clock
+      if size <= lim.burst then
+        over = over - (lim.burst - size) * lim.T
+      end
+      if over > 0 then
+        due = math.min(due or over, over)
+        ok = false
+      else
+        lim.tat, lim.dirty = tat + size * lim.T, true
       end
     end
-  end
-  lim.n = n
-  return n
-end
-
--- admit says whether task tid may be taken now, by its function's limit,
--- and if so counts it there.
-local function admit(tid)
-  local fn = limited and fn_of(tid)
-  local lim = fn and limit_of(fn)
-  if not lim then
+    if not ok then
+      -- When the limit first held it back, for its trace (see the mark).
+      if guarded('HSETNX', base .. 'lim:since', tid, micros()) == 1 then
+        redis.call('PEXPIRE', base .. 'lim:since', 86400000)
+      end
+      if not lim.counted then
+        guarded('HINCRBY', base .. 'lim:state', 'w\t' .. fn, 1)
+        lim.counted = true
+      end
+      return false
+    end
+    room = room - 1
+    if lim.conc > 0 then
+      guarded('HSET', lim.key .. ':run', tid, wid)
+      guarded('HSET', base .. 'lim:held', tid, fn)
+      lim.n = lim.n + 1
+      mine[tid] = true
+    end
     return true
   end
-  local ok = true
-  if room <= 0 then
-    roomless, ok = true, false
-  elseif lim.conc > 0 and running(lim) >= lim.conc then
-    guarded('SADD', lim.key .. ':wait', wid)
-    redis.call('PEXPIRE', lim.key .. ':wait', BELL_TTL)
-    ok = false
-  elseif lim.rate > 0 then
-    local size = math.max(size_of(tid), 1)
-    local tat = math.max(lim.tat, clock)
-    local over = tat - clock
-    if size <= lim.burst then
-      over = over - (lim.burst - size) * lim.T
-    end
-    if over > 0 then
-      due = math.min(due or over, over)
-      ok = false
-    else
-      lim.tat, lim.dirty = tat + size * lim.T, true
-    end
-  end
-  if not ok then
-    -- When the limit first held it back, for its trace (see the mark).
-    if guarded('HSETNX', base .. 'lim:since', tid, micros()) == 1 then
-      redis.call('PEXPIRE', base .. 'lim:since', 86400000)
-    end
-    if not lim.counted then
-      guarded('HINCRBY', base .. 'lim:state', 'w\t' .. fn, 1)
-      lim.counted = true
-    end
-    return false
-  end
-  room = room - 1
-  if lim.conc > 0 then
-    guarded('HSET', lim.key .. ':run', tid, wid)
-    guarded('HSET', base .. 'lim:held', tid, fn)
-    lim.n = lim.n + 1
-    mine[tid] = true
-  end
-  return true
 end
 
 -- put_back pushes ids[from..] back at the front of list, in order, and
@@ -452,38 +462,39 @@ if not guarded('ZSCORE', KEYS[5], wid) then
 end
 -- An operator paused the queue (redmap pause): nothing is taken, and the
 -- worker waits on its bell, idle, until a resume rings it.
-if redis.call('EXISTS', base .. 'paused') == 1 then
+if special and redis.call('EXISTS', base .. 'paused') == 1 then
   redis.call('DEL', KEYS[4])
   guarded('SADD', KEYS[3], wid)
   return {{'drained', 'paused'}}
 end
--- suspect_first gives a worker that holds nothing the first suspect at the
--- head of a lane it serves, alone, before any other task: a worker that was
--- told a suspect waits empties itself for it, and a take that went round
--- the ring in its order would reach the suspect's lane only after taking
--- from the lanes before it, and be refused it again, for as long as other
--- lanes have tasks (a refusal leaves the lane at the back of its ring).
--- Only managers that lost tasks have suspects: a lane of any other costs
--- one LINDEX and one EXISTS.
-local function suspect_first()
-  for i = 7, #KEYS - 1 do
-    for _, lane in ipairs(guarded('LRANGE', KEYS[i], 0, -1)) do
-      local list = base .. 'l:' .. lane
-      local head = guarded('LINDEX', list, 0)
-      local m = head and keys_of(head)
-      if m and m.lost and suspect_at(guarded('HGET', m.attempts, head)) and serves(lane) then
-        take(list, '', n)
-        return
-      end
-    end
-  end
+if special then
+  take(KEYS[1], '!', n)
 end
-
-take(KEYS[1], '!', n)
 -- The rings that have lanes (an empty list does not exist): one EXISTS
 -- spares a look at each ring below the last of them, or at all.
 local rings = #KEYS > 7 and redis.call('EXISTS', unpack(KEYS, 7, #KEYS - 1)) or 0
 if taken == 0 and not alone and not holding and rings > 0 then
+  -- suspect_first gives a worker that holds nothing the first suspect at the
+  -- head of a lane it serves, alone, before any other task: a worker that was
+  -- told a suspect waits empties itself for it, and a take that went round
+  -- the ring in its order would reach the suspect's lane only after taking
+  -- from the lanes before it, and be refused it again, for as long as other
+  -- lanes have tasks (a refusal leaves the lane at the back of its ring).
+  -- Only managers that lost tasks have suspects: a lane of any other costs
+  -- one LINDEX and one EXISTS.
+  local function suspect_first()
+    for i = 7, #KEYS - 1 do
+      for _, lane in ipairs(guarded('LRANGE', KEYS[i], 0, -1)) do
+        local list = base .. 'l:' .. lane
+        local head = guarded('LINDEX', list, 0)
+        local m = head and keys_of(head)
+        if m and m.lost and suspect_at(guarded('HGET', m.attempts, head)) and serves(lane) then
+          take(list, '', n)
+          return
+        end
+      end
+    end
+  end
   suspect_first()
 end
 for i = 7, #KEYS - 1 do
@@ -493,7 +504,9 @@ for i = 7, #KEYS - 1 do
   local lanes = guarded('LLEN', KEYS[i])
   if lanes > 0 then
     rings = rings - 1
-    if round(KEYS[i], math.ceil((n - taken) / lanes), lanes) then
+    -- A second round, without the share, only if the first left room
+    -- (its LLEN of the ring is a command).
+    if round(KEYS[i], math.ceil((n - taken) / lanes), lanes) and taken < n and not alone then
       round(KEYS[i], n - taken)
     end
   end
