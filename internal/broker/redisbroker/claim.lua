@@ -36,8 +36,9 @@ end
 if ARGV[8] ~= '' then
   -- Its lease may have lapsed meanwhile: while no other claim was taken,
   -- the batch is still its own. A fence Redis lost is set again.
-  if fence and fence ~= ARGV[8] then
-    return redis.error_reply('FENCED ' .. fence)
+  local by = fence_check(KEYS[3], ARGV[8])
+  if by then
+    return redis.error_reply('FENCED ' .. by)
   end
   if lease == 0 then
     if cur == ARGV[8] then

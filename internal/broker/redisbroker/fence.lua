@@ -8,11 +8,11 @@
 -- KEYS[1] the batch's fence (keys.Fence)   KEYS[2] the task set
 -- KEYS[3] where its payloads wait (keys.Aside)
 -- ARGV[1] the claim the owner holds (redisbroker.Fence)   ARGV[2..] the task ids
--- A fence holding foreign data is set aside (fence_read); a task set holding
+-- A fence of an older claim is set back to the owner's (fence_check); one
+-- holding foreign data is set aside (fence_read); a task set holding
 -- it is left to its owner, which fails the batch naming it.
 -- Returns 1 if fenced, 0 if not.
-local fence = fence_read(KEYS[1])
-if not fence or fence == ARGV[1] then
+if not fence_check(KEYS[1], ARGV[1]) then
   return 0
 end
 if redis.call('EXISTS', KEYS[3]) == 1 then

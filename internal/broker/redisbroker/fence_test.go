@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	"github.com/redmap/redmap/internal/broker"
 	"github.com/redmap/redmap/internal/broker/wire"
 	"github.com/redmap/redmap/internal/id"
@@ -121,6 +122,68 @@ func TestFencedOwnerWritesNothing(t *testing.T) {
 	}
 	if f.c.Get(ctx, keys.Fence("rm", f.queue, f.mid)).Val() != b.Record {
 		t.Fatal("the fence is not b's claim after b ended the batch")
+	}
+}
+
+// A fence Redis rolled back to an older claim (a failover that dropped the
+// primary's last writes: the new holder's takeover among them) refuses
+// nothing of the newer claim's holder: its first write sets the fence back
+// to its claim, its TTL kept, and the older claim's holder, if it is still
+// running, is the one refused from then on.
+func TestRolledBackFenceIsSetBack(t *testing.T) {
+	f := setup(t)
+	ctx := context.Background()
+	f.mid = id.Durable("rolled")
+	claim := func(host, steal string) (*Broker, wire.Claimed) {
+		t.Helper()
+		h := wire.Holder{Manager: id.New(), Host: host, PID: 1, Since: 100}
+		got, err := f.r.Claim(ctx, &wire.Claim{Owner: f.mid, Name: "rolled", Holder: h, Lease: time.Minute, TTL: time.Hour, Steal: steal})
+		if err != nil || !got.Held {
+			t.Fatalf("%s claims: %+v, %v", host, got, err)
+		}
+		fence := NewFence(f.mid)
+		fence.Set(got.Record)
+		return f.r.KeepingResults().Fenced(fence), *got
+	}
+	ra, a := claim("a", "")
+	rb, b := claim("b", a.Record)
+	if b.Holder.Token != a.Holder.Token+1 {
+		t.Fatalf("b's token %d after a's %d", b.Holder.Token, a.Holder.Token)
+	}
+	key := keys.Fence("rm", f.queue, f.mid)
+	if err := f.c.Set(ctx, key, a.Record, redis.KeepTTL).Err(); err != nil { // the rollback
+		t.Fatal(err)
+	}
+	ttl := f.c.PTTL(ctx, key).Val()
+	task := wire.Task{ID: id.TaskIn(f.mid, 1, 1, 1, keys.DefaultPriority, keys.DefaultPriority), Payload: []byte("p")}
+	if _, _, err := submitOf(rb.Submit(ctx, &broker.SubmitParams{Manager: f.mid, Lane: f.lane(), Tasks: []wire.Task{task}, TTL: time.Hour, Expect: wire.Expect{}})); err != nil {
+		t.Fatalf("b's submit past a's older fence: %v; want it taken", err)
+	}
+	if v := f.c.Get(ctx, key).Val(); v != b.Record {
+		t.Fatalf("the fence after b's submit: %q; want b's claim %q", v, b.Record)
+	}
+	if after := f.c.PTTL(ctx, key).Val(); after <= 0 || after > ttl {
+		t.Fatalf("the fence's TTL after b set it back: %v, was %v", after, ttl)
+	}
+	task.Payload = []byte("stale")
+	_, _, err := submitOf(ra.Submit(ctx, &broker.SubmitParams{Manager: f.mid, Lane: f.lane(), Tasks: []wire.Task{task}, TTL: time.Hour, Expect: wire.Expect{}}))
+	var fe *FencedError
+	if !errors.As(err, &fe) || fe.Holder.Manager != b.Holder.Manager {
+		t.Fatalf("a's submit once b set the fence back: %v; want a *FencedError naming b", err)
+	}
+	if v := f.c.HGet(ctx, keys.Tasks("rm", f.queue, f.mid), task.ID).Val(); v != "p" {
+		t.Fatalf("the task set holds %q of b's task after a's refused submit", v)
+	}
+	// Each write does the same: b's renewal of its claim, past a fence
+	// rolled back again.
+	f.c.Set(ctx, key, a.Record, redis.KeepTTL)
+	again, err := rb.Claim(ctx, &wire.Claim{Owner: f.mid, Name: "rolled", Holder: b.Holder, Lease: time.Minute, TTL: time.Hour, Fence: b.Record})
+	if err != nil || !again.Held {
+		t.Fatalf("b's renewal past a's older fence: %+v, %v", again, err)
+	}
+	_, err = ra.Claim(ctx, &wire.Claim{Owner: f.mid, Name: "rolled", Holder: a.Holder, Lease: time.Minute, TTL: time.Hour, Fence: a.Record})
+	if !errors.As(err, &fe) || fe.Holder.Manager != b.Holder.Manager {
+		t.Fatalf("a's renewal once b renewed: %v; want a *FencedError naming b", err)
 	}
 }
 

@@ -132,6 +132,30 @@ local function fence_read(key)
   return r
 end
 
+-- fence_check returns the fence (see fence_read) that refuses a write of a
+-- durable batch's owner holding claim, or nil if the write may go on: no
+-- fence, or claim itself. Another claim's fence refuses it unless that
+-- claim is older (a lower token: each claim taken numbers itself one more
+-- than the fence it found): then Redis lost this claim's takeover (a
+-- failover that dropped the old primary's last writes, a restart from an
+-- older snapshot), and the fence is set back to claim, its TTL kept, so
+-- that the older claim's holder is refused from now on. Without it the
+-- batch's holder stopped, told that a manager long gone had taken the
+-- batch over (make chaos).
+local function fence_check(key, claim)
+  local fence = fence_read(key)
+  if not fence or fence == claim then
+    return nil
+  end
+  local mine = tonumber(string.match(claim, '"token":(%d+)}$'))
+  local theirs = tonumber(string.match(fence, '"token":(%d+)}$'))
+  if mine and theirs and mine > theirs then
+    redis.call('SET', key, claim, 'KEEPTTL')
+    return nil
+  end
+  return fence
+end
+
 -- unless_foreign runs command cmd on key (its first key) with the rest of
 -- its arguments and returns the reply, or nil if the key holds foreign
 -- data (left as it is: a task set, whose manager's check fails its batches

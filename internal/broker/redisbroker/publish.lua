@@ -26,8 +26,8 @@
 -- none); the error "FENCED <the fence>" if fenced.
 local mode = ARGV[6]
 if ARGV[7] ~= '' then
-  local fence = fence_read(KEYS[6])
-  if fence and fence ~= ARGV[7] then
+  local fence = fence_check(KEYS[6], ARGV[7])
+  if fence then
     return redis.error_reply('FENCED ' .. fence)
   end
 end

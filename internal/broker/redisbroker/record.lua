@@ -18,8 +18,8 @@
 -- Returns the number of batches written; the error "FENCED <the fence>" if
 -- fenced.
 if ARGV[6] ~= '' then
-  local fence = fence_read(KEYS[5])
-  if fence and fence ~= ARGV[6] then
+  local fence = fence_check(KEYS[5], ARGV[6])
+  if fence then
     return redis.error_reply('FENCED ' .. fence)
   end
 end

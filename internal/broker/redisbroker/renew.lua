@@ -17,8 +17,8 @@
 -- Returns nothing; the error "FENCED <the fence>" if fenced.
 local base, mid, ttl = ARGV[1], ARGV[2], tonumber(ARGV[3])
 if ARGV[4] and ARGV[4] ~= '' then
-  local fence = fence_read(KEYS[9])
-  if fence and fence ~= ARGV[4] then
+  local fence = fence_check(KEYS[9], ARGV[4])
+  if fence then
     return redis.error_reply('FENCED ' .. fence)
   end
   if ttl > 0 then

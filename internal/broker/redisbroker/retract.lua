@@ -7,8 +7,8 @@
 -- A key holding foreign data is set aside (set_aside), but the task set:
 -- left to its owner, which fails its tasks naming it.
 -- Returns nothing; the error "FENCED <the fence>" if fenced.
-local fence = fence_read(KEYS[3])
-if fence and fence ~= ARGV[1] then
+local fence = fence_check(KEYS[3], ARGV[1])
+if fence then
   return redis.error_reply('FENCED ' .. fence)
 end
 for i = 2, #ARGV, CHUNK do

@@ -54,8 +54,8 @@
 -- "FENCED <the fence>" if fenced.
 local base, ttl, wid, expect, epoch, fresh = ARGV[1], ARGV[2], ARGV[3], tonumber(ARGV[4]), ARGV[5], ARGV[6]
 if ARGV[11] ~= '' then
-  local fence = fence_read(KEYS[7])
-  if fence and fence ~= ARGV[11] then
+  local fence = fence_check(KEYS[7], ARGV[11])
+  if fence then
     for i = 12, #ARGV, CHUNK do
       redis.call('HDEL', KEYS[1], unpack(ARGV, i, math.min(i + CHUNK - 1, #ARGV)))
     end

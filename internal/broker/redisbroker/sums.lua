@@ -7,8 +7,8 @@
 -- ARGV[3], ARGV[4], ...: task id, sum, ...
 -- A key holding foreign data is set aside (set_aside).
 -- Returns nothing; the error "FENCED <the fence>" if fenced.
-local fence = fence_read(KEYS[2])
-if fence and fence ~= ARGV[1] then
+local fence = fence_check(KEYS[2], ARGV[1])
+if fence then
   return redis.error_reply('FENCED ' .. fence)
 end
 for i = 3, #ARGV, 2 * CHUNK do

@@ -29,8 +29,8 @@ local function mark(e)
   return redis.sha1hex(#e .. ':' .. string.sub(e, 1, 512) .. string.sub(e, -512))
 end
 if ARGV[4] then
-  local fence = fence_read(KEYS[3])
-  if fence and fence ~= ARGV[4] then
+  local fence = fence_check(KEYS[3], ARGV[4])
+  if fence then
     return redis.error_reply('FENCED ' .. fence)
   end
 end

@@ -11,8 +11,8 @@
 -- ARGV[1] the claim the owner holds (redisbroker.Fence)   ARGV[2] the wake entry
 -- A list holding foreign data is set aside (guarded).
 -- Returns 1; the error "FENCED <the fence>" if fenced.
-local fence = fence_read(KEYS[2])
-if fence and fence ~= ARGV[1] then
+local fence = fence_check(KEYS[2], ARGV[1])
+if fence then
   return redis.error_reply('FENCED ' .. fence)
 end
 guarded('RPUSH', KEYS[1], ARGV[2])
