@@ -417,23 +417,26 @@ func (e *env) commandCalls() commandCalls {
 }
 
 // perTask says, of what Redis ran between c and later for n tasks, the
-// round trips a task and the commands called most, a task each.
+// round trips a task and the commands that took Redis longest, a task
+// each: their calls and µs (INFO commandstats' usec: the wall time of the
+// call, so on a loaded machine more than its CPU).
 func (c commandCalls) perTask(later commandCalls, n int) string {
 	type call struct {
-		name string
-		per  float64
+		name      string
+		per, usec float64
 	}
 	var calls []call
 	for name, v := range later.calls {
-		if d := v - c.calls[name]; d > 0 && name != "info" {
-			calls = append(calls, call{name, float64(d) / float64(n)})
+		if d := v - c.calls[name]; d > 0 && name != "info" && name != "evalsha" && name != "eval" {
+			calls = append(calls, call{name, float64(d) / float64(n), float64(later.usec[name]-c.usec[name]) / float64(n)})
 		}
 	}
-	slices.SortFunc(calls, func(a, b call) int { return cmp.Compare(b.per, a.per) })
+	slices.SortFunc(calls, func(a, b call) int { return cmp.Compare(b.usec, a.usec) })
 	scripts := float64(later.usec["evalsha"]+later.usec["eval"]-c.usec["evalsha"]-c.usec["eval"]) / float64(n)
-	parts := []string{fmt.Sprintf("%.2f round trips, %.1f µs in scripts", float64(later.reads-c.reads)/float64(n), scripts)}
+	parts := []string{fmt.Sprintf("%.2f round trips, %.2f scripts (%.1f µs)", float64(later.reads-c.reads)/float64(n),
+		float64(later.calls["evalsha"]+later.calls["eval"]-c.calls["evalsha"]-c.calls["eval"])/float64(n), scripts)}
 	for _, k := range calls[:min(len(calls), 12)] {
-		parts = append(parts, fmt.Sprintf("%s %.2f", k.name, k.per))
+		parts = append(parts, fmt.Sprintf("%s %.2f (%.1f µs)", k.name, k.per, k.usec))
 	}
 	return strings.Join(parts, ", ")
 }

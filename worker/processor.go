@@ -370,10 +370,18 @@ func (e *executors) setAsideWaiting() map[int][]string {
 }
 
 // staleAfter is how long a prefetched task may wait before the worker checks,
-// before running it, that its batch still wants it: tiny tasks never wait so
-// long, so the check costs nothing where prefetch matters, and a task that
-// waited longer costs one round trip more than its wait.
-const staleAfter = time.Millisecond
+// before running it, that its batch still wants it: as long as an answer
+// holds (recheckAfter), far past the wait the prefetch plans (about
+// prefetchBound of work a slot ahead of it), so that only a task held up
+// past it (by tasks ahead that ran much longer than their average) costs a
+// round trip more than its wait. A cancelled batch's task taken ahead may
+// then run for nothing, its result discarded: at most about the prefetch's
+// work a slot. A check of every task that waited over 1 ms cost Redis an
+// HEXISTS a task and a round trip for every few: with 64 workers of 1 ms
+// tasks, a third of the round trips (bench -scenario scale); 20 ms still
+// checked most 10 ms tasks on a loaded machine, whose waits run past the
+// plan.
+const staleAfter = recheckAfter
 
 // run is one job's step through the executors: set aside if they were
 // stopped; dropped unrun if it waited past stale and is no longer wanted;
