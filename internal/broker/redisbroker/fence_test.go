@@ -25,18 +25,11 @@ func TestFencedOwnerWritesNothing(t *testing.T) {
 	f.mid = id.Durable("fenced")
 	take := func(host, steal string) (*Broker, wire.Claimed) {
 		t.Helper()
-		h := wire.Holder{Manager: id.New(), Host: host, PID: 1, Since: 100}
-		got, err := f.r.Claim(ctx, &wire.Claim{Owner: f.mid, Name: "fenced", Holder: h, Lease: time.Minute, TTL: time.Hour, Steal: steal})
-		if err != nil || !got.Held {
-			t.Fatalf("%s claims: %+v, %v", host, got, err)
-		}
-		fence := NewFence(f.mid)
-		fence.Set(got.Record)
-		r := f.r.KeepingResults().Fenced(fence)
+		r, got := claimAs(t, f, "fenced", host, steal)
 		if _, err := r.Resume(ctx, &broker.ResumeParams{Owner: f.mid, TTL: time.Hour}); err != nil {
 			t.Fatal(err)
 		}
-		return r, *got
+		return r, got
 	}
 	tasks := func(from, n int) []wire.Task {
 		ts := make([]wire.Task, n)
@@ -134,19 +127,8 @@ func TestRolledBackFenceIsSetBack(t *testing.T) {
 	f := setup(t)
 	ctx := context.Background()
 	f.mid = id.Durable("rolled")
-	claim := func(host, steal string) (*Broker, wire.Claimed) {
-		t.Helper()
-		h := wire.Holder{Manager: id.New(), Host: host, PID: 1, Since: 100}
-		got, err := f.r.Claim(ctx, &wire.Claim{Owner: f.mid, Name: "rolled", Holder: h, Lease: time.Minute, TTL: time.Hour, Steal: steal})
-		if err != nil || !got.Held {
-			t.Fatalf("%s claims: %+v, %v", host, got, err)
-		}
-		fence := NewFence(f.mid)
-		fence.Set(got.Record)
-		return f.r.KeepingResults().Fenced(fence), *got
-	}
-	ra, a := claim("a", "")
-	rb, b := claim("b", a.Record)
+	ra, a := claimAs(t, f, "rolled", "a", "")
+	rb, b := claimAs(t, f, "rolled", "b", a.Record)
 	if b.Holder.Token != a.Holder.Token+1 {
 		t.Fatalf("b's token %d after a's %d", b.Holder.Token, a.Holder.Token)
 	}
@@ -185,6 +167,21 @@ func TestRolledBackFenceIsSetBack(t *testing.T) {
 	if !errors.As(err, &fe) || fe.Holder.Manager != b.Holder.Manager {
 		t.Fatalf("a's renewal once b renewed: %v; want a *FencedError naming b", err)
 	}
+}
+
+// claimAs has a manager on host claim f.mid's durable batch name, taking
+// over the holder's record steal if not "", and returns the broker that
+// writes with its claim as the fence, and the claim.
+func claimAs(t *testing.T, f *fixture, name, host, steal string) (*Broker, wire.Claimed) {
+	t.Helper()
+	h := wire.Holder{Manager: id.New(), Host: host, PID: 1, Since: 100}
+	got, err := f.r.Claim(context.Background(), &wire.Claim{Owner: f.mid, Name: name, Holder: h, Lease: time.Minute, TTL: time.Hour, Steal: steal})
+	if err != nil || !got.Held {
+		t.Fatalf("%s claims: %+v, %v", host, got, err)
+	}
+	fence := NewFence(f.mid)
+	fence.Set(got.Record)
+	return f.r.KeepingResults().Fenced(fence), *got
 }
 
 // A fence holding foreign data (a string that is no claim's record, or
