@@ -484,14 +484,15 @@ func childDurable(rdb redis.UniversalClient, queue string) error {
 	}
 	// At maxmemory a durable call's submit fails with ErrRedisFull and what
 	// it queued stays: the same call, once Redis has room, takes the batch
-	// over (TestDurableRedisFull). A program calls it again, as this one does.
-	for {
+	// over (TestDurableRedisFull). A program calls it again, as this one does,
+	// for a minute at most.
+	for start := time.Now(); ; {
 		if os.Getenv("REDMAP_MODE") == "seq" {
 			b, err = manager.SubmitSeq(ctx, m, countedSquare, slices.Values(xs), named...)
 		} else {
 			b, err = manager.Submit(ctx, m, countedSquare, xs, named...)
 		}
-		if !errors.Is(err, redmap.ErrRedisFull) {
+		if !errors.Is(err, redmap.ErrRedisFull) || time.Since(start) > time.Minute {
 			break
 		}
 		fmt.Fprintln(os.Stderr, "child: submit again:", err)

@@ -214,7 +214,7 @@ if limited then
   -- admit says whether task tid may be taken now, by its function's limit,
   -- and if so counts it there.
   function admit(tid)
-    local fn = limited and fn_of(tid)
+    local fn = fn_of(tid)
     local lim = fn and limit_of(fn)
     if not lim then
       return true
