@@ -225,11 +225,14 @@ func (w *Worker) Run(ctx context.Context) error {
 			return fmt.Errorf("worker: cannot serve queue %q: %w", w.opts.Queue, err)
 		}
 	}
+	// The types go first: a manager that sees this worker registered with
+	// other signatures than its own then finds them, to name the field
+	// that differs (ErrTypeMismatch).
+	w.publishTypes(ctx)
 	if err := p.upkeep.tick(bg); err != nil && redisbroker.Refused(err) {
 		return fmt.Errorf("worker: cannot serve queue %q: %w", w.opts.Queue, err)
 	}
 
-	w.publishTypes(ctx)
 	w.declareLimits(ctx)
 	p.fed().Start(bg)
 	// The fetcher runs under ctx itself, not stopped by a callback when ctx
