@@ -103,14 +103,16 @@ func (l Limit) String() string {
 	return strings.Join(parts, ", ")
 }
 
-// Option is an option of a function's handle (Func, FuncWith): a Limit.
+// Option is an option of a function's handle (Func, FuncWith, Emit): a
+// Limit, or Idempotent.
 type Option interface {
 	apply(*handleOptions)
 }
 
 // handleOptions is what a handle's options set.
 type handleOptions struct {
-	limit Limit
+	limit      Limit
+	idempotent bool // see Idempotent
 }
 
 func (l Limit) apply(o *handleOptions) { o.limit = l }

@@ -180,9 +180,19 @@ func TestResultRoundTrip(t *testing.T) {
 	if got, err := DecodeResult(wb, 0); err != nil || !reflect.DeepEqual(got, in) {
 		t.Fatalf("worker round trip: %+v (%v), want %+v", got, err, in)
 	}
-	later := append(append([]byte{0x90 | 9}, rb[1:]...), 0xa1, 'x', 0x01)
-	if got, err := DecodeResult(later, 0); err != nil || !got.Recorded || got.Task != "m-1" || got.Worker != "x" {
-		t.Fatalf("a result with fields past 8: %+v (%v), want them skipped", got, err)
+	// Backup travels as a ninth field, after Worker.
+	in.Backup = true
+	bb, err := EncodeResult(in)
+	if err != nil || bb[0] != 0x90|9 {
+		t.Fatalf("a backup's result starts %x (%v), want a 9-field array", bb[:1], err)
+	}
+	if got, err := DecodeResult(bb, 0); err != nil || !reflect.DeepEqual(got, in) {
+		t.Fatalf("backup round trip: %+v (%v), want %+v", got, err, in)
+	}
+	in.Backup = false
+	later := append(append([]byte{0x90 | 10}, rb[1:]...), 0xa1, 'x', 0xc3, 0x01)
+	if got, err := DecodeResult(later, 0); err != nil || !got.Recorded || got.Task != "m-1" || got.Worker != "x" || !got.Backup {
+		t.Fatalf("a result with fields past 9: %+v (%v), want them skipped", got, err)
 	}
 	if _, err := DecodeResult(append([]byte{0x90 | 5}, b[1:]...), 0); !errors.Is(err, ErrCorrupt) {
 		t.Fatalf("a 5-field result: %v, want ErrCorrupt", err)

@@ -97,6 +97,11 @@ type Result struct {
 	// failed an element (redmap failures -batch). It travels as an
 	// optional eighth field, which a reader of an earlier release skips.
 	Worker string
+	// Backup says the result is of a backup task: a copy of a task that
+	// ran long, queued near its batch's end (manager.Backups), whose first
+	// result wins. It travels as an optional ninth field, set only when
+	// true; Worker is then set too.
+	Backup bool
 }
 
 // resultFields is the length of a result's array without its optional
@@ -116,6 +121,8 @@ func EncodeResult(r *Result) ([]byte, error) {
 	size += len(r.Worker)
 	w := newWriter(size)
 	switch {
+	case r.Backup:
+		w.arrayLen(resultFields + 3)
 	case r.Worker != "":
 		w.arrayLen(resultFields + 2)
 	case r.Recorded:
@@ -143,11 +150,14 @@ func EncodeResult(r *Result) ([]byte, error) {
 			w.int(f.Through)
 		}
 	}
-	if r.Recorded || r.Worker != "" {
+	if r.Recorded || r.Worker != "" || r.Backup {
 		w.bool(r.Recorded)
 	}
-	if r.Worker != "" {
+	if r.Worker != "" || r.Backup {
 		w.str(r.Worker)
+	}
+	if r.Backup {
+		w.bool(true)
 	}
 	return w.result()
 }
@@ -201,7 +211,10 @@ func DecodeResult(b []byte, limit int) (*Result, error) {
 	if fields > resultFields+1 {
 		r.Worker = d.str()
 	}
-	for range fields - resultFields - 2 {
+	if fields > resultFields+2 {
+		r.Backup = d.bool()
+	}
+	for range fields - resultFields - 3 {
 		d.skip()
 	}
 	if err := d.end("result"); err != nil {

@@ -147,7 +147,19 @@ type Worker struct {
 	// Error is the worker's last failed Redis call, if it has not
 	// recovered, or why its record could not be read.
 	Error string `json:"error,omitempty"`
+	// BackupRaces counts its tasks that got a backup task (a copy, run by
+	// another worker, of a task it held far longer than its batch's
+	// typical task), in the last day; Overtaken those whose backup's result
+	// came first. Slow: it lost most of at least SlowRaces races, a worker
+	// slower than its fleet (a noisy neighbour, a throttled machine).
+	BackupRaces int64 `json:"backup_races,omitempty"`
+	Overtaken   int64 `json:"overtaken,omitempty"`
+	Slow        bool  `json:"slow,omitempty"`
 }
+
+// SlowRaces is how many backup races a worker must lose, and more than half
+// of those it was in, to be named slow (Worker.Slow).
+const SlowRaces = 2
 
 // GoneFor is how long a worker that stopped or died stays listed.
 const GoneFor = keys.GoneFor
@@ -286,6 +298,8 @@ func (i *Inspector) Workers(ctx context.Context, queue string, now time.Time) ([
 		if w.Functions == nil {
 			w.Functions = []string{}
 		}
+		w.BackupRaces, w.Overtaken = r.Races, r.Lost
+		w.Slow = r.Lost >= SlowRaces && 2*r.Lost > r.Races
 		w.State, w.Since, w.HeartbeatAge = stateOf(r, nowMs)
 		if !w.Live {
 			w.Running, w.Held = 0, 0

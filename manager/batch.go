@@ -66,6 +66,7 @@ type Batch[Out any] struct {
 
 	mu       sync.Mutex
 	feed     ledger
+	bk       backups // its backup tasks (backup.go)
 	outs     outputs[Out]
 	state    outcome
 	progress chan struct{} // closed at the next progress, if watched (see watch)
@@ -103,7 +104,8 @@ type batchEnv struct {
 	// Redis unavailable, ...) for the queue's failure groups: workers count
 	// what fails on theirs.
 	failures *failure.Log
-	durable  bool // its manager owns a durable batch: see abort
+	durable  bool          // its manager owns a durable batch: see abort
+	backups  *backupCounts // the manager's count of backup tasks (Stats), and the races that ended
 }
 
 // newBatch returns a batch of n elements (of a slice), or of a sequence
@@ -497,6 +499,7 @@ func (b *Batch[Out]) release() {
 			b.env.batches.unlist(b.id)
 		}
 		b.stop()
+		b.backupsOver()
 		if b.env.lanes != nil && !b.env.durable {
 			// Nothing of it is wanted any more: its lane's entry and keys
 			// go with the keeper's next tick.
@@ -657,6 +660,7 @@ func (b *Batch[Out]) deliver(ci int, r *codec.Result, err error) {
 		}
 		b.env.costs.observe(b.costKey, r.Nanos, c.count)
 		b.env.costs.observeOut(b.costKey, len(r.Values), c.count)
+		b.backupEnded(ci, r)
 		if r.Recorded && b.soloChunk(c.start, c.start+c.count) {
 			w := wire.Complete(b.solo.Record, c.count, r.Fails, 0)
 			b.soloWritten = &w

@@ -1,5 +1,7 @@
 package manager
 
+import "time"
+
 // ledger is a batch's feed as it stands: the chunks submitted so far, which
 // the feeder appends and closeChunk settles, how many elements still wait
 // for an outcome, and the in-flight window the feeder keeps under its
@@ -33,6 +35,9 @@ type chunk struct {
 	tid                string
 	over               bool
 	payload            []byte // kept while out if the input cannot encode it again
+	// began is when its task began to run at the latest: its result's
+	// arrival less its run (backup.go); zero until it has a result.
+	began time.Time
 }
 
 // add appends chunks, counting them in flight, and returns the index of

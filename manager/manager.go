@@ -65,12 +65,13 @@ type Manager struct {
 	cancel     context.CancelFunc
 	partsMu    sync.Mutex
 	collectors []*collector // one per open shard
-	background part.List    // keeper, reaper, recoverer
+	background part.List    // keeper, reaper, recoverer, stragglers
 
 	batchSeq atomic.Uint64
 	probed   atomic.Bool // Redis allowed every command redmap needs (see ready)
 	typed    sync.Map    // signatures whose types are published (see publishTypes)
 	stats    counters
+	backups  backupCounts // its batches' backup tasks, and the races that ended (backup.go)
 	failures failure.Log  // what failed on the manager's side, for the queue's failure groups
 	history  *history     // writes each batch's final record
 	addr     string       // where the client connects, for errors (redisbroker.Addr)
@@ -188,7 +189,7 @@ func assemble(r seams, opts Options, mid string, o *owned) *Manager {
 	withdrawals := &withdrawal{mid: mid, pending: m.pending, router: m.router, log: m.log}
 	m.env = batchEnv{mid: mid, tracer: m.tracer, log: m.log, ended: &m.stats.ended, unsaid: ended, lanes: lanes, costs: m.costs, batches: m.batches,
 		history: m.history, tasks: withdrawals, durable: o != nil,
-		failures: &m.failures}
+		failures: &m.failures, backups: &m.backups}
 	m.feeding = feederParams{mid: mid, label: label, opts: opts, router: m.router, pending: m.pending, batches: m.batches,
 		costs: m.costs, faults: m.faults, running: &m.feeders, publishTypes: m.publishTypes, limitOf: m.limitOf}
 	if o != nil {
@@ -208,6 +209,8 @@ func assemble(r seams, opts Options, mid string, o *owned) *Manager {
 			batches: m.batches, faults: m.faults, log: m.log}, opts.Poll),
 		newRecoverer(recovererParams{mid: mid, ttl: opts.KeyTTL, router: m.router, pending: m.pending,
 			holds: m.holds, faults: m.faults, log: m.log}, opts.Poll),
+		newStragglers(stragglersParams{mid: mid, router: m.router, batches: m.batches, counts: &m.backups,
+			faults: m.faults, log: m.log}, opts.Poll),
 	}
 	m.startCollector(m.router.first())
 	m.history.Start(m.ctx)
@@ -304,6 +307,11 @@ type Stats struct {
 	// its shuffles put in Redis at most, all at once if nothing was
 	// reduced before the last map task ended.
 	PartialBytes, OutputBytes int64
+	// BackupsStarted counts the backup tasks queued (Backups): copies of
+	// tasks held far longer than their batch's typical task. Of their
+	// races, a copy's result came first in BackupsWon; the original's
+	// (the copy run for nothing, or never run) in BackupsWasted.
+	BackupsStarted, BackupsWon, BackupsWasted int64
 }
 
 // Stats returns the manager's diagnostics, its durable batches' (Durable)
@@ -332,6 +340,7 @@ func (m *Manager) ownStats() Stats {
 		ConstantUploads: n, ConstantBytes: bytes, Elements: m.stats.ended.Load(),
 		Pending:      m.pending.count(),
 		PartialBytes: m.stats.partialBytes.Load(), OutputBytes: m.stats.outputBytes.Load(),
+		BackupsStarted: m.backups.started.Load(), BackupsWon: m.backups.won.Load(), BackupsWasted: m.backups.wasted.Load(),
 	}
 }
 
@@ -345,6 +354,9 @@ func (s *Stats) add(o Stats) {
 	s.Pending += o.Pending
 	s.PartialBytes += o.PartialBytes
 	s.OutputBytes += o.OutputBytes
+	s.BackupsStarted += o.BackupsStarted
+	s.BackupsWon += o.BackupsWon
+	s.BackupsWasted += o.BackupsWasted
 }
 
 // Close ends every batch still running with ErrClosed, withdraws their tasks,

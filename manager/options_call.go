@@ -38,6 +38,9 @@ type callOptions struct {
 	// to let it go (DurableWait).
 	durableWait time.Duration
 	partitions  int // a map/reduce by key's (Partitions); 0 for the default
+	// backups: the call's say on backup tasks (Backups); nil leaves it to
+	// the handle (redmap.Idempotent).
+	backups *bool
 	// call is what the call says of its batch by name, to its workers and
 	// operators: an option that sets a field of it needs nothing else.
 	call codec.CallInfo
@@ -49,6 +52,14 @@ type callOptions struct {
 // logs on a worker through redmap.Logger carries it as "label". At most
 // 256 bytes of printable UTF-8; default none.
 func Label(s string) CallOption { return func(o *callOptions) { o.call.Label = s } }
+
+// Backups turns the batch's backup tasks on or off: near the batch's end,
+// a task running far longer than its typical task is run again on another
+// worker, and the first result wins (see docs/programming.md,
+// "Stragglers"). Default: on for a function declared redmap.Idempotent,
+// off for any other. Turn them on only for a function that may run twice:
+// both copies may run to the end. A private batch (OnWorker) has none.
+func Backups(on bool) CallOption { return func(o *callOptions) { o.backups = &on } }
 
 // Priority sets the batch's priority, from MinPriority (1) to MaxPriority
 // (5); default DefaultPriority (3). A worker always takes the public tasks

@@ -18,6 +18,7 @@ type Progress struct {
 	Worker   string        `json:"worker,omitempty"`   // the private queue's worker, or "" for the public queue
 	Waiting  string        `json:"waiting,omitempty"`  // why the batch is not advancing, if the manager knows: no live worker serves its function
 	Priority int           `json:"priority,omitempty"` // its tasks' priority (Priority), 1 to 5
+	Backups  wire.Backups  `json:"backups,omitzero"`   // its backup tasks: started, won, wasted (Backups)
 }
 
 // rateWindow is about how far back Progress's rate looks: recent enough
@@ -58,7 +59,7 @@ func (b *Batch[Out]) recentRate(now time.Time, done int) float64 {
 func (b *Batch[Out]) Progress() Progress {
 	now := time.Now()
 	b.mu.Lock()
-	p := Progress{Func: b.fn, Total: b.feed.n, Done: b.feed.n - b.feed.left, Failed: len(b.outs.errs), Started: b.firstStarted(), Worker: b.worker, Waiting: b.state.waiting, Priority: b.priority}
+	p := Progress{Func: b.fn, Total: b.feed.n, Done: b.feed.n - b.feed.left, Failed: len(b.outs.errs), Started: b.firstStarted(), Worker: b.worker, Waiting: b.state.waiting, Priority: b.priority, Backups: b.bk.counts}
 	p.Rate = b.recentRate(now, p.Done)
 	b.mu.Unlock()
 	if p.Rate > 0 && p.Done < p.Total {
@@ -74,5 +75,5 @@ func (b *Batch[Out]) published() wire.BatchProgress {
 	p := b.Progress()
 	return wire.BatchProgress{Func: p.Func, Total: p.Total, Done: p.Done, Failed: p.Failed, Rate: p.Rate, ETA: p.ETA,
 		Started: p.Started, Worker: p.Worker, Waiting: p.Waiting, Priority: p.Priority, StartedMs: p.Started.UnixMilli(),
-		Call: b.call}
+		Call: b.call, Backups: p.Backups}
 }

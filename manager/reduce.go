@@ -35,7 +35,7 @@ func MapReduce[In, Out any](ctx context.Context, m *Manager, fn *redmap.Handle[I
 	if err != nil {
 		return zero, err
 	}
-	b, err := submit(ctx, m, spec{name: fn.Name(), sig: fn.Signature(), types: types(fn), limit: fn.Limit()}, elements[In]{xs: xs}, co, red)
+	b, err := submit(ctx, m, spec{name: fn.Name(), sig: fn.Signature(), types: types(fn), limit: fn.Limit(), idempotent: idempotentOf(fn)}, elements[In]{xs: xs}, co, red)
 	if err != nil {
 		return zero, err
 	}
@@ -85,7 +85,7 @@ func MapReduceSeq[In, Out any](ctx context.Context, m *Manager, fn *redmap.Handl
 	if err != nil {
 		return zero, err
 	}
-	b, err := submit(ctx, m, spec{name: fn.Name(), sig: fn.Signature(), types: types(fn), limit: fn.Limit()}, elements[In]{seq: seq}, co, red)
+	b, err := submit(ctx, m, spec{name: fn.Name(), sig: fn.Signature(), types: types(fn), limit: fn.Limit(), idempotent: idempotentOf(fn)}, elements[In]{seq: seq}, co, red)
 	if err != nil {
 		return zero, err
 	}

@@ -8,6 +8,7 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 
 	"github.com/redmap/redmap/codec"
+	"github.com/redmap/redmap/internal/broker"
 	"github.com/redmap/redmap/internal/broker/wire"
 )
 
@@ -27,6 +28,9 @@ type batch interface {
 	served(ok bool, now time.Time, timeout time.Duration, why string) (began, expired bool)
 	failWaiting(cause error)
 	event(name string, attrs ...attribute.KeyValue) // on the batch's span
+	// dueBackups and backupsQueued are its backup tasks' (backup.go).
+	dueBackups(now time.Time, shards int) []string
+	backupsQueued(got []broker.Backup)
 }
 
 // registry lists the manager's running batches, for the keeper to publish

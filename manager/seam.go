@@ -27,6 +27,7 @@ type shardRedis interface {
 	Submit(ctx context.Context, p *broker.SubmitParams) (*broker.SubmitResult, error)
 	// Cancel withdraws tasks: workers skip them, their results are dropped.
 	Cancel(ctx context.Context, p *broker.CancelParams) error
+	Backup(ctx context.Context, p *broker.BackupParams) ([]broker.Backup, error)
 	// Ping checks that Redis answers: faults tell a slow call from an
 	// outage with it.
 	Ping(ctx context.Context) error

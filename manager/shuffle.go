@@ -298,7 +298,7 @@ func startShuffle[In any, K comparable, V any](ctx context.Context, m *Manager, 
 		}
 	}
 	redRef := &reducerRef{name: red.Name(), sig: red.Signature(), types: types(red)}
-	base := spec{name: em.Name(), sig: em.Signature(), types: types(em), limit: em.Limit(), red: redRef}
+	base := spec{name: em.Name(), sig: em.Signature(), types: types(em), limit: em.Limit(), idempotent: idempotentOf(em), red: redRef}
 	j.mapRun = func(ctx context.Context, start, count int) (wire.MapSummary, error) {
 		sh := j.sh
 		sh.Phase, sh.Base = wire.PhaseMap, start

@@ -53,7 +53,7 @@ func Submit[In, Out any](ctx context.Context, m *Manager, fn *redmap.Handle[In, 
 	if err != nil {
 		return nil, err
 	}
-	return submit(ctx, m, spec{name: fn.Name(), sig: fn.Signature(), types: types(fn), limit: fn.Limit()}, elements[In]{xs: xs}, co, (*redmap.Reducer[Out])(nil))
+	return submit(ctx, m, spec{name: fn.Name(), sig: fn.Signature(), types: types(fn), limit: fn.Limit(), idempotent: idempotentOf(fn)}, elements[In]{xs: xs}, co, (*redmap.Reducer[Out])(nil))
 }
 
 // MapWith is Map for a function that takes constant data: constant is
@@ -118,7 +118,7 @@ func holdConstant[C any](ctx context.Context, m *Manager, fn redmap.AnyHandle, c
 	if err != nil {
 		return spec{}, err
 	}
-	return spec{name: fn.Name(), sig: fn.Signature(), types: types(fn), limit: fn.Limit(), constant: &ref, holder: holder}, nil
+	return spec{name: fn.Name(), sig: fn.Signature(), types: types(fn), limit: fn.Limit(), idempotent: idempotentOf(fn), constant: &ref, holder: holder}, nil
 }
 
 // releaseUnused releases the hold of sp's constant, whose batch was not
@@ -142,14 +142,23 @@ func types(h redmap.AnyHandle) []string {
 	return h.Runtime().Types()
 }
 
+// idempotentOf reports whether h was declared redmap.Idempotent.
+func idempotentOf(h any) bool {
+	i, ok := h.(interface{ Idempotent() bool })
+	return ok && i.Idempotent()
+}
+
 // spec says what a batch runs: the function and, if it takes one, the
 // constant and the batch's hold on it.
 type spec struct {
 	name, sig string
 	limit     redmap.Limit // declared with its handle
-	types     []string     // the structure the signature fingerprints
-	constant  *cache.Ref
-	holder    string
+	// idempotent: its handle was declared redmap.Idempotent, so its
+	// batches get backup tasks unless the call says otherwise.
+	idempotent bool
+	types      []string // the structure the signature fingerprints
+	constant   *cache.Ref
+	holder     string
 	// red, if not nil, is the reducer the tasks name instead of the one
 	// the manager folds their outputs with; shuffle is what they carry as
 	// a map/reduce by key's (codec.Task.Shuffle). See shuffle.go.
@@ -235,6 +244,10 @@ func prepare[In, Out any](ctx context.Context, m *Manager, sp spec, els elements
 	b.worker = co.worker
 	b.priority = co.priority
 	b.call = co.call
+	b.bk.on = co.worker == "" && sp.idempotent
+	if co.backups != nil {
+		b.bk.on = co.worker == "" && *co.backups
+	}
 	b.types = map[string][]string{sp.name: sp.types}
 	calls := wire.Calls(sp.name, sp.sig, "", "")
 	if red != nil {
@@ -340,5 +353,5 @@ func SubmitSeq[In, Out any](ctx context.Context, m *Manager, fn *redmap.Handle[I
 	if err != nil {
 		return nil, err
 	}
-	return submit(ctx, m, spec{name: fn.Name(), sig: fn.Signature(), types: types(fn), limit: fn.Limit()}, elements[In]{seq: seq}, co, (*redmap.Reducer[Out])(nil))
+	return submit(ctx, m, spec{name: fn.Name(), sig: fn.Signature(), types: types(fn), limit: fn.Limit(), idempotent: idempotentOf(fn)}, elements[In]{seq: seq}, co, (*redmap.Reducer[Out])(nil))
 }

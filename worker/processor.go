@@ -543,9 +543,10 @@ func (w *Worker) execute(ctx context.Context, t wire.Taken) (done wire.Done) {
 	}
 	solo := w.solo(ctx, t, task)
 	res.Recorded = solo != nil
-	if len(res.Fails) > 0 {
-		res.Worker = w.opts.ID // for operators: who failed its elements
+	if len(res.Fails) > 0 || t.Backup {
+		res.Worker = w.opts.ID // for operators: who failed its elements, or ran a backup
 	}
+	res.Backup = t.Backup // its manager counts the races its backups won
 	b, err := codec.EncodeResult(res)
 	if err == nil && len(b) > w.opts.MaxFrame {
 		err = fmt.Errorf("%w (worker.Options.MaxFrame raises the limit)", &codec.SizeError{What: "result", Size: len(b), Limit: w.opts.MaxFrame})
@@ -556,7 +557,7 @@ func (w *Worker) execute(ctx context.Context, t wire.Taken) (done wire.Done) {
 			kind = codec.KindTooLarge
 		}
 		res = &codec.Result{Task: t.ID, Attempt: t.Attempt, Fails: []codec.Failure{{Index: -1, Kind: kind, Msg: err.Error()}},
-			Recorded: solo != nil, Worker: w.opts.ID}
+			Recorded: solo != nil, Worker: w.opts.ID, Backup: t.Backup}
 		b, _ = codec.EncodeResult(res) // small and well-formed: cannot fail
 	}
 	endSpan(span, c.task.Count, res.Fails)

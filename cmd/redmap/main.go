@@ -217,7 +217,11 @@ func (c *cli) workers(ctx context.Context) error {
 	}
 	var rows [][]string
 	for _, w := range ws {
-		rows = append(rows, []string{w.Queue, w.ID, w.State, dur(time.Duration(w.Since * float64(time.Second))),
+		state := w.State
+		if w.Slow { // backups overtook most of its tasks that got one
+			state += fmt.Sprintf(" (slow: %d of %d backup races lost)", w.Overtaken, w.BackupRaces)
+		}
+		rows = append(rows, []string{w.Queue, w.ID, state, dur(time.Duration(w.Since * float64(time.Second))),
 			w.Host, strconv.Itoa(w.PID), cmp.Or(w.Version, "-"),
 			dur(time.Duration(w.HeartbeatAge * float64(time.Second))), fmt.Sprintf("%d/%d", w.Running, w.Concurrency),
 			strconv.FormatInt(w.Held, 10), strconv.FormatInt(w.Taken, 10), strconv.FormatInt(w.Delivered, 10),

@@ -66,6 +66,10 @@ type Shard interface {
 	// Cancel withdraws tasks: a take drops them, their results are
 	// discarded.
 	Cancel(ctx context.Context, p *CancelParams) error
+	// Backup queues copies of a manager's tasks that ran long, each kept
+	// off the worker that holds the original, only while some worker is
+	// idle; and records, on shard 0, how races ended (p.Races).
+	Backup(ctx context.Context, p *BackupParams) ([]Backup, error)
 	// Ping checks that the store answers.
 	Ping(ctx context.Context) error
 	// ReadResults trims the entries read last time off a manager's result
@@ -225,6 +229,37 @@ type GiveBackParams struct {
 type HeldParams struct {
 	Worker string
 }
+
+// BackupParams are the tasks of manager Manager to copy, and the races
+// that ended since the last call.
+type BackupParams struct {
+	Manager string
+	Tasks   []string
+	Races   []Race
+}
+
+// Race is how one task's race with its backup ended for the worker that
+// held the original: Lost if the backup's result came first.
+type Race struct {
+	Worker string
+	Lost   bool
+}
+
+// Backup is what became of one task a Backup call was to copy: State
+// BackupQueued, BackupGone (no longer in its task set), BackupLost (lost
+// before: never copied) or BackupBusy (no worker was idle: nothing was
+// queued); Holder is the worker that holds the original, "" if unknown.
+type Backup struct {
+	Task, State, Holder string
+}
+
+// The states of a Backup.
+const (
+	BackupQueued = "queued"
+	BackupGone   = "gone"
+	BackupLost   = "lost"
+	BackupBusy   = "busy"
+)
 
 // UnwantedParams are the tasks a worker holds to ask about.
 type UnwantedParams struct {

@@ -233,6 +233,26 @@ func Cancelled(prefix, queue, owner string) string {
 // of the queue; redmap resume deletes them and rings the idle workers.
 func Paused(prefix, queue string) string { return Base(prefix, queue) + "paused" }
 
+// Backups is the shard's backup tasks (LIST of "<task id>\t<worker id>":
+// a copy of a task that ran long near its batch's end, and the worker
+// that holds the original, or "" if its manager did not find it). A take
+// looks at it before the rings: it never gives a copy to the worker that
+// holds the original, drops one whose task ended, and counts none against
+// a limit (a copy of a limited function's task is dropped). backup.lua
+// writes it; it lives 10 minutes past its last write and holds at most
+// BackupsMax entries.
+func Backups(prefix, queue string) string { return Base(prefix, queue) + "backups" }
+
+// BackupsMax bounds keys.Backups: what a take reads of it a call.
+const BackupsMax = 64
+
+// Races is the queue's record of the workers whose tasks got a backup
+// (HASH "<worker id>\traces" -> its tasks that got one, "<worker id>\tlost"
+// -> those a backup beat): its managers add to it as the races end, and
+// redmap workers names a worker that lost most of at least 2 races as
+// slow. It lives a day past its last write.
+func Races(prefix, queue string) string { return Base(prefix, queue) + "races" }
+
 // ShuffleJob says where the partitions of durable map/reduce by key job
 // (id.DurableJob) are (STRING: the job's wire.Shuffle, living its
 // DurableTTL), written as the job starts, so that an operator's cancel of

@@ -3,6 +3,7 @@ package memory
 import (
 	"context"
 	"errors"
+	"maps"
 	"slices"
 	"strings"
 	"time"
@@ -27,6 +28,7 @@ type managerState struct {
 	lists   map[string][]string // each manager's result list
 	changed chan struct{}       // closed and replaced at every push
 	cancels []string            // tasks withdrawn, in order
+	races   []broker.Race       // races recorded by Backup calls, in order
 	sent    []string            // every task submitted, in order
 	dropped map[string]bool
 	// run, if set, plays a worker that runs each task as it is submitted:
@@ -240,6 +242,51 @@ func (s *Shard) Cancel(_ context.Context, p *broker.CancelParams) error {
 	}
 	s.m.cancels = append(s.m.cancels, p.Tasks...)
 	return nil
+}
+
+// Backup queues copies of p.Tasks, as backup.lua: only while a worker is
+// idle, only of tasks still in their task sets and never lost, each with
+// the worker that holds the original; the races are counted (Races).
+func (s *Shard) Backup(_ context.Context, p *broker.BackupParams) ([]broker.Backup, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := s.rec.Call("backup"); err != nil {
+		return nil, err
+	}
+	s.m.races = append(s.m.races, p.Races...)
+	out := make([]broker.Backup, len(p.Tasks))
+	idle := len(s.idle) > 0
+	for i, tid := range p.Tasks {
+		out[i] = broker.Backup{Task: tid, State: broker.BackupBusy}
+		t, ok := s.tasks[tid]
+		switch {
+		case !idle:
+		case !ok:
+			out[i].State = broker.BackupGone
+		case t.attempt > 0:
+			out[i].State = broker.BackupLost
+		default:
+			out[i].State = broker.BackupQueued
+			for _, w := range slices.Sorted(maps.Keys(s.held)) {
+				if s.held[w][tid] {
+					out[i].Holder = w
+					break
+				}
+			}
+			s.backups = append(s.backups, backupEntry{tid: tid, holder: out[i].Holder})
+		}
+	}
+	if idle {
+		s.ringIdle(len(p.Tasks))
+	}
+	return out, nil
+}
+
+// Races returns the races recorded by Backup calls, in order.
+func (s *Shard) Races() []broker.Race {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return slices.Clone(s.m.races)
 }
 
 // Ping answers.

@@ -106,7 +106,11 @@ type Shard struct {
 	maxCall int
 	m       managerState
 	sh      shuffleState
+	backups []backupEntry // copies of tasks that ran long (Backup), taken before the public list
 }
+
+// backupEntry is a copy of task tid, kept off worker holder.
+type backupEntry struct{ tid, holder string }
 
 // task is a task in its manager's task set.
 type task struct {
@@ -273,6 +277,7 @@ func (s *Shard) Take(_ context.Context, p *broker.TakeParams) (*broker.TakeResul
 		return res, nil // a worker that stops takes nothing while its stop tokens last
 	}
 	s.private[p.Worker] = s.takeFrom(p, s.private[p.Worker], true, res)
+	s.takeBackups(p, res)
 	last := len(res.Taken) > 0 && res.Taken[len(res.Taken)-1].Suspect()
 	if !res.End.Suspect && !last {
 		s.public = s.takeFrom(p, s.public, false, res)
@@ -312,6 +317,24 @@ func (s *Shard) takeFrom(p *broker.TakeParams, list []string, private bool, res 
 		}
 	}
 	return list
+}
+
+// takeBackups takes copies (Backup) into res, as take.lua: none of a task
+// the worker holds; one whose task ended, or was lost, is dropped.
+func (s *Shard) takeBackups(p *broker.TakeParams, res *broker.TakeResult) {
+	var keep []backupEntry
+	for _, b := range s.backups {
+		t, ok := s.tasks[b.tid]
+		switch {
+		case !ok || t.attempt > 0:
+		case len(res.Taken) >= p.Max || b.holder == p.Worker || s.held[p.Worker][b.tid]:
+			keep = append(keep, b)
+		default:
+			s.holdLocked(p.Worker, b.tid)
+			res.Taken = append(res.Taken, wire.Taken{ID: b.tid, Payload: t.payload, Shard: s.i, At: time.Now(), Backup: true})
+		}
+	}
+	s.backups = keep
 }
 
 // WaitTake waits for p.Worker's bell for up to p.Wait, then takes.

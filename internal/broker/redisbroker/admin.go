@@ -149,7 +149,9 @@ func (a *Admin) Workers(ctx context.Context, p *broker.QueueParams) ([]wire.Regi
 	out := make([]wire.Registered, len(zs))
 	cmds := make([]*redis.MapStringStringCmd, len(zs))
 	held := make([][]*redis.IntCmd, len(zs))
+	var races *redis.MapStringStringCmd
 	_, err = a.c.Pipelined(ctx, func(p redis.Pipeliner) error {
+		races = p.HGetAll(ctx, keys.Races(a.prefix, queue))
 		for i, z := range zs {
 			wid := z.Member.(string)
 			out[i] = wire.Registered{Queue: queue, ID: wid, Deadline: int64(z.Score)}
@@ -168,8 +170,17 @@ func (a *Admin) Workers(ctx context.Context, p *broker.QueueParams) ([]wire.Regi
 		for _, h := range held[i] {
 			out[i].Held += h.Val()
 		}
+		out[i].Races, out[i].Lost = raceCount(races.Val(), out[i].ID)
 	}
 	return out, nil
+}
+
+// raceCount returns worker wid's backup races and those it lost, from
+// the queue's races (keys.Races); a count that is not a number is none.
+func raceCount(races map[string]string, wid string) (n, lost int64) {
+	n, _ = strconv.ParseInt(races[wid+"\traces"], 10, 64)
+	lost, _ = strconv.ParseInt(races[wid+"\tlost"], 10, 64)
+	return max(n, 0), min(max(lost, 0), max(n, 0))
 }
 
 // Gone returns the workers of queue that stopped or died since since (Redis

@@ -39,6 +39,9 @@ local SUSPECT = 2
 local function suspect_at(attempt)
   return (tonumber(attempt) or 0) >= SUSPECT
 end
+-- Most entries of a shard's backup tasks (keys.Backups, keys.BackupsMax):
+-- what a take reads of them a call.
+local BACKUPS_MAX = 64
 -- The widest payload a finish copies into Lua to check at once that tasks
 -- are still wanted (one HMGET), rather than an HEXISTS per task: below it
 -- the copy costs Redis less than the calls.

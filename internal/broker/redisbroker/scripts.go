@@ -54,6 +54,7 @@ var (
 	throttleScript  = load("throttle.lua")
 	indexScript     = load("index.lua")
 	wakeScript      = load("wake.lua")
+	backupScript    = load("backup.lua")
 )
 
 // ScriptNames maps each script's SHA-1 to its file name, for tools that read

@@ -260,7 +260,7 @@ func parseMore(t *wire.Taken, more []any) error {
 	}
 	t.Attempt = attempt
 	mark, since, limited := strings.Cut(mark, "@")
-	t.Private = mark == "!"
+	t.Private, t.Backup = mark == "!", mark == "+"
 	if limited {
 		if us, err := strconv.ParseInt(since, 10, 64); err == nil && us > 0 {
 			t.HeldBack = time.Duration(us) * time.Microsecond

@@ -129,10 +129,10 @@ end
 -- the end.
 local gave = {}
 
--- Three keys most takes find absent: the queue's limits, its pause, and the
--- worker's private list. One EXISTS answers for all three; each is looked
--- at alone only if one of them exists.
-local special = redis.call('EXISTS', base .. 'limits', base .. 'paused', KEYS[1]) > 0
+-- Four keys most takes find absent: the queue's limits, its pause, the
+-- worker's private list and the shard's backup tasks. One EXISTS answers
+-- for all four; each is looked at alone only if one of them exists.
+local special = redis.call('EXISTS', base .. 'limits', base .. 'paused', KEYS[1], base .. 'backups') > 0
 -- Limits: see the header. Most queues have none.
 local limited = special and redis.call('EXISTS', base .. 'limits') == 1
 local room = tonumber(ARGV[7]) or 0
@@ -413,6 +413,62 @@ local function serves(lane)
   return served[fn] == true and (red == '' or served[red] == true)
 end
 
+-- take_backups takes from the shard's backup tasks (keys.Backups: copies
+-- of tasks that ran long near their batch's end, each with the worker that
+-- holds the original), before any lane: a copy is there for a batch's
+-- end. It passes a copy of a task the worker holds (a copy beside the
+-- original on the same worker gains nothing) or of a function it does not
+-- serve, leaving it for another worker; drops one whose task ended (no
+-- longer in its task set), was lost before (a suspect, or one beside a
+-- lost worker, is never copied: it may be a poison pill) or is of a limited
+-- function (a copy would spend the limit's budget twice). A copy goes out
+-- marked "+" and is held as its task is: the first result wins at the
+-- finish, which the task set fences.
+local function take_backups()
+  local key = base .. 'backups'
+  local entries = guarded('LRANGE', key, 0, BACKUPS_MAX - 1)
+  if #entries == 0 then
+    return
+  end
+  local keep, changed = {}, false
+  for i = 1, #entries do
+    local tid, holder = string.match(entries[i], '^([^\t]+)\t(.*)$')
+    local mid, l
+    if tid then
+      mid, l = lane_parts(tid)
+    end
+    local m = mid and keys_of(tid)
+    if not m then
+      changed = true
+    elseif taken >= n or alone or holder == wid or not serves(mid .. '.' .. l)
+        or guarded('SISMEMBER', KEYS[2], tid) == 1 then
+      keep[#keep + 1] = entries[i]
+    else
+      changed = true
+      local payload = payloads_of({tid})[1]
+      local attempt = m.lost and guarded('HGET', m.attempts, tid) or '0'
+      local fn = limited and fn_of(tid)
+      if payload and attempt == '0' and not (fn and limit_of(fn)) then
+        held[taken + 1] = tid
+        out[nout + 1] = tid
+        out[nout + 2] = payload
+        out[nout + 3] = {'0', '+'}
+        nout = nout + 3
+        taken = taken + 1
+      end
+    end
+  end
+  if changed then
+    redis.call('DEL', key)
+    for j = 1, #keep, CHUNK do
+      redis.call('RPUSH', key, unpack(keep, j, math.min(j + CHUNK - 1, #keep)))
+    end
+    if #keep > 0 then
+      redis.call('PEXPIRE', key, 600000)
+    end
+  end
+end
+
 -- The lanes this take found empty, or emptied: they left their ring (a
 -- submit or a requeue puts a lane back), and the keys beside them went.
 local emptied = {}
@@ -469,6 +525,9 @@ if special and redis.call('EXISTS', base .. 'paused') == 1 then
 end
 if special then
   take(KEYS[1], '!', n)
+  if taken < n and not alone and redis.call('EXISTS', base .. 'backups') == 1 then
+    take_backups()
+  end
 end
 -- The rings that have lanes (an empty list does not exist): one EXISTS
 -- spares a look at each ring below the last of them, or at all.

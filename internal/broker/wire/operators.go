@@ -12,6 +12,9 @@ type Registered struct {
 	Info      WorkerInfo // as published by its heartbeats
 	Malformed error      // what of Info did not decode, if any
 	Held      int64      // tasks it holds
+	// Races counts its tasks that got a backup (keys.Races), Lost those
+	// whose backup's result came first.
+	Races, Lost int64
 }
 
 // PublishedBatch is a running batch as its manager published it.

@@ -306,6 +306,18 @@ type BatchProgress struct {
 	Durable string `json:"durable,omitempty"`
 	// Call is what the call says of its batch by name (codec.CallInfo).
 	Call codec.CallInfo `json:"call,omitzero"`
+	// Backups counts the batch's backup tasks (manager.Backups).
+	Backups Backups `json:"backups,omitzero"`
+}
+
+// Backups counts a batch's backup tasks: copies of tasks that ran long,
+// queued near its end (Started); races a copy's result won (Won); copies
+// whose original's result came first, run or not (Wasted). Started is at
+// least Won plus Wasted; the rest still race.
+type Backups struct {
+	Started int `json:"started"`
+	Won     int `json:"won"`
+	Wasted  int `json:"wasted"`
 }
 
 // Record returns the history record of batch id of manager mid from p, its
@@ -314,7 +326,7 @@ type BatchProgress struct {
 // less what only a running batch has). The caller sets how it ended.
 func (p BatchProgress) Record(id, mid string) BatchRecord {
 	return BatchRecord{ID: id, Manager: mid, Func: p.Func, Priority: p.Priority, Worker: p.Worker,
-		Total: p.Total, Done: p.Done, Failed: p.Failed, Started: p.StartedMs, Call: p.Call}
+		Total: p.Total, Done: p.Done, Failed: p.Failed, Started: p.StartedMs, Call: p.Call, Backups: p.Backups}
 }
 
 // The outcomes of a batch in the queue's history.
@@ -347,6 +359,8 @@ type BatchRecord struct {
 	Ended    int64          `json:"ended_ms"`         // Unix ms: the manager's clock, or Redis's for "manager lost"
 	// Call is what the call said of its batch by name (codec.CallInfo).
 	Call codec.CallInfo `json:"call,omitzero"`
+	// Backups counts the batch's backup tasks (manager.Backups).
+	Backups Backups `json:"backups,omitzero"`
 }
 
 // Holder is the manager that holds a durable batch (keys.Claim): a second

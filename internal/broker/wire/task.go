@@ -60,6 +60,10 @@ type Taken struct {
 	// HeldBack is how long its function's limit held it back at the head
 	// of its list (0 if it did not).
 	HeldBack time.Duration
+	// Backup: a copy of a task another worker runs, queued by its manager
+	// near its batch's end because the task ran long (keys.Backups); the
+	// first result wins.
+	Backup bool
 }
 
 // Suspect reports whether t is a suspect (see SuspectAfter): it came alone,
