@@ -59,6 +59,7 @@ func Run(t *testing.T, open func(t *testing.T) Harness) {
 	t.Run("results", func(t *testing.T) { testResults(t, open) })
 	t.Run("live workers", func(t *testing.T) { testLiveWorkers(t, open) })
 	t.Run("partitions", func(t *testing.T) { testPartitions(t, open) })
+	t.Run("backups", func(t *testing.T) { testBackups(t, open) })
 }
 
 const wid = "w1"
@@ -223,6 +224,62 @@ func testFinish(t *testing.T, open func(t *testing.T) Harness) {
 	// delivered, and no take finds it (it waits for a reap or a recovery).
 	if got := take(t, h, 3, 0); len(got.Taken) != 0 {
 		t.Errorf("a take after the finish: %v, want none", indexes(ids, got.Taken))
+	}
+}
+
+// testBackups: a backup of a held task is queued only while a worker is
+// idle, with the worker that holds the original; no take gives it to that
+// worker, another's does, marked, before the public list; the first result
+// wins. A task lost before, or no longer wanted, is never copied.
+func testBackups(t *testing.T, open func(t *testing.T) Harness) {
+	h := open(t)
+	ctx := context.Background()
+	ids := h.Add(t, 0, 0, 1, 0)
+	if got := take(t, h, 3, 0); len(got.Taken) != 3 {
+		t.Fatalf("took %d tasks, want 3", len(got.Taken))
+	}
+	backup := func(tids ...string) []broker.Backup {
+		t.Helper()
+		got, err := h.Queue().Backup(ctx, &broker.BackupParams{Manager: h.Manager(), Tasks: tids})
+		if err != nil || len(got) != len(tids) {
+			t.Fatalf("backup: %+v, %v", got, err)
+		}
+		return got
+	}
+	// Nobody is idle: the worker holds three tasks and one waits.
+	if got := backup(ids[0]); got[0].State != broker.BackupBusy {
+		t.Fatalf("a backup with no worker idle: %+v, want busy", got[0])
+	}
+	other := &broker.TakeParams{Worker: "w2", Max: 1, Room: 1, Lease: time.Minute, Shards: 1, Serves: h.Serves()}
+	if got, err := h.Queue().Take(ctx, other); err != nil || len(got.Taken) != 1 || got.Taken[0].ID != ids[3] {
+		t.Fatalf("w2's first take: %+v, %v; want the last task", got, err)
+	}
+	if got, err := h.Queue().Take(ctx, other); err != nil || len(got.Taken) != 0 || !got.End.Drained {
+		t.Fatalf("w2's second take: %+v, %v; want none, drained (idle)", got, err)
+	}
+	h.Cancel(t, ids[1])
+	got := backup(ids[0], ids[1], ids[2])
+	if got[0].State != broker.BackupQueued || got[0].Holder != wid || got[1].State != broker.BackupGone || got[2].State != broker.BackupLost {
+		t.Fatalf("backups %+v: want the first queued (held by %s), the withdrawn one gone, the one lost before lost", got, wid)
+	}
+	if got := take(t, h, 3, 3); len(got.Taken) != 0 {
+		t.Fatalf("the holder's take: %v, want none of its own task's copy", indexes(ids, got.Taken))
+	}
+	other.Max, other.Room = 2, 2
+	copied, err := h.Queue().Take(ctx, other)
+	if err != nil || len(copied.Taken) != 1 || copied.Taken[0].ID != ids[0] || !copied.Taken[0].Backup || copied.Taken[0].Attempt != 0 {
+		t.Fatalf("w2's take after the backup: %+v, %v; want the copy of the first task, marked", copied, err)
+	}
+	fin, err := h.Queue().Finish(ctx, &broker.FinishParams{Worker: "w2", Done: []wire.Done{{ID: ids[0], Result: result(t, ids[0])}}})
+	if err != nil || fin.Delivered != 1 {
+		t.Fatalf("the copy's finish: %+v, %v; want it delivered", fin, err)
+	}
+	fin, err = h.Queue().Finish(ctx, &broker.FinishParams{Worker: wid, Done: []wire.Done{{ID: ids[0], Result: result(t, ids[0])}}})
+	if err != nil || fin.Delivered != 0 {
+		t.Fatalf("the original's finish after the copy's: %+v, %v; want it discarded", fin, err)
+	}
+	if d := h.Delivered(t); !slices.Equal(d, ids[:1]) {
+		t.Errorf("delivered %v, want [%s] once", d, ids[0])
 	}
 }
 

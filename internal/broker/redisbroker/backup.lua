@@ -65,7 +65,7 @@ for i = 1, k do
 end
 if queued > 0 then
   redis.call('LTRIM', KEYS[1], -BACKUPS_MAX, -1)
-  redis.call('PEXPIRE', KEYS[1], 600000)
+  redis.call('PEXPIRE', KEYS[1], BACKUPS_TTL)
   for _, w in ipairs(guarded('SPOP', KEYS[2], queued)) do
     ring_worker(base, w)
   end

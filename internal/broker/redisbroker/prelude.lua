@@ -42,6 +42,9 @@ end
 -- Most entries of a shard's backup tasks (keys.Backups, keys.BackupsMax):
 -- what a take reads of them a call.
 local BACKUPS_MAX = 64
+-- How long a shard's backup tasks live past their last write, ms: a copy
+-- is for a batch's end, which no take reaching it within minutes missed.
+local BACKUPS_TTL = '600000'
 -- The widest payload a finish copies into Lua to check at once that tasks
 -- are still wanted (one HMGET), rather than an HEXISTS per task: below it
 -- the copy costs Redis less than the calls.

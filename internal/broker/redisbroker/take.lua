@@ -464,7 +464,7 @@ local function take_backups()
       redis.call('RPUSH', key, unpack(keep, j, math.min(j + CHUNK - 1, #keep)))
     end
     if #keep > 0 then
-      redis.call('PEXPIRE', key, 600000)
+      redis.call('PEXPIRE', key, BACKUPS_TTL)
     end
   end
 end
