@@ -208,6 +208,10 @@ type Batch struct {
 	// Call is what the call said of its batch by name (manager.Label, ...):
 	// the fields this release knows (a later one's others are skipped).
 	Call codec.CallInfo `json:"call,omitzero"`
+	// Backups counts the batch's backup tasks (manager.Backups): copies
+	// started of tasks held far longer than its typical task, races a
+	// copy won, copies wasted.
+	Backups wire.Backups `json:"backups,omitzero"`
 }
 
 // FailureGroup is the failed elements of one function, kind and group: the
@@ -385,7 +389,7 @@ func (i *Inspector) batches(ctx context.Context, queue string, ws []Worker) ([]B
 		out = append(out, Batch{Queue: queue, Manager: b.Manager, ID: b.ID, Func: p.Func,
 			Priority: cmp.Or(p.Priority, keys.DefaultPriority), Total: p.Total, Done: succeeded(p.Done, p.Failed), Failed: p.Failed,
 			Rate: p.Rate, ETA: p.ETA.Seconds(), Worker: p.Worker, Waiting: p.Waiting, Outcome: "running",
-			Started: p.Started, Durable: p.Durable, Call: p.Call})
+			Started: p.Started, Durable: p.Durable, Call: p.Call, Backups: p.Backups})
 	}
 	if err := i.durableStates(ctx, queue, out); err != nil {
 		return nil, err
@@ -480,7 +484,7 @@ func (i *Inspector) History(ctx context.Context, queue string, n int) ([]Batch, 
 		out[j] = Batch{Queue: queue, Manager: r.Manager, ID: r.ID, Func: r.Func,
 			Priority: cmp.Or(r.Priority, keys.DefaultPriority), Total: r.Total, Done: succeeded(r.Done, r.Failed), Failed: r.Failed,
 			Worker: r.Worker, Outcome: r.Outcome, FailedBy: r.FailedBy, Reason: r.Reason,
-			Started: time.UnixMilli(r.Started), Ended: time.UnixMilli(r.Ended), Call: r.Call}
+			Started: time.UnixMilli(r.Started), Ended: time.UnixMilli(r.Ended), Call: r.Call, Backups: r.Backups}
 		if r.Started == 0 {
 			out[j].Started = time.Time{}
 		}

@@ -50,6 +50,9 @@ type Metrics struct {
 	// their failed elements, by kind, since the queue's keys were made.
 	Ended          map[string]int64 `json:"ended"`
 	FailedElements map[string]int64 `json:"failed_elements"`
+	// Backups counts the backup tasks of ended batches (manager.Backups):
+	// started, won (a copy's result came first) and wasted.
+	Backups map[string]int64 `json:"backups"`
 	// Limits are the queue's functions' fleet-wide limits (Limits), each
 	// with its tasks waiting, its slots held and its refused takes.
 	Limits []Limit `json:"limits"`
@@ -120,6 +123,13 @@ func (i *Inspector) Metrics(ctx context.Context, queue string) (Metrics, error) 
 	}
 	for _, k := range wire.FailureCauses() {
 		m.FailedElements[k] += 0 // and every cause
+	}
+	m.Backups = ended.Backups
+	if m.Backups == nil {
+		m.Backups = map[string]int64{}
+	}
+	for _, k := range []string{"started", "won", "wasted"} {
+		m.Backups[k] += 0
 	}
 	if m.Limits, err = i.Limits(ctx, queue); err != nil {
 		return m, err
@@ -237,6 +247,7 @@ var (
 	descBacklog         = queueDesc("redmap_queue_backlog_elements", "Elements of the running batches without a result: waiting, running, or in a manager's window.")
 	descEnded           = queueDesc("redmap_batches_ended_total", "Batches ended, by outcome, as the queue's history recorded them.", "outcome")
 	descFailed          = queueDesc("redmap_elements_failed_total", "Failed elements of ended batches, by kind.", "kind")
+	descBackups         = queueDesc("redmap_backup_tasks_total", "Backup tasks of ended batches (copies of tasks held far longer than their batch's typical task), by outcome: started, won (the copy's result came first), wasted.", "outcome")
 	descLimitRate       = queueDesc("redmap_limit_rate_per_second", "A limited function's rate in force, elements a second (0: none).", "func")
 	descLimitConc       = queueDesc("redmap_limit_concurrency", "A limited function's concurrency cap in force (0: none).", "func")
 	descLimitWaiting    = queueDesc("redmap_limit_waiting_tasks", "Tasks of a limited function waiting in the queue's public lanes.", "func")
@@ -252,7 +263,7 @@ func queueDesc(name, help string, labels ...string) *prometheus.Desc {
 // Describe describes the metrics.
 func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descUp, descWaitingTasks, descWaitingElements, descOldest, descRunningTasks,
-		descPaused, descWorkers, descRunningBatches, descDurable, descBacklog, descEnded, descFailed,
+		descPaused, descWorkers, descRunningBatches, descDurable, descBacklog, descEnded, descFailed, descBackups,
 		descLimitRate, descLimitConc, descLimitWaiting, descLimitRunning, descLimitRefused, descLimitRetryAfter} {
 		ch <- d
 	}
@@ -314,6 +325,9 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 		}
 		for _, k := range sortedKeys(m.FailedElements) {
 			counter(descFailed, float64(m.FailedElements[k]), q, k)
+		}
+		for _, k := range sortedKeys(m.Backups) {
+			counter(descBackups, float64(m.Backups[k]), q, k)
 		}
 		for _, l := range m.Limits {
 			rate := 0.0

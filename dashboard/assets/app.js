@@ -161,7 +161,7 @@ function renderBatches(s) {
       <div class="head"><span><b>${esc(b.func)}</b> <span class="muted">${esc(b.queue)} · priority ${b.priority}${where} · ${esc(b.id.slice(0, 8))}…${esc(b.id.slice(b.id.indexOf(":")))}</span></span>
         <span><span class="badge ${esc(b.outcome.replace(" ", "-"))}">${esc(b.outcome)}</span> ${cancel}</span></div>
       <div class="bar" title="${b.done} done, ${b.failed} failed, of ${b.total}"><div class="ok" data-width="${ok}"></div><div class="bad" data-left="${ok}" data-width="${bad}"></div></div>
-      <div class="nums"><span><b>${num(b.done)}</b> done</span><span><b>${num(b.failed)}</b> failed${causes ? ` (${causes})` : ""}${!running && b.failed ? ` <a class="failed-list" href="api/failed?queue=${encodeURIComponent(b.queue)}&amp;batch=${encodeURIComponent(b.id)}" target="_blank" rel="noopener">list them</a>` : ""}</span><span>of <b>${num(b.total)}</b></span>
+      <div class="nums"><span><b>${num(b.done)}</b> done</span><span><b>${num(b.failed)}</b> failed${causes ? ` (${causes})` : ""}${!running && b.failed ? ` <a class="failed-list" href="api/failed?queue=${encodeURIComponent(b.queue)}&amp;batch=${encodeURIComponent(b.id)}" target="_blank" rel="noopener">list them</a>` : ""}</span><span>of <b>${num(b.total)}</b></span>${b.backups && b.backups.started ? `<span class="backups" title="copies of tasks held far longer than the batch's typical task: the first result wins">backups <b>${num(b.backups.started)}</b>: ${num(b.backups.won)} won, ${num(b.backups.wasted)} wasted</span>` : ""}
         <span><b>${rate(b.rate)}</b>/s</span>${b.outcome === "running" ? `<span>ETA <b>${dur(b.eta_seconds)}</b></span>` : running ? "" : ago}
         ${b.waiting ? `<span class="err">${esc(b.waiting)}</span>` : ""}${(b.alone || []).map(a => `<span class="err">${esc(a)}</span>`).join("")}${b.reason ? `<span class="muted">${esc(b.reason)}</span>` : ""}</div></div>`;
   };
@@ -183,7 +183,7 @@ function renderWorkers(s) {
     const pct = w.concurrency ? Math.min(100, (w.running / w.concurrency) * 100) : 0;
     const drain = s.actions ? `<td>${w.live && w.state !== "draining" ? `<button data-action="drain" data-queue="${esc(w.queue)}" data-worker="${esc(w.id)}">drain</button>` : ""}</td>` : "";
     return `<tr class="${w.live ? "" : "dead"}" data-worker="${esc(w.id)}" data-state="${esc(w.state)}" title="${esc([w.alone, w.error].filter(Boolean).join("\n"))}">
-      <td>${esc(w.queue)}</td><td>${esc(w.id.slice(0, 12))}</td><td><span class="badge ${esc(w.state)}">${esc(w.state)}</span>${w.live ? "" : ` <span class="muted">${dur(w.since_seconds)} ago</span>`}</td>
+      <td>${esc(w.queue)}</td><td>${esc(w.id.slice(0, 12))}</td><td><span class="badge ${esc(w.state)}">${esc(w.state)}</span>${w.slow ? ` <span class="badge late" title="backup tasks overtook ${w.overtaken} of its ${w.backup_races} tasks that got one, in the last day">slow</span>` : ""}${w.live ? "" : ` <span class="muted">${dur(w.since_seconds)} ago</span>`}</td>
       <td class="wrap">${esc(w.host)} · ${w.pid}${w.version ? ` <span class="muted">${esc(w.version)}</span>` : ""}</td><td>${dur(w.heartbeat_age_seconds)}</td>
       <td><span class="slots"><span data-width="${pct}"></span></span>${w.running}/${w.concurrency}</td>
       <td>${num(w.held)}</td><td>${num(w.taken)}</td><td>${num(w.delivered)}</td><td>${num(w.failed)}</td>

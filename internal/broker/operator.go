@@ -127,6 +127,7 @@ type InHistoryParams struct {
 // failed elements by kind.
 type EndedResult struct {
 	Outcomes, Kinds map[string]int64
+	Backups         map[string]int64 // started, won, wasted
 }
 
 // DurableStatesParams name durable batches' owners of a queue.

@@ -839,6 +839,7 @@ func (a *Admin) Ended(ctx context.Context, p *broker.QueueParams) (*broker.Ended
 		return nil, wrap("ended totals", nil, "HGETALL", err)
 	}
 	outcomes, kinds = map[string]int64{}, map[string]int64{}
+	backups := map[string]int64{}
 	for k, v := range all {
 		n, err := strconv.ParseInt(v, 10, 64)
 		if err != nil {
@@ -848,9 +849,11 @@ func (a *Admin) Ended(ctx context.Context, p *broker.QueueParams) (*broker.Ended
 			outcomes[o] = n
 		} else if kind, ok := strings.CutPrefix(k, "kind:"); ok {
 			kinds[kind] = n
+		} else if b, ok := strings.CutPrefix(k, "backups:"); ok {
+			backups[b] = n
 		}
 	}
-	return &broker.EndedResult{Outcomes: outcomes, Kinds: kinds}, nil
+	return &broker.EndedResult{Outcomes: outcomes, Kinds: kinds, Backups: backups}, nil
 }
 
 // Pause stops the taking of queue's tasks, on every shard, for an

@@ -379,7 +379,8 @@ end
 -- write_histories writes records recs[i] (JSON; decs[i] is it decoded,
 -- or nil) of batches ids[i] into the queue's history at time t, and counts
 -- each in the queue's totals (hash "<base>ended": "outcome:<outcome>"
--- batches, "kind:<kind>" failed elements, by its failed_by), taking back
+-- batches, "kind:<kind>" failed elements, by its failed_by,
+-- "backups:<started|won|wasted>" backup tasks, by its backups), taking back
 -- what a record it overwrites counted. The totals only grow otherwise: a
 -- trim of the history keeps them. A few calls for all the records: one
 -- read of those they overwrite, one write of the records, one of the index,
@@ -416,6 +417,13 @@ local function write_histories(base, hist, index, ids, recs, decs, t)
       for kind, n in pairs(r.failed_by) do
         if type(n) == 'number' then
           add('kind:' .. tostring(kind), sign * n)
+        end
+      end
+    end
+    if type(r.backups) == 'table' then
+      for _, k in ipairs({'started', 'won', 'wasted'}) do
+        if type(r.backups[k]) == 'number' and r.backups[k] > 0 then
+          add('backups:' .. k, sign * r.backups[k])
         end
       end
     end
