@@ -174,6 +174,16 @@ func TestBackupsOvertakeASlowWorker(t *testing.T) {
 		}
 	})
 
+	t.Run("off", func(t *testing.T) {
+		// A call that turns them off waits for the slow worker.
+		before := m.Stats()
+		ys, err := manager.Map(ctx, m, straggle, xs, manager.ChunkSize(1), manager.Backups(false))
+		check(t, ys, err)
+		if started, _, _ := backupsSince(m, before); started != 0 {
+			t.Fatalf("%d backups of a call with Backups(false)", started)
+		}
+	})
+
 	t.Run("SIGKILL", func(t *testing.T) {
 		before := m.Stats()
 		done := make(chan struct{})
@@ -210,6 +220,16 @@ func TestBackupsOvertakeASlowWorker(t *testing.T) {
 	ws, err := in.Workers(ctx, b.Queue, time.Now())
 	if err != nil {
 		t.Fatal(err)
+	}
+	// The batches' history records counted them in the queue's totals, as
+	// the manager did (redmap_backup_tasks_total).
+	met, err := in.Metrics(ctx, b.Queue)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := m.Stats()
+	if met.Backups["started"] != st.BackupsStarted || met.Backups["won"] != st.BackupsWon || met.Backups["wasted"] != st.BackupsWasted {
+		t.Fatalf("the queue's totals %v; the manager's started %d, won %d, wasted %d", met.Backups, st.BackupsStarted, st.BackupsWon, st.BackupsWasted)
 	}
 	for _, w := range ws {
 		t.Logf("worker %s: %d backup races, %d overtaken, slow %v", w.ID, w.BackupRaces, w.Overtaken, w.Slow)

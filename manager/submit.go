@@ -244,10 +244,15 @@ func prepare[In, Out any](ctx context.Context, m *Manager, sp spec, els elements
 	b.worker = co.worker
 	b.priority = co.priority
 	b.call = co.call
-	b.bk.on = co.worker == "" && sp.idempotent
+	// Backups: for a function declared idempotent, or as the call says;
+	// never for a private batch, nor under a limit (a copy would spend the
+	// limit's budget twice; take.lua drops the copies of a function an
+	// operator limited).
+	b.bk.on = sp.idempotent
 	if co.backups != nil {
-		b.bk.on = co.worker == "" && *co.backups
+		b.bk.on = *co.backups
 	}
+	b.bk.on = b.bk.on && co.worker == "" && sp.limit.IsZero()
 	b.types = map[string][]string{sp.name: sp.types}
 	calls := wire.Calls(sp.name, sp.sig, "", "")
 	if red != nil {
