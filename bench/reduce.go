@@ -60,7 +60,7 @@ func runWorkerProcess() bool {
 		w, err = worker.New(c, worker.Options{Queue: queue, Concurrency: concurrency})
 	}
 	if err == nil {
-		err = w.Register(square, spin, mirror, lookup, modSquare, plus, sieve, sleepy, nap, keyCount, add, blockCounts, mergeCounts, keyText, least, manWords, addStats)
+		err = w.Register(square, spin, mirror, lookup, modSquare, plus, sieve, sleepy, nap, straggle, keyCount, add, blockCounts, mergeCounts, keyText, least, manWords, addStats)
 	}
 	if err == nil {
 		if p := os.Getenv(workerProfileEnv); p != "" {
@@ -99,34 +99,14 @@ func (e *env) shardedFleet(k, shards int) (*manager.Manager, func(), error) {
 func (e *env) fleet(k, shards, concurrency int) (*manager.Manager, string, func(), error) {
 	queue := "bench-" + id.New()[:8]
 	var cmds []*exec.Cmd
-	stop := func() {
-		for _, c := range cmds {
-			e.children.remove(c.Process.Pid)
-			c.Process.Signal(syscall.SIGTERM)
-			c.Wait()
-		}
-	}
+	stop := func() { e.stopWorkers(cmds) }
 	for range k {
-		cmd := exec.Command(os.Args[0])
-		cmd.Env = append(os.Environ(), workerEnv+"="+queue, benchURLEnv+"="+e.url, "GOMAXPROCS="+strconv.Itoa(max(1, e.slots/k)),
-			workerConcurrencyEnv+"="+strconv.Itoa(concurrency))
-		cmd.Stderr = os.Stderr
-		out, err := cmd.StdoutPipe()
+		cmd, err := e.startWorker(queue, max(1, e.slots/k), concurrency)
 		if err != nil {
 			stop()
 			return nil, "", nil, err
 		}
-		if err := cmd.Start(); err != nil {
-			stop()
-			return nil, "", nil, err
-		}
 		cmds = append(cmds, cmd)
-		e.children.add(cmd.Process.Pid)
-		line := make([]byte, 64)
-		if n, err := out.Read(line); err != nil || !strings.HasPrefix(string(line[:n]), "worker ") {
-			stop()
-			return nil, "", nil, fmt.Errorf("worker process did not start: %q %v", line[:n], err)
-		}
 	}
 	m, err := manager.New(e.rdb, manager.Options{Queue: queue, Shards: shards})
 	if err != nil {
@@ -134,6 +114,39 @@ func (e *env) fleet(k, shards, concurrency int) (*manager.Manager, string, func(
 		return nil, "", nil, err
 	}
 	return m, queue, func() { m.Close(); stop() }, nil
+}
+
+// startWorker starts a worker process of queue with procs GOMAXPROCS and
+// concurrency slots (0: its GOMAXPROCS), env added to its environment, and
+// returns once it said its id.
+func (e *env) startWorker(queue string, procs, concurrency int, env ...string) (*exec.Cmd, error) {
+	cmd := exec.Command(os.Args[0])
+	cmd.Env = append(append(os.Environ(), workerEnv+"="+queue, benchURLEnv+"="+e.url, "GOMAXPROCS="+strconv.Itoa(procs),
+		workerConcurrencyEnv+"="+strconv.Itoa(concurrency)), env...)
+	cmd.Stderr = os.Stderr
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		return nil, err
+	}
+	if err := cmd.Start(); err != nil {
+		return nil, err
+	}
+	e.children.add(cmd.Process.Pid)
+	line := make([]byte, 64)
+	if n, err := out.Read(line); err != nil || !strings.HasPrefix(string(line[:n]), "worker ") {
+		e.stopWorkers([]*exec.Cmd{cmd})
+		return nil, fmt.Errorf("worker process did not start: %q %v", line[:n], err)
+	}
+	return cmd, nil
+}
+
+// stopWorkers stops worker processes with SIGTERM and waits for them.
+func (e *env) stopWorkers(cmds []*exec.Cmd) {
+	for _, c := range cmds {
+		e.children.remove(c.Process.Pid)
+		c.Process.Signal(syscall.SIGTERM)
+		c.Wait()
+	}
 }
 
 // netBytes returns the bytes Redis has received and sent in all.

@@ -42,6 +42,7 @@ var scenarios = []scenario{
 	{"consume", consume},
 	{"compute", compute},
 	{"scale", scale},
+	{"stragglers", stragglers},
 }
 
 // The functions redmap runs, and their baseline twins on raw bytes.
