@@ -89,7 +89,7 @@ func stragglers(e *env) ([]row, error) {
 	if err != nil {
 		return nil, err
 	}
-	without, err := run("redmap, a worker 20x slower, Backups(false)")
+	without, err := run("redmap, a worker 20x slower, Backups(false)", manager.Backups(false))
 	if err != nil {
 		return nil, err
 	}
