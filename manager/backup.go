@@ -160,8 +160,8 @@ func (b *Batch[Out]) dueBackups(now time.Time, shards int) []string {
 	}
 	room := budget(len(b.feed.chunks)) - k.counts.Started
 	bar, ok := k.bar()
-	if room <= 0 || !ok {
-		return nil
+	if last := b.feed.chunks[len(b.feed.chunks)-1]; room <= 0 || !ok || last.start+last.count < b.feed.n {
+		return nil // no room, too few runs to say, or not all submitted yet: no scan
 	}
 	type due struct {
 		tid  string
