@@ -309,3 +309,41 @@ func TestLimitCraftedRecords(t *testing.T) {
 		t.Fatalf("limits: %+v %v", ls, err)
 	}
 }
+
+// A copy (a backup task) of a limited function's task is never taken: it
+// would spend the limit's budget twice. A take drops it; the original,
+// held, runs on. (Managers queue none for a limit declared with the
+// function; this is one an operator set after the copy was queued.)
+func TestLimitDropsBackups(t *testing.T) {
+	f := setup(t)
+	ctx := context.Background()
+	ids := f.submitFunc(t, 1, "f", 1, 1, "")
+	f.submitFunc(t, 2, "g", 1, 1, "")
+	taken, _, err := takeOf(f.r.Take(ctx, &broker.TakeParams{Worker: "w1", Max: 2, Room: 2, Lease: time.Minute, Serves: servesFG}))
+	if err != nil || len(taken) != 2 {
+		t.Fatalf("w1's take: %d tasks, %v; want both", len(taken), err)
+	}
+	// w2 waits, idle, so that backups may be queued.
+	if taken, end, err := takeOf(f.r.Take(ctx, &broker.TakeParams{Worker: "w2", Max: 2, Room: 2, Lease: time.Minute, Serves: servesFG})); err != nil || len(taken) != 0 || !end.Drained {
+		t.Fatalf("w2's take: %d tasks, %+v, %v; want none, drained", len(taken), end, err)
+	}
+	gid := taken[1].ID
+	if taken[0].ID != ids[0] {
+		gid = taken[0].ID
+	}
+	got, err := f.r.Backup(ctx, &broker.BackupParams{Manager: f.mid, Tasks: []string{ids[0], gid}})
+	if err != nil || got[0].State != broker.BackupQueued || got[1].State != broker.BackupQueued {
+		t.Fatalf("backups: %+v, %v; want both queued", got, err)
+	}
+	if n, err := f.c.LLen(ctx, keys.Backups("rm", f.queue)).Result(); err != nil || n != 2 {
+		t.Fatalf("the backups list holds %d (%v); want the 2 copies", n, err)
+	}
+	f.setLimit(t, "f", 0, 0, 0, 1)
+	taken, _, err = takeOf(f.r.Take(ctx, &broker.TakeParams{Worker: "w2", Max: 2, Room: 2, Lease: time.Minute, Serves: servesFG}))
+	if err != nil || len(taken) != 1 || taken[0].ID != gid || !taken[0].Backup {
+		t.Fatalf("w2's take after the limit: %+v, %v; want the copy of g's task alone", taken, err)
+	}
+	if n, err := f.c.Exists(ctx, keys.Backups("rm", f.queue)).Result(); err != nil || n != 0 {
+		t.Fatalf("the backups list exists (%d, %v) after the take; want the limited copy dropped", n, err)
+	}
+}
