@@ -67,6 +67,12 @@ func TestChaosCluster(t *testing.T) {
 				return
 			}
 			defer m.Close()
+			if i == 0 {
+				defer func() {
+					st := m.Stats()
+					t.Logf("manager 0's backup tasks: %d started, %d won, %d wasted", st.BackupsStarted, st.BackupsWon, st.BackupsWasted)
+				}()
+			}
 			stuck := func() { t.Logf("stuck manager %s", m.ID()) }
 			probe := stallProbe(c, queue, m.ID)
 			if i == 1 {
@@ -83,7 +89,8 @@ func TestChaosCluster(t *testing.T) {
 				return
 			}
 			chaosBatches(ctx, t, &tally, func(ctx context.Context, n int) (*manager.Batch[int], error) {
-				return manager.Submit(ctx, m, slowSquare, ints(n), manager.ChunkSize(1+rand.IntN(20)), manager.Attempts(20))
+				// Over 3 shards, with backup tasks: copies must never count twice.
+				return manager.Submit(ctx, m, slowSquare, ints(n), manager.ChunkSize(1+rand.IntN(20)), manager.Attempts(20), manager.Backups(true))
 			}, sq, stuck, probe)
 		}()
 	}
