@@ -149,7 +149,7 @@ type Worker struct {
 	Error string `json:"error,omitempty"`
 	// BackupRaces counts its tasks that got a backup task (a copy, run by
 	// another worker, of a task it held far longer than its batch's
-	// typical task), in the last day; Overtaken those whose backup's result
+	// typical task), kept until a day passes with no race; Overtaken those whose backup's result
 	// came first. Slow: it lost most of at least SlowRaces races, a worker
 	// slower than its fleet (a noisy neighbour, a throttled machine).
 	BackupRaces int64 `json:"backup_races,omitempty"`

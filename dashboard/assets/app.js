@@ -183,7 +183,7 @@ function renderWorkers(s) {
     const pct = w.concurrency ? Math.min(100, (w.running / w.concurrency) * 100) : 0;
     const drain = s.actions ? `<td>${w.live && w.state !== "draining" ? `<button data-action="drain" data-queue="${esc(w.queue)}" data-worker="${esc(w.id)}">drain</button>` : ""}</td>` : "";
     return `<tr class="${w.live ? "" : "dead"}" data-worker="${esc(w.id)}" data-state="${esc(w.state)}" title="${esc([w.alone, w.error].filter(Boolean).join("\n"))}">
-      <td>${esc(w.queue)}</td><td>${esc(w.id.slice(0, 12))}</td><td><span class="badge ${esc(w.state)}">${esc(w.state)}</span>${w.slow ? ` <span class="badge late" title="backup tasks overtook ${w.overtaken} of its ${w.backup_races} tasks that got one, in the last day">slow</span>` : ""}${w.live ? "" : ` <span class="muted">${dur(w.since_seconds)} ago</span>`}</td>
+      <td>${esc(w.queue)}</td><td>${esc(w.id.slice(0, 12))}</td><td><span class="badge ${esc(w.state)}">${esc(w.state)}</span>${w.slow ? ` <span class="badge late" title="backup tasks overtook ${w.overtaken} of its ${w.backup_races} tasks that got one">slow</span>` : ""}${w.live ? "" : ` <span class="muted">${dur(w.since_seconds)} ago</span>`}</td>
       <td class="wrap">${esc(w.host)} · ${w.pid}${w.version ? ` <span class="muted">${esc(w.version)}</span>` : ""}</td><td>${dur(w.heartbeat_age_seconds)}</td>
       <td><span class="slots"><span data-width="${pct}"></span></span>${w.running}/${w.concurrency}</td>
       <td>${num(w.held)}</td><td>${num(w.taken)}</td><td>${num(w.delivered)}</td><td>${num(w.failed)}</td>
