@@ -169,10 +169,9 @@ func (b *Batch[Out]) dueBackups(now time.Time, shards int) []string {
 	}
 	var dues []due
 	began := make([]time.Time, max(shards, 1)) // per shard: the earliest start of a task after this one
-	waiting, submitted := 0, 0
+	waiting := 0
 	for ci := len(b.feed.chunks) - 1; ci >= 0; ci-- {
 		c := &b.feed.chunks[ci]
-		submitted += c.count
 		if c.tid == "" {
 			continue
 		}
@@ -188,7 +187,7 @@ func (b *Batch[Out]) dueBackups(now time.Time, shards int) []string {
 			dues = append(dues, due{c.tid, now.Sub(began[s])})
 		}
 	}
-	if submitted < b.feed.n || waiting > budget(len(b.feed.chunks)) || len(dues) == 0 {
+	if waiting > budget(len(b.feed.chunks)) || len(dues) == 0 {
 		return nil
 	}
 	slices.SortStableFunc(dues, func(x, y due) int { return cmp.Compare(y.held, x.held) })
@@ -238,7 +237,8 @@ func (b *Batch[Out]) chunkOf(tid string) (int, bool) {
 	return 0, false
 }
 
-// shardIndex returns the shard of task tid among shards, as router.of.
+// shardIndex returns the index of task tid's shard among shards: its
+// sequence number modulo the shard count (router.of).
 func shardIndex(tid string, shards int) int {
 	if shards <= 1 {
 		return 0

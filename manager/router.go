@@ -14,7 +14,6 @@ import (
 	"github.com/redmap/redmap/internal/broker"
 	"github.com/redmap/redmap/internal/broker/redisbroker"
 	"github.com/redmap/redmap/internal/broker/wire"
-	"github.com/redmap/redmap/internal/id"
 	"github.com/redmap/redmap/internal/keys"
 )
 
@@ -88,11 +87,7 @@ func (r *router) nextPrivateSeq() uint64 {
 // count, so consecutive chunks of a batch go to consecutive shards.
 func (r *router) of(tid string) *shard {
 	shards := r.list()
-	if len(shards) == 1 {
-		return shards[0]
-	}
-	seq, _ := id.Seq(tid)
-	return shards[seq%uint64(len(shards))]
+	return shards[shardIndex(tid, len(shards))]
 }
 
 // byShard groups task ids by their shard.

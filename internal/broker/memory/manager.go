@@ -28,7 +28,6 @@ type managerState struct {
 	lists   map[string][]string // each manager's result list
 	changed chan struct{}       // closed and replaced at every push
 	cancels []string            // tasks withdrawn, in order
-	races   []broker.Race       // races recorded by Backup calls, in order
 	sent    []string            // every task submitted, in order
 	dropped map[string]bool
 	// run, if set, plays a worker that runs each task as it is submitted:
@@ -246,14 +245,14 @@ func (s *Shard) Cancel(_ context.Context, p *broker.CancelParams) error {
 
 // Backup queues copies of p.Tasks, as backup.lua: only while a worker is
 // idle, only of tasks still in their task sets and never lost, each with
-// the worker that holds the original; the races are counted (Races).
+// the worker that holds the original. It keeps no record of races (the
+// operators' reads are redisbroker.Admin's, on Redis).
 func (s *Shard) Backup(_ context.Context, p *broker.BackupParams) ([]broker.Backup, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if err := s.rec.Call("backup"); err != nil {
 		return nil, err
 	}
-	s.m.races = append(s.m.races, p.Races...)
 	out := make([]broker.Backup, len(p.Tasks))
 	idle := len(s.idle) > 0
 	for i, tid := range p.Tasks {
@@ -280,13 +279,6 @@ func (s *Shard) Backup(_ context.Context, p *broker.BackupParams) ([]broker.Back
 		s.ringIdle(len(p.Tasks))
 	}
 	return out, nil
-}
-
-// Races returns the races recorded by Backup calls, in order.
-func (s *Shard) Races() []broker.Race {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return slices.Clone(s.m.races)
 }
 
 // Ping answers.
