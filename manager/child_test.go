@@ -209,7 +209,7 @@ func childWorker(rdb redis.UniversalClient, queue string) error {
 	if err != nil {
 		return err
 	}
-	hs := []redmap.AnyHandle{lookup, square, slowSquare, calmSquare, poison, sum, nap, traced, countedSquare, rated, capped, freeSquare, bigEcho, words, slowWords, slowSum, poisonWords, wide, spanned, straggle, straggleWords}
+	hs := []redmap.AnyHandle{lookup, square, slowSquare, calmSquare, poison, sum, nap, traced, countedSquare, rated, capped, freeSquare, bigEcho, words, slowWords, slowSum, poisonWords, wide, spanned, straggle, straggleWords, tokens, slowTokens, upper, one, byLetter, top3, line}
 	switch os.Getenv("REDMAP_TYPES") { // a build of the user's tasks package
 	case "v1":
 		hs = append(hs, v1.Count)

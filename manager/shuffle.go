@@ -240,7 +240,7 @@ var _ shuffleStore = broker.Queue(nil)
 // summaries folds the map tasks' summaries in the manager: a map/reduce by
 // key's map phase is a MapReduce of them. It never runs on a worker.
 var summaries = redmap.Reduce("redmap.shuffle-summaries", func(_ context.Context, a, b wire.MapSummary) (wire.MapSummary, error) {
-	return wire.MapSummary{Ranges: append(a.Ranges, b.Ranges...), Keys: a.Keys + b.Keys, Bytes: a.Bytes + b.Bytes}, nil
+	return wire.MapSummary{Ranges: append(a.Ranges, b.Ranges...), Keys: a.Keys + b.Keys, Bytes: a.Bytes + b.Bytes, Fails: append(a.Fails, b.Fails...)}, nil
 })
 
 // startShuffle runs both phases of a map/reduce by key: the map tasks,

@@ -168,6 +168,13 @@ type spec struct {
 	// "reduce"), or "" for any other batch: it says how its chunks are
 	// sized (sizingOf).
 	phase string
+	// also are more handles the tasks call, as "<name>\t<signature>": a
+	// pipeline's steps. The lane lists them, so that only a worker that
+	// serves them all takes its tasks.
+	also []string
+	// bare says the tasks name no reducer, though the manager folds their
+	// outputs: a pipeline's chain phase, each of whose tasks returns one.
+	bare bool
 }
 
 // sizingOf is how the chunks of a batch running sp are sized: a reduce
@@ -263,6 +270,12 @@ func prepare[In, Out any](ctx context.Context, m *Manager, sp spec, els elements
 		calls = wire.Calls(sp.name, sp.sig, sp.red.name, sp.red.sig)
 		b.types[sp.red.name] = sp.red.types
 	}
+	if sp.bare {
+		calls = wire.Calls(sp.name, sp.sig, "", "")
+	}
+	for _, h := range sp.also {
+		calls += "\n" + h
+	}
 	b.lane = wire.Lane{Name: m.id + "." + strconv.FormatUint(b.seq, 36), Calls: calls}
 	if !stream {
 		// Room for the batch's chunks (and their completion order) at the
@@ -285,6 +298,9 @@ func prepare[In, Out any](ctx context.Context, m *Manager, sp spec, els elements
 	}
 	if sp.red != nil {
 		task.Reduce, task.ReduceSig = sp.red.name, sp.red.sig
+	}
+	if sp.bare {
+		task.Reduce, task.ReduceSig = "", ""
 	}
 	task.Shuffle = sp.shuffle
 	task.Trace = b.startSpan(ctx, m.opts.Queue)

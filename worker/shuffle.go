@@ -44,6 +44,9 @@ func (w *Worker) shuffle(ctx context.Context, c *resolved, t wire.Taken) ([]byte
 	if err != nil {
 		return nil, whole1(codec.KindDecode, "task: %v", err)
 	}
+	if sh.Pipe != nil {
+		return w.pipeTask(ctx, c, sh, t)
+	}
 	s, ok := c.h.Shuffler()
 	switch {
 	case !ok:
@@ -111,32 +114,10 @@ func (w *Worker) reduceParts(ctx context.Context, c *resolved, s engine.Shuffler
 		out.AddNil()
 	}
 	for i, in := range ins {
-		ranges, err := wire.ExpandRanges(in.Runs)
-		if err == nil && (in.Part < 0 || in.Part >= sh.Parts) {
-			err = fmt.Errorf("worker: partition %d of %d", in.Part, sh.Parts)
-		}
-		if err != nil {
-			fail(i, codec.KindDecode, fmt.Sprintf("reduce input: %v", err))
+		partials, res, f := w.partitionPartials(ctx, sh, in)
+		if f != nil {
+			fail(i, f.Kind, f.Msg)
 			continue
-		}
-		fields := make([]string, len(ranges)/2)
-		for j := range fields {
-			fields[j] = wire.Range(ranges[2*j], ranges[2*j+1])
-		}
-		var partials [][]byte
-		err = w.retryRedis(ctx, "read a partition's partials", func(ctx context.Context) (err error) {
-			partials, err = w.spill.Partials(ctx, &broker.PartialsParams{Shuffle: sh, Part: in.Part, Fields: fields})
-			return err
-		})
-		if err != nil {
-			fail(i, codec.KindError, fmt.Sprintf("reading partition %d's partials from Redis: %v", in.Part, err))
-			continue
-		}
-		var res wire.ReduceOutput
-		for j, p := range partials {
-			if p == nil {
-				res.Missing = append(res.Missing, j)
-			}
 		}
 		if len(res.Missing) == 0 {
 			pages, keys, f := s.Merge(ctx, partials, c.reducer, page)
@@ -160,6 +141,37 @@ func (w *Worker) reduceParts(ctx context.Context, c *resolved, s engine.Shuffler
 		}
 	}
 	return out.Bytes(), fails
+}
+
+// partitionPartials reads the partials of partition in.Part of the ranges
+// in.Runs names; res.Missing lists those Redis does not have.
+func (w *Worker) partitionPartials(ctx context.Context, sh *wire.Shuffle, in wire.ReduceInput) ([][]byte, wire.ReduceOutput, *codec.Failure) {
+	var res wire.ReduceOutput
+	ranges, err := wire.ExpandRanges(in.Runs)
+	if err == nil && (in.Part < 0 || in.Part >= sh.Parts) {
+		err = fmt.Errorf("worker: partition %d of %d", in.Part, sh.Parts)
+	}
+	if err != nil {
+		return nil, res, &codec.Failure{Kind: codec.KindDecode, Msg: fmt.Sprintf("reduce input: %v", err)}
+	}
+	fields := make([]string, len(ranges)/2)
+	for j := range fields {
+		fields[j] = wire.Range(ranges[2*j], ranges[2*j+1])
+	}
+	var partials [][]byte
+	err = w.retryRedis(ctx, "read a partition's partials", func(ctx context.Context) (err error) {
+		partials, err = w.spill.Partials(ctx, &broker.PartialsParams{Shuffle: sh, Part: in.Part, Fields: fields})
+		return err
+	})
+	if err != nil {
+		return nil, res, &codec.Failure{Kind: codec.KindError, Msg: fmt.Sprintf("reading partition %d's partials from Redis: %v", in.Part, err)}
+	}
+	for j, p := range partials {
+		if p == nil {
+			res.Missing = append(res.Missing, j)
+		}
+	}
+	return partials, res, nil
 }
 
 // whole1 is a whole task's failure, as a list.

@@ -101,24 +101,44 @@ func Reduce[In, Out any](ctx context.Context, count int, input []byte, p Policy,
 // sink; it returns the failed elements: those whose run failed, whose sink
 // failed, or that could not be decoded.
 func each[In, Out any](ctx context.Context, count int, input []byte, p Policy, fn func(context.Context, In) (Out, error), sink func(i int, y Out) *codec.Failure) []codec.Failure {
-	var fails []codec.Failure
-	xs := make([]In, count)
-	decoded := count
-	decodeErr := codec.DecodeElements(input, xs)
-	if decodeErr != nil {
-		decoded = 0
-		var ee *codec.ElementError
-		if errors.As(decodeErr, &ee) {
-			decoded = ee.Index
-		}
+	xs, decodeFail := decodeInputs[In](count, input)
+	fails := runEach(ctx, xs, p, fn, sink)
+	if decodeFail != nil {
+		fails = append(fails, *decodeFail)
 	}
+	return fails
+}
+
+// decodeInputs decodes a frame of count inputs. An element that does not
+// decode leaves the stream unreadable after it, so it and every later
+// element fail: xs holds those before it, and the failure is their run.
+func decodeInputs[In any](count int, input []byte) ([]In, *codec.Failure) {
+	xs := make([]In, count)
+	decodeErr := codec.DecodeElements(input, xs)
+	if decodeErr == nil {
+		return xs, nil
+	}
+	decoded := 0
+	var ee *codec.ElementError
+	if errors.As(decodeErr, &ee) {
+		decoded = ee.Index
+	}
+	return xs[:decoded], &codec.Failure{Index: decoded, Through: count - 1, Kind: codec.KindDecode,
+		Msg: fmt.Sprintf("input as %v: %v", reflect.TypeFor[In](), decodeErr)}
+}
+
+// runEach calls fn on each of xs in turn, under policy p, passing each
+// output to sink, and returns the failed elements: those whose run or sink
+// failed, in index order, alike neighbours as runs.
+func runEach[In, Out any](ctx context.Context, xs []In, p Policy, fn func(context.Context, In) (Out, error), sink func(i int, y Out) *codec.Failure) []codec.Failure {
+	var fails []codec.Failure
 	ctx, e := withElements(ctx, p.Seed)
 	var c *callers[In, Out]
 	if p.Timeout > 0 && p.Abandon > 0 {
 		c = &callers[In, Out]{ctx: ctx, fn: fn}
 		defer c.close()
 	}
-	for i := range decoded {
+	for i := range xs {
 		y, f := runElement(ctx, p, fn, xs[i], p.Start+i, func() { e.at(p.Start + i) }, c)
 		if f == nil {
 			f = sink(i, y)
@@ -129,12 +149,6 @@ func each[In, Out any](ctx context.Context, count int, input []byte, p Policy, f
 				fails = append(fails, *f)
 			}
 		}
-	}
-	// An element that does not decode leaves the stream unreadable after it,
-	// so it and every later element of the task fail: one run.
-	if decoded < count {
-		fails = append(fails, codec.Failure{Index: decoded, Through: count - 1, Kind: codec.KindDecode,
-			Msg: fmt.Sprintf("input as %v: %v", reflect.TypeFor[In](), decodeErr)})
 	}
 	return fails
 }

@@ -23,6 +23,7 @@ type Runtime struct {
 	run     func(ctx context.Context, constant any, count int, input []byte, p Policy, red *Runtime) ([]byte, []codec.Failure)
 	fold    any // a reducer's Folder[T]; nil for a function
 	shuffle any // an emitter's Shuffler; nil for anything else
+	step    any // a pipeline's Step (see chain.go); nil for anything else
 }
 
 // Name returns the name the handle is registered under.
@@ -57,7 +58,7 @@ func (rt *Runtime) Run(ctx context.Context, constant any, count int, input []byt
 
 // Map returns the runtime of a function of In to Out.
 func Map[In, Out any](name, sig string, types []string, fn func(context.Context, In) (Out, error)) *Runtime {
-	return &Runtime{name: name, sig: sig, types: types,
+	return &Runtime{name: name, sig: sig, types: types, step: mapStep[In, Out]{fn: fn},
 		run: func(ctx context.Context, _ any, count int, input []byte, p Policy, red *Runtime) ([]byte, []codec.Failure) {
 			return runOrReduce(ctx, count, input, p, fn, red)
 		}}

@@ -155,6 +155,32 @@ type pair[K comparable, V any] struct {
 
 // Combine implements Shuffler.
 func (e emitter[In, K, V]) Combine(ctx context.Context, count int, input []byte, p Policy, red *Runtime, parts int) ([][]byte, int, []codec.Failure) {
+	xs, decodeFail := decodeInputs[In](count, input)
+	partials, keys, fails := e.combine(ctx, xs, p, red, parts)
+	if len(fails) == 1 && fails[0].Kind == codec.KindReduce && fails[0].Index == 0 && fails[0].Through == len(xs)-1 {
+		fails[0].Through = count - 1 // a fold that failed fails the whole task
+		return nil, 0, fails
+	}
+	if decodeFail != nil {
+		fails = append(fails, *decodeFail)
+	}
+	return partials, keys, fails
+}
+
+// CombineValues implements Boundary.
+func (e emitter[In, K, V]) CombineValues(ctx context.Context, xs any, p Policy, red *Runtime, parts int) ([][]byte, int, []codec.Failure) {
+	in, ok := xs.([]In)
+	if !ok {
+		return nil, 0, []codec.Failure{mismatched(xs, reflect.TypeFor[In]())}
+	}
+	return e.combine(ctx, in, p, red, parts)
+}
+
+// combine runs the emitter on each of xs, folds the pairs of each key with
+// red and cuts them into parts partials. If red fails, every element fails
+// (codec.KindReduce): the partials would otherwise hold part of an
+// element.
+func (e emitter[In, K, V]) combine(ctx context.Context, xs []In, p Policy, red *Runtime, parts int) ([][]byte, int, []codec.Failure) {
 	fold, ok := FolderOf[V](red)
 	if !ok {
 		return nil, 0, []codec.Failure{{Index: -1, Kind: codec.KindTypeMismatch,
@@ -183,7 +209,7 @@ func (e emitter[In, K, V]) Combine(ctx context.Context, count int, input []byte,
 	}
 	var foldFail *codec.Failure
 	succeeded := 0
-	fails := each(ctx, count, input, p, run, func(_ int, ps []pair[K, V]) *codec.Failure {
+	fails := runEach(ctx, xs, p, run, func(_ int, ps []pair[K, V]) *codec.Failure {
 		succeeded++
 		for _, pr := range ps {
 			old, seen := acc[pr.k]
@@ -201,7 +227,7 @@ func (e emitter[In, K, V]) Combine(ctx context.Context, count int, input []byte,
 		return nil
 	})
 	if foldFail != nil {
-		return nil, 0, []codec.Failure{{Index: 0, Through: count - 1, Kind: codec.KindReduce,
+		return nil, 0, []codec.Failure{{Index: 0, Through: max(len(xs)-1, 0), Kind: codec.KindReduce,
 			Msg: "combining the task's pairs: " + foldFail.Msg, Stack: foldFail.Stack}}
 	}
 	if succeeded == 0 {
@@ -217,7 +243,7 @@ func (e emitter[In, K, V]) Combine(ctx context.Context, count int, input []byte,
 	for i := range cut {
 		b, err := EncodePairs(&cut[i])
 		if err != nil {
-			return nil, 0, []codec.Failure{{Index: 0, Through: count - 1, Kind: codec.KindEncode,
+			return nil, 0, []codec.Failure{{Index: 0, Through: max(len(xs)-1, 0), Kind: codec.KindEncode,
 				Msg: fmt.Sprintf("pairs as (%v, %v): %v", reflect.TypeFor[K](), reflect.TypeFor[V](), err)}}
 		}
 		partials[i] = b
@@ -227,16 +253,42 @@ func (e emitter[In, K, V]) Combine(ctx context.Context, count int, input []byte,
 
 // Merge implements Shuffler.
 func (e emitter[In, K, V]) Merge(ctx context.Context, partials [][]byte, red *Runtime, page int) ([][]byte, int, *codec.Failure) {
+	acc, f := e.merge(ctx, partials, red)
+	if f != nil {
+		return nil, 0, f
+	}
+	pages, err := paginate(acc, page)
+	if err != nil {
+		return nil, 0, &codec.Failure{Index: -1, Kind: codec.KindEncode, Msg: fmt.Sprintf("pairs as (%v, %v): %v", reflect.TypeFor[K](), reflect.TypeFor[V](), err)}
+	}
+	return pages, len(acc), nil
+}
+
+// FoldValues implements Boundary.
+func (e emitter[In, K, V]) FoldValues(ctx context.Context, partials [][]byte, red *Runtime) (any, *codec.Failure) {
+	acc, f := e.merge(ctx, partials, red)
+	if f != nil {
+		return nil, f
+	}
+	kvs := make([]KV[K, V], 0, len(acc))
+	for k, v := range acc {
+		kvs = append(kvs, KV[K, V]{Key: k, Value: v})
+	}
+	return kvs, nil
+}
+
+// merge folds partials (encoded Pairs of one partition) per key with red.
+func (e emitter[In, K, V]) merge(ctx context.Context, partials [][]byte, red *Runtime) (map[K]V, *codec.Failure) {
 	fold, ok := FolderOf[V](red)
 	if !ok {
-		return nil, 0, &codec.Failure{Index: -1, Kind: codec.KindTypeMismatch,
+		return nil, &codec.Failure{Index: -1, Kind: codec.KindTypeMismatch,
 			Msg: fmt.Sprintf("reducer %q (%s) does not fold the emitter's value type %v", red.Name(), red.Signature(), reflect.TypeFor[V]())}
 	}
 	acc := make(map[K]V)
 	for i, b := range partials {
 		ps, err := DecodePairs[K, V](b)
 		if err != nil {
-			return nil, 0, &codec.Failure{Index: -1, Kind: codec.KindDecode, Msg: fmt.Sprintf("partial %d as (%v, %v): %v", i, reflect.TypeFor[K](), reflect.TypeFor[V](), err)}
+			return nil, &codec.Failure{Index: -1, Kind: codec.KindDecode, Msg: fmt.Sprintf("partial %d as (%v, %v): %v", i, reflect.TypeFor[K](), reflect.TypeFor[V](), err)}
 		}
 		for j, k := range ps.K {
 			old, seen := acc[k]
@@ -248,17 +300,37 @@ func (e emitter[In, K, V]) Merge(ctx context.Context, partials [][]byte, red *Ru
 			if f != nil {
 				f.Index = -1
 				f.Msg = fmt.Sprintf("folding key %v: %s", k, f.Msg)
-				return nil, 0, f
+				return nil, f
 			}
 			acc[k] = z
 		}
 	}
-	pages, err := paginate(acc, page)
-	if err != nil {
-		return nil, 0, &codec.Failure{Index: -1, Kind: codec.KindEncode, Msg: fmt.Sprintf("pairs as (%v, %v): %v", reflect.TypeFor[K](), reflect.TypeFor[V](), err)}
-	}
-	return pages, len(acc), nil
+	return acc, nil
 }
+
+func (emitter[In, K, V]) In() reflect.Type  { return reflect.TypeFor[In]() }
+func (emitter[In, K, V]) Out() reflect.Type { return reflect.TypeFor[KV[K, V]]() }
+
+func (emitter[In, K, V]) Decode(count int, input []byte) (any, *codec.Failure) {
+	return decodeInputs[In](count, input)
+}
+
+// maxKeyText caps a key as an error prints it.
+const maxKeyText = 200
+
+func (emitter[In, K, V]) KeyOf(kvs any, i int) string {
+	all, ok := kvs.([]KV[K, V])
+	if !ok || i < 0 || i >= len(all) {
+		return ""
+	}
+	s := fmt.Sprintf("%v", all[i].Key)
+	if len(s) > maxKeyText {
+		s = s[:maxKeyText] + "…"
+	}
+	return s
+}
+
+func (emitter[In, K, V]) Pages(kvs any, page int) ([][]byte, error) { return pagesOf[KV[K, V]](kvs, page) }
 
 // paginate encodes the pairs of m as pages of about page bytes each (one at
 // least, empty if m is): it sizes each page from the bytes a pair took on

@@ -158,13 +158,26 @@ type TaskError struct {
 	// failure on the manager's side (lost, no worker, ...) or a worker of
 	// an earlier release. It is not part of Error's message.
 	Worker string
+	// Stage is, in a pipeline (manager.From), the number of the step the
+	// element failed in, from 1; Func is that step's. 0 outside one.
+	Stage int
+	// Key is, past a pipeline's by-key step, the key (as %v prints it) of
+	// the pair the failed element came from; Index is then -1.
+	Key string
 }
 
 func (e *TaskError) Error() string {
-	if e.Attempt > 0 {
-		return fmt.Sprintf("redmap: element %d of %q, attempt %d: %v", e.Index, e.Func, e.Attempt+1, e.Err)
+	what := fmt.Sprintf("element %d of %q", e.Index, e.Func)
+	switch {
+	case e.Stage > 0 && e.Key != "":
+		what = fmt.Sprintf("key %q in step %d (%q)", e.Key, e.Stage, e.Func)
+	case e.Stage > 0:
+		what = fmt.Sprintf("element %d in step %d (%q)", e.Index, e.Stage, e.Func)
 	}
-	return fmt.Sprintf("redmap: element %d of %q: %v", e.Index, e.Func, e.Err)
+	if e.Attempt > 0 {
+		return fmt.Sprintf("redmap: %s, attempt %d: %v", what, e.Attempt+1, e.Err)
+	}
+	return fmt.Sprintf("redmap: %s: %v", what, e.Err)
 }
 
 // Unwrap returns the cause.

@@ -409,8 +409,13 @@ local function serves(lane)
   if not calls then
     return false
   end
-  local fn, red = string.match(calls, '^([^\n]*)\n?(.*)$')
-  return served[fn] == true and (red == '' or served[red] == true)
+  -- each line a handle: the function, a reducer, a pipeline's steps
+  for handle in string.gmatch(calls, '[^\n]+') do
+    if not served[handle] then
+      return false
+    end
+  end
+  return true
 end
 
 -- take_backups takes from the shard's backup tasks (keys.Backups: copies

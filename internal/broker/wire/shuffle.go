@@ -40,6 +40,9 @@ type Shuffle struct {
 	Base int   `msgpack:"b,omitempty"`
 	TTL  int64 `msgpack:"t"`           // ms: the partitions' keys expire after it
 	Page int   `msgpack:"g,omitempty"` // reduce: bytes per page of output
+	// Pipe is set on a pipeline's tasks (manager.From): the steps they
+	// run besides the phase.
+	Pipe *Pipe `msgpack:"q,omitempty"`
 }
 
 // EncodeShuffle returns the wire form of s.
@@ -48,26 +51,40 @@ func EncodeShuffle(s *Shuffle) ([]byte, error) { return codec.EncodeValue(s) }
 // DecodeShuffle parses and checks a task's Shuffle.
 func DecodeShuffle(b []byte) (*Shuffle, error) {
 	s, err := codec.DecodeValue[Shuffle](b)
-	switch {
-	case err != nil:
+	if err != nil {
 		return nil, err
+	}
+	if err := s.check(); err != nil {
+		return nil, err
+	}
+	return &s, nil
+}
+
+// check refuses a Shuffle no manager sends.
+func (s *Shuffle) check() error {
+	switch {
 	case s.Job == "" || len(s.Job) > 64:
-		return nil, errors.New("shuffle: bad job id")
+		return errors.New("shuffle: bad job id")
 	case s.Parts < 1 || s.Parts > MaxPartitions:
-		return nil, fmt.Errorf("shuffle: %d partitions, want 1 to %d", s.Parts, MaxPartitions)
+		return fmt.Errorf("shuffle: %d partitions, want 1 to %d", s.Parts, MaxPartitions)
 	case len(s.Salts) != 0 && len(s.Salts) != s.Parts:
-		return nil, fmt.Errorf("shuffle: %d salts for %d partitions", len(s.Salts), s.Parts)
-	case s.Phase != PhaseMap && s.Phase != PhaseReduce:
-		return nil, fmt.Errorf("shuffle: unknown phase %d", s.Phase)
+		return fmt.Errorf("shuffle: %d salts for %d partitions", len(s.Salts), s.Parts)
+	case s.Phase != PhaseMap && s.Phase != PhaseReduce && s.Phase != PhaseChain:
+		return fmt.Errorf("shuffle: unknown phase %d", s.Phase)
+	case s.Phase == PhaseChain && s.Pipe == nil:
+		return errors.New("shuffle: a chain phase without its steps")
 	case s.Base < 0 || s.TTL <= 0 || s.Page < 0:
-		return nil, errors.New("shuffle: base, ttl or page out of range")
+		return errors.New("shuffle: base, ttl or page out of range")
 	}
 	for _, salt := range s.Salts {
 		if salt < 0 {
-			return nil, errors.New("shuffle: negative salt")
+			return errors.New("shuffle: negative salt")
 		}
 	}
-	return &s, nil
+	if s.Pipe != nil {
+		return s.Pipe.check(s.Phase)
+	}
+	return nil
 }
 
 // Salt returns partition p's salt.
@@ -93,6 +110,9 @@ type MapSummary struct {
 	Ranges []int `msgpack:"r"` // start, count, start, count, ...
 	Keys   int   `msgpack:"k"`
 	Bytes  int64 `msgpack:"b"`
+	// Fails are a pipeline's elements that failed in the task (a
+	// pipeline's map tasks report every failed element here).
+	Fails []StepFail `msgpack:"f,omitempty"`
 }
 
 // ReduceInput is the element of a reduce task: the partition to fold, and
@@ -159,4 +179,10 @@ type ReduceOutput struct {
 	Pages   int   `msgpack:"n"`
 	Bytes   int64 `msgpack:"b"`
 	Missing []int `msgpack:"m,omitempty"`
+	// In a pipeline: Fails are the elements that failed in the steps
+	// after the fold; Next says the partition's partials of the next
+	// by-key step are stored (under Range(p, 1)), Keys and Bytes then
+	// being theirs.
+	Fails []StepFail `msgpack:"f,omitempty"`
+	Next  bool       `msgpack:"x,omitempty"`
 }
