@@ -330,7 +330,9 @@ func (emitter[In, K, V]) KeyOf(kvs any, i int) string {
 	return s
 }
 
-func (emitter[In, K, V]) Pages(kvs any, page int) ([][]byte, error) { return pagesOf[KV[K, V]](kvs, page) }
+func (emitter[In, K, V]) Pages(kvs any, page int) ([][]byte, error) {
+	return pagesOf[KV[K, V]](kvs, page)
+}
 
 // paginate encodes the pairs of m as pages of about page bytes each (one at
 // least, empty if m is): it sizes each page from the bytes a pair took on
