@@ -79,6 +79,12 @@ type CallInfo struct {
 	// Label names the batch for people: the job it is part of
 	// (manager.Label).
 	Label string `msgpack:"label,omitempty" json:"label,omitempty"`
+	// Pipeline names the pipeline (manager.From) the batch is a phase of:
+	// its durable name, or its job id; Stage says which of its steps the
+	// batch's tasks run ("1-3 map": steps 1 to 3, the third a by-key
+	// step's map side; "3-5 reduce": its reduce side, then steps 4, 5).
+	Pipeline string `msgpack:"pipeline,omitempty" json:"pipeline,omitempty"`
+	Stage    string `msgpack:"stage,omitempty" json:"stage,omitempty"`
 }
 
 // IsZero reports whether no field of c is set: its tasks then carry no

@@ -260,6 +260,7 @@ type pipeJob struct {
 	keyFails  map[[2]int][]wire.StepFail
 	taskErrs  *redmap.BatchError // the head tasks' own failures
 	stopRenew func()
+	name      string // what its batches say they are a phase of (codec.CallInfo.Pipeline)
 }
 
 // runPipeline runs pl on m and hands each page of the last step's outputs
@@ -362,8 +363,10 @@ func startPipeline(ctx context.Context, m *Manager, pl *pipeline, opts []CallOpt
 	_, _ = rand.Read(jid[:])
 	job := hex.EncodeToString(jid[:])
 	ttl := 10 * m.opts.KeyTTL
+	j.name = job
 	if j.durable != "" {
 		job, ttl = id.DurableJob("pipeline\x00"+j.durable), m.opts.DurableTTL
+		j.name = j.durable
 	}
 	if len(j.keys) == 0 {
 		sh := wire.Shuffle{Job: job, Parts: 1, Phase: wire.PhaseChain, TTL: ttl.Milliseconds(), Pipe: &wire.Pipe{Steps: j.segs[0]}}
@@ -451,7 +454,7 @@ func (j *pipeJob) runChain(ctx context.Context, use func([]byte) (bool, error)) 
 	if err != nil {
 		return err
 	}
-	out, err := j.pl.chain(ctx, on, sp, j.co)
+	out, err := j.pl.chain(ctx, on, sp, j.callOf(1, len(j.pl.steps), "map"))
 	if err := j.taskErrors(err, 0, -1); err != nil {
 		return err
 	}
@@ -471,6 +474,18 @@ func (j *pipeJob) runChain(ctx context.Context, use func([]byte) (bool, error)) 
 		}
 	}
 	return j.err()
+}
+
+// callOf is the call options of a phase that runs steps from to to (from
+// 1): the pipeline's, saying which phase.
+func (j *pipeJob) callOf(from, to int, side string) callOptions {
+	co := j.co
+	co.call.Pipeline = j.name
+	co.call.Stage = fmt.Sprintf("%d-%d %s", from, to, side)
+	if from == to {
+		co.call.Stage = fmt.Sprintf("%d %s", from, side)
+	}
+	return co
 }
 
 // idempotent reports whether every handle of steps was declared
@@ -506,7 +521,7 @@ func (j *pipeJob) runHead(ctx context.Context, start, count int) (wire.MapSummar
 	if err != nil {
 		return wire.MapSummary{}, err
 	}
-	sum, err := j.pl.head(ctx, on, sp, j.co, start, count)
+	sum, err := j.pl.head(ctx, on, sp, j.callOf(1, j.stages[0], "map"), start, count)
 	j.m.stats.partialBytes.Add(sum.Bytes)
 	return sum, err
 }
@@ -729,7 +744,7 @@ func (j *pipeJob) reduceBatch(ctx context.Context, b int, ps []int) ([]wire.Redu
 		return nil, err
 	}
 	lv.rounds++
-	rco := j.co
+	rco := j.callOf(j.stages[b], end, "reduce")
 	rco.chunk = 1
 	batch, err := submit(ctx, on, sp, elements[wire.ReduceInput]{xs: ins}, rco, (*redmap.Reducer[wire.ReduceOutput])(nil))
 	if err != nil {

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"slices"
 	"strings"
 	"syscall"
@@ -12,7 +13,9 @@ import (
 	"time"
 
 	"github.com/redmap/redmap"
+	"github.com/redmap/redmap/inspect"
 	"github.com/redmap/redmap/internal/harness"
+	"github.com/redmap/redmap/internal/redistest"
 	"github.com/redmap/redmap/manager"
 	"github.com/redmap/redmap/worker"
 )
@@ -291,4 +294,64 @@ func TestPipelineWorkerKilled(t *testing.T) {
 	noPartitionsLeft(t, b)
 }
 
-var _ = harness.ChildEnv
+// Redis losing every key while a pipeline runs (FLUSHALL), once its
+// second by-key step's partials are being stored, loses nothing: what
+// stored the lost partials runs again, back to the input if need be, and
+// the outputs are exact. Each phase's batches say which pipeline and
+// steps they run.
+func TestPipelineFlushAll(t *testing.T) {
+	if testing.Short() {
+		t.Skip("seconds of slow map tasks around a FLUSHALL")
+	}
+	b := harness.On(t, redistest.Start(t))
+	b.Worker(t, worker.Options{Concurrency: 4}, slowTokens, upper, one, sum, byLetter, top3, line)
+	var logs harness.LogBuffer
+	m := b.Manager(t, manager.Options{Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+	docs := letterDocs(2000, 400)
+	ch := make(chan error, 1)
+	var got []string
+	go func() {
+		var err error
+		got, err = manager.Collect(testCtx(t), m, topPipeline(docs, slowTokens), manager.ChunkSize(20), manager.Partitions(8), manager.Label("flushed"))
+		ch <- err
+	}()
+	in, err := inspect.New(b.Client, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var stages []string
+	eventually(t, "the head's batch, named for its pipeline", func() bool {
+		bs, _ := in.Batches(context.Background(), b.Queue)
+		for _, p := range bs {
+			if p.Call.Pipeline != "" && p.Call.Label == "flushed" {
+				stages = append(stages, p.Call.Stage)
+			}
+		}
+		return len(stages) > 0
+	})
+	if stages[0] != "1-3 map" {
+		t.Fatalf("the head's batch says stage %q, want \"1-3 map\"", stages[0])
+	}
+	eventually(t, "the second by-key step's partials", func() bool {
+		for _, k := range b.Keys(t, "redmap:{"+b.Queue+"%*}:part") {
+			if strings.Contains(k, ".1.") {
+				return true
+			}
+		}
+		return false
+	})
+	if err := b.Client.FlushAll(context.Background()).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-ch; err != nil {
+		t.Fatal(err)
+	}
+	slices.Sort(got)
+	if want := topLines(docs); !slices.Equal(got, want) {
+		t.Fatalf("Collect across a FLUSHALL:\n%q\nwant\n%q", got, want)
+	}
+	if !strings.Contains(logs.String(), "what stored them runs again") {
+		t.Fatalf("nothing ran again after the FLUSHALL; the manager logged:\n%s", logs.String())
+	}
+	noPartitionsLeft(t, b)
+}
