@@ -301,7 +301,7 @@ func runPipeline(ctx context.Context, m *Manager, pl *pipeline, opts []CallOptio
 }
 
 // errStopped is readPart's error when use stopped it.
-var errStopped = errors.New("stopped")
+var errStopped = errors.New("manager: a pipeline's outputs: the reader stopped")
 
 // startPipeline checks pl and the options, and runs pl up to the outputs of
 // its last by-key step's partitions (all of it, without one).

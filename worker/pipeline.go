@@ -60,7 +60,7 @@ func (w *Worker) steps(ctx context.Context, ss []wire.Step) ([]engine.Step, []st
 func chainFits(in reflect.Type, steps []engine.Step, names []string, out reflect.Type, outName string) *codec.Failure {
 	got, err := engine.CheckChain(in, steps, names)
 	if err == nil && out != nil && got != out {
-		err = fmt.Errorf("%q takes %v, but the step before it gives %v", outName, out, got)
+		err = fmt.Errorf("worker: %q takes %v, but the step before it gives %v", outName, out, got)
 	}
 	if err != nil {
 		return wholeFailure(codec.KindTypeMismatch, "this worker's steps do not chain: %v", err)
