@@ -162,6 +162,9 @@ type row struct {
 	bytes               int64           // bytes that crossed Redis (in and out), where measured
 	note                string
 	rates               []float64 // with several runs: each run's elements/s
+	redisPeak, heapPeak int64     // where measured: Redis's used_memory and the manager's heap (HeapAlloc) at their peak, above their start (medians of the runs)
+	livePeak            int64     // where measured: the manager's live heap (as of its GCs) at its peak, above its start (median)
+	workerRSS           int64     // where measured: the worker processes' peak RSS, summed (median)
 }
 
 func (r row) rate() float64 {
@@ -197,6 +200,7 @@ func merge(runs [][]row) []row {
 	var p50s, p99s = map[string][]time.Duration{}, map[string][]time.Duration{}
 	mcpu, wcpu := map[string][]time.Duration{}, map[string][]time.Duration{}
 	rcpu, rcmd := map[string][]time.Duration{}, map[string][]time.Duration{}
+	rpeak, hpeak, lpeak, wrss := map[string][]float64{}, map[string][]float64{}, map[string][]float64{}, map[string][]float64{}
 	for _, rows := range runs {
 		for _, r := range rows {
 			k := r.scenario + "\x00" + r.contender
@@ -210,6 +214,8 @@ func merge(runs [][]row) []row {
 			out[i].note, out[i].redisCPU, out[i].redisCPUs, out[i].allocs = r.note, r.redisCPU, r.redisCPUs, r.allocs
 			mcpu[k], wcpu[k] = append(mcpu[k], r.managerCPU), append(wcpu[k], r.workerCPU)
 			rcpu[k], rcmd[k] = append(rcpu[k], r.redisCPU), append(rcmd[k], r.redisCmd)
+			rpeak[k], hpeak[k] = append(rpeak[k], float64(r.redisPeak)), append(hpeak[k], float64(r.heapPeak))
+			lpeak[k], wrss[k] = append(lpeak[k], float64(r.livePeak)), append(wrss[k], float64(r.workerRSS))
 			if r.p50 > 0 {
 				p50s[k], p99s[k] = append(p50s[k], r.p50), append(p99s[k], r.p99)
 			}
@@ -218,6 +224,8 @@ func merge(runs [][]row) []row {
 	for k, i := range index {
 		out[i].managerCPU, out[i].workerCPU = medianDur(mcpu[k]), medianDur(wcpu[k])
 		out[i].redisCPU, out[i].redisCmd = medianDur(rcpu[k]), medianDur(rcmd[k])
+		out[i].redisPeak, out[i].heapPeak, out[i].livePeak = int64(median(rpeak[k])), int64(median(hpeak[k])), int64(median(lpeak[k]))
+		out[i].workerRSS = int64(median(wrss[k]))
 		if len(p50s[k]) > 0 {
 			out[i].p50, out[i].p99 = medianDur(p50s[k]), medianDur(p99s[k])
 		}
@@ -296,6 +304,7 @@ func run(quick bool, only string, runs int, inproc, commands bool, cluster int, 
 	}
 	fmt.Println()
 	printSummary(rows)
+	printPipeline(rows)
 	printScale(rows)
 	if *plot != "" {
 		if err := writeScalePlot(*plot, rows); err != nil {

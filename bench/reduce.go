@@ -60,7 +60,8 @@ func runWorkerProcess() bool {
 		w, err = worker.New(c, worker.Options{Queue: queue, Concurrency: concurrency})
 	}
 	if err == nil {
-		err = w.Register(square, spin, mirror, lookup, modSquare, plus, sieve, sleepy, nap, straggle, keyCount, add, blockCounts, mergeCounts, keyText, least, manWords, addStats)
+		err = w.Register(square, spin, mirror, lookup, modSquare, plus, sieve, sleepy, nap, straggle, keyCount, add, blockCounts, mergeCounts, keyText, least, manWords, addStats,
+			goIdents, identOne, fileIdents, sumCounts, identLetter, topIdents, letterLine)
 	}
 	if err == nil {
 		if p := os.Getenv(workerProfileEnv); p != "" {

@@ -43,6 +43,7 @@ var scenarios = []scenario{
 	{"compute", compute},
 	{"scale", scale},
 	{"stragglers", stragglers},
+	{"pipeline", pipeline}, // GOROOT/src files → identifiers → counts by identifier → top 10 per first letter → lines: loop, hand-chained calls, Pipeline Collect
 }
 
 // The functions redmap runs, and their baseline twins on raw bytes.
