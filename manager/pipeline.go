@@ -29,8 +29,8 @@ import (
 //
 // Every step runs on the workers, and no element passes through the
 // manager but the input and the last step's outputs. The steps between two
-// by-key steps run in one task, one after the other, on each element as
-// soon as the step before gave it, in the worker's memory. A by-key step
+// by-key steps run in one task, one after the other, in the worker's
+// memory: each over all the task's outputs of the step before. A by-key step
 // is a map/reduce by key (ReduceByKey): the task before it combines its
 // pairs per key and stores them in Redis, cut into partitions; when every
 // such task has ended, one reduce task per partition folds its pairs and
