@@ -9,6 +9,7 @@ import (
 	"hash/fnv"
 	"io/fs"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"runtime"
 	"runtime/metrics"
@@ -181,7 +182,11 @@ func pipelineTops(ctx context.Context, m *manager.Manager, files []string) ([]st
 // the order of a hash of their path, the sample in path order). It
 // returns the contents, and the bytes and files of the whole tree.
 func goCorpus(limit int) (files []string, treeBytes, treeFiles int, err error) {
-	root := filepath.Join(runtime.GOROOT(), "src")
+	out, err := exec.Command("go", "env", "GOROOT").Output()
+	if err != nil {
+		return nil, 0, 0, fmt.Errorf("go env GOROOT: %w", err)
+	}
+	root := filepath.Join(strings.TrimSpace(string(out)), "src")
 	type file struct {
 		path string
 		size int

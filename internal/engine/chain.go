@@ -89,13 +89,18 @@ type mapStep[In, Out any] struct {
 	fn func(context.Context, In) (Out, error)
 }
 
-func (mapStep[In, Out]) In() reflect.Type  { return reflect.TypeFor[In]() }
+// In implements Step.
+func (mapStep[In, Out]) In() reflect.Type { return reflect.TypeFor[In]() }
+
+// Out implements Step.
 func (mapStep[In, Out]) Out() reflect.Type { return reflect.TypeFor[Out]() }
 
+// Decode implements Step.
 func (mapStep[In, Out]) Decode(count int, input []byte) (any, *codec.Failure) {
 	return decodeInputs[In](count, input)
 }
 
+// Apply implements Step.
 func (s mapStep[In, Out]) Apply(ctx context.Context, xs any, p Policy) (any, []int, []codec.Failure) {
 	in, ok := xs.([]In)
 	if !ok {
@@ -111,6 +116,7 @@ func (s mapStep[In, Out]) Apply(ctx context.Context, xs any, p Policy) (any, []i
 	return ys, from, fails
 }
 
+// Pages implements Step.
 func (mapStep[In, Out]) Pages(ys any, page int) ([][]byte, error) { return pagesOf[Out](ys, page) }
 
 // flatStep is the Step of a function that emits outputs of Out.
@@ -118,13 +124,18 @@ type flatStep[In, Out any] struct {
 	fn func(context.Context, In, func(Out)) error
 }
 
-func (flatStep[In, Out]) In() reflect.Type  { return reflect.TypeFor[In]() }
+// In implements Step.
+func (flatStep[In, Out]) In() reflect.Type { return reflect.TypeFor[In]() }
+
+// Out implements Step.
 func (flatStep[In, Out]) Out() reflect.Type { return reflect.TypeFor[Out]() }
 
+// Decode implements Step.
 func (flatStep[In, Out]) Decode(count int, input []byte) (any, *codec.Failure) {
 	return decodeInputs[In](count, input)
 }
 
+// Apply implements Step.
 func (s flatStep[In, Out]) Apply(ctx context.Context, xs any, p Policy) (any, []int, []codec.Failure) {
 	in, ok := xs.([]In)
 	if !ok {
@@ -158,6 +169,7 @@ func (s flatStep[In, Out]) Apply(ctx context.Context, xs any, p Policy) (any, []
 	return ys, from, fails
 }
 
+// Pages implements Step.
 func (flatStep[In, Out]) Pages(ys any, page int) ([][]byte, error) { return pagesOf[Out](ys, page) }
 
 // mismatched is the failure of a step handed elements of another type than

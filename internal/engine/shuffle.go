@@ -308,9 +308,13 @@ func (e emitter[In, K, V]) merge(ctx context.Context, partials [][]byte, red *Ru
 	return acc, nil
 }
 
-func (emitter[In, K, V]) In() reflect.Type  { return reflect.TypeFor[In]() }
+// In implements Boundary.
+func (emitter[In, K, V]) In() reflect.Type { return reflect.TypeFor[In]() }
+
+// Out implements Boundary.
 func (emitter[In, K, V]) Out() reflect.Type { return reflect.TypeFor[KV[K, V]]() }
 
+// Decode implements Boundary.
 func (emitter[In, K, V]) Decode(count int, input []byte) (any, *codec.Failure) {
 	return decodeInputs[In](count, input)
 }
@@ -318,6 +322,7 @@ func (emitter[In, K, V]) Decode(count int, input []byte) (any, *codec.Failure) {
 // maxKeyText caps a key as an error prints it.
 const maxKeyText = 200
 
+// KeyOf implements Boundary.
 func (emitter[In, K, V]) KeyOf(kvs any, i int) string {
 	all, ok := kvs.([]KV[K, V])
 	if !ok || i < 0 || i >= len(all) {
@@ -330,6 +335,7 @@ func (emitter[In, K, V]) KeyOf(kvs any, i int) string {
 	return s
 }
 
+// Pages implements Boundary.
 func (emitter[In, K, V]) Pages(kvs any, page int) ([][]byte, error) {
 	return pagesOf[KV[K, V]](kvs, page)
 }
