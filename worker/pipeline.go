@@ -76,7 +76,7 @@ func (w *Worker) chainTask(ctx context.Context, c *resolved, sh *wire.Shuffle, s
 	}
 	base := sh.Base + c.task.Start
 	xs, decodeFail := steps[0].Decode(c.task.Count, c.task.Input)
-	ys, _, cf := engine.RunChain(ctx, steps, xs, c.policy)
+	ys, cf := engine.RunChain(ctx, steps, xs, c.policy)
 	fails, whole := headFails(cf, sh.Pipe, decodeFail, base)
 	if whole != nil {
 		return nil, []codec.Failure{*whole}
@@ -110,16 +110,7 @@ func (w *Worker) pipeMap(ctx context.Context, c *resolved, sh *wire.Shuffle, ste
 	} else {
 		xs, decodeFail = b.Decode(c.task.Count, c.task.Input)
 	}
-	ys, from, cf := engine.RunChain(ctx, steps, xs, c.policy)
-	var partials [][]byte
-	var keys int
-	if ys != nil {
-		var efails []codec.Failure
-		partials, keys, efails = b.CombineValues(ctx, ys, c.policy, c.reducer, sh.Parts)
-		for _, f := range efails {
-			cf = append(cf, engine.Trace(len(steps), f, from)...)
-		}
-	}
+	partials, keys, cf := b.CombineChain(ctx, steps, xs, c.policy, c.reducer, sh.Parts)
 	base := sh.Base + c.task.Start
 	fails, whole := headFails(cf, sh.Pipe, decodeFail, base)
 	if whole != nil {
@@ -160,11 +151,11 @@ func headFails(cf []engine.ChainFail, pipe *wire.Pipe, decodeFail *codec.Failure
 		fails = append(fails, wire.StepFail{Stage: stage, Index: base + f.Index, Through: base + f.Last(), Kind: int(f.Kind), Msg: f.Msg})
 	}
 	for _, f := range cf {
-		if f.Origin < 0 {
+		if f.Index < 0 {
 			return nil, wholeFailure(f.Kind, "%s", f.Msg)
 		}
-		sf := wire.StepFail{Stage: stageOf(pipe, f.Step, pipe.Stage), Index: base + f.Origin, Kind: int(f.Kind), Msg: f.Msg, Stack: truncate(f.Stack, maxStack)}
-		if f.Index == f.Origin && f.Last() > f.Index {
+		sf := wire.StepFail{Stage: stageOf(pipe, f.Step, pipe.Stage), Index: base + f.Index, Kind: int(f.Kind), Msg: f.Msg, Stack: truncate(f.Stack, maxStack)}
+		if f.Last() > f.Index {
 			sf.Through = base + f.Last()
 		}
 		fails = append(fails, sf)
@@ -252,15 +243,12 @@ func (w *Worker) pipeReduce(ctx context.Context, c *resolved, sh *wire.Shuffle, 
 				fail(i, f.Kind, fmt.Sprintf("partition %d: %s", in.Part, f.Msg))
 				continue
 			}
-			ys, from, cf := engine.RunChain(ctx, steps, kvs, c.policy)
 			var store func(ctx context.Context) error
-			switch {
-			case ys == nil:
-			case next != nil:
-				partials, keys, efails := nb.CombineValues(ctx, ys, c.policy, nred, next.Shuffle.Parts)
-				for _, f := range efails {
-					cf = append(cf, engine.Trace(len(steps), f, from)...)
-				}
+			var cf []engine.ChainFail
+			if next != nil {
+				var partials [][]byte
+				var keys int
+				partials, keys, cf = nb.CombineChain(ctx, steps, kvs, c.policy, nred, next.Shuffle.Parts)
 				if partials != nil {
 					res.Next, res.Keys = true, keys
 					for _, p := range partials {
@@ -270,7 +258,9 @@ func (w *Worker) pipeReduce(ctx context.Context, c *resolved, sh *wire.Shuffle, 
 						return w.spill.StorePartials(ctx, &broker.StorePartialsParams{Shuffle: &next.Shuffle, Field: wire.Range(in.Part, 1), Partials: partials})
 					}
 				}
-			default:
+			} else {
+				var ys any
+				ys, cf = engine.RunChain(ctx, steps, kvs, c.policy)
 				pages, err := pager.Pages(ys, page)
 				if err != nil {
 					fail(i, codec.KindEncode, fmt.Sprintf("partition %d's outputs: %v", in.Part, err))
@@ -290,12 +280,15 @@ func (w *Worker) pipeReduce(ctx context.Context, c *resolved, sh *wire.Shuffle, 
 				after = next.Emit.Stage
 			}
 			for _, f := range cf {
-				if f.Origin < 0 {
+				if f.Index < 0 {
 					whole = &f.Failure
 					break
 				}
-				res.Fails = append(res.Fails, wire.StepFail{Stage: stageOf(sh.Pipe, f.Step, after), Index: -1, Key: b.KeyOf(kvs, f.Origin),
-					Kind: int(f.Kind), Msg: f.Msg, Stack: truncate(f.Stack, maxStack)})
+				// A failure names each of its keys.
+				for o := f.Index; o <= f.Last(); o++ {
+					res.Fails = append(res.Fails, wire.StepFail{Stage: stageOf(sh.Pipe, f.Step, after), Index: -1, Key: b.KeyOf(kvs, o),
+						Kind: int(f.Kind), Msg: f.Msg, Stack: truncate(f.Stack, maxStack)})
+				}
 			}
 			if whole != nil {
 				fail(i, whole.Kind, fmt.Sprintf("partition %d: %s", in.Part, whole.Msg))

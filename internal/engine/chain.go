@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"reflect"
+	"sync/atomic"
 
 	"github.com/redmap/redmap/codec"
 )
@@ -32,13 +33,23 @@ type Step interface {
 	// Decode decodes a frame of count inputs into a []In; an element that
 	// does not decode fails with every later one (see decodeInputs).
 	Decode(count int, input []byte) (any, *codec.Failure)
-	// Apply runs the step on each element of xs, a []In, under p, and
-	// returns its outputs (a []Out), the index in xs of the element each
-	// came from, and the elements that failed.
-	Apply(ctx context.Context, xs any, p Policy) (ys any, from []int, fails []codec.Failure)
 	// Pages encodes ys, a []Out, as pages of about page bytes, one at
 	// least (DecodePage reads one); all on one page if page <= 0.
 	Pages(ys any, page int) ([][]byte, error)
+	// bind returns the step as step k of a chain run on one element: a
+	// func(context.Context, In) error that hands each of its outputs to
+	// next, a func(context.Context, Out) error, and fails with the first
+	// error of either. It notes in st the step running.
+	bind(k int, st *chainState, next any) any
+	// collector is a chain's end that keeps the step's outputs.
+	collector() (end chainEnd, result func() any)
+	driver
+}
+
+// driver runs a chain over a task's elements: the chain's first step,
+// which knows its input type (see drive).
+type driver interface {
+	drive(ctx context.Context, xs any, p Policy, build func() *chainRun) (fails []ChainFail, abort *codec.Failure)
 }
 
 // Boundary is an emitter as a pipeline's by-key step runs it: the map side
@@ -48,10 +59,12 @@ type Boundary interface {
 	In() reflect.Type
 	Out() reflect.Type // KV[K, V]
 	Decode(count int, input []byte) (any, *codec.Failure)
-	// CombineValues runs the emitter on each of xs (a []In) under p, folds
-	// the pairs of each key with red, and cuts them into parts partials,
-	// as Shuffler.Combine does (nil partials if no element succeeded).
-	CombineValues(ctx context.Context, xs any, p Policy, red *Runtime, parts int) (partials [][]byte, keys int, fails []codec.Failure)
+	// CombineChain runs each of xs (the input of steps, or of the emitter
+	// if there are none) through steps and the emitter, as one run under p
+	// per element, folds the pairs of each key with red, and cuts them
+	// into parts partials, as Shuffler.Combine does (nil partials if no
+	// element succeeded). A fold that fails fails every element.
+	CombineChain(ctx context.Context, steps []Step, xs any, p Policy, red *Runtime, parts int) (partials [][]byte, keys int, fails []ChainFail)
 	// FoldValues folds partials (of one partition) per key with red into a
 	// []KV[K, V].
 	FoldValues(ctx context.Context, partials [][]byte, red *Runtime) (any, *codec.Failure)
@@ -100,24 +113,27 @@ func (mapStep[In, Out]) Decode(count int, input []byte) (any, *codec.Failure) {
 	return decodeInputs[In](count, input)
 }
 
-// Apply implements Step.
-func (s mapStep[In, Out]) Apply(ctx context.Context, xs any, p Policy) (any, []int, []codec.Failure) {
-	in, ok := xs.([]In)
-	if !ok {
-		return nil, nil, []codec.Failure{mismatched(xs, reflect.TypeFor[In]())}
-	}
-	ys := make([]Out, 0, len(in))
-	from := make([]int, 0, len(in))
-	fails := runEach(ctx, in, p, s.fn, func(i int, y Out) *codec.Failure {
-		ys = append(ys, y)
-		from = append(from, i)
-		return nil
-	})
-	return ys, from, fails
-}
-
 // Pages implements Step.
 func (mapStep[In, Out]) Pages(ys any, page int) ([][]byte, error) { return pagesOf[Out](ys, page) }
+
+func (s mapStep[In, Out]) bind(k int, st *chainState, next any) any {
+	nx := next.(func(context.Context, Out) error)
+	at := int32(k)
+	return func(ctx context.Context, x In) error {
+		st.at.Store(at)
+		y, err := s.fn(ctx, x)
+		if err != nil {
+			return err
+		}
+		return nx(ctx, y)
+	}
+}
+
+func (mapStep[In, Out]) collector() (chainEnd, func() any) { return collect[Out]() }
+
+func (mapStep[In, Out]) drive(ctx context.Context, xs any, p Policy, build func() *chainRun) ([]ChainFail, *codec.Failure) {
+	return drive[In](ctx, xs, p, build)
+}
 
 // flatStep is the Step of a function that emits outputs of Out.
 type flatStep[In, Out any] struct {
@@ -135,42 +151,37 @@ func (flatStep[In, Out]) Decode(count int, input []byte) (any, *codec.Failure) {
 	return decodeInputs[In](count, input)
 }
 
-// Apply implements Step.
-func (s flatStep[In, Out]) Apply(ctx context.Context, xs any, p Policy) (any, []int, []codec.Failure) {
-	in, ok := xs.([]In)
-	if !ok {
-		return nil, nil, []codec.Failure{mismatched(xs, reflect.TypeFor[In]())}
-	}
-	var ys []Out
-	var from []int
-	// An element's outputs count only if its run succeeds; they are kept
-	// apart until then, in a buffer reused unless a run may be abandoned
-	// (Policy.Abandon), which may emit on after it was given up.
-	var buf []Out
-	reuse := p.Timeout <= 0 || p.Abandon <= 0
-	run := func(ctx context.Context, x In) ([]Out, error) {
-		var out []Out
-		if reuse {
-			out = buf[:0]
-		}
-		err := s.fn(ctx, x, func(y Out) { out = append(out, y) })
-		if reuse {
-			buf = out
-		}
-		return out, err
-	}
-	fails := runEach(ctx, in, p, run, func(i int, out []Out) *codec.Failure {
-		ys = append(ys, out...)
-		for range out {
-			from = append(from, i)
-		}
-		return nil
-	})
-	return ys, from, fails
-}
-
 // Pages implements Step.
 func (flatStep[In, Out]) Pages(ys any, page int) ([][]byte, error) { return pagesOf[Out](ys, page) }
+
+func (s flatStep[In, Out]) bind(k int, st *chainState, next any) any {
+	nx := next.(func(context.Context, Out) error)
+	at := int32(k)
+	return func(ctx context.Context, x In) error {
+		st.at.Store(at)
+		// An output that fails downstream fails the element: the outputs
+		// it emits after it are not run.
+		var failed error
+		err := s.fn(ctx, x, func(y Out) {
+			if failed != nil {
+				return
+			}
+			if failed = nx(ctx, y); failed == nil {
+				st.at.Store(at)
+			}
+		})
+		if failed != nil {
+			return failed
+		}
+		return err
+	}
+}
+
+func (flatStep[In, Out]) collector() (chainEnd, func() any) { return collect[Out]() }
+
+func (flatStep[In, Out]) drive(ctx context.Context, xs any, p Policy, build func() *chainRun) ([]ChainFail, *codec.Failure) {
+	return drive[In](ctx, xs, p, build)
+}
 
 // mismatched is the failure of a step handed elements of another type than
 // its input's: a chain the worker's steps do not fit (CheckChain refuses
@@ -192,71 +203,152 @@ func CheckChain(in reflect.Type, steps []Step, names []string) (reflect.Type, er
 	return in, nil
 }
 
-// ChainFail is an element that failed in a chain: the step it failed in
-// (an index into the chain's steps, or len(steps) for the Boundary after
-// them), the index in the chain's input of the element it came from, and
-// why.
+// ChainFail is an element of a chain's input that failed: the step it
+// failed in (an index into the chain's steps, or len(steps) for the
+// Boundary after them), and why. Its Failure's Index (through Through, a
+// run of elements that failed alike) is the element's index in the
+// chain's input; -1 for a chain that could not run at all.
 type ChainFail struct {
-	Step   int
-	Origin int
+	Step int
 	codec.Failure
 }
 
-// RunChain runs xs, the chain's input, through steps in turn, and returns
-// the last one's outputs, the index in xs of the element each came from,
-// and every element that failed on the way, which the later steps do not
-// see.
-func RunChain(ctx context.Context, steps []Step, xs any, p Policy) (ys any, from []int, fails []ChainFail) {
-	// origin[i] is the index in xs of element i of the current step's input.
-	var origin []int
-	ys = xs
-	for k, s := range steps {
-		out, f, fs := s.Apply(ctx, ys, p)
-		for _, fl := range fs {
-			fails = append(fails, Trace(k, fl, origin)...)
+// The steps of a chain run fused: for each element of the chain's input,
+// one run (under the task's Policy: its timeout, retries and panic
+// recovery) calls the first step, which hands each output straight to the
+// next step, and so on to the chain's end, which holds what the last step
+// gives until the run succeeds. No step's outputs are gathered between
+// steps, and a step's output is never boxed: the chain is bound once, its
+// seams type-asserted once (bind). An element whose run fails in any step
+// fails whole, naming that step; nothing of it reaches the end.
+
+// chainState is what one bound chain notes as it runs: the step running,
+// which is the step that failed when a run fails. It is atomic because a
+// run abandoned past its timeout (Policy.Abandon) goes on on a goroutine
+// of its own.
+type chainState struct{ at atomic.Int32 }
+
+// chainEnd makes the end of a chain for one bound chain: its sink, a
+// func(context.Context, T) error for what the last step gives (or for the
+// emitter's input, where the end runs the emitter as step k), and what it
+// does once a run failed (drop) or succeeded (keep: a failure there fails
+// the task).
+type chainEnd func(k int, st *chainState) (sink any, drop func(), keep func() *codec.Failure)
+
+// chainRun is one bound chain.
+type chainRun struct {
+	head any // func(context.Context, In) error
+	st   *chainState
+	drop func()
+	keep func() *codec.Failure
+}
+
+// bindChain binds steps to end.
+func bindChain(steps []Step, end chainEnd) *chainRun {
+	st := &chainState{}
+	sink, drop, keep := end(len(steps), st)
+	for k := len(steps) - 1; k >= 0; k-- {
+		sink = steps[k].bind(k, st, sink)
+	}
+	return &chainRun{head: sink, st: st, drop: drop, keep: keep}
+}
+
+// collect is the end that keeps the outputs of T of the runs that
+// succeed, in the order of their elements.
+func collect[T any]() (chainEnd, func() any) {
+	var ys []T
+	end := func(_ int, _ *chainState) (any, func(), func() *codec.Failure) {
+		var out []T
+		sink := func(_ context.Context, y T) error {
+			out = append(out, y)
+			return nil
 		}
-		if out == nil {
-			return nil, nil, fails // the whole step failed (a mismatch)
+		drop := func() { out = out[:0] }
+		keep := func() *codec.Failure {
+			ys = append(ys, out...)
+			out = out[:0]
+			return nil
 		}
-		if origin != nil {
-			for i, j := range f {
-				f[i] = origin[j]
+		return sink, drop, keep
+	}
+	return end, func() any {
+		if ys == nil {
+			ys = []T{}
+		}
+		return ys
+	}
+}
+
+// drive runs a chain on each element of xs, a []T, under p: one bound
+// chain (build) for all of them, or, where a run may be abandoned and go
+// on, one for each element. It returns the elements that failed, and, if
+// an end failed to keep a run's outputs, that failure, after which it
+// runs no more.
+func drive[T any](ctx context.Context, xs any, p Policy, build func() *chainRun) ([]ChainFail, *codec.Failure) {
+	in, ok := xs.([]T)
+	if !ok {
+		f := mismatched(xs, reflect.TypeFor[T]())
+		return []ChainFail{{Failure: f}}, nil
+	}
+	type elem struct {
+		x    T
+		r    *chainRun
+		head func(context.Context, T) error
+	}
+	fn := func(ctx context.Context, el elem) (struct{}, error) {
+		el.r.drop() // what a failed attempt before this one left
+		return struct{}{}, el.head(ctx, el.x)
+	}
+	ctx, e := withElements(ctx, p.Seed)
+	fresh := p.Timeout > 0 && p.Abandon > 0
+	var c *callers[elem, struct{}]
+	if fresh {
+		c = &callers[elem, struct{}]{ctx: ctx, fn: fn}
+		defer c.close()
+	}
+	var fails []ChainFail
+	var r *chainRun
+	var head func(context.Context, T) error
+	for i := range in {
+		if r == nil || fresh {
+			r = build()
+			head = r.head.(func(context.Context, T) error)
+		}
+		_, f := runElement(ctx, p, fn, elem{x: in[i], r: r, head: head}, p.Start+i, func() { e.at(p.Start + i) }, c)
+		if f == nil {
+			if f := r.keep(); f != nil {
+				return fails, f
 			}
+			continue
 		}
-		ys, origin = out, f
+		step := int(r.st.at.Load())
+		f.Index = i
+		if n := len(fails); n == 0 || fails[n-1].Step != step || !fails[n-1].Extend(f) {
+			fails = append(fails, ChainFail{Step: step, Failure: *f})
+		}
 	}
-	if origin == nil {
-		origin = identity(reflect.ValueOf(xs).Len())
-	}
-	return ys, origin, fails
+	return fails, nil
 }
 
-// Trace maps failure f of step k, indexed into its input, to the chain's
-// input through origin (nil: the step's input is the chain's), a run
-// split where its elements come from elements apart.
-func Trace(k int, f codec.Failure, origin []int) []ChainFail {
-	if f.Index < 0 || origin == nil {
-		return []ChainFail{{Step: k, Origin: f.Index, Failure: f}}
+// lenOf is the length of xs, a slice; 0 if it is none.
+func lenOf(xs any) int {
+	if v := reflect.ValueOf(xs); v.Kind() == reflect.Slice {
+		return v.Len()
 	}
-	var out []ChainFail
-	for i := f.Index; i <= f.Last(); i++ {
-		g := f
-		g.Index, g.Through = i, 0
-		o := origin[i]
-		if n := len(out); n > 0 && out[n-1].Origin == o {
-			continue // two outputs of one element failed alike: it failed
-		}
-		out = append(out, ChainFail{Step: k, Origin: o, Failure: g})
-	}
-	return out
+	return 0
 }
 
-func identity(n int) []int {
-	ix := make([]int, n)
-	for i := range ix {
-		ix[i] = i
+// RunChain runs each element of xs, the input of steps, through them (see
+// drive), and returns the outputs of the last step (a []Out) of the
+// elements that succeeded, and those that failed; xs itself if there is
+// no step.
+func RunChain(ctx context.Context, steps []Step, xs any, p Policy) (ys any, fails []ChainFail) {
+	if len(steps) == 0 {
+		return xs, nil
 	}
-	return ix
+	end, result := steps[len(steps)-1].collector()
+	fails, _ = steps[0].drive(ctx, xs, p, func() *chainRun { return bindChain(steps, end) })
+	return result(), fails
 }
 
 // pageFrame is a page of a pipeline's outputs: their count and their

@@ -156,7 +156,11 @@ type pair[K comparable, V any] struct {
 // Combine implements Shuffler.
 func (e emitter[In, K, V]) Combine(ctx context.Context, count int, input []byte, p Policy, red *Runtime, parts int) ([][]byte, int, []codec.Failure) {
 	xs, decodeFail := decodeInputs[In](count, input)
-	partials, keys, fails := e.combine(ctx, xs, p, red, parts)
+	partials, keys, cf := e.CombineChain(ctx, nil, xs, p, red, parts)
+	fails := make([]codec.Failure, len(cf), len(cf)+1)
+	for i, f := range cf {
+		fails[i] = f.Failure
+	}
 	if len(fails) == 1 && fails[0].Kind == codec.KindReduce && fails[0].Index == 0 && fails[0].Through == len(xs)-1 {
 		fails[0].Through = count - 1 // a fold that failed fails the whole task
 		return nil, 0, fails
@@ -167,68 +171,58 @@ func (e emitter[In, K, V]) Combine(ctx context.Context, count int, input []byte,
 	return partials, keys, fails
 }
 
-// CombineValues implements Boundary.
-func (e emitter[In, K, V]) CombineValues(ctx context.Context, xs any, p Policy, red *Runtime, parts int) ([][]byte, int, []codec.Failure) {
-	in, ok := xs.([]In)
-	if !ok {
-		return nil, 0, []codec.Failure{mismatched(xs, reflect.TypeFor[In]())}
-	}
-	return e.combine(ctx, in, p, red, parts)
-}
-
-// combine runs the emitter on each of xs, folds the pairs of each key with
-// red and cuts them into parts partials. If red fails, every element fails
-// (codec.KindReduce): the partials would otherwise hold part of an
-// element.
-func (e emitter[In, K, V]) combine(ctx context.Context, xs []In, p Policy, red *Runtime, parts int) ([][]byte, int, []codec.Failure) {
+// CombineChain implements Boundary. The emitter is the chain's end: its
+// step is len(steps), and it folds each run's pairs into the task's as the
+// run succeeds.
+func (e emitter[In, K, V]) CombineChain(ctx context.Context, steps []Step, xs any, p Policy, red *Runtime, parts int) ([][]byte, int, []ChainFail) {
 	fold, ok := FolderOf[V](red)
 	if !ok {
-		return nil, 0, []codec.Failure{{Index: -1, Kind: codec.KindTypeMismatch,
-			Msg: fmt.Sprintf("reducer %q (%s) does not fold the emitter's value type %v", red.Name(), red.Signature(), reflect.TypeFor[V]())}}
+		return nil, 0, []ChainFail{{Step: len(steps), Failure: codec.Failure{Index: -1, Kind: codec.KindTypeMismatch,
+			Msg: fmt.Sprintf("reducer %q (%s) does not fold the emitter's value type %v", red.Name(), red.Signature(), reflect.TypeFor[V]())}}}
 	}
 	parts = max(parts, 1)
 	// One map for the task: a pair costs one lookup, and a key is hashed
 	// to its partition once, when the partials are cut.
 	acc := make(map[K]V)
-	// buf holds one element's pairs until its run succeeds; the sink
-	// folds them in before the next element runs, so it is reused; but
-	// not where a run may be abandoned (Policy.Abandon): one left running
-	// may emit on, and must own what it appends to.
-	var buf []pair[K, V]
-	reuse := p.Timeout <= 0 || p.Abandon <= 0
-	run := func(ctx context.Context, x In) ([]pair[K, V], error) {
-		var out []pair[K, V]
-		if reuse {
-			out = buf[:0]
-		}
-		err := e.fn(ctx, x, func(k K, v V) { out = append(out, pair[K, V]{k, v}) })
-		if reuse {
-			buf = out
-		}
-		return out, err
-	}
-	var foldFail *codec.Failure
 	succeeded := 0
-	fails := runEach(ctx, xs, p, run, func(_ int, ps []pair[K, V]) *codec.Failure {
-		succeeded++
-		for _, pr := range ps {
-			old, seen := acc[pr.k]
-			if !seen {
-				acc[pr.k] = pr.v
-				continue
-			}
-			z, f := fold.FoldTask(ctx, old, pr.v)
-			if f != nil {
-				foldFail = f
-				return f
-			}
-			acc[pr.k] = z
+	end := func(step int, st *chainState) (any, func(), func() *codec.Failure) {
+		// out holds one run's pairs until it succeeds.
+		var out []pair[K, V]
+		at := int32(step)
+		sink := func(ctx context.Context, x In) error {
+			st.at.Store(at)
+			return e.fn(ctx, x, func(k K, v V) { out = append(out, pair[K, V]{k, v}) })
 		}
-		return nil
-	})
+		drop := func() { out = out[:0] }
+		keep := func() *codec.Failure {
+			succeeded++
+			for _, pr := range out {
+				old, seen := acc[pr.k]
+				if !seen {
+					acc[pr.k] = pr.v
+					continue
+				}
+				z, f := fold.FoldTask(ctx, old, pr.v)
+				if f != nil {
+					return f
+				}
+				acc[pr.k] = z
+			}
+			out = out[:0]
+			return nil
+		}
+		return sink, drop, keep
+	}
+	build := func() *chainRun { return bindChain(steps, end) }
+	var d driver = e
+	if len(steps) > 0 {
+		d = steps[0]
+	}
+	fails, foldFail := d.drive(ctx, xs, p, build)
+	n := lenOf(xs)
 	if foldFail != nil {
-		return nil, 0, []codec.Failure{{Index: 0, Through: max(len(xs)-1, 0), Kind: codec.KindReduce,
-			Msg: "combining the task's pairs: " + foldFail.Msg, Stack: foldFail.Stack}}
+		return nil, 0, []ChainFail{{Step: len(steps), Failure: codec.Failure{Index: 0, Through: max(n-1, 0), Kind: codec.KindReduce,
+			Msg: "combining the task's pairs: " + foldFail.Msg, Stack: foldFail.Stack}}}
 	}
 	if succeeded == 0 {
 		return nil, 0, fails
@@ -243,12 +237,16 @@ func (e emitter[In, K, V]) combine(ctx context.Context, xs []In, p Policy, red *
 	for i := range cut {
 		b, err := EncodePairs(&cut[i])
 		if err != nil {
-			return nil, 0, []codec.Failure{{Index: 0, Through: max(len(xs)-1, 0), Kind: codec.KindEncode,
-				Msg: fmt.Sprintf("pairs as (%v, %v): %v", reflect.TypeFor[K](), reflect.TypeFor[V](), err)}}
+			return nil, 0, []ChainFail{{Step: len(steps), Failure: codec.Failure{Index: 0, Through: max(n-1, 0), Kind: codec.KindEncode,
+				Msg: fmt.Sprintf("pairs as (%v, %v): %v", reflect.TypeFor[K](), reflect.TypeFor[V](), err)}}}
 		}
 		partials[i] = b
 	}
 	return partials, len(acc), fails
+}
+
+func (emitter[In, K, V]) drive(ctx context.Context, xs any, p Policy, build func() *chainRun) ([]ChainFail, *codec.Failure) {
+	return drive[In](ctx, xs, p, build)
 }
 
 // Merge implements Shuffler.
