@@ -20,7 +20,8 @@ import (
 // replica each, for REDMAP_CHAOS_CLUSTER (a duration; skipped when unset;
 // `make chaos-cluster`): three managers — one spreading its tasks over 3
 // shards (one per master), one with a constant (MapWith), one plain — submit
-// batch after batch to four worker processes while a driver draws a fault
+// batch after batch, and a fourth runs pipeline after pipeline
+// (chaosPipelines), on four worker processes while a driver draws a fault
 // every 0.5-2 s among: kill -9 of a master (its replica is promoted; the
 // killed node restarts 1-3 s after the promotion and rejoins as a replica),
 // a planned CLUSTER FAILOVER, a replica killed and restarted, the slot of
@@ -47,7 +48,7 @@ func TestChaosCluster(t *testing.T) {
 	var tally chaosTally
 	var managers sync.WaitGroup
 	tab := table(1 << 16)
-	for i := range 3 {
+	for i := range 4 {
 		managers.Add(1)
 		go func() {
 			defer managers.Done()
@@ -72,6 +73,10 @@ func TestChaosCluster(t *testing.T) {
 					st := m.Stats()
 					t.Logf("manager 0's backup tasks: %d started, %d won, %d wasted", st.BackupsStarted, st.BackupsWon, st.BackupsWasted)
 				}()
+			}
+			if i == 3 {
+				chaosPipelines(ctx, t, &tally, m)
+				return
 			}
 			stuck := func() { t.Logf("stuck manager %s", m.ID()) }
 			probe := stallProbe(c, queue, m.ID)

@@ -27,8 +27,9 @@ import (
 )
 
 // TestChaos runs for REDMAP_CHAOS (a duration, for example 10m; skipped when
-// unset; `make chaos`): three managers submit batch after batch, through
-// Sentinel, to four worker processes, while a driver draws a fault every
+// unset; `make chaos`): three managers submit batch after batch, and a
+// fourth runs pipeline after pipeline (chaosPipelines), through Sentinel,
+// to four worker processes, while a driver draws a fault every
 // 0.5-2 s: a worker SIGKILLed (and restarted), a worker SIGSTOPped for 0.2-3 s
 // (past its 1 s lease or not), the primary restarted empty, FLUSHALL, every
 // client connection dropped, a planned Sentinel failover, a durable batch's
@@ -58,7 +59,7 @@ func TestChaos(t *testing.T) {
 	defer cancel()
 	var tally chaosTally
 	var managers sync.WaitGroup
-	for i := range 3 {
+	for i := range 4 {
 		managers.Add(1)
 		go func() {
 			defer managers.Done()
@@ -68,6 +69,10 @@ func TestChaos(t *testing.T) {
 				return
 			}
 			defer m.Close()
+			if i == 3 {
+				chaosPipelines(ctx, t, &tally, m)
+				return
+			}
 			if i == 1 {
 				defer func() {
 					st := m.Stats()
@@ -376,12 +381,15 @@ func chaosFleet(t *testing.T, n int, env []string) (pick func(remove bool) *harn
 // chaosTally counts what the batches of a chaos run saw.
 type chaosTally struct {
 	batches, elements, failed, lost, duplicated, wrong, zero atomic.Int64
-	mu                                                       sync.Mutex
-	stall                                                    time.Duration
-	stallEnd                                                 time.Time    // when the longest stall ended
-	stallProbes                                              []string     // what the longest stall's batch waited on, each second
-	faults                                                   []chaosFault // every fault drawn, in order
-	causes                                                   map[string]int
+	// pipelines run, those whose outputs equal the sequential program's,
+	// and those that ended with an error (which says why)
+	pipelines, pipelinesExact, pipelinesFailed atomic.Int64
+	mu                                         sync.Mutex
+	stall                                      time.Duration
+	stallEnd                                   time.Time    // when the longest stall ended
+	stallProbes                                []string     // what the longest stall's batch waited on, each second
+	faults                                     []chaosFault // every fault drawn, in order
+	causes                                     map[string]int
 }
 
 // digits are what cause blanks out of an error's message, so that the
@@ -447,6 +455,8 @@ func (c *chaosTally) report(t *testing.T, d time.Duration, faults map[string]int
 	t.Logf("chaos for %v: faults %v; %d workers started", d, faults, workers)
 	t.Logf("%d batches, %d elements: %d failed with an error, %d lost, %d duplicated, %d wrong, %d silently zero; longest stall %v",
 		c.batches.Load(), c.elements.Load(), c.failed.Load(), c.lost.Load(), c.duplicated.Load(), c.wrong.Load(), c.zero.Load(), c.stall.Round(time.Millisecond))
+	t.Logf("%d pipelines (FlatThen, Then, ByKey, ByKey, Then): %d exact, %d ended with an error",
+		c.pipelines.Load(), c.pipelinesExact.Load(), c.pipelinesFailed.Load())
 	c.mu.Lock()
 	causes := slices.Collect(maps.Keys(c.causes))
 	slices.SortFunc(causes, func(a, b string) int { return c.causes[b] - c.causes[a] })
@@ -461,6 +471,9 @@ func (c *chaosTally) report(t *testing.T, d time.Duration, faults map[string]int
 	}
 	if c.lost.Load()+c.duplicated.Load()+c.wrong.Load()+c.zero.Load() != 0 {
 		t.Fatal("elements lost, duplicated, wrong or silently zero")
+	}
+	if c.pipelines.Load() > 0 && c.pipelinesExact.Load() == 0 {
+		t.Fatal("no pipeline gave its exact outputs")
 	}
 	if c.stall > maxStall {
 		t.Fatalf("a batch stalled %v, over the bound of %v (docs/guarantees.md): see the faults and probes above", c.stall.Round(time.Millisecond), maxStall)
@@ -547,6 +560,42 @@ func chaosBatches[T comparable](ctx context.Context, t *testing.T, c *chaosTally
 		}
 		c.elements.Add(int64(n))
 		c.batches.Add(1)
+	}
+}
+
+// chaosPipelines runs pipeline after pipeline of 200-1,000 documents
+// (tokens, upper, one, sum, byLetter, top3, line) on m until ctx ends: one
+// that ends without an error must give the sequential program's outputs
+// exactly; one that ends with an error must say why (a *redmap.BatchError
+// naming its failed elements, or a typed error of the whole run), counted
+// as the failure of its input elements.
+func chaosPipelines(ctx context.Context, t *testing.T, c *chaosTally, m *manager.Manager) {
+	for ctx.Err() == nil {
+		docs := letterDocs(200+rand.IntN(800), 300)
+		want := topLines(docs)
+		pctx, pcancel := context.WithTimeout(context.Background(), 3*time.Minute)
+		got, err := manager.Collect(pctx, m, topPipeline(docs, tokens), manager.ChunkSize(1+rand.IntN(20)), manager.Attempts(20))
+		pcancel()
+		c.pipelines.Add(1)
+		c.elements.Add(int64(len(docs)))
+		var be *redmap.BatchError
+		switch {
+		case err == nil:
+			slices.Sort(got)
+			if !slices.Equal(got, want) {
+				c.wrong.Add(1)
+				t.Errorf("a pipeline of %d documents gave\n%q\nwant\n%q", len(docs), got, want)
+				continue
+			}
+			c.pipelinesExact.Add(1)
+		case errors.As(err, &be), errors.Is(err, redmap.ErrUnavailable), errors.Is(err, redmap.ErrRedisFull), errors.Is(err, redmap.ErrLost):
+			c.pipelinesFailed.Add(1)
+			c.failed.Add(int64(len(docs)))
+			c.causeN(fmt.Errorf("pipeline: %w", err), len(docs))
+		default:
+			c.pipelinesFailed.Add(1)
+			t.Errorf("a pipeline of %d documents ended with an untyped error: %v", len(docs), err)
+		}
 	}
 }
 

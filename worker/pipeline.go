@@ -118,9 +118,8 @@ func (w *Worker) pipeMap(ctx context.Context, c *resolved, sh *wire.Shuffle, ste
 	}
 	sum := wire.MapSummary{Fails: fails}
 	if partials != nil {
-		if gone, err := w.source.unwanted(ctx, map[int][]string{t.Shard: {t.ID}}); err == nil && len(gone) > 0 {
-			return nil, []codec.Failure{{Index: 0, Through: c.task.Count - 1, Kind: codec.KindError,
-				Msg: "the task was withdrawn while it ran: its partials are not stored"}}
+		if w.withdrawn(ctx, c, t) {
+			return nil, nil
 		}
 		if err := w.retryRedis(ctx, "store a map task's partials", func(ctx context.Context) error {
 			return w.spill.StorePartials(ctx, &broker.StorePartialsParams{Shuffle: sh, Field: wire.Range(base, c.task.Count), Partials: partials})

@@ -448,7 +448,7 @@ func (e *executors) run(ctx context.Context, j job) bool {
 	}
 	e.ran(time.Since(began))
 	e.held.stop(j.ID)
-	if tctx.Err() != nil { // cancelled by the maintainer
+	if tctx.Err() != nil || d.Withdrawn { // cancelled by the maintainer, or withdrawn
 		end()
 		e.drop(j)
 		return true
@@ -519,6 +519,10 @@ func (w *Worker) execute(ctx context.Context, t wire.Taken) (done wire.Done) {
 		stage = codec.KindPanic
 		if len(c.task.Shuffle) > 0 {
 			res.Values, res.Fails = w.shuffle(ctx, &c, t)
+			if c.withdrawn {
+				span.End()
+				return wire.Done{ID: t.ID, Shard: t.Shard, Withdrawn: true}
+			}
 		} else {
 			res.Values, res.Fails = c.h.Run(ctx, c.constant, c.task.Count, c.task.Input, c.policy, c.reducer)
 		}

@@ -44,6 +44,9 @@ type resolved struct {
 	reducer  *engine.Runtime
 	constant any
 	policy   engine.Policy
+	// withdrawn: the task was found no longer wanted once it had run (a
+	// map task about to store its partials): it has no result to report.
+	withdrawn bool
 }
 
 // maxRetryAfter caps one wait an element makes for a redmap.RetryAfter.

@@ -60,6 +60,19 @@ func (w *Worker) shuffle(ctx context.Context, c *resolved, t wire.Taken) ([]byte
 	return w.reduceParts(ctx, c, s, sh)
 }
 
+// withdrawn reports whether map task c, about to store its partials, is no
+// longer wanted (its job cancelled, its partitions deleted, or its task
+// set lost while it ran), and if so marks it withdrawn: it stores nothing,
+// for its partials would outlive the job by their TTL, and reports no
+// result, for a failure would be taken as its outcome by a manager that
+// has since queued it again (after Redis lost its task set). One call a
+// map task; on an error it is taken as wanted.
+func (w *Worker) withdrawn(ctx context.Context, c *resolved, t wire.Taken) bool {
+	gone, err := w.source.unwanted(ctx, map[int][]string{t.Shard: {t.ID}})
+	c.withdrawn = err == nil && len(gone) > 0
+	return c.withdrawn
+}
+
 // combine runs a map task: the emitter over its elements, their pairs
 // combined per key and cut into partitions, each stored under the task's
 // range of the call's elements.
@@ -68,12 +81,8 @@ func (w *Worker) combine(ctx context.Context, c *resolved, s engine.Shuffler, sh
 	if partials == nil {
 		return codec.NewOutputEncoder(0).Bytes(), fails
 	}
-	// A task withdrawn while it ran (its job cancelled, its partitions
-	// deleted) stores nothing: its partials would outlive the job by its
-	// TTL. One call a map task; on an error it stores them, as before.
-	if gone, err := w.source.unwanted(ctx, map[int][]string{t.Shard: {t.ID}}); err == nil && len(gone) > 0 {
-		return codec.NewOutputEncoder(0).Bytes(), []codec.Failure{{Index: 0, Through: c.task.Count - 1, Kind: codec.KindError,
-			Msg: "the task was withdrawn while it ran: its partials are not stored"}}
+	if w.withdrawn(ctx, c, t) {
+		return nil, nil
 	}
 	start := sh.Base + c.task.Start
 	field := wire.Range(start, c.task.Count)

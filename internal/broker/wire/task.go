@@ -120,6 +120,10 @@ type Done struct {
 	Record string
 	Keep   int
 	AgeMs  int64
+	// Withdrawn: its task was found no longer wanted after it ran, and
+	// stored nothing; there is no result to report (its manager, if it
+	// wants the task again, has queued it again).
+	Withdrawn bool
 }
 
 // Finished is what a report of results came to: how many Redis took
