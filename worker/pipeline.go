@@ -216,95 +216,65 @@ func (w *Worker) pipeReduce(ctx context.Context, c *resolved, sh *wire.Shuffle, 
 	if f := chainFits(b.Out(), steps, names, want, nameOf(next)); f != nil {
 		return nil, []codec.Failure{*f}
 	}
-	ins := make([]wire.ReduceInput, c.task.Count)
-	if err := codec.DecodeElements(c.task.Input, ins); err != nil {
-		return nil, whole1(codec.KindDecode, "reduce task's input: %v", err)
-	}
-	page := sh.Page
-	if page <= 0 {
-		page = defaultPage
-	}
-	out := codec.NewOutputEncoder(len(ins))
-	var fails []codec.Failure
-	fail := func(i int, kind codec.Kind, msg string) {
-		fails = append(fails, codec.Failure{Index: i, Kind: kind, Msg: msg})
-		out.AddNil()
-	}
-	for i, in := range ins {
-		partials, res, rf := w.partitionPartials(ctx, sh, in)
-		if rf != nil {
-			fail(i, rf.Kind, rf.Msg)
-			continue
+	return w.eachPartition(ctx, c, sh, func(in wire.ReduceInput, partials [][]byte, page int, res *wire.ReduceOutput) *codec.Failure {
+		failed := func(kind codec.Kind, format string, args ...any) *codec.Failure {
+			return &codec.Failure{Kind: kind, Msg: fmt.Sprintf(format, args...)}
 		}
-		if len(res.Missing) == 0 {
-			kvs, f := b.FoldValues(ctx, partials, c.reducer)
-			if f != nil {
-				fail(i, f.Kind, fmt.Sprintf("partition %d: %s", in.Part, f.Msg))
-				continue
-			}
-			var store func(ctx context.Context) error
-			var cf []engine.ChainFail
-			if next != nil {
-				var partials [][]byte
-				var keys int
-				partials, keys, cf = nb.CombineChain(ctx, steps, kvs, c.policy, nred, next.Shuffle.Parts)
-				if partials != nil {
-					res.Next, res.Keys = true, keys
-					for _, p := range partials {
-						res.Bytes += int64(len(p))
-					}
-					store = func(ctx context.Context) error {
-						return w.spill.StorePartials(ctx, &broker.StorePartialsParams{Shuffle: &next.Shuffle, Field: wire.Range(in.Part, 1), Partials: partials})
-					}
-				}
-			} else {
-				var ys any
-				ys, cf = engine.RunChain(ctx, steps, kvs, c.policy)
-				pages, err := pager.Pages(ys, page)
-				if err != nil {
-					fail(i, codec.KindEncode, fmt.Sprintf("partition %d's outputs: %v", in.Part, err))
-					continue
-				}
-				res.Keys, res.Pages = reflect.ValueOf(ys).Len(), len(pages)
-				for _, pg := range pages {
-					res.Bytes += int64(len(pg))
+		kvs, f := b.FoldValues(ctx, partials, c.reducer)
+		if f != nil {
+			return failed(f.Kind, "partition %d: %s", in.Part, f.Msg)
+		}
+		var store func(ctx context.Context) error
+		var cf []engine.ChainFail
+		if next != nil {
+			var partials [][]byte
+			var keys int
+			partials, keys, cf = nb.CombineChain(ctx, steps, kvs, c.policy, nred, next.Shuffle.Parts)
+			if partials != nil {
+				res.Next, res.Keys = true, keys
+				for _, p := range partials {
+					res.Bytes += int64(len(p))
 				}
 				store = func(ctx context.Context) error {
-					return w.spill.StoreOutput(ctx, &broker.StoreOutputParams{Shuffle: sh, Part: in.Part, Pages: pages})
+					return w.spill.StorePartials(ctx, &broker.StorePartialsParams{Shuffle: &next.Shuffle, Field: wire.Range(in.Part, 1), Partials: partials})
 				}
 			}
-			var whole *codec.Failure
-			after := sh.Pipe.Stage
-			if next != nil {
-				after = next.Emit.Stage
+		} else {
+			var ys any
+			ys, cf = engine.RunChain(ctx, steps, kvs, c.policy)
+			pages, err := pager.Pages(ys, page)
+			if err != nil {
+				return failed(codec.KindEncode, "partition %d's outputs: %v", in.Part, err)
 			}
-			for _, f := range cf {
-				if f.Index < 0 {
-					whole = &f.Failure
-					break
-				}
-				// A failure names each of its keys.
-				for o := f.Index; o <= f.Last(); o++ {
-					res.Fails = append(res.Fails, wire.StepFail{Stage: stageOf(sh.Pipe, f.Step, after), Index: -1, Key: b.KeyOf(kvs, o),
-						Kind: int(f.Kind), Msg: f.Msg, Stack: truncate(f.Stack, maxStack)})
-				}
+			res.Keys, res.Pages = reflect.ValueOf(ys).Len(), len(pages)
+			for _, pg := range pages {
+				res.Bytes += int64(len(pg))
 			}
-			if whole != nil {
-				fail(i, whole.Kind, fmt.Sprintf("partition %d: %s", in.Part, whole.Msg))
-				continue
-			}
-			if store != nil {
-				if err := w.retryRedis(ctx, "store a partition's outputs", store); err != nil {
-					fail(i, codec.KindError, fmt.Sprintf("storing partition %d's outputs in Redis: %v", in.Part, err))
-					continue
-				}
+			store = func(ctx context.Context) error {
+				return w.spill.StoreOutput(ctx, &broker.StoreOutputParams{Shuffle: sh, Part: in.Part, Pages: pages})
 			}
 		}
-		if err := out.Add(&res); err != nil {
-			fail(i, codec.KindEncode, err.Error())
+		after := sh.Pipe.Stage
+		if next != nil {
+			after = next.Emit.Stage
 		}
-	}
-	return out.Bytes(), fails
+		for _, f := range cf {
+			if f.Index < 0 {
+				return failed(f.Kind, "partition %d: %s", in.Part, f.Msg)
+			}
+			// A failure names each of its keys.
+			for o := f.Index; o <= f.Last(); o++ {
+				res.Fails = append(res.Fails, wire.StepFail{Stage: stageOf(sh.Pipe, f.Step, after), Index: -1, Key: b.KeyOf(kvs, o),
+					Kind: int(f.Kind), Msg: f.Msg, Stack: truncate(f.Stack, maxStack)})
+			}
+		}
+		if store != nil {
+			if err := w.retryRedis(ctx, "store a partition's outputs", store); err != nil {
+				return failed(codec.KindError, "storing partition %d's outputs in Redis: %v", in.Part, err)
+			}
+		}
+		return nil
+	})
 }
 
 // nameOf is the name of next's emitter, "" if next is nil.

@@ -105,9 +105,32 @@ func (w *Worker) combine(ctx context.Context, c *resolved, s engine.Shuffler, sh
 
 // reduceParts runs a reduce task: for each of its elements (a partition and
 // the ranges whose partials it must hold), the partials folded per key and
-// stored as the partition's output in their place. A partition missing
-// some partials says which, and stores nothing.
+// stored as the partition's output in their place.
 func (w *Worker) reduceParts(ctx context.Context, c *resolved, s engine.Shuffler, sh *wire.Shuffle) ([]byte, []codec.Failure) {
+	return w.eachPartition(ctx, c, sh, func(in wire.ReduceInput, partials [][]byte, page int, res *wire.ReduceOutput) *codec.Failure {
+		pages, keys, f := s.Merge(ctx, partials, c.reducer, page)
+		if f != nil {
+			return &codec.Failure{Kind: f.Kind, Msg: fmt.Sprintf("partition %d: %s", in.Part, f.Msg)}
+		}
+		if err := w.retryRedis(ctx, "store a partition's output", func(ctx context.Context) error {
+			return w.spill.StoreOutput(ctx, &broker.StoreOutputParams{Shuffle: sh, Part: in.Part, Pages: pages})
+		}); err != nil {
+			return &codec.Failure{Kind: codec.KindError, Msg: fmt.Sprintf("storing partition %d's output in Redis: %v", in.Part, err)}
+		}
+		res.Keys, res.Pages = keys, len(pages)
+		for _, pg := range pages {
+			res.Bytes += int64(len(pg))
+		}
+		return nil
+	})
+}
+
+// eachPartition runs reduce task c's partitions: for each of its elements
+// (a partition and the ranges whose partials it must hold), the partials
+// read from Redis and handed to reduce with the page size of the outputs,
+// which fills in res or fails the partition. A partition missing some
+// partials says which (res.Missing), and is not reduced.
+func (w *Worker) eachPartition(ctx context.Context, c *resolved, sh *wire.Shuffle, reduce func(in wire.ReduceInput, partials [][]byte, page int, res *wire.ReduceOutput) *codec.Failure) ([]byte, []codec.Failure) {
 	ins := make([]wire.ReduceInput, c.task.Count)
 	if err := codec.DecodeElements(c.task.Input, ins); err != nil {
 		return nil, whole1(codec.KindDecode, "reduce task's input: %v", err)
@@ -118,35 +141,19 @@ func (w *Worker) reduceParts(ctx context.Context, c *resolved, s engine.Shuffler
 	}
 	out := codec.NewOutputEncoder(len(ins))
 	var fails []codec.Failure
-	fail := func(i int, kind codec.Kind, msg string) {
-		fails = append(fails, codec.Failure{Index: i, Kind: kind, Msg: msg})
-		out.AddNil()
-	}
 	for i, in := range ins {
 		partials, res, f := w.partitionPartials(ctx, sh, in)
+		if f == nil && len(res.Missing) == 0 {
+			f = reduce(in, partials, page, &res)
+		}
+		if f == nil {
+			if err := out.Add(&res); err != nil {
+				f = &codec.Failure{Kind: codec.KindEncode, Msg: err.Error()}
+			}
+		}
 		if f != nil {
-			fail(i, f.Kind, f.Msg)
-			continue
-		}
-		if len(res.Missing) == 0 {
-			pages, keys, f := s.Merge(ctx, partials, c.reducer, page)
-			if f != nil {
-				fail(i, f.Kind, fmt.Sprintf("partition %d: %s", in.Part, f.Msg))
-				continue
-			}
-			if err := w.retryRedis(ctx, "store a partition's output", func(ctx context.Context) error {
-				return w.spill.StoreOutput(ctx, &broker.StoreOutputParams{Shuffle: sh, Part: in.Part, Pages: pages})
-			}); err != nil {
-				fail(i, codec.KindError, fmt.Sprintf("storing partition %d's output in Redis: %v", in.Part, err))
-				continue
-			}
-			res.Keys, res.Pages = keys, len(pages)
-			for _, pg := range pages {
-				res.Bytes += int64(len(pg))
-			}
-		}
-		if err := out.Add(&res); err != nil {
-			fail(i, codec.KindEncode, err.Error())
+			fails = append(fails, codec.Failure{Index: i, Kind: f.Kind, Msg: f.Msg})
+			out.AddNil()
 		}
 	}
 	return out.Bytes(), fails
