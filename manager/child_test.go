@@ -156,6 +156,8 @@ func runChild() {
 		err = childMapper(rdb, queue)
 	case role == "manager-durable":
 		err = childDurable(rdb, queue)
+	case role == "manager-pipeline":
+		err = childPipeline(rdb, queue)
 	default:
 		err = fmt.Errorf("unknown child role %q", role)
 	}
@@ -209,7 +211,8 @@ func childWorker(rdb redis.UniversalClient, queue string) error {
 	if err != nil {
 		return err
 	}
-	hs := []redmap.AnyHandle{lookup, square, slowSquare, calmSquare, poison, sum, nap, traced, countedSquare, rated, capped, freeSquare, bigEcho, words, slowWords, slowSum, poisonWords, wide, spanned, straggle, straggleWords, tokens, slowTokens, upper, one, byLetter, top3, line}
+	hs := []redmap.AnyHandle{lookup, square, slowSquare, calmSquare, poison, sum, nap, traced, countedSquare, rated, capped, freeSquare, bigEcho, words, slowWords, slowSum, poisonWords, wide, spanned, straggle, straggleWords, tokens, slowTokens, upper, one, byLetter, top3, line,
+		countedTokens, countedByLetter, countedLine}
 	switch os.Getenv("REDMAP_TYPES") { // a build of the user's tasks package
 	case "v1":
 		hs = append(hs, v1.Count)
@@ -226,6 +229,9 @@ func childWorker(rdb redis.UniversalClient, queue string) error {
 		return err
 	}
 	if err := writeRuns(os.Getenv("REDMAP_RUNS_FILE")); err != nil {
+		return err
+	}
+	if err := writeStepRuns(os.Getenv("REDMAP_STEP_RUNS_FILE")); err != nil {
 		return err
 	}
 	st, _ := json.Marshal(childStats{Cache: w.Stats().Cache, Worker: w.Stats()})

@@ -63,6 +63,7 @@ type pipeline struct {
 	// pipeline with no by-key step.
 	head  func(ctx context.Context, m *Manager, sp spec, co callOptions, start, count int) (wire.MapSummary, error)
 	chain func(ctx context.Context, m *Manager, sp spec, co callOptions) (wire.ChainOut, error)
+	sum   func() (string, error) // the input's sum, for a durable pipeline's fingerprint
 	steps []pipeStep
 }
 
@@ -76,7 +77,7 @@ func (p *pipeline) with(s pipeStep) *pipeline {
 // From starts a pipeline over the elements of xs, which it reads again to
 // run some of them again if Redis loses what their later steps stored.
 func From[In any](xs []In) *Pipeline[In] {
-	p := &pipeline{n: len(xs)}
+	p := &pipeline{n: len(xs), sum: func() (string, error) { return inputSum(xs) }}
 	p.head = func(ctx context.Context, m *Manager, sp spec, co callOptions, start, count int) (wire.MapSummary, error) {
 		in := xs
 		if count >= 0 {
@@ -261,6 +262,12 @@ type pipeJob struct {
 	taskErrs  *redmap.BatchError // the head tasks' own failures
 	stopRenew func()
 	name      string // what its batches say they are a phase of (codec.CallInfo.Pipeline)
+	// hold is a durable pipeline's claim and record (pipeline_durable.go);
+	// restoredRunning, each level's reduce batch that was in flight when
+	// it was taken over; ended, that its run ended, its outputs read.
+	hold            *pipeHold
+	restoredRunning [][]int
+	ended           bool
 }
 
 // runPipeline runs pl on m and hands each page of the last step's outputs
@@ -274,7 +281,10 @@ func runPipeline(ctx context.Context, m *Manager, pl *pipeline, opts []CallOptio
 		return err
 	}
 	if len(j.keys) == 0 {
-		return j.runChain(ctx, use)
+		err := j.runChain(ctx, use)
+		j.ended = ctx.Err() == nil && endedBy(err)
+		j.leave()
+		return err
 	}
 	defer j.drop()
 	last := j.levels[len(j.levels)-1]
@@ -282,6 +292,7 @@ func runPipeline(ctx context.Context, m *Manager, pl *pipeline, opts []CallOptio
 		at := mark()
 		err := j.readPart(ctx, p, use, func() { reset(at) }, restart)
 		if errors.Is(err, errStopped) {
+			j.ended = true
 			return j.err()
 		}
 		if err != nil {
@@ -297,6 +308,7 @@ func runPipeline(ctx context.Context, m *Manager, pl *pipeline, opts []CallOptio
 			j.dropParts(len(j.levels)-1, []int{p})
 		}
 	}
+	j.ended = true
 	return j.err()
 }
 
@@ -371,6 +383,9 @@ func startPipeline(ctx context.Context, m *Manager, pl *pipeline, opts []CallOpt
 	if len(j.keys) == 0 {
 		sh := wire.Shuffle{Job: job, Parts: 1, Phase: wire.PhaseChain, TTL: ttl.Milliseconds(), Pipe: &wire.Pipe{Steps: j.segs[0]}}
 		j.levels = []*pipeLevel{{sh: sh}}
+		if err := j.takeOver(ctx); err != nil {
+			return nil, err
+		}
 		return j, nil
 	}
 	for b := range j.keys {
@@ -378,16 +393,25 @@ func startPipeline(ctx context.Context, m *Manager, pl *pipeline, opts []CallOpt
 		sh.Salts = (&shuffleJob{m: m, sh: sh, parts: sh.Parts}).salts(ctx)
 		j.levels = append(j.levels, &pipeLevel{sh: sh, outputs: make(map[int]wire.ReduceOutput), failedParts: make(map[int]error)})
 	}
-	j.stopRenew = j.renew()
-	sum, err := j.runHead(ctx, 0, -1)
-	if err := j.taskErrors(err, 0, -1); err != nil {
-		j.drop()
+	if err := j.takeOver(ctx); err != nil {
 		return nil, err
 	}
-	j.levels[0].ranges = sortRanges(sum.Ranges)
-	j.headFails = sum.Fails
+	j.stopRenew = j.renew()
+	if !j.headDone() {
+		sum, err := j.runHead(ctx, 0, -1)
+		if err := j.taskErrors(err, 0, -1); err != nil {
+			j.drop()
+			return nil, err
+		}
+		j.levels[0].ranges = sortRanges(sum.Ranges)
+		j.headFails = sum.Fails
+		if err := j.headEnded(ctx); err != nil {
+			j.drop()
+			return nil, err
+		}
+	}
 	for b := range j.levels {
-		if err := j.reduceLevel(ctx, b, allParts(j.levels[b].sh.Parts)); err != nil {
+		if err := j.reduceRest(ctx, b); err != nil {
 			j.drop()
 			return nil, err
 		}
@@ -601,6 +625,9 @@ func (j *pipeJob) reduceLevel(ctx context.Context, b int, ps []int) error {
 				lost[r] = true
 			}
 		}
+		if err := j.roundEnded(ctx, b); err != nil {
+			return err
+		}
 		if len(again) == 0 {
 			return nil
 		}
@@ -739,11 +766,14 @@ func (j *pipeJob) reduceBatch(ctx context.Context, b int, ps []int) ([]wire.Redu
 	for i, p := range ps {
 		ins[i] = wire.ReduceInput{Part: p, Runs: runs}
 	}
-	on, err := j.phaseOn(ctx, fmt.Sprintf("reduce%d@%d", b+1, lv.rounds))
+	lv.rounds++
+	if err := j.roundBegins(ctx, b, ps); err != nil {
+		return nil, err
+	}
+	on, err := j.phaseOn(ctx, fmt.Sprintf("reduce%d@%d", b+1, lv.rounds-1))
 	if err != nil {
 		return nil, err
 	}
-	lv.rounds++
 	rco := j.callOf(j.stages[b], end, "reduce")
 	rco.chunk = 1
 	batch, err := submit(ctx, on, sp, elements[wire.ReduceInput]{xs: ins}, rco, (*redmap.Reducer[wire.ReduceOutput])(nil))
@@ -821,6 +851,7 @@ func (j *pipeJob) renew() func() {
 						j.m.log.Warn("cannot renew the TTL of a pipeline's partitions", "job", lv.sh.Job, "err", err)
 					}
 				}
+				j.renewRecord(ctx)
 			}
 		}
 	}) {
@@ -840,6 +871,9 @@ func (j *pipeJob) dropParts(b int, ps []int) {
 func (j *pipeJob) drop() {
 	if j.stopRenew != nil {
 		j.stopRenew()
+	}
+	if j.leave() {
+		return // a durable pipeline's, for the call that takes it over
 	}
 	for b := range j.levels {
 		j.dropParts(b, allParts(j.levels[b].sh.Parts))

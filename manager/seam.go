@@ -84,6 +84,9 @@ type queueRedis interface {
 	Claim(ctx context.Context, p *broker.ClaimParams) (*wire.Claimed, error)
 	Sums(ctx context.Context, p *broker.SumsParams) (map[string]string, error)
 	AddSums(ctx context.Context, p *broker.AddSumsParams) error
+	// Pipeline and RecordPipeline are a durable pipeline's record.
+	Pipeline(ctx context.Context, p *broker.PipelineParams) (*wire.PipelineRecord, error)
+	RecordPipeline(ctx context.Context, p *broker.RecordPipelineParams) error
 	historyStore
 	shuffleStore
 }

@@ -168,6 +168,11 @@ type Queue interface {
 	RenewPartitions(ctx context.Context, p *PartitionsParams) error
 	DropPartitions(ctx context.Context, p *PartitionsParams) error
 	RecordShuffle(ctx context.Context, p *RecordShuffleParams) error
+	// Pipeline reads a durable pipeline's record (nil if it has none);
+	// RecordPipeline writes or deletes it for the pipeline's holder,
+	// fenced as its owner's writes are.
+	Pipeline(ctx context.Context, p *PipelineParams) (*wire.PipelineRecord, error)
+	RecordPipeline(ctx context.Context, p *RecordPipelineParams) error
 }
 
 // ErrPageMissing is OutputPage's error when the page is not in the store:
@@ -561,4 +566,17 @@ type PartitionsParams struct {
 // RecordShuffleParams are a durable job's shuffle to record.
 type RecordShuffleParams struct {
 	Shuffle *wire.Shuffle
+}
+
+// PipelineParams name a durable pipeline: the id of its own claim.
+type PipelineParams struct {
+	Owner string
+}
+
+// RecordPipelineParams are a durable pipeline's record, written for its
+// holder (Owner, the id of its claim); a nil Record deletes it.
+type RecordPipelineParams struct {
+	Owner  string
+	Record *wire.PipelineRecord
+	TTL    time.Duration
 }

@@ -259,6 +259,16 @@ func Races(prefix, queue string) string { return Base(prefix, queue) + "races" }
 // the job by its name deletes them.
 func ShuffleJob(prefix, queue, job string) string { return Base(prefix, queue) + "shuffle:" + job }
 
+// Pipeline is what a durable pipeline has done (STRING: an encoded
+// wire.PipelineRecord), owner being the id of the pipeline's own durable
+// claim: its fingerprint, and the phases that ended with what they gave,
+// so that the call that takes the pipeline over runs none of them again.
+// Its holder writes it, fenced, as each phase ends, living DurableTTL; the
+// pipeline's end deletes it.
+func Pipeline(prefix, queue, owner string) string {
+	return Base(prefix, queue) + "m:" + owner + ":pipeline"
+}
+
 // Claim says which manager holds durable batch owner now (STRING: JSON
 // wire.Holder), living a lease its holder renews every Poll: a second
 // manager that finds it is refused the batch, naming the holder.

@@ -613,3 +613,13 @@ func (s *Shard) pushLocked(mid, entry string) {
 	close(s.m.changed)
 	s.m.changed = make(chan struct{})
 }
+
+// Pipeline is a durable pipeline's: not kept in memory.
+func (s *Shard) Pipeline(context.Context, *broker.PipelineParams) (*wire.PipelineRecord, error) {
+	return nil, ErrDurable
+}
+
+// RecordPipeline is a durable pipeline's: not kept in memory.
+func (s *Shard) RecordPipeline(context.Context, *broker.RecordPipelineParams) error {
+	return ErrDurable
+}

@@ -19,6 +19,7 @@ var (
 	submitScript    = load("submit.lua")
 	fenceScript     = load("fence.lua")
 	sumsScript      = load("sums.lua")
+	pipelineScript  = load("pipeline.lua")
 	retractScript   = load("retract.lua")
 	takeScript      = load("take.lua")
 	finishScript    = load("finish.lua")

@@ -87,3 +87,28 @@ func TestCompleteSoloRecord(t *testing.T) {
 		}
 	}
 }
+
+// A pipeline's record decodes as it was encoded; bytes that are not one,
+// or one no manager writes, give an error, never a panic.
+func TestPipelineRecordDecode(t *testing.T) {
+	rec := &PipelineRecord{Sum: "ab", Head: true, Levels: []PipeLevel{{Ranges: []int{0, 20}, Rounds: 1, Running: []int{3},
+		Parts: []PipePart{{Part: 1, Out: ReduceOutput{Pages: 2}}, {Part: 2, Failed: &PipeError{Kind: "lost", Msg: "m"}}}}}}
+	b, err := EncodePipelineRecord(rec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := DecodePipelineRecord(b)
+	if err != nil || got.Sum != "ab" || !got.Head || len(got.Levels) != 1 || got.Levels[0].Parts[1].Failed.Kind != "lost" {
+		t.Fatalf("decoded %+v, %v", got, err)
+	}
+	for _, bad := range [][]byte{nil, []byte("not a record"), b[:len(b)/2]} {
+		if _, err := DecodePipelineRecord(bad); err == nil {
+			t.Errorf("%q decoded", bad)
+		}
+	}
+	rec.Levels[0].Ranges = []int{0}
+	b, _ = EncodePipelineRecord(rec)
+	if _, err := DecodePipelineRecord(b); err == nil {
+		t.Error("a record with an odd list of ranges decoded")
+	}
+}

@@ -1,0 +1,111 @@
+package wire
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/redmap/redmap/codec"
+)
+
+// PipelineRecord is what a durable pipeline (manager.From with
+// manager.Durable) has done, as its holder last wrote it (keys.Pipeline):
+// its fingerprint, and what each phase that ended gave, so that the call
+// that takes the pipeline over runs none of those again. Fields are by
+// name, so that an older reader skips what it does not know.
+type PipelineRecord struct {
+	// Sum is the pipeline's fingerprint: its steps' names and signatures,
+	// its input's sum and length, its partitions. A call whose sum
+	// differs is another pipeline, refused.
+	Sum string `msgpack:"sum"`
+	// Head says the head phase (the steps up to the first by-key step's
+	// emitter) ended; Fails and Errs are then its failed elements and the
+	// failures of its tasks.
+	Head   bool        `msgpack:"head,omitempty"`
+	Fails  []StepFail  `msgpack:"fails,omitempty"`
+	Errs   []PipeError `msgpack:"errs,omitempty"`
+	Levels []PipeLevel `msgpack:"levels"`
+}
+
+// PipeLevel is a by-key step of a durable pipeline: where its partitions
+// are, what stored partials there, and which of its partitions were
+// reduced.
+type PipeLevel struct {
+	Salts []int `msgpack:"salts,omitempty"`
+	// Ranges are the producers whose partials its partitions hold (start,
+	// count, ...), as its reduce tasks read them.
+	Ranges []int `msgpack:"ranges,omitempty"`
+	// Rounds are the reduce batches begun, which name them; Running are
+	// the partitions of the last one while it runs, which the call that
+	// takes the pipeline over submits again, the same, to take it over.
+	Rounds  int   `msgpack:"rounds,omitempty"`
+	Running []int `msgpack:"running,omitempty"`
+	// Parts are its partitions reduced, or failed for good.
+	Parts []PipePart `msgpack:"parts,omitempty"`
+}
+
+// PipePart is a partition of a by-key step that was reduced: what its
+// reduce task gave, or why it failed.
+type PipePart struct {
+	Part   int          `msgpack:"p"`
+	Out    ReduceOutput `msgpack:"o"`
+	Failed *PipeError   `msgpack:"e,omitempty"`
+}
+
+// PipeError is a failure a durable pipeline keeps: an element's (Index,
+// Stage, Func, ...) or a partition's (Msg alone). Kind is its cause's kind,
+// as history records name it (FailedElement.Kind).
+type PipeError struct {
+	Index   int    `msgpack:"i"`
+	Func    string `msgpack:"f,omitempty"`
+	Stage   int    `msgpack:"s,omitempty"`
+	Attempt int    `msgpack:"a,omitempty"`
+	Key     string `msgpack:"k,omitempty"`
+	Kind    string `msgpack:"c"`
+	Msg     string `msgpack:"m"`
+	Stack   string `msgpack:"x,omitempty"`
+	Worker  string `msgpack:"w,omitempty"`
+}
+
+// EncodePipelineRecord encodes r.
+func EncodePipelineRecord(r *PipelineRecord) ([]byte, error) { return codec.EncodeValue(r) }
+
+// DecodePipelineRecord parses and checks a pipeline's record: bytes that
+// are not one give an error, never a panic.
+func DecodePipelineRecord(b []byte) (*PipelineRecord, error) {
+	r, err := codec.DecodeValue[PipelineRecord](b)
+	if err != nil {
+		return nil, err
+	}
+	if err := r.check(); err != nil {
+		return nil, err
+	}
+	return &r, nil
+}
+
+// check refuses a record no manager writes.
+func (r *PipelineRecord) check() error {
+	if r.Sum == "" || len(r.Levels) > MaxSteps {
+		return errors.New("pipeline record: no sum, or too many by-key steps")
+	}
+	for b, lv := range r.Levels {
+		if len(lv.Salts) > MaxPartitions || len(lv.Ranges)%2 != 0 || lv.Rounds < 0 {
+			return fmt.Errorf("pipeline record: by-key step %d: bad salts, ranges or rounds", b)
+		}
+		for _, x := range lv.Ranges {
+			if x < 0 {
+				return fmt.Errorf("pipeline record: by-key step %d: a negative range", b)
+			}
+		}
+		for _, p := range lv.Running {
+			if p < 0 || p >= MaxPartitions {
+				return fmt.Errorf("pipeline record: by-key step %d: partition %d out of range", b, p)
+			}
+		}
+		for _, p := range lv.Parts {
+			if p.Part < 0 || p.Part >= MaxPartitions || p.Out.Pages < 0 {
+				return fmt.Errorf("pipeline record: by-key step %d: partition %d out of range", b, p.Part)
+			}
+		}
+	}
+	return nil
+}
