@@ -28,7 +28,11 @@ type Pipeline struct {
 	// its last batch ended ("done", "failed", "cancelled", ...).
 	Outcome string `json:"outcome"`
 	// Label is what its call said of it (manager.Label).
-	Label   string    `json:"label,omitempty"`
+	Label string `json:"label,omitempty"`
+	// Manager and Batch name a running batch of it: the cancel of that
+	// batch (CancelBatch, the dashboard's) cancels the whole pipeline.
+	Manager string    `json:"manager,omitempty"`
+	Batch   string    `json:"batch,omitempty"`
 	Stages  []Stage   `json:"stages"`
 	Started time.Time `json:"started,omitzero"`
 	Ended   time.Time `json:"ended,omitzero"` // zero while running
@@ -122,7 +126,7 @@ func pipelineOf(queue, name string, bs []Batch) Pipeline {
 			s.Started = b.Started
 		}
 		if b.Outcome == "running" {
-			running = true
+			running, p.Manager, p.Batch = true, b.Manager, b.ID
 			s.Running += max(b.Total-b.Done-b.Failed, 0)
 			s.Rate += b.Rate
 			s.Outcome = "running"
