@@ -12,7 +12,8 @@ import (
 // pipeRun is a pipeline as an operator's cancel finds it: its name
 // (codec.CallInfo.Pipeline) and what stops it.
 type pipeRun struct {
-	name string
+	name  string
+	named func(string) // names the run's span
 	// stop ends the context every batch of the run is submitted with: the
 	// running ones end, and no later one is submitted.
 	stop context.CancelCauseFunc

@@ -273,12 +273,15 @@ type pipeJob struct {
 // run with an error wrapping redmap.ErrCancelled: its batches are
 // submitted with a context the cancel ends (see pipes).
 func runPipeline(ctx context.Context, m *Manager, pl *pipeline, opts []CallOption, restart bool, use func([]byte) (bool, error), reset func(int), mark func() int) (err error) {
+	ctx, named, endSpan := m.startPipelineSpan(ctx)
 	ctx, stop := context.WithCancelCause(ctx)
 	run := newPipeRun(stop)
+	run.named = named
 	defer func() {
 		m.pipes.unlist(run)
 		err = cancelledRun(run, err)
 		stop(nil)
+		endSpan(err)
 	}()
 	j, err := startPipeline(ctx, m, pl, opts, run)
 	if err != nil {
@@ -381,6 +384,7 @@ func startPipeline(ctx context.Context, m *Manager, pl *pipeline, opts []CallOpt
 		j.name = j.durable
 	}
 	run.name = j.name
+	run.named(j.name)
 	m.pipes.list(run)
 	if len(j.keys) == 0 {
 		sh := wire.Shuffle{Job: job, Parts: 1, Phase: wire.PhaseChain, TTL: ttl.Milliseconds(), Pipe: &wire.Pipe{Steps: j.segs[0]}}
