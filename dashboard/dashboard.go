@@ -225,6 +225,11 @@ type State struct {
 	IdleWorkers int              `json:"idle_workers"`
 	Workers     []inspect.Worker `json:"workers"`
 	Batches     []inspect.Batch  `json:"batches"`
+	// Pipelines are the pipelines (manager.From) running, or ended within
+	// Options.Keep, each one job with its stages (inspect.Pipelines), the
+	// running ones first; their batches are not in Batches. A running
+	// stage's ended batches come from the queue's history.
+	Pipelines []inspect.Pipeline `json:"pipelines"`
 	// Failures are the failure groups, most recently seen first, at most
 	// FailuresShown of them (FailuresLeft says how many more there are:
 	// redmap failures lists them all), each without its stack and with its
@@ -326,7 +331,7 @@ func (d *Dashboard) State(ctx context.Context) (State, error) {
 		return State{}, err
 	}
 	st := State{Time: now, Actions: d.opts.Actions, Queues: []inspect.Queue{}, Idle: []string{}, Workers: []inspect.Worker{},
-		Batches: []inspect.Batch{}, Failures: []inspect.FailureGroup{}, Limits: []inspect.Limit{}}
+		Batches: []inspect.Batch{}, Pipelines: []inspect.Pipeline{}, Failures: []inspect.FailureGroup{}, Limits: []inspect.Limit{}}
 	snaps, errs := d.in.Busy(ctx, queues) // an idle queue's failure groups are not read
 	for j, q := range queues {
 		snap, err := snaps[j], errs[j]
@@ -363,8 +368,15 @@ func (d *Dashboard) State(ctx context.Context) (State, error) {
 			}
 			st.Workers = append(st.Workers, w)
 		}
-		st.Batches = append(st.Batches, snap.Batches...)
-		st.Batches = append(st.Batches, ended...)
+		ps, _ := inspect.Pipelines(append(slices.Clone(snap.Batches), snap.History...))
+		for _, p := range ps {
+			if p.Outcome == "running" || now.Sub(p.Ended) <= d.opts.Keep {
+				st.Pipelines = append(st.Pipelines, p)
+			}
+		}
+		piped := func(b inspect.Batch) bool { return b.Call.Pipeline != "" }
+		st.Batches = append(st.Batches, slices.DeleteFunc(slices.Clone(snap.Batches), piped)...)
+		st.Batches = append(st.Batches, slices.DeleteFunc(ended, piped)...)
 		st.Failures = append(st.Failures, snap.Failures...)
 	}
 	order(&st)
@@ -410,6 +422,14 @@ func trim(st *State) {
 		return ended > EndedShown
 	})
 	st.EndedLeft = max(ended-EndedShown, 0)
+	ended = 0
+	st.Pipelines = slices.DeleteFunc(st.Pipelines, func(p inspect.Pipeline) bool {
+		if p.Ended.IsZero() {
+			return false
+		}
+		ended++
+		return ended > EndedShown
+	})
 	var gone []float64 // heartbeat ages: the newest are the smallest
 	for _, w := range st.Workers {
 		if !w.Live {
@@ -513,6 +533,10 @@ func order(st *State) {
 		}
 		return 1
 	}
+	slices.SortFunc(st.Pipelines, func(a, b inspect.Pipeline) int {
+		ended := func(p inspect.Pipeline) int { return cmp.Compare(p.Ended.Unix(), time.Time{}.Unix()) } // 0 while running
+		return cmp.Or(cmp.Compare(ended(a), ended(b)), b.Ended.Compare(a.Ended), cmp.Compare(a.Queue, b.Queue), a.Started.Compare(b.Started))
+	})
 	slices.SortFunc(st.Batches, func(a, b inspect.Batch) int {
 		return cmp.Or(cmp.Compare(ended(a), ended(b)), b.Ended.Compare(a.Ended), cmp.Compare(a.Queue, b.Queue),
 			cmp.Compare(a.Manager, b.Manager), cmp.Compare(a.ID, b.ID))

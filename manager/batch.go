@@ -180,10 +180,15 @@ func wait[T, Out any](ctx context.Context, b *Batch[Out], get func() T) (T, erro
 	}
 	// The batch's record reaches the queue's history before its outcome
 	// reaches the caller, so an operator who looks after Map returned sees
-	// how it ended.
+	// how it ended. The context the batch was submitted with ending now
+	// (a pipeline's, which an operator's cancel ends right after its
+	// batch) does not cut that short: the write is bounded as above.
 	select {
 	case <-b.recorded:
 	case <-ctx.Done():
+		if ctx == b.ctx {
+			<-b.recorded
+		}
 	}
 	if b.settled != nil {
 		select {

@@ -89,6 +89,9 @@ type owned struct {
 	// costs are what the parent has learnt of its functions' costs, which
 	// the owner shares.
 	costs *costs
+	// pipes are the parent's pipelines running, which the owner's keeper
+	// cancels when an operator cancels one of their batches.
+	pipes *pipes
 }
 
 // owner returns a manager of its own for durable batch name, holding the
@@ -148,7 +151,7 @@ func (m *Manager) newOwner(ctx context.Context, name string) (*Manager, error) {
 	opts.KeyTTL = opts.DurableTTL
 	fence := redisbroker.NewFence(id.Durable(name))
 	o := assemble(durableSeams(m.client, opts, fence), opts, id.Durable(name),
-		&owned{name: name, holder: holder, parent: &m.durables, resumed: make(chan struct{}), fence: fence, costs: m.costs})
+		&owned{name: name, holder: holder, parent: &m.durables, resumed: make(chan struct{}), fence: fence, costs: m.costs, pipes: m.pipes})
 	o.faults.durable, o.faults.lose = name, o.lose
 	o.addr = m.addr
 	o.probed.Store(true)

@@ -98,6 +98,7 @@ type keeperParams struct {
 	router  *router
 	holds   *holds
 	batches *registry
+	pipes   *pipes  // the pipelines running, which an operator may cancel whole
 	ended   *unsaid // elements ended, for the throughput counters
 	lanes   *endedLanes
 	// failures holds what failed on the manager's side, written every Poll
@@ -221,9 +222,34 @@ func (k *keeper) publishBatches(ctx context.Context) {
 		k.log.Warn("publishing batch progress failed", "err", err)
 	}
 	for _, id := range cancels {
+		if name, ok := wire.CancelledPipeline(id); ok {
+			if k.pipes.cancel(name, "", func() []Progress {
+				var ps []Progress
+				for bid, p := range published {
+					if p.Call.Pipeline == name {
+						b := running[bid]
+						b.cancel(fmt.Errorf("%w: by an operator (redmap cancel of pipeline %q)", context.Canceled, name))
+						ps = append(ps, b.Progress())
+					}
+				}
+				return ps
+			}) {
+				k.log.Warn("an operator cancelled a pipeline", "pipeline", name)
+			}
+			continue
+		}
 		if b, ok := running[id]; ok {
 			k.log.Warn("an operator cancelled a batch", "batch", id)
-			b.cancel(fmt.Errorf("%w: by an operator (redmap dashboard)", context.Canceled))
+			cancel := func() []Progress {
+				b.cancel(fmt.Errorf("%w: by an operator (redmap dashboard)", context.Canceled))
+				return []Progress{b.Progress()}
+			}
+			if call := published[id].Call; call.Pipeline != "" {
+				// A pipeline's batch: the whole pipeline ends.
+				k.pipes.cancel(call.Pipeline, fmt.Sprintf("its batch %s, of steps %s", id, call.Stage), cancel)
+				continue
+			}
+			cancel()
 		}
 	}
 }

@@ -53,6 +53,7 @@ type Manager struct {
 	holds   *holds
 	faults  *faults
 	costs   *costs // shared by a manager and its durable batches' owners
+	pipes   *pipes // its pipelines running, for an operator's cancel; shared as costs
 	limits  limits
 	feeding feederParams // what every batch's feeder is built from
 	env     batchEnv     // what every batch is built with
@@ -168,6 +169,10 @@ func assemble(r seams, opts Options, mid string, o *owned) *Manager {
 	if o != nil && o.costs != nil {
 		m.costs = o.costs
 	}
+	m.pipes = newPipes()
+	if o != nil && o.pipes != nil {
+		m.pipes = o.pipes
+	}
 	// Its parts' goroutines carry the label redmap.manager=<id> in a
 	// goroutine profile (internal/part).
 	// An owner's say whose durable batch it runs: <parent's id>/<name>.
@@ -198,7 +203,7 @@ func assemble(r seams, opts Options, mid string, o *owned) *Manager {
 			(&collector{collectorParams: m.collecting(m.router.first())}).dispatchAll(entries)
 		}
 	}
-	keeping := keeperParams{mid: mid, ttl: opts.KeyTTL, router: m.router, holds: m.holds, batches: m.batches, withdrawals: withdrawals,
+	keeping := keeperParams{mid: mid, ttl: opts.KeyTTL, router: m.router, holds: m.holds, batches: m.batches, pipes: m.pipes, withdrawals: withdrawals,
 		ended: ended, lanes: lanes, failures: &m.failures, faults: m.faults, due: lostAfter(opts.Poll, opts.KeyTTL), log: m.log}
 	if o != nil {
 		keeping.claim, keeping.durable, keeping.renewEvery = m.renewClaim, o.name, opts.Poll

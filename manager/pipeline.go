@@ -275,8 +275,22 @@ type pipeJob struct {
 // may be read again from the start should Redis lose them after some were
 // used: then reset(mark) drops what use kept of the partition since
 // mark() said where it began.
-func runPipeline(ctx context.Context, m *Manager, pl *pipeline, opts []CallOption, restart bool, use func([]byte) (bool, error), reset func(int), mark func() int) error {
-	j, err := startPipeline(ctx, m, pl, opts)
+//
+// An operator's cancel of the pipeline, or of any of its batches, ends the
+// run with an error wrapping redmap.ErrCancelled: its batches are
+// submitted with a context the cancel ends (see pipes).
+func runPipeline(ctx context.Context, m *Manager, pl *pipeline, opts []CallOption, restart bool, use func([]byte) (bool, error), reset func(int), mark func() int) (err error) {
+	ctx, named, endSpan := m.startPipelineSpan(ctx)
+	ctx, stop := context.WithCancelCause(ctx)
+	run := newPipeRun(stop)
+	run.named = named
+	defer func() {
+		m.pipes.unlist(run)
+		err = cancelledRun(run, err)
+		stop(nil)
+		endSpan(err)
+	}()
+	j, err := startPipeline(ctx, m, pl, opts, run)
 	if err != nil {
 		return err
 	}
@@ -315,9 +329,10 @@ func runPipeline(ctx context.Context, m *Manager, pl *pipeline, opts []CallOptio
 // errStopped is readPart's error when use stopped it.
 var errStopped = errors.New("manager: a pipeline's outputs: the reader stopped")
 
-// startPipeline checks pl and the options, and runs pl up to the outputs of
-// its last by-key step's partitions (all of it, without one).
-func startPipeline(ctx context.Context, m *Manager, pl *pipeline, opts []CallOption) (*pipeJob, error) {
+// startPipeline checks pl and the options, lists run under the pipeline's
+// name for an operator's cancel, and runs pl up to the outputs of its last
+// by-key step's partitions (all of it, without one).
+func startPipeline(ctx context.Context, m *Manager, pl *pipeline, opts []CallOption, run *pipeRun) (*pipeJob, error) {
 	if len(pl.steps) == 0 {
 		return nil, errors.New("manager: a pipeline with no step: add one with Then, FlatThen or ByKey")
 	}
@@ -380,6 +395,9 @@ func startPipeline(ctx context.Context, m *Manager, pl *pipeline, opts []CallOpt
 		job, ttl = id.DurableJob("pipeline\x00"+j.durable), m.opts.DurableTTL
 		j.name = j.durable
 	}
+	run.name = j.name
+	run.named(j.name)
+	m.pipes.list(run)
 	if len(j.keys) == 0 {
 		sh := wire.Shuffle{Job: job, Parts: 1, Phase: wire.PhaseChain, TTL: ttl.Milliseconds(), Pipe: &wire.Pipe{Steps: j.segs[0]}}
 		j.levels = []*pipeLevel{{sh: sh}}

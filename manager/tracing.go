@@ -52,7 +52,27 @@ func (b *Batch[Out]) startSpan(ctx context.Context, queue string) map[string]str
 	if b.worker != "" {
 		b.span.SetAttributes(tracing.Private.String(b.worker))
 	}
+	if b.call.Pipeline != "" {
+		b.span.SetAttributes(tracing.Pipeline.String(b.call.Pipeline), tracing.Stage.String(b.call.Stage))
+	}
 	return tracing.Inject(ctx)
+}
+
+// startPipelineSpan starts the span of a pipeline's run on m, a child of
+// ctx's, the parent of every batch span of the run: one trace of the whole
+// pipeline. end ends it with the run's error, once it has a name.
+func (m *Manager) startPipelineSpan(ctx context.Context) (_ context.Context, name func(string), end func(error)) {
+	ctx, span := m.tracer.Start(ctx, "pipeline "+m.opts.Queue, trace.WithSpanKind(trace.SpanKindInternal))
+	if !span.IsRecording() {
+		return ctx, func(string) {}, func(error) { span.End() }
+	}
+	span.SetAttributes(tracing.System, tracing.MessagingDestination.String(m.opts.Queue), tracing.MessagingClientID.String(m.id))
+	return ctx, func(n string) { span.SetAttributes(tracing.Pipeline.String(n)) }, func(err error) {
+		if err != nil {
+			span.SetStatus(codes.Error, err.Error())
+		}
+		span.End()
+	}
 }
 
 // endSpan ends b's span with its final record r.

@@ -46,7 +46,7 @@ var commands = []command{
 		}},
 	{name: "drain", operands: []string{"worker"}, help: "the worker (its id, or a unique prefix of it) takes no more tasks and exits when idle",
 		run: oneOperand((*cli).drain)},
-	{name: "cancel", operands: []string{"queue", "name"}, help: "cancel durable batch or job name (manager.Durable; a ReduceByKey's every phase, name/map, name/reduce@N, and its partitions): its tasks are withdrawn at once, whoever holds it, and a manager holding it ends its call within its Poll; the call that takes it over fails its elements with ErrCancelled. One that has ended is left alone: its results wait for that call",
+	{name: "cancel", operands: []string{"queue", "name"}, help: "cancel pipeline name (its name or job id, as batches shows it, or the id of any batch of it: every stage ends, the running batch at its manager's next Poll, no later one starts, and its call returns ErrCancelled), or durable batch or job name (manager.Durable; a ReduceByKey's every phase, name/map, name/reduce@N, and its partitions): its tasks are withdrawn at once, whoever holds it, and a manager holding it ends its call within its Poll; the call that takes it over fails its elements with ErrCancelled. One that has ended is left alone: its results wait for that call",
 		run: (*cli).cancel, flags: func(fs *flag.FlagSet, c *cli, _ *invocation) {
 			fs.BoolVar(&c.discard, "discard", false, "cancel it even if it has ended, dropping the results that wait for the call that takes it over")
 		}},

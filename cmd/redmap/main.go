@@ -35,6 +35,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/redmap/redmap/codec"
 	"github.com/redmap/redmap/inspect"
 	"github.com/redmap/redmap/internal/keys"
 )
@@ -269,12 +270,61 @@ func (c *cli) batches(ctx context.Context) error {
 	if c.json {
 		return c.emit(orEmpty(append(bs, ended...)))
 	}
+	// A pipeline is one job: its batches, running and ended, are listed
+	// under it by stage, not as batches.
+	pipes, bs, ended, err := c.pipelines(ctx, bs, ended)
+	if err != nil {
+		return err
+	}
 	c.table(batchHeader, batchRows(bs, time.Now()))
+	if len(pipes) > 0 {
+		fmt.Fprintln(c.out)
+		c.table(pipelineHeader, pipelineRows(pipes, time.Now()))
+	}
 	if c.all {
 		fmt.Fprintln(c.out)
 		c.table(historyHeader, historyRows(ended, time.Now()))
 	}
 	return nil
+}
+
+// pipelines takes the batches of pipelines out of running and ended, and
+// returns those pipelines with the rest: the pipelines that run, with
+// their stages that ended (from their queues' history), and with -all
+// those that ended too.
+func (c *cli) pipelines(ctx context.Context, running, ended []inspect.Batch) ([]inspect.Pipeline, []inspect.Batch, []inspect.Batch, error) {
+	var of []inspect.Batch // the batches of pipelines
+	queues := make(map[string]bool)
+	var plainRunning, plainEnded []inspect.Batch
+	for _, b := range running {
+		if b.Call.Pipeline == "" {
+			plainRunning = append(plainRunning, b)
+			continue
+		}
+		of, queues[b.Queue] = append(of, b), true
+	}
+	for _, b := range ended {
+		if b.Call.Pipeline == "" {
+			plainEnded = append(plainEnded, b)
+			continue
+		}
+		of = append(of, b)
+	}
+	if !c.all {
+		// The stages that ended of the pipelines that run.
+		for _, q := range slices.Sorted(maps.Keys(queues)) {
+			h, _, err := c.in.History(ctx, q, inspect.HistoryShown)
+			if err != nil {
+				return nil, nil, nil, err
+			}
+			of = append(of, h...)
+		}
+	}
+	ps, _ := inspect.Pipelines(of)
+	if !c.all {
+		ps = slices.DeleteFunc(ps, func(p inspect.Pipeline) bool { return p.Outcome != "running" })
+	}
+	return ps, plainRunning, plainEnded, nil
 }
 
 // listHistory returns the last c.n ended batches of each queue, newest
@@ -300,6 +350,34 @@ const (
 	batchHeader   = "QUEUE\tBATCH\tNAME\tSTATE\tFUNC\tCALL\tDONE\tFAILED\tTOTAL\tPROGRESS\tRATE/S\tETA\tAGE\tWAITING"
 	historyHeader = "QUEUE\tBATCH\tFUNC\tCALL\tOUTCOME\tDONE\tFAILED\tTOTAL\tFAILED BY\tENDED\tTOOK\tREASON"
 )
+
+// pipelineHeader heads the pipelines: a line for each, then one for each
+// of its stages, in the order of its steps.
+const pipelineHeader = "PIPELINE\tQUEUE\tSTATE\tFUNC\tBATCHES\tDONE\tFAILED\tRUNNING\tTOTAL\tRATE/S\tAGE\tCALL"
+
+func pipelineRows(ps []inspect.Pipeline, now time.Time) [][]string {
+	var rows [][]string
+	for _, p := range ps {
+		n := 0
+		for _, s := range p.Stages {
+			n += s.Batches
+		}
+		call := "-"
+		if p.Label != "" {
+			call = codec.CallInfo{Label: p.Label}.String()
+		}
+		age := "-"
+		if !p.Started.IsZero() {
+			age = dur(cmp.Or(p.Ended, now).Sub(p.Started))
+		}
+		rows = append(rows, []string{p.Name, p.Queue, p.Outcome, fmt.Sprintf("%d stage(s)", len(p.Stages)), strconv.Itoa(n), "", "", "", "", "", age, call})
+		for _, s := range p.Stages {
+			rows = append(rows, []string{"  " + s.Stage, "", s.Outcome, s.Func, strconv.Itoa(s.Batches), strconv.Itoa(s.Done), strconv.Itoa(s.Failed),
+				strconv.Itoa(s.Running), strconv.Itoa(s.Total), rate(s.Rate), "", ""})
+		}
+	}
+	return rows
+}
 
 func historyRows(bs []inspect.Batch, now time.Time) [][]string {
 	var rows [][]string
@@ -658,6 +736,13 @@ func (c *cli) cancel(ctx context.Context, operand []string) error {
 	if err := c.mustQueue(ctx, q); err != nil {
 		return err
 	}
+	pc, err := c.in.CancelPipeline(ctx, q, name)
+	if err != nil {
+		return err
+	}
+	if pc.Pipeline != "" {
+		return c.cancelledPipeline(q, name, pc)
+	}
 	jc, err := c.in.CancelJob(ctx, q, name, c.discard)
 	if err != nil {
 		return err
@@ -688,6 +773,34 @@ func (c *cli) cancel(ctx context.Context, operand []string) error {
 	}
 	if ended > 0 {
 		return fmt.Errorf("nothing cancelled: %q has ended, and cancelling would discard its results; run again with -discard to cancel it anyway, dropping its results", name)
+	}
+	return nil
+}
+
+// cancelledPipeline says what the cancel of pipeline name (or of the
+// pipeline of batch name) of queue q did.
+func (c *cli) cancelledPipeline(q, name string, pc inspect.PipelineCancel) error {
+	if c.json {
+		return c.emit(map[string]any{"queue": q, "name": name, "pipeline": pc})
+	}
+	if name != pc.Pipeline {
+		fmt.Fprintf(c.out, "batch %s is of pipeline %q: the whole pipeline is cancelled\n", name, pc.Pipeline)
+	}
+	if pc.Durable != nil {
+		for _, n := range slices.Sorted(maps.Keys(pc.Durable.Batches)) {
+			fmt.Fprintf(c.out, "durable batch %q of pipeline %q: %s\n", n, pc.Pipeline, pc.Durable.Batches[n])
+		}
+	}
+	for _, mid := range pc.Managers {
+		if len(pc.Running) == 0 {
+			fmt.Fprintf(c.out, "asked manager %s to cancel pipeline %q of queue %s: none of its batches runs; if it is between two stages, no later one starts, and its call returns ErrCancelled\n", mid, pc.Pipeline, q)
+			continue
+		}
+		fmt.Fprintf(c.out, "cancelled pipeline %q of queue %s: manager %s, at its next Poll, ends its %d running batch(es), submits no later stage, and its call returns ErrCancelled\n",
+			pc.Pipeline, q, mid, len(pc.Running))
+	}
+	if len(pc.Managers) == 0 && (pc.Durable == nil || len(pc.Durable.Batches) == 0) {
+		return fmt.Errorf("pipeline %q of queue %q has ended, or its manager no longer publishes: nothing cancelled", pc.Pipeline, q)
 	}
 	return nil
 }

@@ -85,6 +85,15 @@ var (
 		time.Sleep(5 * time.Second)
 		return x*10_000_000 + os.Getpid(), nil
 	})
+	// A pipeline's steps: pkey emits (x mod 100, 1); psum adds; phold,
+	// after it, runs until its batch is cancelled, so that the pipeline's
+	// reduce stage runs for as long as a test needs.
+	pkey = redmap.Emit("pkey", func(_ context.Context, x int, emit func(int, int)) error {
+		emit(x%100, 1)
+		return nil
+	})
+	psum  = redmap.Reduce("psum", func(_ context.Context, a, b int) (int, error) { return a + b, nil })
+	phold = redmap.Func("phold", func(ctx context.Context, _ redmap.KV[int, int]) (int, error) { <-ctx.Done(); return 0, ctx.Err() })
 	// paced takes 40 ms an element: a fleet's worth of work in seconds.
 	paced = redmap.Func("paced", func(ctx context.Context, x int) (int, error) {
 		select {
@@ -99,7 +108,7 @@ var (
 func TestMain(m *testing.M) {
 	// As a child, the test binary is a worker program made with worker.Main.
 	if os.Getenv(harness.ChildEnv) == "worker" {
-		if err := worker.Main(harness.ChildArgs(), square, slow, held, flaky, missing, block, waitCtx, five, paced, geo, noting); err != nil {
+		if err := worker.Main(harness.ChildArgs(), square, slow, held, flaky, missing, block, waitCtx, five, paced, geo, noting, pkey, psum, phold); err != nil {
 			fmt.Fprintln(os.Stderr, err)
 			os.Exit(1)
 		}

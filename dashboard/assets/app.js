@@ -80,7 +80,7 @@ function view(s) {
   if (!filter) return s;
   const match = (o) => (o.queue ?? o.name ?? o).toLowerCase().includes(filter);
   return Object.assign({}, s, {
-    queues: s.queues.filter(match), idle: (s.idle || []).filter(match), batches: s.batches.filter(match),
+    queues: s.queues.filter(match), idle: (s.idle || []).filter(match), batches: s.batches.filter(match), pipelines: (s.pipelines || []).filter(match),
     workers: s.workers.filter(match), failures: s.failures.filter(match), limits: (s.limits || []).filter(match),
   });
 }
@@ -139,9 +139,25 @@ document.addEventListener("toggle", (ev) => {
   if (ev.target.classList && ev.target.classList.contains("older")) olderOpen = ev.target.open;
 }, true);
 
+// pipelineCard shows a pipeline (manager.From) as one job: its stages, each
+// with its done, failed and running elements and its throughput. Its
+// cancel is its running batch's, which ends the whole pipeline.
+function pipelineCard(s, p) {
+  const running = !p.ended;
+  const cancel = s.actions && running && p.batch ? `<button class="danger" data-action="cancel" data-queue="${esc(p.queue)}" data-manager="${esc(p.manager)}" data-batch="${esc(p.batch)}">cancel</button>` : "";
+  const label = p.label ? ` · label <b>${esc(p.label)}</b>` : "";
+  const rows = p.stages.map((g) => `<tr data-stage="${esc(g.stage)}" data-outcome="${esc(g.outcome)}"><td>${esc(g.stage)}</td><td>${esc(g.func)}</td><td><span class="badge ${esc(g.outcome.replace(" ", "-"))}">${esc(g.outcome)}</span></td>
+    <td>${num(g.done)}</td><td>${num(g.failed)}</td><td>${num(g.running)}</td><td>${num(g.total)}</td><td>${rate(g.rate)}/s</td><td>${num(g.batches)}</td></tr>`).join("");
+  return `<div class="batch pipeline ${running ? "" : "finished"}" data-pipeline="${esc(p.name)}" data-outcome="${esc(p.outcome)}">
+    <div class="head"><span><b>pipeline ${esc(p.name)}</b> <span class="muted">${esc(p.queue)}${p.durable ? " · durable" : ""}${label} · ${p.stages.length} stage${p.stages.length > 1 ? "s" : ""}</span></span>
+      <span><span class="badge ${esc(p.outcome.replace(" ", "-"))}">${esc(p.outcome)}</span> ${cancel}</span></div>
+    <table class="stages"><tr><th>stage</th><th>function</th><th>state</th><th>done</th><th>failed</th><th>running</th><th>of</th><th>rate</th><th>batches</th></tr>${rows}</table></div>`;
+}
+
 function renderBatches(s) {
+  const pipes = (s.pipelines || []).map((p) => pipelineCard(s, p)).join("");
   if (!s.batches.length) {
-    $("batches").innerHTML = `<div class="empty">No batch running or ended lately.</div>`;
+    $("batches").innerHTML = pipes || `<div class="empty">No batch running or ended lately.</div>`;
     return;
   }
   // Running batches, then the newest ended ones as cards; older ended ones
@@ -169,7 +185,7 @@ function renderBatches(s) {
   const older = ended.slice(endedShown);
   const folded = new Set(older);
   const left = s.ended_left ? `<div class="muted">${num(s.ended_left)} older ended batch${s.ended_left > 1 ? "es" : ""} not shown: <code>redmap batches -all</code> lists them</div>` : "";
-  $("batches").innerHTML = s.batches.filter((b) => !folded.has(b)).map(card).join("") +
+  $("batches").innerHTML = pipes + s.batches.filter((b) => !folded.has(b)).map(card).join("") +
     (older.length ? `<details class="older"${olderOpen ? " open" : ""}><summary>${older.length} more ended batch${older.length > 1 ? "es" : ""}</summary>${older.map(card).join("")}${left}</details>` : left);
 }
 

@@ -78,6 +78,8 @@ const (
 	Worker    = attribute.Key("redmap.worker.id")
 	QueueWait = attribute.Key("redmap.queue_wait_ms")
 	LimitWait = attribute.Key("redmap.limit_wait_ms")
+	Pipeline  = attribute.Key("redmap.pipeline")
+	Stage     = attribute.Key("redmap.pipeline.stage")
 	Kind      = attribute.Key("redmap.error.kind")
 	Index     = attribute.Key("redmap.element.index")
 	Reason    = attribute.Key("redmap.reason")

@@ -694,3 +694,19 @@ func SameEnd(a, b BatchRecord) bool {
 	return a.Total == b.Total && a.Done == b.Done && a.Failed == b.Failed && a.Outcome == b.Outcome &&
 		a.Reason == b.Reason && maps.Equal(a.FailedBy, b.FailedBy)
 }
+
+// pipelineCancel begins the entry of a manager's cancel set (keys.Cancels)
+// that asks it to cancel a whole pipeline rather than one batch: a batch id
+// ("<manager id>:<n>") has no space.
+const pipelineCancel = "pipeline "
+
+// PipelineCancel is the entry of a manager's cancel set that asks it to
+// cancel pipeline name (codec.CallInfo.Pipeline): every stage of it,
+// running or still to come.
+func PipelineCancel(name string) string { return pipelineCancel + name }
+
+// CancelledPipeline returns the pipeline an entry of a manager's cancel set
+// names, and whether it names one (PipelineCancel) rather than a batch.
+func CancelledPipeline(entry string) (string, bool) {
+	return strings.CutPrefix(entry, pipelineCancel)
+}
