@@ -3,6 +3,7 @@ package worker
 import (
 	"context"
 	"os"
+	"regexp"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -94,7 +95,8 @@ func (w *Worker) metricName(fn string) string {
 	return fn
 }
 
-// perFunc counts the tasks and elements a worker ran, by function.
+// perFunc counts the tasks and elements a worker ran, by function, and
+// by stage for a pipeline's tasks (codec.CallInfo.Stage: "" for others).
 type perFunc struct {
 	tasks, failed            *prometheus.CounterVec // tasks with every element successful; with one failed at least
 	elements, elementsFailed *prometheus.CounterVec
@@ -103,7 +105,7 @@ type perFunc struct {
 
 func newPerFunc() perFunc {
 	vec := func(name, help string) *prometheus.CounterVec {
-		return prometheus.NewCounterVec(prometheus.CounterOpts{Name: "redmap_worker_" + name, Help: help}, []string{"function"})
+		return prometheus.NewCounterVec(prometheus.CounterOpts{Name: "redmap_worker_" + name, Help: help}, []string{"function", "stage"})
 	}
 	return perFunc{
 		tasks:          vec("tasks_succeeded_total", "Tasks run with every element successful."),
@@ -113,7 +115,7 @@ func newPerFunc() perFunc {
 		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name: "redmap_worker_task_duration_seconds", Help: "Time spent running one task (all its elements).",
 			Buckets: prometheus.ExponentialBuckets(0.0001, 4, 10),
-		}, []string{"function"}),
+		}, []string{"function", "stage"}),
 	}
 }
 
@@ -121,21 +123,35 @@ func newPerFunc() perFunc {
 // failed series all the same, for rate() and alerts to find.
 func (p perFunc) init(fn string) {
 	for _, v := range []*prometheus.CounterVec{p.tasks, p.failed, p.elements, p.elementsFailed} {
-		v.WithLabelValues(fn)
+		v.WithLabelValues(fn, "")
 	}
-	p.duration.WithLabelValues(fn)
+	p.duration.WithLabelValues(fn, "")
+}
+
+// stagePattern is a pipeline task's stage as managers name it
+// (pipeJob.callOf): its steps, and its side.
+var stagePattern = regexp.MustCompile(`^[0-9]{1,2}(-[0-9]{1,2})? (map|reduce)$`)
+
+// stageLabel is stage as a metric label: "" for a task of no pipeline,
+// "(other)" for one no manager of this version names so (the series stay
+// bounded by a pipeline's steps, whatever a task says).
+func stageLabel(stage string) string {
+	if stage == "" || stagePattern.MatchString(stage) {
+		return stage
+	}
+	return otherFunc
 }
 
 // ran counts a task of function fn (a metric label, see metricName) of n
 // elements that ran with fails.
-func (p perFunc) ran(fn string, n int, fails []codec.Failure) {
-	p.elements.WithLabelValues(fn).Add(float64(n))
-	if len(fails) == 0 {
-		p.tasks.WithLabelValues(fn).Inc()
+func (p perFunc) ran(fn, stage string, n int, fails []codec.Failure, stepFailed int) {
+	p.elements.WithLabelValues(fn, stage).Add(float64(n))
+	if len(fails) == 0 && stepFailed == 0 {
+		p.tasks.WithLabelValues(fn, stage).Inc()
 		return
 	}
-	p.failed.WithLabelValues(fn).Inc()
-	failed := 0
+	p.failed.WithLabelValues(fn, stage).Inc()
+	failed := stepFailed
 	for _, f := range fails {
 		switch {
 		case f.Index < 0: // the whole task
@@ -146,7 +162,7 @@ func (p perFunc) ran(fn string, n int, fails []codec.Failure) {
 			failed++
 		}
 	}
-	p.elementsFailed.WithLabelValues(fn).Add(float64(min(failed, n)))
+	p.elementsFailed.WithLabelValues(fn, stage).Add(float64(min(failed, n)))
 }
 
 // collectors is a set of collectors that registers as one.

@@ -81,6 +81,7 @@ func (w *Worker) chainTask(ctx context.Context, c *resolved, sh *wire.Shuffle, s
 	if whole != nil {
 		return nil, []codec.Failure{*whole}
 	}
+	c.stepFailed = elementsIn(fails)
 	pages, err := steps[len(steps)-1].Pages(ys, 0)
 	if err != nil {
 		return nil, whole1(codec.KindEncode, "outputs of %q: %v", names[len(names)-1], err)
@@ -116,6 +117,7 @@ func (w *Worker) pipeMap(ctx context.Context, c *resolved, sh *wire.Shuffle, ste
 	if whole != nil {
 		return nil, []codec.Failure{*whole}
 	}
+	c.stepFailed = elementsIn(fails)
 	sum := wire.MapSummary{Fails: fails}
 	if partials != nil {
 		if w.withdrawn(ctx, c, t) {
@@ -160,6 +162,15 @@ func headFails(cf []engine.ChainFail, pipe *wire.Pipe, decodeFail *codec.Failure
 		fails = append(fails, sf)
 	}
 	return fails, nil
+}
+
+// elementsIn counts the elements fails name.
+func elementsIn(fails []wire.StepFail) int {
+	n := 0
+	for _, f := range fails {
+		n += max(f.Through-f.Index, 0) + 1
+	}
+	return n
 }
 
 // stageOf is the number of step k of pipe's steps, or after if k is past

@@ -484,7 +484,7 @@ func (w *Worker) execute(ctx context.Context, t wire.Taken) (done wire.Done) {
 			stack := string(debug.Stack())
 			w.log.ErrorContext(ctx, "a task's path panicked outside its function; the task fails", "task", t.ID, "while", stage.String(), "panic", p, "stack", stack)
 			w.counters.failed.Add(1)
-			w.perFunc.ran(w.metricName(c.task.Func), c.task.Count, []codec.Failure{{Index: -1}})
+			w.perFunc.ran(w.metricName(c.task.Func), stageLabel(c.task.Call.Stage), c.task.Count, []codec.Failure{{Index: -1}}, 0)
 			res := &codec.Result{Task: t.ID, Attempt: t.Attempt, Fails: []codec.Failure{{Index: -1, Kind: stage,
 				Msg: fmt.Sprintf("worker %s panicked in its %s step: %v", w.opts.ID, stage, p), Stack: truncate(stack, maxStack)}},
 				Worker: w.opts.ID}
@@ -531,7 +531,8 @@ func (w *Worker) execute(ctx context.Context, t wire.Taken) (done wire.Done) {
 	elapsed := time.Since(start)
 	res.Nanos = elapsed.Nanoseconds()
 	fn := w.metricName(c.task.Func)
-	w.perFunc.duration.WithLabelValues(fn).Observe(elapsed.Seconds())
+	label := stageLabel(c.task.Call.Stage)
+	w.perFunc.duration.WithLabelValues(fn, label).Observe(elapsed.Seconds())
 	switch {
 	case ctx.Err() != nil:
 		// Its batch was cancelled (or its manager is gone): the function
@@ -540,10 +541,10 @@ func (w *Worker) execute(ctx context.Context, t wire.Taken) (done wire.Done) {
 	case len(res.Fails) > 0:
 		w.counters.failed.Add(1)
 		w.failures.Note(c.task.Func, t.ID, res.Fails)
-		w.perFunc.ran(fn, c.task.Count, res.Fails)
+		w.perFunc.ran(fn, label, c.task.Count, res.Fails, c.stepFailed)
 	default:
 		w.counters.succeeded.Add(1)
-		w.perFunc.ran(fn, c.task.Count, nil)
+		w.perFunc.ran(fn, label, c.task.Count, nil, c.stepFailed)
 	}
 	solo := w.solo(ctx, t, task)
 	res.Recorded = solo != nil

@@ -47,6 +47,9 @@ type resolved struct {
 	// withdrawn: the task was found no longer wanted once it had run (a
 	// map task about to store its partials): it has no result to report.
 	withdrawn bool
+	// stepFailed counts the elements of a pipeline's map task that failed
+	// in one of its steps (reported in its summary, not as its failures).
+	stepFailed int
 }
 
 // maxRetryAfter caps one wait an element makes for a redmap.RetryAfter.
