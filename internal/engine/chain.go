@@ -39,7 +39,8 @@ type Step interface {
 	// bind returns the step as step k of a chain run on one element: a
 	// func(context.Context, In) error that hands each of its outputs to
 	// next, a func(context.Context, Out) error, and fails with the first
-	// error of either. It notes in st the step running.
+	// error of either. It notes in st a failure (an error or a panic) of
+	// its own.
 	bind(k int, st *chainState, next any) any
 	// collector is a chain's end that keeps the step's outputs.
 	collector() (end chainEnd, result func() any)
@@ -118,11 +119,11 @@ func (mapStep[In, Out]) Pages(ys any, page int) ([][]byte, error) { return pages
 
 func (s mapStep[In, Out]) bind(k int, st *chainState, next any) any {
 	nx := next.(func(context.Context, Out) error)
-	at := int32(k)
 	return func(ctx context.Context, x In) error {
-		st.at.Store(at)
+		defer st.panicked(k)
 		y, err := s.fn(ctx, x)
 		if err != nil {
+			st.failed(k)
 			return err
 		}
 		return nx(ctx, y)
@@ -156,22 +157,21 @@ func (flatStep[In, Out]) Pages(ys any, page int) ([][]byte, error) { return page
 
 func (s flatStep[In, Out]) bind(k int, st *chainState, next any) any {
 	nx := next.(func(context.Context, Out) error)
-	at := int32(k)
 	return func(ctx context.Context, x In) error {
-		st.at.Store(at)
+		defer st.panicked(k)
 		// An output that fails downstream fails the element: the outputs
 		// it emits after it are not run.
 		var failed error
 		err := s.fn(ctx, x, func(y Out) {
-			if failed != nil {
-				return
-			}
-			if failed = nx(ctx, y); failed == nil {
-				st.at.Store(at)
+			if failed == nil {
+				failed = nx(ctx, y)
 			}
 		})
 		if failed != nil {
 			return failed
+		}
+		if err != nil {
+			st.failed(k)
 		}
 		return err
 	}
@@ -222,11 +222,29 @@ type ChainFail struct {
 // seams type-asserted once (bind). An element whose run fails in any step
 // fails whole, naming that step; nothing of it reaches the end.
 
-// chainState is what one bound chain notes as it runs: the step running,
-// which is the step that failed when a run fails. It is atomic because a
-// run abandoned past its timeout (Policy.Abandon) goes on on a goroutine
-// of its own.
+// chainState is what one bound chain notes as it runs: the step that
+// failed, the first to note it in a run (a step that fails an output it
+// handed on fails with its next step's error, which that step noted). A
+// run that succeeds notes nothing. It is atomic because a run abandoned
+// past its timeout (Policy.Abandon) goes on on a goroutine of its own.
 type chainState struct{ at atomic.Int32 }
+
+// failed notes that step k failed, if no step did before in this run.
+func (st *chainState) failed(k int) { st.at.CompareAndSwap(-1, int32(k)) }
+
+// panicked, deferred by step k's run, notes that it panicked if it did
+// (its own function, not a step after it: that one noted it first), and
+// panics on: the run's recover makes the failure, with the stack, which
+// still holds the first panic's frames.
+func (st *chainState) panicked(k int) {
+	if p := recover(); p != nil {
+		st.failed(k)
+		panic(p)
+	}
+}
+
+// reset makes st note the next run's failure.
+func (st *chainState) reset() { st.at.Store(-1) }
 
 // chainEnd makes the end of a chain for one bound chain: its sink, a
 // func(context.Context, T) error for what the last step gives (or for the
@@ -297,6 +315,7 @@ func drive[T any](ctx context.Context, xs any, p Policy, build func() *chainRun)
 	}
 	fn := func(ctx context.Context, el elem) (struct{}, error) {
 		el.r.drop() // what a failed attempt before this one left
+		el.r.st.reset()
 		return struct{}{}, el.head(ctx, el.x)
 	}
 	ctx, e := withElements(ctx, p.Seed)
@@ -321,7 +340,7 @@ func drive[T any](ctx context.Context, xs any, p Policy, build func() *chainRun)
 			}
 			continue
 		}
-		step := int(r.st.at.Load())
+		step := max(int(r.st.at.Load()), 0) // none noted: a run abandoned before it failed, say
 		f.Index = i
 		if n := len(fails); n == 0 || fails[n-1].Step != step || !fails[n-1].Extend(f) {
 			fails = append(fails, ChainFail{Step: step, Failure: *f})

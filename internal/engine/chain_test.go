@@ -67,7 +67,8 @@ func TestRunChainFused(t *testing.T) {
 	if !slices.Equal(got, want) {
 		t.Errorf("failures %v, want %v (%+v)", got, want, fails)
 	}
-	if fails[1].Stack == "" || !strings.Contains(fails[0].Msg, "bad word") {
+	// The stack is the panic's own: it names the function that panicked.
+	if !strings.Contains(fails[1].Stack, "lengths.func") || !strings.Contains(fails[0].Msg, "bad word") {
 		t.Errorf("failures say %+v", fails)
 	}
 	if n := flaky.Load(); n != 2 {
@@ -178,4 +179,45 @@ func TestRunChainMismatch(t *testing.T) {
 	if len(fails) != 1 || fails[0].Index != -1 || fails[0].Kind != codec.KindTypeMismatch {
 		t.Fatalf("failures %+v, want one mismatch of the whole chain", fails)
 	}
+}
+
+// benchDocs are documents of 200 short words each.
+func benchDocs() []string {
+	docs := make([]string, 200)
+	for i := range docs {
+		var b strings.Builder
+		for j := range 200 {
+			fmt.Fprintf(&b, "w%d ", (i*7+j)%500)
+		}
+		docs[i] = b.String()
+	}
+	return docs
+}
+
+// What a chain costs a by-key step over a flat map (words, then the
+// emitter), against the emitter splitting the documents itself.
+func BenchmarkCombineChain(b *testing.B) {
+	docs := benchDocs()
+	red := Fold("sum", "sig", nil, func(_ context.Context, a, b int) (int, error) { return a + b, nil }, errors.New("reduce"))
+	one, _ := Emit("one", "sig", nil, func(_ context.Context, w string, emit func(string, int)) error {
+		emit(w, 1)
+		return nil
+	}).Boundary()
+	direct, _ := Emit("split", "sig", nil, func(_ context.Context, doc string, emit func(string, int)) error {
+		for _, w := range strings.Fields(doc) {
+			emit(w, 1)
+		}
+		return nil
+	}).Boundary()
+	b.Run("flat-then-emit", func(b *testing.B) {
+		steps := []Step{words()}
+		for b.Loop() {
+			one.CombineChain(context.Background(), steps, docs, Policy{}, red, 16)
+		}
+	})
+	b.Run("emit", func(b *testing.B) {
+		for b.Loop() {
+			direct.CombineChain(context.Background(), nil, docs, Policy{}, red, 16)
+		}
+	})
 }

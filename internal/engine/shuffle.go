@@ -188,10 +188,14 @@ func (e emitter[In, K, V]) CombineChain(ctx context.Context, steps []Step, xs an
 	end := func(step int, st *chainState) (any, func(), func() *codec.Failure) {
 		// out holds one run's pairs until it succeeds.
 		var out []pair[K, V]
-		at := int32(step)
+		emit := func(k K, v V) { out = append(out, pair[K, V]{k, v}) }
 		sink := func(ctx context.Context, x In) error {
-			st.at.Store(at)
-			return e.fn(ctx, x, func(k K, v V) { out = append(out, pair[K, V]{k, v}) })
+			defer st.panicked(step)
+			err := e.fn(ctx, x, emit)
+			if err != nil {
+				st.failed(step)
+			}
+			return err
 		}
 		drop := func() { out = out[:0] }
 		keep := func() *codec.Failure {
