@@ -621,13 +621,13 @@ func TestMetricsScrape(t *testing.T) {
 			t.Errorf("no %s in the scrape", name)
 		}
 	}
-	// By function, under the worker's stable name; its id in the info
-	// metric alone.
+	// By function (stage empty: no pipeline's), under the worker's stable
+	// name; its id in the info metric alone.
 	for _, line := range []string{
-		`redmap_worker_elements_total{function="square",queue="` + queue + `",worker="pod-7"} 1000`,
-		`redmap_worker_elements_failed_total{function="square",queue="` + queue + `",worker="pod-7"} 0`,
-		`redmap_worker_tasks_failed_total{function="flaky",queue="` + queue + `",worker="pod-7"} 0`,
-		`redmap_worker_task_duration_seconds_count{function="square",queue="` + queue + `",worker="pod-7"} 100`,
+		`redmap_worker_elements_total{function="square",queue="` + queue + `",stage="",worker="pod-7"} 1000`,
+		`redmap_worker_elements_failed_total{function="square",queue="` + queue + `",stage="",worker="pod-7"} 0`,
+		`redmap_worker_tasks_failed_total{function="flaky",queue="` + queue + `",stage="",worker="pod-7"} 0`,
+		`redmap_worker_task_duration_seconds_count{function="square",queue="` + queue + `",stage="",worker="pod-7"} 100`,
 		`redmap_worker_info{host="`, `id="` + w.ID + `",queue="` + queue + `",version="`,
 	} {
 		if !strings.Contains(string(body), line) {
