@@ -202,9 +202,11 @@ type PipelineCancel struct {
 // running batch ends, its tasks withdrawn; no later stage is submitted;
 // and the call (Collect, Stream, Fold) returns an error wrapping
 // redmap.ErrCancelled. A durable pipeline's batches are cancelled as
-// CancelJob does its name, whoever holds them. A pipeline none of whose
-// batches is running or in the history's last HistoryShown returns an
-// empty Pipeline. A few round trips.
+// CancelJob does its name, whoever holds them; so is its claim
+// (<name>/pipeline), which asks the manager running it, between two
+// phases too, and which then deletes what it keeps in Redis. A pipeline
+// none of whose batches is running or in the history's last HistoryShown
+// returns an empty Pipeline. A few round trips.
 func (i *Inspector) CancelPipeline(ctx context.Context, queue, name string) (PipelineCancel, error) {
 	var out PipelineCancel
 	running, err := i.Batches(ctx, queue)

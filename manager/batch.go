@@ -697,8 +697,9 @@ func (b *Batch[Out]) noteFailure(c chunk, cause error) {
 
 // abort ends the batch early with err and withdraws its outstanding tasks;
 // a durable batch's are left in Redis, for the next call to take it over
-// (its context ended, or its manager closed).
-func (b *Batch[Out]) abort(err error) { b.end(err, !b.env.durable) }
+// (its context ended, or its manager closed), unless its context ended
+// with an operator's cancel of its pipeline: that one is over.
+func (b *Batch[Out]) abort(err error) { b.end(err, !b.env.durable || cancelledByOperator(b.ctx)) }
 
 // cancel ends the batch early with err and withdraws its outstanding
 // tasks, durable or not: Cancel, an operator's cancel.

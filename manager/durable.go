@@ -10,6 +10,7 @@ import (
 	"os"
 	"runtime/pprof"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -545,6 +546,28 @@ func (d *durables) remove(name string, o *Manager) {
 		st.Pending = 0 // what it had pending ended with it
 		d.ended.add(st)
 	}
+}
+
+// endPhases ends, as an operator's cancel with cause, the running batches
+// of the owners d lists of durable pipeline name's phases (named
+// name+"/"+phase), and returns what they had done when they ended.
+func (d *durables) endPhases(name string, cause error) []Progress {
+	d.mu.Lock()
+	var owners []*Manager
+	for n, o := range d.owners {
+		if strings.HasPrefix(n, name+"/") {
+			owners = append(owners, o)
+		}
+	}
+	d.mu.Unlock()
+	var ps []Progress
+	for _, o := range owners {
+		for _, b := range o.batches.batches() {
+			b.cancel(cause)
+			ps = append(ps, b.Progress())
+		}
+	}
+	return ps
 }
 
 // detachDurables detaches every durable batch's owner of m (its Close):

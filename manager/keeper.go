@@ -113,6 +113,11 @@ type keeperParams struct {
 	// every Poll.
 	withdrawals *withdrawal
 	durable     string // an owner's: its batch's name, published with its progress
+	// phases ends, as an operator's cancel with cause, the running batches
+	// of durable pipeline name's phases, on the owners of the manager
+	// this one is an owner of, and returns what they had done; an
+	// owner's (durables.endPhases).
+	phases func(name string, cause error) []Progress
 	// renewEvery is how often the keys are renewed: ttl/3 if 0. An owner
 	// renews every Poll, so that its batch lives DurableTTL past the last
 	// time it was held, not up to a third of it less.
@@ -222,6 +227,17 @@ func (k *keeper) publishBatches(ctx context.Context) {
 		k.log.Warn("publishing batch progress failed", "err", err)
 	}
 	for _, id := range cancels {
+		if name, ok := claimedPipeline(k.durable); ok && k.phases != nil {
+			// An operator cancelled the durable pipeline whose claim this
+			// owner holds (inspect.CancelJob of its name): it is asked
+			// between two phases too, when no batch of it runs.
+			if k.pipes.cancel(name, "", func() []Progress {
+				return k.phases(name, fmt.Errorf("%w: by an operator (redmap cancel of pipeline %q)", context.Canceled, name))
+			}) {
+				k.log.Warn("an operator cancelled a durable pipeline", "pipeline", name)
+			}
+			continue
+		}
 		if name, ok := wire.CancelledPipeline(id); ok {
 			if k.pipes.cancel(name, "", func() []Progress {
 				var ps []Progress

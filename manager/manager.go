@@ -207,6 +207,9 @@ func assemble(r seams, opts Options, mid string, o *owned) *Manager {
 		ended: ended, lanes: lanes, failures: &m.failures, faults: m.faults, due: lostAfter(opts.Poll, opts.KeyTTL), log: m.log}
 	if o != nil {
 		keeping.claim, keeping.durable, keeping.renewEvery = m.renewClaim, o.name, opts.Poll
+		if o.parent != nil {
+			keeping.phases = o.parent.endPhases
+		}
 	}
 	m.background = part.List{
 		newKeeper(keeping, opts.Poll),

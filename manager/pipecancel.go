@@ -2,6 +2,7 @@ package manager
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"sync/atomic"
@@ -73,8 +74,23 @@ func (p *pipes) cancel(name, how string, end func() []Progress) bool {
 	}
 	run.why = pipelineCancelled(name, how, end())
 	close(run.said)
-	run.stop(run.why)
+	run.stop(&operatorCancel{run.why})
 	return true
+}
+
+// operatorCancel is the cause a pipeline's context ends with when an
+// operator cancelled it (pipes.cancel): a durable batch of it that the end
+// stops ends as cancelled, its tasks withdrawn and its keys deleted, not
+// left in Redis for a call to take over (Batch.abort).
+type operatorCancel struct{ error }
+
+func (e *operatorCancel) Unwrap() error { return e.error }
+
+// cancelledByOperator reports whether ctx, a batch's submit context (nil
+// before its submit), ended with an operator's cancel of its pipeline.
+func cancelledByOperator(ctx context.Context) bool {
+	var oc *operatorCancel
+	return ctx != nil && errors.As(context.Cause(ctx), &oc)
 }
 
 // pipelineCancelled is the error of pipeline name that an operator

@@ -268,6 +268,7 @@ type pipeJob struct {
 	hold            *pipeHold
 	restoredRunning [][]int
 	ended           bool
+	run             *pipeRun // what an operator's cancel of it finds
 }
 
 // runPipeline runs pl on m and hands each page of the last step's outputs
@@ -364,7 +365,7 @@ func startPipeline(ctx context.Context, m *Manager, pl *pipeline, opts []CallOpt
 	if err := m.ready(ctx); err != nil {
 		return nil, err
 	}
-	j := &pipeJob{m: m, pl: pl, co: co, durable: co.durable, keyFails: make(map[[2]int][]wire.StepFail)}
+	j := &pipeJob{m: m, pl: pl, co: co, durable: co.durable, keyFails: make(map[[2]int][]wire.StepFail), run: run}
 	j.co.durable = ""
 	j.segs = [][]wire.Step{nil}
 	j.also = [][]string{nil}

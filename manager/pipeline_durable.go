@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 
 	"github.com/zeebo/blake3"
@@ -44,6 +45,10 @@ type pipeHold struct {
 
 // pipelineClaim is the name of the durable claim of pipeline name.
 func pipelineClaim(name string) string { return name + "/pipeline" }
+
+// claimedPipeline returns the pipeline whose claim durable names
+// (pipelineClaim), and whether it names one.
+func claimedPipeline(durable string) (string, bool) { return strings.CutSuffix(durable, "/pipeline") }
 
 // takeOver claims durable pipeline j and reads its record: a pipeline
 // begun by another call goes on from what it holds, one that is another
@@ -367,15 +372,16 @@ func (j *pipeJob) renewRecord(ctx context.Context) {
 // leave reports whether j is a durable pipeline that has not ended, whose
 // partitions and record stay in Redis for the call that takes it over;
 // it lets the pipeline's claim go. A durable pipeline that ended (its
-// outputs read, or its reader stopped) deletes its record and ends its
-// claim.
+// outputs read, or its reader stopped) or that an operator cancelled
+// deletes its record and ends its claim: the same call again runs it from
+// its start, as it does a durable batch cancelled while held.
 func (j *pipeJob) leave() bool {
 	h := j.hold
 	if h == nil {
 		return false
 	}
 	j.hold = nil
-	if !j.ended {
+	if !j.ended && (j.run == nil || !j.run.begun.Load()) {
 		h.o.detach(redmap.ErrClosed)
 		return true
 	}

@@ -78,8 +78,11 @@ func (r *Broker) Drop(ctx context.Context, p *broker.ManagerParams) error {
 	// queued in a MULTI (EXECABORT), deletes included, and these free
 	// memory; each is idempotent, and what one leaves expires.
 	cmds, err := r.c.Pipelined(ctx, func(p redis.Pipeliner) error {
-		// UNLINK: a manager may have published 100,000 batches
-		p.Unlink(ctx, keys.Batches(r.prefix, r.queue, mid), keys.BatchesNext(r.prefix, r.queue, mid), keys.Cancelled(r.prefix, r.queue, mid))
+		// UNLINK: a manager may have published 100,000 batches. Its
+		// operators' cancels go too: one it did not read (its batch ended
+		// first) would cancel the next call's, under the same owner id.
+		p.Unlink(ctx, keys.Batches(r.prefix, r.queue, mid), keys.BatchesNext(r.prefix, r.queue, mid), keys.Cancelled(r.prefix, r.queue, mid),
+			keys.Cancels(r.prefix, r.queue, mid))
 		p.ZRem(ctx, keys.Managers(r.prefix, r.queue), mid)
 		p.HDel(ctx, keys.Durables(r.prefix, r.queue), mid) // a durable batch's owner's entry
 		return nil
