@@ -108,5 +108,5 @@ func TestPipelineCancelledByOperator(t *testing.T) {
 		}
 		return true
 	})
-	noPartitionsLeft(t, b)
+	cancelledPartitionsExpire(t, b)
 }
