@@ -10,7 +10,6 @@ import (
 	"runtime/pprof"
 	"slices"
 	"strconv"
-	"time"
 
 	"github.com/redmap/redmap"
 	"github.com/redmap/redmap/codec"
@@ -350,17 +349,9 @@ func startPipeline(ctx context.Context, m *Manager, pl *pipeline, opts []CallOpt
 			}
 		}
 	}
-	co, err := callOptionsOf(opts)
-	switch {
-	case err != nil:
+	co, err := byKeyOptions("a pipeline", opts)
+	if err != nil {
 		return nil, err
-	case co.worker != "":
-		return nil, errors.New("manager: a pipeline: OnWorker is not supported")
-	case co.partitions < 0 || co.partitions > wire.MaxPartitions:
-		return nil, fmt.Errorf("manager: Partitions %d is not in 1..%d", co.partitions, wire.MaxPartitions)
-	}
-	if co.partitions == 0 {
-		co.partitions = DefaultPartitions
 	}
 	if err := m.ready(ctx); err != nil {
 		return nil, err
@@ -854,29 +845,14 @@ func (j *pipeJob) readPart(ctx context.Context, p int, use func([]byte) (bool, e
 // renew keeps the pipeline's partitions from expiring while it runs, as
 // shuffleJob.renew does a map/reduce by key's.
 func (j *pipeJob) renew() func() {
-	ctx, cancel := context.WithCancel(j.m.ctx)
-	done := make(chan struct{})
-	if !j.m.beside.Go(ctx, func(ctx context.Context) {
-		defer close(done)
-		t := time.NewTicker(j.m.opts.KeyTTL)
-		defer t.Stop()
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-t.C:
-				for _, lv := range j.levels {
-					if err := j.m.spill.RenewPartitions(ctx, &broker.PartitionsParams{Shuffle: &lv.sh, Parts: allParts(lv.sh.Parts)}); err != nil && ctx.Err() == nil {
-						j.m.log.Warn("cannot renew the TTL of a pipeline's partitions", "job", lv.sh.Job, "err", err)
-					}
-				}
-				j.renewRecord(ctx)
+	return everyKeyTTL(j.m, func(ctx context.Context) {
+		for _, lv := range j.levels {
+			if err := j.m.spill.RenewPartitions(ctx, &broker.PartitionsParams{Shuffle: &lv.sh, Parts: allParts(lv.sh.Parts)}); err != nil && ctx.Err() == nil {
+				j.m.log.Warn("cannot renew the TTL of a pipeline's partitions", "job", lv.sh.Job, "err", err)
 			}
 		}
-	}) {
-		close(done)
-	}
-	return func() { cancel(); <-done }
+		j.renewRecord(ctx)
+	})
 }
 
 // dropParts deletes partitions ps of level b (best effort: they expire).

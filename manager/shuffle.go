@@ -253,17 +253,9 @@ func startShuffle[In any, K comparable, V any](ctx context.Context, m *Manager, 
 	if err := red.Validate(); err != nil {
 		return nil, err
 	}
-	co, err := callOptionsOf(opts)
-	switch {
-	case err != nil:
+	co, err := byKeyOptions("ReduceByKey", opts)
+	if err != nil {
 		return nil, err
-	case co.worker != "":
-		return nil, errors.New("manager: ReduceByKey: OnWorker is not supported")
-	case co.partitions < 0 || co.partitions > wire.MaxPartitions:
-		return nil, fmt.Errorf("manager: Partitions %d is not in 1..%d", co.partitions, wire.MaxPartitions)
-	}
-	if co.partitions == 0 {
-		co.partitions = DefaultPartitions
 	}
 	if err := m.ready(ctx); err != nil {
 		return nil, err
@@ -548,25 +540,33 @@ func (j *shuffleJob) salts(ctx context.Context) []int {
 	return salts
 }
 
-// renew keeps the job's partitions from expiring while it runs: every
-// KeyTTL, their TTL is set again, on a part of the manager's (Close stops
-// it). It returns the function that stops it.
+// renew keeps the job's partitions from expiring while it runs (see
+// everyKeyTTL). It returns the function that stops it.
 func (j *shuffleJob) renew() func() {
-	ctx, cancel := context.WithCancel(j.m.ctx)
+	all := j.allParts()
+	return everyKeyTTL(j.m, func(ctx context.Context) {
+		if err := j.store.RenewPartitions(ctx, &broker.PartitionsParams{Shuffle: &j.sh, Parts: all}); err != nil && ctx.Err() == nil {
+			j.m.log.Warn("cannot renew the TTL of a map/reduce by key's partitions", "job", j.sh.Job, "err", err)
+		}
+	})
+}
+
+// everyKeyTTL calls renew every KeyTTL, on a part of m's (Close stops it),
+// until the function it returns is called, which returns once renew is
+// no longer running.
+func everyKeyTTL(m *Manager, renew func(ctx context.Context)) (stop func()) {
+	ctx, cancel := context.WithCancel(m.ctx)
 	done := make(chan struct{})
-	if !j.m.beside.Go(ctx, func(ctx context.Context) {
+	if !m.beside.Go(ctx, func(ctx context.Context) {
 		defer close(done)
-		t := time.NewTicker(j.m.opts.KeyTTL)
+		t := time.NewTicker(m.opts.KeyTTL)
 		defer t.Stop()
-		all := j.allParts()
 		for {
 			select {
 			case <-ctx.Done():
 				return
 			case <-t.C:
-				if err := j.store.RenewPartitions(ctx, &broker.PartitionsParams{Shuffle: &j.sh, Parts: all}); err != nil && ctx.Err() == nil {
-					j.m.log.Warn("cannot renew the TTL of a map/reduce by key's partitions", "job", j.sh.Job, "err", err)
-				}
+				renew(ctx)
 			}
 		}
 	}) {
@@ -575,13 +575,26 @@ func (j *shuffleJob) renew() func() {
 	return func() { cancel(); <-done }
 }
 
-func (j *shuffleJob) allParts() []int {
-	ps := make([]int, j.parts)
-	for i := range ps {
-		ps[i] = i
+// byKeyOptions are the options of a call with by-key steps (what, for its
+// errors): with Partitions, DefaultPartitions unless they say; OnWorker is
+// refused.
+func byKeyOptions(what string, opts []CallOption) (callOptions, error) {
+	co, err := callOptionsOf(opts)
+	switch {
+	case err != nil:
+		return co, err
+	case co.worker != "":
+		return co, fmt.Errorf("manager: %s: OnWorker is not supported", what)
+	case co.partitions < 0 || co.partitions > wire.MaxPartitions:
+		return co, fmt.Errorf("manager: Partitions %d is not in 1..%d", co.partitions, wire.MaxPartitions)
 	}
-	return ps
+	if co.partitions == 0 {
+		co.partitions = DefaultPartitions
+	}
+	return co, nil
 }
+
+func (j *shuffleJob) allParts() []int { return allParts(j.parts) }
 
 // page returns page i of partition p's output.
 func (j *shuffleJob) page(ctx context.Context, p, i int) ([]byte, error) {
