@@ -14,10 +14,11 @@ FUZZ_TARGETS := codec:FuzzDecodeTask codec:FuzzDecodeResult codec:FuzzDecodeElem
 help: ## list the targets
 	@awk -F':.*## ' '/^[a-z-]+:.*## /{printf "  %-13s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 
-test: redis-server ## go test -race ./... (every test: the process-level suites too), then deploy/'s manifests and image (a module of its own); make fuzz fuzzes
-	$(GO) test -race -count=1 -timeout 45m -parallel 4 $(SLOWEST) ./...
-	@echo "== $$(date -u +%T) deploy"
-	cd deploy && $(GO) test -count=1 ./...
+test: redis-server ## go test -race ./... (every test: the process-level suites too), and beside it deploy/'s manifests and image (a module of its own, mostly waiting on podman); make fuzz fuzzes
+	@log=$$(mktemp); (cd deploy && $(GO) test -count=1 ./... >$$log 2>&1; echo $$? >$$log.rc) & \
+	$(GO) test -race -count=1 -timeout 45m -parallel 4 $(SLOWEST) ./...; rc=$$?; \
+	wait; echo "== $$(date -u +%T) deploy (run beside)"; cat $$log; drc=$$(cat $$log.rc); rm -f $$log $$log.rc; \
+	[ $$rc = 0 ] && [ $$drc = 0 ]
 
 test-unit: redis-server ## go test -short -race ./...: make test without the tests that start processes (workers, a Cluster, Sentinels) or run a minute of faults, nor deploy/ or fuzz; one package: go test -short -parallel 8 ./manager
 	$(GO) test -short -race -count=1 -parallel 8 ./...
