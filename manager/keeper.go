@@ -235,8 +235,10 @@ func (k *keeper) publishBatches(ctx context.Context) {
 				return k.phases(name, fmt.Errorf("%w: by an operator (redmap cancel of pipeline %q)", context.Canceled, name))
 			}) {
 				k.log.Warn("an operator cancelled a durable pipeline", "pipeline", name)
+				continue
 			}
-			continue
+			// No pipeline of that name runs here: a durable batch the
+			// user named so, cancelled as any.
 		}
 		if name, ok := wire.CancelledPipeline(id); ok {
 			if k.pipes.cancel(name, "", func() []Progress {
