@@ -680,3 +680,22 @@ func TestDurableRedisFull(t *testing.T) {
 		}
 	}
 }
+
+// A durable batch a user named as a pipeline's claim is named
+// (<name>/pipeline) is still cancelled as a batch when no pipeline of
+// that name runs.
+func TestDurableNamedLikeAPipelineClaimCancelled(t *testing.T) {
+	b := setup(t)
+	in, m := watched(t, b, manager.Options{})
+	defer m.Close()
+	held, err := manager.Submit(testCtx(t), m, durableSquare, span(50), manager.Durable("nightly/pipeline"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if did, err := in.CancelDurable(testCtx(t), b.Queue, "nightly/pipeline"); err != nil || did != "asked" {
+		t.Fatalf("cancel of a held batch: %q, %v; want asked", did, err)
+	}
+	if _, err := held.Wait(testCtx(t)); !errors.Is(err, context.Canceled) {
+		t.Fatalf("the held batch after its cancel: %v; want context.Canceled", err)
+	}
+}
