@@ -19,6 +19,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"maps"
 	"slices"
 	"strings"
 	"sync"
@@ -720,8 +721,24 @@ type JobCancel struct {
 	// each, as CancelDurable says it.
 	Batches map[string]string `json:"batches"`
 	// PartitionKeys counts the keys of a map/reduce by key's partitions
-	// deleted.
+	// deleted, or of a durable pipeline's.
 	PartitionKeys int64 `json:"partition_keys"`
+	// Pipeline is set when name is a durable pipeline that no manager
+	// holds (its manager died): what was deleted of it.
+	Pipeline *PipelineDeleted `json:"pipeline,omitempty"`
+}
+
+// PipelineDeleted is what CancelJob deleted of a durable pipeline none
+// held: the same call again runs it from its start.
+type PipelineDeleted struct {
+	// Record says its record (what its ended phases gave) was deleted.
+	Record bool `json:"record"`
+	// Deleted are its claim ("<name>/pipeline") and its phases' durable
+	// batches whose keys were deleted; Held those left because a manager
+	// holds them (they are cancelled, and the call that takes one over
+	// fails its elements with ErrCancelled).
+	Deleted []string `json:"deleted,omitempty"`
+	Held    []string `json:"held,omitempty"`
 }
 
 // CancelJob cancels the durable work named name on queue: the durable
@@ -732,6 +749,16 @@ type JobCancel struct {
 // over, and nothing is done unless discard, which cancels it all the
 // same, its results dropped. A name Redis has nothing of returns no
 // batches and no keys.
+//
+// A durable pipeline of that name (manager.From with manager.Durable) that
+// a manager runs is asked through its claim, and its manager ends it and
+// deletes what it keeps. One that no manager holds (its manager died, and
+// its claim's lease lapsed) is ended here: its running phase's batch is
+// cancelled (its tasks withdrawn, its history record says so), and its
+// record, its partitions and the keys of its claim and of its phases'
+// batches are deleted (Pipeline says what), so that the same call again
+// runs it from its start. A few round trips, and one a thousand keys of
+// its partitions.
 func (i *Inspector) CancelJob(ctx context.Context, queue, name string, discard bool) (JobCancel, error) {
 	out := JobCancel{Batches: make(map[string]string)}
 	if err := keys.CheckDurable(name); err != nil {
@@ -746,6 +773,17 @@ func (i *Inspector) CancelJob(ctx context.Context, queue, name string, discard b
 		if n == name || strings.HasPrefix(n, name+"/") {
 			owners[o] = n
 		}
+	}
+	claim := id.Durable(name + "/pipeline")
+	dp, err := i.admin.DropPipeline(ctx, &broker.DropPipelineParams{Queue: queue, Name: name})
+	if dp == nil {
+		return out, err
+	}
+	if _, listed := owners[claim]; !dp.Held && (dp.Record || listed) {
+		return i.cancelOrphanPipeline(ctx, queue, name, owners, dp, err)
+	}
+	if err != nil {
+		return out, err
 	}
 	// The job has ended only if every batch of it has: a phase still
 	// running cancels them all, the ended ones' results with them.
@@ -779,6 +817,50 @@ func (i *Inspector) CancelJob(ctx context.Context, queue, name string, discard b
 	}
 	out.PartitionKeys, err = i.admin.DropShuffle(ctx, &broker.DropShuffleParams{Queue: queue, Job: id.DurableJob(name)})
 	return out, err
+}
+
+// cancelOrphanPipeline is CancelJob of a durable pipeline none holds,
+// whose record DropPipeline deleted (dp; dropErr if it could not delete
+// all it named): its phases' batches among owners are cancelled, their
+// results discarded (the record that said what to do with them is gone),
+// then their keys and those of the pipeline's claim are deleted, the
+// claim's last, so that a cancel that fails half-way and is made again
+// finds the pipeline by its claim's entry and goes on.
+func (i *Inspector) cancelOrphanPipeline(ctx context.Context, queue, name string, owners map[string]string, dp *broker.DropPipelineResult, dropErr error) (JobCancel, error) {
+	claim := id.Durable(name + "/pipeline")
+	out := JobCancel{Batches: make(map[string]string), PartitionKeys: dp.PartitionKeys, Pipeline: &PipelineDeleted{Record: dp.Record}}
+	phases := slices.Sorted(maps.Keys(owners))
+	phases = slices.DeleteFunc(phases, func(o string) bool { return o == claim })
+	for _, o := range phases {
+		did, err := i.admin.CancelOwner(ctx, &broker.CancelOwnerParams{Queue: queue, Owner: o, Reason: "cancelled by an operator", Discard: true})
+		if err != nil {
+			return out, err
+		}
+		if did != "unknown" {
+			out.Batches[owners[o]] = did
+		}
+	}
+	for _, o := range append(phases, claim) {
+		n := owners[o]
+		if o == claim {
+			n = name + "/pipeline"
+		} else if _, ok := out.Batches[n]; !ok {
+			continue // Redis had nothing of it
+		}
+		forgot, err := i.admin.ForgetOwner(ctx, &broker.CancelOwnerParams{Queue: queue, Owner: o})
+		if err != nil {
+			return out, err
+		}
+		if forgot {
+			out.Pipeline.Deleted = append(out.Pipeline.Deleted, n)
+		} else {
+			out.Pipeline.Held = append(out.Pipeline.Held, n)
+		}
+	}
+	if dropErr != nil {
+		return out, fmt.Errorf("inspect: %w", dropErr)
+	}
+	return out, nil
 }
 
 // Pause stops the taking of queue's tasks (redmap pause): its workers

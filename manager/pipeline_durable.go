@@ -316,7 +316,7 @@ func (j *pipeJob) checkpoint(ctx context.Context) error {
 	}
 	final := len(j.levels) - 1
 	for b, lv := range j.levels {
-		kl := wire.PipeLevel{Salts: lv.sh.Salts, Ranges: lv.ranges, Rounds: lv.rounds, Running: h.running[b]}
+		kl := wire.PipeLevel{Job: lv.sh.Job, Partitions: lv.sh.Parts, Salts: lv.sh.Salts, Ranges: lv.ranges, Rounds: lv.rounds, Running: h.running[b]}
 		for p := range lv.sh.Parts {
 			if !j.partDone(b, p) {
 				continue

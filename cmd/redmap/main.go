@@ -747,7 +747,7 @@ func (c *cli) cancel(ctx context.Context, operand []string) error {
 	if err != nil {
 		return err
 	}
-	if len(jc.Batches) == 0 && jc.PartitionKeys == 0 {
+	if len(jc.Batches) == 0 && jc.PartitionKeys == 0 && jc.Pipeline == nil {
 		return fmt.Errorf("queue %q has no durable batch or job %q", q, name)
 	}
 	if c.json {
@@ -768,7 +768,10 @@ func (c *cli) cancel(ctx context.Context, operand []string) error {
 			fmt.Fprintf(c.out, "durable batch %q of queue %s has ended: its results wait in Redis for the call that takes it over (the same call, manager.Durable(%q))\n", n, q, n)
 		}
 	}
-	if jc.PartitionKeys > 0 {
+	if pd := jc.Pipeline; pd != nil {
+		fmt.Fprintf(c.out, "no manager holds durable pipeline %q of queue %s: deleted its record (%v), %d key(s) of its partitions, and the keys of %s; the same call again runs it from its start\n",
+			name, q, pd.Record, jc.PartitionKeys, strings.Join(quoted(pd.Deleted), ", "))
+	} else if jc.PartitionKeys > 0 {
 		fmt.Fprintf(c.out, "deleted %d key(s) of the partitions of map/reduce by key %q\n", jc.PartitionKeys, name)
 	}
 	if ended > 0 {
@@ -791,6 +794,19 @@ func (c *cli) cancelledPipeline(q, name string, pc inspect.PipelineCancel) error
 			fmt.Fprintf(c.out, "durable batch %q of pipeline %q: %s\n", n, pc.Pipeline, pc.Durable.Batches[n])
 		}
 	}
+	if pd := orphaned(pc); pd != nil {
+		// Its manager died: the cancel ended it here, as its manager would have.
+		if pd.Record {
+			fmt.Fprintf(c.out, "no manager holds durable pipeline %q of queue %s: deleted its record", pc.Pipeline, q)
+		} else {
+			fmt.Fprintf(c.out, "no manager holds durable pipeline %q of queue %s: it had no record left", pc.Pipeline, q)
+		}
+		fmt.Fprintf(c.out, ", %d key(s) of its partitions, and the keys of %s; the same call again runs it from its start\n",
+			pc.Durable.PartitionKeys, strings.Join(quoted(pd.Deleted), ", "))
+		for _, n := range pd.Held {
+			fmt.Fprintf(c.out, "durable batch %q is still held (its manager's claim has not lapsed): it stays cancelled; run the cancel again once the claim lapses to delete it\n", n)
+		}
+	}
 	for _, mid := range pc.Managers {
 		if len(pc.Running) == 0 {
 			fmt.Fprintf(c.out, "asked manager %s to cancel pipeline %q of queue %s: none of its batches runs; if it is between two stages, no later one starts, and its call returns ErrCancelled\n", mid, pc.Pipeline, q)
@@ -799,10 +815,27 @@ func (c *cli) cancelledPipeline(q, name string, pc inspect.PipelineCancel) error
 		fmt.Fprintf(c.out, "cancelled pipeline %q of queue %s: manager %s, at its next Poll, ends its %d running batch(es), submits no later stage, and its call returns ErrCancelled\n",
 			pc.Pipeline, q, mid, len(pc.Running))
 	}
-	if len(pc.Managers) == 0 && (pc.Durable == nil || len(pc.Durable.Batches) == 0) {
+	if len(pc.Managers) == 0 && (pc.Durable == nil || len(pc.Durable.Batches) == 0) && orphaned(pc) == nil {
 		return fmt.Errorf("pipeline %q of queue %q has ended, or its manager no longer publishes: nothing cancelled", pc.Pipeline, q)
 	}
 	return nil
+}
+
+// orphaned is what the cancel deleted of durable pipeline pc, if no
+// manager held it; nil otherwise.
+func orphaned(pc inspect.PipelineCancel) *inspect.PipelineDeleted {
+	if pc.Durable == nil {
+		return nil
+	}
+	return pc.Durable.Pipeline
+}
+
+func quoted(ss []string) []string {
+	out := make([]string, len(ss))
+	for i, s := range ss {
+		out[i] = strconv.Quote(s)
+	}
+	return out
 }
 
 func orEmpty[T any](xs []T) []T {

@@ -43,13 +43,17 @@ type Operator interface {
 	Paused(ctx context.Context, p *QueueParams) (*wire.Pause, error)
 
 	// Acting on a queue: cancel a batch, a durable batch (by name or
-	// owner), drop a durable job's partitions, drain a worker, purge the
+	// owner), drop a durable job's partitions, delete what an orphaned
+	// durable pipeline (one none holds) keeps and the keys of a durable batch
+	// none holds, drain a worker, purge the
 	// queue, record lost managers' batches, pause and resume it, set and
 	// clear a function's limit.
 	CancelBatch(ctx context.Context, p *CancelBatchParams) error
 	CancelDurable(ctx context.Context, p *CancelDurableParams) (string, error)
 	CancelOwner(ctx context.Context, p *CancelOwnerParams) (string, error)
 	DropShuffle(ctx context.Context, p *DropShuffleParams) (int64, error)
+	DropPipeline(ctx context.Context, p *DropPipelineParams) (*DropPipelineResult, error)
+	ForgetOwner(ctx context.Context, p *CancelOwnerParams) (bool, error)
 	Drain(ctx context.Context, p *DrainParams) error
 	Purge(ctx context.Context, p *QueueParams) (*PurgeResult, error)
 	LoseManagers(ctx context.Context, p *QueueParams) (int, error)
@@ -166,6 +170,20 @@ type CancelOwnerParams struct {
 // DropShuffleParams name a durable map/reduce by key job of a queue.
 type DropShuffleParams struct {
 	Queue, Job string
+}
+
+// DropPipelineParams name a durable pipeline of a queue (its name, as
+// manager.Durable was given it).
+type DropPipelineParams struct {
+	Queue, Name string
+}
+
+// DropPipelineResult is what DropPipeline did: nothing if a manager holds
+// the pipeline's claim (Held); else whether it deleted the pipeline's
+// record (Record), and how many keys of its partitions it deleted.
+type DropPipelineResult struct {
+	Held, Record  bool
+	PartitionKeys int64
 }
 
 // DrainParams name a worker of a queue to drain.

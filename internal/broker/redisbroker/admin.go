@@ -441,6 +441,34 @@ func (a *Admin) CancelOwner(ctx context.Context, p *broker.CancelOwnerParams) (s
 	return s, nil
 }
 
+// ForgetOwner deletes the keys of durable batch owner p.Owner of queue
+// (its tasks, results, published progress, an operator's cancel of it, its
+// entry in the queue's list of durable batches), in every shard, as its
+// holder does when the batch ends, and reports whether it did: a batch a
+// manager holds (its claim lives) is left alone. Its fence stays, so that
+// a holder before it writes nothing more. An EXISTS, then a Drop a shard.
+// p.Reason and p.Discard are not read.
+func (a *Admin) ForgetOwner(ctx context.Context, p *broker.CancelOwnerParams) (bool, error) {
+	queue, o := p.Queue, p.Owner
+	shards, err := a.Shards(ctx, &broker.QueueParams{Queue: queue})
+	if err != nil {
+		return false, err
+	}
+	held, err := a.c.Exists(ctx, keys.Claim(a.prefix, queue, o)).Result()
+	if err != nil {
+		return false, wrap("forget a durable batch", nil, "EXISTS", err)
+	}
+	if held == 1 {
+		return false, nil
+	}
+	for _, sh := range shards {
+		if err := a.Queue(sh).Drop(ctx, &broker.ManagerParams{Manager: o}); err != nil {
+			return false, err
+		}
+	}
+	return true, nil
+}
+
 // DurableNames returns the names of queue's durable batches, by their
 // owners' ids, as their entries in the queue's list say (an entry that does
 // not decode is left out). An HKEYS and an HMGET.

@@ -20,6 +20,7 @@ var (
 	fenceScript     = load("fence.lua")
 	sumsScript      = load("sums.lua")
 	pipelineScript  = load("pipeline.lua")
+	unrecordScript  = load("unrecord.lua")
 	retractScript   = load("retract.lua")
 	takeScript      = load("take.lua")
 	finishScript    = load("finish.lua")

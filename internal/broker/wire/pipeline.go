@@ -30,7 +30,12 @@ type PipelineRecord struct {
 // are, what stored partials there, and which of its partitions were
 // reduced.
 type PipeLevel struct {
-	Salts []int `msgpack:"salts,omitempty"`
+	// Job and Partitions name its partitions' keys (keys.Partition, with
+	// Salts), so that an operator's cancel of the pipeline, while no
+	// manager holds it, deletes them.
+	Job        string `msgpack:"job,omitempty"`
+	Partitions int    `msgpack:"partitions,omitempty"`
+	Salts      []int  `msgpack:"salts,omitempty"`
 	// Ranges are the producers whose partials its partitions hold (start,
 	// count, ...), as its reduce tasks read them.
 	Ranges []int `msgpack:"ranges,omitempty"`
@@ -88,8 +93,9 @@ func (r *PipelineRecord) check() error {
 		return errors.New("pipeline record: no sum, or too many by-key steps")
 	}
 	for b, lv := range r.Levels {
-		if len(lv.Salts) > MaxPartitions || len(lv.Ranges)%2 != 0 || lv.Rounds < 0 {
-			return fmt.Errorf("pipeline record: by-key step %d: bad salts, ranges or rounds", b)
+		if len(lv.Salts) > MaxPartitions || len(lv.Ranges)%2 != 0 || lv.Rounds < 0 || lv.Partitions < 0 || lv.Partitions > MaxPartitions ||
+			len(lv.Salts) != 0 && lv.Partitions != 0 && len(lv.Salts) != lv.Partitions {
+			return fmt.Errorf("pipeline record: by-key step %d: bad partitions, salts, ranges or rounds", b)
 		}
 		for _, x := range lv.Ranges {
 			if x < 0 {
