@@ -769,8 +769,12 @@ func (c *cli) cancel(ctx context.Context, operand []string) error {
 		}
 	}
 	if pd := jc.Pipeline; pd != nil {
-		fmt.Fprintf(c.out, "no manager holds durable pipeline %q of queue %s: deleted its record (%v), %d key(s) of its partitions, and the keys of %s; the same call again runs it from its start\n",
-			name, q, pd.Record, jc.PartitionKeys, strings.Join(quoted(pd.Deleted), ", "))
+		record := "deleted its record"
+		if !pd.Record {
+			record = "found no record of it"
+		}
+		fmt.Fprintf(c.out, "no manager holds durable pipeline %q of queue %s: %s, %d key(s) of its partitions, and the keys of %s; the same call again runs it from its start\n",
+			name, q, record, jc.PartitionKeys, strings.Join(quoted(pd.Deleted), ", "))
 	} else if jc.PartitionKeys > 0 {
 		fmt.Fprintf(c.out, "deleted %d key(s) of the partitions of map/reduce by key %q\n", jc.PartitionKeys, name)
 	}
