@@ -101,11 +101,14 @@ func TestDashboardInBrowser(t *testing.T) {
 		waitFor(t, ctx, "worker "+w.ID, fmt.Sprintf(`!!document.querySelector('tr[data-worker=%q][data-state="running"]')`, w.ID))
 	}
 	waitFor(t, ctx, "the batch under way, with its label", `(() => { const b = document.querySelector('.batch[data-outcome="running"]'); return !!b && Number(b.dataset.done) > 0 && b.querySelector('.head').textContent.includes("label nightly-import") })()`)
-	first, err := chromedp.Run(ctx, chromedp.Evaluate[int](`Number(document.querySelector('.batch').dataset.done)`))
+	// The running batch's card, not the first .batch of the page: other
+	// tests' queues on the shared server show theirs too.
+	const running = `[...document.querySelectorAll('.batch[data-outcome="running"]')].find(b => b.querySelector('.head').textContent.includes("label nightly-import"))`
+	first, err := chromedp.Run(ctx, chromedp.Evaluate[int](`Number(`+running+`.dataset.done)`))
 	if err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, ctx, "the batch's bar advance", fmt.Sprintf(`Number(document.querySelector('.batch').dataset.done) > %d && parseFloat(document.querySelector('.batch .bar .ok').style.width) > 0`, first))
+	waitFor(t, ctx, "the batch's bar advance", fmt.Sprintf(`(() => { const b = %s; return !!b && Number(b.dataset.done) > %d && parseFloat(b.querySelector('.bar .ok').style.width) > 0 })()`, running, first))
 	t.Logf("batch progress advanced past %d elements", first)
 
 	// A screenshot of the page in action, for README (make screenshot).
