@@ -100,10 +100,11 @@ func TestDashboardInBrowser(t *testing.T) {
 	for _, w := range ws {
 		waitFor(t, ctx, "worker "+w.ID, fmt.Sprintf(`!!document.querySelector('tr[data-worker=%q][data-state="running"]')`, w.ID))
 	}
-	waitFor(t, ctx, "the batch under way, with its label", `(() => { const b = document.querySelector('.batch[data-outcome="running"]'); return !!b && Number(b.dataset.done) > 0 && b.querySelector('.head').textContent.includes("label nightly-import") })()`)
 	// The running batch's card, not the first .batch of the page: other
-	// tests' queues on the shared server show theirs too.
+	// tests' queues on the shared server show theirs too, and a
+	// pipeline's card is a .batch with no data-done.
 	const running = `[...document.querySelectorAll('.batch[data-outcome="running"]')].find(b => b.querySelector('.head').textContent.includes("label nightly-import"))`
+	waitFor(t, ctx, "the batch under way, with its label", `(() => { const b = `+running+`; return !!b && Number(b.dataset.done) > 0 })()`)
 	first, err := chromedp.Run(ctx, chromedp.Evaluate[int](`Number(`+running+`.dataset.done)`))
 	if err != nil {
 		t.Fatal(err)
@@ -168,7 +169,7 @@ func TestDashboardInBrowser(t *testing.T) {
 	// Purge: the first click arms, the second confirms; the queued tasks
 	// fail in the batch (its manager goes on submitting the rest, which no
 	// worker is left to run).
-	failedBefore, err := chromedp.Run(ctx, chromedp.Evaluate[int](`Number(document.querySelector('.batch').dataset.failed)`))
+	failedBefore, err := chromedp.Run(ctx, chromedp.Evaluate[int](`Number(`+running+`.dataset.failed)`))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -177,7 +178,7 @@ func TestDashboardInBrowser(t *testing.T) {
 	waitFor(t, ctx, "the purge button armed", fmt.Sprintf(`document.querySelector(%q).textContent === "confirm purge"`, purge))
 	click(t, ctx, purge)
 	waitFor(t, ctx, "the purge done", `document.getElementById('status').textContent.includes('task(s) failed in their batches')`)
-	waitFor(t, ctx, "the purged tasks failed in the batch", fmt.Sprintf(`Number(document.querySelector('.batch').dataset.failed) > %d + 100`, failedBefore))
+	waitFor(t, ctx, "the purged tasks failed in the batch", fmt.Sprintf(`(() => { const b = %s; return !!b && Number(b.dataset.failed) > %d + 100 })()`, running, failedBefore))
 	status, _ := chromedp.Run(ctx, chromedp.Evaluate[string](`document.getElementById('status').textContent`))
 	t.Logf("purge, confirmed: %s", status)
 
