@@ -151,7 +151,7 @@ function pipelineCard(s, p) {
   return `<div class="batch pipeline ${running ? "" : "finished"}" data-pipeline="${esc(p.name)}" data-outcome="${esc(p.outcome)}">
     <div class="head"><span><b>pipeline ${esc(p.name)}</b> <span class="muted">${esc(p.queue)}${p.durable ? " · durable" : ""}${label} · ${p.stages.length} stage${p.stages.length > 1 ? "s" : ""}</span></span>
       <span><span class="badge ${esc(p.outcome.replace(" ", "-"))}">${esc(p.outcome)}</span> ${cancel}</span></div>
-    <table class="stages"><tr><th>stage</th><th>function</th><th>state</th><th>done</th><th>failed</th><th>running</th><th>of</th><th>rate</th><th>batches</th></tr>${rows}</table></div>`;
+    <div class="scroll"><table class="stages"><tr><th>stage</th><th>function</th><th>state</th><th>done</th><th>failed</th><th>running</th><th>of</th><th>rate</th><th>batches</th></tr>${rows}</table></div></div>`;
 }
 
 function renderBatches(s) {
