@@ -9,6 +9,7 @@ import (
 
 	"github.com/redmap/redmap"
 	"github.com/redmap/redmap/inspect"
+	"github.com/redmap/redmap/internal/harness"
 	"github.com/redmap/redmap/manager"
 )
 
@@ -27,29 +28,9 @@ func TestPipelineCancelledByOperator(t *testing.T) {
 		t.Fatal(err)
 	}
 	docs := letterDocs(4000, 500) // 2 ms each on the workers: seconds of map tasks
-	ch := make(chan error, 1)
-	go func() {
-		got, err := manager.Collect(testCtx(t), m, topPipeline(docs, slowTokens), manager.ChunkSize(20), manager.Partitions(8), manager.Label("cancelled"))
-		if err == nil && got != nil {
-			err = errors.New("outputs without an error")
-		}
-		ch <- err
-	}()
+	ch := collectCancelled(t, m, topPipeline(docs, slowTokens), manager.ChunkSize(20), manager.Partitions(8), manager.Label("cancelled"))
 	ctx := testCtx(t)
-	var head inspect.Batch
-	eventually(t, "the head batch running, some of it done", func() bool {
-		bs, err := in.Batches(ctx, b.Queue)
-		if err != nil {
-			return false
-		}
-		for _, x := range bs {
-			if x.Call.Label == "cancelled" && x.Call.Pipeline != "" && x.Done > 0 {
-				head = x
-				return true
-			}
-		}
-		return false
-	})
+	head := runningHead(t, in, b, func(x inspect.Batch) bool { return x.Call.Label == "cancelled" && x.Call.Pipeline != "" })
 	if head.Call.Stage != "1-3 map" {
 		t.Fatalf("the running batch is of stage %q, want the head's, 1-3 map", head.Call.Stage)
 	}
@@ -89,24 +70,43 @@ func TestPipelineCancelledByOperator(t *testing.T) {
 	if want := fmt.Sprintf("of its running batches' %d elements, %d done, %d failed, %d cancelled", r.Total, r.Done, r.Failed, r.Total-r.Done-r.Failed); !strings.Contains(collected.Error(), want) {
 		t.Fatalf("Collect's error: %v; want it to say %q, as the history records the batch", collected, want)
 	}
-	if bs, err := in.Batches(ctx, b.Queue); err != nil || len(bs) != 0 {
-		t.Fatalf("running batches after the cancel: %+v, %v; want none", bs, err)
-	}
-	eventually(t, "nothing queued, the workers idle", func() bool {
-		q, err := in.Queued(ctx, b.Queue)
-		if err != nil || q != 0 {
+	nothingRunsOrWaits(t, in, b)
+	cancelledPartitionsExpire(t, b)
+}
+
+// collectCancelled runs p on m with opts in the background, for a test
+// that cancels it: the channel gets Collect's error, or one saying it gave
+// outputs with none.
+func collectCancelled(t *testing.T, m *manager.Manager, p *manager.Pipeline[string], opts ...manager.CallOption) <-chan error {
+	ch := make(chan error, 1)
+	go func() {
+		got, err := manager.Collect(testCtx(t), m, p, opts...)
+		if err == nil && got != nil {
+			err = errors.New("outputs without an error")
+		}
+		ch <- err
+	}()
+	return ch
+}
+
+// runningHead waits for a running batch of b's queue that matches and
+// has some elements done, and returns it.
+func runningHead(t *testing.T, in *inspect.Inspector, b *harness.Env, matches func(inspect.Batch) bool) inspect.Batch {
+	t.Helper()
+	ctx := testCtx(t)
+	var head inspect.Batch
+	eventually(t, "the head batch running, some of it done", func() bool {
+		bs, err := in.Batches(ctx, b.Queue)
+		if err != nil {
 			return false
 		}
-		ws, err := in.Workers(ctx, b.Queue, time.Now())
-		if err != nil || len(ws) != 2 {
-			return false
-		}
-		for _, w := range ws {
-			if w.State != "idle" {
-				return false
+		for _, x := range bs {
+			if matches(x) && x.Done > 0 {
+				head = x
+				return true
 			}
 		}
-		return true
+		return false
 	})
-	cancelledPartitionsExpire(t, b)
+	return head
 }

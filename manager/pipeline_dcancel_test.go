@@ -42,29 +42,9 @@ func durableCancelledDuring(t *testing.T, by string) {
 	name := "dcancel-" + by
 	docs := letterDocs(4000, 500) // 2 ms each on the workers: seconds of map tasks
 	opts := []manager.CallOption{manager.Durable(name), manager.ChunkSize(20), manager.Partitions(8)}
-	ch := make(chan error, 1)
-	go func() {
-		got, err := manager.Collect(testCtx(t), m, topPipeline(docs, slowTokens), opts...)
-		if err == nil && got != nil {
-			err = errors.New("outputs without an error")
-		}
-		ch <- err
-	}()
+	ch := collectCancelled(t, m, topPipeline(docs, slowTokens), opts...)
 	ctx := testCtx(t)
-	var head inspect.Batch
-	eventually(t, "the head batch running, some of it done", func() bool {
-		bs, err := in.Batches(ctx, b.Queue)
-		if err != nil {
-			return false
-		}
-		for _, x := range bs {
-			if x.Call.Pipeline == name && x.Done > 0 {
-				head = x
-				return true
-			}
-		}
-		return false
-	})
+	head := runningHead(t, in, b, func(x inspect.Batch) bool { return x.Call.Pipeline == name })
 	if head.Call.Stage != "1-3 map" || head.Durable != name+"/map" {
 		t.Fatalf("the running batch is of stage %q, durable batch %q; want the head's, 1-3 map, %q", head.Call.Stage, head.Durable, name+"/map")
 	}
@@ -135,15 +115,8 @@ func TestPipelineDurableCancelledBetweenPhases(t *testing.T) {
 	name := "dcancel-between"
 	release := holdElsewhere(t, b, name+"/reduce1@0")
 	docs := letterDocs(300, 100)
-	ch := make(chan error, 1)
-	go func() {
-		got, err := manager.Collect(testCtx(t), m, topPipeline(docs, tokens),
-			manager.Durable(name), manager.DurableWait(time.Hour), manager.ChunkSize(20), manager.Partitions(8))
-		if err == nil && got != nil {
-			err = errors.New("outputs without an error")
-		}
-		ch <- err
-	}()
+	ch := collectCancelled(t, m, topPipeline(docs, tokens),
+		manager.Durable(name), manager.DurableWait(time.Hour), manager.ChunkSize(20), manager.Partitions(8))
 	ctx := testCtx(t)
 	eventually(t, "the head phase ended, no batch of the pipeline running", func() bool {
 		bs, err := in.Batches(ctx, b.Queue)
