@@ -217,7 +217,7 @@ func TestTamperedValue(t *testing.T) {
 	}
 }
 
-// Parts larger than a worker's call may carry (redisbroker.CallBytes) are fetched
+// Parts larger than a worker's call may carry (broker.CallBytes) are fetched
 // one a round trip: the value comes back whole; a part too long is
 // corrupt, a part gone is missing.
 func TestPartsLargerThanACall(t *testing.T) {

@@ -25,16 +25,17 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/zeebo/blake3"
 
+	"github.com/redmap/redmap/internal/broker"
 	"github.com/redmap/redmap/internal/broker/redisbroker"
 	"github.com/redmap/redmap/internal/failure"
 )
 
 // DefaultPartSize is the size of the parts a value is stored in: small enough
 // that no single command holds Redis for long, nor takes a link of 10 MB/s
-// past go-redis's timeouts (redisbroker.CallBytes, 1 MiB: an upload sends one
+// past go-redis's timeouts (broker.CallBytes, 1 MiB: an upload sends one
 // pipeline per 1 MiB of parts), and far below Redis's 512 MB limit on one
 // string, so values of any size fit.
-const DefaultPartSize = redisbroker.CallBytes
+const DefaultPartSize = broker.CallBytes
 
 // Ref names a stored value by content.
 type Ref struct {
@@ -69,7 +70,7 @@ func NewStore(c redis.UniversalClient, prefix string, partSize int) *Store {
 // Put stores b unless it is already there, and gives holder a hold on it for
 // d by the Redis clock. It checks first, so a value already stored costs one
 // script call and no upload; it reports whether it uploaded. An upload sends
-// one pipeline per 1 MiB of parts (redisbroker.CallBytes) and one script call.
+// one pipeline per 1 MiB of parts (broker.CallBytes) and one script call.
 func (s *Store) Put(ctx context.Context, b []byte, holder string, d time.Duration) (Ref, bool, error) {
 	ref := Ref{Hash: Sum(b), Size: int64(len(b))}
 	// A concurrent release can delete an older copy while we upload ours; the

@@ -274,7 +274,7 @@ func (i *Inspector) Queues(ctx context.Context) ([]string, error) { return i.adm
 // not write still gets the list (the index is left as it was).
 func (i *Inspector) ScanQueues(ctx context.Context) ([]string, error) {
 	qs, err := i.admin.ScanQueues(ctx)
-	if err != nil && qs != nil && redisbroker.Refused(err) {
+	if err != nil && qs != nil && broker.Refused(err) {
 		return qs, nil
 	}
 	return qs, err
@@ -374,7 +374,7 @@ func (i *Inspector) Batches(ctx context.Context, queue string) ([]Batch, error) 
 // batches is Batches with ws, the queue's workers if the caller read them
 // (nil: read them if a batch is running).
 func (i *Inspector) batches(ctx context.Context, queue string, ws []Worker) ([]Batch, error) {
-	if _, err := i.admin.LoseManagers(ctx, &broker.QueueParams{Queue: queue}); err != nil && !redisbroker.Refused(err) {
+	if _, err := i.admin.LoseManagers(ctx, &broker.QueueParams{Queue: queue}); err != nil && !broker.Refused(err) {
 		return nil, err
 	} // refused: a read-only user; the next reader that may write will
 	pbs, err := i.admin.Batches(ctx, &broker.QueueParams{Queue: queue})

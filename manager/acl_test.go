@@ -93,7 +93,7 @@ func TestACLLeastPrivilege(t *testing.T) {
 	if err != nil || ys[999] != tab[999] {
 		t.Fatalf("MapWith as the ACL user: %v", err)
 	}
-	// Payloads and results over redisbroker.Inline go in and out beside the
+	// Payloads and results over broker.Inline go in and out beside the
 	// scripts, in a MULTI with them; with the script cache flushed, that
 	// MULTI meets NOSCRIPT and is sent again with the whole script, not
 	// after a SCRIPT LOAD, which the rule does not grant.
@@ -102,7 +102,7 @@ func TestACLLeastPrivilege(t *testing.T) {
 	}
 	big, err := manager.Map(ctx, m, bigEcho, bigInput(20), manager.ChunkSize(1))
 	if err != nil {
-		t.Fatalf("Map of payloads over redisbroker.Inline as the ACL user, the script cache flushed: %v", err)
+		t.Fatalf("Map of payloads over broker.Inline as the ACL user, the script cache flushed: %v", err)
 	}
 	for i, y := range big {
 		if y != bigWant(i) {

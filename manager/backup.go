@@ -12,7 +12,6 @@ import (
 
 	"github.com/redmap/redmap/codec"
 	"github.com/redmap/redmap/internal/broker"
-	"github.com/redmap/redmap/internal/broker/redisbroker"
 	"github.com/redmap/redmap/internal/broker/wire"
 	"github.com/redmap/redmap/internal/id"
 	"github.com/redmap/redmap/internal/part"
@@ -148,7 +147,7 @@ func (b *Batch[Out]) backupsOver() {
 }
 
 // dueBackups returns the tasks of the batch to copy now, by the rule
-// above, the longest held first, at most redisbroker.MaxBackups; the
+// above, the longest held first, at most broker.MaxBackups; the
 // queue has shards shards. It marks them copied only once backupsQueued
 // says so.
 func (b *Batch[Out]) dueBackups(now time.Time, shards int) []string {
@@ -191,7 +190,7 @@ func (b *Batch[Out]) dueBackups(now time.Time, shards int) []string {
 		return nil
 	}
 	slices.SortStableFunc(dues, func(x, y due) int { return cmp.Compare(y.held, x.held) })
-	dues = dues[:min(len(dues), room, redisbroker.MaxBackups)]
+	dues = dues[:min(len(dues), room, broker.MaxBackups)]
 	tids := make([]string, len(dues))
 	for i, d := range dues {
 		tids[i] = d.tid

@@ -13,7 +13,6 @@ import (
 	"github.com/redmap/redmap/internal/await"
 	"github.com/redmap/redmap/internal/broker"
 	"github.com/redmap/redmap/internal/broker/memory"
-	"github.com/redmap/redmap/internal/broker/redisbroker"
 	"github.com/redmap/redmap/internal/id"
 )
 
@@ -80,12 +79,12 @@ func (q *memQueue) manager(t interface {
 	next := 1
 	m := assemble(seams{
 		queue: q.First(),
-		shard: func(string, int) shardRedis {
+		shard: func(string, int) broker.Shard {
 			s := q.Shard(next)
 			next++
 			return s
 		},
-		masters: func(context.Context) (redisbroker.Masters, bool, error) { return redisbroker.Masters{}, false, nil },
+		masters: func(context.Context) (broker.Masters, bool, error) { return broker.Masters{}, false, nil },
 		store:   q.store,
 	}, opts, id.New(), nil)
 	t.Cleanup(func() { _ = m.Close() })

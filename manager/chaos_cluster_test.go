@@ -87,7 +87,7 @@ func TestChaosCluster(t *testing.T) {
 				return
 			}
 			if i == 2 {
-				// Payloads and results over redisbroker.Inline: beside the scripts.
+				// Payloads and results over broker.Inline: beside the scripts.
 				chaosBatches(ctx, t, &tally, func(ctx context.Context, n int) (*manager.Batch[string], error) {
 					return manager.Submit(ctx, m, bigEcho, bigInput(n), manager.ChunkSize(1+rand.IntN(3)), manager.Attempts(20))
 				}, bigWant, stuck, probe)

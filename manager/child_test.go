@@ -71,7 +71,7 @@ var (
 )
 
 // bigEcho returns s with "#" after it, after about a millisecond: fed
-// bigInput's elements, its payloads and results are over redisbroker.Inline, so
+// bigInput's elements, its payloads and results are over broker.Inline, so
 // they go beside the scripts (chaos runs use it).
 var bigEcho = redmap.Func("bigecho", func(ctx context.Context, s string) (string, error) {
 	if err := pause(ctx, time.Millisecond); err != nil {

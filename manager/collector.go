@@ -14,7 +14,6 @@ import (
 	"github.com/redmap/redmap"
 	"github.com/redmap/redmap/internal/backoff"
 	"github.com/redmap/redmap/internal/broker"
-	"github.com/redmap/redmap/internal/broker/redisbroker"
 	"github.com/redmap/redmap/internal/broker/wire"
 	"github.com/redmap/redmap/internal/part"
 )
@@ -28,7 +27,7 @@ const collectMax = 1024
 type collector struct {
 	collectorParams
 	*part.Runner
-	// budget is the bytes of staged results read in one call: redisbroker.CallBytes,
+	// budget is the bytes of staged results read in one call: broker.CallBytes,
 	// halved after each call that timed out while Redis answered (a link
 	// slower than CallBytes assumes), doubled back after each that did not.
 	budget int
@@ -56,7 +55,7 @@ type collectorParams struct {
 }
 
 func newCollector(p collectorParams) *collector {
-	c := &collector{collectorParams: p, budget: redisbroker.CallBytes}
+	c := &collector{collectorParams: p, budget: broker.CallBytes}
 	c.Runner = part.New(c.collect)
 	return c
 }
@@ -157,7 +156,7 @@ func (c *collector) collect(ctx context.Context) {
 }
 
 // handOut dispatches entries, read from the result list, in order, reading
-// the staged results they refer to in calls of at most redisbroker.CallBytes (a slow
+// the staged results they refer to in calls of at most broker.CallBytes (a slow
 // link slows each call, and none times out), and returns how many it
 // dispatched: all of them, unless a call failed.
 func (c *collector) handOut(ctx context.Context, entries []string) int {
@@ -171,7 +170,7 @@ func (c *collector) handOut(ctx context.Context, entries []string) int {
 		return 0
 	}
 	for done := 0; done < len(entries); {
-		n := redisbroker.Within(sizes[done:], c.budget)
+		n := broker.Within(sizes[done:], c.budget)
 		var read []string // the entries, staged results in place
 		err := c.faults.call(c.shard, "reading results", func() (err error) {
 			read, err = r.Unstaged(ctx, &broker.EntriesParams{Manager: c.mid, Entries: entries[done : done+n]})
@@ -184,7 +183,7 @@ func (c *collector) handOut(ctx context.Context, entries []string) int {
 			c.faults.handle(ctx, c.shard, "reading results", err, loudOutage)
 			return done
 		}
-		c.budget = min(2*c.budget, redisbroker.CallBytes)
+		c.budget = min(2*c.budget, broker.CallBytes)
 		c.shard.outage.up()
 		c.dispatchAll(read)
 		done += n
@@ -244,7 +243,7 @@ func (c *collector) dispatch(entry string) {
 	case wire.EntryWake:
 		return
 	case wire.EntryStaged:
-		// A result over redisbroker.Inline is stored beside the list; the read
+		// A result over broker.Inline is stored beside the list; the read
 		// found it gone, so Redis lost data since it was delivered (a
 		// FLUSHALL, a restart, a failover between the read of the list
 		// and of the result). The task is still pending and no longer in

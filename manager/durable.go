@@ -15,13 +15,11 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/redis/go-redis/v9"
 	"github.com/zeebo/blake3"
 
 	"github.com/redmap/redmap"
 	"github.com/redmap/redmap/codec"
 	"github.com/redmap/redmap/internal/broker"
-	"github.com/redmap/redmap/internal/broker/redisbroker"
 	"github.com/redmap/redmap/internal/broker/wire"
 	"github.com/redmap/redmap/internal/id"
 )
@@ -30,7 +28,7 @@ import (
 // manager a program made (the parent) makes one per durable batch, whose
 // id is id.Durable(name), so that the batch's keys and task ids are the
 // same whichever process holds it. The owner's keys live DurableTTL; its
-// collectors keep what they read (redisbroker.KeepingResults); it holds the
+// collectors keep what they read (see durableSeams); it holds the
 // batch's claim while it lives, renewed by its keeper; and before its
 // first submit it resumes what Redis has of the batch (resume), which its
 // feeder then submits around (feeder.window). Once the batch has ended in
@@ -76,9 +74,9 @@ type owned struct {
 	once    sync.Once     // closes resumed
 	found   *resumeState  // what resume found; nil before
 	// fence is the claim it holds, which its writes carry: a script refuses
-	// one once another manager took the batch (see redisbroker.Fence), and the
+	// one once another manager took the batch (see broker.Fence), and the
 	// owner then lets the batch go (lose).
-	fence *redisbroker.Fence
+	fence *broker.Fence
 	lost  sync.Once // lose's
 	// held is until when, by this process's clock, its claim is surely
 	// still its own (Unix ns): a renewal that began at t holds it until at
@@ -150,7 +148,7 @@ func (m *Manager) newOwner(ctx context.Context, name string) (*Manager, error) {
 	}
 	opts := m.opts
 	opts.KeyTTL = opts.DurableTTL
-	fence := redisbroker.NewFence(id.Durable(name))
+	fence := broker.NewFence(id.Durable(name))
 	o := assemble(durableSeams(m.client, opts, fence), opts, id.Durable(name),
 		&owned{name: name, holder: holder, parent: &m.durables, resumed: make(chan struct{}), fence: fence, costs: m.costs, pipes: m.pipes})
 	o.faults.durable, o.faults.lose = name, o.lose
@@ -162,18 +160,6 @@ func (m *Manager) newOwner(ctx context.Context, name string) (*Manager, error) {
 	m.durables.owners[name] = o
 	m.durables.mu.Unlock()
 	return o, nil
-}
-
-// durableSeams are an owner's seams: those of a manager, whose shards keep
-// the results they read, and whose writes carry fence.
-func durableSeams(client redis.UniversalClient, opts Options, fence *redisbroker.Fence) seams {
-	s := clientSeams(client, opts)
-	open := s.shard
-	s.shard = func(name string, i int) shardRedis {
-		return open(name, i).(*redisbroker.Broker).KeepingResults().Fenced(fence)
-	}
-	s.queue = s.queue.(*redisbroker.Broker).KeepingResults().Fenced(fence)
-	return s
 }
 
 // claimLease is how long an owner's claim outlives it: what a manager that
@@ -260,7 +246,7 @@ func (m *Manager) unclaim() {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	c := m.claimOf(0, "")
-	if _, err := m.router.queue().Claim(ctx, &c); err != nil && !redisbroker.IsFenced(err) {
+	if _, err := m.router.queue().Claim(ctx, &c); err != nil && !broker.IsFenced(err) {
 		m.log.Warn("releasing a durable batch's claim failed; it lapses by itself", "batch", m.owned.name, "err", err)
 	}
 }

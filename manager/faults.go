@@ -14,7 +14,6 @@ import (
 	"github.com/redmap/redmap"
 	"github.com/redmap/redmap/internal/backoff"
 	"github.com/redmap/redmap/internal/broker"
-	"github.com/redmap/redmap/internal/broker/redisbroker"
 )
 
 // faults says what a failed call to Redis means, and, for the parts that
@@ -31,7 +30,7 @@ type faults struct {
 	log     *slog.Logger
 	// A durable batch's owner's: the batch's name, and what stops the
 	// owner once a write of it was refused because another manager took
-	// the batch over (see redisbroker.Fence); nil for a manager.
+	// the batch over (see broker.Fence); nil for a manager.
 	durable string
 	lose    func(error)
 	// lastFull is when Redis last refused a call of this manager for want
@@ -98,23 +97,23 @@ func (f *faults) of(s *shard, op string, started time.Time, err error) error {
 	if f.router.sharded() {
 		op += " (shard " + strconv.Itoa(s.i) + ")"
 	}
-	var fenced *redisbroker.FencedError
+	var fenced *broker.FencedError
 	switch {
 	case errors.As(err, &fenced) && f.lose != nil:
 		held := fmt.Errorf("%w: it took the batch over while this manager could not reach Redis for longer than its claim's lease (%s refused)",
 			heldError(f.durable, fenced.Holder), op)
 		f.lose(held)
 		return held
-	case redisbroker.Refused(err):
+	case broker.Refused(err):
 		f.taskSetForeign(s, err)
 		return err
-	case redisbroker.OutOfMemory(err):
+	case broker.OutOfMemory(err):
 		f.lastFull.Store(time.Now().UnixNano())
 		return fmt.Errorf("%w: %s: %w", redmap.ErrRedisFull, op, err)
-	case redisbroker.Slow(err) && f.answers(s, started, err):
+	case broker.Slow(err) && f.answers(s, started, err):
 		s.outage.slow(started)
 		return fmt.Errorf("%w: %s: %w: %w", redmap.ErrUnavailable, op, errSlow, err)
-	case redisbroker.Transient(err):
+	case broker.Transient(err):
 		s.outage.down(started)
 		return fmt.Errorf("%w: %s: %w", redmap.ErrUnavailable, op, err)
 	}

@@ -17,7 +17,6 @@ import (
 	"github.com/redmap/redmap/codec"
 	"github.com/redmap/redmap/internal/backoff"
 	"github.com/redmap/redmap/internal/broker"
-	"github.com/redmap/redmap/internal/broker/redisbroker"
 	"github.com/redmap/redmap/internal/broker/wire"
 	"github.com/redmap/redmap/internal/id"
 	"github.com/redmap/redmap/internal/part"
@@ -356,7 +355,7 @@ func (f *feeder[Out]) send(ctx context.Context, w *window) error {
 			}
 			return err
 		})
-		if part := (*redisbroker.PartlySubmitted)(nil); errors.As(err, &part) {
+		if part := (*broker.PartlySubmitted)(nil); errors.As(err, &part) {
 			// A call that made progress: Redis answers, and what it
 			// queued is not sent again.
 			s.outage.up()

@@ -11,7 +11,6 @@ import (
 	"github.com/redmap/redmap/codec"
 	"github.com/redmap/redmap/internal/backoff"
 	"github.com/redmap/redmap/internal/broker"
-	"github.com/redmap/redmap/internal/broker/redisbroker"
 	"github.com/redmap/redmap/internal/broker/wire"
 	"github.com/redmap/redmap/internal/failure"
 	"github.com/redmap/redmap/internal/part"
@@ -177,7 +176,7 @@ func (h *history) write(batch []pendingRecord) {
 	var err error
 	if len(recs) > 0 || ended > 0 {
 		err = h.store.RecordBatches(ctx, &broker.RecordBatchesParams{Manager: h.mid, Records: recs, Limit: h.limit, Age: h.age, Ended: ended})
-		for err != nil && redisbroker.Transient(err) && bo.Wait(ctx) {
+		for err != nil && broker.Transient(err) && bo.Wait(ctx) {
 			err = h.store.RecordBatches(ctx, &broker.RecordBatchesParams{Manager: h.mid, Records: recs, Limit: h.limit, Age: h.age, Ended: ended})
 		}
 	}
@@ -216,7 +215,7 @@ func (h *history) writeFailed(ctx context.Context, batch []pendingRecord) {
 		}
 		bo := backoff.Backoff{Min: 20 * time.Millisecond, Max: 500 * time.Millisecond}
 		err := fs.RecordFailed(ctx, &broker.RecordFailedParams{Batch: p.rec.ID, Failed: p.failed.Elements, Omitted: p.failed.Omitted, Age: h.age})
-		for err != nil && redisbroker.Transient(err) && bo.Wait(ctx) {
+		for err != nil && broker.Transient(err) && bo.Wait(ctx) {
 			err = fs.RecordFailed(ctx, &broker.RecordFailedParams{Batch: p.rec.ID, Failed: p.failed.Elements, Omitted: p.failed.Omitted, Age: h.age})
 		}
 		if err != nil {

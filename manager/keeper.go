@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/redmap/redmap/internal/broker"
-	"github.com/redmap/redmap/internal/broker/redisbroker"
 	"github.com/redmap/redmap/internal/broker/wire"
 	"github.com/redmap/redmap/internal/failure"
 	"github.com/redmap/redmap/internal/part"
@@ -221,7 +220,7 @@ func (k *keeper) publishBatches(ctx context.Context) {
 	case err == nil:
 	case ctx.Err() != nil:
 		k.log.Debug("stopped while publishing batch progress", "err", err)
-	case redisbroker.Refused(err):
+	case broker.Refused(err):
 		k.log.Error("publishing batch progress for operators refused", "err", err)
 	default:
 		k.log.Warn("publishing batch progress failed", "err", err)

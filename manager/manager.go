@@ -135,20 +135,31 @@ func New(client redis.UniversalClient, opts Options) (*Manager, error) {
 func clientSeams(client redis.UniversalClient, opts Options) seams {
 	return seams{
 		queue: redisbroker.New(client, opts.Prefix, opts.Queue),
-		shard: func(name string, i int) shardRedis { return redisbroker.NewShard(client, opts.Prefix, name, i) },
-		masters: func(ctx context.Context) (redisbroker.Masters, bool, error) {
+		shard: func(name string, i int) broker.Shard { return redisbroker.NewShard(client, opts.Prefix, name, i) },
+		masters: func(ctx context.Context) (broker.Masters, bool, error) {
 			return redisbroker.ClusterMasters(ctx, client)
 		},
 		store: cache.NewStore(client, opts.Prefix, opts.PartSize),
 	}
 }
 
+// durableSeams are a durable batch's owner's seams: those of a manager,
+// whose shards keep the results they read, and whose writes carry fence.
+func durableSeams(client redis.UniversalClient, opts Options, fence *broker.Fence) seams {
+	s := clientSeams(client, opts)
+	s.queue = redisbroker.New(client, opts.Prefix, opts.Queue).KeepingResults().Fenced(fence)
+	s.shard = func(name string, i int) broker.Shard {
+		return redisbroker.NewShard(client, opts.Prefix, name, i).KeepingResults().Fenced(fence)
+	}
+	return s
+}
+
 // seams are the manager's ways to Redis: internal/broker/redisbroker's in use, fakes in
 // the parts' unit tests.
 type seams struct {
-	queue   queueRedis
-	shard   func(name string, i int) shardRedis
-	masters func(ctx context.Context) (redisbroker.Masters, bool, error)
+	queue   broker.Queue
+	shard   func(name string, i int) broker.Shard
+	masters func(ctx context.Context) (broker.Masters, bool, error)
 	store   constantStore
 }
 
@@ -447,7 +458,7 @@ func (m *Manager) ready(ctx context.Context) error {
 	err := m.faults.callQueue("checking Redis at "+m.addr, func() error {
 		return m.router.queue().Preflight(ctx, &broker.PreflightParams{Budget: startTimeout, Heal: m.opts.RedisTimeout, Log: m.log})
 	})
-	if redisbroker.Refused(err) { // the credentials, or the ACL: say where
+	if broker.Refused(err) { // the credentials, or the ACL: say where
 		return fmt.Errorf("manager: Redis at %s: %w", m.addr, err)
 	}
 	if err != nil {

@@ -13,7 +13,7 @@ import (
 	"github.com/redmap/redmap"
 	"github.com/redmap/redmap/codec"
 	"github.com/redmap/redmap/internal/await"
-	"github.com/redmap/redmap/internal/broker/redisbroker"
+	"github.com/redmap/redmap/internal/broker"
 	"github.com/redmap/redmap/internal/broker/wire"
 	"github.com/redmap/redmap/internal/redistest"
 )
@@ -123,11 +123,11 @@ func TestRouterOpensOnceAndNotAfterClose(t *testing.T) {
 	first.SetShardNames("taken-1", "taken-2") // another manager named them first
 	var opened []string
 	r := newRouter(routerParams{queue: "q", shards: 3, first: first,
-		open: func(name string, i int) shardRedis {
+		open: func(name string, i int) broker.Shard {
 			opened = append(opened, fmt.Sprintf("%d:%s", i, name))
 			return mq.Shard(i)
 		},
-		masters: func(context.Context) (redisbroker.Masters, bool, error) { return redisbroker.Masters{}, false, nil },
+		masters: func(context.Context) (broker.Masters, bool, error) { return broker.Masters{}, false, nil },
 		opened:  func(*shard) {}, log: discard()})
 	for range 2 {
 		if err := r.openAll(context.Background()); err != nil {
@@ -144,8 +144,8 @@ func TestRouterOpensOnceAndNotAfterClose(t *testing.T) {
 		}
 	}
 	closed := newRouter(routerParams{queue: "q", shards: 2, first: newMemQueue(1).First(),
-		open:    func(string, int) shardRedis { t.Fatal("opened a shard after close"); return nil },
-		masters: func(context.Context) (redisbroker.Masters, bool, error) { return redisbroker.Masters{}, false, nil },
+		open:    func(string, int) broker.Shard { t.Fatal("opened a shard after close"); return nil },
+		masters: func(context.Context) (broker.Masters, bool, error) { return broker.Masters{}, false, nil },
 		opened:  func(*shard) {}, log: discard()})
 	closed.close()
 	if err := closed.openAll(context.Background()); !errors.Is(err, redmap.ErrClosed) {
@@ -514,8 +514,8 @@ func discard() *slog.Logger { return slog.New(slog.DiscardHandler) }
 func TestWithdrawalRetriedUntilItPasses(t *testing.T) {
 	f := newMemQueue(1).First()
 	r := newRouter(routerParams{queue: "q", shards: 1, first: f,
-		open:    func(name string, i int) shardRedis { t.Fatal("opened a shard"); return nil },
-		masters: func(context.Context) (redisbroker.Masters, bool, error) { return redisbroker.Masters{}, false, nil },
+		open:    func(name string, i int) broker.Shard { t.Fatal("opened a shard"); return nil },
+		masters: func(context.Context) (broker.Masters, bool, error) { return broker.Masters{}, false, nil },
 		opened:  func(*shard) {}, log: discard()})
 	p := newPendingTasks()
 	tids := []string{"m-1", "m-2"}

@@ -14,7 +14,6 @@ import (
 
 	"github.com/redmap/redmap"
 	"github.com/redmap/redmap/internal/broker"
-	"github.com/redmap/redmap/internal/broker/redisbroker"
 	"github.com/redmap/redmap/internal/broker/wire"
 	"github.com/redmap/redmap/internal/id"
 	"github.com/redmap/redmap/internal/keys"
@@ -62,7 +61,7 @@ func TestNoFalseAlarm(t *testing.T) {
 		t.Fatal(err)
 	}
 	r := clientSeams(c, opts)
-	seam := &checkFirst{queueRedis: r.queue}
+	seam := &checkFirst{Queue: r.queue}
 	r.queue = seam
 	m := assemble(r, opts, id.New(), nil)
 	w, err := worker.New(c, worker.Options{Queue: queue, Concurrency: 2})
@@ -147,7 +146,7 @@ func TestChunkEndsOnce(t *testing.T) {
 // (one that installs no new epoch: not a recovery's) until the next check
 // for lost data (Submitted) has returned.
 type checkFirst struct {
-	queueRedis
+	broker.Queue
 	mu      sync.Mutex
 	waiting chan struct{} // closed by the next check
 	held    int
@@ -162,11 +161,11 @@ func (c *checkFirst) Submit(ctx context.Context, p *broker.SubmitParams) (*broke
 		c.mu.Unlock()
 		<-ch
 	}
-	return c.queueRedis.Submit(ctx, p)
+	return c.Queue.Submit(ctx, p)
 }
 
 func (c *checkFirst) Submitted(ctx context.Context, p *broker.ManagerParams) (*broker.SubmittedResult, error) {
-	got, err := c.queueRedis.Submitted(ctx, p)
+	got, err := c.Queue.Submitted(ctx, p)
 	c.mu.Lock()
 	if c.waiting != nil {
 		close(c.waiting)
@@ -187,7 +186,7 @@ func (c *checkFirst) count() int {
 // the first staged entry a read brings refers to, just before it is read:
 // Redis losing it between the read of the list and the read of the result.
 type loseStaged struct {
-	queueRedis
+	broker.Queue
 	c    *redis.Client
 	key  string // the manager's staged results
 	lost atomic.Int32
@@ -202,11 +201,11 @@ func (l *loseStaged) Unstaged(ctx context.Context, p *broker.EntriesParams) ([]s
 			l.lost.Add(1)
 		}
 	}
-	return l.queueRedis.Unstaged(ctx, p)
+	return l.Queue.Unstaged(ctx, p)
 }
 
 // bigEcho returns its string with "#" after it; fed strings over
-// redisbroker.Inline, its results are staged beside the result list.
+// broker.Inline, its results are staged beside the result list.
 var bigEcho = redmap.Func("bigecho", func(_ context.Context, s string) (string, error) { return s + "#", nil })
 
 // A staged result found gone when read (Redis lost it) is no element's
@@ -223,7 +222,7 @@ func TestStagedResultLostIsRunAgain(t *testing.T) {
 	}
 	r := clientSeams(c, opts)
 	mid := id.New()
-	seam := &loseStaged{queueRedis: r.queue, c: c, key: keys.Staged(opts.Prefix, queue, mid)}
+	seam := &loseStaged{Queue: r.queue, c: c, key: keys.Staged(opts.Prefix, queue, mid)}
 	r.queue = seam
 	m := assemble(r, opts, mid, nil)
 	defer m.Close()
@@ -238,7 +237,7 @@ func TestStagedResultLostIsRunAgain(t *testing.T) {
 
 	in := make([]string, 6)
 	for i := range in {
-		in[i] = strings.Repeat(string(rune('a'+i)), redisbroker.Inline+100)
+		in[i] = strings.Repeat(string(rune('a'+i)), broker.Inline+100)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()

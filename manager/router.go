@@ -12,7 +12,6 @@ import (
 
 	"github.com/redmap/redmap"
 	"github.com/redmap/redmap/internal/broker"
-	"github.com/redmap/redmap/internal/broker/redisbroker"
 	"github.com/redmap/redmap/internal/broker/wire"
 	"github.com/redmap/redmap/internal/keys"
 )
@@ -35,12 +34,12 @@ type router struct {
 type routerParams struct {
 	queue  string
 	shards int // Options.Shards
-	first  queueRedis
+	first  broker.Queue
 	// open returns shard i of the queue, named name (redisbroker.NewShard).
-	open func(name string, i int) shardRedis
+	open func(name string, i int) broker.Shard
 	// masters says which Cluster master has which slot (redisbroker.ClusterMasters);
 	// ok is false when Redis is not a Cluster.
-	masters func(ctx context.Context) (m redisbroker.Masters, ok bool, err error)
+	masters func(ctx context.Context) (m broker.Masters, ok bool, err error)
 	// opened is called with each shard the router opens, before any task
 	// goes there: it starts the shard's collector.
 	opened func(*shard)
@@ -54,7 +53,7 @@ func newRouter(p routerParams) *router {
 }
 
 // queue returns shard 0's Redis, where the queue-wide records live.
-func (r *router) queue() queueRedis { return r.p.first }
+func (r *router) queue() broker.Queue { return r.p.first }
 
 // list returns the manager's shards: shard 0 alone until the first submit
 // opens the others.

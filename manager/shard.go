@@ -4,6 +4,7 @@ import (
 	"sync"
 	"sync/atomic"
 
+	"github.com/redmap/redmap/internal/broker"
 	"github.com/redmap/redmap/internal/id"
 )
 
@@ -14,7 +15,7 @@ import (
 // shard, as for a queue of one.
 type shard struct {
 	i   int
-	rdb shardRedis
+	rdb broker.Shard
 
 	// sendMu orders submits against recovery: each submit holds it for
 	// reading while its script runs, recovery for writing, so recovery sees
@@ -40,7 +41,7 @@ type shard struct {
 	absent map[string]int
 }
 
-func newShard(r shardRedis) *shard {
+func newShard(r broker.Shard) *shard {
 	s := &shard{i: r.Shard(), rdb: r}
 	epoch := id.New()[:16]
 	s.epoch.Store(&epoch)

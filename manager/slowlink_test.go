@@ -18,7 +18,7 @@ import (
 // bytes, so a link of 10 MB/s never makes one exceed go-redis's read timeout,
 // and a call that answers is not an outage.
 
-// wideBytes is the size of wide's outputs: far over redisbroker.Inline, so each
+// wideBytes is the size of wide's outputs: far over broker.Inline, so each
 // result is staged beside the result list and read by the collector's HMGET.
 const wideBytes = 64 << 10
 

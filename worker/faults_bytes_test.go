@@ -15,7 +15,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/redmap/redmap"
-	"github.com/redmap/redmap/internal/broker/redisbroker"
+	"github.com/redmap/redmap/internal/broker"
 	"github.com/redmap/redmap/internal/harness"
 	"github.com/redmap/redmap/internal/redistest"
 	"github.com/redmap/redmap/manager"
@@ -79,7 +79,7 @@ func (l *callLog) count(op string) (int, string) {
 // A worker behind a 10 MB/s link (80 Mbit/s) reports 1,500 outputs of
 // 64 KiB (96 MiB, 10 s of the link, three times a call's read timeout):
 // every one arrives, exact, and finishes do not time out on the
-// way (each call carries at most redisbroker.CallBytes). Before calls were bounded,
+// way (each call carries at most broker.CallBytes). Before calls were bounded,
 // every finish timed out and 3 of 3,000 arrived in 120 s; a machine starved
 // of CPU (a load of 12 on 2 cores) still saw a few time out, retried.
 func TestSlowLinkFinishes(t *testing.T) {
@@ -133,7 +133,7 @@ func TestSlowLinkFinishes(t *testing.T) {
 	// At least n×64 KiB / CallBytes calls (94): a tenth of them may time
 	// out on a starved machine (two make tests at once saw 11), against
 	// every one of them with unbounded calls.
-	if most := n * (64 << 10) / redisbroker.CallBytes / 10; failed > most {
+	if most := n * (64 << 10) / broker.CallBytes / 10; failed > most {
 		t.Errorf("finish failed %d times over a slow link that answers, want at most %d, a tenth of its calls (last: %s)", failed, most, last)
 	}
 }

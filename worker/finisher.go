@@ -8,13 +8,13 @@ import (
 
 	"github.com/redmap/redmap/codec"
 	"github.com/redmap/redmap/internal/backoff"
-	"github.com/redmap/redmap/internal/broker/redisbroker"
+	"github.com/redmap/redmap/internal/broker"
 	"github.com/redmap/redmap/internal/broker/wire"
 	"github.com/redmap/redmap/internal/part"
 )
 
 // finisher reports results to Redis as the executors pass them on, as many
-// per script call as are waiting (each call at most redisbroker.CallBytes), and
+// per script call as are waiting (each call at most broker.CallBytes), and
 // releases their tasks from the ledger. It is a Drain part: Stop (the
 // executors have returned) closes its input, not its context, and it
 // returns once it has reported the last result, whatever happened to the
@@ -23,7 +23,7 @@ import (
 // A result Redis refuses for want of memory (maxmemory) waits, apart from
 // the others, and is tried again, up to fullTries times with a growing
 // delay (about 10 s in all), or not at all if it is larger than
-// redisbroker.CallBytes; then its elements fail with redmap.ErrRedisFull, in a
+// broker.CallBytes; then its elements fail with redmap.ErrRedisFull, in a
 // small record of the failure sent in its place. The others go on being
 // reported meanwhile: one batch's refused results never hold back
 // another's.
@@ -47,7 +47,7 @@ type finisher struct {
 	// shrunk bounds the bytes of results sent in one round after calls
 	// failed: halved at each failure (down to one result a call), doubled
 	// after growAfter rounds in a row passed, 0 (no bound but
-	// redisbroker.CallBytes a call) once back there. On a link slow or starved
+	// broker.CallBytes a call) once back there. On a link slow or starved
 	// enough that a call of CallBytes outlasts the read timeout, every call
 	// would time out again, and the worker leave, stuck, though smaller
 	// ones would pass.
@@ -175,7 +175,7 @@ func (f *finisher) due(batch []wire.Done, now time.Time) []wire.Done {
 }
 
 // finish reports a batch of results, one call per shard they came from and
-// per redisbroker.CallBytes, and releases the tasks of those Redis took
+// per broker.CallBytes, and releases the tasks of those Redis took
 // (delivered, or discarded as no longer wanted: finishing twice delivers
 // once). Those refused for want of memory wait (refuse); the others are
 // sent again, with backoff, while Redis is unreachable. Once input is
@@ -248,14 +248,14 @@ func (f *finisher) within(ds []wire.Done) (now, later []wire.Done) {
 func (f *finisher) adapt(failed bool) {
 	switch {
 	case failed && f.shrunk == 0:
-		f.shrunk, f.passed = redisbroker.CallBytes/2, 0
+		f.shrunk, f.passed = broker.CallBytes/2, 0
 	case failed:
 		f.shrunk, f.passed = max(f.shrunk/2, 1), 0
 	case f.shrunk > 0:
 		if f.passed++; f.passed < growAfter {
 			return
 		}
-		if f.shrunk, f.passed = 2*f.shrunk, 0; f.shrunk >= redisbroker.CallBytes {
+		if f.shrunk, f.passed = 2*f.shrunk, 0; f.shrunk >= broker.CallBytes {
 			f.shrunk = 0
 		}
 	}
@@ -319,7 +319,7 @@ func (f *finisher) refuse(ds []wire.Done, err error, ending bool) {
 	for _, d := range ds {
 		n := f.refused[d.ID] + 1
 		tries := n
-		if len(d.Result) > redisbroker.CallBytes && n < fullTries {
+		if len(d.Result) > broker.CallBytes && n < fullTries {
 			// Each try of a result this large swings Redis's memory by its
 			// size (the command sits in a buffer before it is refused),
 			// and may make others' writes refused: it is not tried again.

@@ -437,7 +437,7 @@ func TestFinisherRetriesAFailedShard(t *testing.T) {
 // Over a link on which a call of more than 100 KiB times out (slow, or
 // starved of CPU), the finisher sends smaller rounds after each timeout,
 // down to one result a call, and delivers every result: not stuck, though
-// every call of redisbroker.CallBytes would time out again and again.
+// every call of broker.CallBytes would time out again and again.
 func TestFinisherShrinksCallsThatTimeOut(t *testing.T) {
 	q := memory.NewQueue(&activity)
 	q.First().SetLimits(0, 100<<10)

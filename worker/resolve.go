@@ -12,7 +12,6 @@ import (
 	"github.com/redmap/redmap/codec"
 	"github.com/redmap/redmap/internal/backoff"
 	"github.com/redmap/redmap/internal/broker"
-	"github.com/redmap/redmap/internal/broker/redisbroker"
 	"github.com/redmap/redmap/internal/broker/wire"
 	"github.com/redmap/redmap/internal/engine"
 )
@@ -212,7 +211,7 @@ func (w *Worker) constant(ctx context.Context, ref cache.Ref, h *engine.Runtime)
 		v, err := w.memo.Get(ctx, ref, h.Signature(), decode)
 		var bad decodeError
 		healing := errors.Is(err, redmap.ErrConstantMissing) ||
-			redisbroker.Transient(err) && !errors.As(err, &bad) && !errors.Is(err, redmap.ErrConstantCorrupt)
+			broker.Transient(err) && !errors.As(err, &bad) && !errors.Is(err, redmap.ErrConstantCorrupt)
 		if err == nil || !healing || ctx.Err() != nil || time.Now().After(deadline) {
 			return v, err
 		}

@@ -8,7 +8,6 @@ import (
 	"github.com/redmap/redmap/codec"
 	"github.com/redmap/redmap/internal/backoff"
 	"github.com/redmap/redmap/internal/broker"
-	"github.com/redmap/redmap/internal/broker/redisbroker"
 	"github.com/redmap/redmap/internal/broker/wire"
 	"github.com/redmap/redmap/internal/engine"
 )
@@ -202,7 +201,7 @@ func (w *Worker) retryRedis(ctx context.Context, what string, f func(context.Con
 	deadline := time.Now().Add(partitionWait)
 	for logged := false; ; {
 		err := f(ctx)
-		if err == nil || !redisbroker.Transient(err) || ctx.Err() != nil || time.Now().After(deadline) {
+		if err == nil || !broker.Transient(err) || ctx.Err() != nil || time.Now().After(deadline) {
 			return err
 		}
 		if !logged {

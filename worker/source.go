@@ -313,7 +313,7 @@ func (s *source) closed() {
 }
 
 // finish reports results, one call per shard they came from (each cut in
-// calls of at most redisbroker.CallBytes), and returns what they came to, with
+// calls of at most broker.CallBytes), and returns what they came to, with
 // the first error.
 func (s *source) finish(ctx context.Context, done []wire.Done) (wire.Finished, error) {
 	var out wire.Finished

@@ -221,7 +221,7 @@ func (w *Worker) Run(ctx context.Context) error {
 	// once, having taken nothing, if Redis refuses what the worker needs.
 	// worker.Main checks with its budgets just before: once is enough.
 	if !w.checked {
-		if err := w.source.first.Preflight(ctx, &broker.PreflightParams{Log: w.log}); err != nil && redisbroker.Refused(err) {
+		if err := w.source.first.Preflight(ctx, &broker.PreflightParams{Log: w.log}); err != nil && broker.Refused(err) {
 			return fmt.Errorf("worker: cannot serve queue %q: %w", w.opts.Queue, err)
 		}
 	}
@@ -229,7 +229,7 @@ func (w *Worker) Run(ctx context.Context) error {
 	// other signatures than its own then finds them, to name the field
 	// that differs (ErrTypeMismatch).
 	w.publishTypes(ctx)
-	if err := p.upkeep.tick(bg); err != nil && redisbroker.Refused(err) {
+	if err := p.upkeep.tick(bg); err != nil && broker.Refused(err) {
 		return fmt.Errorf("worker: cannot serve queue %q: %w", w.opts.Queue, err)
 	}
 
@@ -439,7 +439,7 @@ func (w *Worker) info() wire.WorkerInfo {
 // operator fixes it), else as a warning. Either way the loop retries, and the
 // error is published with the worker's info (redmap workers).
 func (w *Worker) failed(op string, err error) {
-	if redisbroker.Refused(err) {
+	if broker.Refused(err) {
 		w.log.Error("Redis refused a command the worker needs; retrying until it is allowed", "op", op, "err", err)
 	} else {
 		w.log.Warn("Redis call failed; retrying", "op", op, "err", err)

@@ -191,7 +191,7 @@ func Results(prefix, queue, mid string) string { return Base(prefix, queue) + "m
 // id.Durable) has one; it lives and expires with the owner's task set.
 func Kept(prefix, queue, mid string) string { return Base(prefix, queue) + "m:" + mid + ":kept" }
 
-// Staged holds the results over redisbroker.Inline bytes that manager mid's result
+// Staged holds the results over broker.Inline bytes that manager mid's result
 // list refers to (HASH "<task id> <worker id> <n>" → codec.Result frame):
 // a worker writes one with a plain HSET in the MULTI of its finish, whose
 // script either refers to it from the result list (a "staged <field>"
@@ -328,7 +328,7 @@ func Failures(prefix, queue string) string { return Base(prefix, queue) + "failu
 func Batches(prefix, queue, mid string) string { return Base(prefix, queue) + "m:" + mid + ":batches" }
 
 // BatchesNext is where a manager publishing more batches than one script
-// call takes (redisbroker.ScriptBudget) builds its next Batches, slice by slice,
+// call takes (broker.ScriptBudget) builds its next Batches, slice by slice,
 // before it replaces Batches at once (HASH, as Batches).
 func BatchesNext(prefix, queue, mid string) string { return Batches(prefix, queue, mid) + ":next" }
 

@@ -529,7 +529,7 @@ func (a *Admin) taskCounts(ctx context.Context, shards []string, o string) (subm
 // meanwhile (its task finished) is deleted twice, which does nothing.
 func (a *Admin) withdrawTasks(ctx context.Context, k string) error {
 	for {
-		fields, err := a.c.HRandField(ctx, k, ScriptBudget).Result()
+		fields, err := a.c.HRandField(ctx, k, broker.ScriptBudget).Result()
 		if err != nil {
 			return wrap("cancel a durable batch", nil, "HRANDFIELD", err)
 		}

@@ -8,16 +8,12 @@ import (
 	"github.com/redmap/redmap/internal/keys"
 )
 
-// MaxBackups is the most tasks one Backup call copies (backup.lua looks
-// for each one's holder among the live workers).
-const MaxBackups = 8
-
 // Backup queues backup tasks of manager p.Manager's tasks p.Tasks (at most
 // MaxBackups) on this shard, and records the races p.Races that ended
 // (shard 0 only: the races are the queue's). One script call.
 func (r *Broker) Backup(ctx context.Context, p *broker.BackupParams) ([]broker.Backup, error) {
-	if len(p.Tasks) > MaxBackups {
-		return nil, fmt.Errorf("redisbroker: %d backup tasks in one call, at most %d", len(p.Tasks), MaxBackups)
+	if len(p.Tasks) > broker.MaxBackups {
+		return nil, fmt.Errorf("redisbroker: %d backup tasks in one call, at most %d", len(p.Tasks), broker.MaxBackups)
 	}
 	args := make([]any, 0, 2+len(p.Tasks)+2*len(p.Races))
 	args = append(args, r.base, len(p.Tasks))

@@ -38,16 +38,16 @@ func TestStagedSizesAndWithin(t *testing.T) {
 		budget int
 		want   int
 	}{
-		{[]int{3 * CallBytes / 4, 3 * CallBytes / 4}, CallBytes, 1},
-		{[]int{CallBytes / 4, CallBytes / 4, CallBytes / 4, CallBytes / 4, 1}, CallBytes, 4},
-		{[]int{9 * CallBytes / 4, 1}, CallBytes, 1},                 // a larger item goes alone
-		{[]int{10, 10, 10}, 1 << 30, 3},                             // the budget is capped at CallBytes
-		{[]int{CallBytes / 4, CallBytes / 4}, CallBytes / 8 * 3, 1}, // a reduced budget
-		{[]int{CallBytes, 1}, 2 * CallBytes, 1},                     // never past CallBytes
-		{nil, CallBytes, 0},
+		{[]int{3 * broker.CallBytes / 4, 3 * broker.CallBytes / 4}, broker.CallBytes, 1},
+		{[]int{broker.CallBytes / 4, broker.CallBytes / 4, broker.CallBytes / 4, broker.CallBytes / 4, 1}, broker.CallBytes, 4},
+		{[]int{9 * broker.CallBytes / 4, 1}, broker.CallBytes, 1}, // a larger item goes alone
+		{[]int{10, 10, 10}, 1 << 30, 3}, // the budget is capped at CallBytes
+		{[]int{broker.CallBytes / 4, broker.CallBytes / 4}, broker.CallBytes / 8 * 3, 1}, // a reduced budget
+		{[]int{broker.CallBytes, 1}, 2 * broker.CallBytes, 1},                            // never past CallBytes
+		{nil, broker.CallBytes, 0},
 	} {
-		if got := Within(c.sizes, c.budget); got != c.want {
-			t.Errorf("Within(%v, %d) = %d, want %d", c.sizes, c.budget, got, c.want)
+		if got := broker.Within(c.sizes, c.budget); got != c.want {
+			t.Errorf("broker.Within(%v, %d) = %d, want %d", c.sizes, c.budget, got, c.want)
 		}
 	}
 }
@@ -133,11 +133,11 @@ func TestSubmitSaysWhatItQueued(t *testing.T) {
 	lane := wire.Lane{Name: mid + ".1", Calls: "f\tsig"}
 	tasks := make([]wire.Task, 4*48) // 48 groups of 4, 48 MiB at a CallBytes of 1 MiB
 	for i := range tasks {
-		tasks[i] = wire.Task{ID: id.TaskIn(mid, uint64(i+1), 1, 1, keys.DefaultPriority, keys.DefaultPriority), Payload: []byte(strings.Repeat("p", CallBytes/4))}
+		tasks[i] = wire.Task{ID: id.TaskIn(mid, uint64(i+1), 1, 1, keys.DefaultPriority, keys.DefaultPriority), Payload: []byte(strings.Repeat("p", broker.CallBytes/4))}
 	}
 	_, _, err := submitOf(r.Submit(ctx, &broker.SubmitParams{Manager: mid, Lane: lane, Tasks: tasks, TTL: time.Minute, Expect: wire.Expect{}}))
-	var part *PartlySubmitted
-	if !errors.As(err, &part) || !OutOfMemory(err) {
+	var part *broker.PartlySubmitted
+	if !errors.As(err, &part) || !broker.OutOfMemory(err) {
 		t.Fatalf("err = %v; want a refusal at maxmemory after some groups", err)
 	}
 	if part.Queued == 0 || part.Queued%4 != 0 || part.Queued >= len(tasks) {

@@ -40,82 +40,13 @@ func (s *script) command(reply string) string {
 	return ""
 }
 
-// Unreachable reports whether err means Redis could not be reached (a
-// refused, dropped or timed-out connection), as opposed to an error reply
-// from a server that is there (out of memory, a script error) or the
-// caller's own context ending. A refusal (a *failure.CommandError, which
-// keeps the reply as text, not as a redis.Error) is a reply too: were it
-// taken for an outage, a refused call would be retried for as long as an
-// outage is (a batch's history record waited out its 2 s budget on a
-// revoked TIME before Wait returned). So is a *FencedError.
-func Unreachable(err error) bool {
-	if errors.Is(err, ErrNoAnswer) {
-		return true // a Preflight's, whose pings ran out of its own time
-	}
-	if err == nil || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) || Refused(err) || IsFenced(err) {
-		return false
-	}
-	var reply redis.Error
-	return !errors.As(err, &reply)
-}
-
-// transientReplies are error replies of a server that is there but cannot
-// serve for now: loading a dataset, a replica or a primary in a failover, a
-// cluster resharding, a long script running, a blocked read ended because
-// its node changed role (UNBLOCKED).
-var transientReplies = []string{"LOADING", "READONLY", "MASTERDOWN", "TRYAGAIN", "CLUSTERDOWN", "BUSY", "MOVED", "ASK", "NOREPLICAS", "NOTBUSY", "UNBLOCKED"}
-
-// Transient reports whether err may heal by itself: Redis unreachable, or
-// busy with a restart or failover. Callers retry those for a bounded time.
-func Transient(err error) bool {
-	if Unreachable(err) || errors.Is(err, errSetAside) {
-		return true
-	}
-	var reply redis.Error
-	if !errors.As(err, &reply) {
-		return false
-	}
-	if replyIn(err, transientReplies) {
-		return true
-	}
-	msg := reply.Error()
-	return strings.HasPrefix(msg, "ERR max number of clients") ||
-		// A script's key moved to another node of a Cluster (its slot
-		// migrating): the script's guard key keeps redmap's scripts from
-		// it, this covers any other.
-		strings.Contains(msg, "Script attempted to access a non local key") ||
-		strings.Contains(msg, "Script attempted to execute a command while the cluster is down")
-}
-
-// replyIn reports whether err is an error reply whose first word is one of
-// kinds.
-func replyIn(err error, kinds []string) bool {
-	var reply redis.Error
-	if !errors.As(err, &reply) {
-		return false
-	}
-	first, _, _ := strings.Cut(reply.Error(), " ")
-	for _, k := range kinds {
-		if first == k {
-			return true
-		}
-	}
-	return false
-}
-
-// OutOfMemory reports whether err is Redis refusing a write at maxmemory.
-func OutOfMemory(err error) bool {
-	var reply redis.Error
-	return errors.As(err, &reply) && strings.HasPrefix(reply.Error(), "OOM ")
-}
-
 // refused returns err as a *failure.CommandError if it is an error reply that
 // retrying does not heal: neither transient nor out of memory. op says what
 // redmap was doing; s is the script that ran (nil for a plain command) and
 // cmd the command sent, used when the reply does not name one.
 func refused(op string, s *script, cmd string, err error) *failure.CommandError {
 	var reply redis.Error
-	if err == nil || !errors.As(err, &reply) || Transient(err) || OutOfMemory(err) {
+	if err == nil || !errors.As(err, &reply) || broker.Transient(err) || broker.OutOfMemory(err) {
 		return nil
 	}
 	msg := reply.Error()
@@ -166,13 +97,6 @@ func onKey(err error, key string) error {
 	return err
 }
 
-// Refused reports whether err is a refusal (a *failure.CommandError):
-// retrying the same call will fail the same way.
-func Refused(err error) bool {
-	var ce *failure.CommandError
-	return errors.As(err, &ce)
-}
-
 // Addr says where c connects, for an error that must name it: a server's
 // address, a Cluster's seed addresses, or a Sentinel-managed master's name.
 // It never holds a password.
@@ -187,11 +111,6 @@ func Addr(c redis.UniversalClient) string {
 	}
 	return fmt.Sprintf("%T", c)
 }
-
-// errSetAside marks a read that met foreign data in one of its manager's
-// own keys, which were then set aside (setAside): the read, made again,
-// finds them absent.
-var errSetAside = errors.New("foreign data set aside")
 
 // setAside answers err, the error of a read of manager mid's results: if
 // Redis refused it for data of the wrong type, the manager's result list,
@@ -213,7 +132,7 @@ func (r *Broker) setAside(ctx context.Context, mid string, err error) error {
 	// n is 0 when another client (a worker's publish, another read of
 	// this manager) set the key aside between the refusal and aside.lua:
 	// the read, made again, finds it absent all the same.
-	return fmt.Errorf("%w: %d of the manager's keys held another type (%v)", errSetAside, n, err)
+	return fmt.Errorf("%w: %d of the manager's keys held another type (%v)", broker.ErrSetAside, n, err)
 }
 
 // asideOnce runs do, a plain command (or pipeline) on key; if Redis refused

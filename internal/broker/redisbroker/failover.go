@@ -10,6 +10,8 @@ import (
 	"weak"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/redmap/redmap/internal/broker"
 )
 
 // A Cluster client of go-redis reloads its map of slots to masters on a
@@ -138,5 +140,5 @@ func staleMap(err error) bool {
 	if err == nil || errors.Is(err, redis.Nil) || errors.Is(err, redis.ErrClosed) {
 		return false
 	}
-	return Unreachable(err) || replyIn(err, mapReplies)
+	return broker.Unreachable(err) || broker.ReplyIn(err, mapReplies)
 }

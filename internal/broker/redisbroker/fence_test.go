@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
 	"github.com/redmap/redmap/internal/broker"
 	"github.com/redmap/redmap/internal/broker/wire"
 	"github.com/redmap/redmap/internal/id"
@@ -63,9 +64,9 @@ func TestFencedOwnerWritesNothing(t *testing.T) {
 	}
 	fenced := func(what string, err error) {
 		t.Helper()
-		var fe *FencedError
+		var fe *broker.FencedError
 		if !errors.As(err, &fe) || fe.Holder.Manager != b.Holder.Manager || fe.Holder.Token != a.Holder.Token+1 {
-			t.Fatalf("a's %s after b took the batch over: %v; want a *FencedError naming b, token %d", what, err, a.Holder.Token+1)
+			t.Fatalf("a's %s after b took the batch over: %v; want a *broker.FencedError naming b, token %d", what, err, a.Holder.Token+1)
 		}
 	}
 	rec := wire.BatchRecord{ID: f.mid + ":1", Manager: f.mid, Func: "f", Total: 5, Done: 5, Outcome: "done"}
@@ -149,9 +150,9 @@ func TestRolledBackFenceIsSetBack(t *testing.T) {
 	}
 	task.Payload = []byte("stale")
 	_, _, err := submitOf(ra.Submit(ctx, &broker.SubmitParams{Manager: f.mid, Lane: f.lane(), Tasks: []wire.Task{task}, TTL: time.Hour, Expect: wire.Expect{}}))
-	var fe *FencedError
+	var fe *broker.FencedError
 	if !errors.As(err, &fe) || fe.Holder.Manager != b.Holder.Manager {
-		t.Fatalf("a's submit once b set the fence back: %v; want a *FencedError naming b", err)
+		t.Fatalf("a's submit once b set the fence back: %v; want a *broker.FencedError naming b", err)
 	}
 	if v := f.c.HGet(ctx, keys.Tasks("rm", f.queue, f.mid), task.ID).Val(); v != "p" {
 		t.Fatalf("the task set holds %q of b's task after a's refused submit", v)
@@ -165,7 +166,7 @@ func TestRolledBackFenceIsSetBack(t *testing.T) {
 	}
 	_, err = ra.Claim(ctx, &wire.Claim{Owner: f.mid, Name: "rolled", Holder: a.Holder, Lease: time.Minute, TTL: time.Hour, Fence: a.Record})
 	if !errors.As(err, &fe) || fe.Holder.Manager != b.Holder.Manager {
-		t.Fatalf("a's renewal once b renewed: %v; want a *FencedError naming b", err)
+		t.Fatalf("a's renewal once b renewed: %v; want a *broker.FencedError naming b", err)
 	}
 }
 
@@ -179,7 +180,7 @@ func claimAs(t *testing.T, f *fixture, name, host, steal string) (*Broker, wire.
 	if err != nil || !got.Held {
 		t.Fatalf("%s claims: %+v, %v", host, got, err)
 	}
-	fence := NewFence(f.mid)
+	fence := broker.NewFence(f.mid)
 	fence.Set(got.Record)
 	return f.r.KeepingResults().Fenced(fence), *got
 }
@@ -196,7 +197,7 @@ func TestForeignFenceIsSetAside(t *testing.T) {
 	if err != nil || !got.Held {
 		t.Fatalf("claim: %+v, %v", got, err)
 	}
-	fence := NewFence(f.mid)
+	fence := broker.NewFence(f.mid)
 	fence.Set(got.Record)
 	r := f.r.KeepingResults().Fenced(fence)
 	key := keys.Fence("rm", f.queue, f.mid)
@@ -231,7 +232,7 @@ func TestOwnerWakeKeepsResultsTTL(t *testing.T) {
 	f := setup(t)
 	ctx := context.Background()
 	f.mid = id.Durable("woken")
-	fence := NewFence(f.mid)
+	fence := broker.NewFence(f.mid)
 	r := f.r.KeepingResults().Fenced(fence)
 	results := keys.Results("rm", f.queue, f.mid)
 	if err := r.WakeCollector(ctx, &broker.ManagerParams{Manager: f.mid}); err != nil || f.c.Exists(ctx, results).Val() != 0 {

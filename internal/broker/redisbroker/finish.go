@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
 	"github.com/redmap/redmap/internal/broker"
 	"github.com/redmap/redmap/internal/broker/wire"
 	"github.com/redmap/redmap/internal/id"
@@ -36,7 +37,7 @@ func (r *Broker) Finish(ctx context.Context, p *broker.FinishParams) (*wire.Fini
 	for i, part := range [2][]wire.Done{small, staged} {
 		for len(part) > 0 {
 			n, size := 0, 0
-			for n < len(part) && n < maxGroup && (n == 0 || size+len(part[n].Result)+len(part[n].Record) <= CallBytes) {
+			for n < len(part) && n < maxGroup && (n == 0 || size+len(part[n].Result)+len(part[n].Record) <= broker.CallBytes) {
 				size += len(part[n].Result) + len(part[n].Record)
 				n++
 			}
@@ -45,7 +46,7 @@ func (r *Broker) Finish(ctx context.Context, p *broker.FinishParams) (*wire.Fini
 			case err == nil:
 				out.Sent += n
 				out.Delivered += k
-			case OutOfMemory(err):
+			case broker.OutOfMemory(err):
 				out.Full = append(out.Full, part[:n]...)
 				first = cmp.Or(first, err)
 			default:
@@ -65,7 +66,7 @@ func (r *Broker) Finish(ctx context.Context, p *broker.FinishParams) (*wire.Fini
 // those staged beside it (over Inline bytes, of a task that names its
 // manager), each in the order given; no copy if all are of one kind.
 func (r *Broker) byStaging(done []wire.Done) (small, staged []wire.Done) {
-	isStaged := func(d wire.Done) bool { return len(d.Result) > Inline && id.Manager(d.ID) != "" }
+	isStaged := func(d wire.Done) bool { return len(d.Result) > broker.Inline && id.Manager(d.ID) != "" }
 	n := 0
 	for _, d := range done {
 		if isStaged(d) {
@@ -99,7 +100,7 @@ func (r *Broker) finishGroup(ctx context.Context, ks []string, wid string, done 
 	records := false
 	for _, d := range done {
 		records = records || d.Record != ""
-		if mid := id.Manager(d.ID); len(d.Result) > Inline && mid != "" {
+		if mid := id.Manager(d.ID); len(d.Result) > broker.Inline && mid != "" {
 			if staged == nil {
 				staged = make(map[string][]any)
 			}

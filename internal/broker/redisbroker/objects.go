@@ -9,6 +9,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/redmap/redmap/internal/broker"
 	"github.com/redmap/redmap/internal/keys"
 )
 
@@ -51,7 +52,7 @@ func (o *Objects) Upload(ctx context.Context, h string, parts [][]byte, size int
 		sizes[i] = len(p)
 	}
 	for start := 0; start < len(parts); {
-		end := start + Within(sizes[start:], CallBytes)
+		end := start + broker.Within(sizes[start:], broker.CallBytes)
 		_, err := o.c.Pipelined(ctx, func(p redis.Pipeliner) error {
 			for i := start; i < end; i++ {
 				p.Set(ctx, keys.ObjectPart(o.prefix, h, i), parts[i], d)
@@ -124,7 +125,7 @@ func (o *Objects) Fetch(ctx context.Context, h string) ([]string, int64, error) 
 	// The parts of one upload are all of one size but the last: as many as
 	// fit in CallBytes, or one, go in a round trip.
 	each := (size + int64(n) - 1) / int64(n)
-	perTrip := int(min(partsPerTrip, max(1, CallBytes/max(each, 1))))
+	perTrip := int(min(partsPerTrip, max(1, broker.CallBytes/max(each, 1))))
 	for start := 0; start < n; start += perTrip {
 		cmds, err := o.c.Pipelined(ctx, func(p redis.Pipeliner) error {
 			for i := start; i < min(start+perTrip, n); i++ {

@@ -51,8 +51,8 @@ func TestPreflightWaitsForASlowRedis(t *testing.T) {
 	logs := &lockedBuffer{}
 	log := slog.New(slog.NewTextHandler(logs, nil))
 	err := r.Preflight(ctx, &broker.PreflightParams{Budget: 200 * time.Millisecond, Heal: 1500 * time.Millisecond, Log: log})
-	if !errors.Is(err, ErrNoAnswer) || !Unreachable(err) || !strings.Contains(logs.String(), "Redis takes connections") {
-		t.Fatalf("Preflight of a Redis that never answers: %v (Unreachable %v); logs %q", err, Unreachable(err), logs.String())
+	if !errors.Is(err, broker.ErrNoAnswer) || !broker.Unreachable(err) || !strings.Contains(logs.String(), "Redis takes connections") {
+		t.Fatalf("Preflight of a Redis that never answers: %v (broker.Unreachable %v); logs %q", err, broker.Unreachable(err), logs.String())
 	}
 
 	logs = &lockedBuffer{}

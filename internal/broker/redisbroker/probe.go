@@ -214,11 +214,11 @@ func (r *Broker) Preflight(ctx context.Context, p *broker.PreflightParams) error
 			if err == nil {
 				break
 			}
-			if !Transient(err) {
+			if !broker.Transient(err) {
 				return err
 			}
 		}
-		if Refused(err) || ctx.Err() != nil {
+		if broker.Refused(err) || ctx.Err() != nil {
 			return err
 		}
 		if !errors.Is(err, context.DeadlineExceeded) {
@@ -239,14 +239,14 @@ func (r *Broker) Preflight(ctx context.Context, p *broker.PreflightParams) error
 			// connections: Redis is there, slow (a starved machine, a pool
 			// busy with many managers' calls). It gets heal, as an outage
 			// healing does, rather than the budget for one that is gone.
-			timedOut := Slow(err) || errors.Is(err, context.DeadlineExceeded)
+			timedOut := broker.Slow(err) || errors.Is(err, context.DeadlineExceeded)
 			if timedOut && dialled && dial == nil && deadline.Before(start.Add(heal)) {
 				deadline = start.Add(heal)
 				log.Info("Redis takes connections but did not answer PING in time; waiting for it", "err", err)
 				continue
 			}
 			// The budget that applied: budget, or heal once PING answered.
-			return fmt.Errorf("%w within %v: %w", ErrNoAnswer, max(deadline.Sub(start), time.Second), cmp.Or(cause, err))
+			return fmt.Errorf("%w within %v: %w", broker.ErrNoAnswer, max(deadline.Sub(start), time.Second), cmp.Or(cause, err))
 		}
 		log.Info("Redis does not answer yet; trying again", "err", err)
 		if !bo.Wait(ctx) {
@@ -297,7 +297,3 @@ func dialCause(ctx context.Context, c redis.UniversalClient) (dialled bool, err 
 	conn.Close()
 	return true, nil
 }
-
-// ErrNoAnswer is the error of a Preflight that had no answer from Redis
-// within its budget: Redis is unreachable (Unreachable says so).
-var ErrNoAnswer = errors.New("no answer from Redis")

@@ -35,11 +35,11 @@ func (r *Broker) PublishBatches(ctx context.Context, p *broker.PublishBatchesPar
 		pairs = append(pairs, id, wire.EncodeProgress(b))
 	}
 	mode := "whole"
-	if len(pairs) > 2*ScriptBudget {
+	if len(pairs) > 2*broker.ScriptBudget {
 		mode = "first"
 	}
 	for {
-		n := min(len(pairs), 2*ScriptBudget)
+		n := min(len(pairs), 2*broker.ScriptBudget)
 		if mode != "whole" && n == len(pairs) {
 			mode = "last"
 		}

@@ -18,7 +18,7 @@ import (
 func TestReapersShareADeadWorker(t *testing.T) {
 	f := setup(t)
 	ctx := context.Background()
-	const public, private, reapers = 700, 3 * ScriptBudget, 4
+	const public, private, reapers = 700, 3 * broker.ScriptBudget, 4
 	const wid = "w"
 	f.submit(t, "", public)
 	for f.c.SCard(ctx, keys.Held("rm", f.queue, wid)).Val() < public {

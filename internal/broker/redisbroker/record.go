@@ -23,7 +23,7 @@ func (r *Broker) RecordBatches(ctx context.Context, p *broker.RecordBatchesParam
 		ks = append(ks, fence)
 	}
 	for first := true; first || len(recs) > 0; first = false {
-		n := min(len(recs), ScriptBudget)
+		n := min(len(recs), broker.ScriptBudget)
 		args := make([]any, 0, 6+2*n)
 		args = append(args, limit, age.Milliseconds(), keys.Base(r.prefix, r.queue), ended, keys.ThroughputSpan.Milliseconds(), held)
 		for _, rec := range recs[:n] {

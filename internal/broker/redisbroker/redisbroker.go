@@ -20,23 +20,6 @@ import (
 const (
 	maxGroup      = 1000
 	maxGroupBytes = 8 << 20
-	// ScriptBudget is the most units of work one call of a script that
-	// works in slices does (prelude.lua's BUDGET): a batch published or
-	// recorded, a lane or a task withdrawn, a task purged or reaped, each a
-	// few commands. Its caller calls again until the work is done, so no
-	// call holds Redis for long (a few ms) whatever the sizes: publishing
-	// 100,000 batches, recording them lost, purging 100,000 tasks, reaping
-	// a dead worker's 100,000 private tasks.
-	ScriptBudget = 500
-	// Inline is the largest payload a take returns, or result a finish
-	// takes, through its script (prelude.lua's INLINE): larger ones go out
-	// and in with plain commands beside the script (a submit's payloads
-	// always do). Redis copies a string into Lua and out again at about 1 ns
-	// a byte: an EVAL that HSETs one argument costs 1.7 µs of Redis for 256
-	// bytes, 3.1 µs for 2 KiB, 17 µs for 16 KiB, a plain HSET of it under
-	// 0.3 µs plus its own call of a µs or two. Under 2 KiB the copy costs
-	// about what the extra call (or, for a take, round trip) would.
-	Inline = 2 << 10
 )
 
 // Broker speaks the protocol of one queue, or of one shard of a sharded queue
@@ -48,11 +31,11 @@ type Broker struct {
 	queue  string // the shard's name
 	shard  int
 	base   string
-	rings  []string    // the rings of lanes, highest priority first
-	keep   bool        // a durable batch's: results trimmed are kept (KeepingResults)
-	index  *indexClock // when the queue's name is due in the index of queues
-	fence  *Fence      // a durable batch's owner's: the claim its writes carry (Fenced)
-	wait   *waiter     // c's: bounds its blocking reads (WaitResults)
+	rings  []string      // the rings of lanes, highest priority first
+	keep   bool          // a durable batch's: results trimmed are kept (KeepingResults)
+	index  *indexClock   // when the queue's name is due in the index of queues
+	fence  *broker.Fence // a durable batch's owner's: the claim its writes carry (Fenced)
+	wait   *waiter       // c's: bounds its blocking reads (WaitResults)
 }
 
 // New returns the protocol of queue under prefix on c.

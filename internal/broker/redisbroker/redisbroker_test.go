@@ -14,13 +14,12 @@ import (
 	"testing"
 	"time"
 
-	"github.com/redmap/redmap/internal/broker"
-	"github.com/redmap/redmap/internal/broker/wire"
-	"github.com/redmap/redmap/internal/id"
-
 	"github.com/redis/go-redis/v9"
 
+	"github.com/redmap/redmap/internal/broker"
+	"github.com/redmap/redmap/internal/broker/wire"
 	"github.com/redmap/redmap/internal/failure"
+	"github.com/redmap/redmap/internal/id"
 	"github.com/redmap/redmap/internal/keys"
 	"github.com/redmap/redmap/internal/redistest"
 )
@@ -257,9 +256,9 @@ func TestClaimDurableBatch(t *testing.T) {
 	// b, renewing or releasing the claim it took, is fenced off.
 	for _, lease := range []time.Duration{time.Minute, 0} {
 		_, err := f.r.Claim(ctx, &wire.Claim{Owner: owner, Holder: b, Lease: lease, TTL: time.Hour, Fence: fences["b"]})
-		var fe *FencedError
-		if !errors.As(err, &fe) || fe.Holder.Manager != a.Manager || Unreachable(err) || Transient(err) {
-			t.Fatalf("b renews (lease %v) the claim a took over: %v; want a *FencedError naming a", lease, err)
+		var fe *broker.FencedError
+		if !errors.As(err, &fe) || fe.Holder.Manager != a.Manager || broker.Unreachable(err) || broker.Transient(err) {
+			t.Fatalf("b renews (lease %v) the claim a took over: %v; want a *broker.FencedError naming a", lease, err)
 		}
 	}
 }
@@ -610,7 +609,7 @@ func TestUnreachable(t *testing.T) {
 	c := redis.NewClient(&redis.Options{Addr: srv.Addr(), MaxRetries: -1, DialerRetries: 1})
 	t.Cleanup(func() { c.Close() })
 	err := c.Do(context.Background(), "NOSUCHCOMMAND").Err()
-	if err == nil || Unreachable(err) {
+	if err == nil || broker.Unreachable(err) {
 		t.Fatalf("an error reply (%v) is not unreachability", err)
 	}
 	// A ping that ran out of time says why through one dial: nothing to
@@ -625,7 +624,7 @@ func TestUnreachable(t *testing.T) {
 	}
 	srv.Kill(t)
 	err = c.Ping(context.Background()).Err()
-	if !Unreachable(err) {
+	if !broker.Unreachable(err) {
 		t.Fatalf("a killed server (%v) is unreachable", err)
 	}
 }
@@ -724,7 +723,7 @@ func TestRefusalNamesCommand(t *testing.T) {
 	if !errors.As(err, &ce) || ce.Command != "BLMOVE" {
 		t.Fatalf("wait without BLMOVE: %v", err)
 	}
-	if Transient(err) || Unreachable(err) {
+	if broker.Transient(err) || broker.Unreachable(err) {
 		t.Fatalf("a refusal (%v) taken for an outage: callers would retry it", err)
 	}
 	err = r.Probe(ctx)
@@ -740,7 +739,7 @@ func TestRefusalNamesCommand(t *testing.T) {
 		t.Fatalf("WRONGTYPE: %v", err)
 	}
 	for _, reply := range []replyError{"LOADING Redis is loading", "READONLY You can't write against a read only replica.", "MASTERDOWN Link with MASTER is down"} {
-		if err := reply; !Transient(err) || Refused(wrap("x", nil, "X", err)) {
+		if err := reply; !broker.Transient(err) || broker.Refused(wrap("x", nil, "X", err)) {
 			t.Errorf("%q: want transient, not a refusal", reply)
 		}
 	}
@@ -1150,7 +1149,7 @@ end
 func TestLargePayloadsBesideScripts(t *testing.T) {
 	f := setup(t)
 	ctx := context.Background()
-	sizes := []int{10, Inline, Inline + 1, 1 << 20, 3}
+	sizes := []int{10, broker.Inline, broker.Inline + 1, 1 << 20, 3}
 	tasks := make([]wire.Task, len(sizes))
 	for i, n := range sizes {
 		p := make([]byte, n)
@@ -1213,7 +1212,7 @@ func TestLargeResultsStaged(t *testing.T) {
 	if _, _, err := takeOf(f.r.Take(ctx, &broker.TakeParams{Worker: "w1", Max: 3, Room: 3, Lease: time.Minute, Serves: serves})); err != nil {
 		t.Fatal(err)
 	}
-	big := func(c byte) []byte { return []byte(strings.Repeat(string(c), Inline+1)) }
+	big := func(c byte) []byte { return []byte(strings.Repeat(string(c), broker.Inline+1)) }
 	staged := keys.Staged("rm", f.queue, f.mid)
 	if err := f.c.ScriptFlush(ctx).Err(); err != nil {
 		t.Fatal(err)
@@ -1480,7 +1479,7 @@ func TestWidestPayloadChoosesTheCheck(t *testing.T) {
 	// A wider submit raises it, a narrower one leaves it.
 	f := setup(t)
 	widest := keys.Widest("rm", f.queue, f.mid)
-	for i, tc := range []struct{ size, want int }{{30, 30}, {10, 30}, {Inline + 5, Inline + 5}, {100, Inline + 5}} {
+	for i, tc := range []struct{ size, want int }{{30, 30}, {10, 30}, {broker.Inline + 5, broker.Inline + 5}, {100, broker.Inline + 5}} {
 		tid := id.TaskIn(f.mid, uint64(i+1), 1, 1, keys.DefaultPriority, keys.DefaultPriority)
 		if _, _, err := submitOf(f.r.Submit(ctx, &broker.SubmitParams{Manager: f.mid, Lane: f.lane(), Tasks: []wire.Task{{ID: tid, Payload: bytes.Repeat([]byte("q"), tc.size)}}, TTL: time.Minute, Expect: wire.Expect{}})); err != nil {
 			t.Fatal(err)
@@ -1498,8 +1497,8 @@ func TestInlineAgrees(t *testing.T) {
 	if m == nil {
 		t.Fatal("prelude.lua defines no INLINE")
 	}
-	if n, _ := strconv.Atoi(m[1]); n != Inline {
-		t.Fatalf("prelude.lua's INLINE is %d, redisbroker.Inline %d", n, Inline)
+	if n, _ := strconv.Atoi(m[1]); n != broker.Inline {
+		t.Fatalf("prelude.lua's INLINE is %d, redisbroker.Inline %d", n, broker.Inline)
 	}
 }
 
@@ -1541,7 +1540,7 @@ func TestFinishAtMaxmemory(t *testing.T) {
 	filler := strings.Repeat("x", 256<<10)
 	for i := 0; ; i++ {
 		err := c.Set(ctx, fmt.Sprint("filler:", i), filler, 0).Err()
-		if OutOfMemory(err) {
+		if broker.OutOfMemory(err) {
 			break
 		}
 		if err != nil || i > 100 {
@@ -1550,7 +1549,7 @@ func TestFinishAtMaxmemory(t *testing.T) {
 	}
 	big := []byte(strings.Repeat("b", 64<<10))
 	got, err := f.r.Finish(ctx, &broker.FinishParams{Worker: "w1", Done: []wire.Done{{ID: ids[0], Result: []byte("r0")}, {ID: ids[1], Result: big}, {ID: ids[2], Result: []byte("r2")}}})
-	if !OutOfMemory(err) {
+	if !broker.OutOfMemory(err) {
 		t.Fatalf("finish at maxmemory: %v, want OOM", err)
 	}
 	if got.Sent != 2 || got.Delivered != 2 || len(got.Full) != 1 || got.Full[0].ID != ids[1] || len(got.Failed) != 0 {

@@ -61,7 +61,7 @@ func (r *Broker) Kept(ctx context.Context, p *broker.KeptParams) ([]string, erro
 	}
 	out := make([]string, 0, len(es))
 	for done := 0; done < len(es); {
-		k := Within(sizes[done:], CallBytes)
+		k := broker.Within(sizes[done:], broker.CallBytes)
 		read, err := r.Unstaged(ctx, &broker.EntriesParams{Manager: owner, Entries: es[done : done+k]})
 		if err != nil {
 			return nil, err

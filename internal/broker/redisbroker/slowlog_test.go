@@ -112,7 +112,7 @@ func checkCalls(t *testing.T, got scriptCalls, name string, least int64) {
 		t.Errorf("a call of %s took %v: every client of Redis waited (BUSY past %v)", name, got.longest[name], busyThreshold)
 	}
 	if got.evalsha < least {
-		t.Errorf("%s: %d script calls, want at least %d (at most %d units of work each)", name, got.evalsha, least, ScriptBudget)
+		t.Errorf("%s: %d script calls, want at least %d (at most %d units of work each)", name, got.evalsha, least, broker.ScriptBudget)
 	}
 }
 
@@ -144,12 +144,12 @@ func TestScriptsStayShort(t *testing.T) {
 	if n, err := c.HLen(ctx, keys.Batches("rm", q, mid)).Result(); err != nil || n != many {
 		t.Fatalf("%d batches published (%v), want %d", n, err, many)
 	}
-	checkCalls(t, read(), "publish.lua", many/ScriptBudget)
+	checkCalls(t, read(), "publish.lua", many/broker.ScriptBudget)
 	reset()
 	if n, err := a.LoseManagers(ctx, &broker.QueueParams{Queue: q}); err != nil || n != many {
 		t.Fatalf("LoseManagers: %d, %v; want %d batches recorded", n, err, many)
 	}
-	checkCalls(t, read(), "lost.lua", many/ScriptBudget)
+	checkCalls(t, read(), "lost.lua", many/broker.ScriptBudget)
 	// The history is back within its bounds once they are all recorded.
 	if n, err := c.ZCard(ctx, keys.HistoryIndex("rm", q)).Result(); err != nil || n > keys.DefaultHistory+keys.DefaultHistory/100 {
 		t.Errorf("history holds %d batches (%v), want at most %d", n, err, keys.DefaultHistory+keys.DefaultHistory/100)
@@ -168,7 +168,7 @@ func TestScriptsStayShort(t *testing.T) {
 	if err := r.RecordBatches(ctx, &broker.RecordBatchesParams{Manager: mid, Records: recs[keys.DefaultHistory:], Limit: keys.DefaultHistory, Age: time.Hour}); err != nil {
 		t.Fatal(err)
 	}
-	checkCalls(t, read(), "record.lua", 2*keys.DefaultHistory/ScriptBudget)
+	checkCalls(t, read(), "record.lua", 2*keys.DefaultHistory/broker.ScriptBudget)
 	if n, err := c.ZCard(ctx, keys.HistoryIndex("rm", q)).Result(); err != nil || n > keys.DefaultHistory+keys.DefaultHistory/100 {
 		t.Errorf("history holds %d batches (%v), want at most %d", n, err, keys.DefaultHistory+keys.DefaultHistory/100)
 	}
@@ -181,7 +181,7 @@ func TestScriptsStayShort(t *testing.T) {
 	if err != nil || purged != many || dropped != many {
 		t.Fatalf("Purge: %d purged, %d dropped, %v; want %d", purged, dropped, err, many)
 	}
-	checkCalls(t, read(), "purge.lua", many/ScriptBudget)
+	checkCalls(t, read(), "purge.lua", many/broker.ScriptBudget)
 	if n, err := c.LLen(ctx, keys.Results("rm", q, mid2)).Result(); err != nil || n != many {
 		t.Fatalf("%d purged entries for the manager (%v), want %d", n, err, many)
 	}
@@ -195,8 +195,8 @@ func TestScriptsStayShort(t *testing.T) {
 	}
 	got := read()
 	checkCalls(t, got, "cancel.lua", 1)
-	if got.hrandfield < many/ScriptBudget {
-		t.Errorf("the cancel withdrew %d tasks in %d slices, want at most %d a slice", many, got.hrandfield, ScriptBudget)
+	if got.hrandfield < many/broker.ScriptBudget {
+		t.Errorf("the cancel withdrew %d tasks in %d slices, want at most %d a slice", many, got.hrandfield, broker.ScriptBudget)
 	}
 	if n, err := c.HLen(ctx, keys.Tasks("rm", q, owner)).Result(); err != nil || n != 2 {
 		t.Fatalf("the cancelled batch's task set holds %d fields (%v), want its count and epoch only", n, err)
@@ -248,8 +248,8 @@ func TestReapStaysShort(t *testing.T) {
 	// One call handles ScriptBudget of the tasks the worker holds, and
 	// says that more are left.
 	one, more, err := f.r.reapSlice(ctx)
-	if err != nil || !more || one.Workers != 0 || one.Requeued+one.Lost != ScriptBudget {
-		t.Fatalf("one reap.lua call: %+v, more %v, %v; want %d tasks handled, no worker reaped, more", one, more, err, ScriptBudget)
+	if err != nil || !more || one.Workers != 0 || one.Requeued+one.Lost != broker.ScriptBudget {
+		t.Fatalf("one reap.lua call: %+v, more %v, %v; want %d tasks handled, no worker reaped, more", one, more, err, broker.ScriptBudget)
 	}
 	reset()
 	got, err := f.r.Reap(ctx)
@@ -261,7 +261,7 @@ func TestReapStaysShort(t *testing.T) {
 	if *got != (wire.Reaped{Workers: 1, Requeued: public, Lost: many}) {
 		t.Fatalf("Reap: %+v, %v; want 1 worker, %d requeued, %d lost", got, err, public, many)
 	}
-	checkCalls(t, read(), "reap.lua", (many+public)/ScriptBudget-1)
+	checkCalls(t, read(), "reap.lua", (many+public)/broker.ScriptBudget-1)
 
 	entries, err := c.LRange(ctx, keys.Results("rm", q, f.mid), 0, -1).Result()
 	if err != nil {
@@ -317,8 +317,8 @@ func TestBudgetAgrees(t *testing.T) {
 	if m == nil {
 		t.Fatal("prelude.lua defines no BUDGET")
 	}
-	if n, _ := strconv.Atoi(m[1]); n != ScriptBudget {
-		t.Fatalf("prelude.lua's BUDGET is %d, redisbroker.ScriptBudget %d", n, ScriptBudget)
+	if n, _ := strconv.Atoi(m[1]); n != broker.ScriptBudget {
+		t.Fatalf("prelude.lua's BUDGET is %d, redisbroker.ScriptBudget %d", n, broker.ScriptBudget)
 	}
 }
 
@@ -330,7 +330,7 @@ func TestBudgetAgrees(t *testing.T) {
 func TestLostInSlicesSparesWhatComesBack(t *testing.T) {
 	f := setup(t)
 	ctx := context.Background()
-	const published = 2*ScriptBudget + 200
+	const published = 2*broker.ScriptBudget + 200
 	batches := make(map[string]wire.BatchProgress, published)
 	for i := range published {
 		batches["old"+strconv.Itoa(i)] = wire.BatchProgress{Func: "f", Total: 1}
@@ -340,8 +340,8 @@ func TestLostInSlicesSparesWhatComesBack(t *testing.T) {
 		t.Fatal(err)
 	}
 	n, more, mids, err := loseSlice(ctx, f.c, "rm", f.queue)
-	if err != nil || n != ScriptBudget || !more || len(mids) != 1 || mids[0] != f.mid {
-		t.Fatalf("first slice: %d recorded, more %v, managers %v, %v; want %d, true, [%s]", n, more, mids, err, ScriptBudget, f.mid)
+	if err != nil || n != broker.ScriptBudget || !more || len(mids) != 1 || mids[0] != f.mid {
+		t.Fatalf("first slice: %d recorded, more %v, managers %v, %v; want %d, true, [%s]", n, more, mids, err, broker.ScriptBudget, f.mid)
 	}
 	if ok, err := f.c.HExists(ctx, keys.Tasks("rm", f.queue, f.mid), old[0]).Result(); err != nil || ok {
 		t.Fatalf("after the first slice the lost manager's task is still wanted (%v)", err)
@@ -353,8 +353,8 @@ func TestLostInSlicesSparesWhatComesBack(t *testing.T) {
 	}
 	again := f.submit(t, "", 1)
 	total, err := f.r.LoseManagers(ctx)
-	if err != nil || total != published-ScriptBudget {
-		t.Fatalf("LoseManagers after it came back: %d recorded, %v; want the %d left", total, err, published-ScriptBudget)
+	if err != nil || total != published-broker.ScriptBudget {
+		t.Fatalf("LoseManagers after it came back: %d recorded, %v; want the %d left", total, err, published-broker.ScriptBudget)
 	}
 	if v, err := f.c.HGet(ctx, keys.Batches("rm", f.queue, f.mid), "new").Result(); err != nil || v == "" {
 		t.Fatalf("the manager's new batch is gone: %q, %v", v, err)
@@ -382,7 +382,7 @@ func TestLostInSlicesSparesWhatComesBack(t *testing.T) {
 func TestPurgeInSlices(t *testing.T) {
 	f := setup(t)
 	ctx := context.Background()
-	const big, small, private, size = 1200, ScriptBudget + 100, 700, 3
+	const big, small, private, size = 1200, broker.ScriptBudget + 100, 700, 3
 	submit := func(lane uint64, wid string, n int, first uint64) {
 		t.Helper()
 		tasks := make([]wire.Task, n)
@@ -416,10 +416,10 @@ func TestPurgeInSlices(t *testing.T) {
 	a := NewAdmin(f.c, "rm")
 	args := []any{keys.Base("rm", f.queue), 0, keys.Private("rm", f.queue, "w1")}
 	one, err := purgeScript.run(ctx, f.c, []string{keys.Ring("rm", f.queue, keys.DefaultPriority)}, args...).Int64Slice()
-	if err != nil || len(one) != 3 || one[1] != ScriptBudget-1 || one[2] != 0 {
-		t.Fatalf("one purge.lua call: %v, %v; want %d ids dropped (a lane visited, and its ids), not done", one, err, ScriptBudget-1)
+	if err != nil || len(one) != 3 || one[1] != broker.ScriptBudget-1 || one[2] != 0 {
+		t.Fatalf("one purge.lua call: %v, %v; want %d ids dropped (a lane visited, and its ids), not done", one, err, broker.ScriptBudget-1)
 	}
-	left := int64(big - (ScriptBudget - 1))
+	left := int64(big - (broker.ScriptBudget - 1))
 	if n, err := f.c.LLen(ctx, bigLane).Result(); err != nil || n != left {
 		t.Fatalf("the lane stopped in holds %d ids (%v), want %d", n, err, left)
 	}
@@ -427,7 +427,7 @@ func TestPurgeInSlices(t *testing.T) {
 		t.Fatalf("the lane stopped in counts %d elements (%v), want %d", e, err, left*size)
 	}
 	purged, dropped, err := purgeOf(a.Purge(ctx, &broker.QueueParams{Queue: f.queue}))
-	rest := big + small + private - (ScriptBudget - 1)
+	rest := big + small + private - (broker.ScriptBudget - 1)
 	if err != nil || purged != rest || dropped != rest {
 		t.Fatalf("Purge: %d purged, %d dropped, %v; want %d", purged, dropped, err, rest)
 	}
@@ -451,7 +451,7 @@ func TestPurgeInSlices(t *testing.T) {
 func TestLoseManagersPerCallBounded(t *testing.T) {
 	f := setup(t)
 	ctx := context.Background()
-	const published = LoseSlices*ScriptBudget + 300
+	const published = LoseSlices*broker.ScriptBudget + 300
 	batches := make(map[string]wire.BatchProgress, published)
 	for i := range published {
 		batches["b"+strconv.Itoa(i)] = wire.BatchProgress{Func: "f", Total: 1}
@@ -459,8 +459,8 @@ func TestLoseManagersPerCallBounded(t *testing.T) {
 	if _, err := f.r.PublishBatches(ctx, &broker.PublishBatchesParams{Manager: f.mid, Batches: batches, TTL: time.Minute, Due: -time.Millisecond}); err != nil {
 		t.Fatal(err)
 	}
-	if n, err := f.r.LoseManagers(ctx); err != nil || n != LoseSlices*ScriptBudget {
-		t.Fatalf("first LoseManagers: %d, %v; want %d", n, err, LoseSlices*ScriptBudget)
+	if n, err := f.r.LoseManagers(ctx); err != nil || n != LoseSlices*broker.ScriptBudget {
+		t.Fatalf("first LoseManagers: %d, %v; want %d", n, err, LoseSlices*broker.ScriptBudget)
 	}
 	if n, err := f.r.LoseManagers(ctx); err != nil || n != 300 {
 		t.Fatalf("second LoseManagers: %d, %v; want the 300 left", n, err)
@@ -476,7 +476,7 @@ func TestLoseManagersPerCallBounded(t *testing.T) {
 func TestPublishInSlicesRetried(t *testing.T) {
 	f := setup(t)
 	ctx := context.Background()
-	const published = 2*ScriptBudget + 10
+	const published = 2*broker.ScriptBudget + 10
 	batches := make(map[string]wire.BatchProgress, published)
 	for i := range published {
 		batches["b"+strconv.Itoa(i)] = wire.BatchProgress{Func: "f", Total: 1}

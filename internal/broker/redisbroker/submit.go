@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"github.com/redis/go-redis/v9"
+
 	"github.com/redmap/redmap/internal/broker"
 	"github.com/redmap/redmap/internal/id"
 	"github.com/redmap/redmap/internal/keys"
@@ -45,7 +46,7 @@ func (r *Broker) Submit(ctx context.Context, p *broker.SubmitParams) (_ *broker.
 	queued := 0 // tasks of the groups done
 	for first := true; first || len(tasks) > 0; first = false {
 		n, size := 0, 0
-		for n < len(tasks) && n < maxGroup && (n == 0 || size+len(tasks[n].Payload) <= CallBytes) {
+		for n < len(tasks) && n < maxGroup && (n == 0 || size+len(tasks[n].Payload) <= broker.CallBytes) {
 			size += len(tasks[n].Payload)
 			n++
 		}
@@ -73,7 +74,7 @@ func (r *Broker) Submit(ctx context.Context, p *broker.SubmitParams) (_ *broker.
 		if err != nil {
 			err = onKey(wrap("submit", submitScript, "", err), ks[0])
 			if queued > 0 {
-				err = &PartlySubmitted{Queued: queued, Count: count, Intact: intact, Err: err}
+				err = &broker.PartlySubmitted{Queued: queued, Count: count, Intact: intact, Err: err}
 			}
 			return &broker.SubmitResult{Count: count, Intact: false}, err
 		}

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
 	"github.com/redmap/redmap/internal/broker"
 	"github.com/redmap/redmap/internal/broker/wire"
 	"github.com/redmap/redmap/internal/id"
@@ -66,7 +67,7 @@ func (r *Broker) taken(ctx context.Context, wid string, vals []any) (*broker.Tak
 	var gone []wire.Done
 	for j := 0; j < len(fetch); {
 		n, size := 0, int64(0)
-		for j+n < len(fetch) && (n == 0 || size+lens[j+n].Val() <= CallBytes) {
+		for j+n < len(fetch) && (n == 0 || size+lens[j+n].Val() <= broker.CallBytes) {
 			size += lens[j+n].Val()
 			n++
 		}
@@ -231,7 +232,7 @@ func (r *Broker) parseTaken(vals []any) (taken []wire.Taken, end wire.TakeEnd, e
 		}
 		i += 2
 		t := wire.Taken{ID: id, Shard: r.shard, At: now}
-		if payload != "" { // else over Inline: see taken
+		if payload != "" { // else over broker.Inline: see taken
 			t.Payload = []byte(payload)
 		}
 		if i < len(vals) {
