@@ -1,8 +1,7 @@
 // Package brokertest is the conformance suite of the broker contract
-// (internal/broker): the rules the parts of the manager and the worker rely
-// on, run against every implementation (internal/broker/redisbroker on a real Redis,
-// internal/broker/memory), so that the unit tests that run on the memory
-// broker prove something of Redis.
+// (internal/broker): the rules the parts of the manager and the worker, and
+// the operators' tools, rely on, run against an implementation on a real
+// store (internal/broker/redisbroker on a redis-server).
 package brokertest
 
 import (
@@ -40,6 +39,10 @@ type Harness interface {
 	Lane() wire.Lane
 	// Lose loses the manager's task set, as a Redis that lost its data.
 	Lose(t *testing.T)
+	// Operator returns the operators' side of the same store, and Name the
+	// queue's name, by which an operator names it.
+	Operator() broker.Operator
+	Name() string
 }
 
 // Run runs the suite, opening a fresh queue for each case.
@@ -60,6 +63,12 @@ func Run(t *testing.T, open func(t *testing.T) Harness) {
 	t.Run("live workers", func(t *testing.T) { testLiveWorkers(t, open) })
 	t.Run("partitions", func(t *testing.T) { testPartitions(t, open) })
 	t.Run("backups", func(t *testing.T) { testBackups(t, open) })
+	t.Run("claim", func(t *testing.T) { testClaim(t, open) })
+	t.Run("durable records", func(t *testing.T) { testDurableRecords(t, open) })
+	t.Run("operator: queue", func(t *testing.T) { testOperatorQueue(t, open) })
+	t.Run("operator: batches", func(t *testing.T) { testOperatorBatches(t, open) })
+	t.Run("operator: controls", func(t *testing.T) { testOperatorControls(t, open) })
+	t.Run("operator: durable", func(t *testing.T) { testOperatorDurable(t, open) })
 }
 
 const wid = "w1"

@@ -15,8 +15,7 @@ import (
 	"github.com/redmap/redmap/internal/redistest"
 )
 
-// The scripts keep the contract's rules, as the memory broker the parts'
-// unit tests run on does (internal/broker/memory runs the same suite).
+// The scripts keep the contract's rules.
 func TestConformance(t *testing.T) {
 	brokertest.Run(t, func(t *testing.T) brokertest.Harness {
 		c := redistest.Shared(t).Client(t)
@@ -41,6 +40,9 @@ var lane = wire.Lane{Name: mid + ".1", Calls: "f\tsig"}
 func (h *harness) Queue() broker.Queue { return h.r }
 func (h *harness) Manager() string     { return mid }
 func (h *harness) Lane() wire.Lane     { return lane }
+func (h *harness) Name() string        { return h.queue }
+
+func (h *harness) Operator() broker.Operator { return redisbroker.NewAdmin(h.c, "redmap") }
 
 func (h *harness) Lose(t *testing.T) {
 	t.Helper()
