@@ -7,9 +7,9 @@
 //
 // internal/broker/redisbroker implements it on Redis (each operation
 // beside the script it runs, its KEYS and ARGV built from the params in one
-// place); internal/broker/memory implements it in memory, for the parts'
-// unit tests; the suite in internal/broker/brokertest runs against both,
-// so that a rule the tests rely on holds of the real one.
+// place); the suite in internal/broker/brokertest holds it to the
+// contract's rules on a real Redis. internal/broker/memory simulates it for
+// the parts' unit tests, without lanes, limits or durable batches.
 package broker
 
 import (

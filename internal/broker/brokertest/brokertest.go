@@ -63,6 +63,7 @@ func Run(t *testing.T, open func(t *testing.T) Harness) {
 	t.Run("live workers", func(t *testing.T) { testLiveWorkers(t, open) })
 	t.Run("partitions", func(t *testing.T) { testPartitions(t, open) })
 	t.Run("backups", func(t *testing.T) { testBackups(t, open) })
+	t.Run("shard basics", func(t *testing.T) { testShardBasics(t, open) })
 	t.Run("claim", func(t *testing.T) { testClaim(t, open) })
 	t.Run("durable records", func(t *testing.T) { testDurableRecords(t, open) })
 	t.Run("operator: queue", func(t *testing.T) { testOperatorQueue(t, open) })

@@ -106,3 +106,40 @@ func sameSet(a, b []string) bool {
 	slices.Sort(b)
 	return slices.Equal(a, b)
 }
+
+// testShardBasics: a shard says its index and name, answers a ping, counts
+// what waits; a signature's types are published and read back; a
+// manager's keys are renewed and, dropped, its task set is gone.
+func testShardBasics(t *testing.T, open func(t *testing.T) Harness) {
+	h := open(t)
+	ctx := context.Background()
+	q, mid := h.Queue(), h.Manager()
+	if q.Shard() != 0 || q.Name() != h.Name() {
+		t.Fatalf("shard %d named %q; want 0 named %q", q.Shard(), q.Name(), h.Name())
+	}
+	if err := q.Ping(ctx); err != nil {
+		t.Fatal(err)
+	}
+	h.Add(t, 0, 0)
+	if n, err := q.Depth(ctx); err != nil || n != 2 {
+		t.Fatalf("Depth: %d, %v; want 2", n, err)
+	}
+	if names, err := q.ShardNames(ctx); err != nil || len(names) != 0 {
+		t.Fatalf("ShardNames of an unsharded queue: %v, %v; want none", names, err)
+	}
+	if err := q.PublishTypes(ctx, &broker.PublishTypesParams{Sig: "sig", Types: []string{"int", "string"}}); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := q.Types(ctx, &broker.TypesParams{Sig: "sig"}); err != nil || !slices.Equal(got, []string{"int", "string"}) {
+		t.Fatalf("Types: %v, %v; want [int string]", got, err)
+	}
+	if err := q.Renew(ctx, &broker.RenewParams{Manager: mid, TTL: time.Hour}); err != nil {
+		t.Fatal(err)
+	}
+	if err := q.Drop(ctx, &broker.ManagerParams{Manager: mid}); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := q.Submitted(ctx, &broker.ManagerParams{Manager: mid}); err != nil || got.Count != 0 || got.Epoch != "" {
+		t.Fatalf("Submitted once dropped: %+v, %v; want nothing", got, err)
+	}
+}
