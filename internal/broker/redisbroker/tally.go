@@ -110,7 +110,7 @@ func (a *Admin) recordCancelled(ctx context.Context, shards []string, queue, o, 
 	}
 	rec := p.Record(bid, o)
 	rec.Outcome, rec.Ended = wire.OutcomeCancelled, time.Now().UnixMilli()
-	rec.Done, rec.Failed, rec.Total = t.done, t.failed, max(p.Total, t.done)
+	rec.Done, rec.Failed = t.done, t.failed // Total stays the published one: 0, unknown, if none was
 	if t.failed > 0 {
 		rec.FailedBy = t.failedBy
 	}
