@@ -607,11 +607,22 @@ func (d *Dashboard) drain(ctx context.Context, req actionRequest) (string, error
 }
 
 func (d *Dashboard) cancel(ctx context.Context, req actionRequest) (string, error) {
-	if req.Queue == "" || req.Manager == "" || req.Batch == "" {
-		return "", errors.New("cancel needs a queue, a manager and a batch")
+	if req.Queue == "" || req.Batch == "" {
+		return "", errors.New("cancel needs a queue and a batch")
 	}
-	if err := d.in.CancelBatch(ctx, req.Queue, req.Manager, req.Batch); err != nil {
+	did, err := d.in.Cancel(ctx, req.Queue, req.Batch, false)
+	switch {
+	case err != nil:
 		return "", err
+	case did.Pipeline != nil:
+		return "cancelling pipeline " + did.Pipeline.Pipeline + ": every stage ends", nil
+	case did.Job != nil:
+		for n, how := range did.Job.Batches {
+			if how == "ended" {
+				return "", fmt.Errorf("durable batch %q has ended: its results wait for the call that takes it over; redmap cancel -discard drops them", n)
+			}
+		}
+		return "cancelled durable batch " + req.Batch + ": its tasks are withdrawn", nil
 	}
 	return "cancelling batch " + req.Batch + " at its manager's next poll", nil
 }

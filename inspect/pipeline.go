@@ -2,16 +2,10 @@ package inspect
 
 import (
 	"cmp"
-	"context"
-	"fmt"
 	"slices"
 	"strconv"
 	"strings"
 	"time"
-
-	"github.com/redmap/redmap/internal/broker"
-	"github.com/redmap/redmap/internal/broker/wire"
-	"github.com/redmap/redmap/internal/id"
 )
 
 // Pipeline is a pipeline (manager.From) as its batches show it: one job,
@@ -177,96 +171,4 @@ func compareStages(a, b string) int {
 	an, as := first(a)
 	bn, bs := first(b)
 	return cmp.Or(cmp.Compare(an, bn), cmp.Compare(as, bs), strings.Compare(a, b))
-}
-
-// PipelineCancel is what CancelPipeline did.
-type PipelineCancel struct {
-	// Pipeline is the pipeline's name (codec.CallInfo's Pipeline), found
-	// from the name or batch id it was asked to cancel.
-	Pipeline string `json:"pipeline"`
-	// Managers are the managers asked to cancel it, each at its next
-	// Poll: every running batch of it, and any stage still to come.
-	Managers []string `json:"managers,omitempty"`
-	// Running are its batches that were running when it was cancelled.
-	Running []string `json:"running,omitempty"`
-	// Durable is what cancelling a durable pipeline did (CancelJob of its
-	// name); nil for another.
-	Durable *JobCancel `json:"durable,omitempty"`
-}
-
-// CancelPipeline cancels pipeline name of queue: name is the pipeline's
-// (its durable name, or the job id its batches carry as their Call's
-// Pipeline), or the id of any batch of it, running or in the history.
-// Each manager that ran a batch of it and still publishes its progress is
-// asked to cancel the whole pipeline, which it does at its next Poll: its
-// running batch ends, its tasks withdrawn; no later stage is submitted;
-// and the call (Collect, Stream, Fold) returns an error wrapping
-// redmap.ErrCancelled. A durable pipeline's batches are cancelled as
-// CancelJob does its name, whoever holds them; so is its claim
-// (<name>/pipeline), which asks the manager running it, between two
-// phases too, and which then deletes what it keeps in Redis. A pipeline
-// none of whose batches is running or in the history's last HistoryShown
-// returns an empty Pipeline. A few round trips.
-func (i *Inspector) CancelPipeline(ctx context.Context, queue, name string) (PipelineCancel, error) {
-	var out PipelineCancel
-	running, err := i.Batches(ctx, queue)
-	if err != nil {
-		return out, err
-	}
-	ended, _, err := i.History(ctx, queue, HistoryShown)
-	if err != nil {
-		return out, err
-	}
-	all := append(slices.Clone(running), ended...)
-	for _, b := range all {
-		if b.Call.Pipeline != "" && (b.Call.Pipeline == name || b.ID == name) {
-			out.Pipeline = b.Call.Pipeline
-			break
-		}
-	}
-	if out.Pipeline == "" {
-		return out, nil
-	}
-	durable := false
-	mids := make(map[string]bool)
-	for _, b := range all {
-		if b.Call.Pipeline != out.Pipeline {
-			continue
-		}
-		if b.Outcome == "running" {
-			out.Running = append(out.Running, b.ID)
-		}
-		if b.Durable != "" || id.IsDurable(b.Manager) {
-			durable = true
-			continue
-		}
-		mids[b.Manager] = true
-	}
-	if durable {
-		jc, err := i.CancelJob(ctx, queue, out.Pipeline, false)
-		out.Durable = &jc
-		if err != nil {
-			return out, err
-		}
-	}
-	// Each manager is asked, not only those with a batch running: between
-	// two stages none runs, and the ask still stops the next.
-	var lastErr error
-	for _, mid := range slices.Sorted(func(yield func(string) bool) {
-		for m := range mids {
-			if !yield(m) {
-				return
-			}
-		}
-	}) {
-		if err := i.admin.CancelBatch(ctx, &broker.CancelBatchParams{Queue: queue, Manager: mid, Batch: wire.PipelineCancel(out.Pipeline)}); err != nil {
-			lastErr = err
-			continue
-		}
-		out.Managers = append(out.Managers, mid)
-	}
-	if len(out.Managers) == 0 && lastErr != nil && len(out.Running) > 0 {
-		return out, fmt.Errorf("inspect: pipeline %q of queue %q: %w", out.Pipeline, queue, lastErr)
-	}
-	return out, nil
 }

@@ -82,6 +82,11 @@ type Batch[Out any] struct {
 	// with its result, as the result says it ended (wire.Complete); nil
 	// if none was.
 	soloWritten *wire.BatchRecord
+	// cancelRecorded says an operator's cancel of this durable batch, made
+	// while no call held it, wrote its record with what ran
+	// (redisbroker.Admin.CancelOwner): the call that takes it over writes
+	// none, which would count its elements failed, not what ran.
+	cancelRecorded bool
 	// settled, for a durable batch, is closed once its owner has closed
 	// or detached (Manager.settle): Wait returns after it too.
 	settled <-chan struct{}
@@ -528,6 +533,10 @@ func (b *Batch[Out]) release() {
 		}
 		r := b.record()
 		b.endSpan(r)
+		if b.cancelledUnheld() {
+			close(b.recorded)
+			return
+		}
 		failed := b.failedElements()
 		if b.writtenAlike(r) {
 			// Its task's finish wrote the record; not its failed elements.
@@ -540,6 +549,14 @@ func (b *Batch[Out]) release() {
 		}
 		b.env.history.record(r, failed, b.recorded)
 	})
+}
+
+// cancelledUnheld reports whether an operator's cancel recorded the batch
+// (cancelRecorded).
+func (b *Batch[Out]) cancelledUnheld() bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.cancelRecorded
 }
 
 // isEmpty reports whether the batch has no element and never will.

@@ -154,6 +154,8 @@ func runChild() {
 		err = childGater(rdb, queue)
 	case role == "manager-map":
 		err = childMapper(rdb, queue)
+	case role == "manager-cancelled":
+		err = childCancelled(rdb, queue)
 	case role == "manager-durable":
 		err = childDurable(rdb, queue)
 	case role == "manager-pipeline":
@@ -337,6 +339,22 @@ func childMapper(rdb redis.UniversalClient, queue string) error {
 		}
 	}
 	fmt.Println("exact", len(ys))
+	return nil
+}
+
+// childCancelled maps calmSquare over 3,000 elements, 10 a task,
+// publishing every 100 ms, prints "mapping <manager id>" before, and once
+// the call returns (an operator cancels it) "ended cancelled=<whether its
+// error wraps redmap.ErrCancelled>", and exits.
+func childCancelled(rdb redis.UniversalClient, queue string) error {
+	m, err := manager.New(rdb, manager.Options{Queue: queue, Poll: 100 * time.Millisecond})
+	if err != nil {
+		return err
+	}
+	defer m.Close()
+	fmt.Println("mapping", m.ID())
+	_, err = manager.Map(context.Background(), m, calmSquare, make([]int, 3000), manager.ChunkSize(10))
+	fmt.Println("ended", "cancelled="+strconv.FormatBool(errors.Is(err, redmap.ErrCancelled)), err)
 	return nil
 }
 

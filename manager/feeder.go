@@ -660,9 +660,13 @@ func (f *feeder[Out]) first(ctx context.Context, sp spec, red *redmap.Reducer[Ou
 
 // cancelled ends a durable batch an operator cancelled while no manager
 // held it: a slice's elements all fail with cause; a sequence, unread,
-// ends with it.
+// ends with it. The cancel recorded it with what ran: this call writes no
+// record.
 func (f *feeder[Out]) cancelled(cause error) {
 	f.in.stop()
+	f.b.mu.Lock()
+	f.b.cancelRecorded = true
+	f.b.mu.Unlock()
 	if n, known := f.in.length(); known {
 		if n > 0 {
 			f.b.failUnsubmitted(0, n, 0, cause)

@@ -258,7 +258,7 @@ func (k *keeper) publishBatches(ctx context.Context) {
 		if b, ok := running[id]; ok {
 			k.log.Warn("an operator cancelled a batch", "batch", id)
 			cancel := func() []Progress {
-				b.cancel(fmt.Errorf("%w: by an operator (redmap dashboard)", context.Canceled))
+				b.cancel(fmt.Errorf("%w (redmap cancel, the dashboard): %w", failure.ErrCancelled, context.Canceled))
 				return []Progress{b.Progress()}
 			}
 			if call := published[id].Call; call.Pipeline != "" {

@@ -730,26 +730,27 @@ func (c *cli) resume(ctx context.Context, q string) error {
 	return nil
 }
 
-// cancel cancels durable batch or job name of queue q (manager.Durable).
+// cancel cancels what name names on queue q: a pipeline, a running batch,
+// or a durable batch or job (Inspector.Cancel).
 func (c *cli) cancel(ctx context.Context, operand []string) error {
 	q, name := operand[0], operand[1]
 	if err := c.mustQueue(ctx, q); err != nil {
 		return err
 	}
-	pc, err := c.in.CancelPipeline(ctx, q, name)
-	if err != nil {
+	did, err := c.in.Cancel(ctx, q, name, c.discard)
+	switch {
+	case err != nil:
 		return err
+	case did.Pipeline != nil:
+		return c.cancelledPipeline(q, name, *did.Pipeline)
+	case did.Batch != "":
+		if c.json {
+			return c.emit(map[string]any{"queue": q, "name": name, "batch": did.Batch, "manager": did.Manager})
+		}
+		fmt.Fprintf(c.out, "cancelled batch %s of queue %s: its manager %s, at its next Poll, withdraws its tasks, records it cancelled, and its call returns ErrCancelled\n", did.Batch, q, did.Manager)
+		return nil
 	}
-	if pc.Pipeline != "" {
-		return c.cancelledPipeline(q, name, pc)
-	}
-	jc, err := c.in.CancelJob(ctx, q, name, c.discard)
-	if err != nil {
-		return err
-	}
-	if len(jc.Batches) == 0 && jc.PartitionKeys == 0 && jc.Pipeline == nil {
-		return fmt.Errorf("queue %q has no durable batch or job %q", q, name)
-	}
+	jc := *did.Job
 	if c.json {
 		return c.emit(map[string]any{"queue": q, "name": name, "batches": jc.Batches, "partition_keys": jc.PartitionKeys})
 	}

@@ -873,7 +873,7 @@ func TestCancelDurable(t *testing.T) {
 	if code != 0 || !strings.Contains(out, "cancelled durable batch") {
 		t.Fatalf("redmap cancel: exit %d %q %q", code, out, errs)
 	}
-	if _, errs, code := runCLI(t, srv, "cancel", queue, "day"); code == 0 || !strings.Contains(errs, `no durable batch or job "day"`) {
+	if _, errs, code := runCLI(t, srv, "cancel", queue, "day"); code == 0 || !strings.Contains(errs, `no running batch, pipeline, or durable batch or job "day"`) {
 		t.Fatalf("redmap cancel of a batch Redis never had: exit %d %q", code, errs)
 	}
 	cliJSON(t, srv, &batches, "batches", "-queue", queue, "-all")

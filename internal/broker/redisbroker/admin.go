@@ -420,13 +420,12 @@ func (a *Admin) CancelOwner(ctx context.Context, p *broker.CancelOwnerParams) (s
 		}
 	}
 	ks := []string{keys.Claim(a.prefix, queue, o), keys.Cancels(a.prefix, queue, o), keys.Tasks(a.prefix, queue, o),
-		keys.Attempts(a.prefix, queue, o), keys.Cancelled(a.prefix, queue, o), keys.Durables(a.prefix, queue),
-		keys.History(a.prefix, queue), keys.HistoryIndex(a.prefix, queue), keys.Batches(a.prefix, queue, o)}
-	s, err := cancelScript.run(ctx, a.c, ks, o, reason, keys.DefaultHistory, keys.DefaultHistoryAge.Milliseconds(), time.Minute.Milliseconds(), ended).Text()
+		keys.Attempts(a.prefix, queue, o), keys.Cancelled(a.prefix, queue, o), keys.Durables(a.prefix, queue)}
+	s, err := cancelScript.run(ctx, a.c, ks, o, reason, ended, time.Minute.Milliseconds()).Text()
 	if err != nil {
 		return "", wrap("cancel a durable batch", cancelScript, "", err)
 	}
-	if s != "cancelled" && s != "asked" {
+	if s != "cancelled" && s != "asked" && s != "already" {
 		return s, nil
 	}
 	// Its tasks are withdrawn from every shard, so that workers skip them
@@ -438,7 +437,12 @@ func (a *Admin) CancelOwner(ctx context.Context, p *broker.CancelOwnerParams) (s
 			return s, err
 		}
 	}
-	return s, nil
+	// No result of it is accepted any more: what ran is final, and is
+	// recorded, so that a holder killed before it read the ask, or none,
+	// leaves a true record (the call that takes it over writes none). A
+	// holder alive writes its own, over this one; a record there already
+	// (its holder's, or this cancel's made before) stays.
+	return s, a.recordCancelled(ctx, shards, queue, o, reason, s != "cancelled")
 }
 
 // ForgetOwner deletes the keys of durable batch owner p.Owner of queue

@@ -50,8 +50,13 @@ func (r *Broker) Resume(ctx context.Context, p *broker.ResumeParams) (*wire.Resu
 // Inline bytes each), then the staged results in reads of at most
 // CallBytes (StagedSizes, Unstaged), as the collector reads them.
 func (r *Broker) Kept(ctx context.Context, p *broker.KeptParams) ([]string, error) {
-	owner, from, n := p.Owner, p.From, p.N
-	es, err := r.c.LRange(ctx, keys.Kept(r.prefix, r.queue, owner), from, from+n-1).Result()
+	return r.entries(ctx, keys.Kept(r.prefix, r.queue, p.Owner), p.Owner, p.From, p.N)
+}
+
+// entries returns up to n entries of owner's result list or kept list
+// (list) from index from, staged results in place, as Kept does.
+func (r *Broker) entries(ctx context.Context, list, owner string, from, n int64) ([]string, error) {
+	es, err := r.c.LRange(ctx, list, from, from+n-1).Result()
 	if err != nil {
 		return nil, wrap("read kept results", nil, "LRANGE", err)
 	}
