@@ -220,9 +220,12 @@ func (o *outputs[Out]) foldPartial(c chunk, r *codec.Result) {
 	}
 	var partial [1]Out
 	err := codec.DecodeElements(r.Values, partial[:])
+	if err == nil {
+		o.failSteps(partial[0], r)
+	}
 	if err != nil {
 		err = fmt.Errorf("%w: partial as %v: %v", redmap.ErrDecode, reflect.TypeFor[Out](), err)
-	} else if o.failSteps(partial[0], r); !o.folded {
+	} else if !o.folded {
 		o.acc, o.folded = partial[0], true
 	} else if acc, ferr := o.fold.Fold(context.Background(), o.acc, partial[0]); ferr != nil {
 		err = ferr

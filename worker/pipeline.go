@@ -84,11 +84,11 @@ func (w *Worker) chainTask(ctx context.Context, c *resolved, sh *wire.Shuffle, s
 	if whole != nil {
 		return nil, []codec.Failure{*whole}
 	}
-	c.noteSteps(sh.Pipe, fails)
 	pages, err := steps[len(steps)-1].Pages(ys, 0)
 	if err != nil {
 		return nil, whole1(codec.KindEncode, "outputs of %q: %v", names[len(names)-1], err)
 	}
+	c.noteSteps(sh.Pipe, fails)
 	return oneOutput(&wire.ChainOut{Start: base, N: reflect.ValueOf(ys).Len(), Page: pages[0], Fails: fails})
 }
 
@@ -120,7 +120,6 @@ func (w *Worker) pipeMap(ctx context.Context, c *resolved, sh *wire.Shuffle, ste
 	if whole != nil {
 		return nil, []codec.Failure{*whole}
 	}
-	c.noteSteps(sh.Pipe, fails)
 	sum := wire.MapSummary{Fails: fails}
 	if partials != nil {
 		if w.withdrawn(ctx, c, t) {
@@ -137,6 +136,9 @@ func (w *Worker) pipeMap(ctx context.Context, c *resolved, sh *wire.Shuffle, ste
 			sum.Bytes += int64(len(p))
 		}
 	}
+	// Noted once nothing can fail the task whole, which would stand for
+	// its elements.
+	c.noteSteps(sh.Pipe, fails)
 	return oneOutput(&sum)
 }
 
@@ -306,7 +308,9 @@ func (w *Worker) pipeReduce(ctx context.Context, c *resolved, sh *wire.Shuffle, 
 				return failed(codec.KindError, "storing partition %d's outputs in Redis: %v", in.Part, err)
 			}
 		}
-		c.noteSteps(sh.Pipe, res.Fails) // a partition that failed is counted whole, its keys' failures with it
+		// Noted once the partition cannot fail: a partition that fails is
+		// one failed element, its keys' failures with it.
+		c.noteSteps(sh.Pipe, res.Fails)
 		return nil
 	})
 }

@@ -155,4 +155,15 @@ func TestPipelineFailuresCounted(t *testing.T) {
 	if strings.Contains(string(body), `redmap_worker_elements_failed_total{function="pkey",queue="`+queue+`",stage="1-2 map"`) {
 		t.Errorf("pread's failures counted under pkey, the by-key step's emitter:\n%s", body)
 	}
+
+	// A pipeline of no by-key step: its one stage's batch counts them too.
+	got, err = manager.Collect(context.Background(), m, manager.Then(manager.From(xs), pread), manager.ChunkSize(10))
+	if !errors.As(err, &be) || len(be.Failed) != 10 || len(got) != 90 {
+		t.Fatalf("Collect: %d outputs, %v; want 90 and 10 elements failed", len(got), err)
+	}
+	cliJSON(t, srv, &bs, "batches", "-all", "-queue", queue)
+	chain := slices.IndexFunc(bs, func(b inspect.Batch) bool { return b.Call.Stage == "1 map" })
+	if chain < 0 || bs[chain].Failed != 10 || bs[chain].FailedBy["error"] != 10 || bs[chain].Outcome != "failed" {
+		t.Fatalf("history %+v; want the stage 1 map's batch with 10 elements failed", bs)
+	}
 }
