@@ -13,6 +13,11 @@ type FailedElement struct {
 	Error    string `json:"error"`            // its message (at most 512 bytes)
 	Attempts int    `json:"attempts"`         // the runs its failure came from: the failed attempt + 1
 	Worker   string `json:"worker,omitempty"` // the worker whose attempt failed; "" on the manager's side
+	// Stage and Key are set for an element of a pipeline that failed in
+	// a step: the step's number, and past a by-key step the key it came
+	// from (Index is then -1). Index is in the pipeline's input.
+	Stage int    `json:"stage,omitempty"`
+	Key   string `json:"key,omitempty"`
 }
 
 // FailedElements are the failed elements of an ended batch, as its
@@ -47,7 +52,7 @@ func (i *Inspector) FailedElements(ctx context.Context, queue, bid string) (Fail
 	fs := got.Elements
 	out.Omitted, out.Malformed = fs.Omitted, got.Malformed
 	for _, f := range fs.Elements {
-		out.Elements = append(out.Elements, FailedElement{Index: f.Index, Kind: f.Kind, Error: f.Error, Attempts: f.Attempts, Worker: f.Worker})
+		out.Elements = append(out.Elements, FailedElement{Index: f.Index, Kind: f.Kind, Error: f.Error, Attempts: f.Attempts, Worker: f.Worker, Stage: f.Stage, Key: f.Key})
 	}
 	return out, nil
 }

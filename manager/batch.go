@@ -126,7 +126,7 @@ func newBatch[Out any](env batchEnv, seq uint64, fn string, n int, red *redmap.R
 		seq:      seq,
 		fn:       fn,
 		feed:     ledger{n: n, left: n, exhausted: !stream, stream: stream, bounded: stream && red == nil},
-		outs:     outputs[Out]{fn: fn, out: out, red: red, fold: folderOf(red), stream: stream},
+		outs:     outputs[Out]{fn: fn, out: out, red: red, fold: folderOf(red), stream: stream, names: namesFailures[Out]()},
 		stream:   stream,
 		id:       id.Batch(env.mid, seq),
 		started:  time.Now(),
@@ -608,10 +608,13 @@ func (b *Batch[Out]) record() wire.BatchRecord {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	r := p.Record(b.id, b.env.mid)
-	r.Outcome, r.Ended = outcomeOf(b.state.err, len(b.outs.errs)), time.Now().UnixMilli()
-	if len(b.outs.errs) > 0 {
+	r.Outcome, r.Ended = outcomeOf(b.state.err, b.outs.failed()), time.Now().UnixMilli()
+	if b.outs.failed() > 0 {
 		r.FailedBy = make(map[string]int)
 		for _, e := range b.outs.errs {
+			r.FailedBy[causeOf(e.Err)]++
+		}
+		for _, e := range b.outs.stepErrs {
 			r.FailedBy[causeOf(e.Err)]++
 		}
 	}
@@ -629,28 +632,30 @@ func (b *Batch[Out]) record() wire.BatchRecord {
 // failedElements returns the batch's failed elements for operators, the
 // first wire.MaxFailedElements by index and how many more failed; none for
 // a batch cancelled or closed, whose elements did not fail in the fleet.
+// A pipeline's element that failed in a step is listed by its index in the
+// pipeline's input, or past a by-key step by its key, after the others.
 func (b *Batch[Out]) failedElements() wire.FailedElements {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	var out wire.FailedElements
-	if len(b.outs.errs) == 0 {
+	if b.outs.failed() == 0 {
 		return out
 	}
-	idx := make([]int, 0, len(b.outs.errs))
-	for i, e := range b.outs.errs {
+	es := make([]*redmap.TaskError, 0, b.outs.failed())
+	for _, e := range b.outs.errs {
 		if k := causeOf(e.Err); k != wire.OutcomeCancelled && k != wire.OutcomeClosed {
-			idx = append(idx, i)
+			es = append(es, e)
 		}
 	}
-	slices.Sort(idx)
-	if len(idx) > wire.MaxFailedElements {
-		out.Omitted = len(idx) - wire.MaxFailedElements
-		idx = idx[:wire.MaxFailedElements]
+	slices.SortFunc(es, func(a, b *redmap.TaskError) int { return a.Index - b.Index })
+	es = append(es, b.outs.stepErrs...)
+	if len(es) > wire.MaxFailedElements {
+		out.Omitted = len(es) - wire.MaxFailedElements
+		es = es[:wire.MaxFailedElements]
 	}
-	out.Elements = make([]wire.FailedElement, len(idx))
-	for j, i := range idx {
-		e := b.outs.errs[i]
-		out.Elements[j] = wire.FailedElement{Index: i, Kind: causeOf(e.Err), Error: e.Err.Error(), Attempts: e.Attempt + 1, Worker: e.Worker}
+	out.Elements = make([]wire.FailedElement, len(es))
+	for j, e := range es {
+		out.Elements[j] = wire.FailedElement{Index: e.Index, Key: e.Key, Stage: e.Stage, Kind: causeOf(e.Err), Error: e.Err.Error(), Attempts: e.Attempt + 1, Worker: e.Worker}
 	}
 	return out
 }

@@ -9,6 +9,7 @@ import (
 
 	"github.com/redmap/redmap"
 	"github.com/redmap/redmap/codec"
+	"github.com/redmap/redmap/internal/broker/wire"
 	"github.com/redmap/redmap/internal/engine"
 	"github.com/redmap/redmap/internal/failure"
 )
@@ -28,6 +29,46 @@ type outputs[Out any] struct {
 	folded bool                 // with red: acc holds a fold
 	errs   map[int]*redmap.TaskError
 	order  []int // indexes of the chunks over, in completion order (a slice's)
+	// names says Out names elements that failed in it (stepFailer): a
+	// pipeline task's output. Those are stepErrs, which count among the
+	// batch's failed elements as errs do; the pipeline, not batchError,
+	// returns them to its caller.
+	names    bool
+	stepErrs []*redmap.TaskError
+}
+
+// stepFailer is an output that names elements of a pipeline that failed
+// in the task that gave it (wire.MapSummary, wire.ChainOut,
+// wire.ReduceOutput): by their index in the pipeline's input, or past a
+// by-key step by their key.
+type stepFailer interface{ StepFails() []wire.StepFail }
+
+// namesFailures reports whether an Out is a stepFailer.
+func namesFailures[Out any]() bool {
+	var zero Out
+	_, ok := any(zero).(stepFailer)
+	return ok
+}
+
+// failed is how many of the batch's elements failed.
+func (o *outputs[Out]) failed() int { return len(o.errs) + len(o.stepErrs) }
+
+// failSteps records the elements that v, an output or partial of a result
+// r, names failed (see stepFailer).
+func (o *outputs[Out]) failSteps(v Out, r *codec.Result) {
+	if !o.names {
+		return
+	}
+	for _, f := range any(v).(stepFailer).StepFails() {
+		cause := failure.Cause(codec.Failure{Kind: codec.Kind(f.Kind), Msg: f.Msg})
+		last := f.Index
+		if f.Index >= 0 && f.Through > f.Index {
+			last = f.Through // a run
+		}
+		for i := f.Index; i <= last; i++ {
+			o.stepErrs = append(o.stepErrs, &redmap.TaskError{Index: i, Key: f.Key, Stage: f.Stage, Attempt: r.Attempt, Err: cause, Stack: f.Stack, Worker: r.Worker})
+		}
+	}
 }
 
 // folderOf returns the fold of reducer red (nil if red is).
@@ -138,6 +179,9 @@ func (o *outputs[Out]) record(c chunk, r *codec.Result, vals []Out, decodeErr er
 	if !o.stream {
 		copy(o.out[c.start:c.start+c.count], vals)
 	}
+	for _, v := range vals {
+		o.failSteps(v, r)
+	}
 	if decodeErr != nil {
 		bad := 0
 		var ee *codec.ElementError
@@ -176,6 +220,9 @@ func (o *outputs[Out]) foldPartial(c chunk, r *codec.Result) {
 	}
 	var partial [1]Out
 	err := codec.DecodeElements(r.Values, partial[:])
+	if err == nil {
+		o.failSteps(partial[0], r)
+	}
 	if err != nil {
 		err = fmt.Errorf("%w: partial as %v: %v", redmap.ErrDecode, reflect.TypeFor[Out](), err)
 	} else if !o.folded {

@@ -59,7 +59,7 @@ func (b *Batch[Out]) recentRate(now time.Time, done int) float64 {
 func (b *Batch[Out]) Progress() Progress {
 	now := time.Now()
 	b.mu.Lock()
-	p := Progress{Func: b.fn, Total: b.feed.n, Done: b.feed.n - b.feed.left, Failed: len(b.outs.errs), Started: b.firstStarted(), Worker: b.worker, Waiting: b.state.waiting, Priority: b.priority, Backups: b.bk.counts}
+	p := Progress{Func: b.fn, Total: b.feed.n, Done: b.feed.n - b.feed.left, Failed: b.outs.failed(), Started: b.firstStarted(), Worker: b.worker, Waiting: b.state.waiting, Priority: b.priority, Backups: b.bk.counts}
 	p.Rate = b.recentRate(now, p.Done)
 	b.mu.Unlock()
 	if p.Rate > 0 && p.Done < p.Total {

@@ -143,26 +143,32 @@ func stageLabel(stage string) string {
 }
 
 // ran counts a task of function fn (a metric label, see metricName) of n
-// elements that ran with fails.
-func (p perFunc) ran(fn, stage string, n int, fails []codec.Failure, stepFailed int) {
+// elements, ok if none of them failed.
+func (p perFunc) ran(fn, stage string, n int, ok bool) {
 	p.elements.WithLabelValues(fn, stage).Add(float64(n))
-	if len(fails) == 0 && stepFailed == 0 {
+	if ok {
 		p.tasks.WithLabelValues(fn, stage).Inc()
 		return
 	}
 	p.failed.WithLabelValues(fn, stage).Inc()
-	failed := stepFailed
+}
+
+// failedIn counts the elements that fails, failures of function fn in a
+// task of n elements, stand for: fn is the task's function, or for a
+// pipeline the step an element failed in (past a by-key step, a failure
+// is of one key, and a task of n partitions may fail more than n).
+func (p perFunc) failedIn(fn, stage string, n int, fails []codec.Failure) {
+	failed := 0
 	for _, f := range fails {
-		switch {
-		case f.Index < 0: // the whole task
+		if f.Index < 0 { // the whole task
 			failed = n
-		case f.Through > f.Index:
-			failed += f.Through - f.Index + 1
-		default:
-			failed++
+			break
 		}
+		failed += f.Last() - f.Index + 1
 	}
-	p.elementsFailed.WithLabelValues(fn, stage).Add(float64(min(failed, n)))
+	if failed > 0 {
+		p.elementsFailed.WithLabelValues(fn, stage).Add(float64(failed))
+	}
 }
 
 // collectors is a set of collectors that registers as one.

@@ -32,7 +32,8 @@ func TestMetricsByFunction(t *testing.T) {
 	})
 	other := redmap.Func("other", func(_ context.Context, x int) (int, error) { return x, nil })
 	// A pipeline's tasks count under their stage too: split fails on
-	// "bad", in the map phase of its by-key step (steps 1-2).
+	// "bad", in the map phase of its by-key step (steps 1-2); its failed
+	// elements count under split, the tasks under one.
 	split := redmap.FlatMap("split", func(_ context.Context, doc string, emit func(string)) error {
 		if doc == "bad" {
 			return errors.New("a bad document")
@@ -61,6 +62,8 @@ func TestMetricsByFunction(t *testing.T) {
 	}
 	host, _ := os.Hostname()
 	mapStage := `{function="one",queue="` + e.Queue + `",stage="1-2 map",worker="` + host + `"}`
+	// Its failed elements count under the step that failed them.
+	splitStage := `{function="split",queue="` + e.Queue + `",stage="1-2 map",worker="` + host + `"}`
 	labels := `{function="thirds",queue="` + e.Queue + `",stage="",worker="` + host + `"}`
 	other0 := `{function="other",queue="` + e.Queue + `",stage="",worker="` + host + `"}`
 	web := httptest.NewServer(promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
@@ -79,7 +82,7 @@ func TestMetricsByFunction(t *testing.T) {
 		"\nredmap_worker_task_duration_seconds_count" + labels + " 6\n",
 		"\nredmap_worker_tasks_failed_total" + other0 + " 0\n", // registered, never run: there, at zero
 		"\nredmap_worker_elements_total" + mapStage + " 5\n",
-		"\nredmap_worker_elements_failed_total" + mapStage + " 2\n",
+		"\nredmap_worker_elements_failed_total" + splitStage + " 2\n",
 		"\nredmap_worker_tasks_failed_total" + mapStage + " 2\n",
 		"\nredmap_worker_tasks_succeeded_total" + mapStage + " 3\n",
 		`redmap_worker_info{host="` + host + `",id="` + w.ID() + `",queue="` + e.Queue + `",version="`,
@@ -87,6 +90,9 @@ func TestMetricsByFunction(t *testing.T) {
 		if !strings.Contains(string(body), want) {
 			t.Errorf("no %q in the scrape:\n%s", strings.TrimSpace(want), body)
 		}
+	}
+	if strings.Contains(string(body), "\nredmap_worker_elements_failed_total"+mapStage) {
+		t.Errorf("split's failures counted under one, the by-key step's emitter:\n%s", body)
 	}
 	if n := strings.Count(string(body), w.ID()); n != 1 {
 		t.Errorf("the worker's id in %d series; want it in redmap_worker_info alone", n)

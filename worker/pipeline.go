@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"reflect"
+	"slices"
 
 	"github.com/redmap/redmap/codec"
 	"github.com/redmap/redmap/internal/broker"
@@ -18,8 +19,10 @@ import (
 // reduce task folds its partition and runs its steps on the pairs, and then
 // the next by-key step's emitter, or stores their outputs as the
 // partition's output. A pipeline's element failures travel in the task's
-// summary (wire.StepFail, naming the step), not as the task's failures,
-// which are left for a task that fails whole.
+// summary (wire.StepFail, naming the step and, past a by-key step, the
+// key), not as the task's failures, which are left for a task that fails
+// whole; the worker counts them as it does those (Worker.execute), and
+// the manager as its batch's failed elements.
 
 // pipeTask runs task c of a pipeline.
 func (w *Worker) pipeTask(ctx context.Context, c *resolved, sh *wire.Shuffle, t wire.Taken) ([]byte, []codec.Failure) {
@@ -81,11 +84,11 @@ func (w *Worker) chainTask(ctx context.Context, c *resolved, sh *wire.Shuffle, s
 	if whole != nil {
 		return nil, []codec.Failure{*whole}
 	}
-	c.stepFailed = elementsIn(fails)
 	pages, err := steps[len(steps)-1].Pages(ys, 0)
 	if err != nil {
 		return nil, whole1(codec.KindEncode, "outputs of %q: %v", names[len(names)-1], err)
 	}
+	c.noteSteps(sh.Pipe, fails)
 	return oneOutput(&wire.ChainOut{Start: base, N: reflect.ValueOf(ys).Len(), Page: pages[0], Fails: fails})
 }
 
@@ -117,7 +120,6 @@ func (w *Worker) pipeMap(ctx context.Context, c *resolved, sh *wire.Shuffle, ste
 	if whole != nil {
 		return nil, []codec.Failure{*whole}
 	}
-	c.stepFailed = elementsIn(fails)
 	sum := wire.MapSummary{Fails: fails}
 	if partials != nil {
 		if w.withdrawn(ctx, c, t) {
@@ -134,6 +136,9 @@ func (w *Worker) pipeMap(ctx context.Context, c *resolved, sh *wire.Shuffle, ste
 			sum.Bytes += int64(len(p))
 		}
 	}
+	// Noted once nothing can fail the task whole, which would stand for
+	// its elements.
+	c.noteSteps(sh.Pipe, fails)
 	return oneOutput(&sum)
 }
 
@@ -164,13 +169,32 @@ func headFails(cf []engine.ChainFail, pipe *wire.Pipe, decodeFail *codec.Failure
 	return fails, nil
 }
 
-// elementsIn counts the elements fails name.
-func elementsIn(fails []wire.StepFail) int {
-	n := 0
+// noteSteps keeps fails, elements of pipeline task c that failed in its
+// steps, by the function of the step each failed in: one of pipe's steps,
+// the next by-key step's emitter, or else the task's own function (its
+// by-key step). A failure past a by-key step (of a key) is one element.
+func (c *resolved) noteSteps(pipe *wire.Pipe, fails []wire.StepFail) {
 	for _, f := range fails {
-		n += max(f.Through-f.Index, 0) + 1
+		fn := c.task.Func
+		for _, s := range pipe.Steps {
+			if s.Stage == f.Stage {
+				fn = s.Name
+			}
+		}
+		if pipe.Next != nil && pipe.Next.Emit.Stage == f.Stage {
+			fn = pipe.Next.Emit.Name
+		}
+		cf := codec.Failure{Index: max(f.Index, 0), Kind: codec.Kind(f.Kind), Msg: f.Msg, Stack: f.Stack}
+		if f.Index >= 0 && f.Through > f.Index {
+			cf.Through = f.Through
+		}
+		i := slices.IndexFunc(c.stepFails, func(g funcFails) bool { return g.fn == fn })
+		if i < 0 {
+			i = len(c.stepFails)
+			c.stepFails = append(c.stepFails, funcFails{fn: fn})
+		}
+		c.stepFails[i].fails = append(c.stepFails[i].fails, cf)
 	}
-	return n
 }
 
 // stageOf is the number of step k of pipe's steps, or after if k is past
@@ -284,6 +308,9 @@ func (w *Worker) pipeReduce(ctx context.Context, c *resolved, sh *wire.Shuffle, 
 				return failed(codec.KindError, "storing partition %d's outputs in Redis: %v", in.Part, err)
 			}
 		}
+		// Noted once the partition cannot fail: a partition that fails is
+		// one failed element, its keys' failures with it.
+		c.noteSteps(sh.Pipe, res.Fails)
 		return nil
 	})
 }

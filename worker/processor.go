@@ -484,7 +484,9 @@ func (w *Worker) execute(ctx context.Context, t wire.Taken) (done wire.Done) {
 			stack := string(debug.Stack())
 			w.log.ErrorContext(ctx, "a task's path panicked outside its function; the task fails", "task", t.ID, "while", stage.String(), "panic", p, "stack", stack)
 			w.counters.failed.Add(1)
-			w.perFunc.ran(w.metricName(c.task.Func), stageLabel(c.task.Call.Stage), c.task.Count, []codec.Failure{{Index: -1}}, 0)
+			fn, label := w.metricName(c.task.Func), stageLabel(c.task.Call.Stage)
+			w.perFunc.ran(fn, label, c.task.Count, false)
+			w.perFunc.failedIn(fn, label, c.task.Count, []codec.Failure{{Index: -1}})
 			res := &codec.Result{Task: t.ID, Attempt: t.Attempt, Fails: []codec.Failure{{Index: -1, Kind: stage,
 				Msg: fmt.Sprintf("worker %s panicked in its %s step: %v", w.opts.ID, stage, p), Stack: truncate(stack, maxStack)}},
 				Worker: w.opts.ID}
@@ -538,17 +540,22 @@ func (w *Worker) execute(ctx context.Context, t wire.Taken) (done wire.Done) {
 		// Its batch was cancelled (or its manager is gone): the function
 		// failing with "context canceled" is not its failure, and the
 		// result will be discarded.
-	case len(res.Fails) > 0:
+	case len(res.Fails) > 0 || len(c.stepFails) > 0:
+		// A pipeline's elements that failed in a step count as the
+		// task's own failures do, under the function of that step.
 		w.counters.failed.Add(1)
-		w.failures.Note(c.task.Func, t.ID, res.Fails)
-		w.perFunc.ran(fn, label, c.task.Count, res.Fails, c.stepFailed)
+		w.perFunc.ran(fn, label, c.task.Count, false)
+		for _, f := range append([]funcFails{{c.task.Func, res.Fails}}, c.stepFails...) {
+			w.failures.Note(f.fn, t.ID, f.fails)
+			w.perFunc.failedIn(w.metricName(f.fn), label, c.task.Count, f.fails)
+		}
 	default:
 		w.counters.succeeded.Add(1)
-		w.perFunc.ran(fn, label, c.task.Count, nil, c.stepFailed)
+		w.perFunc.ran(fn, label, c.task.Count, true)
 	}
 	solo := w.solo(ctx, t, task)
 	res.Recorded = solo != nil
-	if len(res.Fails) > 0 || t.Backup {
+	if len(res.Fails) > 0 || len(c.stepFails) > 0 || t.Backup {
 		res.Worker = w.opts.ID // for operators: who failed its elements, or ran a backup
 	}
 	res.Backup = t.Backup // its manager counts the races its backups won

@@ -46,9 +46,17 @@ type resolved struct {
 	// withdrawn: the task was found no longer wanted once it had run (a
 	// map task about to store its partials): it has no result to report.
 	withdrawn bool
-	// stepFailed counts the elements of a pipeline's map task that failed
-	// in one of its steps (reported in its summary, not as its failures).
-	stepFailed int
+	// stepFails are the elements of a pipeline's task that failed in one of
+	// its steps, by the function of that step: they travel in the task's
+	// output (wire.StepFail), not as its failures, and are counted as
+	// those are (Worker.execute).
+	stepFails []funcFails
+}
+
+// funcFails are elements that failed in function fn.
+type funcFails struct {
+	fn    string
+	fails []codec.Failure
 }
 
 // maxRetryAfter caps one wait an element makes for a redmap.RetryAfter.

@@ -40,7 +40,7 @@ func (c *cli) failedElements(ctx context.Context) error {
 		if w == "" {
 			w = "-"
 		}
-		rows = append(rows, []string{strconv.Itoa(f.Index), f.Kind, strconv.Itoa(f.Attempts), w, strings.Join(strings.Fields(f.Error), " ")})
+		rows = append(rows, []string{index(f), f.Kind, strconv.Itoa(f.Attempts), w, strings.Join(strings.Fields(f.Error), " ")})
 	}
 	fmt.Fprintf(c.out, "batch %s of queue %s: %d failed elements listed", found.Batch, found.Queue, len(found.Elements))
 	if found.Omitted > 0 {
@@ -60,4 +60,18 @@ func queuesSaid(qs []string) string {
 		return "queue " + strconv.Quote(qs[0])
 	}
 	return strconv.Itoa(len(qs)) + " queues"
+}
+
+// index shows where failed element f is: its index, or a pipeline's key
+// (past a by-key step, where elements have no index); with the step it
+// failed in, for a pipeline's.
+func index(f inspect.FailedElement) string {
+	at := strconv.Itoa(f.Index)
+	if f.Index < 0 && f.Key != "" {
+		at = "key " + f.Key
+	}
+	if f.Stage > 0 {
+		at += fmt.Sprintf(" (step %d)", f.Stage)
+	}
+	return at
 }

@@ -108,7 +108,7 @@ var (
 func TestMain(m *testing.M) {
 	// As a child, the test binary is a worker program made with worker.Main.
 	if os.Getenv(harness.ChildEnv) == "worker" {
-		if err := worker.Main(harness.ChildArgs(), square, slow, held, flaky, missing, block, waitCtx, five, paced, geo, noting, pkey, psum, phold); err != nil {
+		if err := worker.Main(harness.ChildArgs(), square, slow, held, flaky, missing, block, waitCtx, five, paced, geo, noting, pkey, psum, phold, pread, pwrite); err != nil {
 			fmt.Fprintln(os.Stderr, err)
 			os.Exit(1)
 		}

@@ -41,7 +41,7 @@ func (r *Broker) RecordFailed(ctx context.Context, p *broker.RecordFailedParams)
 			args[0], args[3] = "1", omitted
 		}
 		for _, f := range fs[:n] {
-			args = append(args, f.Index, wire.EncodeFailed(f))
+			args = append(args, f.Field(), wire.EncodeFailed(f))
 		}
 		if err := failedScript.run(ctx, r.c, k, args...).Err(); err != nil {
 			return wrap("record failed elements", failedScript, "", err)
@@ -66,7 +66,7 @@ func (a *Admin) FailedElements(ctx context.Context, p *broker.FailedElementsPara
 		return nil, err
 	}
 	k := keys.FailedElements(a.prefix, queue, bid)
-	byIndex := make(map[int]wire.FailedElement)
+	byField := make(map[string]wire.FailedElement)
 	var cursor uint64
 	// The hash holds wire.MaxFailedElements + 1 fields at most; the bound
 	// on the pages is for a key written by someone else.
@@ -86,16 +86,20 @@ func (a *Admin) FailedElements(ctx context.Context, p *broker.FailedElementsPara
 				malformed++
 				continue
 			}
-			byIndex[f.Index] = f
+			byField[kv[j]] = f
 		}
 		if cursor == 0 {
 			break
 		}
 	}
-	out.Elements = make([]wire.FailedElement, 0, len(byIndex))
-	for _, f := range byIndex {
+	out.Elements = make([]wire.FailedElement, 0, len(byField))
+	for _, f := range byField {
 		out.Elements = append(out.Elements, f)
 	}
-	slices.SortFunc(out.Elements, func(a, b wire.FailedElement) int { return cmp.Compare(a.Index, b.Index) })
+	// By index, a pipeline's keys (index -1) after the elements.
+	index := func(f wire.FailedElement) uint { return uint(f.Index) }
+	slices.SortFunc(out.Elements, func(a, b wire.FailedElement) int {
+		return cmp.Or(cmp.Compare(index(a), index(b)), cmp.Compare(a.Key, b.Key))
+	})
 	return &broker.FailedElementsResult{Elements: out, Malformed: malformed}, nil
 }

@@ -8,7 +8,7 @@
 -- (the history's age: trim_history deletes it with the batch's record)
 -- ARGV[3] most elements the hash holds   ARGV[4] failed elements left out
 -- (by the first slice; the others send 0)
--- ARGV[5], ARGV[6], ...: index, JSON element (wire.FailedElement), ...
+-- ARGV[5], ARGV[6], ...: field (wire.FailedElement.Field: its index, or its key), JSON element, ...
 -- An element past the hash's cap is counted among those left out.
 -- A hash holding foreign data is set aside (set_aside).
 -- Returns the number of elements the hash holds.

@@ -1,5 +1,7 @@
 package wire
 
+import "strconv"
+
 // MaxFailedElements is how many failed elements of one batch are recorded
 // for operators (keys.FailedElements); the others are counted, not listed.
 const MaxFailedElements = 1000
@@ -16,11 +18,25 @@ const FailedOmittedField = "omitted"
 // keys.FailedElements, by field names so that an old reader skips what
 // it does not know.
 type FailedElement struct {
-	Index    int    `json:"index"`            // in the batch's input
+	Index    int    `json:"index"`            // in the batch's input (a pipeline's step: in the pipeline's; -1 for a key)
 	Kind     string `json:"kind"`             // as the history counts it: "error", "panic", "lost", ...
 	Error    string `json:"error"`            // its message, at most MaxFailedError bytes
 	Attempts int    `json:"attempts"`         // the runs of its task the failure came from (the failed attempt + 1)
 	Worker   string `json:"worker,omitempty"` // the worker whose attempt failed; "" on the manager's side
+	// Stage and Key are set for an element of a pipeline that failed in
+	// a step: the step's number, and past a by-key step the key the
+	// element came from (StepFail).
+	Stage int    `json:"stage,omitempty"`
+	Key   string `json:"key,omitempty"`
+}
+
+// Field is e's field in a failed-elements hash: its index, or "key " and
+// its key for a key of a pipeline, which has no index.
+func (e FailedElement) Field() string {
+	if e.Index < 0 && e.Key != "" {
+		return "key " + e.Key
+	}
+	return strconv.Itoa(e.Index)
 }
 
 // FailedElements is what a batch's failed-elements hash holds: the failed

@@ -101,3 +101,6 @@ type ChainOut struct {
 	// never travels.
 	Rest []ChainOut `msgpack:"-"`
 }
+
+// StepFails are the pipeline's elements that failed in the task.
+func (o ChainOut) StepFails() []StepFail { return o.Fails }

@@ -115,6 +115,9 @@ type MapSummary struct {
 	Fails []StepFail `msgpack:"f,omitempty"`
 }
 
+// StepFails are the pipeline's elements that failed in the task.
+func (s MapSummary) StepFails() []StepFail { return s.Fails }
+
 // ReduceInput is the element of a reduce task: the partition to fold, and
 // the ranges whose partials it must find there, as runs (CompressRanges).
 type ReduceInput struct {
@@ -186,3 +189,6 @@ type ReduceOutput struct {
 	Fails []StepFail `msgpack:"f,omitempty"`
 	Next  bool       `msgpack:"x,omitempty"`
 }
+
+// StepFails are the pipeline's keys that failed in the partition's steps.
+func (o ReduceOutput) StepFails() []StepFail { return o.Fails }
