@@ -34,14 +34,15 @@ type Cancelled struct {
 // redmap cancel and the dashboard's cancel call it. target is
 //   - a pipeline's name, or the id of any batch of it, running or among
 //     the history's last HistoryShown: the whole pipeline ends, every
-//     stage, as CancelPipeline says;
+//     stage (PipelineCancel says what was done);
 //   - a running batch's id: its manager ends it at its next Poll, its
 //     tasks withdrawn; its call returns an error wrapping
 //     redmap.ErrCancelled, and the history records it "cancelled" with its
 //     counts. A durable batch's id cancels it by its name (below);
 //   - a durable batch's or job's name (manager.Durable): each of its
 //     batches is marked cancelled and its tasks withdrawn, whoever holds it,
-//     held or orphaned, as CancelJob says; what ran of it, tallied from its
+//     held or orphaned (JobCancel says what was done to each batch of the
+//     job, and to a durable pipeline none holds); what ran of it, tallied from its
 //     results, is recorded in the history and the ended totals, as its
 //     manager's own end records it. One none holds that has ended is left
 //     alone (its JobCancel says "ended") unless discard.
@@ -96,39 +97,15 @@ func (i *Inspector) known(ctx context.Context, queue string) ([]Batch, error) {
 	return append(running, ended...), nil
 }
 
-// CancelBatch cancels batch bid of queue, as Cancel does; mid is not
-// read (Cancel finds the batch's manager).
-//
-// Deprecated: use Cancel, which also says what it did.
-func (i *Inspector) CancelBatch(ctx context.Context, queue, mid, bid string) error {
-	_, err := i.Cancel(ctx, queue, bid, false)
-	return err
-}
-
-// CancelDurable cancels durable batch name of queue (manager.Durable): it
-// is marked cancelled and its outstanding tasks are withdrawn at once
-// (workers skip them), whoever holds it; a manager holding it is asked to
-// end its call too, which it does at its next publish of progress (within
-// its Poll); the call that takes it over fails its elements with
-// redmap.ErrCancelled. It returns what it did: "asked" its holder (and
-// withdrew its tasks), "cancelled", "already" (it was cancelled before,
-// and none holds it), "ended" (none holds it and every task
-// has ended: its results wait for the call that takes it over, so nothing
-// is done; CancelJob with discard drops them), or "unknown" if Redis has
-// nothing of the batch. Whatever its state, what ran of it is recorded in
-// the queue's history, as its manager's own end records it.
-//
-// Deprecated: use Cancel, which also cancels a durable map/reduce by key's
-// phases, a pipeline, or a plain batch by its id.
-func (i *Inspector) CancelDurable(ctx context.Context, queue, name string) (string, error) {
-	return i.admin.CancelDurable(ctx, &broker.CancelDurableParams{Queue: queue, Name: name, Reason: "cancelled by an operator"})
-}
-
-// JobCancel is what CancelJob did.
+// JobCancel is what Cancel did to a durable batch or job.
 type JobCancel struct {
 	// Batches are the durable batches of the job, by name (the job's own,
 	// or a phase's: "<name>/map", "<name>/reduce@0"), and what was done to
-	// each, as CancelDurable says it.
+	// each: "asked" its holder (and withdrew its tasks), "cancelled",
+	// "already" (it was cancelled before, and none holds it), or "ended"
+	// (none holds it and every task has ended: its results wait for the
+	// call that takes it over, and nothing is done unless Cancel's
+	// discard).
 	Batches map[string]string `json:"batches"`
 	// PartitionKeys counts the keys of a map/reduce by key's partitions
 	// deleted, or of a durable pipeline's.
@@ -138,7 +115,7 @@ type JobCancel struct {
 	Pipeline *PipelineDeleted `json:"pipeline,omitempty"`
 }
 
-// PipelineDeleted is what CancelJob deleted of a durable pipeline none
+// PipelineDeleted is what Cancel deleted of a durable pipeline none
 // held: the same call again runs it from its start.
 type PipelineDeleted struct {
 	// Record says its record (what its ended phases gave) was deleted.
@@ -151,31 +128,7 @@ type PipelineDeleted struct {
 	Held    []string `json:"held,omitempty"`
 }
 
-// CancelJob cancels the durable work named name on queue: the durable
-// batch of that name and every phase of a durable map/reduce by key of
-// that name ("<name>/…"), as CancelDurable does each, and deletes the
-// job's partitions. A job none of whose batches has anything outstanding
-// and none holds has ended: its results wait for the call that takes it
-// over, and nothing is done unless discard, which cancels it all the
-// same, its results dropped. A name Redis has nothing of returns no
-// batches and no keys.
-//
-// A durable pipeline of that name (manager.From with manager.Durable) that
-// a manager runs is asked through its claim, and its manager ends it and
-// deletes what it keeps. One that no manager holds (its manager died, and
-// its claim's lease lapsed) is ended here: its running phase's batch is
-// cancelled (its tasks withdrawn, its history record says so), and its
-// record, its partitions and the keys of its claim and of its phases'
-// batches are deleted (Pipeline says what), so that the same call again
-// runs it from its start. A few round trips, and one a thousand keys of
-// its partitions.
-//
-// Deprecated: use Cancel, which finds what its target names.
-func (i *Inspector) CancelJob(ctx context.Context, queue, name string, discard bool) (JobCancel, error) {
-	return i.cancelJob(ctx, queue, name, discard)
-}
-
-// cancelJob is Cancel of durable batch or job name (CancelJob).
+// cancelJob is Cancel of durable batch or job name.
 func (i *Inspector) cancelJob(ctx context.Context, queue, name string, discard bool) (JobCancel, error) {
 	out := JobCancel{Batches: make(map[string]string)}
 	if err := keys.CheckDurable(name); err != nil {
@@ -236,7 +189,7 @@ func (i *Inspector) cancelJob(ctx context.Context, queue, name string, discard b
 	return out, err
 }
 
-// cancelOrphanPipeline is CancelJob of a durable pipeline none holds,
+// cancelOrphanPipeline is Cancel of a durable pipeline none holds,
 // whose record DropPipeline deleted (dp; dropErr if it could not delete
 // all it named): its phases' batches among owners are cancelled, their
 // results discarded (the record that said what to do with them is gone),
@@ -280,7 +233,7 @@ func (i *Inspector) cancelOrphanPipeline(ctx context.Context, queue, name string
 	return out, nil
 }
 
-// PipelineCancel is what CancelPipeline did.
+// PipelineCancel is what Cancel did to a pipeline.
 type PipelineCancel struct {
 	// Pipeline is the pipeline's name (codec.CallInfo's Pipeline), found
 	// from the name or batch id it was asked to cancel.
@@ -290,35 +243,9 @@ type PipelineCancel struct {
 	Managers []string `json:"managers,omitempty"`
 	// Running are its batches that were running when it was cancelled.
 	Running []string `json:"running,omitempty"`
-	// Durable is what cancelling a durable pipeline did (CancelJob of its
+	// Durable is what cancelling a durable pipeline did (Cancel of its
 	// name); nil for another.
 	Durable *JobCancel `json:"durable,omitempty"`
-}
-
-// CancelPipeline cancels pipeline name of queue: name is the pipeline's
-// (its durable name, or the job id its batches carry as their Call's
-// Pipeline), or the id of any batch of it, running or in the history.
-// Each manager that ran a batch of it and still publishes its progress is
-// asked to cancel the whole pipeline, which it does at its next Poll: its
-// running batch ends, its tasks withdrawn; no later stage is submitted;
-// and the call (Collect, Stream, Fold) returns an error wrapping
-// redmap.ErrCancelled. A durable pipeline's batches are cancelled as
-// CancelJob does its name, whoever holds them; so is its claim
-// (<name>/pipeline), which asks the manager running it, between two
-// phases too, and which then deletes what it keeps in Redis. A pipeline
-// none of whose batches is running or in the history's last HistoryShown
-// returns an empty Pipeline. A few round trips.
-//
-// Deprecated: use Cancel, which finds what its target names.
-func (i *Inspector) CancelPipeline(ctx context.Context, queue, name string) (PipelineCancel, error) {
-	all, err := i.known(ctx, queue)
-	if err != nil {
-		return PipelineCancel{}, err
-	}
-	if p := pipelineNamed(name, all); p != "" {
-		return i.cancelPipeline(ctx, queue, p, all)
-	}
-	return PipelineCancel{}, nil
 }
 
 // pipelineNamed returns the pipeline that target names among batches all (its
@@ -332,8 +259,15 @@ func pipelineNamed(target string, all []Batch) string {
 	return ""
 }
 
-// cancelPipeline is Cancel of pipeline name, whose batches are among all
-// (CancelPipeline).
+// cancelPipeline is Cancel of pipeline name, whose batches are among all.
+// Each manager that ran a batch of it and still publishes its progress is
+// asked to cancel the whole pipeline, which it does at its next Poll: its
+// running batch ends, its tasks withdrawn; no later stage is submitted;
+// and the call (Collect, Stream, Fold) returns an error wrapping
+// redmap.ErrCancelled. A durable pipeline's batches are cancelled as
+// cancelJob does its name, whoever holds them; so is its claim
+// (<name>/pipeline), which asks the manager running it, between two
+// phases too, and which then deletes what it keeps in Redis.
 func (i *Inspector) cancelPipeline(ctx context.Context, queue, name string, all []Batch) (PipelineCancel, error) {
 	out := PipelineCancel{Pipeline: name}
 	durable := false

@@ -1,6 +1,7 @@
 package manager_test
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"os"
@@ -41,7 +42,7 @@ func TestCancelReachesWorkersWhenHolderKilled(t *testing.T) {
 		t.Fatal(err)
 	}
 	ctx := testCtx(t)
-	jc, err := in.CancelJob(ctx, b.Queue, "killed", false)
+	jc, err := cancelJob(ctx, in, b.Queue, "killed", false)
 	if err != nil || jc.Batches["killed"] != "asked" {
 		t.Fatalf("the cancel: %+v, %v; want its dead holder asked (its claim lives)", jc, err)
 	}
@@ -115,16 +116,16 @@ func TestCancelEndedDurableNeedsDiscard(t *testing.T) {
 		return ok && bt.Outcome == "done"
 	})
 	ctx := testCtx(t)
-	if did, err := in.CancelDurable(ctx, b.Queue, "finished"); err != nil || did != "ended" {
+	if did, err := cancelDurable(ctx, in, b.Queue, "finished"); err != nil || did != "ended" {
 		t.Fatalf("cancel of an ended batch: %q, %v; want ended, nothing done", did, err)
 	}
-	if jc, err := in.CancelJob(ctx, b.Queue, "finished", false); err != nil || jc.Batches["finished"] != "ended" {
+	if jc, err := cancelJob(ctx, in, b.Queue, "finished", false); err != nil || jc.Batches["finished"] != "ended" {
 		t.Fatalf("CancelJob of an ended batch: %+v, %v; want ended, nothing done", jc, err)
 	}
 	if bt, ok := batchOf(t, in, b.Queue, "finished"); !ok || bt.Outcome != "done" {
 		t.Fatalf("after the refused cancel: %+v, %v; want the batch still done, its results waiting", bt, ok)
 	}
-	if jc, err := in.CancelJob(ctx, b.Queue, "finished", true); err != nil || jc.Batches["finished"] != "cancelled" {
+	if jc, err := cancelJob(ctx, in, b.Queue, "finished", true); err != nil || jc.Batches["finished"] != "cancelled" {
 		t.Fatalf("CancelJob with discard: %+v, %v; want cancelled", jc, err)
 	}
 	// Until a call takes it over, it is listed cancelled, and a second
@@ -132,7 +133,7 @@ func TestCancelEndedDurableNeedsDiscard(t *testing.T) {
 	if bt, ok := batchOf(t, in, b.Queue, "finished"); ok && bt.Outcome != "cancelled" {
 		t.Fatalf("the cancelled batch listed %+v; want cancelled (or gone)", bt)
 	}
-	if did, err := in.CancelDurable(ctx, b.Queue, "finished"); err != nil || did != "already" {
+	if did, err := cancelDurable(ctx, in, b.Queue, "finished"); err != nil || did != "already" {
 		t.Fatalf("a second cancel: %q, %v; want already", did, err)
 	}
 	m2 := b.Manager(t, manager.Options{})
@@ -166,7 +167,7 @@ func TestCancelDurableShuffleByName(t *testing.T) {
 		t.Fatal(err)
 	}
 	ctx := testCtx(t)
-	jc, err := in.CancelJob(ctx, b.Queue, "wc", false)
+	jc, err := cancelJob(ctx, in, b.Queue, "wc", false)
 	if err != nil || jc.Batches["wc/map"] == "" || jc.PartitionKeys == 0 {
 		t.Fatalf("cancel by the job's name: %+v, %v; want its map phase cancelled and its partitions deleted", jc, err)
 	}
@@ -202,4 +203,31 @@ func TestDurableLeftBeforeFirstPollListed(t *testing.T) {
 	if !ok || bt.Outcome != "orphaned" || bt.Total != 30 {
 		t.Fatalf("the durable batch left before its first Poll: %+v, listed %v; want it orphaned, of 30", bt, ok)
 	}
+}
+
+// cancelJob is an operator's inspect.Cancel of durable batch or job name:
+// what it did to each of its batches.
+func cancelJob(ctx context.Context, in *inspect.Inspector, queue, name string, discard bool) (inspect.JobCancel, error) {
+	c, err := in.Cancel(ctx, queue, name, discard)
+	if c.Job == nil {
+		return inspect.JobCancel{}, err
+	}
+	return *c.Job, err
+}
+
+// cancelDurable is an operator's inspect.Cancel of durable batch name:
+// what it did to that batch ("asked", "cancelled", "already", "ended").
+func cancelDurable(ctx context.Context, in *inspect.Inspector, queue, name string) (string, error) {
+	jc, err := cancelJob(ctx, in, queue, name, false)
+	return jc.Batches[name], err
+}
+
+// cancelPipeline is an operator's inspect.Cancel of a pipeline, by its
+// name or a batch of it.
+func cancelPipeline(ctx context.Context, in *inspect.Inspector, queue, target string) (inspect.PipelineCancel, error) {
+	c, err := in.Cancel(ctx, queue, target, false)
+	if c.Pipeline == nil {
+		return inspect.PipelineCancel{}, err
+	}
+	return *c.Pipeline, err
 }

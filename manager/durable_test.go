@@ -452,7 +452,7 @@ func TestDurableCancelledByName(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if did, err := in.CancelDurable(testCtx(t), b.Queue, "held"); err != nil || did != "asked" {
+	if did, err := cancelDurable(testCtx(t), in, b.Queue, "held"); err != nil || did != "asked" {
 		t.Fatalf("cancel of a held batch: %q, %v; want asked", did, err)
 	}
 	if _, err := held.Wait(testCtx(t)); !errors.Is(err, context.Canceled) {
@@ -474,7 +474,7 @@ func TestDurableCancelledByName(t *testing.T) {
 	if err := m1.Close(); err != nil {
 		t.Fatal(err)
 	}
-	if did, err := in.CancelDurable(testCtx(t), b.Queue, "orphan"); err != nil || did != "cancelled" {
+	if did, err := cancelDurable(testCtx(t), in, b.Queue, "orphan"); err != nil || did != "cancelled" {
 		t.Fatalf("cancel of an orphan: %q, %v; want cancelled", did, err)
 	}
 	for _, k := range ownerKeys(t, b, "orphan") {
@@ -485,8 +485,8 @@ func TestDurableCancelledByName(t *testing.T) {
 	if h, ok := historyOf(t, in, b.Queue, "orphan"); !ok || h.Outcome != "cancelled" || h.Total != 0 && h.Total != 50 {
 		t.Fatalf("history of the cancelled orphan: %+v, %v", h, ok)
 	}
-	if did, _ := in.CancelDurable(testCtx(t), b.Queue, "nothing"); did != "unknown" {
-		t.Fatalf("cancel of a batch Redis never had: %q, want unknown", did)
+	if c, err := in.Cancel(testCtx(t), b.Queue, "nothing", false); err == nil {
+		t.Fatalf("cancel of a batch Redis never had: %+v, want an error", c)
 	}
 	b.Worker(t, worker.Options{Concurrency: 4}, durableSquare)
 	m1b := b.Manager(t, manager.Options{Shards: 1})
@@ -692,7 +692,7 @@ func TestDurableNamedLikeAPipelineClaimCancelled(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if did, err := in.CancelDurable(testCtx(t), b.Queue, "nightly/pipeline"); err != nil || did != "asked" {
+	if did, err := cancelDurable(testCtx(t), in, b.Queue, "nightly/pipeline"); err != nil || did != "asked" {
 		t.Fatalf("cancel of a held batch: %q, %v; want asked", did, err)
 	}
 	if _, err := held.Wait(testCtx(t)); !errors.Is(err, context.Canceled) {

@@ -228,7 +228,7 @@ func (k *keeper) publishBatches(ctx context.Context) {
 	for _, id := range cancels {
 		if name, ok := claimedPipeline(k.durable); ok && k.phases != nil {
 			// An operator cancelled the durable pipeline whose claim this
-			// owner holds (inspect.CancelJob of its name): it is asked
+			// owner holds (inspect.Cancel of its name): it is asked
 			// between two phases too, when no batch of it runs.
 			if k.pipes.cancel(name, "", func() []Progress {
 				return k.phases(name, fmt.Errorf("%w: by an operator (redmap cancel of pipeline %q)", context.Canceled, name))

@@ -34,7 +34,7 @@ func TestPipelineCancelledByOperator(t *testing.T) {
 	if head.Call.Stage != "1-3 map" {
 		t.Fatalf("the running batch is of stage %q, want the head's, 1-3 map", head.Call.Stage)
 	}
-	pc, err := in.CancelPipeline(ctx, b.Queue, head.ID)
+	pc, err := cancelPipeline(ctx, in, b.Queue, head.ID)
 	if err != nil {
 		t.Fatal(err)
 	}

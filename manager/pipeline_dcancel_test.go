@@ -52,7 +52,7 @@ func durableCancelledDuring(t *testing.T, by string) {
 	if by == "batch" {
 		what = head.ID
 	}
-	pc, err := in.CancelPipeline(ctx, b.Queue, what)
+	pc, err := cancelPipeline(ctx, in, b.Queue, what)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -131,7 +131,7 @@ func TestPipelineDurableCancelledBetweenPhases(t *testing.T) {
 		h := pipelineHistory(t, in, b.Queue, name)
 		return len(h) == 1 && h[0].Call.Stage == "1-3 map" && h[0].Outcome == "done"
 	})
-	pc, err := in.CancelPipeline(ctx, b.Queue, name)
+	pc, err := cancelPipeline(ctx, in, b.Queue, name)
 	if err != nil {
 		t.Fatal(err)
 	}

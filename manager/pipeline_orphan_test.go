@@ -61,7 +61,7 @@ func TestPipelineDurableOrphanCancelled(t *testing.T) {
 	}
 	killedHead := heads[1]
 
-	pc, err := in.CancelPipeline(ctx, b.Queue, name)
+	pc, err := cancelPipeline(ctx, in, b.Queue, name)
 	if err != nil {
 		t.Fatal(err)
 	}
