@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
 	"maps"
 	"math/rand/v2"
 	"os"
@@ -16,8 +15,6 @@ import (
 
 	"github.com/redmap/redmap"
 	"github.com/redmap/redmap/internal/harness"
-	"github.com/redmap/redmap/internal/id"
-	"github.com/redmap/redmap/internal/keys"
 	"github.com/redmap/redmap/internal/redistest"
 	"github.com/redmap/redmap/manager"
 	"github.com/redmap/redmap/worker"
@@ -221,56 +218,6 @@ func TestReduceByKeyFailedElements(t *testing.T) {
 	noPartitionsLeft(t, b)
 }
 
-// A worker process SIGKILLed in the map phase, and another in the reduce
-// phase, lose nothing and count nothing twice: the counts are exact.
-func TestReduceByKeyWorkerKilled(t *testing.T) {
-	b := setup(t)
-	a, c, m := twoWorkers(t, b)
-	docs := documents(3000, 2000)
-	ch := slowCount(t, m, docs, 32)
-	// The map phase: kill a once a tenth of the map tasks stored partials.
-	eventually(t, "a tenth of the map tasks done", func() bool {
-		return len(partialFields(t, b)) >= 15*32
-	})
-	a.Cmd.Process.Signal(syscall.SIGKILL)
-	// The reduce phase: a third worker, and c killed once a partition
-	// has its output.
-	d := startChild(t, "worker", childEnv(b)...)
-	d.ID = d.Expect(t, "worker ")
-	var reduced int
-	eventually(t, "a partition reduced", func() bool {
-		reduced = len(b.Keys(t, "redmap:{"+b.Queue+"%*}:out"))
-		return reduced > 0
-	})
-	c.Cmd.Process.Signal(syscall.SIGKILL)
-	if reduced == 32 {
-		t.Fatal("every partition was reduced before the kill: the test kills nothing in the reduce phase")
-	}
-	r := <-ch
-	if r.err != nil {
-		t.Fatal(r.err)
-	}
-	sameCounts(t, "ReduceByKey with workers killed", r.got, counts(docs))
-	noPartitionsLeft(t, b)
-}
-
-// counted is what a ReduceByKey returned.
-type counted struct {
-	got map[string]int
-	err error
-}
-
-// slowCount runs a ReduceByKey of slowWords and slowSum over docs, in
-// parts partitions, and sends what it returns on the channel.
-func slowCount(t *testing.T, m *manager.Manager, docs []string, parts int) <-chan counted {
-	ch := make(chan counted, 1)
-	go func() {
-		got, err := manager.ReduceByKey(testCtx(t), m, slowWords, slowSum, docs, manager.ChunkSize(20), manager.Partitions(parts))
-		ch <- counted{got, err}
-	}()
-	return ch
-}
-
 // partialFields returns the fields of every partition's partials in
 // Redis.
 func partialFields(t *testing.T, b *harness.Env) []string {
@@ -281,35 +228,6 @@ func partialFields(t *testing.T, b *harness.Env) []string {
 		fs = append(fs, ks...)
 	}
 	return fs
-}
-
-// Redis losing every key mid-shuffle (FLUSHALL) loses nothing: the lost
-// partials' map tasks run again, and the counts are exact.
-func TestReduceByKeyFlushAll(t *testing.T) {
-	if testing.Short() {
-		t.Skip("10 s of slow map tasks around a FLUSHALL")
-	}
-	b := harness.On(t, redistest.Start(t))
-	b.Worker(t, worker.Options{Concurrency: 4}, slowWords, slowSum)
-	var logs harness.LogBuffer
-	m := b.Manager(t, manager.Options{Logger: slog.New(slog.NewTextHandler(&logs, nil))})
-	docs := documents(2000, 1000)
-	ch := slowCount(t, m, docs, 16)
-	eventually(t, "a partition reduced", func() bool {
-		return len(b.Keys(t, "redmap:{"+b.Queue+"%*}:out")) > 0
-	})
-	if err := b.Client.FlushAll(context.Background()).Err(); err != nil {
-		t.Fatal(err)
-	}
-	r := <-ch
-	if r.err != nil {
-		t.Fatal(r.err)
-	}
-	sameCounts(t, "ReduceByKey across a FLUSHALL", r.got, counts(docs))
-	if !strings.Contains(logs.String(), "their map tasks run again") {
-		t.Fatalf("no map task ran again after the FLUSHALL; the manager logged:\n%s", logs.String())
-	}
-	noPartitionsLeft(t, b)
 }
 
 // On a Cluster of three masters, the partitions spread over all three, and
@@ -367,35 +285,6 @@ func TestReduceByKeyPoisonPill(t *testing.T) {
 		t.Fatalf("got %v, want element 57 failing with ErrLost", err)
 	}
 	sameCounts(t, "ReduceByKey with a poison pill", got, counts(slices.Delete(slices.Clone(docs), 57, 58)))
-	noPartitionsLeft(t, b)
-}
-
-// A durable map/reduce by key whose manager process is SIGKILLed in the
-// map phase is taken over by the same call from another process, which
-// returns the exact counts.
-func TestReduceByKeyDurableManagerKilled(t *testing.T) {
-	b := setup(t)
-	for range 2 {
-		w := startChild(t, "worker", childEnv(b, "REDMAP_CONCURRENCY=4")...)
-		w.Expect(t, "worker ")
-	}
-	name := "shuffle-" + b.Queue
-	env := []string{"REDMAP_URL=" + b.URL, "REDMAP_QUEUE=" + b.Queue, "REDMAP_N=4000",
-		"REDMAP_DURABLE=" + name, "REDMAP_MODE=shuffle"}
-	first := startChild(t, "manager-durable", env...)
-	first.Expect(t, "submitted")
-	// 200 map tasks of 20 documents, 16 partitions each: kill it with a
-	// fifth of them done.
-	eventually(t, "a fifth of the map tasks done", func() bool { return len(partialFields(t, b)) >= 40*16 })
-	first.Kill()
-	if n, err := b.Client.HExists(context.Background(), keys.Durables("redmap", b.Queue), id.Durable(name+"/map")).Result(); err != nil || !n {
-		t.Fatalf("no durable batch %q in Redis after the kill (%v): nothing to take over", name+"/map", err)
-	}
-	second := startChild(t, "manager-durable", env...)
-	second.Expect(t, "exact")
-	if <-second.Exited(); second.Err() != nil {
-		t.Fatalf("the restarted manager exited with %v", second.Err())
-	}
 	noPartitionsLeft(t, b)
 }
 
