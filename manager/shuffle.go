@@ -20,16 +20,17 @@ import (
 // Partitions.
 const DefaultPartitions = 16
 
-// Partitions sets how many partitions a map/reduce by key (ReduceByKey)
-// cuts its keys into, from 1 to 65,536: each is one reduce task, one
-// Redis key of partials and one of output (on a Cluster, spread over the
-// masters), and the largest share of the output a manager holds at once
-// with ReduceByKeySeq. Default DefaultPartitions. Other calls ignore it.
+// Partitions sets how many partitions a map/reduce by key (ReduceByKey, or
+// each by-key step of a pipeline) cuts its keys into, from 1 to 65,536:
+// each is one reduce task, one Redis key of partials and one of output (on
+// a Cluster, spread over the masters), and the largest share of the output
+// a manager holds at once with ReduceByKeySeq. Default DefaultPartitions.
+// Other calls ignore it.
 func Partitions(n int) CallOption { return func(o *callOptions) { o.partitions = n } }
 
-// maxShuffleRounds bounds how often a map/reduce by key runs lost map tasks
-// again (their partials lost with Redis's data) before it fails with
-// ErrLost.
+// maxShuffleRounds bounds how often a by-key step runs again what stored
+// partials Redis lost, or reduces again a partition whose output it lost,
+// before it fails with ErrLost.
 const maxShuffleRounds = 4
 
 // outputPage is the size of a page of a partition's output: what

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/redmap/redmap"
+	"github.com/redmap/redmap/internal/engine"
 	"github.com/redmap/redmap/internal/harness"
 	"github.com/redmap/redmap/internal/redistest"
 	"github.com/redmap/redmap/manager"
@@ -56,6 +57,25 @@ var (
 			emit(w, 1)
 		}
 		return nil
+	})
+	// negWords is words, but a document "neg" emits ("neg", -1).
+	negWords = redmap.Emit("negwords", func(_ context.Context, doc string, emit func(string, int)) error {
+		if doc == "neg" {
+			emit("neg", -1)
+			return nil
+		}
+		for _, w := range strings.Fields(doc) {
+			emit(w, 1)
+		}
+		return nil
+	})
+	// negSum is sum, failing to fold two negatives: the reduce of the
+	// partition of "neg" fails where two documents' -1 meet.
+	negSum = redmap.Reduce("negsum", func(_ context.Context, a, b int) (int, error) {
+		if a < 0 && b < 0 {
+			return 0, errors.New("two negatives")
+		}
+		return a + b, nil
 	})
 	// slowSum is sum, after a millisecond when a+b > 20: slow where counts
 	// are large, in the reduce phase (a map task of documents(n, 1000 or
@@ -228,6 +248,32 @@ func partialFields(t *testing.T, b *harness.Env) []string {
 		fs = append(fs, ks...)
 	}
 	return fs
+}
+
+// A partition whose reduce fails leaves all its keys out of the result,
+// with an error that names the partition and wraps the reducer's; the
+// keys of the other partitions count exactly.
+func TestReduceByKeyFailedPartition(t *testing.T) {
+	b := setup(t)
+	b.Worker(t, worker.Options{Concurrency: 2}, negWords, negSum)
+	m := b.Manager(t, manager.Options{})
+	plain := documents(300, 100)
+	docs := append(append([]string{"neg"}, plain...), "neg") // in two map tasks
+	got, err := manager.ReduceByKey(testCtx(t), m, negWords, negSum, docs, manager.ChunkSize(10), manager.Partitions(4))
+	if err == nil || !strings.Contains(err.Error(), "could not be reduced") || !strings.Contains(err.Error(), "two negatives") {
+		t.Fatalf("ReduceByKey with a reduce that fails: %v; want the partition's failure", err)
+	}
+	if be := (*redmap.BatchError)(nil); errors.As(err, &be) {
+		t.Fatalf("ReduceByKey: %v; no element failed, yet a BatchError", err)
+	}
+	want := counts(plain)
+	for k := range want {
+		if engine.PartitionOf(k, 4) == engine.PartitionOf("neg", 4) {
+			delete(want, k)
+		}
+	}
+	sameCounts(t, "ReduceByKey with a failed partition", got, want)
+	noPartitionsLeft(t, b)
 }
 
 // On a Cluster of three masters, the partitions spread over all three, and
