@@ -8,6 +8,10 @@ import (
 	"github.com/redmap/redmap/internal/keys"
 )
 
+// copied prefixes a task's mark of its copy in its manager's attempt
+// counts (prelude.lua's COPIED).
+const copied = "+"
+
 // MaxBackups is the most tasks one Backup call copies (backup.lua looks
 // for each one's holder among the live workers).
 const MaxBackups = 8
