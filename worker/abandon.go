@@ -61,7 +61,8 @@ func (w *Worker) abandon(ctx context.Context, tid string, attrs ...any) (returne
 // its result first) is not abandoned so: a function declared Idempotent
 // may be run twice by design, and a call outrun because it hung on this
 // worker is what backups are for. It is left to finish, its result
-// dropped, said at INFO and counted apart (Stats.OutrunRunning), never
+// dropped, said at INFO and counted apart (Stats.OutrunRunning,
+// redmap_worker_calls_outrun_running), never
 // toward Options.MaxAbandoned. What bounds such calls: a task has at most
 // one copy, a batch at most a tenth of its tasks' worth, and only near
 // its end (manager.Backups).

@@ -66,6 +66,9 @@ func TestLosingBackupCopyIsNotAbandoned(t *testing.T) {
 		if n := scrape(t, addr, "redmap_worker_calls_abandoned_total"); n != 0 {
 			t.Fatalf("round %d: redmap_worker_calls_abandoned_total = %v, want 0", round, n)
 		}
+		if n := scrape(t, addr, "redmap_worker_calls_outrun_running"); n != float64(round+1) {
+			t.Fatalf("round %d: redmap_worker_calls_outrun_running = %v, want %d", round, n, round+1)
+		}
 		if err := quick.Stop(t); err != nil {
 			t.Fatalf("the quick worker exited with %v", err)
 		}
