@@ -240,6 +240,16 @@ func (b *Batch[Out]) backupsQueued(got []broker.Backup) {
 			k.copies[ci] = &backupCopy{holder: g.Holder}
 			k.counts.Started++
 			b.env.backups.started.Add(1)
+			if b.feed.chunks[ci].over {
+				// The original's result came before the reply: the copy
+				// is wasted already, and no result will end its race.
+				if race, raced := k.ended(ci, false); raced {
+					b.env.backups.wasted.Add(1)
+					if race.Worker != "" {
+						b.env.backups.race(race)
+					}
+				}
+			}
 		case broker.BackupGone, broker.BackupLost:
 			k.copies[ci] = &backupCopy{ended: true} // not copied: never asked again
 		}

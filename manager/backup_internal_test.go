@@ -114,7 +114,8 @@ func TestBackupRule(t *testing.T) {
 // A copy whose result comes before the reply of the call that queued it
 // (its idle worker was rung at once) is counted started and won while the
 // batch runs, once; the reply then records the race against the holder,
-// and counts nothing again.
+// and counts nothing again. A copy whose original's result came before
+// the reply is counted wasted with the reply.
 func TestBackupWonBeforeQueuedNoted(t *testing.T) {
 	b := stragglerBatch(4)
 	now := time.Now()
@@ -131,5 +132,15 @@ func TestBackupWonBeforeQueuedNoted(t *testing.T) {
 	}
 	if races := b.env.backups.takeRaces(); !slices.Equal(races, []broker.Race{{Worker: "slow", Lost: true}}) {
 		t.Fatalf("races %+v; want slow's, lost", races)
+	}
+
+	// The original's result before the reply: the copy is wasted at once.
+	b.finishAt(1, 10*time.Millisecond, now, false)
+	b.backupsQueued([]broker.Backup{{Task: b.feed.chunks[1].tid, State: broker.BackupQueued, Holder: "slow"}})
+	if got := b.Progress().Backups; got.Started != 2 || got.Won != 1 || got.Wasted != 1 {
+		t.Fatalf("after the original's result, then the reply: %+v; want 2 started, 1 won, 1 wasted", got)
+	}
+	if races := b.env.backups.takeRaces(); !slices.Equal(races, []broker.Race{{Worker: "slow", Lost: false}}) {
+		t.Fatalf("races %+v; want slow's, won", races)
 	}
 }
