@@ -63,10 +63,12 @@ type backups struct {
 }
 
 // backupCopy is one task's copy: the worker that holds the original ("" if
-// unknown), and whether its race ended.
+// unknown), and whether its race ended; early if the copy's result came
+// before backupsQueued noted the copy queued (the Backup call's reply).
 type backupCopy struct {
 	holder string
 	ended  bool
+	early  bool
 }
 
 // bar returns how long a task must have been held to be copied, and false
@@ -120,6 +122,18 @@ func (b *Batch[Out]) backupEnded(ci int, r *codec.Result) {
 	}
 	b.feed.chunks[ci].began = time.Now().Add(-time.Duration(r.Nanos))
 	k.ran(r.Nanos)
+	if r.Backup && k.copies[ci] == nil {
+		// The copy ran and won before the reply of the call that queued it
+		// was read (an idle worker is rung at once): it is counted started
+		// now, while the batch runs, so that its record counts it; its
+		// holder is recorded once the reply names it (backupsQueued).
+		if k.copies == nil {
+			k.copies = make(map[int]*backupCopy)
+		}
+		k.copies[ci] = &backupCopy{early: true}
+		k.counts.Started++
+		b.env.backups.started.Add(1)
+	}
 	race, raced := k.ended(ci, r.Backup)
 	if !raced {
 		return
@@ -216,9 +230,25 @@ func (b *Batch[Out]) backupsQueued(got []broker.Backup) {
 		}
 		switch g.State {
 		case broker.BackupQueued:
+			if c := k.copies[ci]; c != nil && c.early { // counted, and won, already (backupEnded)
+				if g.Holder != "" {
+					b.env.backups.race(broker.Race{Worker: g.Holder, Lost: true})
+				}
+				continue
+			}
 			k.copies[ci] = &backupCopy{holder: g.Holder}
 			k.counts.Started++
 			b.env.backups.started.Add(1)
+			if b.feed.chunks[ci].over {
+				// The original's result came before the reply: the copy
+				// is wasted already, and no result will end its race.
+				if race, raced := k.ended(ci, false); raced {
+					b.env.backups.wasted.Add(1)
+					if race.Worker != "" {
+						b.env.backups.race(race)
+					}
+				}
+			}
 		case broker.BackupGone, broker.BackupLost:
 			k.copies[ci] = &backupCopy{ended: true} // not copied: never asked again
 		}

@@ -110,3 +110,37 @@ func TestBackupRule(t *testing.T) {
 		t.Fatalf("copies of tasks %v on two shards; want 0 only (17 has no later task of its shard that finished)", got)
 	}
 }
+
+// A copy whose result comes before the reply of the call that queued it
+// (its idle worker was rung at once) is counted started and won while the
+// batch runs, once; the reply then records the race against the holder,
+// and counts nothing again. A copy whose original's result came before
+// the reply is counted wasted with the reply.
+func TestBackupWonBeforeQueuedNoted(t *testing.T) {
+	b := stragglerBatch(4)
+	now := time.Now()
+	b.finishAt(0, 10*time.Millisecond, now, true)
+	if got := b.Progress().Backups; got.Started != 1 || got.Won != 1 || got.Wasted != 0 {
+		t.Fatalf("after the copy's result: %+v; want 1 started, 1 won", got)
+	}
+	b.backupsQueued([]broker.Backup{{Task: b.feed.chunks[0].tid, State: broker.BackupQueued, Holder: "slow"}})
+	if got := b.Progress().Backups; got.Started != 1 || got.Won != 1 || got.Wasted != 0 {
+		t.Fatalf("after the reply: %+v; want 1 started, 1 won, still", got)
+	}
+	if st := b.env.backups; st.started.Load() != 1 || st.won.Load() != 1 {
+		t.Fatalf("the manager's counts: started %d, won %d; want 1, 1", st.started.Load(), st.won.Load())
+	}
+	if races := b.env.backups.takeRaces(); !slices.Equal(races, []broker.Race{{Worker: "slow", Lost: true}}) {
+		t.Fatalf("races %+v; want slow's, lost", races)
+	}
+
+	// The original's result before the reply: the copy is wasted at once.
+	b.finishAt(1, 10*time.Millisecond, now, false)
+	b.backupsQueued([]broker.Backup{{Task: b.feed.chunks[1].tid, State: broker.BackupQueued, Holder: "slow"}})
+	if got := b.Progress().Backups; got.Started != 2 || got.Won != 1 || got.Wasted != 1 {
+		t.Fatalf("after the original's result, then the reply: %+v; want 2 started, 1 won, 1 wasted", got)
+	}
+	if races := b.env.backups.takeRaces(); !slices.Equal(races, []broker.Race{{Worker: "slow", Lost: false}}) {
+		t.Fatalf("races %+v; want slow's, won", races)
+	}
+}

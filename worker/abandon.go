@@ -16,9 +16,12 @@ import (
 var ErrAbandoned = errors.New("worker: too many abandoned calls still running")
 
 // abandoned counts the calls the worker abandoned (see
-// Options.AbandonGrace), and those of them still running.
+// Options.AbandonGrace), and those of them still running; and apart, the
+// losing copies of backup races left running (outrun), which are not
+// abandoned calls: see Worker.abandonTask.
 type abandoned struct {
 	total, running atomic.Int64
+	outrun         atomic.Int64
 	over           atomic.Bool // running reached Options.MaxAbandoned: the worker drains, and Run fails
 	// drain stops the fetcher (set by Run before any task runs).
 	drain func()
@@ -53,8 +56,30 @@ func (w *Worker) abandon(ctx context.Context, tid string, attrs ...any) (returne
 // abandonTask is abandon for task t, abandoned by the executors: its context
 // was cancelled (its batch no longer wants it, or the worker's Grace is
 // over) and it had not returned Options.AbandonGrace later.
-func (w *Worker) abandonTask(ctx context.Context, t wire.Taken) (returned func()) {
-	return w.abandon(ctx, t.ID, "after", "its task's context was cancelled", "abandon_grace", w.opts.AbandonGrace)
+//
+// A call that lost a backup's race (outrun: the task's other copy delivered
+// its result first) is not abandoned so: a function declared Idempotent
+// may be run twice by design, and a call outrun because it hung on this
+// worker is what backups are for. It is left to finish, its result
+// dropped, said at INFO and counted apart (Stats.OutrunRunning,
+// redmap_worker_calls_outrun_running), never
+// toward Options.MaxAbandoned. What bounds such calls: a task has at most
+// one copy, a batch at most a tenth of its tasks' worth, and only near
+// its end (manager.Backups).
+func (w *Worker) abandonTask(ctx context.Context, t wire.Taken, outrun bool) (returned func()) {
+	if !outrun {
+		return w.abandon(ctx, t.ID, "after", "its task's context was cancelled", "abandon_grace", w.opts.AbandonGrace)
+	}
+	a := &w.abandoned
+	n := a.outrun.Add(1)
+	w.log.InfoContext(ctx, "a losing backup copy ignored its context: the task's other copy won, so this call is left to finish, its result dropped; it is not counted as abandoned",
+		"task", t.ID, "backup", t.Backup, "outrun_running", n, "abandon_grace", w.opts.AbandonGrace)
+	var once atomic.Bool
+	return func() {
+		if once.CompareAndSwap(false, true) {
+			w.log.Debug("a losing backup copy returned at last; its result was dropped", "task", t.ID, "outrun_running", a.outrun.Add(-1))
+		}
+	}
 }
 
 // watch abandons job j, whose context was just cancelled, if it has not
@@ -71,9 +96,10 @@ func (e *executors) watch(ctx context.Context, j job, c *running, end func()) {
 	case <-t.C:
 	}
 	ok := c.abandon(func() func() {
+		outrun := e.held.outran(j.ID)
 		e.held.stop(j.ID)
 		e.drop(j)
-		return e.abandon(ctx, j.Taken)
+		return e.abandon(ctx, j.Taken, outrun)
 	})
 	if !ok {
 		return // it returned as the timer fired

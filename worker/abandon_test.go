@@ -38,6 +38,19 @@ var stuck = redmap.Func("stuck", func(_ context.Context, x int) (int, error) {
 	return 10 * x, nil
 })
 
+// lagging returns 10x; for negative x, on a worker started with
+// REDMAP_LAG set, it says "running <x>" on stdout and blocks for ever,
+// ignoring its context, as stuck does: one worker where a call hangs, and
+// others where the same call is quick. It is declared Idempotent, so that a
+// call that runs long near its batch's end gets a backup task.
+var lagging = redmap.Func("lagging", func(_ context.Context, x int) (int, error) {
+	if x < 0 && os.Getenv("REDMAP_LAG") != "" {
+		fmt.Println("running", x)
+		<-never
+	}
+	return 10 * x, nil
+}, redmap.Idempotent())
+
 // runChild plays the role harness.ChildEnv names, if any, and exits: a
 // worker program made with worker.Main serving stuck, its flags from
 // harness.Child's args.
@@ -45,7 +58,7 @@ func runChild() {
 	if os.Getenv(harness.ChildEnv) != "stuck-worker" {
 		return
 	}
-	if err := worker.Main(harness.ChildArgs(), stuck); err != nil {
+	if err := worker.Main(harness.ChildArgs(), stuck, lagging); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}

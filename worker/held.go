@@ -24,11 +24,13 @@ type held struct {
 	freed chan struct{}
 }
 
-// hold is one task in the ledger: the shard it came from, and the cancel of
-// its context while it runs.
+// hold is one task in the ledger: the shard it came from, the cancel of
+// its context while it runs, and whether that cancel was for a backup's
+// race lost (outrun: the task's other copy delivered its result first).
 type hold struct {
 	shard  int
 	cancel context.CancelFunc // nil unless running
+	outrun bool
 }
 
 func newHeld() *held {
@@ -130,15 +132,30 @@ func (h *held) count() int {
 	return n
 }
 
-// cancel cancels the context of those of tids that are running.
-func (h *held) cancel(tids []string) {
+// cancel cancels the context of those of tids that are running; those
+// also in outrun are marked so first (see outran).
+func (h *held) cancel(tids, outrun []string) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	for _, tid := range outrun {
+		if t, ok := h.tasks[tid]; ok && t.cancel != nil {
+			t.outrun = true
+			h.tasks[tid] = t
+		}
+	}
 	for _, tid := range tids {
 		if cancel := h.tasks[tid].cancel; cancel != nil {
 			cancel()
 		}
 	}
+}
+
+// outran reports whether running task tid was cancelled because it lost a
+// backup's race (held.cancel).
+func (h *held) outran(tid string) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.tasks[tid].outrun
 }
 
 // orphans returns the members of Redis's held set (see wire.HeldID) of tasks

@@ -128,11 +128,12 @@ func (m *maintainer) loseManagers(ctx context.Context) bool {
 	return true
 }
 
-// cancelUnwanted cancels the context of running tasks whose batch no longer
-// wants them (cancelled, or its manager gone).
+// cancelUnwanted cancels the context of running tasks no longer wanted:
+// their batch was cancelled, or its manager is gone, or the task's other
+// copy won its backup race (those are marked outrun: see held.cancel).
 func (m *maintainer) cancelUnwanted(ctx context.Context) bool {
 	unwanted, err := m.source.unwanted(ctx, m.held.running())
-	m.held.cancel(unwanted) // what the shards that answered said
+	m.held.cancel(unwanted.Tasks, unwanted.Outrun) // what the shards that answered said
 	if err != nil {
 		if ctx.Err() == nil {
 			m.failed("check running tasks are wanted", err)

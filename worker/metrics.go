@@ -61,6 +61,9 @@ func (w *Worker) Collector() prometheus.Collector {
 		gauge("calls_abandoned_running", "Abandoned calls that have not returned yet (at Options.MaxAbandoned the worker exits).", func() float64 {
 			return float64(w.abandoned.running.Load())
 		}),
+		gauge("calls_outrun_running", "Calls that lost a backup's race and ignored their context, left to finish (not abandoned: never counted toward Options.MaxAbandoned).", func() float64 {
+			return float64(w.abandoned.outrun.Load())
+		}),
 		gauge("queue_depth", "Task ids waiting in the public queue, all shards (-1 if Redis did not answer).", func() float64 {
 			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 			defer cancel()

@@ -692,63 +692,75 @@ func TestMaintainer(t *testing.T) {
 // is abandoned abandonAfter later: its slot and the lock a suspect holds
 // (lost wire.SuspectAfter times) are freed, another goroutine serves the next job, the
 // executors stop without waiting for it, and when it returns at last its
-// result is not passed on, and abandon's returned function is called.
+// result is not passed on, and abandon's returned function is called. So
+// too when it was cancelled for a backup's race it lost, which abandon is
+// told (outrun), and only then.
 func TestExecutorsAbandonJobIgnoringCancel(t *testing.T) {
-	q := memory.NewQueue(&activity)
-	src := sourceOf(q, func(string, error) {})
-	jobs := make(chan job, 2)
-	results := make(chan wire.Done, 2)
-	h := newHeld()
-	var c counters
-	running := make(chan struct{})
-	release := make(chan struct{})
-	var abandoned []string
-	var mu sync.Mutex
-	returned := make(chan struct{})
-	e := newExecutors(executorsParams{n: 1, jobs: jobs, results: results, slots: newSlots(func() int { return 2 }),
-		held: h, source: src, counters: &c, ran: func(time.Duration) {}, stale: time.Hour,
-		abandonAfter: 10 * time.Millisecond,
-		abandon: func(_ context.Context, tk wire.Taken) func() {
-			mu.Lock()
-			abandoned = append(abandoned, tk.ID)
-			mu.Unlock()
-			return func() { close(returned) }
-		},
-		execute: func(_ context.Context, tk wire.Taken) wire.Done {
-			if tk.ID == "stuck" {
-				close(running)
-				<-release // ignores its context
+	for _, outrun := range []bool{false, true} {
+		t.Run(fmt.Sprint("outrun=", outrun), func(t *testing.T) {
+			q := memory.NewQueue(&activity)
+			src := sourceOf(q, func(string, error) {})
+			jobs := make(chan job, 2)
+			results := make(chan wire.Done, 2)
+			h := newHeld()
+			var c counters
+			running := make(chan struct{})
+			release := make(chan struct{})
+			var abandoned []string
+			var mu sync.Mutex
+			returned := make(chan struct{})
+			e := newExecutors(executorsParams{n: 1, jobs: jobs, results: results, slots: newSlots(func() int { return 2 }),
+				held: h, source: src, counters: &c, ran: func(time.Duration) {}, stale: time.Hour,
+				abandonAfter: 10 * time.Millisecond,
+				abandon: func(_ context.Context, tk wire.Taken, outran bool) func() {
+					mu.Lock()
+					abandoned = append(abandoned, fmt.Sprint(tk.ID, " outrun:", outran))
+					mu.Unlock()
+					return func() { close(returned) }
+				},
+				execute: func(_ context.Context, tk wire.Taken) wire.Done {
+					if tk.ID == "stuck" {
+						close(running)
+						<-release // ignores its context
+					}
+					return wire.Done{ID: tk.ID}
+				}})
+			taken := []wire.Taken{{ID: "stuck", Attempt: wire.SuspectAfter}, {ID: "next"}}
+			h.add(taken)
+			jobs <- job{Taken: taken[0], takenAt: time.Now()}
+			jobs <- job{Taken: taken[1], takenAt: time.Now()}
+			e.Start(context.Background())
+			<-running
+			// As the maintainer does when its batch is cancelled, or its other
+			// copy won a backup's race.
+			if outrun {
+				h.cancel([]string{"stuck"}, []string{"stuck"})
+			} else {
+				h.cancel([]string{"stuck"}, nil)
 			}
-			return wire.Done{ID: tk.ID}
-		}})
-	taken := []wire.Taken{{ID: "stuck", Attempt: wire.SuspectAfter}, {ID: "next"}}
-	h.add(taken)
-	jobs <- job{Taken: taken[0], takenAt: time.Now()}
-	jobs <- job{Taken: taken[1], takenAt: time.Now()}
-	e.Start(context.Background())
-	<-running
-	h.cancel([]string{"stuck"}) // as the maintainer does when its batch is cancelled
-	if d := <-results; d.ID != "next" {
-		t.Fatalf("result of %s, want next", d.ID)
-	}
-	close(jobs)
-	e.Stop()
-	e.Wait() // returns with stuck still running
-	mu.Lock()
-	if !slices.Equal(abandoned, []string{"stuck"}) {
-		t.Fatalf("abandoned %v, want [stuck]", abandoned)
-	}
-	mu.Unlock()
-	// stuck is dropped from the ledger; next stays until the finisher
-	// (none here) reports it.
-	if w := h.waiting(); h.size() != 1 || !slices.Equal(w[0], []string{"next"}) || c.discarded.Load() != 1 {
-		t.Fatalf("ledger %v (%d), discarded %d; want only next left, stuck dropped", w, h.size(), c.discarded.Load())
-	}
-	close(release)
-	<-returned
-	select {
-	case d := <-results:
-		t.Fatalf("the abandoned job's result (%s) was passed on", d.ID)
-	default:
+			if d := <-results; d.ID != "next" {
+				t.Fatalf("result of %s, want next", d.ID)
+			}
+			close(jobs)
+			e.Stop()
+			e.Wait() // returns with stuck still running
+			mu.Lock()
+			if want := fmt.Sprint("stuck outrun:", outrun); !slices.Equal(abandoned, []string{want}) {
+				t.Fatalf("abandoned %v, want [%s]", abandoned, want)
+			}
+			mu.Unlock()
+			// stuck is dropped from the ledger; next stays until the finisher
+			// (none here) reports it.
+			if w := h.waiting(); h.size() != 1 || !slices.Equal(w[0], []string{"next"}) || c.discarded.Load() != 1 {
+				t.Fatalf("ledger %v (%d), discarded %d; want only next left, stuck dropped", w, h.size(), c.discarded.Load())
+			}
+			close(release)
+			<-returned
+			select {
+			case d := <-results:
+				t.Fatalf("the abandoned job's result (%s) was passed on", d.ID)
+			default:
+			}
+		})
 	}
 }

@@ -292,9 +292,10 @@ type executorsParams struct {
 	// abandonAfter is how long a job whose context was cancelled may run
 	// on before the executors abandon it (Options.AbandonGrace); 0 never.
 	abandonAfter time.Duration
-	// abandon is told of each job abandoned; it returns what to call if
-	// the job returns at last (Worker.abandonTask).
-	abandon func(ctx context.Context, t wire.Taken) (returned func())
+	// abandon is told of each job abandoned, and whether it was cancelled
+	// for a backup's race it lost; it returns what to call if the job
+	// returns at last (Worker.abandonTask).
+	abandon func(ctx context.Context, t wire.Taken, outrun bool) (returned func())
 }
 
 func newExecutors(p executorsParams) *executors {

@@ -60,7 +60,7 @@ func (w *Worker) shuffle(ctx context.Context, c *resolved, t wire.Taken) ([]byte
 // map task; on an error it is taken as wanted.
 func (w *Worker) withdrawn(ctx context.Context, c *resolved, t wire.Taken) bool {
 	gone, err := w.source.unwanted(ctx, map[int][]string{t.Shard: {t.ID}})
-	c.withdrawn = err == nil && len(gone) > 0
+	c.withdrawn = err == nil && len(gone.Tasks) > 0
 	return c.withdrawn
 }
 

@@ -360,14 +360,15 @@ func (s *source) giveBack(ctx context.Context, members map[int][]string, ran boo
 
 // unwanted returns those of tids (by shard) whose managers no longer want
 // them.
-func (s *source) unwanted(ctx context.Context, tids map[int][]string) ([]string, error) {
-	var out []string
+func (s *source) unwanted(ctx context.Context, tids map[int][]string) (broker.UnwantedResult, error) {
+	var out broker.UnwantedResult
 	for i, ts := range tids {
 		u, err := s.shard(i).Unwanted(ctx, &broker.UnwantedParams{Worker: s.wid, Tasks: ts})
 		if err != nil {
 			return out, err
 		}
-		out = append(out, u...)
+		out.Tasks = append(out.Tasks, u.Tasks...)
+		out.Outrun = append(out.Outrun, u.Outrun...)
 	}
 	return out, nil
 }

@@ -27,6 +27,11 @@ type Stats struct {
 	// that the worker abandoned (Options.AbandonGrace); AbandonedRunning,
 	// those of them that have not returned yet.
 	Abandoned, AbandonedRunning int64
+	// OutrunRunning counts the calls that lost a backup's race (their
+	// task's other copy's result came first) and ignored their context,
+	// left to finish and not returned yet: not abandoned calls, never
+	// counted toward Options.MaxAbandoned.
+	OutrunRunning int64
 	// Cache counts the worker's memo of constants: hits, misses, fetches,
 	// bytes fetched, decodes, evictions.
 	Cache cache.Stats
@@ -54,6 +59,7 @@ func (w *Worker) Stats() Stats {
 		Throttled: c.throttled.Load(), HeldBack: c.heldBack.Load(), Suspects: c.suspects.Load(),
 		Running: int64(w.runningCount()), Cache: w.memo.Stats(),
 		Abandoned: w.abandoned.total.Load(), AbandonedRunning: w.abandoned.running.Load(),
+		OutrunRunning: w.abandoned.outrun.Load(),
 	}
 }
 

@@ -70,7 +70,7 @@ func (c *wantedCheck) unwanted(ctx context.Context, e *executors, j job) bool {
 			delete(c.dropped, tid)
 		}
 	}
-	for _, tid := range unwanted {
+	for _, tid := range unwanted.Tasks {
 		c.dropped[tid] = true
 	}
 	// Tasks no longer waiting (run unlooked-up, or given back) leave no

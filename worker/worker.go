@@ -295,7 +295,7 @@ func (w *Worker) finishWithin(ctx context.Context, stopped <-chan struct{}) {
 	for _, ts := range running {
 		tids = append(tids, ts...)
 	}
-	w.held.cancel(tids)
+	w.held.cancel(tids, nil)
 	members := make(map[int][]string, len(running))
 	for shard, ts := range running {
 		for _, tid := range ts {

@@ -46,8 +46,9 @@ type Shard interface {
 	GiveBack(ctx context.Context, p *GiveBackParams) (int, error)
 	// Held returns the members of a worker's held set (wire.HeldID).
 	Held(ctx context.Context, p *HeldParams) ([]string, error)
-	// Unwanted returns those of the tasks their managers no longer want.
-	Unwanted(ctx context.Context, p *UnwantedParams) ([]string, error)
+	// Unwanted returns those of the tasks their managers no longer want,
+	// and which of them a backup's race ended (UnwantedResult.Outrun).
+	Unwanted(ctx context.Context, p *UnwantedParams) (*UnwantedResult, error)
 
 	// Heartbeat renews a worker's lease and publishes its info.
 	Heartbeat(ctx context.Context, p *HeartbeatParams) (*wire.Beat, error)
@@ -268,6 +269,17 @@ const (
 type UnwantedParams struct {
 	Worker string
 	Tasks  []string
+}
+
+// UnwantedResult is what Unwanted says of the tasks asked about: those no
+// longer wanted (Tasks), and those of them that got a backup task and
+// ended with a result while the batch still runs (Outrun): the other copy's
+// result came first, so the worker's call lost a race rather than being
+// cancelled. A task's mark of its copy goes with its batch's cancel, so a
+// cancelled task is never Outrun.
+type UnwantedResult struct {
+	Tasks  []string
+	Outrun []string
 }
 
 // HeartbeatParams renew a worker's lease for Lease; Info, if not nil, is

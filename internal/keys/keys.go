@@ -174,7 +174,9 @@ func Bell(prefix, queue, wid string) string { return Base(prefix, queue) + "w:" 
 func Tasks(prefix, queue, mid string) string { return Base(prefix, queue) + "m:" + mid + ":tasks" }
 
 // Attempts counts the lost attempts of manager mid's tasks: how often each
-// was re-queued after its worker died (HASH task id → count; absent means 0).
+// was re-queued after its worker died (HASH task id → count; absent means
+// 0); and marks the tasks that got a backup task ("+<task id>" → 1), until
+// they are cancelled.
 func Attempts(prefix, queue, mid string) string {
 	return Base(prefix, queue) + "m:" + mid + ":attempts"
 }

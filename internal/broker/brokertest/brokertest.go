@@ -330,15 +330,40 @@ func testGiveBack(t *testing.T, open func(t *testing.T) Harness) {
 	}
 }
 
-// testUnwanted: Unwanted names the tasks withdrawn.
+// testUnwanted: Unwanted names the tasks withdrawn, and, as outrun, those
+// whose backup task's result came first; a copied task withdrawn is not
+// outrun.
 func testUnwanted(t *testing.T, open func(t *testing.T) Harness) {
 	h := open(t)
-	ids := h.Add(t, 0, 0)
-	take(t, h, 2, 0)
+	ctx := context.Background()
+	ids := h.Add(t, 0, 0, 0, 0)
+	take(t, h, 4, 0)
 	h.Cancel(t, ids[0])
-	u, err := h.Queue().Unwanted(context.Background(), &broker.UnwantedParams{Worker: wid, Tasks: ids})
-	if err != nil || !slices.Equal(u, ids[:1]) {
-		t.Errorf("unwanted: %v, %v; want [%s]", u, err, ids[0])
+	u, err := h.Queue().Unwanted(ctx, &broker.UnwantedParams{Worker: wid, Tasks: ids})
+	if err != nil || !slices.Equal(u.Tasks, ids[:1]) || len(u.Outrun) != 0 {
+		t.Fatalf("unwanted: %+v, %v; want [%s], none outrun", u, err, ids[0])
+	}
+
+	// w2, idle, gets copies of ids[1] and ids[2]; ids[2] is withdrawn, and
+	// ids[1]'s copy delivers its result.
+	other := &broker.TakeParams{Worker: "w2", Max: 2, Room: 2, Lease: time.Minute, Shards: 1, Serves: h.Serves()}
+	if got, err := h.Queue().Take(ctx, other); err != nil || len(got.Taken) != 0 || !got.End.Drained {
+		t.Fatalf("w2's take: %+v, %v; want none, drained (idle)", got, err)
+	}
+	got, err := h.Queue().Backup(ctx, &broker.BackupParams{Manager: h.Manager(), Tasks: ids[1:3]})
+	if err != nil || len(got) != 2 || got[0].State != broker.BackupQueued || got[1].State != broker.BackupQueued {
+		t.Fatalf("backup: %+v, %v; want both queued", got, err)
+	}
+	h.Cancel(t, ids[2])
+	if copied, err := h.Queue().Take(ctx, other); err != nil || len(copied.Taken) != 1 || copied.Taken[0].ID != ids[1] {
+		t.Fatalf("w2's take of the copies: %+v, %v; want ids[1]'s", copied, err)
+	}
+	if fin, err := h.Queue().Finish(ctx, &broker.FinishParams{Worker: "w2", Done: []wire.Done{{ID: ids[1], Result: result(t, ids[1])}}}); err != nil || fin.Delivered != 1 {
+		t.Fatalf("the copy's finish: %+v, %v; want it delivered", fin, err)
+	}
+	u, err = h.Queue().Unwanted(ctx, &broker.UnwantedParams{Worker: wid, Tasks: ids})
+	if err != nil || !slices.Equal(u.Tasks, ids[:3]) || !slices.Equal(u.Outrun, ids[1:2]) {
+		t.Errorf("unwanted: %+v, %v; want %v, %s outrun", u, err, ids[:3], ids[1])
 	}
 }
 

@@ -238,6 +238,7 @@ func (s *Shard) Cancel(_ context.Context, p *broker.CancelParams) error {
 	}
 	for _, tid := range p.Tasks {
 		delete(s.tasks, tid)
+		delete(s.copied, tid)
 	}
 	s.m.cancels = append(s.m.cancels, p.Tasks...)
 	return nil
@@ -245,7 +246,7 @@ func (s *Shard) Cancel(_ context.Context, p *broker.CancelParams) error {
 
 // Backup queues copies of p.Tasks, as backup.lua: only while a worker is
 // idle, only of tasks still in their task sets and never lost, each with
-// the worker that holds the original. It keeps no record of races (the
+// the worker that holds the original, and marks them copied. It keeps no record of races (the
 // operators' reads are redisbroker.Admin's, on Redis).
 func (s *Shard) Backup(_ context.Context, p *broker.BackupParams) ([]broker.Backup, error) {
 	s.mu.Lock()
@@ -273,6 +274,7 @@ func (s *Shard) Backup(_ context.Context, p *broker.BackupParams) ([]broker.Back
 				}
 			}
 			s.backups = append(s.backups, backupEntry{tid: tid, holder: out[i].Holder})
+			s.copied[tid] = true
 		}
 	}
 	if idle {

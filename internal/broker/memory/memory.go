@@ -106,7 +106,8 @@ type Shard struct {
 	maxCall int
 	m       managerState
 	sh      shuffleState
-	backups []backupEntry // copies of tasks that ran long (Backup), taken before the public list
+	backups []backupEntry   // copies of tasks that ran long (Backup), taken before the public list
+	copied  map[string]bool // tasks that got a copy (Backup), until their cancel (see Unwanted)
 }
 
 // backupEntry is a copy of task tid, kept off worker holder.
@@ -121,7 +122,7 @@ type task struct {
 func newShard(i int, name string, activity *await.Broadcast) *Shard {
 	return &Shard{i: i, name: name, rec: await.Calls{Activity: activity},
 		tokens: map[string][]string{}, rung: map[string]chan struct{}{}, idle: map[string]bool{},
-		tasks: map[string]task{}, private: map[string][]string{},
+		tasks: map[string]task{}, copied: map[string]bool{}, private: map[string][]string{},
 		held: map[string]map[string]bool{}, leases: map[string]time.Time{},
 		drain: map[string]bool{}, asked: map[string]int{}, retired: map[string]bool{}, types: map[string][]string{}, count: 1,
 		m: newManagerState(), sh: newShuffleState()}
@@ -172,6 +173,7 @@ func (s *Shard) Withdraw(tids ...string) {
 	defer s.mu.Unlock()
 	for _, tid := range tids {
 		delete(s.tasks, tid)
+		delete(s.copied, tid)
 	}
 }
 
@@ -467,18 +469,22 @@ func (s *Shard) Held(_ context.Context, p *broker.HeldParams) ([]string, error) 
 	return s.heldLocked(p.Worker), nil
 }
 
-// Unwanted returns those of p.Tasks no longer in their task sets.
-func (s *Shard) Unwanted(_ context.Context, p *broker.UnwantedParams) ([]string, error) {
+// Unwanted returns those of p.Tasks no longer in their task sets, and
+// those of them that got a copy (outrun), as unwanted.lua.
+func (s *Shard) Unwanted(_ context.Context, p *broker.UnwantedParams) (*broker.UnwantedResult, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if err := s.rec.Call("unwanted"); err != nil {
 		return nil, err
 	}
-	var out []string
+	out := &broker.UnwantedResult{}
 	for _, tid := range p.Tasks {
 		s.asked[tid]++
 		if _, ok := s.tasks[tid]; !ok {
-			out = append(out, tid)
+			out.Tasks = append(out.Tasks, tid)
+			if s.copied[tid] {
+				out.Outrun = append(out.Outrun, tid)
+			}
 		}
 	}
 	return out, nil

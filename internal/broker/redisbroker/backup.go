@@ -8,6 +8,10 @@ import (
 	"github.com/redmap/redmap/internal/keys"
 )
 
+// copied prefixes a task's mark of its copy in its manager's attempt
+// counts (prelude.lua's COPIED).
+const copied = "+"
+
 // Backup queues backup tasks of manager p.Manager's tasks p.Tasks (at most
 // MaxBackups) on this shard, and records the races p.Races that ended
 // (shard 0 only: the races are the queue's). One script call.

@@ -3,7 +3,9 @@
 -- (the manager decides which: manager/backup.go), pushed onto the shard's
 -- backup tasks (keys.Backups) with the worker that holds the original, so
 -- that no take gives it to that worker; the first result wins at the
--- finish, which the task set fences, and the other is discarded.
+-- finish, which the task set fences, and the other is discarded. The task
+-- is marked copied in its manager's attempt counts (COPIED), so that the
+-- worker whose call lost the race learns it (unwanted.lua).
 -- A task is copied only if it is still in its manager's task set and was
 -- never lost (no attempt recorded: a suspect, or a task beside a worker
 -- that died, may be a poison pill); and only while some worker of the
@@ -59,6 +61,8 @@ for i = 1, k do
       end
     end
     guarded('RPUSH', KEYS[1], tid .. '\t' .. holder)
+    guarded('HSET', KEYS[5], COPIED .. tid, 1)
+    redis.call('PEXPIRE', KEYS[5], math.max(redis.call('PTTL', KEYS[4]), 1000))
     queued = queued + 1
     out[i] = {'queued', holder}
   end

@@ -31,9 +31,15 @@ func (r *Broker) Cancel(ctx context.Context, p *broker.CancelParams) error {
 			tids = tids[n:]
 			continue
 		}
+		// A task's mark of its copy goes with it (prelude.lua's COPIED):
+		// a call of a cancelled task did not lose a race.
+		fields := make([]string, 0, 2*n)
+		for _, tid := range tids[:n] {
+			fields = append(fields, tid, copied+tid)
+		}
 		_, err := r.c.TxPipelined(ctx, func(p redis.Pipeliner) error {
 			p.HDel(ctx, tasks, tids[:n]...)
-			p.HDel(ctx, attempts, tids[:n]...)
+			p.HDel(ctx, attempts, fields...)
 			return nil
 		})
 		if err != nil {

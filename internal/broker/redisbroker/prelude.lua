@@ -45,6 +45,12 @@ local BACKUPS_MAX = 64
 -- How long a shard's backup tasks live past their last write, ms: a copy
 -- is for a batch's end, which no take reaching it within minutes missed.
 local BACKUPS_TTL = '600000'
+-- The prefix of a task's mark, in its manager's attempt counts, that it got
+-- a backup task ("+<task id>" -> 1; backup.lua): it outlives the task's end
+-- by a result, so that the call that lost the race learns it was outrun
+-- (unwanted.lua), and goes with a cancel of the task (cancel.go,
+-- retract.lua, fail), so that a cancelled call never is.
+local COPIED = '+'
 -- The widest payload a finish copies into Lua to check at once that tasks
 -- are still wanted (one HMGET), rather than an HEXISTS per task: below it
 -- the copy costs Redis less than the calls.
@@ -320,7 +326,7 @@ local function fail(m, tid, entry)
   guarded('RPUSH', m .. ':results', entry)
   redis.call('PEXPIRE', m .. ':results', math.max(redis.call('PTTL', m .. ':tasks'), 1000))
   unless_foreign('HDEL', m .. ':tasks', tid)
-  guarded('HDEL', m .. ':attempts', tid)
+  guarded('HDEL', m .. ':attempts', tid, COPIED .. tid)
 end
 
 -- expire_object makes a cached object (metadata key meta, parts parts) live

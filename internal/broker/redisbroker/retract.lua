@@ -1,6 +1,6 @@
 -- retract.lua: withdraw tasks of a durable batch's owner (RDB.Cancel):
 -- remove them and their payloads from its task set, and their attempt
--- counts, unless the owner's claim is no longer the batch's fence (another
+-- counts and marks of a copy (COPIED), unless the owner's claim is no longer the batch's fence (another
 -- manager took the batch over, and the tasks are its: see keys.Fence).
 -- KEYS[1] the task set   KEYS[2] its attempt counts   KEYS[3] the batch's fence
 -- ARGV[1] the claim the owner holds (redisbroker.Fence)   ARGV[2..] the task ids
@@ -15,5 +15,10 @@ for i = 2, #ARGV, CHUNK do
   local last = math.min(i + CHUNK - 1, #ARGV)
   unless_foreign('HDEL', KEYS[1], unpack(ARGV, i, last))
   guarded('HDEL', KEYS[2], unpack(ARGV, i, last))
+  local marks = {}
+  for j = i, last do
+    marks[#marks + 1] = COPIED .. ARGV[j]
+  end
+  guarded('HDEL', KEYS[2], unpack(marks))
 end
 return 0
