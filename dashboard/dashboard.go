@@ -368,9 +368,12 @@ func (d *Dashboard) State(ctx context.Context) (State, error) {
 			}
 			st.Workers = append(st.Workers, w)
 		}
-		ps, _ := inspect.Pipelines(append(slices.Clone(snap.Batches), snap.History...))
+		ps, _, err := d.in.Pipelines(ctx, append(slices.Clone(snap.Batches), snap.History...))
+		if err != nil {
+			return State{}, fmt.Errorf("queue %s: %w", q, err)
+		}
 		for _, p := range ps {
-			if p.Outcome == "running" || now.Sub(p.Ended) <= d.opts.Keep {
+			if p.Ended.IsZero() || now.Sub(p.Ended) <= d.opts.Keep {
 				st.Pipelines = append(st.Pipelines, p)
 			}
 		}

@@ -36,6 +36,7 @@ type Operator interface {
 	Throughput(ctx context.Context, p *ThroughputParams) ([]int64, error)
 	History(ctx context.Context, p *HistoryParams) (*HistoryResult, error)
 	InHistory(ctx context.Context, p *InHistoryParams) (map[string]bool, error)
+	Stages(ctx context.Context, p *StagesParams) (map[string][]wire.StageCounts, error)
 	Ended(ctx context.Context, p *QueueParams) (*EndedResult, error)
 	Limits(ctx context.Context, p *QueueParams) ([]wire.FuncLimit, error)
 	DurableNames(ctx context.Context, p *QueueParams) (map[string]string, error)
@@ -125,6 +126,13 @@ type HistoryResult struct {
 type InHistoryParams struct {
 	Queue string
 	IDs   []string
+}
+
+// StagesParams names pipelines of a queue (codec.CallInfo's Pipeline)
+// whose stage counts to read.
+type StagesParams struct {
+	Queue     string
+	Pipelines []string
 }
 
 // EndedResult is what a queue's history counted: batches by outcome,

@@ -797,6 +797,68 @@ func (a *Admin) History(ctx context.Context, p *broker.HistoryParams) (*broker.H
 	return &broker.HistoryResult{Records: out, Malformed: malformed}, nil
 }
 
+// Stages returns the stage counts of each of pipelines of queue that has
+// any (keys.Stages), by pipeline, its stages in no order; a field that
+// does not parse counts 0. One pipeline of an HGETALL each.
+func (a *Admin) Stages(ctx context.Context, p *broker.StagesParams) (map[string][]wire.StageCounts, error) {
+	if err := keys.CheckQueue(p.Queue); err != nil {
+		return nil, err
+	}
+	out := make(map[string][]wire.StageCounts)
+	if len(p.Pipelines) == 0 {
+		return out, nil
+	}
+	cmds := make([]*redis.MapStringStringCmd, len(p.Pipelines))
+	_, err := a.c.Pipelined(ctx, func(pl redis.Pipeliner) error {
+		for i, name := range p.Pipelines {
+			cmds[i] = pl.HGetAll(ctx, keys.Stages(a.prefix, p.Queue, name))
+		}
+		return nil
+	})
+	if err != nil && err != redis.Nil {
+		return nil, wrap("stages", nil, "HGETALL", err)
+	}
+	for i, name := range p.Pipelines {
+		byStage := make(map[string]*wire.StageCounts)
+		for f, v := range cmds[i].Val() {
+			stage, field, ok := strings.Cut(f, "\t")
+			if !ok {
+				continue
+			}
+			s := byStage[stage]
+			if s == nil {
+				s = &wire.StageCounts{Stage: stage}
+				byStage[stage] = s
+			}
+			n, _ := strconv.ParseInt(v, 10, 64)
+			switch field {
+			case "func":
+				s.Func = v
+			case "outcome":
+				s.Outcome = v
+			case "batches":
+				s.Batches = int(n)
+			case "reruns":
+				s.Reruns = int(n)
+			case "total":
+				s.Total = int(n)
+			case "done":
+				s.Done = int(n)
+			case "failed":
+				s.Failed = int(n)
+			case "started":
+				s.Started = n
+			case "ended":
+				s.Ended = n
+			}
+		}
+		for _, s := range byStage {
+			out[name] = append(out[name], *s)
+		}
+	}
+	return out, nil
+}
+
 // InHistory says which of the batches ids queue's history holds. One
 // HMGET, none for no ids.
 func (a *Admin) InHistory(ctx context.Context, p *broker.InHistoryParams) (map[string]bool, error) {
