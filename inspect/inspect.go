@@ -370,9 +370,14 @@ func rank(b bool) int {
 	return 0
 }
 
-// Batches returns the running batches of queue, by id. It first records
-// the batches of managers that stopped publishing as "manager lost" (see
-// Batch.Outcome): a read model that notices a lost manager says so.
+// Batches returns the running batches of queue, by id, and its durable
+// batches that have not ended (see Batch.Outcome), from their claim on:
+// one whose holder has published nothing yet, or died before it did, is
+// listed from the queue's list of durable batches (Batch.Counts "none
+// published"); a durable pipeline's claim is a row of it (Call.Pipeline,
+// no Call.Stage). It first records the batches of managers that stopped
+// publishing as "manager lost": a read model that notices a lost manager
+// says so.
 func (i *Inspector) Batches(ctx context.Context, queue string) ([]Batch, error) {
 	return i.batches(ctx, queue, nil)
 }
