@@ -463,9 +463,10 @@ func (i *Inspector) durableStates(ctx context.Context, queue string, bs []Batch)
 	if err != nil {
 		return err
 	}
-	held, outstanding, cancelled := states.Held, states.Outstanding, states.Cancelled
+	held, outstanding, cancelled, late := states.Held, states.Outstanding, states.Cancelled, states.Late
 	for j, b := range bs {
-		if b.Durable == "" || held[b.Manager] && !cancelled[b.Manager] {
+		ago, gone := late[b.Manager]
+		if b.Durable == "" || held[b.Manager] && !gone && !cancelled[b.Manager] {
 			continue
 		}
 		bs[j].Rate, bs[j].ETA = 0, 0
@@ -475,6 +476,12 @@ func (i *Inspector) durableStates(ctx context.Context, queue string, bs []Batch)
 		case cancelled[b.Manager]:
 			bs[j].Outcome = "cancelled"
 			bs[j].Waiting = "cancelled by an operator: its tasks are withdrawn; the call that takes it over fails its elements with ErrCancelled"
+		case gone:
+			// Its claim lives out its lease, but its holder stopped
+			// renewing it: killed, or cut off from Redis.
+			bs[j].Outcome = "orphaned"
+			bs[j].Waiting = fmt.Sprintf("its manager has not renewed its claim for %s: gone, or cut off; workers run its %d outstanding task(s) and keep their results; the same call takes it over once the claim lapses",
+				ago.Round(100*time.Millisecond), n)
 		case n > 0:
 			bs[j].Outcome = "orphaned"
 			bs[j].Waiting = fmt.Sprintf("no manager holds it; workers run its %d outstanding task(s) and keep their results; the same call takes it over", n)

@@ -77,10 +77,11 @@ func batchesOf(t *testing.T, e *harness.Env, name string) []inspect.Batch {
 }
 
 // A durable pipeline whose manager process is SIGKILLed while its reduce
-// runs (its tasks held by workers, which run on without it) stays listed
-// by redmap batches, text and -json, once its claims lapse: orphaned, not
-// running, its reduce stage's counts said to be the last published, its
-// head stage's counted whole. It is listed until it is cancelled.
+// runs (its tasks held by workers, which run on without it) is listed by
+// redmap batches, text and -json, orphaned once its claims are not renewed
+// (before they lapse), and still once they lapse: its reduce stage's
+// counts said to be the last published, its head stage's counted whole.
+// It is listed until it is cancelled.
 func TestKilledPipelineListedOrphaned(t *testing.T) {
 	e := harness.Setup(t)
 	startWorker(t, e.Srv, e.Queue, "-concurrency", "4")
@@ -107,36 +108,51 @@ func TestKilledPipelineListedOrphaned(t *testing.T) {
 	})
 	mgr.Kill()
 	<-mgr.Exited()
-	// Its claims lapse (their leases, 10 s at this Poll): nothing but the
-	// records its manager left says what the pipeline is.
+	check := func() {
+		t.Helper()
+		out, errs, code := runCLI(t, e.Srv, "batches", "-queue", e.Queue)
+		t.Logf("redmap batches:\n%s", out)
+		if code != 0 {
+			t.Fatalf("redmap batches: exit %d: %s", code, errs)
+		}
+		// PIPELINE QUEUE STATE FUNC BATCHES ... WAITING
+		if job := pipelineLine(out, name); len(job) < 3 || job[1] != e.Queue || job[2] != "orphaned" || !strings.Contains(out, "last published") {
+			t.Fatalf("the killed pipeline's line %q; want it listed, orphaned, its counts said to be the last published", job)
+		}
+		// STATE FUNC BATCHES DONE FAILED RUNNING TOTAL
+		if head := stageLine(out, "1 map"); len(head) < 7 || !slices.Equal(head[:7], []string{"done", "pkey", "1", "200", "0", "0", "200"}) {
+			t.Fatalf("the head stage's line %q; want it done, its 200 elements", head)
+		}
+		if red := stageLine(out, "1-2 reduce"); len(red) < 7 || red[0] != "orphaned" || red[1] != "pkey" || red[6] != "2" || red[5] != "0" {
+			t.Fatalf("the reduce stage's line %q; want it orphaned, of its 2 partitions, none said running", red)
+		}
+		bs := batchesOf(t, e, name)
+		i := slices.IndexFunc(bs, func(b inspect.Batch) bool { return b.ID == reduce.ID })
+		if i < 0 || bs[i].Outcome != "orphaned" || bs[i].Counts != "last published" || bs[i].Total != 2 {
+			t.Fatalf("redmap batches -json of the pipeline: %+v; want its reduce batch %s orphaned, of 2, its counts the last published", bs, reduce.ID)
+		}
+		own := slices.IndexFunc(bs, func(b inspect.Batch) bool { return b.Durable == name+"/pipeline" })
+		if own < 0 || bs[own].Outcome != "orphaned" {
+			t.Fatalf("redmap batches -json of the pipeline: %+v; want its own row (its claim), orphaned", bs)
+		}
+	}
+	// Its claims live out their leases (10 s at this Poll), but none is
+	// renewed: the pipeline is orphaned within a few Polls of the kill.
+	redistest.Eventually(t, "the killed pipeline's reduce orphaned", func() bool {
+		bs, err := in.Batches(ctx, e.Queue)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return slices.ContainsFunc(bs, func(b inspect.Batch) bool { return b.ID == reduce.ID && b.Outcome == "orphaned" })
+	})
+	t.Logf("%d claim(s) left of the killed manager", len(e.Keys(t, "*:{"+keys.Glob(e.Queue)+"*}:m:*:claim")))
+	check()
+	// Once they lapse, nothing but the records its manager left says what
+	// the pipeline is: it stays listed.
 	redistest.Eventually(t, "the killed manager's claims lapsed", func() bool {
 		return len(e.Keys(t, "*:{"+keys.Glob(e.Queue)+"*}:m:*:claim")) == 0
 	})
-	out, errs, code := runCLI(t, e.Srv, "batches", "-queue", e.Queue)
-	t.Logf("redmap batches:\n%s", out)
-	if code != 0 {
-		t.Fatalf("redmap batches: exit %d: %s", code, errs)
-	}
-	// PIPELINE QUEUE STATE FUNC BATCHES ... WAITING
-	if job := pipelineLine(out, name); len(job) < 3 || job[1] != e.Queue || job[2] != "orphaned" || !strings.Contains(out, "last published") {
-		t.Fatalf("the killed pipeline's line %q; want it listed, orphaned, its counts said to be the last published", job)
-	}
-	// STATE FUNC BATCHES DONE FAILED RUNNING TOTAL
-	if head := stageLine(out, "1 map"); len(head) < 7 || !slices.Equal(head[:7], []string{"done", "pkey", "1", "200", "0", "0", "200"}) {
-		t.Fatalf("the head stage's line %q; want it done, its 200 elements", head)
-	}
-	if red := stageLine(out, "1-2 reduce"); len(red) < 7 || red[0] != "orphaned" || red[1] != "pkey" || red[6] != "2" || red[5] != "0" {
-		t.Fatalf("the reduce stage's line %q; want it orphaned, of its 2 partitions, none said running", red)
-	}
-	bs := batchesOf(t, e, name)
-	i := slices.IndexFunc(bs, func(b inspect.Batch) bool { return b.ID == reduce.ID })
-	if i < 0 || bs[i].Outcome != "orphaned" || bs[i].Counts != "last published" || bs[i].Total != 2 {
-		t.Fatalf("redmap batches -json of the pipeline: %+v; want its reduce batch %s orphaned, of 2, its counts the last published", bs, reduce.ID)
-	}
-	own := slices.IndexFunc(bs, func(b inspect.Batch) bool { return b.Durable == name+"/pipeline" })
-	if own < 0 || bs[own].Outcome != "orphaned" {
-		t.Fatalf("redmap batches -json of the pipeline: %+v; want its own row (its claim), orphaned", bs)
-	}
+	check()
 	if out, errs, code := runCLI(t, e.Srv, "cancel", e.Queue, name); code != 0 {
 		t.Fatalf("redmap cancel of the orphaned pipeline: exit %d %q %q", code, out, errs)
 	}

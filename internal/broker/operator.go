@@ -155,6 +155,10 @@ type DurableStatesResult struct {
 	Held        map[string]bool
 	Outstanding map[string]int64
 	Cancelled   map[string]bool
+	// Late are those held whose claim its holder has not renewed for
+	// longer than it renews it (wire.Holder's Every) allows, by how long
+	// ago it last did.
+	Late map[string]time.Duration
 }
 
 // CancelBatchParams name a running batch of a queue and its manager.
