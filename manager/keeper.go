@@ -29,7 +29,7 @@ type keeper struct {
 	*part.Runner
 	renewAt map[*shard]time.Time // owned by tick
 	// publishing is held by a publish of the batches: the tick's, or a
-	// durable batch's first, at its submit (Manager.publishNow).
+	// durable batch's first, before its first window (feederParams.publish).
 	publishing sync.Mutex
 }
 

@@ -67,11 +67,6 @@ type Manager struct {
 	partsMu    sync.Mutex
 	collectors []*collector // one per open shard
 	background part.List    // keeper, reaper, recoverer, stragglers
-	// publishNow publishes the progress of the manager's batches at once,
-	// as its keeper does every Poll: an owner's at its batch's submit, so
-	// that operators see the batch from then on (a holder killed before
-	// its first Poll leaves its progress, not nothing).
-	publishNow func(ctx context.Context)
 
 	batchSeq atomic.Uint64
 	probed   atomic.Bool // Redis allowed every command redmap needs (see ready)
@@ -217,7 +212,7 @@ func assemble(r seams, opts Options, mid string, o *owned) *Manager {
 		}
 	}
 	k := newKeeper(keeping, opts.Poll)
-	m.publishNow = k.publishBatches
+	m.feeding.publish = k.publishBatches
 	m.background = part.List{
 		k,
 		newReaper(reaperParams{queue: opts.Queue, noWorkerTimeout: opts.NoWorkerTimeout, router: m.router,

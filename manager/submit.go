@@ -233,9 +233,6 @@ func submitOn[In, Out any](ctx context.Context, m *Manager, sp spec, els element
 		return b, nil
 	}
 	m.batches.list(b.id, b)
-	if m.owned != nil {
-		m.publishNow(ctx)
-	}
 	if err := f.first(ctx, sp, red); err != nil {
 		b.span.SetStatus(codes.Error, err.Error())
 		b.span.End()
