@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/redmap/redmap/connect"
+	"github.com/redmap/redmap/dashboard"
 	"github.com/redmap/redmap/inspect"
 	"github.com/redmap/redmap/internal/harness"
 	"github.com/redmap/redmap/internal/id"
@@ -108,6 +109,10 @@ func TestKilledPipelineListedOrphaned(t *testing.T) {
 	})
 	mgr.Kill()
 	<-mgr.Exited()
+	d, err := dashboard.New(e.Client, dashboard.Options{Queue: e.Queue})
+	if err != nil {
+		t.Fatal(err)
+	}
 	check := func() {
 		t.Helper()
 		out, errs, code := runCLI(t, e.Srv, "batches", "-queue", e.Queue)
@@ -134,6 +139,17 @@ func TestKilledPipelineListedOrphaned(t *testing.T) {
 		own := slices.IndexFunc(bs, func(b inspect.Batch) bool { return b.Durable == name+"/pipeline" })
 		if own < 0 || bs[own].Outcome != "orphaned" {
 			t.Fatalf("redmap batches -json of the pipeline: %+v; want its own row (its claim), orphaned", bs)
+		}
+		// The dashboard and the metrics read the same records.
+		st, err := d.State(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if i := slices.IndexFunc(st.Pipelines, func(p inspect.Pipeline) bool { return p.Name == name }); i < 0 || st.Pipelines[i].Outcome != "orphaned" {
+			t.Fatalf("the dashboard's pipelines: %+v; want %s orphaned", st.Pipelines, name)
+		}
+		if m, err := in.Metrics(ctx, e.Queue); err != nil || m.Durable["orphaned"] != 1 || m.Durable["running"] != 0 {
+			t.Fatalf("the metrics' durable batches: %v, %v; want the reduce orphaned, none running", m.Durable, err)
 		}
 	}
 	// Its claims live out their leases (10 s at this Poll), but none is
