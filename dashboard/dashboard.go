@@ -225,10 +225,11 @@ type State struct {
 	IdleWorkers int              `json:"idle_workers"`
 	Workers     []inspect.Worker `json:"workers"`
 	Batches     []inspect.Batch  `json:"batches"`
-	// Pipelines are the pipelines (manager.From) running, or ended within
-	// Options.Keep, each one job with its stages (inspect.Pipelines), the
-	// running ones first; their batches are not in Batches. A running
-	// stage's ended batches come from the queue's history.
+	// Pipelines are the pipelines (manager.From) listed (running, or a
+	// durable one orphaned or being cancelled), or ended within
+	// Options.Keep, each one job with its stages (Inspector.Pipelines:
+	// each counted over every batch of it that ended), the listed ones
+	// first; their batches are not in Batches.
 	Pipelines []inspect.Pipeline `json:"pipelines"`
 	// Failures are the failure groups, most recently seen first, at most
 	// FailuresShown of them (FailuresLeft says how many more there are:

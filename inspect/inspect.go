@@ -247,7 +247,7 @@ type Snapshot struct {
 	Time      time.Time // the Redis clock
 	Queue     Queue
 	Workers   []Worker
-	Batches   []Batch // running
+	Batches   []Batch // running, and durable ones not ended (Inspector.Batches)
 	History   []Batch // ended, newest first (the last HistoryShown)
 	Failures  []FailureGroup
 	Malformed int     // failure groups that could not be read
