@@ -431,7 +431,7 @@ func batchRows(bs []inspect.Batch, now time.Time) [][]string {
 		if b.Total > 0 {
 			pct = 100 * float64(b.Done+b.Failed) / float64(b.Total)
 		}
-		rows = append(rows, []string{b.Queue, b.ID, cmp.Or(b.Durable, "-"), b.Outcome, b.Func, cmp.Or(b.Call.String(), "-"), strconv.Itoa(b.Done), strconv.Itoa(b.Failed), strconv.Itoa(b.Total),
+		rows = append(rows, []string{b.Queue, b.ID, cmp.Or(b.Durable, "-"), b.Outcome, cmp.Or(b.Func, "-"), cmp.Or(b.Call.String(), "-"), strconv.Itoa(b.Done), strconv.Itoa(b.Failed), strconv.Itoa(b.Total),
 			fmt.Sprintf("%.0f%%", pct), rate(b.Rate), eta(b), age(b, now), waiting(b)})
 	}
 	return rows
