@@ -86,6 +86,11 @@ type CallInfo struct {
 	// step's map side; "3-5 reduce": its reduce side, then steps 4, 5).
 	Pipeline string `msgpack:"pipeline,omitempty" json:"pipeline,omitempty"`
 	Stage    string `msgpack:"stage,omitempty" json:"stage,omitempty"`
+	// Rerun says the batch runs elements of its Stage again, which a
+	// batch before it ran (a by-key step's producers, after Redis lost
+	// what they stored): a pipeline's stage counts it among its reruns,
+	// not in its total.
+	Rerun bool `msgpack:"rerun,omitempty" json:"rerun,omitempty"`
 }
 
 // IsZero reports whether no field of c is set: its tasks then carry no

@@ -225,10 +225,11 @@ type State struct {
 	IdleWorkers int              `json:"idle_workers"`
 	Workers     []inspect.Worker `json:"workers"`
 	Batches     []inspect.Batch  `json:"batches"`
-	// Pipelines are the pipelines (manager.From) running, or ended within
-	// Options.Keep, each one job with its stages (inspect.Pipelines), the
-	// running ones first; their batches are not in Batches. A running
-	// stage's ended batches come from the queue's history.
+	// Pipelines are the pipelines (manager.From) listed (running, or a
+	// durable one orphaned or being cancelled), or ended within
+	// Options.Keep, each one job with its stages (Inspector.Pipelines:
+	// each counted over every batch of it that ended), the listed ones
+	// first; their batches are not in Batches.
 	Pipelines []inspect.Pipeline `json:"pipelines"`
 	// Failures are the failure groups, most recently seen first, at most
 	// FailuresShown of them (FailuresLeft says how many more there are:
@@ -368,9 +369,12 @@ func (d *Dashboard) State(ctx context.Context) (State, error) {
 			}
 			st.Workers = append(st.Workers, w)
 		}
-		ps, _ := inspect.Pipelines(append(slices.Clone(snap.Batches), snap.History...))
+		ps, _, err := d.in.Pipelines(ctx, append(slices.Clone(snap.Batches), snap.History...))
+		if err != nil {
+			return State{}, fmt.Errorf("queue %s: %w", q, err)
+		}
 		for _, p := range ps {
-			if p.Outcome == "running" || now.Sub(p.Ended) <= d.opts.Keep {
+			if p.Ended.IsZero() || now.Sub(p.Ended) <= d.opts.Keep {
 				st.Pipelines = append(st.Pipelines, p)
 			}
 		}

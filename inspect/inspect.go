@@ -19,6 +19,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"maps"
 	"slices"
 	"strings"
 	"sync"
@@ -194,6 +195,12 @@ type Batch struct {
 	Outcome string `json:"outcome"`
 	// Durable is a durable batch's name (manager.Durable).
 	Durable string `json:"durable,omitempty"`
+	// Counts says what Total, Done and Failed of a durable batch no
+	// manager holds are: "last published" (the progress its last holder
+	// published), or "none published" (its holder died before it published
+	// any: they are 0, and Func unknown). A batch held and published
+	// since has none: its counts are its manager's now.
+	Counts string `json:"counts,omitempty"`
 	// FailedBy counts an ended batch's failed elements per cause ("error",
 	// "panic", "lost", "timeout", "no worker", ...).
 	FailedBy map[string]int `json:"failed_by,omitempty"`
@@ -240,7 +247,7 @@ type Snapshot struct {
 	Time      time.Time // the Redis clock
 	Queue     Queue
 	Workers   []Worker
-	Batches   []Batch // running
+	Batches   []Batch // running, and durable ones not ended (Inspector.Batches)
 	History   []Batch // ended, newest first (the last HistoryShown)
 	Failures  []FailureGroup
 	Malformed int     // failure groups that could not be read
@@ -363,9 +370,14 @@ func rank(b bool) int {
 	return 0
 }
 
-// Batches returns the running batches of queue, by id. It first records
-// the batches of managers that stopped publishing as "manager lost" (see
-// Batch.Outcome): a read model that notices a lost manager says so.
+// Batches returns the running batches of queue, by id, and its durable
+// batches that have not ended (see Batch.Outcome), from their claim on:
+// one whose holder has published nothing yet, or died before it did, is
+// listed from the queue's list of durable batches (Batch.Counts "none
+// published"); a durable pipeline's claim is a row of it (Call.Pipeline,
+// no Call.Stage). It first records the batches of managers that stopped
+// publishing as "manager lost": a read model that notices a lost manager
+// says so.
 func (i *Inspector) Batches(ctx context.Context, queue string) ([]Batch, error) {
 	return i.batches(ctx, queue, nil)
 }
@@ -391,6 +403,14 @@ func (i *Inspector) batches(ctx context.Context, queue string, ws []Worker) ([]B
 			Rate: p.Rate, ETA: p.ETA.Seconds(), Worker: p.Worker, Waiting: p.Waiting, Outcome: "running",
 			Started: p.Started, Durable: p.Durable, Call: p.Call, Backups: p.Backups})
 	}
+	// A durable batch is listed from its claim on (the queue's list of
+	// them), before its holder publishes any progress, and after its
+	// progress expired, until it ends, is cancelled or expires.
+	names, err := i.admin.DurableNames(ctx, &broker.QueueParams{Queue: queue})
+	if err != nil {
+		return nil, err
+	}
+	out = append(out, unpublished(queue, names, out)...)
 	if err := i.durableStates(ctx, queue, out); err != nil {
 		return nil, err
 	}
@@ -443,24 +463,75 @@ func (i *Inspector) durableStates(ctx context.Context, queue string, bs []Batch)
 	if err != nil {
 		return err
 	}
-	held, outstanding, cancelled := states.Held, states.Outstanding, states.Cancelled
+	held, outstanding, cancelled, late := states.Held, states.Outstanding, states.Cancelled, states.Late
 	for j, b := range bs {
-		if b.Durable == "" || held[b.Manager] && !cancelled[b.Manager] {
+		ago, gone := late[b.Manager]
+		if b.Durable == "" || held[b.Manager] && !gone && !cancelled[b.Manager] {
 			continue
 		}
 		bs[j].Rate, bs[j].ETA = 0, 0
-		if cancelled[b.Manager] {
+		bs[j].Counts = cmp.Or(b.Counts, "last published")
+		n := outstanding[b.Manager]
+		switch {
+		case cancelled[b.Manager]:
 			bs[j].Outcome = "cancelled"
 			bs[j].Waiting = "cancelled by an operator: its tasks are withdrawn; the call that takes it over fails its elements with ErrCancelled"
-		} else if n := outstanding[b.Manager]; n > 0 {
+		case gone:
+			// Its claim lives out its lease, but its holder stopped
+			// renewing it: killed, or cut off from Redis.
+			bs[j].Outcome = "orphaned"
+			bs[j].Waiting = fmt.Sprintf("its manager has not renewed its claim for %s: gone, or cut off; workers run its %d outstanding task(s) and keep their results; the same call takes it over once the claim lapses",
+				ago.Round(100*time.Millisecond), n)
+		case n > 0:
 			bs[j].Outcome = "orphaned"
 			bs[j].Waiting = fmt.Sprintf("no manager holds it; workers run its %d outstanding task(s) and keep their results; the same call takes it over", n)
-		} else {
+		case bs[j].Counts == "none published":
+			// Nothing says it ran to its end: its holder died before it
+			// said anything of it, or between the phases of a pipeline.
+			bs[j].Outcome = "orphaned"
+			bs[j].Waiting = "no manager holds it, and none published its progress; the same call takes it over"
+		default:
 			bs[j].Outcome = "done"
 			bs[j].Waiting = "no manager holds it; every task has its result in Redis, for the same call to collect"
 		}
 	}
 	return nil
+}
+
+// unpublished returns a row for each durable batch of queue among names
+// (owner id -> name, the queue's list of them) none of bs is of: its
+// holder has not published its progress yet, or died before it did. A
+// durable pipeline's claim ("<name>/pipeline") and the phases of a
+// pipeline whose claim is listed ("<name>/<phase>") are rows of that
+// pipeline (Call.Pipeline); the claim's has no Stage: it is the
+// pipeline's own.
+func unpublished(queue string, names map[string]string, bs []Batch) []Batch {
+	seen := make(map[string]bool, len(bs))
+	pipes := make(map[string]bool)
+	for _, b := range bs {
+		seen[b.Manager] = true
+	}
+	for _, n := range names {
+		if p, ok := strings.CutSuffix(n, "/pipeline"); ok {
+			pipes[p] = true
+		}
+	}
+	var out []Batch
+	for _, o := range slices.Sorted(maps.Keys(names)) {
+		if seen[o] {
+			continue
+		}
+		n := names[o]
+		b := Batch{Queue: queue, Manager: o, ID: id.Batch(o, 1), Durable: n, Priority: keys.DefaultPriority, Outcome: "running",
+			Counts: "none published", Waiting: "its manager has not published its progress yet"}
+		if p, ok := strings.CutSuffix(n, "/pipeline"); ok {
+			b.Call.Pipeline, b.Waiting = p, ""
+		} else if p, _, ok := strings.Cut(n, "/"); ok && pipes[p] {
+			b.Call.Pipeline = p
+		}
+		out = append(out, b)
+	}
+	return out
 }
 
 // succeeded returns the elements with a value, of ended (a record's

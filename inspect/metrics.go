@@ -105,8 +105,11 @@ func (i *Inspector) Metrics(ctx context.Context, queue string) (Metrics, error) 
 	for _, s := range DurableStates {
 		m.Durable[s] = 0
 	}
-	m.RunningBatches = len(bs)
 	for _, b := range bs {
+		if b.Call.Pipeline != "" && b.Call.Stage == "" {
+			continue // a durable pipeline's own row (its claim), no batch
+		}
+		m.RunningBatches++
 		m.Backlog += int64(max(b.Total-b.Done-b.Failed, 0))
 		if b.Durable != "" {
 			m.Durable[b.Outcome]++

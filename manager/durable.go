@@ -136,7 +136,8 @@ func (m *Manager) newOwner(ctx context.Context, name string) (*Manager, error) {
 		return nil, err
 	}
 	host, _ := os.Hostname()
-	holder := wire.Holder{Manager: m.id, Host: host, PID: os.Getpid(), PIDs: pidNamespace(), Since: time.Now().UnixMilli()}
+	holder := wire.Holder{Manager: m.id, Host: host, PID: os.Getpid(), PIDs: pidNamespace(), Since: time.Now().UnixMilli(),
+		Every: m.opts.Poll.Milliseconds(), Lease: claimLease(m.opts.Poll).Milliseconds()}
 	m.durables.mu.Lock()
 	if m.durables.closed {
 		m.durables.mu.Unlock()

@@ -81,6 +81,11 @@ type feederParams struct {
 	// publishTypes stores the structure of a handle's types (see
 	// Manager.publishTypes).
 	publishTypes func(ctx context.Context, sig string, types []string) error
+	// publish publishes the progress of the manager's batches at once,
+	// as its keeper does every Poll: an owner's, before its batch's first
+	// window, so that operators see the batch from then on (a holder
+	// killed before its first Poll leaves its progress, not nothing).
+	publish func(ctx context.Context)
 	// limitOf returns the limit in force of a spec's function
 	// (Manager.limitOf).
 	limitOf func(ctx context.Context, sp spec) (wire.Limit, error)
@@ -597,6 +602,9 @@ func (f *feeder[Out]) first(ctx context.Context, sp spec, red *redmap.Reducer[Ou
 		// element fails so, and the batch ends, deleting its keys.
 		f.cancelled(cancelledFor(f.owned.found.cancelled))
 		return nil
+	}
+	if err == nil && f.owned != nil {
+		f.publish(ctx)
 	}
 	if err == nil {
 		// Ridden out as the other calls of a first window are: on a

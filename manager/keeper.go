@@ -27,6 +27,9 @@ type keeper struct {
 	keeperParams
 	*part.Runner
 	renewAt map[*shard]time.Time // owned by tick
+	// publishing is held by a publish of the batches: the tick's, or a
+	// durable batch's first, before its first window (feederParams.publish).
+	publishing sync.Mutex
 }
 
 // unsaid tracks how many of a manager's ended elements the queue's
@@ -202,6 +205,8 @@ func (k *keeper) forgetLanes(ctx context.Context) {
 // batches an operator cancelled. A batch that ended is in the queue's
 // history instead (history.go).
 func (k *keeper) publishBatches(ctx context.Context) {
+	k.publishing.Lock()
+	defer k.publishing.Unlock()
 	running := k.batches.batches()
 	published := make(map[string]wire.BatchProgress, len(running))
 	for id, b := range running {

@@ -222,8 +222,10 @@ func assemble(r seams, opts Options, mid string, o *owned) *Manager {
 			keeping.phases = o.parent.endPhases
 		}
 	}
+	k := newKeeper(keeping, opts.Poll)
+	m.feeding.publish = k.publishBatches
 	m.background = part.List{
-		newKeeper(keeping, opts.Poll),
+		k,
 		newReaper(reaperParams{queue: opts.Queue, noWorkerTimeout: opts.NoWorkerTimeout, router: m.router,
 			batches: m.batches, faults: m.faults, log: m.log}, opts.Poll),
 		newRecoverer(recovererParams{mid: mid, ttl: opts.KeyTTL, router: m.router, pending: m.pending,

@@ -558,7 +558,9 @@ func (j *pipeJob) runHead(ctx context.Context, start, count int) (wire.MapSummar
 	if err != nil {
 		return wire.MapSummary{}, err
 	}
-	sum, err := j.pl.head(ctx, on, sp, j.callOf(1, j.stages[0], "map"), start, count)
+	co := j.callOf(1, j.stages[0], "map")
+	co.call.Rerun = count >= 0
+	sum, err := j.pl.head(ctx, on, sp, co, start, count)
 	j.m.stats.partialBytes.Add(sum.Bytes)
 	return sum, err
 }
@@ -589,10 +591,10 @@ func (j *pipeJob) taskErrors(err error, start, count int) error {
 	return nil
 }
 
-// reduceLevel reduces partitions ps of by-key step b; while some miss
-// partials, it has their producers run again and reduces those partitions
-// again.
-func (j *pipeJob) reduceLevel(ctx context.Context, b int, ps []int) error {
+// reduceLevel reduces partitions ps of by-key step b, again if rerun (they
+// were reduced before); while some miss partials, it has their producers
+// run again and reduces those partitions again.
+func (j *pipeJob) reduceLevel(ctx context.Context, b int, ps []int, rerun bool) error {
 	lv := j.levels[b]
 	final := b+1 == len(j.levels)
 	for round := 0; len(ps) > 0; round++ {
@@ -604,7 +606,7 @@ func (j *pipeJob) reduceLevel(ctx context.Context, b int, ps []int) error {
 			}
 			return nil
 		}
-		outs, err := j.reduceBatch(ctx, b, ps)
+		outs, err := j.reduceBatch(ctx, b, ps, rerun || round > 0)
 		var be *redmap.BatchError
 		if err != nil && !errors.As(err, &be) {
 			return err
@@ -702,7 +704,7 @@ func (j *pipeJob) produce(ctx context.Context, b int, rs []int) error {
 		for i, r := range rs {
 			ps[i] = lv.ranges[2*r]
 		}
-		return j.reduceLevel(ctx, b-1, ps)
+		return j.reduceLevel(ctx, b-1, ps, true)
 	}
 	type done struct {
 		start, count int
@@ -746,8 +748,8 @@ func (j *pipeJob) produce(ctx context.Context, b int, rs []int) error {
 // reduceBatch runs the reduce tasks of partitions ps of level b as one
 // batch: each folds its partition, runs the steps after the by-key step on
 // its pairs, and hands their outputs on to the next by-key step or stores
-// them.
-func (j *pipeJob) reduceBatch(ctx context.Context, b int, ps []int) ([]wire.ReduceOutput, error) {
+// them; rerun says they were reduced before (codec.CallInfo's Rerun).
+func (j *pipeJob) reduceBatch(ctx context.Context, b int, ps []int, rerun bool) ([]wire.ReduceOutput, error) {
 	lv := j.levels[b]
 	sh := lv.sh
 	sh.Phase = wire.PhaseReduce
@@ -788,7 +790,7 @@ func (j *pipeJob) reduceBatch(ctx context.Context, b int, ps []int) ([]wire.Redu
 		return nil, err
 	}
 	rco := j.callOf(j.stages[b], end, "reduce")
-	rco.chunk = 1
+	rco.chunk, rco.call.Rerun = 1, rerun
 	batch, err := submit(ctx, on, sp, elements[wire.ReduceInput]{xs: ins}, rco, (*redmap.Reducer[wire.ReduceOutput])(nil))
 	if err != nil {
 		return nil, err
@@ -838,7 +840,7 @@ func (j *pipeJob) readPart(ctx context.Context, p int, use func([]byte) (bool, e
 		}
 		reset()
 		j.m.log.Warn("a pipeline's outputs were lost from Redis; they are computed again", "job", lv.sh.Job, "partition", p)
-		if err := j.reduceLevel(ctx, b, []int{p}); err != nil {
+		if err := j.reduceLevel(ctx, b, []int{p}, true); err != nil {
 			return err
 		}
 	}

@@ -262,7 +262,7 @@ func (j *pipeJob) reduceRest(ctx context.Context, b int) error {
 		ps := j.restoredRunning[b]
 		j.restoredRunning[b] = nil
 		j.levels[b].rounds = max(j.levels[b].rounds-1, 0)
-		if err := j.reduceLevel(ctx, b, ps); err != nil {
+		if err := j.reduceLevel(ctx, b, ps, false); err != nil {
 			return err
 		}
 	}
@@ -270,7 +270,7 @@ func (j *pipeJob) reduceRest(ctx context.Context, b int) error {
 	if len(ps) == 0 {
 		return nil
 	}
-	return j.reduceLevel(ctx, b, ps)
+	return j.reduceLevel(ctx, b, ps, false)
 }
 
 // roundBegins records, for a durable pipeline, that the reduce batch of

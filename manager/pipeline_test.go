@@ -354,4 +354,30 @@ func TestPipelineFlushAll(t *testing.T) {
 		t.Fatalf("nothing ran again after the FLUSHALL; the manager logged:\n%s", logs.String())
 	}
 	noPartitionsLeft(t, b)
+	// The batches that ran the head's elements again say so, and the
+	// pipeline's head stage counts them among its reruns, not in its
+	// total: its first batch's record went with the FLUSHALL.
+	hist, _, err := in.History(context.Background(), b.Queue, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	reruns, total := 0, 0
+	for _, h := range hist {
+		if h.Call.Label == "flushed" && h.Call.Stage == "1-3 map" {
+			if h.Call.Rerun {
+				reruns++
+			} else {
+				total += h.Total
+			}
+		}
+	}
+	ps, _, err := in.Pipelines(context.Background(), hist)
+	if err != nil || len(ps) != 1 || len(ps[0].Stages) == 0 {
+		t.Fatalf("the pipelines of the history: %+v, %v; want the flushed one", ps, err)
+	}
+	head := ps[0].Stages[0]
+	if reruns == 0 || head.Stage != "1-3 map" || head.Reruns != reruns || head.Total != total {
+		t.Fatalf("the head stage %+v; want its %d reruns apart, its total %d", head, reruns, total)
+	}
+	t.Logf("the head stage after the FLUSHALL: %+v", head)
 }

@@ -288,43 +288,22 @@ func (c *cli) batches(ctx context.Context) error {
 	return nil
 }
 
-// pipelines takes the batches of pipelines out of running and ended, and
-// returns those pipelines with the rest: the pipelines that run, with
-// their stages that ended (from their queues' history), and with -all
-// those that ended too.
-func (c *cli) pipelines(ctx context.Context, running, ended []inspect.Batch) ([]inspect.Pipeline, []inspect.Batch, []inspect.Batch, error) {
-	var of []inspect.Batch // the batches of pipelines
-	queues := make(map[string]bool)
-	var plainRunning, plainEnded []inspect.Batch
-	for _, b := range running {
-		if b.Call.Pipeline == "" {
-			plainRunning = append(plainRunning, b)
-			continue
-		}
-		of, queues[b.Queue] = append(of, b), true
+// pipelines takes the batches of pipelines out of listed and ended, and
+// returns those pipelines with the rest: the pipelines listed (running,
+// orphaned, held) and, with -all, those among ended too, each with every
+// stage it ran, counted over all its batches whatever -n read
+// (Inspector.Pipelines).
+func (c *cli) pipelines(ctx context.Context, listed, ended []inspect.Batch) ([]inspect.Pipeline, []inspect.Batch, []inspect.Batch, error) {
+	ps, plainListed, err := c.in.Pipelines(ctx, append(slices.Clone(listed), ended...))
+	if err != nil {
+		return nil, nil, nil, err
 	}
-	for _, b := range ended {
-		if b.Call.Pipeline == "" {
-			plainEnded = append(plainEnded, b)
-			continue
-		}
-		of = append(of, b)
-	}
+	plainListed = slices.DeleteFunc(plainListed, func(b inspect.Batch) bool { return !b.Ended.IsZero() })
+	plainEnded := slices.DeleteFunc(slices.Clone(ended), func(b inspect.Batch) bool { return b.Call.Pipeline != "" })
 	if !c.all {
-		// The stages that ended of the pipelines that run.
-		for _, q := range slices.Sorted(maps.Keys(queues)) {
-			h, _, err := c.in.History(ctx, q, inspect.HistoryShown)
-			if err != nil {
-				return nil, nil, nil, err
-			}
-			of = append(of, h...)
-		}
+		ps = slices.DeleteFunc(ps, func(p inspect.Pipeline) bool { return !p.Ended.IsZero() })
 	}
-	ps, _ := inspect.Pipelines(of)
-	if !c.all {
-		ps = slices.DeleteFunc(ps, func(p inspect.Pipeline) bool { return p.Outcome != "running" })
-	}
-	return ps, plainRunning, plainEnded, nil
+	return ps, plainListed, plainEnded, nil
 }
 
 // listHistory returns the last c.n ended batches of each queue, newest
@@ -353,7 +332,7 @@ const (
 
 // pipelineHeader heads the pipelines: a line for each, then one for each
 // of its stages, in the order of its steps.
-const pipelineHeader = "PIPELINE\tQUEUE\tSTATE\tFUNC\tBATCHES\tDONE\tFAILED\tRUNNING\tTOTAL\tRATE/S\tAGE\tCALL"
+const pipelineHeader = "PIPELINE\tQUEUE\tSTATE\tFUNC\tBATCHES\tDONE\tFAILED\tRUNNING\tTOTAL\tRATE/S\tAGE\tCALL\tWAITING"
 
 func pipelineRows(ps []inspect.Pipeline, now time.Time) [][]string {
 	var rows [][]string
@@ -370,10 +349,14 @@ func pipelineRows(ps []inspect.Pipeline, now time.Time) [][]string {
 		if !p.Started.IsZero() {
 			age = dur(cmp.Or(p.Ended, now).Sub(p.Started))
 		}
-		rows = append(rows, []string{p.Name, p.Queue, p.Outcome, fmt.Sprintf("%d stage(s)", len(p.Stages)), strconv.Itoa(n), "", "", "", "", "", age, call})
+		rows = append(rows, []string{p.Name, p.Queue, p.Outcome, fmt.Sprintf("%d stage(s)", len(p.Stages)), strconv.Itoa(n), "", "", "", "", "", age, call, p.Waiting})
 		for _, s := range p.Stages {
-			rows = append(rows, []string{"  " + s.Stage, "", s.Outcome, s.Func, strconv.Itoa(s.Batches), strconv.Itoa(s.Done), strconv.Itoa(s.Failed),
-				strconv.Itoa(s.Running), strconv.Itoa(s.Total), rate(s.Rate), "", ""})
+			batches := strconv.Itoa(s.Batches)
+			if s.Reruns > 0 {
+				batches += fmt.Sprintf("+%drerun", s.Reruns)
+			}
+			rows = append(rows, []string{"  " + s.Stage, "", s.Outcome, cmp.Or(s.Func, "-"), batches, strconv.Itoa(s.Done), strconv.Itoa(s.Failed),
+				strconv.Itoa(s.Running), strconv.Itoa(s.Total), rate(s.Rate), "", "", ""})
 		}
 	}
 	return rows
@@ -448,7 +431,7 @@ func batchRows(bs []inspect.Batch, now time.Time) [][]string {
 		if b.Total > 0 {
 			pct = 100 * float64(b.Done+b.Failed) / float64(b.Total)
 		}
-		rows = append(rows, []string{b.Queue, b.ID, cmp.Or(b.Durable, "-"), b.Outcome, b.Func, cmp.Or(b.Call.String(), "-"), strconv.Itoa(b.Done), strconv.Itoa(b.Failed), strconv.Itoa(b.Total),
+		rows = append(rows, []string{b.Queue, b.ID, cmp.Or(b.Durable, "-"), b.Outcome, cmp.Or(b.Func, "-"), cmp.Or(b.Call.String(), "-"), strconv.Itoa(b.Done), strconv.Itoa(b.Failed), strconv.Itoa(b.Total),
 			fmt.Sprintf("%.0f%%", pct), rate(b.Rate), eta(b), age(b, now), waiting(b)})
 	}
 	return rows
@@ -460,6 +443,9 @@ func waiting(b inspect.Batch) string {
 	notes := b.Alone
 	if b.Waiting != "" {
 		notes = append([]string{b.Waiting}, b.Alone...)
+	}
+	if b.Counts != "" {
+		notes = append(notes, "counts: "+b.Counts)
 	}
 	return strings.Join(notes, "; ")
 }

@@ -114,6 +114,15 @@ func TestMain(m *testing.M) {
 		}
 		os.Exit(0)
 	}
+	// As a "manager-pipeline" child, it runs a durable pipeline (see
+	// runPipelineChild) until killed.
+	if os.Getenv(harness.ChildEnv) == "manager-pipeline" {
+		if err := runPipelineChild(); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(1)
+		}
+		os.Exit(0)
+	}
 	code := redistest.Run(m)
 	harness.Cleanup()
 	os.Exit(code)

@@ -149,7 +149,7 @@ function pipelineCard(s, p) {
   const rows = p.stages.map((g) => `<tr data-stage="${esc(g.stage)}" data-outcome="${esc(g.outcome)}"><td>${esc(g.stage)}</td><td>${esc(g.func)}</td><td><span class="badge ${esc(g.outcome.replace(" ", "-"))}">${esc(g.outcome)}</span></td>
     <td>${num(g.done)}</td><td>${num(g.failed)}</td><td>${num(g.running)}</td><td>${num(g.total)}</td><td>${rate(g.rate)}/s</td><td>${num(g.batches)}</td></tr>`).join("");
   return `<div class="batch pipeline ${running ? "" : "finished"}" data-pipeline="${esc(p.name)}" data-outcome="${esc(p.outcome)}">
-    <div class="head"><span><b>pipeline ${esc(p.name)}</b> <span class="muted">${esc(p.queue)}${p.durable ? " · durable" : ""}${label} · ${p.stages.length} stage${p.stages.length > 1 ? "s" : ""}</span></span>
+    <div class="head"><span><b>pipeline ${esc(p.name)}</b> <span class="muted">${esc(p.queue)}${p.durable ? " · durable" : ""}${label} · ${p.stages.length} stage${p.stages.length > 1 ? "s" : ""}${p.waiting ? ` · ${esc(p.waiting)}` : ""}</span></span>
       <span><span class="badge ${esc(p.outcome.replace(" ", "-"))}">${esc(p.outcome)}</span> ${cancel}</span></div>
     <div class="scroll"><table class="stages"><tr><th>stage</th><th>function</th><th>state</th><th>done</th><th>failed</th><th>running</th><th>of</th><th>rate</th><th>batches</th></tr>${rows}</table></div></div>`;
 }

@@ -36,6 +36,7 @@ type Operator interface {
 	Throughput(ctx context.Context, p *ThroughputParams) ([]int64, error)
 	History(ctx context.Context, p *HistoryParams) (*HistoryResult, error)
 	InHistory(ctx context.Context, p *InHistoryParams) (map[string]bool, error)
+	Stages(ctx context.Context, p *StagesParams) (map[string][]wire.StageCounts, error)
 	Ended(ctx context.Context, p *QueueParams) (*EndedResult, error)
 	Limits(ctx context.Context, p *QueueParams) ([]wire.FuncLimit, error)
 	DurableNames(ctx context.Context, p *QueueParams) (map[string]string, error)
@@ -127,6 +128,13 @@ type InHistoryParams struct {
 	IDs   []string
 }
 
+// StagesParams names pipelines of a queue (codec.CallInfo's Pipeline)
+// whose stage counts to read.
+type StagesParams struct {
+	Queue     string
+	Pipelines []string
+}
+
 // EndedResult is what a queue's history counted: batches by outcome,
 // failed elements by kind.
 type EndedResult struct {
@@ -147,6 +155,10 @@ type DurableStatesResult struct {
 	Held        map[string]bool
 	Outstanding map[string]int64
 	Cancelled   map[string]bool
+	// Late are those held whose claim its holder has not renewed for
+	// longer than it renews it (wire.Holder's Every) allows, by how long
+	// ago it last did.
+	Late map[string]time.Duration
 }
 
 // CancelBatchParams name a running batch of a queue and its manager.

@@ -383,6 +383,16 @@ func FailedElements(prefix, queue, bid string) string {
 // written.
 func Ended(prefix, queue string) string { return Base(prefix, queue) + "ended" }
 
+// Stages holds the counts of pipeline's stages (codec.CallInfo's Pipeline:
+// its durable name, or its job id) over its batches that ended (HASH
+// "<stage>\t<field>" -> value: batches, reruns, total, done, failed,
+// started, ended (Unix ms), outcome, func), counted as the history is
+// written, so that they outlive its trims; it lives a week past the last
+// batch of the pipeline that ended.
+func Stages(prefix, queue, pipeline string) string {
+	return Base(prefix, queue) + "stages:" + pipeline
+}
+
 // HistoryIndex orders the queue's history (ZSET batch id → when it ended,
 // Redis ms): the oldest are trimmed past a count or an age.
 func HistoryIndex(prefix, queue string) string { return Base(prefix, queue) + "history:at" }

@@ -560,19 +560,22 @@ func (a *Admin) DurableStates(ctx context.Context, p *broker.DurableStatesParams
 	var cancelled map[string]bool
 	var err error
 	held, outstanding, cancelled = make(map[string]bool), make(map[string]int64), make(map[string]bool)
+	late := make(map[string]time.Duration)
 	if len(owners) == 0 {
-		return &broker.DurableStatesResult{Held: held, Outstanding: outstanding, Cancelled: cancelled}, nil
+		return &broker.DurableStatesResult{Held: held, Outstanding: outstanding, Cancelled: cancelled, Late: late}, nil
 	}
 	shards, err := a.Shards(ctx, &broker.QueueParams{Queue: queue})
 	if err != nil {
 		return nil, err
 	}
 	marks := make([]*redis.IntCmd, len(owners))
-	claims := make([]*redis.IntCmd, len(owners))
+	claims := make([]*redis.StringCmd, len(owners))
+	lives := make([]*redis.DurationCmd, len(owners))
 	sizes := make([][]*redis.IntCmd, len(owners))
 	_, err = a.c.Pipelined(ctx, func(p redis.Pipeliner) error {
 		for i, o := range owners {
-			claims[i] = p.Exists(ctx, keys.Claim(a.prefix, queue, o))
+			claims[i] = p.Get(ctx, keys.Claim(a.prefix, queue, o))
+			lives[i] = p.PTTL(ctx, keys.Claim(a.prefix, queue, o))
 			marks[i] = p.Exists(ctx, keys.Cancelled(a.prefix, queue, o))
 			for _, sh := range shards {
 				sizes[i] = append(sizes[i], p.HLen(ctx, keys.Tasks(a.prefix, sh, o)))
@@ -581,16 +584,46 @@ func (a *Admin) DurableStates(ctx context.Context, p *broker.DurableStatesParams
 		return nil
 	})
 	if err != nil {
-		return nil, wrap("durable batches", nil, "EXISTS or HLEN", err)
+		// A claim's GET fails if it is none (redis.Nil) or not a string
+		// (another's data: held, as EXISTS says, its holder unknown); any
+		// other command's error is the read's.
+		err = nil
+		for i := range owners {
+			for _, c := range append([]redis.Cmder{lives[i], marks[i]}, cmders(sizes[i])...) {
+				err = cmp.Or(err, c.Err())
+			}
+		}
+		if err != nil {
+			return nil, wrap("durable batches", nil, "PTTL, EXISTS or HLEN", err)
+		}
 	}
 	for i, o := range owners {
-		held[o] = claims[i].Val() == 1
+		held[o] = !errors.Is(claims[i].Err(), redis.Nil)
+		// A holder renews its claim every Every, to its Lease: what is left
+		// of the lease says when it last did. Past three renewals missed (a
+		// second at least, for a slow Redis or a paused process), it is
+		// gone, or cut off.
+		if h, err := wire.DecodeHolder(claims[i].Val()); held[o] && err == nil && h.Every > 0 && h.Lease > 0 && lives[i].Val() > 0 {
+			ago := time.Duration(h.Lease)*time.Millisecond - lives[i].Val()
+			if ago > max(3*time.Duration(h.Every)*time.Millisecond, time.Second) {
+				late[o] = ago
+			}
+		}
 		cancelled[o] = marks[i].Val() == 1
 		for _, n := range sizes[i] {
 			outstanding[o] += max(n.Val()-2, 0) // "_" and "_e" are no tasks
 		}
 	}
-	return &broker.DurableStatesResult{Held: held, Outstanding: outstanding, Cancelled: cancelled}, nil
+	return &broker.DurableStatesResult{Held: held, Outstanding: outstanding, Cancelled: cancelled, Late: late}, nil
+}
+
+// cmders returns cs as redis.Cmders.
+func cmders(cs []*redis.IntCmd) []redis.Cmder {
+	out := make([]redis.Cmder, len(cs))
+	for i, c := range cs {
+		out[i] = c
+	}
+	return out
 }
 
 // Drain asks worker wid of queue to take no more tasks and exit when idle.
@@ -799,6 +832,68 @@ func (a *Admin) History(ctx context.Context, p *broker.HistoryParams) (*broker.H
 		out = append(out, r)
 	}
 	return &broker.HistoryResult{Records: out, Malformed: malformed}, nil
+}
+
+// Stages returns the stage counts of each of pipelines of queue that has
+// any (keys.Stages), by pipeline, its stages in no order; a field that
+// does not parse counts 0. One pipeline of an HGETALL each.
+func (a *Admin) Stages(ctx context.Context, p *broker.StagesParams) (map[string][]wire.StageCounts, error) {
+	if err := keys.CheckQueue(p.Queue); err != nil {
+		return nil, err
+	}
+	out := make(map[string][]wire.StageCounts)
+	if len(p.Pipelines) == 0 {
+		return out, nil
+	}
+	cmds := make([]*redis.MapStringStringCmd, len(p.Pipelines))
+	_, err := a.c.Pipelined(ctx, func(pl redis.Pipeliner) error {
+		for i, name := range p.Pipelines {
+			cmds[i] = pl.HGetAll(ctx, keys.Stages(a.prefix, p.Queue, name))
+		}
+		return nil
+	})
+	if err != nil && err != redis.Nil {
+		return nil, wrap("stages", nil, "HGETALL", err)
+	}
+	for i, name := range p.Pipelines {
+		byStage := make(map[string]*wire.StageCounts)
+		for f, v := range cmds[i].Val() {
+			stage, field, ok := strings.Cut(f, "\t")
+			if !ok {
+				continue
+			}
+			s := byStage[stage]
+			if s == nil {
+				s = &wire.StageCounts{Stage: stage}
+				byStage[stage] = s
+			}
+			n, _ := strconv.ParseInt(v, 10, 64)
+			switch field {
+			case "func":
+				s.Func = v
+			case "outcome":
+				s.Outcome = v
+			case "batches":
+				s.Batches = int(n)
+			case "reruns":
+				s.Reruns = int(n)
+			case "total":
+				s.Total = int(n)
+			case "done":
+				s.Done = int(n)
+			case "failed":
+				s.Failed = int(n)
+			case "started":
+				s.Started = n
+			case "ended":
+				s.Ended = n
+			}
+		}
+		for _, s := range byStage {
+			out[name] = append(out[name], *s)
+		}
+	}
+	return out, nil
 }
 
 // InHistory says which of the batches ids queue's history holds. One

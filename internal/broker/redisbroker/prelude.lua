@@ -382,16 +382,20 @@ local function decoded(s)
   return ok and r or nil
 end
 
+-- How long a pipeline's stage counts (keys.Stages) outlive the last batch
+-- of it that ended, ms: a week, as the index of queues keeps a name.
+local STAGES_TTL = '604800000'
 -- write_histories writes records recs[i] (JSON; decs[i] is it decoded,
 -- or nil) of batches ids[i] into the queue's history at time t, and counts
 -- each in the queue's totals (hash "<base>ended": "outcome:<outcome>"
 -- batches, "kind:<kind>" failed elements, by its failed_by,
--- "backups:<started|won|wasted>" backup tasks, by its backups), taking back
+-- "backups:<started|won|wasted>" backup tasks, by its backups), and a
+-- pipeline's batch in its pipeline's stage counts (keys.Stages), taking back
 -- what a record it overwrites counted. The totals only grow otherwise: a
 -- trim of the history keeps them. A few calls for all the records: one
 -- read of those they overwrite, one write of the records, one of the index,
--- and one increment per total they change. A batch named twice is written
--- once, with its last record.
+-- one increment per total they change, and a few per stage of a pipeline.
+-- A batch named twice is written once, with its last record.
 local function write_histories(base, hist, index, ids, recs, decs, t)
   local last, keep = {}, {}
   for i = 1, #ids do
@@ -434,6 +438,40 @@ local function write_histories(base, hist, index, ids, recs, decs, t)
       end
     end
   end
+  -- stage counts record r (decoded) of a pipeline's batch in its
+  -- pipeline's stage counts ("<stage>\t<field>"), with sign as count does;
+  -- a batch that runs a stage's elements again (call.rerun) among its
+  -- reruns only. A record counted (sign 1) also sets its stage's func, its
+  -- first start, its last end and that end's outcome.
+  local stage_change, stage_keys, stage_set = {}, {}, {}
+  local function stage(r, sign)
+    if type(r) ~= 'table' or type(r.call) ~= 'table' or type(r.call.pipeline) ~= 'string' or type(r.call.stage) ~= 'string' then
+      return
+    end
+    local k = base .. 'stages:' .. r.call.pipeline
+    if not stage_change[k] then
+      stage_change[k], stage_set[k] = {}, {}
+      stage_keys[#stage_keys + 1] = k
+    end
+    local ch, st = stage_change[k], r.call.stage .. '\t'
+    local function num(v)
+      return type(v) == 'number' and v or 0
+    end
+    local function inc(f, n)
+      ch[st .. f] = (ch[st .. f] or 0) + n
+    end
+    if r.call.rerun then
+      inc('reruns', sign)
+    else
+      inc('batches', sign)
+      inc('total', sign * num(r.total))
+      inc('done', sign * num(r.done))
+      inc('failed', sign * num(r.failed))
+    end
+    if sign > 0 then
+      stage_set[k][#stage_set[k] + 1] = r
+    end
+  end
   for j = 1, #keep, CHUNK do
     local these, pairs_, scored = {}, {}, {}
     for k = j, math.min(j + CHUNK - 1, #keep) do
@@ -447,7 +485,9 @@ local function write_histories(base, hist, index, ids, recs, decs, t)
     local olds = guarded('HMGET', hist, unpack(these))
     for k = 1, #olds do
       if olds[k] then
-        count(decoded(olds[k]), -1)
+        local r = decoded(olds[k])
+        count(r, -1)
+        stage(r, -1)
       end
     end
     redis.call('HSET', hist, unpack(pairs_))
@@ -455,12 +495,33 @@ local function write_histories(base, hist, index, ids, recs, decs, t)
   end
   for k = 1, #keep do
     local i = keep[k]
-    count(decs[i] or decoded(recs[i]), 1)
+    local r = decs[i] or decoded(recs[i])
+    count(r, 1)
+    stage(r, 1)
   end
   for _, f in ipairs(fields) do
     if change[f] ~= 0 then
       guarded('HINCRBY', base .. 'ended', f, change[f] == 1 and '1' or change[f])
     end
+  end
+  for _, k in ipairs(stage_keys) do
+    for f, n in pairs(stage_change[k]) do
+      if n ~= 0 then
+        guarded('HINCRBY', k, f, n)
+      end
+    end
+    for _, r in ipairs(stage_set[k]) do
+      local st = r.call.stage .. '\t'
+      local first, last = unpack(guarded('HMGET', k, st .. 'started', st .. 'ended'))
+      local started, ended = tonumber(r.started_ms) or 0, tonumber(r.ended_ms) or 0
+      if started > 0 and (not tonumber(first) or started < tonumber(first)) then
+        redis.call('HSET', k, st .. 'started', started)
+      end
+      if not tonumber(last) or ended >= tonumber(last) then
+        redis.call('HSET', k, st .. 'ended', ended, st .. 'outcome', tostring(r.outcome), st .. 'func', tostring(r.func))
+      end
+    end
+    redis.call('PEXPIRE', k, STAGES_TTL)
   end
 end
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"reflect"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -563,4 +564,47 @@ func counted(res *broker.CountFailuresResult, err error) (added, malformed int64
 		return 0, 0, err
 	}
 	return res.Added, res.Malformed, err
+}
+
+// The history counts a pipeline's batches in its stage counts as it writes
+// their records: a record that overwrites one (a durable batch taken over,
+// a lost manager's batch recorded by the one that came back) takes back
+// what the old one counted; a batch that runs a stage's elements again
+// counts among its reruns only; and the counts outlive the history's trim.
+func TestStageCounts(t *testing.T) {
+	f := setup(t)
+	ctx := context.Background()
+	a := NewAdmin(f.c, "rm")
+	call := codec.CallInfo{Pipeline: "job1", Stage: "1-2 map"}
+	rerun := call
+	rerun.Rerun = true
+	red := codec.CallInfo{Pipeline: "job1", Stage: "1-2 reduce"}
+	recs := [][]wire.BatchRecord{
+		{{ID: "m1", Manager: f.mid, Func: "emit", Total: 100, Done: 60, Failed: 0, Outcome: wire.OutcomeManagerLost, Started: 1000, Ended: 2000, Call: call}},
+		// m1 again, as the manager that took it over recorded it; a rerun of 20 of its elements
+		{{ID: "m1", Manager: f.mid, Func: "emit", Total: 100, Done: 100, Failed: 3, Outcome: wire.OutcomeDone, Started: 1000, Ended: 3000, Call: call},
+			{ID: "m2", Manager: f.mid, Func: "emit", Total: 20, Done: 20, Outcome: wire.OutcomeDone, Started: 3500, Ended: 4000, Call: rerun}},
+		{{ID: "r1", Manager: f.mid, Func: "emit", Total: 4, Done: 4, Outcome: wire.OutcomeDone, Started: 4000, Ended: 5000, Call: red}},
+	}
+	for _, rs := range recs {
+		if err := f.r.RecordBatches(ctx, &broker.RecordBatchesParams{Manager: f.mid, Records: rs, Limit: 1, Age: time.Hour}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got, err := a.Stages(ctx, &broker.StagesParams{Queue: f.queue, Pipelines: []string{"job1", "none"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	stages := got["job1"]
+	slices.SortFunc(stages, func(x, y wire.StageCounts) int { return strings.Compare(x.Stage, y.Stage) })
+	want := []wire.StageCounts{
+		{Stage: "1-2 map", Func: "emit", Batches: 1, Reruns: 1, Total: 100, Done: 100, Failed: 3, Started: 1000, Ended: 4000, Outcome: wire.OutcomeDone},
+		{Stage: "1-2 reduce", Func: "emit", Batches: 1, Total: 4, Done: 4, Started: 4000, Ended: 5000, Outcome: wire.OutcomeDone},
+	}
+	if !reflect.DeepEqual(stages, want) || len(got["none"]) != 0 {
+		t.Fatalf("stage counts %+v (of none: %+v); want %+v", stages, got["none"], want)
+	}
+	if n, _ := f.c.HLen(ctx, keys.History("rm", f.queue)).Result(); n != 1 {
+		t.Fatalf("history hash has %d records; want 1, trimmed", n)
+	}
 }

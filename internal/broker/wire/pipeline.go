@@ -115,3 +115,18 @@ func (r *PipelineRecord) check() error {
 	}
 	return nil
 }
+
+// StageCounts is one stage of a pipeline over its batches that ended, as
+// the history counted them when it wrote their records (keys.Stages).
+type StageCounts struct {
+	Stage string // codec.CallInfo's Stage
+	Func  string // the function of its last batch that ended
+	// Batches ran its elements; Reruns ran some of them again (a
+	// partition's producers after Redis lost what they stored), and count
+	// nowhere else: Total, Done (elements with an outcome, failed ones
+	// included) and Failed are of Batches.
+	Batches, Reruns     int
+	Total, Done, Failed int
+	Started, Ended      int64  // Unix ms: its first batch's start, its last one's end
+	Outcome             string // its last batch's
+}

@@ -371,6 +371,12 @@ type Holder struct {
 	PID     int    `json:"pid"`
 	PIDs    string `json:"pid_ns,omitempty"` // its PID namespace (Linux), where its pid means something
 	Since   int64  `json:"since_ms"`         // Unix ms, the holder's clock
+	// Every and Lease say how often the holder renews its claim and how
+	// long each renewal lives, ms: a claim not renewed for a few Every is
+	// one whose holder is gone or cut off (inspect says it is orphaned),
+	// though it lives out its Lease. 0 in an older build's.
+	Every int64 `json:"every_ms,omitempty"`
+	Lease int64 `json:"lease_ms,omitempty"`
 	// Token numbers the claims of the batch, each one more than the last
 	// (claim.lua sets it): 0 in a claim not taken yet. It must stay the
 	// last field: claim.lua appends it to the record the manager encodes.
