@@ -276,7 +276,7 @@ func (i *Inspector) cancelPipeline(ctx context.Context, queue, name string, all 
 		if b.Call.Pipeline != out.Pipeline {
 			continue
 		}
-		if b.Outcome == "running" {
+		if b.Outcome == "running" && b.Call.Stage != "" { // not the pipeline's own row, nor a phase none published yet
 			out.Running = append(out.Running, b.ID)
 		}
 		if b.Durable != "" || id.IsDurable(b.Manager) {
