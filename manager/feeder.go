@@ -119,144 +119,188 @@ type window struct {
 
 func (w window) tids() []string { return w.all }
 
+// cutting is a window as it is cut: its chunks, added to the batch once
+// all are cut, and what the batch has out with them (tasks, payload bytes,
+// elements out and unread), against the window's bounds.
+type cutting struct {
+	w                             window
+	chunks                        []chunk
+	tasks, bytes, elems, maxElems int
+}
+
+// full reports whether the window reached one of its bounds.
+func (c *cutting) full() bool {
+	return c.tasks >= windowTasks || c.bytes >= windowBytes || c.elems >= c.maxElems
+}
+
 // window encodes the next tasks that fit in the window and registers them. It
 // stops at an element that cannot be encoded, returning it as bad.
 func (f *feeder[Out]) window() (window, error) {
-	b := f.b
-	// A stream of outputs also bounds its elements out and unread.
-	inflight, bytes, elems, maxElems := b.inFlight()
-	if maxElems < 0 {
-		maxElems = math.MaxInt
-	}
-	var w window
-	var chunks []chunk
-	if n, known := f.in.length(); known && n > f.pos {
-		// Room for the window's tasks at the chunk size known now (the
-		// size may change within it; append grows then): grown one by
-		// one, these slices were a third of what a batch of 100,000
-		// one-element tasks allocated.
-		size := f.fixed
-		if size == 0 {
-			size = f.costs.chunkSize(f.sizing, n)
-		}
-		est := min(windowTasks-inflight, (n-f.pos)/max(size, 1)+1)
-		if est > 0 {
-			chunks = make([]chunk, 0, est)
-			w.all = make([]string, 0, est)
-			if f.owned == nil {
-				w.tasks = make([]wire.Task, 0, est)
-			}
-		}
-	}
+	c := f.startCutting()
 	from := f.pos
 	// Cut blind, a window is a few tasks that measure the cost; the rest
 	// waits for it (run).
-	cut, blind := 0, f.blind()
-	add := func(end int, payload []byte) error {
-		var tid string
-		seq := f.router.nextSeq
-		if f.b.worker != "" || f.limited || f.b.soloChunk(f.pos, end) {
-			// A private batch's tasks, a limited function's (its limit is
-			// enforced where it lives), and a batch's only task (its finish
-			// writes the batch's record: Batch.solo) go to shard 0.
-			seq = f.router.nextPrivateSeq
-		}
-		tid = id.TaskIn(f.mid, seq(), f.b.seq, end-f.pos, f.priority, DefaultPriority)
-		c := chunk{start: f.pos, count: end - f.pos, size: len(payload), tid: tid}
-		send := true
-		if f.owned != nil {
-			var err error
-			if send, err = f.taken(&w, c, payload); err != nil {
-				return err
-			}
-		}
-		if !f.in.reencodes() {
-			c.payload = payload
-		}
-		chunks = append(chunks, c)
-		w.all = append(w.all, tid)
-		if send {
-			w.tasks = append(w.tasks, wire.Task{ID: tid, Payload: payload})
-		}
-		inflight++
-		bytes += len(payload)
-		elems += end - f.pos
-		f.pos = end
-		return nil
-	}
+	blind := f.blind()
 	if blind {
 		f.blindOut, f.settleFrom = true, time.Time{}
 	}
-	for inflight < windowTasks && bytes < windowBytes && elems < maxElems && (!blind || cut < measureTasks) {
-		cut++
-		n, known := f.in.length()
-		if known && f.pos >= n {
-			break
-		}
-		if !known {
-			n = math.MaxInt / 2 // a sequence: size by cost alone
-		}
-		size := f.fixed
-		switch {
-		case f.plan != nil:
-			size = f.plan.next(f.costs, f.sizing, n)
-		case size == 0:
-			size = f.costs.chunkSize(f.sizing, n)
-		}
-		if f.burst > 0 {
-			size = min(size, f.burst) // a task takes its elements' tokens at once
-		}
-		end := f.in.next(f.pos, size)
+	for cut := 0; !c.full() && (!blind || cut < measureTasks); cut++ {
+		end := f.chunkEnd()
 		if end == f.pos {
-			break // the sequence ended
+			break // the input ended
 		}
 		payload, err := f.in.encode(f.pos, end)
 		if err != nil {
-			if !errors.As(err, &w.bad) {
-				return w, err
+			if !errors.As(err, &c.w.bad) {
+				return c.w, err
 			}
-			// Send the elements before the bad one; it fails alone.
-			if bad := w.bad.Index; bad > f.pos {
-				good, err := f.in.encode(f.pos, bad)
-				if err != nil {
-					return w, err
-				}
-				if err := add(bad, good); err != nil {
-					f.pos = from
-					return window{}, err
-				}
+			if err := f.cutBeforeBad(&c, from); err != nil {
+				return c.w, err
 			}
-			f.pos = w.bad.Index + 1
 			break
 		}
 		if f.fixed == 0 {
 			f.costs.observeSize(f.sizing.key, len(payload), end-f.pos)
 		}
-		if err := add(end, payload); err != nil {
+		if err := f.add(&c, end, payload); err != nil {
 			// Nothing of the window is registered: the feeder fails its
 			// elements and the rest with err (giveUp).
 			f.pos = from
 			return window{}, err
 		}
 	}
-	if f.plan != nil && f.plan.changed {
-		if w.sums == nil {
-			w.sums = make(map[string]string)
-		}
-		w.sums[cutField] = f.plan.String() // with the tasks cut by it
-		f.plan.changed = false
-	}
-	w.first = b.addChunks(chunks...)
+	f.recordPlan(&c.w)
+	w := c.w
+	w.first = f.b.addChunks(c.chunks...)
 	f.in.submitted(f.pos)
 	// Register before submitting: a fast worker's result may arrive before
 	// the submit call returns.
-	if err := f.pending.add(b, w.tids(), w.first); err != nil {
+	if err := f.pending.add(f.b, w.tids(), w.first); err != nil {
 		return w, err
 	}
 	if f.owned != nil {
 		f.redeliverFound(w.all)
 	}
 	return w, nil
+}
+
+// startCutting starts a window from what the batch has out (a stream of
+// outputs also bounds its elements out and unread), with room for its
+// tasks at the chunk size known now (the size may change within it; append
+// grows then): grown one by one, these slices were a third of what a batch
+// of 100,000 one-element tasks allocated.
+func (f *feeder[Out]) startCutting() cutting {
+	var c cutting
+	c.tasks, c.bytes, c.elems, c.maxElems = f.b.inFlight()
+	if c.maxElems < 0 {
+		c.maxElems = math.MaxInt
+	}
+	n, known := f.in.length()
+	if !known || n <= f.pos {
+		return c
+	}
+	size := f.fixed
+	if size == 0 {
+		size = f.costs.chunkSize(f.sizing, n)
+	}
+	if est := min(windowTasks-c.tasks, (n-f.pos)/max(size, 1)+1); est > 0 {
+		c.chunks = make([]chunk, 0, est)
+		c.w.all = make([]string, 0, est)
+		if f.owned == nil {
+			c.w.tasks = make([]wire.Task, 0, est)
+		}
+	}
+	return c
+}
+
+// chunkEnd returns where the next chunk ends: at the caller's ChunkSize,
+// the plan's or the cost's size, capped by the function's burst; f.pos if
+// the input has no more.
+func (f *feeder[Out]) chunkEnd() int {
+	n, known := f.in.length()
+	if known && f.pos >= n {
+		return f.pos
+	}
+	if !known {
+		n = math.MaxInt / 2 // a sequence: size by cost alone
+	}
+	size := f.fixed
+	switch {
+	case f.plan != nil:
+		size = f.plan.next(f.costs, f.sizing, n)
+	case size == 0:
+		size = f.costs.chunkSize(f.sizing, n)
+	}
+	if f.burst > 0 {
+		size = min(size, f.burst) // a task takes its elements' tokens at once
+	}
+	return f.in.next(f.pos, size)
+}
+
+// cutBeforeBad cuts the elements before c.w.bad, an element that could
+// not be encoded, as a chunk of their own, and moves past it: it fails
+// alone. from is where the window started.
+func (f *feeder[Out]) cutBeforeBad(c *cutting, from int) error {
+	if bad := c.w.bad.Index; bad > f.pos {
+		good, err := f.in.encode(f.pos, bad)
+		if err != nil {
+			return err
+		}
+		if err := f.add(c, bad, good); err != nil {
+			f.pos = from
+			c.w = window{}
+			return err
+		}
+	}
+	f.pos = c.w.bad.Index + 1
+	return nil
+}
+
+// add cuts elements [f.pos, end), encoded as payload, as the window's next
+// task.
+func (f *feeder[Out]) add(c *cutting, end int, payload []byte) error {
+	seq := f.router.nextSeq
+	if f.b.worker != "" || f.limited || f.b.soloChunk(f.pos, end) {
+		// A private batch's tasks, a limited function's (its limit is
+		// enforced where it lives), and a batch's only task (its finish
+		// writes the batch's record: Batch.solo) go to shard 0.
+		seq = f.router.nextPrivateSeq
+	}
+	tid := id.TaskIn(f.mid, seq(), f.b.seq, end-f.pos, f.priority, DefaultPriority)
+	ch := chunk{start: f.pos, count: end - f.pos, size: len(payload), tid: tid}
+	send := true
+	if f.owned != nil {
+		var err error
+		if send, err = f.taken(&c.w, ch, payload); err != nil {
+			return err
+		}
+	}
+	if !f.in.reencodes() {
+		ch.payload = payload
+	}
+	c.chunks = append(c.chunks, ch)
+	c.w.all = append(c.w.all, tid)
+	if send {
+		c.w.tasks = append(c.w.tasks, wire.Task{ID: tid, Payload: payload})
+	}
+	c.tasks++
+	c.bytes += len(payload)
+	c.elems += end - f.pos
+	f.pos = end
+	return nil
+}
+
+// recordPlan records a changed cut plan with the window's sums: with the
+// tasks cut by it.
+func (f *feeder[Out]) recordPlan(w *window) {
+	if f.plan == nil || !f.plan.changed {
+		return
+	}
+	if w.sums == nil {
+		w.sums = make(map[string]string)
+	}
+	w.sums[cutField] = f.plan.String()
+	f.plan.changed = false
 }
 
 // taken checks chunk c of a durable batch, of task payload payload,
