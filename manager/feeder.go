@@ -616,31 +616,7 @@ func (f *feeder[Out]) first(ctx context.Context, sp spec, red *redmap.Reducer[Ou
 	b := f.b
 	b.ctx = ctx
 	b.stop = context.AfterFunc(ctx, func() { b.abort(ctx.Err()) })
-	var w window
-	var err error
-	if f.owned != nil {
-		// A durable batch's first window needs what Redis has of it: the
-		// shards open, then the resume.
-		err = f.faults.riding(ctx, func() error { return f.openShards(ctx) })
-		if err == nil {
-			err = f.faults.riding(ctx, func() error { return f.resume(ctx) })
-		}
-	}
-	if err == nil && f.owned != nil {
-		b.resumedFrom(f.owned.found.sums[startedField])
-		if f.retryFailed {
-			if n := f.owned.found.dropFailed(f.opts.MaxFrame); n > 0 {
-				b.env.log.Info("running again the tasks of a durable batch that failed while no call held it (RetryFailed)",
-					"batch", f.owned.name, "tasks", n)
-			}
-		}
-	}
-	if err == nil && f.planned {
-		n, known := f.in.length()
-		if f.plan, err = newCutPlan(f.owned.found.sums[cutField], n, !known); err != nil {
-			err = fmt.Errorf("%w: durable batch %q: %v", redmap.ErrDurableMismatch, f.owned.name, strings.TrimPrefix(err.Error(), "manager: "))
-		}
-	}
+	err := f.resumeDurable(ctx)
 	if err == nil && f.owned != nil && f.owned.found.cancelled != "" {
 		// An operator cancelled the batch while no manager held it: every
 		// element fails so, and the batch ends, deleting its keys.
@@ -650,43 +626,9 @@ func (f *feeder[Out]) first(ctx context.Context, sp spec, red *redmap.Reducer[Ou
 	if err == nil && f.owned != nil {
 		f.publish(ctx)
 	}
+	var w window
 	if err == nil {
-		// Ridden out as the other calls of a first window are: on a
-		// Cluster whose shard-0 master was just killed this was the one
-		// call that failed the submit at once (make chaos-cluster, 5
-		// minutes: 46,230 elements failed with ErrUnavailable).
-		var lim wire.Limit
-		err = f.faults.riding(ctx, func() (err error) {
-			lim, err = f.limitOf(ctx, sp)
-			return err
-		})
-		if err == nil {
-			f.sp = sp
-			f.limit(lim)
-		}
-	}
-	if err == nil {
-		w, err = f.window()
-	}
-	if err == nil && w.bad != nil {
-		err = w.bad
-	}
-	if err == nil {
-		// Only now that the first window is good: a refused Submit leaves
-		// nothing in Redis.
-		err = f.faults.riding(ctx, func() error { return f.publishTypes(ctx, sp.sig, sp.types) })
-	}
-	switch {
-	case err == nil && sp.red != nil:
-		err = f.faults.riding(ctx, func() error { return f.publishTypes(ctx, sp.red.sig, sp.red.types) })
-	case err == nil && red != nil:
-		err = f.faults.riding(ctx, func() error { return f.publishTypes(ctx, red.Signature(), types(red)) })
-	}
-	if err == nil {
-		err = f.faults.riding(ctx, func() error { return f.openShards(ctx) })
-	}
-	if err == nil {
-		err = f.submit(ctx, &w)
+		w, err = f.firstWindow(ctx, sp, red)
 	}
 	if err != nil {
 		f.pending.forget(w.tids()) // what submit did not withdraw was never sent
@@ -708,6 +650,88 @@ func (f *feeder[Out]) first(ctx context.Context, sp spec, red *redmap.Reducer[Ou
 		b.abort(redmap.ErrClosed)
 	}
 	return nil
+}
+
+// resumeDurable reads, for a durable batch, what Redis has of it before
+// its first window (the shards open, then the resume), and makes its cut
+// plan from what the resume found, if it is cut by plan.
+func (f *feeder[Out]) resumeDurable(ctx context.Context) error {
+	if f.owned != nil {
+		err := f.faults.riding(ctx, func() error { return f.openShards(ctx) })
+		if err == nil {
+			err = f.faults.riding(ctx, func() error { return f.resume(ctx) })
+		}
+		if err != nil {
+			return err
+		}
+		f.b.resumedFrom(f.owned.found.sums[startedField])
+		if f.retryFailed {
+			if n := f.owned.found.dropFailed(f.opts.MaxFrame); n > 0 {
+				f.b.env.log.Info("running again the tasks of a durable batch that failed while no call held it (RetryFailed)",
+					"batch", f.owned.name, "tasks", n)
+			}
+		}
+	}
+	if !f.planned {
+		return nil
+	}
+	n, known := f.in.length()
+	var err error
+	if f.plan, err = newCutPlan(f.owned.found.sums[cutField], n, !known); err != nil {
+		return fmt.Errorf("%w: durable batch %q: %v", redmap.ErrDurableMismatch, f.owned.name, strings.TrimPrefix(err.Error(), "manager: "))
+	}
+	return nil
+}
+
+// firstWindow cuts the first window and submits it: the structure of the
+// call's types is published only once the window is good, so that a
+// refused Submit leaves nothing in Redis. It returns the window cut, if
+// any, with what went wrong.
+func (f *feeder[Out]) firstWindow(ctx context.Context, sp spec, red *redmap.Reducer[Out]) (window, error) {
+	// Ridden out as the other calls of a first window are: on a Cluster
+	// whose shard-0 master was just killed this was the one call that
+	// failed the submit at once (make chaos-cluster, 5 minutes: 46,230
+	// elements failed with ErrUnavailable).
+	var lim wire.Limit
+	err := f.faults.riding(ctx, func() (err error) {
+		lim, err = f.limitOf(ctx, sp)
+		return err
+	})
+	if err != nil {
+		return window{}, err
+	}
+	f.sp = sp
+	f.limit(lim)
+	w, err := f.window()
+	if err == nil && w.bad != nil {
+		err = w.bad
+	}
+	if err == nil {
+		err = f.publishTypesOf(ctx, sp, red)
+	}
+	if err == nil {
+		err = f.faults.riding(ctx, func() error { return f.openShards(ctx) })
+	}
+	if err == nil {
+		err = f.submit(ctx, &w)
+	}
+	return w, err
+}
+
+// publishTypesOf publishes the structure of the types of the call's
+// handle and of its reducer, if it has one.
+func (f *feeder[Out]) publishTypesOf(ctx context.Context, sp spec, red *redmap.Reducer[Out]) error {
+	publish := func(sig string, types []string) error {
+		return f.faults.riding(ctx, func() error { return f.publishTypes(ctx, sig, types) })
+	}
+	err := publish(sp.sig, sp.types)
+	switch {
+	case err == nil && sp.red != nil:
+		err = publish(sp.red.sig, sp.red.types)
+	case err == nil && red != nil:
+		err = publish(red.Signature(), types(red))
+	}
+	return err
 }
 
 // cancelled ends a durable batch an operator cancelled while no manager
