@@ -65,8 +65,8 @@ type workerConfig struct {
 }
 
 // workerFuncs are the functions a worker runs: written by Register, under
-// mu, until Run starts; read-only after, but mismatches, which its
-// executors add to.
+// mu, and by Run as it starts (served); read-only after, but mismatches,
+// which its executors add to as they resolve tasks (resolve.go).
 type workerFuncs struct {
 	mu       sync.RWMutex
 	runtimes map[string]*engine.Runtime // registered name → its runtime
