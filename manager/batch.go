@@ -100,7 +100,7 @@ type batchEnding struct {
 	// cancelRecorded says an operator's cancel of this durable batch, made
 	// while no call held it, wrote its record with what ran
 	// (redisbroker.Admin.CancelOwner): the call that takes it over writes
-	// none, which would count its elements failed, not what ran.
+	// none, which would count its elements failed, not what ran. Under mu.
 	cancelRecorded bool
 	// settled, for a durable batch, is closed once its owner has closed
 	// or detached (Manager.settle): Wait returns after it too.
