@@ -39,7 +39,25 @@ type Result[Out any] struct {
 // which its record and Progress read. What it needs of its manager comes in
 // env; it never reaches back into the Manager.
 type Batch[Out any] struct {
-	env      batchEnv
+	env batchEnv
+	batchIdentity
+	origin  time.Time    // a durable batch's first start, if another call made it (b.mu)
+	samples []rateSample // for Progress's recent rate; under mu
+
+	mu       sync.Mutex
+	feed     ledger
+	bk       backups // its backup tasks (backup.go)
+	outs     outputs[Out]
+	state    outcome
+	progress chan struct{} // closed at the next progress, if watched (see watch)
+	watched  bool          // someone took progress since it was made
+	batchEnding
+}
+
+// batchIdentity is what a batch is and runs: set when it is made
+// (newBatch) and at submit (prepare, startSpan), before the feeder or a
+// collector sees it; read-only after.
+type batchIdentity struct {
 	fn       string
 	costKey  string              // what its tasks' cost is learnt under (sizing.key), or "" for nothing
 	worker   string              // the private queue's worker, or ""
@@ -50,42 +68,39 @@ type Batch[Out any] struct {
 	seq      uint64              // n: the batch's number, and its lane's
 	types    map[string][]string // the structure of each handle it calls, by name
 	started  time.Time
-	origin   time.Time    // a durable batch's first start, if another call made it (b.mu)
-	samples  []rateSample // for Progress's recent rate; under mu
-	in       input        // the elements, to encode (again)
-	span     trace.Span   // the batch's span (tracing.go); a no-op one if not traced
-	stream   bool         // the input is a sequence (SubmitSeq): results are read once, as they come
-	stop     func() bool  // detaches the batch from its submit context
-	onEnd    func()       // releases what the batch holds (its constant); runs once
-	ending   sync.Once
+	in       input      // the elements, to encode (again)
+	span     trace.Span // the batch's span (tracing.go); a no-op one if not traced
+	stream   bool       // the input is a sequence (SubmitSeq): results are read once, as they come
 	// solo, for a batch that is one task (a lone Map), is its history
 	// record as far as the manager knows it at submit: the task carries it
 	// (codec.Task.Record) for the worker's finish to complete and write
 	// with the result. Nil for any other batch.
 	solo *wire.Solo
+}
 
-	mu       sync.Mutex
-	feed     ledger
-	bk       backups // its backup tasks (backup.go)
-	outs     outputs[Out]
-	state    outcome
-	progress chan struct{} // closed at the next progress, if watched (see watch)
-	watched  bool          // someone took progress since it was made
-	done     chan struct{}
+// batchEnding is how a batch ends and who waits for it: its submit
+// context and the hooks set at submit (feeder.first, prepare, submit), and
+// the channels closed as it ends (end), its record is written and its
+// durable owner lets go.
+type batchEnding struct {
 	// ctx is the context the batch was submitted with: its end ends the
 	// batch.
-	ctx context.Context
+	ctx    context.Context
+	stop   func() bool // detaches the batch from its submit context
+	onEnd  func()      // releases what the batch holds (its constant); runs once
+	ending sync.Once
+	done   chan struct{}
 	// recorded is closed once the batch's final record is in the queue's
 	// history (or its write gave up): Wait returns after it.
 	recorded chan struct{}
 	// soloWritten is the record the finish of a solo batch's task wrote
 	// with its result, as the result says it ended (wire.Complete); nil
-	// if none was.
+	// if none was. Under mu.
 	soloWritten *wire.BatchRecord
 	// cancelRecorded says an operator's cancel of this durable batch, made
 	// while no call held it, wrote its record with what ran
 	// (redisbroker.Admin.CancelOwner): the call that takes it over writes
-	// none, which would count its elements failed, not what ran.
+	// none, which would count its elements failed, not what ran. Under mu.
 	cancelRecorded bool
 	// settled, for a durable batch, is closed once its owner has closed
 	// or detached (Manager.settle): Wait returns after it too.
@@ -122,19 +137,14 @@ func newBatch[Out any](env batchEnv, seq uint64, fn string, n int, red *redmap.R
 		out = make([]Out, n)
 	}
 	return &Batch[Out]{
-		env:      env,
-		seq:      seq,
-		fn:       fn,
+		env: env,
+		batchIdentity: batchIdentity{seq: seq, fn: fn, stream: stream, id: id.Batch(env.mid, seq),
+			started: time.Now(), span: tracing.NoSpan},
 		feed:     ledger{n: n, left: n, exhausted: !stream, stream: stream, bounded: stream && red == nil},
 		outs:     outputs[Out]{fn: fn, out: out, red: red, fold: folderOf(red), stream: stream, names: namesFailures[Out]()},
-		stream:   stream,
-		id:       id.Batch(env.mid, seq),
-		started:  time.Now(),
 		progress: make(chan struct{}),
-		done:     make(chan struct{}),
-		recorded: make(chan struct{}),
-		stop:     func() bool { return false },
-		span:     tracing.NoSpan,
+		batchEnding: batchEnding{done: make(chan struct{}), recorded: make(chan struct{}),
+			stop: func() bool { return false }},
 	}
 }
 

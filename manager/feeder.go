@@ -119,144 +119,188 @@ type window struct {
 
 func (w window) tids() []string { return w.all }
 
+// cutting is a window as it is cut: its chunks, added to the batch once
+// all are cut, and what the batch has out with them (tasks, payload bytes,
+// elements out and unread), against the window's bounds.
+type cutting struct {
+	w                             window
+	chunks                        []chunk
+	tasks, bytes, elems, maxElems int
+}
+
+// full reports whether the window reached one of its bounds.
+func (c *cutting) full() bool {
+	return c.tasks >= windowTasks || c.bytes >= windowBytes || c.elems >= c.maxElems
+}
+
 // window encodes the next tasks that fit in the window and registers them. It
 // stops at an element that cannot be encoded, returning it as bad.
 func (f *feeder[Out]) window() (window, error) {
-	b := f.b
-	// A stream of outputs also bounds its elements out and unread.
-	inflight, bytes, elems, maxElems := b.inFlight()
-	if maxElems < 0 {
-		maxElems = math.MaxInt
-	}
-	var w window
-	var chunks []chunk
-	if n, known := f.in.length(); known && n > f.pos {
-		// Room for the window's tasks at the chunk size known now (the
-		// size may change within it; append grows then): grown one by
-		// one, these slices were a third of what a batch of 100,000
-		// one-element tasks allocated.
-		size := f.fixed
-		if size == 0 {
-			size = f.costs.chunkSize(f.sizing, n)
-		}
-		est := min(windowTasks-inflight, (n-f.pos)/max(size, 1)+1)
-		if est > 0 {
-			chunks = make([]chunk, 0, est)
-			w.all = make([]string, 0, est)
-			if f.owned == nil {
-				w.tasks = make([]wire.Task, 0, est)
-			}
-		}
-	}
+	c := f.startCutting()
 	from := f.pos
 	// Cut blind, a window is a few tasks that measure the cost; the rest
 	// waits for it (run).
-	cut, blind := 0, f.blind()
-	add := func(end int, payload []byte) error {
-		var tid string
-		seq := f.router.nextSeq
-		if f.b.worker != "" || f.limited || f.b.soloChunk(f.pos, end) {
-			// A private batch's tasks, a limited function's (its limit is
-			// enforced where it lives), and a batch's only task (its finish
-			// writes the batch's record: Batch.solo) go to shard 0.
-			seq = f.router.nextPrivateSeq
-		}
-		tid = id.TaskIn(f.mid, seq(), f.b.seq, end-f.pos, f.priority, DefaultPriority)
-		c := chunk{start: f.pos, count: end - f.pos, size: len(payload), tid: tid}
-		send := true
-		if f.owned != nil {
-			var err error
-			if send, err = f.taken(&w, c, payload); err != nil {
-				return err
-			}
-		}
-		if !f.in.reencodes() {
-			c.payload = payload
-		}
-		chunks = append(chunks, c)
-		w.all = append(w.all, tid)
-		if send {
-			w.tasks = append(w.tasks, wire.Task{ID: tid, Payload: payload})
-		}
-		inflight++
-		bytes += len(payload)
-		elems += end - f.pos
-		f.pos = end
-		return nil
-	}
+	blind := f.blind()
 	if blind {
 		f.blindOut, f.settleFrom = true, time.Time{}
 	}
-	for inflight < windowTasks && bytes < windowBytes && elems < maxElems && (!blind || cut < measureTasks) {
-		cut++
-		n, known := f.in.length()
-		if known && f.pos >= n {
-			break
-		}
-		if !known {
-			n = math.MaxInt / 2 // a sequence: size by cost alone
-		}
-		size := f.fixed
-		switch {
-		case f.plan != nil:
-			size = f.plan.next(f.costs, f.sizing, n)
-		case size == 0:
-			size = f.costs.chunkSize(f.sizing, n)
-		}
-		if f.burst > 0 {
-			size = min(size, f.burst) // a task takes its elements' tokens at once
-		}
-		end := f.in.next(f.pos, size)
+	for cut := 0; !c.full() && (!blind || cut < measureTasks); cut++ {
+		end := f.chunkEnd()
 		if end == f.pos {
-			break // the sequence ended
+			break // the input ended
 		}
 		payload, err := f.in.encode(f.pos, end)
 		if err != nil {
-			if !errors.As(err, &w.bad) {
-				return w, err
+			if !errors.As(err, &c.w.bad) {
+				return c.w, err
 			}
-			// Send the elements before the bad one; it fails alone.
-			if bad := w.bad.Index; bad > f.pos {
-				good, err := f.in.encode(f.pos, bad)
-				if err != nil {
-					return w, err
-				}
-				if err := add(bad, good); err != nil {
-					f.pos = from
-					return window{}, err
-				}
+			if err := f.cutBeforeBad(&c, from); err != nil {
+				return c.w, err
 			}
-			f.pos = w.bad.Index + 1
 			break
 		}
 		if f.fixed == 0 {
 			f.costs.observeSize(f.sizing.key, len(payload), end-f.pos)
 		}
-		if err := add(end, payload); err != nil {
+		if err := f.add(&c, end, payload); err != nil {
 			// Nothing of the window is registered: the feeder fails its
 			// elements and the rest with err (giveUp).
 			f.pos = from
 			return window{}, err
 		}
 	}
-	if f.plan != nil && f.plan.changed {
-		if w.sums == nil {
-			w.sums = make(map[string]string)
-		}
-		w.sums[cutField] = f.plan.String() // with the tasks cut by it
-		f.plan.changed = false
-	}
-	w.first = b.addChunks(chunks...)
+	f.recordPlan(&c.w)
+	w := c.w
+	w.first = f.b.addChunks(c.chunks...)
 	f.in.submitted(f.pos)
 	// Register before submitting: a fast worker's result may arrive before
 	// the submit call returns.
-	if err := f.pending.add(b, w.tids(), w.first); err != nil {
+	if err := f.pending.add(f.b, w.tids(), w.first); err != nil {
 		return w, err
 	}
 	if f.owned != nil {
 		f.redeliverFound(w.all)
 	}
 	return w, nil
+}
+
+// startCutting starts a window from what the batch has out (a stream of
+// outputs also bounds its elements out and unread), with room for its
+// tasks at the chunk size known now (the size may change within it; append
+// grows then): grown one by one, these slices were a third of what a batch
+// of 100,000 one-element tasks allocated.
+func (f *feeder[Out]) startCutting() cutting {
+	var c cutting
+	c.tasks, c.bytes, c.elems, c.maxElems = f.b.inFlight()
+	if c.maxElems < 0 {
+		c.maxElems = math.MaxInt
+	}
+	n, known := f.in.length()
+	if !known || n <= f.pos {
+		return c
+	}
+	size := f.fixed
+	if size == 0 {
+		size = f.costs.chunkSize(f.sizing, n)
+	}
+	if est := min(windowTasks-c.tasks, (n-f.pos)/max(size, 1)+1); est > 0 {
+		c.chunks = make([]chunk, 0, est)
+		c.w.all = make([]string, 0, est)
+		if f.owned == nil {
+			c.w.tasks = make([]wire.Task, 0, est)
+		}
+	}
+	return c
+}
+
+// chunkEnd returns where the next chunk ends: at the caller's ChunkSize,
+// the plan's or the cost's size, capped by the function's burst; f.pos if
+// the input has no more.
+func (f *feeder[Out]) chunkEnd() int {
+	n, known := f.in.length()
+	if known && f.pos >= n {
+		return f.pos
+	}
+	if !known {
+		n = math.MaxInt / 2 // a sequence: size by cost alone
+	}
+	size := f.fixed
+	switch {
+	case f.plan != nil:
+		size = f.plan.next(f.costs, f.sizing, n)
+	case size == 0:
+		size = f.costs.chunkSize(f.sizing, n)
+	}
+	if f.burst > 0 {
+		size = min(size, f.burst) // a task takes its elements' tokens at once
+	}
+	return f.in.next(f.pos, size)
+}
+
+// cutBeforeBad cuts the elements before c.w.bad, an element that could
+// not be encoded, as a chunk of their own, and moves past it: it fails
+// alone. from is where the window started.
+func (f *feeder[Out]) cutBeforeBad(c *cutting, from int) error {
+	if bad := c.w.bad.Index; bad > f.pos {
+		good, err := f.in.encode(f.pos, bad)
+		if err != nil {
+			return err
+		}
+		if err := f.add(c, bad, good); err != nil {
+			f.pos = from
+			c.w = window{}
+			return err
+		}
+	}
+	f.pos = c.w.bad.Index + 1
+	return nil
+}
+
+// add cuts elements [f.pos, end), encoded as payload, as the window's next
+// task.
+func (f *feeder[Out]) add(c *cutting, end int, payload []byte) error {
+	seq := f.router.nextSeq
+	if f.b.worker != "" || f.limited || f.b.soloChunk(f.pos, end) {
+		// A private batch's tasks, a limited function's (its limit is
+		// enforced where it lives), and a batch's only task (its finish
+		// writes the batch's record: Batch.solo) go to shard 0.
+		seq = f.router.nextPrivateSeq
+	}
+	tid := id.TaskIn(f.mid, seq(), f.b.seq, end-f.pos, f.priority, DefaultPriority)
+	ch := chunk{start: f.pos, count: end - f.pos, size: len(payload), tid: tid}
+	send := true
+	if f.owned != nil {
+		var err error
+		if send, err = f.taken(&c.w, ch, payload); err != nil {
+			return err
+		}
+	}
+	if !f.in.reencodes() {
+		ch.payload = payload
+	}
+	c.chunks = append(c.chunks, ch)
+	c.w.all = append(c.w.all, tid)
+	if send {
+		c.w.tasks = append(c.w.tasks, wire.Task{ID: tid, Payload: payload})
+	}
+	c.tasks++
+	c.bytes += len(payload)
+	c.elems += end - f.pos
+	f.pos = end
+	return nil
+}
+
+// recordPlan records a changed cut plan with the window's sums: with the
+// tasks cut by it.
+func (f *feeder[Out]) recordPlan(w *window) {
+	if f.plan == nil || !f.plan.changed {
+		return
+	}
+	if w.sums == nil {
+		w.sums = make(map[string]string)
+	}
+	w.sums[cutField] = f.plan.String()
+	f.plan.changed = false
 }
 
 // taken checks chunk c of a durable batch, of task payload payload,
@@ -572,31 +616,7 @@ func (f *feeder[Out]) first(ctx context.Context, sp spec, red *redmap.Reducer[Ou
 	b := f.b
 	b.ctx = ctx
 	b.stop = context.AfterFunc(ctx, func() { b.abort(ctx.Err()) })
-	var w window
-	var err error
-	if f.owned != nil {
-		// A durable batch's first window needs what Redis has of it: the
-		// shards open, then the resume.
-		err = f.faults.riding(ctx, func() error { return f.openShards(ctx) })
-		if err == nil {
-			err = f.faults.riding(ctx, func() error { return f.resume(ctx) })
-		}
-	}
-	if err == nil && f.owned != nil {
-		b.resumedFrom(f.owned.found.sums[startedField])
-		if f.retryFailed {
-			if n := f.owned.found.dropFailed(f.opts.MaxFrame); n > 0 {
-				b.env.log.Info("running again the tasks of a durable batch that failed while no call held it (RetryFailed)",
-					"batch", f.owned.name, "tasks", n)
-			}
-		}
-	}
-	if err == nil && f.planned {
-		n, known := f.in.length()
-		if f.plan, err = newCutPlan(f.owned.found.sums[cutField], n, !known); err != nil {
-			err = fmt.Errorf("%w: durable batch %q: %v", redmap.ErrDurableMismatch, f.owned.name, strings.TrimPrefix(err.Error(), "manager: "))
-		}
-	}
+	err := f.resumeDurable(ctx)
 	if err == nil && f.owned != nil && f.owned.found.cancelled != "" {
 		// An operator cancelled the batch while no manager held it: every
 		// element fails so, and the batch ends, deleting its keys.
@@ -606,43 +626,9 @@ func (f *feeder[Out]) first(ctx context.Context, sp spec, red *redmap.Reducer[Ou
 	if err == nil && f.owned != nil {
 		f.publish(ctx)
 	}
+	var w window
 	if err == nil {
-		// Ridden out as the other calls of a first window are: on a
-		// Cluster whose shard-0 master was just killed this was the one
-		// call that failed the submit at once (make chaos-cluster, 5
-		// minutes: 46,230 elements failed with ErrUnavailable).
-		var lim wire.Limit
-		err = f.faults.riding(ctx, func() (err error) {
-			lim, err = f.limitOf(ctx, sp)
-			return err
-		})
-		if err == nil {
-			f.sp = sp
-			f.limit(lim)
-		}
-	}
-	if err == nil {
-		w, err = f.window()
-	}
-	if err == nil && w.bad != nil {
-		err = w.bad
-	}
-	if err == nil {
-		// Only now that the first window is good: a refused Submit leaves
-		// nothing in Redis.
-		err = f.faults.riding(ctx, func() error { return f.publishTypes(ctx, sp.sig, sp.types) })
-	}
-	switch {
-	case err == nil && sp.red != nil:
-		err = f.faults.riding(ctx, func() error { return f.publishTypes(ctx, sp.red.sig, sp.red.types) })
-	case err == nil && red != nil:
-		err = f.faults.riding(ctx, func() error { return f.publishTypes(ctx, red.Signature(), types(red)) })
-	}
-	if err == nil {
-		err = f.faults.riding(ctx, func() error { return f.openShards(ctx) })
-	}
-	if err == nil {
-		err = f.submit(ctx, &w)
+		w, err = f.firstWindow(ctx, sp, red)
 	}
 	if err != nil {
 		f.pending.forget(w.tids()) // what submit did not withdraw was never sent
@@ -664,6 +650,88 @@ func (f *feeder[Out]) first(ctx context.Context, sp spec, red *redmap.Reducer[Ou
 		b.abort(redmap.ErrClosed)
 	}
 	return nil
+}
+
+// resumeDurable reads, for a durable batch, what Redis has of it before
+// its first window (the shards open, then the resume), and makes its cut
+// plan from what the resume found, if it is cut by plan.
+func (f *feeder[Out]) resumeDurable(ctx context.Context) error {
+	if f.owned != nil {
+		err := f.faults.riding(ctx, func() error { return f.openShards(ctx) })
+		if err == nil {
+			err = f.faults.riding(ctx, func() error { return f.resume(ctx) })
+		}
+		if err != nil {
+			return err
+		}
+		f.b.resumedFrom(f.owned.found.sums[startedField])
+		if f.retryFailed {
+			if n := f.owned.found.dropFailed(f.opts.MaxFrame); n > 0 {
+				f.b.env.log.Info("running again the tasks of a durable batch that failed while no call held it (RetryFailed)",
+					"batch", f.owned.name, "tasks", n)
+			}
+		}
+	}
+	if !f.planned {
+		return nil
+	}
+	n, known := f.in.length()
+	var err error
+	if f.plan, err = newCutPlan(f.owned.found.sums[cutField], n, !known); err != nil {
+		return fmt.Errorf("%w: durable batch %q: %v", redmap.ErrDurableMismatch, f.owned.name, strings.TrimPrefix(err.Error(), "manager: "))
+	}
+	return nil
+}
+
+// firstWindow cuts the first window and submits it: the structure of the
+// call's types is published only once the window is good, so that a
+// refused Submit leaves nothing in Redis. It returns the window cut, if
+// any, with what went wrong.
+func (f *feeder[Out]) firstWindow(ctx context.Context, sp spec, red *redmap.Reducer[Out]) (window, error) {
+	// Ridden out as the other calls of a first window are: on a Cluster
+	// whose shard-0 master was just killed this was the one call that
+	// failed the submit at once (make chaos-cluster, 5 minutes: 46,230
+	// elements failed with ErrUnavailable).
+	var lim wire.Limit
+	err := f.faults.riding(ctx, func() (err error) {
+		lim, err = f.limitOf(ctx, sp)
+		return err
+	})
+	if err != nil {
+		return window{}, err
+	}
+	f.sp = sp
+	f.limit(lim)
+	w, err := f.window()
+	if err == nil && w.bad != nil {
+		err = w.bad
+	}
+	if err == nil {
+		err = f.publishTypesOf(ctx, sp, red)
+	}
+	if err == nil {
+		err = f.faults.riding(ctx, func() error { return f.openShards(ctx) })
+	}
+	if err == nil {
+		err = f.submit(ctx, &w)
+	}
+	return w, err
+}
+
+// publishTypesOf publishes the structure of the types of the call's
+// handle and of its reducer, if it has one.
+func (f *feeder[Out]) publishTypesOf(ctx context.Context, sp spec, red *redmap.Reducer[Out]) error {
+	publish := func(sig string, types []string) error {
+		return f.faults.riding(ctx, func() error { return f.publishTypes(ctx, sig, types) })
+	}
+	err := publish(sp.sig, sp.types)
+	switch {
+	case err == nil && sp.red != nil:
+		err = publish(sp.red.sig, sp.red.types)
+	case err == nil && red != nil:
+		err = publish(red.Signature(), types(red))
+	}
+	return err
 }
 
 // cancelled ends a durable batch an operator cancelled while no manager

@@ -43,44 +43,71 @@ import (
 // the held constants (holds.go) and the router, where sharding lives
 // (router.go); faults.go says what a failed call to Redis means.
 type Manager struct {
-	id   string
-	opts Options
-	log  *slog.Logger
+	managerConfig
+	managerRedis
+	managerParts
+	managerTallies
 
-	router  *router
-	pending *pendingTasks
-	batches *registry
-	holds   *holds
-	faults  *faults
-	costs   *costs // shared by a manager and its durable batches' owners
-	pipes   *pipes // its pipelines running, for an operator's cancel; shared as costs
-	limits  limits
-	feeding feederParams // what every batch's feeder is built from
-	env     batchEnv     // what every batch is built with
-	feeders part.Set     // one feeder per batch still submitting
-	beside  part.Set     // what a call runs beside itself (a shuffle's renewal and reruns)
-	label   string       // the value of ProfileLabel on its goroutines
+	// What its parts and calls share, made by assemble (an owner shares
+	// its manager's costs and pipes).
+	pending  *pendingTasks
+	batches  *registry
+	holds    *holds
+	costs    *costs // shared by a manager and its durable batches' owners
+	pipes    *pipes // its pipelines running, for an operator's cancel; shared as costs
+	limits   limits
+	history  *history     // writes each batch's final record
+	durables durables     // its durable batches running, each on its owner
+	owned    *owned       // an owner's: its durable batch (durable.go); nil for a manager
+	feeding  feederParams // what every batch's feeder is built from
+	env      batchEnv     // what every batch is built with
+}
 
+// managerConfig is who a manager is and how it is set: written by New and
+// assemble, read-only after.
+type managerConfig struct {
+	id     string
+	opts   Options
+	log    *slog.Logger
+	label  string       // the value of ProfileLabel on its goroutines
+	tracer trace.Tracer // from Options.TracerProvider or the global one (which delegates to a provider installed later)
+}
+
+// managerRedis is how a manager reaches Redis: its client (set by New), the
+// queue's shards (router, written by assemble) and what it learns of Redis
+// once (probed, typed, written by the calls that learn it).
+type managerRedis struct {
+	client redis.UniversalClient // New's, for its durable batches' owners; nil over fakes
+	addr   string                // where the client connects, for errors (redisbroker.Addr)
+	router *router
+	spill  shuffleStore // a map/reduce by key's partitions (shuffle.go): the queue's first shard
+	faults *faults      // what a failed call to Redis means
+	probed atomic.Bool  // Redis allowed every command redmap needs (see ready)
+	typed  sync.Map     // signatures whose types are published (see publishTypes)
+}
+
+// managerParts are the parts a manager runs, which Close stops by ending
+// ctx: its background parts (started by assemble), a collector per open
+// shard (startCollector), a feeder per batch still submitting, and what a
+// call runs beside itself.
+type managerParts struct {
 	ctx        context.Context // the parts'
-	spill      shuffleStore    // a map/reduce by key's partitions (shuffle.go): the queue's first shard
 	cancel     context.CancelFunc
-	partsMu    sync.Mutex
+	partsMu    sync.Mutex   // guards collectors
 	collectors []*collector // one per open shard
 	background part.List    // keeper, reaper, recoverer, stragglers
+	feeders    part.Set     // one feeder per batch still submitting
+	beside     part.Set     // what a call runs beside itself (a shuffle's renewal and reruns)
+}
 
+// managerTallies are what a manager counts since New, added to by its parts
+// and batches: its batches' numbers, its diagnostics (Stats), its batches'
+// backup tasks and what failed on its side.
+type managerTallies struct {
 	batchSeq atomic.Uint64
-	probed   atomic.Bool // Redis allowed every command redmap needs (see ready)
-	typed    sync.Map    // signatures whose types are published (see publishTypes)
 	stats    counters
 	backups  backupCounts // its batches' backup tasks, and the races that ended (backup.go)
 	failures failure.Log  // what failed on the manager's side, for the queue's failure groups
-	history  *history     // writes each batch's final record
-	addr     string       // where the client connects, for errors (redisbroker.Addr)
-	tracer   trace.Tracer // from Options.TracerProvider or the global one (which delegates to a provider installed later)
-
-	client   redis.UniversalClient // New's, for its durable batches' owners; nil over fakes
-	durables durables              // its durable batches running, each on its owner
-	owned    *owned                // an owner's: its durable batch (durable.go); nil for a manager
 }
 
 // historyBudget bounds the write of a batch's final record, retries
@@ -168,11 +195,9 @@ type seams struct {
 // owner of a durable batch (durable.go).
 func assemble(r seams, opts Options, mid string, o *owned) *Manager {
 	m := &Manager{
+		managerConfig: managerConfig{tracer: tracing.Tracer(opts.TracerProvider), id: mid, opts: opts,
+			log: opts.Logger.With("manager", mid, "queue", opts.Queue)},
 		owned:   o,
-		tracer:  tracing.Tracer(opts.TracerProvider),
-		id:      mid,
-		opts:    opts,
-		log:     opts.Logger.With("manager", mid, "queue", opts.Queue),
 		pending: newPendingTasks(),
 		batches: newRegistry(),
 		costs:   newCosts(),

@@ -336,21 +336,8 @@ var errStopped = errors.New("manager: a pipeline's outputs: the reader stopped")
 // name for an operator's cancel, and runs pl up to the outputs of its last
 // by-key step's partitions (all of it, without one).
 func startPipeline(ctx context.Context, m *Manager, pl *pipeline, opts []CallOption, run *pipeRun) (*pipeJob, error) {
-	if len(pl.steps) == 0 {
-		return nil, errors.New("manager: a pipeline with no step: add one with Then, FlatThen or ByKey")
-	}
-	if len(pl.steps) > wire.MaxSteps {
-		return nil, fmt.Errorf("manager: a pipeline of %d steps, over %d", len(pl.steps), wire.MaxSteps)
-	}
-	for i, s := range pl.steps {
-		if err := s.h.Validate(); err != nil {
-			return nil, fmt.Errorf("manager: step %d of the pipeline: %w", i+1, err)
-		}
-		if s.red != nil {
-			if err := s.red.Validate(); err != nil {
-				return nil, fmt.Errorf("manager: step %d of the pipeline: %w", i+1, err)
-			}
-		}
+	if err := pl.check(); err != nil {
+		return nil, err
 	}
 	co, err := byKeyOptions("a pipeline", opts)
 	if err != nil {
@@ -361,25 +348,8 @@ func startPipeline(ctx context.Context, m *Manager, pl *pipeline, opts []CallOpt
 	}
 	j := &pipeJob{m: m, pl: pl, co: co, durable: co.durable, keyFails: make(map[[2]int][]wire.StepFail), run: run}
 	j.co.durable = ""
-	j.segs = [][]wire.Step{nil}
-	j.also = [][]string{nil}
-	for i, s := range pl.steps {
-		if err := j.publish(ctx, s.h); err != nil {
-			return nil, err
-		}
-		if s.kind == stepByKey {
-			if err := j.publish(ctx, s.red); err != nil {
-				return nil, err
-			}
-			j.keys = append(j.keys, s)
-			j.stages = append(j.stages, i+1)
-			j.segs = append(j.segs, nil)
-			j.also = append(j.also, nil)
-			continue
-		}
-		k := len(j.segs) - 1
-		j.segs[k] = append(j.segs[k], wire.Step{Name: s.h.Name(), Sig: s.h.Signature(), Stage: i + 1})
-		j.also[k] = append(j.also[k], s.h.Name()+"\t"+s.h.Signature())
+	if err := j.segment(ctx); err != nil {
+		return nil, err
 	}
 	var jid [8]byte
 	_, _ = rand.Read(jid[:])
@@ -410,23 +380,80 @@ func startPipeline(ctx context.Context, m *Manager, pl *pipeline, opts []CallOpt
 		return nil, err
 	}
 	j.stopRenew = j.renew()
+	if err := j.runLevels(ctx); err != nil {
+		j.drop()
+		return nil, err
+	}
+	return j, nil
+}
+
+// check refuses a pipeline of no step, of too many, or with a handle
+// that cannot run.
+func (p *pipeline) check() error {
+	if len(p.steps) == 0 {
+		return errors.New("manager: a pipeline with no step: add one with Then, FlatThen or ByKey")
+	}
+	if len(p.steps) > wire.MaxSteps {
+		return fmt.Errorf("manager: a pipeline of %d steps, over %d", len(p.steps), wire.MaxSteps)
+	}
+	for i, s := range p.steps {
+		err := s.h.Validate()
+		if err == nil && s.red != nil {
+			err = s.red.Validate()
+		}
+		if err != nil {
+			return fmt.Errorf("manager: step %d of the pipeline: %w", i+1, err)
+		}
+	}
+	return nil
+}
+
+// segment publishes the structure of the types of each step's handles,
+// and cuts the steps at each by-key step into segments: the steps of
+// segment k run on by-key step k's outputs (segment 0: on the pipeline's
+// input).
+func (j *pipeJob) segment(ctx context.Context) error {
+	j.segs = [][]wire.Step{nil}
+	j.also = [][]string{nil}
+	for i, s := range j.pl.steps {
+		if err := j.publish(ctx, s.h); err != nil {
+			return err
+		}
+		if s.kind == stepByKey {
+			if err := j.publish(ctx, s.red); err != nil {
+				return err
+			}
+			j.keys = append(j.keys, s)
+			j.stages = append(j.stages, i+1)
+			j.segs = append(j.segs, nil)
+			j.also = append(j.also, nil)
+			continue
+		}
+		k := len(j.segs) - 1
+		j.segs[k] = append(j.segs[k], wire.Step{Name: s.h.Name(), Sig: s.h.Signature(), Stage: i + 1})
+		j.also[k] = append(j.also[k], s.h.Name()+"\t"+s.h.Signature())
+	}
+	return nil
+}
+
+// runLevels runs a pipeline with by-key steps up to the outputs of its
+// last one's partitions: the head, unless a call before this one ran it,
+// then each level's reduce tasks not run yet.
+func (j *pipeJob) runLevels(ctx context.Context) error {
 	if !j.headDone() {
 		sum, err := j.runHead(ctx, 0, -1)
 		if err := j.taskErrors(err, 0, -1); err != nil {
-			j.drop()
-			return nil, err
+			return err
 		}
 		j.levels[0].ranges = sortRanges(sum.Ranges)
 		j.headFails = sum.Fails
 		if err := j.headEnded(ctx); err != nil {
-			j.drop()
-			return nil, err
+			return err
 		}
 	}
 	for b := range j.levels {
 		if err := j.reduceRest(ctx, b); err != nil {
-			j.drop()
-			return nil, err
+			return err
 		}
 		if b+1 < len(j.levels) {
 			// The next level's partials are all stored: this level's
@@ -435,7 +462,7 @@ func startPipeline(ctx context.Context, m *Manager, pl *pipeline, opts []CallOpt
 			j.dropParts(b, allParts(j.levels[b].sh.Parts))
 		}
 	}
-	return j, nil
+	return nil
 }
 
 // publish stores the structure of h's types, for a worker that has h with

@@ -10,7 +10,7 @@ import (
 // 40: an ETA of 1m16s at 16% when 2m45s were left).
 func TestRecentRate(t *testing.T) {
 	t0 := time.Now()
-	b := &Batch[int]{started: t0}
+	b := &Batch[int]{batchIdentity: batchIdentity{started: t0}}
 	at := func(s float64) time.Time { return t0.Add(time.Duration(s * float64(time.Second))) }
 	if r := b.recentRate(at(100), 100); r != 1 { // a slow start: 1/s since it began
 		t.Fatalf("rate %v after 100 s and 100 elements, want 1/s", r)

@@ -251,28 +251,10 @@ func prepare[In, Out any](ctx context.Context, m *Manager, sp spec, els elements
 	b.worker = co.worker
 	b.priority = co.priority
 	b.call = co.call
-	// Backups: for a function declared idempotent, or as the call says;
-	// never for a private batch, nor under a limit (a copy would spend the
-	// limit's budget twice; take.lua drops the copies of a function an
-	// operator limited).
-	b.bk.on = sp.idempotent
-	if co.backups != nil {
-		b.bk.on = *co.backups
-	}
-	b.bk.on = b.bk.on && co.worker == "" && sp.limit.IsZero()
-	b.types = map[string][]string{sp.name: sp.types}
-	calls := wire.Calls(sp.name, sp.sig, "", "")
-	if red != nil {
-		calls = wire.Calls(sp.name, sp.sig, red.Name(), red.Signature())
-		b.types[red.Name()] = types(red)
-	}
-	if sp.red != nil {
-		calls = wire.Calls(sp.name, sp.sig, sp.red.name, sp.red.sig)
-		b.types[sp.red.name] = sp.red.types
-	}
-	if sp.bare {
-		calls = wire.Calls(sp.name, sp.sig, "", "")
-	}
+	b.bk.on = backupsOn(sp, co)
+	b.types = callTypes(sp, red)
+	reduce, reduceSig := reductionOf(sp, red)
+	calls := wire.Calls(sp.name, sp.sig, reduce, reduceSig)
 	for _, h := range sp.also {
 		calls += "\n" + h
 	}
@@ -292,40 +274,83 @@ func prepare[In, Out any](ctx context.Context, m *Manager, sp spec, els elements
 			b.outs.order = make([]int, 0, room)
 		}
 	}
-	task := codec.Task{Func: sp.name, Sig: sp.sig, Attempts: co.attempts, Timeout: co.timeout.Milliseconds(), Retry: co.retry, Seed: co.seed, Waits: co.waits, Call: co.call}
-	if red != nil {
-		task.Reduce, task.ReduceSig = red.Name(), red.Signature()
-	}
-	if sp.red != nil {
-		task.Reduce, task.ReduceSig = sp.red.name, sp.red.sig
-	}
-	if sp.bare {
-		task.Reduce, task.ReduceSig = "", ""
-	}
-	task.Shuffle = sp.shuffle
+	task := codec.Task{Func: sp.name, Sig: sp.sig, Attempts: co.attempts, Timeout: co.timeout.Milliseconds(), Retry: co.retry, Seed: co.seed, Waits: co.waits, Call: co.call,
+		Reduce: reduce, ReduceSig: reduceSig, Shuffle: sp.shuffle}
 	task.Trace = b.startSpan(ctx, m.opts.Queue)
+	var solo string
 	if !stream && red == nil && sp.shuffle == nil && m.owned == nil && m.opts.History >= 0 && len(els.xs) > 0 {
 		// Should the batch be one task, the task's finish writes its
 		// record (Batch.solo). A reduction's is the manager's to write, as
 		// a durable batch's.
 		b.solo = &wire.Solo{Record: b.published().Record(b.id, m.id),
 			Keep: m.opts.History, AgeMs: m.opts.HistoryAge.Milliseconds()}
-	}
-	var solo string
-	if b.solo != nil {
 		solo = wire.EncodeSolo(*b.solo)
 	}
 	if sp.constant != nil {
 		task.Const, task.ConstSize = sp.constant.Hash, sp.constant.Size
 		b.onEnd = func() { m.holds.release(sp.holder) }
 	}
-	// enc builds the payload of elements xs from index start; the batch
-	// keeps its input (or, for a sequence, the payload) to submit again if
-	// Redis loses its data.
-	enc := func(xs []In, start int) ([]byte, error) {
-		frame, err := codec.EncodeElements(xs, m.opts.MaxInputSize)
+	enc := taskEncoder[In](b, task, solo, m.opts.MaxInputSize)
+	if stream {
+		b.in = newSeqInput(els.seq, enc)
+	} else {
+		b.in = &sliceInput[In]{xs: els.xs, enc: enc}
+	}
+	f := &feeder[Out]{feederParams: m.feeding, b: b, in: b.in, fixed: co.chunk, sizing: sizingOf(sp), priority: co.priority,
+		retryFailed: co.retryFailed}
+	f.planned = m.owned != nil && co.chunk == 0 // cut by its plan, read at the resume (first)
+	return b, f
+}
+
+// backupsOn says whether a call's batch has backup tasks: for a function
+// declared idempotent, or as the call says; never for a private batch, nor
+// under a limit (a copy would spend the limit's budget twice; take.lua
+// drops the copies of a function an operator limited).
+func backupsOn(sp spec, co callOptions) bool {
+	on := sp.idempotent
+	if co.backups != nil {
+		on = *co.backups
+	}
+	return on && co.worker == "" && sp.limit.IsZero()
+}
+
+// reductionOf returns the name and signature of the reducer a call's
+// tasks name: the spec's own (a stage's), else red (MapReduce); none for a
+// bare spec, or without a reducer.
+func reductionOf[Out any](sp spec, red *redmap.Reducer[Out]) (name, sig string) {
+	switch {
+	case sp.bare:
+		return "", ""
+	case sp.red != nil:
+		return sp.red.name, sp.red.sig
+	case red != nil:
+		return red.Name(), red.Signature()
+	}
+	return "", ""
+}
+
+// callTypes returns the structure of each handle a call names (its
+// function's and its reducers', bare or not), by name.
+func callTypes[Out any](sp spec, red *redmap.Reducer[Out]) map[string][]string {
+	ts := map[string][]string{sp.name: sp.types}
+	if red != nil {
+		ts[red.Name()] = types(red)
+	}
+	if sp.red != nil {
+		ts[sp.red.name] = sp.red.types
+	}
+	return ts
+}
+
+// taskEncoder returns how b's elements xs from index start are encoded:
+// as a copy of task carrying them (and, for a solo batch's one task, its
+// record solo). The batch keeps its input (or, for a sequence, the
+// payload) to submit again if Redis loses its data.
+func taskEncoder[In, Out any](b *Batch[Out], task codec.Task, solo string, maxInput int) encoder[In] {
+	return func(xs []In, start int) ([]byte, error) {
+		frame, err := codec.EncodeElements(xs, maxInput)
 		if err != nil {
-			return nil, inputError(sp.name, start, err)
+			return nil, inputError(task.Func, start, err)
 		}
 		t := task
 		t.Count, t.Input, t.Start = len(xs), frame, start
@@ -337,19 +362,10 @@ func prepare[In, Out any](ctx context.Context, m *Manager, sp spec, els elements
 		}
 		payload, err := codec.EncodeTask(&t)
 		if err != nil {
-			return nil, fmt.Errorf("manager: encoding a task of %q: %w", sp.name, err)
+			return nil, fmt.Errorf("manager: encoding a task of %q: %w", task.Func, err)
 		}
 		return payload, nil
 	}
-	if stream {
-		b.in = newSeqInput(els.seq, enc)
-	} else {
-		b.in = &sliceInput[In]{xs: els.xs, enc: enc}
-	}
-	f := &feeder[Out]{feederParams: m.feeding, b: b, in: b.in, fixed: co.chunk, sizing: sizingOf(sp), priority: co.priority,
-		retryFailed: co.retryFailed}
-	f.planned = m.owned != nil && co.chunk == 0 // cut by its plan, read at the resume (first)
-	return b, f
 }
 
 // SubmitSeq submits fn over the elements of seq, a sequence of any length,

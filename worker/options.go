@@ -170,27 +170,8 @@ func (o Options) withDefaults() (Options, error) {
 		return o, err
 	}
 	o.Prefix, o.MaxFrame = shared.Prefix, shared.MaxFrame
-	switch {
-	case o.ID != "" && keys.CheckWorker(o.ID) != nil:
-		return o, fmt.Errorf("worker: Options.ID %q: want letters, digits, '_', '.' or '-', at most 64", o.ID)
-	case o.Name != "" && keys.CheckFunc(o.Name) != nil:
-		return o, fmt.Errorf("worker: Options.Name %q: want 1 to %d bytes of printable UTF-8", o.Name, keys.MaxName)
-	case o.Concurrency < 0:
-		return o, fmt.Errorf("worker: Options.Concurrency %d is negative", o.Concurrency)
-	case o.Prefetch < -1:
-		return o, fmt.Errorf("worker: Options.Prefetch %d is below -1", o.Prefetch)
-	case o.Heartbeat < 0 || o.Lease < 0 || o.IdleWait < 0:
-		return o, fmt.Errorf("worker: Options.Heartbeat, Lease and IdleWait must not be negative")
-	case o.Grace < -1:
-		return o, fmt.Errorf("worker: Options.Grace %v is negative (-1 waits for ever)", o.Grace)
-	case o.CacheBytes < 0:
-		return o, fmt.Errorf("worker: Options.CacheBytes %d is negative", o.CacheBytes)
-	case o.AbandonGrace < -1:
-		return o, fmt.Errorf("worker: Options.AbandonGrace %v is negative (-1 never abandons a call)", o.AbandonGrace)
-	case o.MaxAbandoned < -1:
-		return o, fmt.Errorf("worker: Options.MaxAbandoned %d is below -1", o.MaxAbandoned)
-	case o.GCHeadroom < -1:
-		return o, fmt.Errorf("worker: Options.GCHeadroom %d is below -1", o.GCHeadroom)
+	if err := o.check(); err != nil {
+		return o, err
 	}
 	if o.ID == "" {
 		o.ID = id.New()
@@ -219,4 +200,32 @@ func (o Options) withDefaults() (Options, error) {
 	config.Or(&o.MaxAbandoned, DefaultMaxAbandoned)
 	config.Or(&o.Logger, slog.New(slog.DiscardHandler))
 	return o, nil
+}
+
+// check refuses a field no default makes good: an ID or Name Redis's keys
+// cannot carry, a negative count or duration.
+func (o Options) check() error {
+	switch {
+	case o.ID != "" && keys.CheckWorker(o.ID) != nil:
+		return fmt.Errorf("worker: Options.ID %q: want letters, digits, '_', '.' or '-', at most 64", o.ID)
+	case o.Name != "" && keys.CheckFunc(o.Name) != nil:
+		return fmt.Errorf("worker: Options.Name %q: want 1 to %d bytes of printable UTF-8", o.Name, keys.MaxName)
+	case o.Concurrency < 0:
+		return fmt.Errorf("worker: Options.Concurrency %d is negative", o.Concurrency)
+	case o.Prefetch < -1:
+		return fmt.Errorf("worker: Options.Prefetch %d is below -1", o.Prefetch)
+	case o.Heartbeat < 0 || o.Lease < 0 || o.IdleWait < 0:
+		return fmt.Errorf("worker: Options.Heartbeat, Lease and IdleWait must not be negative")
+	case o.Grace < -1:
+		return fmt.Errorf("worker: Options.Grace %v is negative (-1 waits for ever)", o.Grace)
+	case o.CacheBytes < 0:
+		return fmt.Errorf("worker: Options.CacheBytes %d is negative", o.CacheBytes)
+	case o.AbandonGrace < -1:
+		return fmt.Errorf("worker: Options.AbandonGrace %v is negative (-1 never abandons a call)", o.AbandonGrace)
+	case o.MaxAbandoned < -1:
+		return fmt.Errorf("worker: Options.MaxAbandoned %d is below -1", o.MaxAbandoned)
+	case o.GCHeadroom < -1:
+		return fmt.Errorf("worker: Options.GCHeadroom %d is below -1", o.GCHeadroom)
+	}
+	return nil
 }

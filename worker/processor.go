@@ -536,23 +536,11 @@ func (w *Worker) execute(ctx context.Context, t wire.Taken) (done wire.Done) {
 	fn := w.metricName(c.task.Func)
 	label := stageLabel(c.task.Call.Stage)
 	w.perFunc.duration.WithLabelValues(fn, label).Observe(elapsed.Seconds())
-	switch {
-	case ctx.Err() != nil:
-		// Its batch was cancelled (or its manager is gone): the function
-		// failing with "context canceled" is not its failure, and the
-		// result will be discarded.
-	case len(res.Fails) > 0 || len(c.stepFails) > 0:
-		// A pipeline's elements that failed in a step count as the
-		// task's own failures do, under the function of that step.
-		w.counters.failed.Add(1)
-		w.perFunc.ran(fn, label, c.task.Count, false)
-		for _, f := range append([]funcFails{{c.task.Func, res.Fails}}, c.stepFails...) {
-			w.failures.Note(f.fn, t.ID, f.fails)
-			w.perFunc.failedIn(w.metricName(f.fn), label, c.task.Count, f.fails)
-		}
-	default:
-		w.counters.succeeded.Add(1)
-		w.perFunc.ran(fn, label, c.task.Count, true)
+	if ctx.Err() == nil {
+		// Else its batch was cancelled (or its manager is gone): the
+		// function failing with "context canceled" is not its failure,
+		// and the result will be discarded.
+		w.count(t.ID, &c, res.Fails, fn, label)
 	}
 	solo := w.solo(ctx, t, task)
 	res.Recorded = solo != nil
@@ -580,6 +568,24 @@ func (w *Worker) execute(ctx context.Context, t wire.Taken) (done wire.Done) {
 		done.Keep, done.AgeMs = solo.Keep, solo.AgeMs
 	}
 	return done
+}
+
+// count counts task tid, resolved as c, as succeeded or failed (fails:
+// its elements that failed), under metric name fn and stage label label. A
+// pipeline's elements that failed in a step count as the task's own
+// failures do, under the function of that step.
+func (w *Worker) count(tid string, c *resolved, fails []codec.Failure, fn, label string) {
+	if len(fails) == 0 && len(c.stepFails) == 0 {
+		w.counters.succeeded.Add(1)
+		w.perFunc.ran(fn, label, c.task.Count, true)
+		return
+	}
+	w.counters.failed.Add(1)
+	w.perFunc.ran(fn, label, c.task.Count, false)
+	for _, f := range append([]funcFails{{c.task.Func, fails}}, c.stepFails...) {
+		w.failures.Note(f.fn, tid, f.fails)
+		w.perFunc.failedIn(w.metricName(f.fn), label, c.task.Count, f.fails)
+	}
 }
 
 // decode decodes task t's envelope; one that does not decode fails whole,

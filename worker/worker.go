@@ -44,18 +44,46 @@ import (
 // Redis through the source (source.go), where the worker's sharding lives;
 // the ledger of held tasks (held) is what they share.
 type Worker struct {
+	workerConfig
+	workerFuncs
+	workerState
+	workerTallies
+
 	source *source
 	spill  shuffleRedis // the partitions of a map/reduce by key: the queue's first shard
-	opts   Options
 	memo   *memo.Memo
-	log    *slog.Logger
-	tracer trace.Tracer // from Options.TracerProvider or the global one
+	held   *held
+}
 
+// workerConfig is how a worker is set: written by New (assemble), and by
+// Main before Run (checked); read-only after.
+type workerConfig struct {
+	opts    Options
+	log     *slog.Logger
+	tracer  trace.Tracer // from Options.TracerProvider or the global one
+	checked bool         // worker.Main ran the start-up check: Run does not again
+}
+
+// workerFuncs are the functions a worker runs: written by Register, under
+// mu, and by Run as it starts (served); read-only after, but mismatches,
+// which its executors add to as they resolve tasks (resolve.go).
+type workerFuncs struct {
 	mu       sync.RWMutex
 	runtimes map[string]*engine.Runtime // registered name → its runtime
 	limits   map[string]redmap.Limit    // registered name → the limit declared with its handle, if any
 	served   []string                   // what it registered, "<name>\t<signature>" each, set by Run
+	// mismatches maps a manager's signature to how it differs from the
+	// worker's handle.
+	mismatches sync.Map
+}
+
+// workerState is where a worker stands, for its probes (health.go) and
+// operators (info): written by Run and its parts as they go.
+type workerState struct {
+	started  time.Time
+	version  string // its program's build (buildinfo.Version), read once
 	running  atomic.Bool
+	draining atomic.Bool // the fetcher stopped: the worker takes no more tasks
 	// busy is whether the worker ran tasks at its last published info,
 	// and since when (info: its state's age for operators).
 	busy struct {
@@ -63,29 +91,24 @@ type Worker struct {
 		now   bool
 		since time.Time
 	}
-
-	held      *held
-	failures  failure.Log
-	counters  counters
-	abandoned abandoned // calls of functions that ignored their context, left running
-	started   time.Time
-	version   string      // its program's build (buildinfo.Version), read once
-	perFunc   perFunc     // tasks and elements run, by function
-	draining  atomic.Bool // the fetcher stopped: the worker takes no more tasks
-	taskTimes taskTimes   // how long tasks run, for prefetch
-	problem   problem
-
-	mismatches sync.Map // manager signature -> how it differs from the worker's handle
-
-	checked bool // worker.Main ran the start-up check: Run does not again
-
-	// For the probes (health.go): when the maintainer last ticked, and last
-	// renewed the lease, in Unix ns; whether Run returned.
+	problem problem
+	// For the probes: when the maintainer last ticked, and last renewed
+	// the lease, in Unix ns; whether Run returned.
 	ticked, renewed atomic.Int64
 	ended           atomic.Bool
 	// stuck is why the worker leaves: its results could not be reported
 	// (see finisher); nil while it serves.
 	stuck atomic.Pointer[error]
+}
+
+// workerTallies are what a worker counts as it runs tasks, added to by its
+// parts: for Stats, for operators and for prefetch.
+type workerTallies struct {
+	failures  failure.Log
+	counters  counters
+	abandoned abandoned // calls of functions that ignored their context, left running
+	perFunc   perFunc   // tasks and elements run, by function
+	taskTimes taskTimes // how long tasks run, for prefetch
 }
 
 // problem is the last failed Redis call of a worker's parts, for
@@ -129,14 +152,12 @@ func New(client redis.UniversalClient, opts Options) (*Worker, error) {
 // to open the others, and the memo of constants; opts have their defaults.
 func assemble(opts Options, first broker.Queue, open func(name string, i int) broker.Shard, memo *memo.Memo) *Worker {
 	w := &Worker{
-		tracer:   tracing.Tracer(opts.TracerProvider),
-		opts:     opts,
-		memo:     memo,
-		log:      slog.New(tracing.LogHandler(opts.Logger.Handler())).With("worker", opts.ID, "queue", opts.Queue),
-		runtimes: make(map[string]*engine.Runtime),
-		limits:   make(map[string]redmap.Limit),
-		held:     newHeld(),
-		perFunc:  newPerFunc(),
+		workerConfig: workerConfig{tracer: tracing.Tracer(opts.TracerProvider), opts: opts,
+			log: slog.New(tracing.LogHandler(opts.Logger.Handler())).With("worker", opts.ID, "queue", opts.Queue)},
+		workerFuncs:   workerFuncs{runtimes: make(map[string]*engine.Runtime), limits: make(map[string]redmap.Limit)},
+		workerTallies: workerTallies{perFunc: newPerFunc()},
+		memo:          memo,
+		held:          newHeld(),
 	}
 	w.spill = first
 	w.source = newSource(sourceParams{wid: opts.ID, lease: opts.Lease, idleWait: opts.IdleWait,

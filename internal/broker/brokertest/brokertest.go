@@ -243,32 +243,14 @@ func testFinish(t *testing.T, open func(t *testing.T) Harness) {
 // wins. A task lost before, or no longer wanted, is never copied.
 func testBackups(t *testing.T, open func(t *testing.T) Harness) {
 	h := open(t)
-	ctx := context.Background()
 	ids := h.Add(t, 0, 0, 1, 0)
 	if got := take(t, h, 3, 0); len(got.Taken) != 3 {
 		t.Fatalf("took %d tasks, want 3", len(got.Taken))
 	}
-	backup := func(tids ...string) []broker.Backup {
-		t.Helper()
-		got, err := h.Queue().Backup(ctx, &broker.BackupParams{Manager: h.Manager(), Tasks: tids})
-		if err != nil || len(got) != len(tids) {
-			t.Fatalf("backup: %+v, %v", got, err)
-		}
-		return got
-	}
-	// Nobody is idle: the worker holds three tasks and one waits.
-	if got := backup(ids[0]); got[0].State != broker.BackupBusy {
-		t.Fatalf("a backup with no worker idle: %+v, want busy", got[0])
-	}
 	other := &broker.TakeParams{Worker: "w2", Max: 1, Room: 1, Lease: time.Minute, Shards: 1, Serves: h.Serves()}
-	if got, err := h.Queue().Take(ctx, other); err != nil || len(got.Taken) != 1 || got.Taken[0].ID != ids[3] {
-		t.Fatalf("w2's first take: %+v, %v; want the last task", got, err)
-	}
-	if got, err := h.Queue().Take(ctx, other); err != nil || len(got.Taken) != 0 || !got.End.Drained {
-		t.Fatalf("w2's second take: %+v, %v; want none, drained (idle)", got, err)
-	}
+	backupWaitsForIdle(t, h, ids, other)
 	h.Cancel(t, ids[1])
-	got := backup(ids[0], ids[1], ids[2])
+	got := backup(t, h, ids[0], ids[1], ids[2])
 	if got[0].State != broker.BackupQueued || got[0].Holder != wid || got[1].State != broker.BackupGone || got[2].State != broker.BackupLost {
 		t.Fatalf("backups %+v: want the first queued (held by %s), the withdrawn one gone, the one lost before lost", got, wid)
 	}
@@ -276,21 +258,57 @@ func testBackups(t *testing.T, open func(t *testing.T) Harness) {
 		t.Fatalf("the holder's take: %v, want none of its own task's copy", indexes(ids, got.Taken))
 	}
 	other.Max, other.Room = 2, 2
-	copied, err := h.Queue().Take(ctx, other)
+	copied, err := h.Queue().Take(context.Background(), other)
 	if err != nil || len(copied.Taken) != 1 || copied.Taken[0].ID != ids[0] || !copied.Taken[0].Backup || copied.Taken[0].Attempt != 0 {
 		t.Fatalf("w2's take after the backup: %+v, %v; want the copy of the first task, marked", copied, err)
 	}
-	fin, err := h.Queue().Finish(ctx, &broker.FinishParams{Worker: "w2", Done: []wire.Done{{ID: ids[0], Result: result(t, ids[0])}}})
-	if err != nil || fin.Delivered != 1 {
-		t.Fatalf("the copy's finish: %+v, %v; want it delivered", fin, err)
+	if n := finishAs(t, h, "w2", ids[0]); n != 1 {
+		t.Fatalf("the copy's finish delivered %d, want 1", n)
 	}
-	fin, err = h.Queue().Finish(ctx, &broker.FinishParams{Worker: wid, Done: []wire.Done{{ID: ids[0], Result: result(t, ids[0])}}})
-	if err != nil || fin.Delivered != 0 {
-		t.Fatalf("the original's finish after the copy's: %+v, %v; want it discarded", fin, err)
+	if n := finishAs(t, h, wid, ids[0]); n != 0 {
+		t.Fatalf("the original's finish after the copy's delivered %d, want it discarded", n)
 	}
 	if d := h.Delivered(t); !slices.Equal(d, ids[:1]) {
 		t.Errorf("delivered %v, want [%s] once", d, ids[0])
 	}
+}
+
+// backupWaitsForIdle: while nobody is idle (the worker holds three of
+// tasks ids and one waits), a backup is refused as busy; worker other then
+// takes the last task and, taking again, is idle.
+func backupWaitsForIdle(t *testing.T, h Harness, ids []string, other *broker.TakeParams) {
+	t.Helper()
+	if got := backup(t, h, ids[0]); got[0].State != broker.BackupBusy {
+		t.Fatalf("a backup with no worker idle: %+v, want busy", got[0])
+	}
+	ctx := context.Background()
+	if got, err := h.Queue().Take(ctx, other); err != nil || len(got.Taken) != 1 || got.Taken[0].ID != ids[3] {
+		t.Fatalf("w2's first take: %+v, %v; want the last task", got, err)
+	}
+	if got, err := h.Queue().Take(ctx, other); err != nil || len(got.Taken) != 0 || !got.End.Drained {
+		t.Fatalf("w2's second take: %+v, %v; want none, drained (idle)", got, err)
+	}
+}
+
+// backup asks for backups of tasks tids, one state each.
+func backup(t *testing.T, h Harness, tids ...string) []broker.Backup {
+	t.Helper()
+	got, err := h.Queue().Backup(context.Background(), &broker.BackupParams{Manager: h.Manager(), Tasks: tids})
+	if err != nil || len(got) != len(tids) {
+		t.Fatalf("backup: %+v, %v", got, err)
+	}
+	return got
+}
+
+// finishAs finishes task tid as worker w, and returns how many results
+// were delivered.
+func finishAs(t *testing.T, h Harness, w, tid string) int {
+	t.Helper()
+	fin, err := h.Queue().Finish(context.Background(), &broker.FinishParams{Worker: w, Done: []wire.Done{{ID: tid, Result: result(t, tid)}}})
+	if err != nil {
+		t.Fatalf("finish of %s by %s: %v", tid, w, err)
+	}
+	return fin.Delivered
 }
 
 // testGiveBack: given back, a held task still wanted goes to the front of
@@ -641,15 +659,14 @@ func testPartitions(t *testing.T, open func(t *testing.T) Harness) {
 	store("0-2", "a0", "a1")
 	store("2-4", "b0", "stale")
 	store("2-4", "b0", "b1") // the same task run again
-	got, err := q.Partials(ctx, &broker.PartialsParams{Shuffle: sh, Part: 1, Fields: []string{"0-2", "4-6", "2-4"}})
-	if err != nil || len(got) != 3 || string(got[0]) != "a1" || got[1] != nil || string(got[2]) != "b1" {
-		t.Fatalf("partials of partition 1: %q, %v; want a1, none, b1", got, err)
+	if got := partials(t, q, sh, 1, "0-2", "4-6", "2-4"); !slices.Equal(got, []string{"a1", none, "b1"}) {
+		t.Fatalf("partials of partition 1: %q; want a1, none, b1", got)
 	}
 	if err := q.StoreOutput(ctx, &broker.StoreOutputParams{Shuffle: sh, Part: 1, Pages: [][]byte{[]byte("p0"), []byte("p1")}}); err != nil {
 		t.Fatal(err)
 	}
-	if got, err := q.Partials(ctx, &broker.PartialsParams{Shuffle: sh, Part: 1, Fields: []string{"0-2"}}); err != nil || len(got) != 1 || got[0] != nil {
-		t.Errorf("partials once the output is stored: %q, %v; want none", got, err)
+	if got := partials(t, q, sh, 1, "0-2"); !slices.Equal(got, []string{none}) {
+		t.Errorf("partials once the output is stored: %q; want none", got)
 	}
 	for i, want := range []string{"p0", "p1"} {
 		if b, err := q.OutputPage(ctx, &broker.OutputPageParams{Shuffle: sh, Part: 1, Page: i}); err != nil || string(b) != want {
@@ -668,7 +685,28 @@ func testPartitions(t *testing.T, open func(t *testing.T) Harness) {
 	if _, err := q.OutputPage(ctx, &broker.OutputPageParams{Shuffle: sh, Part: 1, Page: 0}); !errors.Is(err, broker.ErrPageMissing) {
 		t.Errorf("a page once dropped: %v, want ErrPageMissing", err)
 	}
-	if got, err := q.Partials(ctx, &broker.PartialsParams{Shuffle: sh, Part: 0, Fields: []string{"0-2"}}); err != nil || len(got) != 1 || got[0] != nil {
-		t.Errorf("partials once dropped: %q, %v; want none", got, err)
+	if got := partials(t, q, sh, 0, "0-2"); !slices.Equal(got, []string{none}) {
+		t.Errorf("partials once dropped: %q; want none", got)
 	}
+}
+
+// none is what partials reads of a partial not stored.
+const none = "(none)"
+
+// partials reads the partials of partition part stored under fields,
+// one a field: none for a field with none.
+func partials(t *testing.T, q broker.Queue, sh *wire.Shuffle, part int, fields ...string) []string {
+	t.Helper()
+	got, err := q.Partials(context.Background(), &broker.PartialsParams{Shuffle: sh, Part: part, Fields: fields})
+	if err != nil || len(got) != len(fields) {
+		t.Fatalf("partials of partition %d, fields %q: %q, %v", part, fields, got, err)
+	}
+	out := make([]string, len(got))
+	for i, p := range got {
+		out[i] = none
+		if p != nil {
+			out[i] = string(p)
+		}
+	}
+	return out
 }

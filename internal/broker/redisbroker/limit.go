@@ -86,65 +86,7 @@ func (r *Broker) Limits(ctx context.Context) ([]wire.FuncLimit, error) {
 	if err != nil {
 		return nil, wrap("limits", nil, "HGETALL", err)
 	}
-	byFunc := map[string]*wire.FuncLimit{}
-	get := func(fn string) *wire.FuncLimit {
-		if f := byFunc[fn]; f != nil {
-			return f
-		}
-		f := &wire.FuncLimit{Func: fn}
-		byFunc[fn] = f
-		return f
-	}
-	for field, v := range all.Val() {
-		src, fn, sourced := strings.Cut(field, "\t")
-		if !sourced {
-			f := get(field)
-			l, err := wire.ParseLimit(v)
-			if err != nil {
-				f.Bad = err.Error()
-				continue
-			}
-			f.InForce = l
-			continue
-		}
-		if src != wire.LimitFromCode && src != wire.LimitFromOperator {
-			continue
-		}
-		f := get(fn)
-		rec, err := wire.DecodeLimitRecord([]byte(v))
-		if err != nil {
-			f.Bad = err.Error()
-			continue
-		}
-		if src == wire.LimitFromCode {
-			f.Code = &rec
-		} else {
-			f.Operator = &rec
-		}
-	}
-	for field, v := range state.Val() {
-		if fn, ok := strings.CutPrefix(field, "w\t"); ok {
-			if f := byFunc[fn]; f != nil {
-				f.Refused, _ = strconv.ParseInt(v, 10, 64)
-			}
-		}
-		if fn, ok := strings.CutPrefix(field, "r\t"); ok {
-			if f := byFunc[fn]; f != nil {
-				f.RetryAfter, _ = strconv.ParseInt(v, 10, 64)
-			}
-		}
-	}
-	out := make([]wire.FuncLimit, 0, len(byFunc))
-	for _, f := range byFunc {
-		switch {
-		case f.Operator != nil:
-			f.Source = wire.LimitFromOperator
-		case f.Code != nil:
-			f.Source = wire.LimitFromCode
-		}
-		out = append(out, *f)
-	}
-	sort.Slice(out, func(i, j int) bool { return out[i].Func < out[j].Func })
+	out := decodeLimits(all.Val(), state.Val())
 	cmds := make([]*redis.IntCmd, len(out))
 	_, err = r.c.Pipelined(ctx, func(p redis.Pipeliner) error {
 		for i, f := range out {
@@ -169,6 +111,78 @@ func (r *Broker) Limits(ctx context.Context) ([]wire.FuncLimit, error) {
 		out[i].Waiting = waiting[out[i].Func]
 	}
 	return out, nil
+}
+
+// decodeLimits reads the queue's limits hash, all, and their state hash
+// into one limit per function that has a record, sorted by function.
+func decodeLimits(all, state map[string]string) []wire.FuncLimit {
+	byFunc := map[string]*wire.FuncLimit{}
+	for field, v := range all {
+		addLimitField(byFunc, field, v)
+	}
+	for field, v := range state {
+		// "w\t<function>": tasks refused; "r\t<function>": when to retry.
+		kind, fn, ok := strings.Cut(field, "\t")
+		f := byFunc[fn]
+		if !ok || f == nil {
+			continue
+		}
+		n, _ := strconv.ParseInt(v, 10, 64)
+		switch kind {
+		case "w":
+			f.Refused = n
+		case "r":
+			f.RetryAfter = n
+		}
+	}
+	out := make([]wire.FuncLimit, 0, len(byFunc))
+	for _, f := range byFunc {
+		switch {
+		case f.Operator != nil:
+			f.Source = wire.LimitFromOperator
+		case f.Code != nil:
+			f.Source = wire.LimitFromCode
+		}
+		out = append(out, *f)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Func < out[j].Func })
+	return out
+}
+
+// addLimitField adds field v of the limits hash to its function's limit in
+// byFunc: the limit in force (the field is the function's name) or a
+// source's record ("<source>\t<function>"); a field of another source is
+// skipped.
+func addLimitField(byFunc map[string]*wire.FuncLimit, field, v string) {
+	src, fn, sourced := strings.Cut(field, "\t")
+	if !sourced {
+		fn = field
+	} else if src != wire.LimitFromCode && src != wire.LimitFromOperator {
+		return
+	}
+	f := byFunc[fn]
+	if f == nil {
+		f = &wire.FuncLimit{Func: fn}
+		byFunc[fn] = f
+	}
+	if !sourced {
+		l, err := wire.ParseLimit(v)
+		if err != nil {
+			f.Bad = err.Error()
+			return
+		}
+		f.InForce = l
+		return
+	}
+	rec, err := wire.DecodeLimitRecord([]byte(v))
+	switch {
+	case err != nil:
+		f.Bad = err.Error()
+	case src == wire.LimitFromCode:
+		f.Code = &rec
+	default:
+		f.Operator = &rec
+	}
 }
 
 // waitingByFunc counts the tasks queued in the public lanes by the

@@ -7,6 +7,7 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"strings"
 	"time"
@@ -30,43 +31,86 @@ import (
 // not refusals (Redis unreachable) are returned as they are.
 func (r *Broker) Probe(ctx context.Context) error {
 	id := id.New()
-	var refusedCmds, replies []string
-	note := func(op, cmd string, err error) error {
-		if err == nil {
-			return nil
-		}
-		ce := refused(op, nil, cmd, err)
-		if ce == nil {
-			return wrap(op, nil, cmd, err)
-		}
-		refusedCmds = append(refusedCmds, ce.Command)
-		replies = append(replies, ce.Command+": "+ce.Reply)
+	var rf refusals
+	if err := r.probeScripts(ctx, id, &rf); err != nil {
+		return err
+	}
+	if err := r.probeCommands(ctx, r.base+"probe:"+id+":bl", &rf); err != nil {
+		return err
+	}
+	return rf.err()
+}
+
+// refusals are the commands a probe found refused, and Redis's replies
+// ("<command>: <reply>").
+type refusals struct{ cmds, replies []string }
+
+// note records command cmd's error err if it is a refusal, and returns
+// another error (Redis unreachable, say) as it is.
+func (rf *refusals) note(cmd string, err error) error {
+	if err == nil {
 		return nil
 	}
-	for _, k := range []struct{ key, cmd string }{
-		{r.base + "probe:" + id, "EVAL"},
-		{keys.Object(r.prefix, "probe-"+id) + ":x", "EVALSHA"},
-	} {
-		var res *redis.Cmd
-		if k.cmd == "EVAL" {
-			res = probeScript.Eval(ctx, r.c, []string{k.key})
-		} else {
-			res = probeScript.EvalSha(ctx, r.c, []string{k.key})
-		}
-		out, err := res.StringSlice()
-		if err != nil && k.cmd == "EVALSHA" && strings.HasPrefix(err.Error(), "NOSCRIPT") {
-			continue // EVAL was refused, so the script was never loaded
-		}
-		if err := note("probe", k.cmd, err); err != nil {
-			return err
-		}
-		for _, o := range out {
-			name, _, _ := strings.Cut(o, ": ")
-			refusedCmds = append(refusedCmds, name)
-			replies = append(replies, o)
+	ce := refused("probe", nil, cmd, err)
+	if ce == nil {
+		return wrap("probe", nil, cmd, err)
+	}
+	rf.add(ce.Command + ": " + ce.Reply)
+	return nil
+}
+
+// add records a refusal, as "<command>: <reply>".
+func (rf *refusals) add(reply string) {
+	name, _, _ := strings.Cut(reply, ": ")
+	rf.cmds = append(rf.cmds, name)
+	rf.replies = append(rf.replies, reply)
+}
+
+// err is the probe's *failure.CommandError naming each refused command,
+// nil if none was: of kind ErrPermission if a reply says a permission is
+// missing, else ErrRefused.
+func (rf *refusals) err() error {
+	if len(rf.cmds) == 0 {
+		return nil
+	}
+	kind := failure.ErrRefused
+	for _, rep := range rf.replies {
+		if strings.Contains(rep, "NOPERM") || strings.Contains(rep, "can't run") || strings.Contains(rep, "can't access") || strings.Contains(rep, "no permissions") {
+			kind = failure.ErrPermission
 		}
 	}
-	l := r.base + "probe:" + id + ":bl"
+	return &failure.CommandError{Op: "checking Redis permissions", Command: strings.Join(dedupe(rf.cmds), ", "),
+		Reply: strings.Join(rf.replies, "; "), Kind: kind}
+}
+
+// probeScripts runs probe.lua by EVAL on a key in the queue's slot, then
+// by EVALSHA on one in the object cache's key space, and records what it
+// or the script's own calls were refused.
+func (r *Broker) probeScripts(ctx context.Context, id string, rf *refusals) error {
+	out, err := probeScript.Eval(ctx, r.c, []string{r.base + "probe:" + id}).StringSlice()
+	if err := rf.note("EVAL", err); err != nil {
+		return err
+	}
+	for _, o := range out {
+		rf.add(o)
+	}
+	out, err = probeScript.EvalSha(ctx, r.c, []string{keys.Object(r.prefix, "probe-"+id) + ":x"}).StringSlice()
+	if err != nil && strings.HasPrefix(err.Error(), "NOSCRIPT") {
+		return nil // EVAL was refused, so the script was never loaded
+	}
+	if err := rf.note("EVALSHA", err); err != nil {
+		return err
+	}
+	for _, o := range out {
+		rf.add(o)
+	}
+	return nil
+}
+
+// probeCommands runs, on list l, the commands redmap sends outside
+// scripts (a pipeline of RPUSH, BLMOVE and BLPOP on a list that is not
+// empty, HMGET), then an empty MULTI/EXEC, and records what was refused.
+func (r *Broker) probeCommands(ctx context.Context, l string, rf *refusals) error {
 	cmds, _ := r.c.Pipelined(ctx, func(p redis.Pipeliner) error {
 		p.RPush(ctx, l, "1", "2")
 		p.BLMove(ctx, l, l, "LEFT", "LEFT", time.Second)
@@ -77,7 +121,7 @@ func (r *Broker) Probe(ctx context.Context) error {
 	})
 	for _, c := range cmds {
 		if err := c.Err(); err != nil && !errors.Is(err, redis.Nil) {
-			if err := note("probe", strings.ToUpper(c.Name()), err); err != nil {
+			if err := rf.note(strings.ToUpper(c.Name()), err); err != nil {
 				return err
 			}
 		}
@@ -86,20 +130,7 @@ func (r *Broker) Probe(ctx context.Context) error {
 		p.PTTL(ctx, l)
 		return nil
 	})
-	if err := note("probe", "MULTI or EXEC", err); err != nil {
-		return err
-	}
-	if len(refusedCmds) == 0 {
-		return nil
-	}
-	kind := failure.ErrRefused
-	for _, rep := range replies {
-		if strings.Contains(rep, "NOPERM") || strings.Contains(rep, "can't run") || strings.Contains(rep, "can't access") || strings.Contains(rep, "no permissions") {
-			kind = failure.ErrPermission
-		}
-	}
-	return &failure.CommandError{Op: "checking Redis permissions", Command: strings.Join(dedupe(refusedCmds), ", "),
-		Reply: strings.Join(replies, "; "), Kind: kind}
+	return rf.note("MULTI or EXEC", err)
 }
 
 func dedupe(xs []string) []string {
@@ -196,9 +227,23 @@ func badTLS(err error) bool {
 // being healed: it is retried for up to heal instead (if longer). Once it
 // passes, it names the queue in the index of queues (see Heartbeat).
 func (r *Broker) Preflight(ctx context.Context, p *broker.PreflightParams) error {
-	budget, heal, log := p.Budget, p.Heal, p.Log
+	if err := r.awaitProbe(ctx, p); err != nil {
+		return err
+	}
+	if err := r.checkServer(ctx, p.Log); err != nil {
+		return err
+	}
+	// Named before the first task is queued: operators find the queue
+	// from then on.
+	r.nameQueue(ctx)
+	return nil
+}
+
+// awaitProbe waits until Redis answers PING and passes the Probe, as
+// Preflight says: it tries again, with backoff, while an outage may heal.
+func (r *Broker) awaitProbe(ctx context.Context, p *broker.PreflightParams) error {
 	start := time.Now()
-	deadline := start.Add(budget)
+	deadline := start.Add(p.Budget)
 	var bo backoff.Backoff
 	var cause error // the last error that says why, not that time ran out
 	for {
@@ -209,12 +254,8 @@ func (r *Broker) Preflight(ctx context.Context, p *broker.PreflightParams) error
 			// A Cluster's nodes agree some seconds after the first says
 			// ok, and a failover puts it down for a moment: the probe's
 			// CLUSTERDOWN, TRYAGAIN or LOADING is an outage healing.
-			deadline = start.Add(max(budget, heal))
-			err = r.Probe(ctx)
-			if err == nil {
-				break
-			}
-			if !broker.Transient(err) {
+			deadline = start.Add(max(p.Budget, p.Heal))
+			if err = r.Probe(ctx); err == nil || !broker.Transient(err) {
 				return err
 			}
 		}
@@ -228,31 +269,47 @@ func (r *Broker) Preflight(ctx context.Context, p *broker.PreflightParams) error
 			return fmt.Errorf("TLS with Redis failed: %w", err)
 		}
 		if time.Now().After(deadline) {
-			// go-redis retries a refused dial until the deadline, so the
-			// error is often only that: say what it means, and why, if one
-			// dial says.
-			dialled, dial := dialCause(ctx, r.c)
-			if cause == nil && dial != nil {
-				cause = fmt.Errorf("ping: %w", dial)
+			if deadline, err = r.outOfTime(ctx, p, start, deadline, err, cause); err != nil {
+				return err
 			}
-			// A PING that only ran out of time while Redis takes
-			// connections: Redis is there, slow (a starved machine, a pool
-			// busy with many managers' calls). It gets heal, as an outage
-			// healing does, rather than the budget for one that is gone.
-			timedOut := broker.Slow(err) || errors.Is(err, context.DeadlineExceeded)
-			if timedOut && dialled && dial == nil && deadline.Before(start.Add(heal)) {
-				deadline = start.Add(heal)
-				log.Info("Redis takes connections but did not answer PING in time; waiting for it", "err", err)
-				continue
-			}
-			// The budget that applied: budget, or heal once PING answered.
-			return fmt.Errorf("%w within %v: %w", broker.ErrNoAnswer, max(deadline.Sub(start), time.Second), cmp.Or(cause, err))
+			continue
 		}
-		log.Info("Redis does not answer yet; trying again", "err", err)
+		p.Log.Info("Redis does not answer yet; trying again", "err", err)
 		if !bo.Wait(ctx) {
 			return err
 		}
 	}
+}
+
+// outOfTime is what a Preflight does once its deadline passed with err
+// (cause: the last error that said why): if Redis takes connections but
+// its PING only ran out of time, it waits for up to heal from start, as
+// for an outage healing, and returns the new deadline; else it gives up
+// with broker.ErrNoAnswer.
+func (r *Broker) outOfTime(ctx context.Context, p *broker.PreflightParams, start, deadline time.Time, err, cause error) (time.Time, error) {
+	// go-redis retries a refused dial until the deadline, so the error is
+	// often only that: say what it means, and why, if one dial says.
+	dialled, dial := dialCause(ctx, r.c)
+	if cause == nil && dial != nil {
+		cause = fmt.Errorf("ping: %w", dial)
+	}
+	// A PING that only ran out of time while Redis takes connections:
+	// Redis is there, slow (a starved machine, a pool busy with many
+	// managers' calls). It gets heal, as an outage healing does, rather
+	// than the budget for one that is gone.
+	timedOut := broker.Slow(err) || errors.Is(err, context.DeadlineExceeded)
+	if timedOut && dialled && dial == nil && deadline.Before(start.Add(p.Heal)) {
+		p.Log.Info("Redis takes connections but did not answer PING in time; waiting for it", "err", err)
+		return start.Add(p.Heal), nil
+	}
+	// The budget that applied: budget, or heal once PING answered.
+	return deadline, fmt.Errorf("%w within %v: %w", broker.ErrNoAnswer, max(deadline.Sub(start), time.Second), cmp.Or(cause, err))
+}
+
+// checkServer checks the server's version and maxmemory-policy (Server):
+// an error if it is older than MinVersion; a warning on log if its policy
+// may evict redmap's keys.
+func (r *Broker) checkServer(ctx context.Context, log *slog.Logger) error {
 	s, err := r.Server(ctx)
 	switch {
 	case err != nil:
@@ -267,9 +324,6 @@ func (r *Broker) Preflight(ctx context.Context, p *broker.PreflightParams) error
 		log.Warn("Redis's maxmemory-policy may evict redmap's keys when memory is full, and work would be lost and redone; set maxmemory-policy noeviction",
 			"maxmemory_policy", s.Policy)
 	}
-	// Named before the first task is queued: operators find the queue
-	// from then on.
-	r.nameQueue(ctx)
 	return nil
 }
 

@@ -43,54 +43,11 @@ func (r *Broker) taken(ctx context.Context, wid string, vals []any) (*broker.Tak
 	if err != nil {
 		return &broker.TakeResult{Taken: taken, End: end}, err
 	}
-	var fetch []int // indexes in taken
-	for i, t := range taken {
-		if t.Payload == nil {
-			fetch = append(fetch, i)
-		}
-	}
-	if fetch == nil {
-		return &broker.TakeResult{Taken: taken, End: end}, nil
-	}
-	key := func(i int) string { return keys.Tasks(r.prefix, r.queue, id.Manager(taken[i].ID)) }
 	// The tasks are held as those of a take whose reply was lost if a read
 	// fails: the worker gives them back as orphans.
-	lens := make([]*redis.IntCmd, len(fetch))
-	if _, err := r.c.Pipelined(ctx, func(p redis.Pipeliner) error {
-		for j, i := range fetch {
-			lens[j] = p.HStrLen(ctx, key(i), taken[i].ID)
-		}
-		return nil
-	}); err != nil {
-		return nil, wrap("take", nil, "HSTRLEN", err)
-	}
-	var gone []wire.Done
-	for j := 0; j < len(fetch); {
-		n, size := 0, int64(0)
-		for j+n < len(fetch) && (n == 0 || size+lens[j+n].Val() <= broker.CallBytes) {
-			size += lens[j+n].Val()
-			n++
-		}
-		reads := make([]*redis.StringCmd, n)
-		_, _ = r.c.Pipelined(ctx, func(p redis.Pipeliner) error {
-			for k, i := range fetch[j : j+n] {
-				reads[k] = p.HGet(ctx, key(i), taken[i].ID)
-			}
-			return nil
-		})
-		for _, c := range reads {
-			if err := c.Err(); err != nil && !errors.Is(err, redis.Nil) {
-				return nil, wrap("take", nil, "HGET", err)
-			}
-		}
-		for k, i := range fetch[j : j+n] {
-			if p := reads[k].Val(); p != "" {
-				taken[i].Payload = []byte(p)
-			} else {
-				gone = append(gone, wire.Done{ID: taken[i].ID})
-			}
-		}
-		j += n
+	gone, err := r.readPayloads(ctx, taken)
+	if err != nil {
+		return nil, err
 	}
 	if gone == nil {
 		return &broker.TakeResult{Taken: taken, End: end}, nil
@@ -105,6 +62,59 @@ func (r *Broker) taken(ctx context.Context, wid string, vals []any) (*broker.Tak
 		}
 	}
 	return &broker.TakeResult{Taken: kept, End: end}, nil
+}
+
+// readPayloads reads the payloads of the tasks taken without one (left in
+// their task sets): their lengths in one round trip, then the payloads in
+// round trips of at most broker.CallBytes each. It returns the tasks whose
+// payload is gone.
+func (r *Broker) readPayloads(ctx context.Context, taken []wire.Taken) (gone []wire.Done, err error) {
+	var fetch []int // indexes in taken
+	for i, t := range taken {
+		if t.Payload == nil {
+			fetch = append(fetch, i)
+		}
+	}
+	if fetch == nil {
+		return nil, nil
+	}
+	key := func(i int) string { return keys.Tasks(r.prefix, r.queue, id.Manager(taken[i].ID)) }
+	lens := make([]*redis.IntCmd, len(fetch))
+	if _, err := r.c.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for j, i := range fetch {
+			lens[j] = p.HStrLen(ctx, key(i), taken[i].ID)
+		}
+		return nil
+	}); err != nil {
+		return nil, wrap("take", nil, "HSTRLEN", err)
+	}
+	for j := 0; j < len(fetch); {
+		// As many as fit in CallBytes; a larger payload alone.
+		n, size := 0, int64(0)
+		for j+n < len(fetch) && (n == 0 || size+lens[j+n].Val() <= broker.CallBytes) {
+			size += lens[j+n].Val()
+			n++
+		}
+		reads := make([]*redis.StringCmd, n)
+		_, _ = r.c.Pipelined(ctx, func(p redis.Pipeliner) error {
+			for k, i := range fetch[j : j+n] {
+				reads[k] = p.HGet(ctx, key(i), taken[i].ID)
+			}
+			return nil
+		})
+		for k, i := range fetch[j : j+n] {
+			if err := reads[k].Err(); err != nil && !errors.Is(err, redis.Nil) {
+				return nil, wrap("take", nil, "HGET", err)
+			}
+			if p := reads[k].Val(); p != "" {
+				taken[i].Payload = []byte(p)
+			} else {
+				gone = append(gone, wire.Done{ID: taken[i].ID})
+			}
+		}
+		j += n
+	}
+	return gone, nil
 }
 
 // WaitTake waits for worker p.Worker's bell (up to p.Wait), as WaitBell, then takes, as Take, in

@@ -3,6 +3,7 @@ package wire
 import (
 	"errors"
 	"fmt"
+	"slices"
 
 	"github.com/redmap/redmap/codec"
 )
@@ -93,24 +94,30 @@ func (r *PipelineRecord) check() error {
 		return errors.New("pipeline record: no sum, or too many by-key steps")
 	}
 	for b, lv := range r.Levels {
-		if len(lv.Salts) > MaxPartitions || len(lv.Ranges)%2 != 0 || lv.Rounds < 0 || lv.Partitions < 0 || lv.Partitions > MaxPartitions ||
-			len(lv.Salts) != 0 && lv.Partitions != 0 && len(lv.Salts) != lv.Partitions {
-			return fmt.Errorf("pipeline record: by-key step %d: bad partitions, salts, ranges or rounds", b)
+		if err := lv.check(); err != nil {
+			return fmt.Errorf("pipeline record: by-key step %d: %w", b, err)
 		}
-		for _, x := range lv.Ranges {
-			if x < 0 {
-				return fmt.Errorf("pipeline record: by-key step %d: a negative range", b)
-			}
+	}
+	return nil
+}
+
+// check refuses a by-key step's record no manager writes.
+func (lv *PipeLevel) check() error {
+	if len(lv.Salts) > MaxPartitions || len(lv.Ranges)%2 != 0 || lv.Rounds < 0 || lv.Partitions < 0 || lv.Partitions > MaxPartitions ||
+		len(lv.Salts) != 0 && lv.Partitions != 0 && len(lv.Salts) != lv.Partitions {
+		return errors.New("bad partitions, salts, ranges or rounds")
+	}
+	if slices.ContainsFunc(lv.Ranges, func(x int) bool { return x < 0 }) {
+		return errors.New("a negative range")
+	}
+	for _, p := range lv.Running {
+		if p < 0 || p >= MaxPartitions {
+			return fmt.Errorf("partition %d out of range", p)
 		}
-		for _, p := range lv.Running {
-			if p < 0 || p >= MaxPartitions {
-				return fmt.Errorf("pipeline record: by-key step %d: partition %d out of range", b, p)
-			}
-		}
-		for _, p := range lv.Parts {
-			if p.Part < 0 || p.Part >= MaxPartitions || p.Out.Pages < 0 {
-				return fmt.Errorf("pipeline record: by-key step %d: partition %d out of range", b, p.Part)
-			}
+	}
+	for _, p := range lv.Parts {
+		if p.Part < 0 || p.Part >= MaxPartitions || p.Out.Pages < 0 {
+			return fmt.Errorf("partition %d out of range", p.Part)
 		}
 	}
 	return nil
