@@ -82,6 +82,13 @@ func testDurableRecords(t *testing.T, open func(t *testing.T) Harness) {
 		t.Fatalf("Kept before any result: %q, %v; want none", kept, err)
 	}
 
+	durablePipelineRecord(t, q, owner)
+}
+
+// durablePipelineRecord: a pipeline's record is written, read, and
+// deleted.
+func durablePipelineRecord(t *testing.T, q broker.Queue, owner string) {
+	ctx := context.Background()
 	if rec, err := q.Pipeline(ctx, &broker.PipelineParams{Owner: owner}); err != nil || rec != nil {
 		t.Fatalf("Pipeline before a record: %+v, %v; want none", rec, err)
 	}

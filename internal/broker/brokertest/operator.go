@@ -45,6 +45,14 @@ func testOperatorQueue(t *testing.T, open func(t *testing.T) Harness) {
 	if shards, err := op.Shards(ctx, qp); err != nil || !slices.Equal(shards, []string{name}) {
 		t.Fatalf("Shards: %v, %v; want [%s]", shards, err, name)
 	}
+	operatorWorkersAndPurge(t, h, op, name)
+}
+
+// operatorWorkersAndPurge: the queue's live worker and the tasks waiting
+// are read; then operatorDrainAndPurge.
+func operatorWorkersAndPurge(t *testing.T, h Harness, op broker.Operator, name string) {
+	ctx := context.Background()
+	qp := &broker.QueueParams{Queue: name}
 	ws, err := op.Workers(ctx, qp)
 	if err != nil || len(ws) != 1 || ws[0].ID != wid || ws[0].Info.Host != "here" {
 		t.Fatalf("Workers: %+v, %v; want %s on here", ws, err, wid)
@@ -58,6 +66,14 @@ func testOperatorQueue(t *testing.T, open func(t *testing.T) Harness) {
 	if b, err := op.Backlog(ctx, qp); err != nil || b.Tasks != 3 || b.Oldest.IsZero() {
 		t.Fatalf("Backlog: %+v, %v; want 3 tasks, the oldest dated", b, err)
 	}
+	operatorDrainAndPurge(t, h, op, name)
+}
+
+// operatorDrainAndPurge: a drain is said in the worker's next heartbeat;
+// a purge drops what waits.
+func operatorDrainAndPurge(t *testing.T, h Harness, op broker.Operator, name string) {
+	ctx := context.Background()
+	qp := &broker.QueueParams{Queue: name}
 	if err := op.Drain(ctx, &broker.DrainParams{Queue: name, Worker: wid}); err != nil {
 		t.Fatal(err)
 	}
@@ -111,6 +127,14 @@ func testOperatorBatches(t *testing.T, open func(t *testing.T) Harness) {
 		t.Fatalf("publish after the operator's cancel: %v; want [b1]", cancel)
 	}
 
+	operatorEnded(t, op, q, name, mid)
+}
+
+// operatorEnded: an ended batch is in the history, counted by outcome,
+// its failed elements listed; failure groups a worker counted are listed.
+func operatorEnded(t *testing.T, op broker.Operator, q broker.Queue, name, mid string) {
+	ctx := context.Background()
+	qp := &broker.QueueParams{Queue: name}
 	rec := wire.BatchRecord{ID: "b1", Manager: mid, Func: "f", Total: 10, Done: 10, Failed: 1, FailedBy: map[string]int{"panic": 1}, Outcome: "failed", Started: time.Now().UnixMilli()}
 	if err := q.RecordBatches(ctx, &broker.RecordBatchesParams{Manager: mid, Records: []wire.BatchRecord{rec}, Limit: 100, Age: time.Hour, Ended: 10}); err != nil {
 		t.Fatal(err)
@@ -168,6 +192,14 @@ func testOperatorControls(t *testing.T, open func(t *testing.T) Harness) {
 		t.Fatalf("Paused after the resume: %+v, %v; want nil", p, err)
 	}
 
+	operatorLimits(t, op, q, name)
+}
+
+// operatorLimits: an operator's limit is in force over the code's and,
+// cleared, gives way to it.
+func operatorLimits(t *testing.T, op broker.Operator, q broker.Queue, name string) {
+	ctx := context.Background()
+	qp := &broker.QueueParams{Queue: name}
 	now := time.Now()
 	code := wire.NewLimitRecord(10, time.Second, 0, 4, "manager m1", now)
 	if got, err := q.DeclareLimit(ctx, &broker.DeclareLimitParams{Func: "f", Record: code}); err != nil || got.Limit.Concurrency != 4 {
