@@ -158,7 +158,11 @@ func (i *Inspector) cancelJob(ctx context.Context, queue, name string, discard b
 	// The job has ended only if every batch of it has: a phase still
 	// running cancels them all, the ended ones' results with them.
 	ended := 0
-	for o, n := range owners {
+	// A pipeline's phases first, its claim last: the claim's cancel has
+	// its manager end the pipeline, and the phases' records name what
+	// they ran from the progress it then deletes.
+	for _, o := range claimLast(owners, claim) {
+		n := owners[o]
 		did, err := i.admin.CancelOwner(ctx, &broker.CancelOwnerParams{Queue: queue, Owner: o, Reason: "cancelled by an operator", Discard: discard})
 		if err != nil {
 			return out, err
@@ -312,4 +316,14 @@ func (i *Inspector) cancelPipeline(ctx context.Context, queue, name string, all 
 		return out, fmt.Errorf("inspect: pipeline %q of queue %q: %w", out.Pipeline, queue, lastErr)
 	}
 	return out, nil
+}
+
+// claimLast returns the owners of a job, sorted, with its pipeline's
+// claim last.
+func claimLast(owners map[string]string, claim string) []string {
+	out := slices.Sorted(maps.Keys(owners))
+	if i := slices.Index(out, claim); i >= 0 {
+		out = append(slices.Delete(out, i, i+1), claim)
+	}
+	return out
 }

@@ -419,6 +419,9 @@ func (a *Admin) CancelOwner(ctx context.Context, p *broker.CancelOwnerParams) (s
 			ended = "1"
 		}
 	}
+	// Its progress is read before the cancel: a live holder that reads it
+	// ends the batch and deletes its progress, which the record names.
+	progress := a.progressOf(ctx, queue, o)
 	ks := []string{keys.Claim(a.prefix, queue, o), keys.Cancels(a.prefix, queue, o), keys.Tasks(a.prefix, queue, o),
 		keys.Attempts(a.prefix, queue, o), keys.Cancelled(a.prefix, queue, o), keys.Durables(a.prefix, queue)}
 	s, err := cancelScript.run(ctx, a.c, ks, o, reason, ended, time.Minute.Milliseconds()).Text()
@@ -442,7 +445,7 @@ func (a *Admin) CancelOwner(ctx context.Context, p *broker.CancelOwnerParams) (s
 	// leaves a true record (the call that takes it over writes none). A
 	// holder alive writes its own, over this one; a record there already
 	// (its holder's, or this cancel's made before) stays.
-	return s, a.recordCancelled(ctx, shards, queue, o, reason, s != "cancelled")
+	return s, a.recordCancelled(ctx, shards, queue, o, reason, s != "cancelled", progress)
 }
 
 // ForgetOwner deletes the keys of durable batch owner p.Owner of queue

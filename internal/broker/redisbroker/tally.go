@@ -90,8 +90,10 @@ func (a *Admin) tallyOwner(ctx context.Context, shards []string, o string) (tall
 // results (tallyOwner), as its manager's own end writes it (record.lua:
 // the history, its bounds and the ended totals; its published progress
 // forgotten). A record in the history already is left alone if keep (a
-// manager holding the batch wrote its own). A few round trips.
-func (a *Admin) recordCancelled(ctx context.Context, shards []string, queue, o, reason string, keep bool) error {
+// manager holding the batch wrote its own). p is its progress, read
+// before the cancel: a holder that reads the cancel deletes it. A few
+// round trips.
+func (a *Admin) recordCancelled(ctx context.Context, shards []string, queue, o, reason string, keep bool, p wire.BatchProgress) error {
 	bid := o + ":1"
 	t, err := a.tallyOwner(ctx, shards, o)
 	if err != nil {
@@ -102,11 +104,6 @@ func (a *Admin) recordCancelled(ctx context.Context, shards []string, queue, o, 
 		if err != nil || in[bid] {
 			return err
 		}
-	}
-	var p wire.BatchProgress
-	s, err := a.c.HGet(ctx, keys.Batches(a.prefix, queue, o), bid).Result()
-	if err == nil {
-		p, _ = wire.DecodeProgress(s) // unreadable: the tally alone
 	}
 	rec := p.Record(bid, o)
 	rec.Outcome, rec.Ended = wire.OutcomeCancelled, time.Now().UnixMilli()
@@ -120,4 +117,15 @@ func (a *Admin) recordCancelled(ctx context.Context, shards []string, queue, o, 
 	}
 	return a.Queue(queue).RecordBatches(ctx, &broker.RecordBatchesParams{Manager: o, Records: []wire.BatchRecord{rec},
 		Limit: keys.DefaultHistory, Age: keys.DefaultHistoryAge})
+}
+
+// progressOf returns the progress durable batch owner o of queue last
+// published, or none if it published none or it cannot be read (a cancel
+// then records the tally alone). One HGET.
+func (a *Admin) progressOf(ctx context.Context, queue, o string) wire.BatchProgress {
+	var p wire.BatchProgress
+	if s, err := a.c.HGet(ctx, keys.Batches(a.prefix, queue, o), o+":1").Result(); err == nil {
+		p, _ = wire.DecodeProgress(s)
+	}
+	return p
 }
