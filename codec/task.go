@@ -55,9 +55,8 @@ type Task struct {
 	// the manager need not write it before Map returns. Its form is
 	// internal to redmap. It travels as optional field 18.
 	Record string
-	// Shuffle is set on the tasks of a pipeline (manager.From,
-	// manager.ReduceByKey): which phase, its steps, and where its
-	// partitions live.
+	// Shuffle is set on the tasks of a map/reduce by key
+	// (manager.ReduceByKey): which phase, and where its partitions live.
 	// Its form is internal to redmap. It travels as optional field 19.
 	Shuffle []byte
 

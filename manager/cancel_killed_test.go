@@ -13,6 +13,8 @@ import (
 
 	"github.com/redmap/redmap"
 	"github.com/redmap/redmap/inspect"
+	"github.com/redmap/redmap/internal/id"
+	"github.com/redmap/redmap/internal/keys"
 	"github.com/redmap/redmap/internal/redistest"
 	"github.com/redmap/redmap/manager"
 	"github.com/redmap/redmap/worker"
@@ -144,6 +146,42 @@ func TestCancelEndedDurableNeedsDiscard(t *testing.T) {
 	if err != nil || len(h) != 1 || h[0].Outcome != "cancelled" {
 		t.Fatalf("the history: %+v, %v; want the takeover recorded cancelled", h, err)
 	}
+}
+
+// A durable map/reduce by key is cancelled by the name the user gave it:
+// every phase of it, and its partitions deleted.
+func TestCancelDurableShuffleByName(t *testing.T) {
+	b := setup(t)
+	w := startChild(t, "worker", childEnv(b, "REDMAP_CONCURRENCY=4")...)
+	w.Expect(t, "worker ")
+	holder := startChild(t, "manager-durable", "REDMAP_URL="+b.URL, "REDMAP_QUEUE="+b.Queue, "REDMAP_N=20000",
+		"REDMAP_DURABLE=wc", "REDMAP_MODE=shuffle")
+	holder.Expect(t, "submitted")
+	job := id.DurableJob("wc")
+	parts := func() []string { return b.Keys(t, "*{"+keys.Glob(b.Queue+keys.PartitionSep+job)+".*}:*") }
+	redistest.Eventually(t, "partials stored", func() bool { return len(parts()) > 0 })
+	holder.Kill()
+	<-holder.Exited()
+	in, err := inspect.New(b.Client, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := testCtx(t)
+	jc, err := cancelJob(ctx, in, b.Queue, "wc", false)
+	if err != nil || jc.Batches["wc/map"] == "" || jc.PartitionKeys == 0 {
+		t.Fatalf("cancel by the job's name: %+v, %v; want its map phase cancelled and its partitions deleted", jc, err)
+	}
+	redistest.Eventually(t, "the worker idle", func() bool {
+		ws, err := in.Workers(ctx, b.Queue, time.Now())
+		return err == nil && len(ws) == 1 && ws[0].State == "idle"
+	})
+	// A map task in flight at the cancel may store its partials after it:
+	// one key a partition (16) at most, which expire with the job.
+	left := parts()
+	if len(left) > 16 {
+		t.Fatalf("%d keys of the job's partitions left after the cancel (%d deleted): %q", len(left), jc.PartitionKeys, left)
+	}
+	t.Logf("the cancel: %+v; %d partition keys left once the worker was idle", jc, len(left))
 }
 
 // A durable batch whose manager closes before its first Poll (its first

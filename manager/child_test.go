@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"os"
 	"os/signal"
 	"slices"
@@ -477,6 +478,18 @@ func childDurable(rdb redis.UniversalClient, queue string) error {
 	}
 	var b *manager.Batch[int]
 	switch os.Getenv("REDMAP_MODE") {
+	case "shuffle":
+		docs := documents(n, 2000)
+		fmt.Println("submitted")
+		got, err := manager.ReduceByKey(ctx, m, slowWords, sum, docs, append(named, manager.Partitions(16), manager.ChunkSize(20))...)
+		if err != nil {
+			return err
+		}
+		if want := counts(docs); !maps.Equal(got, want) {
+			return fmt.Errorf("%d keys counted, want %d, or some count differs", len(got), len(want))
+		}
+		fmt.Println("exact")
+		return nil
 	case "reduce":
 		fmt.Println("submitted")
 		got, err := manager.MapReduce(ctx, m, countedSquare, sum, xs, named...)

@@ -313,9 +313,6 @@ func runPipeline(ctx context.Context, m *Manager, pl *pipeline, opts []CallOptio
 			if ctx.Err() != nil {
 				return ctx.Err()
 			}
-			if restart {
-				reset(at) // its outputs are missing, not some of them
-			}
 			if _, ok := last.failedParts[p]; !ok {
 				last.failedParts[p] = fmt.Errorf("manager: partition %d of %d of the pipeline's last by-key step could not be read; its outputs are missing: %w", p, last.sh.Parts, err)
 			}
@@ -373,7 +370,7 @@ func startPipeline(ctx context.Context, m *Manager, pl *pipeline, opts []CallOpt
 	}
 	for b := range j.keys {
 		sh := wire.Shuffle{Job: job + "." + strconv.Itoa(b), Parts: co.partitions, TTL: ttl.Milliseconds(), Page: outputPage}
-		sh.Salts = salts(ctx, m, &sh)
+		sh.Salts = (&shuffleJob{m: m, sh: sh, parts: sh.Parts}).salts(ctx)
 		j.levels = append(j.levels, &pipeLevel{sh: sh, outputs: make(map[int]wire.ReduceOutput), failedParts: make(map[int]error)})
 	}
 	if err := j.takeOver(ctx); err != nil {
@@ -832,6 +829,7 @@ func (j *pipeJob) reduceBatch(ctx context.Context, b int, ps []int, rerun bool) 
 func (j *pipeJob) readPart(ctx context.Context, p int, use func([]byte) (bool, error), reset func(), restart bool) error {
 	b := len(j.levels) - 1
 	lv := j.levels[b]
+	view := &shuffleJob{m: j.m, store: j.m.spill, sh: lv.sh, parts: lv.sh.Parts}
 	for round := 0; ; round++ {
 		out, ok := lv.outputs[p]
 		if !ok {
@@ -839,7 +837,7 @@ func (j *pipeJob) readPart(ctx context.Context, p int, use func([]byte) (bool, e
 		}
 		used, missing := 0, false
 		for i := range out.Pages {
-			pg, err := page(ctx, j.m, &lv.sh, p, i)
+			pg, err := view.page(ctx, p, i)
 			if errors.Is(err, broker.ErrPageMissing) {
 				missing = true
 				break
@@ -874,7 +872,7 @@ func (j *pipeJob) readPart(ctx context.Context, p int, use func([]byte) (bool, e
 }
 
 // renew keeps the pipeline's partitions from expiring while it runs, as
-// everyKeyTTL says.
+// shuffleJob.renew does a map/reduce by key's.
 func (j *pipeJob) renew() func() {
 	return everyKeyTTL(j.m, func(ctx context.Context) {
 		for _, lv := range j.levels {

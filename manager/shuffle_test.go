@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"maps"
 	"math/rand/v2"
 	"os"
@@ -14,8 +15,9 @@ import (
 	"time"
 
 	"github.com/redmap/redmap"
-	"github.com/redmap/redmap/internal/engine"
 	"github.com/redmap/redmap/internal/harness"
+	"github.com/redmap/redmap/internal/id"
+	"github.com/redmap/redmap/internal/keys"
 	"github.com/redmap/redmap/internal/redistest"
 	"github.com/redmap/redmap/manager"
 	"github.com/redmap/redmap/worker"
@@ -57,25 +59,6 @@ var (
 			emit(w, 1)
 		}
 		return nil
-	})
-	// negWords is words, but a document "neg" emits ("neg", -1).
-	negWords = redmap.Emit("negwords", func(_ context.Context, doc string, emit func(string, int)) error {
-		if doc == "neg" {
-			emit("neg", -1)
-			return nil
-		}
-		for _, w := range strings.Fields(doc) {
-			emit(w, 1)
-		}
-		return nil
-	})
-	// negSum is sum, failing to fold two negatives: the reduce of the
-	// partition of "neg" fails where two documents' -1 meet.
-	negSum = redmap.Reduce("negsum", func(_ context.Context, a, b int) (int, error) {
-		if a < 0 && b < 0 {
-			return 0, errors.New("two negatives")
-		}
-		return a + b, nil
 	})
 	// slowSum is sum, after a millisecond when a+b > 20: slow where counts
 	// are large, in the reduce phase (a map task of documents(n, 1000 or
@@ -152,9 +135,8 @@ func cancelledPartitionsExpire(t *testing.T, b *harness.Env) {
 	}
 }
 
-// ReduceByKey and ReduceByKeySeq give exactly the sequential counts, and
-// leave nothing in Redis. (Few partitions and small chunks are
-// TestPipelineExact's: ReduceByKey is a pipeline of one by-key step.)
+// ReduceByKey and ReduceByKeySeq give exactly the sequential counts, for
+// any number of partitions and any chunk size, and leave nothing in Redis.
 func TestReduceByKeyExact(t *testing.T) {
 	b := setup(t)
 	b.Worker(t, worker.Options{Concurrency: 2}, words, sum)
@@ -162,7 +144,8 @@ func TestReduceByKeyExact(t *testing.T) {
 	m := b.Manager(t, manager.Options{})
 	docs := documents(3000, 5000)
 	want := counts(docs)
-	for _, opts := range [][]manager.CallOption{nil, {manager.Partitions(64), manager.ChunkSize(1000)}} {
+	for _, opts := range [][]manager.CallOption{nil, {manager.Partitions(1)}, {manager.Partitions(7), manager.ChunkSize(3)},
+		{manager.Partitions(64), manager.ChunkSize(1000)}} {
 		got, err := manager.ReduceByKey(testCtx(t), m, words, sum, docs, opts...)
 		if err != nil {
 			t.Fatalf("ReduceByKey, %d options: %v", len(opts), err)
@@ -238,6 +221,56 @@ func TestReduceByKeyFailedElements(t *testing.T) {
 	noPartitionsLeft(t, b)
 }
 
+// A worker process SIGKILLed in the map phase, and another in the reduce
+// phase, lose nothing and count nothing twice: the counts are exact.
+func TestReduceByKeyWorkerKilled(t *testing.T) {
+	b := setup(t)
+	a, c, m := twoWorkers(t, b)
+	docs := documents(3000, 2000)
+	ch := slowCount(t, m, docs, 32)
+	// The map phase: kill a once a tenth of the map tasks stored partials.
+	eventually(t, "a tenth of the map tasks done", func() bool {
+		return len(partialFields(t, b)) >= 15*32
+	})
+	a.Cmd.Process.Signal(syscall.SIGKILL)
+	// The reduce phase: a third worker, and c killed once a partition
+	// has its output.
+	d := startChild(t, "worker", childEnv(b)...)
+	d.ID = d.Expect(t, "worker ")
+	var reduced int
+	eventually(t, "a partition reduced", func() bool {
+		reduced = len(b.Keys(t, "redmap:{"+b.Queue+"%*}:out"))
+		return reduced > 0
+	})
+	c.Cmd.Process.Signal(syscall.SIGKILL)
+	if reduced == 32 {
+		t.Fatal("every partition was reduced before the kill: the test kills nothing in the reduce phase")
+	}
+	r := <-ch
+	if r.err != nil {
+		t.Fatal(r.err)
+	}
+	sameCounts(t, "ReduceByKey with workers killed", r.got, counts(docs))
+	noPartitionsLeft(t, b)
+}
+
+// counted is what a ReduceByKey returned.
+type counted struct {
+	got map[string]int
+	err error
+}
+
+// slowCount runs a ReduceByKey of slowWords and slowSum over docs, in
+// parts partitions, and sends what it returns on the channel.
+func slowCount(t *testing.T, m *manager.Manager, docs []string, parts int) <-chan counted {
+	ch := make(chan counted, 1)
+	go func() {
+		got, err := manager.ReduceByKey(testCtx(t), m, slowWords, slowSum, docs, manager.ChunkSize(20), manager.Partitions(parts))
+		ch <- counted{got, err}
+	}()
+	return ch
+}
+
 // partialFields returns the fields of every partition's partials in
 // Redis.
 func partialFields(t *testing.T, b *harness.Env) []string {
@@ -250,29 +283,32 @@ func partialFields(t *testing.T, b *harness.Env) []string {
 	return fs
 }
 
-// A partition whose reduce fails leaves all its keys out of the result,
-// with an error that names the partition and wraps the reducer's; the
-// keys of the other partitions count exactly.
-func TestReduceByKeyFailedPartition(t *testing.T) {
-	b := setup(t)
-	b.Worker(t, worker.Options{Concurrency: 2}, negWords, negSum)
-	m := b.Manager(t, manager.Options{})
-	plain := documents(300, 100)
-	docs := append(append([]string{"neg"}, plain...), "neg") // in two map tasks
-	got, err := manager.ReduceByKey(testCtx(t), m, negWords, negSum, docs, manager.ChunkSize(10), manager.Partitions(4))
-	if err == nil || !strings.Contains(err.Error(), "could not be reduced") || !strings.Contains(err.Error(), "two negatives") {
-		t.Fatalf("ReduceByKey with a reduce that fails: %v; want the partition's failure", err)
+// Redis losing every key mid-shuffle (FLUSHALL) loses nothing: the lost
+// partials' map tasks run again, and the counts are exact.
+func TestReduceByKeyFlushAll(t *testing.T) {
+	if testing.Short() {
+		t.Skip("10 s of slow map tasks around a FLUSHALL")
 	}
-	if be := (*redmap.BatchError)(nil); errors.As(err, &be) {
-		t.Fatalf("ReduceByKey: %v; no element failed, yet a BatchError", err)
+	b := harness.On(t, redistest.Start(t))
+	b.Worker(t, worker.Options{Concurrency: 4}, slowWords, slowSum)
+	var logs harness.LogBuffer
+	m := b.Manager(t, manager.Options{Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+	docs := documents(2000, 1000)
+	ch := slowCount(t, m, docs, 16)
+	eventually(t, "a partition reduced", func() bool {
+		return len(b.Keys(t, "redmap:{"+b.Queue+"%*}:out")) > 0
+	})
+	if err := b.Client.FlushAll(context.Background()).Err(); err != nil {
+		t.Fatal(err)
 	}
-	want := counts(plain)
-	for k := range want {
-		if engine.PartitionOf(k, 4) == engine.PartitionOf("neg", 4) {
-			delete(want, k)
-		}
+	r := <-ch
+	if r.err != nil {
+		t.Fatal(r.err)
 	}
-	sameCounts(t, "ReduceByKey with a failed partition", got, want)
+	sameCounts(t, "ReduceByKey across a FLUSHALL", r.got, counts(docs))
+	if !strings.Contains(logs.String(), "their map tasks run again") {
+		t.Fatalf("no map task ran again after the FLUSHALL; the manager logged:\n%s", logs.String())
+	}
 	noPartitionsLeft(t, b)
 }
 
@@ -331,6 +367,35 @@ func TestReduceByKeyPoisonPill(t *testing.T) {
 		t.Fatalf("got %v, want element 57 failing with ErrLost", err)
 	}
 	sameCounts(t, "ReduceByKey with a poison pill", got, counts(slices.Delete(slices.Clone(docs), 57, 58)))
+	noPartitionsLeft(t, b)
+}
+
+// A durable map/reduce by key whose manager process is SIGKILLed in the
+// map phase is taken over by the same call from another process, which
+// returns the exact counts.
+func TestReduceByKeyDurableManagerKilled(t *testing.T) {
+	b := setup(t)
+	for range 2 {
+		w := startChild(t, "worker", childEnv(b, "REDMAP_CONCURRENCY=4")...)
+		w.Expect(t, "worker ")
+	}
+	name := "shuffle-" + b.Queue
+	env := []string{"REDMAP_URL=" + b.URL, "REDMAP_QUEUE=" + b.Queue, "REDMAP_N=4000",
+		"REDMAP_DURABLE=" + name, "REDMAP_MODE=shuffle"}
+	first := startChild(t, "manager-durable", env...)
+	first.Expect(t, "submitted")
+	// 200 map tasks of 20 documents, 16 partitions each: kill it with a
+	// fifth of them done.
+	eventually(t, "a fifth of the map tasks done", func() bool { return len(partialFields(t, b)) >= 40*16 })
+	first.Kill()
+	if n, err := b.Client.HExists(context.Background(), keys.Durables("redmap", b.Queue), id.Durable(name+"/map")).Result(); err != nil || !n {
+		t.Fatalf("no durable batch %q in Redis after the kill (%v): nothing to take over", name+"/map", err)
+	}
+	second := startChild(t, "manager-durable", env...)
+	second.Expect(t, "exact")
+	if <-second.Exited(); second.Err() != nil {
+		t.Fatalf("the restarted manager exited with %v", second.Err())
+	}
 	noPartitionsLeft(t, b)
 }
 

@@ -283,7 +283,7 @@ func TestForgedPartial(t *testing.T) {
 	h := harness(t)
 	ctx := context.Background()
 	client := redistest.Shared(t).Client(t)
-	sh := &wire.Shuffle{Job: "forged", Parts: 4, Phase: wire.PhaseReduce, TTL: 60_000, Pipe: &wire.Pipe{Stage: 1}}
+	sh := &wire.Shuffle{Job: "forged", Parts: 4, Phase: wire.PhaseReduce, TTL: 60_000}
 	part := func(p int) string { return keys.Partition(h.w.opts.Prefix, "fuzz", sh.Job, p, 0) }
 	good, _ := engine.EncodePairs(&engine.Pairs[string, int]{K: []string{"a", "b"}, V: []int{2, 3}})
 	// Two keys, one value: the count says two.
@@ -332,13 +332,13 @@ func TestForgedPartial(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	got, err := engine.DecodePage[engine.KV[string, int]](page)
-	if err != nil || len(got) != 2 {
+	got, err := engine.DecodePairs[string, int](page)
+	if err != nil || len(got.K) != 2 {
 		t.Fatalf("partition 0's page: %+v, %v", got, err)
 	}
-	for _, kv := range got {
-		if want := map[string]int{"a": 4, "b": 6}[kv.Key]; kv.Value != want {
-			t.Fatalf("partition 0: %q reduced to %d, want %d", kv.Key, kv.Value, want)
+	for i, k := range got.K {
+		if want := map[string]int{"a": 4, "b": 6}[k]; got.V[i] != want {
+			t.Fatalf("partition 0: %q reduced to %d, want %d", k, got.V[i], want)
 		}
 	}
 	if n, _ := client.Exists(ctx, part(0)).Result(); n != 0 {

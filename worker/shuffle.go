@@ -9,14 +9,14 @@ import (
 	"github.com/redmap/redmap/internal/backoff"
 	"github.com/redmap/redmap/internal/broker"
 	"github.com/redmap/redmap/internal/broker/wire"
+	"github.com/redmap/redmap/internal/engine"
 )
 
-// The tasks of a by-key step (manager.ReduceByKey, manager.ByKey;
-// wire.Shuffle), each a pipeline's (pipeline.go): a map task combines and
-// partitions its elements' pairs and stores the partials in Redis; a
-// reduce task folds a partition's partials and stores its output. Both
-// then finish as any task does, with a small output the manager counts
-// (wire.MapSummary, wire.ReduceOutput).
+// The tasks of a map/reduce by key (manager.ReduceByKey; wire.Shuffle): a
+// map task combines and partitions its elements' pairs and stores the
+// partials in Redis; a reduce task folds a partition's partials and stores
+// its output. Both then finish as any task does, with a small output the
+// manager counts (wire.MapSummary, wire.ReduceOutput).
 
 // shuffleRedis is where a worker keeps the partitions of a map/reduce by
 // key: the queue's first shard (the broker's).
@@ -36,19 +36,27 @@ const partitionWait = 30 * time.Second
 // defaultPage is the size of an output page when the task does not say.
 const defaultPage = 1 << 20
 
-// shuffle runs task c of a pipeline and returns its output frame and
-// failures.
+// shuffle runs task c of a map/reduce by key and returns its output frame
+// and failures.
 func (w *Worker) shuffle(ctx context.Context, c *resolved, t wire.Taken) ([]byte, []codec.Failure) {
 	sh, err := wire.DecodeShuffle(c.task.Shuffle)
-	switch {
-	case err != nil:
+	if err != nil {
 		return nil, whole1(codec.KindDecode, "task: %v", err)
-	case sh.Pipe == nil:
-		return nil, whole1(codec.KindDecode, "task: a map/reduce by key's task with no pipe, from a manager of an earlier release")
-	case sh.Phase != wire.PhaseChain && c.reducer == nil:
+	}
+	if sh.Pipe != nil {
+		return w.pipeTask(ctx, c, sh, t)
+	}
+	s, ok := c.h.Shuffler()
+	switch {
+	case !ok:
+		return nil, whole1(codec.KindTypeMismatch, "%q is not an emitter (redmap.Emit): it cannot run in a map/reduce by key", c.task.Func)
+	case c.reducer == nil:
 		return nil, whole1(codec.KindDecode, "task: a map/reduce by key's task names no reducer")
 	}
-	return w.pipeTask(ctx, c, sh, t)
+	if sh.Phase == wire.PhaseMap {
+		return w.combine(ctx, c, s, sh, t)
+	}
+	return w.reduceParts(ctx, c, s, sh)
 }
 
 // withdrawn reports whether map task c, about to store its partials, is no
@@ -62,6 +70,58 @@ func (w *Worker) withdrawn(ctx context.Context, c *resolved, t wire.Taken) bool 
 	gone, err := w.source.unwanted(ctx, map[int][]string{t.Shard: {t.ID}})
 	c.withdrawn = err == nil && len(gone.Tasks) > 0
 	return c.withdrawn
+}
+
+// combine runs a map task: the emitter over its elements, their pairs
+// combined per key and cut into partitions, each stored under the task's
+// range of the call's elements.
+func (w *Worker) combine(ctx context.Context, c *resolved, s engine.Shuffler, sh *wire.Shuffle, t wire.Taken) ([]byte, []codec.Failure) {
+	partials, keys, fails := s.Combine(ctx, c.task.Count, c.task.Input, c.policy, c.reducer, sh.Parts)
+	if partials == nil {
+		return codec.NewOutputEncoder(0).Bytes(), fails
+	}
+	if w.withdrawn(ctx, c, t) {
+		return nil, nil
+	}
+	start := sh.Base + c.task.Start
+	field := wire.Range(start, c.task.Count)
+	if err := w.retryRedis(ctx, "store a map task's partials", func(ctx context.Context) error {
+		return w.spill.StorePartials(ctx, &broker.StorePartialsParams{Shuffle: sh, Field: field, Partials: partials})
+	}); err != nil {
+		return codec.NewOutputEncoder(0).Bytes(), []codec.Failure{{Index: 0, Through: c.task.Count - 1, Kind: codec.KindError,
+			Msg: fmt.Sprintf("storing the task's partials in Redis: %v", err)}}
+	}
+	sum := wire.MapSummary{Ranges: []int{start, c.task.Count}, Keys: keys}
+	for _, p := range partials {
+		sum.Bytes += int64(len(p))
+	}
+	out := codec.NewOutputEncoder(1)
+	if err := out.Add(&sum); err != nil {
+		return nil, whole1(codec.KindEncode, "summary: %v", err)
+	}
+	return out.Bytes(), fails
+}
+
+// reduceParts runs a reduce task: for each of its elements (a partition and
+// the ranges whose partials it must hold), the partials folded per key and
+// stored as the partition's output in their place.
+func (w *Worker) reduceParts(ctx context.Context, c *resolved, s engine.Shuffler, sh *wire.Shuffle) ([]byte, []codec.Failure) {
+	return w.eachPartition(ctx, c, sh, func(in wire.ReduceInput, partials [][]byte, page int, res *wire.ReduceOutput) *codec.Failure {
+		pages, keys, f := s.Merge(ctx, partials, c.reducer, page)
+		if f != nil {
+			return &codec.Failure{Kind: f.Kind, Msg: fmt.Sprintf("partition %d: %s", in.Part, f.Msg)}
+		}
+		if err := w.retryRedis(ctx, "store a partition's output", func(ctx context.Context) error {
+			return w.spill.StoreOutput(ctx, &broker.StoreOutputParams{Shuffle: sh, Part: in.Part, Pages: pages})
+		}); err != nil {
+			return &codec.Failure{Kind: codec.KindError, Msg: fmt.Sprintf("storing partition %d's output in Redis: %v", in.Part, err)}
+		}
+		res.Keys, res.Pages = keys, len(pages)
+		for _, pg := range pages {
+			res.Bytes += int64(len(pg))
+		}
+		return nil
+	})
 }
 
 // eachPartition runs reduce task c's partitions: for each of its elements

@@ -155,18 +155,20 @@ type Queue interface {
 	Sums(ctx context.Context, p *SumsParams) (map[string]string, error)
 	AddSums(ctx context.Context, p *AddSumsParams) error
 
-	// A by-key step's partitions. A map task stores its partials
+	// A map/reduce by key's partitions. A map task stores its partials
 	// under its range (StorePartials: a run again replaces them); a reduce
 	// task reads those its manager counted (Partials) and writes its
 	// output in their place (StoreOutput); the manager reads the output
 	// page by page (OutputPage), keeps the partitions alive
-	// (RenewPartitions), and drops them (DropPartitions).
+	// (RenewPartitions), and drops them (DropPartitions); RecordShuffle
+	// says where a durable job's partitions are, for an operator's cancel.
 	StorePartials(ctx context.Context, p *StorePartialsParams) error
 	Partials(ctx context.Context, p *PartialsParams) ([][]byte, error)
 	StoreOutput(ctx context.Context, p *StoreOutputParams) error
 	OutputPage(ctx context.Context, p *OutputPageParams) ([]byte, error)
 	RenewPartitions(ctx context.Context, p *PartitionsParams) error
 	DropPartitions(ctx context.Context, p *PartitionsParams) error
+	RecordShuffle(ctx context.Context, p *RecordShuffleParams) error
 	// Pipeline reads a durable pipeline's record (nil if it has none);
 	// RecordPipeline writes or deletes it for the pipeline's holder,
 	// fenced as its owner's writes are.
@@ -571,6 +573,11 @@ type OutputPageParams struct {
 type PartitionsParams struct {
 	Shuffle *wire.Shuffle
 	Parts   []int
+}
+
+// RecordShuffleParams are a durable job's shuffle to record.
+type RecordShuffleParams struct {
+	Shuffle *wire.Shuffle
 }
 
 // PipelineParams name a durable pipeline: the id of its own claim.

@@ -63,10 +63,8 @@ type Boundary interface {
 	// CombineChain runs each of xs (the input of steps, or of the emitter
 	// if there are none) through steps and the emitter, as one run under p
 	// per element, folds the pairs of each key with red, and cuts them
-	// into parts partials, each an encoded Pairs, empty ones included, by
-	// PartitionOf (nil partials if no element succeeded). An element that
-	// failed contributes no pair; a fold that fails fails every element
-	// (codec.KindReduce), for the partials would hold part of one.
+	// into parts partials, as Shuffler.Combine does (nil partials if no
+	// element succeeded). A fold that fails fails every element.
 	CombineChain(ctx context.Context, steps []Step, xs any, p Policy, red *Runtime, parts int) (partials [][]byte, keys int, fails []ChainFail)
 	// FoldValues folds partials (of one partition) per key with red into a
 	// []KV[K, V].

@@ -131,10 +131,11 @@ func TestCombineAbandonedEmitterEmitsAside(t *testing.T) {
 		return nil
 	})
 	sum := Fold("sum", "sig", nil, func(_ context.Context, a, b int) (int, error) { return a + b, nil }, errors.New("reduce"))
-	b, _ := em.Boundary()
+	sh, _ := em.Shuffler()
+	frame, _ := codec.EncodeElements([]int{1, -2, 3, 4}, 0)
 	p := Policy{Timeout: 20 * time.Millisecond, Abandon: 20 * time.Millisecond,
 		OnAbandon: func(int) func() { return func() { close(done) } }}
-	partials, keys, fails := b.CombineChain(context.Background(), nil, []int{1, -2, 3, 4}, p, sum, 1)
+	partials, keys, fails := sh.Combine(context.Background(), 4, frame, p, sum, 1)
 	close(release)
 	<-done
 	if len(fails) != 1 || fails[0].Index != 1 || fails[0].Kind != codec.KindTimeout {

@@ -22,7 +22,7 @@ type Runtime struct {
 	// with red if it is not nil.
 	run     func(ctx context.Context, constant any, count int, input []byte, p Policy, red *Runtime) ([]byte, []codec.Failure)
 	fold    any // a reducer's Folder[T]; nil for a function
-	shuffle any // an emitter's Boundary; nil for anything else
+	shuffle any // an emitter's Shuffler; nil for anything else
 	step    any // a pipeline's Step (see chain.go); nil for anything else
 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"hash/fnv"
+	"math"
 	"reflect"
 
 	"github.com/vmihailenco/msgpack/v5"
@@ -11,9 +12,34 @@ import (
 	"github.com/redmap/redmap/codec"
 )
 
-// Pairs is a run of key/value pairs: a map task's partial of a
-// partition. K[i] goes with V[i]. It travels as a pairsFrame (EncodePairs,
-// DecodePairs).
+// Shuffler is an emitter as a worker runs it in a map/reduce by key
+// (manager.ReduceByKey): the map side combines and partitions a task's
+// pairs, the reduce side folds one partition's partials.
+type Shuffler interface {
+	// Combine runs the emitter over a frame of count inputs under policy
+	// p, folds the pairs of each key with red, and returns one partial per
+	// partition (an encoded Pairs, empty ones included) and the number of
+	// distinct keys in all; nil partials if no element succeeded. An
+	// element whose emitter failed contributes no pair. If red fails to
+	// fold, every element fails (codec.KindReduce): the task's partials
+	// would otherwise hold part of an element.
+	Combine(ctx context.Context, count int, input []byte, p Policy, red *Runtime, parts int) (partials [][]byte, keys int, fails []codec.Failure)
+	// Merge folds partials (encoded Pairs of one partition) per key with
+	// red and returns the result as pages of encoded Pairs, each about
+	// page bytes, and the number of keys. A partial that does not decode,
+	// or a fold that fails, is a failure saying which.
+	Merge(ctx context.Context, partials [][]byte, red *Runtime, page int) (pages [][]byte, keys int, f *codec.Failure)
+}
+
+// Shuffler returns the runtime's Shuffler if it is an emitter's.
+func (rt *Runtime) Shuffler() (Shuffler, bool) {
+	s, ok := rt.shuffle.(Shuffler)
+	return s, ok
+}
+
+// Pairs is a run of key/value pairs: a partial of a partition, or a page
+// of a reduced partition. K[i] goes with V[i]. It travels as a pairsFrame
+// (EncodePairs, DecodePairs).
 type Pairs[K comparable, V any] struct {
 	K []K
 	V []V
@@ -116,7 +142,7 @@ func Emit[In any, K comparable, V any](name, sig string, types []string, fn func
 		}}
 }
 
-// emitter is the Boundary of an emitter's function.
+// emitter is the Shuffler of an emitter's function.
 type emitter[In any, K comparable, V any] struct {
 	fn func(context.Context, In, func(K, V)) error
 }
@@ -125,6 +151,24 @@ type emitter[In any, K comparable, V any] struct {
 type pair[K comparable, V any] struct {
 	k K
 	v V
+}
+
+// Combine implements Shuffler.
+func (e emitter[In, K, V]) Combine(ctx context.Context, count int, input []byte, p Policy, red *Runtime, parts int) ([][]byte, int, []codec.Failure) {
+	xs, decodeFail := decodeInputs[In](count, input)
+	partials, keys, cf := e.CombineChain(ctx, nil, xs, p, red, parts)
+	fails := make([]codec.Failure, len(cf), len(cf)+1)
+	for i, f := range cf {
+		fails[i] = f.Failure
+	}
+	if len(fails) == 1 && fails[0].Kind == codec.KindReduce && fails[0].Index == 0 && fails[0].Through == len(xs)-1 {
+		fails[0].Through = count - 1 // a fold that failed fails the whole task
+		return nil, 0, fails
+	}
+	if decodeFail != nil {
+		fails = append(fails, *decodeFail)
+	}
+	return partials, keys, fails
 }
 
 // CombineChain implements Boundary. The emitter is the chain's end: its
@@ -209,6 +253,19 @@ func (emitter[In, K, V]) drive(ctx context.Context, xs any, p Policy, build func
 	return drive[In](ctx, xs, p, build)
 }
 
+// Merge implements Shuffler.
+func (e emitter[In, K, V]) Merge(ctx context.Context, partials [][]byte, red *Runtime, page int) ([][]byte, int, *codec.Failure) {
+	acc, f := e.merge(ctx, partials, red)
+	if f != nil {
+		return nil, 0, f
+	}
+	pages, err := paginate(acc, page)
+	if err != nil {
+		return nil, 0, &codec.Failure{Index: -1, Kind: codec.KindEncode, Msg: fmt.Sprintf("pairs as (%v, %v): %v", reflect.TypeFor[K](), reflect.TypeFor[V](), err)}
+	}
+	return pages, len(acc), nil
+}
+
 // FoldValues implements Boundary.
 func (e emitter[In, K, V]) FoldValues(ctx context.Context, partials [][]byte, red *Runtime) (any, *codec.Failure) {
 	acc, f := e.merge(ctx, partials, red)
@@ -283,4 +340,43 @@ func (emitter[In, K, V]) KeyOf(kvs any, i int) string {
 // Pages implements Boundary.
 func (emitter[In, K, V]) Pages(kvs any, page int) ([][]byte, error) {
 	return pagesOf[KV[K, V]](kvs, page)
+}
+
+// paginate encodes the pairs of m as pages of about page bytes each (one at
+// least, empty if m is): it sizes each page from the bytes a pair took on
+// the page before.
+func paginate[K comparable, V any](m map[K]V, page int) ([][]byte, error) {
+	if len(m) == 0 {
+		b, err := EncodePairs(&Pairs[K, V]{})
+		return [][]byte{b}, err
+	}
+	var pages [][]byte
+	per := 64 // pairs on the first page, to measure them
+	ps := Pairs[K, V]{}
+	flush := func() error {
+		b, err := EncodePairs(&ps)
+		if err != nil {
+			return err
+		}
+		pages = append(pages, b)
+		perPair := max(float64(len(b))/float64(len(ps.K)), 1)
+		per = int(min(max(float64(page)/perPair, 1), math.MaxInt32))
+		ps.K, ps.V = ps.K[:0], ps.V[:0]
+		return nil
+	}
+	for k, v := range m {
+		ps.K = append(ps.K, k)
+		ps.V = append(ps.V, v)
+		if len(ps.K) >= per {
+			if err := flush(); err != nil {
+				return nil, err
+			}
+		}
+	}
+	if len(ps.K) > 0 {
+		if err := flush(); err != nil {
+			return nil, err
+		}
+	}
+	return pages, nil
 }

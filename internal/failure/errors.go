@@ -158,9 +158,8 @@ type TaskError struct {
 	// failure on the manager's side (lost, no worker, ...) or a worker of
 	// an earlier release. It is not part of Error's message.
 	Worker string
-	// Stage is, in a pipeline (manager.From; a ReduceByKey is one, of one
-	// by-key step), the number of the step the element failed in, from 1;
-	// Func is that step's. 0 outside one.
+	// Stage is, in a pipeline (manager.From), the number of the step the
+	// element failed in, from 1; Func is that step's. 0 outside one.
 	Stage int
 	// Key is, past a pipeline's by-key step, the key (as %v prints it) of
 	// the pair the failed element came from; Index is then -1.

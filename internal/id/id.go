@@ -27,11 +27,11 @@ func Durable(name string) string {
 	return "D" + hex.EncodeToString(sum[:])[:31]
 }
 
-// DurableJob returns the job id of the durable job named name (a durable
-// pipeline's is that of "pipeline\x00"+name, its by-key steps' that and
-// ".<step>"): 16 hex digits of a BLAKE3 hash of the name, which its
-// partitions' keys carry (see keys.Partition), so that the call that takes
-// the job over, and an operator's cancel, find them by its name.
+// DurableJob returns the job id of the durable map/reduce by key named
+// name (manager.ReduceByKey with manager.Durable): 16 hex digits of a
+// BLAKE3 hash of the name, which its partitions' keys carry (see
+// keys.Partition), so that the call that takes the job over, and an
+// operator's cancel, find them by its name.
 func DurableJob(name string) string {
 	sum := blake3.Sum256([]byte("redmap shuffle\x00" + name))
 	return hex.EncodeToString(sum[:8])

@@ -257,9 +257,8 @@ func Races(prefix, queue string) string { return Base(prefix, queue) + "races" }
 
 // ShuffleJob says where the partitions of durable map/reduce by key job
 // (id.DurableJob) are (STRING: the job's wire.Shuffle, living its
-// DurableTTL), written as the job started by a manager of an earlier
-// release, so that an operator's cancel of the job by its name deletes
-// them. A durable ReduceByKey is now a durable pipeline (Pipeline).
+// DurableTTL), written as the job starts, so that an operator's cancel of
+// the job by its name deletes them.
 func ShuffleJob(prefix, queue, job string) string { return Base(prefix, queue) + "shuffle:" + job }
 
 // Pipeline is what a durable pipeline has done (STRING: an encoded

@@ -679,6 +679,9 @@ func testPartitions(t *testing.T, open func(t *testing.T) Harness) {
 	if err := q.RenewPartitions(ctx, &broker.PartitionsParams{Shuffle: sh, Parts: []int{0, 1}}); err != nil {
 		t.Fatal(err)
 	}
+	if err := q.RecordShuffle(ctx, &broker.RecordShuffleParams{Shuffle: sh}); err != nil {
+		t.Fatal(err)
+	}
 	if err := q.DropPartitions(ctx, &broker.PartitionsParams{Shuffle: sh, Parts: []int{0, 1}}); err != nil {
 		t.Fatal(err)
 	}

@@ -5,6 +5,7 @@ import (
 	"slices"
 
 	"github.com/redmap/redmap/internal/broker"
+	"github.com/redmap/redmap/internal/broker/wire"
 )
 
 // The partitions of a map/reduce by key, in memory: each partition's
@@ -20,10 +21,11 @@ type partition struct {
 type shuffleState struct {
 	partials map[partition]map[string][]byte
 	outputs  map[partition][][]byte
+	records  map[string]wire.Shuffle // RecordShuffle's, by job
 }
 
 func newShuffleState() shuffleState {
-	return shuffleState{partials: map[partition]map[string][]byte{}, outputs: map[partition][][]byte{}}
+	return shuffleState{partials: map[partition]map[string][]byte{}, outputs: map[partition][][]byte{}, records: map[string]wire.Shuffle{}}
 }
 
 // StorePartials stores a map task's partials, partition i's under p.Field:
@@ -115,5 +117,16 @@ func (s *Shard) DropPartitions(_ context.Context, p *broker.PartitionsParams) er
 		delete(s.sh.partials, k)
 		delete(s.sh.outputs, k)
 	}
+	return nil
+}
+
+// RecordShuffle records where a durable job's partitions are.
+func (s *Shard) RecordShuffle(_ context.Context, p *broker.RecordShuffleParams) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := s.rec.Call("recordshuffle"); err != nil {
+		return err
+	}
+	s.sh.records[p.Shuffle.Job] = *p.Shuffle
 	return nil
 }

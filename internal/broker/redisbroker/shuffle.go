@@ -128,10 +128,26 @@ func (r *Broker) DropPartitions(ctx context.Context, p *broker.PartitionsParams)
 	return err
 }
 
+// RecordShuffle writes where durable job sh's partitions are, for an
+// operator's cancel of the job by its name (Admin.DropShuffle), living
+// sh.TTL. One SET.
+func (r *Broker) RecordShuffle(ctx context.Context, p *broker.RecordShuffleParams) error {
+	sh := p.Shuffle
+	rec := *sh
+	rec.Phase = wire.PhaseMap // what it starts with; any phase would do
+	enc, err := wire.EncodeShuffle(&rec)
+	if err != nil {
+		return err
+	}
+	if err := r.c.Set(ctx, keys.ShuffleJob(r.prefix, r.queue, sh.Job), enc, time.Duration(sh.TTL)*time.Millisecond).Err(); err != nil {
+		return wrap("record a shuffle", nil, "SET", err)
+	}
+	return nil
+}
+
 // DropShuffle deletes the partitions of durable map/reduce by key job of
-// queue, and the record that says where they are, which a manager of an
-// earlier release wrote (a durable ReduceByKey now is a durable pipeline,
-// whose record DropPipeline reads); it returns how many keys it deleted. A job with no record (none, or it
+// queue, and the record that says where they are (RecordShuffle); it
+// returns how many keys it deleted. A job with no record (none, or it
 // expired) deletes nothing. A GET, then UNLINKs in pipelines of 1,000
 // keys (on a Cluster, one per master each).
 func (a *Admin) DropShuffle(ctx context.Context, p *broker.DropShuffleParams) (int64, error) {

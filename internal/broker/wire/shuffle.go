@@ -9,10 +9,9 @@ import (
 	"github.com/redmap/redmap/codec"
 )
 
-// The messages of a pipeline's by-key steps (manager.ByKey,
-// manager.ReduceByKey). Its map tasks and reduce tasks are tasks of the
-// emitter, carrying a Shuffle (codec.Task.Shuffle) that says which phase,
-// what steps besides it (Pipe) and where its partitions live.
+// The messages of a map/reduce by key (manager.ReduceByKey). Its map tasks
+// and reduce tasks are tasks of the emitter, carrying a Shuffle
+// (codec.Task.Shuffle) that says which phase and where its partitions live.
 // Elements of a map task are the caller's; the element of a reduce task is
 // a ReduceInput. Both give one output per task: a MapSummary, a ReduceOutput
 // per element.
