@@ -260,11 +260,47 @@ func startShuffle[In any, K comparable, V any](ctx context.Context, m *Manager, 
 	if err := m.ready(ctx); err != nil {
 		return nil, err
 	}
-	// A durable call's job is named for the call, so that the call that
-	// takes it over finds its partitions; each phase is a durable batch of
-	// its own, named after it.
+	// Each phase of a durable call is a durable batch of its own, named
+	// after it.
 	durable := co.durable
 	co.durable = ""
+	phaseOn := func(ctx context.Context, phase string) (*Manager, error) {
+		if durable == "" {
+			return m, nil
+		}
+		return m.owner(ctx, durable+"/"+phase, co.durableWait)
+	}
+	j := newShuffleJob(ctx, m, co.partitions, len(xs), durable)
+	redRef := &reducerRef{name: red.Name(), sig: red.Signature(), types: types(red)}
+	base := spec{name: em.Name(), sig: em.Signature(), types: types(em), limit: em.Limit(), idempotent: idempotentOf(em), red: redRef}
+	j.mapRun = mapPhase(j, base, co, xs, phaseOn)
+	j.reduce = reducePhase(j, base, co, phaseOn)
+	j.stopRenew = j.renew()
+	sum, err := j.mapRun(ctx, 0, -1)
+	if err := j.elementErrors(err, 0); err != nil {
+		j.drop()
+		return nil, err
+	}
+	j.ranges = sortRanges(sum.Ranges)
+	if err := j.redo(ctx, slices.Collect(func(yield func(int) bool) {
+		for p := range j.parts {
+			if !yield(p) {
+				return
+			}
+		}
+	}), false); err != nil {
+		j.drop()
+		return nil, err
+	}
+	return j, nil
+}
+
+// newShuffleJob returns the job of a map/reduce by key of total elements
+// into parts partitions, its partitions salted. A durable call's job
+// (durable: the call's name) is named for the call, so that the call that
+// takes it over finds its partitions, and recorded, so that an operator's
+// cancel by its name finds them.
+func newShuffleJob(ctx context.Context, m *Manager, parts, total int, durable string) *shuffleJob {
 	var jid [8]byte
 	_, _ = rand.Read(jid[:])
 	job := hex.EncodeToString(jid[:])
@@ -272,14 +308,8 @@ func startShuffle[In any, K comparable, V any](ctx context.Context, m *Manager, 
 	if durable != "" {
 		job, ttl = id.DurableJob(durable), m.opts.DurableTTL
 	}
-	phaseOn := func(ctx context.Context, phase string) (*Manager, error) {
-		if durable == "" {
-			return m, nil
-		}
-		return m.owner(ctx, durable+"/"+phase, co.durableWait)
-	}
-	j := &shuffleJob{m: m, store: m.spill, parts: co.partitions, total: len(xs), outputs: make(map[int]wire.ReduceOutput), failedParts: make(map[int]error)}
-	j.sh = wire.Shuffle{Job: job, Parts: co.partitions, TTL: ttl.Milliseconds(), Page: outputPage}
+	j := &shuffleJob{m: m, store: m.spill, parts: parts, total: total, outputs: make(map[int]wire.ReduceOutput), failedParts: make(map[int]error)}
+	j.sh = wire.Shuffle{Job: job, Parts: parts, TTL: ttl.Milliseconds(), Page: outputPage}
 	j.sh.Salts = j.salts(ctx)
 	if durable != "" {
 		// Where its partitions are, for an operator's cancel of the job by
@@ -289,15 +319,25 @@ func startShuffle[In any, K comparable, V any](ctx context.Context, m *Manager, 
 			m.log.Warn("could not record where a durable map/reduce by key's partitions are; a cancel by its name leaves them to expire", "job", durable, "err", err)
 		}
 	}
-	redRef := &reducerRef{name: red.Name(), sig: red.Signature(), types: types(red)}
-	base := spec{name: em.Name(), sig: em.Signature(), types: types(em), limit: em.Limit(), idempotent: idempotentOf(em), red: redRef}
-	j.mapRun = func(ctx context.Context, start, count int) (wire.MapSummary, error) {
+	return j
+}
+
+// phaseOnFunc returns the manager a phase of a map/reduce by key runs on:
+// the call's, or for a durable call the owner of the phase's batch.
+type phaseOnFunc func(ctx context.Context, phase string) (*Manager, error)
+
+// mapPhase returns how j runs map tasks of base over xs: all of them
+// (count -1), or count from start again, as a batch of one chunk.
+func mapPhase[In any](j *shuffleJob, base spec, co callOptions, xs []In, phaseOn phaseOnFunc) func(ctx context.Context, start, count int) (wire.MapSummary, error) {
+	return func(ctx context.Context, start, count int) (wire.MapSummary, error) {
 		sh := j.sh
 		sh.Phase, sh.Base = wire.PhaseMap, start
 		mco := co
 		in := xs
+		phase := "map"
 		if count >= 0 {
 			in, mco.chunk = xs[start:start+count], count
+			phase = fmt.Sprintf("map@%d+%d", start, count)
 		}
 		sp := base
 		enc, err := wire.EncodeShuffle(&sh)
@@ -305,10 +345,6 @@ func startShuffle[In any, K comparable, V any](ctx context.Context, m *Manager, 
 			return wire.MapSummary{}, err
 		}
 		sp.shuffle, sp.phase = enc, "map"
-		phase := "map"
-		if count >= 0 {
-			phase = fmt.Sprintf("map@%d+%d", start, count)
-		}
 		on, err := phaseOn(ctx, phase)
 		if err != nil {
 			return wire.MapSummary{}, err
@@ -318,11 +354,16 @@ func startShuffle[In any, K comparable, V any](ctx context.Context, m *Manager, 
 			return wire.MapSummary{}, err
 		}
 		sum, err := b.reduced(ctx)
-		m.stats.partialBytes.Add(sum.Bytes)
+		j.m.stats.partialBytes.Add(sum.Bytes)
 		return sum, err
 	}
-	round := 0 // of reduce batches: a durable call names each after its round
-	j.reduce = func(ctx context.Context, ps []int) ([]wire.ReduceOutput, error) {
+}
+
+// reducePhase returns how j runs the reduce tasks of partitions ps, one
+// partition a task, as a batch: a durable call names each after its round.
+func reducePhase(j *shuffleJob, base spec, co callOptions, phaseOn phaseOnFunc) func(ctx context.Context, ps []int) ([]wire.ReduceOutput, error) {
+	round := 0
+	return func(ctx context.Context, ps []int) ([]wire.ReduceOutput, error) {
 		sh := j.sh
 		sh.Phase = wire.PhaseReduce
 		rco := co
@@ -349,24 +390,6 @@ func startShuffle[In any, K comparable, V any](ctx context.Context, m *Manager, 
 		}
 		return b.Wait(ctx)
 	}
-	j.stopRenew = j.renew()
-	sum, err := j.mapRun(ctx, 0, -1)
-	if err := j.elementErrors(err, 0); err != nil {
-		j.drop()
-		return nil, err
-	}
-	j.ranges = sortRanges(sum.Ranges)
-	if err := j.redo(ctx, slices.Collect(func(yield func(int) bool) {
-		for p := range j.parts {
-			if !yield(p) {
-				return
-			}
-		}
-	}), false); err != nil {
-		j.drop()
-		return nil, err
-	}
-	return j, nil
 }
 
 // sortRanges sorts a list of ranges (start, count, ...) by start, so that
