@@ -13,6 +13,7 @@ import (
 
 	"github.com/redmap/redmap"
 	"github.com/redmap/redmap/inspect"
+	"github.com/redmap/redmap/internal/harness"
 	"github.com/redmap/redmap/internal/id"
 	"github.com/redmap/redmap/internal/keys"
 	"github.com/redmap/redmap/internal/redistest"
@@ -28,19 +29,8 @@ import (
 // records it cancelled.
 func TestCancelReachesWorkersWhenHolderKilled(t *testing.T) {
 	b := setup(t)
-	dir := t.TempDir()
-	w := startChild(t, "worker", childEnv(b, "REDMAP_CONCURRENCY=8", "REDMAP_RUNS_FILE="+filepath.Join(dir, "runs"))...)
-	w.Expect(t, "worker ")
 	const n = 100_000
-	holder := startChild(t, "manager-durable", "REDMAP_URL="+b.URL, "REDMAP_QUEUE="+b.Queue, "REDMAP_N="+strconv.Itoa(n), "REDMAP_DURABLE=killed")
-	holder.Expect(t, "results "+strconv.Itoa(n/10))
-	holder.Kill()
-	<-holder.Exited()
-
-	in, err := inspect.New(b.Client, "")
-	if err != nil {
-		t.Fatal(err)
-	}
+	w, dir, in := killedHolder(t, b, "killed", 8, n)
 	ctx := testCtx(t)
 	jc, err := cancelJob(ctx, in, b.Queue, "killed", false)
 	if err != nil || jc.Batches["killed"] != "asked" {
@@ -230,4 +220,23 @@ func cancelPipeline(ctx context.Context, in *inspect.Inspector, queue, target st
 		return inspect.PipelineCancel{}, err
 	}
 	return *c.Pipeline, err
+}
+
+// killedHolder starts a worker process of concurrency slots, counting its
+// runs in dir/runs, and a manager process running durable batch name of n
+// elements, which it SIGKILLs once a tenth of its results came.
+func killedHolder(t *testing.T, b *harness.Env, name string, concurrency, n int) (w *harness.Proc, dir string, in *inspect.Inspector) {
+	t.Helper()
+	dir = t.TempDir()
+	w = startChild(t, "worker", childEnv(b, "REDMAP_CONCURRENCY="+strconv.Itoa(concurrency), "REDMAP_RUNS_FILE="+filepath.Join(dir, "runs"))...)
+	w.Expect(t, "worker ")
+	holder := startChild(t, "manager-durable", "REDMAP_URL="+b.URL, "REDMAP_QUEUE="+b.Queue, "REDMAP_N="+strconv.Itoa(n), "REDMAP_DURABLE="+name)
+	holder.Expect(t, "results "+strconv.Itoa(n/10))
+	holder.Kill()
+	<-holder.Exited()
+	in, err := inspect.New(b.Client, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return w, dir, in
 }

@@ -6,7 +6,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -76,18 +75,8 @@ func TestCLICancelsPlainBatch(t *testing.T) {
 // does not write over that record.
 func TestCLICancelOfOrphanRecordsWhatRan(t *testing.T) {
 	b := setup(t)
-	dir := t.TempDir()
-	w := startChild(t, "worker", childEnv(b, "REDMAP_CONCURRENCY=2", "REDMAP_RUNS_FILE="+filepath.Join(dir, "runs"))...)
-	w.Expect(t, "worker ")
 	const n = 100_000
-	holder := startChild(t, "manager-durable", "REDMAP_URL="+b.URL, "REDMAP_QUEUE="+b.Queue, "REDMAP_N="+strconv.Itoa(n), "REDMAP_DURABLE=orphan")
-	holder.Expect(t, "results "+strconv.Itoa(n/10))
-	holder.Kill()
-	<-holder.Exited()
-	in, err := inspect.New(b.Client, "")
-	if err != nil {
-		t.Fatal(err)
-	}
+	w, dir, in := killedHolder(t, b, "orphan", 2, n)
 	redistest.Eventually(t, "the batch orphaned (its claim lapsed)", func() bool {
 		bt, ok := batchOf(t, in, b.Queue, "orphan")
 		return ok && bt.Outcome == "orphaned"
