@@ -339,6 +339,10 @@ func TestDashboardLayoutInBrowser(t *testing.T) {
 			t.Fatalf("batch %d: %v", i, err)
 		}
 	}
+	// An ended pipeline: its card comes after the running batch's.
+	if _, err := manager.Collect(bg, m, manager.Then(manager.From(ints(8)), slow), manager.ChunkSize(4)); err != nil {
+		t.Fatal(err)
+	}
 	running, err := manager.Submit(bg, m, slow, ints(50_000), manager.ChunkSize(2))
 	if err != nil {
 		t.Fatal(err)
@@ -351,7 +355,7 @@ func TestDashboardLayoutInBrowser(t *testing.T) {
 	if err := chromedp.Do(ctx, chromedp.Navigate(base+"/")); err != nil {
 		t.Fatal(err)
 	}
-	const shown = `[document.querySelectorAll('.batch.finished').length, document.querySelectorAll('details.older .batch').length,
+	const shown = `[document.querySelectorAll('.batch.finished:not(.pipeline)').length, document.querySelectorAll('details.older .batch').length,
 		document.querySelectorAll('.batch[data-outcome="running"]').length, document.querySelectorAll('#workers tr[data-worker]').length,
 		document.querySelectorAll('#failures tr.fail').length]`
 	if _, err := chromedp.Run(ctx, chromedp.Poll[bool](`(() => { const [ended, folded, running, workers, fails] = `+shown+`;
@@ -359,6 +363,20 @@ func TestDashboardLayoutInBrowser(t *testing.T) {
 		chromedp.WithPollingInterval(100*time.Millisecond), chromedp.WithPollingTimeout(60*time.Second))); err != nil {
 		got, _ := chromedp.Run(ctx, chromedp.Evaluate[[]int](shown))
 		t.Fatalf("the page shows [ended, folded, running, workers, failure groups] %v, want [20 17 1 2 >0]: %v", got, err)
+	}
+	// Running work first: the running batch's card above the ended
+	// pipeline's, and within the window.
+	order, err := chromedp.Run(ctx, chromedp.Evaluate[[]float64](`(() => {
+		const run = document.querySelector('.batch[data-outcome="running"]').getBoundingClientRect();
+		const pipe = document.querySelector('.batch.pipeline.finished');
+		return [run.top, run.bottom, pipe ? pipe.getBoundingClientRect().top : -1, innerHeight];
+	})()`))
+	if err != nil || len(order) != 4 {
+		t.Fatalf("measuring the cards: %v %v", order, err)
+	}
+	if order[2] < 0 || order[0] > order[2] || order[1] > order[3] {
+		t.Errorf("the running batch's card spans %.0f to %.0f px, the ended pipeline's starts at %.0f px (-1: none), the window is %.0f px: want the running batch first and in view",
+			order[0], order[1], order[2], order[3])
 	}
 	got, err := chromedp.Run(ctx, chromedp.Evaluate[[]float64](`(() => {
 		const top = (id) => document.getElementById(id).closest('section').querySelector('h2').getBoundingClientRect().top;

@@ -290,6 +290,10 @@ func (d *Dashboard) serveState(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := context.WithTimeout(r.Context(), d.opts.ReadTimeout)
 	defer cancel()
 	st, err := d.shared(ctx)
+	if err != nil && r.Context().Err() != nil { // the client went away: no one to answer, nothing wrong
+		d.opts.Logger.Debug("a page left before its state was read", "err", err)
+		return
+	}
 	if err != nil {
 		d.opts.Logger.Warn("reading Redis failed", "err", err)
 		http.Error(w, "dashboard: reading Redis: "+err.Error(), http.StatusBadGateway)
@@ -336,6 +340,9 @@ func (d *Dashboard) State(ctx context.Context) (State, error) {
 	snaps, errs := d.in.Busy(ctx, queues) // an idle queue's failure groups are not read
 	for j, q := range queues {
 		snap, err := snaps[j], errs[j]
+		if err != nil && errors.Is(ctx.Err(), context.Canceled) { // the reader left: no queue is at fault
+			return State{}, ctx.Err()
+		}
 		if err != nil {
 			if len(st.Unreadable)+1 == len(queues) { // none readable: Redis is, or its queues are
 				return State{}, fmt.Errorf("queue %s: %w", q, err)

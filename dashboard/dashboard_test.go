@@ -6,11 +6,13 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
 	"os"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -520,3 +522,47 @@ func TestStateShowsTheOthersPastAnUnreadableQueue(t *testing.T) {
 		t.Errorf("unreadable: %v; want %s's WRONGTYPE", st.Unreadable, bad.Queue)
 	}
 }
+
+// A page that goes away before its state is read (a closed tab) is not a
+// fault: the dashboard logs no warning for it, while a read that fails
+// with the page still there is one.
+func TestClientGoneIsNoWarning(t *testing.T) {
+	t.Parallel()
+	e := harness.On(t, redistest.Start(t)) // its own server, stopped below
+	var logs strings.Builder
+	var mu sync.Mutex
+	log := slog.New(slog.NewTextHandler(writerFunc(func(p []byte) (int, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		return logs.Write(p)
+	}), &slog.HandlerOptions{Level: slog.LevelInfo}))
+	d, err := dashboard.New(e.Client, dashboard.Options{Queue: e.Queue, Logger: log})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	d.ServeHTTP(httptest.NewRecorder(), httptest.NewRequest("GET", "http://127.0.0.1/api/state", nil).WithContext(ctx))
+	mu.Lock()
+	got := logs.String()
+	mu.Unlock()
+	if strings.Contains(got, "WARN") {
+		t.Fatalf("a page gone before its state was read logged:\n%s", got)
+	}
+	e.Srv.Kill(t)
+	rec := httptest.NewRecorder()
+	d.ServeHTTP(rec, httptest.NewRequest("GET", "http://127.0.0.1/api/state", nil))
+	if rec.Code != http.StatusBadGateway {
+		t.Fatalf("GET api/state with Redis gone: %d, want 502", rec.Code)
+	}
+	mu.Lock()
+	got = logs.String()
+	mu.Unlock()
+	if !strings.Contains(got, "WARN") {
+		t.Fatalf("Redis gone with the page there logged no warning: %q", got)
+	}
+}
+
+type writerFunc func([]byte) (int, error)
+
+func (f writerFunc) Write(p []byte) (int, error) { return f(p) }

@@ -23,6 +23,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	kedav1alpha1 "github.com/kedacore/keda/v2/apis/keda/v1alpha1"
 	appsv1 "k8s.io/api/apps/v1"
@@ -387,25 +388,7 @@ func TestMetricsManifestMatchesTheBinary(t *testing.T) {
 // podman, or where podman cannot run a container here, it skips, saying why.
 func TestImageRunsAWorker(t *testing.T) {
 	t.Parallel() // each builds and runs processes of its own
-	if _, err := exec.LookPath("podman"); err != nil {
-		t.Skip("podman is not installed (Debian: apt-get install podman runc): the image is not built here")
-	}
-	dir := t.TempDir()
-	conf := filepath.Join(dir, "containers.conf")
-	// runc, not crun (which fails on hybrid cgroups), and no ulimits or pids
-	// limit a sandbox may refuse.
-	if err := os.WriteFile(conf, []byte("[containers]\ndefault_ulimits = []\npids_limit = 0\n[engine]\nruntime = \"runc\"\n"), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	podman := func(args ...string) (string, error) {
-		cmd := exec.Command("podman", args...)
-		cmd.Env = append(os.Environ(), "CONTAINERS_CONF="+conf)
-		out, err := cmd.CombinedOutput()
-		return strings.TrimSpace(string(out)), err
-	}
-	if out, err := podman("info"); err != nil {
-		t.Skipf("podman cannot run here: podman info: %v: %s", err, lastLine(out))
-	}
+	podman, dir := podmanHere(t)
 
 	// The runtime stage of the Dockerfile, fed what its build stage would
 	// make: a static binary and the CA bundle.
@@ -511,4 +494,68 @@ func TestImageRunsAWorker(t *testing.T) {
 func lastLine(s string) string {
 	lines := strings.Split(strings.TrimSpace(s), "\n")
 	return lines[len(lines)-1]
+}
+
+// podmanHere returns a function that runs podman with a configuration this
+// machine accepts, and the test's scratch directory; without podman, or
+// where podman cannot run, it skips the test, saying why.
+func podmanHere(t *testing.T) (func(args ...string) (string, error), string) {
+	t.Helper()
+	if _, err := exec.LookPath("podman"); err != nil {
+		t.Skip("podman is not installed (Debian: apt-get install podman runc): the image is not built here")
+	}
+	dir := t.TempDir()
+	conf := filepath.Join(dir, "containers.conf")
+	// runc, not crun (which fails on hybrid cgroups), and no ulimits or pids
+	// limit a sandbox may refuse.
+	if err := os.WriteFile(conf, []byte("[containers]\ndefault_ulimits = []\npids_limit = 0\n[engine]\nruntime = \"runc\"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	podman := func(args ...string) (string, error) {
+		cmd := exec.Command("podman", args...)
+		cmd.Env = append(os.Environ(), "CONTAINERS_CONF="+conf)
+		out, err := cmd.CombinedOutput()
+		return strings.TrimSpace(string(out)), err
+	}
+	if out, err := podman("info"); err != nil {
+		t.Skipf("podman cannot run here: podman info: %v: %s", err, lastLine(out))
+	}
+	return podman, dir
+}
+
+// The whole Dockerfile builds with a stock podman (fully qualified base
+// images): its build stage compiles the program, and the image carries
+// its stamp. Where the build stage's registry cannot be reached (no network
+// to it), it skips, saying so: TestImageRunsAWorker still builds and runs
+// the runtime stage.
+func TestImageBuildsWholeDockerfile(t *testing.T) {
+	t.Parallel()
+	podman, _ := podmanHere(t)
+	df, err := os.ReadFile("Dockerfile")
+	if err != nil {
+		t.Fatal(err)
+	}
+	from := regexp.MustCompile(`(?m)^FROM (\S+)`).FindStringSubmatch(string(df))
+	if from == nil {
+		t.Fatal("the Dockerfile has no FROM")
+	}
+	base := strings.ReplaceAll(from[1], "${GO_VERSION}", "1.26")
+	registry, _, _ := strings.Cut(base, "/")
+	if registry == "docker.io" {
+		registry = "registry-1.docker.io"
+	}
+	conn, err := net.DialTimeout("tcp", registry+":443", 5*time.Second)
+	if err != nil {
+		t.Skipf("the build stage's registry %s is not reachable from here (%v): the build stage is not built, only the runtime stage (TestImageRunsAWorker)", registry, err)
+	}
+	conn.Close()
+	const version = "v0.0.0-build-stage-test"
+	image := "localhost/redmap-build-test:" + strconv.Itoa(os.Getpid())
+	if out, err := podman("build", "-q", "-t", image, "-f", "deploy/Dockerfile", "--build-arg", "VERSION="+version, ".."); err != nil {
+		t.Fatalf("podman build of the whole Dockerfile (base %s): %v\n%s", base, err, out)
+	}
+	t.Cleanup(func() { podman("rmi", "-f", image) })
+	if got, err := podman("image", "inspect", "--format", `{{index .Labels "org.opencontainers.image.version"}}`, image); err != nil || got != version {
+		t.Errorf("the image built from the whole Dockerfile is labelled %q (%v), want %q", got, err, version)
+	}
 }

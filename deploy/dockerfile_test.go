@@ -47,6 +47,13 @@ func TestDockerfile(t *testing.T) {
 	if !strings.Contains(goBuild, modCache) || !strings.Contains(goBuild, buildCache) {
 		t.Errorf("go build without the module and build cache mounts: %s", goBuild)
 	}
+	// Every base image fully qualified (registry/name:tag), so that a stock
+	// podman, with no unqualified-search registries, pulls it.
+	for _, l := range lines {
+		if f := strings.Fields(l); len(f) >= 2 && f[0] == "FROM" && f[1] != "scratch" && !qualified(f[1]) {
+			t.Errorf("the Dockerfile's %q names its base image without its registry (docker.io/library/...)", l)
+		}
+	}
 	runtime := df[strings.Index(df, "FROM scratch AS runtime"):]
 	for _, label := range []string{`org.opencontainers.image.source="${SOURCE}"`, `org.opencontainers.image.version="${VERSION}"`, `org.opencontainers.image.revision="${REVISION}"`} {
 		if !strings.Contains(runtime, label) {
@@ -149,4 +156,11 @@ func buildFiles(t *testing.T, pkgs ...string) []string {
 		t.Fatalf("go list found %d files: %v", len(files), files)
 	}
 	return files
+}
+
+// qualified reports whether image names its registry: a first path element
+// with a dot or a port, or localhost.
+func qualified(image string) bool {
+	reg, _, ok := strings.Cut(image, "/")
+	return ok && (strings.ContainsAny(reg, ".:") || reg == "localhost")
 }

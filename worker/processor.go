@@ -242,7 +242,9 @@ func (f *fetcher) giveBackOrphans(ctx context.Context) {
 		f.failed("give back orphaned tasks", err)
 		return
 	}
-	f.log.Info("gave back tasks held but never received", "tasks", n)
+	if n > 0 { // none: each had ended or been reaped meanwhile, nothing to say
+		f.log.Info("gave back tasks held but never received", "tasks", n)
+	}
 }
 
 // executors run the jobs the fetcher hands them, Concurrency at a time, and

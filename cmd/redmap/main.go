@@ -55,6 +55,21 @@ func main() {
 	os.Exit(code)
 }
 
+// asked says which Redis (its URL without a password) and which key prefix
+// a failed command asked, so that "no queue" on the wrong server says so.
+func asked(err error, o *invocation) error {
+	return fmt.Errorf("%w (asked %s, prefix %q)", err, o.url.String(), o.prefix)
+}
+
+// fallbackNote is the line that says, once, that the CLI asks the default
+// Redis (url) because neither -redis nor $REDIS_URL named one; "" if one did.
+func fallbackNote(flagGiven bool, env, url string) string {
+	if flagGiven || env != "" {
+		return ""
+	}
+	return "redmap: no -redis and no $REDIS_URL: asking " + url
+}
+
 // usageError is bad usage: exit status 2.
 type usageError struct{ msg string }
 
@@ -93,6 +108,9 @@ func run(args []string, out io.Writer) (int, error) {
 	if err != nil {
 		return 2, usageError{fmt.Sprintf("-redis: %v", err)}
 	}
+	if note := fallbackNote(c.given["redis"], os.Getenv("REDIS_URL"), o.url.String()); note != "" {
+		fmt.Fprintln(os.Stderr, note)
+	}
 	defer client.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -123,14 +141,14 @@ func run(args []string, out io.Writer) (int, error) {
 	}
 	if c.queue != "" {
 		if err := c.mustQueue(ctx, c.queue); err != nil {
-			return 1, err
+			return 1, asked(err, o)
 		}
 	}
 	if err := o.cmd.run(c, ctx, o.operand); err != nil {
 		if ue := (usageError{}); errors.As(err, &ue) {
 			return 2, err
 		}
-		return 1, err
+		return 1, asked(err, o)
 	}
 	return 0, nil
 }

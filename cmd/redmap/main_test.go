@@ -576,7 +576,7 @@ func TestErrors(t *testing.T) {
 		code int
 		want string
 	}{
-		{[]string{"status", "-queue", "nope"}, "", 1, `no queue "nope"`},
+		{[]string{"status", "-queue", "nope"}, "", 1, `no queue "nope" (no manager or worker of it named it in Redis within a week; -scan finds one an earlier build left) (asked ` + srv.URL()},
 		{[]string{"status"}, "redis://127.0.0.1:1/0", 1, "cannot reach Redis at redis://127.0.0.1:1/0"},
 		{[]string{"status", "-bogus"}, "", 2, "flag provided but not defined: -bogus"},
 		{[]string{"frobnicate"}, "", 2, `unknown command "frobnicate"`},
@@ -590,6 +590,19 @@ func TestErrors(t *testing.T) {
 		out, errs, code := runCLI(t, srv, args...)
 		if code != c.code || !strings.Contains(errs, c.want) || strings.Count(errs, "\n") != 1 || out != "" {
 			t.Errorf("redmap %v: exit %d, stdout %q, stderr %q; want exit %d and one line with %q", args, code, out, errs, c.code, c.want)
+		}
+	}
+	for _, c := range []struct {
+		given bool
+		env   string
+		want  string
+	}{
+		{false, "", "redmap: no -redis and no $REDIS_URL: asking redis://127.0.0.1:6379/0"},
+		{true, "", ""},
+		{false, "redis://elsewhere:6380/0", ""},
+	} {
+		if got := fallbackNote(c.given, c.env, "redis://127.0.0.1:6379/0"); got != c.want {
+			t.Errorf("fallbackNote(-redis given %v, $REDIS_URL %q) = %q, want %q", c.given, c.env, got, c.want)
 		}
 	}
 	for _, h := range []string{"-h", "--help", "help"} {

@@ -155,9 +155,12 @@ function pipelineCard(s, p) {
 }
 
 function renderBatches(s) {
-  const pipes = (s.pipelines || []).map((p) => pipelineCard(s, p)).join("");
+  // Running work first, pipelines and batches, then what ended: an old
+  // pipeline's card never pushes a running batch out of view.
+  const pipes = (s.pipelines || []).filter((p) => !p.ended).map((p) => pipelineCard(s, p)).join("");
+  const endedPipes = (s.pipelines || []).filter((p) => p.ended).map((p) => pipelineCard(s, p)).join("");
   if (!s.batches.length) {
-    $("batches").innerHTML = pipes || `<div class="empty">No batch running or ended lately.</div>`;
+    $("batches").innerHTML = (pipes + endedPipes) || `<div class="empty">No batch running or ended lately.</div>`;
     return;
   }
   // Running batches, then the newest ended ones as cards; older ended ones
@@ -185,7 +188,8 @@ function renderBatches(s) {
   const older = ended.slice(endedShown);
   const folded = new Set(older);
   const left = s.ended_left ? `<div class="muted">${num(s.ended_left)} older ended batch${s.ended_left > 1 ? "es" : ""} not shown: <code>redmap batches -all</code> lists them</div>` : "";
-  $("batches").innerHTML = pipes + s.batches.filter((b) => !folded.has(b)).map(card).join("") +
+  const shown = s.batches.filter((b) => !folded.has(b));
+  $("batches").innerHTML = pipes + shown.filter((b) => !b.ended).map(card).join("") + endedPipes + shown.filter((b) => b.ended).map(card).join("") +
     (older.length ? `<details class="older"${olderOpen ? " open" : ""}><summary>${older.length} more ended batch${older.length > 1 ? "es" : ""}</summary>${older.map(card).join("")}${left}</details>` : left);
 }
 

@@ -237,10 +237,9 @@ var (
 // trackers fingerprint: its first line, without a retry's "attempt N: "
 // prefix, with quoted strings ("…"), paths (<path>), UUIDs and hex ids
 // (<id>) and numbers (<n>) masked, so that messages that differ only in
-// what they name fall in one group. A whole number from 400 to 599 is
-// kept: an HTTP error status says what went wrong ("429 from API" and
-// "500 from API" are two causes), and is rarely what differs between
-// messages of one cause.
+// what they name fall in one group. Every number is masked, an HTTP
+// status too ("item 499" and "item 599" are one cause; a status's words,
+// "Too Many Requests", keep two statuses apart where the message has them).
 func Fingerprint(msg string) string {
 	msg, _, _ = strings.Cut(msg, "\n")
 	if rest, ok := strings.CutPrefix(msg, "attempt "); ok {
@@ -256,12 +255,7 @@ func Fingerprint(msg string) string {
 		}
 		return "<id>"
 	})
-	msg = numRe.ReplaceAllStringFunc(msg, func(n string) string {
-		if len(n) == 3 && n >= "400" && n <= "599" {
-			return n
-		}
-		return "<n>"
-	})
+	msg = numRe.ReplaceAllString(msg, "<n>")
 	return strings.TrimSpace(msg)
 }
 

@@ -19,8 +19,8 @@ func TestDecodeWorkerInfoNamesMalformed(t *testing.T) {
 }
 
 // Fingerprint masks what differs between messages of one kind, the way
-// error trackers group: retries, numbers, ids, quoted strings and paths;
-// it keeps an HTTP error status, which tells causes apart.
+// error trackers group: retries, numbers (an HTTP status's too), ids,
+// quoted strings and paths.
 func TestFingerprint(t *testing.T) {
 	for _, c := range []struct{ msg, want string }{
 		{"boom", "boom"},
@@ -33,8 +33,10 @@ func TestFingerprint(t *testing.T) {
 		{`C:\Users\x\a.txt locked`, "<path> locked"},
 		{"read ./cache/x: denied", "read <path>: denied"},
 		{"deadline exceeded", "deadline exceeded"},
-		{"429 Too Many Requests from api.example.com (retry in 12s)", "429 Too Many Requests from api.example.com (retry in <n>s)"},
-		{"GET /v1/geo?id=17: status 503", "GET <path>: status 503"},
+		{"429 Too Many Requests from api.example.com (retry in 12s)", "<n> Too Many Requests from api.example.com (retry in <n>s)"},
+		{"GET /v1/geo?id=17: status 503", "GET <path>: status <n>"},
+		{"item 499 failed", "item <n> failed"},
+		{"item 599 failed", "item <n> failed"},
 		{"status 200 but 3999 bytes short, -404.5 off", "status <n> but <n> bytes short, <n> off"},
 	} {
 		if got := Fingerprint(c.msg); got != c.want {
