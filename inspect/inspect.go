@@ -183,6 +183,9 @@ type Batch struct {
 	// sees it (no live worker serves its function), or why its record could
 	// not be read.
 	Waiting string `json:"waiting,omitempty"`
+	// Paused: the queue is paused (redmap pause), so the running batch
+	// does not advance and has no ETA; Waiting says by whom, since when.
+	Paused bool `json:"paused,omitempty"`
 	// Outcome is "running", or how the batch ended, as its manager recorded
 	// it: "done", "failed", "cancelled", "closed"; or "manager lost" when
 	// its manager stopped publishing (killed, or cut off from Redis) and
@@ -432,7 +435,34 @@ func (i *Inspector) batches(ctx context.Context, queue string, ws []Worker) ([]B
 		}
 	}
 	suspects(out, ws)
-	return out, nil
+	return out, i.pausedStates(ctx, queue, out)
+}
+
+// pausedStates says, of each running batch among bs whose manager gave no
+// reason it waits, that it waits on the queue's pause (the record an
+// operator's redmap pause wrote), with no ETA: nothing runs until a resume.
+func (i *Inspector) pausedStates(ctx context.Context, queue string, bs []Batch) error {
+	if len(bs) == 0 {
+		return nil
+	}
+	p, err := i.admin.Paused(ctx, &broker.QueueParams{Queue: queue})
+	if err != nil || p == nil {
+		return err
+	}
+	why := "paused"
+	if p.By != "" {
+		why += " by " + p.By
+	}
+	if p.Since > 0 {
+		why += " since " + time.UnixMilli(p.Since).UTC().Format(time.RFC3339)
+	}
+	why += ": its workers take no task until redmap resume"
+	for j := range bs {
+		if bs[j].Outcome == "running" && bs[j].Waiting == "" {
+			bs[j].Waiting, bs[j].ETA, bs[j].Paused = why, 0, true
+		}
+	}
+	return nil
 }
 
 // suspects sets Alone of each of bs (sorted by id) whose task a live

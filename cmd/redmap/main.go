@@ -402,7 +402,7 @@ func historyRows(bs []inspect.Batch, now time.Time) [][]string {
 func eta(b inspect.Batch) string {
 	d := time.Duration(b.ETA * float64(time.Second))
 	switch {
-	case b.Done+b.Failed >= b.Total:
+	case b.Done+b.Failed >= b.Total, b.Paused:
 		return "-"
 	case d <= 0:
 		return "?"

@@ -910,7 +910,8 @@ func TestCancelDurable(t *testing.T) {
 func TestPauseResume(t *testing.T) {
 	e := harness.Setup(t)
 	srv, queue := e.Srv, e.Queue
-	e.Worker(t, worker.Options{}, redmap.Func("noop", func(_ context.Context, x int) (int, error) { return x, nil }))
+	noop := redmap.Func("noop", func(_ context.Context, x int) (int, error) { return x, nil })
+	e.Worker(t, worker.Options{}, noop)
 	redistest.Eventually(t, "the queue known", func() bool {
 		_, _, code := runCLI(t, srv, "backlog", "-queue", queue)
 		return code == 0
@@ -933,9 +934,29 @@ func TestPauseResume(t *testing.T) {
 	if len(m) != 1 || !m[0].Paused {
 		t.Fatal("backlog -json of a paused queue says it is not paused")
 	}
+	// A batch of the paused queue: paused, by whom, and no ETA.
+	b, err := manager.Submit(context.Background(), e.Manager(t, manager.Options{}), noop, make([]int, 100), manager.ChunkSize(10))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var bs []inspect.Batch
+	redistest.Eventually(t, "the paused queue's batch listed", func() bool {
+		cliJSON(t, srv, &bs, "batches", "-queue", queue)
+		return len(bs) == 1
+	})
+	if !bs[0].Paused || bs[0].ETA != 0 || !strings.HasPrefix(bs[0].Waiting, "paused by ops since ") {
+		t.Fatalf("batches -json of a paused queue's batch: paused %v, ETA %v, waiting %q; want paused, no ETA, waiting \"paused by ops since ...\"", bs[0].Paused, bs[0].ETA, bs[0].Waiting)
+	}
+	out, _, _ = runCLI(t, srv, "batches", "-queue", queue)
+	if lines := strings.Split(strings.TrimSpace(out), "\n"); len(lines) != 2 || !strings.Contains(lines[1], "  -  ") || !strings.Contains(lines[1], "paused by ops") {
+		t.Fatalf("redmap batches of a paused queue's batch: want ETA - and WAITING paused by ops:\n%s", out)
+	}
 	out, errs, code = runCLI(t, srv, "resume", queue)
 	if code != 0 || !strings.Contains(out, "resumed queue "+queue) {
 		t.Fatalf("redmap resume: exit %d %q %q", code, out, errs)
+	}
+	if _, err := b.Wait(context.Background()); err != nil {
+		t.Fatalf("the batch after the resume: %v", err)
 	}
 	if out, _, code := runCLI(t, srv, "resume", queue); code != 0 || !strings.Contains(out, "was not paused") {
 		t.Fatalf("a second resume: exit %d %q", code, out)

@@ -181,7 +181,7 @@ function renderBatches(s) {
         <span><span class="badge ${esc(b.outcome.replace(" ", "-"))}">${esc(b.outcome)}</span> ${cancel}</span></div>
       <div class="bar" title="${b.done} done, ${b.failed} failed, of ${b.total}"><div class="ok" data-width="${ok}"></div><div class="bad" data-left="${ok}" data-width="${bad}"></div></div>
       <div class="nums"><span><b>${num(b.done)}</b> done</span><span><b>${num(b.failed)}</b> failed${causes ? ` (${causes})` : ""}${!running && b.failed ? ` <a class="failed-list" href="api/failed?queue=${encodeURIComponent(b.queue)}&amp;batch=${encodeURIComponent(b.id)}" target="_blank" rel="noopener">list them</a>` : ""}</span><span>of <b>${num(b.total)}</b></span>${b.backups && b.backups.started ? `<span class="backups" title="copies of tasks held far longer than the batch's typical task: the first result wins">backups <b>${num(b.backups.started)}</b>: ${num(b.backups.won)} won, ${num(b.backups.wasted)} wasted</span>` : ""}
-        <span><b>${rate(b.rate)}</b>/s</span>${b.outcome === "running" ? `<span>ETA <b>${dur(b.eta_seconds)}</b></span>` : running ? "" : ago}
+        <span><b>${rate(b.rate)}</b>/s</span>${b.outcome === "running" && !b.paused ? `<span>ETA <b>${dur(b.eta_seconds)}</b></span>` : running ? "" : ago}
         ${b.waiting ? `<span class="err">${esc(b.waiting)}</span>` : ""}${(b.alone || []).map(a => `<span class="err">${esc(a)}</span>`).join("")}${b.reason ? `<span class="muted">${esc(b.reason)}</span>` : ""}</div></div>`;
   };
   const ended = s.batches.filter((b) => b.ended);
