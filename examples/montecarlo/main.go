@@ -16,14 +16,11 @@ import (
 	"flag"
 	"fmt"
 	"math"
-	"os"
-	"strings"
 
 	"github.com/redmap/redmap"
 	"github.com/redmap/redmap/examples/internal/demo"
 	"github.com/redmap/redmap/manager"
 	"github.com/redmap/redmap/otlp"
-	"github.com/redmap/redmap/worker"
 )
 
 // Throw throws n points and returns how many fell inside the quarter circle.
@@ -43,29 +40,10 @@ var Throw = redmap.Func("montecarlo.throw", func(ctx context.Context, n int) (in
 var Add = redmap.Reduce("montecarlo.add", func(_ context.Context, a, b int) (int, error) { return a + b, nil })
 
 func main() {
-	args := os.Args[1:]
-	cmd := "local"
-	if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
-		cmd, args = args[0], args[1:]
-	}
-	var err error
-	switch cmd {
-	case "worker":
-		if os.Getenv("REDMAP_QUEUE") == "" {
-			os.Setenv("REDMAP_QUEUE", "montecarlo")
-		}
-		err = worker.Main(args, Throw, Add)
-	case "manager", "local":
-		err = run(cmd, args)
-	default:
-		fmt.Fprintln(os.Stderr, "usage: montecarlo [local|manager] [-elements N] [-throws T] [-seed S] [-queue Q] | montecarlo worker [worker flags]")
-		os.Exit(2)
-	}
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "montecarlo:", err)
-		os.Exit(1)
-	}
+	demo.Main("montecarlo", usage, []string{"local", "manager"}, run, Throw, Add)
 }
+
+const usage = "usage: montecarlo [local|manager] [-elements N] [-throws T] [-seed S] [-queue Q] | montecarlo worker [worker flags]"
 
 func run(cmd string, args []string) error {
 	flags := flag.NewFlagSet(cmd, flag.ContinueOnError)

@@ -28,32 +28,10 @@ import (
 	"github.com/redmap/redmap/examples/internal/demo"
 	"github.com/redmap/redmap/examples/pipeline/steps"
 	"github.com/redmap/redmap/manager"
-	"github.com/redmap/redmap/worker"
 )
 
 func main() {
-	args := os.Args[1:]
-	cmd := "local"
-	if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
-		cmd, args = args[0], args[1:]
-	}
-	var err error
-	switch cmd {
-	case "worker":
-		if os.Getenv("REDMAP_QUEUE") == "" {
-			os.Setenv("REDMAP_QUEUE", "pipeline")
-		}
-		err = worker.Main(args, steps.All...)
-	case "manager", "local", "sequential":
-		err = run(cmd, args)
-	default:
-		fmt.Fprintln(os.Stderr, usage)
-		os.Exit(2)
-	}
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "pipeline:", err)
-		os.Exit(1)
-	}
+	demo.Main("pipeline", usage, []string{"local", "manager", "sequential"}, run, steps.All...)
 }
 
 const usage = "usage: pipeline [local|manager|sequential] [-dir D] [-queue Q] | pipeline worker [worker flags]"

@@ -31,34 +31,10 @@ import (
 	"github.com/redmap/redmap/examples/wordcount/count"
 	"github.com/redmap/redmap/manager"
 	"github.com/redmap/redmap/otlp"
-	"github.com/redmap/redmap/worker"
 )
 
 func main() {
-	args := os.Args[1:]
-	cmd := "local"
-	if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
-		cmd, args = args[0], args[1:]
-	}
-	var err error
-	switch cmd {
-	case "worker":
-		if os.Getenv("REDMAP_QUEUE") == "" {
-			os.Setenv("REDMAP_QUEUE", "wordcount")
-		}
-		err = worker.Main(args, count.Files, count.Merge)
-	case "manager", "local", "sequential":
-		err = runManager(cmd, args)
-	case "help":
-		fmt.Println(usage)
-	default:
-		fmt.Fprintln(os.Stderr, usage)
-		os.Exit(2)
-	}
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "wordcount:", err)
-		os.Exit(1)
-	}
+	demo.Main("wordcount", usage, []string{"local", "manager", "sequential"}, runManager, count.Files, count.Merge)
 }
 
 const usage = "usage: wordcount [local|manager|sequential] [-dir D] [-queue Q] [-groups G] | wordcount worker [worker flags]"

@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 
 	"github.com/alicebob/miniredis/v2"
@@ -20,6 +21,38 @@ import (
 	"github.com/redmap/redmap/connect"
 	"github.com/redmap/redmap/worker"
 )
+
+// Main runs the example program called name. "NAME worker [flags]" is
+// worker.Main with hs, on the queue NAME unless REDMAP_QUEUE names
+// another; "NAME [CMD] [flags]", CMD one of cmds (the first if there is
+// none), is run(CMD, flags); "NAME help" prints usage. Anything else
+// prints usage on stderr and exits 2; an error is printed and exits 1.
+func Main(name, usage string, cmds []string, run func(cmd string, args []string) error, hs ...redmap.AnyHandle) {
+	args := os.Args[1:]
+	cmd := cmds[0]
+	if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
+		cmd, args = args[0], args[1:]
+	}
+	var err error
+	switch {
+	case cmd == "worker":
+		if os.Getenv("REDMAP_QUEUE") == "" {
+			os.Setenv("REDMAP_QUEUE", name)
+		}
+		err = worker.Main(args, hs...)
+	case cmd == "help":
+		fmt.Println(usage)
+	case slices.Contains(cmds, cmd):
+		err = run(cmd, args)
+	default:
+		fmt.Fprintln(os.Stderr, usage)
+		os.Exit(2)
+	}
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "%s: %v\n", name, err)
+		os.Exit(1)
+	}
+}
 
 // Connect returns a client of the Redis at REDIS_URL. With REDIS_URL unset
 // that is an embedded Redis (miniredis) started in this process if embedded
