@@ -230,14 +230,16 @@ func (a *Admin) Now(ctx context.Context) (int64, error) {
 
 // Depth returns the number of task ids in queue's lanes, in all its shards.
 func (a *Admin) Depth(ctx context.Context, p *broker.QueueParams) (int64, error) {
-	queue := p.Queue
-	if err := keys.CheckQueue(queue); err != nil {
-		return 0, err
-	}
-	shards, err := a.Shards(ctx, &broker.QueueParams{Queue: queue})
+	shards, err := a.Shards(ctx, p)
 	if err != nil {
 		return 0, err
 	}
+	return a.depth(ctx, shards)
+}
+
+// depth returns the number of task ids in the lanes of shards: a script
+// call a shard.
+func (a *Admin) depth(ctx context.Context, shards []string) (int64, error) {
 	var total int64
 	for _, sh := range shards {
 		n, err := depth(ctx, a.c, keys.Base(a.prefix, sh), keys.Rings(a.prefix, sh))
@@ -647,21 +649,15 @@ func (a *Admin) Drain(ctx context.Context, p *broker.DrainParams) error {
 // Queued returns how many tasks wait in queue's public and private lists,
 // in all its shards.
 func (a *Admin) Queued(ctx context.Context, p *broker.QueueParams) (int64, error) {
-	queue := p.Queue
-	if err := keys.CheckQueue(queue); err != nil {
-		return 0, err
-	}
-	shards, err := a.Shards(ctx, &broker.QueueParams{Queue: queue})
+	shards, err := a.Shards(ctx, p)
 	if err != nil {
 		return 0, err
 	}
-	var n int64
+	n, err := a.depth(ctx, shards)
+	if err != nil {
+		return 0, err
+	}
 	for _, sh := range shards {
-		d, err := depth(ctx, a.c, keys.Base(a.prefix, sh), keys.Rings(a.prefix, sh))
-		if err != nil {
-			return 0, err
-		}
-		n += d
 		lists, err := a.privates(ctx, sh)
 		if err != nil {
 			return 0, err
