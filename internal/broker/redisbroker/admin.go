@@ -260,18 +260,12 @@ func (a *Admin) Batches(ctx context.Context, p *broker.QueueParams) ([]wire.Publ
 	if err := keys.CheckQueue(queue); err != nil {
 		return nil, err
 	}
-	var managers, owners *redis.StringSliceCmd
-	_, err := a.c.Pipelined(ctx, func(p redis.Pipeliner) error {
-		managers = p.ZRange(ctx, keys.Managers(a.prefix, queue), 0, -1)
-		owners = p.HKeys(ctx, keys.Durables(a.prefix, queue))
-		return nil
+	mids, err := a.union(ctx, func(p redis.Pipeliner) (managers, owners *redis.StringSliceCmd) {
+		return p.ZRange(ctx, keys.Managers(a.prefix, queue), 0, -1), p.HKeys(ctx, keys.Durables(a.prefix, queue))
 	})
 	if err != nil {
 		return nil, wrap("batches", nil, "ZRANGE or HKEYS", err)
 	}
-	mids := append(managers.Val(), owners.Val()...)
-	slices.Sort(mids)
-	mids = slices.Compact(mids)
 	// One pipeline for every manager's hash: a thousand managers cost one
 	// round trip, not a thousand.
 	cmds := make([]*redis.MapStringStringCmd, len(mids))
@@ -735,23 +729,33 @@ func (a *Admin) purge(ctx context.Context, queue string) (purged, dropped int, e
 // submitted only to a live worker, and reap.lua empties a reaped worker's
 // list, so no other worker has one. One round trip.
 func (a *Admin) privates(ctx context.Context, queue string) ([]string, error) {
-	var live, gone *redis.StringSliceCmd
-	_, err := a.c.Pipelined(ctx, func(p redis.Pipeliner) error {
-		live = p.ZRange(ctx, keys.Workers(a.prefix, queue), 0, -1)
-		gone = p.ZRange(ctx, keys.Gone(a.prefix, queue), 0, -1)
-		return nil
+	wids, err := a.union(ctx, func(p redis.Pipeliner) (live, gone *redis.StringSliceCmd) {
+		return p.ZRange(ctx, keys.Workers(a.prefix, queue), 0, -1), p.ZRange(ctx, keys.Gone(a.prefix, queue), 0, -1)
 	})
 	if err != nil {
 		return nil, wrap("private lists", nil, "ZRANGE", err)
 	}
-	wids := append(live.Val(), gone.Val()...)
-	slices.Sort(wids)
-	wids = slices.Compact(wids)
 	lists := make([]string, len(wids))
 	for i, wid := range wids {
 		lists[i] = keys.Private(a.prefix, queue, wid)
 	}
 	return lists, nil
+}
+
+// union sends the two commands of read in one pipeline and returns the
+// union of their replies, sorted, each string once.
+func (a *Admin) union(ctx context.Context, read func(p redis.Pipeliner) (x, y *redis.StringSliceCmd)) ([]string, error) {
+	var x, y *redis.StringSliceCmd
+	_, err := a.c.Pipelined(ctx, func(p redis.Pipeliner) error {
+		x, y = read(p)
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	out := append(x.Val(), y.Val()...)
+	slices.Sort(out)
+	return slices.Compact(out), nil
 }
 
 // scan calls f with each key matching pattern, found by SCAN (which does not
