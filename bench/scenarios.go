@@ -261,23 +261,38 @@ func unchunked(e *env) ([]row, error) {
 // medium: about a millisecond of CPU per element.
 func medium(e *env) ([]row, error) {
 	n := e.pick(2000, 300)
-	m, stop, err := e.redmapFleet(spin)
+	rows, err := mapped(e, "medium", spin, ints(n), 50, nil)
+	if err != nil {
+		return nil, err
+	}
+	return e.baselines("medium", rows, intBytes(n), "spin")
+}
+
+// mapped measures redmap's Map of fn over xs, on workers of this process
+// serving fn, after a Map over xs[:warm] to warm up (the manager learns
+// the function's cost, connections open). right, if not nil, says whether
+// the results are right.
+func mapped[In, Out any](e *env, scenario string, fn *redmap.Handle[In, Out], xs []In, warm int, right func([]Out) bool, opts ...manager.CallOption) ([]row, error) {
+	m, stop, err := e.redmapFleet(fn)
 	if err != nil {
 		return nil, err
 	}
 	defer stop()
 	ctx := context.Background()
-	if _, err := manager.Map(ctx, m, spin, ints(50)); err != nil {
+	if _, err := manager.Map(ctx, m, fn, xs[:warm], opts...); err != nil {
 		return nil, err
 	}
-	r, err := e.measure("medium", "redmap", n, func() error {
-		_, err := manager.Map(ctx, m, spin, ints(n))
+	r, err := e.measure(scenario, "redmap", len(xs), func() error {
+		ys, err := manager.Map(ctx, m, fn, xs, opts...)
+		if err == nil && right != nil && !right(ys) {
+			err = fmt.Errorf("wrong results")
+		}
 		return err
 	})
 	if err != nil {
 		return nil, err
 	}
-	return e.baselines("medium", []row{r}, intBytes(n), "spin")
+	return []row{r}, nil
 }
 
 // baselines measures the three baselines on inputs and appends their rows.
@@ -312,26 +327,11 @@ func large(e *env) ([]row, error) {
 		xs[i] = make([]byte, 64<<10)
 		xs[i][0] = byte(i)
 	}
-	m, stop, err := e.redmapFleet(mirror)
+	rows, err := mapped(e, "large", mirror, xs, 20, func(ys [][]byte) bool { return ys[n-1][64<<10-1] == byte(n-1) })
 	if err != nil {
 		return nil, err
 	}
-	defer stop()
-	ctx := context.Background()
-	if _, err := manager.Map(ctx, m, mirror, xs[:20]); err != nil {
-		return nil, err
-	}
-	r, err := e.measure("large", "redmap", n, func() error {
-		ys, err := manager.Map(ctx, m, mirror, xs)
-		if err == nil && ys[n-1][64<<10-1] != byte(n-1) {
-			err = fmt.Errorf("wrong results")
-		}
-		return err
-	})
-	if err != nil {
-		return nil, err
-	}
-	return e.baselines("large", []row{r}, xs, "mirror")
+	return e.baselines("large", rows, xs, "mirror")
 }
 
 // midsize: 4 KiB in and out an element, one element per task
@@ -345,26 +345,13 @@ func midsize(e *env) ([]row, error) {
 		xs[i] = make([]byte, size)
 		binary.BigEndian.PutUint32(xs[i][size-4:], uint32(i)) // mirror reverses it
 	}
-	m, stop, err := e.redmapFleet(mirror)
+	rows, err := mapped(e, "midsize", mirror, xs, 200, func(ys [][]byte) bool {
+		return len(ys) == n && binary.LittleEndian.Uint32(ys[n-1]) == uint32(n-1) && len(ys[n-1]) == size
+	}, manager.ChunkSize(1))
 	if err != nil {
 		return nil, err
 	}
-	defer stop()
-	ctx := context.Background()
-	if _, err := manager.Map(ctx, m, mirror, xs[:200], manager.ChunkSize(1)); err != nil {
-		return nil, err
-	}
-	r, err := e.measure("midsize", "redmap", n, func() error {
-		ys, err := manager.Map(ctx, m, mirror, xs, manager.ChunkSize(1))
-		if err == nil && (len(ys) != n || binary.LittleEndian.Uint32(ys[n-1]) != uint32(n-1) || len(ys[n-1]) != size) {
-			err = fmt.Errorf("wrong results")
-		}
-		return err
-	})
-	if err != nil {
-		return nil, err
-	}
-	return e.baselines("midsize", []row{r}, xs, "mirror")
+	return e.baselines("midsize", rows, xs, "mirror")
 }
 
 // constant: MapWith of a large constant, one element per task; the per-task

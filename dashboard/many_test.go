@@ -14,7 +14,6 @@ import (
 	"time"
 
 	"github.com/chromedp/chromedp"
-	"github.com/redis/go-redis/v9"
 
 	"github.com/redmap/redmap"
 	"github.com/redmap/redmap/dashboard"
@@ -36,29 +35,13 @@ func many(t *testing.T) (*harness.Env, []string) {
 	t.Helper()
 	srv := redistest.Start(t)
 	ctx := context.Background()
-	var first *harness.Env
 	var busy []string
-	for j, n := range []int{2, 6, 4} {
-		e := harness.On(t, srv)
-		e.Queue = fmt.Sprintf("%s-busy%d", e.Queue, j)
-		m := e.Manager(t, manager.Options{NoWorkerTimeout: -1, Logger: slog.New(slog.DiscardHandler)})
-		b, err := manager.Submit(ctx, m, slow, ints(n), manager.ChunkSize(1))
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(b.Cancel)
+	envs := harness.Busy(t, srv, slow, 2, 6, 4)
+	for _, e := range envs {
 		busy = append(busy, e.Queue)
-		if first == nil {
-			first = e
-		}
 	}
-	var idle []redis.Z
-	for j := range 197 {
-		idle = append(idle, redis.Z{Score: float64(time.Now().UnixMilli()), Member: fmt.Sprintf("idle-%03d", j)})
-	}
-	if err := first.Client.ZAdd(ctx, keys.QueueIndex("redmap"), idle...).Err(); err != nil {
-		t.Fatal(err)
-	}
+	first := envs[0]
+	harness.IndexIdle(t, first.Client, 197)
 	for j := range 10 {
 		e := harness.On(t, srv)
 		e.Queue = fmt.Sprintf("idle-%03d", j*19)

@@ -3,11 +3,8 @@ package manager_test
 import (
 	"context"
 	"errors"
-	"fmt"
-	"os"
 	"path/filepath"
 	"strconv"
-	"strings"
 	"testing"
 	"time"
 
@@ -50,16 +47,8 @@ func TestCancelReachesWorkersWhenHolderKilled(t *testing.T) {
 	if err := w.Stop(t); err != nil {
 		t.Fatalf("the worker exited with %v", err)
 	}
-	data, err := os.ReadFile(filepath.Join(dir, "runs"))
-	if err != nil {
-		t.Fatal(err)
-	}
 	ran := 0
-	for _, line := range strings.Split(strings.TrimSpace(string(data)), "\n") {
-		var x, k int
-		if _, err := fmt.Sscan(line, &x, &k); err != nil {
-			t.Fatalf("runs file line %q: %v", line, err)
-		}
+	for x, k := range readRuns(t, filepath.Join(dir, "runs")) {
 		if k != 1 {
 			t.Fatalf("element %d ran %d times", x, k)
 		}

@@ -2,7 +2,6 @@ package manager_test
 
 import (
 	"errors"
-	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -86,18 +85,7 @@ func TestCLICancelOfOrphanRecordsWhatRan(t *testing.T) {
 		t.Fatalf("the worker exited with %v", err)
 	}
 	redmapCLI(t, b, "cancel", b.Queue, "orphan")
-	data, err := os.ReadFile(filepath.Join(dir, "runs"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	ran := 0
-	for _, line := range strings.Split(strings.TrimSpace(string(data)), "\n") {
-		var x, k int
-		if _, err := fmt.Sscan(line, &x, &k); err != nil {
-			t.Fatalf("runs file line %q: %v", line, err)
-		}
-		ran++
-	}
+	ran := len(readRuns(t, filepath.Join(dir, "runs"))) // the elements that ran
 	ctx := testCtx(t)
 	recorded := func(when string) {
 		t.Helper()
@@ -110,7 +98,7 @@ func TestCLICancelOfOrphanRecordsWhatRan(t *testing.T) {
 	t.Logf("%d of %d elements ran", ran, n)
 
 	m := b.Manager(t, manager.Options{Shards: 1}) // as the child's
-	_, err = manager.Map(ctx, m, countedSquare, span(n), manager.Durable("orphan"), manager.DurableWait(time.Minute))
+	_, err := manager.Map(ctx, m, countedSquare, span(n), manager.Durable("orphan"), manager.DurableWait(time.Minute))
 	var be *redmap.BatchError
 	if !errors.As(err, &be) || len(be.Failed) != n || !errors.Is(be.Failed[0].Err, redmap.ErrCancelled) {
 		t.Fatalf("the call that takes the cancelled batch over: %v; want its %d elements failed with ErrCancelled", err, n)

@@ -454,6 +454,26 @@ func writeRuns(path string) error {
 	return os.WriteFile(path, b, 0o600)
 }
 
+// readRuns reads the file writeRuns wrote at path: how many times each
+// element ran in that worker process. A line that is not "x k" (an empty
+// file too) fails the test.
+func readRuns(t *testing.T, path string) map[int]int {
+	t.Helper()
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	runs := make(map[int]int)
+	for _, line := range strings.Split(strings.TrimSpace(string(data)), "\n") {
+		var x, k int
+		if _, err := fmt.Sscan(line, &x, &k); err != nil {
+			t.Fatalf("runs file line %q: %v", line, err)
+		}
+		runs[x] += k
+	}
+	return runs
+}
+
 // childDurable runs a durable batch of countedSquare over 0..REDMAP_N-1
 // named REDMAP_DURABLE, as REDMAP_MODE says: a Map ("map", the default),
 // printing "results <n>" at every tenth of the elements; a MapReduce with

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -299,15 +298,7 @@ func durableKilled(t *testing.T, mode string) {
 		if err := w.Stop(t); err != nil {
 			t.Fatalf("worker exited with %v", err)
 		}
-		data, err := os.ReadFile(filepath.Join(dir, []string{"a", "b"}[i]))
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, line := range strings.Split(strings.TrimSpace(string(data)), "\n") {
-			var x, k int
-			if _, err := fmt.Sscan(line, &x, &k); err != nil {
-				t.Fatalf("runs file line %q: %v", line, err)
-			}
+		for x, k := range readRuns(t, filepath.Join(dir, []string{"a", "b"}[i])) {
 			runs[x] += k
 		}
 	}

@@ -30,22 +30,30 @@ func wideOf(x int) string {
 	return strings.Repeat(s, wideBytes/len(s))
 }
 
+// slowLinkManager returns a manager whose link to a Redis of the test's
+// own carries rate bytes a second each way, and a worker process beside
+// that Redis (it talks to it directly), live.
+func slowLinkManager(t *testing.T, rate int64) *manager.Manager {
+	t.Helper()
+	srv := redistest.Start(t)
+	proxy := redistest.StartProxy(t, srv.Addr())
+	proxy.Throttle(rate)
+	b := faultBundle(t, srv, proxy.Addr())
+	b.URL = srv.URL()
+	w := startChild(t, "worker", childEnv(b)...)
+	w.ID = w.Expect(t, "worker ")
+	m := b.Manager(t, manager.Options{})
+	harness.WaitLive(t, m, w.ID)
+	return m
+}
+
 // A manager behind a link of 10 MB/s (each way), a worker process beside
 // Redis: 1,500 results of 64 KiB (96 MiB, about 10 s of the link, three
 // times a call's read timeout) are all read, each exact, none failed with
 // ErrUnavailable, though the worker delivers them far faster than the link
 // carries them.
 func TestFaultSlowLinkManager(t *testing.T) {
-	srv := redistest.Start(t)
-	proxy := redistest.StartProxy(t, srv.Addr())
-	proxy.Throttle(10 << 20)
-	b := faultBundle(t, srv, proxy.Addr())
-	b.URL = srv.URL() // the worker process talks to Redis directly
-
-	w := startChild(t, "worker", childEnv(b)...)
-	w.ID = w.Expect(t, "worker ")
-	m := b.Manager(t, manager.Options{})
-	harness.WaitLive(t, m, w.ID)
+	m := slowLinkManager(t, 10<<20)
 
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
@@ -89,16 +97,7 @@ func TestFaultSlowLinkManager(t *testing.T) {
 // timeout, and the batch is exact. One pipeline of all its parts
 // (8 s) would time out, again at every retry.
 func TestFaultSlowLinkConstant(t *testing.T) {
-	srv := redistest.Start(t)
-	proxy := redistest.StartProxy(t, srv.Addr())
-	proxy.Throttle(3 << 20)
-	b := faultBundle(t, srv, proxy.Addr())
-	b.URL = srv.URL() // the worker process talks to Redis directly
-
-	w := startChild(t, "worker", childEnv(b)...)
-	w.ID = w.Expect(t, "worker ")
-	m := b.Manager(t, manager.Options{})
-	harness.WaitLive(t, m, w.ID)
+	m := slowLinkManager(t, 3<<20)
 
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()

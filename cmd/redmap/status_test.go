@@ -2,18 +2,12 @@ package main
 
 import (
 	"context"
-	"fmt"
-	"log/slog"
 	"strings"
 	"testing"
-	"time"
-
-	"github.com/redis/go-redis/v9"
 
 	"github.com/redmap/redmap/internal/harness"
 	"github.com/redmap/redmap/internal/keys"
 	"github.com/redmap/redmap/internal/redistest"
-	"github.com/redmap/redmap/manager"
 )
 
 // redmap status of many queues lists the busy ones, the deepest first, and
@@ -22,29 +16,9 @@ import (
 func TestStatusFoldsIdleQueues(t *testing.T) {
 	srv := redistest.Start(t)
 	ctx := context.Background()
-	var busy []string
-	var first *harness.Env
-	for j, n := range []int{1, 3} {
-		e := harness.On(t, srv)
-		e.Queue = fmt.Sprintf("%s-busy%d", e.Queue, j)
-		m := e.Manager(t, manager.Options{NoWorkerTimeout: -1, Logger: slog.New(slog.DiscardHandler)})
-		b, err := manager.Submit(ctx, m, square, ints(n), manager.ChunkSize(1))
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(b.Cancel)
-		busy = append(busy, e.Queue)
-		if first == nil {
-			first = e
-		}
-	}
-	var idle []redis.Z
-	for j := range 198 {
-		idle = append(idle, redis.Z{Score: float64(time.Now().UnixMilli()), Member: fmt.Sprintf("idle-%03d", j)})
-	}
-	if err := first.Client.ZAdd(ctx, keys.QueueIndex("redmap"), idle...).Err(); err != nil {
-		t.Fatal(err)
-	}
+	envs := harness.Busy(t, srv, square, 1, 3)
+	first, busy := envs[0], []string{envs[0].Queue, envs[1].Queue}
+	harness.IndexIdle(t, first.Client, 198)
 	if err := first.Client.HSet(ctx, keys.Partition("redmap", busy[0], "job", 3, 0), "0:1", "x").Err(); err != nil {
 		t.Fatal(err)
 	}

@@ -15,19 +15,12 @@ import (
 	"context"
 	"flag"
 	"fmt"
-	"log/slog"
 	"math"
-	"os"
-	"strings"
-
-	"github.com/redmap/redmap/connect"
-
-	"github.com/alicebob/miniredis/v2"
 
 	"github.com/redmap/redmap"
+	"github.com/redmap/redmap/examples/internal/demo"
 	"github.com/redmap/redmap/manager"
 	"github.com/redmap/redmap/otlp"
-	"github.com/redmap/redmap/worker"
 )
 
 // Throw throws n points and returns how many fell inside the quarter circle.
@@ -47,29 +40,10 @@ var Throw = redmap.Func("montecarlo.throw", func(ctx context.Context, n int) (in
 var Add = redmap.Reduce("montecarlo.add", func(_ context.Context, a, b int) (int, error) { return a + b, nil })
 
 func main() {
-	args := os.Args[1:]
-	cmd := "local"
-	if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
-		cmd, args = args[0], args[1:]
-	}
-	var err error
-	switch cmd {
-	case "worker":
-		if os.Getenv("REDMAP_QUEUE") == "" {
-			os.Setenv("REDMAP_QUEUE", "montecarlo")
-		}
-		err = worker.Main(args, Throw, Add)
-	case "manager", "local":
-		err = run(cmd, args)
-	default:
-		fmt.Fprintln(os.Stderr, "usage: montecarlo [local|manager] [-elements N] [-throws T] [-seed S] [-queue Q] | montecarlo worker [worker flags]")
-		os.Exit(2)
-	}
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "montecarlo:", err)
-		os.Exit(1)
-	}
+	demo.Main("montecarlo", usage, []string{"local", "manager"}, run, Throw, Add)
 }
+
+const usage = "usage: montecarlo [local|manager] [-elements N] [-throws T] [-seed S] [-queue Q] | montecarlo worker [worker flags]"
 
 func run(cmd string, args []string) error {
 	flags := flag.NewFlagSet(cmd, flag.ContinueOnError)
@@ -80,17 +54,6 @@ func run(cmd string, args []string) error {
 	if err := flags.Parse(args); err != nil {
 		return err
 	}
-	url := os.Getenv("REDIS_URL")
-	if url == "" && cmd == "local" {
-		mr, err := miniredis.Run()
-		if err != nil {
-			return err
-		}
-		defer mr.Close()
-		url = "redis://" + mr.Addr()
-	} else if url == "" {
-		url = "redis://127.0.0.1:6379/0"
-	}
 	// Spans go to an OTLP endpoint if OTEL_EXPORTER_OTLP_ENDPOINT names
 	// one (README "Tracing"); otherwise nothing is traced.
 	stopTracing, err := otlp.Setup(context.Background(), "montecarlo")
@@ -98,26 +61,17 @@ func run(cmd string, args []string) error {
 		return err
 	}
 	defer stopTracing(context.Background())
-	// go-redis logs its dial retries on stderr by itself; through slog at
-	// debug level they stay out of the way: redmap's own errors say what failed.
-	connect.RouteLogs(slog.New(slog.NewTextHandler(os.Stderr, nil)))
-	rdb, err := connect.URL(url)
+	rdb, closeRedis, err := demo.Connect(cmd == "local")
 	if err != nil {
-		return fmt.Errorf("REDIS_URL: %w", err)
+		return err
 	}
-	defer rdb.Close()
+	defer closeRedis()
 	if cmd == "local" {
-		w, err := worker.New(rdb, worker.Options{Queue: *queue})
+		stopWorker, err := demo.Worker(rdb, *queue, Throw, Add)
 		if err != nil {
 			return err
 		}
-		if err := w.Register(Throw, Add); err != nil {
-			return err
-		}
-		ctx, stop := context.WithCancel(context.Background())
-		ran := make(chan error, 1)
-		go func() { ran <- w.Run(ctx) }()
-		defer func() { stop(); <-ran }()
+		defer stopWorker()
 	}
 	m, err := manager.New(rdb, manager.Options{Queue: *queue})
 	if err != nil {

@@ -18,54 +18,27 @@ import (
 	"context"
 	"flag"
 	"fmt"
-	"io/fs"
 	"os"
-	"os/exec"
 	"os/signal"
-	"path/filepath"
 	"slices"
 	"strings"
 	"syscall"
 	"time"
 
-	"github.com/alicebob/miniredis/v2"
-
-	"github.com/redmap/redmap/connect"
+	"github.com/redmap/redmap/examples/internal/demo"
 	"github.com/redmap/redmap/examples/pipeline/steps"
 	"github.com/redmap/redmap/manager"
-	"github.com/redmap/redmap/worker"
 )
 
 func main() {
-	args := os.Args[1:]
-	cmd := "local"
-	if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
-		cmd, args = args[0], args[1:]
-	}
-	var err error
-	switch cmd {
-	case "worker":
-		if os.Getenv("REDMAP_QUEUE") == "" {
-			os.Setenv("REDMAP_QUEUE", "pipeline")
-		}
-		err = worker.Main(args, steps.All...)
-	case "manager", "local", "sequential":
-		err = run(cmd, args)
-	default:
-		fmt.Fprintln(os.Stderr, usage)
-		os.Exit(2)
-	}
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "pipeline:", err)
-		os.Exit(1)
-	}
+	demo.Main("pipeline", usage, []string{"local", "manager", "sequential"}, run, steps.All...)
 }
 
 const usage = "usage: pipeline [local|manager|sequential] [-dir D] [-queue Q] | pipeline worker [worker flags]"
 
 func run(cmd string, args []string) error {
 	flags := flag.NewFlagSet(cmd, flag.ContinueOnError)
-	dir := flags.String("dir", goSrc(), "directory whose .go files to rank the identifiers of")
+	dir := flags.String("dir", demo.GoSrc(), "directory whose .go files to rank the identifiers of")
 	queue := flags.String("queue", "pipeline", "queue to submit to")
 	if err := flags.Parse(args); err != nil {
 		return err
@@ -98,34 +71,17 @@ func run(cmd string, args []string) error {
 // local with REDIS_URL unset, an embedded Redis with a worker in this
 // process).
 func pipeline(ctx context.Context, cmd, queue string, paths []string) ([]string, error) {
-	url := os.Getenv("REDIS_URL")
-	if url == "" && cmd == "local" {
-		mr, err := miniredis.Run()
-		if err != nil {
-			return nil, err
-		}
-		defer mr.Close()
-		url = "redis://" + mr.Addr()
-	} else if url == "" {
-		url = "redis://127.0.0.1:6379/0"
-	}
-	rdb, err := connect.URL(url)
+	rdb, closeRedis, err := demo.Connect(cmd == "local")
 	if err != nil {
-		return nil, fmt.Errorf("REDIS_URL: %w", err)
+		return nil, err
 	}
-	defer rdb.Close()
+	defer closeRedis()
 	if cmd == "local" {
-		w, err := worker.New(rdb, worker.Options{Queue: queue})
+		stopWorker, err := demo.Worker(rdb, queue, steps.All...)
 		if err != nil {
 			return nil, err
 		}
-		if err := w.Register(steps.All...); err != nil {
-			return nil, err
-		}
-		wctx, stopWorker := context.WithCancel(context.Background())
-		ran := make(chan error, 1)
-		go func() { ran <- w.Run(wctx) }()
-		defer func() { stopWorker(); <-ran }()
+		defer stopWorker()
 	}
 	m, err := manager.New(rdb, manager.Options{Queue: queue})
 	if err != nil {
@@ -163,25 +119,10 @@ func sequential(paths []string) ([]string, error) {
 
 // goFiles returns the paths of the .go files under dir.
 func goFiles(dir string) ([]string, error) {
-	var paths []string
-	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		if d.Type().IsRegular() && strings.HasSuffix(p, ".go") {
-			paths = append(paths, p)
-		}
-		return nil
-	})
-	return paths, err
-}
-
-// goSrc returns the Go toolchain's source tree, or "" if there is no go
-// command to ask.
-func goSrc() string {
-	out, err := exec.Command("go", "env", "GOROOT").Output()
-	if err != nil {
-		return ""
+	files, err := demo.GoFiles(dir)
+	paths := make([]string, len(files))
+	for i, f := range files {
+		paths[i] = f.Path
 	}
-	return filepath.Join(strings.TrimSpace(string(out)), "src")
+	return paths, err
 }

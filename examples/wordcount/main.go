@@ -20,59 +20,28 @@ import (
 	"context"
 	"flag"
 	"fmt"
-	"io/fs"
-	"log/slog"
 	"os"
-	"os/exec"
 	"os/signal"
-	"path/filepath"
 	"slices"
 	"strings"
 	"syscall"
 	"time"
 
-	"github.com/redmap/redmap/connect"
-
-	"github.com/alicebob/miniredis/v2"
-
+	"github.com/redmap/redmap/examples/internal/demo"
 	"github.com/redmap/redmap/examples/wordcount/count"
 	"github.com/redmap/redmap/manager"
 	"github.com/redmap/redmap/otlp"
-	"github.com/redmap/redmap/worker"
 )
 
 func main() {
-	args := os.Args[1:]
-	cmd := "local"
-	if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
-		cmd, args = args[0], args[1:]
-	}
-	var err error
-	switch cmd {
-	case "worker":
-		if os.Getenv("REDMAP_QUEUE") == "" {
-			os.Setenv("REDMAP_QUEUE", "wordcount")
-		}
-		err = worker.Main(args, count.Files, count.Merge)
-	case "manager", "local", "sequential":
-		err = runManager(cmd, args)
-	case "help":
-		fmt.Println(usage)
-	default:
-		fmt.Fprintln(os.Stderr, usage)
-		os.Exit(2)
-	}
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "wordcount:", err)
-		os.Exit(1)
-	}
+	demo.Main("wordcount", usage, []string{"local", "manager", "sequential"}, runManager, count.Files, count.Merge)
 }
 
 const usage = "usage: wordcount [local|manager|sequential] [-dir D] [-queue Q] [-groups G] | wordcount worker [worker flags]"
 
 func runManager(cmd string, args []string) error {
 	flags := flag.NewFlagSet(cmd, flag.ContinueOnError)
-	dir := flags.String("dir", goSrc(), "directory whose .go files to count")
+	dir := flags.String("dir", demo.GoSrc(), "directory whose .go files to count")
 	queue := flags.String("queue", "wordcount", "queue to submit to")
 	groups := flags.Int("groups", 8, "number of groups of files to send: a few per worker slot")
 	flags.IntVar(&chunk, "chunk", 1, "groups per task: a worker merges the counts of a task's groups before they travel")
@@ -82,7 +51,7 @@ func runManager(cmd string, args []string) error {
 	if flags.NArg() > 0 {
 		return fmt.Errorf("unexpected argument %q\n%s", flags.Arg(0), usage)
 	}
-	files, err := goFiles(*dir)
+	files, err := demo.GoFiles(*dir)
 	if err != nil {
 		return err
 	}
@@ -94,7 +63,7 @@ func runManager(cmd string, args []string) error {
 	case "sequential":
 		counts = make(count.Counts)
 		for _, f := range files {
-			b, err := os.ReadFile(f.path)
+			b, err := os.ReadFile(f.Path)
 			if err != nil {
 				return err
 			}
@@ -115,17 +84,6 @@ func runManager(cmd string, args []string) error {
 // local with REDIS_URL unset, an embedded Redis with a worker in this
 // process).
 func mapReduce(ctx context.Context, cmd, queue string, groups [][]string) (count.Counts, error) {
-	url := os.Getenv("REDIS_URL")
-	if url == "" && cmd == "local" {
-		mr, err := miniredis.Run()
-		if err != nil {
-			return nil, err
-		}
-		defer mr.Close()
-		url = "redis://" + mr.Addr()
-	} else if url == "" {
-		url = "redis://127.0.0.1:6379/0"
-	}
 	// Spans go to an OTLP endpoint if OTEL_EXPORTER_OTLP_ENDPOINT names
 	// one (README "Tracing"); otherwise nothing is traced.
 	stopTracing, err := otlp.Setup(context.Background(), "wordcount")
@@ -133,26 +91,17 @@ func mapReduce(ctx context.Context, cmd, queue string, groups [][]string) (count
 		return nil, err
 	}
 	defer stopTracing(context.Background())
-	// go-redis logs its dial retries on stderr by itself; through slog at
-	// debug level they stay out of the way: redmap's own errors say what failed.
-	connect.RouteLogs(slog.New(slog.NewTextHandler(os.Stderr, nil)))
-	rdb, err := connect.URL(url)
+	rdb, closeRedis, err := demo.Connect(cmd == "local")
 	if err != nil {
-		return nil, fmt.Errorf("REDIS_URL: %w", err)
+		return nil, err
 	}
-	defer rdb.Close()
+	defer closeRedis()
 	if cmd == "local" {
-		w, err := worker.New(rdb, worker.Options{Queue: queue})
+		stopWorker, err := demo.Worker(rdb, queue, count.Files, count.Merge)
 		if err != nil {
 			return nil, err
 		}
-		if err := w.Register(count.Files, count.Merge); err != nil {
-			return nil, err
-		}
-		wctx, stopWorker := context.WithCancel(context.Background())
-		ran := make(chan error, 1)
-		go func() { ran <- w.Run(wctx) }()
-		defer func() { stopWorker(); <-ran }()
+		defer stopWorker()
 	}
 	m, err := manager.New(rdb, manager.Options{Queue: queue})
 	if err != nil {
@@ -165,42 +114,18 @@ func mapReduce(ctx context.Context, cmd, queue string, groups [][]string) (count
 // chunk is the number of groups in one task.
 var chunk int
 
-type file struct {
-	path string
-	size int64
-}
-
-// goFiles returns the .go files under dir.
-func goFiles(dir string) ([]file, error) {
-	var files []file
-	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		if d.Type().IsRegular() && strings.HasSuffix(p, ".go") {
-			info, err := d.Info()
-			if err != nil {
-				return err
-			}
-			files = append(files, file{path: p, size: info.Size()})
-		}
-		return nil
-	})
-	return files, err
-}
-
 // group deals files into at most n groups of about equal bytes, largest
 // first, so that no group is a straggler.
-func group(files []file, n int) [][]string {
+func group(files []demo.File, n int) [][]string {
 	n = max(1, min(n, len(files)))
 	sorted := slices.Clone(files)
-	slices.SortFunc(sorted, func(a, b file) int { return cmp.Compare(b.size, a.size) })
+	slices.SortFunc(sorted, func(a, b demo.File) int { return cmp.Compare(b.Size, a.Size) })
 	groups := make([][]string, n)
 	sizes := make([]int64, n)
 	for _, f := range sorted {
 		i := slices.Index(sizes, slices.Min(sizes))
-		groups[i] = append(groups[i], f.path)
-		sizes[i] += f.size
+		groups[i] = append(groups[i], f.Path)
+		sizes[i] += f.Size
 	}
 	return slices.DeleteFunc(groups, func(g []string) bool { return len(g) == 0 })
 }
@@ -227,14 +152,4 @@ func report(counts count.Counts, files int) {
 		fmt.Println(x.word, x.n)
 	}
 	fmt.Printf("total %d words, %d distinct, %d files\n", total, len(counts), files)
-}
-
-// goSrc returns the Go toolchain's source tree, or "" if there is no go
-// command to ask.
-func goSrc() string {
-	out, err := exec.Command("go", "env", "GOROOT").Output()
-	if err != nil {
-		return ""
-	}
-	return filepath.Join(strings.TrimSpace(string(out)), "src")
 }

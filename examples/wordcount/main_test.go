@@ -6,6 +6,7 @@ import (
 	"os"
 	"testing"
 
+	"github.com/redmap/redmap/examples/internal/demo"
 	"github.com/redmap/redmap/examples/wordcount/count"
 	"github.com/redmap/redmap/internal/harness"
 	"github.com/redmap/redmap/internal/redistest"
@@ -21,13 +22,13 @@ func TestMapReduceMatchesSequential(t *testing.T) {
 	e.Worker(t, worker.Options{Concurrency: 2}, count.Files, count.Merge)
 	e.Worker(t, worker.Options{Concurrency: 2}, count.Files, count.Merge)
 	t.Setenv("REDIS_URL", e.Srv.URL())
-	files, err := goFiles("../..")
+	files, err := demo.GoFiles("../..")
 	if err != nil || len(files) < 50 {
 		t.Fatalf("%d files, %v", len(files), err)
 	}
 	want := make(count.Counts)
 	for _, f := range files {
-		b, err := os.ReadFile(f.path)
+		b, err := os.ReadFile(f.Path)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -7,9 +7,12 @@ package harness
 
 import (
 	"context"
+	"fmt"
+	"log/slog"
 	"slices"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 
@@ -170,4 +173,43 @@ func Queued(t testing.TB, c redis.UniversalClient, queue string) []string {
 		}
 	}
 	return ids
+}
+
+// Busy makes, on srv, a busy queue for each n of waiting: a queue of its
+// own, named after t's with "-busyJ" (J its index in waiting), with a
+// batch of fn over 0..n-1 in one task an element, waiting for a worker
+// (none is started; the batch is cancelled when the test ends). It
+// returns their Envs, in the order of waiting.
+func Busy(t testing.TB, srv *redistest.Server, fn *redmap.Handle[int, int], waiting ...int) []*Env {
+	t.Helper()
+	var envs []*Env
+	for j, n := range waiting {
+		e := On(t, srv)
+		e.Queue = fmt.Sprintf("%s-busy%d", e.Queue, j)
+		m := e.Manager(t, manager.Options{NoWorkerTimeout: -1, Logger: slog.New(slog.DiscardHandler)})
+		xs := make([]int, n)
+		for i := range xs {
+			xs[i] = i
+		}
+		b, err := manager.Submit(context.Background(), m, fn, xs, manager.ChunkSize(1))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(b.Cancel)
+		envs = append(envs, e)
+	}
+	return envs
+}
+
+// IndexIdle adds n queues, idle-000 to idle-NNN (n-1), to the index of
+// queues, as queues seen lately with nothing in them.
+func IndexIdle(t testing.TB, c redis.UniversalClient, n int) {
+	t.Helper()
+	var idle []redis.Z
+	for j := range n {
+		idle = append(idle, redis.Z{Score: float64(time.Now().UnixMilli()), Member: fmt.Sprintf("idle-%03d", j)})
+	}
+	if err := c.ZAdd(context.Background(), keys.QueueIndex("redmap"), idle...).Err(); err != nil {
+		t.Fatal(err)
+	}
 }

@@ -230,14 +230,16 @@ func (a *Admin) Now(ctx context.Context) (int64, error) {
 
 // Depth returns the number of task ids in queue's lanes, in all its shards.
 func (a *Admin) Depth(ctx context.Context, p *broker.QueueParams) (int64, error) {
-	queue := p.Queue
-	if err := keys.CheckQueue(queue); err != nil {
-		return 0, err
-	}
-	shards, err := a.Shards(ctx, &broker.QueueParams{Queue: queue})
+	shards, err := a.Shards(ctx, p)
 	if err != nil {
 		return 0, err
 	}
+	return a.depth(ctx, shards)
+}
+
+// depth returns the number of task ids in the lanes of shards: a script
+// call a shard.
+func (a *Admin) depth(ctx context.Context, shards []string) (int64, error) {
 	var total int64
 	for _, sh := range shards {
 		n, err := depth(ctx, a.c, keys.Base(a.prefix, sh), keys.Rings(a.prefix, sh))
@@ -258,18 +260,12 @@ func (a *Admin) Batches(ctx context.Context, p *broker.QueueParams) ([]wire.Publ
 	if err := keys.CheckQueue(queue); err != nil {
 		return nil, err
 	}
-	var managers, owners *redis.StringSliceCmd
-	_, err := a.c.Pipelined(ctx, func(p redis.Pipeliner) error {
-		managers = p.ZRange(ctx, keys.Managers(a.prefix, queue), 0, -1)
-		owners = p.HKeys(ctx, keys.Durables(a.prefix, queue))
-		return nil
+	mids, err := a.union(ctx, func(p redis.Pipeliner) (managers, owners *redis.StringSliceCmd) {
+		return p.ZRange(ctx, keys.Managers(a.prefix, queue), 0, -1), p.HKeys(ctx, keys.Durables(a.prefix, queue))
 	})
 	if err != nil {
 		return nil, wrap("batches", nil, "ZRANGE or HKEYS", err)
 	}
-	mids := append(managers.Val(), owners.Val()...)
-	slices.Sort(mids)
-	mids = slices.Compact(mids)
 	// One pipeline for every manager's hash: a thousand managers cost one
 	// round trip, not a thousand.
 	cmds := make([]*redis.MapStringStringCmd, len(mids))
@@ -647,21 +643,15 @@ func (a *Admin) Drain(ctx context.Context, p *broker.DrainParams) error {
 // Queued returns how many tasks wait in queue's public and private lists,
 // in all its shards.
 func (a *Admin) Queued(ctx context.Context, p *broker.QueueParams) (int64, error) {
-	queue := p.Queue
-	if err := keys.CheckQueue(queue); err != nil {
-		return 0, err
-	}
-	shards, err := a.Shards(ctx, &broker.QueueParams{Queue: queue})
+	shards, err := a.Shards(ctx, p)
 	if err != nil {
 		return 0, err
 	}
-	var n int64
+	n, err := a.depth(ctx, shards)
+	if err != nil {
+		return 0, err
+	}
 	for _, sh := range shards {
-		d, err := depth(ctx, a.c, keys.Base(a.prefix, sh), keys.Rings(a.prefix, sh))
-		if err != nil {
-			return 0, err
-		}
-		n += d
 		lists, err := a.privates(ctx, sh)
 		if err != nil {
 			return 0, err
@@ -739,23 +729,33 @@ func (a *Admin) purge(ctx context.Context, queue string) (purged, dropped int, e
 // submitted only to a live worker, and reap.lua empties a reaped worker's
 // list, so no other worker has one. One round trip.
 func (a *Admin) privates(ctx context.Context, queue string) ([]string, error) {
-	var live, gone *redis.StringSliceCmd
-	_, err := a.c.Pipelined(ctx, func(p redis.Pipeliner) error {
-		live = p.ZRange(ctx, keys.Workers(a.prefix, queue), 0, -1)
-		gone = p.ZRange(ctx, keys.Gone(a.prefix, queue), 0, -1)
-		return nil
+	wids, err := a.union(ctx, func(p redis.Pipeliner) (live, gone *redis.StringSliceCmd) {
+		return p.ZRange(ctx, keys.Workers(a.prefix, queue), 0, -1), p.ZRange(ctx, keys.Gone(a.prefix, queue), 0, -1)
 	})
 	if err != nil {
 		return nil, wrap("private lists", nil, "ZRANGE", err)
 	}
-	wids := append(live.Val(), gone.Val()...)
-	slices.Sort(wids)
-	wids = slices.Compact(wids)
 	lists := make([]string, len(wids))
 	for i, wid := range wids {
 		lists[i] = keys.Private(a.prefix, queue, wid)
 	}
 	return lists, nil
+}
+
+// union sends the two commands of read in one pipeline and returns the
+// union of their replies, sorted, each string once.
+func (a *Admin) union(ctx context.Context, read func(p redis.Pipeliner) (x, y *redis.StringSliceCmd)) ([]string, error) {
+	var x, y *redis.StringSliceCmd
+	_, err := a.c.Pipelined(ctx, func(p redis.Pipeliner) error {
+		x, y = read(p)
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	out := append(x.Val(), y.Val()...)
+	slices.Sort(out)
+	return slices.Compact(out), nil
 }
 
 // scan calls f with each key matching pattern, found by SCAN (which does not

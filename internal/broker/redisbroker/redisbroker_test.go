@@ -1490,27 +1490,28 @@ func TestWidestPayloadChoosesTheCheck(t *testing.T) {
 	}
 }
 
-// prelude.lua's INLINE is redisbroker.Inline: a take and the worker, a finish and
-// the collector agree on which payloads go beside the scripts.
-func TestInlineAgrees(t *testing.T) {
-	m := regexp.MustCompile(`(?m)^local INLINE = (\d+)$`).FindStringSubmatch(source("prelude.lua"))
-	if m == nil {
-		t.Fatal("prelude.lua defines no INLINE")
-	}
-	if n, _ := strconv.Atoi(m[1]); n != broker.Inline {
-		t.Fatalf("prelude.lua's INLINE is %d, redisbroker.Inline %d", n, broker.Inline)
-	}
-}
-
-// prelude.lua's SUSPECT is wire.SuspectAfter: a worker runs alone what a
-// take handed it alone.
-func TestSuspectAgrees(t *testing.T) {
-	m := regexp.MustCompile(`(?m)^local SUSPECT = (\d+)$`).FindStringSubmatch(source("prelude.lua"))
-	if m == nil {
-		t.Fatal("prelude.lua defines no SUSPECT")
-	}
-	if n, _ := strconv.Atoi(m[1]); n != wire.SuspectAfter {
-		t.Fatalf("prelude.lua's SUSPECT is %d, wire.SuspectAfter %d", n, wire.SuspectAfter)
+// prelude.lua's constants are Go's: INLINE is broker.Inline (a take and
+// the worker, a finish and the collector agree on which payloads go beside
+// the scripts), SUSPECT is wire.SuspectAfter (a worker runs alone what a
+// take handed it alone), BUDGET is broker.ScriptBudget.
+func TestPreludeAgrees(t *testing.T) {
+	prelude := source("prelude.lua")
+	for _, c := range []struct {
+		lua, goName string
+		goValue     int
+	}{
+		{"INLINE", "broker.Inline", broker.Inline},
+		{"SUSPECT", "wire.SuspectAfter", wire.SuspectAfter},
+		{"BUDGET", "broker.ScriptBudget", broker.ScriptBudget},
+	} {
+		m := regexp.MustCompile(`(?m)^local ` + c.lua + ` = (\d+)$`).FindStringSubmatch(prelude)
+		if m == nil {
+			t.Errorf("prelude.lua defines no %s", c.lua)
+			continue
+		}
+		if n, _ := strconv.Atoi(m[1]); n != c.goValue {
+			t.Errorf("prelude.lua's %s is %d, %s %d", c.lua, n, c.goName, c.goValue)
+		}
 	}
 }
 

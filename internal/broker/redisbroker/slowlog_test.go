@@ -311,17 +311,6 @@ func submitMany(t *testing.T, r *Broker, mid string, n int) {
 	}
 }
 
-// prelude.lua's BUDGET is ScriptBudget.
-func TestBudgetAgrees(t *testing.T) {
-	m := regexp.MustCompile(`(?m)^local BUDGET = (\d+)$`).FindStringSubmatch(source("prelude.lua"))
-	if m == nil {
-		t.Fatal("prelude.lua defines no BUDGET")
-	}
-	if n, _ := strconv.Atoi(m[1]); n != broker.ScriptBudget {
-		t.Fatalf("prelude.lua's BUDGET is %d, redisbroker.ScriptBudget %d", n, broker.ScriptBudget)
-	}
-}
-
 // A manager found lost has its tasks withdrawn in the call that finds it,
 // and its batches recorded a slice a call; if it comes back between two
 // slices, what it publishes and submits anew is its own: the slices left
