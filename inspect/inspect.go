@@ -168,17 +168,22 @@ const GoneFor = keys.GoneFor
 // Batch is one batch: running, as its manager last published it, or ended,
 // as the queue's history recorded it.
 type Batch struct {
-	Queue    string  `json:"queue"`
-	Manager  string  `json:"manager"`
-	ID       string  `json:"id"`
-	Func     string  `json:"func"`
-	Priority int     `json:"priority"`
-	Total    int     `json:"total"`
-	Done     int     `json:"done"`        // elements with a value: failed ones are not done
-	Failed   int     `json:"failed"`      // elements that failed; Total - Done - Failed have no outcome yet
-	Rate     float64 `json:"rate"`        // elements ended (done or failed) a second: recent, or over the whole batch once it ended
-	ETA      float64 `json:"eta_seconds"` // 0 when unknown or done
-	Worker   string  `json:"worker,omitempty"`
+	Queue    string `json:"queue"`
+	Manager  string `json:"manager"`
+	ID       string `json:"id"`
+	Func     string `json:"func"`
+	Priority int    `json:"priority"`
+	Total    int    `json:"total"`
+	Done     int    `json:"done"`   // elements with a value: failed ones are not done
+	Failed   int    `json:"failed"` // elements that failed; Total - Done - Failed have no outcome yet
+	// FailedKeys are, in the batch of a pipeline's reduce stage, the keys
+	// that failed in the steps after its fold. Such a batch's elements
+	// are its partitions: Total, Done and Failed count them (a partition
+	// failed: its reduce failed whole), its failed keys apart.
+	FailedKeys int     `json:"failed_keys,omitempty"`
+	Rate       float64 `json:"rate"`        // elements ended (done or failed) a second: recent, or over the whole batch once it ended
+	ETA        float64 `json:"eta_seconds"` // 0 when unknown or done
+	Worker     string  `json:"worker,omitempty"`
 	// Waiting says why a running batch does not advance, as its manager
 	// sees it (no live worker serves its function), or why its record could
 	// not be read.
@@ -378,7 +383,7 @@ func rank(b bool) int {
 // one whose holder has published nothing yet, or died before it did, is
 // listed from the queue's list of durable batches (Batch.Counts "none
 // published"); a durable pipeline's claim is a row of it (Call.Pipeline,
-// no Call.Stage). It first records the batches of managers that stopped
+// no Call.Stage), whose Func names its stages' functions. It first records the batches of managers that stopped
 // publishing as "manager lost": a read model that notices a lost manager
 // says so.
 func (i *Inspector) Batches(ctx context.Context, queue string) ([]Batch, error) {
@@ -403,7 +408,7 @@ func (i *Inspector) batches(ctx context.Context, queue string, ws []Worker) ([]B
 		}
 		out = append(out, Batch{Queue: queue, Manager: b.Manager, ID: b.ID, Func: p.Func,
 			Priority: cmp.Or(p.Priority, keys.DefaultPriority), Total: p.Total, Done: succeeded(p.Done, p.Failed), Failed: p.Failed,
-			Rate: p.Rate, ETA: p.ETA.Seconds(), Worker: p.Worker, Waiting: p.Waiting, Outcome: "running",
+			FailedKeys: p.FailedKeys, Rate: p.Rate, ETA: p.ETA.Seconds(), Worker: p.Worker, Waiting: p.Waiting, Outcome: "running",
 			Started: p.Started, Durable: p.Durable, Call: p.Call, Backups: p.Backups})
 	}
 	// A durable batch is listed from its claim on (the queue's list of
@@ -428,6 +433,9 @@ func (i *Inspector) batches(ctx context.Context, queue string, ws []Worker) ([]B
 		return nil, err
 	}
 	out = slices.DeleteFunc(out, func(b Batch) bool { return ended[b.ID] })
+	if err := i.ownFuncs(ctx, queue, out); err != nil {
+		return nil, err
+	}
 	slices.SortFunc(out, func(a, b Batch) int { return strings.Compare(a.ID, b.ID) })
 	if len(out) > 0 && ws == nil {
 		if ws, err = i.Workers(ctx, queue, time.Now()); err != nil {
@@ -584,7 +592,7 @@ func (i *Inspector) History(ctx context.Context, queue string, n int) ([]Batch, 
 	for j, r := range recs {
 		out[j] = Batch{Queue: queue, Manager: r.Manager, ID: r.ID, Func: r.Func,
 			Priority: cmp.Or(r.Priority, keys.DefaultPriority), Total: r.Total, Done: succeeded(r.Done, r.Failed), Failed: r.Failed,
-			Worker: r.Worker, Outcome: r.Outcome, FailedBy: r.FailedBy, Reason: r.Reason,
+			FailedKeys: r.FailedKeys, Worker: r.Worker, Outcome: r.Outcome, FailedBy: r.FailedBy, Reason: r.Reason,
 			Started: time.UnixMilli(r.Started), Ended: time.UnixMilli(r.Ended), Call: r.Call, Backups: r.Backups}
 		if r.Started == 0 {
 			out[j].Started = time.Time{}

@@ -44,10 +44,13 @@ type Metrics struct {
 	Durable        map[string]int `json:"durable"`
 	// Backlog is every element of the running batches without a result:
 	// waiting in Redis, running, or still in a manager's window, by their
-	// managers' last published progress.
+	// managers' last published progress (a pipeline's reduce stage counts
+	// its partitions, inspect.Stage.Unit).
 	Backlog int64 `json:"backlog_elements"`
 	// Ended counts the batches that ended, by outcome, and FailedElements
-	// their failed elements, by kind, since the queue's keys were made.
+	// their failed elements, by kind, since the queue's keys were made:
+	// a pipeline's keys that failed after a by-key step's fold among them
+	// (a reduce stage's FailedKeys, as its record's FailedBy counts them).
 	Ended          map[string]int64 `json:"ended"`
 	FailedElements map[string]int64 `json:"failed_elements"`
 	// Backups counts the backup tasks of ended batches (manager.Backups):
@@ -249,7 +252,7 @@ var (
 	descDurable         = queueDesc("redmap_queue_durable_batches", "Durable batches by state.", "state")
 	descBacklog         = queueDesc("redmap_queue_backlog_elements", "Elements of the running batches without a result: waiting, running, or in a manager's window.")
 	descEnded           = queueDesc("redmap_batches_ended_total", "Batches ended, by outcome, as the queue's history recorded them.", "outcome")
-	descFailed          = queueDesc("redmap_elements_failed_total", "Failed elements of ended batches, by kind.", "kind")
+	descFailed          = queueDesc("redmap_elements_failed_total", "Failed elements of ended batches, by kind; with a pipeline's keys that failed after a by-key step's fold.", "kind")
 	descBackups         = queueDesc("redmap_backup_tasks_total", "Backup tasks of ended batches (copies of tasks held far longer than their batch's typical task), by outcome: started, won (the copy's result came first), wasted.", "outcome")
 	descLimitRate       = queueDesc("redmap_limit_rate_per_second", "A limited function's rate in force, elements a second (0: none).", "func")
 	descLimitConc       = queueDesc("redmap_limit_concurrency", "A limited function's concurrency cap in force (0: none).", "func")

@@ -56,6 +56,11 @@ type Stage struct {
 	// counted nowhere else.
 	Batches int `json:"batches"`
 	Reruns  int `json:"reruns,omitempty"`
+	// Unit is what Total, Done, Failed and Running count: "elements" (a
+	// map stage's: the pipeline's elements that reached it) or
+	// "partitions" (a reduce stage's: one a reduce task, a failed one
+	// being one whose reduce failed whole).
+	Unit string `json:"unit"`
 	// Total, Done and Failed add up its batches' elements; Running are
 	// those of its running batches without an outcome yet. An orphaned
 	// batch's are as its manager last published them.
@@ -63,6 +68,10 @@ type Stage struct {
 	Done    int `json:"done"`
 	Failed  int `json:"failed"`
 	Running int `json:"running"`
+	// FailedKeys are, in a reduce stage, the keys that failed in the
+	// steps after its fold: counted apart, not in Failed, as a partition
+	// whose keys failed in part is done.
+	FailedKeys int `json:"failed_keys,omitempty"`
 	// Rate is elements ended a second: its running batches' recent rates
 	// added up, or once none runs, over the time from its first batch's
 	// start to its last one's end.
@@ -162,7 +171,7 @@ func pipelineOf(queue, name string, bs []Batch, ended []wire.StageCounts, counte
 	stageOf := func(name, fn string) *Stage {
 		s := stages[name]
 		if s == nil {
-			s = &Stage{Stage: name, Func: fn}
+			s = &Stage{Stage: name, Func: fn, Unit: unitOf(name)}
 			stages[name] = s
 		}
 		return s
@@ -184,7 +193,7 @@ func pipelineOf(queue, name string, bs []Batch, ended []wire.StageCounts, counte
 	for _, c := range ended {
 		s := stageOf(c.Stage, c.Func)
 		s.Batches, s.Reruns = c.Batches, c.Reruns
-		s.Total, s.Done, s.Failed = c.Total, succeeded(c.Done, c.Failed), c.Failed
+		s.Total, s.Done, s.Failed, s.FailedKeys = c.Total, succeeded(c.Done, c.Failed), c.Failed, c.FailedKeys
 		if c.Started > 0 {
 			early(&s.Started, time.UnixMilli(c.Started))
 		}
@@ -216,6 +225,7 @@ func pipelineOf(queue, name string, bs []Batch, ended []wire.StageCounts, counte
 			s.Total += b.Total
 			s.Done += b.Done
 			s.Failed += b.Failed
+			s.FailedKeys += b.FailedKeys
 		}
 		if !listed {
 			endedAt(s, b.Outcome, b.Ended)
@@ -285,4 +295,63 @@ func compareStages(a, b string) int {
 	an, as := first(a)
 	bn, bs := first(b)
 	return cmp.Or(cmp.Compare(an, bn), cmp.Compare(as, bs), strings.Compare(a, b))
+}
+
+// unitOf is what the counts of stage (codec.CallInfo's Stage) count: a
+// reduce side's batches run a task a partition, a map side's the
+// pipeline's elements.
+func unitOf(stage string) string {
+	if strings.HasSuffix(stage, " reduce") {
+		return "partitions"
+	}
+	return "elements"
+}
+
+// ownFuncs sets Func of each durable pipeline's own row among bs (its
+// claim: Call.Pipeline, no Call.Stage), which runs no function itself, to
+// what runs of it, as redmap batches shows its stages: the functions of
+// its stages' batches among bs, in the order of its steps; if none is
+// listed (between two phases, say), those of its stages that ended
+// (keys.Stages). A round trip if any pipeline has none listed.
+func (i *Inspector) ownFuncs(ctx context.Context, queue string, bs []Batch) error {
+	funcs := make(map[string][]Stage) // pipeline -> its stages listed
+	var own []int
+	for j, b := range bs {
+		switch {
+		case b.Call.Pipeline == "":
+		case b.Call.Stage == "":
+			own = append(own, j)
+		case b.Func != "":
+			funcs[b.Call.Pipeline] = append(funcs[b.Call.Pipeline], Stage{Stage: b.Call.Stage, Func: b.Func})
+		}
+	}
+	var unlisted []string
+	for _, j := range own {
+		if p := bs[j].Call.Pipeline; len(funcs[p]) == 0 && !slices.Contains(unlisted, p) {
+			unlisted = append(unlisted, p)
+		}
+	}
+	if len(unlisted) > 0 {
+		got, err := i.admin.Stages(ctx, &broker.StagesParams{Queue: queue, Pipelines: unlisted})
+		if err != nil {
+			return err
+		}
+		for _, p := range unlisted {
+			for _, c := range got[p] {
+				funcs[p] = append(funcs[p], Stage{Stage: c.Stage, Func: c.Func})
+			}
+		}
+	}
+	for _, j := range own {
+		ss := funcs[bs[j].Call.Pipeline]
+		slices.SortFunc(ss, func(a, b Stage) int { return compareStages(a.Stage, b.Stage) })
+		var names []string
+		for _, s := range ss {
+			if s.Func != "" && !slices.Contains(names, s.Func) {
+				names = append(names, s.Func)
+			}
+		}
+		bs[j].Func = cmp.Or(bs[j].Func, strings.Join(names, ","))
+	}
+	return nil
 }

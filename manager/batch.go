@@ -618,8 +618,8 @@ func (b *Batch[Out]) record() wire.BatchRecord {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	r := p.Record(b.id, b.env.mid)
-	r.Outcome, r.Ended = outcomeOf(b.state.err, b.outs.failed()), time.Now().UnixMilli()
-	if b.outs.failed() > 0 {
+	r.Outcome, r.Ended = outcomeOf(b.state.err, b.outs.failures()), time.Now().UnixMilli()
+	if b.outs.failures() > 0 {
 		r.FailedBy = make(map[string]int)
 		for _, e := range b.outs.errs {
 			r.FailedBy[causeOf(e.Err)]++
@@ -631,10 +631,14 @@ func (b *Batch[Out]) record() wire.BatchRecord {
 	if b.state.err != nil {
 		r.Reason = b.state.err.Error()
 	}
-	if r.Outcome == wire.OutcomeFailed && b.state.err == nil && r.FailedBy[wire.OutcomeCancelled] == r.Failed {
+	if r.Outcome == wire.OutcomeFailed && b.state.err == nil && len(b.outs.errs) > 0 && r.FailedBy[wire.OutcomeCancelled] == b.outs.failures() {
 		// An operator's cancel of a durable batch no call held: every
 		// element failed with ErrCancelled when the next call took it over.
-		r.Outcome, r.Reason = wire.OutcomeCancelled, b.outs.errs[0].Err.Error()
+		r.Outcome = wire.OutcomeCancelled
+		for _, e := range b.outs.errs {
+			r.Reason = e.Err.Error() // each says it was cancelled
+			break
+		}
 	}
 	return r
 }
@@ -648,10 +652,10 @@ func (b *Batch[Out]) failedElements() wire.FailedElements {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	var out wire.FailedElements
-	if b.outs.failed() == 0 {
+	if b.outs.failures() == 0 {
 		return out
 	}
-	es := make([]*redmap.TaskError, 0, b.outs.failed())
+	es := make([]*redmap.TaskError, 0, b.outs.failures())
 	for _, e := range b.outs.errs {
 		if k := causeOf(e.Err); k != wire.OutcomeCancelled && k != wire.OutcomeClosed {
 			es = append(es, e)

@@ -5,6 +5,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -12,6 +13,7 @@ import (
 	"github.com/redmap/redmap"
 	"github.com/redmap/redmap/inspect"
 	"github.com/redmap/redmap/internal/harness"
+	"github.com/redmap/redmap/internal/keys"
 	"github.com/redmap/redmap/internal/redistest"
 	"github.com/redmap/redmap/manager"
 )
@@ -104,4 +106,57 @@ func TestCLICancelOfOrphanRecordsWhatRan(t *testing.T) {
 		t.Fatalf("the call that takes the cancelled batch over: %v; want its %d elements failed with ErrCancelled", err, n)
 	}
 	recorded("after the takeover")
+}
+
+// An operator cancels a durable batch whose manager process was SIGKILLed
+// and whose claim has lapsed (none holds it: the cancel takes it off the
+// queue's list of durable batches): it is listed after the cancel all the
+// same, by redmap batches -all and in the history, cancelled, with the
+// elements its workers ran done, of its published total.
+func TestCLICancelOfLapsedOrphanListed(t *testing.T) {
+	b := setup(t)
+	const n = 20_000
+	w, dir, in := killedHolder(t, b, "lapsed", 2, n)
+	ctx := testCtx(t)
+	for _, k := range b.Keys(t, "*:{"+keys.Glob(b.Queue)+"*}:m:*:claim") {
+		if err := b.Client.PExpire(ctx, k, time.Millisecond).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	redistest.Eventually(t, "the killed holder's claim lapsed", func() bool {
+		return len(b.Keys(t, "*:{"+keys.Glob(b.Queue)+"*}:m:*:claim")) == 0
+	})
+	if err := w.Stop(t); err != nil {
+		t.Fatalf("the worker exited with %v", err)
+	}
+	out := redmapCLI(t, b, "cancel", b.Queue, "lapsed")
+	t.Logf("redmap cancel: %s", out)
+	ran := runsIn(t, dir)
+	h, _, err := in.History(ctx, b.Queue, 0)
+	if err != nil || len(h) != 1 || h[0].Durable != "" && h[0].Durable != "lapsed" || h[0].Outcome != "cancelled" ||
+		h[0].Done != ran || h[0].Total != n || h[0].Func == "" {
+		t.Fatalf("the history after the cancel: %+v, %v; want the batch cancelled, its %d elements run done, of %d", h, err, ran, n)
+	}
+	listed := redmapCLI(t, b, "batches", "-all", "-queue", b.Queue)
+	t.Logf("redmap batches -all:\n%s", listed)
+	var row []string
+	for _, l := range strings.Split(listed, "\n") {
+		if f := strings.Fields(l); len(f) > 6 && f[1] == h[0].ID {
+			row = f
+		}
+	}
+	// QUEUE BATCH FUNC CALL OUTCOME DONE FAILED TOTAL ...
+	if len(row) < 8 || row[4] != "cancelled" || row[5] != strconv.Itoa(ran) || row[7] != strconv.Itoa(n) {
+		t.Fatalf("redmap batches -all lists the cancelled batch as %q; want it cancelled, %d done of %d", row, ran, n)
+	}
+}
+
+// runsIn returns how many runs a worker process counted in dir/runs.
+func runsIn(t *testing.T, dir string) int {
+	t.Helper()
+	data, err := os.ReadFile(filepath.Join(dir, "runs"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return len(strings.Fields(string(data))) / 2
 }

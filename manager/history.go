@@ -59,7 +59,10 @@ type historyParams struct {
 	// failures holds what failed on the manager's side: written with the
 	// records, so that redmap failures counts it by the time Map returns.
 	failures *failure.Log
-	log      *slog.Logger
+	// stages is told of each record written of a pipeline's batch, so
+	// that the recoverer can put back its stage counts if Redis loses them.
+	stages *stageBook
+	log    *slog.Logger
 	// budget bounds one write and its retries: a batch's readers wait for
 	// it, so a Redis that is away delays their return by this at most.
 	budget time.Duration
@@ -182,6 +185,13 @@ func (h *history) write(batch []pendingRecord) {
 	}
 	if err == nil {
 		h.writeFailed(ctx, batch)
+		if h.stages != nil {
+			written := make([]wire.BatchRecord, len(batch))
+			for i, p := range batch {
+				written[i] = p.rec // those written before (only) too: their records are in
+			}
+			h.stages.add(written)
+		}
 	}
 	if err != nil {
 		h.unsaid.giveBack(ended)

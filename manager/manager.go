@@ -226,7 +226,7 @@ func assemble(r seams, opts Options, mid string, o *owned) *Manager {
 	ended := &unsaid{ended: &m.stats.ended}
 	lanes := &endedLanes{}
 	m.history = newHistory(historyParams{mid: mid, store: r.queue, limit: opts.History, age: opts.HistoryAge,
-		budget: min(opts.RedisTimeout, historyBudget), unsaid: ended, failures: &m.failures, log: m.log})
+		budget: min(opts.RedisTimeout, historyBudget), unsaid: ended, failures: &m.failures, stages: m.pipes.stages, log: m.log})
 	withdrawals := &withdrawal{mid: mid, pending: m.pending, router: m.router, log: m.log}
 	m.env = batchEnv{mid: mid, tracer: m.tracer, log: m.log, ended: &m.stats.ended, unsaid: ended, lanes: lanes, costs: m.costs, batches: m.batches,
 		history: m.history, tasks: withdrawals, durable: o != nil,
@@ -254,7 +254,7 @@ func assemble(r seams, opts Options, mid string, o *owned) *Manager {
 		newReaper(reaperParams{queue: opts.Queue, noWorkerTimeout: opts.NoWorkerTimeout, router: m.router,
 			batches: m.batches, faults: m.faults, log: m.log}, opts.Poll),
 		newRecoverer(recovererParams{mid: mid, ttl: opts.KeyTTL, router: m.router, pending: m.pending,
-			holds: m.holds, faults: m.faults, log: m.log}, opts.Poll),
+			holds: m.holds, stages: m.pipes.stages, faults: m.faults, log: m.log}, opts.Poll),
 		newStragglers(stragglersParams{mid: mid, router: m.router, batches: m.batches, counts: &m.backups,
 			faults: m.faults, log: m.log}, opts.Poll),
 	}

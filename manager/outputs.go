@@ -31,10 +31,13 @@ type outputs[Out any] struct {
 	order  []int // indexes of the chunks over, in completion order (a slice's)
 	// names says Out names elements that failed in it (stepFailer): a
 	// pipeline task's output. Those are stepErrs, which count among the
-	// batch's failed elements as errs do; the pipeline, not batchError,
-	// returns them to its caller.
+	// batch's failed elements as errs do, but for keys (keyFails of
+	// them): a reduce stage's batch counts its partitions, and the keys
+	// that failed after its fold apart (wire.BatchRecord.FailedKeys). The
+	// pipeline, not batchError, returns them to its caller.
 	names    bool
 	stepErrs []*redmap.TaskError
+	keyFails int
 }
 
 // stepFailer is an output that names elements of a pipeline that failed
@@ -50,8 +53,13 @@ func namesFailures[Out any]() bool {
 	return ok
 }
 
-// failed is how many of the batch's elements failed.
-func (o *outputs[Out]) failed() int { return len(o.errs) + len(o.stepErrs) }
+// failed is how many of the batch's elements failed (a reduce stage's:
+// partitions whose reduce failed), its failed keys left out.
+func (o *outputs[Out]) failed() int { return len(o.errs) + len(o.stepErrs) - o.keyFails }
+
+// failures is how many failures the batch has: failed elements, and a
+// reduce stage's failed keys.
+func (o *outputs[Out]) failures() int { return len(o.errs) + len(o.stepErrs) }
 
 // failSteps records the elements that v, an output or partial of a result
 // r, names failed (see stepFailer).
@@ -67,6 +75,9 @@ func (o *outputs[Out]) failSteps(v Out, r *codec.Result) {
 		}
 		for i := f.Index; i <= last; i++ {
 			o.stepErrs = append(o.stepErrs, &redmap.TaskError{Index: i, Key: f.Key, Stage: f.Stage, Attempt: r.Attempt, Err: cause, Stack: f.Stack, Worker: r.Worker})
+			if i < 0 {
+				o.keyFails++ // a key, past a by-key step: no element of the batch
+			}
 		}
 	}
 }

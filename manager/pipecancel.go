@@ -37,9 +37,13 @@ func newPipeRun(stop context.CancelCauseFunc) *pipeRun {
 type pipes struct {
 	mu      sync.Mutex
 	running map[string]*pipeRun
+	// stages are the stage counts of the pipelines running, as their
+	// batches' records were written: what the recoverer puts back when
+	// Redis lost them.
+	stages *stageBook
 }
 
-func newPipes() *pipes { return &pipes{running: make(map[string]*pipeRun)} }
+func newPipes() *pipes { return &pipes{running: make(map[string]*pipeRun), stages: newStageBook()} }
 
 // list records run under its name.
 func (p *pipes) list(run *pipeRun) {
@@ -48,11 +52,13 @@ func (p *pipes) list(run *pipeRun) {
 	p.mu.Unlock()
 }
 
-// unlist forgets run, once it returned (if it was listed).
+// unlist forgets run, once it returned (if it was listed), and its stage
+// counts: its records are written.
 func (p *pipes) unlist(run *pipeRun) {
 	p.mu.Lock()
 	if p.running[run.name] == run {
 		delete(p.running, run.name)
+		p.stages.forget(run.name)
 	}
 	p.mu.Unlock()
 }

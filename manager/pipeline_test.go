@@ -356,28 +356,35 @@ func TestPipelineFlushAll(t *testing.T) {
 	noPartitionsLeft(t, b)
 	// The batches that ran the head's elements again say so, and the
 	// pipeline's head stage counts them among its reruns, not in its
-	// total: its first batch's record went with the FLUSHALL.
+	// total. Its first batch's record went with the FLUSHALL, and its
+	// stage counts with it: the manager, which held the pipeline, put
+	// them back once it found the loss, so its stages are whole: the
+	// head's first batch, of every document, and the first by-key step's
+	// reduce, which ended before the FLUSHALL too.
 	hist, _, err := in.History(context.Background(), b.Queue, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
-	reruns, total := 0, 0
+	reruns, firsts := 0, 0
 	for _, h := range hist {
 		if h.Call.Label == "flushed" && h.Call.Stage == "1-3 map" {
 			if h.Call.Rerun {
 				reruns++
 			} else {
-				total += h.Total
+				firsts++
 			}
 		}
 	}
 	ps, _, err := in.Pipelines(context.Background(), hist)
-	if err != nil || len(ps) != 1 || len(ps[0].Stages) == 0 {
-		t.Fatalf("the pipelines of the history: %+v, %v; want the flushed one", ps, err)
+	if err != nil || len(ps) != 1 || len(ps[0].Stages) != 3 {
+		t.Fatalf("the pipelines of the history: %+v, %v; want the flushed one, of 3 stages", ps, err)
 	}
 	head := ps[0].Stages[0]
-	if reruns == 0 || head.Stage != "1-3 map" || head.Reruns != reruns || head.Total != total {
-		t.Fatalf("the head stage %+v; want its %d reruns apart, its total %d", head, reruns, total)
+	if reruns == 0 || firsts != 0 || head.Stage != "1-3 map" || head.Reruns != reruns || head.Batches != 1 || head.Total != len(docs) || head.Done != len(docs) {
+		t.Fatalf("the head stage %+v; want its %d reruns apart, its first batch (whose record the FLUSHALL took: %d in the history) of %d documents put back", head, reruns, firsts, len(docs))
 	}
-	t.Logf("the head stage after the FLUSHALL: %+v", head)
+	if red := ps[0].Stages[1]; red.Unit != "partitions" || red.Batches < 1 || red.Total < 8 {
+		t.Fatalf("the first by-key step's reduce stage %+v; want its batch of 8 partitions put back", red)
+	}
+	t.Logf("the stages after the FLUSHALL: %+v", ps[0].Stages)
 }

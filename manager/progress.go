@@ -8,17 +8,20 @@ import (
 
 // Progress is how far a batch has got.
 type Progress struct {
-	Func     string        `json:"func"`               // the function's registered name
-	Total    int           `json:"total"`              // elements
-	Done     int           `json:"done"`               // elements with a result, failed ones included
-	Failed   int           `json:"failed"`             // elements that failed
-	Rate     float64       `json:"rate"`               // elements per second over about the last rateWindow (since the start, if younger)
-	ETA      time.Duration `json:"eta"`                // at that rate; 0 when done or unknown
-	Started  time.Time     `json:"started"`            // when Submit was called (a durable batch taken over: the call that first submitted it)
-	Worker   string        `json:"worker,omitempty"`   // the private queue's worker, or "" for the public queue
-	Waiting  string        `json:"waiting,omitempty"`  // why the batch is not advancing, if the manager knows: no live worker serves its function
-	Priority int           `json:"priority,omitempty"` // its tasks' priority (Priority), 1 to 5
-	Backups  wire.Backups  `json:"backups,omitzero"`   // its backup tasks: started, won, wasted (Backups)
+	Func   string `json:"func"`   // the function's registered name
+	Total  int    `json:"total"`  // elements
+	Done   int    `json:"done"`   // elements with a result, failed ones included
+	Failed int    `json:"failed"` // elements that failed
+	// FailedKeys are, in a pipeline's reduce stage (whose elements are its
+	// partitions), the keys that failed in the steps after the fold.
+	FailedKeys int           `json:"failed_keys,omitempty"`
+	Rate       float64       `json:"rate"`               // elements per second over about the last rateWindow (since the start, if younger)
+	ETA        time.Duration `json:"eta"`                // at that rate; 0 when done or unknown
+	Started    time.Time     `json:"started"`            // when Submit was called (a durable batch taken over: the call that first submitted it)
+	Worker     string        `json:"worker,omitempty"`   // the private queue's worker, or "" for the public queue
+	Waiting    string        `json:"waiting,omitempty"`  // why the batch is not advancing, if the manager knows: no live worker serves its function
+	Priority   int           `json:"priority,omitempty"` // its tasks' priority (Priority), 1 to 5
+	Backups    wire.Backups  `json:"backups,omitzero"`   // its backup tasks: started, won, wasted (Backups)
 }
 
 // rateWindow is about how far back Progress's rate looks: recent enough
@@ -59,7 +62,7 @@ func (b *Batch[Out]) recentRate(now time.Time, done int) float64 {
 func (b *Batch[Out]) Progress() Progress {
 	now := time.Now()
 	b.mu.Lock()
-	p := Progress{Func: b.fn, Total: b.feed.n, Done: b.feed.n - b.feed.left, Failed: b.outs.failed(), Started: b.firstStarted(), Worker: b.worker, Waiting: b.state.waiting, Priority: b.priority, Backups: b.bk.counts}
+	p := Progress{Func: b.fn, Total: b.feed.n, Done: b.feed.n - b.feed.left, Failed: b.outs.failed(), FailedKeys: b.outs.keyFails, Started: b.firstStarted(), Worker: b.worker, Waiting: b.state.waiting, Priority: b.priority, Backups: b.bk.counts}
 	p.Rate = b.recentRate(now, p.Done)
 	b.mu.Unlock()
 	if p.Rate > 0 && p.Done < p.Total {
@@ -73,7 +76,7 @@ func (b *Batch[Out]) Progress() Progress {
 // (wire.BatchProgress.Record).
 func (b *Batch[Out]) published() wire.BatchProgress {
 	p := b.Progress()
-	return wire.BatchProgress{Func: p.Func, Total: p.Total, Done: p.Done, Failed: p.Failed, Rate: p.Rate, ETA: p.ETA,
+	return wire.BatchProgress{Func: p.Func, Total: p.Total, Done: p.Done, Failed: p.Failed, FailedKeys: p.FailedKeys, Rate: p.Rate, ETA: p.ETA,
 		Started: p.Started, Worker: p.Worker, Waiting: p.Waiting, Priority: p.Priority, StartedMs: p.Started.UnixMilli(),
 		Call: b.call, Backups: p.Backups}
 }

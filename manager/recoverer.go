@@ -29,6 +29,7 @@ type recovererParams struct {
 	router  *router
 	pending *pendingTasks
 	holds   *holds
+	stages  *stageBook // the stage counts of its pipelines, to put back
 	faults  *faults
 	log     *slog.Logger
 }
@@ -48,6 +49,23 @@ func (r *recoverer) tick(ctx context.Context) {
 			r.audit(ctx, s)
 		}
 		return nil
+	})
+	if auditing {
+		r.restoreStages(ctx)
+	}
+}
+
+// restoreStages puts back what Redis lost of the stage counts of the
+// pipelines the manager runs (stageBook.restore: nothing written if it
+// lost nothing): a loss with no task outstanding, between two phases, or
+// of that key alone, is found too. A script call a pipeline running.
+func (r *recoverer) restoreStages(ctx context.Context) {
+	if r.stages == nil {
+		return
+	}
+	s := r.router.first()
+	r.faults.keep(ctx, s, "putting back pipelines' stage counts", quietOutage, func() error {
+		return r.stages.restore(ctx, r.router.queue()) // the history's, shard 0's
 	})
 }
 
@@ -120,6 +138,9 @@ func (r *recoverer) recover(ctx context.Context, s *shard) {
 	}
 	r.log.Warn("Redis lost writes of this manager; outstanding tasks it no longer held were submitted again",
 		"resubmitted", len(missing), "outstanding", len(tids), "count_in_redis", have, "shard", s.i)
+	if s == r.router.first() {
+		r.restoreStages(ctx) // the history's shard: its pipelines' stage counts went too
+	}
 }
 
 // list is where a submit goes: a worker's private list, or a batch's lane

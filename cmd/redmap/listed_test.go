@@ -175,6 +175,20 @@ func TestKilledPipelineListedOrphaned(t *testing.T) {
 	if bs := batchesOf(t, e, name); slices.ContainsFunc(bs, func(b inspect.Batch) bool { return b.Outcome == "orphaned" || b.Outcome == "running" }) {
 		t.Fatalf("the pipeline after its cancel: %+v; want none of it running or orphaned", bs)
 	}
+	// It is listed with the history, cancelled, with what ran: its head
+	// stage's 200 elements done, its reduce stage's 2 partitions
+	// cancelled.
+	out, _, _ := runCLI(t, e.Srv, "batches", "-all", "-queue", e.Queue)
+	t.Logf("redmap batches -all after the cancel:\n%s", out)
+	if job := pipelineLine(out, name); len(job) < 3 || job[2] != "cancelled" {
+		t.Fatalf("the cancelled pipeline's line %q; want it listed, cancelled", job)
+	}
+	if head := stageLine(out, "1 map"); len(head) < 7 || !slices.Equal(head[:7], []string{"done", "pkey", "1", "200", "0", "0", "200"}) {
+		t.Fatalf("the head stage's line %q after the cancel; want it done, its 200 elements", head)
+	}
+	if red := stageLine(out, "1-2 reduce"); len(red) < 7 || red[0] != "cancelled" || red[6] != "2" {
+		t.Fatalf("the reduce stage's line %q after the cancel; want it cancelled, of its 2 partitions", red)
+	}
 }
 
 // A durable pipeline whose manager process is SIGKILLed before its first

@@ -349,8 +349,11 @@ const (
 )
 
 // pipelineHeader heads the pipelines: a line for each, then one for each
-// of its stages, in the order of its steps.
-const pipelineHeader = "PIPELINE\tQUEUE\tSTATE\tFUNC\tBATCHES\tDONE\tFAILED\tRUNNING\tTOTAL\tRATE/S\tAGE\tCALL\tWAITING"
+// of its stages, in the order of its steps. A stage's DONE, FAILED,
+// RUNNING and TOTAL are in its UNIT (inspect.Stage.Unit): a map stage's
+// elements, a reduce stage's partitions; KEYS FAILED are a reduce stage's
+// keys that failed after its fold, apart ("-" for a map stage).
+const pipelineHeader = "PIPELINE\tQUEUE\tSTATE\tFUNC\tBATCHES\tDONE\tFAILED\tRUNNING\tTOTAL\tUNIT\tKEYS FAILED\tRATE/S\tAGE\tCALL\tWAITING"
 
 func pipelineRows(ps []inspect.Pipeline, now time.Time) [][]string {
 	var rows [][]string
@@ -367,14 +370,18 @@ func pipelineRows(ps []inspect.Pipeline, now time.Time) [][]string {
 		if !p.Started.IsZero() {
 			age = dur(cmp.Or(p.Ended, now).Sub(p.Started))
 		}
-		rows = append(rows, []string{p.Name, p.Queue, p.Outcome, fmt.Sprintf("%d stage(s)", len(p.Stages)), strconv.Itoa(n), "", "", "", "", "", age, call, p.Waiting})
+		rows = append(rows, []string{p.Name, p.Queue, p.Outcome, fmt.Sprintf("%d stage(s)", len(p.Stages)), strconv.Itoa(n), "", "", "", "", "", "", "", age, call, p.Waiting})
 		for _, s := range p.Stages {
 			batches := strconv.Itoa(s.Batches)
 			if s.Reruns > 0 {
 				batches += fmt.Sprintf("+%drerun", s.Reruns)
 			}
+			kf := "-"
+			if s.Unit == "partitions" {
+				kf = strconv.Itoa(s.FailedKeys)
+			}
 			rows = append(rows, []string{"  " + s.Stage, "", s.Outcome, cmp.Or(s.Func, "-"), batches, strconv.Itoa(s.Done), strconv.Itoa(s.Failed),
-				strconv.Itoa(s.Running), strconv.Itoa(s.Total), rate(s.Rate), "", "", ""})
+				strconv.Itoa(s.Running), strconv.Itoa(s.Total), s.Unit, kf, rate(s.Rate), "", "", ""})
 		}
 	}
 	return rows

@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	"github.com/redmap/redmap"
+	"github.com/redmap/redmap/dashboard"
 	"github.com/redmap/redmap/inspect"
 	"github.com/redmap/redmap/internal/harness"
 	"github.com/redmap/redmap/internal/redistest"
@@ -40,7 +41,11 @@ var (
 // it, is counted and browsable as a Map's is: in its stage's batch record
 // (redmap batches -all), its failed elements (redmap failures -batch), the
 // failure groups (redmap failures), the worker's FAILED count and its
-// metrics, under the function of the step that failed it.
+// metrics, under the function of the step that failed it. Each stage's row
+// counts in one unit: the map stage its elements, the reduce stage its
+// partitions (its one partition done, none failed whole), with the keys
+// that failed after its fold apart, in the record, redmap batches, -json,
+// the dashboard and the metrics alike: no FAILED above its TOTAL.
 func TestPipelineFailuresCounted(t *testing.T) {
 	e := harness.Setup(t)
 	srv, queue := e.Srv, e.Queue
@@ -65,20 +70,47 @@ func TestPipelineFailuresCounted(t *testing.T) {
 		stages[b.Call.Stage] = b
 	}
 	head, reduce := stages["1-2 map"], stages["2-3 reduce"]
-	if len(bs) != 2 || head.Failed != 10 || head.FailedBy["error"] != 10 || head.Outcome != "failed" ||
-		reduce.Failed != 10 || reduce.FailedBy["error"] != 10 || reduce.Outcome != "failed" {
-		t.Fatalf("history %+v; want the map stage's batch and the reduce stage's, each with 10 elements failed", bs)
+	if len(bs) != 2 || head.Total != 100 || head.Done != 90 || head.Failed != 10 || head.FailedKeys != 0 || head.FailedBy["error"] != 10 || head.Outcome != "failed" ||
+		reduce.Total != 1 || reduce.Done != 1 || reduce.Failed != 0 || reduce.FailedKeys != 10 || reduce.FailedBy["error"] != 10 || reduce.Outcome != "failed" {
+		t.Fatalf("history %+v; want the map stage's batch with 10 of its 100 elements failed, the reduce stage's with its one partition done and 10 keys failed", bs)
 	}
 	out, _, _ := runCLI(t, srv, "batches", "-all", "-queue", queue)
-	for _, stage := range []string{"1-2 map", "2-3 reduce"} {
-		// PIPELINE (the stage) QUEUE STATE FUNC BATCHES DONE FAILED ...;
-		// QUEUE is empty on a stage's row.
-		i := strings.Index(out, "  "+stage+" ")
-		if f := strings.Fields(out[max(i, 0):]); i < 0 || len(f) < 7 || f[6] != "10" {
-			t.Fatalf("redmap batches -all: stage %s does not say 10 failed:\n%s", stage, out)
+	t.Logf("redmap batches -all:\n%s", out)
+	// STATE FUNC BATCHES DONE FAILED RUNNING TOTAL UNIT KEYS-FAILED
+	for stage, want := range map[string][]string{
+		"1-2 map":    {"failed", "pkey", "1", "90", "10", "0", "100", "elements", "-"},
+		"2-3 reduce": {"failed", "pkey", "1", "1", "0", "0", "1", "partitions", "10"},
+	} {
+		if f := stageLine(out, stage); len(f) < len(want) || !slices.Equal(f[:len(want)], want) {
+			t.Fatalf("redmap batches -all: stage %s's line %q, want %q:\n%s", stage, f, want, out)
 		}
 	}
-	t.Logf("redmap batches -all:\n%s", out)
+	// The same rows for the dashboard, and for the metrics the failures
+	// by kind: the 10 elements and the 10 keys.
+	d, err := dashboard.New(e.Client, dashboard.Options{Queue: queue})
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := d.State(context.Background())
+	ps := st.Pipelines
+	if err != nil || len(ps) != 1 || len(ps[0].Stages) != 2 {
+		t.Fatalf("the dashboard's pipelines: %+v, %v; want the one", ps, err)
+	}
+	in, err := inspect.New(e.Client, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range ps[0].Stages {
+		if s.Failed > s.Total || s.Done+s.Failed > s.Total {
+			t.Errorf("stage %+v: more done and failed than its total", s)
+		}
+	}
+	if s := ps[0].Stages[1]; s.Stage != "2-3 reduce" || s.Unit != "partitions" || s.Total != 1 || s.Done != 1 || s.Failed != 0 || s.FailedKeys != 10 {
+		t.Fatalf("the reduce stage %+v; want its one partition done, 10 keys failed", s)
+	}
+	if m, err := in.Metrics(context.Background(), queue); err != nil || m.FailedElements["error"] != 20 {
+		t.Fatalf("the metrics' failed elements %v, %v; want the 10 elements and the 10 keys", m.FailedElements, err)
+	}
 
 	// Its failed elements: by index in the input, or by key, and step.
 	var fe inspect.FailedElements

@@ -140,18 +140,19 @@ document.addEventListener("toggle", (ev) => {
 }, true);
 
 // pipelineCard shows a pipeline (manager.From) as one job: its stages, each
-// with its done, failed and running elements and its throughput. Its
+// with its done, failed and running elements and its throughput; a reduce
+// stage's are its partitions, its keys that failed after the fold apart. Its
 // cancel is its running batch's, which ends the whole pipeline.
 function pipelineCard(s, p) {
   const running = !p.ended;
   const cancel = s.actions && running && p.batch ? `<button class="danger" data-action="cancel" data-queue="${esc(p.queue)}" data-manager="${esc(p.manager)}" data-batch="${esc(p.batch)}">cancel</button>` : "";
   const label = p.label ? ` · label <b>${esc(p.label)}</b>` : "";
   const rows = p.stages.map((g) => `<tr data-stage="${esc(g.stage)}" data-outcome="${esc(g.outcome)}"><td>${esc(g.stage)}</td><td>${esc(g.func)}</td><td><span class="badge ${esc(g.outcome.replace(" ", "-"))}">${esc(g.outcome)}</span></td>
-    <td>${num(g.done)}</td><td>${num(g.failed)}</td><td>${num(g.running)}</td><td>${num(g.total)}</td><td>${rate(g.rate)}/s</td><td>${num(g.batches)}</td></tr>`).join("");
+    <td>${num(g.done)}</td><td>${num(g.failed)}</td><td>${num(g.running)}</td><td>${num(g.total)} <span class="muted">${esc(g.unit)}</span></td><td>${g.unit === "partitions" ? num(g.failed_keys || 0) : "-"}</td><td>${rate(g.rate)}/s</td><td>${num(g.batches)}</td></tr>`).join("");
   return `<div class="batch pipeline ${running ? "" : "finished"}" data-pipeline="${esc(p.name)}" data-outcome="${esc(p.outcome)}">
     <div class="head"><span><b>pipeline ${esc(p.name)}</b> <span class="muted">${esc(p.queue)}${p.durable ? " · durable" : ""}${label} · ${p.stages.length} stage${p.stages.length > 1 ? "s" : ""}${p.waiting ? ` · ${esc(p.waiting)}` : ""}</span></span>
       <span><span class="badge ${esc(p.outcome.replace(" ", "-"))}">${esc(p.outcome)}</span> ${cancel}</span></div>
-    <div class="scroll"><table class="stages"><tr><th>stage</th><th>function</th><th>state</th><th>done</th><th>failed</th><th>running</th><th>of</th><th>rate</th><th>batches</th></tr>${rows}</table></div></div>`;
+    <div class="scroll"><table class="stages"><tr><th>stage</th><th>function</th><th>state</th><th>done</th><th>failed</th><th>running</th><th>of</th><th title="a reduce stage's keys that failed in the steps after its fold: its other counts are of partitions">keys failed</th><th>rate</th><th>batches</th></tr>${rows}</table></div></div>`;
 }
 
 function renderBatches(s) {

@@ -149,6 +149,9 @@ type Queue interface {
 	// RecordFailed their failed elements.
 	RecordBatches(ctx context.Context, p *RecordBatchesParams) error
 	RecordFailed(ctx context.Context, p *RecordFailedParams) error
+	// RestoreStages puts back what Redis lost of a pipeline's stage
+	// counts, from those the manager counted of the batches it recorded.
+	RestoreStages(ctx context.Context, p *RestoreStagesParams) error
 	// Claim takes, renews or releases a durable batch's claim; Sums and
 	// AddSums read and record the sums of its tasks' inputs.
 	Claim(ctx context.Context, p *ClaimParams) (*wire.Claimed, error)
@@ -522,6 +525,13 @@ type RecordFailedParams struct {
 	Failed  []wire.FailedElement
 	Omitted int
 	Age     time.Duration
+}
+
+// RestoreStagesParams are the stage counts of pipeline Pipeline that a
+// manager counted of the batches of it it recorded.
+type RestoreStagesParams struct {
+	Pipeline string
+	Stages   []wire.StageCounts
 }
 
 // ClaimParams are a claim to take, renew or release (wire.Claim).

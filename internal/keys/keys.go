@@ -384,7 +384,7 @@ func Ended(prefix, queue string) string { return Base(prefix, queue) + "ended" }
 
 // Stages holds the counts of pipeline's stages (codec.CallInfo's Pipeline:
 // its durable name, or its job id) over its batches that ended (HASH
-// "<stage>\t<field>" -> value: batches, reruns, total, done, failed,
+// "<stage>\t<field>" -> value: batches, reruns, total, done, failed, failed_keys,
 // started, ended (Unix ms), outcome, func), counted as the history is
 // written, so that they outlive its trims; it lives a week past the last
 // batch of the pipeline that ended.

@@ -597,6 +597,12 @@ func (s *Shard) RecordFailed(context.Context, *broker.RecordFailedParams) error 
 	return s.rec.Call("recordfailed")
 }
 
+// RestoreStages keeps no stage counts, as RecordBatches. It records the
+// call.
+func (s *Shard) RestoreStages(context.Context, *broker.RestoreStagesParams) error {
+	return s.rec.Call("restorestages")
+}
+
 // Claim is a durable batch's: not kept in memory.
 func (s *Shard) Claim(context.Context, *broker.ClaimParams) (*wire.Claimed, error) {
 	return nil, ErrDurable

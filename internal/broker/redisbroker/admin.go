@@ -886,6 +886,8 @@ func (a *Admin) Stages(ctx context.Context, p *broker.StagesParams) (map[string]
 				s.Done = int(n)
 			case "failed":
 				s.Failed = int(n)
+			case "failed_keys":
+				s.FailedKeys = int(n)
 			case "started":
 				s.Started = n
 			case "ended":

@@ -439,7 +439,8 @@ local function write_histories(base, hist, index, ids, recs, decs, t)
     end
   end
   -- stage counts record r (decoded) of a pipeline's batch in its
-  -- pipeline's stage counts ("<stage>\t<field>"), with sign as count does;
+  -- pipeline's stage counts ("<stage>\t<field>"), with sign as count does
+  -- (wire.StageCounts.Add counts alike, in a manager);
   -- a batch that runs a stage's elements again (call.rerun) among its
   -- reruns only. A record counted (sign 1) also sets its stage's func, its
   -- first start, its last end and that end's outcome.
@@ -467,6 +468,7 @@ local function write_histories(base, hist, index, ids, recs, decs, t)
       inc('total', sign * num(r.total))
       inc('done', sign * num(r.done))
       inc('failed', sign * num(r.failed))
+      inc('failed_keys', sign * num(r.failed_keys))
     end
     if sign > 0 then
       stage_set[k][#stage_set[k] + 1] = r

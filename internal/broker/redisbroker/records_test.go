@@ -608,3 +608,71 @@ func TestStageCounts(t *testing.T) {
 		t.Fatalf("history hash has %d records; want 1, trimmed", n)
 	}
 }
+
+// A pipeline's stage counts lost (a FLUSHALL) are put back from what its
+// manager counted of the records it wrote (wire.StageCounts.Add, as the
+// history counts them); a count Redis holds above the manager's (a record
+// of another manager's, or one written since) stays, and a record written
+// after the restore adds to it; failed keys are counted apart.
+func TestRestoreStages(t *testing.T) {
+	f := setup(t)
+	ctx := context.Background()
+	a := NewAdmin(f.c, "rm")
+	red := codec.CallInfo{Pipeline: "job2", Stage: "1-2 reduce"}
+	recs := []wire.BatchRecord{
+		{ID: "h1", Manager: f.mid, Func: "emit", Total: 100, Done: 100, Failed: 7, Outcome: wire.OutcomeFailed, Started: 1000, Ended: 2000, Call: codec.CallInfo{Pipeline: "job2", Stage: "1-2 map"}},
+		{ID: "r1", Manager: f.mid, Func: "emit", Total: 4, Done: 4, FailedKeys: 9, Outcome: wire.OutcomeFailed, Started: 2000, Ended: 3000, Call: red},
+	}
+	if err := f.r.RecordBatches(ctx, &broker.RecordBatchesParams{Manager: f.mid, Records: recs, Limit: 10, Age: time.Hour}); err != nil {
+		t.Fatal(err)
+	}
+	read := func() []wire.StageCounts {
+		t.Helper()
+		got, err := a.Stages(ctx, &broker.StagesParams{Queue: f.queue, Pipelines: []string{"job2"}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		slices.SortFunc(got["job2"], func(x, y wire.StageCounts) int { return strings.Compare(x.Stage, y.Stage) })
+		return got["job2"]
+	}
+	before := read()
+	if len(before) != 2 || before[1].FailedKeys != 9 || before[1].Failed != 0 {
+		t.Fatalf("stage counts %+v; want the reduce stage's 9 failed keys apart", before)
+	}
+	var book []wire.StageCounts
+	for i := range recs {
+		var c wire.StageCounts
+		c.Stage = recs[i].Call.Stage
+		c.Add(&recs[i])
+		book = append(book, c)
+	}
+	if !reflect.DeepEqual(book, before) {
+		t.Fatalf("a manager's counts %+v; want the history's %+v", book, before)
+	}
+	// Lost, as a FLUSHALL loses it (the package's tests share a server).
+	if err := f.c.Del(ctx, keys.Stages("rm", f.queue, "job2")).Err(); err != nil {
+		t.Fatal(err)
+	}
+	// A record written after the loss, before the restore: the
+	// manager's counts hold it too.
+	late := wire.BatchRecord{ID: "r2", Manager: f.mid, Func: "emit", Total: 4, Done: 4, Outcome: wire.OutcomeDone, Started: 3500, Ended: 4000, Call: red}
+	if err := f.r.RecordBatches(ctx, &broker.RecordBatchesParams{Manager: f.mid, Records: []wire.BatchRecord{late}, Limit: 10, Age: time.Hour}); err != nil {
+		t.Fatal(err)
+	}
+	book[1].Add(&late)
+	for range 2 { // the second writes nothing
+		if err := f.r.RestoreStages(ctx, &broker.RestoreStagesParams{Pipeline: "job2", Stages: book}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := read(); !reflect.DeepEqual(got, book) {
+		t.Fatalf("stage counts put back %+v; want %+v", got, book)
+	}
+	more := wire.BatchRecord{ID: "r3", Manager: f.mid, Func: "emit", Total: 4, Done: 4, Outcome: wire.OutcomeDone, Started: 4500, Ended: 5000, Call: red}
+	if err := f.r.RecordBatches(ctx, &broker.RecordBatchesParams{Manager: f.mid, Records: []wire.BatchRecord{more}, Limit: 10, Age: time.Hour}); err != nil {
+		t.Fatal(err)
+	}
+	if got := read(); got[1].Batches != 3 || got[1].Total != 12 || got[1].FailedKeys != 9 || got[1].Ended != 5000 {
+		t.Fatalf("stage counts %+v after a record more; want it counted on top of what was put back", got)
+	}
+}

@@ -49,6 +49,7 @@ var (
 	withdrawScript  = load("withdraw.lua")
 	failuresScript  = load("failures.lua")
 	failedScript    = load("failed.lua")
+	stagesScript    = load("stages.lua")
 	claimScript     = load("claim.lua")
 	resumeScript    = load("resume.lua")
 	cancelScript    = load("cancel.lua")

@@ -124,16 +124,47 @@ func (lv *PipeLevel) check() error {
 }
 
 // StageCounts is one stage of a pipeline over its batches that ended, as
-// the history counted them when it wrote their records (keys.Stages).
+// the history counted them when it wrote their records (keys.Stages). Its
+// counts are in its batches' unit: a map stage's are the pipeline's
+// elements, a reduce stage's (codec.CallInfo's Stage "... reduce") its
+// partitions, with the keys that failed after the fold in FailedKeys
+// (BatchRecord.FailedKeys). The JSON form is what a manager hands
+// stages.lua to put back what Redis lost.
 type StageCounts struct {
-	Stage string // codec.CallInfo's Stage
-	Func  string // the function of its last batch that ended
+	Stage string `json:"stage"` // codec.CallInfo's Stage
+	Func  string `json:"func"`  // the function of its last batch that ended
 	// Batches ran its elements; Reruns ran some of them again (a
 	// partition's producers after Redis lost what they stored), and count
 	// nowhere else: Total, Done (elements with an outcome, failed ones
-	// included) and Failed are of Batches.
-	Batches, Reruns     int
-	Total, Done, Failed int
-	Started, Ended      int64  // Unix ms: its first batch's start, its last one's end
-	Outcome             string // its last batch's
+	// included), Failed and FailedKeys are of Batches.
+	Batches    int    `json:"batches"`
+	Reruns     int    `json:"reruns"`
+	Total      int    `json:"total"`
+	Done       int    `json:"done"`
+	Failed     int    `json:"failed"`
+	FailedKeys int    `json:"failed_keys"`
+	Started    int64  `json:"started"` // Unix ms: its first batch's start
+	Ended      int64  `json:"ended"`   // Unix ms: its last one's end
+	Outcome    string `json:"outcome"` // its last batch's
+}
+
+// Add counts r, the record of a batch of the stage, in s as the history
+// does (prelude.lua's write_histories): a rerun among Reruns only; its
+// start, and its end with its outcome and function if it is the last.
+func (s *StageCounts) Add(r *BatchRecord) {
+	if r.Call.Rerun {
+		s.Reruns++
+	} else {
+		s.Batches++
+		s.Total += r.Total
+		s.Done += r.Done
+		s.Failed += r.Failed
+		s.FailedKeys += r.FailedKeys
+	}
+	if r.Started > 0 && (s.Started == 0 || r.Started < s.Started) {
+		s.Started = r.Started
+	}
+	if r.Ended >= s.Ended {
+		s.Ended, s.Outcome, s.Func = r.Ended, r.Outcome, r.Func
+	}
 }

@@ -283,16 +283,20 @@ func FailureCauses() []string {
 // BatchProgress is how far a running batch has got, as its manager publishes
 // it for operators (the hash m:<id>:batches, batch id -> JSON).
 type BatchProgress struct {
-	Func     string        `json:"func"`
-	Total    int           `json:"total"`
-	Done     int           `json:"done"`
-	Failed   int           `json:"failed"`
-	Rate     float64       `json:"rate"` // elements a second
-	ETA      time.Duration `json:"eta"`
-	Started  time.Time     `json:"started"`
-	Worker   string        `json:"worker,omitempty"`   // the private queue's worker
-	Waiting  string        `json:"waiting,omitempty"`  // why it does not advance
-	Priority int           `json:"priority,omitempty"` // 1 to 5
+	Func   string `json:"func"`
+	Total  int    `json:"total"`
+	Done   int    `json:"done"`
+	Failed int    `json:"failed"`
+	// FailedKeys are a pipeline's keys that failed in the steps after a
+	// by-key step's fold, in a reduce stage's batch: apart from Total,
+	// Done and Failed, which count its partitions (see BatchRecord).
+	FailedKeys int           `json:"failed_keys,omitempty"`
+	Rate       float64       `json:"rate"` // elements a second
+	ETA        time.Duration `json:"eta"`
+	Started    time.Time     `json:"started"`
+	Worker     string        `json:"worker,omitempty"`   // the private queue's worker
+	Waiting    string        `json:"waiting,omitempty"`  // why it does not advance
+	Priority   int           `json:"priority,omitempty"` // 1 to 5
 	// StartedMs is Started in Unix ms, which lost.lua copies into the
 	// batch's record when its manager is lost.
 	StartedMs int64 `json:"started_ms,omitempty"`
@@ -320,7 +324,7 @@ type Backups struct {
 // less what only a running batch has). The caller sets how it ended.
 func (p BatchProgress) Record(id, mid string) BatchRecord {
 	return BatchRecord{ID: id, Manager: mid, Func: p.Func, Priority: p.Priority, Worker: p.Worker,
-		Total: p.Total, Done: p.Done, Failed: p.Failed, Started: p.StartedMs, Call: p.Call, Backups: p.Backups}
+		Total: p.Total, Done: p.Done, Failed: p.Failed, FailedKeys: p.FailedKeys, Started: p.StartedMs, Call: p.Call, Backups: p.Backups}
 }
 
 // The outcomes of a batch in the queue's history.
@@ -338,15 +342,24 @@ const (
 // or Close return, or by whoever noticed its manager was lost (lost.lua,
 // which writes the same JSON fields from the last published progress).
 type BatchRecord struct {
-	ID       string         `json:"id"`
-	Manager  string         `json:"manager"`
-	Func     string         `json:"func"`
-	Priority int            `json:"priority,omitempty"`
-	Worker   string         `json:"worker,omitempty"` // the private queue's worker
-	Total    int            `json:"total"`
-	Done     int            `json:"done"` // elements with an outcome, failed ones included
-	Failed   int            `json:"failed"`
-	FailedBy map[string]int `json:"failed_by,omitempty"` // failed elements per cause ("panic", "lost", ...)
+	ID       string `json:"id"`
+	Manager  string `json:"manager"`
+	Func     string `json:"func"`
+	Priority int    `json:"priority,omitempty"`
+	Worker   string `json:"worker,omitempty"` // the private queue's worker
+	Total    int    `json:"total"`
+	Done     int    `json:"done"` // elements with an outcome, failed ones included
+	Failed   int    `json:"failed"`
+	// FailedKeys are, in the batch of a pipeline's reduce stage, the keys
+	// that failed in the steps after the fold. Such a batch's elements
+	// are its partitions (one a reduce task): Total, Done and Failed count
+	// them, a partition failed being one whose reduce failed whole, and a
+	// partition whose keys failed only in part is done; its failed keys
+	// are counted here, apart. 0 in any other batch.
+	FailedKeys int `json:"failed_keys,omitempty"`
+	// FailedBy counts its failures per cause ("panic", "lost", ...):
+	// failed elements, and failed keys (Failed + FailedKeys in all).
+	FailedBy map[string]int `json:"failed_by,omitempty"`
 	Outcome  string         `json:"outcome"`
 	Reason   string         `json:"reason,omitempty"` // why it ended early, if it did
 	Started  int64          `json:"started_ms"`       // Unix ms, the manager's clock
