@@ -37,12 +37,14 @@ func sourceOf(s *scene, failed func(string, error)) *source {
 }
 
 // listening returns a context for src's calls that ends with the test,
-// whose end then waits for src's bell listeners to return (before the
-// test's client closes under them).
+// whose end then rings src's bells, as a worker that stops does (a bell
+// listener blocks in Redis for a second at least), and waits for its
+// listeners to return, before the test's client closes under them.
 func listening(t *testing.T, src *source) context.Context {
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(func() {
 		cancel()
+		src.stopped(context.Background())
 		src.closed()
 	})
 	return ctx
