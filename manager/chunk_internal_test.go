@@ -53,8 +53,8 @@ var echoString = redmap.Func("echo", func(_ context.Context, s string) (string, 
 // The feeder learns how large a function's elements encode, which
 // chunkSize then holds tasks to.
 func TestFeederLearnsElementSize(t *testing.T) {
-	q := newMemQueue(1)
-	q.Shard(0).RunOnSubmit(echoes, 0)
+	q := newTestQueue(t, 1)
+	q.play(echoes, 0)
 	m := q.manager(t, Options{})
 	xs := make([]string, 64)
 	for i := range xs {
@@ -104,15 +104,15 @@ func TestMapSizingLearnsApart(t *testing.T) {
 // blind tasks report none (Nanos 0) still ends, a few tasks at a time.
 func TestFeederMeasuresBeforeCutting(t *testing.T) {
 	for _, nanos := range []int64{1_000, 0} {
-		q := newMemQueue(1)
-		q.Shard(0).RunOnSubmit(echoes, nanos)
+		q := newTestQueue(t, 1)
+		q.play(echoes, nanos)
 		m := q.manager(t, Options{})
 		xs := make([]string, 3000)
 		ys, err := Map(unitCtx(t), m, echoString, xs)
 		if err != nil || len(ys) != len(xs) {
 			t.Fatalf("%d ns an element: %d results, %v", nanos, len(ys), err)
 		}
-		tasks := len(q.Shard(0).SubmittedIDs())
+		tasks := len(q.first().submittedIDs())
 		if nanos == 0 {
 			// Never measured: blind tasks of min(3000/64, 8) elements.
 			if tasks != 375 {

@@ -64,9 +64,8 @@ func FuzzResultPath(f *testing.F) {
 	}
 	f.Add([]byte{0xc4, 0x01, 0x90, 0xdd, 0x00, 0x10, 0x00, 0x00, 0x94}, uint8(0))
 	f.Fuzz(func(t *testing.T, tail []byte, kind uint8) {
-		q := newMemQueue(1)
-		q.Shard(0).WriteEntries(func(tid string) []byte { return fuzzEntry(tid, tail) })
-		q.Shard(0).RunOnSubmit(squares, 0)
+		q := newTestQueue(t, 1)
+		q.writeEntries(func(tid string) []byte { return fuzzEntry(tid, tail) })
 		m := q.manager(t, Options{})
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
@@ -133,8 +132,8 @@ var touchyFunc = redmap.Func("touchy", func(_ context.Context, x int) (touchy, e
 // result's elements with ErrDecode; the other tasks complete, and the
 // manager goes on to the next batch.
 func TestResultPanicFailsItsTask(t *testing.T) {
-	q := newMemQueue(1)
-	q.Shard(0).RunOnSubmit(func(task *codec.Task) ([]byte, error) {
+	q := newTestQueue(t, 1)
+	q.play(func(task *codec.Task) ([]byte, error) {
 		xs := make([]int, task.Count)
 		if err := codec.DecodeElements(task.Input, xs); err != nil {
 			return nil, err

@@ -77,7 +77,7 @@ type managerConfig struct {
 // queue's shards (router, written by assemble) and what it learns of Redis
 // once (probed, typed, written by the calls that learn it).
 type managerRedis struct {
-	client redis.UniversalClient // New's, for its durable batches' owners; nil over fakes
+	client redis.UniversalClient // New's, for its durable batches' owners; nil if assembled from seams alone (unit tests)
 	addr   string                // where the client connects, for errors (redisbroker.Addr)
 	router *router
 	spill  shuffleStore // a map/reduce by key's partitions (shuffle.go): the queue's first shard
@@ -181,8 +181,8 @@ func durableSeams(client redis.UniversalClient, opts Options, fence *broker.Fenc
 	return s
 }
 
-// seams are the manager's ways to Redis: internal/broker/redisbroker's in use, fakes in
-// the parts' unit tests.
+// seams are the manager's ways to Redis: internal/broker/redisbroker's; the
+// parts' unit tests wrap them to inject failures (manager/broker_test.go).
 type seams struct {
 	queue   broker.Queue
 	shard   func(name string, i int) broker.Shard

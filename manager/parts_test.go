@@ -12,15 +12,15 @@ import (
 
 	"github.com/redmap/redmap"
 	"github.com/redmap/redmap/codec"
-	"github.com/redmap/redmap/internal/await"
 	"github.com/redmap/redmap/internal/broker"
 	"github.com/redmap/redmap/internal/broker/wire"
+	"github.com/redmap/redmap/internal/keys"
 	"github.com/redmap/redmap/internal/redistest"
 )
 
-// Unit tests of the manager's parts, against the memory broker
-// (broker_test.go): no redis-server. The suites against real servers (and real faults) are
-// the package's other tests.
+// Unit tests of the manager's parts, on a queue of the package's shared
+// redis-server (broker_test.go). The suites with worker processes and real
+// faults are the package's other tests.
 
 // squares is a worker's run of square over a task's elements.
 func squares(t *codec.Task) ([]byte, error) {
@@ -41,9 +41,10 @@ func unitCtx(t *testing.T) context.Context {
 	return ctx
 }
 
+// until polls cond, reading Redis or the manager, until it holds.
 func until(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	await.Until(t, &activity, redistest.WaitLimit(t), what, cond)
+	redistest.Eventually(t, what, cond)
 }
 
 func count(n int) []int {
@@ -67,15 +68,15 @@ func checkSquares(t *testing.T, ys []int, n int) {
 }
 
 func TestFeederAndCollector(t *testing.T) {
-	q := newMemQueue(1)
-	q.Shard(0).RunOnSubmit(squares, 0)
+	q := newTestQueue(t, 1)
+	q.play(squares, 0)
 	m := q.manager(t, Options{})
 	ys, err := Map(unitCtx(t), m, square, count(1000), ChunkSize(10))
 	if err != nil {
 		t.Fatal(err)
 	}
 	checkSquares(t, ys, 1000)
-	if got := len(q.Shard(0).SubmittedIDs()); got != 100 {
+	if got := len(q.first().submittedIDs()); got != 100 {
 		t.Fatalf("%d tasks submitted, want 100 of 10 elements", got)
 	}
 	if st := m.Stats(); st.Pending != 0 || st.Dropped != 0 || st.Elements != 1000 {
@@ -86,46 +87,54 @@ func TestFeederAndCollector(t *testing.T) {
 // The router spreads a batch's tasks round-robin over the shards, and puts
 // every task of a private batch on shard 0.
 func TestRouterSpreadsTasks(t *testing.T) {
-	q := newMemQueue(3)
-	for _, s := range q.Shards() {
-		s.RunOnSubmit(squares, 0)
-	}
-	live(t, q.First(), "w1")
+	q := newTestQueue(t, 3)
+	q.play(squares, 0)
+	live(t, q.first(), "w1")
 	m := q.manager(t, Options{})
 	ys, err := Map(unitCtx(t), m, square, count(3000), ChunkSize(10))
 	if err != nil {
 		t.Fatal(err)
 	}
 	checkSquares(t, ys, 3000)
-	for i, s := range q.Shards() {
-		if n := len(s.SubmittedIDs()); n != 100 {
+	for i, s := range q.all() {
+		if n := len(s.submittedIDs()); n != 100 {
 			t.Fatalf("shard %d got %d tasks, want 100 of the 300", i, n)
 		}
 	}
-	if names, _ := q.First().ShardNames(context.Background()); len(names) != 2 {
+	if names, _ := q.first().ShardNames(context.Background()); len(names) != 2 {
 		t.Fatalf("shard names published: %q, want 2", names)
 	}
-	before := []int{len(q.Shard(0).SubmittedIDs()), len(q.Shard(1).SubmittedIDs()), len(q.Shard(2).SubmittedIDs())}
+	submitted := func() []int {
+		var n []int
+		for _, s := range q.all() {
+			n = append(n, len(s.submittedIDs()))
+		}
+		return n
+	}
+	before := submitted()
 	ys, err = Map(unitCtx(t), m, square, count(300), ChunkSize(10), OnWorker("w1"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	checkSquares(t, ys, 300)
-	after := []int{len(q.Shard(0).SubmittedIDs()), len(q.Shard(1).SubmittedIDs()), len(q.Shard(2).SubmittedIDs())}
+	after := submitted()
 	if after[0]-before[0] != 30 || after[1] != before[1] || after[2] != before[2] {
 		t.Fatalf("a private batch's 30 tasks went to shards %v → %v; want all on shard 0", before, after)
 	}
 }
 
 func TestRouterOpensOnceAndNotAfterClose(t *testing.T) {
-	mq := newMemQueue(3)
-	first := mq.First()
-	first.SetShardNames("taken-1", "taken-2") // another manager named them first
+	mq := newTestQueue(t, 3)
+	first := mq.first()
+	// Another manager named them first.
+	if _, err := first.AddShards(context.Background(), &broker.ShardsParams{Names: []string{"taken-1", "taken-2"}}); err != nil {
+		t.Fatal(err)
+	}
 	var opened []string
-	r := newRouter(routerParams{queue: "q", shards: 3, first: first,
+	r := newRouter(routerParams{queue: mq.name, shards: 3, first: first,
 		open: func(name string, i int) broker.Shard {
 			opened = append(opened, fmt.Sprintf("%d:%s", i, name))
-			return mq.Shard(i)
+			return mq.open(name, i)
 		},
 		masters: func(context.Context) (broker.Masters, bool, error) { return broker.Masters{}, false, nil },
 		opened:  func(*shard) {}, log: discard()})
@@ -143,7 +152,7 @@ func TestRouterOpensOnceAndNotAfterClose(t *testing.T) {
 			t.Fatalf("private task %d got sequence %d, not a multiple of 3 (shard 0)", seq, s)
 		}
 	}
-	closed := newRouter(routerParams{queue: "q", shards: 2, first: newMemQueue(1).First(),
+	closed := newRouter(routerParams{queue: "q", shards: 2, first: newTestQueue(t, 1).first(),
 		open:    func(string, int) broker.Shard { t.Fatal("opened a shard after close"); return nil },
 		masters: func(context.Context) (broker.Masters, bool, error) { return broker.Masters{}, false, nil },
 		opened:  func(*shard) {}, log: discard()})
@@ -156,25 +165,26 @@ func TestRouterOpensOnceAndNotAfterClose(t *testing.T) {
 // A duplicate result, or one for a task the manager does not know, is
 // dropped and counted; the batch gets each of its results once.
 func TestCollectorDropsDuplicatesAndStrangers(t *testing.T) {
-	q := newMemQueue(1)
-	s := q.Shard(0)
-	s.RunOnSubmit(squares, 0)
+	q := newTestQueue(t, 1)
+	s := q.first()
 	m := q.manager(t, Options{})
-	s.RunOnSubmit(nil, 0) // results come when the test says
-	b, err := Submit(unitCtx(t), m, square, count(2), ChunkSize(1))
+	b, err := Submit(unitCtx(t), m, square, count(2), ChunkSize(1)) // results come when the test says
 	if err != nil {
 		t.Fatal(err)
 	}
-	tids := s.SubmittedIDs()
-	payload := s.Payload(tids[0])
-	s.RunOnSubmit(squares, 0)
-	if !s.Complete(tids[0]) {
+	tids := s.submittedIDs()
+	s.mu.Lock()
+	payload := s.payloads[tids[0]]
+	s.mu.Unlock()
+	q.play(squares, 0)
+	if s.complete(tids[0]) != 1 {
 		t.Fatal("task 0 not in the task set")
 	}
-	s.Push(m.ID(), string(mustResult(tids[0], payload, squares, 0)))                                // a duplicate
-	s.Push(m.ID(), string(mustResult(strings.Replace(tids[0], ":", ":x", 1), payload, squares, 0))) // a stranger
-	s.Push(m.ID(), "not a result")
-	s.Complete(tids[1])
+	stranger := strings.Replace(tids[0], "-", "-zz", 1)              // its manager's, never submitted
+	s.push(m.ID(), string(mustResult(tids[0], payload, squares, 0))) // a duplicate
+	s.push(m.ID(), string(mustResult(stranger, payload, squares, 0)))
+	s.push(m.ID(), "not a result")
+	s.complete(tids[1])
 	ys, err := b.Wait(unitCtx(t))
 	if err != nil {
 		t.Fatal(err)
@@ -186,16 +196,17 @@ func TestCollectorDropsDuplicatesAndStrangers(t *testing.T) {
 // A private task whose worker died, or a task an operator purged, fails
 // with ErrLost saying which.
 func TestCollectorLostAndPurged(t *testing.T) {
-	q := newMemQueue(1)
-	s := q.Shard(0)
+	q := newTestQueue(t, 1)
+	s := q.first()
 	m := q.manager(t, Options{})
 	b, err := Submit(unitCtx(t), m, square, count(2), ChunkSize(1))
 	if err != nil {
 		t.Fatal(err)
 	}
-	tids := s.SubmittedIDs()
-	s.Push(m.ID(), wire.EncodeEntry(wire.Entry{Kind: wire.EntryLost, Task: tids[0], Worker: "w9"}))
-	s.Push(m.ID(), wire.EncodeEntry(wire.Entry{Kind: wire.EntryPurged, Task: tids[1]}))
+	tids := s.submittedIDs()
+	// As a reap of dead worker w9 and an operator's purge push them.
+	s.push(m.ID(), wire.EncodeEntry(wire.Entry{Kind: wire.EntryLost, Task: tids[0], Worker: "w9"}))
+	s.push(m.ID(), wire.EncodeEntry(wire.Entry{Kind: wire.EntryPurged, Task: tids[1]}))
 	_, err = b.Wait(unitCtx(t))
 	var be *redmap.BatchError
 	if !errors.As(err, &be) || len(be.Failed) != 2 {
@@ -226,15 +237,16 @@ func TestCollectorRefusalAndOutage(t *testing.T) {
 		{"unreachable", errFakeDown, redmap.ErrUnavailable},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			q := newMemQueue(1)
-			s := q.Shard(0)
+			q := newTestQueue(t, 1)
+			s := q.first()
 			m := q.manager(t, Options{Poll: 5 * time.Millisecond, RedisTimeout: 50 * time.Millisecond})
 			b, err := Submit(unitCtx(t), m, square, count(3), ChunkSize(1))
 			if err != nil {
 				t.Fatal(err)
 			}
-			s.Fail("readresults", tc.err)
-			s.Fail("waitresults", tc.err)
+			s.fail("readresults", tc.err)
+			s.fail("waitresults", tc.err)
+			s.wake(m.ID())
 			_, err = b.Wait(unitCtx(t))
 			if !errors.Is(err, tc.want) {
 				t.Fatalf("err = %v, want %v", err, tc.want)
@@ -250,25 +262,28 @@ func TestCollectorRefusalAndOutage(t *testing.T) {
 // The keeper renews the manager's keys on every shard, publishes its
 // running batches for operators, and ends a batch an operator cancelled.
 func TestKeeperPublishesAndRenews(t *testing.T) {
-	q := newMemQueue(2)
+	q := newTestQueue(t, 2)
 	m := q.manager(t, Options{Poll: 5 * time.Millisecond})
 	b, err := Submit(unitCtx(t), m, square, count(4), ChunkSize(1))
 	if err != nil {
 		t.Fatal(err)
 	}
-	for i, s := range q.Shards() {
-		until(t, fmt.Sprintf("shard %d renewed", i), func() bool { return s.Calls("renew") > 0 })
+	for i, s := range q.all() {
+		until(t, fmt.Sprintf("shard %d renewed", i), func() bool { return s.count("renew") > 0 })
 	}
-	s0 := q.Shard(0)
+	op := q.operator()
 	until(t, "the batch is published", func() bool {
-		for _, p := range s0.Published() {
-			if bp, ok := p[b.id]; ok && bp.Func == "square" && bp.Total == 4 {
-				return true
-			}
+		bs, err := op.Batches(context.Background(), &broker.QueueParams{Queue: q.name})
+		if err != nil {
+			t.Fatal(err)
 		}
-		return false
+		return slices.ContainsFunc(bs, func(p wire.PublishedBatch) bool {
+			return p.ID == b.id && p.Manager == m.ID() && p.Progress.Func == "square" && p.Progress.Total == 4
+		})
 	})
-	s0.CancelBatches(b.id)
+	if err := op.CancelBatch(context.Background(), &broker.CancelBatchParams{Queue: q.name, Manager: m.ID(), Batch: b.id}); err != nil {
+		t.Fatal(err)
+	}
 	if _, err := b.Wait(unitCtx(t)); !errors.Is(err, context.Canceled) || !strings.Contains(err.Error(), "operator") {
 		t.Fatalf("err = %v, want cancelled by an operator", err)
 	}
@@ -277,17 +292,26 @@ func TestKeeperPublishesAndRenews(t *testing.T) {
 // The keeper stores again a batch's constant that Redis lost, and the
 // batch releases it when it ends.
 func TestKeeperRestoresLostConstant(t *testing.T) {
-	q := newMemQueue(1)
-	s := q.Shard(0)
+	q := newTestQueue(t, 1)
+	s := q.first()
 	m := q.manager(t, Options{Poll: 5 * time.Millisecond})
 	add := redmap.FuncWith("add", func(_ context.Context, c int, x int) (int, error) { return c + x, nil })
 	b, err := SubmitWith(unitCtx(t), m, add, 7, count(2), ChunkSize(1))
 	if err != nil {
 		t.Fatal(err)
 	}
-	q.store.lose()
+	stored := objectKeys(t, q)
+	if len(stored) == 0 {
+		t.Fatal("the constant is not in Redis")
+	}
+	if err := q.c.Del(context.Background(), stored...).Err(); err != nil { // Redis loses it
+		t.Fatal(err)
+	}
 	until(t, "the constant is stored again", func() bool { return m.Stats().ConstantUploads == 2 })
-	s.RunOnSubmit(func(t *codec.Task) ([]byte, error) {
+	if len(objectKeys(t, q)) == 0 {
+		t.Fatal("the constant, stored again, is not in Redis")
+	}
+	q.play(func(t *codec.Task) ([]byte, error) {
 		xs := make([]int, t.Count)
 		if err := codec.DecodeElements(t.Input, xs); err != nil {
 			return nil, err
@@ -298,31 +322,36 @@ func TestKeeperRestoresLostConstant(t *testing.T) {
 		b, _, err := codec.EncodeOutputs(xs)
 		return b, err
 	}, 0)
-	for _, tid := range s.SubmittedIDs() {
-		s.Complete(tid)
-	}
+	s.complete(s.submittedIDs()...)
 	ys, err := b.Wait(unitCtx(t))
 	if err != nil || !slices.Equal(ys, []int{7, 8}) {
 		t.Fatalf("ys, err = %v, %v; want [7 8]", ys, err)
 	}
-	until(t, "the constant is released", func() bool {
-		q.store.mu.Lock()
-		defer q.store.mu.Unlock()
-		return len(q.store.values) == 0
-	})
+	until(t, "the constant is released", func() bool { return len(objectKeys(t, q)) == 0 })
+}
+
+// objectKeys returns the keys of the constants stored under q's prefix.
+func objectKeys(t *testing.T, q *testQueue) []string {
+	t.Helper()
+	ks, err := q.c.Keys(context.Background(), keys.Object(q.prefix, "*")+"*").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ks
 }
 
 // The reaper reaps on every shard, says when no live worker registered a
 // batch's function, and fails its waiting elements after NoWorkerTimeout.
 func TestReaperChecksServed(t *testing.T) {
-	q := newMemQueue(2)
+	q := newTestQueue(t, 2)
+	live(t, q.first(), "w1", "other\tsig") // a live worker, which registered something else
 	m := q.manager(t, Options{Poll: 5 * time.Millisecond, NoWorkerTimeout: 50 * time.Millisecond})
 	b, err := Submit(unitCtx(t), m, square, count(4), ChunkSize(1))
 	if err != nil {
 		t.Fatal(err)
 	}
-	for i, s := range q.Shards() {
-		until(t, fmt.Sprintf("shard %d reaped", i), func() bool { return s.Calls("reap") > 0 })
+	for i, s := range q.all() {
+		until(t, fmt.Sprintf("shard %d reaped", i), func() bool { return s.count("reap") > 0 })
 	}
 	until(t, "the batch says it waits", func() bool { return strings.Contains(b.Progress().Waiting, `registered "square"`) })
 	_, err = b.Wait(unitCtx(t))
@@ -335,8 +364,7 @@ func TestReaperChecksServed(t *testing.T) {
 // for want of memory fails with ErrRedisFull as well as ErrNoWorker: its
 // workers' reports were refused too, so they left or look dead.
 func TestReaperNoWorkerWhileFull(t *testing.T) {
-	q := newMemQueue(1)
-	q.Shard(0).SetNoWorker(true)
+	q := newTestQueue(t, 1) // no worker is live
 	m := q.manager(t, Options{Poll: 5 * time.Millisecond, NoWorkerTimeout: 50 * time.Millisecond})
 	// Redis refuses the manager's calls all along (as at maxmemory, where
 	// its renewals and reads are refused every Poll).
@@ -375,9 +403,9 @@ func TestReaperNoWorkerWhileFull(t *testing.T) {
 
 // A served batch never waits: its elements end with their values.
 func TestReaperLeavesServedBatch(t *testing.T) {
-	q := newMemQueue(1)
-	s := q.Shard(0)
-	s.Serve("square")
+	q := newTestQueue(t, 1)
+	s := q.first()
+	live(t, s, "w1", square.Name()+"\t"+square.Signature())
 	var checks int
 	m := q.manager(t, Options{Poll: 5 * time.Millisecond, NoWorkerTimeout: 20 * time.Millisecond})
 	b, err := Submit(unitCtx(t), m, square, count(2), ChunkSize(1))
@@ -385,16 +413,14 @@ func TestReaperLeavesServedBatch(t *testing.T) {
 		t.Fatal(err)
 	}
 	until(t, "served checked a few times past NoWorkerTimeout", func() bool {
-		checks = s.Calls("served")
+		checks = s.count("served")
 		return checks > 10
 	})
 	if w := b.Progress().Waiting; w != "" {
 		t.Fatalf("a served batch waits: %q", w)
 	}
-	s.RunOnSubmit(squares, 0)
-	for _, tid := range s.SubmittedIDs() {
-		s.Complete(tid)
-	}
+	q.play(squares, 0)
+	s.complete(s.submittedIDs()...)
 	ys, err := b.Wait(unitCtx(t))
 	if err != nil {
 		t.Fatal(err)
@@ -406,18 +432,18 @@ func TestReaperLeavesServedBatch(t *testing.T) {
 // outstanding tasks again under their own ids, with a new epoch, and their
 // results count.
 func TestRecovererPutsBackLostTasks(t *testing.T) {
-	q := newMemQueue(2)
+	q := newTestQueue(t, 2)
 	m := q.manager(t, Options{Poll: 5 * time.Millisecond})
 	b, err := Submit(unitCtx(t), m, square, count(6), ChunkSize(1))
 	if err != nil {
 		t.Fatal(err)
 	}
-	lost := q.Shard(1)
-	first := lost.SubmittedIDs()
+	lost := q.shard(1)
+	first := lost.submittedIDs()
 	epoch := epochOf(t, lost, m.ID())
-	lost.Lose()
-	until(t, "the lost tasks are submitted again", func() bool { return len(lost.SubmittedIDs()) == 2*len(first) })
-	again := lost.SubmittedIDs()[len(first):]
+	lost.lose(m.ID())
+	until(t, "the lost tasks are submitted again", func() bool { return len(lost.submittedIDs()) == 2*len(first) })
+	again := lost.submittedIDs()[len(first):]
 	slices.Sort(again)
 	if want := slices.Sorted(slices.Values(first)); !slices.Equal(again, want) {
 		t.Fatalf("submitted again %q, want the same ids %q", again, want)
@@ -426,14 +452,12 @@ func TestRecovererPutsBackLostTasks(t *testing.T) {
 	if newEpoch == "" || newEpoch == epoch {
 		t.Fatalf("epoch %q after recovery, was %q: want a new one", newEpoch, epoch)
 	}
-	if n := len(q.Shard(0).SubmittedIDs()); n != 3 {
+	if n := len(q.shard(0).submittedIDs()); n != 3 {
 		t.Fatalf("shard 0, which lost nothing, had %d submits, want its 3", n)
 	}
-	for _, s := range q.Shards() {
-		s.RunOnSubmit(squares, 0)
-		for _, tid := range s.SubmittedIDs() {
-			s.Complete(tid)
-		}
+	q.play(squares, 0)
+	for _, s := range q.all() {
+		s.complete(s.submittedIDs()...)
 	}
 	ys, err := b.Wait(unitCtx(t))
 	if err != nil {
@@ -446,7 +470,7 @@ func TestRecovererPutsBackLostTasks(t *testing.T) {
 // drops the manager's keys on every shard; parts are stopped when it
 // returns.
 func TestCloseWithdrawsAndDrops(t *testing.T) {
-	q := newMemQueue(2)
+	q := newTestQueue(t, 2)
 	m := q.manager(t, Options{Poll: 5 * time.Millisecond})
 	b, err := Submit(unitCtx(t), m, square, count(4), ChunkSize(1))
 	if err != nil {
@@ -458,10 +482,14 @@ func TestCloseWithdrawsAndDrops(t *testing.T) {
 	if _, err := b.Wait(unitCtx(t)); !errors.Is(err, redmap.ErrClosed) {
 		t.Fatalf("err = %v, want ErrClosed", err)
 	}
-	for i, s := range q.Shards() {
-		cancels, dropped := len(s.Cancels()), s.Dropped(m.ID())
+	for i, s := range q.all() {
+		cancels, dropped := len(s.withdrawn()), s.droppedKeys(m.ID())
 		if cancels != 2 || !dropped {
 			t.Fatalf("shard %d: %d tasks withdrawn, keys dropped %v; want 2 and true", i, cancels, dropped)
+		}
+		left, err := q.c.Exists(context.Background(), keys.Tasks(q.prefix, s.Name(), m.ID()), keys.Results(q.prefix, s.Name(), m.ID())).Result()
+		if err != nil || left != 0 {
+			t.Fatalf("shard %d: %d of the manager's task set and result list left in Redis (%v)", i, left, err)
 		}
 	}
 	if _, err := Submit(unitCtx(t), m, square, count(1)); !errors.Is(err, redmap.ErrClosed) {
@@ -475,11 +503,11 @@ func TestSubmitRidesOutages(t *testing.T) {
 	// The submit, and the read of the function's limit before a first
 	// window (it once failed the submit at once: make chaos-cluster).
 	for _, call := range []string{"submit", "readlimit"} {
-		q := newMemQueue(1)
-		s := q.Shard(0)
-		s.RunOnSubmit(squares, 0)
+		q := newTestQueue(t, 1)
+		s := q.first()
+		q.play(squares, 0)
 		m := q.manager(t, Options{RedisTimeout: time.Hour})
-		s.Fail(call, errFakeDown)
+		s.fail(call, errFakeDown)
 		done := make(chan error, 1)
 		go func() {
 			ys, err := Map(unitCtx(t), m, square, count(5))
@@ -488,16 +516,16 @@ func TestSubmitRidesOutages(t *testing.T) {
 			}
 			done <- err
 		}()
-		until(t, "a "+call+" call failed", func() bool { return s.Calls(call) > 1 })
-		s.Fail(call, nil)
+		until(t, "a "+call+" call failed", func() bool { return s.count(call) > 1 })
+		s.fail(call, nil)
 		if err := <-done; err != nil {
 			t.Fatalf("%s: %v", call, err)
 		}
 	}
 
-	short := newMemQueue(1)
+	short := newTestQueue(t, 1)
 	m2 := short.manager(t, Options{RedisTimeout: 20 * time.Millisecond})
-	short.Shard(0).Fail("submit", errFakeDown)
+	short.first().fail("submit", errFakeDown)
 	if _, err := Map(unitCtx(t), m2, square, count(5)); !errors.Is(err, redmap.ErrUnavailable) {
 		t.Fatalf("err = %v, want ErrUnavailable", err)
 	}
@@ -512,27 +540,28 @@ func discard() *slog.Logger { return slog.New(slog.DiscardHandler) }
 // keeper's, every Poll) until it passes, then no more: a task left in the
 // task set would stay there, renewed, as long as the manager lives.
 func TestWithdrawalRetriedUntilItPasses(t *testing.T) {
-	f := newMemQueue(1).First()
-	r := newRouter(routerParams{queue: "q", shards: 1, first: f,
+	q := newTestQueue(t, 1)
+	f := q.first()
+	r := newRouter(routerParams{queue: q.name, shards: 1, first: f,
 		open:    func(name string, i int) broker.Shard { t.Fatal("opened a shard"); return nil },
 		masters: func(context.Context) (broker.Masters, bool, error) { return broker.Masters{}, false, nil },
 		opened:  func(*shard) {}, log: discard()})
 	p := newPendingTasks()
-	tids := []string{"m-1", "m-2"}
+	tids := []string{"m-1,1.1", "m-2,1.1"}
 	if err := p.add(nil, tids, 0); err != nil {
 		t.Fatal(err)
 	}
 	w := &withdrawal{mid: "m", pending: p, router: r, log: discard()}
-	f.Fail("cancel", errors.New("i/o timeout"))
+	f.fail("cancel", errors.New("i/o timeout"))
 	w.withdraw(tids)
 	w.retry(context.Background()) // fails again: kept
-	if f.Calls("cancel") != 2 || len(f.Cancels()) != 0 {
-		t.Fatalf("%d cancels, %v withdrawn; want 2 tries, none through", f.Calls("cancel"), f.Cancels())
+	if f.count("cancel") != 2 || len(f.withdrawn()) != 0 {
+		t.Fatalf("%d cancels, %v withdrawn; want 2 tries, none through", f.count("cancel"), f.withdrawn())
 	}
-	f.Fail("cancel", nil)
+	f.fail("cancel", nil)
 	w.retry(context.Background())
 	w.retry(context.Background()) // nothing left
-	if f.Calls("cancel") != 3 || !slices.Equal(f.Cancels(), tids) {
-		t.Fatalf("%d cancels, %v withdrawn; want the third through, and no fourth", f.Calls("cancel"), f.Cancels())
+	if f.count("cancel") != 3 || !slices.Equal(f.withdrawn(), tids) {
+		t.Fatalf("%d cancels, %v withdrawn; want the third through, and no fourth", f.count("cancel"), f.withdrawn())
 	}
 }

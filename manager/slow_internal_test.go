@@ -31,16 +31,17 @@ func TestSlowCallIsNotAnOutage(t *testing.T) {
 		{"refused connection", errFakeDown, nil, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			q := newMemQueue(1)
-			s := q.Shard(0)
+			q := newTestQueue(t, 1)
+			s := q.first()
 			m := q.manager(t, Options{Poll: 5 * time.Millisecond, RedisTimeout: 100 * time.Millisecond})
 			b, err := Submit(unitCtx(t), m, square, count(3), ChunkSize(1))
 			if err != nil {
 				t.Fatal(err)
 			}
-			s.Fail("ping", tc.ping)
-			s.Fail("readresults", tc.err)
-			s.Fail("waitresults", tc.err)
+			s.fail("ping", tc.ping)
+			s.fail("readresults", tc.err)
+			s.fail("waitresults", tc.err)
+			s.wake(m.ID())
 			_, err = b.Wait(unitCtx(t))
 			var be *redmap.BatchError
 			if !errors.As(err, &be) || len(be.Failed) != 3 {

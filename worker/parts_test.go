@@ -15,67 +15,54 @@ import (
 	"github.com/redmap/redmap"
 	"github.com/redmap/redmap/cache"
 	"github.com/redmap/redmap/codec"
-	"github.com/redmap/redmap/internal/await"
 	"github.com/redmap/redmap/internal/backoff"
 	"github.com/redmap/redmap/internal/broker"
-	"github.com/redmap/redmap/internal/broker/memory"
+	"github.com/redmap/redmap/internal/broker/redisbroker"
 	"github.com/redmap/redmap/internal/broker/wire"
 	"github.com/redmap/redmap/internal/failure"
 	"github.com/redmap/redmap/internal/memo"
 	"github.com/redmap/redmap/internal/redistest"
 )
 
-// Unit tests of the worker's parts, against the memory broker
-// (internal/broker/memory, which internal/broker/brokertest holds to the
-// scripts' rules): no redis-server. The suites against real servers are
-// the package's, the manager's and cmd/redmap's other tests.
+// Unit tests of the worker's parts, on a queue of the package's shared
+// redis-server that each test sets up as its managers would (broker_test.go).
+// The suites with managers and worker processes are the package's, the
+// manager's and cmd/redmap's other tests.
 
-// activity is notified at every call to the memory broker: what until
-// waits on.
-var activity await.Broadcast
-
-// sourceOf returns a source of worker w1 over q.
-func sourceOf(q *memory.Queue, failed func(string, error)) *source {
-	return newSource(sourceParams{wid: "w1", lease: time.Minute, idleWait: 20 * time.Millisecond, first: q.First(),
-		serves: func() []string { return nil }, open: q.Open, failed: failed, log: slog.New(slog.DiscardHandler)})
+// sourceOf returns a source of worker w1 over s's queue, serving what s
+// queued.
+func sourceOf(s *scene, failed func(string, error)) *source {
+	return newSource(sourceParams{wid: "w1", lease: time.Minute, idleWait: 20 * time.Millisecond, first: s.first(),
+		serves: s.serves, open: s.open, failed: failed, log: slog.New(slog.DiscardHandler)})
 }
 
+// listening returns a context for src's calls that ends with the test,
+// whose end then rings src's bells, as a worker that stops does (a bell
+// listener blocks in Redis for a second at least), and waits for its
+// listeners to return, before the test's client closes under them.
+func listening(t *testing.T, src *source) context.Context {
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(func() {
+		cancel()
+		src.stopped(context.Background())
+		src.closed()
+	})
+	return ctx
+}
+
+// until polls cond, reading Redis, until it holds.
 func until(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	await.Until(t, &activity, redistest.WaitLimit(t), what, cond)
+	redistest.Eventually(t, what, cond)
 }
 
 var negate = redmap.Func("negate", func(_ context.Context, x int) (int, error) { return -x, nil })
 
-// task returns a task of negate over xs, as a manager submits it.
-func task(t *testing.T, id string, attempt int, xs ...int) wire.Taken {
+// outputs decodes the two outputs of a result.
+func outputs(t *testing.T, r *codec.Result) []int {
 	t.Helper()
-	return taskOf(t, negate, id, attempt, xs...)
-}
-
-// taskOf returns a task of h over xs, as a manager submits it.
-func taskOf(t *testing.T, h *redmap.Handle[int, int], id string, attempt int, xs ...int) wire.Taken {
-	t.Helper()
-	in, err := codec.EncodeElements(xs, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	payload, err := codec.EncodeTask(&codec.Task{Func: h.Name(), Sig: h.Signature(), Count: len(xs), Input: in})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return wire.Taken{ID: id, Attempt: attempt, Payload: payload}
-}
-
-// outputs decodes a result's outputs.
-func outputs(t *testing.T, d wire.Done) []int {
-	t.Helper()
-	r, err := codec.DecodeResult(d.Result, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
 	if len(r.Fails) > 0 {
-		t.Fatalf("task %s failed: %+v", d.ID, r.Fails)
+		t.Fatalf("task %s failed: %+v", r.Task, r.Fails)
 	}
 	ys := make([]int, 2)
 	if err := codec.DecodeElements(r.Values, ys); err != nil {
@@ -84,15 +71,16 @@ func outputs(t *testing.T, d wire.Done) []int {
 	return ys
 }
 
-// fakeWorker is a worker over q, with opts; ran tells when it returned.
-func fakeWorker(t *testing.T, q *memory.Queue, opts Options) *Worker {
+// sceneWorker is a worker over s's queue, with opts, that registered
+// negate.
+func sceneWorker(t *testing.T, s *scene, opts Options) *Worker {
 	t.Helper()
-	opts.Queue = "q"
+	opts.Queue = s.name
 	opts, err := opts.withDefaults()
 	if err != nil {
 		t.Fatal(err)
 	}
-	w := assemble(opts, q.First(), q.Open, memo.New(cache.NewStore(nil, opts.Prefix, 0), 1<<20)) // no constants here
+	w := assemble(opts, s.first(), s.open, memo.New(cache.NewStore(s.c, opts.Prefix, 0), 1<<20))
 	if err := w.Register(negate); err != nil {
 		t.Fatal(err)
 	}
@@ -115,30 +103,34 @@ func run(t *testing.T, w *Worker) (stop func()) {
 // (once a heartbeat says there are three), reports each result to the
 // shard its task came from, and retires from each when it stops.
 func TestWorkerServesEveryShard(t *testing.T) {
-	q := memory.NewQueue(&activity, "q#1", "q#2")
-	w := fakeWorker(t, q, Options{Concurrency: 2, Heartbeat: 10 * time.Millisecond})
+	s := newScene(t, 3)
+	w := sceneWorker(t, s, Options{Concurrency: 2, Heartbeat: 10 * time.Millisecond})
 	stop := run(t, w)
-	for i, s := range q.Shards() {
+	inputs := map[string][]int{} // task id -> its elements, of shard i and task j
+	for i := range s.shards {
 		for j := range 5 {
-			s.Add(task(t, fmt.Sprintf("%d-%d", i, j), 0, i, j))
+			tk := s.task(negate, 0, i, j)
+			inputs[tk.ID] = []int{i, j}
+			s.add(i, tk)
 		}
 	}
-	for i, s := range q.Shards() {
-		until(t, fmt.Sprintf("shard %d's 5 tasks are reported", i), func() bool { return len(s.Results()) == 5 })
+	for i := range s.shards {
+		until(t, fmt.Sprintf("shard %d's 5 tasks are reported", i), func() bool { return len(s.results(i)) == 5 })
+		until(t, fmt.Sprintf("the worker is live on shard %d", i), func() bool { return slices.Contains(s.live(i), w.ID()) })
 	}
 	stop()
-	for i, s := range q.Shards() {
-		for _, d := range s.Results() {
-			var a, b int
-			fmt.Sscanf(d.ID, "%d-%d", &a, &b)
-			if ys := outputs(t, d); !slices.Equal(ys, []int{-a, -b}) || d.Shard != i {
-				t.Fatalf("task %s of shard %d: %v (from shard %d), want [%d %d]", d.ID, i, ys, d.Shard, -a, -b)
+	for i := range s.shards {
+		for _, r := range s.results(i) {
+			in := inputs[r.Task]
+			if ys := outputs(t, r); len(in) != 2 || in[0] != i || !slices.Equal(ys, []int{-in[0], -in[1]}) {
+				t.Fatalf("task %s reported to shard %d: %v, of elements %v; want the negated elements of a task of that shard", r.Task, i, ys, in)
 			}
 		}
-		if !s.Retired(w.ID()) {
+		// Its lease (10 s) runs long past the test: it is gone only if it retired.
+		if slices.Contains(s.live(i), w.ID()) {
 			t.Fatalf("shard %d: the worker did not retire", i)
 		}
-		if held := s.HeldBy(w.ID()); len(held) != 0 {
+		if held := s.heldBy(i, w.ID()); len(held) != 0 {
 			t.Fatalf("shard %d still holds %v", i, held)
 		}
 	}
@@ -150,14 +142,14 @@ func TestWorkerServesEveryShard(t *testing.T) {
 // The source takes from its shards in turn: each take starts at the shard
 // after the one that gave tasks last.
 func TestSourceTakesInTurn(t *testing.T) {
-	q := memory.NewQueue(&activity, "q#1", "q#2")
-	for i, s := range q.Shards() {
+	s := newScene(t, 3)
+	for i := range s.shards {
 		for j := range 3 {
-			s.Add(wire.Taken{ID: fmt.Sprintf("%d-%d", i, j)})
+			s.add(i, s.task(negate, 0, i, j))
 		}
 	}
-	src := sourceOf(q, func(op string, err error) { t.Errorf("%s: %v", op, err) })
-	ctx := context.Background()
+	src := sourceOf(s, func(op string, err error) { t.Errorf("%s: %v", op, err) })
+	ctx := listening(t, src)
 	src.grow(ctx, 3)
 	if n := len(src.shards()); n != 3 {
 		t.Fatalf("serving %d shards, want 3", n)
@@ -185,15 +177,16 @@ func TestSourceTakesInTurn(t *testing.T) {
 // suspect's, and 570 tasks behind a suspect waited for minutes in make
 // chaos-cluster).
 func TestSourceSuspectWaitsOnItsShard(t *testing.T) {
-	q := memory.NewQueue(&activity, "q#1", "q#2")
-	q.First().Add(wire.Taken{ID: "suspect", Attempt: wire.SuspectAfter}, wire.Taken{ID: "0-a"})
-	for i, s := range q.Shards()[1:] {
+	s := newScene(t, 3)
+	suspect := s.task(negate, wire.SuspectAfter, 0)
+	s.add(0, suspect, s.task(negate, 0, 1))
+	for i := 1; i < len(s.shards); i++ {
 		for j := range 5 {
-			s.Add(wire.Taken{ID: fmt.Sprintf("%d-%d", i+1, j)})
+			s.add(i, s.task(negate, 0, i, j))
 		}
 	}
-	src := sourceOf(q, func(op string, err error) { t.Errorf("%s: %v", op, err) })
-	ctx := context.Background()
+	src := sourceOf(s, func(op string, err error) { t.Errorf("%s: %v", op, err) })
+	ctx := listening(t, src)
 	src.grow(ctx, 3)
 	r := src.take(ctx, 4, func() int { return 4 }, func() int { return 1 }) // holding a task
 	if r.err != nil || len(r.taken) != 0 || !r.suspectWaits {
@@ -203,7 +196,7 @@ func TestSourceSuspectWaitsOnItsShard(t *testing.T) {
 		t.Fatal("await ended")
 	}
 	r = src.take(ctx, 4, func() int { return 4 }, func() int { return 0 }) // emptied
-	if r.err != nil || len(r.taken) != 1 || r.taken[0].ID != "suspect" {
+	if r.err != nil || len(r.taken) != 1 || r.taken[0].ID != suspect.ID {
 		t.Fatalf("the take once empty: %v, %v; want the suspect alone", r.taken, r.err)
 	}
 }
@@ -211,13 +204,14 @@ func TestSourceSuspectWaitsOnItsShard(t *testing.T) {
 // A take that fails on one shard goes on to the next, and says the error
 // only if no shard gave tasks.
 func TestSourceTakesPastAFailedShard(t *testing.T) {
-	q := memory.NewQueue(&activity, "q#1")
-	q.Shard(1).Add(wire.Taken{ID: "a"})
-	q.First().Fail("take", errors.New("connection refused"))
-	src := sourceOf(q, func(string, error) {})
+	s := newScene(t, 2)
+	a := s.task(negate, 0, 1)
+	s.add(1, a)
+	s.first().fail("take", errors.New("connection refused"))
+	src := sourceOf(s, func(string, error) {})
 	src.grow(context.Background(), 2)
 	r := src.take(context.Background(), 1, func() int { return 1 }, func() int { return 0 })
-	if r.err != nil || len(r.taken) != 1 || r.taken[0].ID != "a" {
+	if r.err != nil || len(r.taken) != 1 || r.taken[0].ID != a.ID {
 		t.Fatalf("take: %v, %v; want task a of shard 1", r.taken, r.err)
 	}
 	r = src.take(context.Background(), 1, func() int { return 1 }, func() int { return 0 })
@@ -231,8 +225,7 @@ func TestSourceTakesPastAFailedShard(t *testing.T) {
 // take that left one for want of an empty worker is followed by one that
 // holds nothing. While it runs, the worker's info says so, and why.
 func TestFetcherTakesSuspectAlone(t *testing.T) {
-	q := memory.NewQueue(&activity)
-	s := q.First()
+	s := newScene(t, 1)
 	// The suspect's function sees what the worker holds as it starts.
 	var w *Worker
 	var running, most atomic.Int32
@@ -247,13 +240,14 @@ func TestFetcherTakesSuspectAlone(t *testing.T) {
 		running.Add(1)
 		return -x, nil
 	})
-	s.Add(task(t, "a", 0, 1), taskOf(t, seen, "suspect", wire.SuspectAfter, 2), task(t, "b", 0, 3))
-	w = fakeWorker(t, q, Options{Concurrency: 4, Heartbeat: 10 * time.Millisecond})
+	suspect := s.task(seen, wire.SuspectAfter, 2)
+	s.add(0, s.task(negate, 0, 1), suspect, s.task(negate, 0, 3))
+	w = sceneWorker(t, s, Options{Concurrency: 4, Heartbeat: 10 * time.Millisecond})
 	if err := w.Register(seen); err != nil {
 		t.Fatal(err)
 	}
 	stop := run(t, w)
-	until(t, "all three reported", func() bool { return len(s.Results()) == 3 })
+	until(t, "all three reported", func() bool { return len(s.results(0)) == 3 })
 	stop()
 	if running.Load() != 1 {
 		t.Fatalf("the suspect ran %d times, want 1", running.Load())
@@ -261,16 +255,16 @@ func TestFetcherTakesSuspectAlone(t *testing.T) {
 	if most.Load() != 1 {
 		t.Fatalf("the worker held %d tasks when the suspect started, want it alone", most.Load())
 	}
-	if got, _ := alone.Load().(string); !strings.Contains(got, "suspect runs alone: lost 2 times") {
+	if got, _ := alone.Load().(string); !strings.Contains(got, suspect.ID+" runs alone: lost 2 times") {
 		t.Fatalf("the worker's info said %q as the suspect ran, want why it runs alone", got)
 	}
-	if got, _ := aloneTask.Load().(string); got != "suspect" {
-		t.Fatalf("the worker's info named task %q as the suspect ran, want suspect", got)
+	if got, _ := aloneTask.Load().(string); got != suspect.ID {
+		t.Fatalf("the worker's info named task %q as the suspect ran, want %s", got, suspect.ID)
 	}
 	if st := w.Stats(); st.Suspects != 1 || w.info().Alone != "" || w.info().AloneTask != "" {
 		t.Fatalf("after the run: %d suspects, alone %q; want 1 and none", st.Suspects, w.info().Alone)
 	}
-	holdings := s.Holdings()
+	holdings := s.first().takes()
 	if !slices.Contains(holdings, 0) || len(holdings) < 2 {
 		t.Fatalf("holdings at each take %v: want a take holding nothing after the one that left the suspect", holdings)
 	}
@@ -282,10 +276,9 @@ func TestFetcherTakesSuspectAlone(t *testing.T) {
 // while suspects waited behind other work, and every worker ran a task or
 // two every 2 s.
 func TestFetcherNoOrphanWaitAfterTakingTasks(t *testing.T) {
-	q := memory.NewQueue(&activity)
 	h := newHeld()
 	jobs := make(chan job, 4)
-	f := newFetcher(fetcherParams{wid: "w", heartbeat: time.Second, jobs: jobs, source: sourceOf(q, func(string, error) {}),
+	f := newFetcher(fetcherParams{wid: "w", heartbeat: time.Second, jobs: jobs, source: sourceOf(newScene(t, 1), func(string, error) {}),
 		held: h, slots: newSlots(func() int { return 4 }), counters: &counters{}, failed: func(string, error) {},
 		stopping: func() {}, log: slog.New(slog.DiscardHandler)})
 	go func() {
@@ -312,8 +305,8 @@ func TestFetcherNoOrphanWaitAfterTakingTasks(t *testing.T) {
 // is no longer wanted is dropped unrun; others run and pass on their
 // result.
 func TestExecutors(t *testing.T) {
-	q := memory.NewQueue(&activity)
-	src := sourceOf(q, func(string, error) {})
+	s := newScene(t, 1)
+	src := sourceOf(s, func(string, error) {})
 	jobs := make(chan job, 3)
 	results := make(chan wire.Done, 3)
 	h := newHeld()
@@ -329,14 +322,15 @@ func TestExecutors(t *testing.T) {
 			return wire.Done{ID: tk.ID}
 		}})
 	old := time.Now().Add(-time.Hour)
-	taken := []wire.Taken{{ID: "gone"}, {ID: "kept"}}
+	gone, kept := s.task(negate, 0, 1), s.task(negate, 0, 2)
+	taken := []wire.Taken{gone, kept}
 	h.add(taken)
-	q.First().Hold("w1", taken...)
-	q.First().Withdraw("gone")
+	s.hold(0, "w1", taken...)
+	s.withdraw(0, gone.ID)
 	jobs <- job{Taken: taken[0], takenAt: old}
 	jobs <- job{Taken: taken[1], takenAt: old}
 	e.Start(context.Background())
-	if d := <-results; d.ID != "kept" {
+	if d := <-results; d.ID != kept.ID {
 		t.Fatalf("result of %s, want kept", d.ID)
 	}
 	e.Stop()
@@ -345,7 +339,7 @@ func TestExecutors(t *testing.T) {
 	jobs <- job{Taken: aside, takenAt: time.Now()}
 	close(jobs)
 	e.Wait()
-	if !slices.Equal(ran, []string{"kept"}) {
+	if !slices.Equal(ran, []string{kept.ID}) {
 		t.Fatalf("ran %v, want only kept", ran)
 	}
 	if c.discarded.Load() != 1 {
@@ -360,8 +354,8 @@ func TestExecutors(t *testing.T) {
 // makes covers the others waiting, and its answer holds for them (it
 // asked about all of them again whenever one waited past stale).
 func TestWantedCheckAsksOnce(t *testing.T) {
-	q := memory.NewQueue(&activity)
-	src := sourceOf(q, func(string, error) {})
+	s := newScene(t, 1)
+	src := sourceOf(s, func(string, error) {})
 	const n = 20
 	jobs := make(chan job, n)
 	results := make(chan wire.Done, n)
@@ -376,12 +370,11 @@ func TestWantedCheckAsksOnce(t *testing.T) {
 		}})
 	taken := make([]wire.Taken, n)
 	for i := range taken {
-		taken[i] = wire.Taken{ID: fmt.Sprint("t", i)}
+		taken[i] = s.task(negate, 0, i)
 	}
-	taken[n/2].ID = "gone"
 	h.add(taken)
-	q.First().Hold("w1", taken...)
-	q.First().Withdraw("gone")
+	s.hold(0, "w1", taken...)
+	s.withdraw(0, taken[n/2].ID) // gone
 	old := time.Now().Add(-time.Second)
 	for _, tk := range taken {
 		jobs <- job{Taken: tk, takenAt: old}
@@ -393,7 +386,7 @@ func TestWantedCheckAsksOnce(t *testing.T) {
 		t.Fatalf("%d results, want %d (all but gone)", got, n-1)
 	}
 	for _, tk := range taken {
-		if n := q.First().Asked(tk.ID); n != 1 {
+		if n := s.first().askedAbout(tk.ID); n != 1 {
 			t.Errorf("asked about %s %d times, want once", tk.ID, n)
 		}
 	}
@@ -403,34 +396,41 @@ func TestWantedCheckAsksOnce(t *testing.T) {
 // that fails without reporting again what another shard took, and releases
 // every task from the ledger.
 func TestFinisherRetriesAFailedShard(t *testing.T) {
-	q := memory.NewQueue(&activity, "q#1")
-	src := sourceOf(q, func(string, error) {})
+	s := newScene(t, 2)
+	src := sourceOf(s, func(string, error) {})
 	src.grow(context.Background(), 2)
 	h := newHeld()
-	taken := []wire.Taken{{ID: "a", Shard: 0}, {ID: "b", Shard: 1}}
+	taken := []wire.Taken{s.task(negate, 0, 1), s.task(negate, 0, 2)}
+	taken[1].Shard = 1
 	h.add(taken)
 	for _, tk := range taken {
-		q.Shard(tk.Shard).Hold("w1", tk)
+		s.hold(tk.Shard, "w1", tk)
 	}
-	q.Shard(1).Fail("finish", errors.New("connection refused"))
+	s.shards[1].fail("finish", errors.New("connection refused"))
 	var failures atomic.Int32
 	var c counters
 	f := newFinisher(finisherParams{capacity: 2, source: src, held: h, counters: &c,
 		failed: func(string, error) {
 			if failures.Add(1) == 2 {
-				q.Shard(1).Fail("finish", nil)
+				s.shards[1].fail("finish", nil)
 			}
 		}})
 	f.Start(context.Background())
-	f.results <- wire.Done{ID: "a", Result: []byte("r"), Shard: 0}
-	f.results <- wire.Done{ID: "b", Result: []byte("r"), Shard: 1}
+	for _, tk := range taken {
+		f.results <- wire.Done{ID: tk.ID, Result: result(t, tk.ID, 1), Shard: tk.Shard}
+	}
 	f.Stop()
 	f.Wait()
-	if n0, n1 := q.First().Calls("finish"), q.Shard(1).Calls("finish"); n0 != 1 || n1 != 3 {
+	if n0, n1 := s.first().count("finish"), s.shards[1].count("finish"); n0 != 1 || n1 != 3 {
 		t.Fatalf("finish calls: shard 0 %d, shard 1 %d; want 1 and 3 (two failed)", n0, n1)
 	}
 	if c.delivered.Load() != 2 || h.size() != 0 {
 		t.Fatalf("delivered %d, ledger holds %d; want 2 and 0", c.delivered.Load(), h.size())
+	}
+	for i, tk := range taken {
+		if got := s.delivered(i); !slices.Equal(got, []string{tk.ID}) {
+			t.Fatalf("shard %d delivered %v, want %s once", i, got, tk.ID)
+		}
 	}
 }
 
@@ -439,16 +439,16 @@ func TestFinisherRetriesAFailedShard(t *testing.T) {
 // down to one result a call, and delivers every result: not stuck, though
 // every call of broker.CallBytes would time out again and again.
 func TestFinisherShrinksCallsThatTimeOut(t *testing.T) {
-	q := memory.NewQueue(&activity)
-	q.First().SetLimits(0, 100<<10)
-	src := sourceOf(q, func(string, error) {})
+	s := newScene(t, 1)
+	s.first().maxCall = 100 << 10
+	src := sourceOf(s, func(string, error) {})
 	h := newHeld()
 	const n = 40
 	taken := make([]wire.Taken, n)
 	for i := range taken {
-		taken[i] = wire.Taken{ID: fmt.Sprint("t", i)}
-		q.First().Hold("w1", taken[i])
+		taken[i] = s.task(negate, 0, i)
 	}
+	s.hold(0, "w1", taken...)
 	h.add(taken)
 	var c counters
 	var failures atomic.Int32
@@ -456,12 +456,12 @@ func TestFinisherShrinksCallsThatTimeOut(t *testing.T) {
 		failed:  func(string, error) { failures.Add(1) },
 		renewed: time.Now, stuckAfter: time.Hour, stuck: func(err error) { t.Errorf("stuck: %v", err) }})
 	for _, tk := range taken {
-		f.results <- wire.Done{ID: tk.ID, Result: make([]byte, 64<<10)} // 2.5 MiB in all: every full call times out
+		f.results <- wire.Done{ID: tk.ID, Result: result(t, tk.ID, 64<<10)} // 2.5 MiB in all: every full call times out
 	}
 	f.Start(context.Background())
 	f.Stop()
 	f.Wait()
-	if got := q.First().Results(); len(got) != n || h.size() != 0 || c.delivered.Load() != n {
+	if got := s.delivered(0); len(got) != n || h.size() != 0 || c.delivered.Load() != n {
 		t.Fatalf("delivered %d (counted %d), ledger holds %d; want %d, %d and 0", len(got), c.delivered.Load(), h.size(), n, n)
 	}
 	// All 2.5 MiB, then 512, 256 and 128 KiB time out; 64 KiB passes, and
@@ -470,47 +470,53 @@ func TestFinisherShrinksCallsThatTimeOut(t *testing.T) {
 	if k := failures.Load(); k < 4 || k > n/2 {
 		t.Errorf("%d finish rounds failed, want from 4 (down to 64 KiB) to %d", k, n/2)
 	}
-	t.Logf("%d results of 64 KiB over a link that times out calls over 100 KiB: %d calls, %d failed", n, q.First().Calls("finish"), failures.Load())
+	t.Logf("%d results of 64 KiB over a link that times out calls over 100 KiB: %d calls, %d failed", n, s.first().count("finish"), failures.Load())
 }
 
-// A result Redis refuses for want of memory waits apart while the others
-// are delivered; after fullTries refusals a record of its failure with
-// ErrRedisFull takes its place, and its task leaves the ledger.
+// A result Redis refuses for want of memory (at maxmemory, the HSET of a
+// result staged beside the result list, over broker.Inline bytes) waits
+// apart while the others are delivered; after fullTries refusals a record
+// of its failure with ErrRedisFull takes its place, and its task leaves the
+// ledger.
 func TestFinisherFailsWhatRedisRefuses(t *testing.T) {
 	saved := fullWait
 	fullWait = backoff.Backoff{Min: time.Millisecond, Max: time.Millisecond}
 	t.Cleanup(func() { fullWait = saved })
-	q := memory.NewQueue(&activity)
-	q.First().SetLimits(1<<10, 0)
-	src := sourceOf(q, func(string, error) {})
+	srv := redistest.Start(t)
+	s := sceneOn(t, srv, 1)
+	src := sourceOf(s, func(string, error) {})
 	h := newHeld()
-	taken := []wire.Taken{{ID: "big"}, {ID: "small"}}
+	big, small := s.task(negate, 0, 1), s.task(negate, 0, 2)
+	taken := []wire.Taken{big, small}
 	h.add(taken)
-	q.First().Hold("w1", taken...)
-	big, err := codec.EncodeResult(&codec.Result{Task: "big", Attempt: 1, Values: make([]byte, 4<<10)})
+	s.hold(0, "w1", taken...)
+	bigResult, err := codec.EncodeResult(&codec.Result{Task: big.ID, Attempt: 1, Values: make([]byte, 4<<10)})
 	if err != nil {
 		t.Fatal(err)
 	}
+	full(t, srv)
 	var c counters
 	f := newFinisher(finisherParams{capacity: 2, source: src, held: h, counters: &c, failed: func(string, error) {},
 		renewed: time.Now, stuckAfter: time.Hour, stuck: func(err error) { t.Errorf("stuck: %v", err) }})
+	// Both before it starts: one call carries them (small delivered, big
+	// refused), and fullTries-1 more big alone.
+	f.results <- wire.Done{ID: big.ID, Result: bigResult}
+	f.results <- wire.Done{ID: small.ID, Result: result(t, small.ID, 1)}
 	f.Start(context.Background())
-	f.results <- wire.Done{ID: "big", Result: big}
-	f.results <- wire.Done{ID: "small", Result: []byte("r")}
 	f.Stop()
 	f.Wait()
-	got := q.First().Results()
-	if len(got) != 2 || got[0].ID != "small" || got[1].ID != "big" {
-		t.Fatalf("reported %v, want small, then big's failure", got)
+	got := s.results(0)
+	if len(got) != 2 || got[0].Task != small.ID || got[1].Task != big.ID {
+		t.Fatalf("reported %v, want small, then big's failure", s.delivered(0))
 	}
-	res, err := codec.DecodeResult(got[1].Result, 1<<20)
-	if err != nil || res.Task != "big" || res.Attempt != 1 || len(res.Fails) != 1 || res.Fails[0].Kind != codec.KindRedisFull || res.Fails[0].Index != -1 {
-		t.Fatalf("big's report: %+v (%v), want every element failed with KindRedisFull", res, err)
+	res := got[1]
+	if res.Attempt != 1 || len(res.Fails) != 1 || res.Fails[0].Kind != codec.KindRedisFull || res.Fails[0].Index != -1 {
+		t.Fatalf("big's report: %+v, want every element failed with KindRedisFull", res)
 	}
 	if !errors.Is(failure.Cause(res.Fails[0]), redmap.ErrRedisFull) {
 		t.Fatalf("its cause %v, want ErrRedisFull", failure.Cause(res.Fails[0]))
 	}
-	if n := q.First().Calls("finish"); n != fullTries+1 {
+	if n := s.first().count("finish"); n != fullTries+1 {
 		t.Errorf("%d finish calls, want %d (refused %d times, then its failure)", n, fullTries+1, fullTries)
 	}
 	if h.size() != 0 || c.delivered.Load() != 2 {
@@ -523,18 +529,19 @@ func TestFinisherFailsWhatRedisRefuses(t *testing.T) {
 // once: one that lands still counts, one that does not is left to be
 // reaped.
 func TestFinisherStuck(t *testing.T) {
-	q := memory.NewQueue(&activity)
-	src := sourceOf(q, func(string, error) {})
+	s := newScene(t, 1)
+	src := sourceOf(s, func(string, error) {})
 	h := newHeld()
-	h.add([]wire.Taken{{ID: "a"}, {ID: "b"}})
-	q.First().Hold("w1", wire.Taken{ID: "a"}, wire.Taken{ID: "b"})
-	q.First().Fail("finish", errors.New("i/o timeout"))
+	a, b := s.task(negate, 0, 1), s.task(negate, 0, 2)
+	h.add([]wire.Taken{a, b})
+	s.hold(0, "w1", a, b)
+	s.first().fail("finish", errors.New("i/o timeout"))
 	stuck := make(chan error, 2)
 	var c counters
 	f := newFinisher(finisherParams{capacity: 1, source: src, held: h, counters: &c, failed: func(string, error) {},
 		renewed: time.Now, stuckAfter: 100 * time.Millisecond, stuck: func(err error) { stuck <- err }})
 	f.Start(context.Background())
-	f.results <- wire.Done{ID: "a", Result: []byte("r")}
+	f.results <- wire.Done{ID: a.ID, Result: result(t, a.ID, 1)}
 	select {
 	case err := <-stuck:
 		if !strings.Contains(err.Error(), "i/o timeout") {
@@ -543,17 +550,17 @@ func TestFinisherStuck(t *testing.T) {
 	case <-time.After(time.Minute):
 		t.Fatal("never stuck")
 	}
-	q.First().Fail("finish", nil)
-	f.results <- wire.Done{ID: "b", Result: []byte("r")}
+	s.first().fail("finish", nil)
+	f.results <- wire.Done{ID: b.ID, Result: result(t, b.ID, 1)}
 	f.Stop()
 	f.Wait()
 	if len(stuck) != 0 {
 		t.Error("stuck said twice")
 	}
-	if got := q.First().Results(); len(got) != 1 || got[0].ID != "b" || h.size() != 0 {
+	if got := s.delivered(0); !slices.Equal(got, []string{b.ID}) || h.size() != 0 {
 		t.Fatalf("delivered %v, ledger holds %d; want b alone, and 0", got, h.size())
 	}
-	if held := q.First().HeldBy("w1"); !slices.Equal(held, []string{"a"}) {
+	if held := s.heldBy(0, "w1"); !slices.Equal(held, []string{a.ID}) {
 		t.Fatalf("held in Redis %v, want a, for a reap", held)
 	}
 }
@@ -567,55 +574,54 @@ func TestFinisherNotStuckAtMaxmemory(t *testing.T) {
 	saved := fullWait
 	fullWait = backoff.Backoff{Min: 5 * time.Millisecond, Max: 5 * time.Millisecond}
 	t.Cleanup(func() { fullWait = saved })
-	q := memory.NewQueue(&activity)
-	q.First().SetLimits(1<<10, 0)
-	q.First().Hold("w1", wire.Taken{ID: "big"})
-	q.First().Fail("finish", errors.New("i/o timeout"))
-	src := sourceOf(q, func(string, error) {})
+	srv := redistest.Start(t)
+	s := sceneOn(t, srv, 1)
+	big := s.task(negate, 0, 1)
+	s.hold(0, "w1", big)
+	full(t, srv)
+	s.first().fail("finish", errors.New("i/o timeout"))
+	src := sourceOf(s, func(string, error) {})
 	h := newHeld()
-	h.add([]wire.Taken{{ID: "big"}})
-	big, err := codec.EncodeResult(&codec.Result{Task: "big", Values: make([]byte, 4<<10)})
-	if err != nil {
-		t.Fatal(err)
-	}
+	h.add([]wire.Taken{big})
 	var c counters
 	f := newFinisher(finisherParams{capacity: 1, source: src, held: h, counters: &c,
-		failed:  func(string, error) { q.First().Fail("finish", nil) },
+		failed:  func(string, error) { s.first().fail("finish", nil) },
 		renewed: time.Now, stuckAfter: time.Millisecond, stuck: func(err error) { t.Errorf("stuck: %v", err) }})
 	f.Start(context.Background())
-	f.results <- wire.Done{ID: "big", Result: big}
+	f.results <- wire.Done{ID: big.ID, Result: result(t, big.ID, 4<<10)}
 	f.Stop()
 	f.Wait()
-	got := q.First().Results()
-	if len(got) != 1 {
-		t.Fatalf("reported %v, want big's failure", got)
+	got := s.results(0)
+	if len(got) != 1 || got[0].Task != big.ID {
+		t.Fatalf("reported %v, want big's failure", s.delivered(0))
 	}
-	if res, err := codec.DecodeResult(got[0].Result, 1<<20); err != nil || len(res.Fails) != 1 || res.Fails[0].Kind != codec.KindRedisFull {
-		t.Fatalf("big's report: %+v (%v), want its elements failed with KindRedisFull", res, err)
+	if res := got[0]; len(res.Fails) != 1 || res.Fails[0].Kind != codec.KindRedisFull {
+		t.Fatalf("big's report: %+v, want its elements failed with KindRedisFull", res)
 	}
 }
 
 // A finisher whose finishes fail while the heartbeats fail too (Redis
 // gone) is not stuck: the lease lapses by itself.
 func TestFinisherNotStuckWhileRedisIsGone(t *testing.T) {
-	q := memory.NewQueue(&activity)
-	src := sourceOf(q, func(string, error) {})
+	s := newScene(t, 1)
+	src := sourceOf(s, func(string, error) {})
 	h := newHeld()
-	h.add([]wire.Taken{{ID: "a"}})
-	q.First().Hold("w1", wire.Taken{ID: "a"})
-	q.First().Fail("finish", errors.New("connection refused"))
+	a := s.task(negate, 0, 1)
+	h.add([]wire.Taken{a})
+	s.hold(0, "w1", a)
+	s.first().fail("finish", errors.New("connection refused"))
 	started := time.Now()
 	var fails atomic.Int32
 	var c counters
 	f := newFinisher(finisherParams{capacity: 1, source: src, held: h, counters: &c,
 		failed: func(string, error) {
 			if fails.Add(1) == 6 {
-				q.First().Fail("finish", nil)
+				s.first().fail("finish", nil)
 			}
 		},
 		renewed: func() time.Time { return started }, stuckAfter: time.Millisecond, stuck: func(err error) { t.Errorf("stuck: %v", err) }})
 	f.Start(context.Background())
-	f.results <- wire.Done{ID: "a", Result: []byte("r")}
+	f.results <- wire.Done{ID: a.ID, Result: result(t, a.ID, 1)}
 	f.Stop()
 	f.Wait()
 	if c.delivered.Load() != 1 {
@@ -627,17 +633,20 @@ func TestFinisherNotStuckWhileRedisIsGone(t *testing.T) {
 // asked for once, cancels running tasks whose batch is gone, writes failure
 // records, and says a failed step for operators until one tick succeeds.
 func TestMaintainer(t *testing.T) {
-	q := memory.NewQueue(&activity)
-	s := q.First()
-	src := sourceOf(q, func(string, error) {})
+	s := newScene(t, 1)
+	src := sourceOf(s, func(string, error) {})
 	h := newHeld()
-	h.add([]wire.Taken{{ID: "running"}})
+	running := s.task(negate, 0, 1) // never submitted: in no task set, unwanted
+	h.add([]wire.Taken{running})
 	cancelled := make(chan struct{})
 	var once sync.Once
-	h.start("running", func() { once.Do(func() { close(cancelled) }) })
-	s.SetDrain("w1", true) // "running" is in no task set: unwanted
-	s.Hold("dead", wire.Taken{ID: "d1"}, wire.Taken{ID: "d2"}, wire.Taken{ID: "d3"}, wire.Taken{ID: "d4"})
-	if _, err := s.Heartbeat(context.Background(), &broker.HeartbeatParams{Worker: "dead", Lease: -time.Millisecond}); err != nil { // its lease lapsed
+	h.start(running.ID, func() { once.Do(func() { close(cancelled) }) })
+	op := redisbroker.NewAdmin(s.c, DefaultPrefix)
+	if err := op.Drain(context.Background(), &broker.DrainParams{Queue: s.name, Worker: "w1"}); err != nil {
+		t.Fatal(err)
+	}
+	s.hold(0, "dead", s.task(negate, 0, 1), s.task(negate, 0, 2), s.task(negate, 0, 3), s.task(negate, 0, 4))
+	if _, err := s.first().Heartbeat(context.Background(), &broker.HeartbeatParams{Worker: "dead", Lease: -time.Millisecond}); err != nil { // its lease lapsed
 		t.Fatal(err)
 	}
 	var fl failure.Log
@@ -672,16 +681,29 @@ func TestMaintainer(t *testing.T) {
 	if c.reaped.Load() != 1 || c.requeued.Load() != 4 {
 		t.Fatalf("reaped %d requeued %d, want 1 and 4", c.reaped.Load(), c.requeued.Load())
 	}
-	if gs, infos := s.Groups(), s.Infos(); len(gs) != 1 || gs[0].Count != 2 || gs[0].Fingerprint != "boom <n>" || gs[0].Sample != "boom 2" ||
-		len(infos) != 2 || infos[0].Host != "here" {
-		t.Fatalf("failure groups %+v, infos %v", gs, infos)
+	if !slices.Equal(beats, []bool{true, true}) {
+		t.Fatalf("the probes were told of heartbeats %v, want one a tick", beats)
 	}
-	s.Fail("reap", errors.New("connection refused"))
+	failures, err := op.Failures(ctx, &broker.QueueParams{Queue: s.name})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if gs := failures.Groups; len(gs) != 1 || gs[0].Count != 2 || gs[0].Fingerprint != "boom <n>" || gs[0].Sample != "boom 2" {
+		t.Fatalf("failure groups %+v, want one of the 2 failures", gs)
+	}
+	workers, err := op.Workers(ctx, &broker.QueueParams{Queue: s.name})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if i := slices.IndexFunc(workers, func(r wire.Registered) bool { return r.ID == "w1" }); i < 0 || workers[i].Info.Host != "here" {
+		t.Fatalf("workers %+v, want w1's info published", workers)
+	}
+	s.first().fail("reap", errors.New("connection refused"))
 	_ = m.tick(ctx)
 	if p.get() == "" {
 		t.Fatal("a failed reap is not said for operators")
 	}
-	s.Fail("reap", nil)
+	s.first().fail("reap", nil)
 	_ = m.tick(ctx)
 	if got := p.get(); got != "" {
 		t.Fatalf("problem %q after a clean tick, want none", got)
@@ -698,8 +720,7 @@ func TestMaintainer(t *testing.T) {
 func TestExecutorsAbandonJobIgnoringCancel(t *testing.T) {
 	for _, outrun := range []bool{false, true} {
 		t.Run(fmt.Sprint("outrun=", outrun), func(t *testing.T) {
-			q := memory.NewQueue(&activity)
-			src := sourceOf(q, func(string, error) {})
+			src := sourceOf(newScene(t, 1), func(string, error) {})
 			jobs := make(chan job, 2)
 			results := make(chan wire.Done, 2)
 			h := newHeld()

@@ -8,8 +8,8 @@
 // internal/broker/redisbroker implements it on Redis (each operation
 // beside the script it runs, its KEYS and ARGV built from the params in one
 // place); the suite in internal/broker/brokertest holds it to the
-// contract's rules on a real Redis. internal/broker/memory simulates it for
-// the parts' unit tests, without lanes, limits or durable batches.
+// contract's rules on a real Redis. The parts' unit tests run on Redis too,
+// through decorators of it that inject a chosen operation's failure.
 package broker
 
 import (
