@@ -14,6 +14,7 @@ import (
 	"github.com/redmap/redmap/cache"
 	"github.com/redmap/redmap/internal/harness"
 	"github.com/redmap/redmap/internal/keys"
+	"github.com/redmap/redmap/internal/redistest"
 	"github.com/redmap/redmap/manager"
 	"github.com/redmap/redmap/worker"
 )
@@ -29,6 +30,7 @@ func objectKeys(t *testing.T, b *harness.Env, h string) []string {
 // and decodes it exactly once; the manager uploads it once; it is gone from
 // Redis when the batch ends. REDMAP_CONST_MB sets its size (default 50).
 func TestConstantFetchedOncePerWorkerProcess(t *testing.T) {
+	redistest.Slow(t) // before the constant is built: it starts worker processes
 	b := setup(t)
 	mb := 50
 	if s := os.Getenv("REDMAP_CONST_MB"); s != "" {

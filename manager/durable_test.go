@@ -649,7 +649,8 @@ func TestDurableRedisFull(t *testing.T) {
 	srv := redistest.Start(t, "--maxmemory", "4mb", "--maxmemory-policy", "noeviction")
 	b := harness.On(t, srv)
 	b.Worker(t, worker.Options{}, echo)
-	m := b.Manager(t, manager.Options{})
+	// The takeover's checks run every Poll: 100 ms, not the default second.
+	m := b.Manager(t, manager.Options{Poll: 100 * time.Millisecond})
 	big := make([]string, 200)
 	for i := range big {
 		big[i] = fmt.Sprintf("%03d", i) + strings.Repeat("x", 64<<10) // 12.5 MiB in all

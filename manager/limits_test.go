@@ -315,6 +315,7 @@ func TestLimitConcurrencyHeldThroughKill(t *testing.T) {
 // two seconds with 39 tasks waiting on the limit: the manager's upkeep of
 // a running batch adds some, a take loop would add thousands.
 func TestLimitWaitingWorkersSleep(t *testing.T) {
+	redistest.Slow(t) // before its server starts: it starts worker processes
 	t.Parallel()
 	b := harness.On(t, redistest.Start(t)) // its own server: INFO counts every client's commands
 	m := b.Manager(t, manager.Options{})

@@ -7,11 +7,14 @@ import (
 
 	"github.com/redmap/redmap/examples/squares/tasks"
 	"github.com/redmap/redmap/internal/harness"
+	"github.com/redmap/redmap/internal/redistest"
 	"github.com/redmap/redmap/manager"
 )
 
-// squares builds examples/squares once per test binary.
+// squares builds examples/squares once per test binary, for processes: it
+// skips the test under go test -short before the build, not after it.
 func squares(t *testing.T) string {
+	redistest.Slow(t)
 	return harness.Build(t, "github.com/redmap/redmap/examples/squares")
 }
 

@@ -106,12 +106,14 @@ func TestShardedWorkerKilled(t *testing.T) {
 // empty: the manager finds what each shard lost and submits it again, and
 // puts the constant back.
 func TestShardedFlushAll(t *testing.T) {
+	redisFault(t)
 	srv := redistest.Start(t)
 	b := faultBundle(t, srv, srv.Addr())
 	runThroughShards(t, b, 3000, 3, func() { srv.FlushAll(t) })
 }
 
 func TestShardedRedisRestartedEmpty(t *testing.T) {
+	redisFault(t)
 	srv := redistest.Start(t)
 	b := faultBundle(t, srv, srv.Addr())
 	runThroughShards(t, b, 3000, 3, func() {

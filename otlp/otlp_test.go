@@ -144,6 +144,7 @@ func (c *collector) received() []span {
 // OTLP, and they make one trace: the batch's span, and a task span per task
 // under it.
 func TestExamplesExportOverOTLP(t *testing.T) {
+	redistest.Slow(t) // before the build of the example its processes run
 	e := harness.Setup(t)
 	col := &collector{}
 	srv := httptest.NewServer(col)

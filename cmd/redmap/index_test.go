@@ -143,6 +143,7 @@ func scrapeAll(t *testing.T, url string) (int, map[string]map[string]float64) {
 // reads of ten queues (redmap metrics' /metrics, redmap status) cost what
 // the queues hold: Redis runs no SCAN or KEYS for them.
 func TestOperatorReadsIgnoreForeignKeys(t *testing.T) {
+	redistest.Slow(t) // before the million keys: it runs redmap metrics as a process
 	srv, c := withForeignKeys(t)
 	ctx := context.Background()
 	base := redistest.Queue(t)
@@ -213,6 +214,7 @@ func TestOperatorReadsIgnoreForeignKeys(t *testing.T) {
 // Written by the writers' own calls (a manager's publish, a worker's
 // heartbeat), as a thousand managers and workers would.
 func TestMetricsOfAThousandQueues(t *testing.T) {
+	redistest.Slow(t) // before the million keys: it runs redmap metrics as a process
 	srv, c := withForeignKeys(t)
 	ctx := context.Background()
 	base := redistest.Queue(t)
