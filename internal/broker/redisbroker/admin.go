@@ -870,35 +870,41 @@ func (a *Admin) Stages(ctx context.Context, p *broker.StagesParams) (map[string]
 				s = &wire.StageCounts{Stage: stage}
 				byStage[stage] = s
 			}
-			n, _ := strconv.ParseInt(v, 10, 64)
-			switch field {
-			case "func":
-				s.Func = v
-			case "outcome":
-				s.Outcome = v
-			case "batches":
-				s.Batches = int(n)
-			case "reruns":
-				s.Reruns = int(n)
-			case "total":
-				s.Total = int(n)
-			case "done":
-				s.Done = int(n)
-			case "failed":
-				s.Failed = int(n)
-			case "failed_keys":
-				s.FailedKeys = int(n)
-			case "started":
-				s.Started = n
-			case "ended":
-				s.Ended = n
-			}
+			setStageField(s, field, v)
 		}
 		for _, s := range byStage {
 			out[name] = append(out[name], *s)
 		}
 	}
 	return out, nil
+}
+
+// setStageField sets field of s (a field of keys.Stages after its stage's
+// tab) to v; a count that does not parse is 0, an unknown field ignored.
+func setStageField(s *wire.StageCounts, field, v string) {
+	n, _ := strconv.ParseInt(v, 10, 64)
+	switch field {
+	case "func":
+		s.Func = v
+	case "outcome":
+		s.Outcome = v
+	case "batches":
+		s.Batches = int(n)
+	case "reruns":
+		s.Reruns = int(n)
+	case "total":
+		s.Total = int(n)
+	case "done":
+		s.Done = int(n)
+	case "failed":
+		s.Failed = int(n)
+	case "failed_keys":
+		s.FailedKeys = int(n)
+	case "started":
+		s.Started = n
+	case "ended":
+		s.Ended = n
+	}
 }
 
 // InHistory says which of the batches ids queue's history holds. One
