@@ -72,6 +72,12 @@ func TestNoFalseAlarm(t *testing.T) {
 	wctx, stop := context.WithCancel(context.Background())
 	ran := make(chan error, 1)
 	go func() { ran <- w.Run(wctx) }()
+	// The worker live before the first Map: a batch submitted before it
+	// registers rightly warns that no live worker serves it.
+	redistest.Eventually(t, "the worker live", func() bool {
+		ids, err := seam.LiveWorkers(context.Background())
+		return err == nil && len(ids) > 0
+	})
 
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
