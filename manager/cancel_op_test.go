@@ -37,6 +37,10 @@ func redmapCLI(t *testing.T, env *harness.Env, args ...string) string {
 // what ran.
 func TestCLICancelsPlainBatch(t *testing.T) {
 	b := setup(t)
+	// The CLI built before the batch starts: a build on a loaded machine
+	// can take longer than the whole batch runs.
+	redistest.Slow(t)
+	harness.Build(t, "github.com/redmap/redmap/cmd/redmap")
 	w := startChild(t, "worker", childEnv(b, "REDMAP_CONCURRENCY=4")...)
 	w.Expect(t, "worker ")
 	m := startChild(t, "manager-cancelled", "REDMAP_URL="+b.URL, "REDMAP_QUEUE="+b.Queue)
